@@ -1,0 +1,110 @@
+# hark — GNU Make build. `make` builds build/hark and build/libhark.a; `make test` runs the CPU
+# suite; `make test-gpu` the GPU suite; `make SAN=address|undefined` builds with a sanitizer.
+# CUDA sources are built when nvcc is found (on PATH or under /usr/local/cuda), skipped otherwise.
+
+CC       ?= cc
+BUILD    ?= build
+OPT      ?= -O2
+SAN      ?=
+CFLAGS   ?=
+CFLAGS   += -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
+            -Iinclude -Isrc -MMD -MP -pthread
+LDLIBS   := -lsndfile -lsoxr -lfftw3f -lcjson -lm -lpthread
+LDFLAGS  ?=
+
+ifneq ($(SAN),)
+  BUILD   := build-$(SAN)
+  CFLAGS  += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+  LDFLAGS += -fsanitize=$(SAN)
+endif
+
+# ---- CUDA detection -------------------------------------------------------------------------
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+ifeq ($(NO_CUDA),1)
+  NVCC :=
+endif
+
+SRCS      := $(shell find src -name '*.c' ! -path 'src/cli/*' | sort)
+CLI_SRCS  := $(shell find src/cli -name '*.c' | sort)
+CU_SRCS   := $(shell find src -name '*.cu' | sort)
+TEST_SRCS := $(shell find tests -name '*.c' ! -path 'tests/fuzz/*' | sort)
+BENCH_SRCS:= $(shell find bench -name '*.c' | sort)
+
+OBJS      := $(SRCS:%.c=$(BUILD)/%.o)
+CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/%.o)
+TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
+
+ifneq ($(NVCC),)
+  CU_OBJS   := $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
+  CFLAGS    += -DHARK_CUDA=1 -I$(CUDA_HOME)/include
+  NVFLAGS   ?= -O3 -std=c++17 -lineinfo -gencode=arch=compute_90a,code=sm_90a \
+               -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter -Iinclude -Isrc
+  LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcufft -lcublasLt -lcublas -lcudart -lstdc++
+else
+  CU_OBJS   :=
+endif
+
+LIB := $(BUILD)/libhark.a
+BIN := $(BUILD)/hark
+TESTBIN := $(BUILD)/hark_tests
+
+.PHONY: all test test-gpu bench fuzz clean format lint check-cuda
+all: check-cuda $(BIN)
+
+check-cuda:
+ifeq ($(NVCC),)
+	@echo "note: nvcc not found; building without CUDA (GPU paths disabled)"
+endif
+
+$(BUILD)/tests/%.o: CFLAGS += -Itests
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB): $(OBJS) $(CU_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BIN): $(CLI_OBJS) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(LIB) $(LDLIBS)
+
+$(TESTBIN): $(TEST_OBJS) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJS) $(LIB) $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+bench: $(BENCH_SRCS:%.c=$(BUILD)/%)
+
+# The CPU suite; tests that need a GPU or ../shared skip with a reason when it is absent.
+test: $(TESTBIN) $(BIN)
+	HARK_BIN=$(abspath $(BIN)) ./$(TESTBIN)
+
+# Only the GPU tests (run on the device machine).
+test-gpu: $(TESTBIN) $(BIN)
+	HARK_BIN=$(abspath $(BIN)) ./$(TESTBIN) --gpu
+
+# libFuzzer target for the audio decoder (needs clang); corpus in tests/fuzz/corpus/.
+FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc
+fuzz: $(BUILD)/fuzz_audio_decode
+$(BUILD)/fuzz_audio_decode: tests/fuzz/fuzz_audio_decode.c $(filter-out %.cu.o,$(SRCS))
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_FLAGS) -DHARK_NO_CUDA_FUZZ -o $@ tests/fuzz/fuzz_audio_decode.c src/core/*.c src/audio/*.c -lsndfile -lsoxr -lm -lpthread
+
+format:
+	clang-format -i $$(find include src tests bench -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh')
+
+lint:
+	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
+	  --suppress=missingIncludeSystem --inline-suppr -Iinclude -Isrc src tests bench
+
+clean:
+	rm -rf build build-*
+
+-include $(OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_OBJS:.o=.d) $(CU_OBJS:.o=.d)

@@ -1,0 +1,7 @@
+/* cli.h — subcommands of the hark binary; each returns the process exit status. */
+#ifndef HARK_CLI_H
+#define HARK_CLI_H
+
+int cli_features(int argc, char **argv);
+
+#endif

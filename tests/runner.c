@@ -1,0 +1,217 @@
+/* runner.c — runs every registered test in its own child process (a crash fails one test, not
+ * the run) and prints "N passed, N failed, N skipped" last.
+ * Usage: hark_tests [--gpu] [--list] [-v] [FILTER...]   (FILTER: substring of test or file) */
+#include "test.h"
+
+#include "gpu/gpu.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+struct test_ctx {
+    int failed, skipped;
+    char tmp[256];
+    int out_fd; /* pipe to parent: status line */
+};
+
+static test_case_t *tests_head;
+static test_case_t **tests_tail = &tests_head;
+
+void test_register(test_case_t *tc)
+{
+    *tests_tail = tc;
+    tests_tail = &tc->next;
+}
+
+void test_fail(test_ctx_t *t, const char *file, int line, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "    %s:%d: check failed: %s\n", file, line, msg);
+    t->failed = 1;
+}
+
+void test_skip(test_ctx_t *t, const char *reason)
+{
+    dprintf(t->out_fd, "%s", reason);
+    t->skipped = 1;
+}
+
+int test_failed(test_ctx_t *t)
+{
+    return t->failed;
+}
+
+const char *test_shared(const char *rel)
+{
+    static char bufs[8][1024];
+    static int slot;
+    const char *root = getenv("HARK_SHARED");
+    char *b = bufs[slot++ % 8];
+    snprintf(b, 1024, "%s/data/%s", root ? root : "../shared", rel);
+    char *abs = realpath(b, NULL);
+    if (!abs)
+        return NULL;
+    snprintf(b, 1024, "%s", abs);
+    free(abs);
+    return b;
+}
+
+const char *test_tmpdir(test_ctx_t *t)
+{
+    if (!t->tmp[0]) {
+        snprintf(t->tmp, sizeof t->tmp, "/tmp/hark-test-XXXXXX");
+        if (!mkdtemp(t->tmp))
+            t->tmp[0] = 0;
+    }
+    return t->tmp;
+}
+
+const char *test_hark_bin(void)
+{
+    const char *b = getenv("HARK_BIN");
+    return b ? b : "build/hark";
+}
+
+int test_have_gpu(void)
+{
+    return gpu_device_count() > 0;
+}
+
+unsigned test_rand(unsigned *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return *s >> 8;
+}
+
+float test_randf(unsigned *s)
+{
+    return (float)test_rand(s) / (float)(1u << 23) - 1.0f;
+}
+
+double test_max_abs_diff(const float *a, const float *b, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (d != d)
+            return INFINITY;
+        if (d > m)
+            m = d;
+    }
+    return m;
+}
+
+double test_rel_rms(const float *a, const float *ref, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    if (num != num)
+        return INFINITY;
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    return remove(p);
+}
+
+static int matches(const test_case_t *tc, int nfilt, char **filt)
+{
+    if (!nfilt)
+        return 1;
+    for (int i = 0; i < nfilt; i++)
+        if (strstr(tc->name, filt[i]) || strstr(tc->file, filt[i]))
+            return 1;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int gpu_only = 0, list = 0, verbose = 0, nfilt = 0;
+    char **filt = calloc((size_t)argc, sizeof *filt);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--gpu"))
+            gpu_only = 1;
+        else if (!strcmp(argv[i], "--list"))
+            list = 1;
+        else if (!strcmp(argv[i], "-v"))
+            verbose = 1;
+        else
+            filt[nfilt++] = argv[i];
+    }
+    int passed = 0, failed = 0, skipped = 0;
+    for (test_case_t *tc = tests_head; tc; tc = tc->next) {
+        if (gpu_only && !tc->gpu)
+            continue;
+        if (!matches(tc, nfilt, filt))
+            continue;
+        if (list) {
+            printf("%s%s (%s)\n", tc->name, tc->gpu ? " [gpu]" : "", tc->file);
+            continue;
+        }
+        fflush(stdout);
+        int pfd[2];
+        if (pipe(pfd) != 0)
+            return 2;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(pfd[0]);
+            test_ctx_t ctx = {0};
+            ctx.out_fd = pfd[1];
+            if (tc->gpu && !test_have_gpu())
+                test_skip(&ctx, "no CUDA device (or built without CUDA)");
+            else
+                tc->fn(&ctx);
+            if (ctx.tmp[0] && !getenv("HARK_KEEP_TMP"))
+                nftw(ctx.tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+            _exit(ctx.failed ? 1 : ctx.skipped ? 3 : 0);
+        }
+        close(pfd[1]);
+        char reason[512] = "";
+        ssize_t n, off = 0;
+        while ((n = read(pfd[0], reason + off, sizeof reason - 1 - (size_t)off)) > 0)
+            off += n;
+        reason[off] = 0;
+        close(pfd[0]);
+        int st = 0;
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+            ;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+            passed++;
+            if (verbose)
+                printf("PASS %s (%.0f ms)\n", tc->name, ms);
+        } else if (WIFEXITED(st) && WEXITSTATUS(st) == 3) {
+            skipped++;
+            printf("SKIP %s: %s\n", tc->name, reason);
+        } else {
+            failed++;
+            if (WIFSIGNALED(st))
+                printf("FAIL %s (%s) killed by signal %d\n", tc->name, tc->file, WTERMSIG(st));
+            else
+                printf("FAIL %s (%s)\n", tc->name, tc->file);
+        }
+    }
+    free(filt);
+    if (!list)
+        printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    return failed ? 1 : 0;
+}
