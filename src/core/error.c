@@ -27,7 +27,15 @@ int err_prefix(hark_err_t *err, int status, const char *fmt, ...)
     vsnprintf(pre, sizeof pre, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", pre, old);
+    size_t n = strlen(pre);
+    if (n > sizeof err->msg - 3)
+        n = sizeof err->msg - 3;
+    memcpy(err->msg, pre, n);
+    memcpy(err->msg + n, ": ", 2);
+    size_t rest = sizeof err->msg - n - 3;
+    size_t ol = strnlen(old, rest);
+    memcpy(err->msg + n + 2, old, ol);
+    err->msg[n + 2 + ol] = 0;
     if (!err->status)
         err->status = status;
     return err->status;
