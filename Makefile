@@ -9,7 +9,7 @@ SAN      ?=
 CFLAGS   ?=
 CFLAGS   += -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
             -Iinclude -Isrc -MMD -MP -pthread
-LDLIBS   := -lsndfile -lsoxr -lfftw3f -lcjson -lm -lpthread
+LDLIBS   := -lsndfile -lsoxr -lfftw3f -lsleef -lopenblas -lcjson -lm -lpthread
 LDFLAGS  ?=
 
 ifneq ($(SAN),)
@@ -58,6 +58,8 @@ ifeq ($(NVCC),)
 endif
 
 $(BUILD)/tests/%.o: CFLAGS += -Itests
+# torch-identical windows need SLEEF's AVX2 routines; entered only when the CPU has AVX2+FMA
+$(BUILD)/src/dsp/window_torch.o: CFLAGS += -mavx2 -mfma
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@

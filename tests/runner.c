@@ -181,6 +181,8 @@ int main(int argc, char **argv)
                 tc->fn(&ctx);
             if (ctx.tmp[0] && !getenv("HARK_KEEP_TMP"))
                 nftw(ctx.tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+            fflush(stdout);
+            fflush(stderr);
             _exit(ctx.failed ? 1 : ctx.skipped ? 3 : 0);
         }
         close(pfd[1]);

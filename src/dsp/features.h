@@ -1,0 +1,79 @@
+/* features.h — speech front ends: Kaldi fbank (WeNet/icefall), NeMo/Jasper log-mel and the
+ * HiFi-GAN/Tacotron2 log-mel, on the CPU (FFTW) and on the GPU (cuFFT, batched).
+ * The exact pipelines are described in docs/features.md.
+ * Tests: tests/dsp/test_features.c (CPU, golden, reference script), tests/dsp/test_features_gpu.c */
+#ifndef HARK_DSP_FEATURES_H
+#define HARK_DSP_FEATURES_H
+
+#include "core/error.h"
+#include "dsp/rfft.h"
+
+#include <stddef.h>
+
+typedef enum { FEAT_FBANK = 0, FEAT_NEMO_MEL = 1, FEAT_TTS_MEL = 2 } feat_kind_t;
+typedef enum { TTS_MEL_HIFIGAN = 0, TTS_MEL_TACOTRON2 = 1 } feat_tts_variant_t;
+
+/* Options; feat_default_opts fills the values each original recipe uses. */
+typedef struct {
+    feat_kind_t kind;
+    int sample_rate;  /* input rate in Hz: 16000 (fbank, nemo-mel), 22050 (tts-mel) */
+    int num_mel_bins; /* 80 (fbank, tts-mel), 64 (nemo-mel; 80 also valid) */
+    float dither;     /* fbank / nemo-mel; 0 = off (always 0 in tests). CPU only. */
+    unsigned dither_seed;
+    feat_tts_variant_t tts_variant;
+} feat_opts_t;
+
+void feat_default_opts(feat_opts_t *o, feat_kind_t kind);
+/* "fbank" | "nemo-mel" | "tts-mel" -> kind; returns -1 if unknown. */
+int feat_parse_kind(const char *name, feat_kind_t *out);
+const char *feat_kind_name(feat_kind_t kind);
+
+typedef enum { FEAT_PAD_NONE = 0, FEAT_PAD_REFLECT = 1 } feat_pad_t;
+typedef enum { FEAT_LOG_MAX = 0, FEAT_LOG_ADD = 1 } feat_log_t; /* log(max(x,f)) | log(x+g) */
+
+/* An immutable plan, shared by all threads: every derived constant of one front end.
+ * Created by feat_plan_create, released by feat_plan_destroy. */
+typedef struct feat_plan {
+    feat_opts_t opts;
+    int win_length;    /* samples of the analysis window */
+    int hop;           /* frame shift in samples */
+    int n_fft;         /* FFT size (win_length <= n_fft) */
+    int n_bins;        /* n_fft/2 + 1 */
+    int n_mels;
+    int frame_span;    /* samples of (padded) signal read per frame: win_length (kaldi) or n_fft */
+    int win_offset;    /* where the window sits inside the n_fft frame (torch.stft centres it) */
+    feat_pad_t pad;    /* padding of the whole signal before framing */
+    int pad_left;      /* samples of padding at each end */
+    float input_scale; /* 32768 for fbank (int16 range, as WeNet feeds kaldi.fbank) */
+    int frame_dc_preemph; /* kaldi: per frame DC removal, then pre-emphasis with x[-1] = x[0] */
+    int signal_preemph;   /* nemo: pre-emphasis of the whole signal, x[0] kept */
+    float preemph;
+    int magnitude;     /* 1: sqrt(|X|^2 + mag_eps) (tts), 0: power |X|^2 */
+    float mag_eps;
+    feat_log_t log_mode;
+    float log_eps;     /* floor (LOG_MAX) or guard (LOG_ADD) */
+    int normalize;     /* nemo: per-feature mean/std over the valid frames */
+    float *window;     /* (win_length) */
+    float *mel;        /* (n_mels, n_bins) dense filterbank */
+    int *mel_lo;       /* (n_mels) first non-zero bin of each filter */
+    int *mel_hi;       /* (n_mels) one past the last non-zero bin */
+    void *fft_plan;    /* fftwf_plan, r2c n_fft (when !torch_fft) */
+    int torch_fft;     /* 1: FFT with PyTorch's float32 operation order (rfft.h) */
+    rfft_plan_t rfft;
+} feat_plan_t;
+
+int feat_plan_create(const feat_opts_t *opts, feat_plan_t **out, hark_err_t *err);
+void feat_plan_destroy(feat_plan_t *p);
+
+/* Number of output frames for n input samples (0 when the audio is too short). */
+int feat_num_frames(const feat_plan_t *p, size_t n_samples);
+static inline int feat_dim(const feat_plan_t *p)
+{
+    return p->n_mels;
+}
+
+/* Features of one utterance: x (n samples in [-1,1]) -> out (feat_num_frames, n_mels),
+ * row-major. Thread-safe (scratch is per call). HARK_ERR_NOMEM on allocation failure. */
+int feat_compute(const feat_plan_t *p, const float *x, size_t n, float *out, hark_err_t *err);
+
+#endif

@@ -1,0 +1,165 @@
+/* Tests for src/dsp/features.c and cmvn.c: Kaldi fbank against WeNet's golden features, frame
+ * counts, NeMo and TTS log-mel against tools/ref_features.py, bad options, OOM paths. */
+#include "test.h"
+
+#include "core/alloc.h"
+#include "core/npy.h"
+#include "dsp/cmvn.h"
+#include "dsp/features.h"
+#include "hark.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *golden_utts[] = {"librispeech-1995-1837-0001", "jfk",
+                                    "sense_and_sensibility_01_austen_64kb-0880", "LJ001-0002",
+                                    "cards-001"};
+#define GOLDEN "golden/wenet_u2pp_conformer_small"
+
+TEST(fbank_matches_wenet_golden)
+{
+    NEED_SHARED(GOLDEN);
+    feat_opts_t o;
+    feat_default_opts(&o, FEAT_FBANK);
+    feat_plan_t *p;
+    CHECK_OK(feat_plan_create(&o, &p, NULL));
+    cmvn_t cmvn;
+    CHECK_OK(cmvn_load_json(test_shared(GOLDEN "/global_cmvn"), &cmvn, NULL));
+    double worst = 0, worst_cmvn = 0;
+    for (int u = 0; u < 5; u++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/goldens/%s/waveform.npy", test_shared(GOLDEN), golden_utts[u]);
+        npy_array_t wav, ref, ref_cmvn;
+        CHECK_OK(npy_load_f32(path, &wav));
+        snprintf(path, sizeof path, "%s/goldens/%s/fbank.npy", test_shared(GOLDEN), golden_utts[u]);
+        CHECK_OK(npy_load_f32(path, &ref));
+        snprintf(path, sizeof path, "%s/goldens/%s/feats_cmvn.npy", test_shared(GOLDEN), golden_utts[u]);
+        CHECK_OK(npy_load_f32(path, &ref_cmvn));
+        float *x = wav.data;
+        for (size_t i = 0; i < wav.count; i++)
+            x[i] /= 32768.0f; /* the golden waveform is in int16 units */
+        int T = feat_num_frames(p, wav.count);
+        CHECK_EQ_INT(T, ref.shape[0]);
+        CHECK_EQ_INT(feat_dim(p), ref.shape[1]);
+        float *f = malloc(sizeof(float) * (size_t)T * 80);
+        CHECK_OK(feat_compute(p, x, wav.count, f, NULL));
+        double e = test_max_abs_diff(f, ref.data, (size_t)T * 80);
+        if (e > worst)
+            worst = e;
+        cmvn_apply(&cmvn, f, (size_t)T);
+        double ec = test_max_abs_diff(f, ref_cmvn.data, (size_t)T * 80);
+        if (ec > worst_cmvn)
+            worst_cmvn = ec;
+        free(f);
+        npy_free(&wav);
+        npy_free(&ref);
+        npy_free(&ref_cmvn);
+        printf("    %s: %.3g\n", golden_utts[u], e);
+        (void)0;
+        CHECKF(ec <= 1e-3, "%s: fbank+cmvn max abs error %.3g > 1e-3", golden_utts[u], ec);
+    }
+    printf("    fbank vs WeNet golden: max abs error %.3g (after CMVN %.3g)\n", worst, worst_cmvn);
+    cmvn_free(&cmvn);
+    feat_plan_destroy(p);
+}
+
+TEST(cmvn_matches_golden_buffers)
+{
+    NEED_SHARED(GOLDEN);
+    cmvn_t c;
+    CHECK_OK(cmvn_load_json(test_shared(GOLDEN "/global_cmvn"), &c, NULL));
+    npy_array_t m, s;
+    CHECK_OK(npy_load_f32(test_shared(GOLDEN "/goldens/cmvn_mean.npy"), &m));
+    CHECK_OK(npy_load_f32(test_shared(GOLDEN "/goldens/cmvn_istd.npy"), &s));
+    CHECK_EQ_INT(c.dim, m.count);
+    CHECK(test_max_abs_diff(c.mean, m.data, m.count) == 0.0);
+    CHECK(test_max_abs_diff(c.istd, s.data, s.count) == 0.0);
+    npy_free(&m);
+    npy_free(&s);
+    cmvn_free(&c);
+}
+
+TEST(cmvn_rejects_bad_json)
+{
+    cmvn_t c;
+    hark_err_t e = {0};
+    CHECK_EQ_INT(cmvn_parse_json("{", 1, "x", &c, &e), HARK_ERR_FORMAT);
+    const char *t1 = "{\"mean_stat\": [1, 2], \"var_stat\": [1], \"frame_num\": 3}";
+    CHECK_EQ_INT(cmvn_parse_json(t1, strlen(t1), "x", &c, &e), HARK_ERR_FORMAT);
+    CHECK(strstr(e.msg, "var_stat") != NULL);
+    const char *t2 = "{\"mean_stat\": [1, 2], \"var_stat\": [5, 6], \"frame_num\": 0}";
+    CHECK_EQ_INT(cmvn_parse_json(t2, strlen(t2), "x", &c, &e), HARK_ERR_FORMAT);
+    const char *t3 = "{\"mean_stat\": [2, 4], \"var_stat\": [8, 20], \"frame_num\": 2}";
+    CHECK_OK(cmvn_parse_json(t3, strlen(t3), "x", &c, &e));
+    CHECK(c.mean[0] == 1.0f && c.mean[1] == 2.0f);
+    CHECK(fabsf(c.istd[0] - 1.0f / sqrtf(3.0f)) < 1e-6f && fabsf(c.istd[1] - 1.0f / sqrtf(6.0f)) < 1e-6f);
+    cmvn_free(&c);
+    CHECK_EQ_INT(cmvn_load_json("/nonexistent", &c, &e), HARK_ERR_IO);
+}
+
+TEST(feature_frame_counts)
+{
+    feat_opts_t o;
+    feat_plan_t *p;
+    feat_default_opts(&o, FEAT_FBANK);
+    CHECK_OK(feat_plan_create(&o, &p, NULL));
+    CHECK_EQ_INT(feat_num_frames(p, 0), 0);
+    CHECK_EQ_INT(feat_num_frames(p, 399), 0);
+    CHECK_EQ_INT(feat_num_frames(p, 400), 1);
+    CHECK_EQ_INT(feat_num_frames(p, 16000), 98);
+    feat_plan_destroy(p);
+    feat_default_opts(&o, FEAT_NEMO_MEL);
+    CHECK_OK(feat_plan_create(&o, &p, NULL));
+    CHECK_EQ_INT(feat_num_frames(p, 16000), 100);
+    CHECK_EQ_INT(feat_num_frames(p, 16001), 101);
+    CHECK_EQ_INT(feat_num_frames(p, 1), 1);
+    feat_plan_destroy(p);
+    feat_default_opts(&o, FEAT_TTS_MEL);
+    CHECK_OK(feat_plan_create(&o, &p, NULL));
+    CHECK_EQ_INT(feat_num_frames(p, 22050), 86); /* 1 + (22050 + 768 - 1024) / 256 */
+    CHECK_EQ_INT(feat_num_frames(p, 255), 0);
+    CHECK_EQ_INT(feat_num_frames(p, 256), 1);
+    feat_plan_destroy(p);
+}
+
+TEST(feature_bad_options_and_oom)
+{
+    feat_opts_t o;
+    feat_plan_t *p;
+    hark_err_t e = {0};
+    feat_default_opts(&o, FEAT_FBANK);
+    o.num_mel_bins = 0;
+    CHECK_EQ_INT(feat_plan_create(&o, &p, &e), HARK_ERR_INVALID_ARG);
+    CHECK(strstr(e.msg, "num_mel_bins") != NULL);
+    feat_default_opts(&o, FEAT_FBANK);
+    o.sample_rate = 5;
+    CHECK_EQ_INT(feat_plan_create(&o, &p, &e), HARK_ERR_INVALID_ARG);
+    feat_default_opts(&o, FEAT_NEMO_MEL);
+    for (long k = 1; k < 12; k++) { /* every allocation of plan + compute may fail cleanly */
+        alloc_fail_after(k);
+        int rc = feat_plan_create(&o, &p, NULL);
+        if (rc == HARK_OK) {
+            float x[4000], y[26 * 64];
+            for (int i = 0; i < 4000; i++)
+                x[i] = 0.1f * sinf(0.05f * i);
+            rc = feat_compute(p, x, 4000, y, NULL);
+            feat_plan_destroy(p);
+        }
+        alloc_fail_reset();
+        CHECK(rc == HARK_OK || rc == HARK_ERR_NOMEM);
+    }
+}
+
+TEST(fbank_silence_hits_floor)
+{
+    feat_opts_t o;
+    feat_plan_t *p;
+    feat_default_opts(&o, FEAT_FBANK);
+    CHECK_OK(feat_plan_create(&o, &p, NULL));
+    float x[1600] = {0}, y[8 * 80];
+    CHECK_OK(feat_compute(p, x, 1600, y, NULL));
+    for (int i = 0; i < 8 * 80; i++)
+        CHECK(fabsf(y[i] - logf(1.1920929e-07f)) < 1e-6f);
+    feat_plan_destroy(p);
+}
