@@ -111,20 +111,28 @@ static int mel_slaney(float *mel, int n_mels, int n_fft, double rate, double f_l
     return HARK_OK;
 }
 
-/* Povey window (hann^0.85) exactly as torch computes it: with SLEEF's AVX2 cosf/powf where the
- * CPU has them (what torch uses there), else SLEEF's scalar routines. */
-static void povey_window(float *w, int n)
+/* hann(n)^power exactly as torch builds it: a symmetric window of n points, or a periodic one
+ * (the first n of n+1), with SLEEF's AVX2 cosf/powf where the CPU has them (what torch's AVX2
+ * kernels use), else SLEEF's scalar routines. */
+static int torch_window(float *w, int n, int periodic, float power)
 {
-    if (n == 1) {
-        w[0] = 1.0f;
-        return;
+    int m = n + (periodic ? 1 : 0);
+    float *tmp = hark_malloc(sizeof(float) * (size_t)m);
+    if (!tmp)
+        return HARK_ERR_NOMEM;
+    if (m == 1) {
+        tmp[0] = 1.0f;
+    } else if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                 window_torch_hann_pow_avx2(tmp, m, power) == 0)) {
+        float step = (float)(2.0 * M_PI / (double)(m - 1));
+        for (int i = 0; i < m; i++) {
+            float h = Sleef_cosf_u10((float)i * step) * -0.5f + 0.5f;
+            tmp[i] = power != 1.0f ? Sleef_powf_u10(h, power) : h;
+        }
     }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        window_torch_hann_pow_avx2(w, n, 0.85f) == 0)
-        return;
-    float step = (float)(2.0 * M_PI / (double)(n - 1));
-    for (int i = 0; i < n; i++)
-        w[i] = Sleef_powf_u10(Sleef_cosf_u10((float)i * step) * -0.5f + 0.5f, 0.85f);
+    memcpy(w, tmp, sizeof(float) * (size_t)n);
+    hark_free(tmp);
+    return HARK_OK;
 }
 
 /* ---- plan --------------------------------------------------------------------------------- */
@@ -201,18 +209,14 @@ int feat_plan_create(const feat_opts_t *opts, feat_plan_t **out, hark_err_t *err
     if (!p->window || !p->mel || !p->mel_lo || !p->mel_hi)
         goto nomem;
     int W = p->win_length;
-    for (int i = 0; i < W; i++) {
-        double w;
-        if (opts->kind == FEAT_FBANK) /* povey: filled below, as torch computes it */
-            w = 0;
-        else if (opts->kind == FEAT_NEMO_MEL) /* torch.hann_window(periodic=False) */
-            w = 0.5 - 0.5 * cos(2.0 * M_PI * i / (W - 1));
-        else /* periodic hann (torch default, scipy fftbins=True) */
-            w = 0.5 - 0.5 * cos(2.0 * M_PI * i / W);
-        p->window[i] = (float)w;
-    }
+    /* windows exactly as torch computes them (see torch_window) */
+    if (opts->kind == FEAT_FBANK)
+        torch_window(p->window, W, 0, 0.85f); /* povey: symmetric hann ^ 0.85 */
+    else if (opts->kind == FEAT_NEMO_MEL)
+        torch_window(p->window, W, 0, 1.0f); /* torch.hann_window(periodic=False) */
+    else
+        torch_window(p->window, W, 1, 1.0f); /* periodic hann (torch default, scipy fftbins) */
     if (opts->kind == FEAT_FBANK) {
-        povey_window(p->window, W);
         mel_kaldi(p->mel, p->n_mels, p->n_fft, (float)rate, 20.0f, (float)rate / 2);
     } else {
         double fmax = opts->kind == FEAT_TTS_MEL ? 8000.0 : rate / 2;
@@ -231,7 +235,7 @@ int feat_plan_create(const feat_opts_t *opts, feat_plan_t **out, hark_err_t *err
         p->mel_lo[m] = lo;
         p->mel_hi[m] = hi;
     }
-    p->torch_fft = opts->kind == FEAT_FBANK;
+    p->torch_fft = (p->n_fft & (p->n_fft - 1)) == 0; /* powers of two: torch's order */
     if (p->torch_fft) {
         if (rfft_plan_init(&p->rfft, p->n_fft))
             goto nomem;
