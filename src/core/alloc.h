@@ -5,6 +5,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 void *hark_malloc(size_t n);
 void *hark_calloc(size_t count, size_t size); /* checks count*size for overflow */
 void *hark_realloc(void *p, size_t n);
@@ -18,4 +22,7 @@ void alloc_fail_reset(void);
 /* Number of allocations attempted since the last alloc_fail_after/reset. */
 long alloc_count(void);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

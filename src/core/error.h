@@ -4,6 +4,10 @@
 #ifndef HARK_CORE_ERROR_H
 #define HARK_CORE_ERROR_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     int status;    /* hark_status_t */
     char msg[512]; /* human-readable; names the file/tensor/field and expected vs actual */
@@ -15,4 +19,7 @@ int err_set(hark_err_t *err, int status, const char *fmt, ...) __attribute__((fo
 /* Prefixes an existing message: "ctx: <old message>". Returns err->status (or `status` if NULL). */
 int err_prefix(hark_err_t *err, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -373,15 +373,26 @@ int feat_compute(const feat_plan_t *p, const float *x, size_t n, float *out, har
                 frame[j] -= p->preemph * frame[j - 1];
             frame[0] -= p->preemph * frame[0];
         }
-        memset(buf, 0, sizeof(float) * (size_t)p->n_fft);
+        /* window into the n_fft buffer; only the zero padding around it is cleared */
+        memset(buf, 0, sizeof(float) * (size_t)p->win_offset);
+        memset(buf + p->win_offset + W, 0, sizeof(float) * (size_t)(p->n_fft - p->win_offset - W));
+        const float *fsrc = frame + (p->frame_span == W ? 0 : p->win_offset);
+        float *fdst = buf + p->win_offset;
         for (int j = 0; j < W; j++)
-            buf[p->win_offset + j] = frame[p->frame_span == W ? j : p->win_offset + j] * p->window[j];
+            fdst[j] = fsrc[j] * p->window[j];
         if (p->torch_fft) {
             rfft_forward(&p->rfft, buf, buf + p->n_fft, (float *)spec);
-            for (int k = 0; k < p->n_bins; k++) { /* torch: abs() then pow(2) */
-                float re = spec[k][0], im = spec[k][1];
-                float a = sqrtf(re * re + im * im);
-                pw[k] = p->magnitude ? sqrtf(re * re + im * im + p->mag_eps) : a * a;
+            if (p->magnitude) {
+                for (int k = 0; k < p->n_bins; k++) {
+                    float re = spec[k][0], im = spec[k][1];
+                    pw[k] = sqrtf(re * re + im * im + p->mag_eps);
+                }
+            } else {
+                for (int k = 0; k < p->n_bins; k++) { /* torch: abs() then pow(2) */
+                    float re = spec[k][0], im = spec[k][1];
+                    float a = sqrtf(re * re + im * im);
+                    pw[k] = a * a;
+                }
             }
         } else {
             fftwf_execute_dft_r2c((fftwf_plan)p->fft_plan, buf, spec);
@@ -397,7 +408,8 @@ int feat_compute(const feat_plan_t *p, const float *x, size_t n, float *out, har
             float acc = 0;
             for (int k = p->mel_lo[m]; k < p->mel_hi[m]; k++)
                 acc += row[k] * pw[k];
-            o[m] = p->log_mode == FEAT_LOG_MAX ? logf(fmaxf(acc, p->log_eps)) : logf(acc + p->log_eps);
+            o[m] = p->log_mode == FEAT_LOG_MAX ? logf(acc > p->log_eps ? acc : p->log_eps)
+                                               : logf(acc + p->log_eps);
         }
     }
     if (p->normalize) { /* per feature over the T valid frames; unbiased std + 1e-5 */
