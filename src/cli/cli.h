@@ -3,5 +3,6 @@
 #define HARK_CLI_H
 
 int cli_features(int argc, char **argv);
+int cli_inspect(int argc, char **argv);
 
 #endif

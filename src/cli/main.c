@@ -13,6 +13,7 @@ static const struct {
     const char *help;
 } commands[] = {
     {"features", cli_features, "compute speech features of an audio file (.npy output)"},
+    {"inspect", cli_inspect, "print a converted model's architecture and sizes"},
 };
 
 static void usage(FILE *f)

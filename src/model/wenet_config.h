@@ -29,12 +29,14 @@ typedef struct {
     wenet_pos_t pos;
     int macaron;           /* macaron_style */
     int use_cnn_module;
-    int cnn_kernel;        /* cnn_module_kernel (odd) */
+    int cnn_kernel;        /* cnn_module_kernel (odd unless causal) */
     int causal;            /* causal conv module */
     wenet_cnn_norm_t cnn_norm;
     wenet_act_t activation;
     int normalize_before;
     int max_len;           /* positional-encoding table length, 5000 */
+    int static_chunk_size; /* >0: WeNet applies this chunk mask in every forward */
+    int use_dynamic_chunk; /* dynamic-chunk trained: any decoding chunk size works */
     /* decoder */
     wenet_decoder_t decoder;
     int dec_heads, dec_ffn_dim, dec_blocks, dec_r_blocks; /* r_blocks: bitransformer only */
@@ -48,7 +50,11 @@ typedef struct {
 
 /* Reads and validates DIR/1/model.json (or a direct path to model.json). */
 int wenet_config_load(const char *path, wenet_config_t *cfg, hark_err_t *err);
-/* Encoder frames after subsampling for `frames` input frames (WeNet's formula). */
+/* Encoder frames after subsampling for `frames` input frames (WeNet's formula); 0 when the input
+ * is too short for the convolution stack. */
 int wenet_subsampled_len(const wenet_config_t *cfg, int frames);
+/* Input frames the subsampling stack looks ahead beyond a frame (WeNet's right_context: 6, 10,
+ * 14 for conv2d, conv2d6, conv2d8). Streaming chunks span (chunk-1)*rate + right_context + 1. */
+int wenet_right_context(const wenet_config_t *cfg);
 
 #endif
