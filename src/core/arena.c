@@ -11,7 +11,7 @@ struct arena_block {
     arena_block_t *next;
     size_t cap;  /* usable bytes in data[] */
     size_t used;
-    _Alignas(64) unsigned char data[];
+    unsigned char data[]; /* malloc alignment; larger alignments are made per allocation */
 };
 
 void arena_init(arena_t *a, size_t block_size)
@@ -26,25 +26,29 @@ void *arena_alloc(arena_t *a, size_t size, size_t align)
     HARK_ASSERT(align && (align & (align - 1)) == 0 && align <= 64);
     arena_block_t *b = a->head;
     if (b) {
-        size_t off = (b->used + align - 1) & ~(align - 1);
+        uintptr_t base = (uintptr_t)b->data;
+        size_t off = (size_t)(((base + b->used + align - 1) & ~(uintptr_t)(align - 1)) - base);
         if (off <= b->cap && size <= b->cap - off) {
             b->used = off + size;
             a->used_total += size;
             return b->data + off;
         }
     }
-    size_t cap = size > a->block_size ? size : a->block_size;
-    if (cap > SIZE_MAX - sizeof(arena_block_t))
+    size_t need = size + align - 1;
+    size_t cap = need > a->block_size ? need : a->block_size;
+    if (size > SIZE_MAX / 2 || cap > SIZE_MAX - sizeof(arena_block_t))
         return NULL;
     b = hark_malloc(sizeof(arena_block_t) + cap);
     if (!b)
         return NULL;
     b->cap = cap;
-    b->used = size;
     b->next = a->head;
     a->head = b;
+    uintptr_t base = (uintptr_t)b->data;
+    size_t off = (size_t)(((base + align - 1) & ~(uintptr_t)(align - 1)) - base);
+    b->used = off + size;
     a->used_total += size;
-    return b->data;
+    return b->data + off;
 }
 
 void *arena_calloc(arena_t *a, size_t count, size_t size)

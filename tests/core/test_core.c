@@ -77,6 +77,8 @@ TEST(arena_alloc_align_reset)
     arena_init(&a, 128);
     char *p = arena_alloc(&a, 3, 1);
     double *q = arena_alloc(&a, sizeof(double) * 4, 16);
+    void *q64 = arena_alloc(&a, 8, 64);
+    CHECK(q64 && ((uintptr_t)q64 & 63) == 0);
     CHECK(p && q);
     CHECK(((uintptr_t)q & 15) == 0);
     void *big = arena_alloc(&a, 1000, 8); /* larger than a block */
