@@ -333,10 +333,13 @@ int feat_compute(const feat_plan_t *p, const float *x, size_t n, float *out, har
     unsigned long long rng = 0x9E3779B97F4A7C15ull ^ p->opts.dither_seed;
     float *sig = hark_malloc(sizeof(float) * n);
     float *frame = hark_malloc(sizeof(float) * (size_t)p->frame_span);
-    float *buf = fftwf_malloc(sizeof(float) * (size_t)p->n_fft * 3); /* frame + rfft work */
+    float *buf = fftwf_malloc(sizeof(float) * (size_t)p->n_fft);
     fftwf_complex *spec = fftwf_malloc(sizeof(fftwf_complex) * (size_t)p->n_bins);
     float *pw = hark_malloc(sizeof(float) * (size_t)p->n_bins);
-    if (!sig || !frame || !buf || !spec || !pw) {
+    /* RFFT_LANES frames at a time: input + work (2 * n_fft * L), spectra (2 * n_bins * L) */
+    float *xl = hark_malloc(sizeof(float) * (size_t)RFFT_LANES * (2 * (size_t)p->n_fft + 2 * (size_t)p->n_bins));
+    float *specl = xl ? xl + (size_t)2 * p->n_fft * RFFT_LANES : NULL;
+    if (!sig || !frame || !buf || !spec || !pw || !xl) {
         rc = err_set(err, HARK_ERR_NOMEM, "features: out of memory");
         goto done;
     }
@@ -350,66 +353,76 @@ int feat_compute(const feat_plan_t *p, const float *x, size_t n, float *out, har
         for (size_t i = n - 1; i > 0; i--)
             sig[i] -= p->preemph * sig[i - 1];
     }
-    const int S = p->frame_span, W = p->win_length;
-    for (int t = 0; t < T; t++) {
-        long start = (long)t * p->hop - p->pad_left;
-        if (p->pad == FEAT_PAD_NONE) {
-            memcpy(frame, sig + start, sizeof(float) * (size_t)S);
-        } else {
-            for (int j = 0; j < S; j++)
-                frame[j] = sig[reflect_index(start + j, (long)n)];
-        }
-        if (p->frame_dc_preemph) {
-            if (p->opts.dither > 0)
+    const int S = p->frame_span, W = p->win_length, L = RFFT_LANES, NF = p->n_fft;
+    for (int t0 = 0; t0 < T; t0 += L) {
+        /* frames t0 .. t0+L-1 are windowed into lane l of xl (lane-interleaved) */
+        for (int l = 0; l < L; l++) {
+            int t = t0 + l;
+            if (t >= T) {
+                for (int j = 0; j < NF; j++)
+                    xl[(size_t)j * L + l] = 0.0f;
+                continue;
+            }
+            long start = (long)t * p->hop - p->pad_left;
+            if (p->pad == FEAT_PAD_NONE) {
+                memcpy(frame, sig + start, sizeof(float) * (size_t)S);
+            } else {
                 for (int j = 0; j < S; j++)
-                    frame[j] += (float)(p->opts.dither * gauss(&rng));
-            double sum = 0; /* torch's float mean is accurate to the last bit; so is this */
-            for (int j = 0; j < S; j++)
-                sum += frame[j];
-            float mean = (float)(sum / S);
-            for (int j = 0; j < S; j++)
-                frame[j] -= mean;
-            for (int j = S - 1; j > 0; j--)
-                frame[j] -= p->preemph * frame[j - 1];
-            frame[0] -= p->preemph * frame[0];
+                    frame[j] = sig[reflect_index(start + j, (long)n)];
+            }
+            if (p->frame_dc_preemph) {
+                if (p->opts.dither > 0)
+                    for (int j = 0; j < S; j++)
+                        frame[j] += (float)(p->opts.dither * gauss(&rng));
+                double sum = 0; /* torch's float mean is accurate to the last bit; so is this */
+                for (int j = 0; j < S; j++)
+                    sum += frame[j];
+                float mean = (float)(sum / S);
+                for (int j = 0; j < S; j++)
+                    frame[j] -= mean;
+                for (int j = S - 1; j > 0; j--)
+                    frame[j] -= p->preemph * frame[j - 1];
+                frame[0] -= p->preemph * frame[0];
+            }
+            const float *fsrc = frame + (S == W ? 0 : p->win_offset);
+            for (int j = 0; j < NF; j++) {
+                int wj = j - p->win_offset;
+                xl[(size_t)j * L + l] = wj >= 0 && wj < W ? fsrc[wj] * p->window[wj] : 0.0f;
+            }
         }
-        /* window into the n_fft buffer; only the zero padding around it is cleared */
-        memset(buf, 0, sizeof(float) * (size_t)p->win_offset);
-        memset(buf + p->win_offset + W, 0, sizeof(float) * (size_t)(p->n_fft - p->win_offset - W));
-        const float *fsrc = frame + (p->frame_span == W ? 0 : p->win_offset);
-        float *fdst = buf + p->win_offset;
-        for (int j = 0; j < W; j++)
-            fdst[j] = fsrc[j] * p->window[j];
-        if (p->torch_fft) {
-            rfft_forward(&p->rfft, buf, buf + p->n_fft, (float *)spec);
-            if (p->magnitude) {
+        if (p->torch_fft)
+            rfft_forward_lanes(&p->rfft, xl, xl + (size_t)NF * L, specl);
+        for (int l = 0; l < L && t0 + l < T; l++) {
+            int t = t0 + l;
+            if (p->torch_fft) {
                 for (int k = 0; k < p->n_bins; k++) {
-                    float re = spec[k][0], im = spec[k][1];
-                    pw[k] = sqrtf(re * re + im * im + p->mag_eps);
+                    float re = specl[(size_t)2 * k * L + l], im = specl[(size_t)(2 * k + 1) * L + l];
+                    if (p->magnitude) {
+                        pw[k] = sqrtf(re * re + im * im + p->mag_eps);
+                    } else { /* torch: abs() then pow(2) */
+                        float a = sqrtf(re * re + im * im);
+                        pw[k] = a * a;
+                    }
                 }
             } else {
-                for (int k = 0; k < p->n_bins; k++) { /* torch: abs() then pow(2) */
+                for (int j = 0; j < NF; j++)
+                    buf[j] = xl[(size_t)j * L + l];
+                fftwf_execute_dft_r2c((fftwf_plan)p->fft_plan, buf, spec);
+                for (int k = 0; k < p->n_bins; k++) {
                     float re = spec[k][0], im = spec[k][1];
-                    float a = sqrtf(re * re + im * im);
-                    pw[k] = a * a;
+                    float pk = re * re + im * im;
+                    pw[k] = p->magnitude ? sqrtf(pk + p->mag_eps) : pk;
                 }
             }
-        } else {
-            fftwf_execute_dft_r2c((fftwf_plan)p->fft_plan, buf, spec);
-            for (int k = 0; k < p->n_bins; k++) {
-                float re = spec[k][0], im = spec[k][1];
-                float pk = re * re + im * im;
-                pw[k] = p->magnitude ? sqrtf(pk + p->mag_eps) : pk;
+            float *o = out + (size_t)t * p->n_mels;
+            for (int m = 0; m < p->n_mels; m++) {
+                const float *row = p->mel + (size_t)m * p->n_bins;
+                float acc = 0;
+                for (int k = p->mel_lo[m]; k < p->mel_hi[m]; k++)
+                    acc += row[k] * pw[k];
+                o[m] = p->log_mode == FEAT_LOG_MAX ? logf(acc > p->log_eps ? acc : p->log_eps)
+                                                   : logf(acc + p->log_eps);
             }
-        }
-        float *o = out + (size_t)t * p->n_mels;
-        for (int m = 0; m < p->n_mels; m++) {
-            const float *row = p->mel + (size_t)m * p->n_bins;
-            float acc = 0;
-            for (int k = p->mel_lo[m]; k < p->mel_hi[m]; k++)
-                acc += row[k] * pw[k];
-            o[m] = p->log_mode == FEAT_LOG_MAX ? logf(acc > p->log_eps ? acc : p->log_eps)
-                                               : logf(acc + p->log_eps);
         }
     }
     if (p->normalize) { /* per feature over the T valid frames; unbiased std + 1e-5 */
@@ -434,5 +447,6 @@ done:
     fftwf_free(buf);
     fftwf_free(spec);
     hark_free(pw);
+    hark_free(xl);
     return rc;
 }

@@ -25,4 +25,10 @@ void rfft_plan_free(rfft_plan_t *p);
  * x is overwritten. */
 void rfft_forward(const rfft_plan_t *p, float *x, float *work, float *spec);
 
+/* RFFT_LANES transforms at once, lane-interleaved: x[j * RFFT_LANES + l] is element j of lane l;
+ * spec[(2*k + c) * RFFT_LANES + l] is (c = 0: re, 1: im) of bin k of lane l. Each lane's result
+ * is bit-identical to rfft_forward's. `work` holds n * RFFT_LANES floats; x is overwritten. */
+#define RFFT_LANES 8
+void rfft_forward_lanes(const rfft_plan_t *p, float *x, float *work, float *spec);
+
 #endif
