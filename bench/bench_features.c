@@ -61,7 +61,7 @@ static const struct kcase cases[] = {
 
 int main(int argc, char **argv)
 {
-    int runs = 20, batch = 64, cpu = 1, gpu = 1;
+    int runs = 50, batch = 64, cpu = 1, gpu = 1;
     double seconds = 10;
     const char *wav = "../shared/data/audio/en/wav/jfk.wav";
     for (int i = 1; i < argc; i++) {

@@ -385,10 +385,14 @@ int feat_compute(const feat_plan_t *p, const float *x, size_t n, float *out, har
                 frame[0] -= p->preemph * frame[0];
             }
             const float *fsrc = frame + (S == W ? 0 : p->win_offset);
-            for (int j = 0; j < NF; j++) {
-                int wj = j - p->win_offset;
-                xl[(size_t)j * L + l] = wj >= 0 && wj < W ? fsrc[wj] * p->window[wj] : 0.0f;
-            }
+            float *col = xl + l; /* lane l, stride L */
+            const int off = p->win_offset;
+            for (int j = 0; j < off; j++)
+                col[(size_t)j * L] = 0.0f;
+            for (int j = 0; j < W; j++)
+                col[(size_t)(off + j) * L] = fsrc[j] * p->window[j];
+            for (int j = off + W; j < NF; j++)
+                col[(size_t)j * L] = 0.0f;
         }
         if (p->torch_fft)
             rfft_forward_lanes(&p->rfft, xl, xl + (size_t)NF * L, specl);

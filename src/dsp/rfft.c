@@ -177,7 +177,8 @@ void rfft_forward(const rfft_plan_t *p, float *x, float *work, float *spec)
 #define L_CH2(a, b, c) ch[((a) + ido * ((b) + 2 * (c))) * RFFT_LANES + l]
 #define L_CH4(a, b, c) ch[((a) + ido * ((b) + 4 * (c))) * RFFT_LANES + l]
 
-static void pass2_lanes(int ido, int l1, const float *restrict cc, float *restrict ch,
+/* AVX2 clone picked at load time where the CPU has it; no FMA, so the same roundings */
+__attribute__((target_clones("avx2", "default"))) static void pass2_lanes(int ido, int l1, const float *restrict cc, float *restrict ch,
                         const float *restrict wa)
 {
     for (int k = 0; k < l1; k++) {
@@ -210,7 +211,7 @@ static void pass2_lanes(int ido, int l1, const float *restrict cc, float *restri
     }
 }
 
-static void pass4_lanes(int ido, int l1, const float *restrict cc, float *restrict ch,
+__attribute__((target_clones("avx2", "default"))) static void pass4_lanes(int ido, int l1, const float *restrict cc, float *restrict ch,
                         const float *restrict wa)
 {
     const float hsqt2 = 0.707106781186547524400844362104849f;
