@@ -324,6 +324,43 @@ static double gauss(unsigned long long *s)
     return sqrt(-2.0 * log(u[0])) * cos(2.0 * M_PI * u[1]);
 }
 
+/* Power (or magnitude) spectrum, mel filterbank and log for RFFT_LANES frames at once, lanes
+ * innermost so the loops become SIMD while every lane keeps the single-frame operation order.
+ * specl: lane-interleaved spectra; pwl: scratch of n_bins * RFFT_LANES; out: (nv, n_mels). */
+__attribute__((target_clones("avx2", "default"))) static void
+mel_lanes(const feat_plan_t *restrict p, float *restrict out, int nv, const float *restrict specl,
+          float *restrict pwl)
+{
+    enum { L = RFFT_LANES };
+    for (int k = 0; k < p->n_bins; k++) {
+        const float *re = specl + (size_t)2 * k * L, *im = re + L;
+        float *pk = pwl + (size_t)k * L;
+        if (p->magnitude) {
+#pragma GCC ivdep
+            for (int l = 0; l < L; l++)
+                pk[l] = sqrtf(re[l] * re[l] + im[l] * im[l] + p->mag_eps);
+        } else {
+#pragma GCC ivdep
+            for (int l = 0; l < L; l++) { /* torch: abs() then pow(2) */
+                float a = sqrtf(re[l] * re[l] + im[l] * im[l]);
+                pk[l] = a * a;
+            }
+        }
+    }
+    for (int m = 0; m < p->n_mels; m++) {
+        const float *row = p->mel + (size_t)m * p->n_bins;
+        float acc[L] = {0};
+        for (int k = p->mel_lo[m]; k < p->mel_hi[m]; k++)
+#pragma GCC ivdep
+            for (int l = 0; l < L; l++)
+                acc[l] += row[k] * pwl[(size_t)k * L + l];
+        for (int l = 0; l < nv; l++)
+            out[(size_t)l * p->n_mels + m] =
+                p->log_mode == FEAT_LOG_MAX ? logf(acc[l] > p->log_eps ? acc[l] : p->log_eps)
+                                            : logf(acc[l] + p->log_eps);
+    }
+}
+
 int feat_compute(const feat_plan_t *p, const float *x, size_t n, float *out, hark_err_t *err)
 {
     int T = feat_num_frames(p, n);
@@ -394,29 +431,21 @@ int feat_compute(const feat_plan_t *p, const float *x, size_t n, float *out, har
             for (int j = off + W; j < NF; j++)
                 col[(size_t)j * L] = 0.0f;
         }
-        if (p->torch_fft)
+        if (p->torch_fft) {
             rfft_forward_lanes(&p->rfft, xl, xl + (size_t)NF * L, specl);
-        for (int l = 0; l < L && t0 + l < T; l++) {
+            int nv = T - t0 < L ? T - t0 : L;
+            mel_lanes(p, out + (size_t)t0 * p->n_mels, nv, specl, xl /* free after the FFT */);
+            continue;
+        }
+        for (int l = 0; l < L && t0 + l < T; l++) { /* FFTW path (non power-of-two sizes) */
             int t = t0 + l;
-            if (p->torch_fft) {
-                for (int k = 0; k < p->n_bins; k++) {
-                    float re = specl[(size_t)2 * k * L + l], im = specl[(size_t)(2 * k + 1) * L + l];
-                    if (p->magnitude) {
-                        pw[k] = sqrtf(re * re + im * im + p->mag_eps);
-                    } else { /* torch: abs() then pow(2) */
-                        float a = sqrtf(re * re + im * im);
-                        pw[k] = a * a;
-                    }
-                }
-            } else {
-                for (int j = 0; j < NF; j++)
-                    buf[j] = xl[(size_t)j * L + l];
-                fftwf_execute_dft_r2c((fftwf_plan)p->fft_plan, buf, spec);
-                for (int k = 0; k < p->n_bins; k++) {
-                    float re = spec[k][0], im = spec[k][1];
-                    float pk = re * re + im * im;
-                    pw[k] = p->magnitude ? sqrtf(pk + p->mag_eps) : pk;
-                }
+            for (int j = 0; j < NF; j++)
+                buf[j] = xl[(size_t)j * L + l];
+            fftwf_execute_dft_r2c((fftwf_plan)p->fft_plan, buf, spec);
+            for (int k = 0; k < p->n_bins; k++) {
+                float re = spec[k][0], im = spec[k][1];
+                float pk = re * re + im * im;
+                pw[k] = p->magnitude ? sqrtf(pk + p->mag_eps) : pk;
             }
             float *o = out + (size_t)t * p->n_mels;
             for (int m = 0; m < p->n_mels; m++) {

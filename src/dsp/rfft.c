@@ -178,15 +178,17 @@ void rfft_forward(const rfft_plan_t *p, float *x, float *work, float *spec)
 #define L_CH4(a, b, c) ch[((a) + ido * ((b) + 4 * (c))) * RFFT_LANES + l]
 
 /* AVX2 clone picked at load time where the CPU has it; no FMA, so the same roundings */
-__attribute__((target_clones("avx2", "default"))) static void pass2_lanes(int ido, int l1, const float *restrict cc, float *restrict ch,
-                        const float *restrict wa)
+__attribute__((target_clones("avx2", "default"))) static void
+pass2_lanes(int ido, int l1, const float *restrict cc, float *restrict ch, const float *restrict wa)
 {
     for (int k = 0; k < l1; k++) {
+#pragma GCC ivdep
         for (int l = 0; l < RFFT_LANES; l++) {
             L_CH2(0, 0, k) = LC(0, k, 0) + LC(0, k, 1);
             L_CH2(ido - 1, 1, k) = LC(0, k, 0) - LC(0, k, 1);
         }
         if ((ido & 1) == 0) {
+#pragma GCC ivdep
             for (int l = 0; l < RFFT_LANES; l++) {
                 L_CH2(0, 1, k) = -LC(ido - 1, k, 1);
                 L_CH2(ido - 1, 0, k) = LC(ido - 1, k, 0);
@@ -199,6 +201,7 @@ __attribute__((target_clones("avx2", "default"))) static void pass2_lanes(int id
         for (int i = 2; i < ido; i += 2) {
             int ic = ido - i;
             float wr = WA(0, i - 2), wi = WA(0, i - 1);
+#pragma GCC ivdep
             for (int l = 0; l < RFFT_LANES; l++) {
                 float tr2 = wr * LC(i - 1, k, 1) + wi * LC(i, k, 1);
                 float ti2 = wr * LC(i, k, 1) - wi * LC(i - 1, k, 1);
@@ -211,11 +214,12 @@ __attribute__((target_clones("avx2", "default"))) static void pass2_lanes(int id
     }
 }
 
-__attribute__((target_clones("avx2", "default"))) static void pass4_lanes(int ido, int l1, const float *restrict cc, float *restrict ch,
-                        const float *restrict wa)
+__attribute__((target_clones("avx2", "default"))) static void
+pass4_lanes(int ido, int l1, const float *restrict cc, float *restrict ch, const float *restrict wa)
 {
     const float hsqt2 = 0.707106781186547524400844362104849f;
     for (int k = 0; k < l1; k++) {
+#pragma GCC ivdep
         for (int l = 0; l < RFFT_LANES; l++) {
             float tr1 = LC(0, k, 3) + LC(0, k, 1);
             L_CH4(0, 2, k) = LC(0, k, 3) - LC(0, k, 1);
@@ -225,6 +229,7 @@ __attribute__((target_clones("avx2", "default"))) static void pass4_lanes(int id
             L_CH4(ido - 1, 3, k) = tr2 - tr1;
         }
         if ((ido & 1) == 0) {
+#pragma GCC ivdep
             for (int l = 0; l < RFFT_LANES; l++) {
                 float ti1 = -hsqt2 * (LC(ido - 1, k, 1) + LC(ido - 1, k, 3));
                 float tr1 = hsqt2 * (LC(ido - 1, k, 1) - LC(ido - 1, k, 3));
@@ -242,6 +247,7 @@ __attribute__((target_clones("avx2", "default"))) static void pass4_lanes(int id
             int ic = ido - i;
             float w0r = WA(0, i - 2), w0i = WA(0, i - 1), w1r = WA(1, i - 2), w1i = WA(1, i - 1);
             float w2r = WA(2, i - 2), w2i = WA(2, i - 1);
+#pragma GCC ivdep
             for (int l = 0; l < RFFT_LANES; l++) {
                 float cr2 = w0r * LC(i - 1, k, 1) + w0i * LC(i, k, 1);
                 float ci2 = w0r * LC(i, k, 1) - w0i * LC(i - 1, k, 1);
