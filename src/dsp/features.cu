@@ -142,6 +142,22 @@ __device__ static void pass2(int ido, int l1, const float *cc, float *ch, const 
 #undef WA
 }
 
+/* Sum of one double per thread over the block (blockDim.x a power of two <= FEAT_THREADS);
+ * every thread gets the total. `red` is shared scratch of blockDim.x doubles. */
+__device__ static double block_sum(double v, double *red)
+{
+    red[threadIdx.x] = v;
+    __syncthreads();
+    for (int h = blockDim.x / 2; h > 0; h >>= 1) {
+        if ((int)threadIdx.x < h)
+            red[threadIdx.x] += red[threadIdx.x + h];
+        __syncthreads();
+    }
+    double total = red[0];
+    __syncthreads();
+    return total;
+}
+
 /* grid (t_max, B), block FEAT_THREADS. out: (B, t_max, n_mels). */
 __global__ void features_kernel(float *out, int *frames_out, const float *pcm, size_t stride,
                                 const int *lens, int t_max, feat_params p, const float *window,
@@ -173,14 +189,7 @@ __global__ void features_kernel(float *out, int *frames_out, const float *pcm, s
         double s = 0;
         for (int j = threadIdx.x; j < S; j += blockDim.x)
             s += frame[j];
-        red[threadIdx.x] = s;
-        __syncthreads();
-        for (int h = blockDim.x / 2; h > 0; h >>= 1) {
-            if ((int)threadIdx.x < h)
-                red[threadIdx.x] += red[threadIdx.x + h];
-            __syncthreads();
-        }
-        float mean = (float)(red[0] / S);
+        float mean = (float)(block_sum(s, red) / S);
         for (int j = threadIdx.x; j < S; j += blockDim.x) {
             float cur = frame[j] - mean;
             float prev = j > 0 ? frame[j - 1] - mean : cur;
@@ -251,28 +260,13 @@ __global__ void normalize_kernel(float *out, const float *pcm_unused, const int 
     double s = 0;
     for (int t = threadIdx.x; t < T; t += blockDim.x)
         s += col[(size_t)t * p.n_mels];
-    red[threadIdx.x] = s;
-    __syncthreads();
-    for (int h = blockDim.x / 2; h > 0; h >>= 1) {
-        if ((int)threadIdx.x < h)
-            red[threadIdx.x] += red[threadIdx.x + h];
-        __syncthreads();
-    }
-    double mean = red[0] / T;
-    __syncthreads();
+    double mean = block_sum(s, red) / T;
     double q = 0;
     for (int t = threadIdx.x; t < T; t += blockDim.x) {
         double d = col[(size_t)t * p.n_mels] - mean;
         q += d * d;
     }
-    red[threadIdx.x] = q;
-    __syncthreads();
-    for (int h = blockDim.x / 2; h > 0; h >>= 1) {
-        if ((int)threadIdx.x < h)
-            red[threadIdx.x] += red[threadIdx.x + h];
-        __syncthreads();
-    }
-    double sd = T > 1 ? sqrt(red[0] / (T - 1)) : 0.0;
+    double sd = T > 1 ? sqrt(block_sum(q, red) / (T - 1)) : 0.0;
     float fm = (float)mean, fs = (float)sd + 1e-5f;
     for (int t = threadIdx.x; t < T; t += blockDim.x)
         col[(size_t)t * p.n_mels] = (col[(size_t)t * p.n_mels] - fm) / fs;
