@@ -3,6 +3,8 @@
 #define HARK_CLI_H
 
 int cli_features(int argc, char **argv);
+int cli_bench(int argc, char **argv);
+int cli_transcribe(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 
 #endif

@@ -12,7 +12,9 @@ static const struct {
     int (*fn)(int argc, char **argv);
     const char *help;
 } commands[] = {
+    {"bench", cli_bench, "engine-only speed of a model (real-time factor, latency, memory)"},
     {"features", cli_features, "compute speech features of an audio file (.npy output)"},
+    {"transcribe", cli_transcribe, "recognize audio files with a converted model (text/JSON)"},
     {"inspect", cli_inspect, "print a converted model's architecture and sizes"},
 };
 

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Conformer benchmark: hark (`hark bench`) next to WeNet's own PyTorch model (bench/wenet_peer.py)
+# with the same generated weights (full LibriSpeech U2++ size), same work (10 s of features ->
+# encoder -> CTC log-softmax -> argmax), same machine, same run.
+# Usage: bench/conformer.sh cpu [BATCHES]        (both cores; PyTorch fp32 with 2 threads)
+#        bench/conformer.sh cuda [BATCHES]       (hark fp32+fp16; PyTorch eager fp32, fp16, compile)
+# Needs WeNet's `wenet` package in .ext/ and the import shims in .ext/shims (never committed).
+set -euo pipefail
+dev=${1:-cpu}
+batches=${2:-$([ "$dev" = cpu ] && echo 1,8 || echo 1,8,64,256)}
+PY=${PYTHON:-python3}
+[ "$dev" = cpu ] && [ -x /usr/bin/python3 ] && PY=${PYTHON:-/usr/bin/python3}
+HARK=${HARK:-build/hark}
+out=${OUT_DIR:-/tmp/hark-conformer-bench}
+mkdir -p "$out"
+$PY bench/wenet_peer.py export --out "$out" >/dev/null
+$PY tools/convert_wenet.py --checkpoint "$out/final.pt" --config "$out/train.yaml" \
+    --units "$out/units.txt" --output "$out/model" >/dev/null
+if [ "$dev" = cpu ]; then
+    threads=$(nproc)
+    OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX} "$HARK" bench --model "$out/model" \
+        --batch "$batches" --threads "$threads" | tee "$out/hark.jsonl"
+    $PY bench/wenet_peer.py time --ckpt "$out/final.pt" --device cpu --modes fp32 \
+        --batches "$batches" --threads "$threads" 2>/dev/null | grep '^{' | tee "$out/peer.jsonl"
+else
+    : > "$out/hark.jsonl"
+    for p in fp32 fp16; do
+        "$HARK" bench --model "$out/model" --batch "$batches" --device cuda:0 --precision $p \
+            | tee -a "$out/hark.jsonl"
+    done
+    $PY bench/wenet_peer.py time --ckpt "$out/final.pt" --device cuda --modes fp32,fp16,compile \
+        --batches "$batches" 2>/dev/null | grep '^{' | tee "$out/peer.jsonl"
+fi
+$PY - "$out/hark.jsonl" "$out/peer.jsonl" <<'PYEOF'
+import json, sys
+h = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+p = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{") and "ms" in l]
+print(f"{'impl':8} {'mode':8} {'batch':>5} {'ms/batch':>10} {'RTFx':>10} {'TFLOP/s':>8} {'mem MB':>8}")
+for r in h + p:
+    mem = r.get("peak_mem_mb") or r.get("peak_rss_mb") or ""
+    tf = f"{r['tflops']:.2f}" if "tflops" in r else ""
+    print(f"{r['impl']:8} {r['mode']:8} {r['batch']:5d} {r['ms']:10.2f} {r['rtfx']:10.1f} {tf:>8} {mem!s:>8}")
+for r in h:
+    peers = [q for q in p if q["batch"] == r["batch"]]
+    for q in peers:
+        print(f"hark {r['mode']} / pytorch {q['mode']} at batch {r['batch']}: {q['ms'] / r['ms']:.2f}x")
+PYEOF

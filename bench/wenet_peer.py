@@ -1,0 +1,141 @@
+"""PyTorch side of the Conformer benchmark: WeNet's own ConformerEncoder + CTC (full LibriSpeech
+U2++ size: 12 blocks, d=256, 4 heads, FFN 2048, kernel 15, vocab 5002) with seeded random weights.
+
+  python3 bench/wenet_peer.py export --out DIR     # final.pt + train.yaml + units.txt for
+                                                   # tools/convert_wenet.py (same weights in hark)
+  python3 bench/wenet_peer.py time --ckpt DIR/final.pt --device cuda --modes fp32,fp16,compile
+                                   --batches 1,8,64,256 [--threads N]
+
+Times encoder + CTC log-softmax + argmax from 10 s of 80-bin features (998 frames), like
+../shared/tools/pytorch-peer/bench_wenet_pytorch.py, and prints one JSON line per (mode, batch).
+WeNet's sources are not in hark: --wenet points at a folder holding the `wenet` package (fetched,
+never committed) and --shims at stand-ins for packages WeNet imports but never calls here."""
+import argparse, json, os, sys, time, typing
+
+ap = argparse.ArgumentParser()
+ap.add_argument("cmd", choices=["export", "time"])
+ap.add_argument("--wenet", default=".ext")
+ap.add_argument("--shims", default=".ext/shims")
+ap.add_argument("--out", default="/tmp/wenet_peer")
+ap.add_argument("--ckpt", default=None)
+ap.add_argument("--device", default="cuda")
+ap.add_argument("--modes", default="fp32,fp16,compile")
+ap.add_argument("--batches", default="1,8,64,256")
+ap.add_argument("--threads", type=int, default=0)
+ap.add_argument("--seconds", type=float, default=10.0)
+ap.add_argument("--min-time", type=float, default=2.0)
+a = ap.parse_args()
+sys.path[:0] = [a.shims, a.wenet]
+import torch
+import torch.nn.modules.conv as _conv
+for _n in ("Union", "Optional"):  # WeNet's squeezeformer imports these from an old torch
+    if not hasattr(_conv, _n):
+        setattr(_conv, _n, getattr(typing, _n))
+if not hasattr(_conv, "Tensor"):
+    _conv.Tensor = torch.Tensor
+try:
+    from wenet.models.transformer.encoder import ConformerEncoder
+    from wenet.models.transformer.ctc import CTC
+except ImportError:
+    from wenet.transformer.encoder import ConformerEncoder
+    from wenet.transformer.ctc import CTC
+
+ENC = dict(output_size=256, attention_heads=4, linear_units=2048, num_blocks=12, dropout_rate=0.1,
+           positional_dropout_rate=0.1, attention_dropout_rate=0.1, input_layer="conv2d",
+           normalize_before=True, cnn_module_kernel=15, use_cnn_module=True, activation_type="swish",
+           pos_enc_layer_type="rel_pos", selfattention_layer_type="rel_selfattn", causal=True,
+           use_dynamic_chunk=True, cnn_module_norm="layer_norm", use_dynamic_left_chunk=False)
+V = 5002
+
+
+def build():
+    torch.manual_seed(20261121)
+    enc = ConformerEncoder(80, **ENC)
+    ctc = CTC(V, 256)
+    with torch.no_grad():  # non-degenerate random weights, not zeros
+        for m in list(enc.modules()) + list(ctc.modules()):
+            for name, p in m.named_parameters(recurse=False):
+                if name == "weight" and p.dim() > 1:
+                    fan_in = p[0].numel()
+                    p.normal_(0, min(max(fan_in ** -0.5, 0.02), 0.1))
+                elif "pos_bias" in name:
+                    p.normal_(0, 0.1)
+    return enc.eval(), ctc.eval()
+
+
+if a.cmd == "export":
+    import yaml
+    enc, ctc = build()
+    os.makedirs(a.out, exist_ok=True)
+    sd = {f"encoder.{k}": v for k, v in enc.state_dict().items()}
+    sd.update({f"ctc.{k}": v for k, v in ctc.state_dict().items()})
+    torch.save(sd, os.path.join(a.out, "final.pt"))
+    y = {"input_dim": 80, "output_dim": V, "encoder": "conformer", "encoder_conf": ENC,
+         "decoder": None, "ctc": "ctc", "model": "asr_model",
+         "model_conf": {"ctc_weight": 1.0, "reverse_weight": 0.0},
+         "dataset_conf": {"feats_type": "fbank",
+                          "fbank_conf": {"num_mel_bins": 80, "frame_shift": 10, "frame_length": 25}}}
+    with open(os.path.join(a.out, "train.yaml"), "w") as f:
+        yaml.safe_dump(y, f)
+    with open(os.path.join(a.out, "units.txt"), "w") as f:
+        for i in range(V):
+            tok = "<blank>" if i == 0 else "<unk>" if i == 1 else "<sos/eos>" if i == V - 1 else f"\u2581t{i}"
+            f.write(f"{tok} {i}\n")
+    print(json.dumps({"exported": a.out, "encoder_params": sum(p.numel() for p in enc.parameters())}))
+    sys.exit(0)
+
+dev = a.device
+if a.threads:
+    torch.set_num_threads(a.threads)
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+enc, ctc = build()
+if a.ckpt:
+    sd = torch.load(a.ckpt, map_location="cpu")
+    enc.load_state_dict({k[8:]: v for k, v in sd.items() if k.startswith("encoder.")})
+    ctc.load_state_dict({k[4:]: v for k, v in sd.items() if k.startswith("ctc.")})
+enc.to(dev)
+ctc.to(dev)
+
+
+def run(feats, lens):
+    out, mask = enc(feats, lens, decoding_chunk_size=-1, num_decoding_left_chunks=-1)
+    return ctc.log_softmax(out).argmax(-1)
+
+
+T = int(a.seconds * 100) - 2
+for mode in a.modes.split(","):
+    f = torch.compile(run, dynamic=False) if mode == "compile" else run
+    for B in [int(b) for b in a.batches.split(",")]:
+        g = torch.Generator().manual_seed(B)
+        feats = torch.randn(B, T, 80, generator=g).to(dev)
+        lens = torch.full((B,), T, dtype=torch.int32, device=dev)
+        amp = torch.autocast(dev, dtype=torch.float16 if dev == "cuda" else torch.bfloat16,
+                             enabled=mode != "fp32")
+        sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+        if dev == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        try:
+            with torch.inference_mode(), amp:
+                for _ in range(3):
+                    f(feats, lens)
+                sync()
+                times = []
+                t_start = time.perf_counter()
+                while True:
+                    t0 = time.perf_counter()
+                    f(feats, lens)
+                    sync()
+                    times.append(time.perf_counter() - t0)
+                    if time.perf_counter() - t_start > a.min_time and len(times) >= 3:
+                        break
+        except Exception as e:  # e.g. out of memory at large batches
+            print(json.dumps({"impl": "pytorch", "mode": mode, "batch": B, "error": repr(e)[:200]}))
+            continue
+        times.sort()
+        med = times[len(times) // 2]
+        r = {"impl": "pytorch", "device": dev, "mode": mode, "batch": B, "ms": round(med * 1e3, 3),
+             "rtfx": round(B * a.seconds / med, 1), "runs": len(times),
+             "peak_mem_mb": round(torch.cuda.max_memory_allocated() / 2**20) if dev == "cuda" else None,
+             "threads": torch.get_num_threads()}
+        print(json.dumps(r), flush=True)

@@ -1,0 +1,196 @@
+/* cmd_bench.c — `hark bench`: engine-only speed of a WeNet Conformer model (no server, no audio
+ * decoding): encoder + CTC log-softmax + argmax from random 80-bin features, per batch size,
+ * printed as real-time factor, latency per batch, peak memory and the encoder's GFLOP/s.
+ * The PyTorch side of the same measurement is bench/wenet_peer.py (bench/conformer.sh runs both).
+ * Tests: tests/cli/test_cli_bench.c */
+#include "cli/cli.h"
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "model/conformer.h"
+#include "model/safetensors.h"
+#include "model/wenet_config.h"
+#include "hark.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+/* Multiply-accumulates ×2 of one utterance of `frames` fbank frames through the encoder and the
+ * CTC projection (softmax, norms and elementwise work not counted): the figure TFLOP/s uses. */
+double bench_conformer_flops(const wenet_config_t *c, int frames)
+{
+    double D = c->d_model, F = c->ffn_dim, K = c->cnn_kernel, V = c->vocab_size;
+    int t = frames, f = c->input_dim, layers = c->subsample == SUBSAMPLE_CONV2D ? 2 : 3;
+    double mac = 0, cin = 1;
+    for (int i = 0; i < layers; i++) { /* 3x3 stride 2 convs (conv2d6's second is 5x5 stride 3) */
+        int k = (c->subsample == SUBSAMPLE_CONV2D6 && i == 1) ? 5 : 3, s = k == 5 ? 3 : 2;
+        t = (t - k) / s + 1;
+        f = (f - k) / s + 1;
+        mac += (double)t * f * D * cin * k * k;
+        cin = D;
+    }
+    double T = t;
+    mac += T * (D * f) * D; /* subsampling linear */
+    double per_block = 2 * T * D * F;                     /* FFN */
+    if (c->macaron)
+        per_block += 2 * T * D * F;
+    per_block += 4 * T * D * D + (c->pos == POS_REL ? T * D * D : 0); /* q, k, v, out (+ pos) */
+    per_block += (c->pos == POS_REL ? 2 : 1) * T * T * D + T * T * D;  /* scores (+pos), A·V */
+    if (c->use_cnn_module)
+        per_block += T * D * 2 * D + T * D * K + T * D * D;
+    mac += c->n_blocks * per_block + T * D * V; /* + CTC projection */
+    return 2 * mac;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void bench_usage(FILE *f)
+{
+    fprintf(f, "usage: hark bench --model DIR [--batch 1,8,64] [--seconds 10] [--device cpu]\n"
+               "                  [--threads N] [--min-time S]\n"
+               "Times encoder + CTC log-softmax + argmax on random features (10 s = 998 frames)\n"
+               "and prints one JSON line per batch size.\n");
+}
+
+int cli_bench(int argc, char **argv)
+{
+    const char *model_dir = NULL, *batches = "1,8,64", *device = "cpu";
+    double seconds = 10, min_time = 2.0;
+    int threads = 0;
+    for (int i = 1; i < argc; i++) {
+        int v = i + 1 < argc;
+        if (!strcmp(argv[i], "--model") && v)
+            model_dir = argv[++i];
+        else if (!strcmp(argv[i], "--batch") && v)
+            batches = argv[++i];
+        else if (!strcmp(argv[i], "--seconds") && v)
+            seconds = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--device") && v)
+            device = argv[++i];
+        else if (!strcmp(argv[i], "--threads") && v)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--min-time") && v)
+            min_time = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            bench_usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "hark bench: unknown or incomplete option '%s'\n", argv[i]);
+            bench_usage(stderr);
+            return 2;
+        }
+    }
+    if (!model_dir || seconds <= 0) {
+        bench_usage(stderr);
+        return 2;
+    }
+    if (strcmp(device, "cpu") != 0) {
+        fprintf(stderr, "hark bench: --device %s: only cpu is available in this build of bench\n",
+                device);
+        return 2;
+    }
+    hark_err_t err = {0};
+    wenet_config_t cfg;
+    safetensors_t *st = NULL;
+    conformer_model_t *m = NULL;
+    char path[4096];
+    int rc = 1;
+    if (wenet_config_load(model_dir, &cfg, &err))
+        goto fail;
+    snprintf(path, sizeof path, "%s/1/model.safetensors", model_dir);
+    if (st_open(path, &st, &err) || conformer_model_create_st(&cfg, st, &m, &err))
+        goto fail;
+    int T = (int)(seconds * 100) - 2;
+    double flops = bench_conformer_flops(&cfg, T);
+    for (const char *b = batches; *b;) {
+        int B = atoi(b);
+        while (*b && *b != ',')
+            b++;
+        if (*b == ',')
+            b++;
+        if (B < 1)
+            continue;
+        conformer_state_t *s = NULL;
+        int te = conformer_out_len(m, T), V = cfg.vocab_size, D = cfg.d_model;
+        float *feats = hark_malloc(sizeof(float) * (size_t)B * T * cfg.input_dim);
+        float *enc = hark_malloc(sizeof(float) * (size_t)B * te * D);
+        float *logp = hark_malloc(sizeof(float) * (size_t)B * te * V);
+        int *lens = hark_malloc(sizeof(int) * (size_t)B), *elens = hark_malloc(sizeof(int) * (size_t)B);
+        int *best = hark_malloc(sizeof(int) * (size_t)B * te);
+        double *times = hark_malloc(sizeof(double) * 1000);
+        if (!feats || !enc || !logp || !lens || !elens || !best || !times ||
+            conformer_state_create(m, B, T, &s, &err)) {
+            fprintf(stderr, "hark bench: batch %d: %s\n", B, err.msg[0] ? err.msg : "out of memory");
+        } else {
+            unsigned seed = (unsigned)B;
+            for (size_t i = 0; i < (size_t)B * T * cfg.input_dim; i++) {
+                seed = seed * 1664525u + 1013904223u;
+                feats[i] = (float)(seed >> 8) / (float)(1u << 23) - 1.0f;
+            }
+            for (int i = 0; i < B; i++)
+                lens[i] = T;
+            conformer_opts_t o = conformer_default_opts();
+            o.n_threads = threads;
+            int n = 0, ok = 1;
+            double t_start = clock_now_s();
+            for (int it = -1; n < 1000; it++) {
+                double t0 = clock_now_s();
+                if (conformer_forward(s, &o, enc, elens, feats, lens, B, T, &err) ||
+                    conformer_ctc_log_probs(m, &o, logp, enc, elens, B, te, &err)) {
+                    ok = 0;
+                    break;
+                }
+                for (size_t r = 0; r < (size_t)B * te; r++) { /* greedy argmax, as the peer */
+                    const float *row = logp + r * V;
+                    int bi = 0;
+                    for (int k = 1; k < V; k++)
+                        if (row[k] > row[bi])
+                            bi = k;
+                    best[r] = bi;
+                }
+                if (it < 0) { /* warm-up */
+                    t_start = clock_now_s();
+                    continue;
+                }
+                times[n++] = clock_now_s() - t0;
+                if (clock_now_s() - t_start > min_time && n >= 3)
+                    break;
+            }
+            if (!ok) {
+                fprintf(stderr, "hark bench: %s\n", err.msg);
+            } else {
+                qsort(times, (size_t)n, sizeof *times, cmp_double);
+                double med = times[n / 2];
+                struct rusage ru;
+                getrusage(RUSAGE_SELF, &ru);
+                printf("{\"impl\": \"hark\", \"device\": \"cpu\", \"mode\": \"fp32\", \"batch\": %d, "
+                       "\"ms\": %.3f, \"rtfx\": %.1f, \"runs\": %d, \"peak_rss_mb\": %ld, "
+                       "\"threads\": %d, \"gflop_per_utt\": %.2f, \"tflops\": %.4f}\n",
+                       B, med * 1e3, B * seconds / med, n, ru.ru_maxrss / 1024, threads,
+                       flops * 1e-9, flops * B / med * 1e-12);
+                fflush(stdout);
+            }
+        }
+        conformer_state_destroy(s);
+        hark_free(feats);
+        hark_free(enc);
+        hark_free(logp);
+        hark_free(lens);
+        hark_free(elens);
+        hark_free(best);
+        hark_free(times);
+    }
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "hark bench: %s\n", err.msg);
+done:
+    conformer_model_destroy(m);
+    st_close(st);
+    return rc;
+}

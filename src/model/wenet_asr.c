@@ -1,0 +1,359 @@
+/* wenet_asr.c — WeNet U2/U2++ recognition: features, encoder, CTC search, attention rescoring,
+ * text. Tests: tests/model/test_wenet_asr.c */
+#include "model/wenet_asr.h"
+
+#include "core/alloc.h"
+#include "dsp/features.h"
+#include "hark.h"
+#include "model/decoder.h"
+#include "model/safetensors.h"
+#include "search/ctc.h"
+#include "search/rescore.h"
+#include "search/units.h"
+
+#include <stdio.h>
+#include <string.h>
+
+struct wenet_asr {
+    wenet_config_t cfg;
+    safetensors_t *st;
+    conformer_model_t *enc;
+    wenet_decoder_model_t *dec; /* NULL without an attention decoder */
+    units_t *units;
+    units_style_t style;
+    feat_plan_t *fbank;
+    const float *cmvn_mean, *cmvn_istd; /* (input_dim) or NULL */
+};
+
+struct wenet_worker {
+    const wenet_asr_t *asr;
+    int max_batch, max_frames;
+    conformer_state_t *state;
+    float *feats; /* (max_batch, max_frames, input_dim) */
+    int *lens;    /* (max_batch) */
+    float *enc;   /* (max_batch, te_max, D) */
+    int *enc_lens;
+    float *logp;  /* (max_batch, te_max, V) */
+};
+
+static const char *const method_names[] = {"ctc_greedy_search", "ctc_prefix_beam_search",
+                                           "attention_rescoring"};
+
+int wenet_parse_method(const char *name, wenet_method_t *out)
+{
+    for (int i = 0; i < 3; i++) {
+        if (!strcmp(name, method_names[i])) {
+            *out = (wenet_method_t)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+const char *wenet_method_name(wenet_method_t m)
+{
+    return (unsigned)m < 3 ? method_names[m] : "?";
+}
+
+wenet_decode_opts_t wenet_default_opts(const wenet_asr_t *asr)
+{
+    wenet_decode_opts_t o;
+    memset(&o, 0, sizeof o);
+    o.method = asr && asr->dec ? DECODE_ATTENTION_RESCORING : DECODE_CTC_PREFIX_BEAM;
+    o.beam_size = 10;
+    o.ctc_weight = asr ? asr->cfg.ctc_weight : 0.5f;
+    o.reverse_weight = asr ? asr->cfg.reverse_weight : 0.0f;
+    o.nbest = 1;
+    return o;
+}
+
+int wenet_asr_load(const char *dir, wenet_asr_t **out, hark_err_t *err)
+{
+    *out = NULL;
+    wenet_asr_t *a = hark_calloc(1, sizeof *a);
+    if (!a)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    char path[4096];
+    int rc = wenet_config_load(dir, &a->cfg, err);
+    if (rc)
+        goto fail;
+    snprintf(path, sizeof path, "%s/1/model.safetensors", dir);
+    if ((rc = st_open(path, &a->st, err)))
+        goto fail;
+    if ((rc = conformer_model_create_st(&a->cfg, a->st, &a->enc, err)))
+        goto fail;
+    if (a->cfg.decoder != DECODER_NONE && (rc = wenet_decoder_create(&a->cfg, a->st, &a->dec, err)))
+        goto fail;
+    snprintf(path, sizeof path, "%s/1/units.txt", dir);
+    if ((rc = units_load(path, &a->units, err)))
+        goto fail;
+    if ((rc = units_check_vocab(a->units, a->cfg.vocab_size, err))) {
+        err_prefix(err, rc, "%s", path);
+        goto fail;
+    }
+    a->style = units_guess_style(a->units);
+    if (a->cfg.has_cmvn) {
+        const st_tensor_t *m = st_find(a->st, "encoder.global_cmvn.mean");
+        const st_tensor_t *s = st_find(a->st, "encoder.global_cmvn.istd");
+        if (!m || !s || m->dtype != ST_F32 || s->dtype != ST_F32 ||
+            m->count != (size_t)a->cfg.input_dim || s->count != (size_t)a->cfg.input_dim) {
+            rc = err_set(err, HARK_ERR_FORMAT, "%s/1/model.safetensors: encoder.global_cmvn.mean/istd "
+                                               "missing or not (%d,) float32",
+                         dir, a->cfg.input_dim);
+            goto fail;
+        }
+        a->cmvn_mean = m->data;
+        a->cmvn_istd = s->data;
+    }
+    feat_opts_t fo;
+    feat_default_opts(&fo, FEAT_FBANK);
+    fo.sample_rate = a->cfg.sample_rate;
+    fo.num_mel_bins = a->cfg.num_mel_bins;
+    if ((rc = feat_plan_create(&fo, &a->fbank, err)))
+        goto fail;
+    *out = a;
+    return HARK_OK;
+fail:
+    wenet_asr_destroy(a);
+    return rc;
+}
+
+void wenet_asr_destroy(wenet_asr_t *a)
+{
+    if (!a)
+        return;
+    feat_plan_destroy(a->fbank);
+    units_destroy(a->units);
+    wenet_decoder_destroy(a->dec);
+    conformer_model_destroy(a->enc);
+    st_close(a->st);
+    hark_free(a);
+}
+
+const wenet_config_t *wenet_asr_config(const wenet_asr_t *a)
+{
+    return &a->cfg;
+}
+
+int wenet_asr_sample_rate(const wenet_asr_t *a)
+{
+    return a->cfg.sample_rate;
+}
+
+int wenet_asr_frame_ms(const wenet_asr_t *a)
+{
+    return (int)a->cfg.subsample * a->cfg.frame_shift_ms;
+}
+
+int wenet_asr_cmvn(const wenet_asr_t *a, const float **mean, const float **istd)
+{
+    *mean = a->cmvn_mean;
+    *istd = a->cmvn_istd;
+    return a->cmvn_mean != NULL;
+}
+
+int wenet_worker_create(const wenet_asr_t *a, int max_batch, double max_seconds,
+                        wenet_worker_t **out, hark_err_t *err)
+{
+    *out = NULL;
+    if (max_batch < 1 || !(max_seconds > 0))
+        return err_set(err, HARK_ERR_INVALID_ARG, "worker: max_batch %d, max_seconds %g", max_batch,
+                       max_seconds);
+    wenet_worker_t *w = hark_calloc(1, sizeof *w);
+    if (!w)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    w->asr = a;
+    w->max_batch = max_batch;
+    w->max_frames = feat_num_frames(a->fbank, (size_t)(max_seconds * a->cfg.sample_rate) + 1);
+    if (w->max_frames < 1)
+        w->max_frames = 1;
+    int te = conformer_out_len(a->enc, w->max_frames);
+    if (te < 1)
+        te = 1;
+    size_t B = (size_t)max_batch;
+    int rc = conformer_state_create(a->enc, max_batch, w->max_frames, &w->state, err);
+    if (rc)
+        goto fail;
+    w->feats = hark_malloc(sizeof(float) * B * (size_t)w->max_frames * (size_t)a->cfg.input_dim);
+    w->lens = hark_malloc(sizeof(int) * B);
+    w->enc = hark_malloc(sizeof(float) * B * (size_t)te * (size_t)a->cfg.d_model);
+    w->enc_lens = hark_malloc(sizeof(int) * B);
+    w->logp = hark_malloc(sizeof(float) * B * (size_t)te * (size_t)a->cfg.vocab_size);
+    if (!w->feats || !w->lens || !w->enc || !w->enc_lens || !w->logp) {
+        rc = err_set(err, HARK_ERR_NOMEM, "worker: out of memory for %d x %.1f s", max_batch,
+                     max_seconds);
+        goto fail;
+    }
+    *out = w;
+    return HARK_OK;
+fail:
+    wenet_worker_destroy(w);
+    return rc;
+}
+
+void wenet_worker_destroy(wenet_worker_t *w)
+{
+    if (!w)
+        return;
+    conformer_state_destroy(w->state);
+    hark_free(w->feats);
+    hark_free(w->lens);
+    hark_free(w->enc);
+    hark_free(w->enc_lens);
+    hark_free(w->logp);
+    hark_free(w);
+}
+
+static void hyp_free(wenet_hyp_t *h)
+{
+    hark_free(h->text);
+    hark_free(h->tokens);
+    hark_free(h->times);
+    memset(h, 0, sizeof *h);
+}
+
+void wenet_result_free(wenet_result_t *r)
+{
+    if (!r)
+        return;
+    hyp_free(&r->best);
+    for (int i = 0; i < r->n_nbest; i++)
+        hyp_free(&r->nbest[i]);
+    hark_free(r->nbest);
+    memset(r, 0, sizeof *r);
+}
+
+/* Copies hypothesis i of nb (tokens, times, score) and its text into h. */
+static int hyp_from(const wenet_asr_t *a, const ctc_nbest_t *nb, int i, double score,
+                    wenet_hyp_t *h, hark_err_t *err)
+{
+    int n = nb->lens[i];
+    h->n_tokens = n;
+    h->score = score;
+    h->tokens = hark_malloc(sizeof(int) * (size_t)(n ? n : 1));
+    h->times = hark_malloc(sizeof(int) * (size_t)(n ? n : 1));
+    if (!h->tokens || !h->times)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    memcpy(h->tokens, nb->tokens[i], sizeof(int) * (size_t)n);
+    memcpy(h->times, nb->times[i], sizeof(int) * (size_t)n);
+    return units_detokenize(a->units, a->style, h->tokens, n, &h->text, err);
+}
+
+/* Search and rescoring for one utterance's log-probs lp (T, V) and encoder output enc (T, D). */
+static int decode_one(const wenet_asr_t *a, const wenet_decode_opts_t *o, const float *lp,
+                      const float *enc, int T, wenet_result_t *r, hark_err_t *err)
+{
+    const int V = a->cfg.vocab_size, blank = a->cfg.blank;
+    ctc_nbest_t nb = {0};
+    int rc;
+    if (o->method == DECODE_CTC_GREEDY) {
+        if ((rc = ctc_greedy_search(lp, T, V, blank, &nb, err)))
+            return rc;
+        rc = hyp_from(a, &nb, 0, nb.scores[0], &r->best, err);
+        ctc_nbest_free(&nb);
+        return rc;
+    }
+    if ((rc = ctc_prefix_beam_search(lp, T, V, o->beam_size, blank, &nb, err)))
+        return rc;
+    int best = 0;
+    double best_score = nb.scores[0];
+    float *fwd = NULL, *rev = NULL;
+    if (o->method == DECODE_ATTENTION_RESCORING && T > 0) {
+        fwd = hark_malloc(sizeof(float) * (size_t)nb.n);
+        rev = hark_malloc(sizeof(float) * (size_t)nb.n);
+        if (!fwd || !rev) {
+            rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        wenet_decoder_opts_t dopt = wenet_decoder_default_opts();
+        dopt.n_threads = o->n_threads;
+        if ((rc = wenet_decoder_score(a->dec, &dopt, enc, T, nb.tokens, nb.lens, nb.n,
+                                      o->reverse_weight, fwd, rev, err)))
+            goto done;
+        rescore_pick_t pick;
+        int use_rev = wenet_decoder_has_right(a->dec) && o->reverse_weight > 0;
+        if ((rc = rescore_select(nb.scores, fwd, use_rev ? rev : NULL, nb.lens, nb.n, o->ctc_weight,
+                                 o->reverse_weight, NULL, NULL, NULL, &pick, err)))
+            goto done;
+        best = pick.best;
+        best_score = pick.score;
+        r->confidence = pick.confidence;
+    }
+    if ((rc = hyp_from(a, &nb, best, best_score, &r->best, err)))
+        goto done;
+    int k = o->nbest < nb.n ? o->nbest : nb.n;
+    if (k > 0) {
+        r->nbest = hark_calloc((size_t)k, sizeof *r->nbest);
+        if (!r->nbest) {
+            rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        r->n_nbest = k;
+        for (int i = 0; i < k && !rc; i++)
+            rc = hyp_from(a, &nb, i, nb.scores[i], &r->nbest[i], err);
+    }
+done:
+    hark_free(fwd);
+    hark_free(rev);
+    ctc_nbest_free(&nb);
+    return rc;
+}
+
+int wenet_recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const float *const *pcm,
+                    const size_t *n, int batch, wenet_result_t *results, hark_err_t *err)
+{
+    const wenet_asr_t *a = w->asr;
+    wenet_decode_opts_t o = opts ? *opts : wenet_default_opts(a);
+    if (batch < 0 || batch > w->max_batch)
+        return err_set(err, HARK_ERR_TOO_LARGE, "batch of %d exceeds the worker's %d", batch,
+                       w->max_batch);
+    if (o.beam_size < 1 || o.beam_size > 1000)
+        return err_set(err, HARK_ERR_INVALID_ARG, "beam_size %d is out of range [1, 1000]",
+                       o.beam_size);
+    if (o.method == DECODE_ATTENTION_RESCORING && !a->dec)
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "attention_rescoring needs an attention decoder; this model has none");
+    if (!(o.reverse_weight >= 0 && o.reverse_weight <= 1) || !(o.ctc_weight >= 0))
+        return err_set(err, HARK_ERR_INVALID_ARG, "reverse_weight must be in [0, 1] and ctc_weight >= 0");
+    memset(results, 0, sizeof *results * (size_t)batch);
+    const int D_in = a->cfg.input_dim, D = a->cfg.d_model, V = a->cfg.vocab_size;
+    int t_max = 0;
+    for (int b = 0; b < batch; b++) {
+        int T = feat_num_frames(a->fbank, n[b]);
+        if (T > w->max_frames)
+            return err_set(err, HARK_ERR_TOO_LARGE, "utterance %d: %.1f s exceeds the worker's limit",
+                           b, (double)n[b] / a->cfg.sample_rate);
+        w->lens[b] = T;
+        results[b].frames = T;
+        if (T > t_max)
+            t_max = T;
+    }
+    int rc = HARK_OK;
+    for (int b = 0; b < batch && !rc; b++)
+        rc = feat_compute(a->fbank, pcm[b], n[b], w->feats + (size_t)b * t_max * D_in, err);
+    if (rc)
+        return rc;
+    conformer_opts_t co = conformer_default_opts();
+    co.n_threads = o.n_threads;
+    co.debug = o.debug;
+    co.debug_user = o.debug_user;
+    int te = 0;
+    if (t_max > 0 && batch > 0) {
+        if ((rc = conformer_forward(w->state, &co, w->enc, w->enc_lens, w->feats, w->lens, batch,
+                                    t_max, err)))
+            return rc;
+        te = conformer_out_len(a->enc, t_max);
+        if ((rc = conformer_ctc_log_probs(a->enc, &co, w->logp, w->enc, w->enc_lens, batch, te, err)))
+            return rc;
+    } else {
+        for (int b = 0; b < batch; b++)
+            w->enc_lens[b] = 0;
+    }
+    for (int b = 0; b < batch && !rc; b++)
+        rc = decode_one(a, &o, w->logp + (size_t)b * te * V, w->enc + (size_t)b * te * D,
+                        w->enc_lens[b], &results[b], err);
+    if (rc)
+        for (int b = 0; b < batch; b++)
+            wenet_result_free(&results[b]);
+    return rc;
+}

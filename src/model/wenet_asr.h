@@ -1,0 +1,89 @@
+/* wenet_asr.h — the WeNet U2/U2++ recognizer: a converted model directory (docs/model-format.md)
+ * loaded once, and a padded batch of PCM turned into text: fbank -> CMVN -> Conformer -> CTC ->
+ * greedy | prefix beam | attention rescoring -> text, tokens, times, n-best.
+ * `hark transcribe` and the server use this. Tests: tests/model/test_wenet_asr.c
+ *
+ * Ownership. A wenet_asr_t is immutable after wenet_asr_load and may be shared by threads (it
+ * owns the weight mapping, the models, the unit list and the feature plan). A wenet_worker_t is
+ * one thread's mutable scratch. Results are snapshots the caller releases with
+ * wenet_result_free. PCM buffers are lent for the call only.
+ */
+#ifndef HARK_MODEL_WENET_ASR_H
+#define HARK_MODEL_WENET_ASR_H
+
+#include "core/error.h"
+#include "model/conformer.h"
+#include "model/wenet_config.h"
+
+#include <stddef.h>
+
+typedef enum {
+    DECODE_CTC_GREEDY = 0,
+    DECODE_CTC_PREFIX_BEAM = 1,
+    DECODE_ATTENTION_RESCORING = 2,
+} wenet_method_t;
+
+/* "ctc_greedy_search" | "ctc_prefix_beam_search" | "attention_rescoring" (WeNet's names). */
+int wenet_parse_method(const char *name, wenet_method_t *out);
+const char *wenet_method_name(wenet_method_t m);
+
+typedef struct {
+    wenet_method_t method;
+    int beam_size;        /* prefix beam / rescoring candidates, >= 1 */
+    float ctc_weight;     /* attention rescoring */
+    float reverse_weight; /* attention rescoring, bitransformer only */
+    int nbest;            /* hypotheses to return for beam methods (1..beam_size) */
+    int n_threads;        /* OpenBLAS threads; <= 0 leaves the setting alone */
+    conformer_debug_fn debug; /* optional: every encoder stage of every utterance */
+    void *debug_user;
+} wenet_decode_opts_t;
+
+typedef struct wenet_asr wenet_asr_t;
+typedef struct wenet_worker wenet_worker_t;
+
+/* Defaults: attention rescoring when the model has a decoder (else prefix beam), beam 10, the
+ * model's ctc_weight / reverse_weight, nbest 1. */
+wenet_decode_opts_t wenet_default_opts(const wenet_asr_t *asr);
+
+/* Loads DIR (the model-repository entry: DIR/1/model.json, model.safetensors, units.txt).
+ * Errors name the file and what is wrong (missing tensor, unit table not matching the
+ * vocabulary, unsupported option). */
+int wenet_asr_load(const char *model_dir, wenet_asr_t **out, hark_err_t *err);
+void wenet_asr_destroy(wenet_asr_t *asr); /* accepts NULL */
+const wenet_config_t *wenet_asr_config(const wenet_asr_t *asr);
+int wenet_asr_sample_rate(const wenet_asr_t *asr);
+/* Encoder frame duration in milliseconds (subsampling rate x frame shift). */
+int wenet_asr_frame_ms(const wenet_asr_t *asr);
+/* The model's CMVN (mean, istd of input_dim) or NULL when it has none. */
+int wenet_asr_cmvn(const wenet_asr_t *asr, const float **mean, const float **istd);
+
+/* Scratch for batches of up to max_batch utterances of up to max_seconds each. */
+int wenet_worker_create(const wenet_asr_t *asr, int max_batch, double max_seconds,
+                        wenet_worker_t **out, hark_err_t *err);
+void wenet_worker_destroy(wenet_worker_t *w); /* accepts NULL */
+
+typedef struct {
+    char *text;
+    int *tokens; /* (n_tokens) */
+    int *times;  /* (n_tokens) encoder frame of each token (x wenet_asr_frame_ms for ms) */
+    int n_tokens;
+    double score; /* greedy: sum of best log-probs; beam: logadd(s, ns); rescoring: final score */
+} wenet_hyp_t;
+
+typedef struct {
+    wenet_hyp_t best;
+    wenet_hyp_t *nbest; /* (n_nbest) beam methods: the CTC n-best in WeNet's order */
+    int n_nbest;
+    double confidence; /* attention rescoring: WeNet's confidence; else 0 */
+    int frames;        /* fbank frames of the utterance */
+} wenet_result_t;
+
+/* Recognizes `batch` utterances (pcm[b]: n[b] samples in [-1, 1] at the model's rate) as one
+ * padded batch; results[b] is filled for every b on success. Empty or too-short audio gives an
+ * empty transcript. HARK_ERR_TOO_LARGE past the worker's limits; on error no result needs
+ * freeing. */
+int wenet_recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const float *const *pcm,
+                    const size_t *n, int batch, wenet_result_t *results, hark_err_t *err);
+void wenet_result_free(wenet_result_t *r);
+
+#endif

@@ -1,0 +1,104 @@
+/* Integration tests of the hark binary: `hark features` and `hark transcribe` on real audio
+ * (outputs compared with WeNet's golden data), and their error paths (exit status + message). */
+#include "test.h"
+
+#include "core/npy.h"
+#include "support/golden_model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+/* Runs cmd with stdout+stderr into <tmp>/out; returns the exit status; *out holds the text. */
+static int run_cmd(test_ctx_t *t, const char *cmd, char *out, size_t nout)
+{
+    char full[8192], path[512];
+    snprintf(path, sizeof path, "%s/out", test_tmpdir(t));
+    snprintf(full, sizeof full, "%s >%s 2>&1", cmd, path);
+    int st = system(full);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(out, 1, nout - 1, f) : 0;
+    out[n] = 0;
+    if (f)
+        fclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+TEST(cli_features_fbank_matches_golden)
+{
+    NEED_SHARED(GOLDEN_WENET "/wavs/jfk.wav");
+    char cmd[4096], out[8192], npy[512];
+    snprintf(npy, sizeof npy, "%s/f.npy", test_tmpdir(t));
+    snprintf(cmd, sizeof cmd, "%s features %s/wavs/jfk.wav --kind fbank --cmvn %s/global_cmvn --npy %s",
+             test_hark_bin(), test_shared(GOLDEN_WENET), test_shared(GOLDEN_WENET), npy);
+    CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
+    npy_array_t a, ref;
+    CHECK_OK(npy_load_f32(npy, &a));
+    char rp[1024];
+    snprintf(rp, sizeof rp, "%s/goldens/jfk/feats_cmvn.npy", test_shared(GOLDEN_WENET));
+    CHECK_OK(npy_load_f32(rp, &ref));
+    CHECK(a.ndim == 2 && a.shape[0] == ref.shape[0] && a.shape[1] == 80);
+    CHECK(test_max_abs_diff(a.data, ref.data, a.count) <= 1e-4);
+    npy_free(&a);
+    npy_free(&ref);
+}
+
+TEST(cli_features_errors)
+{
+    char cmd[2048], out[8192];
+    snprintf(cmd, sizeof cmd, "%s features /nonexistent.wav --kind fbank --npy /tmp/x.npy", test_hark_bin());
+    CHECK(run_cmd(t, cmd, out, sizeof out) == 1);
+    CHECKF(strstr(out, "/nonexistent.wav") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "%s features x.wav --kind mfcc --npy /tmp/x.npy", test_hark_bin());
+    CHECK(run_cmd(t, cmd, out, sizeof out) == 2);
+    CHECKF(strstr(out, "mfcc") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "%s features", test_hark_bin());
+    CHECK(run_cmd(t, cmd, out, sizeof out) == 2);
+}
+
+TEST(cli_transcribe_golden_json_and_dump)
+{
+    char why[512];
+    const char *dir = golden_wenet_model_dir(why, sizeof why);
+    if (!dir)
+        SKIP(why);
+    char cmd[8192], out[65536], dump[512];
+    snprintf(dump, sizeof dump, "%s/dump", test_tmpdir(t));
+    snprintf(cmd, sizeof cmd,
+             "%s transcribe --model %s/m --format json --decoding-method attention_rescoring "
+             "--dump-dir %s %s/wavs/cards-001.wav",
+             test_hark_bin(), dir, dump, test_shared(GOLDEN_WENET));
+    CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
+    CHECKF(strstr(out, "\"nbest\"") && strstr(out, "\"times_ms\"") && strstr(out, "\"confidence\""),
+           "%s", out);
+    /* the dumped stages equal WeNet's */
+    static const char *pairs[][2] = {{"feats_cmvn.npy", "feats_cmvn.npy"},
+                                     {"enc_out.npy", "enc_full.npy"},
+                                     {"ctc_logprobs.npy", "ctc_logprobs_full.npy"}};
+    for (int i = 0; i < 3; i++) {
+        char a[1024], b[1024];
+        snprintf(a, sizeof a, "%s/cards-001/%s", dump, pairs[i][0]);
+        snprintf(b, sizeof b, "%s/goldens/cards-001/%s", test_shared(GOLDEN_WENET), pairs[i][1]);
+        npy_array_t x, y;
+        CHECKF(npy_load_f32(a, &x) == 0, "missing %s", a);
+        CHECK_OK(npy_load_f32(b, &y));
+        CHECK_EQ_INT(x.count, y.count);
+        double e = test_rel_rms(x.data, y.data, x.count);
+        CHECKF(e <= 1e-4, "%s: rel rms %.3g", pairs[i][0], e);
+        npy_free(&x);
+        npy_free(&y);
+    }
+    snprintf(cmd, sizeof cmd, "ls %s/cards-001/layer0_out.npy %s/cards-001/embed_out.npy", dump, dump);
+    CHECK(run_cmd(t, cmd, out, sizeof out) == 0);
+    /* text output; an unreadable file fails alone (exit 1), the good one is still decoded */
+    snprintf(cmd, sizeof cmd, "%s transcribe --model %s/m --decoding-method ctc_greedy_search %s/wavs/cards-001.wav /nonexistent.wav",
+             test_hark_bin(), dir, test_shared(GOLDEN_WENET));
+    CHECK(run_cmd(t, cmd, out, sizeof out) == 1);
+    CHECKF(strstr(out, "cards-001.wav ") && strstr(out, "/nonexistent.wav"), "%s", out);
+    snprintf(cmd, sizeof cmd, "%s transcribe --model /nonexistent x.wav", test_hark_bin());
+    CHECK(run_cmd(t, cmd, out, sizeof out) == 1);
+    snprintf(cmd, sizeof cmd, "%s transcribe --model %s/m --decoding-method viterbi x.wav", test_hark_bin(), dir);
+    CHECK(run_cmd(t, cmd, out, sizeof out) != 0);
+    CHECKF(strstr(out, "viterbi") != NULL, "%s", out);
+}

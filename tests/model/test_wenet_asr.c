@@ -1,0 +1,221 @@
+/* End-to-end tests for src/model/wenet_asr.c against WeNet's golden results: real 16 kHz wavs ->
+ * hark (fbank, CMVN, Conformer, CTC, search, decoder, rescoring) -> tokens, text, n-best scores,
+ * for every utterance, single and as one padded batch; empty audio; bad options. */
+#include "test.h"
+
+#include "audio/audio.h"
+#include "core/alloc.h"
+#include "hark.h"
+#include "model/wenet_asr.h"
+#include "support/golden_model.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *utts[] = {"librispeech-1995-1837-0001", "jfk",
+                             "sense_and_sensibility_01_austen_64kb-0880", "LJ001-0002", "cards-001"};
+enum { NU = 5 };
+
+typedef struct {
+    wenet_asr_t *asr;
+    cJSON *results;
+    audio_t audio[NU];
+} fixture_t;
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) == (size_t)n)
+        s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+/* 0 ok, 1 skip (why) */
+static int fixture_open(fixture_t *fx, char *why, size_t nwhy)
+{
+    memset(fx, 0, sizeof *fx);
+    const char *dir = golden_wenet_model_dir(why, nwhy);
+    if (!dir)
+        return 1;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/m", dir);
+    hark_err_t err = {0};
+    if (wenet_asr_load(path, &fx->asr, &err)) {
+        snprintf(why, nwhy, "load failed: %.400s", err.msg);
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/results.json", test_shared(GOLDEN_WENET));
+    char *txt = slurp(path);
+    fx->results = txt ? cJSON_Parse(txt) : NULL;
+    free(txt);
+    for (int u = 0; u < NU; u++) {
+        snprintf(path, sizeof path, "%s/wavs/%s.wav", test_shared(GOLDEN_WENET), utts[u]);
+        audio_opts_t ao = {.target_rate = 16000};
+        if (audio_decode_file(path, &ao, &fx->audio[u], &err)) {
+            snprintf(why, nwhy, "%.200s: %.250s", path, err.msg);
+            return -1;
+        }
+    }
+    return fx->results ? 0 : -1;
+}
+
+static void fixture_close(fixture_t *fx)
+{
+    for (int u = 0; u < NU; u++)
+        audio_free(&fx->audio[u]);
+    cJSON_Delete(fx->results);
+    wenet_asr_destroy(fx->asr);
+}
+
+static cJSON *golden(fixture_t *fx, int u, const char *mode, const char *method, const char *key)
+{
+    cJSON *m = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(fx->results, utts[u]), mode),
+                                   method);
+    return cJSON_GetObjectItem(m, key);
+}
+
+static int same_tokens(const cJSON *arr, const int *tok, int n)
+{
+    if (cJSON_GetArraySize(arr) != n)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (cJSON_GetArrayItem(arr, i)->valueint != tok[i])
+            return 0;
+    return 1;
+}
+
+#define OPEN_FIXTURE(fx)                                                                           \
+    char why_[512];                                                                                \
+    int st_ = fixture_open(&fx, why_, sizeof why_);                                                \
+    if (st_ == 1)                                                                                  \
+        SKIP(why_);                                                                                \
+    CHECKF(st_ == 0, "%s", why_)
+
+/* Every utterance alone, every decoding method: identical tokens and text; n-best lists identical
+ * with scores within 1e-3; rescoring winner and score as WeNet. */
+TEST(wenet_asr_golden_all_methods)
+{
+    fixture_t fx;
+    OPEN_FIXTURE(fx);
+    wenet_worker_t *w;
+    hark_err_t err = {0};
+    CHECK_OK(wenet_worker_create(fx.asr, NU, 12.0, &w, &err));
+    double worst_nb = 0, worst_resc = 0;
+    for (int u = 0; u < NU; u++) {
+        const float *pcm = fx.audio[u].samples;
+        for (int m = 0; m < 3; m++) {
+            wenet_decode_opts_t o = wenet_default_opts(fx.asr);
+            o.method = (wenet_method_t)m;
+            o.beam_size = 10;
+            o.nbest = 10;
+            wenet_result_t r;
+            CHECKF(wenet_recognize(w, &o, &pcm, &fx.audio[u].n, 1, &r, &err) == HARK_OK, "%s", err.msg);
+            const char *mname = wenet_method_name(o.method);
+            CHECKF(same_tokens(golden(&fx, u, "full", mname, "tokens"), r.best.tokens, r.best.n_tokens),
+                   "%s %s: tokens differ from WeNet's", utts[u], mname);
+            const char *gt = golden(&fx, u, "full", mname, "text")->valuestring;
+            CHECKF(strcmp(gt, r.best.text) == 0, "%s %s: text '%s' vs WeNet '%s'", utts[u], mname,
+                   r.best.text, gt);
+            if (m == DECODE_CTC_PREFIX_BEAM) {
+                cJSON *nb = golden(&fx, u, "full", mname, "nbest");
+                cJSON *sc = golden(&fx, u, "full", mname, "nbest_scores");
+                CHECK_EQ_INT(r.n_nbest, cJSON_GetArraySize(nb));
+                for (int i = 0; i < r.n_nbest; i++) {
+                    CHECKF(same_tokens(cJSON_GetArrayItem(nb, i), r.nbest[i].tokens, r.nbest[i].n_tokens),
+                           "%s: n-best %d differs", utts[u], i);
+                    double d = fabs(r.nbest[i].score - cJSON_GetArrayItem(sc, i)->valuedouble);
+                    if (d > worst_nb)
+                        worst_nb = d;
+                }
+            }
+            if (m == DECODE_ATTENTION_RESCORING) {
+                double d = fabs(r.best.score - golden(&fx, u, "full", mname, "score")->valuedouble);
+                if (d > worst_resc)
+                    worst_resc = d;
+                double dc = fabs(r.confidence - golden(&fx, u, "full", mname, "confidence")->valuedouble);
+                CHECKF(dc < 1e-3, "%s: confidence %.6f vs %.6f", utts[u], r.confidence,
+                       golden(&fx, u, "full", mname, "confidence")->valuedouble);
+            }
+            wenet_result_free(&r);
+        }
+    }
+    printf("    n-best scores: max abs diff %.3g; rescoring score: max abs diff %.3g\n", worst_nb,
+           worst_resc);
+    CHECKF(worst_nb <= 1e-3, "n-best scores differ by %.3g > 1e-3", worst_nb);
+    CHECKF(worst_resc <= 1e-2, "rescoring scores differ by %.3g", worst_resc);
+    wenet_worker_destroy(w);
+    fixture_close(&fx);
+}
+
+/* All five utterances as one padded batch: each gets its single-utterance result (WeNet's
+ * batched_full results are identical to full for this causal model). */
+TEST(wenet_asr_golden_batched)
+{
+    fixture_t fx;
+    OPEN_FIXTURE(fx);
+    wenet_worker_t *w;
+    hark_err_t err = {0};
+    CHECK_OK(wenet_worker_create(fx.asr, NU, 12.0, &w, &err));
+    const float *pcm[NU];
+    size_t n[NU];
+    for (int u = 0; u < NU; u++) {
+        pcm[u] = fx.audio[u].samples;
+        n[u] = fx.audio[u].n;
+    }
+    wenet_result_t r[NU];
+    wenet_decode_opts_t o = wenet_default_opts(fx.asr);
+    CHECK(o.method == DECODE_ATTENTION_RESCORING);
+    CHECKF(wenet_recognize(w, &o, pcm, n, NU, r, &err) == HARK_OK, "%s", err.msg);
+    for (int u = 0; u < NU; u++) {
+        CHECKF(same_tokens(golden(&fx, u, "batched_full", "attention_rescoring", "tokens"),
+                           r[u].best.tokens, r[u].best.n_tokens),
+               "%s: batched rescoring tokens differ", utts[u]);
+        wenet_result_free(&r[u]);
+    }
+    wenet_worker_destroy(w);
+    fixture_close(&fx);
+}
+
+TEST(wenet_asr_empty_and_bad_input)
+{
+    fixture_t fx;
+    OPEN_FIXTURE(fx);
+    wenet_worker_t *w;
+    hark_err_t err = {0};
+    CHECK_OK(wenet_worker_create(fx.asr, 2, 1.0, &w, &err));
+    float silence[100] = {0};
+    const float *pcm[2] = {silence, fx.audio[4].samples};
+    size_t n[2] = {0, 1000}; /* empty, and shorter than the subsampling needs */
+    wenet_result_t r[2];
+    for (int m = 0; m < 3; m++) {
+        wenet_decode_opts_t o = wenet_default_opts(fx.asr);
+        o.method = (wenet_method_t)m;
+        CHECKF(wenet_recognize(w, &o, pcm, n, 2, r, &err) == HARK_OK, "%s", err.msg);
+        CHECK(r[0].best.text && r[0].best.text[0] == 0 && r[0].best.n_tokens == 0);
+        CHECK(r[1].best.text && r[1].best.n_tokens == 0);
+        wenet_result_free(&r[0]);
+        wenet_result_free(&r[1]);
+    }
+    size_t big = 16000 * 5; /* longer than the worker's 1 s */
+    const float *p1[1] = {fx.audio[1].samples};
+    CHECK_EQ_INT(wenet_recognize(w, NULL, p1, &big, 1, r, &err), HARK_ERR_TOO_LARGE);
+    CHECK_EQ_INT(wenet_recognize(w, NULL, pcm, n, 3, r, &err), HARK_ERR_TOO_LARGE);
+    wenet_decode_opts_t o = wenet_default_opts(fx.asr);
+    o.beam_size = 0;
+    CHECK_EQ_INT(wenet_recognize(w, &o, pcm, n, 1, r, &err), HARK_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "beam_size") != NULL);
+    wenet_worker_destroy(w);
+    wenet_asr_t *bad;
+    CHECK(wenet_asr_load("/nonexistent/model", &bad, &err) != HARK_OK);
+    CHECK(strstr(err.msg, "/nonexistent/model") != NULL);
+    fixture_close(&fx);
+}

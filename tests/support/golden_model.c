@@ -1,0 +1,78 @@
+/* golden_model.c — converts the WeNet golden checkpoint once and caches it for the model tests.
+ * (Used by tests/model/test_*.c.) */
+#include "support/golden_model.h"
+
+#include "test.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    return remove(p);
+}
+
+/* Converts the golden checkpoint once per (checkpoint, converter) version into
+ * /tmp/hark-test-cache-<uid>/wenet_small-<key>/m and reuses it; the conversion goes to a private
+ * directory renamed into place, so parallel test processes never see a half-written model.
+ * Returns NULL (with a reason) when the converter or python3-torch is unavailable. */
+const char *golden_wenet_model_dir(char *why, size_t nwhy)
+{
+    static char dir[512];
+    const char *gdir = test_shared(GOLDEN_WENET);
+    if (!gdir) {
+        snprintf(why, nwhy, "../shared/data/" GOLDEN_WENET " is absent");
+        return NULL;
+    }
+    char conv[1024];
+    if (!realpath("tools/convert_wenet.py", conv)) {
+        snprintf(why, nwhy, "tools/convert_wenet.py is absent (run from the repository root)");
+        return NULL;
+    }
+    struct stat sc, sp;
+    char ckpt[1024];
+    snprintf(ckpt, sizeof ckpt, "%s/final.pt", gdir);
+    if (stat(conv, &sc) != 0 || stat(ckpt, &sp) != 0) {
+        snprintf(why, nwhy, "cannot stat the converter or %.400s", ckpt);
+        return NULL;
+    }
+    unsigned long long key =
+        (unsigned long long)sc.st_size * 1000003ull ^ (unsigned long long)sc.st_mtime * 7919ull ^
+        (unsigned long long)sp.st_size * 31ull ^ (unsigned long long)sp.st_mtime;
+    char root[256];
+    snprintf(root, sizeof root, "/tmp/hark-test-cache-%u", (unsigned)getuid());
+    mkdir(root, 0700);
+    snprintf(dir, sizeof dir, "%s/wenet_small-%llx", root, key);
+    char probe[600];
+    snprintf(probe, sizeof probe, "%s/m/1/model.safetensors", dir);
+    if (access(probe, R_OK) == 0)
+        return dir;
+    if (system("/usr/bin/python3 -c 'import torch, yaml, numpy' >/dev/null 2>&1") != 0) {
+        snprintf(why, nwhy, "/usr/bin/python3 with torch, yaml and numpy is missing");
+        return NULL;
+    }
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s/tmp-XXXXXX", root);
+    if (!mkdtemp(tmp)) {
+        snprintf(why, nwhy, "mkdtemp %s: %s", tmp, strerror(errno));
+        return NULL;
+    }
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 '%s' --checkpoint '%s/final.pt' --config '%s/train.yaml' "
+             "--units '%s/units.txt' --cmvn '%s/global_cmvn' --output '%s/m' >'%s/log' 2>&1",
+             conv, gdir, gdir, gdir, gdir, tmp, tmp);
+    if (system(cmd) != 0) {
+        snprintf(why, nwhy, "convert_wenet.py failed (log in %s/log)", tmp);
+        return NULL;
+    }
+    if (rename(tmp, dir) != 0) /* another process won the race: use its copy */
+        nftw(tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    return dir;
+}
+

@@ -1,0 +1,14 @@
+/* golden_model.h — the WeNet golden checkpoint converted once per (checkpoint, converter) version
+ * into /tmp/hark-test-cache-<uid>/, shared by the model tests. */
+#ifndef HARK_TEST_GOLDEN_MODEL_H
+#define HARK_TEST_GOLDEN_MODEL_H
+
+#include <stddef.h>
+
+#define GOLDEN_WENET "golden/wenet_u2pp_conformer_small"
+
+/* Directory holding the converted model as "<dir>/m" (a model-repository entry), or NULL with a
+ * reason in why (../shared, the converter or python3-torch missing, or the conversion failed). */
+const char *golden_wenet_model_dir(char *why, size_t nwhy);
+
+#endif
