@@ -81,7 +81,7 @@ $(BIN): $(CLI_OBJS) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(LIB) $(LDLIBS)
 
 $(TESTBIN): $(TEST_OBJS) $(LIB)
-	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJS) $(LIB) $(LDLIBS)
+	$(CC) $(LDFLAGS) -rdynamic -o $@ $(TEST_OBJS) $(LIB) $(LDLIBS)
 
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)

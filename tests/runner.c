@@ -6,6 +6,8 @@
 #include "gpu/gpu.h"
 
 #include <errno.h>
+#include <execinfo.h>
+#include <signal.h>
 #include <ftw.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -125,6 +127,18 @@ double test_rel_rms(const float *a, const float *ref, size_t n)
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* In a test child: print where a crash happened, then die of the same signal. */
+static void crash_handler(int sig)
+{
+    void *frames[64];
+    int n = backtrace(frames, 64);
+    static const char msg[] = "    crashed; backtrace:\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    backtrace_symbols_fd(frames, n, 2);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
     return remove(p);
@@ -173,6 +187,10 @@ int main(int argc, char **argv)
         pid_t pid = fork();
         if (pid == 0) {
             close(pfd[0]);
+            setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach the log even if the test crashes */
+            signal(SIGSEGV, crash_handler);
+            signal(SIGBUS, crash_handler);
+            signal(SIGFPE, crash_handler);
             test_ctx_t ctx = {0};
             ctx.out_fd = pfd[1];
             if (tc->gpu && !test_have_gpu())

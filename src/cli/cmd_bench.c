@@ -16,6 +16,133 @@
 #include <string.h>
 #include <sys/resource.h>
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+#ifdef HARK_CUDA
+#include "model/conformer_gpu.h"
+#include "search/ctc_gpu.h"
+#include <cuda_runtime_api.h>
+
+/* GPU: the same work as the CPU path (encoder + CTC log-softmax + argmax, the argmax on the
+ * device so only (batch, frames) ints come back), timed on the host around a stream sync. */
+static int bench_gpu(const wenet_config_t *cfg, const safetensors_t *st, int device, int fp16,
+                     const char *batches, double seconds, double min_time, double flops)
+{
+    hark_err_t err = {0};
+    cudaSetDevice(device);
+    size_t free0, total;
+    cudaMemGetInfo(&free0, &total);
+    conformer_gpu_model_t *gm = NULL;
+    int prec = fp16 ? CONFORMER_GPU_FP16 : CONFORMER_GPU_FP32;
+    if (conformer_gpu_model_create_st(cfg, st, prec, &gm, &err)) {
+        fprintf(stderr, "hark bench: %s\n", err.msg);
+        return 1;
+    }
+    struct cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, device);
+    int T = (int)(seconds * 100) - 2, te = conformer_gpu_out_len(gm, T), V = cfg->vocab_size;
+    for (const char *b = batches; *b;) {
+        int B = atoi(b);
+        while (*b && *b != ',')
+            b++;
+        if (*b == ',')
+            b++;
+        if (B < 1)
+            continue;
+        conformer_gpu_state_t *s = NULL;
+        float *d_feats = NULL, *d_enc = NULL, *d_logp = NULL, *h_feats = NULL;
+        int *d_arg = NULL, *h_arg = NULL, *lens = NULL, *elens = NULL;
+        double *times = NULL;
+        int ok = conformer_gpu_state_create(gm, prec, B, T, &s, &err) == HARK_OK;
+        size_t nf = (size_t)B * T * cfg->input_dim;
+        if (ok)
+            ok = cudaMalloc((void **)&d_feats, sizeof(float) * nf) == cudaSuccess &&
+                 cudaMalloc((void **)&d_enc, sizeof(float) * (size_t)B * te * cfg->d_model) == cudaSuccess &&
+                 cudaMalloc((void **)&d_logp, sizeof(float) * (size_t)B * te * V) == cudaSuccess &&
+                 cudaMalloc((void **)&d_arg, sizeof(int) * (size_t)B * te) == cudaSuccess &&
+                 cudaMallocHost((void **)&h_arg, sizeof(int) * (size_t)B * te) == cudaSuccess;
+        h_feats = hark_malloc(sizeof(float) * nf);
+        lens = hark_malloc(sizeof(int) * (size_t)B);
+        elens = hark_malloc(sizeof(int) * (size_t)B);
+        times = hark_malloc(sizeof(double) * 1000);
+        if (!ok || !h_feats || !lens || !elens || !times) {
+            fprintf(stderr, "hark bench: batch %d: %s\n", B, err.msg[0] ? err.msg : "out of memory");
+            cudaGetLastError();
+        } else {
+            unsigned seed = (unsigned)B;
+            for (size_t i = 0; i < nf; i++) {
+                seed = seed * 1664525u + 1013904223u;
+                h_feats[i] = (float)(seed >> 8) / (float)(1u << 23) - 1.0f;
+            }
+            /* the state's stream does not wait for the default stream: finish the upload first */
+            cudaMemcpy(d_feats, h_feats, sizeof(float) * nf, cudaMemcpyHostToDevice);
+            cudaDeviceSynchronize();
+            for (int i = 0; i < B; i++)
+                lens[i] = T;
+            cudaStream_t str = (cudaStream_t)conformer_gpu_stream(s);
+            int n = 0, rc = 0;
+            double t_start = 0;
+            for (int it = -3; n < 1000; it++) {
+                double t0 = clock_now_s();
+                rc = conformer_gpu_forward(s, NULL, d_enc, elens, d_feats, lens, B, T, &err);
+                if (!rc)
+                    rc = conformer_gpu_ctc_log_probs(s, d_logp, d_enc, elens, B, te, &err);
+                if (!rc)
+                    rc = cuda_ctc_argmax(d_arg, d_logp, B * te, V, str, &err);
+                if (!rc && cudaMemcpyAsync(h_arg, d_arg, sizeof(int) * (size_t)B * te,
+                                           cudaMemcpyDeviceToHost, str) != cudaSuccess)
+                    rc = err_set(&err, HARK_ERR_CUDA, "copy");
+                if (!rc)
+                    rc = conformer_gpu_sync(s, &err);
+                if (rc)
+                    break;
+                if (it < 0) {
+                    t_start = clock_now_s();
+                    continue;
+                }
+                times[n++] = clock_now_s() - t0;
+                if (clock_now_s() - t_start > min_time && n >= 10)
+                    break;
+            }
+            if (rc) {
+                fprintf(stderr, "hark bench: batch %d: %s\n", B, err.msg);
+            } else {
+                qsort(times, (size_t)n, sizeof *times, cmp_double);
+                double med = times[n / 2];
+                size_t free1;
+                cudaMemGetInfo(&free1, &total);
+                printf("{\"impl\": \"hark\", \"device\": \"%s\", \"mode\": \"%s\", \"batch\": %d, "
+                       "\"ms\": %.3f, \"rtfx\": %.1f, \"runs\": %d, \"peak_mem_mb\": %.0f, "
+                       "\"model_mb\": %.0f, \"state_mb\": %.0f, \"gflop_per_utt\": %.2f, "
+                       "\"tflops\": %.2f}\n",
+                       prop.name, fp16 ? "fp16" : "fp32", B, med * 1e3, B * seconds / med, n,
+                       (double)(free0 - free1) / 1048576.0,
+                       (double)conformer_gpu_model_bytes(gm) / 1048576.0,
+                       (double)conformer_gpu_state_bytes(s) / 1048576.0, flops * 1e-9,
+                       flops * B / med * 1e-12);
+                fflush(stdout);
+            }
+        }
+        conformer_gpu_state_destroy(s);
+        cudaFree(d_feats);
+        cudaFree(d_enc);
+        cudaFree(d_logp);
+        cudaFree(d_arg);
+        cudaFreeHost(h_arg);
+        hark_free(h_feats);
+        hark_free(lens);
+        hark_free(elens);
+        hark_free(times);
+    }
+    conformer_gpu_model_destroy(gm);
+    return 0;
+}
+#endif
+
 /* Multiply-accumulates ×2 of one utterance of `frames` fbank frames through the encoder and the
  * CTC projection (softmax, norms and elementwise work not counted): the figure TFLOP/s uses. */
 double bench_conformer_flops(const wenet_config_t *c, int frames)
@@ -43,23 +170,19 @@ double bench_conformer_flops(const wenet_config_t *c, int frames)
     return 2 * mac;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static void bench_usage(FILE *f)
 {
-    fprintf(f, "usage: hark bench --model DIR [--batch 1,8,64] [--seconds 10] [--device cpu]\n"
-               "                  [--threads N] [--min-time S]\n"
+    fprintf(f, "usage: hark bench --model DIR [--batch 1,8,64] [--seconds 10]\n"
+               "                  [--device cpu|cuda:N] [--precision fp32|fp16] [--threads N]\n"
+               "                  [--min-time S]\n"
                "Times encoder + CTC log-softmax + argmax on random features (10 s = 998 frames)\n"
                "and prints one JSON line per batch size.\n");
 }
 
 int cli_bench(int argc, char **argv)
 {
-    const char *model_dir = NULL, *batches = "1,8,64", *device = "cpu";
+    const char *model_dir = NULL, *batches = "1,8,64", *device = "cpu", *precision = "fp32";
     double seconds = 10, min_time = 2.0;
     int threads = 0;
     for (int i = 1; i < argc; i++) {
@@ -72,6 +195,8 @@ int cli_bench(int argc, char **argv)
             seconds = atof(argv[++i]);
         else if (!strcmp(argv[i], "--device") && v)
             device = argv[++i];
+        else if (!strcmp(argv[i], "--precision") && v)
+            precision = argv[++i];
         else if (!strcmp(argv[i], "--threads") && v)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--min-time") && v)
@@ -89,11 +214,17 @@ int cli_bench(int argc, char **argv)
         bench_usage(stderr);
         return 2;
     }
-    if (strcmp(device, "cpu") != 0) {
-        fprintf(stderr, "hark bench: --device %s: only cpu is available in this build of bench\n",
-                device);
+    int gpu = !strncmp(device, "cuda", 4), fp16 = !strcmp(precision, "fp16");
+    if ((!gpu && strcmp(device, "cpu")) || (!fp16 && strcmp(precision, "fp32")) || (fp16 && !gpu)) {
+        fprintf(stderr, "hark bench: --device cpu|cuda:N, --precision fp32|fp16 (fp16: GPU only)\n");
         return 2;
     }
+#ifndef HARK_CUDA
+    if (gpu) {
+        fprintf(stderr, "hark bench: built without CUDA\n");
+        return 2;
+    }
+#endif
     hark_err_t err = {0};
     wenet_config_t cfg;
     safetensors_t *st = NULL;
@@ -103,10 +234,20 @@ int cli_bench(int argc, char **argv)
     if (wenet_config_load(model_dir, &cfg, &err))
         goto fail;
     snprintf(path, sizeof path, "%s/1/model.safetensors", model_dir);
-    if (st_open(path, &st, &err) || conformer_model_create_st(&cfg, st, &m, &err))
+    if (st_open(path, &st, &err))
         goto fail;
     int T = (int)(seconds * 100) - 2;
     double flops = bench_conformer_flops(&cfg, T);
+#ifdef HARK_CUDA
+    if (gpu) {
+        rc = bench_gpu(&cfg, st, device[4] == ':' ? atoi(device + 5) : 0, fp16, batches, seconds,
+                       min_time, flops);
+        st_close(st);
+        return rc;
+    }
+#endif
+    if (conformer_model_create_st(&cfg, st, &m, &err))
+        goto fail;
     for (const char *b = batches; *b;) {
         int B = atoi(b);
         while (*b && *b != ',')

@@ -21,7 +21,7 @@
 static void transcribe_usage(FILE *f)
 {
     fprintf(f,
-            "usage: hark transcribe --model DIR [--device cpu] [--precision fp32]\n"
+            "usage: hark transcribe --model DIR [--device cpu|cuda:N] [--precision fp32|fp16]\n"
             "         [--decoding-method ctc_greedy_search|ctc_prefix_beam_search|attention_rescoring]\n"
             "         [--beam-size 10] [--ctc-weight W] [--reverse-weight W] [--nbest N]\n"
             "         [--format text|json] [--dump-dir D] [--threads N] FILE...\n"
@@ -150,9 +150,24 @@ int cli_transcribe(int argc, char **argv)
         hark_free(files);
         return 2;
     }
-    if (strcmp(device, "cpu") != 0 || strcmp(precision, "fp32") != 0) {
-        fprintf(stderr, "hark transcribe: --device %s --precision %s: this build recognizes on the "
-                        "CPU in fp32 only\n", device, precision);
+    wenet_load_opts_t lo = {.device = -1, .precision = WENET_FP32};
+    if (!strncmp(device, "cuda", 4)) {
+        lo.device = device[4] == ':' ? atoi(device + 5) : 0;
+    } else if (strcmp(device, "cpu") != 0) {
+        fprintf(stderr, "hark transcribe: --device must be cpu or cuda:N\n");
+        hark_free(files);
+        return 2;
+    }
+    if (!strcmp(precision, "fp16"))
+        lo.precision = WENET_FP16;
+    else if (strcmp(precision, "fp32") != 0) {
+        fprintf(stderr, "hark transcribe: --precision must be fp32 or fp16\n");
+        hark_free(files);
+        return 2;
+    }
+    if (dump && lo.device >= 0) {
+        fprintf(stderr, "hark transcribe: --dump-dir needs --device cpu (the GPU path keeps its "
+                        "stages on the device)\n");
         hark_free(files);
         return 2;
     }
@@ -160,7 +175,7 @@ int cli_transcribe(int argc, char **argv)
     wenet_asr_t *asr = NULL;
     wenet_worker_t *w = NULL;
     int failures = 0;
-    if (wenet_asr_load(model, &asr, &err)) {
+    if (wenet_asr_load_opts(model, &lo, &asr, &err)) {
         fprintf(stderr, "hark transcribe: %s\n", err.msg);
         hark_free(files);
         return 1;

@@ -5,7 +5,34 @@
 #include "hark.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+char *openblas_get_corename(void);
+
+/* Debian's OpenBLAS 0.3.21 picks its oldest x86 kernels ("Prescott", SSE3) on CPUs whose CPUID
+ * model it does not know — virtual machines that report a generic Xeon — which makes every GEMM
+ * 4-5x slower although the CPU has AVX-512. OpenBLAS reads OPENBLAS_CORETYPE when it is loaded,
+ * before main, so hark sets it from the CPU's features and re-executes itself once. */
+static void blas_coretype_fixup(char **argv)
+{
+    if (getenv("OPENBLAS_CORETYPE") || getenv("HARK_NO_BLAS_FIXUP"))
+        return;
+    const char *core = openblas_get_corename();
+    if (!core || strcmp(core, "Prescott") != 0)
+        return;
+    const char *want = NULL;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        want = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        want = "Haswell";
+    if (!want)
+        return;
+    setenv("OPENBLAS_CORETYPE", want, 1);
+    execv("/proc/self/exe", argv); /* on failure, carry on with the slow kernels */
+}
 
 static const struct {
     const char *name;
@@ -29,6 +56,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    blas_coretype_fixup(argv);
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -14,6 +14,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#ifdef HARK_CUDA
+#include "dsp/features_gpu.h"
+#include "model/conformer_gpu.h"
+#include <cuda_runtime_api.h>
+#endif
+
 struct wenet_asr {
     wenet_config_t cfg;
     safetensors_t *st;
@@ -23,6 +29,12 @@ struct wenet_asr {
     units_style_t style;
     feat_plan_t *fbank;
     const float *cmvn_mean, *cmvn_istd; /* (input_dim) or NULL */
+    int device;                         /* -1: CPU */
+    int precision;                      /* wenet_precision_t */
+#ifdef HARK_CUDA
+    conformer_gpu_model_t *gpu; /* encoder + CTC on the device */
+    feat_gpu_t *fgpu;           /* fbank on the device */
+#endif
 };
 
 struct wenet_worker {
@@ -34,6 +46,16 @@ struct wenet_worker {
     float *enc;   /* (max_batch, te_max, D) */
     int *enc_lens;
     float *logp;  /* (max_batch, te_max, V) */
+#ifdef HARK_CUDA
+    /* GPU path: pinned host staging and device buffers, sized at creation */
+    conformer_gpu_state_t *gstate;
+    size_t max_samples;
+    float *h_pcm, *d_pcm; /* (max_batch, max_samples) */
+    int *d_lens;          /* (max_batch) samples */
+    float *d_feats;       /* (max_batch, max_frames, input_dim) */
+    float *d_enc;         /* (max_batch, te_max, D) */
+    float *d_logp;        /* (max_batch, te_max, V) */
+#endif
 };
 
 static const char *const method_names[] = {"ctc_greedy_search", "ctc_prefix_beam_search",
@@ -69,10 +91,43 @@ wenet_decode_opts_t wenet_default_opts(const wenet_asr_t *asr)
 
 int wenet_asr_load(const char *dir, wenet_asr_t **out, hark_err_t *err)
 {
+    wenet_load_opts_t lo = {.device = -1, .precision = WENET_FP32};
+    return wenet_asr_load_opts(dir, &lo, out, err);
+}
+
+int wenet_asr_device(const wenet_asr_t *a)
+{
+    return a->device;
+}
+
+int wenet_asr_load_opts(const char *dir, const wenet_load_opts_t *lo, wenet_asr_t **out,
+                        hark_err_t *err)
+{
     *out = NULL;
+#ifndef HARK_CUDA
+    if (lo->device >= 0)
+        return err_set(err, HARK_ERR_NO_DEVICE, "cuda:%d requested, but hark was built without CUDA",
+                       lo->device);
+#else
+    if (lo->device >= 0) {
+        int ndev = 0;
+        if (cudaGetDeviceCount(&ndev) != cudaSuccess || lo->device >= ndev) {
+            cudaGetLastError();
+            return err_set(err, HARK_ERR_NO_DEVICE, "cuda:%d: no such CUDA device (%d present)",
+                           lo->device, ndev);
+        }
+        cudaSetDevice(lo->device);
+    }
+#endif
+    if (lo->precision != WENET_FP32 && lo->precision != WENET_FP16)
+        return err_set(err, HARK_ERR_INVALID_ARG, "precision must be fp32 or fp16");
+    if (lo->device < 0 && lo->precision != WENET_FP32)
+        return err_set(err, HARK_ERR_UNSUPPORTED, "fp16 is GPU-only; the CPU path runs fp32");
     wenet_asr_t *a = hark_calloc(1, sizeof *a);
     if (!a)
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    a->device = lo->device;
+    a->precision = lo->precision;
     char path[4096];
     int rc = wenet_config_load(dir, &a->cfg, err);
     if (rc)
@@ -111,6 +166,14 @@ int wenet_asr_load(const char *dir, wenet_asr_t **out, hark_err_t *err)
     fo.num_mel_bins = a->cfg.num_mel_bins;
     if ((rc = feat_plan_create(&fo, &a->fbank, err)))
         goto fail;
+#ifdef HARK_CUDA
+    if (a->device >= 0) {
+        int prec = a->precision == WENET_FP16 ? CONFORMER_GPU_FP16 : CONFORMER_GPU_FP32;
+        if ((rc = conformer_gpu_model_create_st(&a->cfg, a->st, prec, &a->gpu, err)) ||
+            (rc = feat_gpu_create(a->fbank, &a->fgpu, err)))
+            goto fail;
+    }
+#endif
     *out = a;
     return HARK_OK;
 fail:
@@ -122,6 +185,10 @@ void wenet_asr_destroy(wenet_asr_t *a)
 {
     if (!a)
         return;
+#ifdef HARK_CUDA
+    conformer_gpu_model_destroy(a->gpu);
+    feat_gpu_destroy(a->fgpu);
+#endif
     feat_plan_destroy(a->fbank);
     units_destroy(a->units);
     wenet_decoder_destroy(a->dec);
@@ -156,7 +223,7 @@ int wenet_worker_create(const wenet_asr_t *a, int max_batch, double max_seconds,
                         wenet_worker_t **out, hark_err_t *err)
 {
     *out = NULL;
-    if (max_batch < 1 || !(max_seconds > 0))
+    if (max_batch < 1 || max_batch > 512 || !(max_seconds > 0))
         return err_set(err, HARK_ERR_INVALID_ARG, "worker: max_batch %d, max_seconds %g", max_batch,
                        max_seconds);
     wenet_worker_t *w = hark_calloc(1, sizeof *w);
@@ -184,6 +251,28 @@ int wenet_worker_create(const wenet_asr_t *a, int max_batch, double max_seconds,
                      max_seconds);
         goto fail;
     }
+#ifdef HARK_CUDA
+    if (a->device >= 0) {
+        cudaSetDevice(a->device);
+        int prec = a->precision == WENET_FP16 ? CONFORMER_GPU_FP16 : CONFORMER_GPU_FP32;
+        if ((rc = conformer_gpu_state_create(a->gpu, prec, max_batch, w->max_frames, &w->gstate, err)))
+            goto fail;
+        w->max_samples = (size_t)(max_seconds * a->cfg.sample_rate) + 1;
+        cudaError_t e;
+        if ((e = cudaMallocHost((void **)&w->h_pcm, sizeof(float) * B * w->max_samples)) ||
+            (e = cudaMalloc((void **)&w->d_pcm, sizeof(float) * B * w->max_samples)) ||
+            (e = cudaMalloc((void **)&w->d_lens, sizeof(int) * B)) ||
+            (e = cudaMalloc((void **)&w->d_feats,
+                            sizeof(float) * B * (size_t)w->max_frames * (size_t)a->cfg.input_dim)) ||
+            (e = cudaMalloc((void **)&w->d_enc, sizeof(float) * B * (size_t)te * (size_t)a->cfg.d_model)) ||
+            (e = cudaMalloc((void **)&w->d_logp,
+                            sizeof(float) * B * (size_t)te * (size_t)a->cfg.vocab_size))) {
+            rc = err_set(err, HARK_ERR_CUDA, "worker: device memory for %d x %.1f s: %s", max_batch,
+                         max_seconds, cudaGetErrorString(e));
+            goto fail;
+        }
+    }
+#endif
     *out = w;
     return HARK_OK;
 fail:
@@ -195,6 +284,15 @@ void wenet_worker_destroy(wenet_worker_t *w)
 {
     if (!w)
         return;
+#ifdef HARK_CUDA
+    conformer_gpu_state_destroy(w->gstate);
+    cudaFreeHost(w->h_pcm);
+    cudaFree(w->d_pcm);
+    cudaFree(w->d_lens);
+    cudaFree(w->d_feats);
+    cudaFree(w->d_enc);
+    cudaFree(w->d_logp);
+#endif
     conformer_state_destroy(w->state);
     hark_free(w->feats);
     hark_free(w->lens);
@@ -299,6 +397,60 @@ done:
     return rc;
 }
 
+#ifdef HARK_CUDA
+/* Features, encoder and CTC on the GPU for a padded batch; leaves the log-probs (and, for
+ * rescoring, the encoder output) in the worker's host buffers with the layout of the CPU path. */
+static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pcm, int batch,
+                      int t_max, int *te_out, int want_enc, hark_err_t *err)
+{
+    const wenet_asr_t *a = w->asr;
+    const int D = a->cfg.d_model, V = a->cfg.vocab_size;
+    *te_out = 0;
+    size_t stride = 1;
+    for (int b = 0; b < batch; b++) {
+        if (n[b] > w->max_samples)
+            return err_set(err, HARK_ERR_TOO_LARGE, "utterance %d is longer than the worker's limit", b);
+        if (n[b] > stride)
+            stride = n[b];
+    }
+    if (t_max == 0 || batch == 0) {
+        for (int b = 0; b < batch; b++)
+            w->enc_lens[b] = 0;
+        return HARK_OK;
+    }
+    cudaSetDevice(a->device);
+    cudaStream_t s = (cudaStream_t)conformer_gpu_stream(w->gstate);
+    int lens_samples[512];
+    for (int b = 0; b < batch; b++) {
+        memcpy(w->h_pcm + (size_t)b * stride, pcm[b], sizeof(float) * n[b]);
+        lens_samples[b] = (int)n[b];
+    }
+    cudaError_t e;
+    if ((e = cudaMemcpyAsync(w->d_pcm, w->h_pcm, sizeof(float) * stride * (size_t)batch,
+                             cudaMemcpyHostToDevice, s)) ||
+        (e = cudaMemcpyAsync(w->d_lens, lens_samples, sizeof(int) * (size_t)batch,
+                             cudaMemcpyHostToDevice, s)))
+        return err_set(err, HARK_ERR_CUDA, "upload: %s", cudaGetErrorString(e));
+    int rc = feat_gpu_compute(a->fgpu, w->d_feats, NULL, w->d_pcm, stride, w->d_lens, batch, t_max,
+                              s, err);
+    if (rc || (rc = conformer_gpu_forward(w->gstate, NULL, w->d_enc, w->enc_lens, w->d_feats, w->lens,
+                                          batch, t_max, err)))
+        return rc;
+    int te = conformer_gpu_out_len(a->gpu, t_max);
+    if ((rc = conformer_gpu_ctc_log_probs(w->gstate, w->d_logp, w->d_enc, w->enc_lens, batch, te, err)))
+        return rc;
+    if ((e = cudaMemcpyAsync(w->logp, w->d_logp, sizeof(float) * (size_t)batch * te * V,
+                             cudaMemcpyDeviceToHost, s)) ||
+        (want_enc && (e = cudaMemcpyAsync(w->enc, w->d_enc, sizeof(float) * (size_t)batch * te * D,
+                                          cudaMemcpyDeviceToHost, s))))
+        return err_set(err, HARK_ERR_CUDA, "download: %s", cudaGetErrorString(e));
+    if ((rc = conformer_gpu_sync(w->gstate, err)))
+        return rc;
+    *te_out = te;
+    return HARK_OK;
+}
+#endif
+
 int wenet_recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const float *const *pcm,
                     const size_t *n, int batch, wenet_result_t *results, hark_err_t *err)
 {
@@ -329,6 +481,14 @@ int wenet_recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const fl
             t_max = T;
     }
     int rc = HARK_OK;
+    int te = 0;
+#ifdef HARK_CUDA
+    if (a->device >= 0) {
+        if ((rc = encode_gpu(w, n, pcm, batch, t_max, &te, o.method == DECODE_ATTENTION_RESCORING, err)))
+            return rc;
+        goto search;
+    }
+#endif
     for (int b = 0; b < batch && !rc; b++)
         rc = feat_compute(a->fbank, pcm[b], n[b], w->feats + (size_t)b * t_max * D_in, err);
     if (rc)
@@ -337,7 +497,6 @@ int wenet_recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const fl
     co.n_threads = o.n_threads;
     co.debug = o.debug;
     co.debug_user = o.debug_user;
-    int te = 0;
     if (t_max > 0 && batch > 0) {
         if ((rc = conformer_forward(w->state, &co, w->enc, w->enc_lens, w->feats, w->lens, batch,
                                     t_max, err)))
@@ -349,6 +508,9 @@ int wenet_recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const fl
         for (int b = 0; b < batch; b++)
             w->enc_lens[b] = 0;
     }
+#ifdef HARK_CUDA
+search:
+#endif
     for (int b = 0; b < batch && !rc; b++)
         rc = decode_one(a, &o, w->logp + (size_t)b * te * V, w->enc + (size_t)b * te * D,
                         w->enc_lens[b], &results[b], err);

@@ -45,10 +45,23 @@ typedef struct wenet_worker wenet_worker_t;
  * model's ctc_weight / reverse_weight, nbest 1. */
 wenet_decode_opts_t wenet_default_opts(const wenet_asr_t *asr);
 
-/* Loads DIR (the model-repository entry: DIR/1/model.json, model.safetensors, units.txt).
- * Errors name the file and what is wrong (missing tensor, unit table not matching the
+/* Loads DIR (the model-repository entry: DIR/1/model.json, model.safetensors, units.txt) for
+ * the CPU. Errors name the file and what is wrong (missing tensor, unit table not matching the
  * vocabulary, unsupported option). */
 int wenet_asr_load(const char *model_dir, wenet_asr_t **out, hark_err_t *err);
+
+typedef enum { WENET_FP32 = 1, WENET_FP16 = 2 } wenet_precision_t;
+typedef struct {
+    int device;                  /* -1: CPU; >= 0: that CUDA device */
+    wenet_precision_t precision; /* GPU only: FP32, or FP16 GEMMs with FP32 accumulation */
+} wenet_load_opts_t;
+
+/* The same, on the device the options name: features, encoder and CTC run on the GPU; the
+ * searches and the attention decoder stay on the CPU. HARK_ERR_NO_DEVICE without CUDA or
+ * without that device. */
+int wenet_asr_load_opts(const char *model_dir, const wenet_load_opts_t *lo, wenet_asr_t **out,
+                        hark_err_t *err);
+int wenet_asr_device(const wenet_asr_t *asr); /* -1: CPU */
 void wenet_asr_destroy(wenet_asr_t *asr); /* accepts NULL */
 const wenet_config_t *wenet_asr_config(const wenet_asr_t *asr);
 int wenet_asr_sample_rate(const wenet_asr_t *asr);

@@ -219,3 +219,126 @@ TEST(wenet_asr_empty_and_bad_input)
     CHECK(strstr(err.msg, "/nonexistent/model") != NULL);
     fixture_close(&fx);
 }
+
+#ifdef HARK_CUDA
+/* The whole pipeline on the GPU (features, encoder, CTC there; search and decoder on the CPU).
+ * FP32: WeNet's tokens for every method, n-best scores within 1e-3. FP16: identical greedy and
+ * rescoring hypotheses (the issue's bar); n-best score drift reported. */
+static void gpu_golden(test_ctx_t *t, wenet_precision_t prec)
+{
+    fixture_t fx;
+    OPEN_FIXTURE(fx);
+    char why[512], path[1024];
+    const char *dir = golden_wenet_model_dir(why, sizeof why);
+    snprintf(path, sizeof path, "%s/m", dir);
+    wenet_load_opts_t lo = {.device = 0, .precision = prec};
+    wenet_asr_t *g;
+    hark_err_t err = {0};
+    CHECKF(wenet_asr_load_opts(path, &lo, &g, &err) == HARK_OK, "%s", err.msg);
+    wenet_worker_t *w;
+    CHECK_OK(wenet_worker_create(g, NU, 12.0, &w, &err));
+    const float *pcm[NU];
+    size_t n[NU];
+    for (int u = 0; u < NU; u++) {
+        pcm[u] = fx.audio[u].samples;
+        n[u] = fx.audio[u].n;
+    }
+    double worst = 0;
+    for (int m = 0; m < 3; m++) {
+        wenet_decode_opts_t o = wenet_default_opts(g);
+        o.method = (wenet_method_t)m;
+        o.nbest = 10;
+        wenet_result_t r[NU];
+        CHECKF(wenet_recognize(w, &o, pcm, n, NU, r, &err) == HARK_OK, "%s", err.msg);
+        const char *mname = wenet_method_name(o.method);
+        for (int u = 0; u < NU; u++) {
+            int must = prec == WENET_FP32 || m != DECODE_CTC_PREFIX_BEAM;
+            int same = same_tokens(golden(&fx, u, "full", mname, "tokens"), r[u].best.tokens,
+                                   r[u].best.n_tokens);
+            CHECKF(same || !must, "%s %s %s: tokens differ from WeNet's", prec == WENET_FP16 ? "fp16" : "fp32",
+                   utts[u], mname);
+            if (m == DECODE_CTC_PREFIX_BEAM) {
+                cJSON *sc = golden(&fx, u, "full", mname, "nbest_scores");
+                for (int i = 0; i < r[u].n_nbest && i < cJSON_GetArraySize(sc); i++) {
+                    double d = fabs(r[u].nbest[i].score - cJSON_GetArrayItem(sc, i)->valuedouble);
+                    if (d > worst)
+                        worst = d;
+                }
+            }
+            wenet_result_free(&r[u]);
+        }
+    }
+    printf("    gpu %s: n-best scores max abs diff %.3g\n", prec == WENET_FP16 ? "fp16" : "fp32", worst);
+    if (prec == WENET_FP32)
+        CHECKF(worst <= 1e-3, "fp32 n-best scores differ by %.3g", worst);
+    wenet_worker_destroy(w);
+    wenet_asr_destroy(g);
+    fixture_close(&fx);
+}
+
+GPU_TEST(gpu_wenet_asr_golden_fp32)
+{
+    gpu_golden(t, WENET_FP32);
+}
+
+GPU_TEST(gpu_wenet_asr_golden_fp16)
+{
+    gpu_golden(t, WENET_FP16);
+}
+#endif
+
+/* Repeated calls on one worker and batch vs single give the same n-best (prefix beam). */
+static void repeat_check(test_ctx_t *t, int device)
+{
+    fixture_t fx;
+    OPEN_FIXTURE(fx);
+    char why[512], path[1024];
+    snprintf(path, sizeof path, "%s/m", golden_wenet_model_dir(why, sizeof why));
+    wenet_load_opts_t lo = {.device = device, .precision = WENET_FP32};
+    wenet_asr_t *g;
+    hark_err_t err = {0};
+    CHECKF(wenet_asr_load_opts(path, &lo, &g, &err) == HARK_OK, "%s", err.msg);
+    wenet_worker_t *w;
+    CHECK_OK(wenet_worker_create(g, NU, 12.0, &w, &err));
+    const float *pcm[NU];
+    size_t n[NU];
+    for (int u = 0; u < NU; u++) {
+        pcm[u] = fx.audio[u].samples;
+        n[u] = fx.audio[u].n;
+    }
+    wenet_decode_opts_t o = wenet_default_opts(g);
+    o.method = DECODE_CTC_PREFIX_BEAM;
+    o.nbest = 10;
+    for (int round = 0; round < 3; round++) {
+        wenet_result_t r[NU];
+        int batch = round == 2 ? 1 : NU;
+        for (int u0 = 0; u0 < NU; u0 += batch) {
+            CHECKF(wenet_recognize(w, &o, pcm + u0, n + u0, batch, r + u0, &err) == HARK_OK, "%s", err.msg);
+        }
+        for (int u = 0; u < NU; u++) {
+            int same = same_tokens(golden(&fx, u, "full", "ctc_prefix_beam_search", "tokens"),
+                                   r[u].best.tokens, r[u].best.n_tokens);
+            cJSON *sc = golden(&fx, u, "full", "ctc_prefix_beam_search", "nbest_scores");
+            printf("    device %d round %d (batch %d) %s: best %s, score diff %.3g\n", device, round,
+                   batch, utts[u], same ? "same" : "DIFFERS",
+                   r[u].n_nbest ? fabs(r[u].nbest[0].score - cJSON_GetArrayItem(sc, 0)->valuedouble) : -1.0);
+            CHECKF(same, "device %d round %d %s differs", device, round, utts[u]);
+            wenet_result_free(&r[u]);
+        }
+    }
+    wenet_worker_destroy(w);
+    wenet_asr_destroy(g);
+    fixture_close(&fx);
+}
+
+TEST(wenet_asr_repeat_batch_cpu)
+{
+    repeat_check(t, -1);
+}
+
+#ifdef HARK_CUDA
+GPU_TEST(gpu_wenet_asr_repeat_batch)
+{
+    repeat_check(t, 0);
+}
+#endif

@@ -8,7 +8,10 @@
 #define GOLDEN_WENET "golden/wenet_u2pp_conformer_small"
 
 /* Directory holding the converted model as "<dir>/m" (a model-repository entry), or NULL with a
- * reason in why (../shared, the converter or python3-torch missing, or the conversion failed). */
+ * reason in why (../shared, the converter or python3-torch missing, or the conversion failed).
+ * $HARK_GOLDEN_MODEL, when set, names such a directory prepared elsewhere, and so does
+ * ../shared/data/GOLDEN_WENET/converted when present (the GPU machine has no Debian python3-torch
+ * to convert with). */
 const char *golden_wenet_model_dir(char *why, size_t nwhy);
 
 #endif

@@ -1,0 +1,982 @@
+/* conformer_gpu.c — WeNet Conformer encoder + CTC head on the GPU through the ops_cuda.h
+ * launchers; the CPU reference is conformer.c. Tests: tests/model/test_conformer_gpu.c
+ *
+ * The batch stays padded: (batch, t_out, D) buffers, row-wise ops over all rows, the frame-mixing
+ * ops (subsampling convs, attention, depthwise conv) confined to each utterance by its length.
+ * Input rows past an utterance's end are zeroed first, so padding stays finite and can never
+ * reach a valid frame. Per sub-module: GEMM(s) with FP32 output, then one fused kernel that adds
+ * bias + residual and computes the next layer norm (the next GEMM's input, in the state's dtype).
+ */
+#include "model/conformer_gpu.h"
+
+#ifdef HARK_CUDA
+
+#include "core/alloc.h"
+#include "core/assert.h"
+#include "hark.h"
+#include "ops/ops.h"
+#include "ops/ops_cuda.h"
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#define NORM_EPS 1e-5f
+#define MAX_CONVS 3
+#define CONV_SCRATCH_BUDGET ((size_t)128 << 20) /* im2col block (bytes) */
+
+typedef struct {
+    const float *f32; /* device (out, in) float32, or NULL when not uploaded */
+    const void *f16;  /* device (out, in) float16, or NULL */
+} mat_t;
+
+typedef struct {
+    const float *g, *b; /* (D) */
+} dnorm_t;
+
+typedef struct {
+    dnorm_t norm_ff_macaron, norm_mha, norm_conv, norm_ff, norm_final;
+    mat_t ffm1, ffm2, ff1, ff2; /* (F, D), (D, F) */
+    const float *ffm1_b, *ffm2_b, *ff1_b, *ff2_b;
+    mat_t qkv, o, pos;             /* (3D, D) = [linear_q; linear_k; linear_v], (D, D), (D, D) */
+    const float *qkv_b, *o_b;      /* (3D), (D) */
+    const float *pos_u, *pos_v;    /* (H, dk) */
+    mat_t pw1, pw2;                /* (2D, D), (D, D) */
+    const float *pw1_b, *pw2_b;    /* (2D), (D) */
+    const float *dw_w, *dw_b;      /* (D, K), (D) */
+    dnorm_t cnn_norm;              /* (D) */
+    const float *bn_mean, *bn_var; /* (D); batch_norm only */
+    const float *causal_left;      /* (K-1, D) glu(pw1 bias) rows; causal only */
+} gblock_t;
+
+typedef struct {
+    int k, stride, cin, cout;
+    mat_t w;        /* (cout, cin·k·k); f32 always (the direct kernel reads it) */
+    const float *b; /* (cout) */
+} gconv_t;
+
+struct conformer_gpu_model {
+    wenet_config_t cfg;
+    int d, h, dk, ffn, kernel, vocab, in_dim, precisions;
+    const float *cmvn_mean, *cmvn_istd; /* (in_dim) or NULL */
+    int n_conv;
+    gconv_t conv[MAX_CONVS];
+    mat_t embed; /* (D, embed_in) */
+    const float *embed_b;
+    int embed_in;
+    float xscale;
+    float *pe32; /* (max_len, D) */
+    void *pe16;  /* (max_len, D) float16, FP16 models only */
+    gblock_t *blocks;
+    dnorm_t after_norm;
+    mat_t ctc; /* (V, D) */
+    const float *ctc_b;
+    void *dev32, *dev16; /* the weight blocks */
+    size_t bytes;
+};
+
+struct conformer_gpu_state {
+    const conformer_gpu_model_t *m;
+    ops_dtype_t dt;
+    int max_batch, max_frames, max_t_out, max_rows;
+    cudaStream_t stream;
+    ops_cuda_t *g;
+    void *mem; /* one block; the views below point into it */
+    size_t bytes;
+    int *d_lens, *d_tl, *d_ctc_lens; /* (max_batch) */
+    float *x, *a, *u;                /* (rows, D) float32: residual stream, sub-module out, GLU */
+    void *hn;                        /* (rows, D) dt: the GEMMs' input */
+    float *big32;                    /* (rows, max(F, 3D)) float32 GEMM outputs */
+    void *big;                       /* (rows, max(F, D)) dt; = big32 for FP32 */
+    float *p32;                      /* (max_t_out, D) projected positions */
+    void *att;                       /* attention scratch */
+    size_t att_bytes;
+    void *in0;             /* (max_batch, max_frames, in_dim) dt */
+    void *cbuf[MAX_CONVS]; /* (max_batch, H_i, C, W_i) dt */
+    void *col;             /* conv2d im2col scratch */
+    size_t col_bytes;
+};
+
+/* ---- geometry ------------------------------------------------------------------------------ */
+
+static int conv_out(int n, int k, int s)
+{
+    return n < k ? 0 : (n - k) / s + 1;
+}
+
+int conformer_gpu_out_len(const conformer_gpu_model_t *m, int frames)
+{
+    for (int i = 0; i < m->n_conv; i++)
+        frames = conv_out(frames, m->conv[i].k, m->conv[i].stride);
+    return frames;
+}
+
+const wenet_config_t *conformer_gpu_config(const conformer_gpu_model_t *m)
+{
+    return &m->cfg;
+}
+
+size_t conformer_gpu_model_bytes(const conformer_gpu_model_t *m)
+{
+    return m->bytes;
+}
+
+static int cuda_err(hark_err_t *err, cudaError_t e, const char *what)
+{
+    return err_set(err, HARK_ERR_CUDA, "conformer (gpu): %s: %s", what, cudaGetErrorString(e));
+}
+
+/* ---- half conversion for the upload -------------------------------------------------------- */
+
+static uint16_t f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf, nan */
+        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
+    if (ax >= 0x477ff000u) /* rounds past 65504 */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) { /* below 2^-14: subnormal, exact multiple of 2^-24 after rounding */
+        float v;
+        memcpy(&v, &ax, 4);
+        return (uint16_t)(sign | (uint32_t)lrintf(v * 16777216.0f));
+    }
+    uint32_t h = (((ax >> 23) - 112u) << 10) | ((ax & 0x7fffffu) >> 13), rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
+        h++;
+    return (uint16_t)(sign | h);
+}
+
+/* ---- model loading: two passes over the same code, the first sizes the blocks --------------- */
+
+enum { K_VEC, K_MAT, K_MAT32 }; /* vector (f32); matrix (copies as asked); matrix, f32 always */
+
+typedef struct {
+    conformer_tensor_fn get;
+    void *user;
+    hark_err_t *err;
+    int pass, prec;
+    size_t n32, n16; /* elements placed so far */
+    float *h32;      /* host staging (pass 1) */
+    uint16_t *h16;
+    float *d32; /* device blocks (pass 1) */
+    uint16_t *d16;
+} gload_t;
+
+static int fetch(gload_t *L, const float **host, int ndim, int64_t d0, int64_t d1, int64_t d2,
+                 int64_t d3, const char *fmt, ...) __attribute__((format(printf, 8, 9)));
+static int fetch(gload_t *L, const float **host, int ndim, int64_t d0, int64_t d1, int64_t d2,
+                 int64_t d3, const char *fmt, ...)
+{
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    int64_t shape[4] = {d0, d1, d2, d3};
+    return L->get(L->user, name, ndim, shape, host, L->err);
+}
+
+/* Places n floats of host data; align starts a new 256-byte aligned run (cont = 0 for the
+ * second and third parts of a concatenated matrix). */
+static void place(gload_t *L, const float *host, size_t n, int kind, int align, const float **p32,
+                  const void **p16)
+{
+    if (align) {
+        L->n32 = (L->n32 + 63) & ~(size_t)63;
+        L->n16 = (L->n16 + 127) & ~(size_t)127;
+    }
+    int want32 = kind != K_MAT || (L->prec & CONFORMER_GPU_FP32);
+    int want16 = kind != K_VEC && (L->prec & CONFORMER_GPU_FP16);
+    if (want32) {
+        if (L->pass) {
+            memcpy(L->h32 + L->n32, host, n * sizeof(float));
+            if (p32)
+                *p32 = L->d32 + L->n32;
+        }
+        L->n32 += n;
+    }
+    if (want16) {
+        if (L->pass) {
+            for (size_t i = 0; i < n; i++)
+                L->h16[L->n16 + i] = f32_to_f16(host[i]);
+            if (p16)
+                *p16 = L->d16 + L->n16;
+        }
+        L->n16 += n;
+    }
+}
+
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        int rc_ = (x);                                                                             \
+        if (rc_ != HARK_OK)                                                                        \
+            return rc_;                                                                            \
+    } while (0)
+
+/* fetch + place of one tensor; mat may be NULL for vectors */
+static int put(gload_t *L, int kind, int align, const float **v32, mat_t *mat, int ndim, int64_t d0,
+               int64_t d1, int64_t d2, int64_t d3, const char *fmt, ...)
+    __attribute__((format(printf, 11, 12)));
+static int put(gload_t *L, int kind, int align, const float **v32, mat_t *mat, int ndim, int64_t d0,
+               int64_t d1, int64_t d2, int64_t d3, const char *fmt, ...)
+{
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    const float *host = NULL;
+    TRY(fetch(L, &host, ndim, d0, d1, d2, d3, "%s", name));
+    size_t n = (size_t)d0 * (ndim > 1 ? (size_t)d1 : 1) * (ndim > 2 ? (size_t)d2 : 1) *
+               (ndim > 3 ? (size_t)d3 : 1);
+    place(L, host, n, kind, align, mat ? &mat->f32 : v32, mat ? &mat->f16 : NULL);
+    return HARK_OK;
+}
+
+#define VEC(dst, n, ...) put(L, K_VEC, 1, dst, NULL, 1, n, 0, 0, 0, __VA_ARGS__)
+#define MAT(dst, o, i, ...) put(L, K_MAT, 1, NULL, dst, 2, o, i, 0, 0, __VA_ARGS__)
+
+static int load_lin(gload_t *L, mat_t *w, const float **b, int out, int in, const char *prefix)
+{
+    TRY(MAT(w, out, in, "%s.weight", prefix));
+    TRY(VEC(b, out, "%s.bias", prefix));
+    return HARK_OK;
+}
+
+static int load_norm(gload_t *L, dnorm_t *n, int d, const char *prefix)
+{
+    TRY(VEC(&n->g, d, "%s.weight", prefix));
+    TRY(VEC(&n->b, d, "%s.bias", prefix));
+    return HARK_OK;
+}
+
+static int load_block(gload_t *L, conformer_gpu_model_t *m, gblock_t *bk, int i, float *scratch)
+{
+    const wenet_config_t *c = &m->cfg;
+    int d = m->d, f = m->ffn;
+    char p[96], q[160];
+#define SUB(name) (snprintf(q, sizeof q, "%s.%s", p, name), q)
+    snprintf(p, sizeof p, "encoder.encoders.%d", i);
+    if (c->macaron) {
+        TRY(load_norm(L, &bk->norm_ff_macaron, d, SUB("norm_ff_macaron")));
+        TRY(load_lin(L, &bk->ffm1, &bk->ffm1_b, f, d, SUB("feed_forward_macaron.w_1")));
+        TRY(load_lin(L, &bk->ffm2, &bk->ffm2_b, d, f, SUB("feed_forward_macaron.w_2")));
+    }
+    TRY(load_norm(L, &bk->norm_mha, d, SUB("norm_mha")));
+    /* q, k, v weights and biases concatenated for one GEMM */
+    static const char *const qkv[3] = {"linear_q", "linear_k", "linear_v"};
+    for (int j = 0; j < 3; j++)
+        TRY(put(L, K_MAT, j == 0, NULL, j == 0 ? &bk->qkv : NULL, 2, d, d, 0, 0,
+                "%s.self_attn.%s.weight", p, qkv[j]));
+    for (int j = 0; j < 3; j++)
+        TRY(put(L, K_VEC, j == 0, j == 0 ? &bk->qkv_b : NULL, NULL, 1, d, 0, 0, 0,
+                "%s.self_attn.%s.bias", p, qkv[j]));
+    TRY(load_lin(L, &bk->o, &bk->o_b, d, d, SUB("self_attn.linear_out")));
+    if (c->pos == POS_REL) {
+        TRY(MAT(&bk->pos, d, d, "%s.self_attn.linear_pos.weight", p));
+        TRY(put(L, K_VEC, 1, &bk->pos_u, NULL, 2, m->h, m->dk, 0, 0, "%s.self_attn.pos_bias_u", p));
+        TRY(put(L, K_VEC, 1, &bk->pos_v, NULL, 2, m->h, m->dk, 0, 0, "%s.self_attn.pos_bias_v", p));
+    }
+    if (c->use_cnn_module) {
+        TRY(load_norm(L, &bk->norm_conv, d, SUB("norm_conv")));
+        TRY(load_norm(L, &bk->norm_final, d, SUB("norm_final")));
+        TRY(put(L, K_MAT, 1, NULL, &bk->pw1, 3, 2 * d, d, 1, 0,
+                "%s.conv_module.pointwise_conv1.weight", p));
+        const float *pw1_b_host = NULL;
+        TRY(fetch(L, &pw1_b_host, 1, 2 * d, 0, 0, 0, "%s.conv_module.pointwise_conv1.bias", p));
+        place(L, pw1_b_host, (size_t)2 * d, K_VEC, 1, &bk->pw1_b, NULL);
+        TRY(put(L, K_VEC, 1, &bk->dw_w, NULL, 3, d, 1, m->kernel, 0,
+                "%s.conv_module.depthwise_conv.weight", p));
+        TRY(VEC(&bk->dw_b, d, "%s.conv_module.depthwise_conv.bias", p));
+        TRY(load_norm(L, &bk->cnn_norm, d, SUB("conv_module.norm")));
+        if (c->cnn_norm == CNN_NORM_BATCH) {
+            TRY(VEC(&bk->bn_mean, d, "%s.conv_module.norm.running_mean", p));
+            TRY(VEC(&bk->bn_var, d, "%s.conv_module.norm.running_var", p));
+        }
+        TRY(put(L, K_MAT, 1, NULL, &bk->pw2, 3, d, d, 1, 0, "%s.conv_module.pointwise_conv2.weight",
+                p));
+        TRY(VEC(&bk->pw2_b, d, "%s.conv_module.pointwise_conv2.bias", p));
+        if (c->causal && m->kernel > 1) {
+            /* the causal conv's left context: WeNet pads zeros before pointwise_conv1, which
+             * become glu(bias) (conformer.c, README note 7) */
+            int left = m->kernel - 1;
+            glu_ref(scratch, pw1_b_host, 1, d);
+            for (int r = 1; r < left; r++)
+                memcpy(scratch + (size_t)r * d, scratch, (size_t)d * sizeof(float));
+            place(L, scratch, (size_t)left * d, K_VEC, 1, &bk->causal_left, NULL);
+        }
+    }
+    TRY(load_norm(L, &bk->norm_ff, d, SUB("norm_ff")));
+    TRY(load_lin(L, &bk->ff1, &bk->ff1_b, f, d, SUB("feed_forward.w_1")));
+    TRY(load_lin(L, &bk->ff2, &bk->ff2_b, d, f, SUB("feed_forward.w_2")));
+#undef SUB
+    return HARK_OK;
+}
+
+static int load_all(gload_t *L, conformer_gpu_model_t *m, float *scratch)
+{
+    const wenet_config_t *cfg = &m->cfg;
+    if (cfg->has_cmvn) {
+        TRY(VEC(&m->cmvn_mean, m->in_dim, "encoder.global_cmvn.mean"));
+        TRY(VEC(&m->cmvn_istd, m->in_dim, "encoder.global_cmvn.istd"));
+    }
+    for (int i = 0; i < m->n_conv; i++) {
+        gconv_t *cv = &m->conv[i];
+        TRY(put(L, K_MAT32, 1, NULL, &cv->w, 4, cv->cout, cv->cin, cv->k, cv->k,
+                "encoder.embed.conv.%d.weight", 2 * i));
+        TRY(VEC(&cv->b, cv->cout, "encoder.embed.conv.%d.bias", 2 * i));
+    }
+    TRY(load_lin(L, &m->embed, &m->embed_b, m->d, m->embed_in,
+                 cfg->subsample == SUBSAMPLE_CONV2D ? "encoder.embed.out.0"
+                                                    : "encoder.embed.linear"));
+    for (int i = 0; i < cfg->n_blocks; i++)
+        TRY(load_block(L, m, &m->blocks[i], i, scratch));
+    if (cfg->normalize_before)
+        TRY(load_norm(L, &m->after_norm, m->d, "encoder.after_norm"));
+    TRY(load_lin(L, &m->ctc, &m->ctc_b, m->vocab, m->d, "ctc.ctc_lo"));
+    L->n32 = (L->n32 + 63) & ~(size_t)63; /* the positional tables follow, aligned */
+    L->n16 = (L->n16 + 127) & ~(size_t)127;
+    return HARK_OK;
+}
+
+static int check_config(const wenet_config_t *c, hark_err_t *err)
+{
+    if (c->d_model <= 0 || c->n_heads <= 0 || c->d_model % c->n_heads != 0 || c->d_model % 2)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "conformer (gpu): d_model %d must be even and divisible by n_heads %d",
+                       c->d_model, c->n_heads);
+    if (c->input_dim <= 0 || c->ffn_dim <= 0 || c->n_blocks < 0 || c->max_len <= 0 ||
+        c->vocab_size <= 0)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "conformer (gpu): bad sizes (input_dim %d, ffn_dim %d, n_blocks %d, "
+                       "max_len %d, vocab %d)",
+                       c->input_dim, c->ffn_dim, c->n_blocks, c->max_len, c->vocab_size);
+    if (c->subsample != SUBSAMPLE_CONV2D && c->subsample != SUBSAMPLE_CONV2D6 &&
+        c->subsample != SUBSAMPLE_CONV2D8)
+        return err_set(err, HARK_ERR_UNSUPPORTED, "conformer (gpu): subsampling %d",
+                       (int)c->subsample);
+    if (c->pos != POS_REL && c->pos != POS_ABS)
+        return err_set(err, HARK_ERR_UNSUPPORTED, "conformer (gpu): positional encoding %d",
+                       (int)c->pos);
+    if (c->activation != ACT_SWISH && c->activation != ACT_RELU && c->activation != ACT_GELU)
+        return err_set(err, HARK_ERR_UNSUPPORTED, "conformer (gpu): activation %d",
+                       (int)c->activation);
+    if (c->use_cnn_module && (c->cnn_kernel <= 0 || (!c->causal && c->cnn_kernel % 2 == 0) ||
+                              (c->cnn_norm != CNN_NORM_BATCH && c->cnn_norm != CNN_NORM_LAYER)))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "conformer (gpu): cnn_module_kernel %d (odd unless causal), norm %d",
+                       c->cnn_kernel, (int)c->cnn_norm);
+    if (c->d_model > 8192 || c->input_dim > 8192)
+        return err_set(err, HARK_ERR_UNSUPPORTED, "conformer (gpu): d_model %d too large",
+                       c->d_model);
+    return HARK_OK;
+}
+
+int conformer_gpu_model_create(const wenet_config_t *cfg, conformer_tensor_fn get, void *user,
+                               int precisions, conformer_gpu_model_t **out, hark_err_t *err)
+{
+    *out = NULL;
+    int rc = check_config(cfg, err);
+    if (rc != HARK_OK)
+        return rc;
+    if (!(precisions & (CONFORMER_GPU_FP32 | CONFORMER_GPU_FP16)))
+        return err_set(err, HARK_ERR_INVALID_ARG, "conformer (gpu): precisions %d", precisions);
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= 0) {
+        cudaGetLastError();
+        return err_set(err, HARK_ERR_NO_DEVICE, "conformer (gpu): no CUDA device");
+    }
+    conformer_gpu_model_t *m = hark_calloc(1, sizeof *m);
+    if (!m)
+        return err_set(err, HARK_ERR_NOMEM, "conformer (gpu): out of memory");
+    m->cfg = *cfg;
+    m->precisions = precisions;
+    m->d = cfg->d_model;
+    m->h = cfg->n_heads;
+    m->dk = m->d / m->h;
+    m->ffn = cfg->ffn_dim;
+    m->kernel = cfg->use_cnn_module ? cfg->cnn_kernel : 0;
+    m->vocab = cfg->vocab_size;
+    m->in_dim = cfg->input_dim;
+    m->xscale = (float)sqrt((double)m->d);
+    switch (cfg->subsample) {
+    case SUBSAMPLE_CONV2D:
+        m->n_conv = 2;
+        m->conv[0] = (gconv_t){3, 2, 1, m->d, {NULL, NULL}, NULL};
+        m->conv[1] = (gconv_t){3, 2, m->d, m->d, {NULL, NULL}, NULL};
+        break;
+    case SUBSAMPLE_CONV2D6:
+        m->n_conv = 2;
+        m->conv[0] = (gconv_t){3, 2, 1, m->d, {NULL, NULL}, NULL};
+        m->conv[1] = (gconv_t){5, 3, m->d, m->d, {NULL, NULL}, NULL};
+        break;
+    case SUBSAMPLE_CONV2D8:
+        m->n_conv = 3;
+        for (int i = 0; i < 3; i++)
+            m->conv[i] = (gconv_t){3, 2, i ? m->d : 1, m->d, {NULL, NULL}, NULL};
+        break;
+    }
+    int f = m->in_dim;
+    for (int i = 0; i < m->n_conv; i++)
+        f = conv_out(f, m->conv[i].k, m->conv[i].stride);
+    m->embed_in = m->conv[m->n_conv - 1].cout * f;
+    gload_t ld = {get, user, err, 0, precisions, 0, 0, NULL, NULL, NULL, NULL}, *L = &ld;
+    float *scratch = hark_malloc((size_t)(m->kernel > 1 ? m->kernel : 1) * m->d * sizeof(float));
+    m->blocks = hark_calloc(cfg->n_blocks > 0 ? (size_t)cfg->n_blocks : 1, sizeof *m->blocks);
+    if (f <= 0) {
+        rc = err_set(err, HARK_ERR_INVALID_ARG,
+                     "conformer (gpu): input_dim %d is too small for the subsampling", m->in_dim);
+        goto fail;
+    }
+    if (!scratch || !m->blocks) {
+        rc = err_set(err, HARK_ERR_NOMEM, "conformer (gpu): out of memory");
+        goto fail;
+    }
+    if ((rc = load_all(L, m, scratch)) != HARK_OK) /* pass 0: sizes and shape checks */
+        goto fail;
+    size_t pe_n = (size_t)cfg->max_len * m->d;
+    size_t b32 = (ld.n32 + pe_n) * sizeof(float), b16 = (ld.n16 + pe_n) * 2;
+    if (!(precisions & CONFORMER_GPU_FP16))
+        b16 = 0;
+    ld.h32 = hark_malloc(ld.n32 * sizeof(float) + 1);
+    ld.h16 = b16 ? hark_malloc(ld.n16 * 2 + 1) : NULL;
+    if (!ld.h32 || (b16 && !ld.h16)) {
+        rc = err_set(err, HARK_ERR_NOMEM, "conformer (gpu): out of host memory for staging");
+        goto fail;
+    }
+    cudaError_t e = cudaMalloc(&m->dev32, b32);
+    if (e == cudaSuccess && b16)
+        e = cudaMalloc(&m->dev16, b16);
+    if (e != cudaSuccess) {
+        rc = cuda_err(err, e, "weights allocation");
+        goto fail;
+    }
+    m->bytes = b32 + b16;
+    ld.d32 = m->dev32;
+    ld.d16 = m->dev16;
+    ld.pass = 1;
+    ld.n32 = ld.n16 = 0;
+    if ((rc = load_all(L, m, scratch)) != HARK_OK)
+        goto fail;
+    m->pe32 = (float *)m->dev32 + ld.n32;
+    if (b16)
+        m->pe16 = (uint16_t *)m->dev16 + ld.n16;
+    e = cudaMemcpy(m->dev32, ld.h32, ld.n32 * sizeof(float), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess && b16)
+        e = cudaMemcpy(m->dev16, ld.h16, ld.n16 * 2, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        rc = cuda_err(err, e, "weights upload");
+        goto fail;
+    }
+    if ((rc = cuda_pos_enc(m->pe32, cfg->max_len, m->d, NULL, err)) != HARK_OK ||
+        (b16 && (rc = cuda_cast(m->pe16, OPS_F16, m->pe32, OPS_F32, pe_n, NULL, err)) != HARK_OK))
+        goto fail;
+    if ((e = cudaDeviceSynchronize()) != cudaSuccess) {
+        rc = cuda_err(err, e, "positional table");
+        goto fail;
+    }
+    hark_free(ld.h32);
+    hark_free(ld.h16);
+    hark_free(scratch);
+    *out = m;
+    return HARK_OK;
+fail:
+    hark_free(ld.h32);
+    hark_free(ld.h16);
+    hark_free(scratch);
+    conformer_gpu_model_destroy(m);
+    return rc;
+}
+
+static int st_getter(void *user, const char *name, int ndim, const int64_t *shape,
+                     const float **data, hark_err_t *err)
+{
+    const st_tensor_t *t = st_find((const safetensors_t *)user, name);
+    if (!t)
+        return err_set(err, HARK_ERR_NOT_FOUND, "model weights: tensor '%s' is missing", name);
+    if (t->dtype != ST_F32)
+        return err_set(err, HARK_ERR_UNSUPPORTED, "model weights: tensor '%s' is %s, expected F32",
+                       name, st_dtype_name(t->dtype));
+    int same = t->ndim == ndim;
+    for (int i = 0; same && i < ndim; i++)
+        same = t->shape[i] == shape[i];
+    if (!same)
+        return err_set(err, HARK_ERR_FORMAT, "model weights: tensor '%s' has the wrong shape",
+                       name);
+    *data = (const float *)t->data;
+    return HARK_OK;
+}
+
+int conformer_gpu_model_create_st(const wenet_config_t *cfg, const safetensors_t *st,
+                                  int precisions, conformer_gpu_model_t **out, hark_err_t *err)
+{
+    return conformer_gpu_model_create(cfg, st_getter, (void *)st, precisions, out, err);
+}
+
+void conformer_gpu_model_destroy(conformer_gpu_model_t *m)
+{
+    if (!m)
+        return;
+    cudaFree(m->dev32);
+    cudaFree(m->dev16);
+    hark_free(m->blocks);
+    hark_free(m);
+}
+
+/* ---- state --------------------------------------------------------------------------------- */
+
+static size_t al(size_t n)
+{
+    return (n + 255) & ~(size_t)255;
+}
+
+int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, int max_batch,
+                               int max_frames, conformer_gpu_state_t **out, hark_err_t *err)
+{
+    *out = NULL;
+    if (max_batch <= 0 || max_batch > CUDA_MAX_LENS || max_frames <= 0)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "conformer (gpu): max_batch %d (1..%d), max_frames %d", max_batch,
+                       CUDA_MAX_LENS, max_frames);
+    if ((precision != CONFORMER_GPU_FP32 && precision != CONFORMER_GPU_FP16) ||
+        !(m->precisions & precision))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "conformer (gpu): precision %d not uploaded (model holds %d)", precision,
+                       m->precisions);
+    conformer_gpu_state_t *s = hark_calloc(1, sizeof *s);
+    if (!s)
+        return err_set(err, HARK_ERR_NOMEM, "conformer (gpu): out of memory");
+    s->m = m;
+    s->dt = precision == CONFORMER_GPU_FP16 ? OPS_F16 : OPS_F32;
+    s->max_batch = max_batch;
+    s->max_frames = max_frames;
+    int t_out = conformer_gpu_out_len(m, max_frames);
+    s->max_t_out = t_out < 1 ? 1 : t_out;
+    s->max_rows = max_batch * s->max_t_out;
+    size_t rows = (size_t)s->max_rows, d = (size_t)m->d, es = ops_dtype_size(s->dt);
+    size_t f = (size_t)m->ffn;
+    size_t w32 = f > 3 * d ? f : 3 * d, wdt = f > d ? f : d;
+    int rel = m->cfg.pos == POS_REL;
+    s->att_bytes = cuda_attention_scratch_bytes(max_batch, s->max_t_out, m->h, m->dk, rel, s->dt);
+    /* conv stack: outputs per layer and the largest im2col block */
+    size_t csz[MAX_CONVS] = {0};
+    int hh = max_frames, ww = m->in_dim;
+    s->col_bytes = 0;
+    for (int i = 0; i < m->n_conv; i++) {
+        const gconv_t *cv = &m->conv[i];
+        hh = conv_out(hh, cv->k, cv->stride);
+        ww = conv_out(ww, cv->k, cv->stride);
+        csz[i] = al((size_t)max_batch * (hh > 0 ? hh : 1) * cv->cout * (ww > 0 ? ww : 1) * es);
+        size_t one = cuda_conv2d_scratch_bytes(1, cv->cin, cv->cout, cv->k, cv->k, ww, s->dt);
+        if (one == 0 || hh <= 0)
+            continue;
+        size_t need =
+            cuda_conv2d_scratch_bytes(max_batch * hh, cv->cin, cv->cout, cv->k, cv->k, ww, s->dt);
+        size_t blk = need < CONV_SCRATCH_BUDGET ? need : CONV_SCRATCH_BUDGET;
+        blk = blk > one ? blk : one;
+        s->col_bytes = blk > s->col_bytes ? blk : s->col_bytes;
+    }
+    size_t total = 3 * al((size_t)max_batch * sizeof(int)) + 3 * al(rows * d * 4) +
+                   al(rows * d * es) + al(rows * w32 * 4) +
+                   (s->dt == OPS_F16 ? al(rows * wdt * es) : 0) + al((size_t)s->max_t_out * d * 4) +
+                   al(s->att_bytes) + al((size_t)max_batch * max_frames * m->in_dim * es) +
+                   al(s->col_bytes);
+    for (int i = 0; i < m->n_conv; i++)
+        total += csz[i];
+    cudaError_t e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        hark_free(s);
+        return cuda_err(err, e, "stream");
+    }
+    int rc = ops_cuda_create(s->stream, &s->g, err);
+    if (rc != HARK_OK) {
+        conformer_gpu_state_destroy(s);
+        return rc;
+    }
+    if ((e = cudaMalloc(&s->mem, total)) != cudaSuccess) {
+        conformer_gpu_state_destroy(s);
+        return err_set(err, HARK_ERR_NOMEM,
+                       "conformer (gpu): %zu MiB of scratch for batch %d x %d frames: %s",
+                       total >> 20, max_batch, max_frames, cudaGetErrorString(e));
+    }
+    s->bytes = total + ops_cuda_workspace_bytes();
+    char *p = s->mem;
+#define TAKE(dst, type, nbytes) (dst = (type)(void *)p, p += al(nbytes))
+    TAKE(s->d_lens, int *, (size_t)max_batch * sizeof(int));
+    TAKE(s->d_tl, int *, (size_t)max_batch * sizeof(int));
+    TAKE(s->d_ctc_lens, int *, (size_t)max_batch * sizeof(int));
+    TAKE(s->x, float *, rows *d * 4);
+    TAKE(s->a, float *, rows *d * 4);
+    TAKE(s->u, float *, rows *d * 4);
+    TAKE(s->hn, void *, rows *d *es);
+    TAKE(s->big32, float *, rows *w32 * 4);
+    if (s->dt == OPS_F16)
+        TAKE(s->big, void *, rows *wdt *es);
+    else
+        s->big = s->big32;
+    TAKE(s->p32, float *, (size_t)s->max_t_out *d * 4);
+    TAKE(s->att, void *, s->att_bytes);
+    TAKE(s->in0, void *, (size_t)max_batch *max_frames * m->in_dim * es);
+    for (int i = 0; i < m->n_conv; i++) {
+        s->cbuf[i] = p;
+        p += csz[i];
+    }
+    TAKE(s->col, void *, s->col_bytes);
+#undef TAKE
+    HARK_ASSERT((size_t)(p - (char *)s->mem) == total);
+    *out = s;
+    return HARK_OK;
+}
+
+void conformer_gpu_state_destroy(conformer_gpu_state_t *s)
+{
+    if (!s)
+        return;
+    if (s->stream)
+        cudaStreamSynchronize(s->stream);
+    ops_cuda_destroy(s->g);
+    cudaFree(s->mem);
+    if (s->stream)
+        cudaStreamDestroy(s->stream);
+    hark_free(s);
+}
+
+void *conformer_gpu_stream(const conformer_gpu_state_t *s)
+{
+    return (void *)s->stream;
+}
+
+size_t conformer_gpu_state_bytes(const conformer_gpu_state_t *s)
+{
+    return s->bytes;
+}
+
+int conformer_gpu_sync(conformer_gpu_state_t *s, hark_err_t *err)
+{
+    cudaError_t e = cudaStreamSynchronize(s->stream);
+    return e != cudaSuccess ? cuda_err(err, e, "stream") : HARK_OK;
+}
+
+/* ---- forward ------------------------------------------------------------------------------- */
+
+typedef struct {
+    conformer_gpu_state_t *s;
+    int batch, t, rows; /* padded: rows = batch · t encoder frames */
+    int chunk, left;
+    hark_err_t *err;
+} gfwd_t;
+
+static const void *wmat(const gfwd_t *F, const mat_t *w)
+{
+    return F->s->dt == OPS_F16 ? w->f16 : (const void *)w->f32;
+}
+
+static cuda_act_t act_of(const wenet_config_t *c)
+{
+    return c->activation == ACT_RELU   ? CUDA_ACT_RELU
+           : c->activation == ACT_GELU ? CUDA_ACT_GELU
+                                       : CUDA_ACT_SWISH;
+}
+
+/* y (rows, out) float32 = in (rows, k) · wᵀ, in of the state's dtype */
+static int gemm_w(const gfwd_t *F, float *y, const void *in, const mat_t *w, int rows, int out,
+                  int k)
+{
+    return cuda_gemm(y, OPS_F32, in, wmat(F, w), F->s->dt, rows, out, k, k, k, out, 1, 1.0f, 0.0f,
+                     1, 0, 0, 0, F->s->g, F->err);
+}
+
+/* x += alpha · (a + bias), then: pre-norm, hn = next(x) (none: hn untouched); post-norm,
+ * x = own(x) and hn = x in the state's dtype. */
+static int add_norm(const gfwd_t *F, const float *bias, float alpha, const dnorm_t *own,
+                    const dnorm_t *next)
+{
+    conformer_gpu_state_t *s = F->s;
+    int d = s->m->d;
+    if (s->m->cfg.normalize_before)
+        return cuda_residual_layer_norm(s->x, next ? s->hn : NULL, s->dt, s->x, s->a, bias, alpha,
+                                        NULL, 0, next ? next->g : NULL, next ? next->b : NULL,
+                                        next != NULL, 0, F->rows, d, NORM_EPS, s->stream, F->err);
+    return cuda_residual_layer_norm(s->x, s->hn, s->dt, s->x, s->a, bias, alpha, NULL, 0, own->g,
+                                    own->b, 1, 1, F->rows, d, NORM_EPS, s->stream, F->err);
+}
+
+/* a = w2(act(w1(hn) + b1)) (w2's bias is added by the residual kernel) */
+static int ffn(const gfwd_t *F, const mat_t *w1, const float *b1, const mat_t *w2)
+{
+    conformer_gpu_state_t *s = F->s;
+    const conformer_gpu_model_t *m = s->m;
+    TRY(gemm_w(F, s->big32, s->hn, w1, F->rows, m->ffn, m->d));
+    TRY(cuda_bias_act(s->big, s->dt, s->big32, b1, F->rows, m->ffn, act_of(&m->cfg), s->stream,
+                      F->err));
+    return gemm_w(F, s->a, s->big, w2, F->rows, m->d, m->ffn);
+}
+
+static int mhsa(const gfwd_t *F, const gblock_t *bk)
+{
+    conformer_gpu_state_t *s = F->s;
+    const conformer_gpu_model_t *m = s->m;
+    int d = m->d, rel = m->cfg.pos == POS_REL;
+    TRY(gemm_w(F, s->big32, s->hn, &bk->qkv, F->rows, 3 * d, d));
+    if (rel) /* p = linear_pos(pe[0:t]) */
+        TRY(cuda_gemm(s->p32, OPS_F32, s->dt == OPS_F16 ? m->pe16 : (const void *)m->pe32,
+                      wmat(F, &bk->pos), s->dt, F->t, d, d, d, d, d, 1, 1.0f, 0.0f, 1, 0, 0, 0,
+                      s->g, F->err));
+    /* ctx goes to big, which is big32 in FP32: the q/k/v there are packed into the attention
+     * scratch before the value GEMMs write ctx */
+    TRY(cuda_attention(s->big, s->dt, s->att, s->big32, s->big32 + d, s->big32 + 2 * d, 3 * d,
+                       bk->qkv_b, bk->qkv_b + d, bk->qkv_b + 2 * d, rel ? s->p32 : NULL,
+                       rel ? bk->pos_u : NULL, rel ? bk->pos_v : NULL, s->d_tl, F->chunk, F->left,
+                       F->batch, F->t, m->h, m->dk, 1.0f / sqrtf((float)m->dk), s->g, F->err));
+    return gemm_w(F, s->a, s->big, &bk->o, F->rows, d, d);
+}
+
+static int conv_module(const gfwd_t *F, const gblock_t *bk)
+{
+    conformer_gpu_state_t *s = F->s;
+    const conformer_gpu_model_t *m = s->m;
+    int d = m->d, kk = m->kernel, causal = m->cfg.causal;
+    TRY(gemm_w(F, s->big32, s->hn, &bk->pw1, F->rows, 2 * d, d));
+    TRY(cuda_glu(s->u, OPS_F32, s->big32, bk->pw1_b, F->rows, d, s->stream, F->err));
+    int bn = m->cfg.cnn_norm == CNN_NORM_BATCH;
+    TRY(cuda_depthwise_conv_norm_act(
+        s->big, s->dt, s->u, causal ? bk->causal_left : NULL, bk->dw_w, bk->dw_b, s->d_tl, F->batch,
+        F->t, d, kk, causal ? kk - 1 : (kk - 1) / 2, bn ? CUDA_NORM_BATCH : CUDA_NORM_LAYER,
+        bk->cnn_norm.g, bk->cnn_norm.b, bn ? bk->bn_mean : NULL, bn ? bk->bn_var : NULL, NORM_EPS,
+        act_of(&m->cfg), s->stream, F->err));
+    return gemm_w(F, s->a, s->big, &bk->pw2, F->rows, d, d);
+}
+
+/* the pre-norm that opens block i (NULL past the last block) */
+static const dnorm_t *first_norm(const conformer_gpu_model_t *m, int i)
+{
+    if (i >= m->cfg.n_blocks)
+        return NULL;
+    return m->cfg.macaron ? &m->blocks[i].norm_ff_macaron : &m->blocks[i].norm_mha;
+}
+
+static int block_forward(const gfwd_t *F, int i)
+{
+    conformer_gpu_state_t *s = F->s;
+    const conformer_gpu_model_t *m = s->m;
+    const wenet_config_t *c = &m->cfg;
+    const gblock_t *bk = &m->blocks[i];
+    float ff_scale = c->macaron ? 0.5f : 1.0f;
+    int cnn = c->use_cnn_module;
+    if (c->macaron) {
+        TRY(ffn(F, &bk->ffm1, bk->ffm1_b, &bk->ffm2));
+        TRY(add_norm(F, bk->ffm2_b, ff_scale, &bk->norm_ff_macaron, &bk->norm_mha));
+    }
+    TRY(mhsa(F, bk));
+    TRY(add_norm(F, bk->o_b, 1.0f, &bk->norm_mha, cnn ? &bk->norm_conv : &bk->norm_ff));
+    if (cnn) {
+        TRY(conv_module(F, bk));
+        TRY(add_norm(F, bk->pw2_b, 1.0f, &bk->norm_conv, &bk->norm_ff));
+    }
+    TRY(ffn(F, &bk->ff1, bk->ff1_b, &bk->ff2));
+    const dnorm_t *next = first_norm(m, i + 1);
+    if (!cnn)
+        return add_norm(F, bk->ff2_b, ff_scale, &bk->norm_ff, next);
+    if (c->normalize_before) {
+        /* x = norm_final(x + ½ffn), then the next block's pre-norm */
+        TRY(cuda_residual_layer_norm(s->x, NULL, s->dt, s->x, s->a, bk->ff2_b, ff_scale, NULL, 0,
+                                     bk->norm_final.g, bk->norm_final.b, 1, 1, F->rows, m->d,
+                                     NORM_EPS, s->stream, F->err));
+        if (!next)
+            return HARK_OK;
+        return cuda_layer_norm(s->hn, s->dt, s->x, next->g, next->b, F->rows, m->d, NORM_EPS,
+                               s->stream, F->err);
+    }
+    TRY(add_norm(F, bk->ff2_b, ff_scale, &bk->norm_ff, NULL));
+    return cuda_residual_layer_norm(s->x, s->hn, s->dt, s->x, NULL, NULL, 0.0f, NULL, 0,
+                                    bk->norm_final.g, bk->norm_final.b, 1, 1, F->rows, m->d,
+                                    NORM_EPS, s->stream, F->err);
+}
+
+int conformer_gpu_forward(conformer_gpu_state_t *s, const conformer_opts_t *opts, float *d_enc,
+                          int *enc_lens, const float *d_feats, const int *lens, int batch,
+                          int t_max, hark_err_t *err)
+{
+    const conformer_gpu_model_t *m = s->m;
+    const wenet_config_t *c = &m->cfg;
+    conformer_opts_t dflt = conformer_default_opts();
+    const conformer_opts_t *o = opts ? opts : &dflt;
+    if (batch <= 0 || t_max <= 0)
+        return err_set(err, HARK_ERR_INVALID_ARG, "conformer (gpu): batch %d, t_max %d", batch,
+                       t_max);
+    if (batch > s->max_batch || t_max > s->max_frames)
+        return err_set(err, HARK_ERR_TOO_LARGE,
+                       "conformer (gpu): batch %d x %d frames exceeds the state's %d x %d", batch,
+                       t_max, s->max_batch, s->max_frames);
+    int t_out = conformer_gpu_out_len(m, t_max);
+    if (t_out > c->max_len)
+        return err_set(err, HARK_ERR_TOO_LARGE,
+                       "conformer (gpu): %d input frames give %d encoder frames, more than the "
+                       "positional table's %d",
+                       t_max, t_out, c->max_len);
+    int tl[CUDA_MAX_LENS];
+    for (int b = 0; b < batch; b++) {
+        if (lens[b] < 0 || lens[b] > t_max)
+            return err_set(err, HARK_ERR_INVALID_ARG,
+                           "conformer (gpu): utterance %d has %d frames (padded length %d)", b,
+                           lens[b], t_max);
+        tl[b] = conformer_gpu_out_len(m, lens[b]);
+    }
+    int cs = c->use_dynamic_chunk       ? o->chunk_size
+             : c->static_chunk_size > 0 ? c->static_chunk_size
+                                        : -1;
+    gfwd_t F = {s, batch, t_out, batch * t_out, cs > 0 ? cs : 0, o->left_chunks, err};
+    for (int b = 0; b < batch; b++)
+        enc_lens[b] = tl[b];
+    if (t_out <= 0) /* every utterance too short: an empty output */
+        return HARK_OK;
+    TRY(cuda_set_lens(s->d_lens, lens, batch, s->stream, err));
+    TRY(cuda_set_lens(s->d_tl, tl, batch, s->stream, err));
+    /* subsampling: CMVN (padding zeroed), conv stack with ReLU, linear · xscale (+ pe) */
+    TRY(cuda_cmvn(s->in0, s->dt, d_feats, o->skip_cmvn ? NULL : m->cmvn_mean, m->cmvn_istd,
+                  s->d_lens, batch, t_max, m->in_dim, s->stream, err));
+    const void *in = s->in0;
+    int hh = t_max, ww = m->in_dim;
+    for (int i = 0; i < m->n_conv; i++) {
+        const gconv_t *cv = &m->conv[i];
+        TRY(cuda_conv2d(s->cbuf[i], s->col, s->col_bytes, in, cv->w.f32, wmat(&F, &cv->w), cv->b,
+                        s->dt, batch, cv->cin, hh, ww, cv->cout, cv->k, cv->k, cv->stride, 1, s->g,
+                        err));
+        hh = conv_out(hh, cv->k, cv->stride);
+        ww = conv_out(ww, cv->k, cv->stride);
+        in = s->cbuf[i];
+    }
+    HARK_ASSERT(hh == t_out && m->conv[m->n_conv - 1].cout * ww == m->embed_in);
+    TRY(gemm_w(&F, s->a, in, &m->embed, F.rows, m->d, m->embed_in));
+    const dnorm_t *n0 = c->normalize_before ? first_norm(m, 0) : NULL;
+    TRY(cuda_residual_layer_norm(s->x, s->hn, s->dt, NULL, s->a, m->embed_b, m->xscale,
+                                 c->pos == POS_ABS ? m->pe32 : NULL, t_out, n0 ? n0->g : NULL,
+                                 n0 ? n0->b : NULL, n0 != NULL, 0, F.rows, m->d, NORM_EPS,
+                                 s->stream, err));
+    for (int i = 0; i < c->n_blocks; i++)
+        TRY(block_forward(&F, i));
+    size_t n = (size_t)F.rows * m->d;
+    if (c->normalize_before) {
+        TRY(cuda_layer_norm(d_enc, OPS_F32, s->x, m->after_norm.g, m->after_norm.b, F.rows, m->d,
+                            NORM_EPS, s->stream, err));
+    } else {
+        cudaError_t e =
+            cudaMemcpyAsync(d_enc, s->x, n * sizeof(float), cudaMemcpyDeviceToDevice, s->stream);
+        if (e != cudaSuccess)
+            return cuda_err(err, e, "encoder output copy");
+    }
+    return cuda_zero_pad_rows(d_enc, s->d_tl, batch, t_out, m->d, s->stream, err);
+}
+
+int conformer_gpu_ctc_log_probs(conformer_gpu_state_t *s, float *d_logp, const float *d_enc,
+                                const int *enc_lens, int batch, int t_enc, hark_err_t *err)
+{
+    const conformer_gpu_model_t *m = s->m;
+    if (batch <= 0 || t_enc < 0 || batch > s->max_batch ||
+        (size_t)batch * t_enc > (size_t)s->max_rows)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "conformer ctc (gpu): batch %d x %d frames (the state takes %d rows)", batch,
+                       t_enc, s->max_rows);
+    for (int b = 0; b < batch; b++)
+        if (enc_lens[b] < 0 || enc_lens[b] > t_enc)
+            return err_set(err, HARK_ERR_INVALID_ARG,
+                           "conformer ctc (gpu): utterance %d has %d frames (padded %d)", b,
+                           enc_lens[b], t_enc);
+    if (t_enc == 0)
+        return HARK_OK;
+    int rows = batch * t_enc;
+    gfwd_t F = {s, batch, t_enc, rows, 0, -1, err};
+    TRY(cuda_set_lens(s->d_ctc_lens, enc_lens, batch, s->stream, err));
+    const void *in = d_enc;
+    if (s->dt == OPS_F16) {
+        TRY(cuda_cast(s->hn, OPS_F16, d_enc, OPS_F32, (size_t)rows * m->d, s->stream, err));
+        in = s->hn;
+    }
+    TRY(gemm_w(&F, d_logp, in, &m->ctc, rows, m->vocab, m->d));
+    return cuda_log_softmax(d_logp, d_logp, m->ctc_b, s->d_ctc_lens, t_enc, rows, m->vocab,
+                            s->stream, err);
+}
+
+#else /* !HARK_CUDA */
+
+#include "hark.h"
+
+static int no_cuda(hark_err_t *err)
+{
+    return err_set(err, HARK_ERR_NO_DEVICE, "conformer (gpu): hark was built without CUDA");
+}
+
+int conformer_gpu_model_create(const wenet_config_t *cfg, conformer_tensor_fn get, void *user,
+                               int precisions, conformer_gpu_model_t **out, hark_err_t *err)
+{
+    *out = NULL;
+    return no_cuda(err);
+}
+
+int conformer_gpu_model_create_st(const wenet_config_t *cfg, const safetensors_t *st,
+                                  int precisions, conformer_gpu_model_t **out, hark_err_t *err)
+{
+    *out = NULL;
+    return no_cuda(err);
+}
+
+void conformer_gpu_model_destroy(conformer_gpu_model_t *m) {}
+
+const wenet_config_t *conformer_gpu_config(const conformer_gpu_model_t *m)
+{
+    return NULL;
+}
+
+int conformer_gpu_out_len(const conformer_gpu_model_t *m, int frames)
+{
+    return 0;
+}
+
+size_t conformer_gpu_model_bytes(const conformer_gpu_model_t *m)
+{
+    return 0;
+}
+
+int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, int max_batch,
+                               int max_frames, conformer_gpu_state_t **out, hark_err_t *err)
+{
+    *out = NULL;
+    return no_cuda(err);
+}
+
+void conformer_gpu_state_destroy(conformer_gpu_state_t *s) {}
+
+void *conformer_gpu_stream(const conformer_gpu_state_t *s)
+{
+    return NULL;
+}
+
+size_t conformer_gpu_state_bytes(const conformer_gpu_state_t *s)
+{
+    return 0;
+}
+
+int conformer_gpu_sync(conformer_gpu_state_t *s, hark_err_t *err)
+{
+    return no_cuda(err);
+}
+
+int conformer_gpu_forward(conformer_gpu_state_t *s, const conformer_opts_t *opts, float *d_enc,
+                          int *enc_lens, const float *d_feats, const int *lens, int batch,
+                          int t_max, hark_err_t *err)
+{
+    return no_cuda(err);
+}
+
+int conformer_gpu_ctc_log_probs(conformer_gpu_state_t *s, float *d_logp, const float *d_enc,
+                                const int *enc_lens, int batch, int t_enc, hark_err_t *err)
+{
+    return no_cuda(err);
+}
+
+#endif

@@ -1,0 +1,171 @@
+/* ops_cuda.h — the neural-model ops of ops.h on the GPU (float32, and float16 operands with
+ * float32 accumulation), used by the GPU Conformer. Each launcher `cuda_<op>` enqueues on a stream
+ * and never synchronises or allocates; its CPU reference is the `<op>_ref` named in its comment.
+ * Tests: tests/ops/test_ops_cuda.c (each op against its _ref on awkward sizes, guard bytes).
+ *
+ * Conventions (as ops.h): row-major, rows = frames, columns = features; weights in the PyTorch
+ * layout. All pointers are device pointers unless stated. A `void *` tensor has the dtype passed
+ * beside it; intermediate results that feed a residual, a norm or a softmax stay float32.
+ * Arguments: outputs, inputs, sizes, then the stream (`void *` = cudaStream_t, NULL = default) or
+ * the GEMM context (which carries its stream), then `hark_err_t *err`. Every launcher returns
+ * HARK_OK or HARK_ERR_CUDA (a failed launch or cuBLAS call, named in err) / HARK_ERR_INVALID_ARG.
+ * Padded batches: `lens` (device, one int per utterance) gives each utterance's valid rows.
+ */
+#ifndef HARK_OPS_OPS_CUDA_H
+#define HARK_OPS_OPS_CUDA_H
+
+#include "core/error.h"
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { OPS_F32 = 0, OPS_F16 = 1 } ops_dtype_t;
+/* same values as ops_act_t in ops.h */
+typedef enum { CUDA_ACT_NONE = 0, CUDA_ACT_RELU, CUDA_ACT_SWISH, CUDA_ACT_GELU } cuda_act_t;
+typedef enum { CUDA_NORM_NONE = 0, CUDA_NORM_BATCH, CUDA_NORM_LAYER } cuda_norm_t;
+
+size_t ops_dtype_size(ops_dtype_t t);
+
+/* ---- GEMM context: a cuBLAS handle bound to one stream, with its own workspace -------------- */
+typedef struct ops_cuda ops_cuda_t;
+
+/* stream: cudaStream_t (NULL = default). The handle runs FP32 GEMMs in true FP32 (TF32 off) and
+ * FP16 GEMMs on the tensor cores with FP32 accumulation. Allocates its workspace here, never
+ * later. */
+int ops_cuda_create(void *stream, ops_cuda_t **out, hark_err_t *err);
+void ops_cuda_destroy(ops_cuda_t *g); /* accepts NULL */
+void *ops_cuda_stream(const ops_cuda_t *g);
+size_t ops_cuda_workspace_bytes(void);
+
+/* c (m, n) = alpha · a (m, k) · op(b) + beta · c for each of `batch` matrices (strides sa, sb, sc
+ * in elements); op(b) = bᵀ when trans_b (b is (n, k)), else b (k, n). a and b are ab_t, c is c_t;
+ * accumulation is FP32 for both. Reference: matmul_ref. */
+int cuda_gemm(void *c, ops_dtype_t c_t, const void *a, const void *b, ops_dtype_t ab_t, int m,
+              int n, int k, int lda, int ldb, int ldc, int trans_b, float alpha, float beta,
+              int batch, long long sa, long long sb, long long sc, ops_cuda_t *g, hark_err_t *err);
+
+/* y (n, out) float32 = act(x (n, in) · wᵀ + b); x and w are xw_t, b (out) or NULL.
+ * Reference: linear_ref then activation_ref. */
+int cuda_linear(float *y, const void *x, const void *w, ops_dtype_t xw_t, const float *b, int n,
+                int in, int out, cuda_act_t act, ops_cuda_t *g, hark_err_t *err);
+
+/* ---- elementwise / row ops ------------------------------------------------------------------ */
+
+/* dst (n) of dst_t = src (n) of src_t (round to nearest). */
+int cuda_cast(void *dst, ops_dtype_t dst_t, const void *src, ops_dtype_t src_t, size_t n,
+              void *stream, hark_err_t *err);
+
+/* y (n, c) of y_t = act(x (n, c) + b), b (c) or NULL; y may alias x when y_t is F32.
+ * Reference: activation_ref (bias added first). */
+int cuda_bias_act(void *y, ops_dtype_t y_t, const float *x, const float *b, int n, int c,
+                  cuda_act_t act, void *stream, hark_err_t *err);
+
+/* The residual add fused with layer norm, per row r of (n, d):
+ *   s = (res ? res[r] : 0) + alpha · (a[r] + bias) + (pe ? pe[r mod pe_rows] : 0)
+ *   z = ln ? (s - mean) / sqrt(var + eps) · g + b : s        (g, b (d) or NULL: 1, 0)
+ *   x_out[r] = post ? z : s  (float32; may be NULL; may alias res)
+ *   y_out[r] = z             (y_t; may be NULL; may alias x_out when y_t is F32)
+ * a, bias may be NULL (no term). Reference: axpy_ref + layer_norm_ref. */
+int cuda_residual_layer_norm(float *x_out, void *y_out, ops_dtype_t y_t, const float *res,
+                             const float *a, const float *bias, float alpha, const float *pe,
+                             int pe_rows, const float *g, const float *b, int ln, int post, int n,
+                             int d, float eps, void *stream, hark_err_t *err);
+
+/* y (n, d) of y_t = layer_norm(x). Reference: layer_norm_ref. */
+int cuda_layer_norm(void *y, ops_dtype_t y_t, const float *x, const float *g, const float *b, int n,
+                    int d, float eps, void *stream, hark_err_t *err);
+
+/* y (n, c) = batch norm in eval mode (BatchNorm1d, channels along columns); y may alias x.
+ * Reference: batch_norm_ref. */
+int cuda_batch_norm(float *y, const float *x, const float *g, const float *b, const float *rm,
+                    const float *rv, int n, int c, float eps, void *stream, hark_err_t *err);
+
+/* y (n, c) of y_t = (x[:, :c] + b[:c]) · sigmoid(x[:, c:] + b[c:]), x (n, 2c), b (2c) or NULL.
+ * Reference: glu_ref. */
+int cuda_glu(void *y, ops_dtype_t y_t, const float *x, const float *b, int n, int c, void *stream,
+             hark_err_t *err);
+
+/* Depthwise conv over time for a padded batch, fused with the conv module's norm and activation:
+ *   z[b][t][ch] = bias[ch] + Σ_j w[ch][j] · in'[b][t + j - pad_left][ch]
+ *   out = act(norm(z))   norm: none; batch (g, beta, rm, rv per channel); layer (over the row)
+ * in (batch, t_len, c) float32; in'[s] = in[s] for 0 <= s < lens[b], left[pad_left + s] for
+ * s < 0 when left (pad_left, c) is given, 0 otherwise. out (batch, t_len, c) of out_t.
+ * lens NULL: every utterance has t_len rows. Reference: depthwise_conv1d_ref, batch_norm_ref /
+ * layer_norm_ref, activation_ref. */
+int cuda_depthwise_conv_norm_act(void *out, ops_dtype_t out_t, const float *in, const float *left,
+                                 const float *w, const float *bias, const int *lens, int batch,
+                                 int t_len, int c, int k, int pad_left, cuda_norm_t norm,
+                                 const float *g, const float *beta, const float *rm,
+                                 const float *rv, float eps, cuda_act_t act, void *stream,
+                                 hark_err_t *err);
+
+/* Masked softmax over the score rows of a padded batch of attention maps, x (batch, heads, t, m)
+ * float32 (row stride m), into y of y_t (same shape; may alias x when y_t is F32). Row (b, h, i)
+ * keeps keys [lo, hi): hi = lens[b] (capped at m), lo = 0; with chunk > 0 (WeNet's chunk mask)
+ * hi = min((i/chunk + 1)·chunk, lens[b]) and lo = left < 0 ? 0 : max((i/chunk - left)·chunk, 0).
+ * Keys outside get 0; an empty range gives a zero row. Reference: softmax_masked_ref. */
+int cuda_softmax_masked(void *y, ops_dtype_t y_t, const float *x, const int *lens, int batch,
+                        int heads, int t, int m, int chunk, int left, void *stream,
+                        hark_err_t *err);
+
+/* y (n, m) float32 = log_softmax(x + b) per row, b (m) or NULL; y may alias x. With lens, row
+ * r = (b, i) of a (batch, t_rows) grid with i >= lens[b] is set to 0 (n = batch · t_rows).
+ * Reference: log_softmax_ref. */
+int cuda_log_softmax(float *y, const float *x, const float *b, const int *lens, int t_rows, int n,
+                     int m, void *stream, hark_err_t *err);
+
+/* Rows (b, i) of buf (batch, t, cols) float32 with i >= lens[b] set to 0. */
+int cuda_zero_pad_rows(float *buf, const int *lens, int batch, int t, int cols, void *stream,
+                       hark_err_t *err);
+
+/* out (batch, t, f) of out_t = (x - mean) · istd per column for rows t < lens[b], 0 after.
+ * mean/istd (f) or NULL (no normalisation). Reference: the CMVN loop of conformer.c. */
+int cuda_cmvn(void *out, ops_dtype_t out_t, const float *x, const float *mean, const float *istd,
+              const int *lens, int batch, int t, int f, void *stream, hark_err_t *err);
+
+/* Sinusoidal table pe (n, d) float32 as pos_enc_table_ref. */
+int cuda_pos_enc(float *pe, int n, int d, void *stream, hark_err_t *err);
+
+/* Writes lens[0..n) from host values passed by value (no host sync, no pinned memory); n <= 512.
+ * Later kernels on the same stream see the values. */
+#define CUDA_MAX_LENS 512
+int cuda_set_lens(int *d_lens, const int *host_lens, int n, void *stream, hark_err_t *err);
+
+/* ---- conv2d (WeNet subsampling) -------------------------------------------------------------
+ * out (batch, h_out, cout, w_out) of io_t = relu?(conv2d(in) + b), in (batch, h, cin, w) of io_t,
+ * each batch item an image of h time rows (the time-major layout of conv2d_ref); w (cout, cin,
+ * kh, kw) and b (cout) in float32 (w32) or io_t (w_io, used for the GEMM path). Small kernels
+ * (cin·kh·kw <= 32) run directly; larger ones as im2col + GEMM + a transposing bias/ReLU, in blocks
+ * of output rows that fit `scratch` (scratch_bytes; at least cuda_conv2d_scratch_bytes(1, ...)).
+ * Reference: conv2d_ref (+ relu_ref). */
+size_t cuda_conv2d_scratch_bytes(int rows, int cin, int cout, int kh, int kw, int w_out,
+                                 ops_dtype_t io_t);
+int cuda_conv2d(void *out, void *scratch, size_t scratch_bytes, const void *in, const float *w32,
+                const void *w_io, const float *b, ops_dtype_t io_t, int batch, int cin, int h,
+                int w_in, int cout, int kh, int kw, int stride, int relu, ops_cuda_t *g,
+                hark_err_t *err);
+
+/* ---- attention ------------------------------------------------------------------------------
+ * ctx (batch, t, H·dk) of dt = multi-head attention of each utterance over its own keys, as
+ * attention_ref per utterance (WeNet rel_selfattn when p is given: scores = scale · ((q + bu)·kᵀ
+ * + (q + bv)·pᵀ), no rel_shift; plain scaled dot product otherwise), masked as
+ * cuda_softmax_masked (lens, chunk, left).
+ *   q, k, v (batch, t, ·) float32 with row stride ld, head h in columns h·dk (e.g. the q, k, v
+ *   thirds of a fused QKV projection); bq, bk, bv (H·dk) biases added first, or NULL
+ *   p (t, H·dk) float32 projected positions or NULL; bu, bvp (H, dk) or NULL (zero)
+ * Runs: a packing kernel, one strided-batched score GEMM (batch·H), the masked softmax, H
+ * strided-batched value GEMMs; FP16 operands with dt F16. scratch: cuda_attention_scratch_bytes. */
+size_t cuda_attention_scratch_bytes(int batch, int t, int heads, int dk, int rel, ops_dtype_t dt);
+int cuda_attention(void *ctx, ops_dtype_t dt, void *scratch, const float *q, const float *k,
+                   const float *v, int ld, const float *bq, const float *bk, const float *bv,
+                   const float *p, const float *bu, const float *bvp, const int *lens, int chunk,
+                   int left, int batch, int t, int heads, int dk, float scale, ops_cuda_t *g,
+                   hark_err_t *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

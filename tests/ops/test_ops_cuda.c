@@ -1,0 +1,794 @@
+/* GPU tests for src/ops/ops_cuda.cu: every launcher against its CPU reference (ops_cpu.c) on
+ * random data with awkward sizes (1, 7, 33, 257, ...), poisoned outputs (NaN bytes: an unwritten
+ * element fails) and guard elements after every output. Tolerances, relative RMS error against
+ * the reference computed from the same (FP16-rounded where FP16) inputs: FP32 1e-5, FP16 1e-2
+ * (FP16 outputs / operands), unless an op states otherwise. Measured errors are printed. */
+#include "test.h"
+
+#ifdef HARK_CUDA
+#include "core/alloc.h"
+#include "hark.h"
+#include "ops/ops.h"
+#include "ops/ops_cuda.h"
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GUARD 64 /* guard elements after each device buffer */
+#define TOL32 1e-5
+#define TOL16 1e-2
+
+static const char *dt_name(ops_dtype_t t)
+{
+    return t == OPS_F16 ? "fp16" : "fp32";
+}
+
+static double tol_of(ops_dtype_t t)
+{
+    return t == OPS_F16 ? TOL16 : TOL32;
+}
+
+/* n elements + GUARD, every byte 0xff (a NaN in both dtypes) */
+static void *dalloc(size_t n, ops_dtype_t t)
+{
+    void *p = NULL;
+    size_t bytes = (n + GUARD) * ops_dtype_size(t);
+    if (cudaMalloc(&p, bytes) != cudaSuccess)
+        return NULL;
+    cudaMemset(p, 0xff, bytes);
+    return p;
+}
+
+/* a device copy of h (n floats) in dtype t */
+static void *dup_to(const float *h, size_t n, ops_dtype_t t)
+{
+    void *d = dalloc(n, t);
+    float *tmp = NULL;
+    if (!d || cudaMalloc((void **)&tmp, (n ? n : 1) * sizeof(float)) != cudaSuccess)
+        return NULL;
+    cudaMemcpy(tmp, h, n * sizeof(float), cudaMemcpyHostToDevice);
+    cuda_cast(d, t, tmp, OPS_F32, n, NULL, NULL);
+    cudaDeviceSynchronize();
+    cudaFree(tmp);
+    return d;
+}
+
+/* h (n floats) = device d of dtype t; 0 on success */
+static int dup_from(float *h, const void *d, size_t n, ops_dtype_t t)
+{
+    float *tmp = NULL;
+    if (cudaMalloc((void **)&tmp, (n ? n : 1) * sizeof(float)) != cudaSuccess)
+        return -1;
+    int rc = cuda_cast(tmp, OPS_F32, d, t, n, NULL, NULL);
+    if (cudaDeviceSynchronize() != cudaSuccess)
+        rc = -1;
+    cudaMemcpy(h, tmp, n * sizeof(float), cudaMemcpyDeviceToHost);
+    cudaFree(tmp);
+    return rc;
+}
+
+/* the guard after n elements still holds 0xff bytes */
+static int guard_ok(const void *d, size_t n, ops_dtype_t t)
+{
+    size_t es = ops_dtype_size(t);
+    unsigned char g[GUARD * 4];
+    if (cudaMemcpy(g, (const char *)d + n * es, GUARD * es, cudaMemcpyDeviceToHost) != cudaSuccess)
+        return 0;
+    for (size_t i = 0; i < GUARD * es; i++)
+        if (g[i] != 0xff)
+            return 0;
+    return 1;
+}
+
+static float *hrand(size_t n, unsigned *seed, float scale)
+{
+    float *p = hark_malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        p[i] = scale * test_randf(seed);
+    return p;
+}
+
+/* rounds h through dtype t (what the device sees) */
+static void round_to(float *h, size_t n, ops_dtype_t t)
+{
+    if (t == OPS_F32)
+        return;
+    void *d = dup_to(h, n, t);
+    dup_from(h, d, n, t);
+    cudaFree(d);
+}
+
+/* downloads n outputs (dtype t), checks the guard, returns rel RMS vs ref (INFINITY on NaN) */
+static double out_err(const void *d, ops_dtype_t t, const float *ref, size_t n, int *guard)
+{
+    float *h = hark_malloc((n ? n : 1) * sizeof(float));
+    double e = INFINITY;
+    if (dup_from(h, d, n, t) == 0)
+        e = test_rel_rms(h, ref, n);
+    for (size_t i = 0; i < n; i++)
+        if (h[i] != h[i])
+            e = INFINITY;
+    *guard = guard_ok(d, n, t);
+    hark_free(h);
+    return e;
+}
+
+#define CHECK_ERR(e, tol, guard, ...)                                                              \
+    do {                                                                                           \
+        CHECKF(guard, "guard overwritten: " __VA_ARGS__);                                          \
+        CHECKF((e) <= (tol), __VA_ARGS__);                                                         \
+    } while (0)
+
+static ops_cuda_t *new_ctx(test_ctx_t *t)
+{
+    ops_cuda_t *g = NULL;
+    hark_err_t err = {0};
+    if (ops_cuda_create(NULL, &g, &err) != HARK_OK)
+        test_fail(t, __FILE__, __LINE__, "ops_cuda_create: %s", err.msg);
+    return g;
+}
+
+/* ---- GEMM ---------------------------------------------------------------------------------- */
+
+GPU_TEST(cuda_gemm_matches_matmul_ref)
+{
+    static const int sz[][3] = {
+        {1, 1, 1}, {7, 33, 257}, {257, 7, 33}, {33, 257, 1000}, {64, 5002, 256}};
+    static const ops_dtype_t ab[3] = {OPS_F32, OPS_F16, OPS_F16},
+                             ct[3] = {OPS_F32, OPS_F32, OPS_F16};
+    ops_cuda_t *g = new_ctx(t);
+    CHECK(g);
+    unsigned seed = 5;
+    double worst[3] = {0, 0, 0};
+    for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int v = 0; v < 3; v++) {
+                int m = sz[c][0], n = sz[c][1], k = sz[c][2], batch = 2;
+                int lda = k + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
+                size_t sa = (size_t)m * lda, sb = (size_t)(tb ? n : k) * ldb, sc = (size_t)m * ldc;
+                size_t nc = sc * batch;
+                float *a = hrand(sa * batch, &seed, 1.0f), *b = hrand(sb * batch, &seed, 1.0f);
+                float *c0 = hrand(nc, &seed, 1.0f);
+                round_to(a, sa * batch, ab[v]);
+                round_to(b, sb * batch, ab[v]);
+                round_to(c0, nc, ct[v]);
+                float beta = (c & 1) ? 0.3f : 0.0f, alpha = 0.7f;
+                void *da = dup_to(a, sa * batch, ab[v]), *db = dup_to(b, sb * batch, ab[v]);
+                void *dc = beta != 0.0f ? dup_to(c0, nc, ct[v]) : dalloc(nc, ct[v]);
+                float *ref = hark_malloc(nc * sizeof(float)),
+                      *got = hark_malloc(nc * sizeof(float));
+                memcpy(ref, c0, nc * sizeof(float));
+                for (int i = 0; i < batch; i++)
+                    matmul_ref(ref + i * sc, a + i * sa, b + i * sb, m, n, k, lda, ldb, ldc, tb,
+                               alpha, beta);
+                hark_err_t err = {0};
+                CHECKF(cuda_gemm(dc, ct[v], da, db, ab[v], m, n, k, lda, ldb, ldc, tb, alpha, beta,
+                                 batch, (long long)sa, (long long)sb, (long long)sc, g,
+                                 &err) == HARK_OK,
+                       "%s", err.msg);
+                CHECK(dup_from(got, dc, nc, ct[v]) == 0);
+                CHECKF(guard_ok(dc, nc, ct[v]), "gemm guard overwritten");
+                /* columns n..ldc-1 are not C's: untouched (still poison, or c0) */
+                size_t nv = 0;
+                for (size_t i = 0; i < nc; i++) {
+                    if ((int)(i % ldc) >= n) {
+                        CHECKF(beta != 0.0f ? got[i] == c0[i] : got[i] != got[i],
+                               "gemm wrote past column n");
+                        continue;
+                    }
+                    got[nv] = got[i], ref[nv] = ref[i], nv++;
+                }
+                double e = test_rel_rms(got, ref, nv);
+                for (size_t i = 0; i < nv; i++)
+                    if (got[i] != got[i])
+                        e = INFINITY;
+                worst[v] = e > worst[v] ? e : worst[v];
+                CHECKF(e <= (v ? TOL16 : TOL32), "gemm %dx%dx%d trans_b %d beta %g %s->%s rel %g",
+                       m, n, k, tb, beta, dt_name(ab[v]), dt_name(ct[v]), e);
+                cudaFree(da), cudaFree(db), cudaFree(dc);
+                hark_free(a), hark_free(b), hark_free(c0), hark_free(ref), hark_free(got);
+            }
+    printf("    gemm rel rms: fp32 %.3g, fp16->fp32 %.3g, fp16->fp16 %.3g\n", worst[0], worst[1],
+           worst[2]);
+    ops_cuda_destroy(g);
+}
+
+GPU_TEST(cuda_linear_bias_act_matches_ref)
+{
+    static const int sz[][3] = {{1, 33, 257}, {7, 33, 257}, {257, 80, 33}, {33, 1, 7}};
+    ops_cuda_t *g = new_ctx(t);
+    CHECK(g);
+    unsigned seed = 7;
+    double worst[2] = {0, 0};
+    for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++)
+        for (int act = 0; act < 4; act++)
+            for (int v = 0; v < 2; v++) {
+                ops_dtype_t xt = v ? OPS_F16 : OPS_F32;
+                int n = sz[c][0], in = sz[c][1], out = sz[c][2];
+                float *x = hrand((size_t)n * in, &seed, 2.0f);
+                float *w = hrand((size_t)out * in, &seed, 1.0f / sqrtf((float)in));
+                float *b = hrand((size_t)out, &seed, 0.5f);
+                round_to(x, (size_t)n * in, xt);
+                round_to(w, (size_t)out * in, xt);
+                float *ref = hark_malloc((size_t)n * out * sizeof(float));
+                linear_ref(ref, x, w, b, n, in, out);
+                activation_ref(ref, ref, (size_t)n * out, (ops_act_t)act);
+                void *dx = dup_to(x, (size_t)n * in, xt), *dw = dup_to(w, (size_t)out * in, xt);
+                float *db = dup_to(b, (size_t)out, OPS_F32), *dy = dalloc((size_t)n * out, OPS_F32);
+                hark_err_t err = {0};
+                CHECKF(cuda_linear(dy, dx, dw, xt, db, n, in, out, (cuda_act_t)act, g, &err) ==
+                           HARK_OK,
+                       "%s", err.msg);
+                int gd;
+                double e = out_err(dy, OPS_F32, ref, (size_t)n * out, &gd);
+                worst[v] = e > worst[v] ? e : worst[v];
+                CHECK_ERR(e, tol_of(xt), gd, "linear %dx%dx%d act %d %s rel %g", n, in, out, act,
+                          dt_name(xt), e);
+                cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dy);
+                hark_free(x), hark_free(w), hark_free(b), hark_free(ref);
+            }
+    printf("    linear+bias+act rel rms: fp32 %.3g, fp16 %.3g\n", worst[0], worst[1]);
+    ops_cuda_destroy(g);
+}
+
+GPU_TEST(cuda_bias_act_fp16_output)
+{
+    unsigned seed = 8;
+    int n = 257, c = 33;
+    double worst = 0;
+    for (int act = 0; act < 4; act++) {
+        float *x = hrand((size_t)n * c, &seed, 3.0f), *b = hrand((size_t)c, &seed, 1.0f);
+        float *ref = hark_malloc((size_t)n * c * sizeof(float));
+        for (int i = 0; i < n * c; i++)
+            ref[i] = x[i] + b[i % c];
+        activation_ref(ref, ref, (size_t)n * c, (ops_act_t)act);
+        float *dx = dup_to(x, (size_t)n * c, OPS_F32), *db = dup_to(b, (size_t)c, OPS_F32);
+        void *dy = dalloc((size_t)n * c, OPS_F16);
+        CHECK_OK(cuda_bias_act(dy, OPS_F16, dx, db, n, c, (cuda_act_t)act, NULL, NULL));
+        int gd;
+        double e = out_err(dy, OPS_F16, ref, (size_t)n * c, &gd);
+        worst = e > worst ? e : worst;
+        CHECK_ERR(e, 1e-3, gd, "bias_act act %d fp16 out rel %g", act, e); /* one rounding */
+        cudaFree(dx), cudaFree(db), cudaFree(dy);
+        hark_free(x), hark_free(b), hark_free(ref);
+    }
+    printf("    bias+act -> fp16 rel rms %.3g (tol 1e-3)\n", worst);
+}
+
+/* ---- norms --------------------------------------------------------------------------------- */
+
+GPU_TEST(cuda_residual_layer_norm_matches_ref)
+{
+    static const int ns[] = {1, 7, 257}, ds[] = {1, 7, 33, 257, 1000};
+    unsigned seed = 9;
+    double worst[2] = {0, 0};
+    for (size_t in = 0; in < 3; in++)
+        for (size_t id = 0; id < 5; id++)
+            for (int mode = 0; mode < 4; mode++) /* 0 pre, 1 post, 2 no ln, 3 embed (no res, pe) */
+                for (int v = 0; v < 2; v++) {
+                    ops_dtype_t yt = v ? OPS_F16 : OPS_F32;
+                    int n = ns[in], d = ds[id], pe_rows = 5;
+                    size_t nd = (size_t)n * d;
+                    float *res = hrand(nd, &seed, 2.0f), *a = hrand(nd, &seed, 1.0f);
+                    float *bias = hrand((size_t)d, &seed, 0.3f),
+                          *gm = hrand((size_t)d, &seed, 0.2f);
+                    float *bt = hrand((size_t)d, &seed, 0.2f),
+                          *pe = hrand((size_t)pe_rows * d, &seed, 1.0f);
+                    for (int i = 0; i < d; i++)
+                        gm[i] += 1.0f;
+                    float alpha = mode == 3 ? 16.0f : 0.5f;
+                    float *s = hark_malloc(nd * sizeof(float)),
+                          *z = hark_malloc(nd * sizeof(float));
+                    for (size_t i = 0; i < nd; i++) {
+                        size_t r = i / d, j = i % d;
+                        s[i] = (mode == 3 ? 0.0f : res[i]) + alpha * (a[i] + bias[j]) +
+                               (mode == 3 ? pe[(r % pe_rows) * d + j] : 0.0f);
+                    }
+                    if (mode == 2)
+                        memcpy(z, s, nd * sizeof(float));
+                    else
+                        layer_norm_ref(z, s, gm, bt, n, d, 1e-5f);
+                    float *dres = dup_to(res, nd, OPS_F32), *da = dup_to(a, nd, OPS_F32);
+                    float *dbias = dup_to(bias, d, OPS_F32), *dg = dup_to(gm, d, OPS_F32);
+                    float *dbt = dup_to(bt, d, OPS_F32),
+                          *dpe = dup_to(pe, (size_t)pe_rows * d, OPS_F32);
+                    float *dx = dalloc(nd, OPS_F32);
+                    void *dy = dalloc(nd, yt);
+                    CHECK_OK(cuda_residual_layer_norm(dx, dy, yt, mode == 3 ? NULL : dres, da,
+                                                      dbias, alpha, mode == 3 ? dpe : NULL, pe_rows,
+                                                      dg, dbt, mode != 2, mode == 1, n, d, 1e-5f,
+                                                      NULL, NULL));
+                    int g1, g2;
+                    double ex = out_err(dx, OPS_F32, mode == 1 ? z : s, nd, &g1);
+                    double ey = out_err(dy, yt, z, nd, &g2);
+                    double tol = v ? 1e-3 : TOL32; /* fp16: one output rounding */
+                    worst[v] = ey > worst[v] ? ey : worst[v];
+                    CHECK_ERR(ex, TOL32, g1, "residual_ln x n %d d %d mode %d rel %g", n, d, mode,
+                              ex);
+                    CHECK_ERR(ey, tol, g2, "residual_ln y n %d d %d mode %d %s rel %g", n, d, mode,
+                              dt_name(yt), ey);
+                    /* in place: x_out aliases res */
+                    if (mode == 1 && v == 0) {
+                        CHECK_OK(cuda_residual_layer_norm(dres, dres, OPS_F32, dres, da, dbias,
+                                                          alpha, NULL, 0, dg, dbt, 1, 1, n, d,
+                                                          1e-5f, NULL, NULL));
+                        double e2 = out_err(dres, OPS_F32, z, nd, &g1);
+                        CHECK_ERR(e2, TOL32, g1, "residual_ln in place rel %g", e2);
+                    }
+                    cudaFree(dres), cudaFree(da), cudaFree(dbias), cudaFree(dg), cudaFree(dbt);
+                    cudaFree(dpe), cudaFree(dx), cudaFree(dy);
+                    hark_free(res), hark_free(a), hark_free(bias), hark_free(gm), hark_free(bt);
+                    hark_free(pe), hark_free(s), hark_free(z);
+                }
+    printf("    residual+layer_norm rel rms: fp32 %.3g, fp16 out %.3g\n", worst[0], worst[1]);
+}
+
+GPU_TEST(cuda_batch_norm_matches_ref)
+{
+    static const int cs[] = {1, 7, 257};
+    unsigned seed = 10;
+    double worst = 0;
+    for (int ic = 0; ic < 3; ic++) {
+        int n = 33, c = cs[ic];
+        float *x = hrand((size_t)n * c, &seed, 2.0f), *g = hrand(c, &seed, 0.3f);
+        float *b = hrand(c, &seed, 0.3f), *rm = hrand(c, &seed, 0.5f), *rv = hrand(c, &seed, 0.4f);
+        for (int i = 0; i < c; i++)
+            rv[i] += 0.6f, g[i] += 1.0f;
+        float *ref = hark_malloc((size_t)n * c * sizeof(float));
+        batch_norm_ref(ref, x, g, b, rm, rv, n, c, 1e-5f);
+        float *dx = dup_to(x, (size_t)n * c, OPS_F32), *dg = dup_to(g, c, OPS_F32);
+        float *db = dup_to(b, c, OPS_F32), *drm = dup_to(rm, c, OPS_F32),
+              *drv = dup_to(rv, c, OPS_F32);
+        float *dy = dalloc((size_t)n * c, OPS_F32);
+        CHECK_OK(cuda_batch_norm(dy, dx, dg, db, drm, drv, n, c, 1e-5f, NULL, NULL));
+        int gd;
+        double e = out_err(dy, OPS_F32, ref, (size_t)n * c, &gd);
+        worst = e > worst ? e : worst;
+        CHECK_ERR(e, TOL32, gd, "batch_norm c %d rel %g", c, e);
+        cudaFree(dx), cudaFree(dg), cudaFree(db), cudaFree(drm), cudaFree(drv), cudaFree(dy);
+        hark_free(x), hark_free(g), hark_free(b), hark_free(rm), hark_free(rv), hark_free(ref);
+    }
+    printf("    batch_norm rel rms %.3g\n", worst);
+}
+
+/* ---- GLU, depthwise conv ------------------------------------------------------------------- */
+
+GPU_TEST(cuda_glu_matches_ref)
+{
+    static const int ns[] = {1, 7, 257}, cs[] = {1, 33, 257};
+    unsigned seed = 12;
+    double worst[2] = {0, 0};
+    for (int in = 0; in < 3; in++)
+        for (int ic = 0; ic < 3; ic++)
+            for (int v = 0; v < 2; v++) {
+                ops_dtype_t yt = v ? OPS_F16 : OPS_F32;
+                int n = ns[in], c = cs[ic];
+                float *x = hrand((size_t)n * 2 * c, &seed, 3.0f), *b = hrand(2 * c, &seed, 0.5f);
+                float *xb = hark_malloc((size_t)n * 2 * c * sizeof(float));
+                for (int i = 0; i < n * 2 * c; i++)
+                    xb[i] = x[i] + b[i % (2 * c)];
+                float *ref = hark_malloc((size_t)n * c * sizeof(float));
+                glu_ref(ref, xb, n, c);
+                float *dx = dup_to(x, (size_t)n * 2 * c, OPS_F32), *db = dup_to(b, 2 * c, OPS_F32);
+                void *dy = dalloc((size_t)n * c, yt);
+                CHECK_OK(cuda_glu(dy, yt, dx, db, n, c, NULL, NULL));
+                int gd;
+                double e = out_err(dy, yt, ref, (size_t)n * c, &gd);
+                worst[v] = e > worst[v] ? e : worst[v];
+                CHECK_ERR(e, v ? 1e-3 : TOL32, gd, "glu n %d c %d %s rel %g", n, c, dt_name(yt), e);
+                cudaFree(dx), cudaFree(db), cudaFree(dy);
+                hark_free(x), hark_free(b), hark_free(xb), hark_free(ref);
+            }
+    printf("    glu rel rms: fp32 %.3g, fp16 out %.3g\n", worst[0], worst[1]);
+}
+
+GPU_TEST(cuda_depthwise_conv_norm_act_matches_ref)
+{
+    enum { B = 4, T = 33 };
+    static const int lens[B] = {T, 7, 1, 0};
+    static const int cs[] = {7, 257};
+    static const int kp[][3] = {{15, 14, 1}, {15, 7, 0}, {4, 3, 0}, {1, 0, 0}}; /* k, pad, left */
+    unsigned seed = 13;
+    double worst[2] = {0, 0};
+    for (int ic = 0; ic < 2; ic++)
+        for (int ik = 0; ik < 4; ik++)
+            for (int norm = 0; norm < 3; norm++)
+                for (int v = 0; v < 2; v++) {
+                    ops_dtype_t ot = v ? OPS_F16 : OPS_F32;
+                    int c = cs[ic], k = kp[ik][0], pad = kp[ik][1], has_left = kp[ik][2];
+                    int act = (norm + ik) % 4;
+                    size_t n = (size_t)B * T * c;
+                    float *in = hrand(n, &seed, 2.0f),
+                          *left = hrand((size_t)pad * c + 1, &seed, 1.0f);
+                    float *w = hrand((size_t)c * k, &seed, 0.4f), *bias = hrand(c, &seed, 0.2f);
+                    float *g = hrand(c, &seed, 0.2f), *beta = hrand(c, &seed, 0.2f);
+                    float *rm = hrand(c, &seed, 0.3f), *rv = hrand(c, &seed, 0.3f);
+                    for (int i = 0; i < c; i++)
+                        g[i] += 1.0f, rv[i] += 0.7f;
+                    float *ref = hark_malloc(n * sizeof(float));
+                    for (int b = 0; b < B; b++) {
+                        float *o = ref + (size_t)b * T * c;
+                        depthwise_conv1d_ref(o, in + (size_t)b * T * c, has_left ? left : NULL, w,
+                                             bias, T, c, k, pad, lens[b]);
+                        if (norm == CUDA_NORM_BATCH)
+                            batch_norm_ref(o, o, g, beta, rm, rv, T, c, 1e-5f);
+                        if (norm == CUDA_NORM_LAYER)
+                            layer_norm_ref(o, o, g, beta, T, c, 1e-5f);
+                        activation_ref(o, o, (size_t)T * c, (ops_act_t)act);
+                    }
+                    float *din = dup_to(in, n, OPS_F32),
+                          *dleft = dup_to(left, (size_t)pad * c + 1, OPS_F32);
+                    float *dw = dup_to(w, (size_t)c * k, OPS_F32),
+                          *dbias = dup_to(bias, c, OPS_F32);
+                    float *dg = dup_to(g, c, OPS_F32), *dbeta = dup_to(beta, c, OPS_F32);
+                    float *drm = dup_to(rm, c, OPS_F32), *drv = dup_to(rv, c, OPS_F32);
+                    int *dl = NULL;
+                    CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
+                    CHECK_OK(cuda_set_lens(dl, lens, B, NULL, NULL));
+                    void *dout = dalloc(n, ot);
+                    CHECK_OK(cuda_depthwise_conv_norm_act(dout, ot, din, has_left ? dleft : NULL,
+                                                          dw, dbias, dl, B, T, c, k, pad,
+                                                          (cuda_norm_t)norm, dg, dbeta, drm, drv,
+                                                          1e-5f, (cuda_act_t)act, NULL, NULL));
+                    int gd;
+                    double e = out_err(dout, ot, ref, n, &gd);
+                    worst[v] = e > worst[v] ? e : worst[v];
+                    CHECK_ERR(e, v ? 1e-3 : TOL32, gd,
+                              "dwconv c %d k %d pad %d left %d norm %d act %d %s rel %g", c, k, pad,
+                              has_left, norm, act, dt_name(ot), e);
+                    cudaFree(din), cudaFree(dleft), cudaFree(dw), cudaFree(dbias), cudaFree(dg);
+                    cudaFree(dbeta), cudaFree(drm), cudaFree(drv), cudaFree(dl), cudaFree(dout);
+                    hark_free(in), hark_free(left), hark_free(w), hark_free(bias), hark_free(g);
+                    hark_free(beta), hark_free(rm), hark_free(rv), hark_free(ref);
+                }
+    printf("    depthwise conv+norm+act rel rms: fp32 %.3g, fp16 out %.3g\n", worst[0], worst[1]);
+}
+
+/* ---- softmax, attention -------------------------------------------------------------------- */
+
+/* key range of row i of utterance length len, as the kernels and conformer.c's build_masks */
+static void key_range(int i, int len, int m, int chunk, int left, int *lo, int *hi)
+{
+    int h = len < m ? len : m, l = 0;
+    if (chunk > 0) {
+        int ci = i / chunk, e = (ci + 1) * chunk;
+        h = e < h ? e : h;
+        if (left >= 0)
+            l = (ci - left) * chunk > 0 ? (ci - left) * chunk : 0;
+    }
+    *lo = l, *hi = h;
+}
+
+GPU_TEST(cuda_softmax_masked_matches_ref)
+{
+    enum { B = 3, H = 3, T = 33 };
+    static const int lens[B] = {T, 0, 20};
+    static const int ch[][2] = {{0, -1}, {4, 1}, {5, -1}, {7, 0}};
+    unsigned seed = 14;
+    double worst[2] = {0, 0};
+    for (int c = 0; c < 4; c++)
+        for (int v = 0; v < 2; v++) {
+            ops_dtype_t yt = v ? OPS_F16 : OPS_F32;
+            size_t n = (size_t)B * H * T * T;
+            float *x = hrand(n, &seed, 6.0f), *ref = hark_malloc(n * sizeof(float));
+            memcpy(ref, x, n * sizeof(float));
+            int lo[B * H * T], hi[B * H * T];
+            for (int r = 0; r < B * H * T; r++)
+                key_range(r % T, lens[r / (H * T)], T, ch[c][0], ch[c][1], &lo[r], &hi[r]);
+            softmax_masked_ref(ref, lo, hi, B * H * T, T, T);
+            float *dx = dup_to(x, n, OPS_F32);
+            int *dl = NULL;
+            CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
+            CHECK_OK(cuda_set_lens(dl, lens, B, NULL, NULL));
+            void *dy = v ? dalloc(n, yt) : dx; /* fp32: in place */
+            CHECK_OK(
+                cuda_softmax_masked(dy, yt, dx, dl, B, H, T, T, ch[c][0], ch[c][1], NULL, NULL));
+            int gd;
+            double e = out_err(dy, yt, ref, n, &gd);
+            worst[v] = e > worst[v] ? e : worst[v];
+            CHECK_ERR(e, v ? 1e-3 : TOL32, gd, "softmax chunk %d left %d %s rel %g", ch[c][0],
+                      ch[c][1], dt_name(yt), e);
+            if (v)
+                cudaFree(dy);
+            cudaFree(dx), cudaFree(dl);
+            hark_free(x), hark_free(ref);
+        }
+    printf("    masked softmax rel rms: fp32 %.3g, fp16 out %.3g\n", worst[0], worst[1]);
+}
+
+GPU_TEST(cuda_attention_matches_ref)
+{
+    enum { B = 3, T = 33, H = 4, DK = 8, D = H * DK };
+    static const int lens[B] = {T, 20, 1};
+    static const int ch[][2] = {{0, -1}, {4, 1}};
+    ops_cuda_t *g = new_ctx(t);
+    CHECK(g);
+    unsigned seed = 15;
+    double worst[2] = {0, 0};
+    for (int rel = 0; rel < 2; rel++)
+        for (int c = 0; c < 2; c++)
+            for (int v = 0; v < 2; v++) {
+                ops_dtype_t dt = v ? OPS_F16 : OPS_F32;
+                int ld = 3 * D + 5; /* q | k | v | pad per row */
+                size_t nq = (size_t)B * T * ld;
+                float *qkv = hrand(nq, &seed, 1.0f), *bias = hrand(3 * D, &seed, 0.3f);
+                float *p = hrand((size_t)T * D, &seed, 1.0f), *bu = hrand(D, &seed, 0.3f);
+                float *bv = hrand(D, &seed, 0.3f);
+                /* the device rounds q+b, k+b, v+b, p to fp16: give the reference the same */
+                float *q = hark_malloc((size_t)T * D * sizeof(float)),
+                      *k = hark_malloc((size_t)T * D * sizeof(float));
+                float *vv = hark_malloc((size_t)T * D * sizeof(float)),
+                      *pr = hark_malloc((size_t)T * D * sizeof(float));
+                float *ref = hark_malloc((size_t)B * T * D * sizeof(float));
+                float *scr = hark_malloc(attention_scratch_floats(T, DK) * sizeof(float));
+                float *qu = hark_malloc((size_t)T * D * sizeof(float));
+                memcpy(pr, p, (size_t)T * D * sizeof(float));
+                for (int b = 0; b < B; b++) {
+                    for (int r = 0; r < T; r++)
+                        for (int j = 0; j < D; j++) {
+                            const float *row = qkv + ((size_t)b * T + r) * ld;
+                            q[r * D + j] = row[j] + bias[j];
+                            k[r * D + j] = row[D + j] + bias[D + j];
+                            vv[r * D + j] = row[2 * D + j] + bias[2 * D + j];
+                        }
+                    int lo[T], hi[T];
+                    for (int i = 0; i < T; i++)
+                        key_range(i, lens[b], T, ch[c][0], ch[c][1], &lo[i], &hi[i]);
+                    if (v) { /* fp16 operands: (q + bu) and (q + bv) rounded separately */
+                        round_to(k, (size_t)T * D, dt);
+                        round_to(vv, (size_t)T * D, dt);
+                        round_to(pr, (size_t)T * D, dt);
+                    }
+                    if (v && rel) {
+                        /* reference with rounded q+bu / q+bv: run the two terms through bu=bv=0 */
+                        float *qv = hark_malloc((size_t)T * D * sizeof(float));
+                        float *s1 = hark_malloc((size_t)T * T * sizeof(float));
+                        for (int i = 0; i < T * D; i++)
+                            qu[i] = q[i] + bu[i % D], qv[i] = q[i] + bv[i % D];
+                        round_to(qu, (size_t)T * D, dt);
+                        round_to(qv, (size_t)T * D, dt);
+                        float sc = 1.0f / sqrtf((float)DK);
+                        for (int h = 0; h < H; h++) {
+                            matmul_ref(s1, qu + h * DK, k + h * DK, T, T, DK, D, D, T, 1, sc, 0.0f);
+                            matmul_ref(s1, qv + h * DK, pr + h * DK, T, T, DK, D, D, T, 1, sc,
+                                       1.0f);
+                            softmax_masked_ref(s1, lo, hi, T, T, T);
+                            round_to(s1, (size_t)T * T, dt);
+                            matmul_ref(ref + (size_t)b * T * D + h * DK, s1, vv + h * DK, T, DK, T,
+                                       T, D, D, 0, 1.0f, 0.0f);
+                        }
+                        hark_free(qv), hark_free(s1);
+                    } else {
+                        if (v)
+                            round_to(q, (size_t)T * D, dt);
+                        attention_ref(ref + (size_t)b * T * D, scr, q, k, vv, rel ? pr : NULL,
+                                      rel ? bu : NULL, rel ? bv : NULL, lo, hi, T, T, H, DK,
+                                      1.0f / sqrtf((float)DK));
+                    }
+                }
+                float *dqkv = dup_to(qkv, nq, OPS_F32), *dbias = dup_to(bias, 3 * D, OPS_F32);
+                float *dp = dup_to(p, (size_t)T * D, OPS_F32), *dbu = dup_to(bu, D, OPS_F32);
+                float *dbv = dup_to(bv, D, OPS_F32);
+                int *dl = NULL;
+                CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
+                CHECK_OK(cuda_set_lens(dl, lens, B, NULL, NULL));
+                void *scratch = NULL;
+                CHECK(cudaMalloc(&scratch, cuda_attention_scratch_bytes(B, T, H, DK, rel, dt)) ==
+                      cudaSuccess);
+                void *dctx = dalloc((size_t)B * T * D, dt);
+                hark_err_t err = {0};
+                CHECKF(cuda_attention(dctx, dt, scratch, dqkv, dqkv + D, dqkv + 2 * D, ld, dbias,
+                                      dbias + D, dbias + 2 * D, rel ? dp : NULL, rel ? dbu : NULL,
+                                      rel ? dbv : NULL, dl, ch[c][0], ch[c][1], B, T, H, DK,
+                                      1.0f / sqrtf((float)DK), g, &err) == HARK_OK,
+                       "%s", err.msg);
+                int gd;
+                double e = out_err(dctx, dt, ref, (size_t)B * T * D, &gd);
+                worst[v] = e > worst[v] ? e : worst[v];
+                CHECK_ERR(e, tol_of(dt), gd, "attention rel_pos %d chunk %d %s rel %g", rel,
+                          ch[c][0], dt_name(dt), e);
+                cudaFree(dqkv), cudaFree(dbias), cudaFree(dp), cudaFree(dbu), cudaFree(dbv);
+                cudaFree(dl), cudaFree(scratch), cudaFree(dctx);
+                hark_free(qkv), hark_free(bias), hark_free(p), hark_free(bu), hark_free(bv);
+                hark_free(q), hark_free(k), hark_free(vv), hark_free(pr), hark_free(ref);
+                hark_free(scr), hark_free(qu);
+            }
+    printf("    attention rel rms: fp32 %.3g, fp16 %.3g\n", worst[0], worst[1]);
+    ops_cuda_destroy(g);
+}
+
+GPU_TEST(cuda_log_softmax_matches_ref)
+{
+    static const int ns[] = {1, 7, 33, 99}, ms[] = {1, 7, 5002};
+    unsigned seed = 16;
+    double worst = 0;
+    for (int in = 0; in < 4; in++)
+        for (int im = 0; im < 3; im++) {
+            /* n = batch x t_rows; utterance b keeps t_rows - b rows */
+            int n = ns[in], m = ms[im], t_rows = n % 3 == 0 ? n / 3 : n, batch = n / t_rows;
+            int lens[8] = {0};
+            for (int b = 0; b < batch; b++)
+                lens[b] = t_rows - b;
+            float *x = hrand((size_t)n * m, &seed, 8.0f), *b = hrand(m, &seed, 1.0f);
+            float *ref = hark_malloc((size_t)n * m * sizeof(float));
+            for (int i = 0; i < n * m; i++)
+                ref[i] = x[i] + b[i % m];
+            log_softmax_ref(ref, ref, n, m);
+            for (int r = 0; r < n; r++)
+                if (r % t_rows >= lens[r / t_rows])
+                    memset(ref + (size_t)r * m, 0, (size_t)m * sizeof(float));
+            float *dx = dup_to(x, (size_t)n * m, OPS_F32), *db = dup_to(b, m, OPS_F32);
+            float *dy = dalloc((size_t)n * m, OPS_F32);
+            int *dl = NULL;
+            CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
+            CHECK_OK(cuda_set_lens(dl, lens, batch, NULL, NULL));
+            CHECK_OK(cuda_log_softmax(dy, dx, db, dl, t_rows, n, m, NULL, NULL));
+            int gd;
+            double e = out_err(dy, OPS_F32, ref, (size_t)n * m, &gd);
+            worst = e > worst ? e : worst;
+            CHECK_ERR(e, TOL32, gd, "log_softmax n %d m %d rel %g", n, m, e);
+            /* in place, no lengths */
+            log_softmax_ref(ref, x, n, m);
+            CHECK_OK(cuda_log_softmax(dx, dx, NULL, NULL, 0, n, m, NULL, NULL));
+            e = out_err(dx, OPS_F32, ref, (size_t)n * m, &gd);
+            CHECK_ERR(e, TOL32, gd, "log_softmax in place n %d m %d rel %g", n, m, e);
+            cudaFree(dx), cudaFree(db), cudaFree(dy), cudaFree(dl);
+            hark_free(x), hark_free(b), hark_free(ref);
+        }
+    printf("    log_softmax rel rms %.3g\n", worst);
+}
+
+/* ---- conv2d, CMVN, positions, padding ------------------------------------------------------ */
+
+GPU_TEST(cuda_conv2d_matches_ref)
+{
+    /* cin, h, w, cout, k, stride: direct (K <= 32) and im2col + GEMM paths */
+    static const int cs[][6] = {{1, 33, 19, 7, 3, 2},
+                                {1, 80, 80, 16, 3, 2},
+                                {5, 33, 19, 7, 3, 2},
+                                {4, 37, 23, 9, 5, 3},
+                                {16, 9, 11, 33, 3, 2}};
+    ops_cuda_t *g = new_ctx(t);
+    CHECK(g);
+    unsigned seed = 17;
+    double worst[2] = {0, 0};
+    enum { B = 2 };
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++)
+        for (int v = 0; v < 2; v++) {
+            ops_dtype_t io = v ? OPS_F16 : OPS_F32;
+            int cin = cs[c][0], h = cs[c][1], w = cs[c][2], cout = cs[c][3], k = cs[c][4],
+                s = cs[c][5];
+            int relu = (int)(c & 1) == 0, ho = (h - k) / s + 1, wo = (w - k) / s + 1;
+            size_t nin = (size_t)B * h * cin * w, nout = (size_t)B * ho * cout * wo;
+            size_t nw = (size_t)cout * cin * k * k;
+            float *in = hrand(nin, &seed, 1.0f), *wt = hrand(nw, &seed, 0.3f),
+                  *b = hrand(cout, &seed, 0.2f);
+            round_to(in, nin, io);
+            float *w_round = hark_malloc(nw * sizeof(float));
+            memcpy(w_round, wt, nw * sizeof(float));
+            int direct = cin * k * k <= 32;
+            if (!direct) /* the GEMM path uses the io-dtype weights */
+                round_to(w_round, nw, io);
+            float *ref = hark_malloc(nout * sizeof(float));
+            float *col = hark_malloc(conv2d_col_floats(cin, cout, k, k, wo) * sizeof(float));
+            for (int bb = 0; bb < B; bb++) {
+                float *o = ref + (size_t)bb * ho * cout * wo;
+                conv2d_ref(o, col, in + (size_t)bb * h * cin * w, w_round, b, cin, h, w, cout, k, k,
+                           s);
+                if (relu)
+                    relu_ref(o, o, (size_t)ho * cout * wo);
+            }
+            void *din = dup_to(in, nin, io), *dw_io = dup_to(wt, nw, io);
+            float *dw32 = dup_to(wt, nw, OPS_F32), *db = dup_to(b, cout, OPS_F32);
+            void *dout = dalloc(nout, io);
+            /* scratch for 3 output rows: several blocks, the last one partial */
+            size_t sb = cuda_conv2d_scratch_bytes(3, cin, cout, k, k, wo, io);
+            void *scr = NULL;
+            CHECK(cudaMalloc(&scr, sb ? sb : 1) == cudaSuccess);
+            hark_err_t err = {0};
+            CHECKF(cuda_conv2d(dout, scr, sb, din, dw32, dw_io, db, io, B, cin, h, w, cout, k, k, s,
+                               relu, g, &err) == HARK_OK,
+                   "%s", err.msg);
+            int gd;
+            double e = out_err(dout, io, ref, nout, &gd);
+            worst[v] = e > worst[v] ? e : worst[v];
+            CHECK_ERR(e, v ? 2e-3 : TOL32, gd, "conv2d case %zu %s rel %g", c, dt_name(io), e);
+            cudaFree(din), cudaFree(dw_io), cudaFree(dw32), cudaFree(db), cudaFree(dout),
+                cudaFree(scr);
+            hark_free(in), hark_free(wt), hark_free(w_round), hark_free(b), hark_free(ref),
+                hark_free(col);
+        }
+    printf("    conv2d rel rms: fp32 %.3g, fp16 %.3g (tol 2e-3: fp16 in/out)\n", worst[0],
+           worst[1]);
+    ops_cuda_destroy(g);
+}
+
+GPU_TEST(cuda_cmvn_and_padding)
+{
+    enum { B = 3, T = 33, F = 80 };
+    static const int lens[B] = {T, 5, 0};
+    unsigned seed = 18;
+    size_t n = (size_t)B * T * F;
+    float *x = hrand(n, &seed, 10.0f), *mean = hrand(F, &seed, 3.0f), *istd = hrand(F, &seed, 0.2f);
+    for (int i = 0; i < F; i++)
+        istd[i] += 0.5f;
+    for (size_t i = 0; i < n; i++) /* garbage past each length */
+        if ((int)((i / F) % T) >= lens[i / ((size_t)T * F)])
+            x[i] = NAN;
+    float *ref = hark_malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        ref[i] = (int)((i / F) % T) < lens[i / ((size_t)T * F)] ? (x[i] - mean[i % F]) * istd[i % F]
+                                                                : 0.0f;
+    float *dx = dup_to(x, n, OPS_F32), *dm = dup_to(mean, F, OPS_F32),
+          *di = dup_to(istd, F, OPS_F32);
+    int *dl = NULL;
+    CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
+    CHECK_OK(cuda_set_lens(dl, lens, B, NULL, NULL));
+    for (int v = 0; v < 2; v++) {
+        ops_dtype_t ot = v ? OPS_F16 : OPS_F32;
+        void *dy = dalloc(n, ot);
+        CHECK_OK(cuda_cmvn(dy, ot, dx, dm, di, dl, B, T, F, NULL, NULL));
+        int gd;
+        double e = out_err(dy, ot, ref, n, &gd);
+        CHECK_ERR(e, v ? 1e-3 : 1e-7, gd, "cmvn %s rel %g", dt_name(ot), e);
+        cudaFree(dy);
+    }
+    /* zero_pad_rows: rows past each length become 0, others unchanged */
+    float *y = hrand(n, &seed, 1.0f);
+    float *dy = dup_to(y, n, OPS_F32);
+    CHECK_OK(cuda_zero_pad_rows(dy, dl, B, T, F, NULL, NULL));
+    for (size_t i = 0; i < n; i++)
+        if ((int)((i / F) % T) >= lens[i / ((size_t)T * F)])
+            y[i] = 0.0f;
+    int gd;
+    double e = out_err(dy, OPS_F32, y, n, &gd);
+    CHECK_ERR(e, 0.0, gd, "zero_pad_rows rel %g", e);
+    /* cast round trip f32 -> f16 -> f32: within half an fp16 ulp */
+    void *h16 = dalloc(n, OPS_F16);
+    CHECK_OK(cuda_cast(h16, OPS_F16, dy, OPS_F32, n, NULL, NULL));
+    e = out_err(h16, OPS_F16, y, n, &gd);
+    CHECK_ERR(e, 4.9e-4, gd, "cast rel %g", e);
+    cudaFree(h16), cudaFree(dy), cudaFree(dx), cudaFree(dm), cudaFree(di), cudaFree(dl);
+    hark_free(x), hark_free(mean), hark_free(istd), hark_free(ref), hark_free(y);
+}
+
+GPU_TEST(cuda_pos_enc_matches_ref)
+{
+    static const int sz[][2] = {{5000, 256}, {7, 6}, {33, 7}, {1, 2}};
+    double worst = 0;
+    for (int c = 0; c < 4; c++) {
+        int n = sz[c][0], d = sz[c][1];
+        float *ref = hark_malloc((size_t)n * d * sizeof(float));
+        pos_enc_table_ref(ref, n, d);
+        float *dpe = dalloc((size_t)n * d, OPS_F32);
+        CHECK_OK(cuda_pos_enc(dpe, n, d, NULL, NULL));
+        float *h = hark_malloc((size_t)n * d * sizeof(float));
+        CHECK(dup_from(h, dpe, (size_t)n * d, OPS_F32) == 0);
+        double e = test_max_abs_diff(h, ref, (size_t)n * d);
+        worst = e > worst ? e : worst;
+        CHECKF(guard_ok(dpe, (size_t)n * d, OPS_F32), "pos_enc guard");
+        CHECKF(e <= 1e-5, "pos_enc %dx%d max abs %g", n, d, e); /* sin/cos of args up to 5000 */
+        cudaFree(dpe);
+        hark_free(ref), hark_free(h);
+    }
+    printf("    pos_enc max abs %.3g (tol 1e-5)\n", worst);
+}
+
+GPU_TEST(cuda_ops_reject_bad_arguments)
+{
+    hark_err_t err = {0};
+    CHECK(cuda_depthwise_conv_norm_act(NULL, OPS_F32, NULL, NULL, NULL, NULL, NULL, 1, 1, 1, 3, 3,
+                                       CUDA_NORM_NONE, NULL, NULL, NULL, NULL, 1e-5f, CUDA_ACT_NONE,
+                                       NULL, &err) == HARK_ERR_INVALID_ARG);
+    int lens[CUDA_MAX_LENS + 1] = {0};
+    CHECK(cuda_set_lens(NULL, lens, CUDA_MAX_LENS + 1, NULL, &err) == HARK_ERR_TOO_LARGE);
+    ops_cuda_t *g = new_ctx(t);
+    CHECK(g);
+    CHECK(cuda_conv2d(NULL, NULL, 0, NULL, NULL, NULL, NULL, OPS_F32, 1, 8, 9, 9, 4, 3, 3, 2, 1, g,
+                      &err) == HARK_ERR_INVALID_ARG); /* im2col path without scratch */
+    CHECK(strstr(err.msg, "scratch") != NULL);
+    ops_cuda_destroy(g);
+}
+#endif
