@@ -9,7 +9,7 @@ SAN      ?=
 CFLAGS   ?=
 CFLAGS   += -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
             -Iinclude -Isrc -MMD -MP -pthread
-LDLIBS   := -lsndfile -lsoxr -lfftw3f -lsleef -lopenblas -lcjson -lm -lpthread
+LDLIBS   := -lsndfile -lsoxr -lfftw3f -lsleef -lopenblas -lcjson -luv -lhttp_parser -lz -lm -lpthread
 LDFLAGS  ?=
 
 ifneq ($(SAN),)
