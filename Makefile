@@ -107,6 +107,11 @@ $(BUILD)/fuzz_audio_decode: $(FUZZ_SRCS) $(wildcard include/*.h src/core/*.h src
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_FLAGS) -o $@ $(FUZZ_SRCS) -lsndfile -lsoxr -lm -lpthread
 
+fuzz-multipart: $(BUILD)/fuzz_multipart
+$(BUILD)/fuzz_multipart: tests/fuzz/fuzz_multipart.c src/net/multipart.c src/core/error.c
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_FLAGS) -o $@ $^
+
 format:
 	clang-format -i $$(find include src tests bench -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh')
 
