@@ -49,7 +49,7 @@ LIB := $(BUILD)/libhark.a
 BIN := $(BUILD)/hark
 TESTBIN := $(BUILD)/hark_tests
 
-.PHONY: all test test-gpu bench fuzz clean format lint check-cuda
+.PHONY: all test test-gpu bench fuzz fuzz-http clean format lint check-cuda
 all: check-cuda $(BIN)
 
 check-cuda:
@@ -111,6 +111,28 @@ fuzz-multipart: $(BUILD)/fuzz_multipart
 $(BUILD)/fuzz_multipart: tests/fuzz/fuzz_multipart.c src/net/multipart.c src/core/error.c
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_FLAGS) -o $@ $^
+
+# libFuzzer target for the HTTP request parser (socket-free; needs clang); seeds in
+# tests/fuzz/corpus_http/. Run: ./$(BUILD)/fuzz_http_request -max_total_time=60 CORPUS_COPY
+FUZZ_HTTP_SRCS := tests/fuzz/fuzz_http_request.c src/net/http_server_parse.c $(sort $(wildcard src/core/*.c))
+fuzz-http: $(BUILD)/fuzz_http_request
+$(BUILD)/fuzz_http_request: $(FUZZ_HTTP_SRCS) $(wildcard include/*.h src/core/*.h src/net/http_server.h)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_FLAGS) -o $@ $(FUZZ_HTTP_SRCS) -lhttp_parser -lz -lm -lpthread
+
+# libFuzzer targets for the KServe infer-request codec and config.pbtxt (clang); seeds in
+# tests/fuzz/corpus_kserve/ (2-byte LE header length, 0xffff = none, then the body) and
+# tests/fuzz/corpus_model_config/. Run: ./$(BUILD)/fuzz_kserve_request -max_total_time=60 CORPUS_COPY
+FUZZ_KSERVE_SRCS := tests/fuzz/fuzz_kserve_request.c src/net/kserve.c $(sort $(wildcard src/core/*.c))
+FUZZ_MC_SRCS     := tests/fuzz/fuzz_model_config.c src/server/model_config.c $(sort $(wildcard src/core/*.c))
+.PHONY: fuzz-kserve
+fuzz-kserve: $(BUILD)/fuzz_kserve_request $(BUILD)/fuzz_model_config
+$(BUILD)/fuzz_kserve_request: $(FUZZ_KSERVE_SRCS) $(wildcard include/*.h src/core/*.h src/net/kserve.h)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_FLAGS) -o $@ $(FUZZ_KSERVE_SRCS) -lcjson -lm -lpthread
+$(BUILD)/fuzz_model_config: $(FUZZ_MC_SRCS) $(wildcard include/*.h src/core/*.h src/server/model_config.h)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_FLAGS) -o $@ $(FUZZ_MC_SRCS) -lcjson -lm -lpthread
 
 format:
 	clang-format -i $$(find include src tests bench -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh')

@@ -5,6 +5,7 @@
 int cli_features(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_transcribe(int argc, char **argv);
+int cli_serve(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 
 #endif

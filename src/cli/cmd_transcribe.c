@@ -1,14 +1,21 @@
 /* cmd_transcribe.c — `hark transcribe --model DIR FILE...`: offline recognition of audio files
- * with a converted WeNet model, text or JSON output, and --dump-dir to write every stage as .npy
- * (features after CMVN, each encoder block, encoder output, CTC log-probs) for finding the layer
- * that differs from the original. Tests: tests/cli/test_cli_transcribe.c */
+ * with a converted WeNet model (text, JSON with word times, SRT, WebVTT), --dump-dir to write
+ * every stage as .npy, and `--wavscp LIST --trans REF` to decode a whole list concurrently and
+ * score it (WER/CER, docs/scoring.md). Tests: tests/cli/test_cli.c, test_cli_transcribe_eval.c */
 #include "audio/audio.h"
 #include "cli/cli.h"
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/npy.h"
 #include "dsp/features.h"
+#include "eval/decode_list.h"
+#include "eval/scp.h"
+#include "eval/wer.h"
+#include "eval/words.h"
 #include "hark.h"
 #include "model/wenet_asr.h"
+#include "ops/ops.h"
+#include "search/units.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -17,17 +24,31 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static void transcribe_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: hark transcribe --model DIR [--device cpu|cuda:N] [--precision fp32|fp16]\n"
-            "         [--decoding-method ctc_greedy_search|ctc_prefix_beam_search|attention_rescoring]\n"
-            "         [--beam-size 10] [--ctc-weight W] [--reverse-weight W] [--nbest N]\n"
-            "         [--format text|json] [--dump-dir D] [--threads N] FILE...\n"
-            "Recognizes each audio file (WAV/FLAC/OGG/MP3, any rate) with a model converted by\n"
-            "tools/convert_wenet.py. Defaults come from the model (attention_rescoring when it has\n"
-            "a decoder, its ctc_weight and reverse_weight). Text output: one 'FILE TEXT' line each.\n");
+    static const char *const text[] = {
+        "usage: hark transcribe --model DIR [--device cpu|cuda:N] [--precision fp32|fp16]",
+        "    [--decoding-method ctc_greedy_search|ctc_prefix_beam_search|attention_rescoring]",
+        "    [--beam-size 10] [--ctc-weight W] [--reverse-weight W] [--nbest N] [--threads N]",
+        "    [--format text|json|srt|vtt] [--dump-dir D] FILE...",
+        "  or: hark transcribe --model DIR [decoding options] --wavscp wav.scp [--trans text]",
+        "    [--data-dir D] [--output-dir OUT] [--jobs N] [--batch-size B] [--format text|json]",
+        "Recognizes each audio file (WAV/FLAC/OGG/MP3, any rate) with a model converted by",
+        "tools/convert_wenet.py. Defaults come from the model (attention_rescoring when it has",
+        "a decoder, its ctc_weight and reverse_weight). Text output: one 'FILE TEXT' line each;",
+        "JSON adds tokens, times and words with start/end; srt and vtt (one FILE) give subtitle",
+        "cues from the token times.",
+        "--wavscp decodes a Kaldi-style list ('<id> <path>' lines; relative paths are taken",
+        "from --data-dir, else from the list's folder) with --jobs threads (default: one per",
+        "core), --batch-size utterances per call, and with --trans ('<id> <words>' lines)",
+        "prints WER and CER after the normalisation of docs/scoring.md. --output-dir gets",
+        "hyp.txt, ref.txt (the scored, normalised texts), per_utt.tsv and summary.json.",
+        "Exit status: 0 all decoded (and scored), 1 something failed, 2 bad usage or lists.",
+    };
+    for (size_t i = 0; i < sizeof text / sizeof text[0]; i++)
+        fprintf(f, "%s\n", text[i]);
 }
 
 struct dump_ctx {
@@ -46,7 +67,8 @@ static void dump_stage(void *user, const conformer_stage_t *s)
 }
 
 /* features after CMVN, as the encoder sees them */
-static int dump_features(const wenet_asr_t *asr, const audio_t *au, const char *dir, hark_err_t *err)
+static int dump_features(const wenet_asr_t *asr, const audio_t *au, const char *dir,
+                         hark_err_t *err)
 {
     const wenet_config_t *c = wenet_asr_config(asr);
     feat_opts_t fo;
@@ -78,7 +100,27 @@ static int dump_features(const wenet_asr_t *asr, const audio_t *au, const char *
     return rc;
 }
 
-static cJSON *hyp_json(const wenet_hyp_t *h, int frame_ms)
+/* words with their times, or NULL when there are none or they cannot be built */
+static cJSON *words_json(const units_t *u, const wenet_hyp_t *h, int frame_ms)
+{
+    word_time_t *w = NULL;
+    int nw = 0;
+    if (!u || words_from_tokens(u, units_guess_style(u), h->tokens, h->times, h->n_tokens, frame_ms,
+                                &w, &nw, NULL))
+        return NULL;
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < nw; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "word", w[i].text);
+        cJSON_AddNumberToObject(o, "start_ms", w[i].start_ms);
+        cJSON_AddNumberToObject(o, "end_ms", w[i].end_ms);
+        cJSON_AddItemToArray(a, o);
+    }
+    words_free(w, nw);
+    return a;
+}
+
+static cJSON *hyp_json(const wenet_hyp_t *h, int frame_ms, const units_t *u)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "text", h->text ? h->text : "");
@@ -86,118 +128,33 @@ static cJSON *hyp_json(const wenet_hyp_t *h, int frame_ms)
     cJSON *times = cJSON_AddArrayToObject(o, "times_ms");
     for (int i = 0; i < h->n_tokens; i++)
         cJSON_AddItemToArray(times, cJSON_CreateNumber((double)h->times[i] * frame_ms));
+    cJSON *words = u ? words_json(u, h, frame_ms) : NULL;
+    if (words)
+        cJSON_AddItemToObject(o, "words", words);
     cJSON_AddNumberToObject(o, "score", h->score);
     return o;
 }
 
-int cli_transcribe(int argc, char **argv)
+typedef struct {
+    const char *model, *device, *precision, *format, *method, *dump;
+    const char *wavscp, *trans, *data_dir, *out_dir;
+    double beam, ctc_w, rev_w, nbest, threads, jobs, batch;
+} transcribe_args_t;
+
+/* ---- FILE... mode --------------------------------------------------------------------------- */
+
+static int transcribe_files(const wenet_asr_t *asr, wenet_decode_opts_t o,
+                            const transcribe_args_t *A, const char **files, int nfiles)
 {
-    const char *model = NULL, *device = "cpu", *precision = "fp32", *format = "text";
-    const char *method = NULL, *dump = NULL;
-    double beam = -1, ctc_w = -1, rev_w = -1, nbest = -1, threads = 0;
-    const char **files = hark_calloc((size_t)argc, sizeof *files);
-    int nfiles = 0;
-    if (!files)
-        return 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int v = i + 1 < argc;
-        double *num = NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            transcribe_usage(stdout);
-            hark_free(files);
-            return 0;
-        } else if (!strcmp(a, "--model") && v)
-            model = argv[++i];
-        else if (!strcmp(a, "--device") && v)
-            device = argv[++i];
-        else if (!strcmp(a, "--precision") && v)
-            precision = argv[++i];
-        else if (!strcmp(a, "--format") && v)
-            format = argv[++i];
-        else if (!strcmp(a, "--decoding-method") && v)
-            method = argv[++i];
-        else if (!strcmp(a, "--dump-dir") && v)
-            dump = argv[++i];
-        else if (!strcmp(a, "--beam-size"))
-            num = &beam;
-        else if (!strcmp(a, "--ctc-weight"))
-            num = &ctc_w;
-        else if (!strcmp(a, "--reverse-weight"))
-            num = &rev_w;
-        else if (!strcmp(a, "--nbest"))
-            num = &nbest;
-        else if (!strcmp(a, "--threads"))
-            num = &threads;
-        else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "hark transcribe: unknown or incomplete option '%s'\n", a);
-            transcribe_usage(stderr);
-            hark_free(files);
-            return 2;
-        } else
-            files[nfiles++] = a;
-        if (num) {
-            char *end = NULL;
-            if (!v || (*num = strtod(argv[++i], &end), *end) || *num < 0) {
-                fprintf(stderr, "hark transcribe: %s needs a non-negative number\n", a);
-                hark_free(files);
-                return 2;
-            }
-        }
-    }
-    if (!model || !nfiles || (strcmp(format, "text") && strcmp(format, "json"))) {
-        transcribe_usage(stderr);
-        hark_free(files);
-        return 2;
-    }
-    wenet_load_opts_t lo = {.device = -1, .precision = WENET_FP32};
-    if (!strncmp(device, "cuda", 4)) {
-        lo.device = device[4] == ':' ? atoi(device + 5) : 0;
-    } else if (strcmp(device, "cpu") != 0) {
-        fprintf(stderr, "hark transcribe: --device must be cpu or cuda:N\n");
-        hark_free(files);
-        return 2;
-    }
-    if (!strcmp(precision, "fp16"))
-        lo.precision = WENET_FP16;
-    else if (strcmp(precision, "fp32") != 0) {
-        fprintf(stderr, "hark transcribe: --precision must be fp32 or fp16\n");
-        hark_free(files);
-        return 2;
-    }
-    if (dump && lo.device >= 0) {
-        fprintf(stderr, "hark transcribe: --dump-dir needs --device cpu (the GPU path keeps its "
-                        "stages on the device)\n");
-        hark_free(files);
-        return 2;
-    }
+    const char *format = A->format;
+    const int frame_ms = wenet_asr_frame_ms(asr);
+    int style_i;
+    const units_t *units = wenet_asr_units(asr, &style_i); /* word times need the unit list */
     hark_err_t err = {0};
-    wenet_asr_t *asr = NULL;
+    subtitle_format_t sfmt = !strcmp(format, "vtt") ? SUBTITLE_VTT : SUBTITLE_SRT;
+    int subtitles = !strcmp(format, "srt") || !strcmp(format, "vtt");
     wenet_worker_t *w = NULL;
     int failures = 0;
-    if (wenet_asr_load_opts(model, &lo, &asr, &err)) {
-        fprintf(stderr, "hark transcribe: %s\n", err.msg);
-        hark_free(files);
-        return 1;
-    }
-    wenet_decode_opts_t o = wenet_default_opts(asr);
-    if (method && wenet_parse_method(method, &o.method)) {
-        fprintf(stderr, "hark transcribe: unknown --decoding-method '%s'\n", method);
-        failures = -1;
-        goto done;
-    }
-    if (beam >= 0)
-        o.beam_size = (int)beam;
-    if (ctc_w >= 0)
-        o.ctc_weight = (float)ctc_w;
-    if (rev_w >= 0)
-        o.reverse_weight = (float)rev_w;
-    if (nbest >= 0)
-        o.nbest = (int)nbest;
-    else if (o.method != DECODE_CTC_GREEDY)
-        o.nbest = o.beam_size;
-    o.n_threads = (int)threads;
-    const int frame_ms = wenet_asr_frame_ms(asr);
     cJSON *out = cJSON_CreateArray();
     struct dump_ctx dctx = {0};
     for (int f = 0; f < nfiles; f++) {
@@ -212,14 +169,14 @@ int cli_transcribe(int argc, char **argv)
             double secs = (double)au.n / ao.target_rate + 1.0;
             rc = wenet_worker_create(asr, 1, secs > 600 ? secs : 600, &w, &err);
         }
-        if (!rc && dump) {
+        if (!rc && A->dump) {
             char tmp[4096];
             snprintf(tmp, sizeof tmp, "%s", files[f]);
             char *base = basename(tmp), *dot = strrchr(base, '.');
             if (dot)
                 *dot = 0;
-            snprintf(dctx.dir, sizeof dctx.dir, "%s/%s", dump, base);
-            mkdir(dump, 0755);
+            snprintf(dctx.dir, sizeof dctx.dir, "%s/%s", A->dump, base);
+            mkdir(A->dump, 0755);
             if (mkdir(dctx.dir, 0755) && errno != EEXIST)
                 rc = err_set(&err, HARK_ERR_IO, "cannot create %s", dctx.dir);
             if (!rc)
@@ -233,6 +190,17 @@ int cli_transcribe(int argc, char **argv)
         }
         if (!rc && dctx.failed)
             rc = err_set(&err, HARK_ERR_IO, "could not write every stage under %s", dctx.dir);
+        if (!rc && subtitles) {
+            word_time_t *words = NULL;
+            int nw = 0;
+            units_style_t st = (units_style_t)style_i;
+            rc = words_from_tokens(units, st, r.best.tokens, r.best.times, r.best.n_tokens,
+                                   frame_ms, &words, &nw, &err);
+            int dur_ms = (int)((double)au.n * 1000.0 / ao.target_rate);
+            if (!rc)
+                rc = subtitle_write(stdout, sfmt, words, nw, st, NULL, dur_ms, &err);
+            words_free(words, nw);
+        }
         if (rc) {
             failures++;
             fprintf(stderr, "hark transcribe: %s: %s\n", files[f],
@@ -246,8 +214,8 @@ int cli_transcribe(int argc, char **argv)
         } else if (!strcmp(format, "text")) {
             printf("%s %s\n", files[f], r.best.text);
             fflush(stdout);
-        } else {
-            cJSON *j = hyp_json(&r.best, frame_ms);
+        } else if (!strcmp(format, "json")) {
+            cJSON *j = hyp_json(&r.best, frame_ms, units);
             cJSON_AddStringToObject(j, "file", files[f]);
             cJSON_AddStringToObject(j, "decoding_method", wenet_method_name(o.method));
             cJSON_AddNumberToObject(j, "duration_s", (double)au.n / ao.target_rate);
@@ -256,7 +224,7 @@ int cli_transcribe(int argc, char **argv)
             if (o.method != DECODE_CTC_GREEDY) {
                 cJSON *nb = cJSON_AddArrayToObject(j, "nbest");
                 for (int i = 0; i < r.n_nbest; i++)
-                    cJSON_AddItemToArray(nb, hyp_json(&r.nbest[i], frame_ms));
+                    cJSON_AddItemToArray(nb, hyp_json(&r.nbest[i], frame_ms, NULL));
             }
             cJSON_AddItemToArray(out, j);
         }
@@ -271,9 +239,420 @@ int cli_transcribe(int argc, char **argv)
         }
     }
     cJSON_Delete(out);
-done:
     wenet_worker_destroy(w);
+    return failures ? 1 : 0;
+}
+
+/* ---- --wavscp mode -------------------------------------------------------------------------- */
+
+typedef struct {
+    const scp_t *wav;
+    const decode_item_t *items; /* (wav->n) */
+    int tty;
+    double t0;
+    int failed;
+} progress_t;
+
+static void progress_bar(progress_t *pg, int done, int total)
+{
+    const int width = 30;
+    int fill = total ? (int)((long long)done * width / total) : width;
+    fprintf(stderr, "\r[%.*s%*s] %d/%d", fill, "##############################", width - fill, "",
+            done, total);
+    if (pg->failed)
+        fprintf(stderr, ", %d failed", pg->failed);
+    fprintf(stderr, ", %.1f s", clock_now_s() - pg->t0);
+    fflush(stderr);
+}
+
+/* pool callback (serialised): report a failure at once, redraw the bar on a terminal */
+static void on_done(void *user, const decode_item_t *it, int done, int total)
+{
+    progress_t *pg = user;
+    if (it->status) {
+        pg->failed++;
+        const scp_entry_t *e = &pg->wav->e[it - pg->items];
+        const char *msg = it->error ? it->error : hark_status_str(it->status);
+        int named = strstr(msg, it->path) != NULL; /* audio errors name the file already */
+        fprintf(stderr, "%shark transcribe: %s: %s%s%s\n", pg->tty ? "\r\033[K" : "", e->id,
+                named ? "" : it->path, named ? "" : ": ", msg);
+    }
+    if (pg->tty)
+        progress_bar(pg, done, total);
+}
+
+static int mkdir_p(const char *dir)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    return mkdir(tmp, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+static FILE *open_out(const char *dir, const char *name)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        fprintf(stderr, "hark transcribe: cannot write %s: %s\n", path, strerror(errno));
+    return f;
+}
+
+static int close_out(FILE *f, const char *dir, const char *name)
+{
+    if (!f)
+        return 0;
+    int bad = ferror(f) | fclose(f);
+    if (bad)
+        fprintf(stderr, "hark transcribe: error writing %s/%s\n", dir, name);
+    return bad;
+}
+
+static void add_summary(cJSON *j, const wer_counts_t *wc, const wer_counts_t *cc, int scored,
+                        int utts, int failed, int have_ref)
+{
+    if (have_ref) {
+        cJSON_AddNumberToObject(j, "wer", wer_rate(wc));
+        cJSON_AddNumberToObject(j, "cer", wer_rate(cc));
+    } else {
+        cJSON_AddNullToObject(j, "wer");
+        cJSON_AddNullToObject(j, "cer");
+    }
+    cJSON_AddNumberToObject(j, "substitutions", (double)wc->sub);
+    cJSON_AddNumberToObject(j, "deletions", (double)wc->del);
+    cJSON_AddNumberToObject(j, "insertions", (double)wc->ins);
+    cJSON_AddNumberToObject(j, "ref_words", (double)wc->ref);
+    cJSON_AddNumberToObject(j, "ref_chars", (double)cc->ref);
+    cJSON_AddNumberToObject(j, "utterances", have_ref ? scored : utts);
+    cJSON_AddNumberToObject(j, "failed", failed);
+}
+
+static int transcribe_list(const wenet_asr_t *asr, const wenet_decode_opts_t *o,
+                           const transcribe_args_t *A)
+{
+    scp_t wav = {0}, ref = {0};
+    hark_err_t err = {0};
+    decode_item_t *items = NULL;
+    char **paths = NULL;
+    FILE *fh = NULL, *fr = NULL, *fu = NULL;
+    int status = 0, failed = 0, scored = 0, decoded = 0;
+    wer_counts_t wc = {0}, cc = {0};
+    if (scp_load(A->wavscp, 1, &wav, &err) || (A->trans && scp_load(A->trans, 0, &ref, &err))) {
+        fprintf(stderr, "hark transcribe: %s\n", err.msg);
+        status = 2;
+        goto done;
+    }
+    char base[4096];
+    if (A->data_dir) {
+        snprintf(base, sizeof base, "%s", A->data_dir);
+    } else {
+        char tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s", A->wavscp);
+        snprintf(base, sizeof base, "%s", dirname(tmp));
+    }
+    items = hark_calloc((size_t)(wav.n ? wav.n : 1), sizeof *items);
+    paths = hark_calloc((size_t)(wav.n ? wav.n : 1), sizeof *paths);
+    if (!items || !paths) {
+        fprintf(stderr, "hark transcribe: out of memory for %d utterances\n", wav.n);
+        status = 1;
+        goto done;
+    }
+    for (int i = 0; i < wav.n; i++) {
+        const char *v = wav.e[i].value;
+        size_t len = strlen(v) + strlen(base) + 2;
+        if (!(paths[i] = hark_malloc(len))) {
+            fprintf(stderr, "hark transcribe: out of memory\n");
+            status = 1;
+            goto done;
+        }
+        /* Kaldi's "command |" entries are not run: the path then fails to open and is reported */
+        snprintf(paths[i], len, "%s%s%s", v[0] == '/' ? "" : base, v[0] == '/' ? "" : "/", v);
+        items[i].path = paths[i];
+    }
+    if (A->out_dir && mkdir_p(A->out_dir)) {
+        fprintf(stderr, "hark transcribe: cannot create %s: %s\n", A->out_dir, strerror(errno));
+        status = 1;
+        goto done;
+    }
+    /* BLAS threads: --threads, else the cores shared among the jobs */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int jobs = A->jobs > 0 ? (int)A->jobs : (int)(cores > 0 ? cores : 1);
+    if (wenet_asr_device(asr) < 0)
+        ops_set_threads(A->threads > 0 ? (int)A->threads
+                                       : (int)(cores / jobs > 1 ? cores / jobs : 1));
+    wenet_decode_opts_t od = *o;
+    od.n_threads = 0; /* set once above, never from the pool's threads */
+    progress_t pg = {.wav = &wav, .items = items, .tty = isatty(2), .t0 = clock_now_s()};
+    decode_list_opts_t lo = {.jobs = jobs,
+                             .batch = A->batch > 0                 ? (int)A->batch
+                                      : wenet_asr_device(asr) >= 0 ? 8
+                                                                   : 1,
+                             .done = on_done,
+                             .user = &pg};
+    if (decode_list_run(asr, &od, items, wav.n, &lo, &err)) {
+        fprintf(stderr, "%shark transcribe: %s\n", pg.tty ? "\r\033[K" : "", err.msg);
+        status = 1;
+        goto done;
+    }
+    if (pg.tty)
+        fprintf(stderr, "\n");
+    if (A->out_dir) {
+        fh = open_out(A->out_dir, "hyp.txt");
+        if (A->trans) {
+            fr = open_out(A->out_dir, "ref.txt");
+            fu = open_out(A->out_dir, "per_utt.tsv");
+            if (fu)
+                fprintf(fu, "id\tref_words\tsub\tdel\tins\twer\tref_chars\tchar_sub\tchar_del"
+                            "\tchar_ins\tcer\n");
+        }
+        if (!fh || (A->trans && (!fr || !fu)))
+            status = 1;
+    }
+    for (int i = 0; i < wav.n; i++) {
+        const char *id = wav.e[i].id;
+        const decode_item_t *it = &items[i];
+        if (it->status) {
+            failed++;
+            continue;
+        }
+        decoded++;
+        const char *hyp = it->result.best.text ? it->result.best.text : "";
+        if (!A->trans) {
+            if (fh)
+                fprintf(fh, "%s %s\n", id, hyp);
+            if (!strcmp(A->format, "text"))
+                printf("%s %s\n", id, hyp);
+            continue;
+        }
+        const scp_entry_t *r = scp_find(&ref, id);
+        if (!r) {
+            fprintf(stderr, "hark transcribe: %s: no reference in %s\n", id, A->trans);
+            failed++;
+            continue;
+        }
+        char *nr = NULL, *nh = NULL;
+        wer_counts_t uw, uc;
+        if (wer_normalize(r->value, &nr, &err) || wer_normalize(hyp, &nh, &err) ||
+            wer_words(nr, nh, &uw, &err) || wer_chars(nr, nh, &uc, &err)) {
+            fprintf(stderr, "hark transcribe: %s: %s\n", id, err.msg);
+            failed++;
+        } else {
+            scored++;
+            wer_add(&wc, &uw);
+            wer_add(&cc, &uc);
+            if (fh)
+                fprintf(fh, "%s %s\n", id, nh);
+            if (fr)
+                fprintf(fr, "%s %s\n", id, nr);
+            if (fu)
+                fprintf(fu, "%s\t%ld\t%ld\t%ld\t%ld\t%.4f\t%ld\t%ld\t%ld\t%ld\t%.4f\n", id, uw.ref,
+                        uw.sub, uw.del, uw.ins, wer_rate(&uw), uc.ref, uc.sub, uc.del, uc.ins,
+                        wer_rate(&uc));
+        }
+        hark_free(nr);
+        hark_free(nh);
+    }
+    cJSON *sum = cJSON_CreateObject();
+    add_summary(sum, &wc, &cc, scored, decoded, failed, A->trans != NULL);
+    if (A->out_dir) {
+        FILE *fs = open_out(A->out_dir, "summary.json");
+        char *s = cJSON_Print(sum);
+        if (fs && s)
+            fprintf(fs, "%s\n", s);
+        free(s);
+        if (!fs || close_out(fs, A->out_dir, "summary.json"))
+            status = 1;
+    }
+    if (!strcmp(A->format, "json")) {
+        char *s = cJSON_Print(sum);
+        if (s)
+            printf("%s\n", s);
+        free(s);
+    } else if (A->trans) {
+        printf("WER %.2f%% [S %ld, D %ld, I %ld / %ld words]\n", 100.0 * wer_rate(&wc), wc.sub,
+               wc.del, wc.ins, wc.ref);
+        printf("CER %.2f%% [S %ld, D %ld, I %ld / %ld chars]\n", 100.0 * wer_rate(&cc), cc.sub,
+               cc.del, cc.ins, cc.ref);
+        printf("%d utterances scored, %d failed\n", scored, failed);
+    }
+    cJSON_Delete(sum);
+    if (failed)
+        status = status ? status : 1;
+done:
+    if (close_out(fh, A->out_dir, "hyp.txt") | close_out(fr, A->out_dir, "ref.txt") |
+        close_out(fu, A->out_dir, "per_utt.tsv"))
+        status = status ? status : 1;
+    for (int i = 0; items && i < wav.n; i++)
+        decode_item_free(&items[i]);
+    for (int i = 0; paths && i < wav.n; i++)
+        hark_free(paths[i]);
+    hark_free(items);
+    hark_free(paths);
+    scp_free(&wav);
+    scp_free(&ref);
+    return status;
+}
+
+int cli_transcribe(int argc, char **argv)
+{
+    transcribe_args_t A = {.device = "cpu",
+                           .precision = "fp32",
+                           .format = "text",
+                           .beam = -1,
+                           .ctc_w = -1,
+                           .rev_w = -1,
+                           .nbest = -1};
+    const char **files = hark_calloc((size_t)argc, sizeof *files);
+    int nfiles = 0, status = 0;
+    if (!files)
+        return 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int v = i + 1 < argc;
+        double *num = NULL;
+        const char **str = NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            transcribe_usage(stdout);
+            hark_free(files);
+            return 0;
+        } else if (!strcmp(a, "--model"))
+            str = &A.model;
+        else if (!strcmp(a, "--device"))
+            str = &A.device;
+        else if (!strcmp(a, "--precision"))
+            str = &A.precision;
+        else if (!strcmp(a, "--format"))
+            str = &A.format;
+        else if (!strcmp(a, "--decoding-method"))
+            str = &A.method;
+        else if (!strcmp(a, "--dump-dir"))
+            str = &A.dump;
+        else if (!strcmp(a, "--wavscp"))
+            str = &A.wavscp;
+        else if (!strcmp(a, "--trans"))
+            str = &A.trans;
+        else if (!strcmp(a, "--data-dir"))
+            str = &A.data_dir;
+        else if (!strcmp(a, "--output-dir"))
+            str = &A.out_dir;
+        else if (!strcmp(a, "--beam-size"))
+            num = &A.beam;
+        else if (!strcmp(a, "--ctc-weight"))
+            num = &A.ctc_w;
+        else if (!strcmp(a, "--reverse-weight"))
+            num = &A.rev_w;
+        else if (!strcmp(a, "--nbest"))
+            num = &A.nbest;
+        else if (!strcmp(a, "--threads"))
+            num = &A.threads;
+        else if (!strcmp(a, "--jobs"))
+            num = &A.jobs;
+        else if (!strcmp(a, "--batch-size"))
+            num = &A.batch;
+        else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "hark transcribe: unknown option '%s'\n", a);
+            transcribe_usage(stderr);
+            hark_free(files);
+            return 2;
+        } else
+            files[nfiles++] = a;
+        if (str) {
+            if (!v) {
+                fprintf(stderr, "hark transcribe: %s needs a value\n", a);
+                hark_free(files);
+                return 2;
+            }
+            *str = argv[++i];
+        }
+        if (num) {
+            char *end = NULL;
+            if (!v || (*num = strtod(argv[++i], &end), *end) || *num < 0) {
+                fprintf(stderr, "hark transcribe: %s needs a non-negative number\n", a);
+                hark_free(files);
+                return 2;
+            }
+        }
+    }
+    const char *fmt = A.format, *bad = NULL;
+    int subtitles = !strcmp(fmt, "srt") || !strcmp(fmt, "vtt");
+    if (!A.model || (!nfiles && !A.wavscp))
+        bad = "needs --model and FILE... or --wavscp";
+    else if (strcmp(fmt, "text") && strcmp(fmt, "json") && !subtitles)
+        bad = "--format must be text, json, srt or vtt";
+    else if (A.wavscp && nfiles)
+        bad = "takes FILE... or --wavscp, not both";
+    else if (A.wavscp && (subtitles || A.dump))
+        bad = "--wavscp takes --format text or json, and no --dump-dir";
+    else if (!A.wavscp && (A.trans || A.data_dir || A.out_dir || A.jobs > 0 || A.batch > 0))
+        bad = "--trans, --data-dir, --output-dir, --jobs and --batch-size go with --wavscp";
+    else if (subtitles && nfiles != 1)
+        bad = "--format srt|vtt takes one FILE";
+    if (bad) {
+        fprintf(stderr, "hark transcribe: %s\n", bad);
+        transcribe_usage(stderr);
+        hark_free(files);
+        return 2;
+    }
+    wenet_load_opts_t lo = {.device = -1, .precision = WENET_FP32};
+    if (!strncmp(A.device, "cuda", 4)) {
+        lo.device = A.device[4] == ':' ? atoi(A.device + 5) : 0;
+    } else if (strcmp(A.device, "cpu") != 0) {
+        fprintf(stderr, "hark transcribe: --device must be cpu or cuda:N\n");
+        hark_free(files);
+        return 2;
+    }
+    if (!strcmp(A.precision, "fp16"))
+        lo.precision = WENET_FP16;
+    else if (strcmp(A.precision, "fp32") != 0) {
+        fprintf(stderr, "hark transcribe: --precision must be fp32 or fp16\n");
+        hark_free(files);
+        return 2;
+    }
+    if (A.dump && lo.device >= 0) {
+        fprintf(stderr, "hark transcribe: --dump-dir needs --device cpu (the GPU path keeps its "
+                        "stages on the device)\n");
+        hark_free(files);
+        return 2;
+    }
+    hark_err_t err = {0};
+    wenet_asr_t *asr = NULL;
+    if (wenet_asr_load_opts(A.model, &lo, &asr, &err)) {
+        fprintf(stderr, "hark transcribe: %s\n", err.msg);
+        hark_free(files);
+        return 1;
+    }
+    wenet_decode_opts_t o = wenet_default_opts(asr);
+    if (A.method && wenet_parse_method(A.method, &o.method)) {
+        fprintf(stderr, "hark transcribe: unknown --decoding-method '%s'\n", A.method);
+        status = 2;
+        goto done;
+    }
+    if (A.beam >= 0)
+        o.beam_size = (int)A.beam;
+    if (A.ctc_w >= 0)
+        o.ctc_weight = (float)A.ctc_w;
+    if (A.rev_w >= 0)
+        o.reverse_weight = (float)A.rev_w;
+    if (A.nbest >= 0)
+        o.nbest = (int)A.nbest;
+    else if (o.method != DECODE_CTC_GREEDY)
+        o.nbest = o.beam_size;
+    o.n_threads = (int)A.threads;
+    if (A.wavscp) {
+        o.nbest = 1; /* only the best is scored */
+        status = transcribe_list(asr, &o, &A);
+    } else {
+        status = transcribe_files(asr, o, &A, files, nfiles);
+    }
+done:
     wenet_asr_destroy(asr);
     hark_free(files);
-    return failures ? 1 : 0;
+    return status;
 }

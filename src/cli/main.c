@@ -41,6 +41,7 @@ static const struct {
 } commands[] = {
     {"bench", cli_bench, "engine-only speed of a model (real-time factor, latency, memory)"},
     {"features", cli_features, "compute speech features of an audio file (.npy output)"},
+    {"serve", cli_serve, "serve a model repository (KServe v2 HTTP, OpenAI audio API, metrics)"},
     {"transcribe", cli_transcribe, "recognize audio files with a converted model (text/JSON)"},
     {"inspect", cli_inspect, "print a converted model's architecture and sizes"},
 };

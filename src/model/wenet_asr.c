@@ -129,17 +129,19 @@ int wenet_asr_load_opts(const char *dir, const wenet_load_opts_t *lo, wenet_asr_
     a->device = lo->device;
     a->precision = lo->precision;
     char path[4096];
-    int rc = wenet_config_load(dir, &a->cfg, err);
+    const int ver = lo->version > 0 ? lo->version : 1;
+    snprintf(path, sizeof path, "%s/%d/model.json", dir, ver);
+    int rc = wenet_config_load(path, &a->cfg, err);
     if (rc)
         goto fail;
-    snprintf(path, sizeof path, "%s/1/model.safetensors", dir);
+    snprintf(path, sizeof path, "%s/%d/model.safetensors", dir, ver);
     if ((rc = st_open(path, &a->st, err)))
         goto fail;
     if ((rc = conformer_model_create_st(&a->cfg, a->st, &a->enc, err)))
         goto fail;
     if (a->cfg.decoder != DECODER_NONE && (rc = wenet_decoder_create(&a->cfg, a->st, &a->dec, err)))
         goto fail;
-    snprintf(path, sizeof path, "%s/1/units.txt", dir);
+    snprintf(path, sizeof path, "%s/%d/units.txt", dir, ver);
     if ((rc = units_load(path, &a->units, err)))
         goto fail;
     if ((rc = units_check_vocab(a->units, a->cfg.vocab_size, err))) {
@@ -152,9 +154,9 @@ int wenet_asr_load_opts(const char *dir, const wenet_load_opts_t *lo, wenet_asr_
         const st_tensor_t *s = st_find(a->st, "encoder.global_cmvn.istd");
         if (!m || !s || m->dtype != ST_F32 || s->dtype != ST_F32 ||
             m->count != (size_t)a->cfg.input_dim || s->count != (size_t)a->cfg.input_dim) {
-            rc = err_set(err, HARK_ERR_FORMAT, "%s/1/model.safetensors: encoder.global_cmvn.mean/istd "
+            rc = err_set(err, HARK_ERR_FORMAT, "%s/%d/model.safetensors: encoder.global_cmvn.mean/istd "
                                                "missing or not (%d,) float32",
-                         dir, a->cfg.input_dim);
+                         dir, ver, a->cfg.input_dim);
             goto fail;
         }
         a->cmvn_mean = m->data;
@@ -210,6 +212,12 @@ int wenet_asr_sample_rate(const wenet_asr_t *a)
 int wenet_asr_frame_ms(const wenet_asr_t *a)
 {
     return (int)a->cfg.subsample * a->cfg.frame_shift_ms;
+}
+
+const struct units *wenet_asr_units(const wenet_asr_t *a, int *style)
+{
+    *style = (int)a->style;
+    return a->units;
 }
 
 int wenet_asr_cmvn(const wenet_asr_t *a, const float **mean, const float **istd)

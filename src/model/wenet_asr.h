@@ -54,6 +54,7 @@ typedef enum { WENET_FP32 = 1, WENET_FP16 = 2 } wenet_precision_t;
 typedef struct {
     int device;                  /* -1: CPU; >= 0: that CUDA device */
     wenet_precision_t precision; /* GPU only: FP32, or FP16 GEMMs with FP32 accumulation */
+    int version;                 /* model version directory DIR/<version>/; 0 means 1 */
 } wenet_load_opts_t;
 
 /* The same, on the device the options name: features, encoder and CTC run on the GPU; the
@@ -67,6 +68,9 @@ const wenet_config_t *wenet_asr_config(const wenet_asr_t *asr);
 int wenet_asr_sample_rate(const wenet_asr_t *asr);
 /* Encoder frame duration in milliseconds (subsampling rate x frame shift). */
 int wenet_asr_frame_ms(const wenet_asr_t *asr);
+struct units;
+/* The unit list and its detokenization style (for word timings and subtitles). */
+const struct units *wenet_asr_units(const wenet_asr_t *asr, int *style);
 /* The model's CMVN (mean, istd of input_dim) or NULL when it has none. */
 int wenet_asr_cmvn(const wenet_asr_t *asr, const float **mean, const float **istd);
 

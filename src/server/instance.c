@@ -195,7 +195,8 @@ int served_model_create(const char *dir, const served_opts_t *o, served_model_t 
                 goto fail;
             }
             wenet_load_opts_t lo = {.device = gr->device,
-                                    .precision = gr->device >= 0 ? o->precision : WENET_FP32};
+                                    .precision = gr->device >= 0 ? o->precision : WENET_FP32,
+                                    .version = o->version};
             if ((rc = wenet_asr_load_opts(dir, &lo, &m->asr[k], err)))
                 goto fail;
             m->asr_device[k] = gr->device;

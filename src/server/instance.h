@@ -53,6 +53,7 @@ typedef struct {
     int n_groups;
     wenet_precision_t precision; /* GPU instances */
     double max_seconds;          /* longest request accepted (worker buffers are sized for it) */
+    int version;                 /* model version directory to load; 0 means 1 */
 } served_opts_t;
 
 /* Cumulative counters (atomic snapshot under the model's lock). */

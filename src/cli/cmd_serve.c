@@ -1,0 +1,212 @@
+/* cmd_serve.c — `hark serve`: options come from one table that drives the flags, the config file
+ * (`--config FILE`, lines `name = value`, `#` comments; flags win) and --help.
+ * Tests: tests/server/test_server.py */
+#include "cli/cli.h"
+#include "core/log.h"
+#include "hark.h"
+#include "server/server.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { OPT_STR, OPT_INT, OPT_DOUBLE, OPT_SIZE, OPT_BOOL, OPT_LOGLEVEL } opt_type_t;
+
+typedef struct {
+    const char *name;
+    opt_type_t type;
+    size_t offset; /* into server_opts_t (unused for log-level) */
+    const char *def;
+    double min, max;
+    const char *help;
+} opt_t;
+
+#define OFF(f) offsetof(server_opts_t, f)
+static const opt_t options[] = {
+    {"model-repository", OPT_STR, OFF(model_repository), NULL, 0, 0,
+     "directory of models, Triton's layout: <model>/config.pbtxt, <model>/<version>/"},
+    {"host", OPT_STR, OFF(host), "127.0.0.1", 0, 0, "address to listen on"},
+    {"http-port", OPT_INT, OFF(http_port), "8000", 0, 65535, "KServe v2 + OpenAI HTTP port (0: any)"},
+    {"metrics-port", OPT_INT, OFF(metrics_port), "8002", -1, 65535,
+     "Prometheus metrics port (-1: off, 0: any)"},
+    {"max-body-bytes", OPT_SIZE, OFF(max_body_bytes), "67108864", 1024, 4e9,
+     "largest request body; bigger ones get 413"},
+    {"max-connections", OPT_INT, OFF(max_connections), "1024", 1, 1e6,
+     "simultaneous connections; beyond it 503"},
+    {"request-timeout-ms", OPT_INT, OFF(request_timeout_ms), "30000", 10, 3.6e6,
+     "a client stalled mid-request this long gets 408"},
+    {"drain-timeout-ms", OPT_INT, OFF(drain_timeout_ms), "30000", 0, 3.6e6,
+     "on SIGTERM/SIGINT, time given to in-flight requests"},
+    {"max-audio-seconds", OPT_DOUBLE, OFF(max_audio_seconds), "60", 1, 3600,
+     "longest audio a request may carry"},
+    {"cpu-threads", OPT_INT, OFF(cpu_threads), "1", 0, 256, "BLAS threads per CPU model instance"},
+    {"length-aware-batching", OPT_BOOL, OFF(length_aware), "true", 0, 1,
+     "batch requests of similar audio length together"},
+    {"log-level", OPT_LOGLEVEL, 0, "info", 0, 0, "error, warn, info, debug or trace"},
+};
+#define N_OPTIONS (int)(sizeof options / sizeof options[0])
+
+static void serve_usage(FILE *f)
+{
+    fprintf(f, "usage: hark serve --model-repository DIR [options]\n\n"
+               "Every option may also be set in a file given with --config FILE, one\n"
+               "'name = value' per line; options on the command line win.\n\n");
+    for (int i = 0; i < N_OPTIONS; i++)
+        fprintf(f, "  --%-24s %s%s%s%s\n", options[i].name, options[i].help,
+                options[i].def ? " (default " : "", options[i].def ? options[i].def : "",
+                options[i].def ? ")" : "");
+}
+
+/* Applies name=value; returns 0 or prints why and returns -1. */
+static int set_option(server_opts_t *o, const char *name, const char *value, const char *where)
+{
+    for (int i = 0; i < N_OPTIONS; i++) {
+        const opt_t *op = &options[i];
+        if (strcmp(op->name, name) != 0)
+            continue;
+        char *p = (char *)o + op->offset, *end = NULL;
+        double v = 0;
+        switch (op->type) {
+        case OPT_STR:
+            *(const char **)p = value;
+            return 0;
+        case OPT_LOGLEVEL: {
+            log_level_t l;
+            if (log_parse_level(value, &l)) {
+                fprintf(stderr, "hark serve: %s: log-level '%s' is not error|warn|info|debug|trace\n",
+                        where, value);
+                return -1;
+            }
+            log_set_level(l);
+            return 0;
+        }
+        case OPT_BOOL:
+            if (!strcmp(value, "true") || !strcmp(value, "1") || !strcmp(value, "yes"))
+                *(int *)p = 1;
+            else if (!strcmp(value, "false") || !strcmp(value, "0") || !strcmp(value, "no"))
+                *(int *)p = 0;
+            else {
+                fprintf(stderr, "hark serve: %s: %s must be true or false\n", where, name);
+                return -1;
+            }
+            return 0;
+        default:
+            v = strtod(value, &end);
+            if (!*value || *end || v < op->min || v > op->max ||
+                (op->type != OPT_DOUBLE && v != (double)(long long)v)) {
+                fprintf(stderr, "hark serve: %s: %s = '%s' must be a %s in [%g, %g]\n", where, name,
+                        value, op->type == OPT_DOUBLE ? "number" : "whole number", op->min, op->max);
+                return -1;
+            }
+            if (op->type == OPT_INT)
+                *(int *)p = (int)v;
+            else if (op->type == OPT_SIZE)
+                *(size_t *)p = (size_t)v;
+            else
+                *(double *)p = v;
+            return 0;
+        }
+    }
+    fprintf(stderr, "hark serve: %s: unknown option '%s' (see hark serve --help)\n", where, name);
+    return -1;
+}
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
+        *--e = 0;
+    return s;
+}
+
+/* Config file lines are kept alive for the process (string options point into them). */
+static int load_file(server_opts_t *o, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "hark serve: --config %s: cannot open\n", path);
+        return -1;
+    }
+    char line[4096];
+    int ln = 0, rc = 0;
+    while (!rc && fgets(line, sizeof line, f)) {
+        ln++;
+        char *h = strchr(line, '#');
+        if (h)
+            *h = 0;
+        char *t = trim(line);
+        if (!*t)
+            continue;
+        char *eq = strchr(t, '=');
+        if (!eq) {
+            fprintf(stderr, "hark serve: %s:%d: expected 'name = value'\n", path, ln);
+            rc = -1;
+            break;
+        }
+        *eq = 0;
+        char where[600];
+        snprintf(where, sizeof where, "%s:%d", path, ln);
+        char *name = trim(t), *value = strdup(trim(eq + 1));
+        if (!value || set_option(o, name, value, where))
+            rc = -1;
+    }
+    fclose(f);
+    return rc;
+}
+
+int cli_serve(int argc, char **argv)
+{
+    server_opts_t o;
+    memset(&o, 0, sizeof o);
+    for (int i = 0; i < N_OPTIONS; i++) /* defaults */
+        if (options[i].def && options[i].type != OPT_LOGLEVEL)
+            set_option(&o, options[i].name, options[i].def, "default");
+    for (int i = 1; i < argc; i++) /* the file first, so that flags win */
+        if (!strcmp(argv[i], "--config") && i + 1 < argc && load_file(&o, argv[i + 1]))
+            return 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            serve_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--config")) {
+            i++;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            fprintf(stderr, "hark serve: unexpected argument '%s'\n", a);
+            return 2;
+        }
+        char name[128];
+        const char *value, *eq = strchr(a, '=');
+        if (eq) {
+            snprintf(name, sizeof name, "%.*s", (int)(eq - a - 2), a + 2);
+            value = eq + 1;
+        } else if (i + 1 < argc) {
+            snprintf(name, sizeof name, "%s", a + 2);
+            value = argv[++i];
+        } else {
+            fprintf(stderr, "hark serve: %s needs a value\n", a);
+            return 2;
+        }
+        if (set_option(&o, name, value, "command line"))
+            return 2;
+    }
+    if (!o.model_repository) {
+        serve_usage(stderr);
+        return 2;
+    }
+    hark_err_t err = {0};
+    server_t *s;
+    if (server_create(&o, &s, &err)) {
+        fprintf(stderr, "hark serve: %s\n", err.msg);
+        return 1;
+    }
+    int rc = server_run(s);
+    server_destroy(s);
+    return rc;
+}

@@ -1,0 +1,39 @@
+/* server.h — `hark serve`: a Triton-style model repository served over KServe v2 HTTP and the
+ * OpenAI transcription API, with Prometheus metrics on their own port. The event loop (libuv)
+ * parses and routes; inference runs on the model instances' threads, which answer the requests.
+ * Tests: tests/server/test_server.py (a real server on loopback, driven with requests and curl)
+ *
+ * Ownership: the server owns its models, listeners and loop; server_run blocks until a
+ * SIGTERM/SIGINT (or server_stop) has drained the in-flight requests.
+ */
+#ifndef HARK_SERVER_SERVER_H
+#define HARK_SERVER_SERVER_H
+
+#include "core/error.h"
+
+#include <stddef.h>
+
+typedef struct {
+    const char *model_repository; /* required */
+    const char *host;             /* default 127.0.0.1 */
+    int http_port;                /* default 8000; 0: ephemeral (printed on stdout) */
+    int metrics_port;             /* default 8002; -1: off; 0: ephemeral */
+    size_t max_body_bytes;        /* 413 beyond; default 64 MiB */
+    int max_connections;          /* default 1024 */
+    int request_timeout_ms;       /* stalled client: 408; default 30000 */
+    int drain_timeout_ms;         /* graceful shutdown deadline; default 30000 */
+    double max_audio_seconds;     /* longest request; default 60 */
+    int cpu_threads;              /* BLAS threads per CPU instance; default 1 */
+    int length_aware;             /* length-aware batching; default 1 */
+    int strict_model_config;      /* unknown model configs: refuse to start; default 0 */
+} server_opts_t;
+
+typedef struct server server_t;
+
+int server_create(const server_opts_t *opts, server_t **out, hark_err_t *err);
+/* Serves until SIGTERM/SIGINT or server_stop, then drains and returns 0. */
+int server_run(server_t *s);
+void server_stop(server_t *s); /* any thread */
+void server_destroy(server_t *s);
+
+#endif

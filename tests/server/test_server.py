@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Integration test of `hark serve` (run by tests/server/test_server_integration.c): starts a real
+server on loopback with the golden WeNet model and talks to it like Triton's and OpenAI's clients
+do (requests, curl). Usage: test_server.py HARK_BIN MODEL_DIR GOLDEN_DIR. Exit 0 = pass."""
+import json, os, re, shutil, signal, struct, subprocess, sys, tempfile, threading, time, wave
+import requests
+
+hark, model_dir, golden = sys.argv[1:4]
+R = json.load(open(os.path.join(golden, "results.json")))
+tmp = tempfile.mkdtemp(prefix="hark-serve-")
+repo = os.path.join(tmp, "repo")
+os.makedirs(repo)
+shutil.copytree(model_dir, os.path.join(repo, "wenet"))
+proc = subprocess.Popen([hark, "serve", "--model-repository", repo, "--http-port", "0",
+                         "--metrics-port", "0", "--max-body-bytes", "8000000",
+                         "--request-timeout-ms", "1500"],
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+line = proc.stdout.readline()
+m = re.search(r"http://127\.0\.0\.1:(\d+) .*metrics http://127\.0\.0\.1:(\d+)", line)
+assert m, "no startup line: " + line
+base, metrics = f"http://127.0.0.1:{m.group(1)}", f"http://127.0.0.1:{m.group(2)}/metrics"
+log = []
+threading.Thread(target=lambda: [log.append(l) for l in proc.stdout], daemon=True).start()
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+
+def pcm(u):
+    raw = open(os.path.join(golden, "wavs", u + ".wav"), "rb").read()
+    w = wave.open(os.path.join(golden, "wavs", u + ".wav"))
+    n = w.getnframes()
+    data = raw[raw.index(b"data") + 8:][:2 * n]
+    return [v / 32768.0 for v in struct.unpack("<%dh" % n, data)]
+
+
+try:
+    t0 = time.time()
+    while requests.get(base + "/v2/health/ready").status_code != 200:
+        assert time.time() - t0 < 60, "not ready within 60 s"
+        time.sleep(0.1)
+    check(requests.get(base + "/v2/health/live").status_code == 200, "live")
+    meta = requests.get(base + "/v2/models/wenet").json()
+    check(meta["inputs"][0]["shape"] == [-1, -1] and meta["outputs"][0]["name"] == "TRANSCRIPTS",
+          "metadata with the batch dimension")
+    check(requests.get(base + "/v2/models/wenet/config").json()["max_batch_size"] == 64, "config")
+    check(requests.get(base + "/v2/models/nope").status_code == 404, "unknown model 404")
+
+    us = ["cards-001", "LJ001-0002", "sense_and_sensibility_01_austen_64kb-0880"]
+    xs = [pcm(u) for u in us]
+    N = max(len(x) for x in xs)
+    flat = []
+    for x in xs:
+        flat += x + [0.0] * (N - len(x))
+    # JSON tensors, as the Python tritonclient sends them
+    body = {"inputs": [{"name": "WAV", "shape": [3, N], "datatype": "FP32", "data": flat},
+                       {"name": "WAV_LENS", "shape": [3, 1], "datatype": "INT32",
+                        "data": [len(x) for x in xs]}],
+            "outputs": [{"name": "TRANSCRIPTS"}], "parameters": {"decoding_method": "ctc_greedy_search"}}
+    r = requests.post(base + "/v2/models/wenet/infer", data=json.dumps(body))
+    check(r.status_code == 200 and r.json()["outputs"][0]["data"] ==
+          [R[u]["full"]["ctc_greedy_search"]["text"] for u in us], "JSON infer, batch of 3, greedy")
+    # binary tensors, as perf_analyzer sends them; BYTES output as binary (WeNet's client)
+    import array
+    a = array.array("f", flat).tobytes()
+    lens = struct.pack("<3i", *[len(x) for x in xs])
+    hdr = json.dumps({"id": "", "inputs": [
+        {"name": "WAV", "shape": [3, N], "datatype": "FP32", "parameters": {"binary_data_size": len(a)}},
+        {"name": "WAV_LENS", "shape": [3, 1], "datatype": "INT32", "parameters": {"binary_data_size": 12}}],
+        "outputs": [{"name": "TRANSCRIPTS", "parameters": {"binary_data": True}}]}).encode()
+    r = requests.post(base + "/v2/models/wenet/infer", data=hdr + a + lens,
+                      headers={"Inference-Header-Content-Length": str(len(hdr)),
+                               "Content-Type": "application/octet-stream", "Expect": ""})
+    hl = int(r.headers.get("Inference-Header-Content-Length", "0"))
+    blob, texts, off = r.content[hl:], [], 0
+    while off < len(blob):
+        n = struct.unpack("<I", blob[off:off + 4])[0]
+        texts.append(blob[off + 4:off + 4 + n].decode())
+        off += 4 + n
+    check(r.status_code == 200 and hl > 0 and
+          texts == [R[u]["full"]["attention_rescoring"]["text"] for u in us],
+          "binary infer, attention rescoring (the model's default)")
+    # encoded audio (AUDIO BYTES) with curl
+    f = os.path.join(golden, "wavs", "cards-001.wav")
+    data = open(f, "rb").read()
+    hdr = json.dumps({"inputs": [{"name": "AUDIO", "shape": [1], "datatype": "BYTES",
+                                  "parameters": {"binary_data_size": 4 + len(data)}}]}).encode()
+    bodyf = os.path.join(tmp, "audio.bin")
+    open(bodyf, "wb").write(hdr + struct.pack("<I", len(data)) + data)
+    out = subprocess.run(["curl", "-s", "-X", "POST", "-H", "Inference-Header-Content-Length: %d" % len(hdr),
+                          "--data-binary", "@" + bodyf, base + "/v2/models/wenet/infer"],
+                         capture_output=True, text=True).stdout
+    check(json.loads(out)["outputs"][0]["data"] == [R["cards-001"]["full"]["attention_rescoring"]["text"]],
+          "AUDIO input through curl")
+    # errors: each its status and a JSON body, and the server keeps serving
+    bad = [
+        ("malformed JSON", "{bad", 400),
+        ("NaN audio", json.dumps({"inputs": [{"name": "WAV", "shape": [1, 2], "datatype": "FP32",
+                                                "data": [0.5, 1e999]}]}), 400),
+        ("wrong datatype", json.dumps({"inputs": [{"name": "WAV", "shape": [1, 2], "datatype": "INT32",
+                                                     "data": [1, 2]}]}), 400),
+        ("wrong shape", json.dumps({"inputs": [{"name": "WAV", "shape": [1, 3], "datatype": "FP32",
+                                                  "data": [0.1, 0.2]}]}), 400),
+        ("corrupt audio", json.dumps({"inputs": [{"name": "AUDIO", "shape": [1], "datatype": "BYTES",
+                                                    "data": ["not audio"]}]}), 400),
+        ("unknown decoding", json.dumps({"inputs": [{"name": "WAV", "shape": [1, 2], "datatype": "FP32",
+                                                       "data": [0.1, 0.2]}],
+                                         "parameters": {"decoding_method": "viterbi"}}), 400),
+    ]
+    for what, b, want in bad:
+        r = requests.post(base + "/v2/models/wenet/infer", data=b)
+        check(r.status_code == want and "error" in r.json(), f"{what}: {want} with a JSON error")
+    r = requests.post(base + "/v2/models/wenet/infer", data=b"x" * 9000000)
+    check(r.status_code == 413, "oversized body: 413")
+    # a client that stalls mid-request gets 408 and nobody else is affected
+    import socket
+    s = socket.create_connection(("127.0.0.1", int(m.group(1))))
+    s.sendall(b"POST /v2/models/wenet/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+    s.settimeout(5)
+    got = s.recv(4096).decode(errors="replace")
+    check(" 408 " in got.split("\r\n")[0], "stalled client: 408")
+    s.close()
+    # statistics (what perf_analyzer polls)
+    st = requests.get(base + "/v2/models/wenet/stats").json()["model_stats"][0]
+    check(isinstance(st["version"], str) and st["inference_count"] >= 7 and
+          all(isinstance(st["inference_stats"][k][f], int) for k in
+              ("success", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit",
+               "cache_miss") for f in ("count", "ns")), "statistics JSON")
+    # OpenAI
+    r = requests.post(base + "/v1/audio/transcriptions", files={"file": ("c.wav", data, "audio/wav")},
+                      data={"model": "whisper-1"})
+    check(r.status_code == 200 and r.json()["text"] == R["cards-001"]["full"]["attention_rescoring"]["text"],
+          "OpenAI transcription (json)")
+    r = requests.post(base + "/v1/audio/transcriptions", files={"file": ("c.wav", data, "audio/wav")},
+                      data={"response_format": "verbose_json", "timestamp_granularities[]": "word"})
+    j = r.json()
+    check(r.status_code == 200 and j["segments"] and j["words"] and abs(j["duration"] - 1.095) < 0.01,
+          "OpenAI verbose_json with words")
+    for fmt, head in (("srt", "1\n00:00:00,000 --> "), ("vtt", "WEBVTT"), ("text", "TASTE")):
+        r = requests.post(base + "/v1/audio/transcriptions",
+                          files={"file": ("c.wav", data, "audio/wav")}, data={"response_format": fmt})
+        check(r.status_code == 200 and r.text.startswith(head), f"OpenAI {fmt}")
+    r = requests.post(base + "/v1/audio/transcriptions", files={"file": ("c.wav", b"garbage", "audio/wav")})
+    check(r.status_code == 400 and "error" in r.json(), "OpenAI corrupt file: 400")
+    check(requests.get(base + "/v1/models").json()["data"][0]["id"] == "wenet", "/v1/models")
+    # concurrency: 24 requests at once are batched and all answered correctly
+    import concurrent.futures as cf
+    def one(i):
+        u = us[i % 3]
+        b = {"inputs": [{"name": "WAV", "shape": [1, len(xs[i % 3])], "datatype": "FP32", "data": xs[i % 3]}],
+             "parameters": {"decoding_method": "ctc_prefix_beam_search"}}
+        rr = requests.post(base + "/v2/models/wenet/infer", data=json.dumps(b))
+        return rr.status_code == 200 and rr.json()["outputs"][0]["data"][0] == R[u]["full"]["ctc_prefix_beam_search"]["text"]
+    with cf.ThreadPoolExecutor(24) as ex:
+        ok = list(ex.map(one, range(24)))
+    check(all(ok), "24 concurrent requests, each its own transcript")
+    mt = requests.get(metrics).text
+    check(re.search(r'nv_inference_request_success\{model="wenet",version="1"\} \d+', mt) is not None and
+          "hark_batch_size_bucket" in mt and "nv_inference_queue_duration_us" in mt, "Prometheus metrics")
+    # repository API
+    check(requests.post(base + "/v2/repository/index").json()[0]["state"] == "READY", "repository index")
+    check(requests.post(base + "/v2/repository/models/wenet/unload").status_code == 200 and
+          requests.get(base + "/v2/models/wenet/ready").status_code == 400, "unload")
+    check(requests.post(base + "/v2/repository/models/wenet/load").status_code == 200 and
+          requests.get(base + "/v2/models/wenet/ready").status_code == 200, "load")
+    # graceful drain: an in-flight request still completes, then exit 0
+    res = {}
+    def late():
+        b = {"inputs": [{"name": "WAV", "shape": [1, len(xs[2])], "datatype": "FP32", "data": xs[2]}]}
+        res["r"] = requests.post(base + "/v2/models/wenet/infer", data=json.dumps(b))
+    t = threading.Thread(target=late)
+    t.start()
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    t.join(30)
+    code = proc.wait(30)
+    check(res.get("r") is not None and res["r"].status_code == 200, "in-flight request finished during drain")
+    check(code == 0, f"exit status 0 after SIGTERM (got {code})")
+finally:
+    if proc.poll() is None:
+        proc.kill()
+    shutil.rmtree(tmp, ignore_errors=True)
+print("%d failed" % len(failures))
+sys.exit(1 if failures else 0)
