@@ -8,8 +8,8 @@ OPT      ?= -O2
 SAN      ?=
 CFLAGS   ?=
 CFLAGS   += -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
-            -Iinclude -Isrc -MMD -MP -pthread
-LDLIBS   := -lsndfile -lsoxr -lfftw3f -lsleef -lopenblas -lcjson -luv -lhttp_parser -lz -lm -lpthread
+            -Iinclude -Isrc -MMD -MP -pthread $(shell pkg-config --cflags cairo 2>/dev/null)
+LDLIBS   := -lsndfile -lsoxr -lfftw3f -lsleef -lopenblas -lcjson -luv -lhttp_parser -lz -lcairo -lm -lpthread
 LDFLAGS  ?=
 
 ifneq ($(SAN),)
