@@ -332,37 +332,10 @@ int conformer_model_create(const wenet_config_t *cfg, conformer_tensor_fn get, v
     return HARK_OK;
 }
 
-static int st_getter(void *user, const char *name, int ndim, const int64_t *shape,
-                     const float **data, hark_err_t *err)
-{
-    const st_tensor_t *t = st_find((const safetensors_t *)user, name);
-    if (!t)
-        return err_set(err, HARK_ERR_NOT_FOUND, "model weights: tensor '%s' is missing", name);
-    if (t->dtype != ST_F32)
-        return err_set(err, HARK_ERR_UNSUPPORTED, "model weights: tensor '%s' is %s, expected F32",
-                       name, st_dtype_name(t->dtype));
-    int same = t->ndim == ndim;
-    for (int i = 0; same && i < ndim; i++)
-        same = t->shape[i] == shape[i];
-    if (!same) {
-        char got[96] = "", exp[96] = "";
-        for (int i = 0; i < t->ndim; i++)
-            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? "," : "",
-                     (long long)t->shape[i]);
-        for (int i = 0; i < ndim; i++)
-            snprintf(exp + strlen(exp), sizeof exp - strlen(exp), "%s%lld", i ? "," : "",
-                     (long long)shape[i]);
-        return err_set(err, HARK_ERR_FORMAT,
-                       "model weights: tensor '%s' has shape [%s], expected [%s]", name, got, exp);
-    }
-    *data = (const float *)t->data;
-    return HARK_OK;
-}
-
 int conformer_model_create_st(const wenet_config_t *cfg, const safetensors_t *st,
                               conformer_model_t **out, hark_err_t *err)
 {
-    return conformer_model_create(cfg, st_getter, (void *)st, out, err);
+    return conformer_model_create(cfg, st_get_f32, (void *)st, out, err);
 }
 
 void conformer_model_destroy(conformer_model_t *m)

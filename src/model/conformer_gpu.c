@@ -493,29 +493,10 @@ fail:
     return rc;
 }
 
-static int st_getter(void *user, const char *name, int ndim, const int64_t *shape,
-                     const float **data, hark_err_t *err)
-{
-    const st_tensor_t *t = st_find((const safetensors_t *)user, name);
-    if (!t)
-        return err_set(err, HARK_ERR_NOT_FOUND, "model weights: tensor '%s' is missing", name);
-    if (t->dtype != ST_F32)
-        return err_set(err, HARK_ERR_UNSUPPORTED, "model weights: tensor '%s' is %s, expected F32",
-                       name, st_dtype_name(t->dtype));
-    int same = t->ndim == ndim;
-    for (int i = 0; same && i < ndim; i++)
-        same = t->shape[i] == shape[i];
-    if (!same)
-        return err_set(err, HARK_ERR_FORMAT, "model weights: tensor '%s' has the wrong shape",
-                       name);
-    *data = (const float *)t->data;
-    return HARK_OK;
-}
-
 int conformer_gpu_model_create_st(const wenet_config_t *cfg, const safetensors_t *st,
                                   int precisions, conformer_gpu_model_t **out, hark_err_t *err)
 {
-    return conformer_gpu_model_create(cfg, st_getter, (void *)st, precisions, out, err);
+    return conformer_gpu_model_create(cfg, st_get_f32, (void *)st, precisions, out, err);
 }
 
 void conformer_gpu_model_destroy(conformer_gpu_model_t *m)

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -387,4 +388,32 @@ fail:
         close(fd);
     st_close(st);
     return rc;
+}
+
+/* conformer_tensor_fn-shaped lookup: an F32 tensor of exactly `shape` (errors name it). */
+int st_get_f32(void *user, const char *name, int ndim, const int64_t *shape,
+                     const float **data, hark_err_t *err)
+{
+    const st_tensor_t *t = st_find((const safetensors_t *)user, name);
+    if (!t)
+        return err_set(err, HARK_ERR_NOT_FOUND, "model weights: tensor '%s' is missing", name);
+    if (t->dtype != ST_F32)
+        return err_set(err, HARK_ERR_UNSUPPORTED, "model weights: tensor '%s' is %s, expected F32",
+                       name, st_dtype_name(t->dtype));
+    int same = t->ndim == ndim;
+    for (int i = 0; same && i < ndim; i++)
+        same = t->shape[i] == shape[i];
+    if (!same) {
+        char got[96] = "", exp[96] = "";
+        for (int i = 0; i < t->ndim; i++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? "," : "",
+                     (long long)t->shape[i]);
+        for (int i = 0; i < ndim; i++)
+            snprintf(exp + strlen(exp), sizeof exp - strlen(exp), "%s%lld", i ? "," : "",
+                     (long long)shape[i]);
+        return err_set(err, HARK_ERR_FORMAT,
+                       "model weights: tensor '%s' has shape [%s], expected [%s]", name, got, exp);
+    }
+    *data = (const float *)t->data;
+    return HARK_OK;
 }

@@ -37,6 +37,11 @@ const st_tensor_t *st_find(const safetensors_t *st, const char *name); /* NULL i
 /* Value of a "__metadata__" key, or NULL. */
 const char *st_metadata(const safetensors_t *st, const char *key);
 size_t st_dtype_size(st_dtype_t t);
+/* Weight lookup for the model builders (user = the safetensors_t): sets *data to the F32 tensor
+ * `name` after checking it has exactly `shape`; HARK_ERR_NOT_FOUND / HARK_ERR_UNSUPPORTED /
+ * HARK_ERR_FORMAT with a message naming the tensor (and both shapes). */
+int st_get_f32(void *user, const char *name, int ndim, const int64_t *shape, const float **data,
+               hark_err_t *err);
 const char *st_dtype_name(st_dtype_t t);
 
 #endif
