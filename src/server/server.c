@@ -620,6 +620,106 @@ static int request_opts(const model_entry_t *m, const kserve_request_t *k, wenet
     return HARK_OK;
 }
 
+/* Encoded audio is decoded on libuv's thread pool, not on the loop; the requests are submitted
+ * from the loop once their PCM is ready. */
+typedef struct {
+    uv_work_t work;
+    infer_ctx_t *c;
+    int rate;
+    double max_seconds;
+    const uint8_t **src; /* (batch) encoded files, inside the HTTP request's body */
+    size_t *src_len;
+    const char *what; /* "AUDIO" or "file" for messages */
+    wenet_decode_opts_t o;
+    uint64_t timeout_us;
+    int rc;
+    hark_err_t err;
+} decode_job_t;
+
+static void decode_job_free(decode_job_t *j)
+{
+    hark_free(j->src);
+    hark_free(j->src_len);
+    hark_free(j);
+}
+
+static void decode_work(uv_work_t *w)
+{
+    decode_job_t *j = w->data;
+    infer_ctx_t *c = j->c;
+    for (int b = 0; b < c->batch && !j->rc; b++) {
+        audio_opts_t ao = {.target_rate = j->rate, .max_seconds = j->max_seconds};
+        audio_t au;
+        if ((j->rc = audio_decode_memory(j->src[b], j->src_len[b], &ao, &au, &j->err))) {
+            if (c->batch > 1)
+                err_prefix(&j->err, j->rc, "%s[%d]", j->what, b);
+            else
+                err_prefix(&j->err, j->rc, "%s", j->what);
+            break;
+        }
+        c->pcm[b] = au.samples; /* taken over; audio_t holds nothing else */
+        c->n[b] = au.n;
+    }
+    if (!j->rc && c->kind == OUT_OPENAI)
+        c->duration = (double)c->n[0] / j->rate;
+}
+
+static void decode_after(uv_work_t *w, int status)
+{
+    decode_job_t *j = w->data;
+    infer_ctx_t *c = j->c;
+    server_t *s = c->s;
+    if (j->rc || status) {
+        http_respond_error(c->http, status_for(j->rc ? j->rc : HARK_ERR_INTERNAL), "%s",
+                           j->rc ? j->err.msg : "decoding was cancelled");
+        ctx_free(c);
+        decode_job_free(j);
+        return;
+    }
+    pthread_mutex_lock(&s->lock);
+    model_entry_t *m = find_model(s, c->model, strlen(c->model));
+    if (!m || m->state != M_READY) { /* unloaded while the audio was being decoded */
+        pthread_mutex_unlock(&s->lock);
+        http_respond_error(c->http, 503, "model '%s' is not ready", c->model);
+        ctx_free(c);
+        decode_job_free(j);
+        return;
+    }
+    c->asr = served_model_asr(m->served);
+    submit_all(c, m->served, &j->o, j->timeout_us);
+    pthread_mutex_unlock(&s->lock);
+    decode_job_free(j);
+}
+
+/* Queues the decoding of c's encoded inputs; on failure answers and frees c. */
+static void decode_then_submit(server_t *s, infer_ctx_t *c, decode_job_t *j)
+{
+    j->c = c;
+    j->work.data = j;
+    if (uv_queue_work(&s->loop, &j->work, decode_work, decode_after) != 0) {
+        http_respond_error(c->http, 500, "cannot queue the audio decoding");
+        ctx_free(c);
+        decode_job_free(j);
+    }
+}
+
+static decode_job_t *decode_job_new(int batch, int rate, double max_seconds, const char *what)
+{
+    decode_job_t *j = hark_calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->src = hark_calloc((size_t)batch, sizeof *j->src);
+    j->src_len = hark_calloc((size_t)batch, sizeof *j->src_len);
+    if (!j->src || !j->src_len) {
+        decode_job_free(j);
+        return NULL;
+    }
+    j->rate = rate;
+    j->max_seconds = max_seconds;
+    j->what = what;
+    return j;
+}
+
 static void handle_infer(server_t *s, http_req_t *req, model_entry_t *m)
 {
     hark_err_t err = {0};
@@ -630,6 +730,7 @@ static void handle_infer(server_t *s, http_req_t *req, model_entry_t *m)
         return;
     }
     infer_ctx_t *c = NULL;
+    decode_job_t *job = NULL;
     kserve_request_t kr;
     memset(&kr, 0, sizeof kr);
     if (kserve_parse_request((const uint8_t *)req->body, req->body_len, hlen, &kr, &err)) {
@@ -707,19 +808,13 @@ static void handle_infer(server_t *s, http_req_t *req, model_entry_t *m)
             rc = err_set(&err, HARK_ERR_NOMEM, "out of memory");
             goto fail;
         }
-        size_t pos = 0;
-        const uint8_t *el;
-        size_t el_len;
-        for (int b = 0; b < B && kserve_bytes_next(audio, &pos, &el, &el_len); b++) {
-            audio_opts_t ao = {.target_rate = rate, .max_seconds = s->o.max_audio_seconds};
-            audio_t au;
-            if ((rc = audio_decode_memory(el, el_len, &ao, &au, &err))) {
-                err_prefix(&err, rc, "AUDIO[%d]", b);
-                goto fail;
-            }
-            c->pcm[b] = au.samples; /* taken over; audio_t holds nothing else */
-            c->n[b] = au.n;
+        if (!(job = decode_job_new(B, rate, s->o.max_audio_seconds, "AUDIO"))) {
+            rc = err_set(&err, HARK_ERR_NOMEM, "out of memory");
+            goto fail;
         }
+        size_t pos = 0;
+        for (int b = 0; b < B && kserve_bytes_next(audio, &pos, &job->src[b], &job->src_len[b]); b++)
+            ;
     } else {
         rc = err_set(&err, HARK_ERR_INVALID_ARG,
                      "expected inputs 'WAV' (FP32 [batch, samples]) and 'WAV_LENS' (INT32 [batch, 1]), "
@@ -736,9 +831,17 @@ static void handle_infer(server_t *s, http_req_t *req, model_entry_t *m)
     if ((rc = request_opts(m, &kr, &o, &err)))
         goto fail;
     c->kreq = kr; /* the context owns the parsed request now */
+    if (job) {
+        job->o = o;
+        job->timeout_us = kr.has_timeout ? kr.timeout_us : 0;
+        decode_then_submit(s, c, job);
+        return;
+    }
     submit_all(c, m->served, &o, kr.has_timeout ? kr.timeout_us : 0);
     return;
 fail:
+    if (job)
+        decode_job_free(job);
     if (c) {
         c->kreq = kr;
         ctx_free(c);
@@ -804,29 +907,25 @@ static void handle_openai(server_t *s, http_req_t *req)
         return;
     }
     const wenet_asr_t *asr = served_model_asr(m->served);
-    audio_opts_t ao = {.target_rate = wenet_asr_sample_rate(asr), .max_seconds = s->o.max_audio_seconds};
-    audio_t au;
-    if (audio_decode_memory(file->data, file->len, &ao, &au, &err)) {
-        pthread_mutex_unlock(&s->lock);
-        http_respond_error(req, status_for(err.status), "file: %s", err.msg);
-        return;
-    }
     infer_ctx_t *c = ctx_new(s, req, m, 1, OUT_OPENAI);
-    if (!c) {
-        pthread_mutex_unlock(&s->lock);
-        audio_free(&au);
+    decode_job_t *j = decode_job_new(1, wenet_asr_sample_rate(asr), s->o.max_audio_seconds, "file");
+    if (j)
+        j->o = m->defaults;
+    pthread_mutex_unlock(&s->lock);
+    if (!c || !j) {
+        if (c)
+            ctx_free(c);
+        if (j)
+            decode_job_free(j);
         http_respond_error(req, 500, "out of memory");
         return;
     }
-    c->pcm[0] = au.samples;
-    c->n[0] = au.n;
-    c->duration = (double)au.n / ao.target_rate;
+    j->src[0] = (const uint8_t *)file->data;
+    j->src_len[0] = file->len;
     snprintf(c->format, sizeof c->format, "%s", fmt);
     snprintf(c->language, sizeof c->language, "%s", lang);
     c->want_words = want_words;
-    wenet_decode_opts_t o = m->defaults;
-    submit_all(c, m->served, &o, 0);
-    pthread_mutex_unlock(&s->lock);
+    decode_then_submit(s, c, j);
 }
 
 /* ---- routing ---------------------------------------------------------------------------- */
