@@ -7,5 +7,6 @@ int cli_bench(int argc, char **argv);
 int cli_transcribe(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
+int cli_perf(int argc, char **argv);
 
 #endif

@@ -1,7 +1,9 @@
 /* cmd_transcribe.c — `hark transcribe --model DIR FILE...`: offline recognition of audio files
  * with a converted WeNet model (text, JSON with word times, SRT, WebVTT), --dump-dir to write
  * every stage as .npy, and `--wavscp LIST --trans REF` to decode a whole list concurrently and
- * score it (WER/CER, docs/scoring.md). Tests: tests/cli/test_cli.c, test_cli_transcribe_eval.c */
+ * score it (WER/CER, docs/scoring.md); with `--url http://host:port -m MODEL` the same through a
+ * KServe v2 server (hark serve or Triton) instead of a local model.
+ * Tests: tests/cli/test_cli.c, test_cli_transcribe_eval.c, test_cli_perf.c (--url) */
 #include "audio/audio.h"
 #include "cli/cli.h"
 #include "core/alloc.h"
@@ -14,12 +16,15 @@
 #include "eval/words.h"
 #include "hark.h"
 #include "model/wenet_asr.h"
+#include "net/http_client.h"
+#include "net/kserve.h"
 #include "ops/ops.h"
 #include "search/units.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <libgen.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +35,7 @@ static void transcribe_usage(FILE *f)
 {
     static const char *const text[] = {
         "usage: hark transcribe --model DIR [--device cpu|cuda:N] [--precision fp32|fp16]",
+        "    (or --url http://host:port -m MODEL to ask a server)",
         "    [--decoding-method ctc_greedy_search|ctc_prefix_beam_search|attention_rescoring]",
         "    [--beam-size 10] [--ctc-weight W] [--reverse-weight W] [--nbest N] [--threads N]",
         "    [--format text|json|srt|vtt] [--dump-dir D] FILE...",
@@ -45,6 +51,9 @@ static void transcribe_usage(FILE *f)
         "core), --batch-size utterances per call, and with --trans ('<id> <words>' lines)",
         "prints WER and CER after the normalisation of docs/scoring.md. --output-dir gets",
         "hyp.txt, ref.txt (the scored, normalised texts), per_utt.tsv and summary.json.",
+        "With --url http://host:port[/prefix] (or host:port) and -m/--model NAME, files are sent",
+        "to that KServe v2 server (hark serve, Triton) as AUDIO bytes, --jobs connections at a",
+        "time for --wavscp, with the decoding options as request parameters; --format text|json.",
         "Exit status: 0 all decoded (and scored), 1 something failed, 2 bad usage or lists.",
     };
     for (size_t i = 0; i < sizeof text / sizeof text[0]; i++)
@@ -136,7 +145,7 @@ static cJSON *hyp_json(const wenet_hyp_t *h, int frame_ms, const units_t *u)
 }
 
 typedef struct {
-    const char *model, *device, *precision, *format, *method, *dump;
+    const char *model, *device, *precision, *format, *method, *dump, *url;
     const char *wavscp, *trans, *data_dir, *out_dir;
     double beam, ctc_w, rev_w, nbest, threads, jobs, batch;
 } transcribe_args_t;
@@ -241,6 +250,230 @@ static int transcribe_files(const wenet_asr_t *asr, wenet_decode_opts_t o,
     cJSON_Delete(out);
     wenet_worker_destroy(w);
     return failures ? 1 : 0;
+}
+
+
+/* ---- --url: through a KServe v2 server ------------------------------------------------------- */
+
+typedef struct {
+    http_url_t url;
+    char path[1024]; /* prefix/v2/models/<m>/infer */
+    kserve_param_t params[4];
+    int n_params;
+} remote_t;
+
+static int remote_init(remote_t *R, const transcribe_args_t *A, hark_err_t *err)
+{
+    memset(R, 0, sizeof *R);
+    int rc = http_url_parse(A->url, &R->url, err);
+    if (rc)
+        return rc;
+    snprintf(R->path, sizeof R->path, "%s/v2/models/%s/infer", R->url.prefix, A->model);
+    if (A->method)
+        R->params[R->n_params++] = (kserve_param_t){.name = "decoding_method", .str = A->method};
+    if (A->beam >= 0)
+        R->params[R->n_params++] = (kserve_param_t){.name = "beam_size", .num = (int)A->beam};
+    if (A->ctc_w >= 0)
+        R->params[R->n_params++] = (kserve_param_t){.name = "ctc_weight", .num = A->ctc_w};
+    if (A->rev_w >= 0)
+        R->params[R->n_params++] = (kserve_param_t){.name = "reverse_weight", .num = A->rev_w};
+    return HARK_OK;
+}
+
+static uint8_t *slurp(const char *path, size_t *n, hark_err_t *err)
+{
+    FILE *f = fopen(path, "rb");
+    uint8_t *buf = NULL;
+    long len = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = hark_malloc((size_t)len + 1)) && fread(buf, 1, (size_t)len, f) == (size_t)len) {
+        fclose(f);
+        *n = (size_t)len;
+        return buf;
+    }
+    err_set(err, HARK_ERR_IO, "%s", f ? "cannot read" : strerror(errno));
+    hark_free(buf);
+    if (f)
+        fclose(f);
+    return NULL;
+}
+
+/* Sends one file as AUDIO [1]; *text (hark_malloc) gets TRANSCRIPTS[0]. Server errors come back
+ * as HARK_ERR_IO with "HTTP <status>: <its error message>". */
+static int remote_transcribe(http_client_t *c, const remote_t *R, const char *path, char **text,
+                             hark_err_t *err)
+{
+    *text = NULL;
+    size_t n = 0;
+    uint8_t *raw = slurp(path, &n, err);
+    if (!raw)
+        return HARK_ERR_IO;
+    const char *strs[1] = {(const char *)raw};
+    size_t packed_len;
+    uint8_t *packed = kserve_bytes_pack(strs, &n, 1, &packed_len);
+    hark_free(raw);
+    if (!packed)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    int64_t shape[1] = {1};
+    kserve_output_t in = {"AUDIO", KSERVE_BYTES, 1, shape, packed, packed_len};
+    const char *outs[1] = {"TRANSCRIPTS"};
+    kserve_request_spec_t spec = {.inputs = &in, .n_inputs = 1, .outputs = outs, .n_outputs = 1,
+                                  .params = R->params, .n_params = R->n_params};
+    kserve_response_t body;
+    int rc = kserve_build_request(&spec, &body, err);
+    hark_free(packed);
+    if (rc)
+        return rc;
+    char hl[32];
+    snprintf(hl, sizeof hl, "%zu", body.header_len);
+    http_kv_t hdr[2] = {{"Content-Type", "application/octet-stream"},
+                        {"Inference-Header-Content-Length", hl}};
+    http_response_t resp;
+    rc = http_client_request(c, "POST", R->path, hdr, 2, body.body, body.len, &resp, err);
+    kserve_response_free(&body);
+    if (rc)
+        return rc;
+    if (resp.status != 200) {
+        cJSON *j = cJSON_ParseWithLength((const char *)resp.body, resp.body_len);
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+        rc = err_set(err, HARK_ERR_IO, "HTTP %d: %.400s", resp.status,
+                     cJSON_IsString(e) ? e->valuestring : (const char *)resp.body);
+        cJSON_Delete(j);
+        return rc;
+    }
+    size_t hlen = (size_t)-1;
+    const char *h = http_response_header(&resp, "Inference-Header-Content-Length");
+    if (h && (rc = kserve_parse_header_length(h, strlen(h), resp.body_len, &hlen, err)))
+        return rc;
+    kserve_parsed_response_t pr;
+    if ((rc = kserve_parse_response(resp.body, resp.body_len, hlen, &pr, err)))
+        return err_prefix(err, rc, "the server's response");
+    const kserve_tensor_t *t = NULL;
+    for (int i = 0; i < pr.n_outputs; i++)
+        if (!strcmp(pr.outputs[i].name, "TRANSCRIPTS"))
+            t = &pr.outputs[i];
+    size_t pos = 0, el_len;
+    const uint8_t *el;
+    if (!t || t->dtype != KSERVE_BYTES || !kserve_bytes_next(t, &pos, &el, &el_len)) {
+        rc = err_set(err, HARK_ERR_FORMAT, "the server's response has no TRANSCRIPTS text");
+    } else if (!(*text = hark_malloc(el_len + 1))) {
+        rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+    } else {
+        memcpy(*text, el, el_len);
+        (*text)[el_len] = 0;
+    }
+    kserve_parsed_response_free(&pr);
+    return rc;
+}
+
+static int remote_files(const transcribe_args_t *A, const char **files, int nfiles)
+{
+    remote_t R;
+    hark_err_t err = {0};
+    http_client_t *c = NULL;
+    if (remote_init(&R, A, &err) || http_client_create(R.url.host, R.url.port, NULL, &c, &err)) {
+        fprintf(stderr, "hark transcribe: --url %s\n", err.msg);
+        return 2;
+    }
+    int json = !strcmp(A->format, "json"), failures = 0;
+    cJSON *out = cJSON_CreateArray();
+    for (int f = 0; f < nfiles; f++) {
+        char *text = NULL;
+        err.msg[0] = 0;
+        int rc = remote_transcribe(c, &R, files[f], &text, &err);
+        if (rc) {
+            failures++;
+            fprintf(stderr, "hark transcribe: %s: %s\n", files[f],
+                    err.msg[0] ? err.msg : hark_status_str(rc));
+        }
+        if (json) {
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddStringToObject(j, "file", files[f]);
+            if (rc)
+                cJSON_AddStringToObject(j, "error", err.msg[0] ? err.msg : hark_status_str(rc));
+            else
+                cJSON_AddStringToObject(j, "text", text);
+            if (A->method)
+                cJSON_AddStringToObject(j, "decoding_method", A->method);
+            cJSON_AddItemToArray(out, j);
+        } else if (!rc) {
+            printf("%s %s\n", files[f], text);
+            fflush(stdout);
+        }
+        hark_free(text);
+    }
+    if (json) {
+        char *s = cJSON_Print(out);
+        if (s) {
+            printf("%s\n", s);
+            free(s);
+        }
+    }
+    cJSON_Delete(out);
+    http_client_destroy(c);
+    return failures ? 1 : 0;
+}
+
+typedef struct {
+    const remote_t *R;
+    decode_item_t *items;
+    int n, next, done;
+    pthread_mutex_t mu;
+    decode_done_fn cb;
+    void *user;
+} remote_pool_t;
+
+static void *remote_worker(void *arg)
+{
+    remote_pool_t *p = arg;
+    http_client_t *c = NULL;
+    hark_err_t cerr = {0};
+    int crc = http_client_create(p->R->url.host, p->R->url.port, NULL, &c, &cerr);
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        int i = p->next < p->n ? p->next++ : -1;
+        pthread_mutex_unlock(&p->mu);
+        if (i < 0)
+            break;
+        decode_item_t *it = &p->items[i];
+        hark_err_t err = cerr;
+        char *text = NULL;
+        int rc = crc ? crc : remote_transcribe(c, p->R, it->path, &text, &err);
+        it->status = rc;
+        if (rc)
+            it->error = hark_strdup(err.msg[0] ? err.msg : hark_status_str(rc));
+        else
+            it->result.best.text = text;
+        pthread_mutex_lock(&p->mu);
+        p->done++;
+        if (p->cb)
+            p->cb(p->user, it, p->done, p->n);
+        pthread_mutex_unlock(&p->mu);
+    }
+    http_client_destroy(c);
+    return NULL;
+}
+
+/* decode_list_run's counterpart through the server: `jobs` connections */
+static int remote_decode_list(const remote_t *R, decode_item_t *items, int n, int jobs,
+                              decode_done_fn cb, void *user)
+{
+    remote_pool_t p = {.R = R, .items = items, .n = n, .cb = cb, .user = user};
+    pthread_mutex_init(&p.mu, NULL);
+    if (jobs > n)
+        jobs = n > 0 ? n : 1;
+    pthread_t *th = hark_calloc((size_t)jobs, sizeof *th);
+    int started = 0;
+    for (; th && started < jobs; started++)
+        if (pthread_create(&th[started], NULL, remote_worker, &p) != 0)
+            break;
+    if (!started) /* no thread (or no memory for them): one connection on this thread */
+        remote_worker(&p);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    hark_free(th);
+    pthread_mutex_destroy(&p.mu);
+    return HARK_OK;
 }
 
 /* ---- --wavscp mode -------------------------------------------------------------------------- */
@@ -384,22 +617,32 @@ static int transcribe_list(const wenet_asr_t *asr, const wenet_decode_opts_t *o,
     /* BLAS threads: --threads, else the cores shared among the jobs */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int jobs = A->jobs > 0 ? (int)A->jobs : (int)(cores > 0 ? cores : 1);
-    if (wenet_asr_device(asr) < 0)
-        ops_set_threads(A->threads > 0 ? (int)A->threads
-                                       : (int)(cores / jobs > 1 ? cores / jobs : 1));
-    wenet_decode_opts_t od = *o;
-    od.n_threads = 0; /* set once above, never from the pool's threads */
     progress_t pg = {.wav = &wav, .items = items, .tty = isatty(2), .t0 = clock_now_s()};
-    decode_list_opts_t lo = {.jobs = jobs,
-                             .batch = A->batch > 0                 ? (int)A->batch
-                                      : wenet_asr_device(asr) >= 0 ? 8
-                                                                   : 1,
-                             .done = on_done,
-                             .user = &pg};
-    if (decode_list_run(asr, &od, items, wav.n, &lo, &err)) {
-        fprintf(stderr, "%shark transcribe: %s\n", pg.tty ? "\r\033[K" : "", err.msg);
-        status = 1;
-        goto done;
+    if (!asr) { /* --url: the server decodes, over `jobs` connections */
+        remote_t R;
+        if (remote_init(&R, A, &err) ||
+            remote_decode_list(&R, items, wav.n, A->jobs > 0 ? (int)A->jobs : 4, on_done, &pg)) {
+            fprintf(stderr, "%shark transcribe: %s\n", pg.tty ? "\r\033[K" : "", err.msg);
+            status = 1;
+            goto done;
+        }
+    } else {
+        if (wenet_asr_device(asr) < 0)
+            ops_set_threads(A->threads > 0 ? (int)A->threads
+                                           : (int)(cores / jobs > 1 ? cores / jobs : 1));
+        wenet_decode_opts_t od = *o;
+        od.n_threads = 0; /* set once above, never from the pool's threads */
+        decode_list_opts_t lo = {.jobs = jobs,
+                                 .batch = A->batch > 0                 ? (int)A->batch
+                                          : wenet_asr_device(asr) >= 0 ? 8
+                                                                       : 1,
+                                 .done = on_done,
+                                 .user = &pg};
+        if (decode_list_run(asr, &od, items, wav.n, &lo, &err)) {
+            fprintf(stderr, "%shark transcribe: %s\n", pg.tty ? "\r\033[K" : "", err.msg);
+            status = 1;
+            goto done;
+        }
     }
     if (pg.tty)
         fprintf(stderr, "\n");
@@ -522,8 +765,10 @@ int cli_transcribe(int argc, char **argv)
             transcribe_usage(stdout);
             hark_free(files);
             return 0;
-        } else if (!strcmp(a, "--model"))
+        } else if (!strcmp(a, "--model") || !strcmp(a, "-m"))
             str = &A.model;
+        else if (!strcmp(a, "--url"))
+            str = &A.url;
         else if (!strcmp(a, "--device"))
             str = &A.device;
         else if (!strcmp(a, "--precision"))
@@ -583,7 +828,7 @@ int cli_transcribe(int argc, char **argv)
     const char *fmt = A.format, *bad = NULL;
     int subtitles = !strcmp(fmt, "srt") || !strcmp(fmt, "vtt");
     if (!A.model || (!nfiles && !A.wavscp))
-        bad = "needs --model and FILE... or --wavscp";
+        bad = "needs --model (with --url: -m MODEL) and FILE... or --wavscp";
     else if (strcmp(fmt, "text") && strcmp(fmt, "json") && !subtitles)
         bad = "--format must be text, json, srt or vtt";
     else if (A.wavscp && nfiles)
@@ -594,11 +839,24 @@ int cli_transcribe(int argc, char **argv)
         bad = "--trans, --data-dir, --output-dir, --jobs and --batch-size go with --wavscp";
     else if (subtitles && nfiles != 1)
         bad = "--format srt|vtt takes one FILE";
+    else if (A.url && (subtitles || A.dump || A.nbest >= 0 || A.batch > 0))
+        bad = "--url takes --format text or json, and no --dump-dir, --nbest or --batch-size";
     if (bad) {
         fprintf(stderr, "hark transcribe: %s\n", bad);
         transcribe_usage(stderr);
         hark_free(files);
         return 2;
+    }
+    if (A.url) { /* the server has the model: -m names it */
+        if (A.wavscp) {
+            wenet_decode_opts_t none;
+            memset(&none, 0, sizeof none);
+            status = transcribe_list(NULL, &none, &A);
+        } else {
+            status = remote_files(&A, files, nfiles);
+        }
+        hark_free(files);
+        return status;
     }
     wenet_load_opts_t lo = {.device = -1, .precision = WENET_FP32};
     if (!strncmp(A.device, "cuda", 4)) {

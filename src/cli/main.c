@@ -44,6 +44,7 @@ static const struct {
     {"serve", cli_serve, "serve a model repository (KServe v2 HTTP, OpenAI audio API, metrics)"},
     {"transcribe", cli_transcribe, "recognize audio files with a converted model (text/JSON)"},
     {"inspect", cli_inspect, "print a converted model's architecture and sizes"},
+    {"perf", cli_perf, "load-test a KServe v2 server (perf_analyzer style: throughput, latency)"},
 };
 
 static void usage(FILE *f)

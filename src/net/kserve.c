@@ -972,16 +972,19 @@ static void sb_data(sbuf_t *b, const kserve_output_t *o, int64_t count)
     sb_put(b, "]", 1);
 }
 
-static int check_output(const kserve_output_t *o, int64_t *count, hark_err_t *err)
+/* Checks a tensor descriptor (an output to send, or an input of a client request): `kind` names
+ * it in messages, `status` is returned on failure. */
+static int check_tensor(const kserve_output_t *o, int64_t *count, const char *kind, int status,
+                        hark_err_t *err)
 {
     if (!o->name || !o->name[0] || o->dtype <= KSERVE_INVALID || o->dtype > KSERVE_BF16 ||
         o->ndim < 0 || o->ndim > KSERVE_MAX_DIMS || (o->ndim && !o->shape) || (o->size && !o->data))
-        return err_set(err, HARK_ERR_INTERNAL, "output '%s': malformed output descriptor",
+        return err_set(err, status, "%s '%s': malformed descriptor", kind,
                        o->name ? o->name : "?");
     int64_t n = 1;
     for (int i = 0; i < o->ndim; i++) {
         if (o->shape[i] < 0 || (o->shape[i] && n > INT64_MAX / o->shape[i]))
-            return err_set(err, HARK_ERR_INTERNAL, "output '%s': bad shape", o->name);
+            return err_set(err, status, "%s '%s': bad shape", kind, o->name);
         n *= o->shape[i];
     }
     size_t esz = kserve_dtype_size(o->dtype);
@@ -989,16 +992,19 @@ static int check_output(const kserve_output_t *o, int64_t *count, hark_err_t *er
         int64_t got;
         size_t at;
         if (bytes_check(o->data, o->size, n, &got, &at))
-            return err_set(err, HARK_ERR_INTERNAL,
-                           "output '%s': %zu bytes are not %" PRId64 " BYTES elements", o->name,
-                           o->size, n);
+            return err_set(err, status, "%s '%s': %zu bytes are not %" PRId64 " BYTES elements",
+                           kind, o->name, o->size, n);
     } else if ((uint64_t)n > SIZE_MAX / esz || (size_t)n * esz != o->size) {
-        return err_set(err, HARK_ERR_INTERNAL,
-                       "output '%s': %zu bytes for shape with %" PRId64 " %s elements", o->name,
-                       o->size, n, kserve_dtype_name(o->dtype));
+        return err_set(err, status, "%s '%s': %zu bytes for shape with %" PRId64 " %s elements",
+                       kind, o->name, o->size, n, kserve_dtype_name(o->dtype));
     }
     *count = n;
     return HARK_OK;
+}
+
+static int check_output(const kserve_output_t *o, int64_t *count, hark_err_t *err)
+{
+    return check_tensor(o, count, "output", HARK_ERR_INTERNAL, err);
 }
 
 int kserve_build_response(const kserve_request_t *req, const char *model_name,
@@ -1103,6 +1109,99 @@ void kserve_response_free(kserve_response_t *resp)
         return;
     hark_free(resp->body);
     memset(resp, 0, sizeof *resp);
+}
+
+/* ---- client side: infer requests ---------------------------------------------------------- */
+
+int kserve_build_request(const kserve_request_spec_t *spec, kserve_response_t *out,
+                         hark_err_t *err)
+{
+    memset(out, 0, sizeof *out);
+    sbuf_t b = {0};
+    int rc = HARK_OK;
+    size_t blobs = 0;
+    for (int i = 0; i < spec->n_inputs; i++) {
+        int64_t cnt;
+        if ((rc = check_tensor(&spec->inputs[i], &cnt, "input", HARK_ERR_INVALID_ARG, err)))
+            return rc;
+        if (spec->inputs[i].size > SIZE_MAX / 2 - blobs)
+            return err_set(err, HARK_ERR_NOMEM, "input '%s' too large", spec->inputs[i].name);
+        blobs += spec->inputs[i].size;
+    }
+    for (int i = 0; i < spec->n_params; i++) {
+        const kserve_param_t *p = &spec->params[i];
+        if (!p->name || !p->name[0] || (!p->str && !isfinite(p->num)))
+            return err_set(err, HARK_ERR_INVALID_ARG, "parameter '%s': %s",
+                           p->name ? p->name : "", p->name && p->name[0] ? "not a finite number"
+                                                                         : "no name");
+    }
+    for (int i = 0; i < spec->n_outputs; i++)
+        if (!spec->outputs[i] || !spec->outputs[i][0])
+            return err_set(err, HARK_ERR_INVALID_ARG, "output %d has no name", i);
+    sb_put(&b, "{", 1);
+    if (spec->id) {
+        sb_put(&b, "\"id\":", 5);
+        sb_json_string(&b, (const uint8_t *)spec->id, strlen(spec->id));
+        sb_put(&b, ",", 1);
+    }
+    sb_put(&b, "\"inputs\":[", 10);
+    for (int i = 0; i < spec->n_inputs; i++) {
+        const kserve_output_t *t = &spec->inputs[i];
+        sb_put(&b, i ? ",{\"name\":" : "{\"name\":", i ? 9 : 8);
+        sb_json_string(&b, (const uint8_t *)t->name, strlen(t->name));
+        sb_printf(&b, ",\"datatype\":\"%s\",\"shape\":[", kserve_dtype_name(t->dtype));
+        for (int k = 0; k < t->ndim; k++)
+            sb_printf(&b, k ? ",%" PRId64 : "%" PRId64, t->shape[k]);
+        sb_printf(&b, "],\"parameters\":{\"binary_data_size\":%zu}}", t->size);
+    }
+    sb_put(&b, "]", 1);
+    if (spec->n_outputs) {
+        sb_put(&b, ",\"outputs\":[", 12);
+        for (int i = 0; i < spec->n_outputs; i++) {
+            sb_put(&b, i ? ",{\"name\":" : "{\"name\":", i ? 9 : 8);
+            sb_json_string(&b, (const uint8_t *)spec->outputs[i], strlen(spec->outputs[i]));
+            sb_put(&b, ",\"parameters\":{\"binary_data\":true}}", 35);
+        }
+        sb_put(&b, "]", 1);
+    }
+    if (spec->n_params) {
+        sb_put(&b, ",\"parameters\":{", 15);
+        for (int i = 0; i < spec->n_params; i++) {
+            const kserve_param_t *p = &spec->params[i];
+            if (i)
+                sb_put(&b, ",", 1);
+            sb_json_string(&b, (const uint8_t *)p->name, strlen(p->name));
+            sb_put(&b, ":", 1);
+            if (p->str)
+                sb_json_string(&b, (const uint8_t *)p->str, strlen(p->str));
+            else if (p->num == floor(p->num) && fabs(p->num) < 9e15)
+                sb_printf(&b, "%.0f", p->num);
+            else
+                sb_printf(&b, "%.17g", p->num);
+        }
+        sb_put(&b, "}", 1);
+    }
+    sb_put(&b, "}", 1);
+    if (b.oom) {
+        hark_free(b.p);
+        return err_set(err, HARK_ERR_NOMEM, "out of memory building the request");
+    }
+    uint8_t *body = hark_realloc(b.p, b.len + blobs + 1);
+    if (!body) {
+        hark_free(b.p);
+        return err_set(err, HARK_ERR_NOMEM, "out of memory building the request");
+    }
+    size_t pos = b.len;
+    for (int i = 0; i < spec->n_inputs; i++)
+        if (spec->inputs[i].size) {
+            memcpy(body + pos, spec->inputs[i].data, spec->inputs[i].size);
+            pos += spec->inputs[i].size;
+        }
+    out->body = body;
+    out->header_len = b.len;
+    out->len = b.len + blobs;
+    out->binary = 1;
+    return rc;
 }
 
 static int parse_response_impl(const uint8_t *body, size_t body_len, size_t header_len,

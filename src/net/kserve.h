@@ -176,6 +176,33 @@ int kserve_parse_response(const uint8_t *body, size_t body_len, size_t header_le
                           kserve_parsed_response_t *resp, hark_err_t *err);
 void kserve_parsed_response_free(kserve_parsed_response_t *resp);
 
+/* ---- client side: infer requests ----------------------------------------------------------- */
+/* A request parameter: a string when `str` is non-NULL, else the number `num` (written as an
+ * integer when it is one). */
+typedef struct {
+    const char *name;
+    const char *str;
+    double num;
+} kserve_param_t;
+
+typedef struct {
+    const char *id;                 /* NULL: no "id" */
+    const kserve_output_t *inputs;  /* (n_inputs) named tensors, all sent as binary blobs */
+    int n_inputs;
+    const char *const *outputs;     /* (n_outputs) names, each asked for with binary_data: true */
+    int n_outputs;
+    const kserve_param_t *params;   /* (n_params) request "parameters"; 0: none */
+    int n_params;
+} kserve_request_spec_t;
+
+/* Builds an infer request body with the binary-tensor extension: the JSON header, then each
+ * input's raw bytes in order (each tensor's shape x datatype must match its size; BYTES must be
+ * well-formed packed elements). Fills out->body (hark_malloc), out->len, out->header_len (send
+ * it as Inference-Header-Content-Length) and out->binary = 1; free with kserve_response_free.
+ * Returns HARK_OK, HARK_ERR_INVALID_ARG naming the bad tensor or parameter, or HARK_ERR_NOMEM. */
+int kserve_build_request(const kserve_request_spec_t *spec, kserve_response_t *out,
+                         hark_err_t *err);
+
 /* ---- other endpoints ---------------------------------------------------------------------- */
 /* {"error": "<msg>"} */
 char *kserve_error_json(const char *msg);
