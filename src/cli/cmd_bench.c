@@ -6,7 +6,9 @@
 #include "cli/cli.h"
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "audio/audio.h"
 #include "model/conformer.h"
+#include "model/wenet_asr.h"
 #include "model/safetensors.h"
 #include "model/wenet_config.h"
 #include "hark.h"
@@ -175,14 +177,108 @@ static void bench_usage(FILE *f)
 {
     fprintf(f, "usage: hark bench --model DIR [--batch 1,8,64] [--seconds 10]\n"
                "                  [--device cpu|cuda:N] [--precision fp32|fp16] [--threads N]\n"
-               "                  [--min-time S]\n"
+               "                  [--min-time S] [--pipeline [--wav FILE]]\n"
+               "--pipeline times the whole recognizer instead (PCM in -> text out: features,\n"
+               "encoder, CTC, greedy search) on copies of FILE (or noise) cut to --seconds.\n"
                "Times encoder + CTC log-softmax + argmax on random features (10 s = 998 frames)\n"
                "and prints one JSON line per batch size.\n");
+}
+
+/* --pipeline: the full recognizer path, PCM in -> text out (features, encoder, CTC, greedy
+ * search, detokenization), `B` copies of one utterance per batch, on the CPU or a GPU. */
+static int bench_pipeline(const char *model_dir, int device, int fp16, const char *wav,
+                          const char *batches, double seconds, double min_time, int threads)
+{
+    hark_err_t err = {0};
+    wenet_load_opts_t lo = {.device = device, .precision = fp16 ? WENET_FP16 : WENET_FP32};
+    wenet_asr_t *asr;
+    if (wenet_asr_load_opts(model_dir, &lo, &asr, &err)) {
+        fprintf(stderr, "hark bench: %s\n", err.msg);
+        return 1;
+    }
+    int rate = wenet_asr_sample_rate(asr);
+    size_t n = (size_t)(seconds * rate);
+    float *pcm = hark_malloc(sizeof(float) * n);
+    audio_t au = {0};
+    audio_opts_t ao = {.target_rate = rate};
+    int have = wav && audio_decode_file(wav, &ao, &au, &err) == HARK_OK && au.n > 0;
+    unsigned seed = 7;
+    for (size_t i = 0; i < n; i++) { /* the file, repeated to `seconds`, or noise */
+        seed = seed * 1664525u + 1013904223u;
+        pcm[i] = have ? au.samples[i % au.n] : 0.1f * ((float)(seed >> 8) / (float)(1u << 23) - 1.0f);
+    }
+    audio_free(&au);
+    int rc = 0;
+    for (const char *b = batches; *b;) {
+        int B = atoi(b);
+        while (*b && *b != ',')
+            b++;
+        if (*b == ',')
+            b++;
+        if (B < 1 || B > 512)
+            continue;
+        wenet_worker_t *w = NULL;
+        const float **p = hark_malloc(sizeof(float *) * (size_t)B);
+        size_t *len = hark_malloc(sizeof(size_t) * (size_t)B);
+        wenet_result_t *res = hark_malloc(sizeof(wenet_result_t) * (size_t)B);
+        double *times = hark_malloc(sizeof(double) * 1000);
+        if (!p || !len || !res || !times || wenet_worker_create(asr, B, seconds + 1, &w, &err)) {
+            fprintf(stderr, "hark bench: batch %d: %s\n", B, err.msg[0] ? err.msg : "out of memory");
+            rc = 1;
+        } else {
+            for (int i = 0; i < B; i++) {
+                p[i] = pcm;
+                len[i] = n;
+            }
+            wenet_decode_opts_t o = wenet_default_opts(asr);
+            o.method = DECODE_CTC_GREEDY;
+            o.n_threads = threads;
+            int k = 0;
+            double t_start = 0;
+            for (int it = -2; k < 1000; it++) {
+                double t0 = clock_now_s();
+                if (wenet_recognize(w, &o, p, len, B, res, &err)) {
+                    fprintf(stderr, "hark bench: %s\n", err.msg);
+                    rc = 1;
+                    break;
+                }
+                for (int i = 0; i < B; i++)
+                    wenet_result_free(&res[i]);
+                if (it < 0) {
+                    t_start = clock_now_s();
+                    continue;
+                }
+                times[k++] = clock_now_s() - t0;
+                if (clock_now_s() - t_start > min_time && k >= 5)
+                    break;
+            }
+            if (!rc) {
+                qsort(times, (size_t)k, sizeof *times, cmp_double);
+                double med = times[k / 2];
+                printf("{\"impl\": \"hark\", \"path\": \"pcm->text\", \"device\": \"%s\", "
+                       "\"mode\": \"%s\", \"batch\": %d, \"seconds\": %.1f, \"ms\": %.3f, "
+                       "\"rtfx\": %.1f, \"utt_per_sec\": %.1f, \"runs\": %d}\n",
+                       device < 0 ? "cpu" : "cuda", fp16 ? "fp16" : "fp32", B, seconds, med * 1e3,
+                       B * seconds / med, B / med, k);
+                fflush(stdout);
+            }
+        }
+        wenet_worker_destroy(w);
+        hark_free(p);
+        hark_free(len);
+        hark_free(res);
+        hark_free(times);
+    }
+    hark_free(pcm);
+    wenet_asr_destroy(asr);
+    return rc;
 }
 
 int cli_bench(int argc, char **argv)
 {
     const char *model_dir = NULL, *batches = "1,8,64", *device = "cpu", *precision = "fp32";
+    const char *wav = NULL;
+    int pipeline = 0;
     double seconds = 10, min_time = 2.0;
     int threads = 0;
     for (int i = 1; i < argc; i++) {
@@ -199,6 +295,10 @@ int cli_bench(int argc, char **argv)
             precision = argv[++i];
         else if (!strcmp(argv[i], "--threads") && v)
             threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--pipeline"))
+            pipeline = 1;
+        else if (!strcmp(argv[i], "--wav") && v)
+            wav = argv[++i];
         else if (!strcmp(argv[i], "--min-time") && v)
             min_time = atof(argv[++i]);
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -225,6 +325,9 @@ int cli_bench(int argc, char **argv)
         return 2;
     }
 #endif
+    if (pipeline)
+        return bench_pipeline(model_dir, gpu ? (device[4] == ':' ? atoi(device + 5) : 0) : -1, fp16,
+                              wav, batches, seconds, min_time, threads);
     hark_err_t err = {0};
     wenet_config_t cfg;
     safetensors_t *st = NULL;
