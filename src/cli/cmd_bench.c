@@ -94,7 +94,7 @@ static int bench_gpu(const wenet_config_t *cfg, const safetensors_t *st, int dev
                 if (!rc)
                     rc = conformer_gpu_ctc_log_probs(s, d_logp, d_enc, elens, B, te, &err);
                 if (!rc)
-                    rc = cuda_ctc_argmax(d_arg, d_logp, B * te, V, str, &err);
+                    rc = cuda_ctc_argmax(d_arg, NULL, d_logp, B * te, V, str, &err);
                 if (!rc && cudaMemcpyAsync(h_arg, d_arg, sizeof(int) * (size_t)B * te,
                                            cudaMemcpyDeviceToHost, str) != cudaSuccess)
                     rc = err_set(&err, HARK_ERR_CUDA, "copy");

@@ -17,6 +17,7 @@
 #ifdef HARK_CUDA
 #include "dsp/features_gpu.h"
 #include "model/conformer_gpu.h"
+#include "search/ctc_gpu.h"
 #include <cuda_runtime_api.h>
 #endif
 
@@ -55,6 +56,8 @@ struct wenet_worker {
     float *d_feats;       /* (max_batch, max_frames, input_dim) */
     float *d_enc;         /* (max_batch, te_max, D) */
     float *d_logp;        /* (max_batch, te_max, V) */
+    int *d_arg, *h_arg;   /* (max_batch, te_max) greedy path: per-frame argmax ... */
+    float *d_max, *h_max; /* ... and its log-prob (h_*: pinned) */
 #endif
 };
 
@@ -274,7 +277,11 @@ int wenet_worker_create(const wenet_asr_t *a, int max_batch, double max_seconds,
                             sizeof(float) * B * (size_t)w->max_frames * (size_t)a->cfg.input_dim)) ||
             (e = cudaMalloc((void **)&w->d_enc, sizeof(float) * B * (size_t)te * (size_t)a->cfg.d_model)) ||
             (e = cudaMalloc((void **)&w->d_logp,
-                            sizeof(float) * B * (size_t)te * (size_t)a->cfg.vocab_size))) {
+                            sizeof(float) * B * (size_t)te * (size_t)a->cfg.vocab_size)) ||
+            (e = cudaMalloc((void **)&w->d_arg, sizeof(int) * B * (size_t)te)) ||
+            (e = cudaMalloc((void **)&w->d_max, sizeof(float) * B * (size_t)te)) ||
+            (e = cudaMallocHost((void **)&w->h_arg, sizeof(int) * B * (size_t)te)) ||
+            (e = cudaMallocHost((void **)&w->h_max, sizeof(float) * B * (size_t)te))) {
             rc = err_set(err, HARK_ERR_CUDA, "worker: device memory for %d x %.1f s: %s", max_batch,
                          max_seconds, cudaGetErrorString(e));
             goto fail;
@@ -300,6 +307,10 @@ void wenet_worker_destroy(wenet_worker_t *w)
     cudaFree(w->d_feats);
     cudaFree(w->d_enc);
     cudaFree(w->d_logp);
+    cudaFree(w->d_arg);
+    cudaFree(w->d_max);
+    cudaFreeHost(w->h_arg);
+    cudaFreeHost(w->h_max);
 #endif
     conformer_state_destroy(w->state);
     hark_free(w->feats);
@@ -409,7 +420,7 @@ done:
 /* Features, encoder and CTC on the GPU for a padded batch; leaves the log-probs (and, for
  * rescoring, the encoder output) in the worker's host buffers with the layout of the CPU path. */
 static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pcm, int batch,
-                      int t_max, int *te_out, int want_enc, hark_err_t *err)
+                      int t_max, int *te_out, int want_enc, int greedy, hark_err_t *err)
 {
     const wenet_asr_t *a = w->asr;
     const int D = a->cfg.d_model, V = a->cfg.vocab_size;
@@ -447,6 +458,18 @@ static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pc
     int te = conformer_gpu_out_len(a->gpu, t_max);
     if ((rc = conformer_gpu_ctc_log_probs(w->gstate, w->d_logp, w->d_enc, w->enc_lens, batch, te, err)))
         return rc;
+    if (greedy) { /* only the per-frame argmax and its log-prob cross to the host */
+        size_t rows = (size_t)batch * te;
+        if ((rc = cuda_ctc_argmax(w->d_arg, w->d_max, w->d_logp, (int)rows, V, s, err)))
+            return rc;
+        if ((e = cudaMemcpyAsync(w->h_arg, w->d_arg, sizeof(int) * rows, cudaMemcpyDeviceToHost, s)) ||
+            (e = cudaMemcpyAsync(w->h_max, w->d_max, sizeof(float) * rows, cudaMemcpyDeviceToHost, s)))
+            return err_set(err, HARK_ERR_CUDA, "download: %s", cudaGetErrorString(e));
+        if ((rc = conformer_gpu_sync(w->gstate, err)))
+            return rc;
+        *te_out = te;
+        return HARK_OK;
+    }
     if ((e = cudaMemcpyAsync(w->logp, w->d_logp, sizeof(float) * (size_t)batch * te * V,
                              cudaMemcpyDeviceToHost, s)) ||
         (want_enc && (e = cudaMemcpyAsync(w->enc, w->d_enc, sizeof(float) * (size_t)batch * te * D,
@@ -456,6 +479,34 @@ static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pc
         return rc;
     *te_out = te;
     return HARK_OK;
+}
+#endif
+
+#ifdef HARK_CUDA
+/* Greedy search from the device's per-frame argmax: collapse repeats, drop blanks; times are the
+ * first frame of each token's run and the score the sum of the frame maxima, as
+ * ctc_greedy_search computes them from the full log-probs. */
+static int greedy_from_argmax(const wenet_asr_t *a, const int *arg, const float *maxv, int T,
+                              wenet_hyp_t *h, hark_err_t *err)
+{
+    memset(h, 0, sizeof *h);
+    h->tokens = hark_malloc(sizeof(int) * (size_t)(T ? T : 1));
+    h->times = hark_malloc(sizeof(int) * (size_t)(T ? T : 1));
+    if (!h->tokens || !h->times)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    double score = 0;
+    int prev = -1;
+    for (int t = 0; t < T; t++) {
+        score += maxv[t];
+        int k = arg[t];
+        if (k != prev && k != a->cfg.blank) {
+            h->tokens[h->n_tokens] = k;
+            h->times[h->n_tokens++] = t;
+        }
+        prev = k;
+    }
+    h->score = score;
+    return units_detokenize(a->units, a->style, h->tokens, h->n_tokens, &h->text, err);
 }
 #endif
 
@@ -492,8 +543,19 @@ int wenet_recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const fl
     int te = 0;
 #ifdef HARK_CUDA
     if (a->device >= 0) {
-        if ((rc = encode_gpu(w, n, pcm, batch, t_max, &te, o.method == DECODE_ATTENTION_RESCORING, err)))
+        int greedy = o.method == DECODE_CTC_GREEDY;
+        if ((rc = encode_gpu(w, n, pcm, batch, t_max, &te, o.method == DECODE_ATTENTION_RESCORING,
+                             greedy, err)))
             return rc;
+        if (greedy) {
+            for (int b = 0; b < batch && !rc; b++)
+                rc = greedy_from_argmax(a, w->h_arg + (size_t)b * te, w->h_max + (size_t)b * te,
+                                        w->enc_lens[b], &results[b].best, err);
+            if (rc)
+                for (int b = 0; b < batch; b++)
+                    wenet_result_free(&results[b]);
+            return rc;
+        }
         goto search;
     }
 #endif

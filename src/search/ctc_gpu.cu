@@ -17,7 +17,7 @@ __device__ static inline void better(float &bv, int &bi, float v, int i)
     }
 }
 
-__global__ void ctc_argmax_kernel(int *out, const float *x, int rows, int V)
+__global__ void ctc_argmax_kernel(int *out, float *maxv, const float *x, int rows, int V)
 {
     int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (warp >= rows)
@@ -32,17 +32,20 @@ __global__ void ctc_argmax_kernel(int *out, const float *x, int rows, int V)
         int oi = __shfl_down_sync(0xffffffffu, bi, off);
         better(bv, bi, ov, oi);
     }
-    if (lane == 0)
+    if (lane == 0) {
         out[warp] = bi == 0x7fffffff ? 0 : bi;
+        if (maxv)
+            maxv[warp] = bv;
+    }
 }
 
-extern "C" int cuda_ctc_argmax(int *d_out, const float *d_x, int rows, int V, void *stream,
-                               hark_err_t *err)
+extern "C" int cuda_ctc_argmax(int *d_out, float *d_max, const float *d_x, int rows, int V,
+                               void *stream, hark_err_t *err)
 {
     if (rows <= 0)
         return HARK_OK;
     int threads = 256, blocks = (int)(((long)rows * 32 + threads - 1) / threads);
-    ctc_argmax_kernel<<<blocks, threads, 0, (cudaStream_t)stream>>>(d_out, d_x, rows, V);
+    ctc_argmax_kernel<<<blocks, threads, 0, (cudaStream_t)stream>>>(d_out, d_max, d_x, rows, V);
     cudaError_t e = cudaGetLastError();
     return e ? err_set(err, HARK_ERR_CUDA, "ctc argmax: %s", cudaGetErrorString(e)) : HARK_OK;
 }

@@ -12,8 +12,10 @@ extern "C" {
 
 /* out[r] = argmax_k x[r, k] (first index on ties; NaN never wins), x (rows, V) row-major. */
 void ctc_argmax_ref(int *out, const float *x, int rows, int V);
-/* The same on the device, enqueued on `stream` (cudaStream_t, NULL = default). */
-int cuda_ctc_argmax(int *d_out, const float *d_x, int rows, int V, void *stream, hark_err_t *err);
+/* The same on the device, enqueued on `stream` (cudaStream_t, NULL = default); d_max (rows),
+ * when not NULL, receives each row's maximum (the greedy path's score terms). */
+int cuda_ctc_argmax(int *d_out, float *d_max, const float *d_x, int rows, int V, void *stream,
+                    hark_err_t *err);
 
 #ifdef __cplusplus
 }

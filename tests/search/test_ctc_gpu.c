@@ -39,7 +39,7 @@ GPU_TEST(gpu_ctc_argmax_matches_ref)
         CHECK(cudaMemcpy(d_x, x, sizeof(float) * (size_t)rows * V, cudaMemcpyHostToDevice) == cudaSuccess);
         CHECK(cudaMemset(d_out, 0xff, sizeof(int) * rows) == cudaSuccess);
         hark_err_t e = {0};
-        CHECK_OK(cuda_ctc_argmax(d_out, d_x, rows, V, NULL, &e));
+        CHECK_OK(cuda_ctc_argmax(d_out, NULL, d_x, rows, V, NULL, &e));
         CHECK(cudaMemcpy(got, d_out, sizeof(int) * rows, cudaMemcpyDeviceToHost) == cudaSuccess);
         for (int r = 0; r < rows; r++)
             CHECKF(got[r] == ref[r], "rows %d V %d: row %d gpu %d ref %d", rows, V, r, got[r], ref[r]);
