@@ -18,6 +18,9 @@ ap.add_argument("--wenet", default=".ext")
 ap.add_argument("--shims", default=".ext/shims")
 ap.add_argument("--out", default="/tmp/wenet_peer")
 ap.add_argument("--ckpt", default=None)
+ap.add_argument("--hark-model", default=None,
+                help="time WeNet's encoder with the weights of a hark model directory (its "
+                     "model.safetensors keeps WeNet's state-dict names)")
 ap.add_argument("--device", default="cuda")
 ap.add_argument("--modes", default="fp32,fp16,compile")
 ap.add_argument("--batches", default="1,8,64,256")
@@ -89,7 +92,47 @@ if a.threads:
     torch.set_num_threads(a.threads)
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
-enc, ctc = build()
+def load_hark_model(d):
+    """(ConformerEncoder, CTC) with the config and weights of hark model directory d."""
+    import numpy as np
+    cfg = json.load(open(os.path.join(d, "1", "model.json")))
+    raw = open(os.path.join(d, "1", "model.safetensors"), "rb").read()
+    n = int.from_bytes(raw[:8], "little")
+    hdr = json.loads(raw[8:8 + n])
+    sd = {}
+    for k, v in hdr.items():
+        if k == "__metadata__":
+            continue
+        b, e = v["data_offsets"]
+        assert v["dtype"] == "F32", k
+        sd[k] = torch.from_numpy(np.frombuffer(raw[8 + n + b:8 + n + e], dtype=np.float32).copy()
+                                 .reshape(v["shape"]))
+    e = cfg["encoder"]
+    kw = dict(output_size=e["d_model"], attention_heads=e["n_heads"], linear_units=e["ffn_dim"],
+              num_blocks=e["n_blocks"], input_layer=e["input_layer"],
+              normalize_before=e["normalize_before"], cnn_module_kernel=e["cnn_module_kernel"],
+              use_cnn_module=e["use_cnn_module"], macaron_style=e["macaron_style"],
+              activation_type=e["activation"], pos_enc_layer_type=e["pos_enc"],
+              selfattention_layer_type="rel_selfattn" if e["pos_enc"] == "rel_pos" else "selfattn",
+              causal=e["causal"], use_dynamic_chunk=e["use_dynamic_chunk"],
+              static_chunk_size=e["static_chunk_size"], cnn_module_norm=e["cnn_module_norm"])
+    gcmvn = None
+    if "encoder.global_cmvn.mean" in sd:
+        try:
+            from wenet.models.transformer.cmvn import GlobalCMVN
+        except ImportError:
+            from wenet.transformer.cmvn import GlobalCMVN
+        gcmvn = GlobalCMVN(sd["encoder.global_cmvn.mean"], sd["encoder.global_cmvn.istd"])
+    enc = ConformerEncoder(e["input_dim"], global_cmvn=gcmvn, **kw)
+    ctc = CTC(cfg["vocab"]["size"], e["d_model"])
+    missing, unexpected = enc.load_state_dict(
+        {k[8:]: v for k, v in sd.items() if k.startswith("encoder.")}, strict=False)
+    assert not unexpected and all(k.endswith(".pe") for k in missing), (missing, unexpected)
+    ctc.load_state_dict({k[4:]: v for k, v in sd.items() if k.startswith("ctc.")})
+    return enc.eval(), ctc.eval()
+
+
+enc, ctc = load_hark_model(a.hark_model) if a.hark_model else build()
 if a.ckpt:
     sd = torch.load(a.ckpt, map_location="cpu")
     enc.load_state_dict({k[8:]: v for k, v in sd.items() if k.startswith("encoder.")})

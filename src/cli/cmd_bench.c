@@ -13,6 +13,7 @@
 #include "model/wenet_config.h"
 #include "hark.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,8 @@ static int cmp_double(const void *a, const void *b)
 
 /* GPU: the same work as the CPU path (encoder + CTC log-softmax + argmax, the argmax on the
  * device so only (batch, frames) ints come back), timed on the host around a stream sync. */
-static int bench_gpu(const wenet_config_t *cfg, const safetensors_t *st, int device, int fp16,
+static int bench_gpu(const wenet_config_t *cfg, conformer_tensor_fn get, void *user, int device,
+                     int fp16, double *ms_out, int *b_out, int *n_out,
                      const char *batches, double seconds, double min_time, double flops)
 {
     hark_err_t err = {0};
@@ -40,7 +42,7 @@ static int bench_gpu(const wenet_config_t *cfg, const safetensors_t *st, int dev
     cudaMemGetInfo(&free0, &total);
     conformer_gpu_model_t *gm = NULL;
     int prec = fp16 ? CONFORMER_GPU_FP16 : CONFORMER_GPU_FP32;
-    if (conformer_gpu_model_create_st(cfg, st, prec, &gm, &err)) {
+    if (conformer_gpu_model_create(cfg, get, user, prec, &gm, &err)) {
         fprintf(stderr, "hark bench: %s\n", err.msg);
         return 1;
     }
@@ -117,15 +119,24 @@ static int bench_gpu(const wenet_config_t *cfg, const safetensors_t *st, int dev
                 double med = times[n / 2];
                 size_t free1;
                 cudaMemGetInfo(&free1, &total);
+                /* dense peaks of the H100/H200 SXM (FP16 tensor cores; FP32 without TF32) */
+                double peak = strstr(prop.name, "H100") || strstr(prop.name, "H200")
+                                  ? (fp16 ? 989.4 : 66.9)
+                                  : 0;
+                double tf = flops * B / med * 1e-12;
+                if (*n_out < 16) {
+                    ms_out[*n_out] = med * 1e3;
+                    b_out[(*n_out)++] = B;
+                }
                 printf("{\"impl\": \"hark\", \"device\": \"%s\", \"mode\": \"%s\", \"batch\": %d, "
                        "\"ms\": %.3f, \"rtfx\": %.1f, \"runs\": %d, \"peak_mem_mb\": %.0f, "
                        "\"model_mb\": %.0f, \"state_mb\": %.0f, \"gflop_per_utt\": %.2f, "
-                       "\"tflops\": %.2f}\n",
+                       "\"tflops\": %.2f, \"fraction_of_peak\": %.4f}\n",
                        prop.name, fp16 ? "fp16" : "fp32", B, med * 1e3, B * seconds / med, n,
                        (double)(free0 - free1) / 1048576.0,
                        (double)conformer_gpu_model_bytes(gm) / 1048576.0,
-                       (double)conformer_gpu_state_bytes(s) / 1048576.0, flops * 1e-9,
-                       flops * B / med * 1e-12);
+                       (double)conformer_gpu_state_bytes(s) / 1048576.0, flops * 1e-9, tf,
+                       peak > 0 ? tf / peak : 0.0);
                 fflush(stdout);
             }
         }
@@ -175,13 +186,140 @@ double bench_conformer_flops(const wenet_config_t *c, int frames)
 
 static void bench_usage(FILE *f)
 {
-    fprintf(f, "usage: hark bench --model DIR [--batch 1,8,64] [--seconds 10]\n"
+    fprintf(f, "usage: hark bench --model DIR | --synthetic conformer-librispeech [--batch 1,8,64]\n"
+               "                  [--seconds 10] [--compare-pytorch]\n"
                "                  [--device cpu|cuda:N] [--precision fp32|fp16] [--threads N]\n"
                "                  [--min-time S] [--pipeline [--wav FILE]]\n"
                "--pipeline times the whole recognizer instead (PCM in -> text out: features,\n"
                "encoder, CTC, greedy search) on copies of FILE (or noise) cut to --seconds.\n"
                "Times encoder + CTC log-softmax + argmax on random features (10 s = 998 frames)\n"
                "and prints one JSON line per batch size.\n");
+}
+
+/* --synthetic conformer-librispeech: the full-size LibriSpeech U2++ encoder + CTC with generated
+ * weights (N(0, 1/fan_in) matrices, LayerNorm weights near 1), for runs without a checkpoint. */
+typedef struct {
+    float **blocks;
+    int n, cap;
+    unsigned seed;
+} synth_t;
+
+static int synth_get(void *user, const char *name, int ndim, const int64_t *shape,
+                     const float **data, hark_err_t *err)
+{
+    synth_t *sy = user;
+    size_t count = 1;
+    for (int i = 0; i < ndim; i++)
+        count *= (size_t)shape[i];
+    if (sy->n == sy->cap) {
+        int nc = sy->cap ? sy->cap * 2 : 256;
+        float **nb = hark_realloc(sy->blocks, sizeof *nb * (size_t)nc);
+        if (!nb)
+            return err_set(err, HARK_ERR_NOMEM, "out of memory");
+        sy->blocks = nb;
+        sy->cap = nc;
+    }
+    float *x = hark_malloc(sizeof(float) * (count ? count : 1));
+    if (!x)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory for %s", name);
+    sy->blocks[sy->n++] = x;
+    double fan_in = ndim > 1 ? (double)(count / (size_t)shape[0]) : 1.0;
+    int is_norm_w = ndim == 1 && strstr(name, "norm") && strstr(name, "weight");
+    for (size_t i = 0; i < count; i++) {
+        sy->seed = sy->seed * 1664525u + 1013904223u;
+        float u = (float)(sy->seed >> 8) / (float)(1u << 23) - 1.0f; /* [-1, 1) */
+        if (strstr(name, "running_var"))
+            x[i] = 1.0f + 0.25f * u;
+        else if (is_norm_w)
+            x[i] = 1.0f + 0.1f * u;
+        else
+            x[i] = (float)(u * 1.7320508 / sqrt(fan_in)); /* variance 1/fan_in */
+    }
+    *data = x;
+    return HARK_OK;
+}
+
+static void synth_free(synth_t *sy)
+{
+    for (int i = 0; i < sy->n; i++)
+        hark_free(sy->blocks[i]);
+    hark_free(sy->blocks);
+}
+
+static int synth_config(const char *name, wenet_config_t *c, hark_err_t *err)
+{
+    if (strcmp(name, "conformer-librispeech") != 0)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "--synthetic %s: the known configuration is conformer-librispeech", name);
+    memset(c, 0, sizeof *c);
+    c->num_mel_bins = c->input_dim = 80;
+    c->sample_rate = 16000;
+    c->frame_length_ms = 25;
+    c->frame_shift_ms = 10;
+    c->d_model = 256;
+    c->n_heads = 4;
+    c->ffn_dim = 2048;
+    c->n_blocks = 12;
+    c->subsample = SUBSAMPLE_CONV2D;
+    c->pos = POS_REL;
+    c->macaron = 1;
+    c->use_cnn_module = 1;
+    c->cnn_kernel = 15;
+    c->causal = 1;
+    c->cnn_norm = CNN_NORM_LAYER;
+    c->activation = ACT_SWISH;
+    c->normalize_before = 1;
+    c->max_len = 5000;
+    c->use_dynamic_chunk = 1;
+    c->decoder = DECODER_NONE;
+    c->vocab_size = 5002;
+    c->sos = c->eos = 5001;
+    return HARK_OK;
+}
+
+/* --compare-pytorch: WeNet's own encoder with the same weights (bench/wenet_peer.py reads the
+ * hark model directory), same batches, same machine; prints its lines and hark/PyTorch ratios. */
+static void compare_pytorch(const char *model_dir, int gpu, int fp16, const char *batches,
+                            double seconds, int threads, double *hark_ms, int *hark_b, int nh)
+{
+    const char *py = getenv("HARK_PYTHON") ? getenv("HARK_PYTHON") : "python3";
+    const char *script = getenv("HARK_PEER") ? getenv("HARK_PEER") : "bench/wenet_peer.py";
+    const char *wenet = getenv("HARK_WENET") ? getenv("HARK_WENET") : ".ext";
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "%s %s time --hark-model '%s' --wenet '%s' --shims '%s/shims' --device %s --modes %s "
+             "--batches %s --seconds %g --threads %d 2>/dev/null",
+             py, script, model_dir, wenet, wenet, gpu ? "cuda" : "cpu",
+             gpu ? (fp16 ? "fp16,compile" : "fp32") : "fp32", batches, seconds, threads);
+    FILE *f = popen(cmd, "r");
+    if (!f) {
+        fprintf(stderr, "hark bench: cannot run %s\n", script);
+        return;
+    }
+    char line[4096];
+    int got = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] != '{')
+            continue;
+        fputs(line, stdout);
+        const char *pb = strstr(line, "\"batch\": "), *pm = strstr(line, "\"ms\": "),
+                   *pmode = strstr(line, "\"mode\": \"");
+        if (!pb || !pm || !pmode)
+            continue;
+        got++;
+        int B = atoi(pb + 9);
+        double ms = atof(pm + 6);
+        char mode[32] = "";
+        sscanf(pmode + 9, "%31[^\"]", mode);
+        for (int i = 0; i < nh; i++)
+            if (hark_b[i] == B && hark_ms[i] > 0)
+                printf("ratio: hark %s is %.2fx PyTorch %s at batch %d (%.3f ms vs %.3f ms)\n",
+                       fp16 ? "fp16" : "fp32", ms / hark_ms[i], mode, B, hark_ms[i], ms);
+    }
+    int st = pclose(f);
+    if (!got)
+        fprintf(stderr, "hark bench: --compare-pytorch: no PyTorch results (exit %d); it needs %s "
+                        "with torch and WeNet's sources in %s\n", st, py, wenet);
 }
 
 /* --pipeline: the full recognizer path, PCM in -> text out (features, encoder, CTC, greedy
@@ -277,8 +415,10 @@ static int bench_pipeline(const char *model_dir, int device, int fp16, const cha
 int cli_bench(int argc, char **argv)
 {
     const char *model_dir = NULL, *batches = "1,8,64", *device = "cpu", *precision = "fp32";
-    const char *wav = NULL;
-    int pipeline = 0;
+    const char *wav = NULL, *synthetic = NULL;
+    int pipeline = 0, compare = 0;
+    double hark_ms[16];
+    int hark_b[16], nh = 0;
     double seconds = 10, min_time = 2.0;
     int threads = 0;
     for (int i = 1; i < argc; i++) {
@@ -297,6 +437,10 @@ int cli_bench(int argc, char **argv)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--pipeline"))
             pipeline = 1;
+        else if (!strcmp(argv[i], "--compare-pytorch"))
+            compare = 1;
+        else if (!strcmp(argv[i], "--synthetic") && v)
+            synthetic = argv[++i];
         else if (!strcmp(argv[i], "--wav") && v)
             wav = argv[++i];
         else if (!strcmp(argv[i], "--min-time") && v)
@@ -310,7 +454,11 @@ int cli_bench(int argc, char **argv)
             return 2;
         }
     }
-    if (!model_dir || seconds <= 0) {
+    if ((!model_dir && !synthetic) || (model_dir && synthetic) || seconds <= 0 ||
+        (synthetic && (pipeline || compare))) {
+        if (synthetic && (pipeline || compare))
+            fprintf(stderr, "hark bench: --pipeline and --compare-pytorch need --model (the same "
+                            "weights on both sides)\n");
         bench_usage(stderr);
         return 2;
     }
@@ -332,24 +480,38 @@ int cli_bench(int argc, char **argv)
     wenet_config_t cfg;
     safetensors_t *st = NULL;
     conformer_model_t *m = NULL;
+    synth_t synth = {.seed = 20261121};
+    conformer_tensor_fn get = st_get_f32;
+    void *user = NULL;
     char path[4096];
     int rc = 1;
-    if (wenet_config_load(model_dir, &cfg, &err))
-        goto fail;
-    snprintf(path, sizeof path, "%s/1/model.safetensors", model_dir);
-    if (st_open(path, &st, &err))
-        goto fail;
+    if (synthetic) {
+        if (synth_config(synthetic, &cfg, &err))
+            goto fail;
+        get = synth_get;
+        user = &synth;
+    } else {
+        if (wenet_config_load(model_dir, &cfg, &err))
+            goto fail;
+        snprintf(path, sizeof path, "%s/1/model.safetensors", model_dir);
+        if (st_open(path, &st, &err))
+            goto fail;
+        user = st;
+    }
     int T = (int)(seconds * 100) - 2;
     double flops = bench_conformer_flops(&cfg, T);
 #ifdef HARK_CUDA
     if (gpu) {
-        rc = bench_gpu(&cfg, st, device[4] == ':' ? atoi(device + 5) : 0, fp16, batches, seconds,
-                       min_time, flops);
+        rc = bench_gpu(&cfg, get, user, device[4] == ':' ? atoi(device + 5) : 0, fp16, hark_ms,
+                       hark_b, &nh, batches, seconds, min_time, flops);
+        if (!rc && compare)
+            compare_pytorch(model_dir, 1, fp16, batches, seconds, threads, hark_ms, hark_b, nh);
         st_close(st);
+        synth_free(&synth);
         return rc;
     }
 #endif
-    if (conformer_model_create_st(&cfg, st, &m, &err))
+    if (conformer_model_create(&cfg, get, user, &m, &err))
         goto fail;
     for (const char *b = batches; *b;) {
         int B = atoi(b);
@@ -410,6 +572,10 @@ int cli_bench(int argc, char **argv)
             } else {
                 qsort(times, (size_t)n, sizeof *times, cmp_double);
                 double med = times[n / 2];
+                if (nh < 16) {
+                    hark_ms[nh] = med * 1e3;
+                    hark_b[nh++] = B;
+                }
                 struct rusage ru;
                 getrusage(RUSAGE_SELF, &ru);
                 printf("{\"impl\": \"hark\", \"device\": \"cpu\", \"mode\": \"fp32\", \"batch\": %d, "
@@ -429,6 +595,8 @@ int cli_bench(int argc, char **argv)
         hark_free(best);
         hark_free(times);
     }
+    if (compare)
+        compare_pytorch(model_dir, 0, 0, batches, seconds, threads, hark_ms, hark_b, nh);
     rc = 0;
     goto done;
 fail:
@@ -436,5 +604,6 @@ fail:
 done:
     conformer_model_destroy(m);
     st_close(st);
+    synth_free(&synth);
     return rc;
 }

@@ -102,3 +102,20 @@ TEST(cli_transcribe_golden_json_and_dump)
     CHECK(run_cmd(t, cmd, out, sizeof out) != 0);
     CHECKF(strstr(out, "viterbi") != NULL, "%s", out);
 }
+
+TEST(cli_bench_synthetic_and_errors)
+{
+    char cmd[2048], out[8192];
+    snprintf(cmd, sizeof cmd,
+             "%s bench --synthetic conformer-librispeech --batch 1 --seconds 1 --min-time 0",
+             test_hark_bin());
+    CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
+    CHECKF(strstr(out, "\"batch\": 1") && strstr(out, "\"rtfx\"") && strstr(out, "\"tflops\""), "%s", out);
+    snprintf(cmd, sizeof cmd, "%s bench --synthetic conformer-tiny", test_hark_bin());
+    CHECK(run_cmd(t, cmd, out, sizeof out) != 0);
+    CHECKF(strstr(out, "conformer-librispeech") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "%s bench --synthetic conformer-librispeech --compare-pytorch",
+             test_hark_bin());
+    CHECK(run_cmd(t, cmd, out, sizeof out) == 2);
+    CHECKF(strstr(out, "same weights") != NULL, "%s", out);
+}
