@@ -4,6 +4,7 @@
 #include "dsp/rfft.h"
 
 #include "core/alloc.h"
+#include "core/assert.h"
 
 #include <math.h>
 #include <string.h>
@@ -60,115 +61,7 @@ void rfft_plan_free(rfft_plan_t *p)
     p->tw = NULL;
 }
 
-#define CC(a, b, c) cc[(a) + ido * ((b) + l1 * (c))]
 #define WA(x, i) wa[(i) + (x) * (ido - 1)]
-
-static void pass2(int ido, int l1, const float *cc, float *ch, const float *wa)
-{
-#define CH(a, b, c) ch[(a) + ido * ((b) + 2 * (c))]
-    for (int k = 0; k < l1; k++) {
-        CH(0, 0, k) = CC(0, k, 0) + CC(0, k, 1);
-        CH(ido - 1, 1, k) = CC(0, k, 0) - CC(0, k, 1);
-    }
-    if ((ido & 1) == 0) {
-        for (int k = 0; k < l1; k++) {
-            CH(0, 1, k) = -CC(ido - 1, k, 1);
-            CH(ido - 1, 0, k) = CC(ido - 1, k, 0);
-        }
-    }
-    if (ido <= 2)
-        return;
-    for (int k = 0; k < l1; k++) {
-        for (int i = 2; i < ido; i += 2) {
-            int ic = ido - i;
-            float wr = WA(0, i - 2), wi = WA(0, i - 1);
-            float tr2 = wr * CC(i - 1, k, 1) + wi * CC(i, k, 1);
-            float ti2 = wr * CC(i, k, 1) - wi * CC(i - 1, k, 1);
-            CH(i - 1, 0, k) = CC(i - 1, k, 0) + tr2;
-            CH(ic - 1, 1, k) = CC(i - 1, k, 0) - tr2;
-            CH(i, 0, k) = ti2 + CC(i, k, 0);
-            CH(ic, 1, k) = ti2 - CC(i, k, 0);
-        }
-    }
-#undef CH
-}
-
-static void pass4(int ido, int l1, const float *cc, float *ch, const float *wa)
-{
-#define CH(a, b, c) ch[(a) + ido * ((b) + 4 * (c))]
-    const float hsqt2 = 0.707106781186547524400844362104849f;
-    for (int k = 0; k < l1; k++) {
-        float tr1 = CC(0, k, 3) + CC(0, k, 1);
-        CH(0, 2, k) = CC(0, k, 3) - CC(0, k, 1);
-        float tr2 = CC(0, k, 0) + CC(0, k, 2);
-        CH(ido - 1, 1, k) = CC(0, k, 0) - CC(0, k, 2);
-        CH(0, 0, k) = tr2 + tr1;
-        CH(ido - 1, 3, k) = tr2 - tr1;
-    }
-    if ((ido & 1) == 0) {
-        for (int k = 0; k < l1; k++) {
-            float ti1 = -hsqt2 * (CC(ido - 1, k, 1) + CC(ido - 1, k, 3));
-            float tr1 = hsqt2 * (CC(ido - 1, k, 1) - CC(ido - 1, k, 3));
-            CH(ido - 1, 0, k) = CC(ido - 1, k, 0) + tr1;
-            CH(ido - 1, 2, k) = CC(ido - 1, k, 0) - tr1;
-            CH(0, 3, k) = ti1 + CC(ido - 1, k, 2);
-            CH(0, 1, k) = ti1 - CC(ido - 1, k, 2);
-        }
-    }
-    if (ido <= 2)
-        return;
-    for (int k = 0; k < l1; k++) {
-        for (int i = 2; i < ido; i += 2) {
-            int ic = ido - i;
-            float cr2 = WA(0, i - 2) * CC(i - 1, k, 1) + WA(0, i - 1) * CC(i, k, 1);
-            float ci2 = WA(0, i - 2) * CC(i, k, 1) - WA(0, i - 1) * CC(i - 1, k, 1);
-            float cr3 = WA(1, i - 2) * CC(i - 1, k, 2) + WA(1, i - 1) * CC(i, k, 2);
-            float ci3 = WA(1, i - 2) * CC(i, k, 2) - WA(1, i - 1) * CC(i - 1, k, 2);
-            float cr4 = WA(2, i - 2) * CC(i - 1, k, 3) + WA(2, i - 1) * CC(i, k, 3);
-            float ci4 = WA(2, i - 2) * CC(i, k, 3) - WA(2, i - 1) * CC(i - 1, k, 3);
-            float tr1 = cr4 + cr2, tr4 = cr4 - cr2;
-            float ti1 = ci2 + ci4, ti4 = ci2 - ci4;
-            float tr2 = CC(i - 1, k, 0) + cr3, tr3 = CC(i - 1, k, 0) - cr3;
-            float ti2 = CC(i, k, 0) + ci3, ti3 = CC(i, k, 0) - ci3;
-            CH(i - 1, 0, k) = tr2 + tr1;
-            CH(ic - 1, 3, k) = tr2 - tr1;
-            CH(i, 0, k) = ti1 + ti2;
-            CH(ic, 3, k) = ti1 - ti2;
-            CH(i - 1, 2, k) = tr3 + ti4;
-            CH(ic - 1, 1, k) = tr3 - ti4;
-            CH(i, 2, k) = tr4 + ti3;
-            CH(ic, 1, k) = tr4 - ti3;
-        }
-    }
-#undef CH
-}
-
-void rfft_forward(const rfft_plan_t *p, float *x, float *work, float *spec)
-{
-    int n = p->n, l1 = n;
-    float *p1 = x, *p2 = work;
-    for (int k1 = 0; k1 < p->nfact; k1++) {
-        int k = p->nfact - k1 - 1;
-        int ip = p->fact[k], ido = n / l1;
-        l1 /= ip;
-        if (ip == 4)
-            pass4(ido, l1, p1, p2, p->tw + p->tw_off[k]);
-        else
-            pass2(ido, l1, p1, p2, p->tw + p->tw_off[k]);
-        float *t = p1;
-        p1 = p2;
-        p2 = t;
-    }
-    /* FFTPACK half-complex r0, r1, i1, ..., r(n/2) -> (re, im) pairs */
-    spec[0] = p1[0];
-    spec[1] = 0;
-    for (int i = 1; i < n / 2; i++) {
-        spec[2 * i] = p1[2 * i - 1];
-        spec[2 * i + 1] = p1[2 * i];
-    }
-    spec[n] = p1[n - 1];
-    spec[n + 1] = 0;
-}
 
 /* ---- RFFT_LANES transforms at once: element j of lane l at x[j * RFFT_LANES + l]. Each lane
  * performs exactly the operations of the single transform above (the lane loop is innermost,
@@ -300,4 +193,20 @@ void rfft_forward_lanes(const rfft_plan_t *p, float *x, float *work, float *spec
             spec[(size_t)2 * i * L + l] = p1[(size_t)(2 * i - 1) * L + l];
             spec[(size_t)(2 * i + 1) * L + l] = p1[(size_t)2 * i * L + l];
         }
+}
+
+void rfft_forward(const rfft_plan_t *p, float *x, float *work, float *spec)
+{
+    /* one transform through the lane code: lane 0 carries x, the others zeros */
+    const int n = p->n, L = RFFT_LANES;
+    float *xl = hark_calloc((size_t)n * L * 3 + (size_t)(n + 2) * L, sizeof(float));
+    HARK_ASSERT(xl != NULL);
+    float *wl = xl + (size_t)n * L, *sl = wl + (size_t)2 * n * L;
+    for (int j = 0; j < n; j++)
+        xl[(size_t)j * L] = x[j];
+    rfft_forward_lanes(p, xl, wl, sl);
+    for (int k = 0; k < n + 2; k++)
+        spec[k] = sl[(size_t)k * L];
+    (void)work;
+    hark_free(xl);
 }

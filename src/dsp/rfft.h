@@ -21,13 +21,13 @@ typedef struct {
 /* Returns 0, or -1 if n is not a power of two >= 2 or on allocation failure. */
 int rfft_plan_init(rfft_plan_t *p, int n);
 void rfft_plan_free(rfft_plan_t *p);
-/* In: x[n] real. Out: spec[2*(n/2+1)] as (re, im) pairs, bins 0..n/2. `work` holds 2*n floats.
- * x is overwritten. */
+/* In: x[n] real. Out: spec[2*(n/2+1)] as (re, im) pairs, bins 0..n/2 (one transform through the
+ * lane code below, for tests and one-off use; `work` is unused, x is left as it was). */
 void rfft_forward(const rfft_plan_t *p, float *x, float *work, float *spec);
 
 /* RFFT_LANES transforms at once, lane-interleaved: x[j * RFFT_LANES + l] is element j of lane l;
  * spec[(2*k + c) * RFFT_LANES + l] is (c = 0: re, 1: im) of bin k of lane l. Each lane's result
- * is bit-identical to rfft_forward's. `work` holds n * RFFT_LANES floats; x is overwritten. */
+ * is the FFTPACK order described above. `work` holds n * RFFT_LANES floats; x is overwritten. */
 #define RFFT_LANES 8
 void rfft_forward_lanes(const rfft_plan_t *p, float *x, float *work, float *spec);
 

@@ -47,27 +47,12 @@ typedef struct {
 static int golden_open(golden_model_t *g, char *why, size_t nwhy)
 {
     memset(g, 0, sizeof *g);
-    if (!test_shared(GSET)) {
-        snprintf(why, nwhy, "../shared/data/" GSET " is absent");
-        return 1;
-    }
-    const char *dir = golden_wenet_model_dir(why, nwhy);
-    if (!dir)
-        return 1;
-    char path[700];
+    int r = golden_wenet_open(&g->cfg, &g->st, why, nwhy);
+    if (r)
+        return r;
     hark_err_t err = {0};
-    snprintf(path, sizeof path, "%s/m/1/model.json", dir);
-    if (wenet_config_load(path, &g->cfg, &err) != HARK_OK) {
-        snprintf(why, nwhy, "wenet_config_load: %s", err.msg);
-        return -1;
-    }
-    snprintf(path, sizeof path, "%s/m/1/model.safetensors", dir);
-    if (st_open(path, &g->st, &err) != HARK_OK) {
-        snprintf(why, nwhy, "st_open: %s", err.msg);
-        return -1;
-    }
     if (conformer_model_create_st(&g->cfg, g->st, &g->m, &err) != HARK_OK) {
-        snprintf(why, nwhy, "conformer_model_create_st: %s", err.msg);
+        snprintf(why, nwhy, "conformer_model_create_st: %.400s", err.msg);
         return -1;
     }
     return 0;
@@ -90,10 +75,7 @@ static void golden_close(golden_model_t *g)
 
 static int load_golden(npy_array_t *a, const char *utt, const char *file)
 {
-    char rel[256];
-    snprintf(rel, sizeof rel, GSET "/goldens/%s/%s", utt, file);
-    const char *p = test_shared(rel);
-    return p ? npy_load_f32(p, a) : HARK_ERR_IO;
+    return golden_wenet_npy(a, utt, file);
 }
 
 /* ---- a debug hook that keeps a copy of every stage ----------------------------------------- */
@@ -281,20 +263,7 @@ TEST(conformer_golden_stages_lj001)
 
 static cJSON *load_results(void)
 {
-    const char *p = test_shared(GSET "/results.json");
-    FILE *f = p ? fopen(p, "rb") : NULL;
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    size_t got = fread(buf, 1, (size_t)n, f);
-    buf[got] = 0;
-    fclose(f);
-    cJSON *j = cJSON_Parse(buf);
-    free(buf);
-    return j;
+    return golden_wenet_results();
 }
 
 TEST(conformer_golden_all_utterances)

@@ -4,6 +4,11 @@
 
 #include "test.h"
 
+#include "hark.h"
+#include "model/safetensors.h"
+
+#include <cjson/cJSON.h>
+
 #include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -85,3 +90,55 @@ const char *golden_wenet_model_dir(char *why, size_t nwhy)
     return dir;
 }
 
+int golden_wenet_open(wenet_config_t *cfg, safetensors_t **st, char *why, size_t nwhy)
+{
+    *st = NULL;
+    if (!test_shared(GOLDEN_WENET)) {
+        snprintf(why, nwhy, "../shared/data/" GOLDEN_WENET " is absent");
+        return 1;
+    }
+    const char *dir = golden_wenet_model_dir(why, nwhy);
+    if (!dir)
+        return 1;
+    char path[700];
+    hark_err_t err = {0};
+    snprintf(path, sizeof path, "%s/m/1/model.json", dir);
+    if (wenet_config_load(path, cfg, &err) != HARK_OK) {
+        snprintf(why, nwhy, "wenet_config_load: %.400s", err.msg);
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/m/1/model.safetensors", dir);
+    if (st_open(path, st, &err) != HARK_OK) {
+        snprintf(why, nwhy, "st_open: %.400s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+int golden_wenet_npy(npy_array_t *a, const char *utt, const char *file)
+{
+    char rel[640];
+    snprintf(rel, sizeof rel, GOLDEN_WENET "/goldens/%s/%s", utt, file);
+    const char *p = test_shared(rel);
+    return p ? npy_load_f32(p, a) : HARK_ERR_IO;
+}
+
+cJSON *golden_wenet_results(void)
+{
+    const char *p = test_shared(GOLDEN_WENET "/results.json");
+    FILE *f = p ? fopen(p, "rb") : NULL;
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
+    fclose(f);
+    if (!buf)
+        return NULL;
+    buf[got] = 0;
+    cJSON *j = cJSON_Parse(buf);
+    free(buf);
+    return j;
+}

@@ -14,4 +14,17 @@
  * to convert with). */
 const char *golden_wenet_model_dir(char *why, size_t nwhy);
 
+struct cJSON;
+struct safetensors;
+#include "core/npy.h"
+#include "model/wenet_config.h"
+
+/* Opens the converted golden model's config and weights: 0 ok, 1 skip (reason in why), -1 failure
+ * (message in why). *st is the caller's (st_close). */
+int golden_wenet_open(wenet_config_t *cfg, struct safetensors **st, char *why, size_t nwhy);
+/* goldens/<utt>/<file> as float32 (HARK_ERR_IO when absent). */
+int golden_wenet_npy(npy_array_t *a, const char *utt, const char *file);
+/* results.json parsed (cJSON_Delete it), or NULL. */
+struct cJSON *golden_wenet_results(void);
+
 #endif
