@@ -99,12 +99,15 @@ static int set_option(server_opts_t *o, const char *name, const char *value, con
                         value, op->type == OPT_DOUBLE ? "number" : "whole number", op->min, op->max);
                 return -1;
             }
-            if (op->type == OPT_INT)
-                *(int *)p = (int)v;
-            else if (op->type == OPT_SIZE)
-                *(size_t *)p = (size_t)v;
-            else
-                *(double *)p = v;
+            if (op->type == OPT_INT) {
+                int iv = (int)v;
+                memcpy(p, &iv, sizeof iv);
+            } else if (op->type == OPT_SIZE) {
+                size_t zv = (size_t)v;
+                memcpy(p, &zv, sizeof zv);
+            } else {
+                memcpy(p, &v, sizeof v);
+            }
             return 0;
         }
     }

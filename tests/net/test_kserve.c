@@ -426,7 +426,8 @@ TEST(kserve_response_json_and_binary)
     float back[6];
     CHECK(kserve_tensor_to_f32(&pr.outputs[0], back, &err) == HARK_ERR_INVALID_ARG); /* the NaN */
     CHECK(strstr(err.msg, "tensor 'LOGITS': element 3 is NaN"));
-    const float *bf = (const float *)pr.outputs[0].data; /* JSON data: arena, aligned */
+    // cppcheck-suppress invalidPointerCast ; JSON data lives in the arena, aligned floats
+    const float *bf = (const float *)pr.outputs[0].data;
     CHECK(bf[0] == 0.5f && bf[1] == -1.25f && bf[2] == 3e-8f && bf[4] == 2.0f && bf[5] == 0.1f);
     CHECK(pr.outputs[1].dtype == KSERVE_BYTES && pr.outputs[1].count == 2);
     CHECK(pr.outputs[2].dtype == KSERVE_BOOL && !memcmp(pr.outputs[2].data, flags, 2));

@@ -177,10 +177,13 @@ TEST(pbtxt_syntax)
     CHECKF(pbtxt_parse(txt, sizeof txt - 1, "t.pbtxt", &a, &root, &err) == HARK_OK, "%s", err.msg);
     pbtxt_node_t *n = root->child;
     CHECK(n && !strcmp(n->name, "a") && n->kind == PBTXT_STRING);
+    // cppcheck-suppress nullPointerRedundantCheck ; CHECK returns when n is NULL
     CHECKF(n->len == 7, "len %zu", n->len);
+    // cppcheck-suppress nullPointerRedundantCheck ; CHECK returns when n is NULL
     CHECK(!memcmp(n->str, "x\tyAB\xc3\xa9", 7));
     int64_t i;
     double d;
+    // cppcheck-suppress nullPointerRedundantCheck ; CHECK returns when n is NULL
     n = n->next;
     CHECK(!strcmp(n->name, "b") && !pbtxt_to_i64(n, &i) && i == -16 && n->line == 2);
     n = n->next;
