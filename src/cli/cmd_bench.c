@@ -8,6 +8,7 @@
 #include "core/clock.h"
 #include "audio/audio.h"
 #include "model/conformer.h"
+#include "model/synth_weights.h"
 #include "model/wenet_asr.h"
 #include "model/safetensors.h"
 #include "model/wenet_config.h"
@@ -197,55 +198,7 @@ static void bench_usage(FILE *f)
 }
 
 /* --synthetic conformer-librispeech: the full-size LibriSpeech U2++ encoder + CTC with generated
- * weights (N(0, 1/fan_in) matrices, LayerNorm weights near 1), for runs without a checkpoint. */
-typedef struct {
-    float **blocks;
-    int n, cap;
-    unsigned seed;
-} synth_t;
-
-static int synth_get(void *user, const char *name, int ndim, const int64_t *shape,
-                     const float **data, hark_err_t *err)
-{
-    synth_t *sy = user;
-    size_t count = 1;
-    for (int i = 0; i < ndim; i++)
-        count *= (size_t)shape[i];
-    if (sy->n == sy->cap) {
-        int nc = sy->cap ? sy->cap * 2 : 256;
-        float **nb = hark_realloc(sy->blocks, sizeof *nb * (size_t)nc);
-        if (!nb)
-            return err_set(err, HARK_ERR_NOMEM, "out of memory");
-        sy->blocks = nb;
-        sy->cap = nc;
-    }
-    float *x = hark_malloc(sizeof(float) * (count ? count : 1));
-    if (!x)
-        return err_set(err, HARK_ERR_NOMEM, "out of memory for %s", name);
-    sy->blocks[sy->n++] = x;
-    double fan_in = ndim > 1 ? (double)(count / (size_t)shape[0]) : 1.0;
-    int is_norm_w = ndim == 1 && strstr(name, "norm") && strstr(name, "weight");
-    for (size_t i = 0; i < count; i++) {
-        sy->seed = sy->seed * 1664525u + 1013904223u;
-        float u = (float)(sy->seed >> 8) / (float)(1u << 23) - 1.0f; /* [-1, 1) */
-        if (strstr(name, "running_var"))
-            x[i] = 1.0f + 0.25f * u;
-        else if (is_norm_w)
-            x[i] = 1.0f + 0.1f * u;
-        else
-            x[i] = (float)(u * 1.7320508 / sqrt(fan_in)); /* variance 1/fan_in */
-    }
-    *data = x;
-    return HARK_OK;
-}
-
-static void synth_free(synth_t *sy)
-{
-    for (int i = 0; i < sy->n; i++)
-        hark_free(sy->blocks[i]);
-    hark_free(sy->blocks);
-}
-
+ * weights (src/model/synth_weights.h), for runs without a checkpoint. */
 static int synth_config(const char *name, wenet_config_t *c, hark_err_t *err)
 {
     if (strcmp(name, "conformer-librispeech") != 0)
@@ -480,7 +433,7 @@ int cli_bench(int argc, char **argv)
     wenet_config_t cfg;
     safetensors_t *st = NULL;
     conformer_model_t *m = NULL;
-    synth_t synth = {.seed = 20261121};
+    synth_weights_t synth = {.seed = 20261121};
     conformer_tensor_fn get = st_get_f32;
     void *user = NULL;
     char path[4096];
@@ -488,7 +441,7 @@ int cli_bench(int argc, char **argv)
     if (synthetic) {
         if (synth_config(synthetic, &cfg, &err))
             goto fail;
-        get = synth_get;
+        get = synth_weights_get;
         user = &synth;
     } else {
         if (wenet_config_load(model_dir, &cfg, &err))
@@ -507,7 +460,7 @@ int cli_bench(int argc, char **argv)
         if (!rc && compare)
             compare_pytorch(model_dir, 1, fp16, batches, seconds, threads, hark_ms, hark_b, nh);
         st_close(st);
-        synth_free(&synth);
+        synth_weights_free(&synth);
         return rc;
     }
 #endif
@@ -604,6 +557,6 @@ fail:
 done:
     conformer_model_destroy(m);
     st_close(st);
-    synth_free(&synth);
+    synth_weights_free(&synth);
     return rc;
 }

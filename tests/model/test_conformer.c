@@ -4,6 +4,7 @@
  * models for batch-vs-single invariance. HARK_TEST_REPORT=1 prints the measured errors. */
 #include "test.h"
 #include "support/golden_model.h"
+#include "model/synth_weights.h"
 
 #include "core/alloc.h"
 #include "core/npy.h"
@@ -570,58 +571,10 @@ TEST(conformer_golden_streaming)
 
 /* ---- synthetic configurations ---------------------------------------------------------------- */
 
-/* Random weights made on demand, one buffer per tensor, freed with the bank. */
-typedef struct {
-    unsigned seed;
-    float *bufs[512];
-    int n;
-    const char *missing; /* a name to refuse, for the error path */
-} bank_t;
-
-static int ends_with(const char *s, const char *suf)
-{
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcmp(s + a - b, suf);
-}
-
-static int bank_get(void *user, const char *name, int ndim, const int64_t *shape,
-                    const float **data, hark_err_t *err)
-{
-    bank_t *bk = user;
-    if (bk->missing && !strcmp(name, bk->missing))
-        return err_set(err, HARK_ERR_NOT_FOUND, "tensor '%s' is missing", name);
-    if (bk->n >= 512)
-        return err_set(err, HARK_ERR_NOMEM, "bank full");
-    size_t n = 1;
-    for (int i = 0; i < ndim; i++)
-        n *= (size_t)shape[i];
-    float fan_in = ndim >= 2 ? (float)(n / (size_t)shape[0]) : 1.0f;
-    float *p = hark_malloc(n * sizeof(float));
-    if (!p)
-        return err_set(err, HARK_ERR_NOMEM, "oom");
-    int is_norm_w = strstr(name, "norm") && ends_with(name, ".weight");
-    for (size_t i = 0; i < n; i++) {
-        float r = test_randf(&bk->seed);
-        if (ends_with(name, "running_var") || ends_with(name, "cmvn.istd"))
-            p[i] = 0.75f + 0.5f * (r + 1.0f) * 0.5f;
-        else if (is_norm_w)
-            p[i] = 1.0f + 0.1f * r;
-        else if (ndim >= 2 && !strstr(name, "pos_bias"))
-            p[i] = r * 1.7f / sqrtf(fan_in); /* uniform with std ~ 1/sqrt(fan_in) */
-        else
-            p[i] = 0.1f * r;
-    }
-    bk->bufs[bk->n++] = p;
-    *data = p;
-    return HARK_OK;
-}
-
-static void bank_free(bank_t *bk)
-{
-    for (int i = 0; i < bk->n; i++)
-        hark_free(bk->bufs[i]);
-    bk->n = 0;
-}
+/* generated weights: src/model/synth_weights.h */
+typedef synth_weights_t bank_t;
+#define bank_get synth_weights_get
+#define bank_free synth_weights_free
 
 static wenet_config_t synth_config(wenet_subsample_t sub, wenet_pos_t pos, int causal,
                                    wenet_cnn_norm_t norm, wenet_act_t act, int macaron,

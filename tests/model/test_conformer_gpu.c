@@ -16,6 +16,7 @@
 #include "model/safetensors.h"
 #include "model/wenet_config.h"
 #include "support/golden_model.h"
+#include "model/synth_weights.h"
 
 #include <cjson/cJSON.h>
 #include <cuda_runtime_api.h>
@@ -301,59 +302,11 @@ GPU_TEST(conformer_gpu_golden_padded_batch)
 
 /* ---- synthetic configurations: GPU vs CPU -------------------------------------------------- */
 
-typedef struct {
-    unsigned seed;
-    float *bufs[512];
-    int n;
-} bank_t;
+/* generated weights: src/model/synth_weights.h */
+typedef synth_weights_t bank_t;
+#define bank_get synth_weights_get
+#define bank_free synth_weights_free
 
-static int ends_with(const char *s, const char *suf)
-{
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcmp(s + a - b, suf);
-}
-
-/* random weights on demand (the scheme of test_conformer.c); the same bank feeds CPU and GPU */
-static int bank_get(void *user, const char *name, int ndim, const int64_t *shape,
-                    const float **data, hark_err_t *err)
-{
-    bank_t *bk = user;
-    if (bk->n >= 512)
-        return err_set(err, HARK_ERR_NOMEM, "bank full");
-    size_t n = 1;
-    for (int i = 0; i < ndim; i++)
-        n *= (size_t)shape[i];
-    float fan_in = ndim >= 2 ? (float)(n / (size_t)shape[0]) : 1.0f;
-    float *p = hark_malloc(n * sizeof(float));
-    if (!p)
-        return err_set(err, HARK_ERR_NOMEM, "oom");
-    /* seeded by the name, so a second request returns the same values */
-    unsigned seed = bk->seed;
-    for (const char *c = name; *c; c++)
-        seed = seed * 31u + (unsigned char)*c;
-    int is_norm_w = strstr(name, "norm") && ends_with(name, ".weight");
-    for (size_t i = 0; i < n; i++) {
-        float r = test_randf(&seed);
-        if (ends_with(name, "running_var") || ends_with(name, "cmvn.istd"))
-            p[i] = 0.75f + 0.5f * (r + 1.0f) * 0.5f;
-        else if (is_norm_w)
-            p[i] = 1.0f + 0.1f * r;
-        else if (ndim >= 2 && !strstr(name, "pos_bias"))
-            p[i] = r * 1.7f / sqrtf(fan_in);
-        else
-            p[i] = 0.1f * r;
-    }
-    bk->bufs[bk->n++] = p;
-    *data = p;
-    return HARK_OK;
-}
-
-static void bank_free(bank_t *bk)
-{
-    for (int i = 0; i < bk->n; i++)
-        hark_free(bk->bufs[i]);
-    bk->n = 0;
-}
 
 static wenet_config_t synth_config(wenet_subsample_t sub, wenet_pos_t pos, int causal,
                                    wenet_cnn_norm_t norm, wenet_act_t act, int macaron,
