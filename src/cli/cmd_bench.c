@@ -31,10 +31,46 @@ static int cmp_double(const void *a, const void *b)
 #include "search/ctc_gpu.h"
 #include <cuda_runtime_api.h>
 
+/* --profile: the same work stage by stage (CUDA events between stages, graphs off), one JSON line
+ * with ms per batch for each stage */
+static void print_profile(conformer_gpu_state_t *s, const float *d_feats, float *d_enc,
+                          float *d_logp, int *d_arg, const int *lens, int *elens, int B, int T,
+                          int te, const char *gpu, int fp16)
+{
+    enum { REPS = 10 };
+    hark_err_t err = {0};
+    double ms[CONFORMER_GPU_STAGES] = {0};
+    conformer_gpu_profile(s, 1);
+    int rc = HARK_OK;
+    for (int i = 0; i < REPS && !rc; i++) {
+        rc = conformer_gpu_forward(s, NULL, d_enc, elens, d_feats, lens, B, T, &err);
+        if (!rc)
+            rc = conformer_gpu_ctc_argmax(s, d_arg, NULL, d_logp, 0, d_enc, elens, B, te, &err);
+        if (!rc)
+            rc = conformer_gpu_profile_read(s, ms, &err);
+    }
+    conformer_gpu_profile(s, 0);
+    conformer_gpu_set_graphs(s, 1);
+    if (rc) {
+        fprintf(stderr, "hark bench: profile: %s\n", err.msg);
+        return;
+    }
+    double total = 0;
+    for (int i = 0; i < CONFORMER_GPU_STAGES; i++)
+        total += ms[i] / REPS;
+    printf("{\"impl\": \"hark\", \"device\": \"%s\", \"mode\": \"%s\", \"batch\": %d, "
+           "\"profile_ms\": {",
+           gpu, fp16 ? "fp16" : "fp32", B);
+    for (int i = 0; i < CONFORMER_GPU_STAGES; i++)
+        printf("%s\"%s\": %.3f", i ? ", " : "", conformer_gpu_stage_name(i), ms[i] / REPS);
+    printf("}, \"profile_total_ms\": %.3f}\n", total);
+    fflush(stdout);
+}
+
 /* GPU: the same work as the CPU path (encoder + CTC log-softmax + argmax, the argmax on the
  * device so only (batch, frames) ints come back), timed on the host around a stream sync. */
 static int bench_gpu(const wenet_config_t *cfg, conformer_tensor_fn get, void *user, int device,
-                     int fp16, double *ms_out, int *b_out, int *n_out,
+                     int fp16, int profile, double *ms_out, int *b_out, int *n_out,
                      const char *batches, double seconds, double min_time, double flops)
 {
     hark_err_t err = {0};
@@ -94,10 +130,9 @@ static int bench_gpu(const wenet_config_t *cfg, conformer_tensor_fn get, void *u
             for (int it = -3; n < 1000; it++) {
                 double t0 = clock_now_s();
                 rc = conformer_gpu_forward(s, NULL, d_enc, elens, d_feats, lens, B, T, &err);
-                if (!rc)
-                    rc = conformer_gpu_ctc_log_probs(s, d_logp, d_enc, elens, B, te, &err);
-                if (!rc)
-                    rc = cuda_ctc_argmax(d_arg, NULL, d_logp, B * te, V, str, &err);
+                if (!rc) /* logits, log-softmax and argmax (one pass over the logits) */
+                    rc = conformer_gpu_ctc_argmax(s, d_arg, NULL, d_logp, 0, d_enc, elens, B, te,
+                                                  &err);
                 if (!rc && cudaMemcpyAsync(h_arg, d_arg, sizeof(int) * (size_t)B * te,
                                            cudaMemcpyDeviceToHost, str) != cudaSuccess)
                     rc = err_set(&err, HARK_ERR_CUDA, "copy");
@@ -139,6 +174,9 @@ static int bench_gpu(const wenet_config_t *cfg, conformer_tensor_fn get, void *u
                        (double)conformer_gpu_state_bytes(s) / 1048576.0, flops * 1e-9, tf,
                        peak > 0 ? tf / peak : 0.0);
                 fflush(stdout);
+                if (profile)
+                    print_profile(s, d_feats, d_enc, d_logp, d_arg, lens, elens, B, T, te,
+                                  prop.name, fp16);
             }
         }
         conformer_gpu_state_destroy(s);
@@ -190,7 +228,7 @@ static void bench_usage(FILE *f)
     fprintf(f, "usage: hark bench --model DIR | --synthetic conformer-librispeech [--batch 1,8,64]\n"
                "                  [--seconds 10] [--compare-pytorch]\n"
                "                  [--device cpu|cuda:N] [--precision fp32|fp16] [--threads N]\n"
-               "                  [--min-time S] [--pipeline [--wav FILE]]\n"
+               "                  [--min-time S] [--pipeline [--wav FILE]] [--profile]\n"
                "--pipeline times the whole recognizer instead (PCM in -> text out: features,\n"
                "encoder, CTC, greedy search) on copies of FILE (or noise) cut to --seconds.\n"
                "Times encoder + CTC log-softmax + argmax on random features (10 s = 998 frames)\n"
@@ -369,7 +407,7 @@ int cli_bench(int argc, char **argv)
 {
     const char *model_dir = NULL, *batches = "1,8,64", *device = "cpu", *precision = "fp32";
     const char *wav = NULL, *synthetic = NULL;
-    int pipeline = 0, compare = 0;
+    int pipeline = 0, compare = 0, profile = 0;
     double hark_ms[16];
     int hark_b[16], nh = 0;
     double seconds = 10, min_time = 2.0;
@@ -392,6 +430,8 @@ int cli_bench(int argc, char **argv)
             pipeline = 1;
         else if (!strcmp(argv[i], "--compare-pytorch"))
             compare = 1;
+        else if (!strcmp(argv[i], "--profile"))
+            profile = 1;
         else if (!strcmp(argv[i], "--synthetic") && v)
             synthetic = argv[++i];
         else if (!strcmp(argv[i], "--wav") && v)
@@ -408,7 +448,9 @@ int cli_bench(int argc, char **argv)
         }
     }
     if ((!model_dir && !synthetic) || (model_dir && synthetic) || seconds <= 0 ||
-        (synthetic && (pipeline || compare))) {
+        (synthetic && (pipeline || compare)) || (profile && strncmp(device, "cuda", 4))) {
+        if (profile && strncmp(device, "cuda", 4))
+            fprintf(stderr, "hark bench: --profile times the GPU stages (--device cuda:N)\n");
         if (synthetic && (pipeline || compare))
             fprintf(stderr, "hark bench: --pipeline and --compare-pytorch need --model (the same "
                             "weights on both sides)\n");
@@ -455,7 +497,8 @@ int cli_bench(int argc, char **argv)
     double flops = bench_conformer_flops(&cfg, T);
 #ifdef HARK_CUDA
     if (gpu) {
-        rc = bench_gpu(&cfg, get, user, device[4] == ':' ? atoi(device + 5) : 0, fp16, hark_ms,
+        rc = bench_gpu(&cfg, get, user, device[4] == ':' ? atoi(device + 5) : 0, fp16, profile,
+                       hark_ms,
                        hark_b, &nh, batches, seconds, min_time, flops);
         if (!rc && compare)
             compare_pytorch(model_dir, 1, fp16, batches, seconds, threads, hark_ms, hark_b, nh);

@@ -4,8 +4,16 @@
  * The batch stays padded: (batch, t_out, D) buffers, row-wise ops over all rows, the frame-mixing
  * ops (subsampling convs, attention, depthwise conv) confined to each utterance by its length.
  * Input rows past an utterance's end are zeroed first, so padding stays finite and can never
- * reach a valid frame. Per sub-module: GEMM(s) with FP32 output, then one fused kernel that adds
- * bias + residual and computes the next layer norm (the next GEMM's input, in the state's dtype).
+ * reach a valid frame.
+ *
+ * FP32: cuBLAS GEMMs with FP32 outputs, then one fused kernel per sub-module that adds bias +
+ * residual and computes the next layer norm. FP16: every activation between GEMMs is half and
+ * every GEMM runs through gemm_f16.cu with its epilogue fused (bias + activation, GLU, or the
+ * update of the FP32 residual stream), attention is one flash-style kernel, the subsampling convs
+ * are a CMVN-fused direct conv and implicit GEMMs over channel-last images (weights permuted once
+ * at load); only the residual stream and the norms stay FP32. Either forward is recorded as a
+ * CUDA graph per (batch, frames, buffers, options) the second time that shape is seen and
+ * replayed after that; the lengths reach the graph through a pinned host buffer.
  */
 #include "model/conformer_gpu.h"
 
@@ -22,11 +30,14 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define NORM_EPS 1e-5f
 #define MAX_CONVS 3
 #define CONV_SCRATCH_BUDGET ((size_t)128 << 20) /* im2col block (bytes) */
+#define GRAPH_SLOTS 32                           /* recorded forwards kept per state */
+#define PROF_EVENTS 512                          /* stage marks per profiled forward */
 
 typedef struct {
     const float *f32; /* device (out, in) float32, or NULL when not uploaded */
@@ -39,6 +50,8 @@ typedef struct {
 
 typedef struct {
     dnorm_t norm_ff_macaron, norm_mha, norm_conv, norm_ff, norm_final;
+    const float *pw1_b16; /* (2D) pointwise_conv1 bias with value/gate entries interleaved, for the
+                             FP16 GLU epilogue (whose weight rows are interleaved the same way) */
     mat_t ffm1, ffm2, ff1, ff2; /* (F, D), (D, F) */
     const float *ffm1_b, *ffm2_b, *ff1_b, *ff2_b;
     mat_t qkv, o, pos;             /* (3D, D) = [linear_q; linear_k; linear_v], (D, D), (D, D) */
@@ -54,7 +67,8 @@ typedef struct {
 
 typedef struct {
     int k, stride, cin, cout;
-    mat_t w;        /* (cout, cin·k·k); f32 always (the direct kernel reads it) */
+    mat_t w;        /* (cout, cin·k·k); f32 always (the direct kernel reads it); the f16 copy is
+                       (cout, k·k·cin), the channel-last order of cuda_hconv2d */
     const float *b; /* (cout) */
 } gconv_t;
 
@@ -64,7 +78,7 @@ struct conformer_gpu_model {
     const float *cmvn_mean, *cmvn_istd; /* (in_dim) or NULL */
     int n_conv;
     gconv_t conv[MAX_CONVS];
-    mat_t embed; /* (D, embed_in) */
+    mat_t embed; /* (D, embed_in), columns c·F' + f; the f16 copy f·C + c (channel-last input) */
     const float *embed_b;
     int embed_in;
     float xscale;
@@ -94,10 +108,28 @@ struct conformer_gpu_state {
     float *p32;                      /* (max_t_out, D) projected positions */
     void *att;                       /* attention scratch */
     size_t att_bytes;
-    void *in0;             /* (max_batch, max_frames, in_dim) dt */
-    void *cbuf[MAX_CONVS]; /* (max_batch, H_i, C, W_i) dt */
-    void *col;             /* conv2d im2col scratch */
+    void *in0;             /* (max_batch, max_frames, in_dim) dt; FP32 only */
+    void *cbuf[MAX_CONVS]; /* (max_batch, H_i, C, W_i) FP32; (max_batch, H_i, W_i, C) FP16 */
+    void *col;             /* conv2d im2col scratch; FP32 only */
     size_t col_bytes;
+    void *s16a, *s16b; /* (rows, D) half: attention context / GLU output, depthwise output */
+    void *p16;         /* (max_t_out, D) half: projected positions */
+    int *h_lens;       /* pinned (2 · max_batch): lens, then encoder lens, read by the graphs */
+    cudaEvent_t lens_ev; /* the last forward's reads of h_lens are done */
+    int graphs;          /* record and replay CUDA graphs */
+    struct gslot {
+        int batch, t_max, chunk, left, skip_cmvn;
+        const void *feats;
+        void *enc;
+        cudaGraphExec_t exec; /* NULL: seen once, not recorded yet */
+        unsigned long long used;
+    } slot[GRAPH_SLOTS];
+    unsigned long long tick;
+    /* stage profile (conformer_gpu_profile): events between stages, summed per stage */
+    int prof, n_ev;
+    cudaEvent_t ev[PROF_EVENTS];
+    int ev_stage[PROF_EVENTS];
+    double prof_ms[CONFORMER_GPU_STAGES];
 };
 
 /* ---- geometry ------------------------------------------------------------------------------ */
@@ -155,6 +187,35 @@ static uint16_t f32_to_f16(float f)
 
 enum { K_VEC, K_MAT, K_MAT32 }; /* vector (f32); matrix (copies as asked); matrix, f32 always */
 
+/* element order of a matrix's f16 copy (the FP32 copy keeps the file's order) */
+enum { PERM_NONE, PERM_GLU, PERM_CONV, PERM_EMBED };
+typedef struct {
+    int kind;
+    size_t a, b, c, d; /* GLU: half rows, cols; CONV: cout, cin, kh, kw; EMBED: rows, C, F' */
+} perm_t;
+
+/* source index of destination element i */
+static size_t perm_src(const perm_t *p, size_t i)
+{
+    switch (p->kind) {
+    case PERM_GLU: { /* dst row 2j = src row j (value), 2j + 1 = src row j + half (gate) */
+        size_t r = i / p->b, c = i % p->b;
+        return ((r & 1) ? r / 2 + p->a : r / 2) * p->b + c;
+    }
+    case PERM_CONV: { /* dst (co, i, j, ci) from src (co, ci, i, j) */
+        size_t per = p->b * p->c * p->d, co = i / per, rem = i % per;
+        size_t ci = rem % p->b, ij = rem / p->b;
+        return co * per + (ci * p->c + ij / p->d) * p->d + ij % p->d;
+    }
+    case PERM_EMBED: { /* dst (r, f·C + c) from src (r, c·F' + f) */
+        size_t per = p->b * p->c, r = i / per, rem = i % per;
+        return r * per + (rem % p->b) * p->c + rem / p->b;
+    }
+    default:
+        return i;
+    }
+}
+
 typedef struct {
     conformer_tensor_fn get;
     void *user;
@@ -165,6 +226,7 @@ typedef struct {
     uint16_t *h16;
     float *d32; /* device blocks (pass 1) */
     uint16_t *d16;
+    perm_t perm; /* for the next matrix's f16 copy */
 } gload_t;
 
 static int fetch(gload_t *L, const float **host, int ndim, int64_t d0, int64_t d1, int64_t d2,
@@ -203,7 +265,7 @@ static void place(gload_t *L, const float *host, size_t n, int kind, int align, 
     if (want16) {
         if (L->pass) {
             for (size_t i = 0; i < n; i++)
-                L->h16[L->n16 + i] = f32_to_f16(host[i]);
+                L->h16[L->n16 + i] = f32_to_f16(host[perm_src(&L->perm, i)]);
             if (p16)
                 *p16 = L->d16 + L->n16;
         }
@@ -235,6 +297,7 @@ static int put(gload_t *L, int kind, int align, const float **v32, mat_t *mat, i
     size_t n = (size_t)d0 * (ndim > 1 ? (size_t)d1 : 1) * (ndim > 2 ? (size_t)d2 : 1) *
                (ndim > 3 ? (size_t)d3 : 1);
     place(L, host, n, kind, align, mat ? &mat->f32 : v32, mat ? &mat->f16 : NULL);
+    L->perm.kind = PERM_NONE;
     return HARK_OK;
 }
 
@@ -285,11 +348,19 @@ static int load_block(gload_t *L, conformer_gpu_model_t *m, gblock_t *bk, int i,
     if (c->use_cnn_module) {
         TRY(load_norm(L, &bk->norm_conv, d, SUB("norm_conv")));
         TRY(load_norm(L, &bk->norm_final, d, SUB("norm_final")));
+        L->perm = (perm_t){PERM_GLU, (size_t)d, (size_t)d, 0, 0};
         TRY(put(L, K_MAT, 1, NULL, &bk->pw1, 3, 2 * d, d, 1, 0,
                 "%s.conv_module.pointwise_conv1.weight", p));
         const float *pw1_b_host = NULL;
         TRY(fetch(L, &pw1_b_host, 1, 2 * d, 0, 0, 0, "%s.conv_module.pointwise_conv1.bias", p));
         place(L, pw1_b_host, (size_t)2 * d, K_VEC, 1, &bk->pw1_b, NULL);
+        if (L->prec & CONFORMER_GPU_FP16) {
+            for (int j = 0; j < d; j++) {
+                scratch[2 * j] = pw1_b_host[j];
+                scratch[2 * j + 1] = pw1_b_host[d + j];
+            }
+            place(L, scratch, (size_t)2 * d, K_VEC, 1, &bk->pw1_b16, NULL);
+        }
         TRY(put(L, K_VEC, 1, &bk->dw_w, NULL, 3, d, 1, m->kernel, 0,
                 "%s.conv_module.depthwise_conv.weight", p));
         TRY(VEC(&bk->dw_b, d, "%s.conv_module.depthwise_conv.bias", p));
@@ -327,9 +398,16 @@ static int load_all(gload_t *L, conformer_gpu_model_t *m, float *scratch)
     }
     for (int i = 0; i < m->n_conv; i++) {
         gconv_t *cv = &m->conv[i];
+        L->perm = (perm_t){PERM_CONV, (size_t)cv->cout, (size_t)cv->cin, (size_t)cv->k,
+                           (size_t)cv->k};
         TRY(put(L, K_MAT32, 1, NULL, &cv->w, 4, cv->cout, cv->cin, cv->k, cv->k,
                 "encoder.embed.conv.%d.weight", 2 * i));
         TRY(VEC(&cv->b, cv->cout, "encoder.embed.conv.%d.bias", 2 * i));
+    }
+    if (cfg->subsample == SUBSAMPLE_CONV2D || cfg->subsample == SUBSAMPLE_CONV2D6 ||
+        cfg->subsample == SUBSAMPLE_CONV2D8) {
+        size_t c = (size_t)m->conv[m->n_conv - 1].cout;
+        L->perm = (perm_t){PERM_EMBED, (size_t)m->d, c, (size_t)m->embed_in / c, 0};
     }
     TRY(load_lin(L, &m->embed, &m->embed_b, m->d, m->embed_in,
                  cfg->subsample == SUBSAMPLE_CONV2D ? "encoder.embed.out.0"
@@ -377,6 +455,20 @@ static int check_config(const wenet_config_t *c, hark_err_t *err)
     return HARK_OK;
 }
 
+/* what the FP16 kernels need (every WeNet recipe's sizes fit) */
+static int check_fp16(const wenet_config_t *c, hark_err_t *err)
+{
+    int dk = c->d_model / c->n_heads;
+    if (c->d_model % 8 || c->ffn_dim % 8 || c->d_model > CUDA_ROWS_NORM_MAX_D ||
+        !cuda_flash_attention_supported(dk) || (c->use_cnn_module && c->cnn_kernel > 64))
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "conformer (gpu): fp16 needs d_model and ffn_dim multiples of 8, d_model <= "
+                       "%d, a head width <= 128 and cnn_module_kernel <= 64 (d_model %d, ffn_dim "
+                       "%d, head width %d, kernel %d); use fp32",
+                       CUDA_ROWS_NORM_MAX_D, c->d_model, c->ffn_dim, dk, c->cnn_kernel);
+    return HARK_OK;
+}
+
 int conformer_gpu_model_create(const wenet_config_t *cfg, conformer_tensor_fn get, void *user,
                                int precisions, conformer_gpu_model_t **out, hark_err_t *err)
 {
@@ -386,6 +478,8 @@ int conformer_gpu_model_create(const wenet_config_t *cfg, conformer_tensor_fn ge
         return rc;
     if (!(precisions & (CONFORMER_GPU_FP32 | CONFORMER_GPU_FP16)))
         return err_set(err, HARK_ERR_INVALID_ARG, "conformer (gpu): precisions %d", precisions);
+    if ((precisions & CONFORMER_GPU_FP16) && (rc = check_fp16(cfg, err)) != HARK_OK)
+        return rc;
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= 0) {
         cudaGetLastError();
@@ -425,8 +519,10 @@ int conformer_gpu_model_create(const wenet_config_t *cfg, conformer_tensor_fn ge
     for (int i = 0; i < m->n_conv; i++)
         f = conv_out(f, m->conv[i].k, m->conv[i].stride);
     m->embed_in = m->conv[m->n_conv - 1].cout * f;
-    gload_t ld = {get, user, err, 0, precisions, 0, 0, NULL, NULL, NULL, NULL}, *L = &ld;
-    float *scratch = hark_malloc((size_t)(m->kernel > 1 ? m->kernel : 1) * m->d * sizeof(float));
+    gload_t ld = {get,  user, err,  0,    precisions,          0,
+                   0,    NULL, NULL, NULL, NULL, {PERM_NONE, 0, 0, 0, 0}},
+            *L = &ld;
+    float *scratch = hark_malloc((size_t)(m->kernel > 2 ? m->kernel : 2) * m->d * sizeof(float));
     m->blocks = hark_calloc(cfg->n_blocks > 0 ? (size_t)cfg->n_blocks : 1, sizeof *m->blocks);
     if (f <= 0) {
         rc = err_set(err, HARK_ERR_INVALID_ARG,
@@ -536,15 +632,19 @@ int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, in
     s->dt = precision == CONFORMER_GPU_FP16 ? OPS_F16 : OPS_F32;
     s->max_batch = max_batch;
     s->max_frames = max_frames;
+    const char *ng = getenv("HARK_NO_GRAPHS");
+    s->graphs = !(ng && *ng && strcmp(ng, "0"));
     int t_out = conformer_gpu_out_len(m, max_frames);
     s->max_t_out = t_out < 1 ? 1 : t_out;
     s->max_rows = max_batch * s->max_t_out;
+    int f16 = s->dt == OPS_F16;
     size_t rows = (size_t)s->max_rows, d = (size_t)m->d, es = ops_dtype_size(s->dt);
     size_t f = (size_t)m->ffn;
-    size_t w32 = f > 3 * d ? f : 3 * d, wdt = f > d ? f : d;
+    size_t w32 = f > 3 * d ? f : 3 * d;
     int rel = m->cfg.pos == POS_REL;
-    s->att_bytes = cuda_attention_scratch_bytes(max_batch, s->max_t_out, m->h, m->dk, rel, s->dt);
-    /* conv stack: outputs per layer and the largest im2col block */
+    s->att_bytes =
+        f16 ? 0 : cuda_attention_scratch_bytes(max_batch, s->max_t_out, m->h, m->dk, rel, s->dt);
+    /* conv stack: outputs per layer and (FP32) the largest im2col block */
     size_t csz[MAX_CONVS] = {0};
     int hh = max_frames, ww = m->in_dim;
     s->col_bytes = 0;
@@ -554,7 +654,7 @@ int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, in
         ww = conv_out(ww, cv->k, cv->stride);
         csz[i] = al((size_t)max_batch * (hh > 0 ? hh : 1) * cv->cout * (ww > 0 ? ww : 1) * es);
         size_t one = cuda_conv2d_scratch_bytes(1, cv->cin, cv->cout, cv->k, cv->k, ww, s->dt);
-        if (one == 0 || hh <= 0)
+        if (f16 || one == 0 || hh <= 0)
             continue;
         size_t need =
             cuda_conv2d_scratch_bytes(max_batch * hh, cv->cin, cv->cout, cv->k, cv->k, ww, s->dt);
@@ -562,11 +662,13 @@ int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, in
         blk = blk > one ? blk : one;
         s->col_bytes = blk > s->col_bytes ? blk : s->col_bytes;
     }
-    size_t total = 3 * al((size_t)max_batch * sizeof(int)) + 3 * al(rows * d * 4) +
-                   al(rows * d * es) + al(rows * w32 * 4) +
-                   (s->dt == OPS_F16 ? al(rows * wdt * es) : 0) + al((size_t)s->max_t_out * d * 4) +
-                   al(s->att_bytes) + al((size_t)max_batch * max_frames * m->in_dim * es) +
-                   al(s->col_bytes);
+    size_t total = 3 * al((size_t)max_batch * sizeof(int)) + al(rows * d * 4) +
+                   al(rows * d * es) + al(s->col_bytes);
+    if (f16) /* x; hn; big = FFN hidden or QKV; ctx/GLU; depthwise out; positions */
+        total += al(rows * w32 * 2) + 2 * al(rows * d * 2) + al((size_t)s->max_t_out * d * 2);
+    else
+        total += 2 * al(rows * d * 4) + al(rows * w32 * 4) + al((size_t)s->max_t_out * d * 4) +
+                 al(s->att_bytes) + al((size_t)max_batch * max_frames * m->in_dim * es);
     for (int i = 0; i < m->n_conv; i++)
         total += csz[i];
     cudaError_t e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
@@ -578,6 +680,12 @@ int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, in
     if (rc != HARK_OK) {
         conformer_gpu_state_destroy(s);
         return rc;
+    }
+    if ((e = cudaEventCreateWithFlags(&s->lens_ev, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaMallocHost((void **)&s->h_lens, 2 * (size_t)max_batch * sizeof(int))) !=
+            cudaSuccess) {
+        conformer_gpu_state_destroy(s);
+        return cuda_err(err, e, "pinned lengths");
     }
     if ((e = cudaMalloc(&s->mem, total)) != cudaSuccess) {
         conformer_gpu_state_destroy(s);
@@ -592,17 +700,21 @@ int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, in
     TAKE(s->d_tl, int *, (size_t)max_batch * sizeof(int));
     TAKE(s->d_ctc_lens, int *, (size_t)max_batch * sizeof(int));
     TAKE(s->x, float *, rows *d * 4);
-    TAKE(s->a, float *, rows *d * 4);
-    TAKE(s->u, float *, rows *d * 4);
     TAKE(s->hn, void *, rows *d *es);
-    TAKE(s->big32, float *, rows *w32 * 4);
-    if (s->dt == OPS_F16)
-        TAKE(s->big, void *, rows *wdt *es);
-    else
+    if (f16) {
+        TAKE(s->big, void *, rows *w32 * 2);
+        TAKE(s->s16a, void *, rows *d * 2);
+        TAKE(s->s16b, void *, rows *d * 2);
+        TAKE(s->p16, void *, (size_t)s->max_t_out *d * 2);
+    } else {
+        TAKE(s->a, float *, rows *d * 4);
+        TAKE(s->u, float *, rows *d * 4);
+        TAKE(s->big32, float *, rows *w32 * 4);
         s->big = s->big32;
-    TAKE(s->p32, float *, (size_t)s->max_t_out *d * 4);
-    TAKE(s->att, void *, s->att_bytes);
-    TAKE(s->in0, void *, (size_t)max_batch *max_frames * m->in_dim * es);
+        TAKE(s->p32, float *, (size_t)s->max_t_out *d * 4);
+        TAKE(s->att, void *, s->att_bytes);
+        TAKE(s->in0, void *, (size_t)max_batch *max_frames * m->in_dim * es);
+    }
     for (int i = 0; i < m->n_conv; i++) {
         s->cbuf[i] = p;
         p += csz[i];
@@ -614,17 +726,40 @@ int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, in
     return HARK_OK;
 }
 
+static void drop_graphs(conformer_gpu_state_t *s)
+{
+    for (int i = 0; i < GRAPH_SLOTS; i++) {
+        if (s->slot[i].exec)
+            cudaGraphExecDestroy(s->slot[i].exec);
+        memset(&s->slot[i], 0, sizeof s->slot[i]);
+    }
+}
+
 void conformer_gpu_state_destroy(conformer_gpu_state_t *s)
 {
     if (!s)
         return;
     if (s->stream)
         cudaStreamSynchronize(s->stream);
+    drop_graphs(s);
+    for (int i = 0; i < PROF_EVENTS; i++)
+        if (s->ev[i])
+            cudaEventDestroy(s->ev[i]);
     ops_cuda_destroy(s->g);
     cudaFree(s->mem);
+    cudaFreeHost(s->h_lens);
+    if (s->lens_ev)
+        cudaEventDestroy(s->lens_ev);
     if (s->stream)
         cudaStreamDestroy(s->stream);
     hark_free(s);
+}
+
+void conformer_gpu_set_graphs(conformer_gpu_state_t *s, int on)
+{
+    if (!on)
+        drop_graphs(s);
+    s->graphs = on != 0;
 }
 
 void *conformer_gpu_stream(const conformer_gpu_state_t *s)
@@ -651,6 +786,19 @@ typedef struct {
     int chunk, left;
     hark_err_t *err;
 } gfwd_t;
+
+/* profiling: the time since the previous mark is charged to `stage` (a no-op unless profiling) */
+static void mark(conformer_gpu_state_t *s, int stage)
+{
+    if (!s->prof || s->n_ev >= PROF_EVENTS)
+        return;
+    if (!s->ev[s->n_ev] && cudaEventCreate(&s->ev[s->n_ev]) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    cudaEventRecord(s->ev[s->n_ev], s->stream);
+    s->ev_stage[s->n_ev++] = stage;
+}
 
 static const void *wmat(const gfwd_t *F, const mat_t *w)
 {
@@ -779,6 +927,294 @@ static int block_forward(const gfwd_t *F, int i)
                                     NORM_EPS, s->stream, F->err);
 }
 
+/* ---- FP16 forward ---------------------------------------------------------------------------
+ * hn (rows, D) half is every sub-module's input; x (rows, D) float the residual stream, updated by
+ * the epilogue of each sub-module's last GEMM. */
+
+static cuda_epi_t epi(cuda_epi_mode_t mode, void *out, long long ldo, const float *bias)
+{
+    cuda_epi_t e;
+    memset(&e, 0, sizeof e);
+    e.mode = mode;
+    e.act = CUDA_ACT_NONE;
+    e.out = out;
+    e.ldo = ldo;
+    e.bias = bias;
+    e.alpha = 1.0f;
+    return e;
+}
+
+/* x += alpha · (a · wᵀ + bias) */
+static int h_resid(const gfwd_t *F, const void *a, int k, const mat_t *w, const float *bias,
+                   float alpha)
+{
+    conformer_gpu_state_t *s = F->s;
+    cuda_epi_t e = epi(CUDA_EPI_RESID32, s->x, s->m->d, bias);
+    e.alpha = alpha;
+    e.beta = 1.0f;
+    return cuda_hgemm(&e, a, k, w->f16, F->rows, s->m->d, k, s->stream, F->err);
+}
+
+/* after a residual update: pre-norm, hn = next(x) (none: nothing to do); post-norm,
+ * x = own(x) and hn = x */
+static int h_norm(const gfwd_t *F, const dnorm_t *own, const dnorm_t *next)
+{
+    conformer_gpu_state_t *s = F->s;
+    int d = s->m->d, rc = HARK_OK;
+    if (s->m->cfg.normalize_before) {
+        if (!next)
+            return HARK_OK;
+        rc = cuda_rows_norm(NULL, 0, s->hn, NULL, s->x, next->g, next->b, 1, NULL, NULL, 0, NULL,
+                            0, F->rows, d, NORM_EPS, s->stream, F->err);
+    } else {
+        rc = cuda_rows_norm(s->x, 1, s->hn, NULL, s->x, own->g, own->b, 1, NULL, NULL, 0, NULL, 0,
+                            F->rows, d, NORM_EPS, s->stream, F->err);
+    }
+    mark(s, CONFORMER_GPU_STAGE_NORM);
+    return rc;
+}
+
+/* x += alpha · w2(act(w1(hn) + b1)) + alpha · b2 */
+static int h_ffn(const gfwd_t *F, const mat_t *w1, const float *b1, const mat_t *w2,
+                 const float *b2, float alpha)
+{
+    conformer_gpu_state_t *s = F->s;
+    const conformer_gpu_model_t *m = s->m;
+    cuda_epi_t e = epi(CUDA_EPI_F16, s->big, m->ffn, b1);
+    e.act = act_of(&m->cfg);
+    TRY(cuda_hgemm(&e, s->hn, m->d, w1->f16, F->rows, m->ffn, m->d, s->stream, F->err));
+    TRY(h_resid(F, s->big, m->ffn, w2, b2, alpha));
+    mark(s, CONFORMER_GPU_STAGE_FFN);
+    return HARK_OK;
+}
+
+static int h_mhsa(const gfwd_t *F, const gblock_t *bk)
+{
+    conformer_gpu_state_t *s = F->s;
+    const conformer_gpu_model_t *m = s->m;
+    int d = m->d, rel = m->cfg.pos == POS_REL;
+    cuda_epi_t e = epi(CUDA_EPI_F16, s->big, 3 * d, bk->qkv_b);
+    TRY(cuda_hgemm(&e, s->hn, d, bk->qkv.f16, F->rows, 3 * d, d, s->stream, F->err));
+    if (rel) { /* p = linear_pos(pe[0:t]) */
+        e = epi(CUDA_EPI_F16, s->p16, d, NULL);
+        TRY(cuda_hgemm(&e, m->pe16, d, bk->pos.f16, F->t, d, d, s->stream, F->err));
+    }
+    mark(s, CONFORMER_GPU_STAGE_ATT_PROJ);
+    const char *qkv = s->big;
+    TRY(cuda_flash_attention(s->s16a, d, qkv, qkv + (size_t)d * 2, qkv + (size_t)d * 4, 3 * d,
+                             rel ? s->p16 : NULL, d, rel ? bk->pos_u : NULL,
+                             rel ? bk->pos_v : NULL, s->d_tl, F->chunk, F->left, F->batch, F->t,
+                             m->h, m->dk, 1.0f / sqrtf((float)m->dk), s->stream, F->err));
+    mark(s, CONFORMER_GPU_STAGE_ATT_CORE);
+    TRY(h_resid(F, s->s16a, d, &bk->o, bk->o_b, 1.0f));
+    mark(s, CONFORMER_GPU_STAGE_ATT_PROJ);
+    return HARK_OK;
+}
+
+static int h_conv(const gfwd_t *F, const gblock_t *bk)
+{
+    conformer_gpu_state_t *s = F->s;
+    const conformer_gpu_model_t *m = s->m;
+    int d = m->d, kk = m->kernel, causal = m->cfg.causal, bn = m->cfg.cnn_norm == CNN_NORM_BATCH;
+    cuda_epi_t e = epi(CUDA_EPI_GLU16, s->s16a, d, bk->pw1_b16);
+    TRY(cuda_hgemm(&e, s->hn, d, bk->pw1.f16, F->rows, 2 * d, d, s->stream, F->err));
+    TRY(cuda_dwconv_f16(s->s16b, s->s16a, causal ? bk->causal_left : NULL, bk->dw_w, bk->dw_b,
+                        s->d_tl, F->batch, F->t, d, kk, causal ? kk - 1 : (kk - 1) / 2,
+                        bn ? CUDA_NORM_BATCH : CUDA_NORM_LAYER, bk->cnn_norm.g, bk->cnn_norm.b,
+                        bn ? bk->bn_mean : NULL, bn ? bk->bn_var : NULL, NORM_EPS, act_of(&m->cfg),
+                        s->stream, F->err));
+    TRY(h_resid(F, s->s16b, d, &bk->pw2, bk->pw2_b, 1.0f));
+    mark(s, CONFORMER_GPU_STAGE_CONV);
+    return HARK_OK;
+}
+
+static int h_block(const gfwd_t *F, int i)
+{
+    conformer_gpu_state_t *s = F->s;
+    const conformer_gpu_model_t *m = s->m;
+    const wenet_config_t *c = &m->cfg;
+    const gblock_t *bk = &m->blocks[i];
+    float ff_scale = c->macaron ? 0.5f : 1.0f;
+    int cnn = c->use_cnn_module;
+    if (c->macaron) {
+        TRY(h_ffn(F, &bk->ffm1, bk->ffm1_b, &bk->ffm2, bk->ffm2_b, ff_scale));
+        TRY(h_norm(F, &bk->norm_ff_macaron, &bk->norm_mha));
+    }
+    TRY(h_mhsa(F, bk));
+    TRY(h_norm(F, &bk->norm_mha, cnn ? &bk->norm_conv : &bk->norm_ff));
+    if (cnn) {
+        TRY(h_conv(F, bk));
+        TRY(h_norm(F, &bk->norm_conv, &bk->norm_ff));
+    }
+    TRY(h_ffn(F, &bk->ff1, bk->ff1_b, &bk->ff2, bk->ff2_b, ff_scale));
+    const dnorm_t *next = first_norm(m, i + 1);
+    if (!cnn)
+        return h_norm(F, &bk->norm_ff, next);
+    if (c->normalize_before) /* x = norm_final(x), hn = next(x) */
+        TRY(cuda_rows_norm(s->x, 1, next ? s->hn : NULL, NULL, s->x, bk->norm_final.g,
+                           bk->norm_final.b, 1, next ? next->g : NULL, next ? next->b : NULL,
+                           next != NULL, NULL, 0, F->rows, m->d, NORM_EPS, s->stream, F->err));
+    else /* post-norm: x = norm_final(norm_ff(x)), hn = x */
+        TRY(cuda_rows_norm(s->x, 2, s->hn, NULL, s->x, bk->norm_ff.g, bk->norm_ff.b, 1,
+                           bk->norm_final.g, bk->norm_final.b, 1, NULL, 0, F->rows, m->d, NORM_EPS,
+                           s->stream, F->err));
+    mark(s, CONFORMER_GPU_STAGE_NORM);
+    return HARK_OK;
+}
+
+static int forward_f16(const gfwd_t *F, const conformer_opts_t *o, float *d_enc,
+                       const float *d_feats, int t_max)
+{
+    conformer_gpu_state_t *s = F->s;
+    const conformer_gpu_model_t *m = s->m;
+    const wenet_config_t *c = &m->cfg;
+    hark_err_t *err = F->err;
+    /* subsampling: CMVN + the first conv + ReLU, then implicit-GEMM convs + ReLU over
+     * channel-last images, then the linear · xscale (+ pe) straight into the residual stream */
+    const gconv_t *c0 = &m->conv[0];
+    TRY(cuda_conv1_cmvn(s->cbuf[0], d_feats, o->skip_cmvn ? NULL : m->cmvn_mean, m->cmvn_istd,
+                        s->d_lens, F->batch, t_max, m->in_dim, c0->w.f32, c0->b, c0->cout, c0->k,
+                        c0->stride, 1, s->stream, err));
+    int hh = conv_out(t_max, c0->k, c0->stride), ww = conv_out(m->in_dim, c0->k, c0->stride);
+    for (int i = 1; i < m->n_conv; i++) {
+        const gconv_t *cv = &m->conv[i];
+        cuda_epi_t e = epi(CUDA_EPI_F16, s->cbuf[i], cv->cout, cv->b);
+        e.act = CUDA_ACT_RELU;
+        TRY(cuda_hconv2d(&e, s->cbuf[i - 1], cv->w.f16, F->batch, cv->cin, hh, ww, cv->cout,
+                         cv->k, cv->k, cv->stride, s->stream, err));
+        hh = conv_out(hh, cv->k, cv->stride);
+        ww = conv_out(ww, cv->k, cv->stride);
+    }
+    HARK_ASSERT(hh == F->t && m->conv[m->n_conv - 1].cout * ww == m->embed_in);
+    cuda_epi_t e = epi(CUDA_EPI_RESID32, s->x, m->d, m->embed_b);
+    e.alpha = m->xscale;
+    if (c->pos == POS_ABS) {
+        e.pe = m->pe32;
+        e.pe_rows = F->t;
+        e.ld_pe = m->d;
+    }
+    TRY(cuda_hgemm(&e, s->cbuf[m->n_conv - 1], m->embed_in, m->embed.f16, F->rows, m->d,
+                   m->embed_in, s->stream, err));
+    const dnorm_t *n0 = c->normalize_before ? first_norm(m, 0) : NULL;
+    TRY(cuda_rows_norm(NULL, 0, s->hn, NULL, s->x, n0 ? n0->g : NULL, n0 ? n0->b : NULL,
+                       n0 != NULL, NULL, NULL, 0, NULL, 0, F->rows, m->d, NORM_EPS, s->stream,
+                       err));
+    mark(s, CONFORMER_GPU_STAGE_SUBSAMPLE);
+    for (int i = 0; i < c->n_blocks; i++)
+        TRY(h_block(F, i));
+    /* encoder output (pad rows 0), and its half copy for the CTC GEMM */
+    int an = c->normalize_before;
+    TRY(cuda_rows_norm(NULL, 0, s->hn, d_enc, s->x, an ? m->after_norm.g : NULL,
+                       an ? m->after_norm.b : NULL, an, NULL, NULL, 0, s->d_tl, F->t, F->rows,
+                       m->d, NORM_EPS, s->stream, err));
+    mark(s, CONFORMER_GPU_STAGE_NORM);
+    return HARK_OK;
+}
+
+/* ---- FP32 forward -------------------------------------------------------------------------- */
+
+static int forward_f32(const gfwd_t *F, const conformer_opts_t *o, float *d_enc,
+                       const float *d_feats, int t_max)
+{
+    conformer_gpu_state_t *s = F->s;
+    const conformer_gpu_model_t *m = s->m;
+    const wenet_config_t *c = &m->cfg;
+    hark_err_t *err = F->err;
+    int batch = F->batch, t_out = F->t;
+    /* subsampling: CMVN (padding zeroed), conv stack with ReLU, linear · xscale (+ pe) */
+    TRY(cuda_cmvn(s->in0, s->dt, d_feats, o->skip_cmvn ? NULL : m->cmvn_mean, m->cmvn_istd,
+                  s->d_lens, batch, t_max, m->in_dim, s->stream, err));
+    const void *in = s->in0;
+    int hh = t_max, ww = m->in_dim;
+    for (int i = 0; i < m->n_conv; i++) {
+        const gconv_t *cv = &m->conv[i];
+        TRY(cuda_conv2d(s->cbuf[i], s->col, s->col_bytes, in, cv->w.f32, wmat(F, &cv->w), cv->b,
+                        s->dt, batch, cv->cin, hh, ww, cv->cout, cv->k, cv->k, cv->stride, 1, s->g,
+                        err));
+        hh = conv_out(hh, cv->k, cv->stride);
+        ww = conv_out(ww, cv->k, cv->stride);
+        in = s->cbuf[i];
+    }
+    HARK_ASSERT(hh == t_out && m->conv[m->n_conv - 1].cout * ww == m->embed_in);
+    TRY(gemm_w(F, s->a, in, &m->embed, F->rows, m->d, m->embed_in));
+    const dnorm_t *n0 = c->normalize_before ? first_norm(m, 0) : NULL;
+    TRY(cuda_residual_layer_norm(s->x, s->hn, s->dt, NULL, s->a, m->embed_b, m->xscale,
+                                 c->pos == POS_ABS ? m->pe32 : NULL, t_out, n0 ? n0->g : NULL,
+                                 n0 ? n0->b : NULL, n0 != NULL, 0, F->rows, m->d, NORM_EPS,
+                                 s->stream, err));
+    for (int i = 0; i < c->n_blocks; i++)
+        TRY(block_forward(F, i));
+    size_t n = (size_t)F->rows * m->d;
+    if (c->normalize_before) {
+        TRY(cuda_layer_norm(d_enc, OPS_F32, s->x, m->after_norm.g, m->after_norm.b, F->rows, m->d,
+                            NORM_EPS, s->stream, err));
+    } else {
+        cudaError_t e =
+            cudaMemcpyAsync(d_enc, s->x, n * sizeof(float), cudaMemcpyDeviceToDevice, s->stream);
+        if (e != cudaSuccess)
+            return cuda_err(err, e, "encoder output copy");
+    }
+    return cuda_zero_pad_rows(d_enc, s->d_tl, batch, t_out, m->d, s->stream, err);
+}
+
+/* the whole forward, enqueued: the lengths from the pinned buffer, then the layers */
+static int enqueue_forward(const gfwd_t *F, const conformer_opts_t *o, float *d_enc,
+                           const float *d_feats, int t_max)
+{
+    conformer_gpu_state_t *s = F->s;
+    size_t lb = (size_t)F->batch * sizeof(int);
+    cudaError_t e = cudaMemcpyAsync(s->d_lens, s->h_lens, lb, cudaMemcpyHostToDevice, s->stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(s->d_tl, s->h_lens + s->max_batch, lb, cudaMemcpyHostToDevice,
+                            s->stream);
+    if (e != cudaSuccess)
+        return cuda_err(F->err, e, "lengths upload");
+    mark(s, -1);
+    return s->dt == OPS_F16 ? forward_f16(F, o, d_enc, d_feats, t_max)
+                            : forward_f32(F, o, d_enc, d_feats, t_max);
+}
+
+/* the graph slot for this forward: an exact match, or NULL with *victim the slot to reuse */
+static struct gslot *find_slot(conformer_gpu_state_t *s, const gfwd_t *F, int t_max, int skip,
+                               const void *feats, void *enc, struct gslot **victim)
+{
+    *victim = &s->slot[0];
+    for (int i = 0; i < GRAPH_SLOTS; i++) {
+        struct gslot *g = &s->slot[i];
+        if (g->used && g->batch == F->batch && g->t_max == t_max && g->chunk == F->chunk &&
+            g->left == F->left && g->skip_cmvn == skip && g->feats == feats && g->enc == enc)
+            return g;
+        if (g->used < (*victim)->used)
+            *victim = g;
+    }
+    return NULL;
+}
+
+/* records the forward into a graph; HARK_OK with *exec NULL when capture is not possible (the
+ * caller then enqueues it directly) */
+static int record(const gfwd_t *F, const conformer_opts_t *o, float *d_enc, const float *d_feats,
+                  int t_max, cudaGraphExec_t *exec)
+{
+    conformer_gpu_state_t *s = F->s;
+    *exec = NULL;
+    cudaGraph_t graph = NULL;
+    if (cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        cudaGetLastError();
+        return HARK_OK;
+    }
+    int rc = enqueue_forward(F, o, d_enc, d_feats, t_max);
+    cudaError_t e = cudaStreamEndCapture(s->stream, &graph);
+    if (rc == HARK_OK && e == cudaSuccess && graph)
+        e = cudaGraphInstantiate(exec, graph, 0);
+    if (graph)
+        cudaGraphDestroy(graph);
+    if (rc != HARK_OK || e != cudaSuccess) {
+        cudaGetLastError();
+        *exec = NULL;
+    }
+    return rc;
+}
+
 int conformer_gpu_forward(conformer_gpu_state_t *s, const conformer_opts_t *opts, float *d_enc,
                           int *enc_lens, const float *d_feats, const int *lens, int batch,
                           int t_max, hark_err_t *err)
@@ -800,62 +1236,61 @@ int conformer_gpu_forward(conformer_gpu_state_t *s, const conformer_opts_t *opts
                        "conformer (gpu): %d input frames give %d encoder frames, more than the "
                        "positional table's %d",
                        t_max, t_out, c->max_len);
-    int tl[CUDA_MAX_LENS];
-    for (int b = 0; b < batch; b++) {
+    for (int b = 0; b < batch; b++)
         if (lens[b] < 0 || lens[b] > t_max)
             return err_set(err, HARK_ERR_INVALID_ARG,
                            "conformer (gpu): utterance %d has %d frames (padded length %d)", b,
                            lens[b], t_max);
-        tl[b] = conformer_gpu_out_len(m, lens[b]);
-    }
     int cs = c->use_dynamic_chunk       ? o->chunk_size
              : c->static_chunk_size > 0 ? c->static_chunk_size
                                         : -1;
-    gfwd_t F = {s, batch, t_out, batch * t_out, cs > 0 ? cs : 0, o->left_chunks, err};
+    gfwd_t F = {s, batch, t_out, batch * t_out, cs > 0 ? cs : 0, cs > 0 ? o->left_chunks : -1, err};
     for (int b = 0; b < batch; b++)
-        enc_lens[b] = tl[b];
+        enc_lens[b] = conformer_gpu_out_len(m, lens[b]);
     if (t_out <= 0) /* every utterance too short: an empty output */
         return HARK_OK;
-    TRY(cuda_set_lens(s->d_lens, lens, batch, s->stream, err));
-    TRY(cuda_set_lens(s->d_tl, tl, batch, s->stream, err));
-    /* subsampling: CMVN (padding zeroed), conv stack with ReLU, linear · xscale (+ pe) */
-    TRY(cuda_cmvn(s->in0, s->dt, d_feats, o->skip_cmvn ? NULL : m->cmvn_mean, m->cmvn_istd,
-                  s->d_lens, batch, t_max, m->in_dim, s->stream, err));
-    const void *in = s->in0;
-    int hh = t_max, ww = m->in_dim;
-    for (int i = 0; i < m->n_conv; i++) {
-        const gconv_t *cv = &m->conv[i];
-        TRY(cuda_conv2d(s->cbuf[i], s->col, s->col_bytes, in, cv->w.f32, wmat(&F, &cv->w), cv->b,
-                        s->dt, batch, cv->cin, hh, ww, cv->cout, cv->k, cv->k, cv->stride, 1, s->g,
-                        err));
-        hh = conv_out(hh, cv->k, cv->stride);
-        ww = conv_out(ww, cv->k, cv->stride);
-        in = s->cbuf[i];
-    }
-    HARK_ASSERT(hh == t_out && m->conv[m->n_conv - 1].cout * ww == m->embed_in);
-    TRY(gemm_w(&F, s->a, in, &m->embed, F.rows, m->d, m->embed_in));
-    const dnorm_t *n0 = c->normalize_before ? first_norm(m, 0) : NULL;
-    TRY(cuda_residual_layer_norm(s->x, s->hn, s->dt, NULL, s->a, m->embed_b, m->xscale,
-                                 c->pos == POS_ABS ? m->pe32 : NULL, t_out, n0 ? n0->g : NULL,
-                                 n0 ? n0->b : NULL, n0 != NULL, 0, F.rows, m->d, NORM_EPS,
-                                 s->stream, err));
-    for (int i = 0; i < c->n_blocks; i++)
-        TRY(block_forward(&F, i));
-    size_t n = (size_t)F.rows * m->d;
-    if (c->normalize_before) {
-        TRY(cuda_layer_norm(d_enc, OPS_F32, s->x, m->after_norm.g, m->after_norm.b, F.rows, m->d,
-                            NORM_EPS, s->stream, err));
-    } else {
-        cudaError_t e =
-            cudaMemcpyAsync(d_enc, s->x, n * sizeof(float), cudaMemcpyDeviceToDevice, s->stream);
+    /* the previous forward's copy out of h_lens has run before it is overwritten */
+    cudaError_t e = cudaEventSynchronize(s->lens_ev);
+    if (e != cudaSuccess)
+        return cuda_err(err, e, "lengths event");
+    memcpy(s->h_lens, lens, (size_t)batch * sizeof(int));
+    memcpy(s->h_lens + s->max_batch, enc_lens, (size_t)batch * sizeof(int));
+    int rc = HARK_OK;
+    struct gslot *g = NULL, *victim = NULL;
+    int skip = o->skip_cmvn != 0;
+    if (s->graphs)
+        g = find_slot(s, &F, t_max, skip, d_feats, d_enc, &victim);
+    if (g && g->exec) {
+        e = cudaGraphLaunch(g->exec, s->stream);
         if (e != cudaSuccess)
-            return cuda_err(err, e, "encoder output copy");
+            return cuda_err(err, e, "graph launch");
+        g->used = ++s->tick;
+    } else if (g) { /* seen before: record it and replay it from now on */
+        if ((rc = record(&F, o, d_enc, d_feats, t_max, &g->exec)) != HARK_OK)
+            return rc;
+        e = g->exec ? cudaGraphLaunch(g->exec, s->stream) : cudaSuccess;
+        if (e != cudaSuccess)
+            return cuda_err(err, e, "graph launch");
+        if (!g->exec)
+            rc = enqueue_forward(&F, o, d_enc, d_feats, t_max);
+        g->used = ++s->tick;
+    } else {
+        rc = enqueue_forward(&F, o, d_enc, d_feats, t_max);
+        if (rc == HARK_OK && s->graphs) { /* remember the shape */
+            if (victim->exec)
+                cudaGraphExecDestroy(victim->exec);
+            *victim = (struct gslot){batch,  t_max,  F.chunk, F.left, skip,
+                                     d_feats, d_enc, NULL,    ++s->tick};
+        }
     }
-    return cuda_zero_pad_rows(d_enc, s->d_tl, batch, t_out, m->d, s->stream, err);
+    if (rc == HARK_OK && (e = cudaEventRecord(s->lens_ev, s->stream)) != cudaSuccess)
+        rc = cuda_err(err, e, "lengths event");
+    return rc;
 }
 
-int conformer_gpu_ctc_log_probs(conformer_gpu_state_t *s, float *d_logp, const float *d_enc,
-                                const int *enc_lens, int batch, int t_enc, hark_err_t *err)
+/* logits (rows, V) float = ctc_lo(d_enc) (bias included) */
+static int ctc_logits(conformer_gpu_state_t *s, float *d_out, const float *d_enc,
+                      const int *enc_lens, int batch, int t_enc, hark_err_t *err)
 {
     const conformer_gpu_model_t *m = s->m;
     if (batch <= 0 || t_enc < 0 || batch > s->max_batch ||
@@ -873,14 +1308,72 @@ int conformer_gpu_ctc_log_probs(conformer_gpu_state_t *s, float *d_logp, const f
     int rows = batch * t_enc;
     gfwd_t F = {s, batch, t_enc, rows, 0, -1, err};
     TRY(cuda_set_lens(s->d_ctc_lens, enc_lens, batch, s->stream, err));
-    const void *in = d_enc;
     if (s->dt == OPS_F16) {
         TRY(cuda_cast(s->hn, OPS_F16, d_enc, OPS_F32, (size_t)rows * m->d, s->stream, err));
-        in = s->hn;
+        cuda_epi_t e = epi(CUDA_EPI_F32, d_out, m->vocab, m->ctc_b);
+        return cuda_hgemm(&e, s->hn, m->d, m->ctc.f16, rows, m->vocab, m->d, s->stream, err);
     }
-    TRY(gemm_w(&F, d_logp, in, &m->ctc, rows, m->vocab, m->d));
-    return cuda_log_softmax(d_logp, d_logp, m->ctc_b, s->d_ctc_lens, t_enc, rows, m->vocab,
-                            s->stream, err);
+    TRY(gemm_w(&F, d_out, d_enc, &m->ctc, rows, m->vocab, m->d));
+    return cuda_bias_act(d_out, OPS_F32, d_out, m->ctc_b, rows, m->vocab, CUDA_ACT_NONE, s->stream,
+                         err);
+}
+
+int conformer_gpu_ctc_log_probs(conformer_gpu_state_t *s, float *d_logp, const float *d_enc,
+                                const int *enc_lens, int batch, int t_enc, hark_err_t *err)
+{
+    TRY(ctc_logits(s, d_logp, d_enc, enc_lens, batch, t_enc, err));
+    if (t_enc == 0)
+        return HARK_OK;
+    return cuda_log_softmax(d_logp, d_logp, NULL, s->d_ctc_lens, t_enc, batch * t_enc,
+                            s->m->vocab, s->stream, err);
+}
+
+int conformer_gpu_ctc_argmax(conformer_gpu_state_t *s, int *d_arg, float *d_best, float *d_logp,
+                             int want_logp, const float *d_enc, const int *enc_lens, int batch,
+                             int t_enc, hark_err_t *err)
+{
+    mark(s, -1);
+    TRY(ctc_logits(s, d_logp, d_enc, enc_lens, batch, t_enc, err));
+    if (t_enc == 0)
+        return HARK_OK;
+    TRY(cuda_ctc_log_softmax_argmax(d_arg, d_best, want_logp ? d_logp : NULL, d_logp,
+                                    s->d_ctc_lens, t_enc, batch * t_enc, s->m->vocab, s->stream,
+                                    err));
+    mark(s, CONFORMER_GPU_STAGE_CTC);
+    return HARK_OK;
+}
+
+void conformer_gpu_profile(conformer_gpu_state_t *s, int on)
+{
+    s->prof = on != 0;
+    s->n_ev = 0;
+    memset(s->prof_ms, 0, sizeof s->prof_ms);
+    if (on)
+        conformer_gpu_set_graphs(s, 0); /* stage events inside one recorded graph would not help */
+}
+
+int conformer_gpu_profile_read(conformer_gpu_state_t *s, double *ms, hark_err_t *err)
+{
+    cudaError_t e = cudaStreamSynchronize(s->stream);
+    if (e != cudaSuccess)
+        return cuda_err(err, e, "profile");
+    for (int i = 1; i < s->n_ev; i++) {
+        float t = 0;
+        if (s->ev_stage[i] >= 0 && cudaEventElapsedTime(&t, s->ev[i - 1], s->ev[i]) == cudaSuccess)
+            s->prof_ms[s->ev_stage[i]] += t;
+    }
+    cudaGetLastError();
+    s->n_ev = 0;
+    memcpy(ms, s->prof_ms, sizeof s->prof_ms);
+    return HARK_OK;
+}
+
+const char *conformer_gpu_stage_name(int stage)
+{
+    static const char *const names[CONFORMER_GPU_STAGES] = {
+        "subsampling", "feed-forward", "attention projections", "attention core",
+        "conv module", "norms",        "ctc head"};
+    return stage >= 0 && stage < CONFORMER_GPU_STAGES ? names[stage] : "?";
 }
 
 #else /* !HARK_CUDA */
@@ -958,6 +1451,27 @@ int conformer_gpu_ctc_log_probs(conformer_gpu_state_t *s, float *d_logp, const f
                                 const int *enc_lens, int batch, int t_enc, hark_err_t *err)
 {
     return no_cuda(err);
+}
+
+int conformer_gpu_ctc_argmax(conformer_gpu_state_t *s, int *d_arg, float *d_best, float *d_logp,
+                             int want_logp, const float *d_enc, const int *enc_lens, int batch,
+                             int t_enc, hark_err_t *err)
+{
+    return no_cuda(err);
+}
+
+void conformer_gpu_set_graphs(conformer_gpu_state_t *s, int on) {}
+
+void conformer_gpu_profile(conformer_gpu_state_t *s, int on) {}
+
+int conformer_gpu_profile_read(conformer_gpu_state_t *s, double *ms, hark_err_t *err)
+{
+    return no_cuda(err);
+}
+
+const char *conformer_gpu_stage_name(int stage)
+{
+    return "?";
 }
 
 #endif

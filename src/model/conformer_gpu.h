@@ -86,6 +86,37 @@ int conformer_gpu_forward(conformer_gpu_state_t *s, const conformer_opts_t *opts
 int conformer_gpu_ctc_log_probs(conformer_gpu_state_t *s, float *d_logp, const float *d_enc,
                                 const int *enc_lens, int batch, int t_enc, hark_err_t *err);
 
+/* CTC head + greedy argmax in one pass over the logits: d_arg (batch · t_enc) ints, the argmax per
+ * frame (0 past enc_lens[b]); d_best (or NULL) its log-probability; d_logp (batch, t_enc, V) float
+ * is scratch for the logits, or with want_logp receives the log-probs as
+ * conformer_gpu_ctc_log_probs. Enqueued on the state's stream. */
+int conformer_gpu_ctc_argmax(conformer_gpu_state_t *s, int *d_arg, float *d_best, float *d_logp,
+                             int want_logp, const float *d_enc, const int *enc_lens, int batch,
+                             int t_enc, hark_err_t *err);
+
+/* CUDA graphs (on by default; HARK_NO_GRAPHS=1 in the environment turns them off at creation):
+ * a forward is recorded the second time its (batch, frames, d_feats, d_enc, chunk options) are
+ * seen and replayed after that; up to 32 shapes per state, the least recently used replaced. */
+void conformer_gpu_set_graphs(conformer_gpu_state_t *s, int on);
+
+/* Stage profile of the FP16 path with CUDA events (turns graphs off): after profile(s, 1), each
+ * forward / ctc_argmax adds the time of its stages; profile_read waits for the stream and gives
+ * the totals (ms) per stage since profiling was turned on. */
+enum {
+    CONFORMER_GPU_STAGE_SUBSAMPLE,
+    CONFORMER_GPU_STAGE_FFN,
+    CONFORMER_GPU_STAGE_ATT_PROJ,
+    CONFORMER_GPU_STAGE_ATT_CORE,
+    CONFORMER_GPU_STAGE_CONV,
+    CONFORMER_GPU_STAGE_NORM,
+    CONFORMER_GPU_STAGE_CTC,
+    CONFORMER_GPU_STAGES
+};
+void conformer_gpu_profile(conformer_gpu_state_t *s, int on);
+int conformer_gpu_profile_read(conformer_gpu_state_t *s, double *ms,
+                               hark_err_t *err);
+const char *conformer_gpu_stage_name(int stage);
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,7 +17,6 @@
 #ifdef HARK_CUDA
 #include "dsp/features_gpu.h"
 #include "model/conformer_gpu.h"
-#include "search/ctc_gpu.h"
 #include <cuda_runtime_api.h>
 #endif
 
@@ -417,6 +416,8 @@ done:
 }
 
 #ifdef HARK_CUDA
+#define GPU_FRAME_BUCKET 32 /* padded lengths on the GPU are multiples of this (0.32 s of fbank) */
+
 /* Features, encoder and CTC on the GPU for a padded batch; leaves the log-probs (and, for
  * rescoring, the encoder output) in the worker's host buffers with the layout of the CPU path. */
 static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pcm, int batch,
@@ -439,6 +440,11 @@ static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pc
     }
     cudaSetDevice(a->device);
     cudaStream_t s = (cudaStream_t)conformer_gpu_stream(w->gstate);
+    /* padded length rounded up to a bucket, so that batches of similar shape replay one recorded
+     * CUDA graph (the extra frames are padding: masked, and zeroed by the front end) */
+    t_max = (t_max + GPU_FRAME_BUCKET - 1) / GPU_FRAME_BUCKET * GPU_FRAME_BUCKET;
+    if (t_max > w->max_frames)
+        t_max = w->max_frames;
     int lens_samples[512];
     for (int b = 0; b < batch; b++) {
         memcpy(w->h_pcm + (size_t)b * stride, pcm[b], sizeof(float) * n[b]);
@@ -456,11 +462,10 @@ static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pc
                                           batch, t_max, err)))
         return rc;
     int te = conformer_gpu_out_len(a->gpu, t_max);
-    if ((rc = conformer_gpu_ctc_log_probs(w->gstate, w->d_logp, w->d_enc, w->enc_lens, batch, te, err)))
-        return rc;
     if (greedy) { /* only the per-frame argmax and its log-prob cross to the host */
         size_t rows = (size_t)batch * te;
-        if ((rc = cuda_ctc_argmax(w->d_arg, w->d_max, w->d_logp, (int)rows, V, s, err)))
+        if ((rc = conformer_gpu_ctc_argmax(w->gstate, w->d_arg, w->d_max, w->d_logp, 0, w->d_enc,
+                                           w->enc_lens, batch, te, err)))
             return rc;
         if ((e = cudaMemcpyAsync(w->h_arg, w->d_arg, sizeof(int) * rows, cudaMemcpyDeviceToHost, s)) ||
             (e = cudaMemcpyAsync(w->h_max, w->d_max, sizeof(float) * rows, cudaMemcpyDeviceToHost, s)))
@@ -470,6 +475,8 @@ static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pc
         *te_out = te;
         return HARK_OK;
     }
+    if ((rc = conformer_gpu_ctc_log_probs(w->gstate, w->d_logp, w->d_enc, w->enc_lens, batch, te, err)))
+        return rc;
     if ((e = cudaMemcpyAsync(w->logp, w->d_logp, sizeof(float) * (size_t)batch * te * V,
                              cudaMemcpyDeviceToHost, s)) ||
         (want_enc && (e = cudaMemcpyAsync(w->enc, w->d_enc, sizeof(float) * (size_t)batch * te * D,

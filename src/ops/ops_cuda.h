@@ -165,6 +165,94 @@ int cuda_attention(void *ctx, ops_dtype_t dt, void *scratch, const float *q, con
                    int left, int batch, int t, int heads, int dk, float scale, ops_cuda_t *g,
                    hark_err_t *err);
 
+
+/* ---- FP16 path: activations in FP16, residual stream in FP32 (gemm_f16.cu, attention_f16.cu,
+ * rows_f16.cu). Operands are float16 (`void *` = __half) unless typed float. ---------------- */
+
+/* What a GEMM does with its FP32 accumulator acc (m, n) (+ bias[n] first, when bias):
+ *   CUDA_EPI_F16     out (half) = act(acc + bias)
+ *   CUDA_EPI_GLU16   out (half) (m, n/2): column j = (acc[2j] + b) · sigmoid(acc[2j+1] + b), i.e.
+ *                    the weight rows of a GLU's value and gate halves interleaved; n even
+ *   CUDA_EPI_RESID32 out (float) = beta · out + alpha · (acc + bias) + pe[m mod pe_rows]
+ *                    (beta 0: out is not read; pe (pe_rows, ·) row stride ld_pe, or NULL)
+ *   CUDA_EPI_F32     out (float) = acc + bias
+ * ldo: out's row stride in elements. */
+typedef enum { CUDA_EPI_F16 = 0, CUDA_EPI_GLU16, CUDA_EPI_RESID32, CUDA_EPI_F32 } cuda_epi_mode_t;
+typedef struct {
+    cuda_epi_mode_t mode;
+    cuda_act_t act;
+    const float *bias;
+    void *out;
+    long long ldo;
+    float alpha, beta;
+    const float *pe;
+    int pe_rows;
+    long long ld_pe;
+} cuda_epi_t;
+
+/* acc (m, n) = a (m, k) · wᵀ, a row stride lda, w (n, k) dense (the PyTorch Linear layout), both
+ * half, FP32 accumulation on the tensor cores, then the epilogue. k and lda multiples of 8,
+ * operands 16-byte aligned. Reference: matmul_ref + the epilogue's ops. */
+int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, const void *w, int m, int n,
+               int k, void *stream, hark_err_t *err);
+
+/* 2-D convolution as an implicit GEMM: in (batch, h, w_in, cin) half channel-last, w (cout,
+ * kh·kw·cin) half with column (i·kw + j)·cin + ci (torch's (cout, cin, kh, kw) permuted), no
+ * padding; output position (b, ho, wo) is GEMM row (b·h_out + ho)·w_out + wo, so CUDA_EPI_F16 with
+ * ldo = cout writes the channel-last (batch, h_out, w_out, cout) image. cin a multiple of 8.
+ * Reference: conv2d_ref (time-major, channel-major rows) after the layout change. */
+int cuda_hconv2d(const cuda_epi_t *epi, const void *in, const void *w, int batch, int cin, int h,
+                 int w_in, int cout, int kh, int kw, int stride, void *stream, hark_err_t *err);
+
+/* The first subsampling conv (one input channel, 3x3) fused with CMVN: x (batch, t, f) float
+ * features, rows t >= lens[b] read as 0 (lens NULL: all valid), (x - mean) · istd per column
+ * (mean NULL: none); out (batch, h_out, w_out, cout) half channel-last = relu?(conv + bias), w
+ * (cout, 1, 3, 3) float. Reference: the CMVN loop + conv2d_ref + relu_ref. */
+int cuda_conv1_cmvn(void *out, const float *x, const float *mean, const float *istd,
+                    const int *lens, int batch, int t, int f, const float *w, const float *bias,
+                    int cout, int k, int stride, int relu, void *stream, hark_err_t *err);
+
+/* Layer norms of FP32 rows, a warp per row (d <= CUDA_ROWS_NORM_MAX_D), per row r of x (n, d):
+ *   r1 = ln1 ? LN(r; g1, b1) : r;   r2 = ln2 ? LN(r1; g2, b2) : r1
+ *   x_out = x_sel == 1 ? r1 : r2 (x_sel 0 or x_out NULL: not written; may alias x)
+ *   h_out (half) = r2, o32 (float) = r2, each when not NULL; with lens, rows (b, i) of the
+ *   (batch, t_rows) grid with i >= lens[b] are 0 in h_out and o32.
+ * g, b NULL: 1, 0. Reference: layer_norm_ref. */
+#define CUDA_ROWS_NORM_MAX_D 1024
+int cuda_rows_norm(float *x_out, int x_sel, void *h_out, float *o32, const float *x,
+                   const float *g1, const float *b1, int ln1, const float *g2, const float *b2,
+                   int ln2, const int *lens, int t_rows, int n, int d, float eps, void *stream,
+                   hark_err_t *err);
+
+/* cuda_depthwise_conv_norm_act with half input and output (c <= 1024, k <= 64); `left` stays
+ * float and is rounded to half as it is read. Reference: as cuda_depthwise_conv_norm_act. */
+int cuda_dwconv_f16(void *out, const void *in, const float *left, const float *w,
+                    const float *bias, const int *lens, int batch, int t_len, int c, int k,
+                    int pad_left, cuda_norm_t norm, const float *g, const float *beta,
+                    const float *rm, const float *rv, float eps, cuda_act_t act, void *stream,
+                    hark_err_t *err);
+
+/* Fused multi-head attention (flash style; scores never reach memory), half in and out:
+ *   ctx (batch·t, ·) row stride ldo, head h in columns [h·dk, (h+1)·dk)
+ *   q, k, v (batch·t, ·) row stride ld (e.g. the thirds of a fused QKV output), head h at h·dk
+ *   p (t, ·) row stride ldp: WeNet's projected positions (rel_selfattn: scores = scale ·
+ *   ((q + bu)·kᵀ + (q + bvp)·pᵀ), bu/bvp (H, dk) float or NULL); p NULL: scale · q·kᵀ
+ * masked as cuda_softmax_masked (lens, chunk, left). dk <= 128
+ * (cuda_flash_attention_supported). Reference: attention_ref per utterance. */
+int cuda_flash_attention_supported(int dk);
+int cuda_flash_attention(void *ctx, long long ldo, const void *q, const void *k, const void *v,
+                         long long ld, const void *p, long long ldp, const float *bu,
+                         const float *bvp, const int *lens, int chunk, int left, int batch, int t,
+                         int heads, int dk, float scale, void *stream, hark_err_t *err);
+
+/* CTC head after the logits GEMM, one pass per row of logits (n, V) float: arg[r] = argmax (first
+ * on ties, NaN never wins), best[r] (or NULL) = its log-probability, logp (or NULL) = the whole
+ * log_softmax row. With lens, rows (b, i) of the (batch, t_rows) grid with i >= lens[b] give
+ * arg 0, best 0 and a zero logp row. Reference: log_softmax_ref + ctc_argmax_ref. */
+int cuda_ctc_log_softmax_argmax(int *arg, float *best, float *logp, const float *logits,
+                                const int *lens, int t_rows, int n, int V, void *stream,
+                                hark_err_t *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -450,4 +450,103 @@ GPU_TEST(conformer_gpu_refuses_missing_precision)
     conformer_gpu_model_destroy(m);
     bank_free(&bank);
 }
+/* forward + CTC on a state with device buffers ready; enc/logp/arg downloaded into host arrays */
+static int run_state(conformer_gpu_state_t *s, const float *d_feats, float *d_enc, float *d_logp,
+                     int *d_arg, const int *lens, int batch, int t_max, int te, size_t ne,
+                     size_t nl, float *enc, float *logp, int *arg, hark_err_t *err)
+{
+    int el[8];
+    int rc = conformer_gpu_forward(s, NULL, d_enc, el, d_feats, lens, batch, t_max, err);
+    if (!rc)
+        rc = conformer_gpu_ctc_argmax(s, d_arg, NULL, d_logp, 1, d_enc, el, batch, te, err);
+    if (!rc)
+        rc = conformer_gpu_sync(s, err);
+    if (!rc && (cudaMemcpy(enc, d_enc, ne * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess ||
+                cudaMemcpy(logp, d_logp, nl * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess ||
+                cudaMemcpy(arg, d_arg, (size_t)batch * te * sizeof(int), cudaMemcpyDeviceToHost) !=
+                    cudaSuccess))
+        rc = err_set(err, HARK_ERR_CUDA, "download");
+    return rc;
+}
+
+/* a recorded CUDA graph replays the same forward with new lengths; ctc_argmax agrees with the
+ * log-probs it writes */
+GPU_TEST(conformer_gpu_graph_replay_matches_direct)
+{
+    wenet_config_t c = synth_config(SUBSAMPLE_CONV2D, POS_REL, 1, CNN_NORM_LAYER, ACT_SWISH, 1, 1);
+    bank_t bank = {.seed = 9};
+    conformer_gpu_model_t *m = NULL;
+    hark_err_t err = {0};
+    CHECK_OK(conformer_gpu_model_create(&c, bank_get, &bank, CONFORMER_GPU_FP32 | CONFORMER_GPU_FP16,
+                                        &m, &err));
+    enum { B = 3, TM = 97 };
+    static const int la[B] = {97, 50, 13}, lb[B] = {60, 97, 0};
+    const int *seq[4] = {la, la, lb, la};
+    int te = conformer_gpu_out_len(m, TM);
+    size_t nf = (size_t)B * TM * c.input_dim, ne = (size_t)B * te * c.d_model,
+           nl = (size_t)B * te * c.vocab_size;
+    float *feats = hark_malloc(nf * sizeof(float));
+    unsigned r = 5;
+    for (size_t i = 0; i < nf; i++)
+        feats[i] = 2.0f * test_randf(&r);
+    float *d_feats = NULL, *d_enc = NULL, *d_logp = NULL;
+    int *d_arg = NULL;
+    CHECK(cudaMalloc((void **)&d_feats, nf * sizeof(float)) == cudaSuccess &&
+          cudaMalloc((void **)&d_enc, ne * sizeof(float)) == cudaSuccess &&
+          cudaMalloc((void **)&d_logp, nl * sizeof(float)) == cudaSuccess &&
+          cudaMalloc((void **)&d_arg, (size_t)B * te * sizeof(int)) == cudaSuccess);
+    CHECK(cudaMemcpy(d_feats, feats, nf * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+    float *e1 = hark_malloc(ne * 4), *e2 = hark_malloc(ne * 4), *l1 = hark_malloc(nl * 4),
+          *l2 = hark_malloc(nl * 4);
+    int *a1 = hark_malloc((size_t)B * te * sizeof(int)), *a2 = hark_malloc((size_t)B * te * 4);
+    for (int p = 0; p < 2; p++) {
+        int prec = p ? CONFORMER_GPU_FP16 : CONFORMER_GPU_FP32;
+        conformer_gpu_state_t *sg = NULL, *sd = NULL;
+        CHECK_OK(conformer_gpu_state_create(m, prec, B, TM, &sg, &err));
+        CHECK_OK(conformer_gpu_state_create(m, prec, B, TM, &sd, &err));
+        conformer_gpu_set_graphs(sg, 1);
+        conformer_gpu_set_graphs(sd, 0);
+        for (int it = 0; it < 4; it++) {
+            CHECK_OK(run_state(sg, d_feats, d_enc, d_logp, d_arg, seq[it], B, TM, te, ne, nl, e1,
+                               l1, a1, &err));
+            CHECK_OK(run_state(sd, d_feats, d_enc, d_logp, d_arg, seq[it], B, TM, te, ne, nl, e2,
+                               l2, a2, &err));
+            double ee = test_rel_rms(e1, e2, ne), el = test_rel_rms(l1, l2, nl);
+            int same = 1, consistent = 1;
+            for (int i = 0; i < B * te; i++) {
+                same &= a1[i] == a2[i];
+                int row = i / te, t2 = i % te;
+                if (t2 < conformer_gpu_out_len(m, seq[it][row]))
+                    consistent &= a1[i] == argmax_row(l1 + (size_t)i * c.vocab_size, c.vocab_size);
+            }
+            CHECKF(ee == 0 && el == 0 && same, "%s call %d: graph vs direct enc %g logp %g",
+                   p ? "fp16" : "fp32", it, ee, el);
+            CHECKF(consistent, "%s call %d: ctc_argmax differs from its log-probs",
+                   p ? "fp16" : "fp32", it);
+        }
+        conformer_gpu_state_destroy(sg);
+        conformer_gpu_state_destroy(sd);
+    }
+    cudaFree(d_feats), cudaFree(d_enc), cudaFree(d_logp), cudaFree(d_arg);
+    hark_free(feats), hark_free(e1), hark_free(e2), hark_free(l1), hark_free(l2);
+    hark_free(a1), hark_free(a2);
+    conformer_gpu_model_destroy(m);
+    bank_free(&bank);
+}
+
+GPU_TEST(conformer_gpu_fp16_refuses_unsupported_sizes)
+{
+    wenet_config_t c = synth_config(SUBSAMPLE_CONV2D, POS_REL, 1, CNN_NORM_LAYER, ACT_SWISH, 1, 1);
+    c.d_model = 20; /* not a multiple of 8 */
+    c.n_heads = 2;
+    bank_t bank = {.seed = 1};
+    conformer_gpu_model_t *m = NULL;
+    hark_err_t err = {0};
+    CHECK(conformer_gpu_model_create(&c, bank_get, &bank, CONFORMER_GPU_FP16, &m, &err) ==
+          HARK_ERR_UNSUPPORTED);
+    CHECK(strstr(err.msg, "fp16") != NULL);
+    CHECK_OK(conformer_gpu_model_create(&c, bank_get, &bank, CONFORMER_GPU_FP32, &m, &err));
+    conformer_gpu_model_destroy(m);
+    bank_free(&bank);
+}
 #endif

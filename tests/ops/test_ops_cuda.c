@@ -10,6 +10,7 @@
 #include "hark.h"
 #include "ops/ops.h"
 #include "ops/ops_cuda.h"
+#include "search/ctc_gpu.h"
 
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -790,5 +791,430 @@ GPU_TEST(cuda_ops_reject_bad_arguments)
                       &err) == HARK_ERR_INVALID_ARG); /* im2col path without scratch */
     CHECK(strstr(err.msg, "scratch") != NULL);
     ops_cuda_destroy(g);
+}
+/* ---- FP16 path: gemm_f16.cu, attention_f16.cu, rows_f16.cu ---------------------------------- */
+
+#define TOL_H 2e-3 /* half outputs from identical half operands: output rounding (~3e-4) + order */
+
+/* the CPU side of the GEMM epilogues, in place over acc (m, n) -> ref (as the out layout) */
+static void epi_ref(float *ref, const float *acc, const float *bias, int mode, int act, int m,
+                    int n, const float *x0, float alpha, float beta, const float *pe, int pe_rows)
+{
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float v = acc[(size_t)i * n + j] + (bias ? bias[j] : 0.0f);
+            if (mode == CUDA_EPI_F16) {
+                activation_ref(&v, &v, 1, (ops_act_t)act);
+                ref[(size_t)i * n + j] = v;
+            } else if (mode == CUDA_EPI_GLU16) {
+                if (j % 2 == 0) {
+                    float gte = acc[(size_t)i * n + j + 1] + (bias ? bias[j + 1] : 0.0f);
+                    ref[(size_t)i * (n / 2) + j / 2] = v / (1.0f + expf(-gte));
+                }
+            } else if (mode == CUDA_EPI_RESID32) {
+                ref[(size_t)i * n + j] = beta * x0[(size_t)i * n + j] + alpha * v +
+                                         (pe ? pe[(size_t)(i % pe_rows) * n + j] : 0.0f);
+            } else {
+                ref[(size_t)i * n + j] = v;
+            }
+        }
+}
+
+GPU_TEST(cuda_hgemm_epilogues_match_ref)
+{
+    /* m, n, k, lda pad; the last one takes the 128x128 tiles */
+    static const int sz[][4] = {{1, 8, 8, 0},   {37, 40, 72, 8},   {300, 264, 136, 0},
+                                {130, 1000, 256, 16}, {5, 13, 24, 0}, {2100, 2048, 64, 0}};
+    unsigned seed = 31;
+    double worst[4] = {0, 0, 0, 0};
+    for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++)
+        for (int mode = CUDA_EPI_F16; mode <= CUDA_EPI_F32; mode++) {
+            int m = sz[c][0], n = sz[c][1], k = sz[c][2], lda = k + sz[c][3];
+            if (mode == CUDA_EPI_GLU16 && n % 2)
+                continue;
+            size_t na = (size_t)m * lda, nw = (size_t)n * k, nc = (size_t)m * n;
+            float *a = hrand(na, &seed, 1.0f), *w = hrand(nw, &seed, 0.3f);
+            float *bias = hrand(n, &seed, 0.5f), *x0 = hrand(nc, &seed, 1.0f);
+            float *pe = hrand((size_t)7 * n, &seed, 0.5f);
+            round_to(a, na, OPS_F16);
+            round_to(w, nw, OPS_F16);
+            float *acc = hark_malloc(nc * sizeof(float)), *ref = hark_malloc(nc * sizeof(float));
+            matmul_ref(acc, a, w, m, n, k, lda, k, n, 1, 1.0f, 0.0f);
+            int act = (int)(c % 4);
+            epi_ref(ref, acc, c % 2 ? bias : NULL, mode, act, m, n, x0, 0.5f, 1.0f,
+                    c % 3 ? pe : NULL, 7);
+            void *da = dup_to(a, na, OPS_F16), *dw = dup_to(w, nw, OPS_F16);
+            float *db = dup_to(bias, n, OPS_F32), *dpe = dup_to(pe, (size_t)7 * n, OPS_F32);
+            int half = mode == CUDA_EPI_F16 || mode == CUDA_EPI_GLU16;
+            size_t nout = mode == CUDA_EPI_GLU16 ? nc / 2 : nc;
+            ops_dtype_t ot = half ? OPS_F16 : OPS_F32;
+            void *dout = mode == CUDA_EPI_RESID32 ? dup_to(x0, nc, OPS_F32) : dalloc(nout, ot);
+            if (mode == CUDA_EPI_RESID32) { /* the guard after a copied buffer: poison it */
+                cudaMemset((float *)dout + nc, 0xff, GUARD * sizeof(float));
+            }
+            cuda_epi_t e;
+            memset(&e, 0, sizeof e);
+            e.mode = (cuda_epi_mode_t)mode;
+            e.act = (cuda_act_t)act;
+            e.bias = c % 2 ? db : NULL;
+            e.out = dout;
+            e.ldo = mode == CUDA_EPI_GLU16 ? n / 2 : n;
+            e.alpha = 0.5f;
+            e.beta = 1.0f;
+            e.pe = c % 3 ? dpe : NULL;
+            e.pe_rows = 7;
+            e.ld_pe = n;
+            hark_err_t err = {0};
+            CHECKF(cuda_hgemm(&e, da, lda, dw, m, n, k, NULL, &err) == HARK_OK, "%s", err.msg);
+            int gd;
+            double er = out_err(dout, ot, ref, nout, &gd);
+            worst[mode] = er > worst[mode] ? er : worst[mode];
+            CHECK_ERR(er, half ? TOL_H : TOL32, gd, "hgemm %dx%dx%d lda %d epilogue %d rel %g", m,
+                      n, k, lda, mode, er);
+            cudaFree(da), cudaFree(dw), cudaFree(db), cudaFree(dpe), cudaFree(dout);
+            hark_free(a), hark_free(w), hark_free(bias), hark_free(x0), hark_free(pe);
+            hark_free(acc), hark_free(ref);
+        }
+    printf("    hgemm rel rms: f16 %.3g, glu %.3g, resid32 %.3g, f32 %.3g\n", worst[0], worst[1],
+           worst[2], worst[3]);
+    hark_err_t err = {0};
+    cuda_epi_t e;
+    memset(&e, 0, sizeof e);
+    e.out = &e;
+    CHECK(cuda_hgemm(&e, NULL, 12, NULL, 4, 4, 12, NULL, &err) == HARK_ERR_INVALID_ARG);
+    e.mode = CUDA_EPI_GLU16;
+    CHECK(cuda_hgemm(&e, NULL, 16, NULL, 4, 5, 16, NULL, &err) == HARK_ERR_INVALID_ARG);
+}
+
+GPU_TEST(cuda_hconv2d_matches_conv2d_ref)
+{
+    /* cin, h, w, cout, k, stride */
+    static const int cs[][6] = {{8, 9, 11, 24, 3, 2}, {16, 20, 13, 40, 5, 3}, {32, 33, 19, 264, 3, 2}};
+    enum { B = 2 };
+    unsigned seed = 32;
+    double worst = 0;
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        int cin = cs[c][0], h = cs[c][1], w = cs[c][2], cout = cs[c][3], k = cs[c][4], st = cs[c][5];
+        int ho = (h - k) / st + 1, wo = (w - k) / st + 1;
+        size_t nin = (size_t)B * h * w * cin, nw = (size_t)cout * cin * k * k,
+               nout = (size_t)B * ho * wo * cout;
+        float *img = hrand(nin, &seed, 1.0f), *wt = hrand(nw, &seed, 0.2f),
+              *b = hrand(cout, &seed, 0.3f);
+        round_to(img, nin, OPS_F16);
+        round_to(wt, nw, OPS_F16);
+        /* the reference in conv2d_ref's layout: in (h, cin, w), out (h_out, cout, w_out) */
+        float *tin = hark_malloc(nin * sizeof(float)), *tout = hark_malloc(nout * sizeof(float));
+        float *col = hark_malloc(conv2d_col_floats(cin, cout, k, k, wo) * sizeof(float));
+        float *ref = hark_malloc(nout * sizeof(float)), *wp = hark_malloc(nw * sizeof(float));
+        for (int bb = 0; bb < B; bb++) {
+            for (int y = 0; y < h; y++)
+                for (int ci = 0; ci < cin; ci++)
+                    for (int x = 0; x < w; x++)
+                        tin[(((size_t)bb * h + y) * cin + ci) * w + x] =
+                            img[(((size_t)bb * h + y) * w + x) * cin + ci];
+            float *o = tout + (size_t)bb * ho * cout * wo;
+            conv2d_ref(o, col, tin + (size_t)bb * h * cin * w, wt, b, cin, h, w, cout, k, k, st);
+            relu_ref(o, o, (size_t)ho * cout * wo);
+            for (int y = 0; y < ho; y++)
+                for (int co = 0; co < cout; co++)
+                    for (int x = 0; x < wo; x++)
+                        ref[(((size_t)bb * ho + y) * wo + x) * cout + co] =
+                            o[((size_t)y * cout + co) * wo + x];
+        }
+        for (int co = 0; co < cout; co++) /* (cout, cin, kh, kw) -> (cout, kh, kw, cin) */
+            for (int ci = 0; ci < cin; ci++)
+                for (int i = 0; i < k * k; i++)
+                    wp[((size_t)co * k * k + i) * cin + ci] = wt[((size_t)co * cin + ci) * k * k + i];
+        void *din = dup_to(img, nin, OPS_F16), *dw = dup_to(wp, nw, OPS_F16);
+        float *db = dup_to(b, cout, OPS_F32);
+        void *dout = dalloc(nout, OPS_F16);
+        cuda_epi_t e;
+        memset(&e, 0, sizeof e);
+        e.mode = CUDA_EPI_F16;
+        e.act = CUDA_ACT_RELU;
+        e.bias = db;
+        e.out = dout;
+        e.ldo = cout;
+        hark_err_t err = {0};
+        CHECKF(cuda_hconv2d(&e, din, dw, B, cin, h, w, cout, k, k, st, NULL, &err) == HARK_OK, "%s",
+               err.msg);
+        int gd;
+        double er = out_err(dout, OPS_F16, ref, nout, &gd);
+        worst = er > worst ? er : worst;
+        CHECK_ERR(er, TOL_H, gd, "hconv2d case %zu rel %g", c, er);
+        cudaFree(din), cudaFree(dw), cudaFree(db), cudaFree(dout);
+        hark_free(img), hark_free(wt), hark_free(b), hark_free(tin), hark_free(tout);
+        hark_free(col), hark_free(ref), hark_free(wp);
+    }
+    printf("    hconv2d rel rms %.3g\n", worst);
+}
+
+GPU_TEST(cuda_conv1_cmvn_matches_ref)
+{
+    enum { B = 3, T = 37, F = 23, C = 40, K = 3, S = 2 };
+    static const int lens[B] = {T, 20, 5};
+    unsigned seed = 33;
+    int ho = (T - K) / S + 1, wo = (F - K) / S + 1;
+    size_t nx = (size_t)B * T * F, nout = (size_t)B * ho * wo * C;
+    float *x = hrand(nx, &seed, 3.0f), *w = hrand((size_t)C * K * K, &seed, 0.5f);
+    float *b = hrand(C, &seed, 0.3f), *mean = hrand(F, &seed, 1.0f), *istd = hrand(F, &seed, 0.2f);
+    for (int i = 0; i < F; i++)
+        istd[i] += 1.0f;
+    float *ref = hark_malloc(nout * sizeof(float)), *img = hark_malloc((size_t)T * F * sizeof(float));
+    float *o = hark_malloc((size_t)ho * C * wo * sizeof(float));
+    float *col = hark_malloc(conv2d_col_floats(1, C, K, K, wo) * sizeof(float));
+    for (int bb = 0; bb < B; bb++) {
+        for (int t2 = 0; t2 < T; t2++)
+            for (int f = 0; f < F; f++)
+                img[(size_t)t2 * F + f] =
+                    t2 < lens[bb] ? (x[((size_t)bb * T + t2) * F + f] - mean[f]) * istd[f] : 0.0f;
+        conv2d_ref(o, col, img, w, b, 1, T, F, C, K, K, S);
+        relu_ref(o, o, (size_t)ho * C * wo);
+        for (int y = 0; y < ho; y++)
+            for (int co = 0; co < C; co++)
+                for (int xx = 0; xx < wo; xx++)
+                    ref[(((size_t)bb * ho + y) * wo + xx) * C + co] = o[((size_t)y * C + co) * wo + xx];
+    }
+    float *dx = dup_to(x, nx, OPS_F32), *dw = dup_to(w, (size_t)C * K * K, OPS_F32);
+    float *db = dup_to(b, C, OPS_F32), *dm = dup_to(mean, F, OPS_F32), *di = dup_to(istd, F, OPS_F32);
+    int *dl = NULL;
+    CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
+    CHECK_OK(cuda_set_lens(dl, lens, B, NULL, NULL));
+    void *dout = dalloc(nout, OPS_F16);
+    CHECK_OK(cuda_conv1_cmvn(dout, dx, dm, di, dl, B, T, F, dw, db, C, K, S, 1, NULL, NULL));
+    int gd;
+    double er = out_err(dout, OPS_F16, ref, nout, &gd);
+    CHECK_ERR(er, TOL_H, gd, "conv1_cmvn rel %g", er);
+    printf("    conv1+cmvn rel rms %.3g\n", er);
+    hark_err_t err = {0};
+    CHECK(cuda_conv1_cmvn(dout, dx, dm, di, dl, B, T, F, dw, db, C, 5, S, 1, NULL, &err) ==
+          HARK_ERR_INVALID_ARG);
+    cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dm), cudaFree(di), cudaFree(dl);
+    cudaFree(dout);
+    hark_free(x), hark_free(w), hark_free(b), hark_free(mean), hark_free(istd), hark_free(ref);
+    hark_free(img), hark_free(o), hark_free(col);
+}
+
+GPU_TEST(cuda_rows_norm_matches_ref)
+{
+    static const int ds[] = {24, 144, 256, 1000};
+    enum { B = 3, TR = 13, N = B * TR };
+    static const int lens[B] = {TR, 4, 0};
+    unsigned seed = 34;
+    double worst = 0;
+    for (int id = 0; id < 4; id++)
+        for (int mode = 0; mode < 3; mode++) {
+            /* 0: hn = LN1(x); 1: x = LN1(x), hn = LN2(x); 2: x = LN2(LN1(x)), hn = x, o32 with lens */
+            int d = ds[id];
+            size_t n = (size_t)N * d;
+            float *x = hrand(n, &seed, 3.0f), *g1 = hrand(d, &seed, 0.2f), *b1 = hrand(d, &seed, 0.2f);
+            float *g2 = hrand(d, &seed, 0.2f), *b2 = hrand(d, &seed, 0.2f);
+            for (int i = 0; i < d; i++)
+                x[i] += 5.0f, g1[i] += 1.0f, g2[i] += 1.0f;
+            float *r1 = hark_malloc(n * sizeof(float)), *r2 = hark_malloc(n * sizeof(float));
+            layer_norm_ref(r1, x, g1, b1, N, d, 1e-5f);
+            if (mode)
+                layer_norm_ref(r2, r1, g2, b2, N, d, 1e-5f);
+            else
+                memcpy(r2, r1, n * sizeof(float));
+            float *xref = mode == 1 ? r1 : mode == 2 ? r2 : x;
+            float *oref = hark_malloc(n * sizeof(float));
+            memcpy(oref, r2, n * sizeof(float));
+            if (mode == 2)
+                for (int r = 0; r < N; r++)
+                    if (r % TR >= lens[r / TR])
+                        memset(oref + (size_t)r * d, 0, (size_t)d * sizeof(float));
+            float *dx = dup_to(x, n, OPS_F32), *dg1 = dup_to(g1, d, OPS_F32),
+                  *db1 = dup_to(b1, d, OPS_F32);
+            float *dg2 = dup_to(g2, d, OPS_F32), *db2 = dup_to(b2, d, OPS_F32);
+            void *dh = dalloc(n, OPS_F16);
+            float *do32 = mode == 2 ? dalloc(n, OPS_F32) : NULL;
+            int *dl = NULL;
+            CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
+            CHECK_OK(cuda_set_lens(dl, lens, B, NULL, NULL));
+            CHECK_OK(cuda_rows_norm(mode ? dx : NULL, mode, dh, do32, dx, dg1, db1, 1, dg2, db2,
+                                    mode != 0, mode == 2 ? dl : NULL, TR, N, d, 1e-5f, NULL, NULL));
+            int gd;
+            double e1 = out_err(dh, OPS_F16, oref, n, &gd);
+            CHECK_ERR(e1, TOL_H, gd, "rows_norm d %d mode %d half rel %g", d, mode, e1);
+            double e2 = out_err(dx, OPS_F32, xref, n, &gd);
+            CHECK_ERR(e2, TOL32, 1, "rows_norm d %d mode %d x rel %g", d, mode, e2);
+            if (do32) {
+                double e3 = out_err(do32, OPS_F32, oref, n, &gd);
+                CHECK_ERR(e3, TOL32, gd, "rows_norm d %d o32 rel %g", d, e3);
+            }
+            worst = e1 > worst ? e1 : worst;
+            cudaFree(dx), cudaFree(dg1), cudaFree(db1), cudaFree(dg2), cudaFree(db2);
+            cudaFree(dh), cudaFree(do32), cudaFree(dl);
+            hark_free(x), hark_free(g1), hark_free(b1), hark_free(g2), hark_free(b2);
+            hark_free(r1), hark_free(r2), hark_free(oref);
+        }
+    printf("    rows_norm half out rel rms %.3g\n", worst);
+}
+
+GPU_TEST(cuda_dwconv_f16_matches_ref)
+{
+    enum { B = 3, T = 37 };
+    static const int lens[B] = {T, 20, 1};
+    /* c, k, pad, left, norm */
+    static const int cs[][5] = {{24, 7, 6, 1, CUDA_NORM_LAYER},
+                                {300, 15, 7, 0, CUDA_NORM_BATCH},
+                                {600, 3, 1, 0, CUDA_NORM_LAYER},
+                                {256, 15, 14, 1, CUDA_NORM_LAYER}};
+    unsigned seed = 35;
+    double worst = 0;
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        int c = cs[ci][0], k = cs[ci][1], pad = cs[ci][2], has_left = cs[ci][3], norm = cs[ci][4];
+        int act = (int)(ci % 4);
+        size_t n = (size_t)B * T * c;
+        float *in = hrand(n, &seed, 2.0f), *left = hrand((size_t)pad * c + 1, &seed, 1.0f);
+        float *w = hrand((size_t)c * k, &seed, 0.4f), *bias = hrand(c, &seed, 0.2f);
+        float *g = hrand(c, &seed, 0.2f), *beta = hrand(c, &seed, 0.2f);
+        float *rm = hrand(c, &seed, 0.3f), *rv = hrand(c, &seed, 0.3f);
+        for (int i = 0; i < c; i++)
+            g[i] += 1.0f, rv[i] += 0.7f;
+        round_to(in, n, OPS_F16);
+        round_to(left, (size_t)pad * c + 1, OPS_F16);
+        float *ref = hark_malloc(n * sizeof(float));
+        for (int b = 0; b < B; b++) {
+            float *o = ref + (size_t)b * T * c;
+            depthwise_conv1d_ref(o, in + (size_t)b * T * c, has_left ? left : NULL, w, bias, T, c,
+                                 k, pad, lens[b]);
+            if (norm == CUDA_NORM_BATCH)
+                batch_norm_ref(o, o, g, beta, rm, rv, T, c, 1e-5f);
+            else
+                layer_norm_ref(o, o, g, beta, T, c, 1e-5f);
+            activation_ref(o, o, (size_t)T * c, (ops_act_t)act);
+        }
+        void *din = dup_to(in, n, OPS_F16);
+        float *dleft = dup_to(left, (size_t)pad * c + 1, OPS_F32);
+        float *dw = dup_to(w, (size_t)c * k, OPS_F32), *dbias = dup_to(bias, c, OPS_F32);
+        float *dg = dup_to(g, c, OPS_F32), *dbeta = dup_to(beta, c, OPS_F32);
+        float *drm = dup_to(rm, c, OPS_F32), *drv = dup_to(rv, c, OPS_F32);
+        int *dl = NULL;
+        CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
+        CHECK_OK(cuda_set_lens(dl, lens, B, NULL, NULL));
+        void *dout = dalloc(n, OPS_F16);
+        CHECK_OK(cuda_dwconv_f16(dout, din, has_left ? dleft : NULL, dw, dbias, dl, B, T, c, k, pad,
+                                 (cuda_norm_t)norm, dg, dbeta, drm, drv, 1e-5f, (cuda_act_t)act,
+                                 NULL, NULL));
+        int gd;
+        double e = out_err(dout, OPS_F16, ref, n, &gd);
+        worst = e > worst ? e : worst;
+        CHECK_ERR(e, TOL_H, gd, "dwconv_f16 c %d k %d pad %d left %d norm %d act %d rel %g", c, k,
+                  pad, has_left, norm, act, e);
+        cudaFree(din), cudaFree(dleft), cudaFree(dw), cudaFree(dbias), cudaFree(dg);
+        cudaFree(dbeta), cudaFree(drm), cudaFree(drv), cudaFree(dl), cudaFree(dout);
+        hark_free(in), hark_free(left), hark_free(w), hark_free(bias), hark_free(g);
+        hark_free(beta), hark_free(rm), hark_free(rv), hark_free(ref);
+    }
+    printf("    dwconv_f16 rel rms %.3g\n", worst);
+}
+
+GPU_TEST(cuda_flash_attention_matches_ref)
+{
+    /* t, heads, dk, rel, chunk, left */
+    static const int cs[][6] = {{37, 4, 64, 1, 0, -1}, {130, 2, 64, 1, 16, 1}, {1, 3, 8, 1, 0, -1},
+                                {70, 3, 8, 0, 5, -1},  {65, 2, 100, 1, 0, -1}, {129, 1, 128, 0, 0, -1},
+                                {33, 2, 32, 1, 4, 0}};
+    enum { B = 3 };
+    unsigned seed = 36;
+    double worst = 0;
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        int T = cs[c][0], H = cs[c][1], DK = cs[c][2], rel = cs[c][3], chunk = cs[c][4],
+            left = cs[c][5];
+        int D = H * DK, ld = 3 * D, lens[B] = {T, (T + 1) / 2, c % 2 ? 0 : 1};
+        size_t nq = (size_t)B * T * ld, nc = (size_t)B * T * D;
+        float *qkv = hrand(nq, &seed, 1.5f), *p = hrand((size_t)T * D, &seed, 1.0f);
+        float *bu = hrand(D, &seed, 0.3f), *bv = hrand(D, &seed, 0.3f);
+        round_to(qkv, nq, OPS_F16);
+        round_to(p, (size_t)T * D, OPS_F16);
+        float *q = hark_malloc((size_t)T * D * sizeof(float)), *k = hark_malloc((size_t)T * D * 4);
+        float *v = hark_malloc((size_t)T * D * 4), *ref = hark_malloc(nc * sizeof(float));
+        float *scr = hark_malloc(attention_scratch_floats(T, DK) * sizeof(float));
+        int *lo = hark_malloc((size_t)T * sizeof(int)), *hi = hark_malloc((size_t)T * sizeof(int));
+        for (int b = 0; b < B; b++) {
+            for (int i = 0; i < T; i++) {
+                memcpy(q + (size_t)i * D, qkv + ((size_t)b * T + i) * ld, (size_t)D * 4);
+                memcpy(k + (size_t)i * D, qkv + ((size_t)b * T + i) * ld + D, (size_t)D * 4);
+                memcpy(v + (size_t)i * D, qkv + ((size_t)b * T + i) * ld + 2 * D, (size_t)D * 4);
+                key_range(i, lens[b], T, chunk, left, &lo[i], &hi[i]);
+            }
+            attention_ref(ref + (size_t)b * T * D, scr, q, k, v, rel ? p : NULL, rel ? bu : NULL,
+                          rel ? bv : NULL, lo, hi, T, T, H, DK, 1.0f / sqrtf((float)DK));
+        }
+        void *dqkv = dup_to(qkv, nq, OPS_F16), *dp = dup_to(p, (size_t)T * D, OPS_F16);
+        float *dbu = dup_to(bu, D, OPS_F32), *dbv = dup_to(bv, D, OPS_F32);
+        int *dl = NULL;
+        CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
+        CHECK_OK(cuda_set_lens(dl, lens, B, NULL, NULL));
+        void *dctx = dalloc(nc, OPS_F16);
+        hark_err_t err = {0};
+        const char *base = dqkv;
+        CHECKF(cuda_flash_attention(dctx, D, base, base + (size_t)D * 2, base + (size_t)D * 4, ld,
+                                    rel ? dp : NULL, D, rel ? dbu : NULL, rel ? dbv : NULL, dl,
+                                    chunk, left, B, T, H, DK, 1.0f / sqrtf((float)DK), NULL,
+                                    &err) == HARK_OK,
+               "%s", err.msg);
+        int gd;
+        double e = out_err(dctx, OPS_F16, ref, nc, &gd);
+        worst = e > worst ? e : worst;
+        CHECK_ERR(e, 5e-3, gd, "flash attention t %d heads %d dk %d rel %d chunk %d left %d rel %g",
+                  T, H, DK, rel, chunk, left, e);
+        cudaFree(dqkv), cudaFree(dp), cudaFree(dbu), cudaFree(dbv), cudaFree(dl), cudaFree(dctx);
+        hark_free(qkv), hark_free(p), hark_free(bu), hark_free(bv), hark_free(q), hark_free(k);
+        hark_free(v), hark_free(ref), hark_free(scr), hark_free(lo), hark_free(hi);
+    }
+    printf("    flash attention rel rms %.3g (tol 5e-3: half q+b, probabilities and output)\n",
+           worst);
+    hark_err_t err = {0};
+    CHECK(cuda_flash_attention(NULL, 0, NULL, NULL, NULL, 0, NULL, 0, NULL, NULL, NULL, 0, -1, 1,
+                               4, 1, 129, 1.0f, NULL, &err) == HARK_ERR_INVALID_ARG);
+}
+
+GPU_TEST(cuda_ctc_log_softmax_argmax_matches_ref)
+{
+    static const int vs[] = {1, 7, 5002};
+    enum { B = 3, TR = 11, N = B * TR };
+    static const int lens[B] = {TR, 6, 0};
+    unsigned seed = 37;
+    for (int iv = 0; iv < 3; iv++) {
+        int V = vs[iv];
+        size_t n = (size_t)N * V;
+        float *x = hrand(n, &seed, 8.0f), *ref = hark_malloc(n * sizeof(float));
+        if (V > 1)
+            x[3 * V + 1] = x[3 * V + 2] = 40.0f; /* a tie: the first index wins */
+        log_softmax_ref(ref, x, N, V);
+        int arg_ref[N];
+        float best_ref[N];
+        for (int r = 0; r < N; r++) {
+            int pad = r % TR >= lens[r / TR];
+            if (pad)
+                memset(ref + (size_t)r * V, 0, (size_t)V * sizeof(float));
+            ctc_argmax_ref(&arg_ref[r], x + (size_t)r * V, 1, V);
+            if (pad)
+                arg_ref[r] = 0;
+            best_ref[r] = ref[(size_t)r * V + arg_ref[r]];
+        }
+        float *dx = dup_to(x, n, OPS_F32), *dlp = dalloc(n, OPS_F32), *dbest = dalloc(N, OPS_F32);
+        int *darg = NULL, *dl = NULL;
+        CHECK(cudaMalloc((void **)&darg, N * sizeof(int)) == cudaSuccess);
+        CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
+        CHECK_OK(cuda_set_lens(dl, lens, B, NULL, NULL));
+        CHECK_OK(cuda_ctc_log_softmax_argmax(darg, dbest, dlp, dx, dl, TR, N, V, NULL, NULL));
+        int arg[N];
+        CHECK(cudaMemcpy(arg, darg, sizeof arg, cudaMemcpyDeviceToHost) == cudaSuccess);
+        int same = 1;
+        for (int r = 0; r < N; r++)
+            same &= arg[r] == arg_ref[r];
+        CHECKF(same, "ctc argmax V %d differs", V);
+        int gd;
+        double e = out_err(dlp, OPS_F32, ref, n, &gd);
+        CHECK_ERR(e, TOL32, gd, "ctc log-softmax V %d rel %g", V, e);
+        e = out_err(dbest, OPS_F32, best_ref, N, &gd);
+        CHECK_ERR(e, TOL32, gd, "ctc best log-prob V %d rel %g", V, e);
+        cudaFree(dx), cudaFree(dlp), cudaFree(dbest), cudaFree(darg), cudaFree(dl);
+        hark_free(x), hark_free(ref);
+    }
 }
 #endif

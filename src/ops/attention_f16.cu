@@ -1,0 +1,328 @@
+/* attention_f16.cu — fused multi-head attention over a padded FP16 batch in one pass over key
+ * tiles (flash-attention style: scores, masked online softmax in FP32 registers and the value
+ * product, mma.sync m16n8k16 with FP32 accumulation); WeNet's rel_selfattn runs as one attention
+ * with doubled head width: [q + bu | q + bv] · [k | p]ᵀ. The (batch, heads, t, t) score matrix is
+ * never written to memory.
+ * CPU reference: attention_ref (ops_cpu.c), masked as softmax_masked_ref.
+ * Tests: tests/ops/test_ops_cuda.c (cuda_flash_attention_matches_ref). */
+#include "ops/ops_cuda.h"
+
+#include "hark.h"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#define QT 64 /* queries per block (4 warps × 16) */
+#define KT 64 /* keys per tile */
+
+struct fa_args {
+    const __half *q, *k, *v; /* row (b·t + i), head h at column h·dk; row stride ld */
+    long long ld;
+    const __half *p; /* (t, ·) row stride ldp, or NULL */
+    long long ldp;
+    const float *bu, *bv; /* (H, dk) or NULL */
+    const int *lens;
+    int chunk, left, t, heads, dk;
+    float scale_log2; /* scale · log2(e) */
+    __half *out;      /* (b·t + i, ·) row stride ldo, head h at h·dk */
+    long long ldo;
+    int vec; /* 16-byte loads allowed */
+};
+
+__device__ __forceinline__ void ldsm_x4(unsigned r[4], const void *smem)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+__device__ __forceinline__ void ldsm_x4_t(unsigned r[4], const void *smem)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+__device__ __forceinline__ void mma16816(float c[4], const unsigned a[4], unsigned b0, unsigned b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ unsigned pack_h2(float lo, float hi)
+{
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *(unsigned *)&h;
+}
+
+/* rows [0, QT or KT) of a tile: dst[r][c] (row stride lds halves) = src row (row0 + r) columns
+ * [0, dk) (+ bias[c] in FP32 when given), zero for c in [dk, dkp) and for rows past `rows` */
+template <int DKP>
+__device__ __forceinline__ void load_rows(__half *dst, int lds, const __half *src, long long ld,
+                                          int row0, int rows, int dk, const float *bias, int vec)
+{
+    constexpr int CH = DKP / 8;
+    for (int idx = threadIdx.x; idx < 64 * CH; idx += blockDim.x) {
+        int r = idx / CH, c8 = (idx - r * CH) * 8;
+        __half *d = dst + r * lds + c8;
+        const __half *s = src + (long long)(row0 + r) * ld + c8;
+        bool row_ok = r < rows;
+        if (vec && row_ok && c8 + 8 <= dk) {
+            uint4 u = *(const uint4 *)s;
+            if (bias) {
+                __half *hv = (__half *)&u;
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    hv[e] = __float2half_rn(__half2float(hv[e]) + bias[c8 + e]);
+            }
+            *(uint4 *)d = u;
+            continue;
+        }
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            float v = 0.0f;
+            if (row_ok && c8 + e < dk)
+                v = __half2float(s[e]) + (bias ? bias[c8 + e] : 0.0f);
+            d[e] = __float2half_rn(v);
+        }
+    }
+}
+
+/* grid (ceil(t / QT), heads, batch), 128 threads */
+template <int DKP, int REL>
+__global__ void __launch_bounds__(128) flash_attention_kernel(fa_args a)
+{
+    constexpr int W = REL ? 2 * DKP : DKP; /* score width */
+    constexpr int LQ = W + 8, LV = DKP + 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __half *sQ = (__half *)smem_raw; /* (QT, LQ) */
+    __half *sK = sQ + QT * LQ;       /* (KT, LQ) */
+    __half *sV = sK + KT * LQ;       /* (KT, LV) */
+    int q0 = blockIdx.x * QT, h = blockIdx.y, b = blockIdx.z;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    int T = a.t, dk = a.dk, len = a.lens ? min(a.lens[b], T) : T;
+    long long rowb = (long long)b * T;
+    int hc = h * dk;
+
+    /* Q' = [q + bu | q + bv] (REL) or q */
+    load_rows<DKP>(sQ, LQ, a.q + rowb * a.ld + hc, a.ld, q0, T - q0, dk,
+                   a.bu ? a.bu + hc : NULL, a.vec);
+    if (REL)
+        load_rows<DKP>(sQ + DKP, LQ, a.q + rowb * a.ld + hc, a.ld, q0, T - q0, dk,
+                       a.bv ? a.bv + hc : NULL, a.vec);
+
+    /* the key range of the thread's two rows (g and g + 8 of the warp's 16) */
+    int lo[2], hi[2];
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+        int i = q0 + warp * 16 + g + s * 8;
+        lo[s] = 0;
+        hi[s] = len;
+        if (a.chunk > 0) {
+            int ci = i / a.chunk, e = (ci + 1) * a.chunk;
+            hi[s] = min(hi[s], e);
+            if (a.left >= 0)
+                lo[s] = max((ci - a.left) * a.chunk, 0);
+        }
+    }
+
+    float o[DKP / 8][4];
+#pragma unroll
+    for (int j = 0; j < DKP / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            o[j][r] = 0.0f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+
+    int ntiles = (len + KT - 1) / KT;
+    for (int kt = 0; kt < ntiles; kt++) {
+        int j0 = kt * KT;
+        __syncthreads(); /* the previous tile is consumed (and Q' is written, the first time) */
+        load_rows<DKP>(sK, LQ, a.k + rowb * a.ld + hc, a.ld, j0, T - j0, dk, NULL, a.vec);
+        if (REL)
+            load_rows<DKP>(sK + DKP, LQ, a.p + hc, a.ldp, j0, T - j0, dk, NULL, a.vec);
+        load_rows<DKP>(sV, LV, a.v + rowb * a.ld + hc, a.ld, j0, T - j0, dk, NULL, a.vec);
+        __syncthreads();
+
+        float s[KT / 8][4];
+#pragma unroll
+        for (int j = 0; j < KT / 8; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                s[j][r] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < W / 16; ks++) {
+            unsigned af[4];
+            ldsm_x4(af, sQ + (warp * 16 + (lane & 15)) * LQ + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+            for (int np = 0; np < KT / 16; np++) {
+                unsigned bf[4];
+                ldsm_x4(bf, sK + (np * 16 + (lane & 7) + (lane >> 4) * 8) * LQ + ks * 16 +
+                                ((lane >> 3) & 1) * 8);
+                mma16816(s[2 * np], af, bf[0], bf[1]);
+                mma16816(s[2 * np + 1], af, bf[2], bf[3]);
+            }
+        }
+        /* mask, online softmax (base 2) */
+        float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < KT / 8; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int rs = r >> 1, key = j0 + j * 8 + t4 * 2 + (r & 1);
+                float v = key >= lo[rs] && key < hi[rs] ? s[j][r] * a.scale_log2 : -INFINITY;
+                s[j][r] = v;
+                tmax[rs] = fmaxf(tmax[rs], v);
+            }
+        float corr[2];
+#pragma unroll
+        for (int rs = 0; rs < 2; rs++) {
+            tmax[rs] = fmaxf(tmax[rs], __shfl_xor_sync(0xffffffffu, tmax[rs], 1));
+            tmax[rs] = fmaxf(tmax[rs], __shfl_xor_sync(0xffffffffu, tmax[rs], 2));
+            float mnew = fmaxf(mrow[rs], tmax[rs]);
+            float muse = mnew == -INFINITY ? 0.0f : mnew;
+            corr[rs] = exp2f(mrow[rs] - muse); /* 0 while nothing was kept */
+            mrow[rs] = mnew;
+            lrow[rs] *= corr[rs];
+            tmax[rs] = muse;
+        }
+#pragma unroll
+        for (int j = 0; j < KT / 8; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                float p = exp2f(s[j][r] - tmax[r >> 1]);
+                s[j][r] = p;
+                lrow[r >> 1] += p;
+            }
+#pragma unroll
+        for (int j = 0; j < DKP / 8; j++) {
+            o[j][0] *= corr[0];
+            o[j][1] *= corr[0];
+            o[j][2] *= corr[1];
+            o[j][3] *= corr[1];
+        }
+        /* o += P · V: P's accumulator layout is the A fragment of the next mma */
+#pragma unroll
+        for (int kk = 0; kk < KT / 16; kk++) {
+            unsigned pa[4] = {pack_h2(s[2 * kk][0], s[2 * kk][1]),
+                              pack_h2(s[2 * kk][2], s[2 * kk][3]),
+                              pack_h2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              pack_h2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int dn = 0; dn < DKP / 16; dn++) {
+                unsigned vf[4];
+                ldsm_x4_t(vf, sV + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LV + dn * 16 +
+                                  (lane >> 4) * 8);
+                mma16816(o[2 * dn], pa, vf[0], vf[1]);
+                mma16816(o[2 * dn + 1], pa, vf[2], vf[3]);
+            }
+        }
+    }
+    float inv[2];
+#pragma unroll
+    for (int rs = 0; rs < 2; rs++) {
+        float l = lrow[rs];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        inv[rs] = l > 0.0f ? 1.0f / l : 0.0f; /* an empty key range gives a zero row */
+    }
+#pragma unroll
+    for (int rs = 0; rs < 2; rs++) {
+        int i = q0 + warp * 16 + g + rs * 8;
+        if (i >= T)
+            continue;
+        __half *dst = a.out + (rowb + i) * a.ldo + hc;
+#pragma unroll
+        for (int j = 0; j < DKP / 8; j++) {
+            int c = j * 8 + t4 * 2;
+            float v0 = o[j][rs * 2] * inv[rs], v1 = o[j][rs * 2 + 1] * inv[rs];
+            if (c + 1 < dk && a.vec)
+                *(__half2 *)(dst + c) = __floats2half2_rn(v0, v1);
+            else {
+                if (c < dk)
+                    dst[c] = __float2half_rn(v0);
+                if (c + 1 < dk)
+                    dst[c + 1] = __float2half_rn(v1);
+            }
+        }
+    }
+}
+
+template <int DKP, int REL>
+static int fa_launch(const fa_args &a, int batch, cudaStream_t st, hark_err_t *err)
+{
+    constexpr int W = REL ? 2 * DKP : DKP;
+    constexpr size_t smem = ((size_t)(QT + KT) * (W + 8) + (size_t)KT * (DKP + 8)) * 2;
+    static bool attr_set[64];
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (smem > 48 * 1024 && (dev < 0 || dev >= 64 || !attr_set[dev])) {
+        cudaError_t e = cudaFuncSetAttribute(flash_attention_kernel<DKP, REL>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess)
+            return err_set(err, HARK_ERR_CUDA, "cuda: flash attention smem: %s",
+                           cudaGetErrorString(e));
+        if (dev >= 0 && dev < 64)
+            attr_set[dev] = true;
+    }
+    dim3 grid((unsigned)((a.t + QT - 1) / QT), (unsigned)a.heads, (unsigned)batch);
+    flash_attention_kernel<DKP, REL><<<grid, 128, smem, st>>>(a);
+    cudaError_t e = cudaGetLastError();
+    return e != cudaSuccess ? err_set(err, HARK_ERR_CUDA, "cuda: flash_attention_kernel: %s",
+                                      cudaGetErrorString(e))
+                            : HARK_OK;
+}
+
+static bool al16(const void *p)
+{
+    return ((uintptr_t)p & 15u) == 0;
+}
+
+extern "C" int cuda_flash_attention_supported(int dk)
+{
+    return dk > 0 && dk <= 128;
+}
+
+extern "C" int cuda_flash_attention(void *ctx, long long ldo, const void *q, const void *k,
+                                    const void *v, long long ld, const void *p, long long ldp,
+                                    const float *bu, const float *bvp, const int *lens, int chunk,
+                                    int left, int batch, int t, int heads, int dk, float scale,
+                                    void *stream, hark_err_t *err)
+{
+    if (batch <= 0 || t <= 0)
+        return HARK_OK;
+    if (!cuda_flash_attention_supported(dk) || heads <= 0 || heads > 65535 || batch > 65535)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "flash attention: head width %d (1..128), %d heads, batch %d", dk, heads,
+                       batch);
+    fa_args a;
+    a.q = (const __half *)q;
+    a.k = (const __half *)k;
+    a.v = (const __half *)v;
+    a.ld = ld;
+    a.p = (const __half *)p;
+    a.ldp = ldp;
+    a.bu = bu;
+    a.bv = bvp;
+    a.lens = lens;
+    a.chunk = chunk;
+    a.left = left;
+    a.t = t;
+    a.heads = heads;
+    a.dk = dk;
+    a.scale_log2 = scale * 1.4426950408889634f;
+    a.out = (__half *)ctx;
+    a.ldo = ldo;
+    a.vec = dk % 8 == 0 && ld % 8 == 0 && ldo % 8 == 0 && (!p || ldp % 8 == 0) && al16(q) &&
+            al16(k) && al16(v) && al16(ctx) && (!p || al16(p));
+    cudaStream_t st = (cudaStream_t)stream;
+    int rel = p != NULL;
+    if (dk <= 32)
+        return rel ? fa_launch<32, 1>(a, batch, st, err) : fa_launch<32, 0>(a, batch, st, err);
+    if (dk <= 64)
+        return rel ? fa_launch<64, 1>(a, batch, st, err) : fa_launch<64, 0>(a, batch, st, err);
+    return rel ? fa_launch<128, 1>(a, batch, st, err) : fa_launch<128, 0>(a, batch, st, err);
+}

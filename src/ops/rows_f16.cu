@@ -1,0 +1,450 @@
+/* rows_f16.cu — the row and elementwise stages of the FP16 Conformer path around the GEMMs of
+ * gemm_f16.cu: layer norms of the FP32 residual stream into FP16 GEMM inputs (a warp per row), the
+ * depthwise conv + norm + activation over FP16 time tiles, the first subsampling conv fused with
+ * CMVN (FP32 features in, a channel-last FP16 image out), and the CTC head's log-softmax fused
+ * with the greedy argmax (one pass over the logits).
+ * CPU references: layer_norm_ref, depthwise_conv1d_ref + batch_norm_ref/layer_norm_ref +
+ * activation_ref, conv2d_ref + relu_ref, log_softmax_ref + ctc_argmax_ref.
+ * Tests: tests/ops/test_ops_cuda.c (cuda_rows_norm_*, cuda_dwconv_f16_*, cuda_conv1_cmvn_*,
+ * cuda_ctc_log_softmax_argmax_*). */
+#include "ops/ops_cuda.h"
+
+#include "hark.h"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+static int launched(hark_err_t *err, const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    return e != cudaSuccess ? err_set(err, HARK_ERR_CUDA, "cuda: %s: %s", what,
+                                      cudaGetErrorString(e))
+                            : HARK_OK;
+}
+
+__device__ __forceinline__ float act_f(float x, int act)
+{
+    switch (act) {
+    case CUDA_ACT_RELU:
+        return x > 0.0f ? x : 0.0f;
+    case CUDA_ACT_SWISH:
+        return x / (1.0f + expf(-x));
+    case CUDA_ACT_GELU:
+        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    default:
+        return x;
+    }
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* ---- layer norms, a warp per row ------------------------------------------------------------ */
+
+/* in place over v[0..EPL) (element lane + 32·i valid when < d) */
+template <int EPL>
+__device__ __forceinline__ void ln_lane(float *v, int lane, int d, const float *g, const float *b,
+                                        float eps)
+{
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < EPL; i++)
+        if (lane + 32 * i < d)
+            s += v[i];
+    float mean = warp_sum(s) / (float)d, q = 0.0f;
+#pragma unroll
+    for (int i = 0; i < EPL; i++)
+        if (lane + 32 * i < d) {
+            float c = v[i] - mean;
+            q += c * c;
+        }
+    float rstd = 1.0f / sqrtf(warp_sum(q) / (float)d + eps);
+#pragma unroll
+    for (int i = 0; i < EPL; i++) {
+        int e = lane + 32 * i;
+        if (e < d)
+            v[i] = (v[i] - mean) * rstd * (g ? g[e] : 1.0f) + (b ? b[e] : 0.0f);
+    }
+}
+
+template <int EPL>
+__global__ void rows_norm_kernel(float *x_out, int x_sel, __half *h_out, float *o32,
+                                 const float *x, const float *g1, const float *b1, int ln1,
+                                 const float *g2, const float *b2, int ln2, const int *lens,
+                                 int t_rows, int n, int d, float eps)
+{
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= n)
+        return;
+    size_t off = (size_t)row * d;
+    float v[EPL];
+#pragma unroll
+    for (int i = 0; i < EPL; i++) {
+        int e = lane + 32 * i;
+        v[i] = e < d ? x[off + e] : 0.0f;
+    }
+    if (ln1)
+        ln_lane<EPL>(v, lane, d, g1, b1, eps);
+    if (x_out && x_sel == 1)
+#pragma unroll
+        for (int i = 0; i < EPL; i++)
+            if (lane + 32 * i < d)
+                x_out[off + lane + 32 * i] = v[i];
+    if (ln2)
+        ln_lane<EPL>(v, lane, d, g2, b2, eps);
+    if (x_out && x_sel == 2)
+#pragma unroll
+        for (int i = 0; i < EPL; i++)
+            if (lane + 32 * i < d)
+                x_out[off + lane + 32 * i] = v[i];
+    bool pad = lens && (row % t_rows) >= lens[row / t_rows];
+#pragma unroll
+    for (int i = 0; i < EPL; i++) {
+        int e = lane + 32 * i;
+        if (e >= d)
+            continue;
+        float z = pad ? 0.0f : v[i];
+        if (h_out)
+            h_out[off + e] = __float2half_rn(z);
+        if (o32)
+            o32[off + e] = z;
+    }
+}
+
+extern "C" int cuda_rows_norm(float *x_out, int x_sel, void *h_out, float *o32, const float *x,
+                              const float *g1, const float *b1, int ln1, const float *g2,
+                              const float *b2, int ln2, const int *lens, int t_rows, int n, int d,
+                              float eps, void *stream, hark_err_t *err)
+{
+    if (n <= 0 || d <= 0)
+        return HARK_OK;
+    if (d > CUDA_ROWS_NORM_MAX_D || (lens && t_rows <= 0) || x_sel < 0 || x_sel > 2)
+        return err_set(err, HARK_ERR_INVALID_ARG, "rows_norm: d %d (at most %d), t_rows %d, x_sel %d",
+                       d, CUDA_ROWS_NORM_MAX_D, t_rows, x_sel);
+    cudaStream_t st = (cudaStream_t)stream;
+    unsigned grid = (unsigned)((n + 7) / 8);
+#define RN(E)                                                                                      \
+    rows_norm_kernel<E><<<grid, 256, 0, st>>>(x_out, x_sel, (__half *)h_out, o32, x, g1, b1, ln1,   \
+                                              g2, b2, ln2, lens, t_rows, n, d, eps)
+    if (d <= 128)
+        RN(4);
+    else if (d <= 256)
+        RN(8);
+    else if (d <= 512)
+        RN(16);
+    else
+        RN(32);
+#undef RN
+    return launched(err, "rows_norm_kernel");
+}
+
+/* ---- depthwise conv + norm + activation, FP16 in and out ------------------------------------ */
+
+#define DW_TT 16 /* output rows per block */
+#define DW_THREADS 256
+
+/* grid (ceil(t_len / DW_TT), batch); channel ch = threadIdx.x + DW_THREADS·q, q < CPT */
+template <int CPT>
+__global__ void __launch_bounds__(DW_THREADS)
+    dwconv_f16_kernel(__half *out, const __half *in, const float *left, const float *w,
+                      const float *bias, const int *lens, int t_len, int c, int k, int pad_left,
+                      int norm, const float *g, const float *beta, const float *rm,
+                      const float *rv, float eps, int act)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __half *rows = (__half *)smem_raw;                  /* (DW_TT + k - 1, c) */
+    __shared__ float red[DW_THREADS / 32][DW_TT];       /* per-warp partial row sums */
+    __shared__ float stat[DW_TT];
+    int t0 = blockIdx.x * DW_TT, b = blockIdx.y, tid = threadIdx.x;
+    int valid = lens ? min(lens[b], t_len) : t_len;
+    int nr = DW_TT + k - 1;
+    const __half *inb = in + (size_t)b * t_len * c;
+    for (int idx = tid; idx < nr * c; idx += DW_THREADS) {
+        int r = idx / c, ch = idx - r * c, s = t0 - pad_left + r;
+        __half v = __float2half_rn(0.0f);
+        if (s >= 0 && s < valid)
+            v = inb[(size_t)s * c + ch];
+        else if (s < 0 && left)
+            v = __float2half_rn(left[(size_t)(pad_left + s) * c + ch]);
+        rows[idx] = v;
+    }
+    __syncthreads();
+    float z[CPT][DW_TT];
+#pragma unroll
+    for (int q = 0; q < CPT; q++) {
+        int ch = tid + DW_THREADS * q;
+#pragma unroll
+        for (int r = 0; r < DW_TT; r++)
+            z[q][r] = 0.0f;
+        if (ch >= c)
+            continue;
+        float bb = bias ? bias[ch] : 0.0f;
+#pragma unroll
+        for (int r = 0; r < DW_TT; r++)
+            z[q][r] = bb;
+        for (int j = 0; j < k; j++) {
+            float wj = w[(size_t)ch * k + j];
+#pragma unroll
+            for (int r = 0; r < DW_TT; r++)
+                z[q][r] += wj * __half2float(rows[(r + j) * c + ch]);
+        }
+        if (norm == CUDA_NORM_BATCH) {
+            float inv = 1.0f / sqrtf(rv[ch] + eps), gg = g ? g[ch] : 1.0f,
+                  be = beta ? beta[ch] : 0.0f, mu = rm[ch];
+#pragma unroll
+            for (int r = 0; r < DW_TT; r++)
+                z[q][r] = (z[q][r] - mu) * inv * gg + be;
+        }
+    }
+    if (norm == CUDA_NORM_LAYER) {
+        int warp = tid >> 5, lane = tid & 31;
+        for (int pass = 0; pass < 2; pass++) {
+#pragma unroll
+            for (int r = 0; r < DW_TT; r++) {
+                float s = 0.0f;
+#pragma unroll
+                for (int q = 0; q < CPT; q++)
+                    if (tid + DW_THREADS * q < c) {
+                        float v = z[q][r] - (pass ? stat[r] : 0.0f);
+                        s += pass ? v * v : v;
+                    }
+                s = warp_sum(s);
+                if (lane == 0)
+                    red[warp][r] = s;
+            }
+            __syncthreads();
+            if (tid < DW_TT) {
+                float s = 0.0f;
+                for (int i = 0; i < DW_THREADS / 32; i++)
+                    s += red[i][tid];
+                float mean_or_var = s / (float)c;
+                /* pass 0: the mean; pass 1: 1/sqrt(var + eps), the mean moves to red[0] */
+                if (pass == 0)
+                    stat[tid] = mean_or_var;
+                else
+                    red[0][tid] = 1.0f / sqrtf(mean_or_var + eps);
+            }
+            __syncthreads();
+        }
+#pragma unroll
+        for (int q = 0; q < CPT; q++) {
+            int ch = tid + DW_THREADS * q;
+            if (ch >= c)
+                continue;
+            float gg = g ? g[ch] : 1.0f, be = beta ? beta[ch] : 0.0f;
+#pragma unroll
+            for (int r = 0; r < DW_TT; r++)
+                z[q][r] = (z[q][r] - stat[r]) * red[0][r] * gg + be;
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < CPT; q++) {
+        int ch = tid + DW_THREADS * q;
+        if (ch >= c)
+            continue;
+#pragma unroll
+        for (int r = 0; r < DW_TT; r++)
+            if (t0 + r < t_len)
+                out[((size_t)b * t_len + t0 + r) * c + ch] = __float2half_rn(act_f(z[q][r], act));
+    }
+}
+
+extern "C" int cuda_dwconv_f16(void *out, const void *in, const float *left, const float *w,
+                               const float *bias, const int *lens, int batch, int t_len, int c,
+                               int k, int pad_left, cuda_norm_t norm, const float *g,
+                               const float *beta, const float *rm, const float *rv, float eps,
+                               cuda_act_t act, void *stream, hark_err_t *err)
+{
+    if (batch <= 0 || t_len <= 0 || c <= 0)
+        return HARK_OK;
+    if (k <= 0 || k > 64 || pad_left < 0 || pad_left >= k || c > 4 * DW_THREADS ||
+        (norm == CUDA_NORM_BATCH && (!rm || !rv)))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "dwconv_f16: kernel %d (1..64), pad_left %d, %d channels (at most %d), "
+                       "norm %d",
+                       k, pad_left, c, 4 * DW_THREADS, (int)norm);
+    size_t smem = (size_t)(DW_TT + k - 1) * c * sizeof(__half);
+    dim3 grid((unsigned)((t_len + DW_TT - 1) / DW_TT), (unsigned)batch);
+    cudaStream_t st = (cudaStream_t)stream;
+#define DW(C)                                                                                      \
+    do {                                                                                           \
+        if (smem > 48 * 1024) {                                                                    \
+            cudaError_t e_ = cudaFuncSetAttribute(                                                 \
+                dwconv_f16_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);     \
+            if (e_ != cudaSuccess)                                                                 \
+                return err_set(err, HARK_ERR_CUDA, "dwconv_f16 smem: %s", cudaGetErrorString(e_)); \
+        }                                                                                          \
+        dwconv_f16_kernel<C><<<grid, DW_THREADS, smem, st>>>(                                      \
+            (__half *)out, (const __half *)in, left, w, bias, lens, t_len, c, k, pad_left,        \
+            (int)norm, g, beta, rm, rv, eps, (int)act);                                            \
+    } while (0)
+    if (c <= DW_THREADS)
+        DW(1);
+    else if (c <= 2 * DW_THREADS)
+        DW(2);
+    else
+        DW(4);
+#undef DW
+    return launched(err, "dwconv_f16_kernel");
+}
+
+/* ---- first subsampling conv (one input channel) fused with CMVN ----------------------------- */
+
+/* grid (h_out, batch), 256 threads over output channels; smem: K rows of f floats (the CMVN'd
+ * features, zero past the utterance's end) */
+template <int K>
+__global__ void conv1_cmvn_kernel(__half *out, const float *x, const float *mean,
+                                  const float *istd, const int *lens, int t, int f,
+                                  const float *w, const float *bias, int cout, int stride,
+                                  int h_out, int w_out, int relu)
+{
+    extern __shared__ float xs[]; /* (K, f) */
+    int ho = blockIdx.x, b = blockIdx.y;
+    int valid = lens ? min(lens[b], t) : t;
+    for (int idx = threadIdx.x; idx < K * f; idx += blockDim.x) {
+        int i = idx / f, col = idx - i * f, tt = ho * stride + i;
+        float v = 0.0f;
+        if (tt < valid) {
+            v = x[((size_t)b * t + tt) * f + col];
+            if (mean)
+                v = (v - mean[col]) * istd[col];
+        }
+        xs[idx] = v;
+    }
+    __syncthreads();
+    for (int co = threadIdx.x; co < cout; co += blockDim.x) {
+        float wr[K * K];
+#pragma unroll
+        for (int e = 0; e < K * K; e++)
+            wr[e] = w[(size_t)co * K * K + e];
+        float bb = bias ? bias[co] : 0.0f;
+        __half *o = out + (((size_t)b * h_out + ho) * w_out) * cout + co;
+        for (int wo = 0; wo < w_out; wo++) {
+            float acc = 0.0f;
+#pragma unroll
+            for (int i = 0; i < K; i++)
+#pragma unroll
+                for (int j = 0; j < K; j++)
+                    acc += wr[i * K + j] * xs[i * f + wo * stride + j];
+            acc += bb;
+            o[(size_t)wo * cout] = __float2half_rn(relu && acc < 0.0f ? 0.0f : acc);
+        }
+    }
+}
+
+extern "C" int cuda_conv1_cmvn(void *out, const float *x, const float *mean, const float *istd,
+                               const int *lens, int batch, int t, int f, const float *w,
+                               const float *bias, int cout, int k, int stride, int relu,
+                               void *stream, hark_err_t *err)
+{
+    if (k != 3 || stride <= 0 || cout <= 0 || (mean && !istd))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "conv1_cmvn: kernel %d (only 3: WeNet's first subsampling conv), stride %d, "
+                       "cout %d",
+                       k, stride, cout);
+    int h_out = t < k ? 0 : (t - k) / stride + 1, w_out = f < k ? 0 : (f - k) / stride + 1;
+    if (batch <= 0 || h_out <= 0 || w_out <= 0)
+        return HARK_OK;
+    size_t smem = (size_t)k * f * sizeof(float);
+    if (smem > 48 * 1024)
+        return err_set(err, HARK_ERR_INVALID_ARG, "conv1_cmvn: %d features too many", f);
+    dim3 grid((unsigned)h_out, (unsigned)batch);
+    conv1_cmvn_kernel<3><<<grid, 256, smem, (cudaStream_t)stream>>>(
+        (__half *)out, x, mean, istd, lens, t, f, w, bias, cout, stride, h_out, w_out, relu);
+    return launched(err, "conv1_cmvn_kernel");
+}
+
+/* ---- CTC: log-softmax fused with the greedy argmax ------------------------------------------ */
+
+/* online (max, Σexp) pairs, merged; argmax keeps the first index on ties, NaN never wins */
+struct lse_t {
+    float m, s;
+    int i;
+};
+
+__device__ __forceinline__ lse_t lse_merge(lse_t a, lse_t b)
+{
+    if (b.m > a.m || (b.m == a.m && b.i < a.i && b.i >= 0)) {
+        lse_t t = a;
+        a = b;
+        b = t;
+    }
+    /* a has the larger max */
+    if (b.i >= 0 && a.m != -INFINITY)
+        a.s += b.s * expf(b.m - a.m);
+    return a;
+}
+
+/* one block per row: arg[r], best[r] = log-prob of the argmax; logp (optional) = the full row */
+__global__ void ctc_lsm_argmax_kernel(int *arg, float *best, float *logp, const float *x,
+                                      const int *lens, int t_rows, int V)
+{
+    __shared__ lse_t sh[32];
+    size_t r = blockIdx.x;
+    const float *xr = x + r * V;
+    if (lens && (int)(r % (size_t)t_rows) >= lens[r / (size_t)t_rows]) {
+        if (threadIdx.x == 0) {
+            arg[r] = 0;
+            if (best)
+                best[r] = 0.0f;
+        }
+        if (logp)
+            for (int j = threadIdx.x; j < V; j += blockDim.x)
+                logp[r * V + j] = 0.0f;
+        return;
+    }
+    lse_t a = {-INFINITY, 0.0f, -1};
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float v = xr[j];
+        if (v > a.m) {
+            a.s = (a.i >= 0 ? a.s * expf(a.m - v) : 0.0f) + 1.0f;
+            a.m = v;
+            a.i = j;
+        } else if (a.i >= 0 && v == v) {
+            a.s += expf(v - a.m);
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        lse_t b;
+        b.m = __shfl_xor_sync(0xffffffffu, a.m, o);
+        b.s = __shfl_xor_sync(0xffffffffu, a.s, o);
+        b.i = __shfl_xor_sync(0xffffffffu, a.i, o);
+        a = lse_merge(a, b);
+    }
+    int w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    if ((threadIdx.x & 31) == 0)
+        sh[w] = a;
+    __syncthreads();
+    a = sh[0];
+    for (int i = 1; i < nw; i++)
+        a = lse_merge(a, sh[i]);
+    float lse = logf(a.s); /* log Σ exp(x - max) */
+    if (threadIdx.x == 0) {
+        arg[r] = a.i >= 0 ? a.i : 0;
+        if (best)
+            best[r] = -lse;
+    }
+    if (logp)
+        for (int j = threadIdx.x; j < V; j += blockDim.x)
+            logp[r * V + j] = (xr[j] - a.m) - lse;
+}
+
+extern "C" int cuda_ctc_log_softmax_argmax(int *arg, float *best, float *logp, const float *logits,
+                                           const int *lens, int t_rows, int n, int V, void *stream,
+                                           hark_err_t *err)
+{
+    if (n <= 0 || V <= 0)
+        return HARK_OK;
+    if (!arg || (lens && t_rows <= 0))
+        return err_set(err, HARK_ERR_INVALID_ARG, "ctc_log_softmax_argmax: t_rows %d", t_rows);
+    ctc_lsm_argmax_kernel<<<(unsigned)n, 256, 0, (cudaStream_t)stream>>>(arg, best, logp, logits,
+                                                                         lens, t_rows, V);
+    return launched(err, "ctc_lsm_argmax_kernel");
+}
