@@ -54,8 +54,12 @@ typedef struct {
                              FP16 GLU epilogue (whose weight rows are interleaved the same way) */
     mat_t ffm1, ffm2, ff1, ff2; /* (F, D), (D, F) */
     const float *ffm1_b, *ffm2_b, *ff1_b, *ff2_b;
+    const float *ffm2_bh, *ff2_bh; /* (D) the w2 biases times the FFN scale (FP16: cuBLASLt) */
     mat_t qkv, o, pos;             /* (3D, D) = [linear_q; linear_k; linear_v], (D, D), (D, D) */
     const float *qkv_b, *o_b;      /* (3D), (D) */
+    const void *qkv_bh;            /* (3D) half: the qkv bias for cuBLASLt (FP16) */
+    const void *ffm1_bh, *ff1_bh;  /* (F) half: the w1 biases for cuBLASLt (FP16) */
+    const void *pw1_bh;            /* (2D) half: pw1_b16 as half (FP16) */
     const float *pos_u, *pos_v;    /* (H, dk) */
     mat_t pw1, pw2;                /* (2D, D), (D, D) */
     const float *pw1_b, *pw2_b;    /* (2D), (D) */
@@ -79,7 +83,7 @@ struct conformer_gpu_model {
     int n_conv;
     gconv_t conv[MAX_CONVS];
     mat_t embed; /* (D, embed_in), columns c·F' + f; the f16 copy f·C + c (channel-last input) */
-    const float *embed_b;
+    const float *embed_b, *embed_bx; /* (D); embed_bx = xscale · embed_b (FP16) */
     int embed_in;
     float xscale;
     float *pe32; /* (max_len, D) */
@@ -114,9 +118,11 @@ struct conformer_gpu_state {
     size_t col_bytes;
     void *s16a, *s16b; /* (rows, D) half: attention context / GLU output, depthwise output */
     void *p16;         /* (max_t_out, D) half: projected positions */
+    void *lse;         /* (rows, CUDA_LSE_TILES(V)) float4: CTC head partials (FP16) */
     int *h_lens;       /* pinned (2 · max_batch): lens, then encoder lens, read by the graphs */
     cudaEvent_t lens_ev; /* the last forward's reads of h_lens are done */
     int graphs;          /* record and replay CUDA graphs */
+    int ffn_chunk;       /* FP16 FFN rows per block (L2-resident hidden layer); 0: all at once */
     struct gslot {
         int batch, t_max, chunk, left, skip_cmvn;
         const void *feats;
@@ -185,7 +191,8 @@ static uint16_t f32_to_f16(float f)
 
 /* ---- model loading: two passes over the same code, the first sizes the blocks --------------- */
 
-enum { K_VEC, K_MAT, K_MAT32 }; /* vector (f32); matrix (copies as asked); matrix, f32 always */
+/* vector (f32); matrix (copies as asked); matrix, f32 always; vector as f16 only (FP16 models) */
+enum { K_VEC, K_MAT, K_MAT32, K_VEC16 };
 
 /* element order of a matrix's f16 copy (the FP32 copy keeps the file's order) */
 enum { PERM_NONE, PERM_GLU, PERM_CONV, PERM_EMBED };
@@ -252,7 +259,7 @@ static void place(gload_t *L, const float *host, size_t n, int kind, int align, 
         L->n32 = (L->n32 + 63) & ~(size_t)63;
         L->n16 = (L->n16 + 127) & ~(size_t)127;
     }
-    int want32 = kind != K_MAT || (L->prec & CONFORMER_GPU_FP32);
+    int want32 = kind == K_VEC || kind == K_MAT32 || (kind == K_MAT && (L->prec & CONFORMER_GPU_FP32));
     int want16 = kind != K_VEC && (L->prec & CONFORMER_GPU_FP16);
     if (want32) {
         if (L->pass) {
@@ -311,6 +318,20 @@ static int load_lin(gload_t *L, mat_t *w, const float **b, int out, int in, cons
     return HARK_OK;
 }
 
+/* a (n) vector times `scale`, as an extra FP32 vector (FP16 models only; NULL otherwise) */
+static int load_scaled(gload_t *L, const float **dst, int n, float scale, float *scratch,
+                       const char *name)
+{
+    if (!(L->prec & CONFORMER_GPU_FP16))
+        return HARK_OK;
+    const float *host = NULL;
+    TRY(fetch(L, &host, 1, n, 0, 0, 0, "%s", name));
+    for (int i = 0; i < n; i++)
+        scratch[i] = scale * host[i];
+    place(L, scratch, (size_t)n, K_VEC, 1, dst, NULL);
+    return HARK_OK;
+}
+
 static int load_norm(gload_t *L, dnorm_t *n, int d, const char *prefix)
 {
     TRY(VEC(&n->g, d, "%s.weight", prefix));
@@ -323,12 +344,17 @@ static int load_block(gload_t *L, conformer_gpu_model_t *m, gblock_t *bk, int i,
     const wenet_config_t *c = &m->cfg;
     int d = m->d, f = m->ffn;
     char p[96], q[160];
+    mat_t hb = {NULL, NULL};
 #define SUB(name) (snprintf(q, sizeof q, "%s.%s", p, name), q)
     snprintf(p, sizeof p, "encoder.encoders.%d", i);
+    float ffs = c->macaron ? 0.5f : 1.0f;
     if (c->macaron) {
         TRY(load_norm(L, &bk->norm_ff_macaron, d, SUB("norm_ff_macaron")));
         TRY(load_lin(L, &bk->ffm1, &bk->ffm1_b, f, d, SUB("feed_forward_macaron.w_1")));
         TRY(load_lin(L, &bk->ffm2, &bk->ffm2_b, d, f, SUB("feed_forward_macaron.w_2")));
+        TRY(load_scaled(L, &bk->ffm2_bh, d, ffs, scratch, SUB("feed_forward_macaron.w_2.bias")));
+        TRY(put(L, K_VEC16, 1, NULL, &hb, 1, f, 0, 0, 0, "%s", SUB("feed_forward_macaron.w_1.bias")));
+        bk->ffm1_bh = hb.f16;
     }
     TRY(load_norm(L, &bk->norm_mha, d, SUB("norm_mha")));
     /* q, k, v weights and biases concatenated for one GEMM */
@@ -339,6 +365,10 @@ static int load_block(gload_t *L, conformer_gpu_model_t *m, gblock_t *bk, int i,
     for (int j = 0; j < 3; j++)
         TRY(put(L, K_VEC, j == 0, j == 0 ? &bk->qkv_b : NULL, NULL, 1, d, 0, 0, 0,
                 "%s.self_attn.%s.bias", p, qkv[j]));
+    for (int j = 0; j < 3; j++) /* the same as half (a matrix whose f16 copy alone is kept) */
+        TRY(put(L, K_VEC16, j == 0, NULL, j == 0 ? &hb : NULL, 1, d, 0, 0, 0,
+                "%s.self_attn.%s.bias", p, qkv[j]));
+    bk->qkv_bh = hb.f16;
     TRY(load_lin(L, &bk->o, &bk->o_b, d, d, SUB("self_attn.linear_out")));
     if (c->pos == POS_REL) {
         TRY(MAT(&bk->pos, d, d, "%s.self_attn.linear_pos.weight", p));
@@ -360,6 +390,7 @@ static int load_block(gload_t *L, conformer_gpu_model_t *m, gblock_t *bk, int i,
                 scratch[2 * j + 1] = pw1_b_host[d + j];
             }
             place(L, scratch, (size_t)2 * d, K_VEC, 1, &bk->pw1_b16, NULL);
+            place(L, scratch, (size_t)2 * d, K_VEC16, 1, NULL, &bk->pw1_bh);
         }
         TRY(put(L, K_VEC, 1, &bk->dw_w, NULL, 3, d, 1, m->kernel, 0,
                 "%s.conv_module.depthwise_conv.weight", p));
@@ -385,6 +416,9 @@ static int load_block(gload_t *L, conformer_gpu_model_t *m, gblock_t *bk, int i,
     TRY(load_norm(L, &bk->norm_ff, d, SUB("norm_ff")));
     TRY(load_lin(L, &bk->ff1, &bk->ff1_b, f, d, SUB("feed_forward.w_1")));
     TRY(load_lin(L, &bk->ff2, &bk->ff2_b, d, f, SUB("feed_forward.w_2")));
+    TRY(load_scaled(L, &bk->ff2_bh, d, ffs, scratch, SUB("feed_forward.w_2.bias")));
+    TRY(put(L, K_VEC16, 1, NULL, &hb, 1, f, 0, 0, 0, "%s", SUB("feed_forward.w_1.bias")));
+    bk->ff1_bh = hb.f16;
 #undef SUB
     return HARK_OK;
 }
@@ -409,9 +443,12 @@ static int load_all(gload_t *L, conformer_gpu_model_t *m, float *scratch)
         size_t c = (size_t)m->conv[m->n_conv - 1].cout;
         L->perm = (perm_t){PERM_EMBED, (size_t)m->d, c, (size_t)m->embed_in / c, 0};
     }
-    TRY(load_lin(L, &m->embed, &m->embed_b, m->d, m->embed_in,
-                 cfg->subsample == SUBSAMPLE_CONV2D ? "encoder.embed.out.0"
-                                                    : "encoder.embed.linear"));
+    const char *emb = cfg->subsample == SUBSAMPLE_CONV2D ? "encoder.embed.out.0"
+                                                         : "encoder.embed.linear";
+    char eb[64];
+    snprintf(eb, sizeof eb, "%s.bias", emb);
+    TRY(load_lin(L, &m->embed, &m->embed_b, m->d, m->embed_in, emb));
+    TRY(load_scaled(L, &m->embed_bx, m->d, m->xscale, scratch, eb));
     for (int i = 0; i < cfg->n_blocks; i++)
         TRY(load_block(L, m, &m->blocks[i], i, scratch));
     if (cfg->normalize_before)
@@ -632,8 +669,10 @@ int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, in
     s->dt = precision == CONFORMER_GPU_FP16 ? OPS_F16 : OPS_F32;
     s->max_batch = max_batch;
     s->max_frames = max_frames;
-    const char *ng = getenv("HARK_NO_GRAPHS");
+    const char *ng = getenv("HARK_NO_GRAPHS"), *fc = getenv("HARK_FFN_CHUNK");
     s->graphs = !(ng && *ng && strcmp(ng, "0"));
+    /* 8192 rows x FFN 2048 half = 32 MiB of hidden layer: within an H100's 50 MiB L2 */
+    s->ffn_chunk = fc && *fc ? atoi(fc) : (int)(((size_t)32 << 20) / (2 * (size_t)m->ffn));
     int t_out = conformer_gpu_out_len(m, max_frames);
     s->max_t_out = t_out < 1 ? 1 : t_out;
     s->max_rows = max_batch * s->max_t_out;
@@ -664,8 +703,10 @@ int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, in
     }
     size_t total = 3 * al((size_t)max_batch * sizeof(int)) + al(rows * d * 4) +
                    al(rows * d * es) + al(s->col_bytes);
-    if (f16) /* x; hn; big = FFN hidden or QKV; ctx/GLU; depthwise out; positions */
-        total += al(rows * w32 * 2) + 2 * al(rows * d * 2) + al((size_t)s->max_t_out * d * 2);
+    size_t lse_bytes = rows * (size_t)CUDA_LSE_TILES(m->vocab) * 16;
+    if (f16) /* x; hn; big = FFN hidden or QKV; ctx/GLU; depthwise out; positions; CTC partials */
+        total += al(rows * w32 * 2) + 2 * al(rows * d * 2) + al((size_t)s->max_t_out * d * 2) +
+                 al(lse_bytes);
     else
         total += 2 * al(rows * d * 4) + al(rows * w32 * 4) + al((size_t)s->max_t_out * d * 4) +
                  al(s->att_bytes) + al((size_t)max_batch * max_frames * m->in_dim * es);
@@ -706,6 +747,7 @@ int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, in
         TAKE(s->s16a, void *, rows *d * 2);
         TAKE(s->s16b, void *, rows *d * 2);
         TAKE(s->p16, void *, (size_t)s->max_t_out *d * 2);
+        TAKE(s->lse, void *, lse_bytes);
     } else {
         TAKE(s->a, float *, rows *d * 4);
         TAKE(s->u, float *, rows *d * 4);
@@ -944,15 +986,23 @@ static cuda_epi_t epi(cuda_epi_mode_t mode, void *out, long long ldo, const floa
     return e;
 }
 
-/* x += alpha · (a · wᵀ + bias) */
-static int h_resid(const gfwd_t *F, const void *a, int k, const mat_t *w, const float *bias,
-                   float alpha)
+/* rows [r0, r0 + n) of x += alpha · (a · wᵀ + bias), a (n, k) the rows' inputs; bias_alpha =
+ * alpha · bias (or NULL when alpha is 1) */
+static int h_resid_rows(const gfwd_t *F, const void *a, int k, const mat_t *w, const float *bias,
+                        float alpha, const float *bias_alpha, int r0, int n)
 {
     conformer_gpu_state_t *s = F->s;
-    cuda_epi_t e = epi(CUDA_EPI_RESID32, s->x, s->m->d, bias);
+    cuda_epi_t e = epi(CUDA_EPI_RESID32, s->x + (size_t)r0 * s->m->d, s->m->d, bias);
     e.alpha = alpha;
     e.beta = 1.0f;
-    return cuda_hgemm(&e, a, k, w->f16, F->rows, s->m->d, k, s->stream, F->err);
+    e.bias_alpha = bias_alpha;
+    return cuda_hgemm(&e, a, k, w->f16, n, s->m->d, k, s->g, F->err);
+}
+
+static int h_resid(const gfwd_t *F, const void *a, int k, const mat_t *w, const float *bias,
+                   float alpha, const float *bias_alpha)
+{
+    return h_resid_rows(F, a, k, w, bias, alpha, bias_alpha, 0, F->rows);
 }
 
 /* after a residual update: pre-norm, hn = next(x) (none: nothing to do); post-norm,
@@ -975,15 +1025,22 @@ static int h_norm(const gfwd_t *F, const dnorm_t *own, const dnorm_t *next)
 }
 
 /* x += alpha · w2(act(w1(hn) + b1)) + alpha · b2 */
-static int h_ffn(const gfwd_t *F, const mat_t *w1, const float *b1, const mat_t *w2,
-                 const float *b2, float alpha)
+static int h_ffn(const gfwd_t *F, const mat_t *w1, const float *b1, const void *b1_h,
+                 const mat_t *w2, const float *b2, float alpha, const float *b2_alpha)
 {
     conformer_gpu_state_t *s = F->s;
     const conformer_gpu_model_t *m = s->m;
     cuda_epi_t e = epi(CUDA_EPI_F16, s->big, m->ffn, b1);
+    e.bias_h = b1_h;
     e.act = act_of(&m->cfg);
-    TRY(cuda_hgemm(&e, s->hn, m->d, w1->f16, F->rows, m->ffn, m->d, s->stream, F->err));
-    TRY(h_resid(F, s->big, m->ffn, w2, b2, alpha));
+    /* in blocks of rows whose hidden activations stay in L2 between the two GEMMs */
+    int chunk = s->ffn_chunk > 0 && s->ffn_chunk < F->rows ? s->ffn_chunk : F->rows;
+    for (int r0 = 0; r0 < F->rows; r0 += chunk) {
+        int n = F->rows - r0 < chunk ? F->rows - r0 : chunk;
+        const char *a = (const char *)s->hn + (size_t)r0 * m->d * 2;
+        TRY(cuda_hgemm(&e, a, m->d, w1->f16, n, m->ffn, m->d, s->g, F->err));
+        TRY(h_resid_rows(F, s->big, m->ffn, w2, b2, alpha, b2_alpha, r0, n));
+    }
     mark(s, CONFORMER_GPU_STAGE_FFN);
     return HARK_OK;
 }
@@ -994,10 +1051,11 @@ static int h_mhsa(const gfwd_t *F, const gblock_t *bk)
     const conformer_gpu_model_t *m = s->m;
     int d = m->d, rel = m->cfg.pos == POS_REL;
     cuda_epi_t e = epi(CUDA_EPI_F16, s->big, 3 * d, bk->qkv_b);
-    TRY(cuda_hgemm(&e, s->hn, d, bk->qkv.f16, F->rows, 3 * d, d, s->stream, F->err));
+    e.bias_h = bk->qkv_bh;
+    TRY(cuda_hgemm(&e, s->hn, d, bk->qkv.f16, F->rows, 3 * d, d, s->g, F->err));
     if (rel) { /* p = linear_pos(pe[0:t]) */
         e = epi(CUDA_EPI_F16, s->p16, d, NULL);
-        TRY(cuda_hgemm(&e, m->pe16, d, bk->pos.f16, F->t, d, d, s->stream, F->err));
+        TRY(cuda_hgemm(&e, m->pe16, d, bk->pos.f16, F->t, d, d, s->g, F->err));
     }
     mark(s, CONFORMER_GPU_STAGE_ATT_PROJ);
     const char *qkv = s->big;
@@ -1006,7 +1064,7 @@ static int h_mhsa(const gfwd_t *F, const gblock_t *bk)
                              rel ? bk->pos_v : NULL, s->d_tl, F->chunk, F->left, F->batch, F->t,
                              m->h, m->dk, 1.0f / sqrtf((float)m->dk), s->stream, F->err));
     mark(s, CONFORMER_GPU_STAGE_ATT_CORE);
-    TRY(h_resid(F, s->s16a, d, &bk->o, bk->o_b, 1.0f));
+    TRY(h_resid(F, s->s16a, d, &bk->o, bk->o_b, 1.0f, NULL));
     mark(s, CONFORMER_GPU_STAGE_ATT_PROJ);
     return HARK_OK;
 }
@@ -1016,14 +1074,17 @@ static int h_conv(const gfwd_t *F, const gblock_t *bk)
     conformer_gpu_state_t *s = F->s;
     const conformer_gpu_model_t *m = s->m;
     int d = m->d, kk = m->kernel, causal = m->cfg.causal, bn = m->cfg.cnn_norm == CNN_NORM_BATCH;
-    cuda_epi_t e = epi(CUDA_EPI_GLU16, s->s16a, d, bk->pw1_b16);
-    TRY(cuda_hgemm(&e, s->hn, d, bk->pw1.f16, F->rows, 2 * d, d, s->stream, F->err));
-    TRY(cuda_dwconv_f16(s->s16b, s->s16a, causal ? bk->causal_left : NULL, bk->dw_w, bk->dw_b,
+    /* pointwise_conv1 with (value, gate) output columns interleaved; the GLU runs inside the
+     * depthwise conv's load */
+    cuda_epi_t e = epi(CUDA_EPI_F16, s->big, 2 * d, bk->pw1_b16);
+    e.bias_h = bk->pw1_bh;
+    TRY(cuda_hgemm(&e, s->hn, d, bk->pw1.f16, F->rows, 2 * d, d, s->g, F->err));
+    TRY(cuda_dwconv_f16(s->s16b, s->big, 1, causal ? bk->causal_left : NULL, bk->dw_w, bk->dw_b,
                         s->d_tl, F->batch, F->t, d, kk, causal ? kk - 1 : (kk - 1) / 2,
                         bn ? CUDA_NORM_BATCH : CUDA_NORM_LAYER, bk->cnn_norm.g, bk->cnn_norm.b,
                         bn ? bk->bn_mean : NULL, bn ? bk->bn_var : NULL, NORM_EPS, act_of(&m->cfg),
                         s->stream, F->err));
-    TRY(h_resid(F, s->s16b, d, &bk->pw2, bk->pw2_b, 1.0f));
+    TRY(h_resid(F, s->s16b, d, &bk->pw2, bk->pw2_b, 1.0f, NULL));
     mark(s, CONFORMER_GPU_STAGE_CONV);
     return HARK_OK;
 }
@@ -1037,7 +1098,8 @@ static int h_block(const gfwd_t *F, int i)
     float ff_scale = c->macaron ? 0.5f : 1.0f;
     int cnn = c->use_cnn_module;
     if (c->macaron) {
-        TRY(h_ffn(F, &bk->ffm1, bk->ffm1_b, &bk->ffm2, bk->ffm2_b, ff_scale));
+        TRY(h_ffn(F, &bk->ffm1, bk->ffm1_b, bk->ffm1_bh, &bk->ffm2, bk->ffm2_b, ff_scale,
+                  bk->ffm2_bh));
         TRY(h_norm(F, &bk->norm_ff_macaron, &bk->norm_mha));
     }
     TRY(h_mhsa(F, bk));
@@ -1046,7 +1108,7 @@ static int h_block(const gfwd_t *F, int i)
         TRY(h_conv(F, bk));
         TRY(h_norm(F, &bk->norm_conv, &bk->norm_ff));
     }
-    TRY(h_ffn(F, &bk->ff1, bk->ff1_b, &bk->ff2, bk->ff2_b, ff_scale));
+    TRY(h_ffn(F, &bk->ff1, bk->ff1_b, bk->ff1_bh, &bk->ff2, bk->ff2_b, ff_scale, bk->ff2_bh));
     const dnorm_t *next = first_norm(m, i + 1);
     if (!cnn)
         return h_norm(F, &bk->norm_ff, next);
@@ -1081,20 +1143,21 @@ static int forward_f16(const gfwd_t *F, const conformer_opts_t *o, float *d_enc,
         cuda_epi_t e = epi(CUDA_EPI_F16, s->cbuf[i], cv->cout, cv->b);
         e.act = CUDA_ACT_RELU;
         TRY(cuda_hconv2d(&e, s->cbuf[i - 1], cv->w.f16, F->batch, cv->cin, hh, ww, cv->cout,
-                         cv->k, cv->k, cv->stride, s->stream, err));
+                         cv->k, cv->k, cv->stride, s->g, err));
         hh = conv_out(hh, cv->k, cv->stride);
         ww = conv_out(ww, cv->k, cv->stride);
     }
     HARK_ASSERT(hh == F->t && m->conv[m->n_conv - 1].cout * ww == m->embed_in);
     cuda_epi_t e = epi(CUDA_EPI_RESID32, s->x, m->d, m->embed_b);
     e.alpha = m->xscale;
+    e.bias_alpha = m->embed_bx;
     if (c->pos == POS_ABS) {
         e.pe = m->pe32;
         e.pe_rows = F->t;
         e.ld_pe = m->d;
     }
     TRY(cuda_hgemm(&e, s->cbuf[m->n_conv - 1], m->embed_in, m->embed.f16, F->rows, m->d,
-                   m->embed_in, s->stream, err));
+                   m->embed_in, s->g, err));
     const dnorm_t *n0 = c->normalize_before ? first_norm(m, 0) : NULL;
     TRY(cuda_rows_norm(NULL, 0, s->hn, NULL, s->x, n0 ? n0->g : NULL, n0 ? n0->b : NULL,
                        n0 != NULL, NULL, NULL, 0, NULL, 0, F->rows, m->d, NORM_EPS, s->stream,
@@ -1288,7 +1351,8 @@ int conformer_gpu_forward(conformer_gpu_state_t *s, const conformer_opts_t *opts
     return rc;
 }
 
-/* logits (rows, V) float = ctc_lo(d_enc) (bias included) */
+/* logits (rows, V) float = ctc_lo(d_enc) (bias included); with d_out NULL only the checks, the
+ * lengths and (FP16) the half copy of d_enc in hn */
 static int ctc_logits(conformer_gpu_state_t *s, float *d_out, const float *d_enc,
                       const int *enc_lens, int batch, int t_enc, hark_err_t *err)
 {
@@ -1310,8 +1374,10 @@ static int ctc_logits(conformer_gpu_state_t *s, float *d_out, const float *d_enc
     TRY(cuda_set_lens(s->d_ctc_lens, enc_lens, batch, s->stream, err));
     if (s->dt == OPS_F16) {
         TRY(cuda_cast(s->hn, OPS_F16, d_enc, OPS_F32, (size_t)rows * m->d, s->stream, err));
+        if (!d_out)
+            return HARK_OK;
         cuda_epi_t e = epi(CUDA_EPI_F32, d_out, m->vocab, m->ctc_b);
-        return cuda_hgemm(&e, s->hn, m->d, m->ctc.f16, rows, m->vocab, m->d, s->stream, err);
+        return cuda_hgemm(&e, s->hn, m->d, m->ctc.f16, rows, m->vocab, m->d, s->g, err);
     }
     TRY(gemm_w(&F, d_out, d_enc, &m->ctc, rows, m->vocab, m->d));
     return cuda_bias_act(d_out, OPS_F32, d_out, m->ctc_b, rows, m->vocab, CUDA_ACT_NONE, s->stream,
@@ -1333,6 +1399,19 @@ int conformer_gpu_ctc_argmax(conformer_gpu_state_t *s, int *d_arg, float *d_best
                              int t_enc, hark_err_t *err)
 {
     mark(s, -1);
+    if (s->dt == OPS_F16 && !want_logp) { /* no logits in memory: per-block partials instead */
+        TRY(ctc_logits(s, NULL, d_enc, enc_lens, batch, t_enc, err));
+        if (t_enc == 0)
+            return HARK_OK;
+        const conformer_gpu_model_t *m = s->m;
+        int rows = batch * t_enc;
+        cuda_epi_t e = epi(CUDA_EPI_LSE, s->lse, CUDA_LSE_TILES(m->vocab), m->ctc_b);
+        TRY(cuda_hgemm(&e, s->hn, m->d, m->ctc.f16, rows, m->vocab, m->d, s->g, err));
+        TRY(cuda_lse_argmax(d_arg, d_best, s->lse, m->vocab, s->d_ctc_lens, t_enc, rows,
+                            s->stream, err));
+        mark(s, CONFORMER_GPU_STAGE_CTC);
+        return HARK_OK;
+    }
     TRY(ctc_logits(s, d_logp, d_enc, enc_lens, batch, t_enc, err));
     if (t_enc == 0)
         return HARK_OK;

@@ -86,10 +86,12 @@ int conformer_gpu_forward(conformer_gpu_state_t *s, const conformer_opts_t *opts
 int conformer_gpu_ctc_log_probs(conformer_gpu_state_t *s, float *d_logp, const float *d_enc,
                                 const int *enc_lens, int batch, int t_enc, hark_err_t *err);
 
-/* CTC head + greedy argmax in one pass over the logits: d_arg (batch · t_enc) ints, the argmax per
- * frame (0 past enc_lens[b]); d_best (or NULL) its log-probability; d_logp (batch, t_enc, V) float
- * is scratch for the logits, or with want_logp receives the log-probs as
- * conformer_gpu_ctc_log_probs. Enqueued on the state's stream. */
+/* CTC head + greedy argmax: d_arg (batch · t_enc) ints, the argmax per frame (0 past
+ * enc_lens[b]); d_best (or NULL) its log-probability. With want_logp, d_logp (batch, t_enc, V)
+ * float receives the log-probs as conformer_gpu_ctc_log_probs (one pass over the logits finds the
+ * argmax); without, FP32 uses d_logp as scratch for the logits and FP16 leaves it untouched (its
+ * GEMM epilogue reduces each block of 128 logits to (max, Σ exp, argmax); no logits reach memory).
+ * Enqueued on the state's stream. */
 int conformer_gpu_ctc_argmax(conformer_gpu_state_t *s, int *d_arg, float *d_best, float *d_logp,
                              int want_logp, const float *d_enc, const int *enc_lens, int batch,
                              int t_enc, hark_err_t *err);

@@ -14,7 +14,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#define QT 64 /* queries per block (4 warps × 16) */
+#define QT 128 /* queries per block (8 warps × 16): each key tile is loaded once per 128 */
 #define KT 64 /* keys per tile */
 
 struct fa_args {
@@ -58,14 +58,14 @@ __device__ __forceinline__ unsigned pack_h2(float lo, float hi)
     return *(unsigned *)&h;
 }
 
-/* rows [0, QT or KT) of a tile: dst[r][c] (row stride lds halves) = src row (row0 + r) columns
+/* rows [0, NR) of a tile: dst[r][c] (row stride lds halves) = src row (row0 + r) columns
  * [0, dk) (+ bias[c] in FP32 when given), zero for c in [dk, dkp) and for rows past `rows` */
-template <int DKP>
+template <int DKP, int NR>
 __device__ __forceinline__ void load_rows(__half *dst, int lds, const __half *src, long long ld,
                                           int row0, int rows, int dk, const float *bias, int vec)
 {
     constexpr int CH = DKP / 8;
-    for (int idx = threadIdx.x; idx < 64 * CH; idx += blockDim.x) {
+    for (int idx = threadIdx.x; idx < NR * CH; idx += blockDim.x) {
         int r = idx / CH, c8 = (idx - r * CH) * 8;
         __half *d = dst + r * lds + c8;
         const __half *s = src + (long long)(row0 + r) * ld + c8;
@@ -91,9 +91,9 @@ __device__ __forceinline__ void load_rows(__half *dst, int lds, const __half *sr
     }
 }
 
-/* grid (ceil(t / QT), heads, batch), 128 threads */
+/* grid (ceil(t / QT), heads, batch), QT / 16 warps */
 template <int DKP, int REL>
-__global__ void __launch_bounds__(128) flash_attention_kernel(fa_args a)
+__global__ void __launch_bounds__(QT * 2, 2) flash_attention_kernel(fa_args a)
 {
     constexpr int W = REL ? 2 * DKP : DKP; /* score width */
     constexpr int LQ = W + 8, LV = DKP + 8;
@@ -108,10 +108,10 @@ __global__ void __launch_bounds__(128) flash_attention_kernel(fa_args a)
     int hc = h * dk;
 
     /* Q' = [q + bu | q + bv] (REL) or q */
-    load_rows<DKP>(sQ, LQ, a.q + rowb * a.ld + hc, a.ld, q0, T - q0, dk,
+    load_rows<DKP, QT>(sQ, LQ, a.q + rowb * a.ld + hc, a.ld, q0, T - q0, dk,
                    a.bu ? a.bu + hc : NULL, a.vec);
     if (REL)
-        load_rows<DKP>(sQ + DKP, LQ, a.q + rowb * a.ld + hc, a.ld, q0, T - q0, dk,
+        load_rows<DKP, QT>(sQ + DKP, LQ, a.q + rowb * a.ld + hc, a.ld, q0, T - q0, dk,
                        a.bv ? a.bv + hc : NULL, a.vec);
 
     /* the key range of the thread's two rows (g and g + 8 of the warp's 16) */
@@ -141,10 +141,10 @@ __global__ void __launch_bounds__(128) flash_attention_kernel(fa_args a)
     for (int kt = 0; kt < ntiles; kt++) {
         int j0 = kt * KT;
         __syncthreads(); /* the previous tile is consumed (and Q' is written, the first time) */
-        load_rows<DKP>(sK, LQ, a.k + rowb * a.ld + hc, a.ld, j0, T - j0, dk, NULL, a.vec);
+        load_rows<DKP, KT>(sK, LQ, a.k + rowb * a.ld + hc, a.ld, j0, T - j0, dk, NULL, a.vec);
         if (REL)
-            load_rows<DKP>(sK + DKP, LQ, a.p + hc, a.ldp, j0, T - j0, dk, NULL, a.vec);
-        load_rows<DKP>(sV, LV, a.v + rowb * a.ld + hc, a.ld, j0, T - j0, dk, NULL, a.vec);
+            load_rows<DKP, KT>(sK + DKP, LQ, a.p + hc, a.ldp, j0, T - j0, dk, NULL, a.vec);
+        load_rows<DKP, KT>(sV, LV, a.v + rowb * a.ld + hc, a.ld, j0, T - j0, dk, NULL, a.vec);
         __syncthreads();
 
         float s[KT / 8][4];
@@ -269,7 +269,7 @@ static int fa_launch(const fa_args &a, int batch, cudaStream_t st, hark_err_t *e
             attr_set[dev] = true;
     }
     dim3 grid((unsigned)((a.t + QT - 1) / QT), (unsigned)a.heads, (unsigned)batch);
-    flash_attention_kernel<DKP, REL><<<grid, 128, smem, st>>>(a);
+    flash_attention_kernel<DKP, REL><<<grid, QT * 2, smem, st>>>(a);
     cudaError_t e = cudaGetLastError();
     return e != cudaSuccess ? err_set(err, HARK_ERR_CUDA, "cuda: flash_attention_kernel: %s",
                                       cudaGetErrorString(e))

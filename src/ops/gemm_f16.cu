@@ -4,17 +4,21 @@
  * after a GEMM: bias + activation to FP16, GLU to FP16, and the residual update of the FP32
  * stream (x = beta·x + alpha·(acc + bias) + pe), so no FP32 GEMM output ever reaches memory.
  * CPU references: matmul_ref + activation_ref / glu_ref / axpy_ref, conv2d_ref (ops_cpu.c).
+ * cuda_hgemm can instead hand the GEMMs whose epilogue cuBLASLt expresses to cuBLASLt (see
+ * ops_cuda.h: ops_gemm_backend_t); the rest always run here.
  * Tests: tests/ops/test_ops_cuda.c (cuda_hgemm_*, cuda_hconv2d_*). */
 #include "ops/ops_cuda.h"
 
 #include "hark.h"
+#include "ops/ops_cuda_impl.h"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 #define BK 32      /* k per pipeline stage */
-#define LDS 40     /* shared-memory row in halves: BK + 8 (80 bytes: ldmatrix conflict-free) */
+#define LDS BK     /* shared-memory row in halves (64 bytes), its four 16-byte chunks swizzled */
 #define STAGES 4
 
 /* A operand: plain rows (A[m][k] at a + m·lda + k) or the implicit im2col of a channel-last image
@@ -35,20 +39,6 @@ struct gemm_epi_t {
     int pe_rows;
     long long ld_pe;
 };
-
-__device__ __forceinline__ float epi_act(float x, int act)
-{
-    switch (act) {
-    case CUDA_ACT_RELU:
-        return x > 0.0f ? x : 0.0f;
-    case CUDA_ACT_SWISH:
-        return x / (1.0f + __expf(-x));
-    case CUDA_ACT_GELU:
-        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    default:
-        return x;
-    }
-}
 
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
 {
@@ -75,83 +65,189 @@ __device__ __forceinline__ void ldsm_x4(unsigned r[4], const void *smem)
 
 __device__ __forceinline__ void mma16816(float c[4], const unsigned a[4], unsigned b0, unsigned b1)
 {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
                  "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* element offset of A[m][k] for k a multiple of 8 (the 8 halves of a chunk are contiguous) */
-__device__ __forceinline__ long long a_koff(const gemm_a_t &A, int k)
+/* half offset of 16-byte chunk c (0..3) of tile row r: chunk c ^ ((r / 2) mod 4), so that the 8
+ * rows of an ldmatrix and the 8 chunks of a cp.async phase fall in distinct banks */
+__device__ __forceinline__ int swz(int r, int c)
 {
-    if (!A.conv)
-        return k;
-    int ij = k / A.cin, ci = k - ij * A.cin;
-    int i = ij / A.kw, j = ij - i * A.kw;
-    return ((long long)i * A.w + j) * A.cin + ci;
+    return r * LDS + ((c ^ (r >> 1)) & 3) * 8;
 }
 
 __device__ __forceinline__ long long a_rowoff(const gemm_a_t &A, int m)
 {
-    if (!A.conv)
-        return (long long)m * A.lda;
     int per = A.h_out * A.w_out, b = m / per, r = m - b * per, ho = r / A.w_out,
         wo = r - ho * A.w_out;
     return (((long long)b * A.h + (long long)ho * A.stride) * A.w + (long long)wo * A.stride) *
            A.cin;
 }
 
-/* two adjacent output columns (n, n + 1) of row m; v1 is ignored past N */
-__device__ __forceinline__ void epi_store(const gemm_epi_t &E, int m, int n, int N, float v0,
-                                          float v1)
+/* the activations of the F16 epilogue; fast reciprocals (the result is rounded to half) */
+template <int ACT> __device__ __forceinline__ float epi_act(float x)
 {
-    bool has1 = n + 1 < N;
-    if (E.bias) {
-        v0 += E.bias[n];
-        if (has1)
-            v1 += E.bias[n + 1];
-    }
-    switch (E.mode) {
-    case CUDA_EPI_F16: {
-        __half *o = (__half *)E.out + (long long)m * E.ldo + n;
-        v0 = epi_act(v0, E.act);
-        v1 = epi_act(v1, E.act);
-        if (has1 && !(E.ldo & 1))
-            *(__half2 *)o = __floats2half2_rn(v0, v1);
-        else {
-            o[0] = __float2half_rn(v0);
-            if (has1)
-                o[1] = __float2half_rn(v1);
+    if (ACT == CUDA_ACT_RELU)
+        return x > 0.0f ? x : 0.0f;
+    if (ACT == CUDA_ACT_SWISH)
+        return __fdividef(x, 1.0f + __expf(-x));
+    if (ACT == CUDA_ACT_GELU)
+        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    return x;
+}
+
+/* The epilogue of one 16-row slab of accumulators in the mma.sync (and wgmma) fragment layout:
+ * acc[j][0..1] at row m_base + g, columns n_base + 8j + 2·t4 (+1); acc[j][2..3] at row + 8. */
+template <int NTL, int MODE, int ACT>
+__device__ __forceinline__ void epi_slab(const gemm_epi_t &E, int M, int N, int m_base,
+                                         int n_base, const float (*acc)[4], int lane)
+{
+    int g = lane >> 2, t4 = lane & 3;
+    bool pair_ok = !(E.ldo & 1);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int m = m_base + g + h * 8;
+        if (m >= M)
+            continue;
+        const float *pe =
+            MODE == CUDA_EPI_RESID32 && E.pe ? E.pe + (long long)(m % E.pe_rows) * E.ld_pe : NULL;
+#pragma unroll
+        for (int j = 0; j < NTL; j++) {
+            int n = n_base + j * 8 + t4 * 2;
+            if (n >= N)
+                continue;
+            bool has1 = n + 1 < N;
+            float v0 = acc[j][h * 2], v1 = acc[j][h * 2 + 1];
+            if (E.bias) {
+                v0 += E.bias[n];
+                v1 += has1 ? E.bias[n + 1] : 0.0f;
+            }
+            if (MODE == CUDA_EPI_F16) {
+                __half *o = (__half *)E.out + (long long)m * E.ldo + n;
+                v0 = epi_act<ACT>(v0);
+                v1 = epi_act<ACT>(v1);
+                if (has1 && pair_ok) {
+                    *(__half2 *)o = __floats2half2_rn(v0, v1);
+                } else {
+                    o[0] = __float2half_rn(v0);
+                    if (has1)
+                        o[1] = __float2half_rn(v1);
+                }
+            } else if (MODE == CUDA_EPI_GLU16) { /* (value, gate) pairs; N even */
+                ((__half *)E.out)[(long long)m * E.ldo + (n >> 1)] =
+                    __float2half_rn(__fdividef(v0, 1.0f + __expf(-v1)));
+            } else if (MODE == CUDA_EPI_RESID32) {
+                float *o = (float *)E.out + (long long)m * E.ldo + n;
+                float r0 = E.alpha * v0 + (pe ? pe[n] : 0.0f);
+                float r1 = E.alpha * v1 + (pe && has1 ? pe[n + 1] : 0.0f);
+                if (has1 && pair_ok) {
+                    float2 x = E.beta != 0.0f ? *(float2 *)o : make_float2(0.0f, 0.0f);
+                    *(float2 *)o = make_float2(E.beta * x.x + r0, E.beta * x.y + r1);
+                } else {
+                    o[0] = E.beta != 0.0f ? E.beta * o[0] + r0 : r0;
+                    if (has1)
+                        o[1] = E.beta != 0.0f ? E.beta * o[1] + r1 : r1;
+                }
+            } else { /* CUDA_EPI_F32 */
+                float *o = (float *)E.out + (long long)m * E.ldo + n;
+                if (has1 && pair_ok) {
+                    *(float2 *)o = make_float2(v0, v1);
+                } else {
+                    o[0] = v0;
+                    if (has1)
+                        o[1] = v1;
+                }
+            }
         }
-        break;
     }
-    case CUDA_EPI_GLU16: /* columns (2j, 2j + 1) = (value, gate) of output j; N even */
-        ((__half *)E.out)[(long long)m * E.ldo + (n >> 1)] =
-            __float2half_rn(v0 / (1.0f + __expf(-v1)));
-        break;
-    case CUDA_EPI_RESID32: {
-        float *o = (float *)E.out + (long long)m * E.ldo + n;
-        const float *pe = E.pe ? E.pe + (long long)(m % E.pe_rows) * E.ld_pe + n : NULL;
-        float r0 = E.alpha * v0 + (pe ? pe[0] : 0.0f);
-        o[0] = E.beta != 0.0f ? E.beta * o[0] + r0 : r0;
-        if (has1) {
-            float r1 = E.alpha * v1 + (pe ? pe[1] : 0.0f);
-            o[1] = E.beta != 0.0f ? E.beta * o[1] + r1 : r1;
+}
+
+/* online (max, Σ exp(x - max), first argmax) triples; NaN never wins, ties keep the first index */
+struct lse3 {
+    float m, s;
+    int i;
+};
+
+__device__ __forceinline__ lse3 lse_add(lse3 a, float v, int i)
+{
+    if (v > a.m) {
+        a.s = (a.i >= 0 ? a.s * __expf(a.m - v) : 0.0f) + 1.0f;
+        a.m = v;
+        a.i = i;
+    } else if (a.i >= 0 && v == v) {
+        a.s += __expf(v - a.m);
+    }
+    return a;
+}
+
+__device__ __forceinline__ lse3 lse_merge3(lse3 a, lse3 b)
+{
+    if (b.i >= 0 && (a.i < 0 || b.m > a.m || (b.m == a.m && b.i < a.i))) {
+        lse3 t = a;
+        a = b;
+        b = t;
+    }
+    if (b.i >= 0)
+        a.s += b.s * __expf(b.m - a.m);
+    return a;
+}
+
+__device__ __forceinline__ lse3 lse_shfl(lse3 a, int o)
+{
+    lse3 b;
+    b.m = __shfl_xor_sync(0xffffffffu, a.m, o);
+    b.s = __shfl_xor_sync(0xffffffffu, a.s, o);
+    b.i = __shfl_xor_sync(0xffffffffu, a.i, o);
+    return lse_merge3(a, b);
+}
+
+/* CUDA_EPI_LSE: per row, the (max, Σ exp, argmax) of (acc + bias) over this block's BN columns,
+ * written as a float4 (m, s, argmax bits, 0) to out[row · ldo + blockIdx.x] */
+template <int BM, int WM, int WN, int MT, int NTL, int WARPS_N>
+__device__ __forceinline__ void epi_lse(const gemm_epi_t &E, int M, int N, int m0, int n0, int wm,
+                                        int wn, const float (*acc)[NTL][4], int lane,
+                                        unsigned char *smem)
+{
+    int g = lane >> 2, t4 = lane & 3;
+    lse3 *red = (lse3 *)smem; /* (BM, WARPS_N) */
+    __syncthreads();          /* the pipeline's shared memory is free */
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            lse3 a = {-INFINITY, 0.0f, -1};
+#pragma unroll
+            for (int j = 0; j < NTL; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    int n = n0 + wn * WN + j * 8 + t4 * 2 + e;
+                    if (n < N)
+                        a = lse_add(a, acc[i][j][h * 2 + e] + (E.bias ? E.bias[n] : 0.0f), n);
+                }
+            a = lse_shfl(a, 1);
+            a = lse_shfl(a, 2);
+            if (t4 == 0)
+                red[(wm * WM + i * 16 + g + h * 8) * WARPS_N + wn] = a;
         }
-        break;
-    }
-    default: { /* CUDA_EPI_F32 */
-        float *o = (float *)E.out + (long long)m * E.ldo + n;
-        o[0] = v0;
-        if (has1)
-            o[1] = v1;
-    }
+    __syncthreads();
+    for (int r = threadIdx.x; r < BM; r += blockDim.x) {
+        if (m0 + r >= M)
+            continue;
+        lse3 a = red[r * WARPS_N];
+        for (int w = 1; w < WARPS_N; w++)
+            a = lse_merge3(a, red[r * WARPS_N + w]);
+        ((float4 *)E.out)[(long long)(m0 + r) * E.ldo + blockIdx.x] =
+            make_float4(a.m, a.s, __int_as_float(a.i), 0.0f);
     }
 }
 
 /* Block tile BM × BN, warp tile WM × WN; threads = (BM/WM)·(BN/WN)·32. Grid: x over N tiles, y
- * over M tiles (neighbouring blocks share A rows; the weights stay in L2). */
-template <int BM, int BN, int WM, int WN>
+ * over M tiles (neighbouring blocks share A rows; the weights stay in L2). MODE and ACT fix the
+ * epilogue at compile time; CONV: 0 plain rows, 1 implicit conv with cin % 32 == 0 (a k tile is
+ * one filter tap: its offset advances incrementally), 2 implicit conv with cin % 8 == 0. */
+template <int BM, int BN, int WM, int WN, int MODE, int ACT, int CONV>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     hgemm_kernel(gemm_a_t A, const __half *__restrict__ W, int M, int N, int K, gemm_epi_t E)
 {
@@ -160,52 +256,68 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     constexpr int A_CH = BM * (BK / 8) / NT, B_CH = BN * (BK / 8) / NT;
     static_assert(A_CH >= 1 && B_CH >= 1 && NTL % 2 == 0, "tile shape");
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    __half *sA = (__half *)smem_raw;      /* (STAGES, BM, LDS) */
-    __half *sB = sA + STAGES * BM * LDS;  /* (STAGES, BN, LDS) */
+    __half *sA = (__half *)smem_raw;     /* (STAGES, BM, LDS) */
+    __half *sB = sA + STAGES * BM * LDS; /* (STAGES, BN, LDS) */
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int wm = warp / WARPS_N, wn = warp % WARPS_N;
     int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
 
-    long long a_off[A_CH];
+    const __half *a_ptr[A_CH];
     bool a_ok[A_CH];
-    int a_row[A_CH], a_kc[A_CH];
+    int a_sm[A_CH], a_kc[A_CH];
 #pragma unroll
     for (int i = 0; i < A_CH; i++) {
-        int c = tid + i * NT;
-        a_row[i] = c >> 2;
+        int c = tid + i * NT, row = c >> 2, m = m0 + row;
         a_kc[i] = (c & 3) * 8;
-        int m = m0 + a_row[i];
+        a_sm[i] = swz(row, c & 3);
         a_ok[i] = m < M;
-        a_off[i] = a_ok[i] ? a_rowoff(A, m) : 0;
+        long long off = !a_ok[i] ? 0 : CONV ? a_rowoff(A, m) : (long long)m * A.lda;
+        a_ptr[i] = A.a + off + (CONV == 2 ? 0 : a_kc[i]);
     }
     const __half *b_ptr[B_CH];
     bool b_ok[B_CH];
-    int b_row[B_CH], b_kc[B_CH];
+    int b_sm[B_CH], b_kc[B_CH];
 #pragma unroll
     for (int i = 0; i < B_CH; i++) {
-        int c = tid + i * NT;
-        b_row[i] = c >> 2;
+        int c = tid + i * NT, row = c >> 2, n = n0 + row;
         b_kc[i] = (c & 3) * 8;
-        int n = n0 + b_row[i];
+        b_sm[i] = swz(row, c & 3);
         b_ok[i] = n < N;
-        b_ptr[i] = W + (long long)(b_ok[i] ? n : 0) * K;
+        b_ptr[i] = W + (long long)(b_ok[i] ? n : 0) * K + b_kc[i];
     }
     int KT = (K + BK - 1) / BK;
+    int ci0 = 0, ti = 0, tj = 0; /* CONV 1: the channel block and filter tap of the next tile */
 
     auto load_tile = [&](int stage, int kt) {
         __half *da = sA + stage * BM * LDS, *db = sB + stage * BN * LDS;
+        long long koff = (long long)kt * BK;
+        if (CONV == 1) { /* tiles are loaded in order 0, 1, 2, ... */
+            koff = ((long long)ti * A.w + tj) * A.cin + ci0;
+            ci0 += BK;
+            if (ci0 == A.cin) {
+                ci0 = 0;
+                if (++tj == A.kw) {
+                    tj = 0;
+                    ++ti;
+                }
+            }
+        }
 #pragma unroll
         for (int i = 0; i < A_CH; i++) {
             int k = kt * BK + a_kc[i];
             bool ok = a_ok[i] && k < K;
-            const __half *src = ok ? A.a + a_off[i] + a_koff(A, k) : A.a;
-            cp_async16(da + a_row[i] * LDS + a_kc[i], src, ok);
+            const __half *src = a_ptr[i] + koff;
+            if (CONV == 2 && ok) {
+                int ij = k / A.cin, ci = k - ij * A.cin, ii = ij / A.kw, jj = ij - ii * A.kw;
+                src = a_ptr[i] + ((long long)ii * A.w + jj) * A.cin + ci;
+            }
+            cp_async16(da + a_sm[i], ok ? src : A.a, ok);
         }
 #pragma unroll
         for (int i = 0; i < B_CH; i++) {
             int k = kt * BK + b_kc[i];
             bool ok = b_ok[i] && k < K;
-            cp_async16(db + b_row[i] * LDS + b_kc[i], ok ? b_ptr[i] + k : W, ok);
+            cp_async16(db + b_sm[i], ok ? b_ptr[i] + (long long)kt * BK : W, ok);
         }
     };
 
@@ -237,11 +349,11 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
             unsigned af[MT][4], bf[NTL / 2][4];
 #pragma unroll
             for (int i = 0; i < MT; i++)
-                ldsm_x4(af[i], ta + (wm * WM + i * 16 + (lane & 15)) * LDS + kk + (lane >> 4) * 8);
+                ldsm_x4(af[i], ta + swz(wm * WM + i * 16 + (lane & 15), (kk >> 3) + (lane >> 4)));
 #pragma unroll
             for (int j = 0; j < NTL / 2; j++)
-                ldsm_x4(bf[j], tb + (wn * WN + j * 16 + (lane & 7) + (lane >> 4) * 8) * LDS + kk +
-                                   ((lane >> 3) & 1) * 8);
+                ldsm_x4(bf[j], tb + swz(wn * WN + j * 16 + (lane & 7) + (lane >> 4) * 8,
+                                        (kk >> 3) + ((lane >> 3) & 1)));
 #pragma unroll
             for (int i = 0; i < MT; i++)
 #pragma unroll
@@ -251,20 +363,161 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     }
     cp_async_wait<0>();
 
-    int g = lane >> 2, t4 = lane & 3;
+    if constexpr (MODE == CUDA_EPI_LSE) {
+        epi_lse<BM, WM, WN, MT, NTL, WARPS_N>(E, M, N, m0, n0, wm, wn, acc, lane, smem_raw);
+    } else {
+        /* each thread owns column pairs (n, n + 1) of rows g and g + 8 of each mma tile */
 #pragma unroll
-    for (int i = 0; i < MT; i++)
+        for (int i = 0; i < MT; i++)
+            epi_slab<NTL, MODE, ACT>(E, M, N, m0 + wm * WM + i * 16, n0 + wn * WN, acc[i], lane);
+    }
+}
+
+/* ---- Hopper: wgmma ----------------------------------------------------------------------------
+ * Block tile 128 × 128 × 64, two consumer warpgroups (rows 0-63 and 64-127), each issuing
+ * wgmma.m64n128k16 from shared memory; all 256 threads load the tiles with cp.async into the
+ * 128-byte-swizzled K-major layout wgmma reads (row r's 16-byte chunk c at c ^ (r mod 8), rows of
+ * 128 bytes, 1024-byte aligned), WG_STAGES deep, one wgmma batch in flight. */
+#define WG_BM 128
+#define WG_BN 128
+#define WG_BK 64
+#define WG_STAGES 4
+#define WG_THREADS 256
+#define WG_TILE_BYTES (WG_BM * WG_BK * 2) /* = WG_BN * WG_BK * 2 */
+
+__device__ __forceinline__ uint64_t wg_desc(unsigned smem_addr)
+{
+    uint64_t d = 0;
+    d |= (uint64_t)((smem_addr & 0x3FFFF) >> 4);  /* start address */
+    d |= (uint64_t)(16 >> 4) << 16;                /* leading byte offset (unused: swizzled) */
+    d |= (uint64_t)(1024 >> 4) << 32;              /* stride byte offset: 8 rows of 128 bytes */
+    d |= (uint64_t)1 << 62;                        /* 128-byte swizzle */
+    return d;
+}
+
+__device__ __forceinline__ void wg_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void wg_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+/* d (64 × 128, this warpgroup's fragments) += A (64 × 16) · B (128 × 16)ᵀ from shared memory */
+__device__ __forceinline__ void wgmma_m64n128k16(float d[64], uint64_t da, uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db));
+}
+
+template <int MODE, int ACT, int CONV>
+__global__ void __launch_bounds__(WG_THREADS, 1)
+    hgemm_wgmma_kernel(gemm_a_t A, const __half *__restrict__ W, int M, int N, int K, gemm_epi_t E)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    unsigned base = (unsigned)__cvta_generic_to_shared(smem_raw);
+    unsigned pad = ((base + 1023u) & ~1023u) - base; /* the swizzle needs 1024-byte alignment */
+    unsigned char *smem = smem_raw + pad; /* stage s: A at s·2·TILE, B at s·2·TILE + TILE */
+    unsigned sbase = base + pad;
+    int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
+    int m0 = blockIdx.y * WG_BM, n0 = blockIdx.x * WG_BN;
+    constexpr int CH = WG_BM * (WG_BK / 8) / WG_THREADS; /* 16-byte chunks per thread per tile: 4 */
+
+    /* this thread's chunks: rows tid / 8 + 32·i, chunk tid mod 8 (the same for A and B) */
+    int kc = (tid & 7) * 8, r0 = tid >> 3;
+    const __half *a_ptr[CH], *b_ptr[CH];
+    bool a_ok[CH], b_ok[CH];
+    unsigned s_off[CH];
 #pragma unroll
-        for (int j = 0; j < NTL; j++) {
-            int n = n0 + wn * WN + j * 8 + t4 * 2;
-            if (n >= N)
-                continue;
-            int m = m0 + wm * WM + i * 16 + g;
-            if (m < M)
-                epi_store(E, m, n, N, acc[i][j][0], acc[i][j][1]);
-            if (m + 8 < M)
-                epi_store(E, m + 8, n, N, acc[i][j][2], acc[i][j][3]);
+    for (int i = 0; i < CH; i++) {
+        int r = r0 + 32 * i, m = m0 + r, n = n0 + r;
+        a_ok[i] = m < M;
+        b_ok[i] = n < N;
+        long long off = !a_ok[i] ? 0 : CONV ? a_rowoff(A, m) : (long long)m * A.lda;
+        a_ptr[i] = A.a + off + (CONV == 2 ? 0 : kc);
+        b_ptr[i] = W + (long long)(b_ok[i] ? n : 0) * K + kc;
+        s_off[i] = (unsigned)(r * 128 + (((tid & 7) ^ (r & 7)) * 16));
+    }
+    int KT = (K + WG_BK - 1) / WG_BK;
+    int ci0 = 0, ti = 0, tj = 0; /* CONV 1: channel block and filter tap of the next tile */
+
+    auto load_tile = [&](int stage, int kt) {
+        unsigned char *sa = smem + stage * 2 * WG_TILE_BYTES, *sb = sa + WG_TILE_BYTES;
+        long long koff = (long long)kt * WG_BK;
+        if (CONV == 1) { /* tiles are loaded in order 0, 1, 2, ... */
+            koff = ((long long)ti * A.w + tj) * A.cin + ci0;
+            ci0 += WG_BK;
+            if (ci0 == A.cin) {
+                ci0 = 0;
+                if (++tj == A.kw) {
+                    tj = 0;
+                    ++ti;
+                }
+            }
         }
+        int k = kt * WG_BK + kc;
+#pragma unroll
+        for (int i = 0; i < CH; i++) {
+            bool ok = a_ok[i] && k < K;
+            const __half *src = a_ptr[i] + koff;
+            if (CONV == 2 && ok) {
+                int ij = k / A.cin, ci = k - ij * A.cin, ii = ij / A.kw, jj = ij - ii * A.kw;
+                src = a_ptr[i] + ((long long)ii * A.w + jj) * A.cin + ci;
+            }
+            cp_async16(sa + s_off[i], ok ? src : A.a, ok);
+            bool okb = b_ok[i] && k < K;
+            cp_async16(sb + s_off[i], okb ? b_ptr[i] + (long long)kt * WG_BK : W, okb);
+        }
+    };
+
+    float d[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        d[i] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < WG_STAGES - 2; s++) {
+        if (s < KT)
+            load_tile(s, s);
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < KT; kt++) {
+        cp_async_wait<WG_STAGES - 3>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads(); /* tile kt landed; every warpgroup finished the batch of tile kt - 2 */
+        int nk = kt + WG_STAGES - 2;
+        if (nk < KT)
+            load_tile(nk % WG_STAGES, nk);
+        cp_async_commit();
+        unsigned sa = sbase + (kt % WG_STAGES) * 2 * WG_TILE_BYTES + wg * 64 * 128,
+                 sb = sbase + (kt % WG_STAGES) * 2 * WG_TILE_BYTES + WG_TILE_BYTES;
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < WG_BK / 16; ks++)
+            wgmma_m64n128k16(d, wg_desc(sa + ks * 32), wg_desc(sb + ks * 32));
+        wg_commit();
+        wg_wait<1>();
+    }
+    wg_wait<0>();
+    cp_async_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+    epi_slab<16, MODE, ACT>(E, M, N, m0 + wg * 64 + wq * 16, n0, (const float(*)[4])d, lane);
 }
 
 static int launched(hark_err_t *err, const char *what)
@@ -275,19 +528,19 @@ static int launched(hark_err_t *err, const char *what)
                             : HARK_OK;
 }
 
-template <int BM, int BN, int WM, int WN>
+template <int BM, int BN, int WM, int WN, int MODE, int ACT, int CONV>
 static int hgemm_launch(const gemm_a_t &A, const __half *W, int M, int N, int K,
                         const gemm_epi_t &E, cudaStream_t st, hark_err_t *err)
 {
     constexpr int threads = (BM / WM) * (BN / WN) * 32;
     constexpr size_t smem = (size_t)STAGES * (BM + BN) * LDS * sizeof(__half);
+    auto kern = hgemm_kernel<BM, BN, WM, WN, MODE, ACT, CONV>;
     static bool attr_set[64]; /* per device; a benign race: every thread sets the same value */
     int dev = 0;
     cudaGetDevice(&dev);
     if (dev < 0 || dev >= 64 || !attr_set[dev]) {
-        cudaError_t e = cudaFuncSetAttribute(hgemm_kernel<BM, BN, WM, WN>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)smem);
+        cudaError_t e =
+            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess)
             return err_set(err, HARK_ERR_CUDA, "cuda: hgemm smem attribute: %s",
                            cudaGetErrorString(e));
@@ -295,28 +548,111 @@ static int hgemm_launch(const gemm_a_t &A, const __half *W, int M, int N, int K,
             attr_set[dev] = true;
     }
     dim3 grid((unsigned)((N + BN - 1) / BN), (unsigned)((M + BM - 1) / BM));
-    hgemm_kernel<BM, BN, WM, WN><<<grid, threads, smem, st>>>(A, W, M, N, K, E);
+    kern<<<grid, threads, smem, st>>>(A, W, M, N, K, E);
     return launched(err, "hgemm_kernel");
 }
 
+template <int MODE, int ACT, int CONV>
+static int wgmma_launch(const gemm_a_t &A, const __half *W, int M, int N, int K,
+                        const gemm_epi_t &E, cudaStream_t st, hark_err_t *err)
+{
+    constexpr size_t smem = (size_t)WG_STAGES * 2 * WG_TILE_BYTES + 1024;
+    auto kern = hgemm_wgmma_kernel<MODE, ACT, CONV>;
+    static bool attr_set[64];
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (dev < 0 || dev >= 64 || !attr_set[dev]) {
+        cudaError_t e =
+            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess)
+            return err_set(err, HARK_ERR_CUDA, "cuda: wgmma smem attribute: %s",
+                           cudaGetErrorString(e));
+        if (dev >= 0 && dev < 64)
+            attr_set[dev] = true;
+    }
+    dim3 grid((unsigned)((N + WG_BN - 1) / WG_BN), (unsigned)((M + WG_BM - 1) / WG_BM));
+    kern<<<grid, WG_THREADS, smem, st>>>(A, W, M, N, K, E);
+    return launched(err, "hgemm_wgmma_kernel");
+}
+
+/* big tiles once there are two waves of them on a 132-SM part, small ones before */
+template <int MODE, int ACT, int CONV>
+static int hgemm_tiles(const gemm_a_t &A, const __half *W, int M, int N, int K,
+                       const gemm_epi_t &E, cudaStream_t st, int wgmma, hark_err_t *err)
+{
+    long long big = (long long)((M + 127) / 128) * ((N + 127) / 128);
+    if (wgmma)
+        return wgmma_launch<MODE, ACT, CONV>(A, W, M, N, K, E, st, err);
+    if (big >= 264)
+        return hgemm_launch<128, 128, 64, 32, MODE, ACT, CONV>(A, W, M, N, K, E, st, err);
+    return hgemm_launch<64, 64, 32, 32, MODE, ACT, CONV>(A, W, M, N, K, E, st, err);
+}
+
+/* whether the wgmma kernel takes this GEMM under the context's policy: a Hopper GPU, enough
+ * 128 x 128 tiles to fill it, and (implicit conv) k tiles that stay inside one filter tap or the
+ * generic addressing */
+static bool wgmma_takes(const ops_cuda_t *g, const gemm_a_t &A, int M, int N, int K)
+{
+    /* AUTO: long K only (the subsampling convs): with a short K this kernel's epilogue, which
+     * nothing overlaps, costs more than the mma.sync kernel's (measured: bench/bench_hgemm.c) */
+    if (g->backend != OPS_GEMM_WGMMA && !(g->backend == OPS_GEMM_AUTO && K >= 1024))
+        return false;
+    if (g->sm < 90)
+        return false;
+    long long tiles = (long long)((M + WG_BM - 1) / WG_BM) * ((N + WG_BN - 1) / WG_BN);
+    return tiles >= 132;
+}
+
 static int hgemm_run(const gemm_a_t &A, const __half *W, int M, int N, int K,
-                     const gemm_epi_t &E, cudaStream_t st, hark_err_t *err)
+                     const gemm_epi_t &E, cudaStream_t st, int wg, hark_err_t *err)
 {
     if (M <= 0 || N <= 0)
         return HARK_OK;
-    /* big tiles once there are two waves of them on a 132-SM part, small ones before */
-    long long big = (long long)((M + 127) / 128) * ((N + 127) / 128);
-    if (big >= 264)
-        return hgemm_launch<128, 128, 64, 32>(A, W, M, N, K, E, st, err);
-    return hgemm_launch<64, 64, 32, 32>(A, W, M, N, K, E, st, err);
+    if (A.conv) { /* the subsampling convs: bias + ReLU */
+        if (E.mode != CUDA_EPI_F16 || E.act != CUDA_ACT_RELU)
+            return err_set(err, HARK_ERR_INVALID_ARG, "hconv2d: only the F16 + ReLU epilogue");
+        if (A.cin % (wg ? WG_BK : BK) == 0)
+            return hgemm_tiles<CUDA_EPI_F16, CUDA_ACT_RELU, 1>(A, W, M, N, K, E, st, wg, err);
+        return hgemm_tiles<CUDA_EPI_F16, CUDA_ACT_RELU, 2>(A, W, M, N, K, E, st, wg, err);
+    }
+    switch (E.mode) {
+    case CUDA_EPI_F16:
+        switch (E.act) {
+        case CUDA_ACT_RELU:
+            return hgemm_tiles<CUDA_EPI_F16, CUDA_ACT_RELU, 0>(A, W, M, N, K, E, st, wg, err);
+        case CUDA_ACT_SWISH:
+            return hgemm_tiles<CUDA_EPI_F16, CUDA_ACT_SWISH, 0>(A, W, M, N, K, E, st, wg, err);
+        case CUDA_ACT_GELU:
+            return hgemm_tiles<CUDA_EPI_F16, CUDA_ACT_GELU, 0>(A, W, M, N, K, E, st, wg, err);
+        default:
+            return hgemm_tiles<CUDA_EPI_F16, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, wg, err);
+        }
+    case CUDA_EPI_GLU16:
+        return hgemm_tiles<CUDA_EPI_GLU16, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, wg, err);
+    case CUDA_EPI_RESID32:
+        return hgemm_tiles<CUDA_EPI_RESID32, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, wg, err);
+    case CUDA_EPI_LSE: /* partials per 128 columns: always the 128 x 128 mma.sync tiles */
+        return hgemm_launch<128, 128, 64, 32, CUDA_EPI_LSE, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st,
+                                                                            err);
+    default:
+        return hgemm_tiles<CUDA_EPI_F32, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, wg, err);
+    }
+}
+
+static bool al16(const void *p)
+{
+    return ((uintptr_t)p & 15u) == 0;
 }
 
 static int epi_check(const cuda_epi_t *e, int N, hark_err_t *err)
 {
     if (!e || !e->out)
         return err_set(err, HARK_ERR_INVALID_ARG, "hgemm: no output");
-    if (e->mode < CUDA_EPI_F16 || e->mode > CUDA_EPI_F32)
+    if (e->mode < CUDA_EPI_F16 || e->mode > CUDA_EPI_LSE)
         return err_set(err, HARK_ERR_INVALID_ARG, "hgemm: epilogue %d", (int)e->mode);
+    if (e->mode == CUDA_EPI_LSE && (e->ldo != CUDA_LSE_TILES(N) || !al16(e->out)))
+        return err_set(err, HARK_ERR_INVALID_ARG, "hgemm: LSE partials need ldo = %d, 16-byte "
+                       "alignment", CUDA_LSE_TILES(N));
     if (e->mode == CUDA_EPI_GLU16 && N % 2)
         return err_set(err, HARK_ERR_INVALID_ARG, "hgemm: GLU needs an even N (%d)", N);
     if (e->pe && e->pe_rows <= 0)
@@ -340,13 +676,221 @@ static gemm_epi_t epi_of(const cuda_epi_t *e)
     return E;
 }
 
-static bool al16(const void *p)
+/* ---- cuBLASLt ------------------------------------------------------------------------------ */
+
+static bool lt_expresses(const cuda_epi_t *e)
 {
-    return ((uintptr_t)p & 15u) == 0;
+    switch (e->mode) {
+    case CUDA_EPI_F16: /* its bias must be half: D's type; swish and GELU run as a second pass */
+        return !e->bias || e->bias_h;
+    case CUDA_EPI_RESID32: /* cuBLASLt adds its bias after alpha */
+        return !e->pe && (!e->bias || e->alpha == 1.0f || e->bias_alpha);
+    case CUDA_EPI_F32:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static void lt_plan_free(lt_plan *p)
+{
+    if (p->op)
+        cublasLtMatmulDescDestroy(p->op);
+    if (p->la)
+        cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb)
+        cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->lc)
+        cublasLtMatrixLayoutDestroy(p->lc);
+    memset(p, 0, sizeof *p);
+}
+
+extern "C" void ops_cuda_lt_release(ops_cuda_t *g)
+{
+    for (int i = 0; i < LT_PLANS; i++)
+        lt_plan_free(&g->plans[i]);
+}
+
+extern "C" void ops_cuda_set_gemm_backend(ops_cuda_t *g, ops_gemm_backend_t b)
+{
+    g->backend = (int)b;
+}
+
+extern "C" ops_gemm_backend_t ops_cuda_last_gemm(const ops_cuda_t *g)
+{
+    return (ops_gemm_backend_t)g->last;
+}
+
+/* the prepared matmul for this shape and epilogue (NULL: cuBLASLt has no algorithm for it) */
+static lt_plan *lt_get(ops_cuda_t *g, const cuda_epi_t *e, long long lda, int m, int n, int k)
+{
+    int has_bias = e->bias != NULL;
+    lt_plan *victim = &g->plans[0];
+    for (int i = 0; i < LT_PLANS; i++) {
+        lt_plan *p = &g->plans[i];
+        if (p->used && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldo == e->ldo &&
+            p->mode == (int)e->mode && p->act == (int)e->act && p->has_bias == has_bias) {
+            p->used = ++g->tick;
+            return p->ok ? p : NULL;
+        }
+        if (p->used < victim->used)
+            victim = p;
+    }
+    lt_plan *p = victim;
+    lt_plan_free(p);
+    p->used = ++g->tick;
+    p->m = m, p->n = n, p->k = k, p->lda = lda, p->ldo = e->ldo;
+    p->mode = (int)e->mode, p->act = (int)e->act, p->has_bias = has_bias;
+    /* row-major out (m, n) = a (m, k) · wᵀ is column-major outᵀ (n, m) = op_T(w) · a */
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    int relu = e->mode == CUDA_EPI_F16 && e->act == CUDA_ACT_RELU; /* others: act_pass */
+    cublasLtEpilogue_t ep = has_bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                                     : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+    cudaDataType_t dt = e->mode == CUDA_EPI_F16 ? CUDA_R_16F : CUDA_R_32F;
+    size_t ws = OPS_WORKSPACE_BYTES;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ||
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) ||
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep) ||
+        cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16F, (uint64_t)k, (uint64_t)n, k) ||
+        cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16F, (uint64_t)k, (uint64_t)m, lda) ||
+        cublasLtMatrixLayoutCreate(&p->lc, dt, (uint64_t)n, (uint64_t)m, e->ldo) ||
+        cublasLtMatmulPreferenceCreate(&pref) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                             sizeof ws) ||
+        cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
+                                       &found) ||
+        found < 1) {
+        p->ok = 0;
+    } else {
+        p->algo = res.algo;
+        p->ok = 1;
+    }
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    return p->ok ? p : NULL;
+}
+
+/* out (m, n) half, row stride ldo, = act(out) in place: the swish / GELU cuBLASLt has no
+ * epilogue for, 8 halves per thread where the rows allow */
+template <int ACT>
+__global__ void act_pass_kernel(__half *out, int m, int n, long long ldo, int vec)
+{
+    long long per = vec ? n / 8 : n, total = (long long)m * per;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        long long r = i / per, c = i - r * per;
+        if (vec) {
+            uint4 *p = (uint4 *)(out + r * ldo + c * 8);
+            uint4 u = *p;
+            __half2 *h = (__half2 *)&u;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float2 f = __half22float2(h[k]);
+                h[k] = __floats2half2_rn(epi_act<ACT>(f.x), epi_act<ACT>(f.y));
+            }
+            *p = u;
+        } else {
+            __half *p = out + r * ldo + c;
+            *p = __float2half_rn(epi_act<ACT>(__half2float(*p)));
+        }
+    }
+}
+
+static int act_pass(ops_cuda_t *g, const cuda_epi_t *e, int m, int n, hark_err_t *err)
+{
+    int vec = n % 8 == 0 && e->ldo % 8 == 0 && al16(e->out);
+    long long total = (long long)m * (vec ? n / 8 : n);
+    unsigned grid = (unsigned)((total + 255) / 256 < 65536 ? (total + 255) / 256 : 65536);
+    if (e->act == CUDA_ACT_SWISH)
+        act_pass_kernel<CUDA_ACT_SWISH><<<grid, 256, 0, g->stream>>>((__half *)e->out, m, n, e->ldo,
+                                                                      vec);
+    else
+        act_pass_kernel<CUDA_ACT_GELU><<<grid, 256, 0, g->stream>>>((__half *)e->out, m, n, e->ldo,
+                                                                     vec);
+    return launched(err, "act_pass_kernel");
+}
+
+/* HARK_OK, HARK_ERR_UNSUPPORTED (no algorithm: the caller runs the mma kernel) or the failure */
+static int lt_run(ops_cuda_t *g, const cuda_epi_t *e, const void *a, long long lda, const void *w,
+                  int m, int n, int k, hark_err_t *err)
+{
+    lt_plan *p = lt_get(g, e, lda, m, n, k);
+    if (!p)
+        return HARK_ERR_UNSUPPORTED;
+    float alpha = 1.0f, beta = 0.0f;
+    const void *bias = e->bias; /* of D's type */
+    if (e->mode == CUDA_EPI_F16 && bias)
+        bias = e->bias_h;
+    if (e->mode == CUDA_EPI_RESID32) {
+        alpha = e->alpha;
+        beta = e->beta;
+        if (bias && alpha != 1.0f)
+            bias = e->bias_alpha;
+    }
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    if (bias)
+        st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                            sizeof bias);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmul(g->lt, p->op, &alpha, w, p->la, a, p->lb, &beta, e->out, p->lc, e->out,
+                            p->lc, &p->algo, g->workspace, OPS_WORKSPACE_BYTES, g->stream);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return err_set(err, HARK_ERR_CUDA, "cublasLt: hgemm %dx%dx%d: %s", m, n, k,
+                       cublasGetStatusString(st));
+    if (e->mode == CUDA_EPI_F16 && (e->act == CUDA_ACT_SWISH || e->act == CUDA_ACT_GELU))
+        return act_pass(g, e, m, n, err);
+    return HARK_OK;
+}
+
+/* one warp per row: merge the row's partials, then argmax and its log-probability */
+__global__ void lse_combine_kernel(int *arg, float *best, const float4 *part, int ntiles,
+                                   const int *lens, int t_rows, int n)
+{
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= n)
+        return;
+    if (lens && row % t_rows >= lens[row / t_rows]) {
+        if (lane == 0) {
+            arg[row] = 0;
+            if (best)
+                best[row] = 0.0f;
+        }
+        return;
+    }
+    lse3 a = {-INFINITY, 0.0f, -1};
+    for (int t = lane; t < ntiles; t += 32) {
+        float4 p = part[(long long)row * ntiles + t];
+        lse3 b = {p.x, p.y, __float_as_int(p.z)};
+        a = lse_merge3(a, b);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        a = lse_shfl(a, o);
+    if (lane == 0) {
+        arg[row] = a.i >= 0 ? a.i : 0;
+        if (best)
+            best[row] = -logf(a.s); /* x_max - log Σ exp(x) */
+    }
+}
+
+extern "C" int cuda_lse_argmax(int *arg, float *best, const void *partials, int v, const int *lens,
+                               int t_rows, int n, void *stream, hark_err_t *err)
+{
+    if (n <= 0 || v <= 0)
+        return HARK_OK;
+    if (!arg || (lens && t_rows <= 0))
+        return err_set(err, HARK_ERR_INVALID_ARG, "lse_argmax: t_rows %d", t_rows);
+    lse_combine_kernel<<<(unsigned)((n + 7) / 8), 256, 0, (cudaStream_t)stream>>>(
+        arg, best, (const float4 *)partials, CUDA_LSE_TILES(v), lens, t_rows, n);
+    return launched(err, "lse_combine_kernel");
 }
 
 extern "C" int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, const void *w,
-                          int m, int n, int k, void *stream, hark_err_t *err)
+                          int m, int n, int k, ops_cuda_t *g, hark_err_t *err)
 {
     int rc = epi_check(epi, n, err);
     if (rc != HARK_OK)
@@ -358,13 +902,26 @@ extern "C" int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, c
                        "hgemm: k %d and lda %lld must be multiples of 8 (lda >= k), operands "
                        "16-byte aligned",
                        k, lda);
+    /* AUTO: cuBLASLt where it expresses the epilogue, except an activation it lacks (a second
+     * pass over the output) on a GEMM too small for that to pay */
+    int post = epi->mode == CUDA_EPI_F16 && (epi->act == CUDA_ACT_SWISH || epi->act == CUDA_ACT_GELU);
+    if ((g->backend == OPS_GEMM_LT || (g->backend == OPS_GEMM_AUTO && (!post || m >= 4096))) &&
+        lt_expresses(epi) && al16(epi->out)) {
+        rc = lt_run(g, epi, a, lda, w, m, n, k, err);
+        if (rc != HARK_ERR_UNSUPPORTED) {
+            g->last = OPS_GEMM_LT;
+            return rc;
+        }
+    }
     gemm_a_t A = {(const __half *)a, lda, 0, 0, 0, 0, 0, 0, 0, 0};
-    return hgemm_run(A, (const __half *)w, m, n, k, epi_of(epi), (cudaStream_t)stream, err);
+    int wg = epi->mode != CUDA_EPI_LSE && wgmma_takes(g, A, m, n, k);
+    g->last = wg ? OPS_GEMM_WGMMA : OPS_GEMM_MMA;
+    return hgemm_run(A, (const __half *)w, m, n, k, epi_of(epi), g->stream, wg, err);
 }
 
 extern "C" int cuda_hconv2d(const cuda_epi_t *epi, const void *in, const void *w, int batch,
                             int cin, int h, int w_in, int cout, int kh, int kw, int stride,
-                            void *stream, hark_err_t *err)
+                            ops_cuda_t *g, hark_err_t *err)
 {
     int rc = epi_check(epi, cout, err);
     if (rc != HARK_OK)
@@ -381,6 +938,8 @@ extern "C" int cuda_hconv2d(const cuda_epi_t *epi, const void *in, const void *w
     if (m > 0x7fffffffLL)
         return err_set(err, HARK_ERR_TOO_LARGE, "hconv2d: %lld output positions", m);
     gemm_a_t A = {(const __half *)in, 0, 1, cin, h, w_in, kw, stride, h_out, w_out};
-    return hgemm_run(A, (const __half *)w, (int)m, cout, kh * kw * cin, epi_of(epi),
-                     (cudaStream_t)stream, err);
+    int wg = wgmma_takes(g, A, (int)m, cout, kh * kw * cin);
+    g->last = wg ? OPS_GEMM_WGMMA : OPS_GEMM_MMA;
+    return hgemm_run(A, (const __half *)w, (int)m, cout, kh * kw * cin, epi_of(epi), g->stream, wg,
+                     err);
 }

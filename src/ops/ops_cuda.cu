@@ -4,6 +4,7 @@
 #include "ops/ops_cuda.h"
 
 #include "core/alloc.h"
+#include "ops/ops_cuda_impl.h"
 #include "hark.h"
 
 #include <cublas_v2.h>
@@ -12,15 +13,11 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-#define WORKSPACE_BYTES ((size_t)32 << 20)
+#define WORKSPACE_BYTES OPS_WORKSPACE_BYTES
 #define ALIGN_BYTES 256
-
-struct ops_cuda {
-    cublasHandle_t h;
-    cudaStream_t stream;
-    void *workspace;
-};
 
 extern "C" size_t ops_dtype_size(ops_dtype_t t)
 {
@@ -145,10 +142,25 @@ extern "C" int ops_cuda_create(void *stream, ops_cuda_t **out, hark_err_t *err)
     if (!g)
         return err_set(err, HARK_ERR_NOMEM, "ops_cuda: out of memory");
     g->stream = (cudaStream_t)stream;
+    const char *be = getenv("HARK_HGEMM"); /* auto (the default) | mma | lt | wgmma */
+    g->backend = be && !strcmp(be, "mma")     ? OPS_GEMM_MMA
+                 : be && !strcmp(be, "lt")    ? OPS_GEMM_LT
+                 : be && !strcmp(be, "wgmma") ? OPS_GEMM_WGMMA
+                                              : OPS_GEMM_AUTO;
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess)
+        g->sm = major * 10 + minor;
+    cudaGetLastError();
     cublasStatus_t s = cublasCreate(&g->h);
     if (s != CUBLAS_STATUS_SUCCESS) {
         hark_free(g);
         return blas_fail(err, s, "cublasCreate");
+    }
+    if ((s = cublasLtCreate(&g->lt)) != CUBLAS_STATUS_SUCCESS) {
+        ops_cuda_destroy(g);
+        return blas_fail(err, s, "cublasLtCreate");
     }
     cudaError_t e = cudaMalloc(&g->workspace, WORKSPACE_BYTES);
     if (e != cudaSuccess) {
@@ -173,6 +185,9 @@ extern "C" void ops_cuda_destroy(ops_cuda_t *g)
         return;
     if (g->h)
         cublasDestroy(g->h);
+    ops_cuda_lt_release(g);
+    if (g->lt)
+        cublasLtDestroy(g->lt);
     cudaFree(g->workspace);
     hark_free(g);
 }

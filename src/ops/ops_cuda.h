@@ -176,8 +176,18 @@ int cuda_attention(void *ctx, ops_dtype_t dt, void *scratch, const float *q, con
  *   CUDA_EPI_RESID32 out (float) = beta · out + alpha · (acc + bias) + pe[m mod pe_rows]
  *                    (beta 0: out is not read; pe (pe_rows, ·) row stride ld_pe, or NULL)
  *   CUDA_EPI_F32     out (float) = acc + bias
- * ldo: out's row stride in elements. */
-typedef enum { CUDA_EPI_F16 = 0, CUDA_EPI_GLU16, CUDA_EPI_RESID32, CUDA_EPI_F32 } cuda_epi_mode_t;
+ *   CUDA_EPI_LSE     out (float4) (m, CUDA_LSE_TILES(n)): per row and block of 128 columns, the
+ *                    (max, Σ exp(v - max), argmax) of v = acc + bias, for cuda_lse_argmax: the
+ *                    CTC head's log-softmax + greedy argmax without writing the logits
+ * ldo: out's row stride in elements (LSE: CUDA_LSE_TILES(n) float4s). */
+#define CUDA_LSE_TILES(n) (((n) + 127) / 128)
+typedef enum {
+    CUDA_EPI_F16 = 0,
+    CUDA_EPI_GLU16,
+    CUDA_EPI_RESID32,
+    CUDA_EPI_F32,
+    CUDA_EPI_LSE
+} cuda_epi_mode_t;
 typedef struct {
     cuda_epi_mode_t mode;
     cuda_act_t act;
@@ -188,13 +198,29 @@ typedef struct {
     const float *pe;
     int pe_rows;
     long long ld_pe;
+    const float *bias_alpha; /* RESID32: alpha · bias precomputed (n), or NULL; lets cuBLASLt,
+                                whose bias is added after alpha, run it when alpha != 1 */
+    const void *bias_h;      /* F16: the bias as half (n), or NULL; lets cuBLASLt (whose bias has
+                                D's type) run it */
 } cuda_epi_t;
 
+/* Which implementation runs cuda_hgemm / cuda_hconv2d: AUTO picks cuBLASLt (its Hopper kernels,
+ * with its BIAS / RELU_BIAS epilogues and alpha/beta for the residual) for the epilogues it can
+ * express (F16 with no activation or ReLU, RESID32 without pe, F32) and, for the rest (swish,
+ * GELU, GLU, pe, convolutions), the wgmma kernel on Hopper when the GEMM fills the GPU with
+ * 128 x 128 tiles, else the mma.sync kernel. MMA, LT and WGMMA force one (LT and WGMMA where they
+ * can, mma.sync otherwise). The default comes from HARK_HGEMM=auto|mma|lt|wgmma at
+ * ops_cuda_create; ops_cuda_last_gemm says which ran last. */
+typedef enum { OPS_GEMM_AUTO = 0, OPS_GEMM_MMA, OPS_GEMM_LT, OPS_GEMM_WGMMA } ops_gemm_backend_t;
+void ops_cuda_set_gemm_backend(ops_cuda_t *g, ops_gemm_backend_t b);
+ops_gemm_backend_t ops_cuda_last_gemm(const ops_cuda_t *g);
+void ops_cuda_lt_release(ops_cuda_t *g); /* drops the prepared cuBLASLt plans */
+
 /* acc (m, n) = a (m, k) · wᵀ, a row stride lda, w (n, k) dense (the PyTorch Linear layout), both
- * half, FP32 accumulation on the tensor cores, then the epilogue. k and lda multiples of 8,
- * operands 16-byte aligned. Reference: matmul_ref + the epilogue's ops. */
+ * half, FP32 accumulation on the tensor cores, then the epilogue; on g's stream. k and lda
+ * multiples of 8, operands 16-byte aligned. Reference: matmul_ref + the epilogue's ops. */
 int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, const void *w, int m, int n,
-               int k, void *stream, hark_err_t *err);
+               int k, ops_cuda_t *g, hark_err_t *err);
 
 /* 2-D convolution as an implicit GEMM: in (batch, h, w_in, cin) half channel-last, w (cout,
  * kh·kw·cin) half with column (i·kw + j)·cin + ci (torch's (cout, cin, kh, kw) permuted), no
@@ -202,7 +228,7 @@ int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, const void *
  * ldo = cout writes the channel-last (batch, h_out, w_out, cout) image. cin a multiple of 8.
  * Reference: conv2d_ref (time-major, channel-major rows) after the layout change. */
 int cuda_hconv2d(const cuda_epi_t *epi, const void *in, const void *w, int batch, int cin, int h,
-                 int w_in, int cout, int kh, int kw, int stride, void *stream, hark_err_t *err);
+                 int w_in, int cout, int kh, int kw, int stride, ops_cuda_t *g, hark_err_t *err);
 
 /* The first subsampling conv (one input channel, 3x3) fused with CMVN: x (batch, t, f) float
  * features, rows t >= lens[b] read as 0 (lens NULL: all valid), (x - mean) · istd per column
@@ -224,9 +250,11 @@ int cuda_rows_norm(float *x_out, int x_sel, void *h_out, float *o32, const float
                    int ln2, const int *lens, int t_rows, int n, int d, float eps, void *stream,
                    hark_err_t *err);
 
-/* cuda_depthwise_conv_norm_act with half input and output (c <= 1024, k <= 64); `left` stays
- * float and is rounded to half as it is read. Reference: as cuda_depthwise_conv_norm_act. */
-int cuda_dwconv_f16(void *out, const void *in, const float *left, const float *w,
+/* cuda_depthwise_conv_norm_act with half input and output (c even, <= 1024; k <= 64); `left`
+ * stays float and is rounded to half as it is read. With glu, in is (batch, t_len, 2c) of
+ * (value, gate) pairs, channel j at columns 2j, 2j + 1, and the conv reads value · sigmoid(gate)
+ * (the conv module's GLU, fused). Reference: glu_ref, then as cuda_depthwise_conv_norm_act. */
+int cuda_dwconv_f16(void *out, const void *in, int glu, const float *left, const float *w,
                     const float *bias, const int *lens, int batch, int t_len, int c, int k,
                     int pad_left, cuda_norm_t norm, const float *g, const float *beta,
                     const float *rm, const float *rv, float eps, cuda_act_t act, void *stream,
@@ -244,6 +272,12 @@ int cuda_flash_attention(void *ctx, long long ldo, const void *q, const void *k,
                          long long ld, const void *p, long long ldp, const float *bu,
                          const float *bvp, const int *lens, int chunk, int left, int batch, int t,
                          int heads, int dk, float scale, void *stream, hark_err_t *err);
+
+/* The end of CUDA_EPI_LSE: per row of partials (n, CUDA_LSE_TILES(v)), arg[r] = argmax (first
+ * on ties), best[r] (or NULL) = its log-probability; with lens, rows (b, i) of the (batch, t_rows)
+ * grid with i >= lens[b] give 0, 0. Reference: log_softmax_ref + ctc_argmax_ref. */
+int cuda_lse_argmax(int *arg, float *best, const void *partials, int v, const int *lens,
+                    int t_rows, int n, void *stream, hark_err_t *err);
 
 /* CTC head after the logits GEMM, one pass per row of logits (n, V) float: arg[r] = argmax (first
  * on ties, NaN never wins), best[r] (or NULL) = its log-probability, logp (or NULL) = the whole

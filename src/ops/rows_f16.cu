@@ -146,116 +146,142 @@ extern "C" int cuda_rows_norm(float *x_out, int x_sel, void *h_out, float *o32, 
 
 /* ---- depthwise conv + norm + activation, FP16 in and out ------------------------------------ */
 
-#define DW_TT 16 /* output rows per block */
-#define DW_THREADS 256
+#define DW_TT 16     /* output rows per block */
+#define DW_THREADS 128 /* each thread owns channel pairs p = tid + DW_THREADS·q */
 
-/* grid (ceil(t_len / DW_TT), batch); channel ch = threadIdx.x + DW_THREADS·q, q < CPT */
-template <int CPT>
+/* grid (ceil(t_len / DW_TT), batch); c even; PPT channel pairs per thread */
+template <int PPT>
 __global__ void __launch_bounds__(DW_THREADS)
-    dwconv_f16_kernel(__half *out, const __half *in, const float *left, const float *w,
+    dwconv_f16_kernel(__half *out, const __half *in, int glu, const float *left, const float *w,
                       const float *bias, const int *lens, int t_len, int c, int k, int pad_left,
                       int norm, const float *g, const float *beta, const float *rm,
                       const float *rv, float eps, int act)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    __half *rows = (__half *)smem_raw;                  /* (DW_TT + k - 1, c) */
-    __shared__ float red[DW_THREADS / 32][DW_TT];       /* per-warp partial row sums */
-    __shared__ float stat[DW_TT];
-    int t0 = blockIdx.x * DW_TT, b = blockIdx.y, tid = threadIdx.x;
+    __half2 *rows = (__half2 *)smem_raw;           /* (DW_TT + k - 1, c / 2) */
+    __shared__ float red[DW_THREADS / 32][DW_TT]; /* per-warp partial row sums */
+    __shared__ float stat[2][DW_TT];              /* mean, 1/std */
+    int t0 = blockIdx.x * DW_TT, b = blockIdx.y, tid = threadIdx.x, c2 = c >> 1;
     int valid = lens ? min(lens[b], t_len) : t_len;
     int nr = DW_TT + k - 1;
-    const __half *inb = in + (size_t)b * t_len * c;
-    for (int idx = tid; idx < nr * c; idx += DW_THREADS) {
-        int r = idx / c, ch = idx - r * c, s = t0 - pad_left + r;
-        __half v = __float2half_rn(0.0f);
-        if (s >= 0 && s < valid)
-            v = inb[(size_t)s * c + ch];
-        else if (s < 0 && left)
-            v = __float2half_rn(left[(size_t)(pad_left + s) * c + ch]);
-        rows[idx] = v;
+    const __half2 *inb = (const __half2 *)in + (size_t)b * t_len * c2;
+    const uint2 *ing = (const uint2 *)in + (size_t)b * t_len * c2; /* GLU: 2 (value, gate) pairs */
+    for (int r = 0; r < nr; r++) {
+        int s = t0 - pad_left + r;
+        for (int p = tid; p < c2; p += DW_THREADS) {
+            __half2 v = __floats2half2_rn(0.0f, 0.0f);
+            if (s >= 0 && s < valid && glu) {
+                uint2 u = ing[(size_t)s * c2 + p];
+                float2 a = __half22float2(*(__half2 *)&u.x), q = __half22float2(*(__half2 *)&u.y);
+                v = __floats2half2_rn(__fdividef(a.x, 1.0f + __expf(-a.y)),
+                                      __fdividef(q.x, 1.0f + __expf(-q.y)));
+            } else if (s >= 0 && s < valid)
+                v = inb[(size_t)s * c2 + p];
+            else if (s < 0 && left)
+                v = __floats2half2_rn(left[(size_t)(pad_left + s) * c + 2 * p],
+                                      left[(size_t)(pad_left + s) * c + 2 * p + 1]);
+            rows[r * c2 + p] = v;
+        }
     }
     __syncthreads();
-    float z[CPT][DW_TT];
+    float z[PPT][2][DW_TT];
 #pragma unroll
-    for (int q = 0; q < CPT; q++) {
-        int ch = tid + DW_THREADS * q;
+    for (int q = 0; q < PPT; q++) {
+        int p = tid + DW_THREADS * q;
 #pragma unroll
-        for (int r = 0; r < DW_TT; r++)
-            z[q][r] = 0.0f;
-        if (ch >= c)
-            continue;
-        float bb = bias ? bias[ch] : 0.0f;
-#pragma unroll
-        for (int r = 0; r < DW_TT; r++)
-            z[q][r] = bb;
-        for (int j = 0; j < k; j++) {
-            float wj = w[(size_t)ch * k + j];
+        for (int e = 0; e < 2; e++)
 #pragma unroll
             for (int r = 0; r < DW_TT; r++)
-                z[q][r] += wj * __half2float(rows[(r + j) * c + ch]);
+                z[q][e][r] = 0.0f;
+        if (p >= c2)
+            continue;
+        float b0 = bias ? bias[2 * p] : 0.0f, b1 = bias ? bias[2 * p + 1] : 0.0f;
+#pragma unroll
+        for (int r = 0; r < DW_TT; r++) {
+            z[q][0][r] = b0;
+            z[q][1][r] = b1;
+        }
+        for (int j = 0; j < k; j++) {
+            float w0 = w[(size_t)(2 * p) * k + j], w1 = w[(size_t)(2 * p + 1) * k + j];
+#pragma unroll
+            for (int r = 0; r < DW_TT; r++) {
+                float2 v = __half22float2(rows[(r + j) * c2 + p]);
+                z[q][0][r] += w0 * v.x;
+                z[q][1][r] += w1 * v.y;
+            }
         }
         if (norm == CUDA_NORM_BATCH) {
-            float inv = 1.0f / sqrtf(rv[ch] + eps), gg = g ? g[ch] : 1.0f,
-                  be = beta ? beta[ch] : 0.0f, mu = rm[ch];
 #pragma unroll
-            for (int r = 0; r < DW_TT; r++)
-                z[q][r] = (z[q][r] - mu) * inv * gg + be;
+            for (int e = 0; e < 2; e++) {
+                int ch = 2 * p + e;
+                float inv = 1.0f / sqrtf(rv[ch] + eps), gg = g ? g[ch] : 1.0f,
+                      be = beta ? beta[ch] : 0.0f, mu = rm[ch];
+#pragma unroll
+                for (int r = 0; r < DW_TT; r++)
+                    z[q][e][r] = (z[q][e][r] - mu) * inv * gg + be;
+            }
         }
     }
-    if (norm == CUDA_NORM_LAYER) {
+    if (norm == CUDA_NORM_LAYER) { /* two passes over the row: mean, then variance */
         int warp = tid >> 5, lane = tid & 31;
         for (int pass = 0; pass < 2; pass++) {
 #pragma unroll
             for (int r = 0; r < DW_TT; r++) {
-                float s = 0.0f;
+                float sum = 0.0f;
 #pragma unroll
-                for (int q = 0; q < CPT; q++)
-                    if (tid + DW_THREADS * q < c) {
-                        float v = z[q][r] - (pass ? stat[r] : 0.0f);
-                        s += pass ? v * v : v;
-                    }
-                s = warp_sum(s);
+                for (int q = 0; q < PPT; q++)
+                    if (tid + DW_THREADS * q < c2)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            float v = z[q][e][r] - (pass ? stat[0][r] : 0.0f);
+                            sum += pass ? v * v : v;
+                        }
+                sum = warp_sum(sum);
                 if (lane == 0)
-                    red[warp][r] = s;
+                    red[warp][r] = sum;
             }
             __syncthreads();
             if (tid < DW_TT) {
-                float s = 0.0f;
+                float sum = 0.0f;
                 for (int i = 0; i < DW_THREADS / 32; i++)
-                    s += red[i][tid];
-                float mean_or_var = s / (float)c;
-                /* pass 0: the mean; pass 1: 1/sqrt(var + eps), the mean moves to red[0] */
+                    sum += red[i][tid];
                 if (pass == 0)
-                    stat[tid] = mean_or_var;
+                    stat[0][tid] = sum / (float)c;
                 else
-                    red[0][tid] = 1.0f / sqrtf(mean_or_var + eps);
+                    stat[1][tid] = 1.0f / sqrtf(sum / (float)c + eps);
             }
             __syncthreads();
         }
 #pragma unroll
-        for (int q = 0; q < CPT; q++) {
-            int ch = tid + DW_THREADS * q;
-            if (ch >= c)
+        for (int q = 0; q < PPT; q++) {
+            int p = tid + DW_THREADS * q;
+            if (p >= c2)
                 continue;
-            float gg = g ? g[ch] : 1.0f, be = beta ? beta[ch] : 0.0f;
 #pragma unroll
-            for (int r = 0; r < DW_TT; r++)
-                z[q][r] = (z[q][r] - stat[r]) * red[0][r] * gg + be;
+            for (int e = 0; e < 2; e++) {
+                int ch = 2 * p + e;
+                float gg = g ? g[ch] : 1.0f, be = beta ? beta[ch] : 0.0f;
+#pragma unroll
+                for (int r = 0; r < DW_TT; r++)
+                    z[q][e][r] = (z[q][e][r] - stat[0][r]) * stat[1][r] * gg + be;
+            }
         }
     }
+    __half2 *ob = (__half2 *)out + (size_t)b * t_len * c2;
 #pragma unroll
-    for (int q = 0; q < CPT; q++) {
-        int ch = tid + DW_THREADS * q;
-        if (ch >= c)
+    for (int q = 0; q < PPT; q++) {
+        int p = tid + DW_THREADS * q;
+        if (p >= c2)
             continue;
 #pragma unroll
         for (int r = 0; r < DW_TT; r++)
             if (t0 + r < t_len)
-                out[((size_t)b * t_len + t0 + r) * c + ch] = __float2half_rn(act_f(z[q][r], act));
+                ob[(size_t)(t0 + r) * c2 + p] =
+                    __floats2half2_rn(act_f(z[q][0][r], act), act_f(z[q][1][r], act));
     }
 }
 
-extern "C" int cuda_dwconv_f16(void *out, const void *in, const float *left, const float *w,
+extern "C" int cuda_dwconv_f16(void *out, const void *in, int glu, const float *left, const float *w,
                                const float *bias, const int *lens, int batch, int t_len, int c,
                                int k, int pad_left, cuda_norm_t norm, const float *g,
                                const float *beta, const float *rm, const float *rv, float eps,
@@ -263,30 +289,30 @@ extern "C" int cuda_dwconv_f16(void *out, const void *in, const float *left, con
 {
     if (batch <= 0 || t_len <= 0 || c <= 0)
         return HARK_OK;
-    if (k <= 0 || k > 64 || pad_left < 0 || pad_left >= k || c > 4 * DW_THREADS ||
+    if (k <= 0 || k > 64 || pad_left < 0 || pad_left >= k || c % 2 || c > 8 * DW_THREADS ||
         (norm == CUDA_NORM_BATCH && (!rm || !rv)))
         return err_set(err, HARK_ERR_INVALID_ARG,
-                       "dwconv_f16: kernel %d (1..64), pad_left %d, %d channels (at most %d), "
-                       "norm %d",
-                       k, pad_left, c, 4 * DW_THREADS, (int)norm);
+                       "dwconv_f16: kernel %d (1..64), pad_left %d, %d channels (even, at most "
+                       "%d), norm %d",
+                       k, pad_left, c, 8 * DW_THREADS, (int)norm);
     size_t smem = (size_t)(DW_TT + k - 1) * c * sizeof(__half);
     dim3 grid((unsigned)((t_len + DW_TT - 1) / DW_TT), (unsigned)batch);
     cudaStream_t st = (cudaStream_t)stream;
-#define DW(C)                                                                                      \
+#define DW(P)                                                                                      \
     do {                                                                                           \
         if (smem > 48 * 1024) {                                                                    \
             cudaError_t e_ = cudaFuncSetAttribute(                                                 \
-                dwconv_f16_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);     \
+                dwconv_f16_kernel<P>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);     \
             if (e_ != cudaSuccess)                                                                 \
                 return err_set(err, HARK_ERR_CUDA, "dwconv_f16 smem: %s", cudaGetErrorString(e_)); \
         }                                                                                          \
-        dwconv_f16_kernel<C><<<grid, DW_THREADS, smem, st>>>(                                      \
-            (__half *)out, (const __half *)in, left, w, bias, lens, t_len, c, k, pad_left,        \
+        dwconv_f16_kernel<P><<<grid, DW_THREADS, smem, st>>>(                                      \
+            (__half *)out, (const __half *)in, glu, left, w, bias, lens, t_len, c, k, pad_left,   \
             (int)norm, g, beta, rm, rv, eps, (int)act);                                            \
     } while (0)
-    if (c <= DW_THREADS)
+    if (c <= 2 * DW_THREADS)
         DW(1);
-    else if (c <= 2 * DW_THREADS)
+    else if (c <= 4 * DW_THREADS)
         DW(2);
     else
         DW(4);
@@ -318,22 +344,33 @@ __global__ void conv1_cmvn_kernel(__half *out, const float *x, const float *mean
         xs[idx] = v;
     }
     __syncthreads();
-    for (int co = threadIdx.x; co < cout; co += blockDim.x) {
-        float wr[K * K];
+    /* channel pairs (co, co + 1): half2 stores */
+    for (int co = 2 * threadIdx.x; co < cout; co += 2 * blockDim.x) {
+        float w0[K * K], w1[K * K];
 #pragma unroll
-        for (int e = 0; e < K * K; e++)
-            wr[e] = w[(size_t)co * K * K + e];
-        float bb = bias ? bias[co] : 0.0f;
-        __half *o = out + (((size_t)b * h_out + ho) * w_out) * cout + co;
+        for (int e = 0; e < K * K; e++) {
+            w0[e] = w[(size_t)co * K * K + e];
+            w1[e] = w[(size_t)(co + 1) * K * K + e];
+        }
+        float b0 = bias ? bias[co] : 0.0f, b1 = bias ? bias[co + 1] : 0.0f;
+        __half2 *o = (__half2 *)(out + (((size_t)b * h_out + ho) * w_out) * cout + co);
         for (int wo = 0; wo < w_out; wo++) {
-            float acc = 0.0f;
+            float a0 = 0.0f, a1 = 0.0f;
 #pragma unroll
             for (int i = 0; i < K; i++)
 #pragma unroll
-                for (int j = 0; j < K; j++)
-                    acc += wr[i * K + j] * xs[i * f + wo * stride + j];
-            acc += bb;
-            o[(size_t)wo * cout] = __float2half_rn(relu && acc < 0.0f ? 0.0f : acc);
+                for (int j = 0; j < K; j++) {
+                    float x = xs[i * f + wo * stride + j];
+                    a0 += w0[i * K + j] * x;
+                    a1 += w1[i * K + j] * x;
+                }
+            a0 += b0;
+            a1 += b1;
+            if (relu) {
+                a0 = a0 < 0.0f ? 0.0f : a0;
+                a1 = a1 < 0.0f ? 0.0f : a1;
+            }
+            o[(size_t)wo * (cout / 2)] = __floats2half2_rn(a0, a1);
         }
     }
 }
@@ -343,10 +380,10 @@ extern "C" int cuda_conv1_cmvn(void *out, const float *x, const float *mean, con
                                const float *bias, int cout, int k, int stride, int relu,
                                void *stream, hark_err_t *err)
 {
-    if (k != 3 || stride <= 0 || cout <= 0 || (mean && !istd))
+    if (k != 3 || stride <= 0 || cout <= 0 || cout % 2 || (mean && !istd))
         return err_set(err, HARK_ERR_INVALID_ARG,
                        "conv1_cmvn: kernel %d (only 3: WeNet's first subsampling conv), stride %d, "
-                       "cout %d",
+                       "cout %d (even)",
                        k, stride, cout);
     int h_out = t < k ? 0 : (t - k) / stride + 1, w_out = f < k ? 0 : (f - k) / stride + 1;
     if (batch <= 0 || h_out <= 0 || w_out <= 0)
@@ -355,7 +392,7 @@ extern "C" int cuda_conv1_cmvn(void *out, const float *x, const float *mean, con
     if (smem > 48 * 1024)
         return err_set(err, HARK_ERR_INVALID_ARG, "conv1_cmvn: %d features too many", f);
     dim3 grid((unsigned)h_out, (unsigned)batch);
-    conv1_cmvn_kernel<3><<<grid, 256, smem, (cudaStream_t)stream>>>(
+    conv1_cmvn_kernel<3><<<grid, 128, smem, (cudaStream_t)stream>>>(
         (__half *)out, x, mean, istd, lens, t, f, w, bias, cout, stride, h_out, w_out, relu);
     return launched(err, "conv1_cmvn_kernel");
 }

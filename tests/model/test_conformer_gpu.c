@@ -453,10 +453,16 @@ GPU_TEST(conformer_gpu_refuses_missing_precision)
 /* forward + CTC on a state with device buffers ready; enc/logp/arg downloaded into host arrays */
 static int run_state(conformer_gpu_state_t *s, const float *d_feats, float *d_enc, float *d_logp,
                      int *d_arg, const int *lens, int batch, int t_max, int te, size_t ne,
-                     size_t nl, float *enc, float *logp, int *arg, hark_err_t *err)
+                     size_t nl, float *enc, float *logp, int *arg, int *arg2, hark_err_t *err)
 {
     int el[8];
     int rc = conformer_gpu_forward(s, NULL, d_enc, el, d_feats, lens, batch, t_max, err);
+    /* first without log-probs (FP16: no logits in memory), then with them */
+    if (!rc)
+        rc = conformer_gpu_ctc_argmax(s, d_arg, NULL, d_logp, 0, d_enc, el, batch, te, err);
+    if (!rc && cudaMemcpyAsync(arg2, d_arg, (size_t)batch * te * sizeof(int),
+                               cudaMemcpyDeviceToHost, (cudaStream_t)conformer_gpu_stream(s)))
+        rc = err_set(err, HARK_ERR_CUDA, "download");
     if (!rc)
         rc = conformer_gpu_ctc_argmax(s, d_arg, NULL, d_logp, 1, d_enc, el, batch, te, err);
     if (!rc)
@@ -499,6 +505,7 @@ GPU_TEST(conformer_gpu_graph_replay_matches_direct)
     float *e1 = hark_malloc(ne * 4), *e2 = hark_malloc(ne * 4), *l1 = hark_malloc(nl * 4),
           *l2 = hark_malloc(nl * 4);
     int *a1 = hark_malloc((size_t)B * te * sizeof(int)), *a2 = hark_malloc((size_t)B * te * 4);
+    int *n1 = hark_malloc((size_t)B * te * sizeof(int)), *n2 = hark_malloc((size_t)B * te * 4);
     for (int p = 0; p < 2; p++) {
         int prec = p ? CONFORMER_GPU_FP16 : CONFORMER_GPU_FP32;
         conformer_gpu_state_t *sg = NULL, *sd = NULL;
@@ -508,13 +515,13 @@ GPU_TEST(conformer_gpu_graph_replay_matches_direct)
         conformer_gpu_set_graphs(sd, 0);
         for (int it = 0; it < 4; it++) {
             CHECK_OK(run_state(sg, d_feats, d_enc, d_logp, d_arg, seq[it], B, TM, te, ne, nl, e1,
-                               l1, a1, &err));
+                               l1, a1, n1, &err));
             CHECK_OK(run_state(sd, d_feats, d_enc, d_logp, d_arg, seq[it], B, TM, te, ne, nl, e2,
-                               l2, a2, &err));
+                               l2, a2, n2, &err));
             double ee = test_rel_rms(e1, e2, ne), el = test_rel_rms(l1, l2, nl);
             int same = 1, consistent = 1;
             for (int i = 0; i < B * te; i++) {
-                same &= a1[i] == a2[i];
+                same &= a1[i] == a2[i] && n1[i] == n2[i] && n1[i] == a1[i];
                 int row = i / te, t2 = i % te;
                 if (t2 < conformer_gpu_out_len(m, seq[it][row]))
                     consistent &= a1[i] == argmax_row(l1 + (size_t)i * c.vocab_size, c.vocab_size);
@@ -529,7 +536,7 @@ GPU_TEST(conformer_gpu_graph_replay_matches_direct)
     }
     cudaFree(d_feats), cudaFree(d_enc), cudaFree(d_logp), cudaFree(d_arg);
     hark_free(feats), hark_free(e1), hark_free(e2), hark_free(l1), hark_free(l2);
-    hark_free(a1), hark_free(a2);
+    hark_free(a1), hark_free(a2), hark_free(n1), hark_free(n2);
     conformer_gpu_model_destroy(m);
     bank_free(&bank);
 }

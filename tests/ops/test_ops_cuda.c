@@ -823,12 +823,20 @@ static void epi_ref(float *ref, const float *acc, const float *bias, int mode, i
 GPU_TEST(cuda_hgemm_epilogues_match_ref)
 {
     /* m, n, k, lda pad; the last one takes the 128x128 tiles */
-    static const int sz[][4] = {{1, 8, 8, 0},   {37, 40, 72, 8},   {300, 264, 136, 0},
-                                {130, 1000, 256, 16}, {5, 13, 24, 0}, {2100, 2048, 64, 0}};
+    static const int sz[][4] = {{1, 8, 8, 0},         {37, 40, 72, 8}, {300, 264, 136, 0},
+                                {130, 1000, 256, 16}, {5, 13, 24, 0},  {2100, 2048, 64, 0},
+                                {4100, 520, 264, 8}};
     unsigned seed = 31;
-    double worst[4] = {0, 0, 0, 0};
+    static const ops_gemm_backend_t bes[3] = {OPS_GEMM_MMA, OPS_GEMM_LT, OPS_GEMM_WGMMA};
+    static const char *const names[4] = {"auto", "mma", "cublasLt", "wgmma"};
+    double worst[3][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}, {0, 0, 0, 0}};
+    int runs[4] = {0, 0, 0, 0};
+    ops_cuda_t *g = new_ctx(t);
+    CHECK(g);
+    for (int be = 0; be < 3; be++) /* mma.sync; cuBLASLt where it can; wgmma where it can */
     for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++)
         for (int mode = CUDA_EPI_F16; mode <= CUDA_EPI_F32; mode++) {
+            ops_cuda_set_gemm_backend(g, bes[be]);
             int m = sz[c][0], n = sz[c][1], k = sz[c][2], lda = k + sz[c][3];
             if (mode == CUDA_EPI_GLU16 && n % 2)
                 continue;
@@ -845,6 +853,12 @@ GPU_TEST(cuda_hgemm_epilogues_match_ref)
                     c % 3 ? pe : NULL, 7);
             void *da = dup_to(a, na, OPS_F16), *dw = dup_to(w, nw, OPS_F16);
             float *db = dup_to(bias, n, OPS_F32), *dpe = dup_to(pe, (size_t)7 * n, OPS_F32);
+            for (int i = 0; i < n; i++)
+                bias[i] *= 0.5f; /* alpha · bias, for cuBLASLt */
+            float *dba = dup_to(bias, n, OPS_F32);
+            for (int i = 0; i < n; i++)
+                bias[i] *= 2.0f;
+            void *dbh = dup_to(bias, n, OPS_F16); /* half bias: the reference rounds it too */
             int half = mode == CUDA_EPI_F16 || mode == CUDA_EPI_GLU16;
             size_t nout = mode == CUDA_EPI_GLU16 ? nc / 2 : nc;
             ops_dtype_t ot = half ? OPS_F16 : OPS_F32;
@@ -864,36 +878,54 @@ GPU_TEST(cuda_hgemm_epilogues_match_ref)
             e.pe = c % 3 ? dpe : NULL;
             e.pe_rows = 7;
             e.ld_pe = n;
+            e.bias_alpha = dba;
+            e.bias_h = dbh;
             hark_err_t err = {0};
-            CHECKF(cuda_hgemm(&e, da, lda, dw, m, n, k, NULL, &err) == HARK_OK, "%s", err.msg);
+            CHECKF(cuda_hgemm(&e, da, lda, dw, m, n, k, g, &err) == HARK_OK, "%s", err.msg);
+            int ran = (int)ops_cuda_last_gemm(g);
+            runs[ran]++;
             int gd;
             double er = out_err(dout, ot, ref, nout, &gd);
-            worst[mode] = er > worst[mode] ? er : worst[mode];
-            CHECK_ERR(er, half ? TOL_H : TOL32, gd, "hgemm %dx%dx%d lda %d epilogue %d rel %g", m,
-                      n, k, lda, mode, er);
-            cudaFree(da), cudaFree(dw), cudaFree(db), cudaFree(dpe), cudaFree(dout);
+            worst[be][mode] = er > worst[be][mode] ? er : worst[be][mode];
+            CHECK_ERR(er, half ? TOL_H : TOL32, gd,
+                      "hgemm %dx%dx%d lda %d epilogue %d act %d on %s rel %g", m, n, k, lda, mode,
+                      act, names[ran], er);
+            cudaFree(da), cudaFree(dw), cudaFree(db), cudaFree(dpe), cudaFree(dout), cudaFree(dba);
+            cudaFree(dbh);
             hark_free(a), hark_free(w), hark_free(bias), hark_free(x0), hark_free(pe);
             hark_free(acc), hark_free(ref);
         }
-    printf("    hgemm rel rms: f16 %.3g, glu %.3g, resid32 %.3g, f32 %.3g\n", worst[0], worst[1],
-           worst[2], worst[3]);
+    for (int be = 0; be < 3; be++)
+        printf("    hgemm %s (where it can) rel rms: f16 %.3g, glu %.3g, resid32 %.3g, f32 %.3g\n",
+               names[bes[be]], worst[be][0], worst[be][1], worst[be][2], worst[be][3]);
+    printf("    runs: mma %d, cublasLt %d, wgmma %d\n", runs[OPS_GEMM_MMA], runs[OPS_GEMM_LT],
+           runs[OPS_GEMM_WGMMA]);
+    CHECK(runs[OPS_GEMM_LT] > 0 && runs[OPS_GEMM_WGMMA] > 0);
     hark_err_t err = {0};
     cuda_epi_t e;
     memset(&e, 0, sizeof e);
     e.out = &e;
-    CHECK(cuda_hgemm(&e, NULL, 12, NULL, 4, 4, 12, NULL, &err) == HARK_ERR_INVALID_ARG);
+    CHECK(cuda_hgemm(&e, NULL, 12, NULL, 4, 4, 12, g, &err) == HARK_ERR_INVALID_ARG);
     e.mode = CUDA_EPI_GLU16;
-    CHECK(cuda_hgemm(&e, NULL, 16, NULL, 4, 5, 16, NULL, &err) == HARK_ERR_INVALID_ARG);
+    CHECK(cuda_hgemm(&e, NULL, 16, NULL, 4, 5, 16, g, &err) == HARK_ERR_INVALID_ARG);
+    ops_cuda_destroy(g);
 }
 
 GPU_TEST(cuda_hconv2d_matches_conv2d_ref)
 {
     /* cin, h, w, cout, k, stride */
-    static const int cs[][6] = {{8, 9, 11, 24, 3, 2}, {16, 20, 13, 40, 5, 3}, {32, 33, 19, 264, 3, 2}};
+    static const int cs[][6] = {{8, 9, 11, 24, 3, 2},     {16, 20, 13, 40, 5, 3},
+                                {32, 33, 19, 264, 3, 2},  {64, 219, 79, 256, 3, 2},
+                                {16, 219, 79, 256, 3, 2}, {256, 99, 19, 256, 3, 2}};
     enum { B = 2 };
     unsigned seed = 32;
     double worst = 0;
+    int wg_runs = 0;
+    ops_cuda_t *g = new_ctx(t);
+    CHECK(g);
+    for (int be = 0; be < 2; be++) /* AUTO (long K on wgmma), then wgmma wherever it fits */
     for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        ops_cuda_set_gemm_backend(g, be ? OPS_GEMM_WGMMA : OPS_GEMM_AUTO);
         int cin = cs[c][0], h = cs[c][1], w = cs[c][2], cout = cs[c][3], k = cs[c][4], st = cs[c][5];
         int ho = (h - k) / st + 1, wo = (w - k) / st + 1;
         size_t nin = (size_t)B * h * w * cin, nw = (size_t)cout * cin * k * k,
@@ -936,17 +968,21 @@ GPU_TEST(cuda_hconv2d_matches_conv2d_ref)
         e.out = dout;
         e.ldo = cout;
         hark_err_t err = {0};
-        CHECKF(cuda_hconv2d(&e, din, dw, B, cin, h, w, cout, k, k, st, NULL, &err) == HARK_OK, "%s",
+        CHECKF(cuda_hconv2d(&e, din, dw, B, cin, h, w, cout, k, k, st, g, &err) == HARK_OK, "%s",
                err.msg);
+        wg_runs += ops_cuda_last_gemm(g) == OPS_GEMM_WGMMA;
         int gd;
         double er = out_err(dout, OPS_F16, ref, nout, &gd);
         worst = er > worst ? er : worst;
-        CHECK_ERR(er, TOL_H, gd, "hconv2d case %zu rel %g", c, er);
+        CHECK_ERR(er, TOL_H, gd, "hconv2d case %zu on %s rel %g", c,
+                  ops_cuda_last_gemm(g) == OPS_GEMM_WGMMA ? "wgmma" : "mma", er);
         cudaFree(din), cudaFree(dw), cudaFree(db), cudaFree(dout);
         hark_free(img), hark_free(wt), hark_free(b), hark_free(tin), hark_free(tout);
         hark_free(col), hark_free(ref), hark_free(wp);
     }
-    printf("    hconv2d rel rms %.3g\n", worst);
+    printf("    hconv2d rel rms %.3g (%d of the runs on wgmma)\n", worst, wg_runs);
+    CHECK(wg_runs >= 3);
+    ops_cuda_destroy(g);
 }
 
 GPU_TEST(cuda_conv1_cmvn_matches_ref)
@@ -1063,10 +1099,14 @@ GPU_TEST(cuda_dwconv_f16_matches_ref)
                                 {256, 15, 14, 1, CUDA_NORM_LAYER}};
     unsigned seed = 35;
     double worst = 0;
+    for (int glu = 0; glu < 2; glu++)
     for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
         int c = cs[ci][0], k = cs[ci][1], pad = cs[ci][2], has_left = cs[ci][3], norm = cs[ci][4];
         int act = (int)(ci % 4);
         size_t n = (size_t)B * T * c;
+        /* with glu the kernel reads (value, gate) pairs: gi (B, T, 2c) -> in = glu_ref(gi) */
+        float *gi = hrand(2 * n, &seed, 2.0f);
+        round_to(gi, 2 * n, OPS_F16);
         float *in = hrand(n, &seed, 2.0f), *left = hrand((size_t)pad * c + 1, &seed, 1.0f);
         float *w = hrand((size_t)c * k, &seed, 0.4f), *bias = hrand(c, &seed, 0.2f);
         float *g = hrand(c, &seed, 0.2f), *beta = hrand(c, &seed, 0.2f);
@@ -1074,6 +1114,17 @@ GPU_TEST(cuda_dwconv_f16_matches_ref)
         for (int i = 0; i < c; i++)
             g[i] += 1.0f, rv[i] += 0.7f;
         round_to(in, n, OPS_F16);
+        if (glu) { /* glu_ref wants [values | gates] per row: de-interleave first */
+            float *row = hark_malloc((size_t)2 * c * sizeof(float));
+            for (size_t r = 0; r < (size_t)B * T; r++) {
+                for (int j = 0; j < c; j++) {
+                    row[j] = gi[r * 2 * c + 2 * j];
+                    row[c + j] = gi[r * 2 * c + 2 * j + 1];
+                }
+                glu_ref(in + r * c, row, 1, c);
+            }
+            hark_free(row);
+        }
         round_to(left, (size_t)pad * c + 1, OPS_F16);
         float *ref = hark_malloc(n * sizeof(float));
         for (int b = 0; b < B; b++) {
@@ -1086,7 +1137,7 @@ GPU_TEST(cuda_dwconv_f16_matches_ref)
                 layer_norm_ref(o, o, g, beta, T, c, 1e-5f);
             activation_ref(o, o, (size_t)T * c, (ops_act_t)act);
         }
-        void *din = dup_to(in, n, OPS_F16);
+        void *din = glu ? dup_to(gi, 2 * n, OPS_F16) : dup_to(in, n, OPS_F16);
         float *dleft = dup_to(left, (size_t)pad * c + 1, OPS_F32);
         float *dw = dup_to(w, (size_t)c * k, OPS_F32), *dbias = dup_to(bias, c, OPS_F32);
         float *dg = dup_to(g, c, OPS_F32), *dbeta = dup_to(beta, c, OPS_F32);
@@ -1095,20 +1146,22 @@ GPU_TEST(cuda_dwconv_f16_matches_ref)
         CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
         CHECK_OK(cuda_set_lens(dl, lens, B, NULL, NULL));
         void *dout = dalloc(n, OPS_F16);
-        CHECK_OK(cuda_dwconv_f16(dout, din, has_left ? dleft : NULL, dw, dbias, dl, B, T, c, k, pad,
-                                 (cuda_norm_t)norm, dg, dbeta, drm, drv, 1e-5f, (cuda_act_t)act,
-                                 NULL, NULL));
+        CHECK_OK(cuda_dwconv_f16(dout, din, glu, has_left ? dleft : NULL, dw, dbias, dl, B, T, c,
+                                 k, pad, (cuda_norm_t)norm, dg, dbeta, drm, drv, 1e-5f,
+                                 (cuda_act_t)act, NULL, NULL));
         int gd;
         double e = out_err(dout, OPS_F16, ref, n, &gd);
         worst = e > worst ? e : worst;
-        CHECK_ERR(e, TOL_H, gd, "dwconv_f16 c %d k %d pad %d left %d norm %d act %d rel %g", c, k,
-                  pad, has_left, norm, act, e);
+        /* with glu the kernel's GLU value is not rounded to half before the conv: the reference's
+         * is (a difference of the half rounding, ~3e-4) */
+        CHECK_ERR(e, TOL_H, gd, "dwconv_f16 glu %d c %d k %d pad %d left %d norm %d act %d rel %g",
+                  glu, c, k, pad, has_left, norm, act, e);
         cudaFree(din), cudaFree(dleft), cudaFree(dw), cudaFree(dbias), cudaFree(dg);
         cudaFree(dbeta), cudaFree(drm), cudaFree(drv), cudaFree(dl), cudaFree(dout);
         hark_free(in), hark_free(left), hark_free(w), hark_free(bias), hark_free(g);
-        hark_free(beta), hark_free(rm), hark_free(rv), hark_free(ref);
+        hark_free(beta), hark_free(rm), hark_free(rv), hark_free(ref), hark_free(gi);
     }
-    printf("    dwconv_f16 rel rms %.3g\n", worst);
+    printf("    dwconv_f16 (and with the GLU fused) rel rms %.3g\n", worst);
 }
 
 GPU_TEST(cuda_flash_attention_matches_ref)
@@ -1216,5 +1269,81 @@ GPU_TEST(cuda_ctc_log_softmax_argmax_matches_ref)
         cudaFree(dx), cudaFree(dlp), cudaFree(dbest), cudaFree(darg), cudaFree(dl);
         hark_free(x), hark_free(ref);
     }
+}
+/* the CTC head without logits in memory: LSE partials + cuda_lse_argmax vs log_softmax + argmax */
+GPU_TEST(cuda_hgemm_lse_argmax_matches_ref)
+{
+    static const int sz[][2] = {{37, 13}, {300, 5002}, {1000, 300}, {2, 129}}; /* m, n */
+    enum { K = 72 };
+    unsigned seed = 38;
+    ops_cuda_t *g = new_ctx(t);
+    CHECK(g);
+    double worst = 0;
+    for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++) {
+        int m = sz[c][0], n = sz[c][1], tr = m > 3 ? m / 3 : m, batch = m / tr;
+        int lens[8] = {tr, tr / 2, 0};
+        float *a = hrand((size_t)m * K, &seed, 1.0f), *w = hrand((size_t)n * K, &seed, 1.0f);
+        float *bias = hrand(n, &seed, 1.0f);
+        round_to(a, (size_t)m * K, OPS_F16);
+        round_to(w, (size_t)n * K, OPS_F16);
+        float *lp = hark_malloc((size_t)m * n * sizeof(float));
+        matmul_ref(lp, a, w, m, n, K, K, K, n, 1, 1.0f, 0.0f);
+        for (int i = 0; i < m * n; i++)
+            lp[i] += bias[i % n];
+        log_softmax_ref(lp, lp, m, n);
+        int *arg_ref = hark_malloc(sizeof(int) * (size_t)m), *arg = hark_malloc(sizeof(int) * (size_t)m);
+        float *best_ref = hark_malloc(sizeof(float) * (size_t)m);
+        for (int r = 0; r < m; r++) {
+            int pad = r / tr < batch && r % tr >= lens[r / tr];
+            ctc_argmax_ref(&arg_ref[r], lp + (size_t)r * n, 1, n);
+            best_ref[r] = lp[(size_t)r * n + arg_ref[r]];
+            if (pad)
+                arg_ref[r] = 0, best_ref[r] = 0.0f;
+        }
+        void *da = dup_to(a, (size_t)m * K, OPS_F16), *dw = dup_to(w, (size_t)n * K, OPS_F16);
+        float *db = dup_to(bias, n, OPS_F32), *dbest = dalloc(m, OPS_F32);
+        void *part = NULL;
+        int *darg = NULL, *dl = NULL;
+        CHECK(cudaMalloc(&part, (size_t)m * CUDA_LSE_TILES(n) * 16) == cudaSuccess);
+        CHECK(cudaMalloc((void **)&darg, sizeof(int) * (size_t)m) == cudaSuccess);
+        CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
+        CHECK_OK(cuda_set_lens(dl, lens, batch, NULL, NULL));
+        cuda_epi_t e;
+        memset(&e, 0, sizeof e);
+        e.mode = CUDA_EPI_LSE;
+        e.bias = db;
+        e.out = part;
+        e.ldo = CUDA_LSE_TILES(n);
+        hark_err_t err = {0};
+        CHECKF(cuda_hgemm(&e, da, K, dw, m, n, K, g, &err) == HARK_OK, "%s", err.msg);
+        /* rows past the batch grid (m not a multiple of tr) count as valid */
+        CHECK_OK(cuda_lse_argmax(darg, dbest, part, n, dl, tr, batch * tr, NULL, NULL));
+        if (batch * tr < m)
+            CHECK_OK(cuda_lse_argmax(darg + batch * tr, dbest + batch * tr,
+                                     (char *)part + (size_t)batch * tr * CUDA_LSE_TILES(n) * 16, n,
+                                     NULL, 0, m - batch * tr, NULL, NULL));
+        CHECK(cudaMemcpy(arg, darg, sizeof(int) * (size_t)m, cudaMemcpyDeviceToHost) == cudaSuccess);
+        int same = 0;
+        for (int r = 0; r < m; r++)
+            same += arg[r] == arg_ref[r];
+        CHECKF(same == m, "lse argmax %dx%d: %d of %d rows agree", m, n, same, m);
+        int gd;
+        double er = out_err(dbest, OPS_F32, best_ref, m, &gd);
+        worst = er > worst ? er : worst;
+        CHECK_ERR(er, 1e-5, gd, "lse best log-prob %dx%d rel %g", m, n, er);
+        cudaFree(da), cudaFree(dw), cudaFree(db), cudaFree(dbest), cudaFree(part), cudaFree(darg);
+        cudaFree(dl);
+        hark_free(a), hark_free(w), hark_free(bias), hark_free(lp), hark_free(arg_ref);
+        hark_free(arg), hark_free(best_ref);
+    }
+    printf("    lse argmax: best log-prob rel rms %.3g\n", worst);
+    hark_err_t err = {0};
+    cuda_epi_t e;
+    memset(&e, 0, sizeof e);
+    e.mode = CUDA_EPI_LSE;
+    e.out = &e;
+    e.ldo = 3; /* not CUDA_LSE_TILES(500) */
+    CHECK(cuda_hgemm(&e, NULL, 8, NULL, 4, 500, 8, g, &err) == HARK_ERR_INVALID_ARG);
+    ops_cuda_destroy(g);
 }
 #endif
