@@ -29,7 +29,8 @@ else
             | tee -a "$out/hark.jsonl"
     done
     $PY bench/wenet_peer.py time --ckpt "$out/final.pt" --device cuda --modes fp32,fp16,compile \
-        --batches "$batches" 2>/dev/null | grep '^{' | tee "$out/peer.jsonl"
+        --batches "$batches" --min-time "${PEER_MIN_TIME:-2}" 2>/dev/null | grep '^{' |
+        tee "$out/peer.jsonl"
 fi
 $PY - "$out/hark.jsonl" "$out/peer.jsonl" <<'PYEOF'
 import json, sys

@@ -122,7 +122,6 @@ struct conformer_gpu_state {
     int *h_lens;       /* pinned (2 · max_batch): lens, then encoder lens, read by the graphs */
     cudaEvent_t lens_ev; /* the last forward's reads of h_lens are done */
     int graphs;          /* record and replay CUDA graphs */
-    int ffn_chunk;       /* FP16 FFN rows per block (L2-resident hidden layer); 0: all at once */
     struct gslot {
         int batch, t_max, chunk, left, skip_cmvn;
         const void *feats;
@@ -669,10 +668,8 @@ int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, in
     s->dt = precision == CONFORMER_GPU_FP16 ? OPS_F16 : OPS_F32;
     s->max_batch = max_batch;
     s->max_frames = max_frames;
-    const char *ng = getenv("HARK_NO_GRAPHS"), *fc = getenv("HARK_FFN_CHUNK");
+    const char *ng = getenv("HARK_NO_GRAPHS");
     s->graphs = !(ng && *ng && strcmp(ng, "0"));
-    /* 8192 rows x FFN 2048 half = 32 MiB of hidden layer: within an H100's 50 MiB L2 */
-    s->ffn_chunk = fc && *fc ? atoi(fc) : (int)(((size_t)32 << 20) / (2 * (size_t)m->ffn));
     int t_out = conformer_gpu_out_len(m, max_frames);
     s->max_t_out = t_out < 1 ? 1 : t_out;
     s->max_rows = max_batch * s->max_t_out;
@@ -986,23 +983,16 @@ static cuda_epi_t epi(cuda_epi_mode_t mode, void *out, long long ldo, const floa
     return e;
 }
 
-/* rows [r0, r0 + n) of x += alpha · (a · wᵀ + bias), a (n, k) the rows' inputs; bias_alpha =
- * alpha · bias (or NULL when alpha is 1) */
-static int h_resid_rows(const gfwd_t *F, const void *a, int k, const mat_t *w, const float *bias,
-                        float alpha, const float *bias_alpha, int r0, int n)
-{
-    conformer_gpu_state_t *s = F->s;
-    cuda_epi_t e = epi(CUDA_EPI_RESID32, s->x + (size_t)r0 * s->m->d, s->m->d, bias);
-    e.alpha = alpha;
-    e.beta = 1.0f;
-    e.bias_alpha = bias_alpha;
-    return cuda_hgemm(&e, a, k, w->f16, n, s->m->d, k, s->g, F->err);
-}
-
+/* x += alpha · (a · wᵀ + bias); bias_alpha = alpha · bias (or NULL when alpha is 1) */
 static int h_resid(const gfwd_t *F, const void *a, int k, const mat_t *w, const float *bias,
                    float alpha, const float *bias_alpha)
 {
-    return h_resid_rows(F, a, k, w, bias, alpha, bias_alpha, 0, F->rows);
+    conformer_gpu_state_t *s = F->s;
+    cuda_epi_t e = epi(CUDA_EPI_RESID32, s->x, s->m->d, bias);
+    e.alpha = alpha;
+    e.beta = 1.0f;
+    e.bias_alpha = bias_alpha;
+    return cuda_hgemm(&e, a, k, w->f16, F->rows, s->m->d, k, s->g, F->err);
 }
 
 /* after a residual update: pre-norm, hn = next(x) (none: nothing to do); post-norm,
@@ -1033,14 +1023,8 @@ static int h_ffn(const gfwd_t *F, const mat_t *w1, const float *b1, const void *
     cuda_epi_t e = epi(CUDA_EPI_F16, s->big, m->ffn, b1);
     e.bias_h = b1_h;
     e.act = act_of(&m->cfg);
-    /* in blocks of rows whose hidden activations stay in L2 between the two GEMMs */
-    int chunk = s->ffn_chunk > 0 && s->ffn_chunk < F->rows ? s->ffn_chunk : F->rows;
-    for (int r0 = 0; r0 < F->rows; r0 += chunk) {
-        int n = F->rows - r0 < chunk ? F->rows - r0 : chunk;
-        const char *a = (const char *)s->hn + (size_t)r0 * m->d * 2;
-        TRY(cuda_hgemm(&e, a, m->d, w1->f16, n, m->ffn, m->d, s->g, F->err));
-        TRY(h_resid_rows(F, s->big, m->ffn, w2, b2, alpha, b2_alpha, r0, n));
-    }
+    TRY(cuda_hgemm(&e, s->hn, m->d, w1->f16, F->rows, m->ffn, m->d, s->g, F->err));
+    TRY(h_resid(F, s->big, m->ffn, w2, b2, alpha, b2_alpha));
     mark(s, CONFORMER_GPU_STAGE_FFN);
     return HARK_OK;
 }

@@ -15,6 +15,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define BK 32      /* k per pipeline stage */
@@ -377,11 +378,11 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
  * Block tile 128 × 128 × 64, two consumer warpgroups (rows 0-63 and 64-127), each issuing
  * wgmma.m64n128k16 from shared memory; all 256 threads load the tiles with cp.async into the
  * 128-byte-swizzled K-major layout wgmma reads (row r's 16-byte chunk c at c ^ (r mod 8), rows of
- * 128 bytes, 1024-byte aligned), WG_STAGES deep, one wgmma batch in flight. */
+ * 128 bytes, 1024-byte aligned), STG stages deep (STG - 2 tiles loading ahead of the one in use,
+ * one wgmma batch in flight). */
 #define WG_BM 128
 #define WG_BN 128
 #define WG_BK 64
-#define WG_STAGES 4
 #define WG_THREADS 256
 #define WG_TILE_BYTES (WG_BM * WG_BK * 2) /* = WG_BN * WG_BK * 2 */
 
@@ -425,8 +426,8 @@ __device__ __forceinline__ void wgmma_m64n128k16(float d[64], uint64_t da, uint6
                  : "l"(da), "l"(db));
 }
 
-template <int MODE, int ACT, int CONV>
-__global__ void __launch_bounds__(WG_THREADS, 1)
+template <int MODE, int ACT, int CONV, int STG>
+__global__ void __launch_bounds__(WG_THREADS, STG == 3 ? 2 : 1)
     hgemm_wgmma_kernel(gemm_a_t A, const __half *__restrict__ W, int M, int N, int K, gemm_epi_t E)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -490,21 +491,21 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     for (int i = 0; i < 64; i++)
         d[i] = 0.0f;
 #pragma unroll
-    for (int s = 0; s < WG_STAGES - 2; s++) {
+    for (int s = 0; s < STG - 2; s++) {
         if (s < KT)
             load_tile(s, s);
         cp_async_commit();
     }
     for (int kt = 0; kt < KT; kt++) {
-        cp_async_wait<WG_STAGES - 3>();
+        cp_async_wait<STG - 3>();
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads(); /* tile kt landed; every warpgroup finished the batch of tile kt - 2 */
-        int nk = kt + WG_STAGES - 2;
+        int nk = kt + STG - 2;
         if (nk < KT)
-            load_tile(nk % WG_STAGES, nk);
+            load_tile(nk % STG, nk);
         cp_async_commit();
-        unsigned sa = sbase + (kt % WG_STAGES) * 2 * WG_TILE_BYTES + wg * 64 * 128,
-                 sb = sbase + (kt % WG_STAGES) * 2 * WG_TILE_BYTES + WG_TILE_BYTES;
+        unsigned sa = sbase + (kt % STG) * 2 * WG_TILE_BYTES + wg * 64 * 128,
+                 sb = sbase + (kt % STG) * 2 * WG_TILE_BYTES + WG_TILE_BYTES;
         wg_fence();
 #pragma unroll
         for (int ks = 0; ks < WG_BK / 16; ks++)
@@ -552,12 +553,12 @@ static int hgemm_launch(const gemm_a_t &A, const __half *W, int M, int N, int K,
     return launched(err, "hgemm_kernel");
 }
 
-template <int MODE, int ACT, int CONV>
-static int wgmma_launch(const gemm_a_t &A, const __half *W, int M, int N, int K,
-                        const gemm_epi_t &E, cudaStream_t st, hark_err_t *err)
+template <int MODE, int ACT, int CONV, int STG>
+static int wgmma_launch_stg(const gemm_a_t &A, const __half *W, int M, int N, int K,
+                            const gemm_epi_t &E, cudaStream_t st, hark_err_t *err)
 {
-    constexpr size_t smem = (size_t)WG_STAGES * 2 * WG_TILE_BYTES + 1024;
-    auto kern = hgemm_wgmma_kernel<MODE, ACT, CONV>;
+    constexpr size_t smem = (size_t)STG * 2 * WG_TILE_BYTES + 1024;
+    auto kern = hgemm_wgmma_kernel<MODE, ACT, CONV, STG>;
     static bool attr_set[64];
     int dev = 0;
     cudaGetDevice(&dev);
@@ -573,6 +574,23 @@ static int wgmma_launch(const gemm_a_t &A, const __half *W, int M, int N, int K,
     dim3 grid((unsigned)((N + WG_BN - 1) / WG_BN), (unsigned)((M + WG_BM - 1) / WG_BM));
     kern<<<grid, WG_THREADS, smem, st>>>(A, W, M, N, K, E);
     return launched(err, "hgemm_wgmma_kernel");
+}
+
+/* 3 stages (96 KiB: two blocks per SM, one's epilogue overlapping the other's main loop) for
+ * short K, 4 (one block per SM, deeper prefetch) for long K; HARK_WGMMA_STAGES=3|4 forces one */
+template <int MODE, int ACT, int CONV>
+static int wgmma_launch(const gemm_a_t &A, const __half *W, int M, int N, int K,
+                        const gemm_epi_t &E, cudaStream_t st, hark_err_t *err)
+{
+    static int forced = -1;
+    if (forced < 0) {
+        const char *e = getenv("HARK_WGMMA_STAGES");
+        forced = e && (*e == '3' || *e == '4') ? *e - '0' : 0;
+    }
+    int stg = forced ? forced : K >= 1024 ? 4 : 3;
+    if (stg == 3)
+        return wgmma_launch_stg<MODE, ACT, CONV, 3>(A, W, M, N, K, E, st, err);
+    return wgmma_launch_stg<MODE, ACT, CONV, 4>(A, W, M, N, K, E, st, err);
 }
 
 /* big tiles once there are two waves of them on a 132-SM part, small ones before */
@@ -593,9 +611,8 @@ static int hgemm_tiles(const gemm_a_t &A, const __half *W, int M, int N, int K,
  * generic addressing */
 static bool wgmma_takes(const ops_cuda_t *g, const gemm_a_t &A, int M, int N, int K)
 {
-    /* AUTO: long K only (the subsampling convs): with a short K this kernel's epilogue, which
-     * nothing overlaps, costs more than the mma.sync kernel's (measured: bench/bench_hgemm.c) */
-    if (g->backend != OPS_GEMM_WGMMA && !(g->backend == OPS_GEMM_AUTO && K >= 1024))
+    /* AUTO: the GEMMs cuBLASLt does not take (swish and GELU epilogues, GLU, pe, the convs) */
+    if (g->backend != OPS_GEMM_WGMMA && g->backend != OPS_GEMM_AUTO)
         return false;
     if (g->sm < 90)
         return false;
@@ -905,7 +922,14 @@ extern "C" int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, c
     /* AUTO: cuBLASLt where it expresses the epilogue, except an activation it lacks (a second
      * pass over the output) on a GEMM too small for that to pay */
     int post = epi->mode == CUDA_EPI_F16 && (epi->act == CUDA_ACT_SWISH || epi->act == CUDA_ACT_GELU);
-    if ((g->backend == OPS_GEMM_LT || (g->backend == OPS_GEMM_AUTO && (!post || m >= 4096))) &&
+    /* AUTO runs swish/GELU as cuBLASLt + a second pass (H100, FFN w1 at batch 256: 0.31 ms
+     * against 0.37 for the fused mma.sync or wgmma kernels); HARK_LT_ACT_PASS=0 keeps them fused */
+    static int lt_post = -1;
+    if (lt_post < 0) {
+        const char *ev = getenv("HARK_LT_ACT_PASS");
+        lt_post = !(ev && *ev == '0');
+    }
+    if ((g->backend == OPS_GEMM_LT || (g->backend == OPS_GEMM_AUTO && (!post || lt_post))) &&
         lt_expresses(epi) && al16(epi->out)) {
         rc = lt_run(g, epi, a, lda, w, m, n, k, err);
         if (rc != HARK_ERR_UNSUPPORTED) {
