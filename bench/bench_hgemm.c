@@ -86,7 +86,7 @@ int main(int argc, char **argv)
         {"ffn w2 (residual)", 256, 2048, CUDA_EPI_RESID32, 0},
         {"qkv (bias)", 768, 256, CUDA_EPI_F16, 0},
         {"out / pw2 (residual)", 256, 256, CUDA_EPI_RESID32, 0},
-        {"pw1 (glu)", 512, 256, CUDA_EPI_GLU16, 0},
+        {"pw1 (bias; GLU in the conv)", 512, 256, CUDA_EPI_F16, 0},
         {"ctc (fp32 logits)", 5002, 256, CUDA_EPI_F32, 0},
         {"subsampling conv2 (implicit)", 256, 2304, CUDA_EPI_F16, 1},
     };
@@ -133,7 +133,7 @@ int main(int argc, char **argv)
             j.e.act = sh->conv ? CUDA_ACT_RELU : CUDA_ACT_SWISH;
             j.e.bias = bias;
             j.e.out = c;
-            j.e.ldo = sh->mode == CUDA_EPI_GLU16 ? j.n / 2 : j.n;
+            j.e.ldo = j.n;
             j.e.alpha = 0.5f;
             j.e.beta = 1.0f;
             j.e.bias_alpha = bias;

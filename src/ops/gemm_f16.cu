@@ -1,9 +1,10 @@
-/* gemm_f16.cu — FP16 tensor-core GEMM with fused epilogues (mma.sync m16n8k16, FP32
- * accumulation, a cp.async pipeline four stages deep), and the same kernel as an implicit-GEMM
- * 2-D convolution over a channel-last FP16 image. The epilogues are the ones the Conformer needs
- * after a GEMM: bias + activation to FP16, GLU to FP16, and the residual update of the FP32
- * stream (x = beta·x + alpha·(acc + bias) + pe), so no FP32 GEMM output ever reaches memory.
- * CPU references: matmul_ref + activation_ref / glu_ref / axpy_ref, conv2d_ref (ops_cpu.c).
+/* gemm_f16.cu — FP16 tensor-core GEMMs with fused epilogues: an mma.sync m16n8k16 kernel (FP32
+ * accumulation, cp.async pipeline four stages deep) and a Hopper wgmma kernel, each also an
+ * implicit-GEMM 2-D convolution over a channel-last FP16 image. The epilogues are the ones the
+ * Conformer needs after a GEMM: bias + activation to FP16, the residual update of the FP32 stream
+ * (x = beta·x + alpha·(acc + bias) + pe), FP32 logits, or the CTC head's per-block (max, Σexp,
+ * argmax), so no FP32 GEMM output has to reach memory.
+ * CPU references: matmul_ref + activation_ref / axpy_ref / log_softmax_ref, conv2d_ref.
  * cuda_hgemm can instead hand the GEMMs whose epilogue cuBLASLt expresses to cuBLASLt (see
  * ops_cuda.h: ops_gemm_backend_t); the rest always run here.
  * Tests: tests/ops/test_ops_cuda.c (cuda_hgemm_*, cuda_hconv2d_*). */
@@ -136,9 +137,6 @@ __device__ __forceinline__ void epi_slab(const gemm_epi_t &E, int M, int N, int 
                     if (has1)
                         o[1] = __float2half_rn(v1);
                 }
-            } else if (MODE == CUDA_EPI_GLU16) { /* (value, gate) pairs; N even */
-                ((__half *)E.out)[(long long)m * E.ldo + (n >> 1)] =
-                    __float2half_rn(__fdividef(v0, 1.0f + __expf(-v1)));
             } else if (MODE == CUDA_EPI_RESID32) {
                 float *o = (float *)E.out + (long long)m * E.ldo + n;
                 float r0 = E.alpha * v0 + (pe ? pe[n] : 0.0f);
@@ -611,7 +609,7 @@ static int hgemm_tiles(const gemm_a_t &A, const __half *W, int M, int N, int K,
  * generic addressing */
 static bool wgmma_takes(const ops_cuda_t *g, const gemm_a_t &A, int M, int N, int K)
 {
-    /* AUTO: the GEMMs cuBLASLt does not take (swish and GELU epilogues, GLU, pe, the convs) */
+    /* AUTO: the GEMMs cuBLASLt does not take (pe, the convs; swish/GELU with HARK_LT_ACT_PASS=0) */
     if (g->backend != OPS_GEMM_WGMMA && g->backend != OPS_GEMM_AUTO)
         return false;
     if (g->sm < 90)
@@ -644,8 +642,6 @@ static int hgemm_run(const gemm_a_t &A, const __half *W, int M, int N, int K,
         default:
             return hgemm_tiles<CUDA_EPI_F16, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, wg, err);
         }
-    case CUDA_EPI_GLU16:
-        return hgemm_tiles<CUDA_EPI_GLU16, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, wg, err);
     case CUDA_EPI_RESID32:
         return hgemm_tiles<CUDA_EPI_RESID32, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, wg, err);
     case CUDA_EPI_LSE: /* partials per 128 columns: always the 128 x 128 mma.sync tiles */
@@ -670,8 +666,6 @@ static int epi_check(const cuda_epi_t *e, int N, hark_err_t *err)
     if (e->mode == CUDA_EPI_LSE && (e->ldo != CUDA_LSE_TILES(N) || !al16(e->out)))
         return err_set(err, HARK_ERR_INVALID_ARG, "hgemm: LSE partials need ldo = %d, 16-byte "
                        "alignment", CUDA_LSE_TILES(N));
-    if (e->mode == CUDA_EPI_GLU16 && N % 2)
-        return err_set(err, HARK_ERR_INVALID_ARG, "hgemm: GLU needs an even N (%d)", N);
     if (e->pe && e->pe_rows <= 0)
         return err_set(err, HARK_ERR_INVALID_ARG, "hgemm: pe_rows %d", e->pe_rows);
     return HARK_OK;

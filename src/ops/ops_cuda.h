@@ -171,8 +171,6 @@ int cuda_attention(void *ctx, ops_dtype_t dt, void *scratch, const float *q, con
 
 /* What a GEMM does with its FP32 accumulator acc (m, n) (+ bias[n] first, when bias):
  *   CUDA_EPI_F16     out (half) = act(acc + bias)
- *   CUDA_EPI_GLU16   out (half) (m, n/2): column j = (acc[2j] + b) · sigmoid(acc[2j+1] + b), i.e.
- *                    the weight rows of a GLU's value and gate halves interleaved; n even
  *   CUDA_EPI_RESID32 out (float) = beta · out + alpha · (acc + bias) + pe[m mod pe_rows]
  *                    (beta 0: out is not read; pe (pe_rows, ·) row stride ld_pe, or NULL)
  *   CUDA_EPI_F32     out (float) = acc + bias
@@ -183,7 +181,6 @@ int cuda_attention(void *ctx, ops_dtype_t dt, void *scratch, const float *q, con
 #define CUDA_LSE_TILES(n) (((n) + 127) / 128)
 typedef enum {
     CUDA_EPI_F16 = 0,
-    CUDA_EPI_GLU16,
     CUDA_EPI_RESID32,
     CUDA_EPI_F32,
     CUDA_EPI_LSE
@@ -204,13 +201,14 @@ typedef struct {
                                 D's type) run it */
 } cuda_epi_t;
 
-/* Which implementation runs cuda_hgemm / cuda_hconv2d: AUTO picks cuBLASLt (its Hopper kernels,
- * with its BIAS / RELU_BIAS epilogues and alpha/beta for the residual) for the epilogues it can
- * express (F16 with no activation or ReLU, RESID32 without pe, F32) and, for the rest (swish,
- * GELU, GLU, pe, convolutions), the wgmma kernel on Hopper when the GEMM fills the GPU with
- * 128 x 128 tiles, else the mma.sync kernel. MMA, LT and WGMMA force one (LT and WGMMA where they
- * can, mma.sync otherwise). The default comes from HARK_HGEMM=auto|mma|lt|wgmma at
- * ops_cuda_create; ops_cuda_last_gemm says which ran last. */
+/* Which implementation runs cuda_hgemm / cuda_hconv2d: AUTO gives cuBLASLt (its Hopper kernels)
+ * the epilogues it can express — bias and ReLU (BIAS / RELU_BIAS), the residual update as
+ * alpha/beta, F32; swish and GELU as its BIAS plus a second pass over the output
+ * (HARK_LT_ACT_PASS=0 keeps those fused in hark's kernels) — and the rest (pe, LSE, the convs)
+ * to the wgmma kernel on Hopper when the GEMM fills the GPU with 128 x 128 tiles, else to the
+ * mma.sync kernel. MMA, LT and WGMMA force one (LT and WGMMA where they can, mma.sync otherwise).
+ * The default comes from HARK_HGEMM=auto|mma|lt|wgmma at ops_cuda_create; ops_cuda_last_gemm says
+ * which ran last. */
 typedef enum { OPS_GEMM_AUTO = 0, OPS_GEMM_MMA, OPS_GEMM_LT, OPS_GEMM_WGMMA } ops_gemm_backend_t;
 void ops_cuda_set_gemm_backend(ops_cuda_t *g, ops_gemm_backend_t b);
 ops_gemm_backend_t ops_cuda_last_gemm(const ops_cuda_t *g);

@@ -1,4 +1,4 @@
-/* ctc_argmax_ref.c — CPU reference of the per-frame CTC argmax (cuda_ctc_argmax).
+/* ctc_argmax_ref.c — CPU reference of the per-frame CTC argmax (cuda_ctc_log_softmax_argmax).
  * Tests: tests/search/test_ctc_gpu.c */
 #include "search/ctc_gpu.h"
 

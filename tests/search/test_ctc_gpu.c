@@ -1,5 +1,5 @@
-/* Tests for src/search/ctc_gpu.cu: GPU argmax vs ctc_argmax_ref on awkward sizes, with ties,
- * NaN and -inf rows. */
+/* Tests for the GPU CTC argmax (cuda_ctc_log_softmax_argmax, ops/ops_cuda.h) against
+ * ctc_argmax_ref on awkward sizes, with exact ties, NaN and -inf rows. */
 #include "test.h"
 
 #include "search/ctc_gpu.h"
@@ -16,6 +16,8 @@ TEST(ctc_argmax_ref_ties_and_nan)
 }
 
 #ifdef HARK_CUDA
+#include "ops/ops_cuda.h"
+
 #include <cuda_runtime_api.h>
 GPU_TEST(gpu_ctc_argmax_matches_ref)
 {
@@ -39,7 +41,7 @@ GPU_TEST(gpu_ctc_argmax_matches_ref)
         CHECK(cudaMemcpy(d_x, x, sizeof(float) * (size_t)rows * V, cudaMemcpyHostToDevice) == cudaSuccess);
         CHECK(cudaMemset(d_out, 0xff, sizeof(int) * rows) == cudaSuccess);
         hark_err_t e = {0};
-        CHECK_OK(cuda_ctc_argmax(d_out, NULL, d_x, rows, V, NULL, &e));
+        CHECK_OK(cuda_ctc_log_softmax_argmax(d_out, NULL, NULL, d_x, NULL, 0, rows, V, NULL, &e));
         CHECK(cudaMemcpy(got, d_out, sizeof(int) * rows, cudaMemcpyDeviceToHost) == cudaSuccess);
         for (int r = 0; r < rows; r++)
             CHECKF(got[r] == ref[r], "rows %d V %d: row %d gpu %d ref %d", rows, V, r, got[r], ref[r]);
