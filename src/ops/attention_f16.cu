@@ -8,6 +8,7 @@
 #include "ops/ops_cuda.h"
 
 #include "hark.h"
+#include "ops/ops_cuda_impl.h"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -31,27 +32,6 @@ struct fa_args {
     int vec; /* 16-byte loads allowed */
 };
 
-__device__ __forceinline__ void ldsm_x4(unsigned r[4], const void *smem)
-{
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-__device__ __forceinline__ void ldsm_x4_t(unsigned r[4], const void *smem)
-{
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-__device__ __forceinline__ void mma16816(float c[4], const unsigned a[4], unsigned b0, unsigned b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 __device__ __forceinline__ unsigned pack_h2(float lo, float hi)
 {
     __half2 h = __floats2half2_rn(lo, hi);
@@ -256,21 +236,13 @@ static int fa_launch(const fa_args &a, int batch, cudaStream_t st, hark_err_t *e
 {
     constexpr int W = REL ? 2 * DKP : DKP;
     constexpr size_t smem = ((size_t)(QT + KT) * (W + 8) + (size_t)KT * (DKP + 8)) * 2;
-    static bool attr_set[64];
-    int dev = 0;
-    cudaGetDevice(&dev);
-    if (smem > 48 * 1024 && (dev < 0 || dev >= 64 || !attr_set[dev])) {
-        cudaError_t e = cudaFuncSetAttribute(flash_attention_kernel<DKP, REL>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess)
-            return err_set(err, HARK_ERR_CUDA, "cuda: flash attention smem: %s",
-                           cudaGetErrorString(e));
-        if (dev >= 0 && dev < 64)
-            attr_set[dev] = true;
-    }
+    static bool set[64];
+    cudaError_t e = ops_smem_opt_in((const void *)flash_attention_kernel<DKP, REL>, smem, set);
+    if (e != cudaSuccess)
+        return err_set(err, HARK_ERR_CUDA, "cuda: flash attention smem: %s", cudaGetErrorString(e));
     dim3 grid((unsigned)((a.t + QT - 1) / QT), (unsigned)a.heads, (unsigned)batch);
     flash_attention_kernel<DKP, REL><<<grid, QT * 2, smem, st>>>(a);
-    cudaError_t e = cudaGetLastError();
+    e = cudaGetLastError();
     return e != cudaSuccess ? err_set(err, HARK_ERR_CUDA, "cuda: flash_attention_kernel: %s",
                                       cudaGetErrorString(e))
                             : HARK_OK;

@@ -57,22 +57,6 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-__device__ __forceinline__ void ldsm_x4(unsigned r[4], const void *smem)
-{
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-
-__device__ __forceinline__ void mma16816(float c[4], const unsigned a[4], unsigned b0, unsigned b1)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 /* half offset of 16-byte chunk c (0..3) of tile row r: chunk c ^ ((r / 2) mod 4), so that the 8
  * rows of an ldmatrix and the 8 chunks of a cp.async phase fall in distinct banks */
 __device__ __forceinline__ int swz(int r, int c)
@@ -534,18 +518,10 @@ static int hgemm_launch(const gemm_a_t &A, const __half *W, int M, int N, int K,
     constexpr int threads = (BM / WM) * (BN / WN) * 32;
     constexpr size_t smem = (size_t)STAGES * (BM + BN) * LDS * sizeof(__half);
     auto kern = hgemm_kernel<BM, BN, WM, WN, MODE, ACT, CONV>;
-    static bool attr_set[64]; /* per device; a benign race: every thread sets the same value */
-    int dev = 0;
-    cudaGetDevice(&dev);
-    if (dev < 0 || dev >= 64 || !attr_set[dev]) {
-        cudaError_t e =
-            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess)
-            return err_set(err, HARK_ERR_CUDA, "cuda: hgemm smem attribute: %s",
-                           cudaGetErrorString(e));
-        if (dev >= 0 && dev < 64)
-            attr_set[dev] = true;
-    }
+    static bool set[64];
+    cudaError_t e = ops_smem_opt_in((const void *)kern, smem, set);
+    if (e != cudaSuccess)
+        return err_set(err, HARK_ERR_CUDA, "cuda: hgemm smem attribute: %s", cudaGetErrorString(e));
     dim3 grid((unsigned)((N + BN - 1) / BN), (unsigned)((M + BM - 1) / BM));
     kern<<<grid, threads, smem, st>>>(A, W, M, N, K, E);
     return launched(err, "hgemm_kernel");
@@ -557,18 +533,10 @@ static int wgmma_launch_stg(const gemm_a_t &A, const __half *W, int M, int N, in
 {
     constexpr size_t smem = (size_t)STG * 2 * WG_TILE_BYTES + 1024;
     auto kern = hgemm_wgmma_kernel<MODE, ACT, CONV, STG>;
-    static bool attr_set[64];
-    int dev = 0;
-    cudaGetDevice(&dev);
-    if (dev < 0 || dev >= 64 || !attr_set[dev]) {
-        cudaError_t e =
-            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess)
-            return err_set(err, HARK_ERR_CUDA, "cuda: wgmma smem attribute: %s",
-                           cudaGetErrorString(e));
-        if (dev >= 0 && dev < 64)
-            attr_set[dev] = true;
-    }
+    static bool set[64];
+    cudaError_t e = ops_smem_opt_in((const void *)kern, smem, set);
+    if (e != cudaSuccess)
+        return err_set(err, HARK_ERR_CUDA, "cuda: wgmma smem attribute: %s", cudaGetErrorString(e));
     dim3 grid((unsigned)((N + WG_BN - 1) / WG_BN), (unsigned)((M + WG_BM - 1) / WG_BM));
     kern<<<grid, WG_THREADS, smem, st>>>(A, W, M, N, K, E);
     return launched(err, "hgemm_wgmma_kernel");

@@ -81,21 +81,6 @@ __device__ __forceinline__ void stf(__half *p, size_t i, float v)
     p[i] = __float2half_rn(v);
 }
 
-/* the activations of ops_cpu.c, same float formulas */
-__device__ __forceinline__ float act_f(float x, int act)
-{
-    switch (act) {
-    case CUDA_ACT_RELU:
-        return x > 0.0f ? x : 0.0f;
-    case CUDA_ACT_SWISH:
-        return x / (1.0f + expf(-x));
-    case CUDA_ACT_GELU:
-        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    default:
-        return x;
-    }
-}
-
 /* Sum over the block (blockDim.x a multiple of 32, <= 1024); sh: 32 floats of shared memory.
  * Every thread gets the same total, added in the same order. */
 __device__ float block_sum(float v, float *sh)

@@ -6,6 +6,7 @@
 #include "ops/ops_cuda.h"
 
 #include <cublasLt.h>
+#include <math.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -34,5 +35,60 @@ struct ops_cuda {
 };
 
 #define OPS_WORKSPACE_BYTES ((size_t)32 << 20)
+
+/* the activations of ops_cpu.c, same float formulas */
+__device__ __forceinline__ float act_f(float x, int act)
+{
+    switch (act) {
+    case CUDA_ACT_RELU:
+        return x > 0.0f ? x : 0.0f;
+    case CUDA_ACT_SWISH:
+        return x / (1.0f + expf(-x));
+    case CUDA_ACT_GELU:
+        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    default:
+        return x;
+    }
+}
+
+/* Lets kernel `kern` take `bytes` of dynamic shared memory (past 48 KiB it must be asked for),
+ * once per device: set[dev] remembers (a benign race: every thread sets the same value). */
+static inline cudaError_t ops_smem_opt_in(const void *kern, size_t bytes, bool *set)
+{
+    int dev = 0;
+    if (bytes <= 48 * 1024 || cudaGetDevice(&dev) != cudaSuccess)
+        return cudaSuccess;
+    if (dev >= 0 && dev < 64 && set[dev])
+        return cudaSuccess;
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)bytes);
+    if (e == cudaSuccess && dev >= 0 && dev < 64)
+        set[dev] = true;
+    return e;
+}
+
+/* tensor-core fragments: ldmatrix (x4, and transposed) from shared memory, and
+ * mma.sync m16n8k16 with FP16 operands and FP32 accumulation */
+__device__ __forceinline__ void ldsm_x4(unsigned r[4], const void *smem)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+__device__ __forceinline__ void ldsm_x4_t(unsigned r[4], const void *smem)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+__device__ __forceinline__ void mma16816(float c[4], const unsigned a[4], unsigned b0, unsigned b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 
 #endif

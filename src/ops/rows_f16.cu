@@ -10,6 +10,7 @@
 #include "ops/ops_cuda.h"
 
 #include "hark.h"
+#include "ops/ops_cuda_impl.h"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -21,20 +22,6 @@ static int launched(hark_err_t *err, const char *what)
     return e != cudaSuccess ? err_set(err, HARK_ERR_CUDA, "cuda: %s: %s", what,
                                       cudaGetErrorString(e))
                             : HARK_OK;
-}
-
-__device__ __forceinline__ float act_f(float x, int act)
-{
-    switch (act) {
-    case CUDA_ACT_RELU:
-        return x > 0.0f ? x : 0.0f;
-    case CUDA_ACT_SWISH:
-        return x / (1.0f + expf(-x));
-    case CUDA_ACT_GELU:
-        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    default:
-        return x;
-    }
 }
 
 __device__ __forceinline__ float warp_sum(float v)
@@ -298,24 +285,22 @@ extern "C" int cuda_dwconv_f16(void *out, const void *in, int glu, const float *
     size_t smem = (size_t)(DW_TT + k - 1) * c * sizeof(__half);
     dim3 grid((unsigned)((t_len + DW_TT - 1) / DW_TT), (unsigned)batch);
     cudaStream_t st = (cudaStream_t)stream;
-#define DW(P)                                                                                      \
+    static bool set[3][64];
+#define DW(P, I)                                                                                   \
     do {                                                                                           \
-        if (smem > 48 * 1024) {                                                                    \
-            cudaError_t e_ = cudaFuncSetAttribute(                                                 \
-                dwconv_f16_kernel<P>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);     \
-            if (e_ != cudaSuccess)                                                                 \
-                return err_set(err, HARK_ERR_CUDA, "dwconv_f16 smem: %s", cudaGetErrorString(e_)); \
-        }                                                                                          \
+        cudaError_t e_ = ops_smem_opt_in((const void *)dwconv_f16_kernel<P>, smem, set[I]);        \
+        if (e_ != cudaSuccess)                                                                     \
+            return err_set(err, HARK_ERR_CUDA, "dwconv_f16 smem: %s", cudaGetErrorString(e_));     \
         dwconv_f16_kernel<P><<<grid, DW_THREADS, smem, st>>>(                                      \
             (__half *)out, (const __half *)in, glu, left, w, bias, lens, t_len, c, k, pad_left,   \
             (int)norm, g, beta, rm, rv, eps, (int)act);                                            \
     } while (0)
     if (c <= 2 * DW_THREADS)
-        DW(1);
+        DW(1, 0);
     else if (c <= 4 * DW_THREADS)
-        DW(2);
+        DW(2, 1);
     else
-        DW(4);
+        DW(4, 2);
 #undef DW
     return launched(err, "dwconv_f16_kernel");
 }
