@@ -23,6 +23,8 @@
 #define RBUF_SIZE (32 * 1024)
 #define LINGER_MS 2000   /* after our last answer: wait this long for the client's FIN */
 #define MAX_REJECTING 64 /* connections being told 503 at once; beyond, closed outright */
+/* a body with at least this much still due is read straight into place (on_alloc) */
+#define MIN_WINDOW (16 * 1024)
 
 /* ---- types ----------------------------------------------------------------------------------- */
 
@@ -83,7 +85,8 @@ struct conn {
     int handles; /* open uv handles */
     int reading, paused, parse_dead, closing, finishing, read_eof, rejected, draining;
     int in_process, took_req, continue_sent;
-    int writes; /* uv_writes in progress */
+    int in_window; /* the pending read goes straight into a request body (on_alloc) */
+    int writes;    /* uv_writes in progress */
     int tstate;
 };
 
@@ -626,9 +629,35 @@ static void conn_flush(conn_t *c)
             w->bufs[w->n++] = uv_buf_init((char *)CONTINUE_100, sizeof CONTINUE_100 - 1);
             c->continue_sent = 1;
         }
-        if (w->n == 0) {
+        /* straight to the socket when it takes it all (the usual case: no write request, no
+         * epoll change, no callback on a later turn); what it does not take goes by uv_write */
+        size_t total = 0, skip = 0;
+        for (unsigned i = 0; i < w->n; i++)
+            total += w->bufs[i].len;
+        int sent = w->n ? uv_try_write((uv_stream_t *)&c->tcp, w->bufs, w->n) : 0;
+        if (sent < 0 && sent != UV_EAGAIN && sent != UV_ENOSYS) {
             pieces_free(list);
             hark_free(w);
+            conn_close(c);
+            return;
+        }
+        if (sent > 0) {
+            skip = (size_t)sent;
+            unsigned first = 0;
+            while (first < w->n && skip >= w->bufs[first].len)
+                skip -= w->bufs[first++].len;
+            if (first < w->n) {
+                w->bufs[first].base += skip;
+                w->bufs[first].len -= skip;
+            }
+            memmove(w->bufs, w->bufs + first, (w->n - first) * sizeof(uv_buf_t));
+            w->n -= first;
+        }
+        if (w->n == 0 || (sent > 0 && (size_t)sent == total)) {
+            pieces_free(list);
+            hark_free(w);
+            if (sent > 0)
+                conn_update_timer(c, 1);
         } else if (uv_write(&w->w, (uv_stream_t *)&c->tcp, w->bufs, w->n, on_write) != 0) {
             pieces_free(list);
             hark_free(w);
@@ -671,22 +700,22 @@ static void conn_dispatch(conn_t *c, http_req_t *req)
     s->o.handler(req, s->o.user); /* may answer (and free) req before returning */
 }
 
-/* Parses what is buffered, dispatching complete requests, until the buffer is used up, the
- * pipeline is full, or parsing is over. */
-static void conn_process(conn_t *c)
+/* Parses data[len] (the read buffer, or body bytes received in place), dispatching complete
+ * requests, until it is used up, the pipeline is full, or parsing is over; returns the bytes
+ * consumed. */
+static size_t conn_parse(conn_t *c, const char *data, size_t len)
 {
     http_server_t *s = c->srv;
     size_t off = 0;
-    c->in_process++;
     while (!c->closing && !c->parse_dead) {
         if (c->fifo_len >= s->o.max_pipeline) {
             c->paused = 1;
             break;
         }
-        if (off == c->rlen && !c->read_eof)
+        if (off == len && !c->read_eof)
             break;
         size_t used = 0;
-        int rc = http_reqparser_feed(c->parser, c->rbuf + off, c->rlen - off, &used);
+        int rc = http_reqparser_feed(c->parser, data + off, len - off, &used);
         off += used;
         if (rc == HTTP_PARSE_REQUEST) {
             conn_dispatch(c, http_reqparser_take(c->parser));
@@ -702,6 +731,14 @@ static void conn_process(conn_t *c)
             c->parse_dead = 1;
         break;
     }
+    return off;
+}
+
+/* Parses what is buffered (see conn_parse), then writes what is ready and re-arms reading. */
+static void conn_process(conn_t *c)
+{
+    c->in_process++;
+    size_t off = conn_parse(c, c->rbuf, c->rlen);
     c->in_process--;
     if (c->closing)
         return;
@@ -716,10 +753,21 @@ static void conn_process(conn_t *c)
         conn_set_reading(c);
 }
 
+/* Reads go to the read buffer, or, while a large plain body is arriving and nothing else is
+ * buffered, straight into the request's body (no copy; exactly the bytes still due, so the next
+ * request's head never lands there). */
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     conn_t *c = h->data;
-    *buf = uv_buf_init(c->rbuf + c->rlen, (unsigned)(RBUF_SIZE - c->rlen));
+    char *dst;
+    size_t due = c->rlen == 0 && !c->parse_dead && c->fifo_len < c->srv->o.max_pipeline
+                     ? http_reqparser_body_window(c->parser, &dst)
+                     : 0;
+    c->in_window = due >= MIN_WINDOW;
+    if (c->in_window)
+        *buf = uv_buf_init(dst, (unsigned)(due < (1u << 30) ? due : (1u << 30)));
+    else
+        *buf = uv_buf_init(c->rbuf + c->rlen, (unsigned)(RBUF_SIZE - c->rlen));
 }
 
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
@@ -753,9 +801,18 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     }
     if (c->parse_dead) /* lingering or waiting on earlier answers: drop what comes */
         return;
-    c->rlen += (size_t)nread;
     int in_body = http_reqparser_in_body(c->parser);
     c->took_req = 0;
+    if (c->in_window) { /* body bytes, already in place: the parser only counts them */
+        c->in_window = 0;
+        c->in_process++;
+        conn_parse(c, buf->base, (size_t)nread); /* all body: the window was what is due */
+        c->in_process--;
+        if (c->closing)
+            return;
+    } else {
+        c->rlen += (size_t)nread;
+    }
     conn_process(c);
     if (!c->closing && (in_body || c->took_req))
         conn_update_timer(c, 1);
@@ -848,7 +905,8 @@ static void on_connection(uv_stream_t *ls, int status)
         }
     }
     uv_tcp_nodelay(&c->tcp, 1);
-    http_reqparser_opts_t po = {s->o.max_body, s->o.max_header, sizeof(sreq_t)};
+    http_reqparser_opts_t po = {s->o.max_body, s->o.max_header, sizeof(sreq_t), s->o.body_align,
+                                s->o.user};
     c->parser = http_reqparser_create(&po);
     c->rbuf = hark_malloc(RBUF_SIZE);
     if (!c->parser || !c->rbuf) {

@@ -59,8 +59,8 @@ typedef struct http_req {
     void *user;     /* free for the handler's use */
 
     /* private */
-    char *body_buf_;
-    size_t body_cap_;
+    char *body_buf_; /* the allocation; the body starts body_off_ bytes into it */
+    size_t body_cap_, body_off_;
 } http_req_t;
 
 /* Value of the first header called `name` (case-insensitive), or NULL. */
@@ -116,6 +116,11 @@ typedef struct {
     unsigned request_timeout_ms; /* head not complete / body stalled this long: 408; default 30 s */
     unsigned idle_timeout_ms;    /* idle keep-alive connection closed; default 60 s */
     unsigned max_pipeline;       /* parsed, unanswered requests per connection; default 16 */
+    /* Optional, called on the loop thread once a request's head is parsed: the offset into the
+     * body that should land 64-byte aligned in memory (KServe's binary tensors follow a JSON
+     * header of known length, so they can be used in place). Honoured for Content-Length bodies
+     * that are not compressed; NULL: the body itself starts aligned. */
+    size_t (*body_align)(const http_req_t *req, void *user);
 } http_server_opts_t;
 
 typedef struct {
@@ -152,6 +157,8 @@ void http_server_destroy(http_server_t *s);
 typedef struct {
     size_t max_body, max_header; /* as in http_server_opts_t (0: defaults) */
     size_t req_size;             /* bytes to allocate per request, >= sizeof(http_req_t); 0: that */
+    size_t (*body_align)(const http_req_t *req, void *user); /* as in http_server_opts_t */
+    void *user;                                              /* for body_align */
 } http_reqparser_opts_t;
 
 typedef struct http_reqparser http_reqparser_t;
@@ -173,6 +180,11 @@ int http_reqparser_error(const http_reqparser_t *p, const char **msg);
 int http_reqparser_in_request(const http_reqparser_t *p);
 /* 1 while the current request's headers are complete and its body is arriving. */
 int http_reqparser_in_body(const http_reqparser_t *p);
+/* Receiving in place: when the current request's body is a plain Content-Length one that has
+ * started (its head is parsed), sets *dst to where its next bytes belong and returns how many
+ * are still due; else returns 0. A caller may receive up to that many bytes straight into dst
+ * and then feed them from there: they are kept where they are, not copied. */
+size_t http_reqparser_body_window(http_reqparser_t *p, char **dst);
 /* 1 if the current request asked for 100-continue and no body byte has arrived yet. */
 int http_reqparser_wants_continue(const http_reqparser_t *p);
 /* Frees a request made by the parser (arena, body, the request itself); NULL is fine. */

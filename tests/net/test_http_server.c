@@ -259,6 +259,87 @@ TEST(http_parser_expect_continue_and_absolute_url)
     http_reqparser_destroy(p);
 }
 
+/* body_align hook for the tests: the offset named by an X-Align header */
+static size_t align_hook(const http_req_t *req, void *user)
+{
+    const char *v = http_req_header(req, "x-align");
+    return v ? (size_t)strtoul(v, NULL, 10) : 0;
+}
+
+static unsigned fnv1a(const void *p, size_t n)
+{
+    unsigned h = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((const unsigned char *)p)[i]) * 16777619u;
+    return h;
+}
+
+/* A plain Content-Length body: after a first piece fed from the caller's buffer, the rest is
+ * "received" straight into the window (copied there, as recv would) and fed from there; the
+ * next pipelined request parses normally; byte X-Align of the body is 64-byte aligned. Chunked
+ * and compressed bodies have no window. */
+TEST(http_parser_body_window_in_place)
+{
+    enum { N = 100000 };
+    char *body = malloc(N);
+    for (int i = 0; i < N; i++)
+        body[i] = (char)(i * 7 + (i >> 9));
+    char head[256];
+    for (int align = 0; align < 70; align += 13) {
+        int hl =
+            snprintf(head, sizeof head,
+                     "POST /x HTTP/1.1\r\nContent-Length: %d\r\nX-Align: %d\r\n\r\n", N, align);
+        http_reqparser_opts_t o = {.body_align = align_hook};
+        http_reqparser_t *p = http_reqparser_create(&o);
+        char *dst;
+        size_t used;
+        CHECK(http_reqparser_body_window(p, &dst) == 0 && !dst); /* nothing started */
+        char first[512];
+        memcpy(first, head, (size_t)hl);
+        memcpy(first + hl, body, 300);
+        CHECK_EQ_INT(http_reqparser_feed(p, first, (size_t)hl + 300, &used), HTTP_PARSE_MORE);
+        CHECK_EQ_INT(used, hl + 300);
+        size_t got = 300, step = 7001;
+        int rc = HTTP_PARSE_MORE;
+        while (got < N) {
+            size_t due = http_reqparser_body_window(p, &dst);
+            CHECKF(due == N - got && dst, "due %zu at %zu", due, got);
+            size_t k = due < step ? due : step;
+            memcpy(dst, body + got, k);
+            rc = http_reqparser_feed(p, dst, k, &used);
+            CHECK_EQ_INT(used, k);
+            got += k;
+            CHECK_EQ_INT(rc, got < N ? HTTP_PARSE_MORE : HTTP_PARSE_REQUEST);
+            step += 3000;
+        }
+        CHECK(http_reqparser_body_window(p, &dst) == 0); /* complete, not yet taken */
+        http_req_t *r = http_reqparser_take(p);
+        CHECK(r && r->body_len == N && !memcmp(r->body, body, N) && r->body[N] == 0);
+        CHECKF((uintptr_t)(r->body + align) % 64 == 0, "align %d: %p", align, (void *)r->body);
+        http_req_free(r);
+        static const char next[] = "GET /next HTTP/1.1\r\n\r\n";
+        CHECK_EQ_INT(http_reqparser_feed(p, next, sizeof next - 1, &used), HTTP_PARSE_REQUEST);
+        r = http_reqparser_take(p);
+        CHECK(r && !strcmp(r->path, "/next") && r->body_len == 0);
+        http_req_free(r);
+        http_reqparser_destroy(p);
+    }
+    /* no window for a chunked body, nor for a compressed one */
+    static const char chunked[] = "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel";
+    static const char gz[] =
+        "POST /g HTTP/1.1\r\nContent-Encoding: gzip\r\nContent-Length: 9000\r\n\r\n";
+    const char *msgs[2] = {chunked, gz};
+    for (int i = 0; i < 2; i++) {
+        http_reqparser_t *p = http_reqparser_create(NULL);
+        size_t used;
+        char *dst;
+        CHECK_EQ_INT(http_reqparser_feed(p, msgs[i], strlen(msgs[i]), &used), HTTP_PARSE_MORE);
+        CHECK(http_reqparser_in_body(p) && http_reqparser_body_window(p, &dst) == 0);
+        http_reqparser_destroy(p);
+    }
+    free(body);
+}
+
 TEST(http_error_json_escapes_and_truncates)
 {
     char b[64];
@@ -382,6 +463,13 @@ static void test_handler(http_req_t *req, void *user)
         http_respond_chunk(req, "two,", 4);
         http_respond_chunk(req, "three", 5);
         http_respond_end(req);
+    } else if (!strcmp(req->path, "/sum")) { /* large bodies: length, hash, alignment */
+        char b[128];
+        const char *v = http_req_header(req, "x-align");
+        size_t at = v ? (size_t)strtoul(v, NULL, 10) : 0;
+        int n = snprintf(b, sizeof b, "len=%zu fnv=%08x aligned=%d", req->body_len,
+                         fnv1a(req->body, req->body_len), (uintptr_t)(req->body + at) % 64 == 0);
+        http_respond(req, 200, "text/plain", b, (size_t)n);
     } else if (!strcmp(req->path, "/owned")) {
         char *b = strdup("owned body");
         http_respond_owned(req, 201, "text/plain", b, strlen(b), freer, b);
@@ -1175,6 +1263,64 @@ TEST(http_two_servers_share_a_loop)
     http_server_destroy(met);
     http_server_destroy(v6);
     CHECK_OK(uv_loop_close(&loop));
+    free(rs);
+}
+
+/* Large bodies (received in place while they arrive) in several sends, pipelined with a small
+ * request, on one keep-alive connection; the body_align hook's offset lands aligned. */
+TEST(http_large_bodies_received_in_place)
+{
+    tsrv_t ts;
+    CHECK_OK(tsrv_start(&ts, &(http_server_opts_t){.body_align = align_hook}));
+    resp_t *rs = new_resp();
+    rd_t r;
+    rd_init(&r, cli_connect(ts.port));
+    size_t sizes[4] = {1 << 20, 320000, 20000, 16385};
+    for (int k = 0; k < 4; k++) {
+        size_t n = sizes[k];
+        char *msg = malloc(n + 512);
+        int hl = sprintf(msg, "POST /sum HTTP/1.1\r\nContent-Length: %zu\r\nX-Align: %d\r\n\r\n", n,
+                         k * 17 + 3);
+        for (size_t i = 0; i < n; i++)
+            msg[hl + i] = (char)(i * 31 + k);
+        unsigned want = fnv1a(msg + hl, n);
+        size_t tot = (size_t)hl + n;
+        tot += (size_t)sprintf(msg + tot, "GET /echo?after%d HTTP/1.1\r\n\r\n", k);
+        /* in uneven pieces with pauses, so the body arrives over several reads */
+        for (size_t off = 0, piece = 1000; off < tot; off += piece, piece = piece * 3 + 77) {
+            size_t m = off + piece < tot ? piece : tot - off;
+            CHECK_OK(send_all(r.fd, msg + off, m));
+            sleep_ms(2);
+        }
+        CHECK_OK(read_response(&r, rs));
+        char want_s[128];
+        snprintf(want_s, sizeof want_s, "len=%zu fnv=%08x aligned=1", n, want);
+        CHECKF(rs->status == 200 && body_is(rs, want_s), "%zu: %.*s", n, (int)rs->body_len,
+               rs->body);
+        char want_e[64];
+        snprintf(want_e, sizeof want_e, "GET /echo ?after%d x=- len=0\n", k);
+        CHECK_OK(read_response(&r, rs));
+        CHECKF(body_is(rs, want_e), "%.*s", (int)rs->body_len, rs->body);
+        free(msg);
+    }
+    /* the same large body chunked: no window, still right */
+    size_t n = 200000;
+    char *msg = malloc(n + 512);
+    int hl = sprintf(msg, "POST /sum HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n%zx\r\n", n);
+    for (size_t i = 0; i < n; i++)
+        msg[hl + i] = (char)(i * 13);
+    unsigned want = fnv1a(msg + hl, n);
+    memcpy(msg + hl + n, "\r\n0\r\n\r\n", 7);
+    CHECK_OK(send_all(r.fd, msg, (size_t)hl + n + 7));
+    CHECK_OK(read_response(&r, rs));
+    char want_s[128];
+    snprintf(want_s, sizeof want_s, "len=%zu fnv=%08x", n, want);
+    CHECKF(rs->status == 200 && rs->body_len > strlen(want_s) &&
+               !memcmp(rs->body, want_s, strlen(want_s)),
+           "%.*s", (int)rs->body_len, rs->body);
+    free(msg);
+    rd_free(&r);
+    tsrv_stop(&ts, 1000);
     free(rs);
 }
 
