@@ -1086,6 +1086,8 @@ int http_server_create(uv_loop_t *loop, const http_server_opts_t *opts, http_ser
     int ok = fd >= 0;
     if (ok) {
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (opts->reuse_port)
+            setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
         socklen_t alen =
             ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
         what = "bind";

@@ -121,6 +121,7 @@ typedef struct {
      * header of known length, so they can be used in place). Honoured for Content-Length bodies
      * that are not compressed; NULL: the body itself starts aligned. */
     size_t (*body_align)(const http_req_t *req, void *user);
+    int reuse_port; /* SO_REUSEPORT: several servers (one per loop) listen on one port */
 } http_server_opts_t;
 
 typedef struct {

@@ -428,6 +428,7 @@ static void freer(void *p)
     free(p);
 }
 
+
 /* /echo: "METHOD path ?query x=<X-Test> len=N\n" + body; /async?ms=N: answered by a thread;
  * /chunked: three chunks; /owned: a handed-over body; anything else: 404 JSON. */
 static void test_handler(http_req_t *req, void *user)
@@ -1321,6 +1322,34 @@ TEST(http_large_bodies_received_in_place)
     free(msg);
     rd_free(&r);
     tsrv_stop(&ts, 1000);
+    free(rs);
+}
+
+/* SO_REUSEPORT: two servers, each on its own loop thread, listen on one port; the kernel spreads
+ * connections over both and each answers its own. */
+TEST(http_reuse_port_spreads_connections_over_loops)
+{
+    tsrv_t a, b;
+    http_server_opts_t o = {.reuse_port = 1};
+    CHECK_OK(tsrv_start(&a, &o));
+    o.port = a.port;
+    CHECK_OK(tsrv_start(&b, &o));
+    CHECK_EQ_INT(b.port, a.port);
+    resp_t *rs = new_resp();
+    for (int i = 0; i < 32; i++) {
+        char req[64];
+        snprintf(req, sizeof req, "GET /echo?%d HTTP/1.1\r\n\r\n", i);
+        CHECK_OK(roundtrip(a.port, req, rs));
+        CHECK_EQ_INT(rs->status, 200);
+    }
+    http_server_stats_t sa, sb;
+    http_server_stats(a.srv, &sa);
+    http_server_stats(b.srv, &sb);
+    CHECKF(sa.requests_total + sb.requests_total == 32 && sa.requests_total > 0 &&
+               sb.requests_total > 0,
+           "%ld + %ld", sa.requests_total, sb.requests_total);
+    tsrv_stop(&a, 1000);
+    tsrv_stop(&b, 1000);
     free(rs);
 }
 

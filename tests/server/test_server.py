@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Integration test of `hark serve` (run by tests/server/test_server_integration.c): starts a real
-server on loopback with the golden WeNet model and talks to it like Triton's and OpenAI's clients
-do (requests, curl). Usage: test_server.py HARK_BIN MODEL_DIR GOLDEN_DIR. Exit 0 = pass."""
+server on loopback with the golden WeNet model (three HTTP event loops sharing the port) and talks
+to it like Triton's and OpenAI's clients do (requests, curl). Usage: test_server.py HARK_BIN
+MODEL_DIR GOLDEN_DIR. Exit 0 = pass."""
 import json, os, re, shutil, signal, struct, subprocess, sys, tempfile, threading, time, wave
 import requests
 
@@ -13,7 +14,7 @@ os.makedirs(repo)
 shutil.copytree(model_dir, os.path.join(repo, "wenet"))
 proc = subprocess.Popen([hark, "serve", "--model-repository", repo, "--http-port", "0",
                          "--metrics-port", "0", "--max-body-bytes", "8000000",
-                         "--request-timeout-ms", "1500"],
+                         "--request-timeout-ms", "1500", "--http-threads", "3"],
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 line = proc.stdout.readline()
 m = re.search(r"http://127\.0\.0\.1:(\d+) .*metrics http://127\.0\.0\.1:(\d+)", line)
@@ -45,6 +46,7 @@ try:
         assert time.time() - t0 < 60, "not ready within 60 s"
         time.sleep(0.1)
     check(requests.get(base + "/v2/health/live").status_code == 200, "live")
+    check(any("HTTP: 3 event loops" in l for l in log), "three HTTP event loops")
     meta = requests.get(base + "/v2/models/wenet").json()
     check(meta["inputs"][0]["shape"] == [-1, -1] and meta["outputs"][0]["name"] == "TRANSCRIPTS",
           "metadata with the batch dimension")
