@@ -174,13 +174,25 @@ static void sreq_unref(sreq_t *r)
         sreq_free(r);
 }
 
+/* Wake-ups held by this (answering) thread between http_hold_wakeups and http_release_wakeups:
+ * the requests it put on ready lists, each with a reference, so that the release can send one
+ * wake-up per server, under the lock of one of its requests that is not an orphan (which keeps
+ * that server alive, as in sreq_queue). */
+#define HOLD_MAX 128
+static __thread struct {
+    int depth, n;
+    sreq_t *held[HOLD_MAX];
+} tl_hold;
+
+static void hold_flush(void);
+
 /* Queues a piece (may be NULL) of r's answer, from any thread. `final` ends the answer and drops
  * the responder's reference; `abort` makes the connection close where the piece would go. */
 static void sreq_queue(sreq_t *r, piece_t *pc, int final, int abort)
 {
     piece_t *drop = NULL;
     conn_t *direct = NULL;
-    int free_now = 0;
+    int free_now = 0, flush = 0;
     pthread_mutex_lock(&r->mu);
     HARK_ASSERT(!r->final);
     if (pc) {
@@ -212,7 +224,13 @@ static void sreq_queue(sreq_t *r, piece_t *pc, int final, int abort)
             s->ready_head = r;
         s->ready_tail = r;
         pthread_mutex_unlock(&s->ready_mu);
-        uv_async_send(&s->async); /* under r->mu: the server outlives every non-orphan request */
+        if (tl_hold.depth) { /* the wake-up goes at the release, once per server */
+            r->refs++;
+            tl_hold.held[tl_hold.n++] = r;
+            flush = tl_hold.n == HOLD_MAX;
+        } else {
+            uv_async_send(&s->async); /* under r->mu: the server outlives every non-orphan request */
+        }
     }
     pthread_mutex_unlock(&r->mu);
     pieces_free(drop);
@@ -220,6 +238,45 @@ static void sreq_queue(sreq_t *r, piece_t *pc, int final, int abort)
         sreq_free(r);
     if (direct)
         conn_flush(direct);
+    if (flush)
+        hold_flush();
+}
+
+/* Sends the held wake-ups (one per server with a live request among them) and drops the holds. */
+static void hold_flush(void)
+{
+    http_server_t *woken[HOLD_MAX];
+    int n_woken = 0, n = tl_hold.n;
+    tl_hold.n = 0;
+    for (int i = 0; i < n; i++) {
+        sreq_t *r = tl_hold.held[i];
+        pthread_mutex_lock(&r->mu);
+        if (!r->orphan) {
+            http_server_t *s = r->srv;
+            int k = 0;
+            while (k < n_woken && woken[k] != s)
+                k++;
+            if (k == n_woken) {
+                woken[n_woken++] = s;
+                uv_async_send(&s->async); /* under r->mu, r not an orphan: s is alive */
+            }
+        }
+        pthread_mutex_unlock(&r->mu);
+    }
+    for (int i = 0; i < n; i++)
+        sreq_unref(tl_hold.held[i]);
+}
+
+void http_hold_wakeups(void)
+{
+    tl_hold.depth++;
+}
+
+void http_release_wakeups(void)
+{
+    HARK_ASSERT(tl_hold.depth > 0);
+    if (--tl_hold.depth == 0)
+        hold_flush();
 }
 
 /* A piece with room for a head of hdr_cap bytes and a copy of data[len]. */

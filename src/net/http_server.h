@@ -94,6 +94,14 @@ int http_respond_start(http_req_t *req, int status, const char *content_type);
 int http_respond_chunk(http_req_t *req, const void *data, size_t len);
 int http_respond_end(http_req_t *req);
 
+/* Answers given by the calling thread (not a loop thread) between these two calls wake their
+ * loops once, at the release, instead of once per answer: a model instance completing a batch
+ * of 64 sends a handful of wake-ups instead of 64 (each a syscall that also wakes the loop).
+ * Answers are only written once released. Calls nest; the release must come on the same
+ * thread. */
+void http_hold_wakeups(void);
+void http_release_wakeups(void);
+
 /* Reason phrase of a status code ("Not Found"); "Unknown" for others. */
 const char *http_status_reason(int status);
 /* Writes {"error": "<msg escaped>"} into buf[cap] (truncating msg to fit, always valid JSON when

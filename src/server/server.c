@@ -139,6 +139,8 @@ static int prepare(server_t *s, model_entry_t *m, served_opts_t *so, hark_err_t 
         return err_set(err, HARK_ERR_NOT_FOUND, "%s: no version directory with a model.json", m->dir);
     snprintf(m->version_str, sizeof m->version_str, "%d", m->version);
     memset(so, 0, sizeof *so);
+    so->completions_begin = http_hold_wakeups; /* one wake-up per loop and batch */
+    so->completions_end = http_release_wakeups;
     so->version = m->version;
     so->max_seconds = s->o.max_audio_seconds;
     so->precision = WENET_FP32;

@@ -428,6 +428,10 @@ static void freer(void *p)
     free(p);
 }
 
+/* /park: the request waits in g_parked until the test answers it from its own thread */
+#define MAX_PARKED 300
+static http_req_t *g_parked[MAX_PARKED];
+static atomic_int g_n_parked;
 
 /* /echo: "METHOD path ?query x=<X-Test> len=N\n" + body; /async?ms=N: answered by a thread;
  * /chunked: three chunks; /owned: a handed-over body; anything else: 404 JSON. */
@@ -464,6 +468,12 @@ static void test_handler(http_req_t *req, void *user)
         http_respond_chunk(req, "two,", 4);
         http_respond_chunk(req, "three", 5);
         http_respond_end(req);
+    } else if (!strcmp(req->path, "/park")) {
+        int i = atomic_fetch_add(&g_n_parked, 1);
+        if (i < MAX_PARKED)
+            g_parked[i] = req;
+        else
+            http_respond_error(req, 503, "parking full");
     } else if (!strcmp(req->path, "/sum")) { /* large bodies: length, hash, alignment */
         char b[128];
         const char *v = http_req_header(req, "x-align");
@@ -1322,6 +1332,81 @@ TEST(http_large_bodies_received_in_place)
     free(msg);
     rd_free(&r);
     tsrv_stop(&ts, 1000);
+    free(rs);
+}
+
+/* 1 when fd has bytes to read within ms */
+static int readable(int fd, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, ms) == 1;
+}
+
+/* Answers given between http_hold_wakeups and http_release_wakeups (an instance completing a
+ * batch) go out at the release, on every loop concerned; more than the hold list keeps (128) are
+ * flushed on the way; a held answer to a client that has gone is dropped safely. */
+TEST(http_held_wakeups_answer_at_release)
+{
+    tsrv_t a, b;
+    http_server_opts_t o = {.reuse_port = 1};
+    CHECK_OK(tsrv_start(&a, &o));
+    o.port = a.port;
+    CHECK_OK(tsrv_start(&b, &o));
+    atomic_store(&g_n_parked, 0);
+    enum { NC = 12 };
+    rd_t r[NC];
+    for (int i = 0; i < NC; i++) {
+        rd_init(&r[i], cli_connect(a.port));
+        CHECK(r[i].fd >= 0);
+        CHECK_OK(send_str(r[i].fd, "GET /park HTTP/1.1\r\n\r\n"));
+    }
+    for (int i = 0; i < 300 && atomic_load(&g_n_parked) < NC; i++)
+        sleep_ms(5);
+    CHECK_EQ_INT(atomic_load(&g_n_parked), NC);
+    close(r[NC - 1].fd); /* this client leaves before its answer */
+    r[NC - 1].fd = -1;
+    sleep_ms(50);
+    http_hold_wakeups();
+    http_hold_wakeups(); /* nested */
+    for (int i = 0; i < NC; i++)
+        http_respond(g_parked[i], 200, "text/plain", "held", 4);
+    http_release_wakeups();
+    int early = 0;
+    for (int i = 0; i < NC - 1; i++)
+        early += readable(r[i].fd, i ? 0 : 100);
+    http_release_wakeups();
+    CHECKF(early == 0, "%d answers went out before the release", early);
+    resp_t *rs = new_resp();
+    for (int i = 0; i < NC - 1; i++) {
+        CHECK_OK(read_response(&r[i], rs));
+        CHECK(rs->status == 200 && body_is(rs, "held"));
+    }
+    /* more answers in one hold than it keeps (128): flushed on the way, all go out */
+    atomic_store(&g_n_parked, 0);
+    enum { NP = 140 };
+    rd_t *p = calloc(NP, sizeof *p);
+    for (int i = 0; i < NP; i++) {
+        rd_init(&p[i], cli_connect(i % 2 ? a.port : b.port));
+        CHECK(p[i].fd >= 0);
+        CHECK_OK(send_str(p[i].fd, "GET /park HTTP/1.1\r\n\r\n"));
+    }
+    for (int i = 0; i < 600 && atomic_load(&g_n_parked) < NP; i++)
+        sleep_ms(5);
+    CHECK_EQ_INT(atomic_load(&g_n_parked), NP);
+    http_hold_wakeups();
+    for (int i = 0; i < NP; i++)
+        http_respond(g_parked[i], 200, "text/plain", "many", 4);
+    http_release_wakeups();
+    for (int i = 0; i < NP; i++) {
+        CHECK_OK(read_response(&p[i], rs));
+        CHECK(rs->status == 200 && body_is(rs, "many"));
+        rd_free(&p[i]);
+    }
+    free(p);
+    for (int i = 0; i < NC; i++)
+        rd_free(&r[i]);
+    tsrv_stop(&a, 1000);
+    tsrv_stop(&b, 1000);
     free(rs);
 }
 

@@ -10,6 +10,7 @@
 #include "support/golden_model.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -26,9 +27,28 @@ typedef struct {
     int batch;
 } my_req_t;
 
+/* completions_begin/_end: each instance thread brackets its completions, never nested */
+static __thread int tl_in_batch;
+static atomic_int g_begins, g_ends, g_outside;
+
+static void batch_begin(void)
+{
+    if (tl_in_batch++)
+        atomic_fetch_add(&g_outside, 1);
+    atomic_fetch_add(&g_begins, 1);
+}
+
+static void batch_end(void)
+{
+    tl_in_batch--;
+    atomic_fetch_add(&g_ends, 1);
+}
+
 static void on_done(served_request_t *r, int status, const char *error, wenet_result_t *res,
                     const served_timing_t *tm)
 {
+    if (!tl_in_batch)
+        atomic_fetch_add(&g_outside, 1);
     my_req_t *q = (my_req_t *)r;
     q->status = status;
     if (res) {
@@ -86,6 +106,8 @@ TEST(served_model_batches_concurrent_requests)
     so.groups[0] = (served_group_t){.count = 2, .device = -1, .n_threads = 1};
     so.n_groups = 1;
     so.max_seconds = 12;
+    so.completions_begin = batch_begin;
+    so.completions_end = batch_end;
     served_model_t *m;
     CHECKF(served_model_create(path, &so, &m, &err) == HARK_OK, "%s", err.msg);
     enum { NR = 10 };
@@ -135,6 +157,9 @@ TEST(served_model_batches_concurrent_requests)
     for (int i = 0; i < 10; i++)
         hist += st.batch_hist[i];
     CHECK_EQ_INT(hist, st.execution_count);
+    CHECK_EQ_INT(atomic_load(&g_begins), st.execution_count); /* one bracket per batch */
+    CHECK_EQ_INT(atomic_load(&g_ends), st.execution_count);
+    CHECK_EQ_INT(atomic_load(&g_outside), 0); /* every completion inside one */
     CHECK(served_model_ready(m));
     served_model_destroy(m);
     for (int u = 0; u < 5; u++)
