@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "hark.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -125,6 +126,9 @@ static void *instance_main(void *arg)
 {
     instance_t *in = arg;
     served_model_t *m = in->m;
+    char name[16]; /* "inst<N>" in top, perf and bench/serve_bench.sh */
+    snprintf(name, sizeof name, "inst%d", (int)(in - m->inst));
+    pthread_setname_np(pthread_self(), name);
     int maxb = m->o.batching.max_batch_size;
     wenet_worker_t *w = NULL;
     hark_err_t err = {0};

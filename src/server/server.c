@@ -1307,6 +1307,9 @@ static int default_http_threads(void)
 static void *http_loop_main(void *p)
 {
     http_loop_t *l = p;
+    char name[16]; /* "http<N>"; the first loop is the main thread */
+    snprintf(name, sizeof name, "http%d", (int)(l - l->s->hl));
+    pthread_setname_np(pthread_self(), name);
     uv_run(l->loop, UV_RUN_DEFAULT); /* until its server has shut down */
     return NULL;
 }
