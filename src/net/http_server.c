@@ -1172,12 +1172,26 @@ int http_server_create(uv_loop_t *loop, const http_server_opts_t *opts, http_ser
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), one = 1;
     const char *what = "socket";
     int ok = fd >= 0;
+    socklen_t alen =
+        ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    if (ok && opts->reuse_port == HTTP_REUSE_FIRST && opts->port) {
+        /* a port shared between our loops must not be one another process listens on, with
+         * SO_REUSEPORT or without: a plain bind finds out (then the real one takes it) */
+        int probe = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        what = "bind";
+        ok = probe >= 0;
+        if (ok) {
+            setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+            ok = bind(probe, (const struct sockaddr *)&ss, alen) == 0;
+            int e = errno;
+            close(probe);
+            errno = e;
+        }
+    }
     if (ok) {
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         if (opts->reuse_port)
             setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
-        socklen_t alen =
-            ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
         what = "bind";
         ok = bind(fd, (const struct sockaddr *)&ss, alen) == 0;
     }

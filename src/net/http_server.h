@@ -129,8 +129,13 @@ typedef struct {
      * header of known length, so they can be used in place). Honoured for Content-Length bodies
      * that are not compressed; NULL: the body itself starts aligned. */
     size_t (*body_align)(const http_req_t *req, void *user);
-    int reuse_port; /* SO_REUSEPORT: several servers (one per loop) listen on one port */
+    /* SO_REUSEPORT, so that several servers (one per loop) listen on one port: the first says
+     * HTTP_REUSE_FIRST (the port must not be in use by anyone else), the others
+     * HTTP_REUSE_JOIN with the port the first one got. */
+    int reuse_port;
 } http_server_opts_t;
+
+enum { HTTP_REUSE_NONE = 0, HTTP_REUSE_FIRST = 1, HTTP_REUSE_JOIN = 2 };
 
 typedef struct {
     long open_connections;     /* accepted and not yet closed (rejected ones excluded) */

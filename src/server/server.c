@@ -1367,7 +1367,9 @@ int server_create(const server_opts_t *o, server_t **out, hark_err_t *err)
                                  .max_body = s->o.max_body_bytes,
                                  .max_connections = (unsigned)((s->o.max_connections + n - 1) / n),
                                  .request_timeout_ms = (unsigned)s->o.request_timeout_ms,
-                                 .reuse_port = n > 1};
+                                 .reuse_port = n == 1   ? HTTP_REUSE_NONE
+                                               : i == 0 ? HTTP_REUSE_FIRST
+                                                        : HTTP_REUSE_JOIN};
         if ((rc = http_server_create(l->loop, &ho, &l->api, err)))
             goto fail;
         port = http_server_port(l->api); /* the others join the port the first one got */

@@ -1348,9 +1348,10 @@ static int readable(int fd, int ms)
 TEST(http_held_wakeups_answer_at_release)
 {
     tsrv_t a, b;
-    http_server_opts_t o = {.reuse_port = 1};
+    http_server_opts_t o = {.reuse_port = HTTP_REUSE_FIRST};
     CHECK_OK(tsrv_start(&a, &o));
     o.port = a.port;
+    o.reuse_port = HTTP_REUSE_JOIN;
     CHECK_OK(tsrv_start(&b, &o));
     atomic_store(&g_n_parked, 0);
     enum { NC = 12 };
@@ -1411,15 +1412,35 @@ TEST(http_held_wakeups_answer_at_release)
 }
 
 /* SO_REUSEPORT: two servers, each on its own loop thread, listen on one port; the kernel spreads
- * connections over both and each answers its own. */
+ * connections over both and each answers its own. A first server of a new group refuses a port
+ * that is in use (by a group with SO_REUSEPORT, or by a plain listener). */
 TEST(http_reuse_port_spreads_connections_over_loops)
 {
     tsrv_t a, b;
-    http_server_opts_t o = {.reuse_port = 1};
+    http_server_opts_t o = {.reuse_port = HTTP_REUSE_FIRST};
     CHECK_OK(tsrv_start(&a, &o));
     o.port = a.port;
+    o.reuse_port = HTTP_REUSE_JOIN;
     CHECK_OK(tsrv_start(&b, &o));
     CHECK_EQ_INT(b.port, a.port);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    http_server_t *other = NULL;
+    hark_err_t err = {0};
+    http_server_opts_t fo = {.host = "127.0.0.1", .port = a.port, .handler = test_handler,
+                             .reuse_port = HTTP_REUSE_FIRST};
+    CHECK_EQ_INT(http_server_create(&loop, &fo, &other, &err), HARK_ERR_IO);
+    CHECKF(strstr(err.msg, "bind") != NULL, "%s", err.msg);
+    int plain = socket(AF_INET, SOCK_STREAM, 0); /* a listener without SO_REUSEPORT */
+    struct sockaddr_in pa = {.sin_family = AF_INET};
+    pa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t pl = sizeof pa;
+    CHECK(bind(plain, (struct sockaddr *)&pa, sizeof pa) == 0 && listen(plain, 4) == 0 &&
+          getsockname(plain, (struct sockaddr *)&pa, &pl) == 0);
+    fo.port = ntohs(pa.sin_port);
+    CHECK_EQ_INT(http_server_create(&loop, &fo, &other, &err), HARK_ERR_IO);
+    close(plain);
+    uv_loop_close(&loop);
     resp_t *rs = new_resp();
     for (int i = 0; i < 32; i++) {
         char req[64];
