@@ -44,6 +44,7 @@ typedef struct piece {
     void *free_ud;
     const char *trailer; /* static: the Connection line + CRLF, or a chunk's CRLF */
     size_t trailer_len;
+    size_t sent; /* bytes of it an answering thread already wrote (sreq_write_direct) */
 } piece_t;
 
 typedef struct conn conn_t;
@@ -88,7 +89,13 @@ struct conn {
     int in_process, took_req, continue_sent;
     int in_window; /* the pending read goes straight into a request body (on_alloc) */
     int writes;    /* uv_writes in progress */
+    int flushing;  /* conn_flush is taking and writing answers (under wmu) */
     int tstate;
+    /* Answering threads may write a plain answer to the socket themselves when it is the next
+     * one due (sreq_write_direct). wmu guards what they look at — fifo_head/fifo_tail, writes,
+     * flushing, closing, parse_dead; the loop changes those under it, reads them freely. Lock
+     * order: a request's mu, then wmu; the loop never takes a request's mu while holding wmu. */
+    pthread_mutex_t wmu;
 };
 
 typedef struct {
@@ -136,6 +143,7 @@ static const char CONTINUE_100[] = "HTTP/1.1 100 Continue\r\n\r\n";
 static void conn_flush(conn_t *c);
 static void conn_close(conn_t *c);
 static void server_wake(http_server_t *s);
+static int sreq_write_direct(sreq_t *r);
 static void conn_process(conn_t *c);
 static void conn_update_timer(conn_t *c, int progress);
 static void conn_timer_cb(uv_timer_t *t);
@@ -182,6 +190,20 @@ static void sreq_unref(sreq_t *r)
         sreq_free(r);
 }
 
+/* The loop is done with an answered request (its answer is written or handed to a write): it
+ * leaves the connection, which may close and be freed while the request still sits on a ready
+ * list or in an answering thread's hold; marked an orphan, nobody follows its conn or srv again. */
+static void sreq_retire(sreq_t *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->orphan = 1;
+    r->conn = NULL;
+    int last = --r->refs == 0;
+    pthread_mutex_unlock(&r->mu);
+    if (last)
+        sreq_free(r);
+}
+
 /* Wake-ups held by this (answering) thread between http_hold_wakeups and http_release_wakeups:
  * the requests it put on ready lists, each with a reference, so that the release can send one
  * wake-up per server, under the lock of one of its requests that is not an orphan (which keeps
@@ -220,7 +242,12 @@ static void sreq_queue(sreq_t *r, piece_t *pc, int final, int abort)
         free_now = r->refs == 0;
     } else if (pthread_equal(pthread_self(), r->loop_thread)) {
         direct = r->conn;
-    } else if (!r->in_ready) {
+    } else if (final && sreq_write_direct(r)) { /* on the wire: the loop only has to pop it */
+        drop = r->out_head;
+        r->out_head = NULL;
+        r->out_tail = &r->out_head;
+    }
+    if (!r->orphan && !direct && !r->in_ready) { /* the loop takes it from its ready list */
         http_server_t *s = r->srv;
         r->in_ready = 1;
         r->refs++;
@@ -248,6 +275,41 @@ static void sreq_queue(sreq_t *r, piece_t *pc, int final, int abort)
         conn_flush(direct);
     if (flush)
         hold_flush();
+}
+
+/* An answering thread (r->mu held, r not an orphan, off the loop) writes r's plain answer to the
+ * socket itself when it is the next one due and nothing else is being written: the client gets
+ * it without waiting for the loop to wake up. Returns 1 when all of it went (the loop then only
+ * pops r); after a partial write the piece records what went (piece.sent) and the loop writes
+ * the rest. Keep-alive answers only: one that closes the connection is left to the loop. */
+static int sreq_write_direct(sreq_t *r)
+{
+    piece_t *p = r->out_head;
+    if (!p || p->next || p->kind != P_HEAD || r->aborted || r->chunked || !r->pub.keep_alive ||
+        r->pub.method == HTTP_HEAD)
+        return 0;
+    conn_t *c = r->conn; /* alive: r is not an orphan and we hold its lock */
+    int all = 0;
+    pthread_mutex_lock(&c->wmu);
+    uv_os_fd_t fd;
+    if (!c->closing && !c->parse_dead && !c->flushing && c->fifo_head == r && c->writes == 0 &&
+        uv_fileno((const uv_handle_t *)&c->tcp, &fd) == 0) {
+        const char *tr = r->pub.http_major == 1 && r->pub.http_minor == 0 ? CONN_KEEP10 : CONN_KEEP;
+        size_t tl = strlen(tr);
+        struct iovec iov[3] = {{(void *)(uintptr_t)p->hdr, p->hdr_len},
+                               {(void *)(uintptr_t)tr, tl},
+                               {(void *)(uintptr_t)p->data, p->len}};
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = p->len ? 3 : 2};
+        ssize_t n = sendmsg(fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) {
+            p->trailer = tr; /* what went; the loop keeps it for the rest */
+            p->trailer_len = tl;
+            p->sent = (size_t)n;
+            all = (size_t)n == p->hdr_len + tl + p->len;
+        }
+    }
+    pthread_mutex_unlock(&c->wmu);
+    return all;
 }
 
 /* Sends the held wake-ups (one per server with a live request among them) and drops the holds. */
@@ -482,16 +544,49 @@ static void on_conn_handle_closed(uv_handle_t *h)
         atomic_fetch_sub(&s->n_open, 1);
     http_reqparser_destroy(c->parser);
     hark_free(c->rbuf);
+    pthread_mutex_destroy(&c->wmu);
     hark_free(c);
     server_maybe_finish(s);
+}
+
+/* No request is parsed on this connection any more (its last one is in the FIFO). */
+static void conn_set_dead(conn_t *c)
+{
+    pthread_mutex_lock(&c->wmu);
+    c->parse_dead = 1;
+    pthread_mutex_unlock(&c->wmu);
+}
+
+static void fifo_append(conn_t *c, sreq_t *r)
+{
+    pthread_mutex_lock(&c->wmu);
+    if (c->fifo_tail)
+        c->fifo_tail->next = r;
+    else
+        c->fifo_head = r;
+    c->fifo_tail = r;
+    pthread_mutex_unlock(&c->wmu);
+    c->fifo_len++;
+}
+
+static void fifo_pop(conn_t *c)
+{
+    pthread_mutex_lock(&c->wmu);
+    c->fifo_head = c->fifo_head->next;
+    if (!c->fifo_head)
+        c->fifo_tail = NULL;
+    pthread_mutex_unlock(&c->wmu);
+    c->fifo_len--;
 }
 
 /* Gives up on every request still in the FIFO: each becomes an orphan, freed when answered. */
 static void fifo_orphan_all(conn_t *c)
 {
     http_server_t *s = c->srv;
+    pthread_mutex_lock(&c->wmu);
     sreq_t *r = c->fifo_head;
     c->fifo_head = c->fifo_tail = NULL;
+    pthread_mutex_unlock(&c->wmu);
     c->fifo_len = 0;
     while (r) {
         sreq_t *next = r->next;
@@ -518,7 +613,9 @@ static void conn_close(conn_t *c)
 {
     if (c->closing)
         return;
+    pthread_mutex_lock(&c->wmu); /* no answering thread writes to the socket after this */
     c->closing = 1;
+    pthread_mutex_unlock(&c->wmu);
     fifo_orphan_all(c);
     uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
     uv_close((uv_handle_t *)&c->timer, on_conn_handle_closed);
@@ -554,7 +651,7 @@ static void conn_finish(conn_t *c)
 static void conn_fail(conn_t *c, int status, const char *msg)
 {
     http_server_t *s = c->srv;
-    c->parse_dead = 1;
+    conn_set_dead(c);
     if (status >= 400 && status < 500)
         atomic_fetch_add(&s->n_bad, 1);
     sreq_t *e = hark_calloc(1, sizeof *e);
@@ -577,12 +674,7 @@ static void conn_fail(conn_t *c, int status, const char *msg)
     e->out_head = p;
     e->out_tail = &p->next;
     e->final = 1;
-    if (c->fifo_tail)
-        c->fifo_tail->next = e;
-    else
-        c->fifo_head = e;
-    c->fifo_tail = e;
-    c->fifo_len++;
+    fifo_append(c, e);
     LOG_DEBUG("http: %d %s", status, msg);
     conn_flush(c);
 }
@@ -591,7 +683,9 @@ static void on_write(uv_write_t *w, int status)
 {
     wreq_t *wr = (wreq_t *)w;
     conn_t *c = wr->c;
+    pthread_mutex_lock(&c->wmu);
     c->writes--;
+    pthread_mutex_unlock(&c->wmu);
     pieces_free(wr->pieces);
     hark_free(wr);
     if (status < 0) {
@@ -612,6 +706,9 @@ static void conn_flush(conn_t *c)
     piece_t *list = NULL, **tail = &list;
     size_t nbufs = 0;
     sreq_t *r;
+    pthread_mutex_lock(&c->wmu); /* answering threads keep off the socket until it is written */
+    c->flushing = 1;
+    pthread_mutex_unlock(&c->wmu);
     while ((r = c->fifo_head)) {
         pthread_mutex_lock(&r->mu);
         piece_t *got = r->out_head;
@@ -622,7 +719,7 @@ static void conn_flush(conn_t *c)
         int closes = !r->pub.keep_alive || (c->parse_dead && r == c->fifo_tail);
         int head_only = r->pub.method == HTTP_HEAD;
         for (piece_t *p = got; p; p = p->next) {
-            if (p->kind == P_HEAD) {
+            if (p->kind == P_HEAD && !p->sent) { /* (partly written: its line was chosen) */
                 if (closes)
                     p->trailer = CONN_CLOSE, p->trailer_len = sizeof CONN_CLOSE - 1;
                 else if (r->pub.http_major == 1 && r->pub.http_minor == 0)
@@ -643,95 +740,101 @@ static void conn_flush(conn_t *c)
             /* nothing goes after this answer (or after the point where it broke): what is
              * queued is written, then the connection ends */
             if (final && !aborted) {
-                c->fifo_head = r->next;
-                if (!c->fifo_head)
-                    c->fifo_tail = NULL;
-                c->fifo_len--;
+                fifo_pop(c);
                 if (r->counted)
                     atomic_fetch_sub(&s->n_inflight, 1);
-                sreq_unref(r);
+                sreq_retire(r);
             }
-            c->parse_dead = 1;
+            conn_set_dead(c);
             fifo_orphan_all(c);
             break;
         }
         if (!final)
             break;
-        c->fifo_head = r->next;
-        if (!c->fifo_head)
-            c->fifo_tail = NULL;
-        c->fifo_len--;
+        fifo_pop(c);
         if (r->counted)
             atomic_fetch_sub(&s->n_inflight, 1);
-        sreq_unref(r);
+        sreq_retire(r);
     }
     int want_continue = !c->fifo_head && !c->parse_dead && !c->continue_sent &&
                         http_reqparser_wants_continue(c->parser);
     if (want_continue)
         nbufs++;
-    if (nbufs) {
-        wreq_t *w = hark_malloc(sizeof *w + nbufs * sizeof(uv_buf_t));
-        if (!w) {
-            pieces_free(list);
-            conn_close(c);
-            return;
-        }
+    wreq_t *w = nbufs ? hark_malloc(sizeof *w + nbufs * sizeof(uv_buf_t)) : NULL;
+    int failed = nbufs && !w, sent = 0;
+    if (w) {
         w->c = c;
         w->pieces = list;
         w->n = 0;
-        /* a head: status and headers, Connection line, body; a chunk: size line, data, CRLF */
+        /* a head: status and headers, Connection line, body; a chunk: size line, data, CRLF;
+         * less what an answering thread already wrote of it */
         for (piece_t *p = list; p; p = p->next) {
+            uv_buf_t pb[3];
+            unsigned k = 0;
             if (p->hdr_len)
-                w->bufs[w->n++] = uv_buf_init((char *)p->hdr, (unsigned)p->hdr_len);
+                pb[k++] = uv_buf_init((char *)p->hdr, (unsigned)p->hdr_len);
             if (p->kind == P_HEAD && p->trailer_len)
-                w->bufs[w->n++] = uv_buf_init((char *)p->trailer, (unsigned)p->trailer_len);
+                pb[k++] = uv_buf_init((char *)p->trailer, (unsigned)p->trailer_len);
             if (p->len)
-                w->bufs[w->n++] = uv_buf_init((char *)p->data, (unsigned)p->len);
+                pb[k++] = uv_buf_init((char *)p->data, (unsigned)p->len);
             if (p->kind != P_HEAD && p->trailer_len)
-                w->bufs[w->n++] = uv_buf_init((char *)p->trailer, (unsigned)p->trailer_len);
+                pb[k++] = uv_buf_init((char *)p->trailer, (unsigned)p->trailer_len);
+            size_t skip = p->sent;
+            for (unsigned i = 0; i < k; i++) {
+                if (skip >= pb[i].len) {
+                    skip -= pb[i].len;
+                    continue;
+                }
+                w->bufs[w->n++] = uv_buf_init(pb[i].base + skip, (unsigned)(pb[i].len - skip));
+                skip = 0;
+            }
         }
         if (want_continue) {
             w->bufs[w->n++] = uv_buf_init((char *)CONTINUE_100, sizeof CONTINUE_100 - 1);
             c->continue_sent = 1;
         }
-        /* straight to the socket when it takes it all (the usual case: no write request, no
-         * epoll change, no callback on a later turn); what it does not take goes by uv_write */
-        size_t total = 0, skip = 0;
+    }
+    /* straight to the socket when it takes it all (the usual case: no write request, no epoll
+     * change, no callback on a later turn); what it does not take goes by uv_write */
+    pthread_mutex_lock(&c->wmu);
+    if (w && w->n) {
+        size_t total = 0;
         for (unsigned i = 0; i < w->n; i++)
             total += w->bufs[i].len;
-        int sent = w->n ? uv_try_write((uv_stream_t *)&c->tcp, w->bufs, w->n) : 0;
+        sent = uv_try_write((uv_stream_t *)&c->tcp, w->bufs, w->n);
         if (sent < 0 && sent != UV_EAGAIN && sent != UV_ENOSYS) {
-            pieces_free(list);
-            hark_free(w);
-            conn_close(c);
-            return;
-        }
-        if (sent > 0) {
-            skip = (size_t)sent;
+            failed = 1;
+        } else if (sent > 0 && (size_t)sent == total) {
+            w->n = 0; /* all written */
+        } else {
+            size_t skip = sent > 0 ? (size_t)sent : 0;
             unsigned first = 0;
             while (first < w->n && skip >= w->bufs[first].len)
                 skip -= w->bufs[first++].len;
-            if (first < w->n) {
-                w->bufs[first].base += skip;
-                w->bufs[first].len -= skip;
-            }
+            w->bufs[first].base += skip; /* first < w->n: not all was written */
+            w->bufs[first].len -= skip;
             memmove(w->bufs, w->bufs + first, (w->n - first) * sizeof(uv_buf_t));
             w->n -= first;
-        }
-        if (w->n == 0 || (sent > 0 && (size_t)sent == total)) {
-            pieces_free(list);
-            hark_free(w);
-            if (sent > 0)
-                conn_update_timer(c, 1);
-        } else if (uv_write(&w->w, (uv_stream_t *)&c->tcp, w->bufs, w->n, on_write) != 0) {
-            pieces_free(list);
-            hark_free(w);
-            conn_close(c);
-            return;
-        } else {
-            c->writes++;
+            if (uv_write(&w->w, (uv_stream_t *)&c->tcp, w->bufs, w->n, on_write) != 0)
+                failed = 1;
+            else
+                c->writes++; /* w and its pieces belong to the write now */
         }
     }
+    c->flushing = 0;
+    pthread_mutex_unlock(&c->wmu);
+    if (w && (failed || w->n == 0)) {
+        pieces_free(list);
+        hark_free(w);
+    } else if (!w) {
+        pieces_free(list);
+    }
+    if (failed) {
+        conn_close(c);
+        return;
+    }
+    if (sent > 0)
+        conn_update_timer(c, 1);
     if (c->parse_dead && !c->fifo_head) {
         conn_finish(c);
         return;
@@ -750,18 +853,13 @@ static void conn_dispatch(conn_t *c, http_req_t *req)
     sreq_t *r = (sreq_t *)req;
     sreq_init(r, c, 2);
     r->counted = 1;
-    if (c->fifo_tail)
-        c->fifo_tail->next = r;
-    else
-        c->fifo_head = r;
-    c->fifo_tail = r;
-    c->fifo_len++;
+    if (!req->keep_alive || req->upgrade || c->draining)
+        conn_set_dead(c); /* this is the connection's last request */
+    fifo_append(c, r);
     c->continue_sent = 0;
     c->took_req = 1;
     atomic_fetch_add(&s->n_inflight, 1);
     atomic_fetch_add(&s->n_requests, 1);
-    if (!req->keep_alive || req->upgrade || c->draining)
-        c->parse_dead = 1;        /* this is the connection's last request */
     s->o.handler(req, s->o.user); /* may answer (and free) req before returning */
 }
 
@@ -793,7 +891,7 @@ static size_t conn_parse(conn_t *c, const char *data, size_t len)
             break;
         }
         if (c->read_eof) /* a clean end between requests */
-            c->parse_dead = 1;
+            conn_set_dead(c);
         break;
     }
     return off;
@@ -860,7 +958,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
             conn_close(c);
             return;
         }
-        c->parse_dead = 1;
+        conn_set_dead(c);
         conn_flush(c); /* writes what is left, then finishes */
         return;
     }
@@ -943,6 +1041,7 @@ static void on_connection(uv_stream_t *ls, int status)
         return;
     }
     c->srv = s;
+    pthread_mutex_init(&c->wmu, NULL);
     uv_tcp_init(s->loop, &c->tcp);
     uv_timer_init(s->loop, &c->timer);
     c->tcp.data = c->timer.data = c;
@@ -1088,7 +1187,7 @@ static void server_begin_shutdown(http_server_t *s, unsigned deadline_ms)
             } else {
                 c->draining = 1;
                 if (!http_reqparser_in_request(c->parser))
-                    c->parse_dead = 1;
+                    conn_set_dead(c);
                 conn_flush(c);
             }
         }
