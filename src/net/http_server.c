@@ -211,6 +211,8 @@ static void sreq_retire(sreq_t *r)
 #define HOLD_MAX 128
 static __thread struct {
     int depth, n;
+    int loops_write; /* holds (nested) that leave the writing to the loops */
+    char kind[64];   /* write_here of each nested hold */
     sreq_t *held[HOLD_MAX];
 } tl_hold;
 
@@ -242,7 +244,8 @@ static void sreq_queue(sreq_t *r, piece_t *pc, int final, int abort)
         free_now = r->refs == 0;
     } else if (pthread_equal(pthread_self(), r->loop_thread)) {
         direct = r->conn;
-    } else if (final && sreq_write_direct(r)) { /* on the wire: the loop only has to pop it */
+    } else if (final && !tl_hold.loops_write && sreq_write_direct(r)) {
+        /* on the wire: the loop only has to pop it */
         drop = r->out_head;
         r->out_head = NULL;
         r->out_tail = &r->out_head;
@@ -337,15 +340,18 @@ static void hold_flush(void)
         sreq_unref(tl_hold.held[i]);
 }
 
-void http_hold_wakeups(void)
+void http_hold_wakeups(int write_here)
 {
-    tl_hold.depth++;
+    HARK_ASSERT(tl_hold.depth < (int)sizeof tl_hold.kind);
+    tl_hold.kind[tl_hold.depth++] = (char)(write_here != 0);
+    tl_hold.loops_write += !write_here;
 }
 
 void http_release_wakeups(void)
 {
     HARK_ASSERT(tl_hold.depth > 0);
-    if (--tl_hold.depth == 0)
+    tl_hold.loops_write -= !tl_hold.kind[--tl_hold.depth];
+    if (tl_hold.depth == 0)
         hold_flush();
 }
 

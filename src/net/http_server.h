@@ -101,9 +101,12 @@ int http_respond_end(http_req_t *req);
 /* Answers given by the calling thread (not a loop thread) between these two calls wake their
  * loops once, at the release, instead of once per answer: a model instance completing a batch
  * of 64 sends a handful of wake-ups instead of 64 (each a syscall that also wakes the loop).
- * Answers the thread writes itself (see OWNERSHIP AND THREADS) still go at once; the others go
- * once released. Calls nest; the release must come on the same thread. */
-void http_hold_wakeups(void);
+ * write_here 1: answers this thread may write itself (see OWNERSHIP AND THREADS) still go at
+ * once, the others at the release (a small batch: the client waits for no one); 0: all go at
+ * the release, written by the loops (a large batch: the thread moves on to the next one instead
+ * of making a write per answer, and the loops write in parallel). Calls nest (up to 64; a 0
+ * anywhere wins); the release must come on the same thread. */
+void http_hold_wakeups(int write_here);
 void http_release_wakeups(void);
 
 /* Reason phrase of a status code ("Not Found"); "Unknown" for others. */

@@ -91,7 +91,7 @@ static void run_group(instance_t *in, wenet_worker_t *w, served_request_t **reqs
     /* the completions, their statistics under one lock, then (completions_end) the answers go */
     uint64_t queue_ns = 0, output_ns = 0, request_ns = 0;
     if (m->o.completions_begin)
-        m->o.completions_begin();
+        m->o.completions_begin(n);
     for (int i = 0; i < n; i++) {
         served_request_t *r = reqs[i];
         uint64_t enq = r->item.enqueue_ns;
@@ -119,7 +119,7 @@ static void run_group(instance_t *in, wenet_worker_t *w, served_request_t **reqs
     m->st.last_inference_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
     pthread_mutex_unlock(&m->lock);
     if (m->o.completions_end)
-        m->o.completions_end();
+        m->o.completions_end(n);
 }
 
 static void *instance_main(void *arg)

@@ -118,6 +118,21 @@ static void notice(void *user, const char *msg)
     LOG_INFO("%s: %s", (const char *)user, msg);
 }
 
+/* Around an instance's completions of a batch of n: the loops are woken once; the instance
+ * writes the answers of a small batch itself (no wait for a loop), and leaves those of a large
+ * one to the loops (a write per answer would hold up its next batch). */
+#define WRITE_HERE_MAX_BATCH 8
+
+static void completions_begin(int n)
+{
+    http_hold_wakeups(n <= WRITE_HERE_MAX_BATCH);
+}
+
+static void completions_end(int n)
+{
+    http_release_wakeups();
+}
+
 /* Reads config.pbtxt and turns it into served options. Called off the loop, table unlocked. */
 static int prepare(server_t *s, model_entry_t *m, served_opts_t *so, hark_err_t *err)
 {
@@ -139,8 +154,8 @@ static int prepare(server_t *s, model_entry_t *m, served_opts_t *so, hark_err_t 
         return err_set(err, HARK_ERR_NOT_FOUND, "%s: no version directory with a model.json", m->dir);
     snprintf(m->version_str, sizeof m->version_str, "%d", m->version);
     memset(so, 0, sizeof *so);
-    so->completions_begin = http_hold_wakeups; /* one wake-up per loop and batch */
-    so->completions_end = http_release_wakeups;
+    so->completions_begin = completions_begin; /* one wake-up per loop and batch */
+    so->completions_end = completions_end;
     so->version = m->version;
     so->max_seconds = s->o.max_audio_seconds;
     so->precision = WENET_FP32;

@@ -1351,8 +1351,8 @@ static int readable(int fd, int ms)
  * loops' wake-ups wait for the release, on every loop concerned: answers that the answering
  * thread cannot write itself (here: Connection: close ones) go out only then, and a held answer to
  * a client that has gone is dropped safely. Keep-alive answers are written at once by the
- * answering thread (140 in one hold, more than the 128 it keeps), and the loops, woken at the
- * release, keep serving those connections. */
+ * answering thread (140 in one hold, more than the 128 it keeps) unless a hold leaves them to
+ * the loops, and the loops, woken at the release, keep serving those connections. */
 TEST(http_held_wakeups_answer_at_release)
 {
     tsrv_t a, b;
@@ -1375,8 +1375,8 @@ TEST(http_held_wakeups_answer_at_release)
     close(r[NC - 1].fd); /* this client leaves before its answer */
     r[NC - 1].fd = -1;
     sleep_ms(50);
-    http_hold_wakeups();
-    http_hold_wakeups(); /* nested */
+    http_hold_wakeups(1);
+    http_hold_wakeups(1); /* nested */
     for (int i = 0; i < NC; i++)
         http_respond(g_parked[i], 200, "text/plain", "held", 4);
     http_release_wakeups();
@@ -1404,7 +1404,7 @@ TEST(http_held_wakeups_answer_at_release)
     for (int i = 0; i < 600 && atomic_load(&g_n_parked) < NP; i++)
         sleep_ms(5);
     CHECK_EQ_INT(atomic_load(&g_n_parked), NP);
-    http_hold_wakeups();
+    http_hold_wakeups(1);
     for (int i = 0; i < NP; i++)
         http_respond(g_parked[i], 200, "text/plain", "many", 4);
     http_release_wakeups();
@@ -1416,6 +1416,30 @@ TEST(http_held_wakeups_answer_at_release)
             CHECK_OK(read_response(&p[i], rs));
             CHECK(rs->status == 200 && body_is(rs, "GET /echo ?again x=- len=0\n"));
         }
+        rd_free(&p[i]);
+    }
+    /* keep-alive answers in a hold that leaves them to the loops (a large batch): at the release */
+    atomic_store(&g_n_parked, 0);
+    for (int i = 0; i < NC; i++) {
+        rd_init(&p[i], cli_connect(i % 2 ? a.port : b.port));
+        CHECK_OK(send_str(p[i].fd, "GET /park HTTP/1.1\r\n\r\n"));
+    }
+    for (int i = 0; i < 300 && atomic_load(&g_n_parked) < NC; i++)
+        sleep_ms(5);
+    CHECK_EQ_INT(atomic_load(&g_n_parked), NC);
+    http_hold_wakeups(0);
+    http_hold_wakeups(1); /* nested: the outer 0 still holds */
+    for (int i = 0; i < NC; i++)
+        http_respond(g_parked[i], 200, "text/plain", "loop", 4);
+    http_release_wakeups();
+    early = 0;
+    for (int i = 0; i < NC; i++)
+        early += readable(p[i].fd, i ? 0 : 100);
+    http_release_wakeups();
+    CHECKF(early == 0, "%d answers left to the loops went out before the release", early);
+    for (int i = 0; i < NC; i++) {
+        CHECK_OK(read_response(&p[i], rs));
+        CHECK(rs->status == 200 && body_is(rs, "loop"));
         rd_free(&p[i]);
     }
     free(p);

@@ -32,14 +32,14 @@ typedef struct {
 static __thread int tl_in_batch;
 static atomic_int g_begins, g_ends, g_outside;
 
-static void batch_begin(void)
+static void batch_begin(int n)
 {
     if (tl_in_batch++)
         atomic_fetch_add(&g_outside, 1);
     atomic_fetch_add(&g_begins, 1);
 }
 
-static void batch_end(void)
+static void batch_end(int n)
 {
     tl_in_batch--;
     atomic_fetch_add(&g_ends, 1);
