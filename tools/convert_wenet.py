@@ -5,7 +5,7 @@
 """Convert a WeNet U2/U2++ Conformer checkpoint into a hark model directory.
 
     convert_wenet.py --checkpoint final.pt --config train.yaml --units units.txt \
-                     [--cmvn global_cmvn] --output DIR
+                     [--cmvn global_cmvn] [--max-batch-size 64] --output DIR
 
 DIR receives a Triton-style model-repository entry:
     DIR/config.pbtxt          Triton model config (backend "hark", family "wenet_u2")
@@ -560,18 +560,22 @@ def write_safetensors(path, tensors, metadata):
             f.write(a.tobytes(order="C"))
 
 
-def config_pbtxt(name, cfg):
+def config_pbtxt(name, cfg, max_batch=64):
+    """Triton config. Preferred batch sizes [max/2, max]: a free instance takes a full batch when
+    max_batch_size requests wait, else half of one (so two instances, or one instance and the
+    requests coming back, keep the GPU busy), else waits max_queue_delay for more."""
     method = "attention_rescoring" if cfg["decoder"]["type"] != "none" else "ctc_prefix_beam_search"
+    preferred = sorted({max(1, max_batch // 2), max_batch})
     params = [("family", FAMILY), ("decoding_method", method), ("beam_size", "10"),
               ("ctc_weight", repr(cfg["decoding"]["ctc_weight"])),
               ("reverse_weight", repr(cfg["decoding"]["reverse_weight"]))]
-    out = [f'name: "{name}"', 'backend: "hark"', "max_batch_size: 64",
+    out = [f'name: "{name}"', 'backend: "hark"', f"max_batch_size: {max_batch}",
            "input [", "  {", '    name: "WAV"', "    data_type: TYPE_FP32", "    dims: [ -1 ]",
            "  },", "  {", '    name: "WAV_LENS"', "    data_type: TYPE_INT32", "    dims: [ 1 ]",
            "  }", "]",
            "output [", "  {", '    name: "TRANSCRIPTS"', "    data_type: TYPE_STRING",
            "    dims: [ 1 ]", "  }", "]",
-           "dynamic_batching {", "  preferred_batch_size: [ 16, 32 ]",
+           "dynamic_batching {", f"  preferred_batch_size: [ {', '.join(map(str, preferred))} ]",
            "  max_queue_delay_microseconds: 2000", "}",
            "instance_group [", "  {", "    count: 1", "    kind: KIND_GPU", "  }", "]"]
     for k, v in params:
@@ -580,6 +584,8 @@ def config_pbtxt(name, cfg):
 
 
 def convert(args):
+    if not 1 <= args.max_batch_size <= 512:
+        fail(f"--max-batch-size {args.max_batch_size}: must be in [1, 512] (hark's limit)")
     try:
         with open(args.config, encoding="utf-8") as f:
             y = yaml.safe_load(f)
@@ -615,7 +621,7 @@ def convert(args):
             f.write("\n")
         shutil.copyfile(args.units, os.path.join(tmp, "1", "units.txt"))
         with open(os.path.join(tmp, "config.pbtxt"), "w", encoding="utf-8") as f:
-            f.write(config_pbtxt(name, cfg))
+            f.write(config_pbtxt(name, cfg, args.max_batch_size))
         if os.path.isdir(out):
             for rel in ("config.pbtxt", "1/model.safetensors", "1/model.json", "1/units.txt"):
                 if os.path.exists(os.path.join(out, rel)):
@@ -640,6 +646,8 @@ def main(argv=None):
     ap.add_argument("--units", required=True, help="units.txt ('token id' per line)")
     ap.add_argument("--cmvn", help="global_cmvn (WeNet json or Kaldi text stats)")
     ap.add_argument("--output", required=True, help="model directory to write")
+    ap.add_argument("--max-batch-size", type=int, default=64,
+                    help="config.pbtxt max_batch_size (preferred sizes: half of it and it)")
     args = ap.parse_args(argv)
     try:
         convert(args)

@@ -34,6 +34,8 @@ static const opt_t options[] = {
      "largest request body; bigger ones get 413"},
     {"max-connections", OPT_INT, OFF(max_connections), "1024", 1, 1e6,
      "simultaneous connections; beyond it 503"},
+    {"http-threads", OPT_INT, OFF(http_threads), "0", 0, 64,
+     "event-loop threads sharing the HTTP port (0: one per 4 cores, at most 4)"},
     {"request-timeout-ms", OPT_INT, OFF(request_timeout_ms), "30000", 10, 3.6e6,
      "a client stalled mid-request this long gets 408"},
     {"drain-timeout-ms", OPT_INT, OFF(drain_timeout_ms), "30000", 0, 3.6e6,

@@ -11,6 +11,7 @@
 #include <http_parser.h>
 #include <errno.h>
 #include <netdb.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <pthread.h>
@@ -23,6 +24,8 @@
 #define RBUF_SIZE (32 * 1024)
 #define LINGER_MS 2000   /* after our last answer: wait this long for the client's FIN */
 #define MAX_REJECTING 64 /* connections being told 503 at once; beyond, closed outright */
+/* a body with at least this much still due is read straight into place (on_alloc) */
+#define MIN_WINDOW (16 * 1024)
 
 /* ---- types ----------------------------------------------------------------------------------- */
 
@@ -41,6 +44,7 @@ typedef struct piece {
     void *free_ud;
     const char *trailer; /* static: the Connection line + CRLF, or a chunk's CRLF */
     size_t trailer_len;
+    size_t sent; /* bytes of it an answering thread already wrote (sreq_write_direct) */
 } piece_t;
 
 typedef struct conn conn_t;
@@ -83,8 +87,15 @@ struct conn {
     int handles; /* open uv handles */
     int reading, paused, parse_dead, closing, finishing, read_eof, rejected, draining;
     int in_process, took_req, continue_sent;
-    int writes; /* uv_writes in progress */
+    int in_window; /* the pending read goes straight into a request body (on_alloc) */
+    int writes;    /* uv_writes in progress */
+    int flushing;  /* conn_flush is taking and writing answers (under wmu) */
     int tstate;
+    /* Answering threads may write a plain answer to the socket themselves when it is the next
+     * one due (sreq_write_direct). wmu guards what they look at — fifo_head/fifo_tail, writes,
+     * flushing, closing, parse_dead; the loop changes those under it, reads them freely. Lock
+     * order: a request's mu, then wmu; the loop never takes a request's mu while holding wmu. */
+    pthread_mutex_t wmu;
 };
 
 typedef struct {
@@ -99,7 +110,13 @@ struct http_server {
     uv_loop_t *loop;
     http_server_opts_t o;
     uv_tcp_t listener;
-    uv_async_t async;
+    uv_async_t async; /* stop/shutdown requests from other threads */
+    /* answers from other threads: an eventfd the loop polls, written only when wake_pending
+     * goes 0 -> 1 (uv_async would do, but its loop side spins until the sending thread has
+     * returned from the write: 14% of a loop's time at concurrency 1 on the development VM) */
+    uv_poll_t wake;
+    int wake_fd;
+    atomic_int wake_pending;
     uv_timer_t deadline;
     int port;
     int handles;       /* open uv handles of the server itself */
@@ -125,6 +142,8 @@ static const char CONTINUE_100[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
 static void conn_flush(conn_t *c);
 static void conn_close(conn_t *c);
+static void server_wake(http_server_t *s);
+static int sreq_write_direct(sreq_t *r);
 static void conn_process(conn_t *c);
 static void conn_update_timer(conn_t *c, int progress);
 static void conn_timer_cb(uv_timer_t *t);
@@ -171,13 +190,41 @@ static void sreq_unref(sreq_t *r)
         sreq_free(r);
 }
 
+/* The loop is done with an answered request (its answer is written or handed to a write): it
+ * leaves the connection, which may close and be freed while the request still sits on a ready
+ * list or in an answering thread's hold; marked an orphan, nobody follows its conn or srv again. */
+static void sreq_retire(sreq_t *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->orphan = 1;
+    r->conn = NULL;
+    int last = --r->refs == 0;
+    pthread_mutex_unlock(&r->mu);
+    if (last)
+        sreq_free(r);
+}
+
+/* Wake-ups held by this (answering) thread between http_hold_wakeups and http_release_wakeups:
+ * the requests it put on ready lists, each with a reference, so that the release can send one
+ * wake-up per server, under the lock of one of its requests that is not an orphan (which keeps
+ * that server alive, as in sreq_queue). */
+#define HOLD_MAX 128
+static __thread struct {
+    int depth, n;
+    int loops_write; /* holds (nested) that leave the writing to the loops */
+    char kind[64];   /* write_here of each nested hold */
+    sreq_t *held[HOLD_MAX];
+} tl_hold;
+
+static void hold_flush(void);
+
 /* Queues a piece (may be NULL) of r's answer, from any thread. `final` ends the answer and drops
  * the responder's reference; `abort` makes the connection close where the piece would go. */
 static void sreq_queue(sreq_t *r, piece_t *pc, int final, int abort)
 {
     piece_t *drop = NULL;
     conn_t *direct = NULL;
-    int free_now = 0;
+    int free_now = 0, flush = 0;
     pthread_mutex_lock(&r->mu);
     HARK_ASSERT(!r->final);
     if (pc) {
@@ -197,7 +244,13 @@ static void sreq_queue(sreq_t *r, piece_t *pc, int final, int abort)
         free_now = r->refs == 0;
     } else if (pthread_equal(pthread_self(), r->loop_thread)) {
         direct = r->conn;
-    } else if (!r->in_ready) {
+    } else if (final && !tl_hold.loops_write && sreq_write_direct(r)) {
+        /* on the wire: the loop only has to pop it */
+        drop = r->out_head;
+        r->out_head = NULL;
+        r->out_tail = &r->out_head;
+    }
+    if (!r->orphan && !direct && !r->in_ready) { /* the loop takes it from its ready list */
         http_server_t *s = r->srv;
         r->in_ready = 1;
         r->refs++;
@@ -209,7 +262,13 @@ static void sreq_queue(sreq_t *r, piece_t *pc, int final, int abort)
             s->ready_head = r;
         s->ready_tail = r;
         pthread_mutex_unlock(&s->ready_mu);
-        uv_async_send(&s->async); /* under r->mu: the server outlives every non-orphan request */
+        if (tl_hold.depth) { /* the wake-up goes at the release, once per server */
+            r->refs++;
+            tl_hold.held[tl_hold.n++] = r;
+            flush = tl_hold.n == HOLD_MAX;
+        } else {
+            server_wake(s); /* under r->mu: the server outlives every non-orphan request */
+        }
     }
     pthread_mutex_unlock(&r->mu);
     pieces_free(drop);
@@ -217,6 +276,83 @@ static void sreq_queue(sreq_t *r, piece_t *pc, int final, int abort)
         sreq_free(r);
     if (direct)
         conn_flush(direct);
+    if (flush)
+        hold_flush();
+}
+
+/* An answering thread (r->mu held, r not an orphan, off the loop) writes r's plain answer to the
+ * socket itself when it is the next one due and nothing else is being written: the client gets
+ * it without waiting for the loop to wake up. Returns 1 when all of it went (the loop then only
+ * pops r); after a partial write the piece records what went (piece.sent) and the loop writes
+ * the rest. Keep-alive answers only: one that closes the connection is left to the loop. */
+static int sreq_write_direct(sreq_t *r)
+{
+    piece_t *p = r->out_head;
+    if (!p || p->next || p->kind != P_HEAD || r->aborted || r->chunked || !r->pub.keep_alive ||
+        r->pub.method == HTTP_HEAD)
+        return 0;
+    conn_t *c = r->conn; /* alive: r is not an orphan and we hold its lock */
+    int all = 0;
+    pthread_mutex_lock(&c->wmu);
+    uv_os_fd_t fd;
+    if (!c->closing && !c->parse_dead && !c->flushing && c->fifo_head == r && c->writes == 0 &&
+        uv_fileno((const uv_handle_t *)&c->tcp, &fd) == 0) {
+        const char *tr = r->pub.http_major == 1 && r->pub.http_minor == 0 ? CONN_KEEP10 : CONN_KEEP;
+        size_t tl = strlen(tr);
+        struct iovec iov[3] = {{(void *)(uintptr_t)p->hdr, p->hdr_len},
+                               {(void *)(uintptr_t)tr, tl},
+                               {(void *)(uintptr_t)p->data, p->len}};
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = p->len ? 3 : 2};
+        ssize_t n = sendmsg(fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) {
+            p->trailer = tr; /* what went; the loop keeps it for the rest */
+            p->trailer_len = tl;
+            p->sent = (size_t)n;
+            all = (size_t)n == p->hdr_len + tl + p->len;
+        }
+    }
+    pthread_mutex_unlock(&c->wmu);
+    return all;
+}
+
+/* Sends the held wake-ups (one per server with a live request among them) and drops the holds. */
+static void hold_flush(void)
+{
+    http_server_t *woken[HOLD_MAX];
+    int n_woken = 0, n = tl_hold.n;
+    tl_hold.n = 0;
+    for (int i = 0; i < n; i++) {
+        sreq_t *r = tl_hold.held[i];
+        pthread_mutex_lock(&r->mu);
+        if (!r->orphan) {
+            http_server_t *s = r->srv;
+            int k = 0;
+            while (k < n_woken && woken[k] != s)
+                k++;
+            if (k == n_woken) {
+                woken[n_woken++] = s;
+                server_wake(s); /* under r->mu, r not an orphan: s is alive */
+            }
+        }
+        pthread_mutex_unlock(&r->mu);
+    }
+    for (int i = 0; i < n; i++)
+        sreq_unref(tl_hold.held[i]);
+}
+
+void http_hold_wakeups(int write_here)
+{
+    HARK_ASSERT(tl_hold.depth < (int)sizeof tl_hold.kind);
+    tl_hold.kind[tl_hold.depth++] = (char)(write_here != 0);
+    tl_hold.loops_write += !write_here;
+}
+
+void http_release_wakeups(void)
+{
+    HARK_ASSERT(tl_hold.depth > 0);
+    tl_hold.loops_write -= !tl_hold.kind[--tl_hold.depth];
+    if (tl_hold.depth == 0)
+        hold_flush();
 }
 
 /* A piece with room for a head of hdr_cap bytes and a copy of data[len]. */
@@ -414,16 +550,49 @@ static void on_conn_handle_closed(uv_handle_t *h)
         atomic_fetch_sub(&s->n_open, 1);
     http_reqparser_destroy(c->parser);
     hark_free(c->rbuf);
+    pthread_mutex_destroy(&c->wmu);
     hark_free(c);
     server_maybe_finish(s);
+}
+
+/* No request is parsed on this connection any more (its last one is in the FIFO). */
+static void conn_set_dead(conn_t *c)
+{
+    pthread_mutex_lock(&c->wmu);
+    c->parse_dead = 1;
+    pthread_mutex_unlock(&c->wmu);
+}
+
+static void fifo_append(conn_t *c, sreq_t *r)
+{
+    pthread_mutex_lock(&c->wmu);
+    if (c->fifo_tail)
+        c->fifo_tail->next = r;
+    else
+        c->fifo_head = r;
+    c->fifo_tail = r;
+    pthread_mutex_unlock(&c->wmu);
+    c->fifo_len++;
+}
+
+static void fifo_pop(conn_t *c)
+{
+    pthread_mutex_lock(&c->wmu);
+    c->fifo_head = c->fifo_head->next;
+    if (!c->fifo_head)
+        c->fifo_tail = NULL;
+    pthread_mutex_unlock(&c->wmu);
+    c->fifo_len--;
 }
 
 /* Gives up on every request still in the FIFO: each becomes an orphan, freed when answered. */
 static void fifo_orphan_all(conn_t *c)
 {
     http_server_t *s = c->srv;
+    pthread_mutex_lock(&c->wmu);
     sreq_t *r = c->fifo_head;
     c->fifo_head = c->fifo_tail = NULL;
+    pthread_mutex_unlock(&c->wmu);
     c->fifo_len = 0;
     while (r) {
         sreq_t *next = r->next;
@@ -450,7 +619,9 @@ static void conn_close(conn_t *c)
 {
     if (c->closing)
         return;
+    pthread_mutex_lock(&c->wmu); /* no answering thread writes to the socket after this */
     c->closing = 1;
+    pthread_mutex_unlock(&c->wmu);
     fifo_orphan_all(c);
     uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
     uv_close((uv_handle_t *)&c->timer, on_conn_handle_closed);
@@ -486,7 +657,7 @@ static void conn_finish(conn_t *c)
 static void conn_fail(conn_t *c, int status, const char *msg)
 {
     http_server_t *s = c->srv;
-    c->parse_dead = 1;
+    conn_set_dead(c);
     if (status >= 400 && status < 500)
         atomic_fetch_add(&s->n_bad, 1);
     sreq_t *e = hark_calloc(1, sizeof *e);
@@ -509,12 +680,7 @@ static void conn_fail(conn_t *c, int status, const char *msg)
     e->out_head = p;
     e->out_tail = &p->next;
     e->final = 1;
-    if (c->fifo_tail)
-        c->fifo_tail->next = e;
-    else
-        c->fifo_head = e;
-    c->fifo_tail = e;
-    c->fifo_len++;
+    fifo_append(c, e);
     LOG_DEBUG("http: %d %s", status, msg);
     conn_flush(c);
 }
@@ -523,7 +689,9 @@ static void on_write(uv_write_t *w, int status)
 {
     wreq_t *wr = (wreq_t *)w;
     conn_t *c = wr->c;
+    pthread_mutex_lock(&c->wmu);
     c->writes--;
+    pthread_mutex_unlock(&c->wmu);
     pieces_free(wr->pieces);
     hark_free(wr);
     if (status < 0) {
@@ -544,6 +712,9 @@ static void conn_flush(conn_t *c)
     piece_t *list = NULL, **tail = &list;
     size_t nbufs = 0;
     sreq_t *r;
+    pthread_mutex_lock(&c->wmu); /* answering threads keep off the socket until it is written */
+    c->flushing = 1;
+    pthread_mutex_unlock(&c->wmu);
     while ((r = c->fifo_head)) {
         pthread_mutex_lock(&r->mu);
         piece_t *got = r->out_head;
@@ -554,7 +725,7 @@ static void conn_flush(conn_t *c)
         int closes = !r->pub.keep_alive || (c->parse_dead && r == c->fifo_tail);
         int head_only = r->pub.method == HTTP_HEAD;
         for (piece_t *p = got; p; p = p->next) {
-            if (p->kind == P_HEAD) {
+            if (p->kind == P_HEAD && !p->sent) { /* (partly written: its line was chosen) */
                 if (closes)
                     p->trailer = CONN_CLOSE, p->trailer_len = sizeof CONN_CLOSE - 1;
                 else if (r->pub.http_major == 1 && r->pub.http_minor == 0)
@@ -575,69 +746,101 @@ static void conn_flush(conn_t *c)
             /* nothing goes after this answer (or after the point where it broke): what is
              * queued is written, then the connection ends */
             if (final && !aborted) {
-                c->fifo_head = r->next;
-                if (!c->fifo_head)
-                    c->fifo_tail = NULL;
-                c->fifo_len--;
+                fifo_pop(c);
                 if (r->counted)
                     atomic_fetch_sub(&s->n_inflight, 1);
-                sreq_unref(r);
+                sreq_retire(r);
             }
-            c->parse_dead = 1;
+            conn_set_dead(c);
             fifo_orphan_all(c);
             break;
         }
         if (!final)
             break;
-        c->fifo_head = r->next;
-        if (!c->fifo_head)
-            c->fifo_tail = NULL;
-        c->fifo_len--;
+        fifo_pop(c);
         if (r->counted)
             atomic_fetch_sub(&s->n_inflight, 1);
-        sreq_unref(r);
+        sreq_retire(r);
     }
     int want_continue = !c->fifo_head && !c->parse_dead && !c->continue_sent &&
                         http_reqparser_wants_continue(c->parser);
     if (want_continue)
         nbufs++;
-    if (nbufs) {
-        wreq_t *w = hark_malloc(sizeof *w + nbufs * sizeof(uv_buf_t));
-        if (!w) {
-            pieces_free(list);
-            conn_close(c);
-            return;
-        }
+    wreq_t *w = nbufs ? hark_malloc(sizeof *w + nbufs * sizeof(uv_buf_t)) : NULL;
+    int failed = nbufs && !w, sent = 0;
+    if (w) {
         w->c = c;
         w->pieces = list;
         w->n = 0;
-        /* a head: status and headers, Connection line, body; a chunk: size line, data, CRLF */
+        /* a head: status and headers, Connection line, body; a chunk: size line, data, CRLF;
+         * less what an answering thread already wrote of it */
         for (piece_t *p = list; p; p = p->next) {
+            uv_buf_t pb[3];
+            unsigned k = 0;
             if (p->hdr_len)
-                w->bufs[w->n++] = uv_buf_init((char *)p->hdr, (unsigned)p->hdr_len);
+                pb[k++] = uv_buf_init((char *)p->hdr, (unsigned)p->hdr_len);
             if (p->kind == P_HEAD && p->trailer_len)
-                w->bufs[w->n++] = uv_buf_init((char *)p->trailer, (unsigned)p->trailer_len);
+                pb[k++] = uv_buf_init((char *)p->trailer, (unsigned)p->trailer_len);
             if (p->len)
-                w->bufs[w->n++] = uv_buf_init((char *)p->data, (unsigned)p->len);
+                pb[k++] = uv_buf_init((char *)p->data, (unsigned)p->len);
             if (p->kind != P_HEAD && p->trailer_len)
-                w->bufs[w->n++] = uv_buf_init((char *)p->trailer, (unsigned)p->trailer_len);
+                pb[k++] = uv_buf_init((char *)p->trailer, (unsigned)p->trailer_len);
+            size_t skip = p->sent;
+            for (unsigned i = 0; i < k; i++) {
+                if (skip >= pb[i].len) {
+                    skip -= pb[i].len;
+                    continue;
+                }
+                w->bufs[w->n++] = uv_buf_init(pb[i].base + skip, (unsigned)(pb[i].len - skip));
+                skip = 0;
+            }
         }
         if (want_continue) {
             w->bufs[w->n++] = uv_buf_init((char *)CONTINUE_100, sizeof CONTINUE_100 - 1);
             c->continue_sent = 1;
         }
-        if (w->n == 0) {
-            pieces_free(list);
-            hark_free(w);
-        } else if (uv_write(&w->w, (uv_stream_t *)&c->tcp, w->bufs, w->n, on_write) != 0) {
-            pieces_free(list);
-            hark_free(w);
-            conn_close(c);
-            return;
+    }
+    /* straight to the socket when it takes it all (the usual case: no write request, no epoll
+     * change, no callback on a later turn); what it does not take goes by uv_write */
+    pthread_mutex_lock(&c->wmu);
+    if (w && w->n) {
+        size_t total = 0;
+        for (unsigned i = 0; i < w->n; i++)
+            total += w->bufs[i].len;
+        sent = uv_try_write((uv_stream_t *)&c->tcp, w->bufs, w->n);
+        if (sent < 0 && sent != UV_EAGAIN && sent != UV_ENOSYS) {
+            failed = 1;
+        } else if (sent > 0 && (size_t)sent == total) {
+            w->n = 0; /* all written */
         } else {
-            c->writes++;
+            size_t skip = sent > 0 ? (size_t)sent : 0;
+            unsigned first = 0;
+            while (first < w->n && skip >= w->bufs[first].len)
+                skip -= w->bufs[first++].len;
+            w->bufs[first].base += skip; /* first < w->n: not all was written */
+            w->bufs[first].len -= skip;
+            memmove(w->bufs, w->bufs + first, (w->n - first) * sizeof(uv_buf_t));
+            w->n -= first;
+            if (uv_write(&w->w, (uv_stream_t *)&c->tcp, w->bufs, w->n, on_write) != 0)
+                failed = 1;
+            else
+                c->writes++; /* w and its pieces belong to the write now */
         }
     }
+    c->flushing = 0;
+    pthread_mutex_unlock(&c->wmu);
+    if (w && (failed || w->n == 0)) {
+        pieces_free(list);
+        hark_free(w);
+    } else if (!w) {
+        pieces_free(list);
+    }
+    if (failed) {
+        conn_close(c);
+        return;
+    }
+    if (sent > 0)
+        conn_update_timer(c, 1);
     if (c->parse_dead && !c->fifo_head) {
         conn_finish(c);
         return;
@@ -656,37 +859,32 @@ static void conn_dispatch(conn_t *c, http_req_t *req)
     sreq_t *r = (sreq_t *)req;
     sreq_init(r, c, 2);
     r->counted = 1;
-    if (c->fifo_tail)
-        c->fifo_tail->next = r;
-    else
-        c->fifo_head = r;
-    c->fifo_tail = r;
-    c->fifo_len++;
+    if (!req->keep_alive || req->upgrade || c->draining)
+        conn_set_dead(c); /* this is the connection's last request */
+    fifo_append(c, r);
     c->continue_sent = 0;
     c->took_req = 1;
     atomic_fetch_add(&s->n_inflight, 1);
     atomic_fetch_add(&s->n_requests, 1);
-    if (!req->keep_alive || req->upgrade || c->draining)
-        c->parse_dead = 1;        /* this is the connection's last request */
     s->o.handler(req, s->o.user); /* may answer (and free) req before returning */
 }
 
-/* Parses what is buffered, dispatching complete requests, until the buffer is used up, the
- * pipeline is full, or parsing is over. */
-static void conn_process(conn_t *c)
+/* Parses data[len] (the read buffer, or body bytes received in place), dispatching complete
+ * requests, until it is used up, the pipeline is full, or parsing is over; returns the bytes
+ * consumed. */
+static size_t conn_parse(conn_t *c, const char *data, size_t len)
 {
     http_server_t *s = c->srv;
     size_t off = 0;
-    c->in_process++;
     while (!c->closing && !c->parse_dead) {
         if (c->fifo_len >= s->o.max_pipeline) {
             c->paused = 1;
             break;
         }
-        if (off == c->rlen && !c->read_eof)
+        if (off == len && !c->read_eof)
             break;
         size_t used = 0;
-        int rc = http_reqparser_feed(c->parser, c->rbuf + off, c->rlen - off, &used);
+        int rc = http_reqparser_feed(c->parser, data + off, len - off, &used);
         off += used;
         if (rc == HTTP_PARSE_REQUEST) {
             conn_dispatch(c, http_reqparser_take(c->parser));
@@ -699,9 +897,17 @@ static void conn_process(conn_t *c)
             break;
         }
         if (c->read_eof) /* a clean end between requests */
-            c->parse_dead = 1;
+            conn_set_dead(c);
         break;
     }
+    return off;
+}
+
+/* Parses what is buffered (see conn_parse), then writes what is ready and re-arms reading. */
+static void conn_process(conn_t *c)
+{
+    c->in_process++;
+    size_t off = conn_parse(c, c->rbuf, c->rlen);
     c->in_process--;
     if (c->closing)
         return;
@@ -716,10 +922,21 @@ static void conn_process(conn_t *c)
         conn_set_reading(c);
 }
 
+/* Reads go to the read buffer, or, while a large plain body is arriving and nothing else is
+ * buffered, straight into the request's body (no copy; exactly the bytes still due, so the next
+ * request's head never lands there). */
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     conn_t *c = h->data;
-    *buf = uv_buf_init(c->rbuf + c->rlen, (unsigned)(RBUF_SIZE - c->rlen));
+    char *dst;
+    size_t due = c->rlen == 0 && !c->parse_dead && c->fifo_len < c->srv->o.max_pipeline
+                     ? http_reqparser_body_window(c->parser, &dst)
+                     : 0;
+    c->in_window = due >= MIN_WINDOW;
+    if (c->in_window)
+        *buf = uv_buf_init(dst, (unsigned)(due < (1u << 30) ? due : (1u << 30)));
+    else
+        *buf = uv_buf_init(c->rbuf + c->rlen, (unsigned)(RBUF_SIZE - c->rlen));
 }
 
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
@@ -747,15 +964,24 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
             conn_close(c);
             return;
         }
-        c->parse_dead = 1;
+        conn_set_dead(c);
         conn_flush(c); /* writes what is left, then finishes */
         return;
     }
     if (c->parse_dead) /* lingering or waiting on earlier answers: drop what comes */
         return;
-    c->rlen += (size_t)nread;
     int in_body = http_reqparser_in_body(c->parser);
     c->took_req = 0;
+    if (c->in_window) { /* body bytes, already in place: the parser only counts them */
+        c->in_window = 0;
+        c->in_process++;
+        conn_parse(c, buf->base, (size_t)nread); /* all body: the window was what is due */
+        c->in_process--;
+        if (c->closing)
+            return;
+    } else {
+        c->rlen += (size_t)nread;
+    }
     conn_process(c);
     if (!c->closing && (in_body || c->took_req))
         conn_update_timer(c, 1);
@@ -821,6 +1047,7 @@ static void on_connection(uv_stream_t *ls, int status)
         return;
     }
     c->srv = s;
+    pthread_mutex_init(&c->wmu, NULL);
     uv_tcp_init(s->loop, &c->tcp);
     uv_timer_init(s->loop, &c->timer);
     c->tcp.data = c->timer.data = c;
@@ -848,7 +1075,8 @@ static void on_connection(uv_stream_t *ls, int status)
         }
     }
     uv_tcp_nodelay(&c->tcp, 1);
-    http_reqparser_opts_t po = {s->o.max_body, s->o.max_header, sizeof(sreq_t)};
+    http_reqparser_opts_t po = {s->o.max_body, s->o.max_header, sizeof(sreq_t), s->o.body_align,
+                                s->o.user};
     c->parser = http_reqparser_create(&po);
     c->rbuf = hark_malloc(RBUF_SIZE);
     if (!c->parser || !c->rbuf) {
@@ -871,7 +1099,19 @@ static void on_server_handle_closed(uv_handle_t *h)
     http_server_t *s = h->data;
     if (--s->handles == 0 && s->free_on_close) {
         pthread_mutex_destroy(&s->ready_mu);
+        close(s->wake_fd);
         hark_free(s);
+    }
+}
+
+/* Any thread: the loop will look at the ready list. One write per batch of answers that the
+ * loop has not started draining yet. */
+static void server_wake(http_server_t *s)
+{
+    if (!atomic_exchange(&s->wake_pending, 1)) {
+        uint64_t one = 1;
+        ssize_t w = write(s->wake_fd, &one, sizeof one);
+        (void)w; /* can only fail when the counter is full, and then the loop is woken anyway */
     }
 }
 
@@ -902,6 +1142,16 @@ static void drain_ready(http_server_t *s)
     }
 }
 
+static void on_wake(uv_poll_t *h, int status, int events)
+{
+    http_server_t *s = h->data;
+    uint64_t v;
+    ssize_t n = read(s->wake_fd, &v, sizeof v);
+    (void)n;
+    atomic_store(&s->wake_pending, 0); /* before draining: what comes after is woken for again */
+    drain_ready(s);
+}
+
 /* Once shutting down and no connection is left: close the server's own handles. */
 static void server_maybe_finish(http_server_t *s)
 {
@@ -912,6 +1162,7 @@ static void server_maybe_finish(http_server_t *s)
     drain_ready(s); /* every request is an orphan now: nothing more can be queued */
     uv_close((uv_handle_t *)&s->deadline, on_server_handle_closed);
     uv_close((uv_handle_t *)&s->async, on_server_handle_closed);
+    uv_close((uv_handle_t *)&s->wake, on_server_handle_closed);
 }
 
 static void on_deadline(uv_timer_t *t)
@@ -942,7 +1193,7 @@ static void server_begin_shutdown(http_server_t *s, unsigned deadline_ms)
             } else {
                 c->draining = 1;
                 if (!http_reqparser_in_request(c->parser))
-                    c->parse_dead = 1;
+                    conn_set_dead(c);
                 conn_flush(c);
             }
         }
@@ -1026,10 +1277,26 @@ int http_server_create(uv_loop_t *loop, const http_server_opts_t *opts, http_ser
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), one = 1;
     const char *what = "socket";
     int ok = fd >= 0;
+    socklen_t alen =
+        ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    if (ok && opts->reuse_port == HTTP_REUSE_FIRST && opts->port) {
+        /* a port shared between our loops must not be one another process listens on, with
+         * SO_REUSEPORT or without: a plain bind finds out (then the real one takes it) */
+        int probe = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        what = "bind";
+        ok = probe >= 0;
+        if (ok) {
+            setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+            ok = bind(probe, (const struct sockaddr *)&ss, alen) == 0;
+            int e = errno;
+            close(probe);
+            errno = e;
+        }
+    }
     if (ok) {
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        socklen_t alen =
-            ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+        if (opts->reuse_port)
+            setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
         what = "bind";
         ok = bind(fd, (const struct sockaddr *)&ss, alen) == 0;
     }
@@ -1043,11 +1310,18 @@ int http_server_create(uv_loop_t *loop, const http_server_opts_t *opts, http_ser
         what = "getsockname";
         ok = getsockname(fd, (struct sockaddr *)&b, &blen) == 0;
     }
+    s->wake_fd = -1;
+    if (ok) {
+        what = "eventfd";
+        ok = (s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) >= 0;
+    }
     if (!ok) {
         err_set(err, HARK_ERR_IO, "http: %s %s port %d: %s", what, opts->host ? opts->host : "",
                 opts->port, strerror(errno));
         if (fd >= 0)
             close(fd);
+        if (s->wake_fd >= 0) /* defensive: nothing fails after the eventfd */
+            close(s->wake_fd);
         hark_free(s);
         return HARK_ERR_IO;
     }
@@ -1057,8 +1331,10 @@ int http_server_create(uv_loop_t *loop, const http_server_opts_t *opts, http_ser
     uv_tcp_init(loop, &s->listener);
     uv_async_init(loop, &s->async, on_async);
     uv_timer_init(loop, &s->deadline);
-    s->listener.data = s->async.data = s->deadline.data = s;
-    s->handles = 3;
+    uv_poll_init(loop, &s->wake, s->wake_fd);
+    uv_poll_start(&s->wake, UV_READABLE, on_wake);
+    s->listener.data = s->async.data = s->deadline.data = s->wake.data = s;
+    s->handles = 4;
     s->listening = 1;
     int uvrc = uv_tcp_open(&s->listener, fd);
     if (uvrc == 0)
@@ -1112,5 +1388,6 @@ void http_server_destroy(http_server_t *s)
         return;
     HARK_ASSERT(s->handles == 0); /* shut down, and the loop has run the close callbacks */
     pthread_mutex_destroy(&s->ready_mu);
+    close(s->wake_fd);
     hark_free(s);
 }

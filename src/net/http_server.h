@@ -16,6 +16,10 @@
  * - Bodies given to http_respond() are copied; bodies given to http_respond_owned() are handed
  *   over and released with free_fn(free_ud) on some thread once written or dropped (also when
  *   http_respond_owned fails).
+ * - A complete keep-alive answer given on another thread, when it is the connection's next one
+ *   due and nothing else is being written, is written to the socket by that thread at once (the
+ *   client does not wait for the loop to wake up); the loop still does the bookkeeping. Other
+ *   answers (chunked, closing the connection, behind an unanswered one) go through the loop.
  * - Server functions are loop-thread only, except http_server_stop_accepting,
  *   http_server_shutdown and http_server_stats, which may be called from any thread (until
  *   http_server_destroy).
@@ -59,8 +63,8 @@ typedef struct http_req {
     void *user;     /* free for the handler's use */
 
     /* private */
-    char *body_buf_;
-    size_t body_cap_;
+    char *body_buf_; /* the allocation; the body starts body_off_ bytes into it */
+    size_t body_cap_, body_off_;
 } http_req_t;
 
 /* Value of the first header called `name` (case-insensitive), or NULL. */
@@ -94,6 +98,17 @@ int http_respond_start(http_req_t *req, int status, const char *content_type);
 int http_respond_chunk(http_req_t *req, const void *data, size_t len);
 int http_respond_end(http_req_t *req);
 
+/* Answers given by the calling thread (not a loop thread) between these two calls wake their
+ * loops once, at the release, instead of once per answer: a model instance completing a batch
+ * of 64 sends a handful of wake-ups instead of 64 (each a syscall that also wakes the loop).
+ * write_here 1: answers this thread may write itself (see OWNERSHIP AND THREADS) still go at
+ * once, the others at the release (a small batch: the client waits for no one); 0: all go at
+ * the release, written by the loops (a large batch: the thread moves on to the next one instead
+ * of making a write per answer, and the loops write in parallel). Calls nest (up to 64; a 0
+ * anywhere wins); the release must come on the same thread. */
+void http_hold_wakeups(int write_here);
+void http_release_wakeups(void);
+
 /* Reason phrase of a status code ("Not Found"); "Unknown" for others. */
 const char *http_status_reason(int status);
 /* Writes {"error": "<msg escaped>"} into buf[cap] (truncating msg to fit, always valid JSON when
@@ -116,7 +131,18 @@ typedef struct {
     unsigned request_timeout_ms; /* head not complete / body stalled this long: 408; default 30 s */
     unsigned idle_timeout_ms;    /* idle keep-alive connection closed; default 60 s */
     unsigned max_pipeline;       /* parsed, unanswered requests per connection; default 16 */
+    /* Optional, called on the loop thread once a request's head is parsed: the offset into the
+     * body that should land 64-byte aligned in memory (KServe's binary tensors follow a JSON
+     * header of known length, so they can be used in place). Honoured for Content-Length bodies
+     * that are not compressed; NULL: the body itself starts aligned. */
+    size_t (*body_align)(const http_req_t *req, void *user);
+    /* SO_REUSEPORT, so that several servers (one per loop) listen on one port: the first says
+     * HTTP_REUSE_FIRST (the port must not be in use by anyone else), the others
+     * HTTP_REUSE_JOIN with the port the first one got. */
+    int reuse_port;
 } http_server_opts_t;
+
+enum { HTTP_REUSE_NONE = 0, HTTP_REUSE_FIRST = 1, HTTP_REUSE_JOIN = 2 };
 
 typedef struct {
     long open_connections;     /* accepted and not yet closed (rejected ones excluded) */
@@ -152,6 +178,8 @@ void http_server_destroy(http_server_t *s);
 typedef struct {
     size_t max_body, max_header; /* as in http_server_opts_t (0: defaults) */
     size_t req_size;             /* bytes to allocate per request, >= sizeof(http_req_t); 0: that */
+    size_t (*body_align)(const http_req_t *req, void *user); /* as in http_server_opts_t */
+    void *user;                                              /* for body_align */
 } http_reqparser_opts_t;
 
 typedef struct http_reqparser http_reqparser_t;
@@ -173,6 +201,11 @@ int http_reqparser_error(const http_reqparser_t *p, const char **msg);
 int http_reqparser_in_request(const http_reqparser_t *p);
 /* 1 while the current request's headers are complete and its body is arriving. */
 int http_reqparser_in_body(const http_reqparser_t *p);
+/* Receiving in place: when the current request's body is a plain Content-Length one that has
+ * started (its head is parsed), sets *dst to where its next bytes belong and returns how many
+ * are still due; else returns 0. A caller may receive up to that many bytes straight into dst
+ * and then feed them from there: they are kept where they are, not copied. */
+size_t http_reqparser_body_window(http_reqparser_t *p, char **dst);
 /* 1 if the current request asked for 100-continue and no body byte has arrived yet. */
 int http_reqparser_wants_continue(const http_reqparser_t *p);
 /* Frees a request made by the parser (arena, body, the request itself); NULL is fine. */

@@ -29,6 +29,8 @@ struct http_reqparser {
     http_parser hp;
     http_parser_settings cb;
     size_t max_body, max_header, req_size;
+    size_t (*body_align)(const http_req_t *req, void *user);
+    void *user;
 
     http_req_t *req;  /* being built */
     http_req_t *done; /* complete, not yet taken */
@@ -44,6 +46,7 @@ struct http_reqparser {
 
     int in_msg, in_body, got_body, expect_continue, headers_done;
     int enc;
+    size_t body_due; /* a plain Content-Length body: its length (in-place receiving); else 0 */
     z_stream zs;
     int zs_live, z_end;
     size_t z_in; /* compressed bytes of this body */
@@ -99,6 +102,7 @@ static void reset_message(http_reqparser_t *p)
     p->trailer_bytes = 0;
     p->in_msg = p->in_body = p->got_body = p->expect_continue = p->headers_done = 0;
     p->enc = ENC_NONE;
+    p->body_due = 0;
     p->z_end = 0;
     p->z_in = 0;
     zs_end(p);
@@ -213,21 +217,42 @@ static int split_url(http_reqparser_t *p, http_req_t *r)
     return 0;
 }
 
+/* Room for `need` body bytes and a NUL after them (body_off_ bytes into the allocation). */
 static int body_reserve(http_reqparser_t *p, size_t need)
 {
     http_req_t *r = p->req;
-    if (need + 1 <= r->body_cap_)
+    if (r->body_off_ + need + 1 <= r->body_cap_)
         return 0;
     size_t cap = r->body_cap_ ? r->body_cap_ : 4096;
-    while (cap < need + 1)
-        cap = cap > SIZE_MAX / 2 ? need + 1 : cap * 2;
-    if (cap > p->max_body + 1)
-        cap = p->max_body + 1;
+    while (cap < r->body_off_ + need + 1)
+        cap = cap > SIZE_MAX / 2 ? r->body_off_ + need + 1 : cap * 2;
+    if (cap > r->body_off_ + p->max_body + 1)
+        cap = r->body_off_ + p->max_body + 1;
     char *b = hark_realloc(r->body_buf_, cap);
     if (!b)
         return fail(p, 500, "out of memory");
     r->body_buf_ = b;
     r->body_cap_ = cap;
+    return 0;
+}
+
+#define BODY_ALIGN 64
+
+/* A known plain body, allocated once at its final size, placed so that byte `at` of it (the
+ * body_align hook's answer) is BODY_ALIGN-aligned in memory. */
+static int body_alloc_aligned(http_reqparser_t *p, size_t len)
+{
+    http_req_t *r = p->req;
+    size_t at = p->body_align ? p->body_align(r, p->user) : 0;
+    if (len > SIZE_MAX - BODY_ALIGN - 1)
+        return fail(p, 413, "request body too large");
+    char *b = hark_malloc(len + BODY_ALIGN + 1);
+    if (!b)
+        return fail(p, 500, "out of memory");
+    uintptr_t want = (uintptr_t)b + (at % BODY_ALIGN);
+    r->body_off_ = (BODY_ALIGN - want % BODY_ALIGN) % BODY_ALIGN;
+    r->body_buf_ = b;
+    r->body_cap_ = len + BODY_ALIGN + 1;
     return 0;
 }
 
@@ -301,9 +326,13 @@ static int on_headers_complete(http_parser *hp)
             return fail(p, 500, "out of memory");
         p->zs_live = 1;
     }
-    /* a known plain body is received in place, without regrowing */
-    if (has_clen && p->enc == ENC_NONE && body_reserve(p, (size_t)clen))
-        return -1;
+    /* a known plain body is allocated once (aligned as the hook asks) and may be received in
+     * place (http_reqparser_body_window) */
+    if (has_clen && clen > 0 && p->enc == ENC_NONE) {
+        if (body_alloc_aligned(p, (size_t)clen))
+            return -1;
+        p->body_due = (size_t)clen;
+    }
     p->in_body = body_follows;
     return 0;
 }
@@ -315,7 +344,9 @@ static int body_append(http_reqparser_t *p, const char *at, size_t len)
         return fail(p, 413, "request body too large");
     if (body_reserve(p, r->body_len + len))
         return -1;
-    memcpy(r->body_buf_ + r->body_len, at, len);
+    char *dst = r->body_buf_ + r->body_off_ + r->body_len;
+    if (at != dst) /* else received in place */
+        memcpy(dst, at, len);
     r->body_len += len;
     return 0;
 }
@@ -343,12 +374,12 @@ static int body_inflate(http_reqparser_t *p, const char *in, size_t len)
             room_want = p->max_body;
         if (body_reserve(p, room_want))
             return -1;
-        size_t room = r->body_cap_ - 1 - r->body_len;
+        size_t room = r->body_cap_ - 1 - r->body_off_ - r->body_len;
         if (room > p->max_body - r->body_len)
             room = p->max_body - r->body_len;
         if (room > UINT32_MAX)
             room = UINT32_MAX;
-        z->next_out = (Bytef *)r->body_buf_ + r->body_len;
+        z->next_out = (Bytef *)r->body_buf_ + r->body_off_ + r->body_len;
         z->avail_out = (uInt)room;
         uInt in_before = z->avail_in;
         int zr = inflate(z, Z_NO_FLUSH);
@@ -388,8 +419,8 @@ static int on_message_complete(http_parser *hp)
     if (r->body_buf_) {
         if (body_reserve(p, r->body_len))
             return -1;
-        r->body_buf_[r->body_len] = 0;
-        r->body = r->body_buf_;
+        r->body_buf_[r->body_off_ + r->body_len] = 0;
+        r->body = r->body_buf_ + r->body_off_;
     } else {
         r->body = "";
     }
@@ -412,6 +443,8 @@ http_reqparser_t *http_reqparser_create(const http_reqparser_opts_t *o)
     p->max_body = o && o->max_body ? o->max_body : DEFAULT_MAX_BODY;
     p->max_header = o && o->max_header ? o->max_header : DEFAULT_MAX_HEADER;
     p->req_size = o && o->req_size > sizeof(http_req_t) ? o->req_size : sizeof(http_req_t);
+    p->body_align = o ? o->body_align : NULL;
+    p->user = o ? o->user : NULL;
     http_parser_init(&p->hp, HTTP_REQUEST);
     p->hp.data = p;
     http_parser_settings_init(&p->cb);
@@ -494,6 +527,18 @@ int http_reqparser_in_request(const http_reqparser_t *p)
 int http_reqparser_in_body(const http_reqparser_t *p)
 {
     return p->in_msg && p->in_body;
+}
+
+size_t http_reqparser_body_window(http_reqparser_t *p, char **dst)
+{
+    *dst = NULL;
+    if (p->dead || p->done || !p->in_msg || !p->in_body || !p->body_due || !p->req)
+        return 0;
+    http_req_t *r = p->req;
+    if (r->body_len >= p->body_due) /* defensive: the parser completes the message first */
+        return 0;
+    *dst = r->body_buf_ + r->body_off_ + r->body_len;
+    return p->body_due - r->body_len;
 }
 
 int http_reqparser_wants_continue(const http_reqparser_t *p)

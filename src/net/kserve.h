@@ -125,6 +125,10 @@ const void *kserve_tensor_data(kserve_request_t *req, const kserve_tensor_t *t);
  * HARK_OK, or HARK_ERR_INVALID_ARG naming the tensor when a value is NaN/Inf (perf_analyzer's
  * random bytes) or the datatype is BYTES. */
 int kserve_tensor_to_f32(const kserve_tensor_t *t, float *dst, hark_err_t *err);
+/* Index of the first NaN or infinite element of x[n], or n when every element is finite. Works
+ * on the bit patterns a block at a time without a branch per element (about memory speed; the
+ * plain isfinite loop is 3-5x slower), so a 5 s request costs a few microseconds. */
+size_t kserve_f32_find_nonfinite(const float *x, size_t n);
 /* Walks BYTES elements: *pos starts at 0; each call yields one element; returns 0 at the end. */
 int kserve_bytes_next(const kserve_tensor_t *t, size_t *pos, const uint8_t **elem, size_t *len);
 

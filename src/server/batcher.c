@@ -66,9 +66,27 @@ void batcher_destroy(batcher_t *b)
     hark_free(b);
 }
 
+/* The batch size to form now with `avail` requests: a preferred size if one is reachable, the
+ * maximum when that many wait, else 0 (wait for more, until the delay runs out). */
+static int due_size(const batcher_t *b, size_t avail)
+{
+    int maxb = b->o.max_batch_size;
+    if (avail >= (size_t)maxb)
+        return maxb;
+    for (int i = b->o.n_preferred - 1; i >= 0; i--)
+        if (avail >= (size_t)b->o.preferred[i])
+            return b->o.preferred[i];
+    return 0;
+}
+
+/* A waiting worker is woken only when it has something new to do: the queue was empty (it starts
+ * the delay clock, or with no delay takes the request), a batch size is now reachable, or the
+ * request has a deadline (it may expire before the worker's current wake-up). Other requests
+ * just wait for the batch to fill or the delay to pass, without waking anyone. The signal goes
+ * after the unlock, so the woken worker does not block on the lock the submitter still holds. */
 int batcher_submit(batcher_t *b, batcher_item_t *it)
 {
-    int rc = HARK_OK;
+    int rc = HARK_OK, wake = 0;
     pthread_mutex_lock(&b->lock);
     if (b->closed) {
         rc = HARK_ERR_CLOSED;
@@ -89,23 +107,12 @@ int batcher_submit(batcher_t *b, batcher_item_t *it)
         it->seq = b->next_seq++;
         b->pending[b->n++] = it;
         b->st.submitted++;
-        pthread_cond_signal(&b->cond);
+        wake = b->n == 1 || due_size(b, b->n) > 0 || it->deadline_ns;
     }
     pthread_mutex_unlock(&b->lock);
+    if (wake)
+        pthread_cond_signal(&b->cond);
     return rc;
-}
-
-/* The batch size to form now with `avail` requests: a preferred size if one is reachable, the
- * maximum when that many wait, else 0 (wait for more, until the delay runs out). */
-static int due_size(const batcher_t *b, size_t avail)
-{
-    int maxb = b->o.max_batch_size;
-    if (avail >= (size_t)maxb)
-        return maxb;
-    for (int i = b->o.n_preferred - 1; i >= 0; i--)
-        if (avail >= (size_t)b->o.preferred[i])
-            return b->o.preferred[i];
-    return 0;
 }
 
 /* index of the request served first: highest priority (lowest value), then oldest */
@@ -216,9 +223,10 @@ int batcher_next(batcher_t *b, batcher_item_t **items, int *n, batcher_item_t **
         }
         pthread_cond_wait(&b->cond, &b->lock);
     }
-    if (b->n) /* more may be due for another worker */
-        pthread_cond_signal(&b->cond);
+    int more = b->n > 0; /* more may be due for another worker */
     pthread_mutex_unlock(&b->lock);
+    if (more)
+        pthread_cond_signal(&b->cond);
     return HARK_OK;
 }
 

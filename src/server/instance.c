@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "hark.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -87,6 +88,10 @@ static void run_group(instance_t *in, wenet_worker_t *w, served_request_t **reqs
     if (rc == HARK_ERR_CUDA)
         m->unhealthy = 1;
     pthread_mutex_unlock(&m->lock);
+    /* the completions, their statistics under one lock, then (completions_end) the answers go */
+    uint64_t queue_ns = 0, output_ns = 0, request_ns = 0;
+    if (m->o.completions_begin)
+        m->o.completions_begin(n);
     for (int i = 0; i < n; i++) {
         served_request_t *r = reqs[i];
         uint64_t enq = r->item.enqueue_ns;
@@ -95,27 +100,35 @@ static void run_group(instance_t *in, wenet_worker_t *w, served_request_t **reqs
         uint64_t t3 = clock_now_ns();
         r->done(r, rc, rc ? err.msg : NULL, rc ? NULL : &res[i], &tm); /* may free r */
         uint64_t t4 = clock_now_ns();
-        pthread_mutex_lock(&m->lock);
-        if (rc)
-            m->st.failure++;
-        else
-            m->st.success++;
-        m->st.queue_ns += tm.queue_ns;
-        m->st.compute_input_ns += tm.compute_input_ns;
-        m->st.compute_infer_ns += tm.compute_infer_ns;
-        m->st.compute_output_ns += t4 - t3;
-        m->st.request_ns += t4 - enq;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        m->st.last_inference_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-        pthread_mutex_unlock(&m->lock);
+        queue_ns += tm.queue_ns;
+        output_ns += t4 - t3;
+        request_ns += t4 - enq;
     }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    pthread_mutex_lock(&m->lock);
+    if (rc)
+        m->st.failure += (uint64_t)n;
+    else
+        m->st.success += (uint64_t)n;
+    m->st.queue_ns += queue_ns;
+    m->st.compute_input_ns += tm.compute_input_ns * (uint64_t)n;
+    m->st.compute_infer_ns += tm.compute_infer_ns * (uint64_t)n;
+    m->st.compute_output_ns += output_ns;
+    m->st.request_ns += request_ns;
+    m->st.last_inference_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    pthread_mutex_unlock(&m->lock);
+    if (m->o.completions_end)
+        m->o.completions_end(n);
 }
 
 static void *instance_main(void *arg)
 {
     instance_t *in = arg;
     served_model_t *m = in->m;
+    char name[16]; /* "inst<N>" in top, perf and bench/serve_bench.sh */
+    snprintf(name, sizeof name, "inst%d", (int)(in - m->inst));
+    pthread_setname_np(pthread_self(), name);
     int maxb = m->o.batching.max_batch_size;
     wenet_worker_t *w = NULL;
     hark_err_t err = {0};

@@ -54,6 +54,10 @@ typedef struct {
     wenet_precision_t precision; /* GPU instances */
     double max_seconds;          /* longest request accepted (worker buffers are sized for it) */
     int version;                 /* model version directory to load; 0 means 1 */
+    /* Optional, called on the instance thread around the `done` callbacks of one batch of n
+     * requests (the HTTP layer wakes its loops once per batch: http_hold_wakeups). */
+    void (*completions_begin)(int n);
+    void (*completions_end)(int n);
 } served_opts_t;
 
 /* Cumulative counters (atomic snapshot under the model's lock). */

@@ -23,13 +23,16 @@
 #include <http_parser.h>
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <uv.h>
 
 #define MAX_MODELS 64
+#define MAX_HTTP_LOOPS 64
 
 typedef enum { M_UNAVAILABLE = 0, M_LOADING, M_READY, M_UNLOADING } mstate_t;
 static const char *const state_names[] = {"UNAVAILABLE", "LOADING", "READY", "UNLOADING"};
@@ -47,17 +50,35 @@ typedef struct {
     wenet_decode_opts_t defaults; /* from config.pbtxt parameters */
 } model_entry_t;
 
+/* One event loop serving the API port: the first runs on the server's own loop (with the
+ * signals and the metrics port), the others each on a thread of their own, all listening on the
+ * same port (SO_REUSEPORT: the kernel spreads connections over them). */
+typedef struct {
+    server_t *s;
+    uv_loop_t *loop; /* &s->loop, or &own */
+    uv_loop_t own;
+    int own_init;
+    http_server_t *api;
+    pthread_t th;
+    int started;
+} http_loop_t;
+
 struct server {
     server_opts_t o;
     uv_loop_t loop;
+    int loop_init;
     uv_signal_t sigint, sigterm;
     uv_async_t stop_async;
-    http_server_t *api, *metrics;
-    pthread_mutex_t lock; /* the model table */
+    http_loop_t hl[MAX_HTTP_LOOPS];
+    int n_loops;
+    http_server_t *metrics;
+    /* the model table: read-locked by the loops (in parallel), write-locked to change entries;
+     * writers are preferred so that load/unload are not starved by steady traffic */
+    pthread_rwlock_t lock;
     model_entry_t models[MAX_MODELS];
     int n_models;
-    int draining;
-    int loading; /* startup loads not finished */
+    atomic_int draining;
+    atomic_int loading; /* startup loads not finished */
 };
 
 /* ---- model repository ------------------------------------------------------------------- */
@@ -97,6 +118,21 @@ static void notice(void *user, const char *msg)
     LOG_INFO("%s: %s", (const char *)user, msg);
 }
 
+/* Around an instance's completions of a batch of n: the loops are woken once; the instance
+ * writes the answers of a small batch itself (no wait for a loop), and leaves those of a large
+ * one to the loops (a write per answer would hold up its next batch). */
+#define WRITE_HERE_MAX_BATCH 8
+
+static void completions_begin(int n)
+{
+    http_hold_wakeups(n <= WRITE_HERE_MAX_BATCH);
+}
+
+static void completions_end(int n)
+{
+    http_release_wakeups();
+}
+
 /* Reads config.pbtxt and turns it into served options. Called off the loop, table unlocked. */
 static int prepare(server_t *s, model_entry_t *m, served_opts_t *so, hark_err_t *err)
 {
@@ -118,6 +154,8 @@ static int prepare(server_t *s, model_entry_t *m, served_opts_t *so, hark_err_t 
         return err_set(err, HARK_ERR_NOT_FOUND, "%s: no version directory with a model.json", m->dir);
     snprintf(m->version_str, sizeof m->version_str, "%d", m->version);
     memset(so, 0, sizeof *so);
+    so->completions_begin = completions_begin; /* one wake-up per loop and batch */
+    so->completions_end = completions_end;
     so->version = m->version;
     so->max_seconds = s->o.max_audio_seconds;
     so->precision = WENET_FP32;
@@ -185,16 +223,16 @@ static void set_defaults(model_entry_t *m)
 /* Loads (or reloads) one model; any thread. */
 static int load_model(server_t *s, model_entry_t *m, hark_err_t *err)
 {
-    pthread_mutex_lock(&s->lock);
+    pthread_rwlock_wrlock(&s->lock);
     if (m->state == M_LOADING || m->state == M_UNLOADING) {
-        pthread_mutex_unlock(&s->lock);
+        pthread_rwlock_unlock(&s->lock);
         return err_set(err, HARK_ERR_AGAIN, "model '%s' is %s", m->name,
                        m->state == M_LOADING ? "loading" : "unloading");
     }
     served_model_t *old = m->served;
     m->served = NULL;
     m->state = M_LOADING;
-    pthread_mutex_unlock(&s->lock);
+    pthread_rwlock_unlock(&s->lock);
     served_model_destroy(old); /* drains what it had queued */
     served_opts_t so;
     uint64_t t0 = clock_now_ns();
@@ -202,7 +240,7 @@ static int load_model(server_t *s, model_entry_t *m, hark_err_t *err)
     int rc = prepare(s, m, &so, err);
     if (!rc)
         rc = served_model_create(m->dir, &so, &sm, err);
-    pthread_mutex_lock(&s->lock);
+    pthread_rwlock_wrlock(&s->lock);
     if (rc) {
         m->state = M_UNAVAILABLE;
         snprintf(m->reason, sizeof m->reason, "%s", err->msg);
@@ -215,24 +253,24 @@ static int load_model(server_t *s, model_entry_t *m, hark_err_t *err)
         LOG_INFO("model %s version %s ready (%d instance groups, %.1f s)", m->name, m->version_str,
                  so.n_groups, (double)(clock_now_ns() - t0) * 1e-9);
     }
-    pthread_mutex_unlock(&s->lock);
+    pthread_rwlock_unlock(&s->lock);
     return rc;
 }
 
 static void unload_model(server_t *s, model_entry_t *m)
 {
-    pthread_mutex_lock(&s->lock);
+    pthread_rwlock_wrlock(&s->lock);
     served_model_t *old = m->served;
     m->served = NULL;
     if (m->state == M_READY)
         m->state = M_UNLOADING;
-    pthread_mutex_unlock(&s->lock);
+    pthread_rwlock_unlock(&s->lock);
     served_model_destroy(old);
-    pthread_mutex_lock(&s->lock);
+    pthread_rwlock_wrlock(&s->lock);
     if (m->state == M_UNLOADING)
         m->state = M_UNAVAILABLE;
     snprintf(m->reason, sizeof m->reason, "unloaded");
-    pthread_mutex_unlock(&s->lock);
+    pthread_rwlock_unlock(&s->lock);
 }
 
 static int scan_repository(server_t *s, hark_err_t *err)
@@ -319,12 +357,12 @@ static int server_ready(server_t *s)
 {
     if (s->draining || s->loading)
         return 0;
-    pthread_mutex_lock(&s->lock);
+    pthread_rwlock_rdlock(&s->lock);
     int ok = 1;
     for (int i = 0; i < s->n_models; i++)
         if (s->models[i].state == M_READY && !served_model_ready(s->models[i].served))
             ok = 0;
-    pthread_mutex_unlock(&s->lock);
+    pthread_rwlock_unlock(&s->lock);
     return ok;
 }
 
@@ -341,13 +379,15 @@ enum { OUT_KSERVE = 0, OUT_OPENAI = 1 };
 
 struct infer_ctx {
     server_t *s;
+    uv_loop_t *loop; /* the loop thread the request came in on */
     http_req_t *http;
     int kind;
     char model[128], version[16];
     kserve_request_t kreq;
     int batch;
     infer_item_t *items;
-    float **pcm;          /* (batch) owned sample buffers */
+    const float **pcm;    /* (batch) samples: in the HTTP body or kreq (WAV), or in own[] */
+    float **own;          /* (batch) decoded sample buffers (AUDIO, OpenAI), owned */
     size_t *n;
     wenet_result_t *results;
     const wenet_asr_t *asr;
@@ -365,12 +405,13 @@ struct infer_ctx {
 static void ctx_free(infer_ctx_t *c)
 {
     for (int i = 0; i < c->batch; i++) {
-        if (c->pcm)
-            hark_free(c->pcm[i]);
+        if (c->own)
+            hark_free(c->own[i]);
         if (c->results)
             wenet_result_free(&c->results[i]);
     }
     hark_free(c->pcm);
+    hark_free(c->own);
     hark_free(c->n);
     hark_free(c->results);
     hark_free(c->items);
@@ -533,12 +574,14 @@ static void item_done(served_request_t *r, int status, const char *error, wenet_
     ctx_free(c);
 }
 
-static infer_ctx_t *ctx_new(server_t *s, http_req_t *req, model_entry_t *m, int batch, int kind)
+static infer_ctx_t *ctx_new(const http_loop_t *l, http_req_t *req, model_entry_t *m, int batch,
+                            int kind)
 {
     infer_ctx_t *c = hark_calloc(1, sizeof *c);
     if (!c)
         return NULL;
-    c->s = s;
+    c->s = l->s;
+    c->loop = l->loop;
     c->http = req;
     c->kind = kind;
     c->batch = batch;
@@ -548,9 +591,10 @@ static infer_ctx_t *ctx_new(server_t *s, http_req_t *req, model_entry_t *m, int 
     pthread_mutex_init(&c->lock, NULL);
     c->items = hark_calloc((size_t)batch, sizeof *c->items);
     c->pcm = hark_calloc((size_t)batch, sizeof *c->pcm);
+    c->own = hark_calloc((size_t)batch, sizeof *c->own);
     c->n = hark_calloc((size_t)batch, sizeof *c->n);
     c->results = hark_calloc((size_t)batch, sizeof *c->results);
-    if (!c->items || !c->pcm || !c->n || !c->results) {
+    if (!c->items || !c->pcm || !c->own || !c->n || !c->results) {
         ctx_free(c);
         return NULL;
     }
@@ -658,7 +702,7 @@ static void decode_work(uv_work_t *w)
                 err_prefix(&j->err, j->rc, "%s", j->what);
             break;
         }
-        c->pcm[b] = au.samples; /* taken over; audio_t holds nothing else */
+        c->pcm[b] = c->own[b] = au.samples; /* taken over; audio_t holds nothing else */
         c->n[b] = au.n;
     }
     if (!j->rc && c->kind == OUT_OPENAI)
@@ -677,10 +721,10 @@ static void decode_after(uv_work_t *w, int status)
         decode_job_free(j);
         return;
     }
-    pthread_mutex_lock(&s->lock);
+    pthread_rwlock_rdlock(&s->lock);
     model_entry_t *m = find_model(s, c->model, strlen(c->model));
     if (!m || m->state != M_READY) { /* unloaded while the audio was being decoded */
-        pthread_mutex_unlock(&s->lock);
+        pthread_rwlock_unlock(&s->lock);
         http_respond_error(c->http, 503, "model '%s' is not ready", c->model);
         ctx_free(c);
         decode_job_free(j);
@@ -688,16 +732,17 @@ static void decode_after(uv_work_t *w, int status)
     }
     c->asr = served_model_asr(m->served);
     submit_all(c, m->served, &j->o, j->timeout_us);
-    pthread_mutex_unlock(&s->lock);
+    pthread_rwlock_unlock(&s->lock);
     decode_job_free(j);
 }
 
-/* Queues the decoding of c's encoded inputs; on failure answers and frees c. */
-static void decode_then_submit(server_t *s, infer_ctx_t *c, decode_job_t *j)
+/* Queues the decoding of c's encoded inputs (completing on c's loop); on failure answers and
+ * frees c. */
+static void decode_then_submit(infer_ctx_t *c, decode_job_t *j)
 {
     j->c = c;
     j->work.data = j;
-    if (uv_queue_work(&s->loop, &j->work, decode_work, decode_after) != 0) {
+    if (uv_queue_work(c->loop, &j->work, decode_work, decode_after) != 0) {
         http_respond_error(c->http, 500, "cannot queue the audio decoding");
         ctx_free(c);
         decode_job_free(j);
@@ -721,8 +766,20 @@ static decode_job_t *decode_job_new(int batch, int rate, double max_seconds, con
     return j;
 }
 
-static void handle_infer(server_t *s, http_req_t *req, model_entry_t *m)
+/* http_server's body_align hook: KServe's binary tensors start Inference-Header-Content-Length
+ * bytes into the body; aligned there, the WAV samples are used in place (no copy). */
+static size_t infer_body_align(const http_req_t *req, void *user)
 {
+    const char *h = http_req_header(req, "Inference-Header-Content-Length");
+    size_t at = 0;
+    if (!h || kserve_parse_header_length(h, strlen(h), SIZE_MAX, &at, NULL))
+        return 0;
+    return at;
+}
+
+static void handle_infer(const http_loop_t *l, http_req_t *req, model_entry_t *m)
+{
+    server_t *s = l->s;
     hark_err_t err = {0};
     size_t hlen = (size_t)-1;
     const char *h = http_req_header(req, "Inference-Header-Content-Length");
@@ -765,13 +822,20 @@ static void handle_infer(server_t *s, http_req_t *req, model_entry_t *m)
                          maxb > 0 ? maxb : 1);
             goto fail;
         }
-        if (!(c = ctx_new(s, req, m, B, OUT_KSERVE))) {
+        if (!(c = ctx_new(l, req, m, B, OUT_KSERVE))) {
             rc = err_set(&err, HARK_ERR_NOMEM, "out of memory");
             goto fail;
         }
-        /* one copy per item straight out of the body (binary data may be unaligned), then a
-         * finiteness check over the samples that count (perf_analyzer sends random bytes) */
+        /* the samples are used where they are: in the body (the HTTP layer aligned them, see
+         * infer_body_align) or, when unaligned (a compressed or chunked body), in one aligned
+         * copy owned by the parsed request; then a finiteness check over the samples that count
+         * (perf_analyzer sends random bytes) */
         const int32_t *lv = lens ? kserve_tensor_data(&kr, lens) : NULL;
+        const float *all = kserve_tensor_data(&kr, wav);
+        if ((lens && !lv) || !all) {
+            rc = err_set(&err, HARK_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
         for (int b = 0; b < B && !rc; b++) {
             int64_t n = lv ? lv[b] : N;
             if (n < 0 || n > N) {
@@ -779,20 +843,13 @@ static void handle_infer(server_t *s, http_req_t *req, model_entry_t *m)
                              b, (long long)n, (long long)N);
                 break;
             }
-            float *x = c->pcm[b] = hark_malloc(sizeof(float) * (size_t)(n ? n : 1));
-            if (!x) {
-                rc = err_set(&err, HARK_ERR_NOMEM, "out of memory");
-                break;
-            }
-            memcpy(x, wav->data + (size_t)b * (size_t)N * sizeof(float), sizeof(float) * (size_t)n);
+            const float *x = c->pcm[b] = all + (size_t)b * (size_t)N;
             c->n[b] = (size_t)n;
-            for (int64_t i = 0; i < n; i++)
-                if (!isfinite(x[i])) {
-                    rc = err_set(&err, HARK_ERR_INVALID_ARG,
-                                 "tensor 'WAV': element %lld of item %d is %s; audio must be finite",
-                                 (long long)i, b, isnan(x[i]) ? "NaN" : "infinite");
-                    break;
-                }
+            size_t i = kserve_f32_find_nonfinite(x, (size_t)n);
+            if (i < (size_t)n)
+                rc = err_set(&err, HARK_ERR_INVALID_ARG,
+                             "tensor 'WAV': element %zu of item %d is %s; audio must be finite", i, b,
+                             isnan(x[i]) ? "NaN" : "infinite");
         }
         if (rc)
             goto fail;
@@ -807,7 +864,7 @@ static void handle_infer(server_t *s, http_req_t *req, model_entry_t *m)
                          maxb > 0 ? maxb : 1);
             goto fail;
         }
-        if (!(c = ctx_new(s, req, m, B, OUT_KSERVE))) {
+        if (!(c = ctx_new(l, req, m, B, OUT_KSERVE))) {
             rc = err_set(&err, HARK_ERR_NOMEM, "out of memory");
             goto fail;
         }
@@ -837,7 +894,7 @@ static void handle_infer(server_t *s, http_req_t *req, model_entry_t *m)
     if (job) {
         job->o = o;
         job->timeout_us = kr.has_timeout ? kr.timeout_us : 0;
-        decode_then_submit(s, c, job);
+        decode_then_submit(c, job);
         return;
     }
     submit_all(c, m->served, &o, kr.has_timeout ? kr.timeout_us : 0);
@@ -856,8 +913,9 @@ fail:
 
 /* ---- OpenAI ----------------------------------------------------------------------------- */
 
-static void handle_openai(server_t *s, http_req_t *req)
+static void handle_openai(const http_loop_t *l, http_req_t *req)
 {
+    server_t *s = l->s;
     hark_err_t err = {0};
     char boundary[80];
     multipart_t mp;
@@ -890,7 +948,7 @@ static void handle_openai(server_t *s, http_req_t *req)
         if (!strcmp(mp.parts[i].name, "timestamp_granularities[]") && mp.parts[i].len == 4 &&
             !memcmp(mp.parts[i].data, "word", 4))
             want_words = 1;
-    pthread_mutex_lock(&s->lock);
+    pthread_rwlock_rdlock(&s->lock);
     model_entry_t *m = find_model(s, name, strlen(name));
     if (!m) { /* OpenAI clients name their own models ("whisper-1"): one ready model serves them */
         model_entry_t *only = NULL;
@@ -904,17 +962,17 @@ static void handle_openai(server_t *s, http_req_t *req)
             m = only;
     }
     if (!m || m->state != M_READY) {
-        pthread_mutex_unlock(&s->lock);
+        pthread_rwlock_unlock(&s->lock);
         http_respond_error(req, m ? 503 : 404, m ? "model '%s' is not ready" : "model '%s' not found",
                            name);
         return;
     }
     const wenet_asr_t *asr = served_model_asr(m->served);
-    infer_ctx_t *c = ctx_new(s, req, m, 1, OUT_OPENAI);
+    infer_ctx_t *c = ctx_new(l, req, m, 1, OUT_OPENAI);
     decode_job_t *j = decode_job_new(1, wenet_asr_sample_rate(asr), s->o.max_audio_seconds, "file");
     if (j)
         j->o = m->defaults;
-    pthread_mutex_unlock(&s->lock);
+    pthread_rwlock_unlock(&s->lock);
     if (!c || !j) {
         if (c)
             ctx_free(c);
@@ -928,7 +986,7 @@ static void handle_openai(server_t *s, http_req_t *req)
     snprintf(c->format, sizeof c->format, "%s", fmt);
     snprintf(c->language, sizeof c->language, "%s", lang);
     c->want_words = want_words;
-    decode_then_submit(s, c, j);
+    decode_then_submit(c, j);
 }
 
 /* ---- routing ---------------------------------------------------------------------------- */
@@ -1003,7 +1061,7 @@ static void handle_repository(server_t *s, http_req_t *req)
     size_t len = segment(req->path, 2, &seg);
     if (len == 5 && !strncmp(seg, "index", 5)) {
         cJSON *arr = cJSON_CreateArray();
-        pthread_mutex_lock(&s->lock);
+        pthread_rwlock_rdlock(&s->lock);
         for (int i = 0; i < s->n_models; i++) {
             cJSON *e = cJSON_CreateObject();
             cJSON_AddStringToObject(e, "name", s->models[i].name);
@@ -1012,7 +1070,7 @@ static void handle_repository(server_t *s, http_req_t *req)
             cJSON_AddStringToObject(e, "reason", s->models[i].reason);
             cJSON_AddItemToArray(arr, e);
         }
-        pthread_mutex_unlock(&s->lock);
+        pthread_rwlock_unlock(&s->lock);
         respond_cjson(req, 200, arr);
         return;
     }
@@ -1022,7 +1080,7 @@ static void handle_repository(server_t *s, http_req_t *req)
         http_respond_error(req, 404, "unknown repository endpoint %s", req->path);
         return;
     }
-    pthread_mutex_lock(&s->lock);
+    pthread_rwlock_wrlock(&s->lock);
     model_entry_t *m = find_model(s, name, nl);
     if (!m && s->n_models < MAX_MODELS && nl < sizeof m->name) { /* a model added since start */
         char cfg[4400];
@@ -1034,7 +1092,7 @@ static void handle_repository(server_t *s, http_req_t *req)
             snprintf(m->version_str, sizeof m->version_str, "1");
         }
     }
-    pthread_mutex_unlock(&s->lock);
+    pthread_rwlock_unlock(&s->lock);
     int load = al == 4 && !strncmp(act, "load", 4), unload = al == 6 && !strncmp(act, "unload", 6);
     if (!m || (!load && !unload)) {
         if (m)
@@ -1061,7 +1119,8 @@ static void handle_repository(server_t *s, http_req_t *req)
 
 static void api_handler(http_req_t *req, void *user)
 {
-    server_t *s = user;
+    const http_loop_t *l = user;
+    server_t *s = l->s;
     const char *p = req->path;
     int get = req->method == HTTP_GET || req->method == HTTP_HEAD, post = req->method == HTTP_POST;
     if (!strcmp(p, "/v2/health/live")) {
@@ -1083,7 +1142,7 @@ static void api_handler(http_req_t *req, void *user)
     if (!strcmp(p, "/v1/models") && get) {
         cJSON *j = cJSON_CreateObject(), *d = cJSON_AddArrayToObject(j, "data");
         cJSON_AddStringToObject(j, "object", "list");
-        pthread_mutex_lock(&s->lock);
+        pthread_rwlock_rdlock(&s->lock);
         for (int i = 0; i < s->n_models; i++)
             if (s->models[i].state == M_READY) {
                 cJSON *e = cJSON_CreateObject();
@@ -1093,7 +1152,7 @@ static void api_handler(http_req_t *req, void *user)
                 cJSON_AddStringToObject(e, "owned_by", "hark");
                 cJSON_AddItemToArray(d, e);
             }
-        pthread_mutex_unlock(&s->lock);
+        pthread_rwlock_unlock(&s->lock);
         respond_cjson(req, 200, j);
         return;
     }
@@ -1101,7 +1160,7 @@ static void api_handler(http_req_t *req, void *user)
         if (!post)
             http_respond_error(req, 405, "use POST");
         else
-            handle_openai(s, req);
+            handle_openai(l, req);
         return;
     }
     if (!strncmp(p, "/v2/repository/", 15)) {
@@ -1115,12 +1174,12 @@ static void api_handler(http_req_t *req, void *user)
         kserve_model_stats_t ks[MAX_MODELS];
         served_stats_t st;
         int n = 0;
-        pthread_mutex_lock(&s->lock);
+        pthread_rwlock_rdlock(&s->lock);
         for (int i = 0; i < s->n_models; i++)
             if (s->models[i].state == M_READY)
                 fill_stats(&s->models[i], &ks[n++], &st);
         respond_json(req, 200, kserve_stats_json(ks, n));
-        pthread_mutex_unlock(&s->lock);
+        pthread_rwlock_unlock(&s->lock);
         return;
     }
     const char *name = "";
@@ -1138,10 +1197,10 @@ static void api_handler(http_req_t *req, void *user)
         next += 2;
         sl = segment(p, next, &seg);
     }
-    pthread_mutex_lock(&s->lock);
+    pthread_rwlock_rdlock(&s->lock);
     model_entry_t *m = find_model(s, name, nl);
     if (!m || (ver && (vl != strlen(m->version_str) || strncmp(ver, m->version_str, vl)))) {
-        pthread_mutex_unlock(&s->lock);
+        pthread_rwlock_unlock(&s->lock);
         http_respond_error(req, 404, m ? "model '%.*s' has no version %.*s" : "model '%.*s' not found",
                            (int)nl, name, (int)vl, ver ? ver : "");
         return;
@@ -1171,11 +1230,11 @@ static void api_handler(http_req_t *req, void *user)
             http_respond_error(req, 503, "model '%s' is not ready (%s)", m->name,
                                s->draining ? "draining" : state_names[m->state]);
         else
-            handle_infer(s, req, m);
+            handle_infer(l, req, m);
     } else {
         http_respond_error(req, 404, "unknown endpoint %s %s", req->method_name, p);
     }
-    pthread_mutex_unlock(&s->lock);
+    pthread_rwlock_unlock(&s->lock);
 }
 
 static void metrics_handler(http_req_t *req, void *user)
@@ -1187,7 +1246,7 @@ static void metrics_handler(http_req_t *req, void *user)
     }
     metrics_model_t mm[MAX_MODELS];
     int n = 0;
-    pthread_mutex_lock(&s->lock);
+    pthread_rwlock_rdlock(&s->lock);
     for (int i = 0; i < s->n_models; i++)
         if (s->models[i].state == M_READY) {
             mm[n].name = s->models[i].name;
@@ -1198,7 +1257,7 @@ static void metrics_handler(http_req_t *req, void *user)
     char *text;
     size_t len;
     int rc = metrics_render(mm, n, &text, &len);
-    pthread_mutex_unlock(&s->lock);
+    pthread_rwlock_unlock(&s->lock);
     if (rc)
         http_respond_error(req, 500, "out of memory");
     else
@@ -1214,8 +1273,9 @@ static void begin_drain(server_t *s)
     s->draining = 1;
     LOG_INFO("draining: no new connections, finishing in-flight requests (deadline %d ms)",
              s->o.drain_timeout_ms);
-    if (s->api)
-        http_server_shutdown(s->api, (unsigned)s->o.drain_timeout_ms);
+    for (int i = 0; i < s->n_loops; i++)
+        if (s->hl[i].api)
+            http_server_shutdown(s->hl[i].api, (unsigned)s->o.drain_timeout_ms);
     if (s->metrics)
         http_server_shutdown(s->metrics, (unsigned)s->o.drain_timeout_ms);
     uv_close((uv_handle_t *)&s->sigint, NULL);
@@ -1252,6 +1312,23 @@ static void *startup_loads(void *p)
     return NULL;
 }
 
+static int default_http_threads(void)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = cores > 0 ? (int)(cores / 4) : 1;
+    return n < 1 ? 1 : n > 4 ? 4 : n;
+}
+
+static void *http_loop_main(void *p)
+{
+    http_loop_t *l = p;
+    char name[16]; /* "http<N>"; the first loop is the main thread */
+    snprintf(name, sizeof name, "http%d", (int)(l - l->s->hl));
+    pthread_setname_np(pthread_self(), name);
+    uv_run(l->loop, UV_RUN_DEFAULT); /* until its server has shut down */
+    return NULL;
+}
+
 int server_create(const server_opts_t *o, server_t **out, hark_err_t *err)
 {
     *out = NULL;
@@ -1267,30 +1344,59 @@ int server_create(const server_opts_t *o, server_t **out, hark_err_t *err)
         s->o.drain_timeout_ms = 30000;
     if (!(s->o.max_audio_seconds > 0))
         s->o.max_audio_seconds = 60;
-    pthread_mutex_init(&s->lock, NULL);
+    if (s->o.http_threads <= 0) /* a loop per 4 cores, at most 4 */
+        s->o.http_threads = default_http_threads();
+    if (s->o.http_threads > MAX_HTTP_LOOPS)
+        s->o.http_threads = MAX_HTTP_LOOPS;
+    if (s->o.max_connections <= 0)
+        s->o.max_connections = 1024;
+    pthread_rwlockattr_t ra;
+    pthread_rwlockattr_init(&ra);
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&s->lock, &ra);
+    pthread_rwlockattr_destroy(&ra);
     int rc = scan_repository(s, err);
     if (rc)
         goto fail;
     uv_loop_init(&s->loop);
-    http_server_opts_t ho = {.host = s->o.host, .port = s->o.http_port, .handler = api_handler,
-                             .user = s, .max_body = s->o.max_body_bytes,
-                             .max_connections = (unsigned)s->o.max_connections,
-                             .request_timeout_ms = (unsigned)s->o.request_timeout_ms};
-    if ((rc = http_server_create(&s->loop, &ho, &s->api, err)))
-        goto fail;
+    uv_signal_init(&s->loop, &s->sigint);
+    uv_signal_init(&s->loop, &s->sigterm);
+    s->sigint.data = s->sigterm.data = s;
+    uv_async_init(&s->loop, &s->stop_async, on_stop);
+    s->stop_async.data = s;
+    s->loop_init = 1;
+    /* the API port on n loops: each takes its share of the connection limit */
+    int n = s->o.http_threads, port = s->o.http_port;
+    for (int i = 0; i < n; i++) {
+        http_loop_t *l = &s->hl[i];
+        l->s = s;
+        l->loop = &s->loop;
+        if (i > 0) {
+            uv_loop_init(&l->own);
+            l->own_init = 1;
+            l->loop = &l->own;
+        }
+        s->n_loops = i + 1;
+        http_server_opts_t ho = {.host = s->o.host, .port = port, .handler = api_handler,
+                                 .user = l, .body_align = infer_body_align,
+                                 .max_body = s->o.max_body_bytes,
+                                 .max_connections = (unsigned)((s->o.max_connections + n - 1) / n),
+                                 .request_timeout_ms = (unsigned)s->o.request_timeout_ms,
+                                 .reuse_port = n == 1   ? HTTP_REUSE_NONE
+                                               : i == 0 ? HTTP_REUSE_FIRST
+                                                        : HTTP_REUSE_JOIN};
+        if ((rc = http_server_create(l->loop, &ho, &l->api, err)))
+            goto fail;
+        port = http_server_port(l->api); /* the others join the port the first one got */
+    }
     if (s->o.metrics_port >= 0) {
         http_server_opts_t mo = {.host = s->o.host, .port = s->o.metrics_port,
                                  .handler = metrics_handler, .user = s};
         if ((rc = http_server_create(&s->loop, &mo, &s->metrics, err)))
             goto fail;
     }
-    uv_signal_init(&s->loop, &s->sigint);
-    uv_signal_init(&s->loop, &s->sigterm);
-    s->sigint.data = s->sigterm.data = s;
     uv_signal_start(&s->sigint, on_signal, SIGINT);
     uv_signal_start(&s->sigterm, on_signal, SIGTERM);
-    uv_async_init(&s->loop, &s->stop_async, on_stop);
-    s->stop_async.data = s;
     *out = s;
     return HARK_OK;
 fail:
@@ -1301,7 +1407,7 @@ fail:
 int server_run(server_t *s)
 {
     printf("hark serving %s: http://%s:%d (KServe v2, OpenAI /v1/audio/transcriptions)", s->o.model_repository,
-           s->o.host, http_server_port(s->api));
+           s->o.host, http_server_port(s->hl[0].api));
     if (s->metrics)
         printf(", metrics http://%s:%d/metrics", s->o.host, http_server_port(s->metrics));
     printf("\n");
@@ -1311,7 +1417,19 @@ int server_run(server_t *s)
     int loader = pthread_create(&th, NULL, startup_loads, s) == 0;
     if (!loader)
         s->loading = 0;
+    LOG_INFO("HTTP: %d event loop%s on port %d", s->n_loops, s->n_loops > 1 ? "s" : "",
+             http_server_port(s->hl[0].api));
+    for (int i = 1; i < s->n_loops; i++)
+        if (pthread_create(&s->hl[i].th, NULL, http_loop_main, &s->hl[i]) == 0)
+            s->hl[i].started = 1;
+        else /* its share of the connections goes to the others */
+            http_server_shutdown(s->hl[i].api, 0);
     uv_run(&s->loop, UV_RUN_DEFAULT);
+    for (int i = 1; i < s->n_loops; i++) /* their servers drain with the first one's */
+        if (s->hl[i].started) {
+            pthread_join(s->hl[i].th, NULL);
+            s->hl[i].started = 0;
+        }
     if (loader)
         pthread_join(th, NULL);
     for (int i = 0; i < s->n_models; i++)
@@ -1324,19 +1442,27 @@ void server_destroy(server_t *s)
 {
     if (!s)
         return;
-    if (s->api || s->metrics) {
+    if (s->loop_init) {
         if (!s->draining) { /* created but never run: close the handles */
             s->draining = 1;
-            if (s->api)
-                http_server_shutdown(s->api, 0);
+            for (int i = 0; i < s->n_loops; i++)
+                if (s->hl[i].api)
+                    http_server_shutdown(s->hl[i].api, 0);
             if (s->metrics)
                 http_server_shutdown(s->metrics, 0);
             uv_close((uv_handle_t *)&s->sigint, NULL);
             uv_close((uv_handle_t *)&s->sigterm, NULL);
             uv_close((uv_handle_t *)&s->stop_async, NULL);
-            uv_run(&s->loop, UV_RUN_DEFAULT);
         }
-        http_server_destroy(s->api);
+        uv_run(&s->loop, UV_RUN_DEFAULT);
+        for (int i = 0; i < s->n_loops; i++) {
+            http_loop_t *l = &s->hl[i];
+            if (l->own_init) /* a loop whose thread never ran closes its handles here */
+                uv_run(&l->own, UV_RUN_DEFAULT);
+            http_server_destroy(l->api);
+            if (l->own_init)
+                uv_loop_close(&l->own);
+        }
         http_server_destroy(s->metrics);
         uv_loop_close(&s->loop);
     }
@@ -1344,6 +1470,6 @@ void server_destroy(server_t *s)
         served_model_destroy(s->models[i].served);
         model_config_free(&s->models[i].cfg);
     }
-    pthread_mutex_destroy(&s->lock);
+    pthread_rwlock_destroy(&s->lock);
     hark_free(s);
 }

@@ -3,8 +3,10 @@
  * parses and routes; inference runs on the model instances' threads, which answer the requests.
  * Tests: tests/server/test_server.py (a real server on loopback, driven with requests and curl)
  *
- * Ownership: the server owns its models, listeners and loop; server_run blocks until a
+ * Ownership: the server owns its models, listeners and loops; server_run blocks until a
  * SIGTERM/SIGINT (or server_stop) has drained the in-flight requests.
+ * Threads: server_run's thread runs the first HTTP loop (signals, metrics); http_threads - 1
+ * more loops run on threads of their own; the model table is shared under a read-write lock.
  */
 #ifndef HARK_SERVER_SERVER_H
 #define HARK_SERVER_SERVER_H
@@ -26,6 +28,8 @@ typedef struct {
     int cpu_threads;              /* BLAS threads per CPU instance; default 1 */
     int length_aware;             /* length-aware batching; default 1 */
     int strict_model_config;      /* unknown model configs: refuse to start; default 0 */
+    int http_threads;             /* event loops serving the HTTP port (SO_REUSEPORT when > 1);
+                                     0: one per 4 cores, at most 4 */
 } server_opts_t;
 
 typedef struct server server_t;

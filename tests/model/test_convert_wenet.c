@@ -91,7 +91,7 @@ TEST(convert_wenet_golden)
                 strstr(pb, "max_batch_size: 64") && strstr(pb, "TYPE_STRING") &&
                 strstr(pb, "string_value: \"wenet_u2\"") &&
                 strstr(pb, "string_value: \"attention_rescoring\"") &&
-                strstr(pb, "preferred_batch_size: [ 16, 32 ]") && strstr(pb, "KIND_GPU");
+                strstr(pb, "preferred_batch_size: [ 32, 64 ]") && strstr(pb, "KIND_GPU");
     free(pb);
     CHECK(pb_ok);
 

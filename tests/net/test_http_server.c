@@ -259,6 +259,87 @@ TEST(http_parser_expect_continue_and_absolute_url)
     http_reqparser_destroy(p);
 }
 
+/* body_align hook for the tests: the offset named by an X-Align header */
+static size_t align_hook(const http_req_t *req, void *user)
+{
+    const char *v = http_req_header(req, "x-align");
+    return v ? (size_t)strtoul(v, NULL, 10) : 0;
+}
+
+static unsigned fnv1a(const void *p, size_t n)
+{
+    unsigned h = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((const unsigned char *)p)[i]) * 16777619u;
+    return h;
+}
+
+/* A plain Content-Length body: after a first piece fed from the caller's buffer, the rest is
+ * "received" straight into the window (copied there, as recv would) and fed from there; the
+ * next pipelined request parses normally; byte X-Align of the body is 64-byte aligned. Chunked
+ * and compressed bodies have no window. */
+TEST(http_parser_body_window_in_place)
+{
+    enum { N = 100000 };
+    char *body = malloc(N);
+    for (int i = 0; i < N; i++)
+        body[i] = (char)(i * 7 + (i >> 9));
+    char head[256];
+    for (int align = 0; align < 70; align += 13) {
+        int hl =
+            snprintf(head, sizeof head,
+                     "POST /x HTTP/1.1\r\nContent-Length: %d\r\nX-Align: %d\r\n\r\n", N, align);
+        http_reqparser_opts_t o = {.body_align = align_hook};
+        http_reqparser_t *p = http_reqparser_create(&o);
+        char *dst;
+        size_t used;
+        CHECK(http_reqparser_body_window(p, &dst) == 0 && !dst); /* nothing started */
+        char first[512];
+        memcpy(first, head, (size_t)hl);
+        memcpy(first + hl, body, 300);
+        CHECK_EQ_INT(http_reqparser_feed(p, first, (size_t)hl + 300, &used), HTTP_PARSE_MORE);
+        CHECK_EQ_INT(used, hl + 300);
+        size_t got = 300, step = 7001;
+        int rc = HTTP_PARSE_MORE;
+        while (got < N) {
+            size_t due = http_reqparser_body_window(p, &dst);
+            CHECKF(due == N - got && dst, "due %zu at %zu", due, got);
+            size_t k = due < step ? due : step;
+            memcpy(dst, body + got, k);
+            rc = http_reqparser_feed(p, dst, k, &used);
+            CHECK_EQ_INT(used, k);
+            got += k;
+            CHECK_EQ_INT(rc, got < N ? HTTP_PARSE_MORE : HTTP_PARSE_REQUEST);
+            step += 3000;
+        }
+        CHECK(http_reqparser_body_window(p, &dst) == 0); /* complete, not yet taken */
+        http_req_t *r = http_reqparser_take(p);
+        CHECK(r && r->body_len == N && !memcmp(r->body, body, N) && r->body[N] == 0);
+        CHECKF((uintptr_t)(r->body + align) % 64 == 0, "align %d: %p", align, (void *)r->body);
+        http_req_free(r);
+        static const char next[] = "GET /next HTTP/1.1\r\n\r\n";
+        CHECK_EQ_INT(http_reqparser_feed(p, next, sizeof next - 1, &used), HTTP_PARSE_REQUEST);
+        r = http_reqparser_take(p);
+        CHECK(r && !strcmp(r->path, "/next") && r->body_len == 0);
+        http_req_free(r);
+        http_reqparser_destroy(p);
+    }
+    /* no window for a chunked body, nor for a compressed one */
+    static const char chunked[] = "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel";
+    static const char gz[] =
+        "POST /g HTTP/1.1\r\nContent-Encoding: gzip\r\nContent-Length: 9000\r\n\r\n";
+    const char *msgs[2] = {chunked, gz};
+    for (int i = 0; i < 2; i++) {
+        http_reqparser_t *p = http_reqparser_create(NULL);
+        size_t used;
+        char *dst;
+        CHECK_EQ_INT(http_reqparser_feed(p, msgs[i], strlen(msgs[i]), &used), HTTP_PARSE_MORE);
+        CHECK(http_reqparser_in_body(p) && http_reqparser_body_window(p, &dst) == 0);
+        http_reqparser_destroy(p);
+    }
+    free(body);
+}
+
 TEST(http_error_json_escapes_and_truncates)
 {
     char b[64];
@@ -347,6 +428,12 @@ static void freer(void *p)
     free(p);
 }
 
+/* /park: the request waits in g_parked until the test answers it from its own thread */
+#define MAX_PARKED 300
+static http_req_t *g_parked[MAX_PARKED];
+static atomic_int g_n_parked;
+static atomic_int g_blocking; /* /block has started */
+
 /* /echo: "METHOD path ?query x=<X-Test> len=N\n" + body; /async?ms=N: answered by a thread;
  * /chunked: three chunks; /owned: a handed-over body; anything else: 404 JSON. */
 static void test_handler(http_req_t *req, void *user)
@@ -382,6 +469,23 @@ static void test_handler(http_req_t *req, void *user)
         http_respond_chunk(req, "two,", 4);
         http_respond_chunk(req, "three", 5);
         http_respond_end(req);
+    } else if (!strcmp(req->path, "/block")) { /* holds the loop thread up */
+        atomic_store(&g_blocking, 1);
+        sleep_ms(300);
+        http_respond(req, 200, "text/plain", "unblocked", 9);
+    } else if (!strcmp(req->path, "/park")) {
+        int i = atomic_fetch_add(&g_n_parked, 1);
+        if (i < MAX_PARKED)
+            g_parked[i] = req;
+        else
+            http_respond_error(req, 503, "parking full");
+    } else if (!strcmp(req->path, "/sum")) { /* large bodies: length, hash, alignment */
+        char b[128];
+        const char *v = http_req_header(req, "x-align");
+        size_t at = v ? (size_t)strtoul(v, NULL, 10) : 0;
+        int n = snprintf(b, sizeof b, "len=%zu fnv=%08x aligned=%d", req->body_len,
+                         fnv1a(req->body, req->body_len), (uintptr_t)(req->body + at) % 64 == 0);
+        http_respond(req, 200, "text/plain", b, (size_t)n);
     } else if (!strcmp(req->path, "/owned")) {
         char *b = strdup("owned body");
         http_respond_owned(req, 201, "text/plain", b, strlen(b), freer, b);
@@ -1175,6 +1279,277 @@ TEST(http_two_servers_share_a_loop)
     http_server_destroy(met);
     http_server_destroy(v6);
     CHECK_OK(uv_loop_close(&loop));
+    free(rs);
+}
+
+/* Large bodies (received in place while they arrive) in several sends, pipelined with a small
+ * request, on one keep-alive connection; the body_align hook's offset lands aligned. */
+TEST(http_large_bodies_received_in_place)
+{
+    tsrv_t ts;
+    CHECK_OK(tsrv_start(&ts, &(http_server_opts_t){.body_align = align_hook}));
+    resp_t *rs = new_resp();
+    rd_t r;
+    rd_init(&r, cli_connect(ts.port));
+    size_t sizes[4] = {1 << 20, 320000, 20000, 16385};
+    for (int k = 0; k < 4; k++) {
+        size_t n = sizes[k];
+        char *msg = malloc(n + 512);
+        int hl = sprintf(msg, "POST /sum HTTP/1.1\r\nContent-Length: %zu\r\nX-Align: %d\r\n\r\n", n,
+                         k * 17 + 3);
+        for (size_t i = 0; i < n; i++)
+            msg[hl + i] = (char)(i * 31 + k);
+        unsigned want = fnv1a(msg + hl, n);
+        size_t tot = (size_t)hl + n;
+        tot += (size_t)sprintf(msg + tot, "GET /echo?after%d HTTP/1.1\r\n\r\n", k);
+        /* in uneven pieces with pauses, so the body arrives over several reads */
+        for (size_t off = 0, piece = 1000; off < tot; off += piece, piece = piece * 3 + 77) {
+            size_t m = off + piece < tot ? piece : tot - off;
+            CHECK_OK(send_all(r.fd, msg + off, m));
+            sleep_ms(2);
+        }
+        CHECK_OK(read_response(&r, rs));
+        char want_s[128];
+        snprintf(want_s, sizeof want_s, "len=%zu fnv=%08x aligned=1", n, want);
+        CHECKF(rs->status == 200 && body_is(rs, want_s), "%zu: %.*s", n, (int)rs->body_len,
+               rs->body);
+        char want_e[64];
+        snprintf(want_e, sizeof want_e, "GET /echo ?after%d x=- len=0\n", k);
+        CHECK_OK(read_response(&r, rs));
+        CHECKF(body_is(rs, want_e), "%.*s", (int)rs->body_len, rs->body);
+        free(msg);
+    }
+    /* the same large body chunked: no window, still right */
+    size_t n = 200000;
+    char *msg = malloc(n + 512);
+    int hl = sprintf(msg, "POST /sum HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n%zx\r\n", n);
+    for (size_t i = 0; i < n; i++)
+        msg[hl + i] = (char)(i * 13);
+    unsigned want = fnv1a(msg + hl, n);
+    memcpy(msg + hl + n, "\r\n0\r\n\r\n", 7);
+    CHECK_OK(send_all(r.fd, msg, (size_t)hl + n + 7));
+    CHECK_OK(read_response(&r, rs));
+    char want_s[128];
+    snprintf(want_s, sizeof want_s, "len=%zu fnv=%08x", n, want);
+    CHECKF(rs->status == 200 && rs->body_len > strlen(want_s) &&
+               !memcmp(rs->body, want_s, strlen(want_s)),
+           "%.*s", (int)rs->body_len, rs->body);
+    free(msg);
+    rd_free(&r);
+    tsrv_stop(&ts, 1000);
+    free(rs);
+}
+
+/* 1 when fd has bytes to read within ms */
+static int readable(int fd, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, ms) == 1;
+}
+
+/* Between http_hold_wakeups and http_release_wakeups (an instance completing a batch) the
+ * loops' wake-ups wait for the release, on every loop concerned: answers that the answering
+ * thread cannot write itself (here: Connection: close ones) go out only then, and a held answer to
+ * a client that has gone is dropped safely. Keep-alive answers are written at once by the
+ * answering thread (140 in one hold, more than the 128 it keeps) unless a hold leaves them to
+ * the loops, and the loops, woken at the release, keep serving those connections. */
+TEST(http_held_wakeups_answer_at_release)
+{
+    tsrv_t a, b;
+    http_server_opts_t o = {.reuse_port = HTTP_REUSE_FIRST};
+    CHECK_OK(tsrv_start(&a, &o));
+    o.port = a.port;
+    o.reuse_port = HTTP_REUSE_JOIN;
+    CHECK_OK(tsrv_start(&b, &o));
+    atomic_store(&g_n_parked, 0);
+    enum { NC = 12 };
+    rd_t r[NC];
+    for (int i = 0; i < NC; i++) {
+        rd_init(&r[i], cli_connect(a.port));
+        CHECK(r[i].fd >= 0);
+        CHECK_OK(send_str(r[i].fd, "GET /park HTTP/1.1\r\nConnection: close\r\n\r\n"));
+    }
+    for (int i = 0; i < 300 && atomic_load(&g_n_parked) < NC; i++)
+        sleep_ms(5);
+    CHECK_EQ_INT(atomic_load(&g_n_parked), NC);
+    close(r[NC - 1].fd); /* this client leaves before its answer */
+    r[NC - 1].fd = -1;
+    sleep_ms(50);
+    http_hold_wakeups(1);
+    http_hold_wakeups(1); /* nested */
+    for (int i = 0; i < NC; i++)
+        http_respond(g_parked[i], 200, "text/plain", "held", 4);
+    http_release_wakeups();
+    int early = 0;
+    for (int i = 0; i < NC - 1; i++)
+        early += readable(r[i].fd, i ? 0 : 100);
+    http_release_wakeups();
+    CHECKF(early == 0, "%d answers went out before the release", early);
+    resp_t *rs = new_resp();
+    for (int i = 0; i < NC - 1; i++) {
+        CHECK_OK(read_response(&r[i], rs));
+        CHECK(rs->status == 200 && body_is(rs, "held"));
+    }
+    for (int i = 0; i < NC; i++)
+        rd_free(&r[i]);
+    /* keep-alive answers, more in one hold than it keeps */
+    atomic_store(&g_n_parked, 0);
+    enum { NP = 140 };
+    rd_t *p = calloc(NP, sizeof *p);
+    for (int i = 0; i < NP; i++) {
+        rd_init(&p[i], cli_connect(i % 2 ? a.port : b.port));
+        CHECK(p[i].fd >= 0);
+        CHECK_OK(send_str(p[i].fd, "GET /park HTTP/1.1\r\n\r\n"));
+    }
+    for (int i = 0; i < 600 && atomic_load(&g_n_parked) < NP; i++)
+        sleep_ms(5);
+    CHECK_EQ_INT(atomic_load(&g_n_parked), NP);
+    http_hold_wakeups(1);
+    for (int i = 0; i < NP; i++)
+        http_respond(g_parked[i], 200, "text/plain", "many", 4);
+    http_release_wakeups();
+    for (int i = 0; i < NP; i++) {
+        CHECK_OK(read_response(&p[i], rs));
+        CHECK(rs->status == 200 && body_is(rs, "many"));
+        if (i % 10 == 0) { /* the loop took the answered request off: the next one is served */
+            CHECK_OK(send_str(p[i].fd, "GET /echo?again HTTP/1.1\r\n\r\n"));
+            CHECK_OK(read_response(&p[i], rs));
+            CHECK(rs->status == 200 && body_is(rs, "GET /echo ?again x=- len=0\n"));
+        }
+        rd_free(&p[i]);
+    }
+    /* keep-alive answers in a hold that leaves them to the loops (a large batch): at the release */
+    atomic_store(&g_n_parked, 0);
+    for (int i = 0; i < NC; i++) {
+        rd_init(&p[i], cli_connect(i % 2 ? a.port : b.port));
+        CHECK_OK(send_str(p[i].fd, "GET /park HTTP/1.1\r\n\r\n"));
+    }
+    for (int i = 0; i < 300 && atomic_load(&g_n_parked) < NC; i++)
+        sleep_ms(5);
+    CHECK_EQ_INT(atomic_load(&g_n_parked), NC);
+    http_hold_wakeups(0);
+    http_hold_wakeups(1); /* nested: the outer 0 still holds */
+    for (int i = 0; i < NC; i++)
+        http_respond(g_parked[i], 200, "text/plain", "loop", 4);
+    http_release_wakeups();
+    early = 0;
+    for (int i = 0; i < NC; i++)
+        early += readable(p[i].fd, i ? 0 : 100);
+    http_release_wakeups();
+    CHECKF(early == 0, "%d answers left to the loops went out before the release", early);
+    for (int i = 0; i < NC; i++) {
+        CHECK_OK(read_response(&p[i], rs));
+        CHECK(rs->status == 200 && body_is(rs, "loop"));
+        rd_free(&p[i]);
+    }
+    free(p);
+    tsrv_stop(&a, 1000);
+    tsrv_stop(&b, 1000);
+    free(rs);
+}
+
+/* An answer from another thread reaches the client while the connection's loop is busy
+ * elsewhere (written by the answering thread itself); pipelined answers keep their order; the
+ * connection goes on once the loop is free. */
+TEST(http_answer_written_by_the_answering_thread)
+{
+    tsrv_t ts;
+    CHECK_OK(tsrv_start(&ts, NULL));
+    atomic_store(&g_n_parked, 0);
+    atomic_store(&g_blocking, 0);
+    rd_t pa, bl;
+    rd_init(&pa, cli_connect(ts.port));
+    rd_init(&bl, cli_connect(ts.port));
+    CHECK_OK(send_str(pa.fd, "GET /park HTTP/1.1\r\n\r\n"));
+    for (int i = 0; i < 300 && atomic_load(&g_n_parked) < 1; i++)
+        sleep_ms(5);
+    CHECK_EQ_INT(atomic_load(&g_n_parked), 1);
+    CHECK_OK(send_str(bl.fd, "GET /block HTTP/1.1\r\n\r\n")); /* the loop sleeps 300 ms */
+    for (int i = 0; i < 300 && !atomic_load(&g_blocking); i++)
+        sleep_ms(1);
+    CHECK(atomic_load(&g_blocking));
+    double t0 = now_s();
+    http_respond(g_parked[0], 200, "text/plain", "direct", 6);
+    resp_t *rs = new_resp();
+    CHECK_OK(read_response(&pa, rs));
+    double waited = now_s() - t0;
+    CHECK(rs->status == 200 && body_is(rs, "direct"));
+    CHECKF(waited < 0.2, "the answer waited %.0f ms for the loop", waited * 1000);
+    CHECK_OK(read_response(&bl, rs));
+    CHECK(body_is(rs, "unblocked"));
+    /* two pipelined requests answered from a thread in reverse order: still in order */
+    atomic_store(&g_n_parked, 0);
+    CHECK_OK(send_str(pa.fd, "GET /park HTTP/1.1\r\n\r\nGET /park HTTP/1.1\r\n\r\n"));
+    for (int i = 0; i < 300 && atomic_load(&g_n_parked) < 2; i++)
+        sleep_ms(5);
+    CHECK_EQ_INT(atomic_load(&g_n_parked), 2);
+    http_respond(g_parked[1], 200, "text/plain", "second", 6);
+    sleep_ms(20);
+    CHECK(!readable(pa.fd, 50));
+    http_respond(g_parked[0], 200, "text/plain", "first", 5);
+    CHECK_OK(read_response(&pa, rs));
+    CHECK(body_is(rs, "first"));
+    CHECK_OK(read_response(&pa, rs));
+    CHECK(body_is(rs, "second"));
+    CHECK_OK(send_str(pa.fd, "GET /echo?after HTTP/1.1\r\n\r\n"));
+    CHECK_OK(read_response(&pa, rs));
+    CHECK(body_is(rs, "GET /echo ?after x=- len=0\n"));
+    http_server_stats_t st;
+    http_server_stats(ts.srv, &st);
+    CHECK_EQ_INT(st.requests_in_flight, 0);
+    rd_free(&pa);
+    rd_free(&bl);
+    tsrv_stop(&ts, 1000);
+    free(rs);
+}
+
+/* SO_REUSEPORT: two servers, each on its own loop thread, listen on one port; the kernel spreads
+ * connections over both and each answers its own. A first server of a new group refuses a port
+ * that is in use (by a group with SO_REUSEPORT, or by a plain listener). */
+TEST(http_reuse_port_spreads_connections_over_loops)
+{
+    tsrv_t a, b;
+    http_server_opts_t o = {.reuse_port = HTTP_REUSE_FIRST};
+    CHECK_OK(tsrv_start(&a, &o));
+    o.port = a.port;
+    o.reuse_port = HTTP_REUSE_JOIN;
+    CHECK_OK(tsrv_start(&b, &o));
+    CHECK_EQ_INT(b.port, a.port);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    http_server_t *other = NULL;
+    hark_err_t err = {0};
+    http_server_opts_t fo = {.host = "127.0.0.1",
+                             .port = a.port,
+                             .handler = test_handler,
+                             .reuse_port = HTTP_REUSE_FIRST};
+    CHECK_EQ_INT(http_server_create(&loop, &fo, &other, &err), HARK_ERR_IO);
+    CHECKF(strstr(err.msg, "bind") != NULL, "%s", err.msg);
+    int plain = socket(AF_INET, SOCK_STREAM, 0); /* a listener without SO_REUSEPORT */
+    struct sockaddr_in pa = {.sin_family = AF_INET};
+    pa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t pl = sizeof pa;
+    CHECK(bind(plain, (struct sockaddr *)&pa, sizeof pa) == 0 && listen(plain, 4) == 0 &&
+          getsockname(plain, (struct sockaddr *)&pa, &pl) == 0);
+    fo.port = ntohs(pa.sin_port);
+    CHECK_EQ_INT(http_server_create(&loop, &fo, &other, &err), HARK_ERR_IO);
+    close(plain);
+    uv_loop_close(&loop);
+    resp_t *rs = new_resp();
+    for (int i = 0; i < 32; i++) {
+        char req[64];
+        snprintf(req, sizeof req, "GET /echo?%d HTTP/1.1\r\n\r\n", i);
+        CHECK_OK(roundtrip(a.port, req, rs));
+        CHECK_EQ_INT(rs->status, 200);
+    }
+    http_server_stats_t sa, sb;
+    http_server_stats(a.srv, &sa);
+    http_server_stats(b.srv, &sb);
+    CHECKF(sa.requests_total + sb.requests_total == 32 && sa.requests_total > 0 &&
+               sb.requests_total > 0,
+           "%ld + %ld", sa.requests_total, sb.requests_total);
+    tsrv_stop(&a, 1000);
+    tsrv_stop(&b, 1000);
     free(rs);
 }
 

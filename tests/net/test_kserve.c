@@ -8,7 +8,9 @@
 #include "net/kserve.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -616,4 +618,38 @@ TEST(kserve_out_of_memory)
         }
     }
     CHECK(done);
+}
+
+/* The block-wise finiteness scan agrees with isfinite() for one bad value at every position near
+ * block edges and the tail, at unaligned starts, for every kind of non-finite value; finite
+ * extremes (largest, denormals, -0) pass. */
+TEST(kserve_f32_find_nonfinite_positions)
+{
+    enum { N = 1100 };
+    float *buf = malloc(sizeof(float) * (N + 4));
+    const float bad[4] = {NAN, -NAN, INFINITY, -INFINITY};
+    const float good[4] = {3.4028235e38f, -3.4028235e38f, 1e-45f, -0.0f};
+    size_t lens[] = {0, 1, 7, 255, 256, 257, 511, 512, 513, 1000, N};
+    for (int start = 0; start < 3; start++) {
+        float *x = buf + start; /* also unaligned for vectors */
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            size_t n = lens[li];
+            for (size_t i = 0; i < n; i++)
+                x[i] = good[i % 4] * (i % 3 ? 1.0f : 0.5f);
+            CHECKF(kserve_f32_find_nonfinite(x, n) == n, "n %zu start %d", n, start);
+            for (size_t pos = 0; pos < n; pos += (pos + 40 < n && pos > 40 ? 37 : 1)) {
+                float keep = x[pos];
+                x[pos] = bad[pos % 4];
+                size_t got = kserve_f32_find_nonfinite(x, n);
+                CHECKF(got == pos, "n %zu start %d: bad at %zu, found %zu", n, start, pos, got);
+                x[pos] = keep;
+            }
+            if (n > 3) { /* two bad values: the first one is reported */
+                x[n - 1] = INFINITY;
+                x[n / 2] = NAN;
+                CHECK_EQ_INT(kserve_f32_find_nonfinite(x, n), n / 2 < n - 1 ? n / 2 : n - 1);
+            }
+        }
+    }
+    free(buf);
 }

@@ -7,8 +7,10 @@
 #include "server/batcher.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static batcher_opts_t opts(int maxb, uint64_t delay_us)
 {
@@ -213,4 +215,92 @@ TEST(batcher_many_producers_and_consumers)
     batcher_stats(m.b, &st);
     CHECK(st.items_batched == 8000 && st.pending == 0);
     batcher_destroy(m.b);
+}
+
+/* one batcher_next on a thread, its result and when it came */
+typedef struct {
+    batcher_t *b;
+    pthread_t th;
+    int n, ne;
+    atomic_int done;
+    batcher_item_t *out[16];
+} one_next_t;
+
+static void *one_next_main(void *p)
+{
+    one_next_t *w = p;
+    batcher_item_t *exp[16];
+    batcher_next(w->b, w->out, &w->n, exp, 16, &w->ne);
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+static void one_next_start(one_next_t *w, batcher_t *b)
+{
+    memset(w, 0, sizeof *w);
+    w->b = b;
+    pthread_create(&w->th, NULL, one_next_main, w);
+    struct timespec ts = {0, 20 * 1000000L}; /* let it reach its wait */
+    nanosleep(&ts, NULL);
+}
+
+/* 1 when w finished within ms milliseconds */
+static int one_next_wait(one_next_t *w, int ms)
+{
+    for (int i = 0; i < ms && !atomic_load(&w->done); i++) {
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    if (!atomic_load(&w->done))
+        return 0;
+    pthread_join(w->th, NULL);
+    return 1;
+}
+
+/* Submissions wake a worker already waiting when there is something for it to do (the first
+ * request with no delay, a preferred size reached, a deadline to honour) — and the others do not
+ * make it return early. Two waiting workers both get their batch. */
+TEST(batcher_wakes_waiting_workers_when_there_is_work)
+{
+    batcher_opts_t o = opts(8, 10 * 1000000); /* 10 s: only a wake-up ends the wait early */
+    o.preferred[0] = 4;
+    o.n_preferred = 1;
+    batcher_t *b;
+    CHECK_OK(batcher_create(&o, &b, NULL));
+    batcher_item_t it[16];
+    memset(it, 0, sizeof it);
+    one_next_t w, w2;
+    one_next_start(&w, b);
+    for (int i = 0; i < 3; i++)
+        CHECK_OK(batcher_submit(b, &it[i]));
+    CHECK(!one_next_wait(&w, 50)); /* 3 < 4: it keeps waiting */
+    CHECK_OK(batcher_submit(b, &it[3]));
+    CHECK(one_next_wait(&w, 2000));
+    CHECK_EQ_INT(w.n, 4);
+    one_next_start(&w, b); /* a lone request with a deadline, far before the delay */
+    it[4].deadline_ns = clock_now_ns() + 30 * 1000000ull;
+    CHECK_OK(batcher_submit(b, &it[4]));
+    CHECK(one_next_wait(&w, 2000));
+    CHECK(w.n == 0 && w.ne == 1);
+    memset(it, 0, sizeof it);
+    one_next_start(&w, b); /* two workers waiting, 12 requests */
+    one_next_start(&w2, b);
+    for (int i = 0; i < 12; i++)
+        CHECK_OK(batcher_submit(b, &it[i]));
+    CHECK(one_next_wait(&w, 2000) && one_next_wait(&w2, 2000));
+    CHECKF(w.n >= 4 && w2.n >= 4, "%d and %d", w.n, w2.n); /* each woke to a due batch */
+    batcher_close(b);
+    int left = 12 - w.n - w2.n, n, ne;
+    batcher_item_t *out[16], *exp[16];
+    while (left > 0 && batcher_next(b, out, &n, exp, 16, &ne) == HARK_OK)
+        left -= n;
+    CHECK_EQ_INT(left, 0);
+    batcher_destroy(b);
+    o = opts(8, 0); /* no delay: the first request wakes the worker */
+    CHECK_OK(batcher_create(&o, &b, NULL));
+    one_next_start(&w, b);
+    CHECK_OK(batcher_submit(b, &it[0]));
+    CHECK(one_next_wait(&w, 2000));
+    CHECK_EQ_INT(w.n, 1);
+    batcher_destroy(b);
 }

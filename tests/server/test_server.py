@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Integration test of `hark serve` (run by tests/server/test_server_integration.c): starts a real
-server on loopback with the golden WeNet model and talks to it like Triton's and OpenAI's clients
-do (requests, curl). Usage: test_server.py HARK_BIN MODEL_DIR GOLDEN_DIR. Exit 0 = pass."""
+server on loopback with the golden WeNet model (three HTTP event loops sharing the port) and talks
+to it like Triton's and OpenAI's clients do (requests, curl). Usage: test_server.py HARK_BIN
+MODEL_DIR GOLDEN_DIR. Exit 0 = pass."""
 import json, os, re, shutil, signal, struct, subprocess, sys, tempfile, threading, time, wave
 import requests
 
@@ -13,7 +14,7 @@ os.makedirs(repo)
 shutil.copytree(model_dir, os.path.join(repo, "wenet"))
 proc = subprocess.Popen([hark, "serve", "--model-repository", repo, "--http-port", "0",
                          "--metrics-port", "0", "--max-body-bytes", "8000000",
-                         "--request-timeout-ms", "1500"],
+                         "--request-timeout-ms", "1500", "--http-threads", "3"],
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 line = proc.stdout.readline()
 m = re.search(r"http://127\.0\.0\.1:(\d+) .*metrics http://127\.0\.0\.1:(\d+)", line)
@@ -45,6 +46,7 @@ try:
         assert time.time() - t0 < 60, "not ready within 60 s"
         time.sleep(0.1)
     check(requests.get(base + "/v2/health/live").status_code == 200, "live")
+    check(any("HTTP: 3 event loops" in l for l in log), "three HTTP event loops")
     meta = requests.get(base + "/v2/models/wenet").json()
     check(meta["inputs"][0]["shape"] == [-1, -1] and meta["outputs"][0]["name"] == "TRANSCRIPTS",
           "metadata with the batch dimension")
@@ -85,6 +87,46 @@ try:
     check(r.status_code == 200 and hl > 0 and
           texts == [R[u]["full"]["attention_rescoring"]["text"] for u in us],
           "binary infer, attention rescoring (the model's default)")
+    # the binary WAV is used where it lies in the body, whatever the JSON header's length (the
+    # server aligns it), and in an aligned copy when the body came compressed; a non-finite sample
+    # that counts (inside WAV_LENS) is found wherever it is, one in the padding is ignored
+    import gzip
+    want = [R[u]["full"]["ctc_greedy_search"]["text"] for u in us]
+    def binary_infer(wav_bytes, pad, gz=False):
+        h = json.dumps({"inputs": [
+            {"name": "WAV", "shape": [3, N], "datatype": "FP32", "parameters": {"binary_data_size": len(a)}},
+            {"name": "WAV_LENS", "shape": [3, 1], "datatype": "INT32", "parameters": {"binary_data_size": 12}}],
+            "outputs": [{"name": "TRANSCRIPTS", "parameters": {"binary_data": True}}],
+            "parameters": {"decoding_method": "ctc_greedy_search"}}).encode() + b" " * pad
+        b = h + wav_bytes + lens
+        hd = {"Inference-Header-Content-Length": str(len(h))}
+        if gz:
+            b, hd["Content-Encoding"] = gzip.compress(b), "gzip"
+        rr = requests.post(base + "/v2/models/wenet/infer", data=b, headers=hd)
+        if rr.status_code != 200:
+            return rr.status_code, rr.json().get("error", "")
+        hl2 = int(rr.headers["Inference-Header-Content-Length"])
+        blob2, out2, o2 = rr.content[hl2:], [], 0
+        while o2 < len(blob2):
+            k = struct.unpack("<I", blob2[o2:o2 + 4])[0]
+            out2.append(blob2[o2 + 4:o2 + 4 + k].decode())
+            o2 += 4 + k
+        return 200, out2
+    check(all(binary_infer(a, pad) == (200, want) for pad in range(4)),
+          "binary infer with headers of every length mod 4")
+    check(all(binary_infer(a, pad, gz=True) == (200, want) for pad in (1, 2)),
+          "gzip-compressed binary infer (unaligned samples)")
+    L0 = len(xs[0])
+    for item, pos, val, name in ((0, 0, float("nan"), "NaN"), (0, L0 // 2 + 1, float("inf"), "infinite"),
+                                 (0, L0 - 1, float("-inf"), "infinite"), (2, 5, float("nan"), "NaN")):
+        bad_a = array.array("f", flat)
+        bad_a[item * N + pos] = val
+        st_, err_ = binary_infer(bad_a.tobytes(), 1)
+        check(st_ == 400 and f"element {pos} of item {item} is {name}" in err_,
+              f"binary WAV with {name} at item {item} sample {pos}: 400 naming it")
+    pad_a = array.array("f", flat)
+    pad_a[L0 + 3] = float("nan")  # item 0's padding, past its WAV_LENS
+    check(binary_infer(pad_a.tobytes(), 0) == (200, want), "NaN in the padding is not looked at")
     # encoded audio (AUDIO BYTES) with curl
     f = os.path.join(golden, "wavs", "cards-001.wav")
     data = open(f, "rb").read()
