@@ -2,7 +2,7 @@
 # Packs what a GPU run on the lent device machine needs into two git-ignored folders, each under
 # the device tool's 64 MiB carry limit (the machine has CUDA but none of Debian's libraries):
 #   .devrun1/  devlib.tar.xz (the Debian shared libraries build/hark links, from ldd), bin/ (hark,
-#              hark_tests, bench_hgemm, stripped of debug info), shared/ (the golden files the GPU tests read)
+#              hark_tests, bench_hgemm, bench_loopback, stripped of debug info), shared/ (the golden files the GPU tests read)
 #   .devrun2/  the converted golden model (tests/support/golden_model.c's cache)
 # On the device: unpack .devrun1 into a stage folder, then run with LD_LIBRARY_PATH pointing at
 # the libraries, HARK_SHARED at the shared/ subset and HARK_GOLDEN_MODEL at the model; the
@@ -16,7 +16,7 @@ for f in $(ldd build/hark_tests build/hark | awk '/=>/ {print $3}' | sort -u |
     cp -L "$f" .devrun1/devlib/
 done
 (cd .devrun1 && tar cJf devlib.tar.xz devlib && rm -rf devlib)
-for b in hark hark_tests bench/bench_hgemm; do
+for b in hark hark_tests bench/bench_hgemm bench/bench_loopback; do
     [ -f build/$b ] && strip --strip-debug -o .devrun1/bin/$(basename $b) build/$b
 done
 src=../shared/$G
