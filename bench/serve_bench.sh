@@ -87,7 +87,8 @@ run() { # NAME INSTANCES PREFERRED DELAY_US CONCURRENCY
     local TIMEFORMAT='%R %U %S'
     { time "$HARK" perf -m conformer -u "localhost:$port" -p "$perf_ms" -r "$trials" \
         --input-data "$out/5s.wav" --decoding-method ctc_greedy_search --max-seconds 180 \
-        --concurrency-range "$c:$c:1" -f "$out/$name.csv" > "$out/perf_$name.log" 2>&1 ; } \
+        --concurrency-range "$c:$c:1" --max-threads "$((c > 64 ? c : 64))" \
+        -f "$out/$name.csv" > "$out/perf_$name.log" 2>&1 ; } \
         2> "$out/${name}_time.txt"
     snap $pid "$out/${name}_after.json"
     kill -TERM $pid; wait $pid || true
