@@ -8,9 +8,11 @@
  * it is immutable afterwards and may be shared by any number of states and threads. The weight
  * source is read during creation only. A conformer_gpu_state_t owns one CUDA stream, a cuBLAS
  * handle and all device scratch, sized at creation for (max_batch, max_frames); one thread uses a
- * state at a time. Forward and CTC enqueue work on the state's stream and return without waiting:
- * no allocation and no host synchronisation inside; call conformer_gpu_sync (or order your own
- * work after conformer_gpu_stream) before reading the outputs. Device buffers passed in are lent
+ * state at a time. Forward and CTC enqueue work on the state's stream and return without waiting
+ * for it: no allocation inside, and the one host wait is a forward's for the previous forward on
+ * the same state to have run (the lengths reach the device, and its recorded CUDA graphs, through
+ * a pinned buffer of the state's); call conformer_gpu_sync (or order your own work after
+ * conformer_gpu_stream) before reading the outputs. Device buffers passed in are lent
  * for the call and must stay valid until that work has run. Inputs must be complete when the
  * state's stream reaches them: that stream is non-blocking, so it does not wait for work on the
  * legacy default stream (and a cudaMemcpy from pageable memory may return before its data lands):
