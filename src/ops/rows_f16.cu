@@ -76,20 +76,15 @@ __global__ void rows_norm_kernel(float *x_out, int x_sel, __half *h_out, float *
         int e = lane + 32 * i;
         v[i] = e < d ? x[off + e] : 0.0f;
     }
-    if (ln1)
-        ln_lane<EPL>(v, lane, d, g1, b1, eps);
-    if (x_out && x_sel == 1)
+    for (int step = 1; step <= 2; step++) { /* LN1, then LN2; x_out takes the x_sel-th result */
+        if (step == 1 ? ln1 : ln2)
+            ln_lane<EPL>(v, lane, d, step == 1 ? g1 : g2, step == 1 ? b1 : b2, eps);
+        if (x_out && x_sel == step)
 #pragma unroll
-        for (int i = 0; i < EPL; i++)
-            if (lane + 32 * i < d)
-                x_out[off + lane + 32 * i] = v[i];
-    if (ln2)
-        ln_lane<EPL>(v, lane, d, g2, b2, eps);
-    if (x_out && x_sel == 2)
-#pragma unroll
-        for (int i = 0; i < EPL; i++)
-            if (lane + 32 * i < d)
-                x_out[off + lane + 32 * i] = v[i];
+            for (int i = 0; i < EPL; i++)
+                if (lane + 32 * i < d)
+                    x_out[off + lane + 32 * i] = v[i];
+    }
     bool pad = lens && (row % t_rows) >= lens[row / t_rows];
 #pragma unroll
     for (int i = 0; i < EPL; i++) {

@@ -63,6 +63,38 @@ static void on_done(served_request_t *r, int status, const char *error, wenet_re
     pthread_mutex_unlock(q->lock);
 }
 
+/* the five golden utterances at 16 kHz, and each one's greedy transcript from the recognizer
+ * alone (loaded with lo, or the defaults when NULL; *o: the greedy options used): the references
+ * served requests must match */
+static void golden_refs(test_ctx_t *t, const char *path, const wenet_load_opts_t *lo,
+                        audio_t au[5], char ref[5][1024], wenet_decode_opts_t *o)
+{
+    for (int u = 0; u < 5; u++) {
+        char wav[1024];
+        snprintf(wav, sizeof wav, "%s/wavs/%s.wav", test_shared(GOLDEN_WENET), utts[u]);
+        audio_opts_t ao = {.target_rate = 16000};
+        CHECK_OK(audio_decode_file(wav, &ao, &au[u], NULL));
+    }
+    wenet_asr_t *asr;
+    hark_err_t err = {0};
+    CHECKF((lo ? wenet_asr_load_opts(path, lo, &asr, &err) : wenet_asr_load(path, &asr, &err)) ==
+               HARK_OK,
+           "%s", err.msg);
+    wenet_worker_t *w;
+    CHECK_OK(wenet_worker_create(asr, 1, 12, &w, &err));
+    *o = wenet_default_opts(asr);
+    o->method = DECODE_CTC_GREEDY;
+    for (int u = 0; u < 5; u++) {
+        wenet_result_t r;
+        const float *p = au[u].samples;
+        CHECK_OK(wenet_recognize(w, o, &p, &au[u].n, 1, &r, &err));
+        snprintf(ref[u], sizeof ref[u], "%s", r.best.text);
+        wenet_result_free(&r);
+    }
+    wenet_worker_destroy(w);
+    wenet_asr_destroy(asr);
+}
+
 TEST(served_model_batches_concurrent_requests)
 {
     char why[512];
@@ -72,30 +104,12 @@ TEST(served_model_batches_concurrent_requests)
     char path[1024];
     snprintf(path, sizeof path, "%s/m", dir);
     audio_t au[5];
-    for (int u = 0; u < 5; u++) {
-        char wav[1024];
-        snprintf(wav, sizeof wav, "%s/wavs/%s.wav", test_shared(GOLDEN_WENET), utts[u]);
-        audio_opts_t ao = {.target_rate = 16000};
-        CHECK_OK(audio_decode_file(wav, &ao, &au[u], NULL));
-    }
-    /* single-utterance references from the recognizer directly */
-    wenet_asr_t *asr;
-    hark_err_t err = {0};
-    CHECK_OK(wenet_asr_load(path, &asr, &err));
-    wenet_worker_t *w;
-    CHECK_OK(wenet_worker_create(asr, 1, 12, &w, &err));
     char ref[5][1024];
-    wenet_decode_opts_t o = wenet_default_opts(asr);
-    o.method = DECODE_CTC_GREEDY;
-    for (int u = 0; u < 5; u++) {
-        wenet_result_t r;
-        const float *p = au[u].samples;
-        CHECK_OK(wenet_recognize(w, &o, &p, &au[u].n, 1, &r, &err));
-        snprintf(ref[u], sizeof ref[u], "%s", r.best.text);
-        wenet_result_free(&r);
-    }
-    wenet_worker_destroy(w);
-    wenet_asr_destroy(asr);
+    wenet_decode_opts_t o;
+    golden_refs(t, path, NULL, au, ref, &o);
+    if (test_failed(t))
+        return;
+    hark_err_t err = {0};
 
     served_opts_t so;
     memset(&so, 0, sizeof so);
@@ -182,30 +196,13 @@ GPU_TEST(gpu_two_instances_share_one_gpu)
     char path[1024];
     snprintf(path, sizeof path, "%s/m", dir);
     audio_t au[5];
-    for (int u = 0; u < 5; u++) {
-        char wav[1024];
-        snprintf(wav, sizeof wav, "%s/wavs/%s.wav", test_shared(GOLDEN_WENET), utts[u]);
-        audio_opts_t ao = {.target_rate = 16000};
-        CHECK_OK(audio_decode_file(wav, &ao, &au[u], NULL));
-    }
-    wenet_load_opts_t lo = {.device = 0, .precision = WENET_FP32};
-    wenet_asr_t *asr;
-    hark_err_t err = {0};
-    CHECKF(wenet_asr_load_opts(path, &lo, &asr, &err) == HARK_OK, "%s", err.msg);
-    wenet_worker_t *w;
-    CHECK_OK(wenet_worker_create(asr, 1, 12, &w, &err));
     char ref[5][1024];
-    wenet_decode_opts_t o = wenet_default_opts(asr);
-    o.method = DECODE_CTC_GREEDY;
-    for (int u = 0; u < 5; u++) {
-        wenet_result_t r;
-        const float *p = au[u].samples;
-        CHECK_OK(wenet_recognize(w, &o, &p, &au[u].n, 1, &r, &err));
-        snprintf(ref[u], sizeof ref[u], "%s", r.best.text);
-        wenet_result_free(&r);
-    }
-    wenet_worker_destroy(w);
-    wenet_asr_destroy(asr);
+    wenet_load_opts_t lo = {.device = 0, .precision = WENET_FP32};
+    wenet_decode_opts_t o;
+    golden_refs(t, path, &lo, au, ref, &o);
+    if (test_failed(t))
+        return;
+    hark_err_t err = {0};
 
     served_opts_t so;
     memset(&so, 0, sizeof so);
