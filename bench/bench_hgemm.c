@@ -1,6 +1,8 @@
 /* bench_hgemm.c — the FP16 GEMM of gemm_f16.cu (fused epilogues) against cuBLAS (FP16 operands,
  * FP32 accumulation, no epilogue) on the Conformer's GEMM shapes: rows = 249 encoder frames per
- * 10 s utterance x batch. Prints one line per shape: ms, TFLOP/s, ratio. Not a test (correctness:
+ * 10 s utterance x batch. Prints one line per shape: ms, TFLOP/s, ratio; then per batch the whole
+ * feed-forward module (w1 + bias + swish, w2 + residual) as the fused kernel of ffn_f16.cu against
+ * the two GEMMs of the AUTO policy, in the same run. Not a test (correctness:
  * tests/ops/test_ops_cuda.c). Usage: bench_hgemm [batch ...] (default 64 256) */
 #include "hark.h"
 #include "ops/ops_cuda.h"
@@ -68,6 +70,76 @@ static int run_hark(void *p)
     return cuda_hgemm(&j->e, j->a, j->k, j->w, j->m, j->n, j->k, j->g, NULL);
 }
 
+typedef struct {
+    void *a, *w1, *w2, *h;
+    float *x, *b1, *b2;
+    int m;
+    ops_cuda_t *g;
+} ffn_job_t;
+
+static int run_ffn_fused(void *p)
+{
+    ffn_job_t *j = p;
+    return cuda_ffn_f16(j->x, j->a, j->w1, j->b1, j->w2, j->b2, j->m, 256, 2048, CUDA_ACT_SWISH,
+                        0.5f, j->g, NULL);
+}
+
+static int run_ffn_gemms(void *p)
+{
+    ffn_job_t *j = p;
+    cuda_epi_t e;
+    memset(&e, 0, sizeof e);
+    e.mode = CUDA_EPI_F16;
+    e.act = CUDA_ACT_SWISH;
+    e.bias = j->b1;
+    e.bias_h = j->b1; /* zeros either way */
+    e.out = j->h;
+    e.ldo = 2048;
+    if (cuda_hgemm(&e, j->a, 256, j->w1, j->m, 2048, 256, j->g, NULL) != HARK_OK)
+        return 1;
+    e.mode = CUDA_EPI_RESID32;
+    e.act = CUDA_ACT_NONE;
+    e.bias = j->b2;
+    e.bias_alpha = j->b2;
+    e.bias_h = NULL;
+    e.out = j->x;
+    e.ldo = 256;
+    e.alpha = 0.5f;
+    e.beta = 1.0f;
+    return cuda_hgemm(&e, j->h, 2048, j->w2, j->m, 256, 2048, j->g, NULL);
+}
+
+/* the FFN module both ways at rows m: "fused  ms TF/s | gemms ms TF/s | gemms/fused" */
+static void bench_ffn(ops_cuda_t *g, cudaStream_t st, int batch, int m)
+{
+    ffn_job_t j = {0};
+    j.m = m;
+    j.g = g;
+    CK(cudaMalloc(&j.a, (size_t)m * 256 * 2));
+    CK(cudaMalloc(&j.w1, (size_t)2048 * 256 * 2));
+    CK(cudaMalloc(&j.w2, (size_t)2048 * 256 * 2));
+    CK(cudaMalloc(&j.h, (size_t)m * 2048 * 2));
+    CK(cudaMalloc((void **)&j.x, (size_t)m * 256 * 4));
+    CK(cudaMalloc((void **)&j.b1, 2048 * 4));
+    CK(cudaMalloc((void **)&j.b2, 256 * 4));
+    CK(cudaMemset(j.a, 0x3c, (size_t)m * 256 * 2));
+    CK(cudaMemset(j.w1, 0x21, (size_t)2048 * 256 * 2));
+    CK(cudaMemset(j.w2, 0x21, (size_t)2048 * 256 * 2));
+    CK(cudaMemset(j.x, 0, (size_t)m * 256 * 4));
+    CK(cudaMemset(j.b1, 0, 2048 * 4));
+    CK(cudaMemset(j.b2, 0, 256 * 4));
+    double flop = 2.0 * 2.0 * m * 256 * 2048;
+    ops_cuda_set_gemm_backend(g, OPS_GEMM_AUTO);
+    double tg = time_ms(run_ffn_gemms, &j, st);
+    double tf = cuda_ffn_f16_fits(g, 256, 2048) ? time_ms(run_ffn_fused, &j, st) : 0.0;
+    printf("%-30s %6d %8d fused %8.3f ms %6.1f TF/s | two gemms %8.3f ms %6.1f TF/s | %5.2fx\n",
+           "ffn module (fused vs gemms)", batch, m, tf, tf > 0 ? flop / tf * 1e-9 : 0.0, tg,
+           flop / tg * 1e-9, tf > 0 ? tg / tf : 0.0);
+    fflush(stdout);
+    cudaFree(j.a), cudaFree(j.w1), cudaFree(j.w2), cudaFree(j.h), cudaFree(j.x), cudaFree(j.b1);
+    cudaFree(j.b2);
+}
+
 static int run_cublas(void *p)
 {
     job_t *j = p;
@@ -78,6 +150,16 @@ static int run_cublas(void *p)
 int main(int argc, char **argv)
 {
     int batches[8] = {64, 256}, nb = 2;
+    if (argc > 1 && !strcmp(argv[1], "--ffn")) { /* the FFN module only */
+        cudaStream_t st;
+        CK(cudaStreamCreate(&st));
+        ops_cuda_t *g = NULL;
+        CK(ops_cuda_create(st, &g, NULL));
+        for (int i = 2; i < argc; i++)
+            bench_ffn(g, st, atoi(argv[i]), 249 * atoi(argv[i]));
+        ops_cuda_destroy(g);
+        return 0;
+    }
     if (argc > 1)
         for (nb = 0; nb < 8 && nb + 1 < argc; nb++)
             batches[nb] = atoi(argv[nb + 1]);
@@ -155,6 +237,7 @@ int main(int argc, char **argv)
             fflush(stdout);
             cudaFree(a), cudaFree(w), cudaFree(c), cudaFree(bias);
         }
+        bench_ffn(g, st, B, m);
     }
     ops_cuda_destroy(g);
     return 0;

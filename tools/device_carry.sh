@@ -29,7 +29,7 @@ for d in "$src"/goldens/*/; do
         [ -f "$d/$f" ] && cp "$d/$f" .devrun1/shared/$G/goldens/$u/
     done
 done
-model=$(ls -d /tmp/hark-test-cache-$(id -u)/wenet_small-*/m 2>/dev/null | head -1)
+model=$(ls -td /tmp/hark-test-cache-$(id -u)/wenet_small-*/m 2>/dev/null | head -1)
 [ -n "$model" ] || { echo "no converted golden model: run make test first" >&2; exit 1; }
 cp -r "$model" .devrun2/m
 du -sh .devrun1 .devrun2

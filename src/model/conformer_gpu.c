@@ -122,6 +122,7 @@ struct conformer_gpu_state {
     int *h_lens;       /* pinned (2 · max_batch): lens, then encoder lens, read by the graphs */
     cudaEvent_t lens_ev; /* the last forward's reads of h_lens are done */
     int graphs;          /* record and replay CUDA graphs */
+    int ffn_min_rows;    /* the fused FFN kernel from this many rows on; -1: never */
     struct gslot {
         int batch, t_max, chunk, left, skip_cmvn;
         const void *feats;
@@ -719,6 +720,10 @@ int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, in
         conformer_gpu_state_destroy(s);
         return rc;
     }
+    const char *ff = getenv("HARK_FFN");
+    conformer_gpu_set_fused_ffn(s, ff && !strcmp(ff, "gemm")    ? CONFORMER_FFN_GEMMS
+                                   : ff && !strcmp(ff, "fused") ? CONFORMER_FFN_FUSED
+                                                                : CONFORMER_FFN_AUTO);
     if ((e = cudaEventCreateWithFlags(&s->lens_ev, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaMallocHost((void **)&s->h_lens, 2 * (size_t)max_batch * sizeof(int))) !=
             cudaSuccess) {
@@ -799,6 +804,14 @@ void conformer_gpu_set_graphs(conformer_gpu_state_t *s, int on)
     if (!on)
         drop_graphs(s);
     s->graphs = on != 0;
+}
+
+void conformer_gpu_set_fused_ffn(conformer_gpu_state_t *s, conformer_ffn_mode_t mode)
+{
+    drop_graphs(s);
+    s->ffn_min_rows = mode == CONFORMER_FFN_FUSED ? 0 : mode == CONFORMER_FFN_AUTO ? FFN_FUSED_MIN_ROWS : -1;
+    if (s->dt != OPS_F16 || !cuda_ffn_f16_fits(s->g, s->m->d, s->m->ffn))
+        s->ffn_min_rows = -1;
 }
 
 void *conformer_gpu_stream(const conformer_gpu_state_t *s)
@@ -1020,6 +1033,12 @@ static int h_ffn(const gfwd_t *F, const mat_t *w1, const float *b1, const void *
 {
     conformer_gpu_state_t *s = F->s;
     const conformer_gpu_model_t *m = s->m;
+    if (s->ffn_min_rows >= 0 && F->rows >= s->ffn_min_rows) {
+        TRY(cuda_ffn_f16(s->x, s->hn, w1->f16, b1, w2->f16, b2, F->rows, m->d, m->ffn,
+                         act_of(&m->cfg), alpha, s->g, F->err));
+        mark(s, CONFORMER_GPU_STAGE_FFN);
+        return HARK_OK;
+    }
     cuda_epi_t e = epi(CUDA_EPI_F16, s->big, m->ffn, b1);
     e.bias_h = b1_h;
     e.act = act_of(&m->cfg);
@@ -1524,6 +1543,8 @@ int conformer_gpu_ctc_argmax(conformer_gpu_state_t *s, int *d_arg, float *d_best
 }
 
 void conformer_gpu_set_graphs(conformer_gpu_state_t *s, int on) {}
+
+void conformer_gpu_set_fused_ffn(conformer_gpu_state_t *s, conformer_ffn_mode_t mode) {}
 
 void conformer_gpu_profile(conformer_gpu_state_t *s, int on) {}
 

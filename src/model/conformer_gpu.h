@@ -103,6 +103,15 @@ int conformer_gpu_ctc_argmax(conformer_gpu_state_t *s, int *d_arg, float *d_best
  * seen and replayed after that; up to 32 shapes per state, the least recently used replaced. */
 void conformer_gpu_set_graphs(conformer_gpu_state_t *s, int on);
 
+/* How an FP16 forward runs the feed-forward modules: GEMMS, two GEMMs with the hidden
+ * activations in memory; FUSED, one kernel that keeps them on chip (cuda_ffn_f16: Hopper,
+ * d_model 256, ffn_dim a multiple of 64; elsewhere GEMMS); AUTO (the default), FUSED from
+ * FFN_FUSED_MIN_ROWS rows (batch x encoder frames) on, where it measured faster. HARK_FFN=gemm|fused
+ * in the environment picks one at creation. Drops the recorded graphs. */
+typedef enum { CONFORMER_FFN_AUTO = 0, CONFORMER_FFN_GEMMS, CONFORMER_FFN_FUSED } conformer_ffn_mode_t;
+#define FFN_FUSED_MIN_ROWS 8192
+void conformer_gpu_set_fused_ffn(conformer_gpu_state_t *s, conformer_ffn_mode_t mode);
+
 /* Stage profile of the FP16 path with CUDA events (turns graphs off): after profile(s, 1), each
  * forward / ctc_argmax adds the time of its stages; profile_read waits for the stream and gives
  * the totals (ms) per stage since profiling was turned on. */

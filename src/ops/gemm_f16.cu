@@ -42,21 +42,6 @@ struct gemm_epi_t {
     long long ld_pe;
 };
 
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
-{
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    int sz = valid ? 16 : 0; /* 0: fill 16 zero bytes, read nothing */
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(sz));
-}
-__device__ __forceinline__ void cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 /* half offset of 16-byte chunk c (0..3) of tile row r: chunk c ^ ((r / 2) mod 4), so that the 8
  * rows of an ldmatrix and the 8 chunks of a cp.async phase fall in distinct banks */
 __device__ __forceinline__ int swz(int r, int c)
@@ -367,29 +352,6 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 #define WG_BK 64
 #define WG_THREADS 256
 #define WG_TILE_BYTES (WG_BM * WG_BK * 2) /* = WG_BN * WG_BK * 2 */
-
-__device__ __forceinline__ uint64_t wg_desc(unsigned smem_addr)
-{
-    uint64_t d = 0;
-    d |= (uint64_t)((smem_addr & 0x3FFFF) >> 4);  /* start address */
-    d |= (uint64_t)(16 >> 4) << 16;                /* leading byte offset (unused: swizzled) */
-    d |= (uint64_t)(1024 >> 4) << 32;              /* stride byte offset: 8 rows of 128 bytes */
-    d |= (uint64_t)1 << 62;                        /* 128-byte swizzle */
-    return d;
-}
-
-__device__ __forceinline__ void wg_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wg_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void wg_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
 
 /* d (64 × 128, this warpgroup's fragments) += A (64 × 16) · B (128 × 16)ᵀ from shared memory */
 __device__ __forceinline__ void wgmma_m64n128k16(float d[64], uint64_t da, uint64_t db)

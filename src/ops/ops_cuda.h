@@ -220,6 +220,18 @@ void ops_cuda_lt_release(ops_cuda_t *g); /* drops the prepared cuBLASLt plans */
 int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, const void *w, int m, int n,
                int k, ops_cuda_t *g, hark_err_t *err);
 
+/* The feed-forward module in one kernel (ffn_f16.cu; Hopper only):
+ *     x (m, d) float += alpha · (act(a · w1ᵀ + b1) · w2ᵀ + b2)
+ * a (m, d) half dense, w1 (f, d) and w2 (d, f) half (the PyTorch Linear layouts), b1 (f) and
+ * b2 (d) float or NULL. The hidden activations are rounded to half (as the two-GEMM path stores
+ * them) but stay in registers. cuda_ffn_f16_fits says whether it runs here: a Hopper GPU,
+ * d = 256, f a multiple of 64. Reference: matmul_ref + activation_ref, rounded to half,
+ * + matmul_ref, then x += alpha · (· + b2). */
+int cuda_ffn_f16_fits(const ops_cuda_t *g, int d, int f);
+int cuda_ffn_f16(float *x, const void *a, const void *w1, const float *b1, const void *w2,
+                 const float *b2, int m, int d, int f, cuda_act_t act, float alpha, ops_cuda_t *g,
+                 hark_err_t *err);
+
 /* 2-D convolution as an implicit GEMM: in (batch, h, w_in, cin) half channel-last, w (cout,
  * kh·kw·cin) half with column (i·kw + j)·cin + ci (torch's (cout, cin, kh, kw) permuted), no
  * padding; output position (b, ho, wo) is GEMM row (b·h_out + ho)·w_out + wo, so CUDA_EPI_F16 with

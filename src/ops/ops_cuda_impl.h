@@ -9,6 +9,7 @@
 #include <math.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <stdint.h>
 
 #define LT_PLANS 64 /* prepared cuBLASLt matmuls per context */
 
@@ -89,6 +90,48 @@ __device__ __forceinline__ void mma16816(float c[4], const unsigned a[4], unsign
         "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* cp.async: 16 bytes global -> shared (valid false: 16 zero bytes, nothing read) */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    int sz = valid ? 16 : 0; /* 0: fill 16 zero bytes, read nothing */
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(sz));
+}
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* wgmma: a shared-memory matrix descriptor for a K-major tile in the 128-byte-swizzled layout
+ * (row r's 16-byte chunk c at c ^ (r mod 8), rows of 128 bytes, 1024-byte aligned groups of 8
+ * rows), and the warpgroup fence / commit / wait */
+__device__ __forceinline__ uint64_t wg_desc(unsigned smem_addr)
+{
+    uint64_t d = 0;
+    d |= (uint64_t)((smem_addr & 0x3FFFF) >> 4);  /* start address */
+    d |= (uint64_t)(16 >> 4) << 16;                /* leading byte offset (unused: swizzled) */
+    d |= (uint64_t)(1024 >> 4) << 32;              /* stride byte offset: 8 rows of 128 bytes */
+    d |= (uint64_t)1 << 62;                        /* 128-byte swizzle */
+    return d;
+}
+
+__device__ __forceinline__ void wg_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void wg_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
 #endif

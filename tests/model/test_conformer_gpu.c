@@ -93,6 +93,9 @@ static cJSON *greedy_field(cJSON *res, const char *utt, const char *field)
 
 /* ---- running the GPU model on host data ---------------------------------------------------- */
 
+/* how gpu_run's states run the feed-forward modules (AUTO: the state's default) */
+static conformer_ffn_mode_t run_ffn = CONFORMER_FFN_AUTO;
+
 /* feats (batch, t_max, in_dim) host → enc (batch, t_out, D), logp (batch, t_out, V) host
  * (hark_malloc'ed), enc_lens; a fresh state of the given precision. 0 or a status (err). */
 static int gpu_run(const conformer_gpu_model_t *m, int prec, const conformer_opts_t *o,
@@ -111,6 +114,8 @@ static int gpu_run(const conformer_gpu_model_t *m, int prec, const conformer_opt
     int rc = conformer_gpu_state_create(m, prec, batch, t_max, &s, err);
     if (rc)
         goto done;
+    if (run_ffn != CONFORMER_FFN_AUTO)
+        conformer_gpu_set_fused_ffn(s, run_ffn);
     rc = HARK_ERR_CUDA;
     /* inputs go in on the state's stream: a cudaMemcpy from pageable memory may return before
      * the data lands, and the state's (non-blocking) stream does not wait for the legacy one */
@@ -227,6 +232,14 @@ GPU_TEST(conformer_gpu_golden_fp32)
 GPU_TEST(conformer_gpu_golden_fp16)
 {
     golden_all(t, CONFORMER_GPU_FP16);
+}
+
+/* the same with the fused feed-forward kernel forced (AUTO leaves these few rows to the GEMMs) */
+GPU_TEST(conformer_gpu_golden_fp16_fused_ffn)
+{
+    run_ffn = CONFORMER_FFN_FUSED;
+    golden_all(t, CONFORMER_GPU_FP16);
+    run_ffn = CONFORMER_FFN_AUTO;
 }
 
 /* ---- golden: the 5 utterances as one padded batch ------------------------------------------ */

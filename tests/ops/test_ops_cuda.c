@@ -904,6 +904,76 @@ GPU_TEST(cuda_hgemm_epilogues_match_ref)
     ops_cuda_destroy(g);
 }
 
+GPU_TEST(cuda_ffn_f16_matches_ref)
+{
+    /* m (rows: partial tiles, one row, several blocks), f, act, biases; d is 256 */
+    static const int sz[][4] = {{1, 64, CUDA_ACT_SWISH, 1},   {77, 192, CUDA_ACT_RELU, 0},
+                                {128, 2048, CUDA_ACT_SWISH, 1}, {300, 1024, CUDA_ACT_GELU, 1},
+                                {1000, 2048, CUDA_ACT_NONE, 1}, {4133, 512, CUDA_ACT_SWISH, 0}};
+    const int d = 256;
+    ops_cuda_t *g = new_ctx(t);
+    CHECK(g);
+    hark_err_t err = {0};
+    if (!cuda_ffn_f16_fits(g, d, 2048)) {
+        CHECK(cuda_ffn_f16(NULL, NULL, NULL, NULL, NULL, NULL, 4, d, 64, CUDA_ACT_SWISH, 1.0f, g,
+                           &err) == HARK_ERR_INVALID_ARG);
+        ops_cuda_destroy(g);
+        SKIP("the fused FFN kernel needs a Hopper GPU");
+    }
+    unsigned seed = 77;
+    double worst = 0.0;
+    for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++) {
+        int m = sz[c][0], f = sz[c][1], act = sz[c][2], bias = sz[c][3];
+        float alpha = c % 2 ? 1.0f : 0.5f;
+        size_t na = (size_t)m * d, nw = (size_t)f * d, nh = (size_t)m * f;
+        float *a = hrand(na, &seed, 1.0f), *w1 = hrand(nw, &seed, 0.1f);
+        float *w2 = hrand(nw, &seed, 0.05f), *b1 = hrand(f, &seed, 0.5f);
+        float *b2 = hrand(d, &seed, 0.5f), *x0 = hrand(na, &seed, 0.1f);
+        round_to(a, na, OPS_F16);
+        round_to(w1, nw, OPS_F16);
+        round_to(w2, nw, OPS_F16);
+        float *h = hark_malloc(nh * sizeof(float)), *acc = hark_malloc(na * sizeof(float));
+        float *ref = hark_malloc(na * sizeof(float));
+        matmul_ref(h, a, w1, m, f, d, d, d, f, 1, 1.0f, 0.0f);
+        epi_ref(h, h, bias ? b1 : NULL, CUDA_EPI_F16, act, m, f, NULL, 0.0f, 0.0f, NULL, 0);
+        round_to(h, nh, OPS_F16);
+        matmul_ref(acc, h, w2, m, d, f, f, f, d, 1, 1.0f, 0.0f);
+        epi_ref(ref, acc, bias ? b2 : NULL, CUDA_EPI_RESID32, CUDA_ACT_NONE, m, d, x0, alpha, 1.0f,
+                NULL, 0);
+        void *da = dup_to(a, na, OPS_F16), *dw1 = dup_to(w1, nw, OPS_F16);
+        void *dw2 = dup_to(w2, nw, OPS_F16);
+        float *db1 = dup_to(b1, f, OPS_F32), *db2 = dup_to(b2, d, OPS_F32);
+        float *dx = dup_to(x0, na, OPS_F32);
+        CHECKF(cuda_ffn_f16(dx, da, dw1, bias ? db1 : NULL, dw2, bias ? db2 : NULL, m, d, f,
+                            (cuda_act_t)act, alpha, g, &err) == HARK_OK,
+               "%s", err.msg);
+        int gd;
+        /* the FFN's part of x alone: x0 is subtracted on both sides */
+        float *got = hark_malloc(na * sizeof(float));
+        CHECK(dup_from(got, dx, na, OPS_F32) == 0);
+        for (size_t i = 0; i < na; i++) {
+            got[i] -= x0[i];
+            ref[i] -= x0[i];
+        }
+        double er = test_rel_rms(got, ref, na);
+        gd = guard_ok(dx, na, OPS_F32);
+        for (size_t i = 0; i < na; i++)
+            if (got[i] != got[i])
+                er = INFINITY;
+        worst = er > worst ? er : worst;
+        CHECK_ERR(er, TOL_H, gd, "ffn m %d f %d act %d bias %d rel %g", m, f, act, bias, er);
+        cudaFree(da), cudaFree(dw1), cudaFree(dw2), cudaFree(db1), cudaFree(db2), cudaFree(dx);
+        hark_free(a), hark_free(w1), hark_free(w2), hark_free(b1), hark_free(b2), hark_free(x0);
+        hark_free(h), hark_free(acc), hark_free(ref), hark_free(got);
+    }
+    printf("    fused ffn rel rms of the update (worst): %.3g\n", worst);
+    CHECK(cuda_ffn_f16(NULL, NULL, NULL, NULL, NULL, NULL, 4, 128, 64, CUDA_ACT_SWISH, 1.0f, g,
+                       &err) == HARK_ERR_INVALID_ARG);
+    CHECK(cuda_ffn_f16(NULL, NULL, NULL, NULL, NULL, NULL, 4, d, 100, CUDA_ACT_SWISH, 1.0f, g,
+                       &err) == HARK_ERR_INVALID_ARG);
+    ops_cuda_destroy(g);
+}
+
 GPU_TEST(cuda_hconv2d_matches_conv2d_ref)
 {
     /* cin, h, w, cout, k, stride */

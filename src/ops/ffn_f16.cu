@@ -1,0 +1,243 @@
+/* ffn_f16.cu — the Conformer feed-forward module as one Hopper kernel:
+ *     x (m, 256) float += alpha · (act(a · w1ᵀ + b1) · w2ᵀ + b2)
+ * A block takes 128 rows of a (two warpgroups of 64) and walks the hidden dimension in chunks of
+ * 64: s = a · w1[chunk]ᵀ (wgmma m64n64k16, both operands in shared memory), then bias +
+ * activation on the accumulators, rounded to half in registers, then o += s · w2[:, chunk]ᵀ
+ * (wgmma m64n256k16 with its A operand taken from those registers). The (m, f) hidden
+ * activations never reach memory: the two-GEMM path writes and reads them (2 · m · f · 2 bytes,
+ * twice again for a separate activation pass), which at batch 256 costs more than the GEMMs'
+ * arithmetic. The residual update is the epilogue.
+ * Shared memory: the a tile (64 KiB, kept for the whole walk) and two buffers each of the w1 and
+ * w2 chunks (32 KiB each), 128-byte-swizzled K-major as wgmma reads them. Per chunk j: S(j); its
+ * activation; wait for chunk j + 1's copies; a block barrier (every warpgroup has finished S(j)
+ * and O(j - 1)); copy w1 chunk j + 2 and w2 chunk j + 1 into the freed buffers; O(j) left in
+ * flight until S(j + 1) waits.
+ * CPU reference: matmul_ref + activation_ref, rounded to half, + matmul_ref + axpy.
+ * Test: tests/ops/test_ops_cuda.c (cuda_ffn_f16_matches_ref). */
+#include "ops/ops_cuda.h"
+
+#include "hark.h"
+#include "ops/ops_cuda_impl.h"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#define FF_D 256   /* model width: the output tile is a whole row */
+#define FF_HC 64   /* hidden units per chunk */
+#define FF_BM 128  /* rows per block */
+#define FF_THREADS 256
+#define FF_X_BYTES (FF_BM * FF_D * 2)
+#define FF_W1_BYTES (FF_HC * FF_D * 2)
+#define FF_W2_BYTES (FF_D * FF_HC * 2)
+#define FF_SMEM (FF_X_BYTES + 2 * FF_W1_BYTES + 2 * FF_W2_BYTES + 1024)
+
+/* s (64 x 64, this warpgroup's fragments) = [s +] A (64 x 16) · B (64 x 16)ᵀ, both from shared
+ * memory; acc 0: s is overwritten */
+__device__ __forceinline__ void wgmma_m64n64k16(float d[32], uint64_t da, uint64_t db, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(acc));
+}
+
+/* d (64 x 256) += A (64 x 16, FP16 fragments in registers, the mma.sync m16n8k16 A layout per
+ * warp) · B (256 x 16)ᵀ from shared memory */
+__device__ __forceinline__ void wgmma_m64n256k16_rs(float d[128], const unsigned a[4], uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+template <int ACT> __device__ __forceinline__ float ffn_act(float x)
+{
+    if (ACT == CUDA_ACT_RELU)
+        return x > 0.0f ? x : 0.0f;
+    if (ACT == CUDA_ACT_SWISH)
+        return __fdividef(x, 1.0f + __expf(-x));
+    if (ACT == CUDA_ACT_GELU)
+        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    return x;
+}
+
+__device__ __forceinline__ unsigned pack_h2(float lo, float hi)
+{
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *(unsigned *)&h;
+}
+
+/* byte offset of 16-byte chunk c of row r in a K-major 128-byte-swizzled tile of `rows` rows and
+ * 8 · (number of atoms) chunks: atoms of 64 columns are rows · 128 bytes apart */
+__device__ __forceinline__ unsigned sw_off(int r, int c, int rows)
+{
+    return (unsigned)((c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+template <int ACT>
+__global__ void __launch_bounds__(FF_THREADS, 1)
+    ffn_wgmma_kernel(float *__restrict__ x, const __half *__restrict__ a,
+                     const __half *__restrict__ w1, const float *__restrict__ b1,
+                     const __half *__restrict__ w2, const float *__restrict__ b2, int M, int F,
+                     float alpha)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    unsigned base = (unsigned)__cvta_generic_to_shared(smem_raw);
+    unsigned pad = ((base + 1023u) & ~1023u) - base; /* the swizzle needs 1024-byte alignment */
+    unsigned char *smem = smem_raw + pad;
+    unsigned sbase = base + pad;
+    unsigned char *s_w1 = smem + FF_X_BYTES, *s_w2 = s_w1 + 2 * FF_W1_BYTES;
+    int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
+    int g = lane >> 2, t4 = lane & 3;
+    int m0 = blockIdx.x * FF_BM, NC = F / FF_HC;
+
+    /* copies: 16-byte chunks, consecutive threads along a row */
+#pragma unroll
+    for (int i = 0; i < FF_X_BYTES / 16 / FF_THREADS; i++) {
+        int id = tid + FF_THREADS * i, r = id >> 5, c = id & 31;
+        bool ok = m0 + r < M;
+        cp_async16(smem + sw_off(r, c, FF_BM), ok ? a + (long long)(m0 + r) * FF_D + c * 8 : a,
+                   ok);
+    }
+    auto load_w1 = [&](int j) { /* rows j·64 .. +63 of w1 (f, 256) */
+        unsigned char *s = s_w1 + (j & 1) * FF_W1_BYTES;
+        const __half *src = w1 + (long long)j * FF_HC * FF_D;
+#pragma unroll
+        for (int i = 0; i < FF_W1_BYTES / 16 / FF_THREADS; i++) {
+            int id = tid + FF_THREADS * i, r = id >> 5, c = id & 31;
+            cp_async16(s + sw_off(r, c, FF_HC), src + r * FF_D + c * 8, true);
+        }
+    };
+    auto load_w2 = [&](int j) { /* columns j·64 .. +63 of w2 (256, f) */
+        unsigned char *s = s_w2 + (j & 1) * FF_W2_BYTES;
+        const __half *src = w2 + (long long)j * FF_HC;
+#pragma unroll
+        for (int i = 0; i < FF_W2_BYTES / 16 / FF_THREADS; i++) {
+            int id = tid + FF_THREADS * i, n = id >> 3, c = id & 7;
+            cp_async16(s + sw_off(n, c, FF_D), src + (long long)n * F + c * 8, true);
+        }
+    };
+    load_w1(0);
+    if (NC > 1)
+        load_w1(1);
+    load_w2(0);
+    cp_async_commit();
+    cp_async_wait<0>();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+
+    float o[128], s[32];
+    unsigned p[16];
+#pragma unroll
+    for (int i = 0; i < 128; i++)
+        o[i] = 0.0f;
+    unsigned xs = sbase + wg * 64 * 128; /* this warpgroup's 64 rows of the a tile */
+    for (int j = 0; j < NC; j++) {
+        unsigned w1s = sbase + FF_X_BYTES + (j & 1) * FF_W1_BYTES;
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < FF_D / 16; ks++)
+            wgmma_m64n64k16(s, wg_desc(xs + (ks >> 2) * FF_BM * 128 + (ks & 3) * 32),
+                            wg_desc(w1s + (ks >> 2) * FF_HC * 128 + (ks & 3) * 32), ks > 0);
+        wg_commit();
+        wg_wait<0>(); /* S(j) and O(j - 1) */
+#pragma unroll
+        for (int i = 0; i < 32; i++)
+            asm volatile("" : "+f"(s[i])::"memory");
+        /* s[4q + e]: row g (+8 for e >= 2), hidden column 8q + 2·t4 + (e & 1) */
+#pragma unroll
+        for (int q = 0; q < 8; q++) {
+            int col = j * FF_HC + q * 8 + t4 * 2;
+            float c0 = b1 ? b1[col] : 0.0f, c1 = b1 ? b1[col + 1] : 0.0f;
+            /* k-step q / 2 of O: registers {row g lo, row g+8 lo, row g hi, row g+8 hi} */
+            int r = (q >> 1) * 4 + (q & 1) * 2;
+            p[r] = pack_h2(ffn_act<ACT>(s[4 * q] + c0), ffn_act<ACT>(s[4 * q + 1] + c1));
+            p[r + 1] = pack_h2(ffn_act<ACT>(s[4 * q + 2] + c0), ffn_act<ACT>(s[4 * q + 3] + c1));
+        }
+        cp_async_wait<0>(); /* w1 chunk j + 1, w2 chunk j */
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads(); /* and every warpgroup is past S(j) and O(j - 1) */
+        if (j + 2 < NC)
+            load_w1(j + 2);
+        if (j + 1 < NC)
+            load_w2(j + 1);
+        cp_async_commit();
+        unsigned w2s = sbase + FF_X_BYTES + 2 * FF_W1_BYTES + (j & 1) * FF_W2_BYTES;
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < FF_HC / 16; kk++)
+            wgmma_m64n256k16_rs(o, p + kk * 4, wg_desc(w2s + kk * 32));
+        wg_commit();
+    }
+    wg_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 128; i++)
+        asm volatile("" : "+f"(o[i])::"memory");
+    /* o[4q + e]: row g (+8 for e >= 2) of this warp's 16, column 8q + 2·t4 + (e & 1) */
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int m = m0 + wg * 64 + wq * 16 + g + h * 8;
+        if (m >= M)
+            continue;
+        float *xr = x + (long long)m * FF_D;
+#pragma unroll
+        for (int q = 0; q < 32; q++) {
+            int n = q * 8 + t4 * 2;
+            float2 v = *(float2 *)(xr + n);
+            float c0 = b2 ? b2[n] : 0.0f, c1 = b2 ? b2[n + 1] : 0.0f;
+            v.x += alpha * (o[4 * q + h * 2] + c0);
+            v.y += alpha * (o[4 * q + h * 2 + 1] + c1);
+            *(float2 *)(xr + n) = v;
+        }
+    }
+}
+
+template <int ACT>
+static int ffn_launch(float *x, const void *a, const void *w1, const float *b1, const void *w2,
+                      const float *b2, int m, int f, float alpha, cudaStream_t st,
+                      hark_err_t *err)
+{
+    static bool set[64];
+    auto kern = ffn_wgmma_kernel<ACT>;
+    cudaError_t e = ops_smem_opt_in((const void *)kern, FF_SMEM, set);
+    if (e != cudaSuccess)
+        return err_set(err, HARK_ERR_CUDA, "cuda: ffn smem attribute: %s", cudaGetErrorString(e));
+    kern<<<(m + FF_BM - 1) / FF_BM, FF_THREADS, FF_SMEM, st>>>(
+        x, (const __half *)a, (const __half *)w1, b1, (const __half *)w2, b2, m, f, alpha);
+    e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return err_set(err, HARK_ERR_CUDA, "cuda: ffn_wgmma_kernel: %s", cudaGetErrorString(e));
+    return HARK_OK;
+}
+
+extern "C" int cuda_ffn_f16_fits(const ops_cuda_t *g, int d, int f)
+{
+    return g && g->sm >= 90 && g->sm < 100 && d == FF_D && f > 0 && f % FF_HC == 0;
+}
+
+extern "C" int cuda_ffn_f16(float *x, const void *a, const void *w1, const float *b1,
+                            const void *w2, const float *b2, int m, int d, int f, cuda_act_t act,
+                            float alpha, ops_cuda_t *g, hark_err_t *err)
+{
+    if (!x || !a || !w1 || !w2 || m < 0 || !cuda_ffn_f16_fits(g, d, f))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "cuda_ffn_f16: needs a Hopper GPU, d = %d and f a multiple of %d (d %d, "
+                       "f %d, m %d)", FF_D, FF_HC, d, f, m);
+    if (m == 0)
+        return HARK_OK;
+    cudaStream_t st = g->stream;
+    switch (act) {
+    case CUDA_ACT_RELU:
+        return ffn_launch<CUDA_ACT_RELU>(x, a, w1, b1, w2, b2, m, f, alpha, st, err);
+    case CUDA_ACT_SWISH:
+        return ffn_launch<CUDA_ACT_SWISH>(x, a, w1, b1, w2, b2, m, f, alpha, st, err);
+    case CUDA_ACT_GELU:
+        return ffn_launch<CUDA_ACT_GELU>(x, a, w1, b1, w2, b2, m, f, alpha, st, err);
+    default:
+        return ffn_launch<CUDA_ACT_NONE>(x, a, w1, b1, w2, b2, m, f, alpha, st, err);
+    }
+}
