@@ -81,7 +81,7 @@ static int run_ffn_fused(void *p)
 {
     ffn_job_t *j = p;
     return cuda_ffn_f16(j->x, j->a, j->w1, j->b1, j->w2, j->b2, j->m, 256, 2048, CUDA_ACT_SWISH,
-                        0.5f, j->g, NULL);
+                        0.5f, NULL, j->g, NULL);
 }
 
 static int run_ffn_gemms(void *p)
@@ -178,9 +178,8 @@ int main(int argc, char **argv)
     CK(ops_cuda_create(st, &g, NULL));
     struct cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
-    printf("%s\n%-30s %6s %8s %9s %9s %9s %9s %11s %7s %s\n", prop.name, "gemm", "batch",
-           "rows", "mma ms", "mma TF/s", "wgmma", "auto TF/s", "cuBLAS TF/s", "auto/cuBLAS",
-           "auto ran");
+    printf("%s\n%-30s %6s %8s %9s %9s %9s %9s %11s %7s %s\n", prop.name, "gemm", "batch", "rows",
+           "mma ms", "mma TF/s", "wgmma", "auto TF/s", "cuBLAS TF/s", "auto/cuBLAS", "auto ran");
     for (int bi = 0; bi < nb; bi++) {
         int B = batches[bi], m = 249 * B;
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {

@@ -36,8 +36,8 @@
 #define NORM_EPS 1e-5f
 #define MAX_CONVS 3
 #define CONV_SCRATCH_BUDGET ((size_t)128 << 20) /* im2col block (bytes) */
-#define GRAPH_SLOTS 32                           /* recorded forwards kept per state */
-#define PROF_EVENTS 512                          /* stage marks per profiled forward */
+#define GRAPH_SLOTS 32                          /* recorded forwards kept per state */
+#define PROF_EVENTS 512                         /* stage marks per profiled forward */
 
 typedef struct {
     const float *f32; /* device (out, in) float32, or NULL when not uploaded */
@@ -116,13 +116,13 @@ struct conformer_gpu_state {
     void *cbuf[MAX_CONVS]; /* (max_batch, H_i, C, W_i) FP32; (max_batch, H_i, W_i, C) FP16 */
     void *col;             /* conv2d im2col scratch; FP32 only */
     size_t col_bytes;
-    void *s16a, *s16b; /* (rows, D) half: attention context / GLU output, depthwise output */
-    void *p16;         /* (max_t_out, D) half: projected positions */
-    void *lse;         /* (rows, CUDA_LSE_TILES(V)) float4: CTC head partials (FP16) */
-    int *h_lens;       /* pinned (2 · max_batch): lens, then encoder lens, read by the graphs */
+    void *s16a, *s16b;   /* (rows, D) half: attention context / GLU output, depthwise output */
+    void *p16;           /* (max_t_out, D) half: projected positions */
+    void *lse;           /* (rows, CUDA_LSE_TILES(V)) float4: CTC head partials (FP16) */
+    int *h_lens;         /* pinned (2 · max_batch): lens, then encoder lens, read by the graphs */
     cudaEvent_t lens_ev; /* the last forward's reads of h_lens are done */
     int graphs;          /* record and replay CUDA graphs */
-    int ffn_min_rows;    /* the fused FFN kernel from this many rows on; -1: never */
+    conformer_ffn_mode_t ffn; /* GEMMS where the fused kernel does not fit */
     struct gslot {
         int batch, t_max, chunk, left, skip_cmvn;
         const void *feats;
@@ -259,7 +259,8 @@ static void place(gload_t *L, const float *host, size_t n, int kind, int align, 
         L->n32 = (L->n32 + 63) & ~(size_t)63;
         L->n16 = (L->n16 + 127) & ~(size_t)127;
     }
-    int want32 = kind == K_VEC || kind == K_MAT32 || (kind == K_MAT && (L->prec & CONFORMER_GPU_FP32));
+    int want32 =
+        kind == K_VEC || kind == K_MAT32 || (kind == K_MAT && (L->prec & CONFORMER_GPU_FP32));
     int want16 = kind != K_VEC && (L->prec & CONFORMER_GPU_FP16);
     if (want32) {
         if (L->pass) {
@@ -353,7 +354,8 @@ static int load_block(gload_t *L, conformer_gpu_model_t *m, gblock_t *bk, int i,
         TRY(load_lin(L, &bk->ffm1, &bk->ffm1_b, f, d, SUB("feed_forward_macaron.w_1")));
         TRY(load_lin(L, &bk->ffm2, &bk->ffm2_b, d, f, SUB("feed_forward_macaron.w_2")));
         TRY(load_scaled(L, &bk->ffm2_bh, d, ffs, scratch, SUB("feed_forward_macaron.w_2.bias")));
-        TRY(put(L, K_VEC16, 1, NULL, &hb, 1, f, 0, 0, 0, "%s", SUB("feed_forward_macaron.w_1.bias")));
+        TRY(put(L, K_VEC16, 1, NULL, &hb, 1, f, 0, 0, 0, "%s",
+                SUB("feed_forward_macaron.w_1.bias")));
         bk->ffm1_bh = hb.f16;
     }
     TRY(load_norm(L, &bk->norm_mha, d, SUB("norm_mha")));
@@ -432,8 +434,8 @@ static int load_all(gload_t *L, conformer_gpu_model_t *m, float *scratch)
     }
     for (int i = 0; i < m->n_conv; i++) {
         gconv_t *cv = &m->conv[i];
-        L->perm = (perm_t){PERM_CONV, (size_t)cv->cout, (size_t)cv->cin, (size_t)cv->k,
-                           (size_t)cv->k};
+        L->perm =
+            (perm_t){PERM_CONV, (size_t)cv->cout, (size_t)cv->cin, (size_t)cv->k, (size_t)cv->k};
         TRY(put(L, K_MAT32, 1, NULL, &cv->w, 4, cv->cout, cv->cin, cv->k, cv->k,
                 "encoder.embed.conv.%d.weight", 2 * i));
         TRY(VEC(&cv->b, cv->cout, "encoder.embed.conv.%d.bias", 2 * i));
@@ -443,8 +445,8 @@ static int load_all(gload_t *L, conformer_gpu_model_t *m, float *scratch)
         size_t c = (size_t)m->conv[m->n_conv - 1].cout;
         L->perm = (perm_t){PERM_EMBED, (size_t)m->d, c, (size_t)m->embed_in / c, 0};
     }
-    const char *emb = cfg->subsample == SUBSAMPLE_CONV2D ? "encoder.embed.out.0"
-                                                         : "encoder.embed.linear";
+    const char *emb =
+        cfg->subsample == SUBSAMPLE_CONV2D ? "encoder.embed.out.0" : "encoder.embed.linear";
     char eb[64];
     snprintf(eb, sizeof eb, "%s.bias", emb);
     TRY(load_lin(L, &m->embed, &m->embed_b, m->d, m->embed_in, emb));
@@ -556,8 +558,8 @@ int conformer_gpu_model_create(const wenet_config_t *cfg, conformer_tensor_fn ge
     for (int i = 0; i < m->n_conv; i++)
         f = conv_out(f, m->conv[i].k, m->conv[i].stride);
     m->embed_in = m->conv[m->n_conv - 1].cout * f;
-    gload_t ld = {get,  user, err,  0,    precisions,          0,
-                   0,    NULL, NULL, NULL, NULL, {PERM_NONE, 0, 0, 0, 0}},
+    gload_t ld = {get, user, err,  0,    precisions, 0,
+                  0,   NULL, NULL, NULL, NULL,       {PERM_NONE, 0, 0, 0, 0}},
             *L = &ld;
     float *scratch = hark_malloc((size_t)(m->kernel > 2 ? m->kernel : 2) * m->d * sizeof(float));
     m->blocks = hark_calloc(cfg->n_blocks > 0 ? (size_t)cfg->n_blocks : 1, sizeof *m->blocks);
@@ -699,8 +701,8 @@ int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, in
         blk = blk > one ? blk : one;
         s->col_bytes = blk > s->col_bytes ? blk : s->col_bytes;
     }
-    size_t total = 3 * al((size_t)max_batch * sizeof(int)) + al(rows * d * 4) +
-                   al(rows * d * es) + al(s->col_bytes);
+    size_t total = 3 * al((size_t)max_batch * sizeof(int)) + al(rows * d * 4) + al(rows * d * es) +
+                   al(s->col_bytes);
     size_t lse_bytes = rows * (size_t)CUDA_LSE_TILES(m->vocab) * 16;
     if (f16) /* x; hn; big = FFN hidden or QKV; ctx/GLU; depthwise out; positions; CTC partials */
         total += al(rows * w32 * 2) + 2 * al(rows * d * 2) + al((size_t)s->max_t_out * d * 2) +
@@ -809,9 +811,9 @@ void conformer_gpu_set_graphs(conformer_gpu_state_t *s, int on)
 void conformer_gpu_set_fused_ffn(conformer_gpu_state_t *s, conformer_ffn_mode_t mode)
 {
     drop_graphs(s);
-    s->ffn_min_rows = mode == CONFORMER_FFN_FUSED ? 0 : mode == CONFORMER_FFN_AUTO ? FFN_FUSED_MIN_ROWS : -1;
+    s->ffn = mode;
     if (s->dt != OPS_F16 || !cuda_ffn_f16_fits(s->g, s->m->d, s->m->ffn))
-        s->ffn_min_rows = -1;
+        s->ffn = CONFORMER_FFN_GEMMS;
 }
 
 void *conformer_gpu_stream(const conformer_gpu_state_t *s)
@@ -1008,34 +1010,70 @@ static int h_resid(const gfwd_t *F, const void *a, int k, const mat_t *w, const 
     return cuda_hgemm(&e, a, k, w->f16, F->rows, s->m->d, k, s->g, F->err);
 }
 
-/* after a residual update: pre-norm, hn = next(x) (none: nothing to do); post-norm,
- * x = own(x) and hn = x */
-static int h_norm(const gfwd_t *F, const dnorm_t *own, const dnorm_t *next)
+/* The layer norms after a residual update, as cuda_rows_norm / cuda_ffn_f16 take them: pre-norm,
+ * hn = next(x) (none: nothing to do); post-norm, x = own(x) and hn = x */
+static cuda_ffn_norm_t norm_after(const conformer_gpu_state_t *s, const dnorm_t *own,
+                                  const dnorm_t *next)
+{
+    cuda_ffn_norm_t n = {0, NULL, NULL, NULL, NULL, 0, 0, NULL, NORM_EPS};
+    if (s->m->cfg.normalize_before) {
+        if (next) {
+            n.g1 = next->g, n.n_b1 = next->b, n.ln1 = 1;
+            n.h_out = s->hn;
+        }
+    } else {
+        n.x_sel = 1;
+        n.g1 = own->g, n.n_b1 = own->b, n.ln1 = 1;
+        n.h_out = s->hn;
+    }
+    return n;
+}
+
+/* the norms at the end of a block with a conv module: pre-norm, x = norm_final(x), hn = next(x);
+ * post-norm, x = norm_final(norm_ff(x)), hn = x */
+static cuda_ffn_norm_t norm_block_end(const conformer_gpu_state_t *s, const gblock_t *bk,
+                                      const dnorm_t *next)
+{
+    cuda_ffn_norm_t n = {1, bk->norm_final.g, bk->norm_final.b, NULL, NULL, 1, 0, NULL, NORM_EPS};
+    if (s->m->cfg.normalize_before) {
+        if (next) {
+            n.g2 = next->g, n.n_b2 = next->b, n.ln2 = 1;
+            n.h_out = s->hn;
+        }
+    } else {
+        n.x_sel = 2;
+        n.g1 = bk->norm_ff.g, n.n_b1 = bk->norm_ff.b;
+        n.g2 = bk->norm_final.g, n.n_b2 = bk->norm_final.b, n.ln2 = 1;
+        n.h_out = s->hn;
+    }
+    return n;
+}
+
+static int h_norm(const gfwd_t *F, const cuda_ffn_norm_t *n)
 {
     conformer_gpu_state_t *s = F->s;
-    int d = s->m->d, rc = HARK_OK;
-    if (s->m->cfg.normalize_before) {
-        if (!next)
-            return HARK_OK;
-        rc = cuda_rows_norm(NULL, 0, s->hn, NULL, s->x, next->g, next->b, 1, NULL, NULL, 0, NULL,
-                            0, F->rows, d, NORM_EPS, s->stream, F->err);
-    } else {
-        rc = cuda_rows_norm(s->x, 1, s->hn, NULL, s->x, own->g, own->b, 1, NULL, NULL, 0, NULL, 0,
-                            F->rows, d, NORM_EPS, s->stream, F->err);
-    }
+    if (!n->ln1 && !n->ln2 && !n->h_out)
+        return HARK_OK;
+    int rc = cuda_rows_norm(n->x_sel ? s->x : NULL, n->x_sel, n->h_out, NULL, s->x, n->g1, n->n_b1,
+                            n->ln1, n->g2, n->n_b2, n->ln2, NULL, 0, F->rows, s->m->d, n->eps,
+                            s->stream, F->err);
     mark(s, CONFORMER_GPU_STAGE_NORM);
     return rc;
 }
 
-/* x += alpha · w2(act(w1(hn) + b1)) + alpha · b2 */
+/* x += alpha · w2(act(w1(hn) + b1)) + alpha · b2, then the norms n: one fused kernel where the
+ * state takes it at these rows, else two GEMMs (the hidden activations through memory) and
+ * cuda_rows_norm */
 static int h_ffn(const gfwd_t *F, const mat_t *w1, const float *b1, const void *b1_h,
-                 const mat_t *w2, const float *b2, float alpha, const float *b2_alpha)
+                 const mat_t *w2, const float *b2, float alpha, const float *b2_alpha,
+                 const cuda_ffn_norm_t *n)
 {
     conformer_gpu_state_t *s = F->s;
     const conformer_gpu_model_t *m = s->m;
-    if (s->ffn_min_rows >= 0 && F->rows >= s->ffn_min_rows) {
+    if (s->ffn == CONFORMER_FFN_FUSED ||
+        (s->ffn == CONFORMER_FFN_AUTO && cuda_ffn_f16_prefers(s->g, F->rows))) {
         TRY(cuda_ffn_f16(s->x, s->hn, w1->f16, b1, w2->f16, b2, F->rows, m->d, m->ffn,
-                         act_of(&m->cfg), alpha, s->g, F->err));
+                         act_of(&m->cfg), alpha, n, s->g, F->err));
         mark(s, CONFORMER_GPU_STAGE_FFN);
         return HARK_OK;
     }
@@ -1045,7 +1083,7 @@ static int h_ffn(const gfwd_t *F, const mat_t *w1, const float *b1, const void *
     TRY(cuda_hgemm(&e, s->hn, m->d, w1->f16, F->rows, m->ffn, m->d, s->g, F->err));
     TRY(h_resid(F, s->big, m->ffn, w2, b2, alpha, b2_alpha));
     mark(s, CONFORMER_GPU_STAGE_FFN);
-    return HARK_OK;
+    return h_norm(F, n);
 }
 
 static int h_mhsa(const gfwd_t *F, const gblock_t *bk)
@@ -1063,9 +1101,9 @@ static int h_mhsa(const gfwd_t *F, const gblock_t *bk)
     mark(s, CONFORMER_GPU_STAGE_ATT_PROJ);
     const char *qkv = s->big;
     TRY(cuda_flash_attention(s->s16a, d, qkv, qkv + (size_t)d * 2, qkv + (size_t)d * 4, 3 * d,
-                             rel ? s->p16 : NULL, d, rel ? bk->pos_u : NULL,
-                             rel ? bk->pos_v : NULL, s->d_tl, F->chunk, F->left, F->batch, F->t,
-                             m->h, m->dk, 1.0f / sqrtf((float)m->dk), s->stream, F->err));
+                             rel ? s->p16 : NULL, d, rel ? bk->pos_u : NULL, rel ? bk->pos_v : NULL,
+                             s->d_tl, F->chunk, F->left, F->batch, F->t, m->h, m->dk,
+                             1.0f / sqrtf((float)m->dk), s->stream, F->err));
     mark(s, CONFORMER_GPU_STAGE_ATT_CORE);
     TRY(h_resid(F, s->s16a, d, &bk->o, bk->o_b, 1.0f, NULL));
     mark(s, CONFORMER_GPU_STAGE_ATT_PROJ);
@@ -1101,30 +1139,21 @@ static int h_block(const gfwd_t *F, int i)
     float ff_scale = c->macaron ? 0.5f : 1.0f;
     int cnn = c->use_cnn_module;
     if (c->macaron) {
+        cuda_ffn_norm_t n = norm_after(s, &bk->norm_ff_macaron, &bk->norm_mha);
         TRY(h_ffn(F, &bk->ffm1, bk->ffm1_b, bk->ffm1_bh, &bk->ffm2, bk->ffm2_b, ff_scale,
-                  bk->ffm2_bh));
-        TRY(h_norm(F, &bk->norm_ff_macaron, &bk->norm_mha));
+                  bk->ffm2_bh, &n));
     }
     TRY(h_mhsa(F, bk));
-    TRY(h_norm(F, &bk->norm_mha, cnn ? &bk->norm_conv : &bk->norm_ff));
+    cuda_ffn_norm_t n = norm_after(s, &bk->norm_mha, cnn ? &bk->norm_conv : &bk->norm_ff);
+    TRY(h_norm(F, &n));
     if (cnn) {
         TRY(h_conv(F, bk));
-        TRY(h_norm(F, &bk->norm_conv, &bk->norm_ff));
+        n = norm_after(s, &bk->norm_conv, &bk->norm_ff);
+        TRY(h_norm(F, &n));
     }
-    TRY(h_ffn(F, &bk->ff1, bk->ff1_b, bk->ff1_bh, &bk->ff2, bk->ff2_b, ff_scale, bk->ff2_bh));
     const dnorm_t *next = first_norm(m, i + 1);
-    if (!cnn)
-        return h_norm(F, &bk->norm_ff, next);
-    if (c->normalize_before) /* x = norm_final(x), hn = next(x) */
-        TRY(cuda_rows_norm(s->x, 1, next ? s->hn : NULL, NULL, s->x, bk->norm_final.g,
-                           bk->norm_final.b, 1, next ? next->g : NULL, next ? next->b : NULL,
-                           next != NULL, NULL, 0, F->rows, m->d, NORM_EPS, s->stream, F->err));
-    else /* post-norm: x = norm_final(norm_ff(x)), hn = x */
-        TRY(cuda_rows_norm(s->x, 2, s->hn, NULL, s->x, bk->norm_ff.g, bk->norm_ff.b, 1,
-                           bk->norm_final.g, bk->norm_final.b, 1, NULL, 0, F->rows, m->d, NORM_EPS,
-                           s->stream, F->err));
-    mark(s, CONFORMER_GPU_STAGE_NORM);
-    return HARK_OK;
+    n = cnn ? norm_block_end(s, bk, next) : norm_after(s, &bk->norm_ff, next);
+    return h_ffn(F, &bk->ff1, bk->ff1_b, bk->ff1_bh, &bk->ff2, bk->ff2_b, ff_scale, bk->ff2_bh, &n);
 }
 
 static int forward_f16(const gfwd_t *F, const conformer_opts_t *o, float *d_enc,
@@ -1145,8 +1174,8 @@ static int forward_f16(const gfwd_t *F, const conformer_opts_t *o, float *d_enc,
         const gconv_t *cv = &m->conv[i];
         cuda_epi_t e = epi(CUDA_EPI_F16, s->cbuf[i], cv->cout, cv->b);
         e.act = CUDA_ACT_RELU;
-        TRY(cuda_hconv2d(&e, s->cbuf[i - 1], cv->w.f16, F->batch, cv->cin, hh, ww, cv->cout,
-                         cv->k, cv->k, cv->stride, s->g, err));
+        TRY(cuda_hconv2d(&e, s->cbuf[i - 1], cv->w.f16, F->batch, cv->cin, hh, ww, cv->cout, cv->k,
+                         cv->k, cv->stride, s->g, err));
         hh = conv_out(hh, cv->k, cv->stride);
         ww = conv_out(ww, cv->k, cv->stride);
     }
@@ -1162,17 +1191,16 @@ static int forward_f16(const gfwd_t *F, const conformer_opts_t *o, float *d_enc,
     TRY(cuda_hgemm(&e, s->cbuf[m->n_conv - 1], m->embed_in, m->embed.f16, F->rows, m->d,
                    m->embed_in, s->g, err));
     const dnorm_t *n0 = c->normalize_before ? first_norm(m, 0) : NULL;
-    TRY(cuda_rows_norm(NULL, 0, s->hn, NULL, s->x, n0 ? n0->g : NULL, n0 ? n0->b : NULL,
-                       n0 != NULL, NULL, NULL, 0, NULL, 0, F->rows, m->d, NORM_EPS, s->stream,
-                       err));
+    TRY(cuda_rows_norm(NULL, 0, s->hn, NULL, s->x, n0 ? n0->g : NULL, n0 ? n0->b : NULL, n0 != NULL,
+                       NULL, NULL, 0, NULL, 0, F->rows, m->d, NORM_EPS, s->stream, err));
     mark(s, CONFORMER_GPU_STAGE_SUBSAMPLE);
     for (int i = 0; i < c->n_blocks; i++)
         TRY(h_block(F, i));
     /* encoder output (pad rows 0), and its half copy for the CTC GEMM */
     int an = c->normalize_before;
     TRY(cuda_rows_norm(NULL, 0, s->hn, d_enc, s->x, an ? m->after_norm.g : NULL,
-                       an ? m->after_norm.b : NULL, an, NULL, NULL, 0, s->d_tl, F->t, F->rows,
-                       m->d, NORM_EPS, s->stream, err));
+                       an ? m->after_norm.b : NULL, an, NULL, NULL, 0, s->d_tl, F->t, F->rows, m->d,
+                       NORM_EPS, s->stream, err));
     mark(s, CONFORMER_GPU_STAGE_NORM);
     return HARK_OK;
 }
@@ -1345,7 +1373,7 @@ int conformer_gpu_forward(conformer_gpu_state_t *s, const conformer_opts_t *opts
         if (rc == HARK_OK && s->graphs) { /* remember the shape */
             if (victim->exec)
                 cudaGraphExecDestroy(victim->exec);
-            *victim = (struct gslot){batch,  t_max,  F.chunk, F.left, skip,
+            *victim = (struct gslot){batch,   t_max, F.chunk, F.left,   skip,
                                      d_feats, d_enc, NULL,    ++s->tick};
         }
     }
@@ -1393,8 +1421,8 @@ int conformer_gpu_ctc_log_probs(conformer_gpu_state_t *s, float *d_logp, const f
     TRY(ctc_logits(s, d_logp, d_enc, enc_lens, batch, t_enc, err));
     if (t_enc == 0)
         return HARK_OK;
-    return cuda_log_softmax(d_logp, d_logp, NULL, s->d_ctc_lens, t_enc, batch * t_enc,
-                            s->m->vocab, s->stream, err);
+    return cuda_log_softmax(d_logp, d_logp, NULL, s->d_ctc_lens, t_enc, batch * t_enc, s->m->vocab,
+                            s->stream, err);
 }
 
 int conformer_gpu_ctc_argmax(conformer_gpu_state_t *s, int *d_arg, float *d_best, float *d_logp,
@@ -1410,17 +1438,16 @@ int conformer_gpu_ctc_argmax(conformer_gpu_state_t *s, int *d_arg, float *d_best
         int rows = batch * t_enc;
         cuda_epi_t e = epi(CUDA_EPI_LSE, s->lse, CUDA_LSE_TILES(m->vocab), m->ctc_b);
         TRY(cuda_hgemm(&e, s->hn, m->d, m->ctc.f16, rows, m->vocab, m->d, s->g, err));
-        TRY(cuda_lse_argmax(d_arg, d_best, s->lse, m->vocab, s->d_ctc_lens, t_enc, rows,
-                            s->stream, err));
+        TRY(cuda_lse_argmax(d_arg, d_best, s->lse, m->vocab, s->d_ctc_lens, t_enc, rows, s->stream,
+                            err));
         mark(s, CONFORMER_GPU_STAGE_CTC);
         return HARK_OK;
     }
     TRY(ctc_logits(s, d_logp, d_enc, enc_lens, batch, t_enc, err));
     if (t_enc == 0)
         return HARK_OK;
-    TRY(cuda_ctc_log_softmax_argmax(d_arg, d_best, want_logp ? d_logp : NULL, d_logp,
-                                    s->d_ctc_lens, t_enc, batch * t_enc, s->m->vocab, s->stream,
-                                    err));
+    TRY(cuda_ctc_log_softmax_argmax(d_arg, d_best, want_logp ? d_logp : NULL, d_logp, s->d_ctc_lens,
+                                    t_enc, batch * t_enc, s->m->vocab, s->stream, err));
     mark(s, CONFORMER_GPU_STAGE_CTC);
     return HARK_OK;
 }
@@ -1453,8 +1480,8 @@ int conformer_gpu_profile_read(conformer_gpu_state_t *s, double *ms, hark_err_t 
 const char *conformer_gpu_stage_name(int stage)
 {
     static const char *const names[CONFORMER_GPU_STAGES] = {
-        "subsampling", "feed-forward", "attention projections", "attention core",
-        "conv module", "norms",        "ctc head"};
+        "subsampling", "feed-forward", "attention projections", "attention core", "conv module",
+        "norms",       "ctc head"};
     return stage >= 0 && stage < CONFORMER_GPU_STAGES ? names[stage] : "?";
 }
 

@@ -105,11 +105,15 @@ void conformer_gpu_set_graphs(conformer_gpu_state_t *s, int on);
 
 /* How an FP16 forward runs the feed-forward modules: GEMMS, two GEMMs with the hidden
  * activations in memory; FUSED, one kernel that keeps them on chip (cuda_ffn_f16: Hopper,
- * d_model 256, ffn_dim a multiple of 64; elsewhere GEMMS); AUTO (the default), FUSED from
- * FFN_FUSED_MIN_ROWS rows (batch x encoder frames) on, where it measured faster. HARK_FFN=gemm|fused
- * in the environment picks one at creation. Drops the recorded graphs. */
-typedef enum { CONFORMER_FFN_AUTO = 0, CONFORMER_FFN_GEMMS, CONFORMER_FFN_FUSED } conformer_ffn_mode_t;
-#define FFN_FUSED_MIN_ROWS 8192
+ * d_model 256, ffn_dim a multiple of 64; elsewhere GEMMS), with the layer norms after the
+ * module in its epilogue; AUTO (the default), FUSED where cuda_ffn_f16_prefers the rows (batch x
+ * encoder frames). HARK_FFN=gemm|fused in the environment picks one at creation. Drops the
+ * recorded graphs. */
+typedef enum {
+    CONFORMER_FFN_AUTO = 0,
+    CONFORMER_FFN_GEMMS,
+    CONFORMER_FFN_FUSED
+} conformer_ffn_mode_t;
 void conformer_gpu_set_fused_ffn(conformer_gpu_state_t *s, conformer_ffn_mode_t mode);
 
 /* Stage profile of the FP16 path with CUDA events (turns graphs off): after profile(s, 1), each
@@ -126,8 +130,7 @@ enum {
     CONFORMER_GPU_STAGES
 };
 void conformer_gpu_profile(conformer_gpu_state_t *s, int on);
-int conformer_gpu_profile_read(conformer_gpu_state_t *s, double *ms,
-                               hark_err_t *err);
+int conformer_gpu_profile_read(conformer_gpu_state_t *s, double *ms, hark_err_t *err);
 const char *conformer_gpu_stage_name(int stage);
 
 #ifdef __cplusplus

@@ -1,19 +1,22 @@
 /* ffn_f16.cu — the Conformer feed-forward module as one Hopper kernel:
- *     x (m, 256) float += alpha · (act(a · w1ᵀ + b1) · w2ᵀ + b2)
+ *     x (m, 256) float += alpha · (act(a · w1ᵀ + b1) · w2ᵀ + b2), then the layer norms after it
  * A block takes 128 rows of a (two warpgroups of 64) and walks the hidden dimension in chunks of
  * 64: s = a · w1[chunk]ᵀ (wgmma m64n64k16, both operands in shared memory), then bias +
  * activation on the accumulators, rounded to half in registers, then o += s · w2[:, chunk]ᵀ
  * (wgmma m64n256k16 with its A operand taken from those registers). The (m, f) hidden
  * activations never reach memory: the two-GEMM path writes and reads them (2 · m · f · 2 bytes,
  * twice again for a separate activation pass), which at batch 256 costs more than the GEMMs'
- * arithmetic. The residual update is the epilogue.
+ * arithmetic.
  * Shared memory: the a tile (64 KiB, kept for the whole walk) and two buffers each of the w1 and
  * w2 chunks (32 KiB each), 128-byte-swizzled K-major as wgmma reads them. Per chunk j: S(j); its
  * activation; wait for chunk j + 1's copies; a block barrier (every warpgroup has finished S(j)
- * and O(j - 1)); copy w1 chunk j + 2 and w2 chunk j + 1 into the freed buffers; O(j) left in
- * flight until S(j + 1) waits.
- * CPU reference: matmul_ref + activation_ref, rounded to half, + matmul_ref + axpy.
- * Test: tests/ops/test_ops_cuda.c (cuda_ffn_f16_matches_ref). */
+ * and O(j - 1)); issue O(j); copy w1 chunk j + 2 and w2 chunk j + 1 into the freed buffers; O(j)
+ * left in flight until S(j + 1) waits. The two warpgroups meet the barrier at different points
+ * (before / after their activation), so that one's activation overlaps the other's wgmmas.
+ * The epilogue adds into the residual stream and runs the layer norms that follow the module (a
+ * row's 256 values sit in the 4 threads of a quad): the separate norm pass is gone too.
+ * CPU reference: matmul_ref + activation_ref, rounded to half, + matmul_ref + the update, then
+ * layer_norm_ref. Test: tests/ops/test_ops_cuda.c (cuda_ffn_f16_matches_ref). */
 #include "ops/ops_cuda.h"
 
 #include "hark.h"
@@ -23,9 +26,9 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#define FF_D 256   /* model width: the output tile is a whole row */
-#define FF_HC 64   /* hidden units per chunk */
-#define FF_BM 128  /* rows per block */
+#define FF_D 256  /* model width: the output tile is a whole row */
+#define FF_HC 64  /* hidden units per chunk */
+#define FF_BM 128 /* rows per block */
 #define FF_THREADS 256
 #define FF_X_BYTES (FF_BM * FF_D * 2)
 #define FF_W1_BYTES (FF_HC * FF_D * 2)
@@ -38,8 +41,15 @@ __device__ __forceinline__ void wgmma_m64n64k16(float d[32], uint64_t da, uint64
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+                 "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, "
+                 "p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31])
                  : "l"(da), "l"(db), "r"(acc));
 }
 
@@ -47,11 +57,37 @@ __device__ __forceinline__ void wgmma_m64n64k16(float d[32], uint64_t da, uint64
  * warp) · B (256 x 16)ᵀ from shared memory */
 __device__ __forceinline__ void wgmma_m64n256k16_rs(float d[128], const unsigned a[4], uint64_t db)
 {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
+        "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "
+        "%55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, "
+        "%73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, "
+        "%91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, "
+        "%107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, "
+        "%122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+          "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+          "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+          "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
+          "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
+          "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
+          "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
+          "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
 template <int ACT> __device__ __forceinline__ float ffn_act(float x)
@@ -78,12 +114,39 @@ __device__ __forceinline__ unsigned sw_off(int r, int c, int rows)
     return (unsigned)((c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
+/* layer norm of one row held by a quad: this thread's 64 values at o[4q + 2h + e] (q < 32, e < 2),
+ * columns 8q + 2·t4 + e */
+__device__ __forceinline__ void ln_quad(float *o, int h, int t4, const float *g, const float *b,
+                                        float eps)
+{
+    float sum = 0.0f;
+#pragma unroll
+    for (int q = 0; q < 32; q++)
+        sum += o[4 * q + 2 * h] + o[4 * q + 2 * h + 1];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    float mean = sum / (float)FF_D, sq = 0.0f;
+#pragma unroll
+    for (int q = 0; q < 64; q++) {
+        float c = o[4 * (q >> 1) + 2 * h + (q & 1)] - mean;
+        sq += c * c;
+    }
+    sq += __shfl_xor_sync(0xffffffffu, sq, 1);
+    sq += __shfl_xor_sync(0xffffffffu, sq, 2);
+    float rstd = 1.0f / sqrtf(sq / (float)FF_D + eps);
+#pragma unroll
+    for (int q = 0; q < 64; q++) {
+        int n = (q >> 1) * 8 + t4 * 2 + (q & 1), i = 4 * (q >> 1) + 2 * h + (q & 1);
+        o[i] = (o[i] - mean) * rstd * (g ? g[n] : 1.0f) + (b ? b[n] : 0.0f);
+    }
+}
+
 template <int ACT>
 __global__ void __launch_bounds__(FF_THREADS, 1)
-    ffn_wgmma_kernel(float *__restrict__ x, const __half *__restrict__ a,
-                     const __half *__restrict__ w1, const float *__restrict__ b1,
-                     const __half *__restrict__ w2, const float *__restrict__ b2, int M, int F,
-                     float alpha)
+    ffn_wgmma_kernel(float *__restrict__ x, const __half *a, const __half *__restrict__ w1,
+                     const float *__restrict__ b1, const __half *__restrict__ w2,
+                     const float *__restrict__ b2, int M, int F, float alpha, int has_norm,
+                     cuda_ffn_norm_t nm)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     unsigned base = (unsigned)__cvta_generic_to_shared(smem_raw);
@@ -100,26 +163,39 @@ __global__ void __launch_bounds__(FF_THREADS, 1)
     for (int i = 0; i < FF_X_BYTES / 16 / FF_THREADS; i++) {
         int id = tid + FF_THREADS * i, r = id >> 5, c = id & 31;
         bool ok = m0 + r < M;
-        cp_async16(smem + sw_off(r, c, FF_BM), ok ? a + (long long)(m0 + r) * FF_D + c * 8 : a,
-                   ok);
+        cp_async16(smem + sw_off(r, c, FF_BM), ok ? a + (long long)(m0 + r) * FF_D + c * 8 : a, ok);
     }
     auto load_w1 = [&](int j) { /* rows j·64 .. +63 of w1 (f, 256) */
-        unsigned char *s = s_w1 + (j & 1) * FF_W1_BYTES;
-        const __half *src = w1 + (long long)j * FF_HC * FF_D;
+                                unsigned char *s = s_w1 + (j & 1) * FF_W1_BYTES;
+                                const __half *src = w1 + (long long)j * FF_HC * FF_D;
 #pragma unroll
-        for (int i = 0; i < FF_W1_BYTES / 16 / FF_THREADS; i++) {
-            int id = tid + FF_THREADS * i, r = id >> 5, c = id & 31;
-            cp_async16(s + sw_off(r, c, FF_HC), src + r * FF_D + c * 8, true);
-        }
+                                for (int i = 0; i < FF_W1_BYTES / 16 / FF_THREADS; i++) {
+                                    int id = tid + FF_THREADS * i, r = id >> 5, c = id & 31;
+                                    cp_async16(s + sw_off(r, c, FF_HC), src + r * FF_D + c * 8,
+                                               true);
+                                }
     };
     auto load_w2 = [&](int j) { /* columns j·64 .. +63 of w2 (256, f) */
-        unsigned char *s = s_w2 + (j & 1) * FF_W2_BYTES;
-        const __half *src = w2 + (long long)j * FF_HC;
+                                unsigned char *s = s_w2 + (j & 1) * FF_W2_BYTES;
+                                const __half *src = w2 + (long long)j * FF_HC;
 #pragma unroll
-        for (int i = 0; i < FF_W2_BYTES / 16 / FF_THREADS; i++) {
-            int id = tid + FF_THREADS * i, n = id >> 3, c = id & 7;
-            cp_async16(s + sw_off(n, c, FF_D), src + (long long)n * F + c * 8, true);
-        }
+                                for (int i = 0; i < FF_W2_BYTES / 16 / FF_THREADS; i++) {
+                                    int id = tid + FF_THREADS * i, n = id >> 3, c = id & 7;
+                                    cp_async16(s + sw_off(n, c, FF_D),
+                                               src + (long long)n * F + c * 8, true);
+                                }
+    };
+    auto block_sync_copies = [&]() {
+        cp_async_wait<0>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        asm volatile("bar.sync 1, %0;\n" ::"n"(FF_THREADS) : "memory");
+    };
+    auto load_next = [&](int j) { /* into the buffers of w1 chunk j and w2 chunk j - 1 */
+                                  if (j + 2 < NC)
+                                      load_w1(j + 2);
+                                  if (j + 1 < NC)
+                                      load_w2(j + 1);
+                                  cp_async_commit();
     };
     load_w1(0);
     if (NC > 1)
@@ -148,6 +224,15 @@ __global__ void __launch_bounds__(FF_THREADS, 1)
 #pragma unroll
         for (int i = 0; i < 32; i++)
             asm volatile("" : "+f"(s[i])::"memory");
+        /* Warpgroup 1 meets the block barrier before its activation, warpgroup 0 after its
+         * own: one warpgroup's activation then runs while the other's wgmmas keep the tensor
+         * cores busy. The barrier (bar.sync counts arrivals, wherever they come from) means:
+         * every thread's copies of w1 chunk j + 1 and w2 chunk j landed, and both warpgroups are
+         * past S(j) and O(j - 1), whose buffers the next copies overwrite. */
+        if (wg == 1) {
+            block_sync_copies();
+            load_next(j);
+        }
         /* s[4q + e]: row g (+8 for e >= 2), hidden column 8q + 2·t4 + (e & 1) */
 #pragma unroll
         for (int q = 0; q < 8; q++) {
@@ -158,56 +243,75 @@ __global__ void __launch_bounds__(FF_THREADS, 1)
             p[r] = pack_h2(ffn_act<ACT>(s[4 * q] + c0), ffn_act<ACT>(s[4 * q + 1] + c1));
             p[r + 1] = pack_h2(ffn_act<ACT>(s[4 * q + 2] + c0), ffn_act<ACT>(s[4 * q + 3] + c1));
         }
-        cp_async_wait<0>(); /* w1 chunk j + 1, w2 chunk j */
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads(); /* and every warpgroup is past S(j) and O(j - 1) */
-        if (j + 2 < NC)
-            load_w1(j + 2);
-        if (j + 1 < NC)
-            load_w2(j + 1);
-        cp_async_commit();
+        if (wg == 0)
+            block_sync_copies();
         unsigned w2s = sbase + FF_X_BYTES + 2 * FF_W1_BYTES + (j & 1) * FF_W2_BYTES;
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < FF_HC / 16; kk++)
             wgmma_m64n256k16_rs(o, p + kk * 4, wg_desc(w2s + kk * 32));
         wg_commit();
+        if (wg == 0) /* the copies into the freed buffers, while O(j) runs */
+            load_next(j);
     }
     wg_wait<0>();
 #pragma unroll
     for (int i = 0; i < 128; i++)
         asm volatile("" : "+f"(o[i])::"memory");
-    /* o[4q + e]: row g (+8 for e >= 2) of this warp's 16, column 8q + 2·t4 + (e & 1) */
+        /* o[4q + 2h + e]: row g + 8h of this warp's 16, column 8q + 2·t4 + e; a row's 256 values
+         * are spread over the 4 threads of a quad (the norms reduce with quad shuffles, so every
+         * thread runs them, rows past M included) */
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         int m = m0 + wg * 64 + wq * 16 + g + h * 8;
-        if (m >= M)
-            continue;
-        float *xr = x + (long long)m * FF_D;
+        bool ok = m < M;
+        float *xr = x + (long long)(ok ? m : 0) * FF_D;
 #pragma unroll
         for (int q = 0; q < 32; q++) {
             int n = q * 8 + t4 * 2;
-            float2 v = *(float2 *)(xr + n);
+            float2 v = ok ? *(const float2 *)(xr + n) : make_float2(0.0f, 0.0f);
             float c0 = b2 ? b2[n] : 0.0f, c1 = b2 ? b2[n + 1] : 0.0f;
-            v.x += alpha * (o[4 * q + h * 2] + c0);
-            v.y += alpha * (o[4 * q + h * 2 + 1] + c1);
-            *(float2 *)(xr + n) = v;
+            o[4 * q + h * 2] = v.x + alpha * (o[4 * q + h * 2] + c0);
+            o[4 * q + h * 2 + 1] = v.y + alpha * (o[4 * q + h * 2 + 1] + c1);
+        }
+#pragma unroll
+        for (int step = 0; step <= 2; step++) {
+            if (step == 1 && has_norm && nm.ln1)
+                ln_quad(o, h, t4, nm.g1, nm.n_b1, nm.eps);
+            if (step == 2 && has_norm && nm.ln2)
+                ln_quad(o, h, t4, nm.g2, nm.n_b2, nm.eps);
+            if (ok && step == (has_norm ? nm.x_sel : 0))
+#pragma unroll
+                for (int q = 0; q < 32; q++)
+                    *(float2 *)(xr + q * 8 + t4 * 2) =
+                        make_float2(o[4 * q + h * 2], o[4 * q + h * 2 + 1]);
+        }
+        if (ok && has_norm && nm.h_out) {
+            __half *hr = (__half *)nm.h_out + (long long)m * FF_D;
+#pragma unroll
+            for (int q = 0; q < 32; q++)
+                *(__half2 *)(hr + q * 8 + t4 * 2) =
+                    __floats2half2_rn(o[4 * q + h * 2], o[4 * q + h * 2 + 1]);
         }
     }
 }
 
 template <int ACT>
 static int ffn_launch(float *x, const void *a, const void *w1, const float *b1, const void *w2,
-                      const float *b2, int m, int f, float alpha, cudaStream_t st,
-                      hark_err_t *err)
+                      const float *b2, int m, int f, float alpha, const cuda_ffn_norm_t *norm,
+                      cudaStream_t st, hark_err_t *err)
 {
     static bool set[64];
     auto kern = ffn_wgmma_kernel<ACT>;
     cudaError_t e = ops_smem_opt_in((const void *)kern, FF_SMEM, set);
     if (e != cudaSuccess)
         return err_set(err, HARK_ERR_CUDA, "cuda: ffn smem attribute: %s", cudaGetErrorString(e));
+    cuda_ffn_norm_t nm = {0, NULL, NULL, NULL, NULL, 0, 0, NULL, 0.0f};
+    if (norm)
+        nm = *norm;
     kern<<<(m + FF_BM - 1) / FF_BM, FF_THREADS, FF_SMEM, st>>>(
-        x, (const __half *)a, (const __half *)w1, b1, (const __half *)w2, b2, m, f, alpha);
+        x, (const __half *)a, (const __half *)w1, b1, (const __half *)w2, b2, m, f, alpha,
+        norm != NULL, nm);
     e = cudaGetLastError();
     if (e != cudaSuccess)
         return err_set(err, HARK_ERR_CUDA, "cuda: ffn_wgmma_kernel: %s", cudaGetErrorString(e));
@@ -219,25 +323,39 @@ extern "C" int cuda_ffn_f16_fits(const ops_cuda_t *g, int d, int f)
     return g && g->sm >= 90 && g->sm < 100 && d == FF_D && f > 0 && f % FF_HC == 0;
 }
 
+/* A block holds an SM for the whole hidden walk, so the time goes in waves of g->sms blocks;
+ * measured on an H100 (bench_hgemm --ffn): one full wave of 128-row blocks beats the two GEMMs
+ * from about 70% occupancy of the last wave on */
+extern "C" int cuda_ffn_f16_prefers(const ops_cuda_t *g, int m)
+{
+    if (!g || g->sms <= 0 || m <= 0)
+        return 0;
+    long long blocks = (m + FF_BM - 1) / FF_BM, waves = (blocks + g->sms - 1) / g->sms;
+    return blocks * 10 >= waves * g->sms * 7;
+}
+
 extern "C" int cuda_ffn_f16(float *x, const void *a, const void *w1, const float *b1,
                             const void *w2, const float *b2, int m, int d, int f, cuda_act_t act,
-                            float alpha, ops_cuda_t *g, hark_err_t *err)
+                            float alpha, const cuda_ffn_norm_t *norm, ops_cuda_t *g,
+                            hark_err_t *err)
 {
-    if (!x || !a || !w1 || !w2 || m < 0 || !cuda_ffn_f16_fits(g, d, f))
+    if (!x || !a || !w1 || !w2 || m < 0 || !cuda_ffn_f16_fits(g, d, f) ||
+        (norm && (norm->x_sel < 0 || norm->x_sel > 2)))
         return err_set(err, HARK_ERR_INVALID_ARG,
                        "cuda_ffn_f16: needs a Hopper GPU, d = %d and f a multiple of %d (d %d, "
-                       "f %d, m %d)", FF_D, FF_HC, d, f, m);
+                       "f %d, m %d)",
+                       FF_D, FF_HC, d, f, m);
     if (m == 0)
         return HARK_OK;
     cudaStream_t st = g->stream;
     switch (act) {
     case CUDA_ACT_RELU:
-        return ffn_launch<CUDA_ACT_RELU>(x, a, w1, b1, w2, b2, m, f, alpha, st, err);
+        return ffn_launch<CUDA_ACT_RELU>(x, a, w1, b1, w2, b2, m, f, alpha, norm, st, err);
     case CUDA_ACT_SWISH:
-        return ffn_launch<CUDA_ACT_SWISH>(x, a, w1, b1, w2, b2, m, f, alpha, st, err);
+        return ffn_launch<CUDA_ACT_SWISH>(x, a, w1, b1, w2, b2, m, f, alpha, norm, st, err);
     case CUDA_ACT_GELU:
-        return ffn_launch<CUDA_ACT_GELU>(x, a, w1, b1, w2, b2, m, f, alpha, st, err);
+        return ffn_launch<CUDA_ACT_GELU>(x, a, w1, b1, w2, b2, m, f, alpha, norm, st, err);
     default:
-        return ffn_launch<CUDA_ACT_NONE>(x, a, w1, b1, w2, b2, m, f, alpha, st, err);
+        return ffn_launch<CUDA_ACT_NONE>(x, a, w1, b1, w2, b2, m, f, alpha, norm, st, err);
     }
 }

@@ -137,6 +137,8 @@ extern "C" int ops_cuda_create(void *stream, ops_cuda_t **out, hark_err_t *err)
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess)
         g->sm = major * 10 + minor;
+    if (cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        g->sms = 0;
     cudaGetLastError();
     cublasStatus_t s = cublasCreate(&g->h);
     if (s != CUBLAS_STATUS_SUCCESS) {

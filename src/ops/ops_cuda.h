@@ -165,7 +165,6 @@ int cuda_attention(void *ctx, ops_dtype_t dt, void *scratch, const float *q, con
                    int left, int batch, int t, int heads, int dk, float scale, ops_cuda_t *g,
                    hark_err_t *err);
 
-
 /* ---- FP16 path: activations in FP16, residual stream in FP32 (gemm_f16.cu, attention_f16.cu,
  * rows_f16.cu). Operands are float16 (`void *` = __half) unless typed float. ---------------- */
 
@@ -179,12 +178,7 @@ int cuda_attention(void *ctx, ops_dtype_t dt, void *scratch, const float *q, con
  *                    CTC head's log-softmax + greedy argmax without writing the logits
  * ldo: out's row stride in elements (LSE: CUDA_LSE_TILES(n) float4s). */
 #define CUDA_LSE_TILES(n) (((n) + 127) / 128)
-typedef enum {
-    CUDA_EPI_F16 = 0,
-    CUDA_EPI_RESID32,
-    CUDA_EPI_F32,
-    CUDA_EPI_LSE
-} cuda_epi_mode_t;
+typedef enum { CUDA_EPI_F16 = 0, CUDA_EPI_RESID32, CUDA_EPI_F32, CUDA_EPI_LSE } cuda_epi_mode_t;
 typedef struct {
     cuda_epi_mode_t mode;
     cuda_act_t act;
@@ -220,17 +214,30 @@ void ops_cuda_lt_release(ops_cuda_t *g); /* drops the prepared cuBLASLt plans */
 int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, const void *w, int m, int n,
                int k, ops_cuda_t *g, hark_err_t *err);
 
-/* The feed-forward module in one kernel (ffn_f16.cu; Hopper only):
- *     x (m, d) float += alpha · (act(a · w1ᵀ + b1) · w2ᵀ + b2)
- * a (m, d) half dense, w1 (f, d) and w2 (d, f) half (the PyTorch Linear layouts), b1 (f) and
- * b2 (d) float or NULL. The hidden activations are rounded to half (as the two-GEMM path stores
- * them) but stay in registers. cuda_ffn_f16_fits says whether it runs here: a Hopper GPU,
- * d = 256, f a multiple of 64. Reference: matmul_ref + activation_ref, rounded to half,
- * + matmul_ref, then x += alpha · (· + b2). */
+/* The feed-forward module in one kernel (ffn_f16.cu; Hopper only), with the layer norms that
+ * follow it in its epilogue:
+ *     r0 = x + alpha · (act(a · w1ᵀ + b1) · w2ᵀ + b2)
+ *     r1 = ln1 ? LN(r0; g1, n_b1) : r0;   r2 = ln2 ? LN(r1; g2, n_b2) : r1
+ *     x = r0, r1 or r2 (x_sel 0, 1, 2);   h_out (half) = r2 when not NULL
+ * a (m, d) half dense (may be h_out), x (m, d) float, w1 (f, d) and w2 (d, f) half (the PyTorch
+ * Linear layouts), b1 (f) and b2 (d) float or NULL; norm NULL: x = r0 only. The hidden
+ * activations are rounded to half (as the two-GEMM path stores them) but stay in registers.
+ * cuda_ffn_f16_fits: it runs here (a Hopper GPU, d = 256, f a multiple of 64);
+ * cuda_ffn_f16_prefers: it also beats the two-GEMM path at m rows (its 128-row blocks fill the
+ * last wave of the GPU well enough). Reference: matmul_ref + activation_ref, rounded to half,
+ * + matmul_ref + the update, then layer_norm_ref. */
+typedef struct {
+    int x_sel;
+    const float *g1, *n_b1, *g2, *n_b2;
+    int ln1, ln2;
+    void *h_out;
+    float eps;
+} cuda_ffn_norm_t;
 int cuda_ffn_f16_fits(const ops_cuda_t *g, int d, int f);
+int cuda_ffn_f16_prefers(const ops_cuda_t *g, int m);
 int cuda_ffn_f16(float *x, const void *a, const void *w1, const float *b1, const void *w2,
-                 const float *b2, int m, int d, int f, cuda_act_t act, float alpha, ops_cuda_t *g,
-                 hark_err_t *err);
+                 const float *b2, int m, int d, int f, cuda_act_t act, float alpha,
+                 const cuda_ffn_norm_t *norm, ops_cuda_t *g, hark_err_t *err);
 
 /* 2-D convolution as an implicit GEMM: in (batch, h, w_in, cin) half channel-last, w (cout,
  * kh·kw·cin) half with column (i·kw + j)·cin + ci (torch's (cout, cin, kh, kw) permuted), no
@@ -286,8 +293,8 @@ int cuda_flash_attention(void *ctx, long long ldo, const void *q, const void *k,
 /* The end of CUDA_EPI_LSE: per row of partials (n, CUDA_LSE_TILES(v)), arg[r] = argmax (first
  * on ties), best[r] (or NULL) = its log-probability; with lens, rows (b, i) of the (batch, t_rows)
  * grid with i >= lens[b] give 0, 0. Reference: log_softmax_ref + ctc_argmax_ref. */
-int cuda_lse_argmax(int *arg, float *best, const void *partials, int v, const int *lens,
-                    int t_rows, int n, void *stream, hark_err_t *err);
+int cuda_lse_argmax(int *arg, float *best, const void *partials, int v, const int *lens, int t_rows,
+                    int n, void *stream, hark_err_t *err);
 
 /* CTC head after the logits GEMM, one pass per row of logits (n, V) float: arg[r] = argmax (first
  * on ties, NaN never wins), best[r] (or NULL) = its log-probability, logp (or NULL) = the whole

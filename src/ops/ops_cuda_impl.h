@@ -31,6 +31,7 @@ struct ops_cuda {
     int backend;     /* ops_gemm_backend_t */
     int last;        /* the backend the last cuda_hgemm ran on */
     int sm;          /* compute capability of the stream's device, major · 10 + minor */
+    int sms;         /* its multiprocessors */
     unsigned long long tick;
     struct lt_plan plans[LT_PLANS];
 };
@@ -61,8 +62,8 @@ static inline cudaError_t ops_smem_opt_in(const void *kern, size_t bytes, bool *
         return cudaSuccess;
     if (dev >= 0 && dev < 64 && set[dev])
         return cudaSuccess;
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)bytes);
+    cudaError_t e =
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
     if (e == cudaSuccess && dev >= 0 && dev < 64)
         set[dev] = true;
     return e;
@@ -114,10 +115,10 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
 __device__ __forceinline__ uint64_t wg_desc(unsigned smem_addr)
 {
     uint64_t d = 0;
-    d |= (uint64_t)((smem_addr & 0x3FFFF) >> 4);  /* start address */
-    d |= (uint64_t)(16 >> 4) << 16;                /* leading byte offset (unused: swizzled) */
-    d |= (uint64_t)(1024 >> 4) << 32;              /* stride byte offset: 8 rows of 128 bytes */
-    d |= (uint64_t)1 << 62;                        /* 128-byte swizzle */
+    d |= (uint64_t)((smem_addr & 0x3FFFF) >> 4); /* start address */
+    d |= (uint64_t)(16 >> 4) << 16;              /* leading byte offset (unused: swizzled) */
+    d |= (uint64_t)(1024 >> 4) << 32;            /* stride byte offset: 8 rows of 128 bytes */
+    d |= (uint64_t)1 << 62;                      /* 128-byte swizzle */
     return d;
 }
 

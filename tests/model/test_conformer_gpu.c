@@ -320,7 +320,6 @@ typedef synth_weights_t bank_t;
 #define bank_get synth_weights_get
 #define bank_free synth_weights_free
 
-
 static wenet_config_t synth_config(wenet_subsample_t sub, wenet_pos_t pos, int causal,
                                    wenet_cnn_norm_t norm, wenet_act_t act, int macaron,
                                    int normalize_before)
@@ -480,10 +479,11 @@ static int run_state(conformer_gpu_state_t *s, const float *d_feats, float *d_en
         rc = conformer_gpu_ctc_argmax(s, d_arg, NULL, d_logp, 1, d_enc, el, batch, te, err);
     if (!rc)
         rc = conformer_gpu_sync(s, err);
-    if (!rc && (cudaMemcpy(enc, d_enc, ne * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess ||
-                cudaMemcpy(logp, d_logp, nl * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess ||
-                cudaMemcpy(arg, d_arg, (size_t)batch * te * sizeof(int), cudaMemcpyDeviceToHost) !=
-                    cudaSuccess))
+    if (!rc &&
+        (cudaMemcpy(enc, d_enc, ne * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess ||
+         cudaMemcpy(logp, d_logp, nl * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess ||
+         cudaMemcpy(arg, d_arg, (size_t)batch * te * sizeof(int), cudaMemcpyDeviceToHost) !=
+             cudaSuccess))
         rc = err_set(err, HARK_ERR_CUDA, "download");
     return rc;
 }
@@ -496,8 +496,8 @@ GPU_TEST(conformer_gpu_graph_replay_matches_direct)
     bank_t bank = {.seed = 9};
     conformer_gpu_model_t *m = NULL;
     hark_err_t err = {0};
-    CHECK_OK(conformer_gpu_model_create(&c, bank_get, &bank, CONFORMER_GPU_FP32 | CONFORMER_GPU_FP16,
-                                        &m, &err));
+    CHECK_OK(conformer_gpu_model_create(&c, bank_get, &bank,
+                                        CONFORMER_GPU_FP32 | CONFORMER_GPU_FP16, &m, &err));
     enum { B = 3, TM = 97 };
     static const int la[B] = {97, 50, 13}, lb[B] = {60, 97, 0};
     const int *seq[4] = {la, la, lb, la};
