@@ -370,39 +370,55 @@ __device__ __forceinline__ void wgmma_m64n128k16(float d[64], uint64_t da, uint6
                  : "l"(da), "l"(db));
 }
 
-template <int MODE, int ACT, int CONV, int STG>
-__global__ void __launch_bounds__(WG_THREADS, STG == 3 ? 2 : 1)
+/* d (64 × 256, this warpgroup's fragments) += A (64 × 16) · B (256 × 16)ᵀ from shared memory */
+__device__ __forceinline__ void wgmma_m64n256k16(float d[128], uint64_t da, uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "l"(da), "l"(db));
+}
+
+template <int MODE, int ACT, int CONV, int STG, int BN>
+__global__ void __launch_bounds__(WG_THREADS, STG == 3 && BN == 128 ? 2 : 1)
     hgemm_wgmma_kernel(gemm_a_t A, const __half *__restrict__ W, int M, int N, int K, gemm_epi_t E)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     unsigned base = (unsigned)__cvta_generic_to_shared(smem_raw);
     unsigned pad = ((base + 1023u) & ~1023u) - base; /* the swizzle needs 1024-byte alignment */
-    unsigned char *smem = smem_raw + pad; /* stage s: A at s·2·TILE, B at s·2·TILE + TILE */
+    constexpr int A_BYTES = WG_TILE_BYTES, STAGE_BYTES = A_BYTES + BN * WG_BK * 2;
+    unsigned char *smem = smem_raw + pad; /* stage s: A at s·STAGE, B at s·STAGE + A_BYTES */
     unsigned sbase = base + pad;
     int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
-    int m0 = blockIdx.y * WG_BM, n0 = blockIdx.x * WG_BN;
-    constexpr int CH = WG_BM * (WG_BK / 8) / WG_THREADS; /* 16-byte chunks per thread per tile: 4 */
+    int m0 = blockIdx.y * WG_BM, n0 = blockIdx.x * BN;
+    constexpr int CH = WG_BM * (WG_BK / 8) / WG_THREADS; /* 16-byte chunks per thread, A: 4 */
+    constexpr int CHB = BN * (WG_BK / 8) / WG_THREADS;   /* B: 4 or 8 */
 
-    /* this thread's chunks: rows tid / 8 + 32·i, chunk tid mod 8 (the same for A and B) */
+    /* this thread's chunks: rows tid / 8 + 32·i, chunk tid mod 8 (the same for A and B), at
+     * s_off + 4096·i in the tile (32 rows of 128 bytes further, same swizzle phase) */
     int kc = (tid & 7) * 8, r0 = tid >> 3;
-    const __half *a_ptr[CH], *b_ptr[CH];
-    bool a_ok[CH], b_ok[CH];
-    unsigned s_off[CH];
+    const __half *a_ptr[CH], *b_ptr[CHB];
+    bool a_ok[CH], b_ok[CHB];
+    unsigned s_off = (unsigned)(r0 * 128 + (((tid & 7) ^ (r0 & 7)) * 16));
 #pragma unroll
     for (int i = 0; i < CH; i++) {
-        int r = r0 + 32 * i, m = m0 + r, n = n0 + r;
+        int m = m0 + r0 + 32 * i;
         a_ok[i] = m < M;
-        b_ok[i] = n < N;
         long long off = !a_ok[i] ? 0 : CONV ? a_rowoff(A, m) : (long long)m * A.lda;
         a_ptr[i] = A.a + off + (CONV == 2 ? 0 : kc);
+    }
+#pragma unroll
+    for (int i = 0; i < CHB; i++) {
+        int n = n0 + r0 + 32 * i;
+        b_ok[i] = n < N;
         b_ptr[i] = W + (long long)(b_ok[i] ? n : 0) * K + kc;
-        s_off[i] = (unsigned)(r * 128 + (((tid & 7) ^ (r & 7)) * 16));
     }
     int KT = (K + WG_BK - 1) / WG_BK;
     int ci0 = 0, ti = 0, tj = 0; /* CONV 1: channel block and filter tap of the next tile */
 
     auto load_tile = [&](int stage, int kt) {
-        unsigned char *sa = smem + stage * 2 * WG_TILE_BYTES, *sb = sa + WG_TILE_BYTES;
+        unsigned char *sa = smem + stage * STAGE_BYTES, *sb = sa + A_BYTES;
         long long koff = (long long)kt * WG_BK;
         if (CONV == 1) { /* tiles are loaded in order 0, 1, 2, ... */
             koff = ((long long)ti * A.w + tj) * A.cin + ci0;
@@ -424,15 +440,18 @@ __global__ void __launch_bounds__(WG_THREADS, STG == 3 ? 2 : 1)
                 int ij = k / A.cin, ci = k - ij * A.cin, ii = ij / A.kw, jj = ij - ii * A.kw;
                 src = a_ptr[i] + ((long long)ii * A.w + jj) * A.cin + ci;
             }
-            cp_async16(sa + s_off[i], ok ? src : A.a, ok);
+            cp_async16(sa + s_off + 4096 * i, ok ? src : A.a, ok);
+        }
+#pragma unroll
+        for (int i = 0; i < CHB; i++) {
             bool okb = b_ok[i] && k < K;
-            cp_async16(sb + s_off[i], okb ? b_ptr[i] + (long long)kt * WG_BK : W, okb);
+            cp_async16(sb + s_off + 4096 * i, okb ? b_ptr[i] + (long long)kt * WG_BK : W, okb);
         }
     };
 
-    float d[64];
+    float d[BN / 2];
 #pragma unroll
-    for (int i = 0; i < 64; i++)
+    for (int i = 0; i < BN / 2; i++)
         d[i] = 0.0f;
 #pragma unroll
     for (int s = 0; s < STG - 2; s++) {
@@ -448,21 +467,25 @@ __global__ void __launch_bounds__(WG_THREADS, STG == 3 ? 2 : 1)
         if (nk < KT)
             load_tile(nk % STG, nk);
         cp_async_commit();
-        unsigned sa = sbase + (kt % STG) * 2 * WG_TILE_BYTES + wg * 64 * 128,
-                 sb = sbase + (kt % STG) * 2 * WG_TILE_BYTES + WG_TILE_BYTES;
+        unsigned sa = sbase + (kt % STG) * STAGE_BYTES + wg * 64 * 128,
+                 sb = sbase + (kt % STG) * STAGE_BYTES + A_BYTES;
         wg_fence();
 #pragma unroll
-        for (int ks = 0; ks < WG_BK / 16; ks++)
-            wgmma_m64n128k16(d, wg_desc(sa + ks * 32), wg_desc(sb + ks * 32));
+        for (int ks = 0; ks < WG_BK / 16; ks++) {
+            if constexpr (BN == 256)
+                wgmma_m64n256k16(d, wg_desc(sa + ks * 32), wg_desc(sb + ks * 32));
+            else
+                wgmma_m64n128k16(d, wg_desc(sa + ks * 32), wg_desc(sb + ks * 32));
+        }
         wg_commit();
         wg_wait<1>();
     }
     wg_wait<0>();
     cp_async_wait<0>();
 #pragma unroll
-    for (int i = 0; i < 64; i++)
+    for (int i = 0; i < BN / 2; i++)
         asm volatile("" : "+f"(d[i])::"memory");
-    epi_slab<16, MODE, ACT>(E, M, N, m0 + wg * 64 + wq * 16, n0, (const float(*)[4])d, lane);
+    epi_slab<BN / 8, MODE, ACT>(E, M, N, m0 + wg * 64 + wq * 16, n0, (const float(*)[4])d, lane);
 }
 
 static int launched(hark_err_t *err, const char *what)
@@ -489,23 +512,36 @@ static int hgemm_launch(const gemm_a_t &A, const __half *W, int M, int N, int K,
     return launched(err, "hgemm_kernel");
 }
 
-template <int MODE, int ACT, int CONV, int STG>
+template <int MODE, int ACT, int CONV, int STG, int BN>
 static int wgmma_launch_stg(const gemm_a_t &A, const __half *W, int M, int N, int K,
                             const gemm_epi_t &E, cudaStream_t st, hark_err_t *err)
 {
-    constexpr size_t smem = (size_t)STG * 2 * WG_TILE_BYTES + 1024;
-    auto kern = hgemm_wgmma_kernel<MODE, ACT, CONV, STG>;
+    constexpr size_t smem = (size_t)STG * (WG_TILE_BYTES + BN * WG_BK * 2) + 1024;
+    auto kern = hgemm_wgmma_kernel<MODE, ACT, CONV, STG, BN>;
     static bool set[64];
     cudaError_t e = ops_smem_opt_in((const void *)kern, smem, set);
     if (e != cudaSuccess)
         return err_set(err, HARK_ERR_CUDA, "cuda: wgmma smem attribute: %s", cudaGetErrorString(e));
-    dim3 grid((unsigned)((N + WG_BN - 1) / WG_BN), (unsigned)((M + WG_BM - 1) / WG_BM));
+    dim3 grid((unsigned)((N + BN - 1) / BN), (unsigned)((M + WG_BM - 1) / WG_BM));
     kern<<<grid, WG_THREADS, smem, st>>>(A, W, M, N, K, E);
     return launched(err, "hgemm_wgmma_kernel");
 }
 
 /* 3 stages (96 KiB: two blocks per SM, one's epilogue overlapping the other's main loop) for
- * short K, 4 (one block per SM, deeper prefetch) for long K; HARK_WGMMA_STAGES=3|4 forces one */
+ * short K, 4 (one block per SM, deeper prefetch) for long K; HARK_WGMMA_STAGES=3|4 forces one.
+ * The implicit convs with 256 output channels take 128 x 256 tiles (4 stages, 192 KiB): each im2col
+ * A tile, gathered from the image, is then read once instead of once per 128 columns */
+/* HARK_WGMMA_WIDE=0 keeps the convs on 128 x 128 tiles (for comparison) */
+static bool wide_conv_tiles()
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("HARK_WGMMA_WIDE");
+        on = !(e && !strcmp(e, "0"));
+    }
+    return on != 0;
+}
+
 template <int MODE, int ACT, int CONV>
 static int wgmma_launch(const gemm_a_t &A, const __half *W, int M, int N, int K,
                         const gemm_epi_t &E, cudaStream_t st, hark_err_t *err)
@@ -515,10 +551,14 @@ static int wgmma_launch(const gemm_a_t &A, const __half *W, int M, int N, int K,
         const char *e = getenv("HARK_WGMMA_STAGES");
         forced = e && (*e == '3' || *e == '4') ? *e - '0' : 0;
     }
+    if constexpr (CONV != 0) {
+        if (N % 256 == 0 && wide_conv_tiles())
+            return wgmma_launch_stg<MODE, ACT, CONV, 4, 256>(A, W, M, N, K, E, st, err);
+    }
     int stg = forced ? forced : K >= 1024 ? 4 : 3;
     if (stg == 3)
-        return wgmma_launch_stg<MODE, ACT, CONV, 3>(A, W, M, N, K, E, st, err);
-    return wgmma_launch_stg<MODE, ACT, CONV, 4>(A, W, M, N, K, E, st, err);
+        return wgmma_launch_stg<MODE, ACT, CONV, 3, 128>(A, W, M, N, K, E, st, err);
+    return wgmma_launch_stg<MODE, ACT, CONV, 4, 128>(A, W, M, N, K, E, st, err);
 }
 
 /* big tiles once there are two waves of them on a 132-SM part, small ones before */
