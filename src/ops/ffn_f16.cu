@@ -90,17 +90,6 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs(float d[128], const unsigned
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
-template <int ACT> __device__ __forceinline__ float ffn_act(float x)
-{
-    if (ACT == CUDA_ACT_RELU)
-        return x > 0.0f ? x : 0.0f;
-    if (ACT == CUDA_ACT_SWISH)
-        return __fdividef(x, 1.0f + __expf(-x));
-    if (ACT == CUDA_ACT_GELU)
-        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    return x;
-}
-
 __device__ __forceinline__ unsigned pack_h2(float lo, float hi)
 {
     __half2 h = __floats2half2_rn(lo, hi);
@@ -240,8 +229,8 @@ __global__ void __launch_bounds__(FF_THREADS, 1)
             float c0 = b1 ? b1[col] : 0.0f, c1 = b1 ? b1[col + 1] : 0.0f;
             /* k-step q / 2 of O: registers {row g lo, row g+8 lo, row g hi, row g+8 hi} */
             int r = (q >> 1) * 4 + (q & 1) * 2;
-            p[r] = pack_h2(ffn_act<ACT>(s[4 * q] + c0), ffn_act<ACT>(s[4 * q + 1] + c1));
-            p[r + 1] = pack_h2(ffn_act<ACT>(s[4 * q + 2] + c0), ffn_act<ACT>(s[4 * q + 3] + c1));
+            p[r] = pack_h2(epi_act<ACT>(s[4 * q] + c0), epi_act<ACT>(s[4 * q + 1] + c1));
+            p[r + 1] = pack_h2(epi_act<ACT>(s[4 * q + 2] + c0), epi_act<ACT>(s[4 * q + 3] + c1));
         }
         if (wg == 0)
             block_sync_copies();

@@ -57,18 +57,6 @@ __device__ __forceinline__ long long a_rowoff(const gemm_a_t &A, int m)
            A.cin;
 }
 
-/* the activations of the F16 epilogue; fast reciprocals (the result is rounded to half) */
-template <int ACT> __device__ __forceinline__ float epi_act(float x)
-{
-    if (ACT == CUDA_ACT_RELU)
-        return x > 0.0f ? x : 0.0f;
-    if (ACT == CUDA_ACT_SWISH)
-        return __fdividef(x, 1.0f + __expf(-x));
-    if (ACT == CUDA_ACT_GELU)
-        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    return x;
-}
-
 /* The epilogue of one 16-row slab of accumulators in the mma.sync (and wgmma) fragment layout:
  * acc[j][0..1] at row m_base + g, columns n_base + 8j + 2·t4 (+1); acc[j][2..3] at row + 8. */
 template <int NTL, int MODE, int ACT>

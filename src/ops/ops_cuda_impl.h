@@ -53,6 +53,19 @@ __device__ __forceinline__ float act_f(float x, int act)
     }
 }
 
+/* the activations of the FP16 GEMM epilogues (gemm_f16.cu, ffn_f16.cu); fast reciprocals (the
+ * result is rounded to half) */
+template <int ACT> __device__ __forceinline__ float epi_act(float x)
+{
+    if (ACT == CUDA_ACT_RELU)
+        return x > 0.0f ? x : 0.0f;
+    if (ACT == CUDA_ACT_SWISH)
+        return __fdividef(x, 1.0f + __expf(-x));
+    if (ACT == CUDA_ACT_GELU)
+        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    return x;
+}
+
 /* Lets kernel `kern` take `bytes` of dynamic shared memory (past 48 KiB it must be asked for),
  * once per device: set[dev] remembers (a benign race: every thread sets the same value). */
 static inline cudaError_t ops_smem_opt_in(const void *kern, size_t bytes, bool *set)
