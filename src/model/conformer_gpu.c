@@ -998,24 +998,27 @@ static cuda_epi_t epi(cuda_epi_mode_t mode, void *out, long long ldo, const floa
     return e;
 }
 
-/* x += alpha · (a · wᵀ + bias); bias_alpha = alpha · bias (or NULL when alpha is 1) */
+/* x += alpha · (a · wᵀ + bias), then the norms n (NULL or nothing to do: none); bias_alpha =
+ * alpha · bias (or NULL when alpha is 1) */
 static int h_resid(const gfwd_t *F, const void *a, int k, const mat_t *w, const float *bias,
-                   float alpha, const float *bias_alpha)
+                   float alpha, const float *bias_alpha, const cuda_row_norms_t *n)
 {
     conformer_gpu_state_t *s = F->s;
     cuda_epi_t e = epi(CUDA_EPI_RESID32, s->x, s->m->d, bias);
     e.alpha = alpha;
     e.beta = 1.0f;
     e.bias_alpha = bias_alpha;
+    if (n && (n->ln1 || n->ln2 || n->h_out))
+        e.norm = n;
     return cuda_hgemm(&e, a, k, w->f16, F->rows, s->m->d, k, s->g, F->err);
 }
 
 /* The layer norms after a residual update, as cuda_rows_norm / cuda_ffn_f16 take them: pre-norm,
  * hn = next(x) (none: nothing to do); post-norm, x = own(x) and hn = x */
-static cuda_ffn_norm_t norm_after(const conformer_gpu_state_t *s, const dnorm_t *own,
+static cuda_row_norms_t norm_after(const conformer_gpu_state_t *s, const dnorm_t *own,
                                   const dnorm_t *next)
 {
-    cuda_ffn_norm_t n = {0, NULL, NULL, NULL, NULL, 0, 0, NULL, NORM_EPS};
+    cuda_row_norms_t n = {0, NULL, NULL, NULL, NULL, 0, 0, NULL, NORM_EPS};
     if (s->m->cfg.normalize_before) {
         if (next) {
             n.g1 = next->g, n.n_b1 = next->b, n.ln1 = 1;
@@ -1031,10 +1034,10 @@ static cuda_ffn_norm_t norm_after(const conformer_gpu_state_t *s, const dnorm_t 
 
 /* the norms at the end of a block with a conv module: pre-norm, x = norm_final(x), hn = next(x);
  * post-norm, x = norm_final(norm_ff(x)), hn = x */
-static cuda_ffn_norm_t norm_block_end(const conformer_gpu_state_t *s, const gblock_t *bk,
+static cuda_row_norms_t norm_block_end(const conformer_gpu_state_t *s, const gblock_t *bk,
                                       const dnorm_t *next)
 {
-    cuda_ffn_norm_t n = {1, bk->norm_final.g, bk->norm_final.b, NULL, NULL, 1, 0, NULL, NORM_EPS};
+    cuda_row_norms_t n = {1, bk->norm_final.g, bk->norm_final.b, NULL, NULL, 1, 0, NULL, NORM_EPS};
     if (s->m->cfg.normalize_before) {
         if (next) {
             n.g2 = next->g, n.n_b2 = next->b, n.ln2 = 1;
@@ -1049,24 +1052,12 @@ static cuda_ffn_norm_t norm_block_end(const conformer_gpu_state_t *s, const gblo
     return n;
 }
 
-static int h_norm(const gfwd_t *F, const cuda_ffn_norm_t *n)
-{
-    conformer_gpu_state_t *s = F->s;
-    if (!n->ln1 && !n->ln2 && !n->h_out)
-        return HARK_OK;
-    int rc = cuda_rows_norm(n->x_sel ? s->x : NULL, n->x_sel, n->h_out, NULL, s->x, n->g1, n->n_b1,
-                            n->ln1, n->g2, n->n_b2, n->ln2, NULL, 0, F->rows, s->m->d, n->eps,
-                            s->stream, F->err);
-    mark(s, CONFORMER_GPU_STAGE_NORM);
-    return rc;
-}
-
 /* x += alpha · w2(act(w1(hn) + b1)) + alpha · b2, then the norms n: one fused kernel where the
  * state takes it at these rows, else two GEMMs (the hidden activations through memory) and
  * cuda_rows_norm */
 static int h_ffn(const gfwd_t *F, const mat_t *w1, const float *b1, const void *b1_h,
                  const mat_t *w2, const float *b2, float alpha, const float *b2_alpha,
-                 const cuda_ffn_norm_t *n)
+                 const cuda_row_norms_t *n)
 {
     conformer_gpu_state_t *s = F->s;
     const conformer_gpu_model_t *m = s->m;
@@ -1081,12 +1072,13 @@ static int h_ffn(const gfwd_t *F, const mat_t *w1, const float *b1, const void *
     e.bias_h = b1_h;
     e.act = act_of(&m->cfg);
     TRY(cuda_hgemm(&e, s->hn, m->d, w1->f16, F->rows, m->ffn, m->d, s->g, F->err));
-    TRY(h_resid(F, s->big, m->ffn, w2, b2, alpha, b2_alpha));
+    TRY(h_resid(F, s->big, m->ffn, w2, b2, alpha, b2_alpha, n));
     mark(s, CONFORMER_GPU_STAGE_FFN);
-    return h_norm(F, n);
+    return HARK_OK;
 }
 
-static int h_mhsa(const gfwd_t *F, const gblock_t *bk)
+/* the attention module, then the norms n after its residual update */
+static int h_mhsa(const gfwd_t *F, const gblock_t *bk, const cuda_row_norms_t *n)
 {
     conformer_gpu_state_t *s = F->s;
     const conformer_gpu_model_t *m = s->m;
@@ -1105,12 +1097,13 @@ static int h_mhsa(const gfwd_t *F, const gblock_t *bk)
                              s->d_tl, F->chunk, F->left, F->batch, F->t, m->h, m->dk,
                              1.0f / sqrtf((float)m->dk), s->stream, F->err));
     mark(s, CONFORMER_GPU_STAGE_ATT_CORE);
-    TRY(h_resid(F, s->s16a, d, &bk->o, bk->o_b, 1.0f, NULL));
+    TRY(h_resid(F, s->s16a, d, &bk->o, bk->o_b, 1.0f, NULL, n));
     mark(s, CONFORMER_GPU_STAGE_ATT_PROJ);
     return HARK_OK;
 }
 
-static int h_conv(const gfwd_t *F, const gblock_t *bk)
+/* the convolution module, then the norms n after its residual update */
+static int h_conv(const gfwd_t *F, const gblock_t *bk, const cuda_row_norms_t *n)
 {
     conformer_gpu_state_t *s = F->s;
     const conformer_gpu_model_t *m = s->m;
@@ -1125,7 +1118,7 @@ static int h_conv(const gfwd_t *F, const gblock_t *bk)
                         bn ? CUDA_NORM_BATCH : CUDA_NORM_LAYER, bk->cnn_norm.g, bk->cnn_norm.b,
                         bn ? bk->bn_mean : NULL, bn ? bk->bn_var : NULL, NORM_EPS, act_of(&m->cfg),
                         s->stream, F->err));
-    TRY(h_resid(F, s->s16b, d, &bk->pw2, bk->pw2_b, 1.0f, NULL));
+    TRY(h_resid(F, s->s16b, d, &bk->pw2, bk->pw2_b, 1.0f, NULL, n));
     mark(s, CONFORMER_GPU_STAGE_CONV);
     return HARK_OK;
 }
@@ -1139,17 +1132,15 @@ static int h_block(const gfwd_t *F, int i)
     float ff_scale = c->macaron ? 0.5f : 1.0f;
     int cnn = c->use_cnn_module;
     if (c->macaron) {
-        cuda_ffn_norm_t n = norm_after(s, &bk->norm_ff_macaron, &bk->norm_mha);
+        cuda_row_norms_t n = norm_after(s, &bk->norm_ff_macaron, &bk->norm_mha);
         TRY(h_ffn(F, &bk->ffm1, bk->ffm1_b, bk->ffm1_bh, &bk->ffm2, bk->ffm2_b, ff_scale,
                   bk->ffm2_bh, &n));
     }
-    TRY(h_mhsa(F, bk));
-    cuda_ffn_norm_t n = norm_after(s, &bk->norm_mha, cnn ? &bk->norm_conv : &bk->norm_ff);
-    TRY(h_norm(F, &n));
+    cuda_row_norms_t n = norm_after(s, &bk->norm_mha, cnn ? &bk->norm_conv : &bk->norm_ff);
+    TRY(h_mhsa(F, bk, &n));
     if (cnn) {
-        TRY(h_conv(F, bk));
         n = norm_after(s, &bk->norm_conv, &bk->norm_ff);
-        TRY(h_norm(F, &n));
+        TRY(h_conv(F, bk, &n));
     }
     const dnorm_t *next = first_norm(m, i + 1);
     n = cnn ? norm_block_end(s, bk, next) : norm_after(s, &bk->norm_ff, next);

@@ -103,39 +103,12 @@ __device__ __forceinline__ unsigned sw_off(int r, int c, int rows)
     return (unsigned)((c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
-/* layer norm of one row held by a quad: this thread's 64 values at o[4q + 2h + e] (q < 32, e < 2),
- * columns 8q + 2·t4 + e */
-__device__ __forceinline__ void ln_quad(float *o, int h, int t4, const float *g, const float *b,
-                                        float eps)
-{
-    float sum = 0.0f;
-#pragma unroll
-    for (int q = 0; q < 32; q++)
-        sum += o[4 * q + 2 * h] + o[4 * q + 2 * h + 1];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    float mean = sum / (float)FF_D, sq = 0.0f;
-#pragma unroll
-    for (int q = 0; q < 64; q++) {
-        float c = o[4 * (q >> 1) + 2 * h + (q & 1)] - mean;
-        sq += c * c;
-    }
-    sq += __shfl_xor_sync(0xffffffffu, sq, 1);
-    sq += __shfl_xor_sync(0xffffffffu, sq, 2);
-    float rstd = 1.0f / sqrtf(sq / (float)FF_D + eps);
-#pragma unroll
-    for (int q = 0; q < 64; q++) {
-        int n = (q >> 1) * 8 + t4 * 2 + (q & 1), i = 4 * (q >> 1) + 2 * h + (q & 1);
-        o[i] = (o[i] - mean) * rstd * (g ? g[n] : 1.0f) + (b ? b[n] : 0.0f);
-    }
-}
-
 template <int ACT>
 __global__ void __launch_bounds__(FF_THREADS, 1)
     ffn_wgmma_kernel(float *__restrict__ x, const __half *a, const __half *__restrict__ w1,
                      const float *__restrict__ b1, const __half *__restrict__ w2,
                      const float *__restrict__ b2, int M, int F, float alpha, int has_norm,
-                     cuda_ffn_norm_t nm)
+                     cuda_row_norms_t nm)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     unsigned base = (unsigned)__cvta_generic_to_shared(smem_raw);
@@ -144,7 +117,7 @@ __global__ void __launch_bounds__(FF_THREADS, 1)
     unsigned sbase = base + pad;
     unsigned char *s_w1 = smem + FF_X_BYTES, *s_w2 = s_w1 + 2 * FF_W1_BYTES;
     int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
-    int g = lane >> 2, t4 = lane & 3;
+    int t4 = lane & 3;
     int m0 = blockIdx.x * FF_BM, NC = F / FF_HC;
 
     /* copies: 16-byte chunks, consecutive threads along a row */
@@ -247,47 +220,12 @@ __global__ void __launch_bounds__(FF_THREADS, 1)
 #pragma unroll
     for (int i = 0; i < 128; i++)
         asm volatile("" : "+f"(o[i])::"memory");
-        /* o[4q + 2h + e]: row g + 8h of this warp's 16, column 8q + 2·t4 + e; a row's 256 values
-         * are spread over the 4 threads of a quad (the norms reduce with quad shuffles, so every
-         * thread runs them, rows past M included) */
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        int m = m0 + wg * 64 + wq * 16 + g + h * 8;
-        bool ok = m < M;
-        float *xr = x + (long long)(ok ? m : 0) * FF_D;
-#pragma unroll
-        for (int q = 0; q < 32; q++) {
-            int n = q * 8 + t4 * 2;
-            float2 v = ok ? *(const float2 *)(xr + n) : make_float2(0.0f, 0.0f);
-            float c0 = b2 ? b2[n] : 0.0f, c1 = b2 ? b2[n + 1] : 0.0f;
-            o[4 * q + h * 2] = v.x + alpha * (o[4 * q + h * 2] + c0);
-            o[4 * q + h * 2 + 1] = v.y + alpha * (o[4 * q + h * 2 + 1] + c1);
-        }
-#pragma unroll
-        for (int step = 0; step <= 2; step++) {
-            if (step == 1 && has_norm && nm.ln1)
-                ln_quad(o, h, t4, nm.g1, nm.n_b1, nm.eps);
-            if (step == 2 && has_norm && nm.ln2)
-                ln_quad(o, h, t4, nm.g2, nm.n_b2, nm.eps);
-            if (ok && step == (has_norm ? nm.x_sel : 0))
-#pragma unroll
-                for (int q = 0; q < 32; q++)
-                    *(float2 *)(xr + q * 8 + t4 * 2) =
-                        make_float2(o[4 * q + h * 2], o[4 * q + h * 2 + 1]);
-        }
-        if (ok && has_norm && nm.h_out) {
-            __half *hr = (__half *)nm.h_out + (long long)m * FF_D;
-#pragma unroll
-            for (int q = 0; q < 32; q++)
-                *(__half2 *)(hr + q * 8 + t4 * 2) =
-                    __floats2half2_rn(o[4 * q + h * 2], o[4 * q + h * 2 + 1]);
-        }
-    }
+    epi_resid_norms256(o, x, b2, alpha, has_norm, nm, M, m0 + wg * 64 + wq * 16, lane);
 }
 
 template <int ACT>
 static int ffn_launch(float *x, const void *a, const void *w1, const float *b1, const void *w2,
-                      const float *b2, int m, int f, float alpha, const cuda_ffn_norm_t *norm,
+                      const float *b2, int m, int f, float alpha, const cuda_row_norms_t *norm,
                       cudaStream_t st, hark_err_t *err)
 {
     static bool set[64];
@@ -295,7 +233,7 @@ static int ffn_launch(float *x, const void *a, const void *w1, const float *b1, 
     cudaError_t e = ops_smem_opt_in((const void *)kern, FF_SMEM, set);
     if (e != cudaSuccess)
         return err_set(err, HARK_ERR_CUDA, "cuda: ffn smem attribute: %s", cudaGetErrorString(e));
-    cuda_ffn_norm_t nm = {0, NULL, NULL, NULL, NULL, 0, 0, NULL, 0.0f};
+    cuda_row_norms_t nm = {0, NULL, NULL, NULL, NULL, 0, 0, NULL, 0.0f};
     if (norm)
         nm = *norm;
     kern<<<(m + FF_BM - 1) / FF_BM, FF_THREADS, FF_SMEM, st>>>(
@@ -325,7 +263,7 @@ extern "C" int cuda_ffn_f16_prefers(const ops_cuda_t *g, int m)
 
 extern "C" int cuda_ffn_f16(float *x, const void *a, const void *w1, const float *b1,
                             const void *w2, const float *b2, int m, int d, int f, cuda_act_t act,
-                            float alpha, const cuda_ffn_norm_t *norm, ops_cuda_t *g,
+                            float alpha, const cuda_row_norms_t *norm, ops_cuda_t *g,
                             hark_err_t *err)
 {
     if (!x || !a || !w1 || !w2 || m < 0 || !cuda_ffn_f16_fits(g, d, f) ||

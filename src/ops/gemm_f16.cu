@@ -40,7 +40,13 @@ struct gemm_epi_t {
     const float *pe; /* RESID: + pe[(m mod pe_rows)·ld_pe + n], or NULL */
     int pe_rows;
     long long ld_pe;
+    int has_norm; /* EPI_RESID_NORM: the norms after the update */
+    cuda_row_norms_t nm;
 };
+
+/* RESID32 with norms, as the wgmma kernel runs it: 128 x 256 tiles, the update and the layer norms
+ * of whole rows in the epilogue (epi_resid_norms256) */
+#define EPI_RESID_NORM 16
 
 /* half offset of 16-byte chunk c (0..3) of tile row r: chunk c ^ ((r / 2) mod 4), so that the 8
  * rows of an ldmatrix and the 8 chunks of a cp.async phase fall in distinct banks */
@@ -196,6 +202,63 @@ __device__ __forceinline__ void epi_lse(const gemm_epi_t &E, int M, int N, int m
             a = lse_merge3(a, red[r * WARPS_N + w]);
         ((float4 *)E.out)[(long long)(m0 + r) * E.ldo + blockIdx.x] =
             make_float4(a.m, a.s, __int_as_float(a.i), 0.0f);
+    }
+}
+
+/* CUDA_EPI_LSE for the wgmma kernel: a row's BN = 128 columns sit in one quad (acc[j][2h + e] at
+ * column 8j + 2·t4 + e), so each row reduces in registers and two shuffles: max and first argmax,
+ * then Σ exp(v - max); one (max, Σ, argmax) per row and block column, as epi_lse writes it */
+template <int NTL>
+__device__ __forceinline__ void epi_lse_quad(const gemm_epi_t &E, int M, int N, int m_base,
+                                             int n_base, const float (*acc)[4], int lane)
+{
+    int g = lane >> 2, t4 = lane & 3;
+    float bv[NTL][2];
+#pragma unroll
+    for (int j = 0; j < NTL; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            int n = n_base + j * 8 + t4 * 2 + e;
+            bv[j][e] = n >= N ? NAN : E.bias ? E.bias[n] : 0.0f; /* NaN: never counted */
+        }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float mx = -INFINITY;
+        int ai = -1;
+#pragma unroll
+        for (int j = 0; j < NTL; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float v = acc[j][h * 2 + e] + bv[j][e];
+                if (v > mx) { /* columns rise along j, e: the first maximum stays */
+                    mx = v;
+                    ai = n_base + j * 8 + t4 * 2 + e;
+                }
+            }
+#pragma unroll
+        for (int o = 1; o <= 2; o <<= 1) {
+            float om = __shfl_xor_sync(0xffffffffu, mx, o);
+            int oi = __shfl_xor_sync(0xffffffffu, ai, o);
+            if (oi >= 0 && (ai < 0 || om > mx || (om == mx && oi < ai))) {
+                mx = om;
+                ai = oi;
+            }
+        }
+        float sum = 0.0f;
+        if (ai >= 0)
+#pragma unroll
+            for (int j = 0; j < NTL; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float v = acc[j][h * 2 + e] + bv[j][e];
+                    sum += v == v ? __expf(v - mx) : 0.0f;
+                }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        int m = m_base + g + h * 8;
+        if (t4 == 0 && m < M)
+            ((float4 *)E.out)[(long long)m * E.ldo + n_base / 128] =
+                make_float4(mx, sum, __int_as_float(ai), 0.0f);
     }
 }
 
@@ -473,7 +536,17 @@ __global__ void __launch_bounds__(WG_THREADS, STG == 3 && BN == 128 ? 2 : 1)
 #pragma unroll
     for (int i = 0; i < BN / 2; i++)
         asm volatile("" : "+f"(d[i])::"memory");
-    epi_slab<BN / 8, MODE, ACT>(E, M, N, m0 + wg * 64 + wq * 16, n0, (const float(*)[4])d, lane);
+    if constexpr (MODE == CUDA_EPI_LSE) {
+        static_assert(BN == 128, "LSE partials cover 128 columns");
+        epi_lse_quad<BN / 8>(E, M, N, m0 + wg * 64 + wq * 16, n0, (const float(*)[4])d, lane);
+    } else if constexpr (MODE == EPI_RESID_NORM) {
+        static_assert(BN == ROW_D, "whole rows");
+        epi_resid_norms256(d, (float *)E.out, E.bias, E.alpha, E.has_norm != 0, E.nm, M,
+                           m0 + wg * 64 + wq * 16, lane);
+    } else {
+        epi_slab<BN / 8, MODE, ACT>(E, M, N, m0 + wg * 64 + wq * 16, n0, (const float(*)[4])d,
+                                    lane);
+    }
 }
 
 static int launched(hark_err_t *err, const char *what)
@@ -601,8 +674,13 @@ static int hgemm_run(const gemm_a_t &A, const __half *W, int M, int N, int K,
             return hgemm_tiles<CUDA_EPI_F16, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, wg, err);
         }
     case CUDA_EPI_RESID32:
+        if (E.has_norm) /* cuda_hgemm checked: Hopper, N = 256 */
+            return wgmma_launch_stg<EPI_RESID_NORM, CUDA_ACT_NONE, 0, 4, ROW_D>(A, W, M, N, K, E,
+                                                                                st, err);
         return hgemm_tiles<CUDA_EPI_RESID32, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, wg, err);
-    case CUDA_EPI_LSE: /* partials per 128 columns: always the 128 x 128 mma.sync tiles */
+    case CUDA_EPI_LSE: /* partials per 128 columns: 128 x 128 tiles, wgmma or mma.sync */
+        if (wg)
+            return wgmma_launch<CUDA_EPI_LSE, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, err);
         return hgemm_launch<128, 128, 64, 32, CUDA_EPI_LSE, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st,
                                                                             err);
     default:
@@ -626,6 +704,11 @@ static int epi_check(const cuda_epi_t *e, int N, hark_err_t *err)
                        "alignment", CUDA_LSE_TILES(N));
     if (e->pe && e->pe_rows <= 0)
         return err_set(err, HARK_ERR_INVALID_ARG, "hgemm: pe_rows %d", e->pe_rows);
+    if (e->mode == CUDA_EPI_RESID32 && e->norm &&
+        (e->beta != 1.0f || e->pe || e->ldo != N || e->norm->x_sel < 0 || e->norm->x_sel > 2))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "hgemm: the norms after a residual update need beta 1, no pe, ldo = n, "
+                       "x_sel 0..2");
     return HARK_OK;
 }
 
@@ -642,6 +725,10 @@ static gemm_epi_t epi_of(const cuda_epi_t *e)
     E.pe = e->pe;
     E.pe_rows = e->pe_rows;
     E.ld_pe = e->ld_pe;
+    E.has_norm = e->mode == CUDA_EPI_RESID32 && e->norm;
+    memset(&E.nm, 0, sizeof E.nm);
+    if (E.has_norm)
+        E.nm = *e->norm;
     return E;
 }
 
@@ -871,6 +958,28 @@ extern "C" int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, c
                        "hgemm: k %d and lda %lld must be multiples of 8 (lda >= k), operands "
                        "16-byte aligned",
                        k, lda);
+    if (epi->mode == CUDA_EPI_RESID32 && epi->norm) {
+        const cuda_row_norms_t *nm = epi->norm;
+        gemm_a_t A = {(const __half *)a, lda, 0, 0, 0, 0, 0, 0, 0, 0};
+        /* fused where its 128-row blocks fill at least half the GPU and k is short (H100: at
+         * batch 1 and 8 two blocks / the 2048-deep FFN GEMM are latency-bound there, cuBLASLt +
+         * the norm pass faster) */
+        long long blocks = (m + 127) / 128;
+        if ((g->backend == OPS_GEMM_AUTO || g->backend == OPS_GEMM_WGMMA) && g->sm >= 90 &&
+            g->sm < 100 && n == ROW_D && k <= 1024 && blocks * 2 >= g->sms) {
+            g->last = OPS_GEMM_WGMMA;
+            return hgemm_run(A, (const __half *)w, m, n, k, epi_of(epi), g->stream, 1, err);
+        }
+        cuda_epi_t plain = *epi; /* the update, then a separate pass for the norms */
+        plain.norm = NULL;
+        rc = cuda_hgemm(&plain, a, lda, w, m, n, k, g, err);
+        if (rc != HARK_OK)
+            return rc;
+        float *x = (float *)epi->out;
+        return cuda_rows_norm(nm->x_sel ? x : NULL, nm->x_sel, nm->h_out, NULL, x, nm->g1,
+                              nm->n_b1, nm->ln1, nm->g2, nm->n_b2, nm->ln2, NULL, 0, m, n, nm->eps,
+                              g->stream, err);
+    }
     /* AUTO: cuBLASLt where it expresses the epilogue, except an activation it lacks (a second
      * pass over the output) on a GEMM too small for that to pay */
     int post = epi->mode == CUDA_EPI_F16 && (epi->act == CUDA_ACT_SWISH || epi->act == CUDA_ACT_GELU);
@@ -890,7 +999,7 @@ extern "C" int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, c
         }
     }
     gemm_a_t A = {(const __half *)a, lda, 0, 0, 0, 0, 0, 0, 0, 0};
-    int wg = epi->mode != CUDA_EPI_LSE && wgmma_takes(g, A, m, n, k);
+    int wg = wgmma_takes(g, A, m, n, k);
     g->last = wg ? OPS_GEMM_WGMMA : OPS_GEMM_MMA;
     return hgemm_run(A, (const __half *)w, m, n, k, epi_of(epi), g->stream, wg, err);
 }

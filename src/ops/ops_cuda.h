@@ -168,10 +168,27 @@ int cuda_attention(void *ctx, ops_dtype_t dt, void *scratch, const float *q, con
 /* ---- FP16 path: activations in FP16, residual stream in FP32 (gemm_f16.cu, attention_f16.cu,
  * rows_f16.cu). Operands are float16 (`void *` = __half) unless typed float. ---------------- */
 
+/* The layer norms that follow a residual update r0 (rows of the FP32 stream), fused into the
+ * kernel that makes the update (cuda_ffn_f16, cuda_hgemm's RESID32 with `norm`):
+ *     r1 = ln1 ? LN(r0; g1, n_b1) : r0;   r2 = ln2 ? LN(r1; g2, n_b2) : r1
+ *     x = r0, r1 or r2 (x_sel 0, 1, 2);   h_out (half, the next GEMM's input) = r2 when not NULL
+ * g/n_b NULL: 1/0. */
+typedef struct {
+    int x_sel;
+    const float *g1, *n_b1, *g2, *n_b2;
+    int ln1, ln2;
+    void *h_out;
+    float eps;
+} cuda_row_norms_t;
+
 /* What a GEMM does with its FP32 accumulator acc (m, n) (+ bias[n] first, when bias):
  *   CUDA_EPI_F16     out (half) = act(acc + bias)
  *   CUDA_EPI_RESID32 out (float) = beta · out + alpha · (acc + bias) + pe[m mod pe_rows]
- *                    (beta 0: out is not read; pe (pe_rows, ·) row stride ld_pe, or NULL)
+ *                    (beta 0: out is not read; pe (pe_rows, ·) row stride ld_pe, or NULL);
+ *                    with `norm` (beta 1, no pe, ldo = n): then the norms, out being x — in the
+ *                    epilogue of 128 x 256 wgmma tiles (whole rows) for n = 256 on Hopper when
+ *                    k <= 1024 and m fills half the GPU, else as a cuda_rows_norm pass after the
+ *                    GEMM
  *   CUDA_EPI_F32     out (float) = acc + bias
  *   CUDA_EPI_LSE     out (float4) (m, CUDA_LSE_TILES(n)): per row and block of 128 columns, the
  *                    (max, Σ exp(v - max), argmax) of v = acc + bias, for cuda_lse_argmax: the
@@ -193,6 +210,7 @@ typedef struct {
                                 whose bias is added after alpha, run it when alpha != 1 */
     const void *bias_h;      /* F16: the bias as half (n), or NULL; lets cuBLASLt (whose bias has
                                 D's type) run it */
+    const cuda_row_norms_t *norm; /* RESID32: the norms after the update, or NULL */
 } cuda_epi_t;
 
 /* Which implementation runs cuda_hgemm / cuda_hconv2d: AUTO gives cuBLASLt (its Hopper kernels)
@@ -215,10 +233,8 @@ int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, const void *
                int k, ops_cuda_t *g, hark_err_t *err);
 
 /* The feed-forward module in one kernel (ffn_f16.cu; Hopper only), with the layer norms that
- * follow it in its epilogue:
- *     r0 = x + alpha · (act(a · w1ᵀ + b1) · w2ᵀ + b2)
- *     r1 = ln1 ? LN(r0; g1, n_b1) : r0;   r2 = ln2 ? LN(r1; g2, n_b2) : r1
- *     x = r0, r1 or r2 (x_sel 0, 1, 2);   h_out (half) = r2 when not NULL
+ * follow it in its epilogue (cuda_row_norms_t):
+ *     r0 = x + alpha · (act(a · w1ᵀ + b1) · w2ᵀ + b2), then the norms
  * a (m, d) half dense (may be h_out), x (m, d) float, w1 (f, d) and w2 (d, f) half (the PyTorch
  * Linear layouts), b1 (f) and b2 (d) float or NULL; norm NULL: x = r0 only. The hidden
  * activations are rounded to half (as the two-GEMM path stores them) but stay in registers.
@@ -226,18 +242,11 @@ int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, const void *
  * cuda_ffn_f16_prefers: it also beats the two-GEMM path at m rows (its 128-row blocks fill the
  * last wave of the GPU well enough). Reference: matmul_ref + activation_ref, rounded to half,
  * + matmul_ref + the update, then layer_norm_ref. */
-typedef struct {
-    int x_sel;
-    const float *g1, *n_b1, *g2, *n_b2;
-    int ln1, ln2;
-    void *h_out;
-    float eps;
-} cuda_ffn_norm_t;
 int cuda_ffn_f16_fits(const ops_cuda_t *g, int d, int f);
 int cuda_ffn_f16_prefers(const ops_cuda_t *g, int m);
 int cuda_ffn_f16(float *x, const void *a, const void *w1, const float *b1, const void *w2,
                  const float *b2, int m, int d, int f, cuda_act_t act, float alpha,
-                 const cuda_ffn_norm_t *norm, ops_cuda_t *g, hark_err_t *err);
+                 const cuda_row_norms_t *norm, ops_cuda_t *g, hark_err_t *err);
 
 /* 2-D convolution as an implicit GEMM: in (batch, h, w_in, cin) half channel-last, w (cout,
  * kh·kw·cin) half with column (i·kw + j)·cin + ci (torch's (cout, cin, kh, kw) permuted), no

@@ -8,6 +8,7 @@
 #include <cublasLt.h>
 #include <math.h>
 #include <cublas_v2.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -146,6 +147,83 @@ __device__ __forceinline__ void wg_commit()
 template <int N> __device__ __forceinline__ void wg_wait()
 {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+/* ---- the residual update + layer norms over whole 256-wide rows, in a wgmma epilogue ---------
+ * Used by the fused FFN (ffn_f16.cu) and the residual GEMMs with 128 x 256 tiles (gemm_f16.cu).
+ * A warpgroup's 64 x 256 FP32 accumulator o[4q + 2h + e] holds row m_base + g + 8h (g = lane / 4)
+ * and column 8q + 2·t4 + e (t4 = lane mod 4): a row's 256 values sit in the 4 threads of a quad,
+ * so the norms reduce with quad shuffles (every thread runs them, rows past M included). */
+#define ROW_D 256
+
+/* layer norm of one row held by a quad: this thread's 64 values at o[4q + 2h + e] (q < 32, e < 2),
+ * columns 8q + 2·t4 + e */
+__device__ __forceinline__ void ln_quad(float *o, int h, int t4, const float *g, const float *b,
+                                        float eps)
+{
+    float sum = 0.0f;
+#pragma unroll
+    for (int q = 0; q < 32; q++)
+        sum += o[4 * q + 2 * h] + o[4 * q + 2 * h + 1];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    float mean = sum / (float)ROW_D, sq = 0.0f;
+#pragma unroll
+    for (int q = 0; q < 64; q++) {
+        float c = o[4 * (q >> 1) + 2 * h + (q & 1)] - mean;
+        sq += c * c;
+    }
+    sq += __shfl_xor_sync(0xffffffffu, sq, 1);
+    sq += __shfl_xor_sync(0xffffffffu, sq, 2);
+    float rstd = 1.0f / sqrtf(sq / (float)ROW_D + eps);
+#pragma unroll
+    for (int q = 0; q < 64; q++) {
+        int n = (q >> 1) * 8 + t4 * 2 + (q & 1), i = 4 * (q >> 1) + 2 * h + (q & 1);
+        o[i] = (o[i] - mean) * rstd * (g ? g[n] : 1.0f) + (b ? b[n] : 0.0f);
+    }
+}
+
+/* x (m, 256) float, rows m_base + g + 8h: r0 = x + alpha · (o + bias), then the norms nm
+ * (has_norm; x = r0 otherwise); o is overwritten */
+__device__ __forceinline__ void epi_resid_norms256(float *o, float *x, const float *bias,
+                                                   float alpha, bool has_norm,
+                                                   const cuda_row_norms_t &nm, int M, int m_base,
+                                                   int lane)
+{
+    int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int m = m_base + g + h * 8;
+        bool ok = m < M;
+        float *xr = x + (long long)(ok ? m : 0) * ROW_D;
+#pragma unroll
+        for (int q = 0; q < 32; q++) {
+            int n = q * 8 + t4 * 2;
+            float2 v = ok ? *(const float2 *)(xr + n) : make_float2(0.0f, 0.0f);
+            float c0 = bias ? bias[n] : 0.0f, c1 = bias ? bias[n + 1] : 0.0f;
+            o[4 * q + h * 2] = v.x + alpha * (o[4 * q + h * 2] + c0);
+            o[4 * q + h * 2 + 1] = v.y + alpha * (o[4 * q + h * 2 + 1] + c1);
+        }
+#pragma unroll
+        for (int step = 0; step <= 2; step++) {
+            if (step == 1 && has_norm && nm.ln1)
+                ln_quad(o, h, t4, nm.g1, nm.n_b1, nm.eps);
+            if (step == 2 && has_norm && nm.ln2)
+                ln_quad(o, h, t4, nm.g2, nm.n_b2, nm.eps);
+            if (ok && step == (has_norm ? nm.x_sel : 0))
+#pragma unroll
+                for (int q = 0; q < 32; q++)
+                    *(float2 *)(xr + q * 8 + t4 * 2) =
+                        make_float2(o[4 * q + h * 2], o[4 * q + h * 2 + 1]);
+        }
+        if (ok && has_norm && nm.h_out) {
+            __half *hr = (__half *)nm.h_out + (long long)m * ROW_D;
+#pragma unroll
+            for (int q = 0; q < 32; q++)
+                *(__half2 *)(hr + q * 8 + t4 * 2) =
+                    __floats2half2_rn(o[4 * q + h * 2], o[4 * q + h * 2 + 1]);
+        }
+    }
 }
 
 #endif

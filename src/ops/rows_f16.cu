@@ -128,42 +128,68 @@ extern "C" int cuda_rows_norm(float *x_out, int x_sel, void *h_out, float *o32, 
 
 /* ---- depthwise conv + norm + activation, FP16 in and out ------------------------------------ */
 
-#define DW_TT 16     /* output rows per block */
 #define DW_THREADS 128 /* each thread owns channel pairs p = tid + DW_THREADS·q */
+#define DW_LU 8        /* input rows whose loads a thread issues together */
 
-/* grid (ceil(t_len / DW_TT), batch); c even; PPT channel pairs per thread */
+/* output rows per block: 16, 8 where each thread holds 4 channel pairs */
+template <int PPT> struct dw_tile {
+    static constexpr int TT = PPT == 4 ? 8 : 16;
+};
+
+/* Any kernel size and channel count (the general path): grid (ceil(t_len / TT), batch); c even;
+ * PPT channel pairs per thread. The input rows of the tile and its halo are loaded DW_LU at a time
+ * per thread (independent loads in flight), through the GLU, into shared memory as half pairs;
+ * each thread then convolves its channels down the tile. */
 template <int PPT>
 __global__ void __launch_bounds__(DW_THREADS)
     dwconv_f16_kernel(__half *out, const __half *in, int glu, const float *left, const float *w,
                       const float *bias, const int *lens, int t_len, int c, int k, int pad_left,
-                      int norm, const float *g, const float *beta, const float *rm,
-                      const float *rv, float eps, int act)
+                      int norm, const float *g, const float *beta, const float *rm, const float *rv,
+                      float eps, int act)
 {
+    constexpr int DW_TT = dw_tile<PPT>::TT;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    __half2 *rows = (__half2 *)smem_raw;           /* (DW_TT + k - 1, c / 2) */
+    __half2 *rows = (__half2 *)smem_raw;          /* (DW_TT + k - 1, c / 2) */
     __shared__ float red[DW_THREADS / 32][DW_TT]; /* per-warp partial row sums */
     __shared__ float stat[2][DW_TT];              /* mean, 1/std */
     int t0 = blockIdx.x * DW_TT, b = blockIdx.y, tid = threadIdx.x, c2 = c >> 1;
     int valid = lens ? min(lens[b], t_len) : t_len;
     int nr = DW_TT + k - 1;
-    const __half2 *inb = (const __half2 *)in + (size_t)b * t_len * c2;
+    const unsigned *inb = (const unsigned *)in + (size_t)b * t_len * c2;
     const uint2 *ing = (const uint2 *)in + (size_t)b * t_len * c2; /* GLU: 2 (value, gate) pairs */
-    for (int r = 0; r < nr; r++) {
-        int s = t0 - pad_left + r;
-        for (int p = tid; p < c2; p += DW_THREADS) {
-            __half2 v = __floats2half2_rn(0.0f, 0.0f);
-            if (s >= 0 && s < valid && glu) {
-                uint2 u = ing[(size_t)s * c2 + p];
-                float2 a = __half22float2(*(__half2 *)&u.x), q = __half22float2(*(__half2 *)&u.y);
-                v = __floats2half2_rn(__fdividef(a.x, 1.0f + __expf(-a.y)),
-                                      __fdividef(q.x, 1.0f + __expf(-q.y)));
-            } else if (s >= 0 && s < valid)
-                v = inb[(size_t)s * c2 + p];
-            else if (s < 0 && left)
-                v = __floats2half2_rn(left[(size_t)(pad_left + s) * c + 2 * p],
-                                      left[(size_t)(pad_left + s) * c + 2 * p + 1]);
-            rows[r * c2 + p] = v;
-        }
+    for (int r0 = 0; r0 < nr; r0 += DW_LU) {
+        uint2 u[DW_LU][PPT];
+#pragma unroll
+        for (int l = 0; l < DW_LU; l++)
+#pragma unroll
+            for (int q = 0; q < PPT; q++) {
+                int s = t0 - pad_left + r0 + l, p = tid + DW_THREADS * q;
+                u[l][q] = make_uint2(0u, 0u);
+                if (r0 + l < nr && p < c2 && s >= 0 && s < valid)
+                    u[l][q] =
+                        glu ? ing[(size_t)s * c2 + p] : make_uint2(inb[(size_t)s * c2 + p], 0u);
+            }
+#pragma unroll
+        for (int l = 0; l < DW_LU; l++)
+#pragma unroll
+            for (int q = 0; q < PPT; q++) {
+                int r = r0 + l, s = t0 - pad_left + r, p = tid + DW_THREADS * q;
+                if (r >= nr || p >= c2)
+                    continue;
+                __half2 v = __floats2half2_rn(0.0f, 0.0f);
+                if (s >= 0 && s < valid && glu) {
+                    float2 a = __half22float2(*(__half2 *)&u[l][q].x),
+                           e = __half22float2(*(__half2 *)&u[l][q].y);
+                    v = __floats2half2_rn(__fdividef(a.x, 1.0f + __expf(-a.y)),
+                                          __fdividef(e.x, 1.0f + __expf(-e.y)));
+                } else if (s >= 0 && s < valid) {
+                    v = *(__half2 *)&u[l][q].x;
+                } else if (s < 0 && left) {
+                    v = __floats2half2_rn(left[(size_t)(pad_left + s) * c + 2 * p],
+                                          left[(size_t)(pad_left + s) * c + 2 * p + 1]);
+                }
+                rows[r * c2 + p] = v;
+            }
     }
     __syncthreads();
     float z[PPT][2][DW_TT];
@@ -263,11 +289,151 @@ __global__ void __launch_bounds__(DW_THREADS)
     }
 }
 
-extern "C" int cuda_dwconv_f16(void *out, const void *in, int glu, const float *left, const float *w,
-                               const float *bias, const int *lens, int batch, int t_len, int c,
-                               int k, int pad_left, cuda_norm_t norm, const float *g,
-                               const float *beta, const float *rm, const float *rv, float eps,
-                               cuda_act_t act, void *stream, hark_err_t *err)
+/* The common shapes (kernel K = 15 or 31, at most 256 channels): grid (ceil(t_len / DWR_ROWS),
+ * batch), a thread per channel pair. Each thread walks the DWR_ROWS + K - 1 input rows of its
+ * tile straight from global memory (all loads independent, the halo rows shared with the
+ * neighbouring tiles through L1/L2), through the GLU, rounded to half as the general path stores
+ * them, and adds each row into the outputs it reaches: weights and accumulators stay in
+ * registers, no shared-memory staging and no barrier before the norm. Short blocks, so batch 1
+ * still spreads over ceil(t_len / 16) multiprocessors. */
+#define DWR_ROWS 16
+#define DWR_THREADS 128
+
+/* the activations as the GEMM epilogues compute them (fast exp and reciprocal: the result is
+ * rounded to half) */
+__device__ __forceinline__ float act_fast(float x, int act)
+{
+    switch (act) {
+    case CUDA_ACT_RELU:
+        return epi_act<CUDA_ACT_RELU>(x);
+    case CUDA_ACT_SWISH:
+        return epi_act<CUDA_ACT_SWISH>(x);
+    case CUDA_ACT_GELU:
+        return epi_act<CUDA_ACT_GELU>(x);
+    default:
+        return x;
+    }
+}
+
+template <int K, bool GLU>
+__global__ void __launch_bounds__(DWR_THREADS, K <= 15 ? 4 : 2)
+    dwconv_reg_kernel(__half *out, const __half *in, const float *left, const float *w,
+                      const float *bias, const int *lens, int t_len, int c, int pad_left, int norm,
+                      const float *g, const float *beta, const float *rm, const float *rv,
+                      float eps, int act)
+{
+    constexpr int R = DWR_ROWS, NI = R + K - 1;
+    __shared__ float red[2][DWR_THREADS / 32][R];
+    int t0 = blockIdx.x * R, b = blockIdx.y, p = threadIdx.x, c2 = c >> 1;
+    int warp = p >> 5, lane = p & 31;
+    bool on = p < c2;
+    int valid = lens ? min(lens[b], t_len) : t_len;
+    float2 wk[K], z[R];
+    float b0 = on && bias ? bias[2 * p] : 0.0f, b1 = on && bias ? bias[2 * p + 1] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < K; j++)
+        wk[j] = on ? make_float2(w[(size_t)(2 * p) * K + j], w[(size_t)(2 * p + 1) * K + j])
+                   : make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        z[r] = make_float2(b0, b1);
+    const unsigned *inb = (const unsigned *)in + (size_t)b * t_len * c2;
+    const uint2 *ing = (const uint2 *)in + (size_t)b * t_len * c2; /* GLU: (value, gate) pairs */
+    /* every load of the tile first (independent, all in flight), then the arithmetic */
+    uint2 u[NI];
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+        int s = t0 - pad_left + i;
+        bool ok = on && s >= 0 && s < valid; /* else 0 */
+        if (GLU)
+            u[i] = ok ? ing[(size_t)s * c2 + p] : make_uint2(0u, 0u);
+        else
+            u[i] = make_uint2(ok ? inb[(size_t)s * c2 + p] : 0u, 0u);
+    }
+    bool from_left = left && on && t0 < pad_left; /* the tile reaches into the cached rows */
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+        float2 x; /* rows outside the utterance loaded as 0: GLU(0, 0) = 0 */
+        if (GLU) {
+            float2 a = __half22float2(*(__half2 *)&u[i].x), e = __half22float2(*(__half2 *)&u[i].y);
+            x = __half22float2(__floats2half2_rn(__fdividef(a.x, 1.0f + __expf(-a.y)),
+                                                 __fdividef(e.x, 1.0f + __expf(-e.y))));
+        } else {
+            x = __half22float2(*(__half2 *)&u[i].x);
+        }
+        int s = t0 - pad_left + i;
+        if (from_left && s < 0)
+            x = __half22float2(__floats2half2_rn(left[(size_t)(pad_left + s) * c + 2 * p],
+                                                 left[(size_t)(pad_left + s) * c + 2 * p + 1]));
+#pragma unroll
+        for (int j = 0; j < K; j++) {
+            int r = i - j;
+            if (r >= 0 && r < R) {
+                z[r].x += wk[j].x * x.x;
+                z[r].y += wk[j].y * x.y;
+            }
+        }
+    }
+    if (norm == CUDA_NORM_BATCH) {
+        float i0 = on ? rsqrtf(rv[2 * p] + eps) : 0.0f, i1 = on ? rsqrtf(rv[2 * p + 1] + eps) : 0.0f;
+        float g0 = on && g ? g[2 * p] : 1.0f, g1 = on && g ? g[2 * p + 1] : 1.0f;
+        float e0 = on && beta ? beta[2 * p] : 0.0f, e1 = on && beta ? beta[2 * p + 1] : 0.0f;
+        float m0 = on ? rm[2 * p] : 0.0f, m1 = on ? rm[2 * p + 1] : 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            z[r].x = (z[r].x - m0) * i0 * g0 + e0;
+            z[r].y = (z[r].y - m1) * i1 * g1 + e1;
+        }
+    } else if (norm == CUDA_NORM_LAYER) { /* mean, then variance, over the row's c channels */
+        float mean[R], inv_c = 1.0f / (float)c;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float v = warp_sum(on ? z[r].x + z[r].y : 0.0f);
+            if (lane == 0)
+                red[0][warp][r] = v;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int i = 0; i < DWR_THREADS / 32; i++)
+                sum += red[0][i][r];
+            mean[r] = sum * inv_c;
+            float dx = z[r].x - mean[r], dy = z[r].y - mean[r];
+            float v = warp_sum(on ? dx * dx + dy * dy : 0.0f);
+            if (lane == 0)
+                red[1][warp][r] = v;
+        }
+        __syncthreads();
+        float g0 = on && g ? g[2 * p] : 1.0f, g1 = on && g ? g[2 * p + 1] : 1.0f;
+        float e0 = on && beta ? beta[2 * p] : 0.0f, e1 = on && beta ? beta[2 * p + 1] : 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int i = 0; i < DWR_THREADS / 32; i++)
+                sum += red[1][i][r];
+            float rstd = rsqrtf(sum * inv_c + eps);
+            z[r].x = (z[r].x - mean[r]) * rstd * g0 + e0;
+            z[r].y = (z[r].y - mean[r]) * rstd * g1 + e1;
+        }
+    }
+    if (!on)
+        return;
+    __half2 *ob = (__half2 *)out + (size_t)b * t_len * c2;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        if (t0 + r < t_len)
+            ob[(size_t)(t0 + r) * c2 + p] =
+                __floats2half2_rn(act_fast(z[r].x, act), act_fast(z[r].y, act));
+}
+
+extern "C" int cuda_dwconv_f16(void *out, const void *in, int glu, const float *left,
+                               const float *w, const float *bias, const int *lens, int batch,
+                               int t_len, int c, int k, int pad_left, cuda_norm_t norm,
+                               const float *g, const float *beta, const float *rm, const float *rv,
+                               float eps, cuda_act_t act, void *stream, hark_err_t *err)
 {
     if (batch <= 0 || t_len <= 0 || c <= 0)
         return HARK_OK;
@@ -277,17 +443,35 @@ extern "C" int cuda_dwconv_f16(void *out, const void *in, int glu, const float *
                        "dwconv_f16: kernel %d (1..64), pad_left %d, %d channels (even, at most "
                        "%d), norm %d",
                        k, pad_left, c, 8 * DW_THREADS, (int)norm);
-    size_t smem = (size_t)(DW_TT + k - 1) * c * sizeof(__half);
-    dim3 grid((unsigned)((t_len + DW_TT - 1) / DW_TT), (unsigned)batch);
     cudaStream_t st = (cudaStream_t)stream;
+    if ((k == 15 || k == 31) && c <= 2 * DWR_THREADS) {
+        dim3 grid((unsigned)((t_len + DWR_ROWS - 1) / DWR_ROWS), (unsigned)batch);
+#define DWR(KK, G)                                                                                 \
+    dwconv_reg_kernel<KK, G><<<grid, DWR_THREADS, 0, st>>>(                                         \
+        (__half *)out, (const __half *)in, left, w, bias, lens, t_len, c, pad_left, (int)norm, g,  \
+        beta, rm, rv, eps, (int)act)
+        if (k == 15 && glu)
+            DWR(15, true);
+        else if (k == 15)
+            DWR(15, false);
+        else if (glu)
+            DWR(31, true);
+        else
+            DWR(31, false);
+#undef DWR
+        return launched(err, "dwconv_reg_kernel");
+    }
     static bool set[3][64];
 #define DW(P, I)                                                                                   \
     do {                                                                                           \
+        constexpr int tt_ = dw_tile<P>::TT;                                                        \
+        size_t smem = (size_t)(tt_ + k - 1) * c * sizeof(__half);                                  \
+        dim3 grid((unsigned)((t_len + tt_ - 1) / tt_), (unsigned)batch);                           \
         cudaError_t e_ = ops_smem_opt_in((const void *)dwconv_f16_kernel<P>, smem, set[I]);        \
         if (e_ != cudaSuccess)                                                                     \
             return err_set(err, HARK_ERR_CUDA, "dwconv_f16 smem: %s", cudaGetErrorString(e_));     \
         dwconv_f16_kernel<P><<<grid, DW_THREADS, smem, st>>>(                                      \
-            (__half *)out, (const __half *)in, glu, left, w, bias, lens, t_len, c, k, pad_left,   \
+            (__half *)out, (const __half *)in, glu, left, w, bias, lens, t_len, c, k, pad_left,    \
             (int)norm, g, beta, rm, rv, eps, (int)act);                                            \
     } while (0)
     if (c <= 2 * DW_THREADS)
@@ -302,19 +486,21 @@ extern "C" int cuda_dwconv_f16(void *out, const void *in, int glu, const float *
 
 /* ---- first subsampling conv (one input channel) fused with CMVN ----------------------------- */
 
-/* grid (h_out, batch), 256 threads over output channels; smem: K rows of f floats (the CMVN'd
+/* grid (ceil(h_out / C1_HO), batch), 128 threads: V output channels a lane, C1_HO output rows a
+ * block (the weights loaded once for them); smem: the rows of f floats they read (the CMVN'd
  * features, zero past the utterance's end) */
-template <int K>
-__global__ void conv1_cmvn_kernel(__half *out, const float *x, const float *mean,
-                                  const float *istd, const int *lens, int t, int f,
-                                  const float *w, const float *bias, int cout, int stride,
-                                  int h_out, int w_out, int relu)
+#define C1_HO 4
+template <int K, int V>
+__global__ void conv1_cmvn_kernel(__half *out, const float *x, const float *mean, const float *istd,
+                                  const int *lens, int t, int f, const float *w, const float *bias,
+                                  int cout, int stride, int h_out, int w_out, int relu)
 {
-    extern __shared__ float xs[]; /* (K, f) */
-    int ho = blockIdx.x, b = blockIdx.y;
+    extern __shared__ float xs[]; /* ((C1_HO - 1) · stride + K, f) */
+    int ho0 = blockIdx.x * C1_HO, b = blockIdx.y, nho = min(C1_HO, h_out - ho0);
+    int nrows = (nho - 1) * stride + K;
     int valid = lens ? min(lens[b], t) : t;
-    for (int idx = threadIdx.x; idx < K * f; idx += blockDim.x) {
-        int i = idx / f, col = idx - i * f, tt = ho * stride + i;
+    for (int idx = threadIdx.x; idx < nrows * f; idx += blockDim.x) {
+        int i = idx / f, col = idx - i * f, tt = ho0 * stride + i;
         float v = 0.0f;
         if (tt < valid) {
             v = x[((size_t)b * t + tt) * f + col];
@@ -324,33 +510,50 @@ __global__ void conv1_cmvn_kernel(__half *out, const float *x, const float *mean
         xs[idx] = v;
     }
     __syncthreads();
-    /* channel pairs (co, co + 1): half2 stores */
-    for (int co = 2 * threadIdx.x; co < cout; co += 2 * blockDim.x) {
-        float w0[K * K], w1[K * K];
+    /* lane: V consecutive output channels (one 4- or 16-byte store per position), warp: output
+     * columns wo = warp, warp + warps, ...; a warp writes 32·V channels of one position at once */
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (int co = lane * V; co < cout; co += 32 * V) {
+        float wv[V][K * K], bv[V];
 #pragma unroll
-        for (int e = 0; e < K * K; e++) {
-            w0[e] = w[(size_t)co * K * K + e];
-            w1[e] = w[(size_t)(co + 1) * K * K + e];
+        for (int c = 0; c < V; c++) {
+#pragma unroll
+            for (int e = 0; e < K * K; e++)
+                wv[c][e] = w[(size_t)(co + c) * K * K + e];
+            bv[c] = bias ? bias[co + c] : 0.0f;
         }
-        float b0 = bias ? bias[co] : 0.0f, b1 = bias ? bias[co + 1] : 0.0f;
-        __half2 *o = (__half2 *)(out + (((size_t)b * h_out + ho) * w_out) * cout + co);
-        for (int wo = 0; wo < w_out; wo++) {
-            float a0 = 0.0f, a1 = 0.0f;
+        for (int hi = 0; hi < nho; hi++) {
+            const float *xr = xs + hi * stride * f;
+            __half *o = out + (((size_t)b * h_out + ho0 + hi) * w_out) * cout + co;
+            for (int wo = warp; wo < w_out; wo += warps) {
+                float a[V];
 #pragma unroll
-            for (int i = 0; i < K; i++)
+                for (int c = 0; c < V; c++)
+                    a[c] = bv[c];
 #pragma unroll
-                for (int j = 0; j < K; j++) {
-                    float x = xs[i * f + wo * stride + j];
-                    a0 += w0[i * K + j] * x;
-                    a1 += w1[i * K + j] * x;
+                for (int i = 0; i < K; i++)
+#pragma unroll
+                    for (int j = 0; j < K; j++) {
+                        float x = xr[i * f + wo * stride + j];
+#pragma unroll
+                        for (int c = 0; c < V; c++)
+                            a[c] += wv[c][i * K + j] * x;
+                    }
+                __align__(16) __half2 h[V / 2];
+#pragma unroll
+                for (int c = 0; c < V; c += 2) {
+                    float a0 = a[c], a1 = a[c + 1];
+                    if (relu) {
+                        a0 = a0 < 0.0f ? 0.0f : a0;
+                        a1 = a1 < 0.0f ? 0.0f : a1;
+                    }
+                    h[c / 2] = __floats2half2_rn(a0, a1);
                 }
-            a0 += b0;
-            a1 += b1;
-            if (relu) {
-                a0 = a0 < 0.0f ? 0.0f : a0;
-                a1 = a1 < 0.0f ? 0.0f : a1;
+                if (V == 8)
+                    *(uint4 *)(o + (size_t)wo * cout) = *(const uint4 *)h;
+                else
+                    *(__half2 *)(o + (size_t)wo * cout) = h[0];
             }
-            o[(size_t)wo * (cout / 2)] = __floats2half2_rn(a0, a1);
         }
     }
 }
@@ -368,12 +571,17 @@ extern "C" int cuda_conv1_cmvn(void *out, const float *x, const float *mean, con
     int h_out = t < k ? 0 : (t - k) / stride + 1, w_out = f < k ? 0 : (f - k) / stride + 1;
     if (batch <= 0 || h_out <= 0 || w_out <= 0)
         return HARK_OK;
-    size_t smem = (size_t)k * f * sizeof(float);
+    size_t smem = (size_t)((C1_HO - 1) * stride + k) * f * sizeof(float);
     if (smem > 48 * 1024)
-        return err_set(err, HARK_ERR_INVALID_ARG, "conv1_cmvn: %d features too many", f);
-    dim3 grid((unsigned)h_out, (unsigned)batch);
-    conv1_cmvn_kernel<3><<<grid, 128, smem, (cudaStream_t)stream>>>(
-        (__half *)out, x, mean, istd, lens, t, f, w, bias, cout, stride, h_out, w_out, relu);
+        return err_set(err, HARK_ERR_INVALID_ARG, "conv1_cmvn: %d features, stride %d too many", f,
+                       stride);
+    dim3 grid((unsigned)((h_out + C1_HO - 1) / C1_HO), (unsigned)batch);
+    if (cout % 8 == 0) /* 16-byte stores */
+        conv1_cmvn_kernel<3, 8><<<grid, 128, smem, (cudaStream_t)stream>>>(
+            (__half *)out, x, mean, istd, lens, t, f, w, bias, cout, stride, h_out, w_out, relu);
+    else
+        conv1_cmvn_kernel<3, 2><<<grid, 128, smem, (cudaStream_t)stream>>>(
+            (__half *)out, x, mean, istd, lens, t, f, w, bias, cout, stride, h_out, w_out, relu);
     return launched(err, "conv1_cmvn_kernel");
 }
 

@@ -907,6 +907,31 @@ GPU_TEST(cuda_hgemm_epilogues_match_ref)
     ops_cuda_destroy(g);
 }
 
+/* The norms after a residual update (cuda_row_norms_t), case nk: 0 none; 1 hn = LN(x) (pre-norm
+ * after the macaron FFN); 2 x = LN1(x), hn = LN2(x) (block end, pre-norm); 3 x = hn = LN2(LN1(x)),
+ * LN1 without affine, hn written over `over` (block end, post-norm). Sets nm (device g/b: dng,
+ * dnb, 2d each; hn: dh) and applies the case to ref (m, d), the normed half output's reference
+ * to href. */
+static void norms_case(int nk, cuda_row_norms_t *nm, float *ref, float *href, const float *ng,
+                       const float *nb, float *dng, float *dnb, void *dh, void *over, int m, int d)
+{
+    if (nk == 1) {
+        nm->g1 = dng, nm->n_b1 = dnb, nm->ln1 = 1, nm->h_out = dh;
+        layer_norm_ref(href, ref, ng, nb, m, d, 1e-5f);
+    } else if (nk == 2) {
+        nm->x_sel = 1, nm->g1 = dng, nm->n_b1 = dnb, nm->ln1 = 1;
+        nm->g2 = dng + d, nm->n_b2 = dnb + d, nm->ln2 = 1, nm->h_out = dh;
+        layer_norm_ref(ref, ref, ng, nb, m, d, 1e-5f);
+        layer_norm_ref(href, ref, ng + d, nb + d, m, d, 1e-5f);
+    } else if (nk == 3) {
+        nm->x_sel = 2, nm->g1 = NULL, nm->n_b1 = NULL, nm->ln1 = 1;
+        nm->g2 = dng + d, nm->n_b2 = dnb + d, nm->ln2 = 1, nm->h_out = over;
+        layer_norm_ref(ref, ref, NULL, NULL, m, d, 1e-5f);
+        layer_norm_ref(ref, ref, ng + d, nb + d, m, d, 1e-5f);
+        memcpy(href, ref, (size_t)m * d * sizeof(float));
+    }
+}
+
 GPU_TEST(cuda_ffn_f16_matches_ref)
 {
     /* m (rows: partial tiles, one row, several blocks), f, act, biases, norms after (0: none,
@@ -946,27 +971,13 @@ GPU_TEST(cuda_ffn_f16_matches_ref)
         matmul_ref(acc, h, w2, m, d, f, f, f, d, 1, 1.0f, 0.0f);
         epi_ref(ref, acc, bias ? b2 : NULL, CUDA_EPI_RESID32, CUDA_ACT_NONE, m, d, x0, alpha, 1.0f,
                 NULL, 0);
-        cuda_ffn_norm_t nm = {0, NULL, NULL, NULL, NULL, 0, 0, NULL, 1e-5f};
+        cuda_row_norms_t nm = {0, NULL, NULL, NULL, NULL, 0, 0, NULL, 1e-5f};
         void *da = dup_to(a, na, OPS_F16), *dw1 = dup_to(w1, nw, OPS_F16);
         void *dw2 = dup_to(w2, nw, OPS_F16), *dh = dalloc(na, OPS_F16);
         float *db1 = dup_to(b1, f, OPS_F32), *db2 = dup_to(b2, d, OPS_F32);
         float *dng = dup_to(ng, 2 * d, OPS_F32), *dnb = dup_to(nb, 2 * d, OPS_F32);
         float *dx = dup_to(x0, na, OPS_F32);
-        if (nk == 1) { /* pre-norm after the macaron FFN: hn = next(x) */
-            nm.g1 = dng, nm.n_b1 = dnb, nm.ln1 = 1, nm.h_out = dh;
-            layer_norm_ref(href, ref, ng, nb, m, d, 1e-5f);
-        } else if (nk == 2) { /* block end, pre-norm: x = final(x), hn = next(x) */
-            nm.x_sel = 1, nm.g1 = dng, nm.n_b1 = dnb, nm.ln1 = 1;
-            nm.g2 = dng + d, nm.n_b2 = dnb + d, nm.ln2 = 1, nm.h_out = dh;
-            layer_norm_ref(ref, ref, ng, nb, m, d, 1e-5f);
-            layer_norm_ref(href, ref, ng + d, nb + d, m, d, 1e-5f);
-        } else if (nk == 3) { /* block end, post-norm: x = hn = final(ff(x)), hn over a */
-            nm.x_sel = 2, nm.g1 = NULL, nm.n_b1 = NULL, nm.ln1 = 1;
-            nm.g2 = dng + d, nm.n_b2 = dnb + d, nm.ln2 = 1, nm.h_out = da;
-            layer_norm_ref(ref, ref, NULL, NULL, m, d, 1e-5f);
-            layer_norm_ref(ref, ref, ng + d, nb + d, m, d, 1e-5f);
-            memcpy(href, ref, na * sizeof(float));
-        }
+        norms_case(nk, &nm, ref, href, ng, nb, dng, dnb, dh, da, m, d);
         CHECKF(cuda_ffn_f16(dx, da, dw1, bias ? db1 : NULL, dw2, bias ? db2 : NULL, m, d, f,
                             (cuda_act_t)act, alpha, nk ? &nm : NULL, g, &err) == HARK_OK,
                "%s", err.msg);
@@ -1002,6 +1013,93 @@ GPU_TEST(cuda_ffn_f16_matches_ref)
                        g, &err) == HARK_ERR_INVALID_ARG);
     CHECK(cuda_ffn_f16(NULL, NULL, NULL, NULL, NULL, NULL, 4, d, 100, CUDA_ACT_SWISH, 1.0f, NULL, g,
                        &err) == HARK_ERR_INVALID_ARG);
+    ops_cuda_destroy(g);
+}
+
+/* A residual GEMM with the norms after it (cuda_epi_t.norm): on Hopper with n = 256 in the
+ * epilogue of the 128 x 256 wgmma tiles, elsewhere (mma.sync forced, n != 256) the GEMM and a
+ * cuda_rows_norm pass */
+GPU_TEST(cuda_hgemm_resid_norms_matches_ref)
+{
+    /* m, n, k, norms case (norms_case), backend (0 AUTO, 1 mma.sync); fused: AUTO, n 256, k <= 1024
+     * and at least half a GPU of 128-row blocks (m >= 8448 on 132 multiprocessors) */
+    static const int sz[][5] = {{1, 256, 256, 1, 0},    {77, 256, 72, 2, 0},  {300, 256, 512, 3, 0},
+                                {9000, 256, 256, 1, 0}, {9000, 256, 256, 2, 1}, {130, 200, 64, 1, 0},
+                                {8500, 256, 512, 3, 0}, {9000, 256, 2048, 2, 0}};
+    ops_cuda_t *g = new_ctx(t);
+    CHECK(g);
+    unsigned seed = 78;
+    double worst = 0.0, worst_h = 0.0;
+    int wg_runs = 0;
+    for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++) {
+        int m = sz[c][0], d = sz[c][1], k = sz[c][2], nk = sz[c][3];
+        ops_cuda_set_gemm_backend(g, sz[c][4] ? OPS_GEMM_MMA : OPS_GEMM_AUTO);
+        float alpha = c % 2 ? 1.0f : 0.5f;
+        size_t na = (size_t)m * k, nw = (size_t)d * k, nx = (size_t)m * d;
+        float *a = hrand(na, &seed, 1.0f), *w = hrand(nw, &seed, 0.1f);
+        float *b = hrand(d, &seed, 0.5f), *x0 = hrand(nx, &seed, 0.5f);
+        float *ng = hrand(2 * d, &seed, 1.0f), *nb = hrand(2 * d, &seed, 0.3f);
+        round_to(a, na, OPS_F16);
+        round_to(w, nw, OPS_F16);
+        float *acc = hark_malloc(nx * sizeof(float)), *ref = hark_malloc(nx * sizeof(float));
+        float *href = hark_malloc(nx * sizeof(float)), *got = hark_malloc(nx * sizeof(float));
+        matmul_ref(acc, a, w, m, d, k, k, k, d, 1, 1.0f, 0.0f);
+        epi_ref(ref, acc, b, CUDA_EPI_RESID32, CUDA_ACT_NONE, m, d, x0, alpha, 1.0f, NULL, 0);
+        void *da = dup_to(a, na, OPS_F16), *dw = dup_to(w, nw, OPS_F16), *dh = dalloc(nx, OPS_F16);
+        void *dover = dalloc(nx, OPS_F16);
+        float *db = dup_to(b, d, OPS_F32), *dx = dup_to(x0, nx, OPS_F32);
+        float *dng = dup_to(ng, 2 * d, OPS_F32), *dnb = dup_to(nb, 2 * d, OPS_F32);
+        cuda_row_norms_t nm = {0, NULL, NULL, NULL, NULL, 0, 0, NULL, 1e-5f};
+        norms_case(nk, &nm, ref, href, ng, nb, dng, dnb, dh, dover, m, d);
+        cuda_epi_t e;
+        memset(&e, 0, sizeof e);
+        e.mode = CUDA_EPI_RESID32;
+        e.out = dx;
+        e.ldo = d;
+        e.bias = db;
+        e.alpha = alpha;
+        e.beta = 1.0f;
+        e.norm = &nm;
+        hark_err_t err = {0};
+        CHECKF(cuda_hgemm(&e, da, k, dw, m, d, k, g, &err) == HARK_OK, "%s", err.msg);
+        int fused = ops_cuda_last_gemm(g) == OPS_GEMM_WGMMA;
+        wg_runs += fused;
+        CHECK(dup_from(got, dx, nx, OPS_F32) == 0);
+        if (nk == 1) /* x is the update alone: compare the GEMM's part (x0 off both sides) */
+            for (size_t i = 0; i < nx; i++) {
+                got[i] -= x0[i];
+                ref[i] -= x0[i];
+            }
+        double er = test_rel_rms(got, ref, nx);
+        int gd = guard_ok(dx, nx, OPS_F32);
+        for (size_t i = 0; i < nx; i++)
+            if (got[i] != got[i])
+                er = INFINITY;
+        worst = er > worst ? er : worst;
+        CHECK_ERR(er, TOL_H, gd, "resid norms m %d n %d k %d norms %d (%s): x rel %g", m, d, k, nk,
+                  fused ? "fused" : "separate", er);
+        double eh = out_err(nm.h_out, OPS_F16, href, nx, &gd);
+        worst_h = eh > worst_h ? eh : worst_h;
+        CHECK_ERR(eh, TOL_H, gd, "resid norms m %d n %d k %d norms %d: hn rel %g", m, d, k, nk, eh);
+        cudaFree(da), cudaFree(dw), cudaFree(dh), cudaFree(dover), cudaFree(db), cudaFree(dx);
+        cudaFree(dng), cudaFree(dnb);
+        hark_free(a), hark_free(w), hark_free(b), hark_free(x0), hark_free(ng), hark_free(nb);
+        hark_free(acc), hark_free(ref), hark_free(href), hark_free(got);
+    }
+    printf("    residual GEMM + norms rel rms (worst): x %.3g, normed half out %.3g (%d fused)\n",
+           worst, worst_h, wg_runs);
+    CHECK(wg_runs >= 2);
+    /* the norms need the plain update: beta 1, no pe */
+    cuda_row_norms_t nm = {0, NULL, NULL, NULL, NULL, 1, 0, NULL, 1e-5f};
+    cuda_epi_t e;
+    memset(&e, 0, sizeof e);
+    e.mode = CUDA_EPI_RESID32;
+    e.out = &e;
+    e.ldo = 256;
+    e.beta = 0.0f;
+    e.norm = &nm;
+    hark_err_t err = {0};
+    CHECK(cuda_hgemm(&e, NULL, 8, NULL, 4, 256, 8, g, &err) == HARK_ERR_INVALID_ARG);
     ops_cuda_destroy(g);
 }
 
@@ -1083,9 +1181,10 @@ GPU_TEST(cuda_hconv2d_matches_conv2d_ref)
     ops_cuda_destroy(g);
 }
 
-GPU_TEST(cuda_conv1_cmvn_matches_ref)
+/* C output channels: multiples of 8 take 16-byte stores, the rest half pairs */
+static void conv1_case(test_ctx_t *t, int C)
 {
-    enum { B = 3, T = 37, F = 23, C = 40, K = 3, S = 2 };
+    enum { B = 3, T = 37, F = 23, K = 3, S = 2 };
     static const int lens[B] = {T, 20, 5};
     unsigned seed = 33;
     int ho = (T - K) / S + 1, wo = (F - K) / S + 1;
@@ -1121,8 +1220,8 @@ GPU_TEST(cuda_conv1_cmvn_matches_ref)
     CHECK_OK(cuda_conv1_cmvn(dout, dx, dm, di, dl, B, T, F, dw, db, C, K, S, 1, NULL, NULL));
     int gd;
     double er = out_err(dout, OPS_F16, ref, nout, &gd);
-    CHECK_ERR(er, TOL_H, gd, "conv1_cmvn rel %g", er);
-    printf("    conv1+cmvn rel rms %.3g\n", er);
+    CHECK_ERR(er, TOL_H, gd, "conv1_cmvn %d channels rel %g", C, er);
+    printf("    conv1+cmvn %d channels rel rms %.3g\n", C, er);
     hark_err_t err = {0};
     CHECK(cuda_conv1_cmvn(dout, dx, dm, di, dl, B, T, F, dw, db, C, 5, S, 1, NULL, &err) ==
           HARK_ERR_INVALID_ARG);
@@ -1130,6 +1229,13 @@ GPU_TEST(cuda_conv1_cmvn_matches_ref)
     cudaFree(dout);
     hark_free(x), hark_free(w), hark_free(b), hark_free(mean), hark_free(istd), hark_free(ref);
     hark_free(img), hark_free(o), hark_free(col);
+}
+
+GPU_TEST(cuda_conv1_cmvn_matches_ref)
+{
+    conv1_case(t, 40);
+    conv1_case(t, 264);
+    conv1_case(t, 22);
 }
 
 GPU_TEST(cuda_rows_norm_matches_ref)
@@ -1195,11 +1301,11 @@ GPU_TEST(cuda_dwconv_f16_matches_ref)
 {
     enum { B = 3, T = 37 };
     static const int lens[B] = {T, 20, 1};
-    /* c, k, pad, left, norm */
-    static const int cs[][5] = {{24, 7, 6, 1, CUDA_NORM_LAYER},
-                                {300, 15, 7, 0, CUDA_NORM_BATCH},
-                                {600, 3, 1, 0, CUDA_NORM_LAYER},
-                                {256, 15, 14, 1, CUDA_NORM_LAYER}};
+    /* c, k, pad, left, norm; k 15 or 31 with c <= 256 take the register kernel */
+    static const int cs[][5] = {{24, 7, 6, 1, CUDA_NORM_LAYER},    {300, 15, 7, 0, CUDA_NORM_BATCH},
+                                {600, 3, 1, 0, CUDA_NORM_LAYER},   {256, 15, 14, 1, CUDA_NORM_LAYER},
+                                {256, 31, 15, 0, CUDA_NORM_BATCH}, {200, 15, 7, 1, CUDA_NORM_LAYER},
+                                {256, 31, 30, 1, CUDA_NORM_NONE}};
     unsigned seed = 35;
     double worst = 0;
     for (int glu = 0; glu < 2; glu++)
@@ -1237,7 +1343,7 @@ GPU_TEST(cuda_dwconv_f16_matches_ref)
                                      c, k, pad, lens[b]);
                 if (norm == CUDA_NORM_BATCH)
                     batch_norm_ref(o, o, g, beta, rm, rv, T, c, 1e-5f);
-                else
+                else if (norm == CUDA_NORM_LAYER)
                     layer_norm_ref(o, o, g, beta, T, c, 1e-5f);
                 activation_ref(o, o, (size_t)T * c, (ops_act_t)act);
             }
@@ -1378,72 +1484,81 @@ GPU_TEST(cuda_ctc_log_softmax_argmax_matches_ref)
 /* the CTC head without logits in memory: LSE partials + cuda_lse_argmax vs log_softmax + argmax */
 GPU_TEST(cuda_hgemm_lse_argmax_matches_ref)
 {
-    static const int sz[][2] = {{37, 13}, {300, 5002}, {1000, 300}, {2, 129}}; /* m, n */
+    static const int sz[][2] = {
+        {37, 13}, {300, 5002}, {1000, 300}, {2, 129}, {1100, 5002}}; /* m, n */
     enum { K = 72 };
     unsigned seed = 38;
     ops_cuda_t *g = new_ctx(t);
     CHECK(g);
     double worst = 0;
-    for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++) {
-        int m = sz[c][0], n = sz[c][1], tr = m > 3 ? m / 3 : m, batch = m / tr;
-        int lens[8] = {tr, tr / 2, 0};
-        float *a = hrand((size_t)m * K, &seed, 1.0f), *w = hrand((size_t)n * K, &seed, 1.0f);
-        float *bias = hrand(n, &seed, 1.0f);
-        round_to(a, (size_t)m * K, OPS_F16);
-        round_to(w, (size_t)n * K, OPS_F16);
-        float *lp = hark_malloc((size_t)m * n * sizeof(float));
-        matmul_ref(lp, a, w, m, n, K, K, K, n, 1, 1.0f, 0.0f);
-        for (int i = 0; i < m * n; i++)
-            lp[i] += bias[i % n];
-        log_softmax_ref(lp, lp, m, n);
-        int *arg_ref = hark_malloc(sizeof(int) * (size_t)m),
-            *arg = hark_malloc(sizeof(int) * (size_t)m);
-        float *best_ref = hark_malloc(sizeof(float) * (size_t)m);
-        for (int r = 0; r < m; r++) {
-            int pad = r / tr < batch && r % tr >= lens[r / tr];
-            ctc_argmax_ref(&arg_ref[r], lp + (size_t)r * n, 1, n);
-            best_ref[r] = lp[(size_t)r * n + arg_ref[r]];
-            if (pad)
-                arg_ref[r] = 0, best_ref[r] = 0.0f;
+    int wg_runs = 0;
+    /* mma.sync everywhere, then AUTO (the wgmma kernel where the tiles fill the GPU) */
+    for (int be = 0; be < 2; be++)
+        for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++) {
+            ops_cuda_set_gemm_backend(g, be ? OPS_GEMM_AUTO : OPS_GEMM_MMA);
+            int m = sz[c][0], n = sz[c][1], tr = m > 3 ? m / 3 : m, batch = m / tr;
+            int lens[8] = {tr, tr / 2, 0};
+            float *a = hrand((size_t)m * K, &seed, 1.0f), *w = hrand((size_t)n * K, &seed, 1.0f);
+            float *bias = hrand(n, &seed, 1.0f);
+            round_to(a, (size_t)m * K, OPS_F16);
+            round_to(w, (size_t)n * K, OPS_F16);
+            float *lp = hark_malloc((size_t)m * n * sizeof(float));
+            matmul_ref(lp, a, w, m, n, K, K, K, n, 1, 1.0f, 0.0f);
+            for (int i = 0; i < m * n; i++)
+                lp[i] += bias[i % n];
+            log_softmax_ref(lp, lp, m, n);
+            int *arg_ref = hark_malloc(sizeof(int) * (size_t)m),
+                *arg = hark_malloc(sizeof(int) * (size_t)m);
+            float *best_ref = hark_malloc(sizeof(float) * (size_t)m);
+            for (int r = 0; r < m; r++) {
+                int pad = r / tr < batch && r % tr >= lens[r / tr];
+                ctc_argmax_ref(&arg_ref[r], lp + (size_t)r * n, 1, n);
+                best_ref[r] = lp[(size_t)r * n + arg_ref[r]];
+                if (pad)
+                    arg_ref[r] = 0, best_ref[r] = 0.0f;
+            }
+            void *da = dup_to(a, (size_t)m * K, OPS_F16), *dw = dup_to(w, (size_t)n * K, OPS_F16);
+            float *db = dup_to(bias, n, OPS_F32), *dbest = dalloc(m, OPS_F32);
+            void *part = NULL;
+            int *darg = NULL, *dl = NULL;
+            CHECK(cudaMalloc(&part, (size_t)m * CUDA_LSE_TILES(n) * 16) == cudaSuccess);
+            CHECK(cudaMalloc((void **)&darg, sizeof(int) * (size_t)m) == cudaSuccess);
+            CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
+            CHECK_OK(cuda_set_lens(dl, lens, batch, NULL, NULL));
+            cuda_epi_t e;
+            memset(&e, 0, sizeof e);
+            e.mode = CUDA_EPI_LSE;
+            e.bias = db;
+            e.out = part;
+            e.ldo = CUDA_LSE_TILES(n);
+            hark_err_t err = {0};
+            CHECKF(cuda_hgemm(&e, da, K, dw, m, n, K, g, &err) == HARK_OK, "%s", err.msg);
+            wg_runs += ops_cuda_last_gemm(g) == OPS_GEMM_WGMMA;
+            /* rows past the batch grid (m not a multiple of tr) count as valid */
+            CHECK_OK(cuda_lse_argmax(darg, dbest, part, n, dl, tr, batch * tr, NULL, NULL));
+            if (batch * tr < m)
+                CHECK_OK(cuda_lse_argmax(darg + batch * tr, dbest + batch * tr,
+                                         (char *)part + (size_t)batch * tr * CUDA_LSE_TILES(n) * 16,
+                                         n, NULL, 0, m - batch * tr, NULL, NULL));
+            CHECK(cudaMemcpy(arg, darg, sizeof(int) * (size_t)m, cudaMemcpyDeviceToHost) ==
+                  cudaSuccess);
+            int same = 0;
+            for (int r = 0; r < m; r++)
+                same += arg[r] == arg_ref[r];
+            CHECKF(same == m, "lse argmax %dx%d (%s): %d of %d rows agree", m, n,
+                   be ? "auto" : "mma", same, m);
+            int gd;
+            double er = out_err(dbest, OPS_F32, best_ref, m, &gd);
+            worst = er > worst ? er : worst;
+            CHECK_ERR(er, 1e-5, gd, "lse best log-prob %dx%d rel %g", m, n, er);
+            cudaFree(da), cudaFree(dw), cudaFree(db), cudaFree(dbest), cudaFree(part),
+                cudaFree(darg);
+            cudaFree(dl);
+            hark_free(a), hark_free(w), hark_free(bias), hark_free(lp), hark_free(arg_ref);
+            hark_free(arg), hark_free(best_ref);
         }
-        void *da = dup_to(a, (size_t)m * K, OPS_F16), *dw = dup_to(w, (size_t)n * K, OPS_F16);
-        float *db = dup_to(bias, n, OPS_F32), *dbest = dalloc(m, OPS_F32);
-        void *part = NULL;
-        int *darg = NULL, *dl = NULL;
-        CHECK(cudaMalloc(&part, (size_t)m * CUDA_LSE_TILES(n) * 16) == cudaSuccess);
-        CHECK(cudaMalloc((void **)&darg, sizeof(int) * (size_t)m) == cudaSuccess);
-        CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
-        CHECK_OK(cuda_set_lens(dl, lens, batch, NULL, NULL));
-        cuda_epi_t e;
-        memset(&e, 0, sizeof e);
-        e.mode = CUDA_EPI_LSE;
-        e.bias = db;
-        e.out = part;
-        e.ldo = CUDA_LSE_TILES(n);
-        hark_err_t err = {0};
-        CHECKF(cuda_hgemm(&e, da, K, dw, m, n, K, g, &err) == HARK_OK, "%s", err.msg);
-        /* rows past the batch grid (m not a multiple of tr) count as valid */
-        CHECK_OK(cuda_lse_argmax(darg, dbest, part, n, dl, tr, batch * tr, NULL, NULL));
-        if (batch * tr < m)
-            CHECK_OK(cuda_lse_argmax(darg + batch * tr, dbest + batch * tr,
-                                     (char *)part + (size_t)batch * tr * CUDA_LSE_TILES(n) * 16, n,
-                                     NULL, 0, m - batch * tr, NULL, NULL));
-        CHECK(cudaMemcpy(arg, darg, sizeof(int) * (size_t)m, cudaMemcpyDeviceToHost) ==
-              cudaSuccess);
-        int same = 0;
-        for (int r = 0; r < m; r++)
-            same += arg[r] == arg_ref[r];
-        CHECKF(same == m, "lse argmax %dx%d: %d of %d rows agree", m, n, same, m);
-        int gd;
-        double er = out_err(dbest, OPS_F32, best_ref, m, &gd);
-        worst = er > worst ? er : worst;
-        CHECK_ERR(er, 1e-5, gd, "lse best log-prob %dx%d rel %g", m, n, er);
-        cudaFree(da), cudaFree(dw), cudaFree(db), cudaFree(dbest), cudaFree(part), cudaFree(darg);
-        cudaFree(dl);
-        hark_free(a), hark_free(w), hark_free(bias), hark_free(lp), hark_free(arg_ref);
-        hark_free(arg), hark_free(best_ref);
-    }
-    printf("    lse argmax: best log-prob rel rms %.3g\n", worst);
+    printf("    lse argmax: best log-prob rel rms %.3g (%d runs on wgmma)\n", worst, wg_runs);
+    CHECK(wg_runs >= 1);
     hark_err_t err = {0};
     cuda_epi_t e;
     memset(&e, 0, sizeof e);
