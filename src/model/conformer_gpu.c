@@ -59,7 +59,6 @@ typedef struct {
     const float *qkv_b, *o_b;      /* (3D), (D) */
     const void *qkv_bh;            /* (3D) half: the qkv bias for cuBLASLt (FP16) */
     const void *ffm1_bh, *ff1_bh;  /* (F) half: the w1 biases for cuBLASLt (FP16) */
-    const void *pw1_bh;            /* (2D) half: pw1_b16 as half (FP16) */
     const float *pos_u, *pos_v;    /* (H, dk) */
     mat_t pw1, pw2;                /* (2D, D), (D, D) */
     const float *pw1_b, *pw2_b;    /* (2D), (D) */
@@ -392,7 +391,6 @@ static int load_block(gload_t *L, conformer_gpu_model_t *m, gblock_t *bk, int i,
                 scratch[2 * j + 1] = pw1_b_host[d + j];
             }
             place(L, scratch, (size_t)2 * d, K_VEC, 1, &bk->pw1_b16, NULL);
-            place(L, scratch, (size_t)2 * d, K_VEC16, 1, NULL, &bk->pw1_bh);
         }
         TRY(put(L, K_VEC, 1, &bk->dw_w, NULL, 3, d, 1, m->kernel, 0,
                 "%s.conv_module.depthwise_conv.weight", p));
@@ -1108,12 +1106,11 @@ static int h_conv(const gfwd_t *F, const gblock_t *bk, const cuda_row_norms_t *n
     conformer_gpu_state_t *s = F->s;
     const conformer_gpu_model_t *m = s->m;
     int d = m->d, kk = m->kernel, causal = m->cfg.causal, bn = m->cfg.cnn_norm == CNN_NORM_BATCH;
-    /* pointwise_conv1 with (value, gate) output columns interleaved; the GLU runs inside the
-     * depthwise conv's load */
-    cuda_epi_t e = epi(CUDA_EPI_F16, s->big, 2 * d, bk->pw1_b16);
-    e.bias_h = bk->pw1_bh;
+    /* pointwise_conv1 with (value, gate) output columns interleaved, the GLU in its epilogue
+     * (only the (rows, D) result reaches memory) */
+    cuda_epi_t e = epi(CUDA_EPI_GLU16, s->s16a, d, bk->pw1_b16);
     TRY(cuda_hgemm(&e, s->hn, d, bk->pw1.f16, F->rows, 2 * d, d, s->g, F->err));
-    TRY(cuda_dwconv_f16(s->s16b, s->big, 1, causal ? bk->causal_left : NULL, bk->dw_w, bk->dw_b,
+    TRY(cuda_dwconv_f16(s->s16b, s->s16a, 0, causal ? bk->causal_left : NULL, bk->dw_w, bk->dw_b,
                         s->d_tl, F->batch, F->t, d, kk, causal ? kk - 1 : (kk - 1) / 2,
                         bn ? CUDA_NORM_BATCH : CUDA_NORM_LAYER, bk->cnn_norm.g, bk->cnn_norm.b,
                         bn ? bk->bn_mean : NULL, bn ? bk->bn_var : NULL, NORM_EPS, act_of(&m->cfg),

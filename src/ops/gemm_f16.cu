@@ -65,10 +65,18 @@ __device__ __forceinline__ long long a_rowoff(const gemm_a_t &A, int m)
 
 /* The epilogue of one 16-row slab of accumulators in the mma.sync (and wgmma) fragment layout:
  * acc[j][0..1] at row m_base + g, columns n_base + 8j + 2·t4 (+1); acc[j][2..3] at row + 8. */
+template <int NTL>
+__device__ __forceinline__ void epi_glu(const gemm_epi_t &E, int M, int N, int m_base, int n_base,
+                                        const float (*acc)[4], int lane);
+
 template <int NTL, int MODE, int ACT>
 __device__ __forceinline__ void epi_slab(const gemm_epi_t &E, int M, int N, int m_base,
                                          int n_base, const float (*acc)[4], int lane)
 {
+    if constexpr (MODE == CUDA_EPI_GLU16) {
+        epi_glu<NTL>(E, M, N, m_base, n_base, acc, lane);
+        return;
+    }
     int g = lane >> 2, t4 = lane & 3;
     bool pair_ok = !(E.ldo & 1);
 #pragma unroll
@@ -121,6 +129,64 @@ __device__ __forceinline__ void epi_slab(const gemm_epi_t &E, int M, int N, int 
                     if (has1)
                         o[1] = v1;
                 }
+            }
+        }
+    }
+}
+
+/* CUDA_EPI_GLU16: the thread's column pair (n, n + 1) of accumulator group j is (value, gate) of
+ * output column n / 2 = n_base / 2 + 4j + t4, so a quad holds 4 consecutive outputs per group.
+ * A 4 x 4 transpose over each quad's 4 groups (three shuffles) gives each thread the 4
+ * consecutive outputs of one group: one 8-byte store instead of four 2-byte ones. All lanes run
+ * the shuffles (rows past M included). */
+template <int NTL>
+__device__ __forceinline__ void epi_glu(const gemm_epi_t &E, int M, int N, int m_base, int n_base,
+                                        const float (*acc)[4], int lane)
+{
+    static_assert(NTL % 4 == 0, "groups of four");
+    int g = lane >> 2, t4 = lane & 3, ho = N / 2;
+    bool vec = !(E.ldo & 3) && !((uintptr_t)E.out & 7);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int m = m_base + g + h * 8;
+#pragma unroll
+        for (int j0 = 0; j0 < NTL; j0 += 4) {
+            float gv[4], w[4];
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++) {
+                int n = n_base + (j0 + jj) * 8 + t4 * 2;
+                float v0 = acc[j0 + jj][h * 2], v1 = acc[j0 + jj][h * 2 + 1];
+                if (E.bias && n + 1 < N) {
+                    v0 += E.bias[n];
+                    v1 += E.bias[n + 1];
+                }
+                gv[jj] = __fdividef(v0, 1.0f + __expf(-v1));
+            }
+            /* round r: lane t4 receives V[(t4 + r) & 3][t4] from lane (t4 + r) & 3, which sends
+             * its gv[(own t4 - r) & 3] */
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int si = (t4 - r) & 3;
+                float send = si == 0 ? gv[0] : si == 1 ? gv[1] : si == 2 ? gv[2] : gv[3];
+                float got = __shfl_sync(0xffffffffu, send, (lane & ~3) | ((t4 + r) & 3));
+                int q = (t4 + r) & 3;
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    w[e] = q == e ? got : w[e];
+            }
+            int c0 = n_base / 2 + (j0 + t4) * 4; /* w[e]: output column c0 + e */
+            if (m >= M || c0 >= ho)
+                continue;
+            __half *o = (__half *)E.out + (long long)m * E.ldo + c0;
+            if (vec && c0 + 4 <= ho) {
+                __half2 p0 = __floats2half2_rn(w[0], w[1]), p1 = __floats2half2_rn(w[2], w[3]);
+                uint2 u = make_uint2(*(unsigned *)&p0, *(unsigned *)&p1);
+                *(uint2 *)o = u;
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (c0 + e < ho)
+                        o[e] = __float2half_rn(w[e]);
             }
         }
     }
@@ -683,6 +749,8 @@ static int hgemm_run(const gemm_a_t &A, const __half *W, int M, int N, int K,
             return wgmma_launch<CUDA_EPI_LSE, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, err);
         return hgemm_launch<128, 128, 64, 32, CUDA_EPI_LSE, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st,
                                                                             err);
+    case CUDA_EPI_GLU16:
+        return hgemm_tiles<CUDA_EPI_GLU16, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, wg, err);
     default:
         return hgemm_tiles<CUDA_EPI_F32, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, wg, err);
     }
@@ -697,11 +765,13 @@ static int epi_check(const cuda_epi_t *e, int N, hark_err_t *err)
 {
     if (!e || !e->out)
         return err_set(err, HARK_ERR_INVALID_ARG, "hgemm: no output");
-    if (e->mode < CUDA_EPI_F16 || e->mode > CUDA_EPI_LSE)
+    if (e->mode < CUDA_EPI_F16 || e->mode > CUDA_EPI_GLU16)
         return err_set(err, HARK_ERR_INVALID_ARG, "hgemm: epilogue %d", (int)e->mode);
     if (e->mode == CUDA_EPI_LSE && (e->ldo != CUDA_LSE_TILES(N) || !al16(e->out)))
         return err_set(err, HARK_ERR_INVALID_ARG, "hgemm: LSE partials need ldo = %d, 16-byte "
                        "alignment", CUDA_LSE_TILES(N));
+    if (e->mode == CUDA_EPI_GLU16 && (N % 2 || e->ldo < N / 2))
+        return err_set(err, HARK_ERR_INVALID_ARG, "hgemm: GLU needs n even (%d), ldo >= n / 2", N);
     if (e->pe && e->pe_rows <= 0)
         return err_set(err, HARK_ERR_INVALID_ARG, "hgemm: pe_rows %d", e->pe_rows);
     if (e->mode == CUDA_EPI_RESID32 && e->norm &&

@@ -190,12 +190,20 @@ typedef struct {
  *                    k <= 1024 and m fills half the GPU, else as a cuda_rows_norm pass after the
  *                    GEMM
  *   CUDA_EPI_F32     out (float) = acc + bias
+ *   CUDA_EPI_GLU16   out (half) (m, n / 2) = v[2i] · sigmoid(v[2i + 1]) for v = acc + bias: the
+ *                    GLU of a projection whose (value, gate) output columns are interleaved (n even)
  *   CUDA_EPI_LSE     out (float4) (m, CUDA_LSE_TILES(n)): per row and block of 128 columns, the
  *                    (max, Σ exp(v - max), argmax) of v = acc + bias, for cuda_lse_argmax: the
  *                    CTC head's log-softmax + greedy argmax without writing the logits
  * ldo: out's row stride in elements (LSE: CUDA_LSE_TILES(n) float4s). */
 #define CUDA_LSE_TILES(n) (((n) + 127) / 128)
-typedef enum { CUDA_EPI_F16 = 0, CUDA_EPI_RESID32, CUDA_EPI_F32, CUDA_EPI_LSE } cuda_epi_mode_t;
+typedef enum {
+    CUDA_EPI_F16 = 0,
+    CUDA_EPI_RESID32,
+    CUDA_EPI_F32,
+    CUDA_EPI_LSE,
+    CUDA_EPI_GLU16
+} cuda_epi_mode_t;
 typedef struct {
     cuda_epi_mode_t mode;
     cuda_act_t act;

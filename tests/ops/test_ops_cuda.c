@@ -1016,6 +1016,65 @@ GPU_TEST(cuda_ffn_f16_matches_ref)
     ops_cuda_destroy(g);
 }
 
+/* The GLU epilogue: out (m, n/2) half = v[2i] · sigmoid(v[2i + 1]), v = a · wᵀ + bias (the
+ * pointwise_conv1 of the conv module with interleaved (value, gate) rows) */
+GPU_TEST(cuda_hgemm_glu_matches_ref)
+{
+    static const int sz[][3] = {{2, 6, 8}, {37, 40, 72}, {300, 512, 256}, {4100, 512, 256}};
+    ops_cuda_t *g = new_ctx(t);
+    CHECK(g);
+    unsigned seed = 79;
+    double worst = 0.0;
+    int wg_runs = 0;
+    for (int be = 0; be < 2; be++)
+        for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++) {
+            ops_cuda_set_gemm_backend(g, be ? OPS_GEMM_AUTO : OPS_GEMM_MMA);
+            int m = sz[c][0], n = sz[c][1], k = sz[c][2], half_n = n / 2, has_b = (c + be) % 2;
+            float *a = hrand((size_t)m * k, &seed, 1.0f), *w = hrand((size_t)n * k, &seed, 0.2f);
+            float *b = hrand(n, &seed, 0.5f);
+            round_to(a, (size_t)m * k, OPS_F16);
+            round_to(w, (size_t)n * k, OPS_F16);
+            float *v = hark_malloc((size_t)m * n * sizeof(float));
+            float *ref = hark_malloc((size_t)m * half_n * sizeof(float));
+            matmul_ref(v, a, w, m, n, k, k, k, n, 1, 1.0f, 0.0f);
+            for (int r = 0; r < m; r++)
+                for (int i = 0; i < half_n; i++) {
+                    float x = v[(size_t)r * n + 2 * i] + (has_b ? b[2 * i] : 0.0f);
+                    float gt = v[(size_t)r * n + 2 * i + 1] + (has_b ? b[2 * i + 1] : 0.0f);
+                    ref[(size_t)r * half_n + i] = x / (1.0f + expf(-gt));
+                }
+            void *da = dup_to(a, (size_t)m * k, OPS_F16), *dw = dup_to(w, (size_t)n * k, OPS_F16);
+            float *db = dup_to(b, n, OPS_F32);
+            void *dout = dalloc((size_t)m * half_n, OPS_F16);
+            cuda_epi_t e;
+            memset(&e, 0, sizeof e);
+            e.mode = CUDA_EPI_GLU16;
+            e.out = dout;
+            e.ldo = half_n;
+            e.bias = has_b ? db : NULL;
+            hark_err_t err = {0};
+            CHECKF(cuda_hgemm(&e, da, k, dw, m, n, k, g, &err) == HARK_OK, "%s", err.msg);
+            wg_runs += ops_cuda_last_gemm(g) == OPS_GEMM_WGMMA;
+            int gd;
+            double er = out_err(dout, OPS_F16, ref, (size_t)m * half_n, &gd);
+            worst = er > worst ? er : worst;
+            CHECK_ERR(er, TOL_H, gd, "glu gemm m %d n %d k %d (%s) rel %g", m, n, k,
+                      ops_cuda_last_gemm(g) == OPS_GEMM_WGMMA ? "wgmma" : "mma", er);
+            cudaFree(da), cudaFree(dw), cudaFree(db), cudaFree(dout);
+            hark_free(a), hark_free(w), hark_free(b), hark_free(v), hark_free(ref);
+        }
+    printf("    GLU epilogue rel rms %.3g (%d runs on wgmma)\n", worst, wg_runs);
+    CHECK(wg_runs >= 1);
+    cuda_epi_t e;
+    memset(&e, 0, sizeof e);
+    e.mode = CUDA_EPI_GLU16;
+    e.out = &e;
+    e.ldo = 8;
+    hark_err_t err = {0};
+    CHECK(cuda_hgemm(&e, NULL, 8, NULL, 4, 15, 8, g, &err) == HARK_ERR_INVALID_ARG); /* n odd */
+    ops_cuda_destroy(g);
+}
+
 /* A residual GEMM with the norms after it (cuda_epi_t.norm): on Hopper with n = 256 in the
  * epilogue of the 128 x 256 wgmma tiles, elsewhere (mma.sync forced, n != 256) the GEMM and a
  * cuda_rows_norm pass */
