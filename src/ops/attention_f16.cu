@@ -71,6 +71,20 @@ __device__ __forceinline__ void load_rows(__half *dst, int lds, const __half *sr
     }
 }
 
+/* rows [0, NR) of a tile by cp.async (16-byte chunks; rows past `rows` zero-filled): the key /
+ * position / value tiles when every row is DKP aligned halves (a.vec, dk == DKP) */
+template <int DKP, int NR>
+__device__ __forceinline__ void load_rows_async(__half *dst, int lds, const __half *src,
+                                                long long ld, int row0, int rows)
+{
+    constexpr int CH = DKP / 8;
+    for (int idx = threadIdx.x; idx < NR * CH; idx += blockDim.x) {
+        int r = idx / CH, c8 = (idx - r * CH) * 8;
+        bool ok = r < rows;
+        cp_async16(dst + r * lds + c8, ok ? src + (long long)(row0 + r) * ld + c8 : src, ok);
+    }
+}
+
 /* grid (ceil(t / QT), heads, batch), QT / 16 warps */
 template <int DKP, int REL>
 __global__ void __launch_bounds__(QT * 2, 2) flash_attention_kernel(fa_args a)
@@ -78,9 +92,8 @@ __global__ void __launch_bounds__(QT * 2, 2) flash_attention_kernel(fa_args a)
     constexpr int W = REL ? 2 * DKP : DKP; /* score width */
     constexpr int LQ = W + 8, LV = DKP + 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    __half *sQ = (__half *)smem_raw; /* (QT, LQ) */
-    __half *sK = sQ + QT * LQ;       /* (KT, LQ) */
-    __half *sV = sK + KT * LQ;       /* (KT, LV) */
+    constexpr int KV = KT * LQ + KT * LV; /* one buffer of key (| position) and value rows */
+    __half *sQ = (__half *)smem_raw;      /* (QT, LQ), then two buffers: K (KT, LQ), V (KT, LV) */
     int q0 = blockIdx.x * QT, h = blockIdx.y, b = blockIdx.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     int T = a.t, dk = a.dk, len = a.lens ? min(a.lens[b], T) : T;
@@ -118,14 +131,40 @@ __global__ void __launch_bounds__(QT * 2, 2) flash_attention_kernel(fa_args a)
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
 
     int ntiles = (len + KT - 1) / KT;
-    for (int kt = 0; kt < ntiles; kt++) {
+    /* aligned full-width rows: tile kt + 1 is copied (cp.async) while tile kt is used */
+    bool async = a.vec && dk == DKP;
+    auto load_kv = [&](int kt) {
         int j0 = kt * KT;
-        __syncthreads(); /* the previous tile is consumed (and Q' is written, the first time) */
+        __half *sK = sQ + QT * LQ + (kt & 1) * KV, *sV = sK + KT * LQ;
+        if (async) {
+            load_rows_async<DKP, KT>(sK, LQ, a.k + rowb * a.ld + hc, a.ld, j0, T - j0);
+            if (REL)
+                load_rows_async<DKP, KT>(sK + DKP, LQ, a.p + hc, a.ldp, j0, T - j0);
+            load_rows_async<DKP, KT>(sV, LV, a.v + rowb * a.ld + hc, a.ld, j0, T - j0);
+            cp_async_commit();
+            return;
+        }
         load_rows<DKP, KT>(sK, LQ, a.k + rowb * a.ld + hc, a.ld, j0, T - j0, dk, NULL, a.vec);
         if (REL)
             load_rows<DKP, KT>(sK + DKP, LQ, a.p + hc, a.ldp, j0, T - j0, dk, NULL, a.vec);
         load_rows<DKP, KT>(sV, LV, a.v + rowb * a.ld + hc, a.ld, j0, T - j0, dk, NULL, a.vec);
+    };
+    if (async && ntiles > 0)
+        load_kv(0);
+    for (int kt = 0; kt < ntiles; kt++) {
+        int j0 = kt * KT;
+        __syncthreads(); /* tile kt - 1 is consumed (and Q' is written, the first time) */
+        if (async) {
+            if (kt + 1 < ntiles)
+                load_kv(kt + 1); /* into the buffer tile kt - 1 used */
+            else
+                cp_async_commit();
+            cp_async_wait<1>(); /* this thread's copies of tile kt landed */
+        } else {
+            load_kv(kt);
+        }
         __syncthreads();
+        const __half *sK = sQ + QT * LQ + (kt & 1) * KV, *sV = sK + KT * LQ;
 
         float s[KT / 8][4];
 #pragma unroll
@@ -235,7 +274,7 @@ template <int DKP, int REL>
 static int fa_launch(const fa_args &a, int batch, cudaStream_t st, hark_err_t *err)
 {
     constexpr int W = REL ? 2 * DKP : DKP;
-    constexpr size_t smem = ((size_t)(QT + KT) * (W + 8) + (size_t)KT * (DKP + 8)) * 2;
+    constexpr size_t smem = ((size_t)QT * (W + 8) + 2 * ((size_t)KT * (W + 8) + KT * (DKP + 8))) * 2;
     static bool set[64];
     cudaError_t e = ops_smem_opt_in((const void *)flash_attention_kernel<DKP, REL>, smem, set);
     if (e != cudaSuccess)
