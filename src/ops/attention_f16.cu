@@ -100,12 +100,6 @@ __global__ void __launch_bounds__(QT * 2, 2) flash_attention_kernel(fa_args a)
     long long rowb = (long long)b * T;
     int hc = h * dk;
 
-    /* Q' = [q + bu | q + bv] (REL) or q */
-    load_rows<DKP, QT>(sQ, LQ, a.q + rowb * a.ld + hc, a.ld, q0, T - q0, dk,
-                   a.bu ? a.bu + hc : NULL, a.vec);
-    if (REL)
-        load_rows<DKP, QT>(sQ + DKP, LQ, a.q + rowb * a.ld + hc, a.ld, q0, T - q0, dk,
-                       a.bv ? a.bv + hc : NULL, a.vec);
 
     /* the key range of the thread's two rows (g and g + 8 of the warp's 16) */
     int lo[2], hi[2];
@@ -150,7 +144,13 @@ __global__ void __launch_bounds__(QT * 2, 2) flash_attention_kernel(fa_args a)
         load_rows<DKP, KT>(sV, LV, a.v + rowb * a.ld + hc, a.ld, j0, T - j0, dk, NULL, a.vec);
     };
     if (async && ntiles > 0)
-        load_kv(0);
+        load_kv(0); /* in flight while Q' is loaded */
+    /* Q' = [q + bu | q + bv] (REL) or q */
+    load_rows<DKP, QT>(sQ, LQ, a.q + rowb * a.ld + hc, a.ld, q0, T - q0, dk,
+                   a.bu ? a.bu + hc : NULL, a.vec);
+    if (REL)
+        load_rows<DKP, QT>(sQ + DKP, LQ, a.q + rowb * a.ld + hc, a.ld, q0, T - q0, dk,
+                       a.bv ? a.bv + hc : NULL, a.vec);
     for (int kt = 0; kt < ntiles; kt++) {
         int j0 = kt * KT;
         __syncthreads(); /* tile kt - 1 is consumed (and Q' is written, the first time) */
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(QT * 2, 2) flash_attention_kernel(fa_args a)
             tmax[rs] = fmaxf(tmax[rs], __shfl_xor_sync(0xffffffffu, tmax[rs], 2));
             float mnew = fmaxf(mrow[rs], tmax[rs]);
             float muse = mnew == -INFINITY ? 0.0f : mnew;
-            corr[rs] = exp2f(mrow[rs] - muse); /* 0 while nothing was kept */
+            corr[rs] = ex2_ftz(mrow[rs] - muse); /* 0 while nothing was kept */
             mrow[rs] = mnew;
             lrow[rs] *= corr[rs];
             tmax[rs] = muse;
@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(QT * 2, 2) flash_attention_kernel(fa_args a)
         for (int j = 0; j < KT / 8; j++)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
-                float p = exp2f(s[j][r] - tmax[r >> 1]);
+                float p = ex2_ftz(s[j][r] - tmax[r >> 1]);
                 s[j][r] = p;
                 lrow[r >> 1] += p;
             }

@@ -160,7 +160,7 @@ __device__ __forceinline__ void epi_glu(const gemm_epi_t &E, int M, int N, int m
                     v0 += E.bias[n];
                     v1 += E.bias[n + 1];
                 }
-                gv[jj] = __fdividef(v0, 1.0f + __expf(-v1));
+                gv[jj] = __fdividef(v0, 1.0f + ex2_ftz(-1.4426950408889634f * v1));
             }
             /* round r: lane t4 receives V[(t4 + r) & 3][t4] from lane (t4 + r) & 3, which sends
              * its gv[(own t4 - r) & 3] */
@@ -317,7 +317,7 @@ __device__ __forceinline__ void epi_lse_quad(const gemm_epi_t &E, int M, int N, 
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     float v = acc[j][h * 2 + e] + bv[j][e];
-                    sum += v == v ? __expf(v - mx) : 0.0f;
+                    sum += v == v ? ex2_ftz((v - mx) * 1.4426950408889634f) : 0.0f;
                 }
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);

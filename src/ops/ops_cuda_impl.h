@@ -54,6 +54,15 @@ __device__ __forceinline__ float act_f(float x, int act)
     }
 }
 
+/* 2^x by the MUFU, subnormal results flushed to 0 (probabilities and exps that are rounded to
+ * half or added to >= 1 afterwards); 2^-inf = 0 */
+__device__ __forceinline__ float ex2_ftz(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* the activations of the FP16 GEMM epilogues (gemm_f16.cu, ffn_f16.cu); fast reciprocals (the
  * result is rounded to half) */
 template <int ACT> __device__ __forceinline__ float epi_act(float x)
@@ -61,7 +70,7 @@ template <int ACT> __device__ __forceinline__ float epi_act(float x)
     if (ACT == CUDA_ACT_RELU)
         return x > 0.0f ? x : 0.0f;
     if (ACT == CUDA_ACT_SWISH)
-        return __fdividef(x, 1.0f + __expf(-x));
+        return __fdividef(x, 1.0f + ex2_ftz(-1.4426950408889634f * x));
     if (ACT == CUDA_ACT_GELU)
         return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
     return x;

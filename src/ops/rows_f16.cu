@@ -32,6 +32,23 @@ __device__ __forceinline__ float warp_sum(float v)
     return v;
 }
 
+/* The warp sums of 16 values at once (v[r]: this lane's part of row r), by recursive halving: each
+ * exchange sends the half of the rows the partner keeps (16 shuffles instead of 80). Returns the
+ * sum of row lane / 2; v is overwritten. */
+__device__ __forceinline__ float warp_sum_rows16(float *v, int lane)
+{
+#pragma unroll
+    for (int o = 16, n = 8; o >= 2; o >>= 1, n >>= 1) {
+        bool up = lane & o; /* keeps rows [n, 2n) of the current 2n */
+#pragma unroll
+        for (int k = 0; k < n; k++) {
+            float keep = up ? v[k + n] : v[k], send = up ? v[k] : v[k + n];
+            v[k] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+        }
+    }
+    return v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
+}
+
 /* ---- layer norms, a warp per row ------------------------------------------------------------ */
 
 /* in place over v[0..EPL) (element lane + 32·i valid when < d) */
@@ -323,6 +340,7 @@ __global__ void __launch_bounds__(DWR_THREADS, K <= 15 ? 4 : 2)
                       float eps, int act)
 {
     constexpr int R = DWR_ROWS, NI = R + K - 1;
+    static_assert(R == 16, "warp_sum_rows16");
     __shared__ float red[2][DWR_THREADS / 32][R];
     int t0 = blockIdx.x * R, b = blockIdx.y, p = threadIdx.x, c2 = c >> 1;
     int warp = p >> 5, lane = p & 31;
@@ -385,13 +403,13 @@ __global__ void __launch_bounds__(DWR_THREADS, K <= 15 ? 4 : 2)
             z[r].y = (z[r].y - m1) * i1 * g1 + e1;
         }
     } else if (norm == CUDA_NORM_LAYER) { /* mean, then variance, over the row's c channels */
-        float mean[R], inv_c = 1.0f / (float)c;
+        float mean[R], part[R], inv_c = 1.0f / (float)c;
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            float v = warp_sum(on ? z[r].x + z[r].y : 0.0f);
-            if (lane == 0)
-                red[0][warp][r] = v;
-        }
+        for (int r = 0; r < R; r++)
+            part[r] = on ? z[r].x + z[r].y : 0.0f;
+        float v = warp_sum_rows16(part, lane); /* row lane / 2 */
+        if (!(lane & 1))
+            red[0][warp][lane >> 1] = v;
         __syncthreads();
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -401,10 +419,11 @@ __global__ void __launch_bounds__(DWR_THREADS, K <= 15 ? 4 : 2)
                 sum += red[0][i][r];
             mean[r] = sum * inv_c;
             float dx = z[r].x - mean[r], dy = z[r].y - mean[r];
-            float v = warp_sum(on ? dx * dx + dy * dy : 0.0f);
-            if (lane == 0)
-                red[1][warp][r] = v;
+            part[r] = on ? dx * dx + dy * dy : 0.0f;
         }
+        v = warp_sum_rows16(part, lane);
+        if (!(lane & 1))
+            red[1][warp][lane >> 1] = v;
         __syncthreads();
         float g0 = on && g ? g[2 * p] : 1.0f, g1 = on && g ? g[2 * p + 1] : 1.0f;
         float e0 = on && beta ? beta[2 * p] : 0.0f, e1 = on && beta ? beta[2 * p + 1] : 0.0f;
