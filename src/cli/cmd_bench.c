@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "gpu/pinned.h"
 #include "audio/audio.h"
 #include "model/conformer.h"
 #include "model/synth_weights.h"
@@ -228,9 +229,11 @@ static void bench_usage(FILE *f)
     fprintf(f, "usage: hark bench --model DIR | --synthetic conformer-librispeech [--batch 1,8,64]\n"
                "                  [--seconds 10] [--compare-pytorch]\n"
                "                  [--device cpu|cuda:N] [--precision fp32|fp16] [--threads N]\n"
-               "                  [--min-time S] [--pipeline [--wav FILE]] [--profile]\n"
+               "                  [--min-time S] [--pipeline [--wav FILE] [--pageable]] [--profile]\n"
                "--pipeline times the whole recognizer instead (PCM in -> text out: features,\n"
-               "encoder, CTC, greedy search) on copies of FILE (or noise) cut to --seconds.\n"
+               "encoder, CTC, greedy search) on copies of FILE (or noise) cut to --seconds;\n"
+               "on a GPU the samples are page-locked as the server's request bodies are\n"
+               "(--pageable: ordinary memory, staged by the worker).\n"
                "Times encoder + CTC log-softmax + argmax on random features (10 s = 998 frames)\n"
                "and prints one JSON line per batch size.\n");
 }
@@ -316,7 +319,8 @@ static void compare_pytorch(const char *model_dir, int gpu, int fp16, const char
 /* --pipeline: the full recognizer path, PCM in -> text out (features, encoder, CTC, greedy
  * search, detokenization), `B` copies of one utterance per batch, on the CPU or a GPU. */
 static int bench_pipeline(const char *model_dir, int device, int fp16, const char *wav,
-                          const char *batches, double seconds, double min_time, int threads)
+                          const char *batches, double seconds, double min_time, int threads,
+                          int pageable)
 {
     hark_err_t err = {0};
     wenet_load_opts_t lo = {.device = device, .precision = fp16 ? WENET_FP16 : WENET_FP32};
@@ -327,7 +331,17 @@ static int bench_pipeline(const char *model_dir, int device, int fp16, const cha
     }
     int rate = wenet_asr_sample_rate(asr);
     size_t n = (size_t)(seconds * rate);
-    float *pcm = hark_malloc(sizeof(float) * n);
+    /* on a GPU the samples sit in page-locked memory, as `hark serve` receives request bodies
+     * (copied to the device by DMA; --pageable: through the worker's staging buffer instead) */
+    pinned_pool_t *pool = device >= 0 && !pageable ? pinned_pool_create(sizeof(float) * n + 4096)
+                                                   : NULL;
+    float *pcm = pool ? pinned_alloc(pool, sizeof(float) * n) : hark_malloc(sizeof(float) * n);
+    if (!pcm) {
+        fprintf(stderr, "hark bench: out of memory\n");
+        pinned_pool_destroy(pool);
+        wenet_asr_destroy(asr);
+        return 1;
+    }
     audio_t au = {0};
     audio_opts_t ao = {.target_rate = rate};
     int have = wav && audio_decode_file(wav, &ao, &au, &err) == HARK_OK && au.n > 0;
@@ -398,7 +412,11 @@ static int bench_pipeline(const char *model_dir, int device, int fp16, const cha
         hark_free(res);
         hark_free(times);
     }
-    hark_free(pcm);
+    if (pool)
+        pinned_free(pool, pcm);
+    else
+        hark_free(pcm);
+    pinned_pool_destroy(pool);
     wenet_asr_destroy(asr);
     return rc;
 }
@@ -407,7 +425,7 @@ int cli_bench(int argc, char **argv)
 {
     const char *model_dir = NULL, *batches = "1,8,64", *device = "cpu", *precision = "fp32";
     const char *wav = NULL, *synthetic = NULL;
-    int pipeline = 0, compare = 0, profile = 0;
+    int pipeline = 0, compare = 0, profile = 0, pageable = 0;
     double hark_ms[16];
     int hark_b[16], nh = 0;
     double seconds = 10, min_time = 2.0;
@@ -428,6 +446,8 @@ int cli_bench(int argc, char **argv)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--pipeline"))
             pipeline = 1;
+        else if (!strcmp(argv[i], "--pageable"))
+            pageable = 1;
         else if (!strcmp(argv[i], "--compare-pytorch"))
             compare = 1;
         else if (!strcmp(argv[i], "--profile"))
@@ -470,7 +490,7 @@ int cli_bench(int argc, char **argv)
 #endif
     if (pipeline)
         return bench_pipeline(model_dir, gpu ? (device[4] == ':' ? atoi(device + 5) : 0) : -1, fp16,
-                              wav, batches, seconds, min_time, threads);
+                              wav, batches, seconds, min_time, threads, pageable);
     hark_err_t err = {0};
     wenet_config_t cfg;
     safetensors_t *st = NULL;

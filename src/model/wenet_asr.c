@@ -414,6 +414,15 @@ done:
     ctc_nbest_free(&nb);
     return rc;
 }
+/* An error after the uploads were enqueued: they may read the caller's buffers (request bodies,
+ * copied by DMA) until the stream drains, so wait for it before the caller can free them. */
+static int upload_failed(cudaStream_t s, int rc)
+{
+    cudaStreamSynchronize(s);
+    cudaGetLastError();
+    return rc;
+}
+
 
 #ifdef HARK_CUDA
 #define GPU_FRAME_BUCKET 32 /* padded lengths on the GPU are multiples of this (0.32 s of fbank) */
@@ -445,43 +454,56 @@ static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pc
     t_max = (t_max + GPU_FRAME_BUCKET - 1) / GPU_FRAME_BUCKET * GPU_FRAME_BUCKET;
     if (t_max > w->max_frames)
         t_max = w->max_frames;
+    /* each utterance to its row of d_pcm: by DMA straight from page-locked input (the server's
+     * request bodies), through the pinned staging rows otherwise */
     int lens_samples[512];
-    for (int b = 0; b < batch; b++) {
-        memcpy(w->h_pcm + (size_t)b * stride, pcm[b], sizeof(float) * n[b]);
+    cudaError_t e = cudaSuccess;
+    for (int b = 0; b < batch && e == cudaSuccess; b++) {
         lens_samples[b] = (int)n[b];
+        if (!n[b])
+            continue;
+        const float *src = pcm[b];
+        struct cudaPointerAttributes at;
+        if (cudaPointerGetAttributes(&at, src) != cudaSuccess) {
+            cudaGetLastError();
+            at.type = cudaMemoryTypeUnregistered;
+        }
+        if (at.type != cudaMemoryTypeHost) {
+            memcpy(w->h_pcm + (size_t)b * stride, pcm[b], sizeof(float) * n[b]);
+            src = w->h_pcm + (size_t)b * stride;
+        }
+        e = cudaMemcpyAsync(w->d_pcm + (size_t)b * stride, src, sizeof(float) * n[b],
+                            cudaMemcpyHostToDevice, s);
     }
-    cudaError_t e;
-    if ((e = cudaMemcpyAsync(w->d_pcm, w->h_pcm, sizeof(float) * stride * (size_t)batch,
-                             cudaMemcpyHostToDevice, s)) ||
-        (e = cudaMemcpyAsync(w->d_lens, lens_samples, sizeof(int) * (size_t)batch,
-                             cudaMemcpyHostToDevice, s)))
-        return err_set(err, HARK_ERR_CUDA, "upload: %s", cudaGetErrorString(e));
+    if (e || (e = cudaMemcpyAsync(w->d_lens, lens_samples, sizeof(int) * (size_t)batch,
+                                  cudaMemcpyHostToDevice, s)))
+        return upload_failed(s, err_set(err, HARK_ERR_CUDA, "upload: %s", cudaGetErrorString(e)));
     int rc = feat_gpu_compute(a->fgpu, w->d_feats, NULL, w->d_pcm, stride, w->d_lens, batch, t_max,
                               s, err);
     if (rc || (rc = conformer_gpu_forward(w->gstate, NULL, w->d_enc, w->enc_lens, w->d_feats, w->lens,
                                           batch, t_max, err)))
-        return rc;
+        return upload_failed(s, rc);
     int te = conformer_gpu_out_len(a->gpu, t_max);
     if (greedy) { /* only the per-frame argmax and its log-prob cross to the host */
         size_t rows = (size_t)batch * te;
         if ((rc = conformer_gpu_ctc_argmax(w->gstate, w->d_arg, w->d_max, w->d_logp, 0, w->d_enc,
                                            w->enc_lens, batch, te, err)))
-            return rc;
+            return upload_failed(s, rc);
         if ((e = cudaMemcpyAsync(w->h_arg, w->d_arg, sizeof(int) * rows, cudaMemcpyDeviceToHost, s)) ||
             (e = cudaMemcpyAsync(w->h_max, w->d_max, sizeof(float) * rows, cudaMemcpyDeviceToHost, s)))
-            return err_set(err, HARK_ERR_CUDA, "download: %s", cudaGetErrorString(e));
+            return upload_failed(s, err_set(err, HARK_ERR_CUDA, "download: %s", cudaGetErrorString(e)));
         if ((rc = conformer_gpu_sync(w->gstate, err)))
             return rc;
         *te_out = te;
         return HARK_OK;
     }
     if ((rc = conformer_gpu_ctc_log_probs(w->gstate, w->d_logp, w->d_enc, w->enc_lens, batch, te, err)))
-        return rc;
+        return upload_failed(s, rc);
     if ((e = cudaMemcpyAsync(w->logp, w->d_logp, sizeof(float) * (size_t)batch * te * V,
                              cudaMemcpyDeviceToHost, s)) ||
         (want_enc && (e = cudaMemcpyAsync(w->enc, w->d_enc, sizeof(float) * (size_t)batch * te * D,
                                           cudaMemcpyDeviceToHost, s))))
-        return err_set(err, HARK_ERR_CUDA, "download: %s", cudaGetErrorString(e));
+        return upload_failed(s, err_set(err, HARK_ERR_CUDA, "download: %s", cudaGetErrorString(e)));
     if ((rc = conformer_gpu_sync(w->gstate, err)))
         return rc;
     *te_out = te;

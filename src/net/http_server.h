@@ -65,6 +65,8 @@ typedef struct http_req {
     /* private */
     char *body_buf_; /* the allocation; the body starts body_off_ bytes into it */
     size_t body_cap_, body_off_;
+    void (*body_free_)(void *buf, void *user); /* body_buf_ came from the body_alloc hook */
+    void *body_user_;
 } http_req_t;
 
 /* Value of the first header called `name` (case-insensitive), or NULL. */
@@ -136,6 +138,12 @@ typedef struct {
      * header of known length, so they can be used in place). Honoured for Content-Length bodies
      * that are not compressed; NULL: the body itself starts aligned. */
     size_t (*body_align)(const http_req_t *req, void *user);
+    /* Optional, both or neither: where those known plain bodies are allocated (e.g. page-locked
+     * memory a GPU copies from directly); body_free gets them back when the request is freed.
+     * Called on loop threads with body_user. */
+    void *(*body_alloc)(size_t len, void *user);
+    void (*body_free)(void *buf, void *user);
+    void *body_user;
     /* SO_REUSEPORT, so that several servers (one per loop) listen on one port: the first says
      * HTTP_REUSE_FIRST (the port must not be in use by anyone else), the others
      * HTTP_REUSE_JOIN with the port the first one got. */
@@ -180,6 +188,9 @@ typedef struct {
     size_t req_size;             /* bytes to allocate per request, >= sizeof(http_req_t); 0: that */
     size_t (*body_align)(const http_req_t *req, void *user); /* as in http_server_opts_t */
     void *user;                                              /* for body_align */
+    void *(*body_alloc)(size_t len, void *user);             /* as in http_server_opts_t */
+    void (*body_free)(void *buf, void *user);
+    void *body_user;
 } http_reqparser_opts_t;
 
 typedef struct http_reqparser http_reqparser_t;

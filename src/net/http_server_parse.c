@@ -31,6 +31,9 @@ struct http_reqparser {
     size_t max_body, max_header, req_size;
     size_t (*body_align)(const http_req_t *req, void *user);
     void *user;
+    void *(*body_alloc)(size_t len, void *user);
+    void (*body_free)(void *buf, void *user);
+    void *body_user;
 
     http_req_t *req;  /* being built */
     http_req_t *done; /* complete, not yet taken */
@@ -228,9 +231,17 @@ static int body_reserve(http_reqparser_t *p, size_t need)
         cap = cap > SIZE_MAX / 2 ? r->body_off_ + need + 1 : cap * 2;
     if (cap > r->body_off_ + p->max_body + 1)
         cap = r->body_off_ + p->max_body + 1;
-    char *b = hark_realloc(r->body_buf_, cap);
-    if (!b)
+    char *b;
+    if (r->body_free_) { /* a hook's buffer does not grow: move to the heap */
+        b = hark_malloc(cap);
+        if (!b)
+            return fail(p, 500, "out of memory");
+        memcpy(b, r->body_buf_, r->body_cap_);
+        r->body_free_(r->body_buf_, r->body_user_);
+        r->body_free_ = NULL;
+    } else if (!(b = hark_realloc(r->body_buf_, cap))) {
         return fail(p, 500, "out of memory");
+    }
     r->body_buf_ = b;
     r->body_cap_ = cap;
     return 0;
@@ -246,9 +257,14 @@ static int body_alloc_aligned(http_reqparser_t *p, size_t len)
     size_t at = p->body_align ? p->body_align(r, p->user) : 0;
     if (len > SIZE_MAX - BODY_ALIGN - 1)
         return fail(p, 413, "request body too large");
-    char *b = hark_malloc(len + BODY_ALIGN + 1);
+    char *b = p->body_alloc ? p->body_alloc(len + BODY_ALIGN + 1, p->body_user)
+                            : hark_malloc(len + BODY_ALIGN + 1);
     if (!b)
         return fail(p, 500, "out of memory");
+    if (p->body_alloc) {
+        r->body_free_ = p->body_free;
+        r->body_user_ = p->body_user;
+    }
     uintptr_t want = (uintptr_t)b + (at % BODY_ALIGN);
     r->body_off_ = (BODY_ALIGN - want % BODY_ALIGN) % BODY_ALIGN;
     r->body_buf_ = b;
@@ -445,6 +461,11 @@ http_reqparser_t *http_reqparser_create(const http_reqparser_opts_t *o)
     p->req_size = o && o->req_size > sizeof(http_req_t) ? o->req_size : sizeof(http_req_t);
     p->body_align = o ? o->body_align : NULL;
     p->user = o ? o->user : NULL;
+    if (o && o->body_alloc && o->body_free) {
+        p->body_alloc = o->body_alloc;
+        p->body_free = o->body_free;
+        p->body_user = o->body_user;
+    }
     http_parser_init(&p->hp, HTTP_REQUEST);
     p->hp.data = p;
     http_parser_settings_init(&p->cb);
@@ -551,7 +572,10 @@ void http_req_free(http_req_t *r)
     if (!r)
         return;
     arena_free(&r->arena);
-    hark_free(r->body_buf_);
+    if (r->body_free_)
+        r->body_free_(r->body_buf_, r->body_user_);
+    else
+        hark_free(r->body_buf_);
     hark_free(r);
 }
 
