@@ -907,6 +907,26 @@ GPU_TEST(cuda_hgemm_epilogues_match_ref)
     ops_cuda_destroy(g);
 }
 
+/* The error of an updated residual stream dx (n floats; got: host scratch) against ref: with
+ * update_only, x0 is taken off both sides first (the update alone); NaN anywhere is infinite. */
+static double x_update_err(float *got, float *ref, const float *x0, const float *dx, size_t n,
+                           int update_only, int *gd)
+{
+    if (dup_from(got, dx, n, OPS_F32) != 0)
+        return INFINITY;
+    if (update_only)
+        for (size_t i = 0; i < n; i++) {
+            got[i] -= x0[i];
+            ref[i] -= x0[i];
+        }
+    double er = test_rel_rms(got, ref, n);
+    *gd = guard_ok(dx, n, OPS_F32);
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != got[i])
+            er = INFINITY;
+    return er;
+}
+
 /* The norms after a residual update (cuda_row_norms_t), case nk: 0 none; 1 hn = LN(x) (pre-norm
  * after the macaron FFN); 2 x = LN1(x), hn = LN2(x) (block end, pre-norm); 3 x = hn = LN2(LN1(x)),
  * LN1 without affine, hn written over `over` (block end, post-norm). Sets nm (device g/b: dng,
@@ -983,17 +1003,8 @@ GPU_TEST(cuda_ffn_f16_matches_ref)
                "%s", err.msg);
         /* without norms: the FFN's part of x alone (x0 subtracted on both sides) */
         float *got = hark_malloc(na * sizeof(float));
-        CHECK(dup_from(got, dx, na, OPS_F32) == 0);
-        if (nk == 0 || nk == 1)
-            for (size_t i = 0; i < na; i++) {
-                got[i] -= x0[i];
-                ref[i] -= x0[i];
-            }
-        double er = test_rel_rms(got, ref, na);
-        int gd = guard_ok(dx, na, OPS_F32);
-        for (size_t i = 0; i < na; i++)
-            if (got[i] != got[i])
-                er = INFINITY;
+        int gd;
+        double er = x_update_err(got, ref, x0, dx, na, nk == 0 || nk == 1, &gd);
         worst = er > worst ? er : worst;
         CHECK_ERR(er, TOL_H, gd, "ffn m %d f %d act %d bias %d norms %d: x rel %g", m, f, act, bias,
                   nk, er);
@@ -1123,17 +1134,8 @@ GPU_TEST(cuda_hgemm_resid_norms_matches_ref)
         CHECKF(cuda_hgemm(&e, da, k, dw, m, d, k, g, &err) == HARK_OK, "%s", err.msg);
         int fused = ops_cuda_last_gemm(g) == OPS_GEMM_WGMMA;
         wg_runs += fused;
-        CHECK(dup_from(got, dx, nx, OPS_F32) == 0);
-        if (nk == 1) /* x is the update alone: compare the GEMM's part (x0 off both sides) */
-            for (size_t i = 0; i < nx; i++) {
-                got[i] -= x0[i];
-                ref[i] -= x0[i];
-            }
-        double er = test_rel_rms(got, ref, nx);
-        int gd = guard_ok(dx, nx, OPS_F32);
-        for (size_t i = 0; i < nx; i++)
-            if (got[i] != got[i])
-                er = INFINITY;
+        int gd; /* norms case 1: x is the update alone, compared without x0 */
+        double er = x_update_err(got, ref, x0, dx, nx, nk == 1, &gd);
         worst = er > worst ? er : worst;
         CHECK_ERR(er, TOL_H, gd, "resid norms m %d n %d k %d norms %d (%s): x rel %g", m, d, k, nk,
                   fused ? "fused" : "separate", er);
