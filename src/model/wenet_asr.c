@@ -414,6 +414,8 @@ done:
     ctc_nbest_free(&nb);
     return rc;
 }
+
+#ifdef HARK_CUDA
 /* An error after the uploads were enqueued: they may read the caller's buffers (request bodies,
  * copied by DMA) until the stream drains, so wait for it before the caller can free them. */
 static int upload_failed(cudaStream_t s, int rc)
@@ -423,8 +425,6 @@ static int upload_failed(cudaStream_t s, int rc)
     return rc;
 }
 
-
-#ifdef HARK_CUDA
 #define GPU_FRAME_BUCKET 32 /* padded lengths on the GPU are multiples of this (0.32 s of fbank) */
 
 /* Features, encoder and CTC on the GPU for a padded batch; leaves the log-probs (and, for
