@@ -1011,10 +1011,10 @@ static int h_resid(const gfwd_t *F, const void *a, int k, const mat_t *w, const 
     return cuda_hgemm(&e, a, k, w->f16, F->rows, s->m->d, k, s->g, F->err);
 }
 
-/* The layer norms after a residual update, as cuda_rows_norm / cuda_ffn_f16 take them: pre-norm,
- * hn = next(x) (none: nothing to do); post-norm, x = own(x) and hn = x */
+/* The layer norms after a residual update, as cuda_hgemm's RESID32 and cuda_ffn_f16 take them:
+ * pre-norm, hn = next(x) (none: nothing to do); post-norm, x = own(x) and hn = x */
 static cuda_row_norms_t norm_after(const conformer_gpu_state_t *s, const dnorm_t *own,
-                                  const dnorm_t *next)
+                                   const dnorm_t *next)
 {
     cuda_row_norms_t n = {0, NULL, NULL, NULL, NULL, 0, 0, NULL, NORM_EPS};
     if (s->m->cfg.normalize_before) {
@@ -1033,7 +1033,7 @@ static cuda_row_norms_t norm_after(const conformer_gpu_state_t *s, const dnorm_t
 /* the norms at the end of a block with a conv module: pre-norm, x = norm_final(x), hn = next(x);
  * post-norm, x = norm_final(norm_ff(x)), hn = x */
 static cuda_row_norms_t norm_block_end(const conformer_gpu_state_t *s, const gblock_t *bk,
-                                      const dnorm_t *next)
+                                       const dnorm_t *next)
 {
     cuda_row_norms_t n = {1, bk->norm_final.g, bk->norm_final.b, NULL, NULL, 1, 0, NULL, NORM_EPS};
     if (s->m->cfg.normalize_before) {
@@ -1051,8 +1051,8 @@ static cuda_row_norms_t norm_block_end(const conformer_gpu_state_t *s, const gbl
 }
 
 /* x += alpha · w2(act(w1(hn) + b1)) + alpha · b2, then the norms n: one fused kernel where the
- * state takes it at these rows, else two GEMMs (the hidden activations through memory) and
- * cuda_rows_norm */
+ * state takes it at these rows, else two GEMMs (the hidden activations through memory), the
+ * norms in the second one's epilogue (or a norm pass: cuda_hgemm decides) */
 static int h_ffn(const gfwd_t *F, const mat_t *w1, const float *b1, const void *b1_h,
                  const mat_t *w2, const float *b2, float alpha, const float *b2_alpha,
                  const cuda_row_norms_t *n)
