@@ -557,6 +557,18 @@ static int tsrv_start(tsrv_t *ts, const http_server_opts_t *opts)
     return 0;
 }
 
+/* Two servers, each on its own loop thread, sharing one port through SO_REUSEPORT */
+static int tsrv_start_pair(tsrv_t *a, tsrv_t *b)
+{
+    http_server_opts_t o = {.reuse_port = HTTP_REUSE_FIRST};
+    int rc = tsrv_start(a, &o);
+    if (rc != HARK_OK)
+        return rc;
+    o.port = a->port;
+    o.reuse_port = HTTP_REUSE_JOIN;
+    return tsrv_start(b, &o);
+}
+
 /* Shuts down, joins the loop (bounded by the deadline), waits for stray workers. */
 static void tsrv_stop(tsrv_t *ts, unsigned deadline_ms)
 {
@@ -1392,11 +1404,7 @@ static int readable(int fd, int ms)
 TEST(http_held_wakeups_answer_at_release)
 {
     tsrv_t a, b;
-    http_server_opts_t o = {.reuse_port = HTTP_REUSE_FIRST};
-    CHECK_OK(tsrv_start(&a, &o));
-    o.port = a.port;
-    o.reuse_port = HTTP_REUSE_JOIN;
-    CHECK_OK(tsrv_start(&b, &o));
+    CHECK_OK(tsrv_start_pair(&a, &b));
     atomic_store(&g_n_parked, 0);
     enum { NC = 12 };
     rd_t r[NC];
@@ -1545,11 +1553,7 @@ TEST(http_answer_written_by_the_answering_thread)
 TEST(http_reuse_port_spreads_connections_over_loops)
 {
     tsrv_t a, b;
-    http_server_opts_t o = {.reuse_port = HTTP_REUSE_FIRST};
-    CHECK_OK(tsrv_start(&a, &o));
-    o.port = a.port;
-    o.reuse_port = HTTP_REUSE_JOIN;
-    CHECK_OK(tsrv_start(&b, &o));
+    CHECK_OK(tsrv_start_pair(&a, &b));
     CHECK_EQ_INT(b.port, a.port);
     uv_loop_t loop;
     uv_loop_init(&loop);

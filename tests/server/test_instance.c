@@ -66,6 +66,20 @@ static void on_done(served_request_t *r, int status, const char *error, wenet_re
 /* the five golden utterances at 16 kHz, and each one's greedy transcript from the recognizer
  * alone (loaded with lo, or the defaults when NULL; *o: the greedy options used): the references
  * served requests must match */
+/* Waits (polling) until *done reaches n or `seconds` have passed. */
+static void wait_done(pthread_mutex_t *lock, const int *done, int n, unsigned seconds)
+{
+    uint64_t t0 = clock_now_ns();
+    for (;;) {
+        pthread_mutex_lock(lock);
+        int d = *done;
+        pthread_mutex_unlock(lock);
+        if (d == n || clock_now_ns() - t0 > (uint64_t)seconds * 1000000000ull)
+            return;
+        usleep(2000);
+    }
+}
+
 static void golden_refs(test_ctx_t *t, const char *path, const wenet_load_opts_t *lo,
                         audio_t au[5], char ref[5][1024], wenet_decode_opts_t *o)
 {
@@ -145,15 +159,7 @@ TEST(served_model_batches_concurrent_requests)
     size_t too_long = 16000 * 13;
     extra.req.n = too_long;
     CHECK_EQ_INT(served_model_submit(m, &extra.req, &err), HARK_ERR_TOO_LARGE);
-    uint64_t t0 = clock_now_ns();
-    for (;;) {
-        pthread_mutex_lock(&lock);
-        int d = done;
-        pthread_mutex_unlock(&lock);
-        if (d == NR || clock_now_ns() - t0 > 60ull * 1000000000ull)
-            break;
-        usleep(2000);
-    }
+    wait_done(&lock, &done, NR, 60);
     CHECK_EQ_INT(done, NR);
     int max_batch = 0;
     for (int i = 0; i < NR; i++) {
@@ -231,15 +237,7 @@ GPU_TEST(gpu_two_instances_share_one_gpu)
         reqs[i].done_count = &done;
         CHECKF(served_model_submit(m, &reqs[i].req, &err) == HARK_OK, "%s", err.msg);
     }
-    uint64_t t0 = clock_now_ns();
-    for (;;) {
-        pthread_mutex_lock(&lock);
-        int d = done;
-        pthread_mutex_unlock(&lock);
-        if (d == NR || clock_now_ns() - t0 > 120ull * 1000000000ull)
-            break;
-        usleep(2000);
-    }
+    wait_done(&lock, &done, NR, 120);
     CHECK_EQ_INT(done, NR);
     int threads = 1;
     for (int i = 0; i < NR; i++) {
