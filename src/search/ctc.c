@@ -32,7 +32,7 @@ void ctc_nbest_free(ctc_nbest_t *nb)
 
 /* One allocation holding scores (n), tokens/times pointer arrays (n each), lens (n), then the
  * token and time ints. Fills *nb's views; the caller writes through the returned mutable views. */
-static int nbest_alloc(ctc_nbest_t *nb, int n, const int *lens, int ***tok, int ***tim,
+int ctc_nbest_alloc(ctc_nbest_t *nb, int n, const int *lens, int ***tok, int ***tim,
                        double **scores, hark_err_t *err)
 {
     size_t total = 0;
@@ -111,7 +111,7 @@ int ctc_greedy_search(const float *logp, int T, int V, int blank, ctc_nbest_t *o
     }
     int **tk, **tm;
     double *sc;
-    rc = nbest_alloc(out, 1, &len, &tk, &tm, &sc, err);
+    rc = ctc_nbest_alloc(out, 1, &len, &tk, &tm, &sc, err);
     if (rc) {
         hark_free(arg);
         return rc;
@@ -640,7 +640,7 @@ int ctc_beam_nbest(const ctc_beam_t *b, ctc_nbest_t *out, hark_err_t *err)
         lens[i] = b->nodes[b->cur[i].node].depth;
     int **tk, **tm;
     double *sc;
-    int rc = nbest_alloc(out, b->n_cur, lens, &tk, &tm, &sc, err);
+    int rc = ctc_nbest_alloc(out, b->n_cur, lens, &tk, &tm, &sc, err);
     if (rc) {
         hark_free(lens);
         return rc;

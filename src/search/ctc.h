@@ -13,6 +13,10 @@
 
 #include "core/error.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* n hypotheses, best first. For T = 0 both searches return n = 1 with an empty hypothesis
  * (score 0), as WeNet does. */
 typedef struct {
@@ -29,6 +33,12 @@ typedef struct {
 
 /* Releases the arrays and zeroes *nb. Accepts NULL and a zeroed struct. */
 void ctc_nbest_free(ctc_nbest_t *nb);
+
+/* For producers of n-best lists (the searches here, ctc_beam_gpu.h): one allocation for n
+ * hypotheses of lens[i] tokens; *tokens, *times (n arrays of lens[i] ints) and *scores (n) are
+ * the writable views of *nb's arrays. HARK_ERR_NOMEM (then *nb is untouched). */
+int ctc_nbest_alloc(ctc_nbest_t *nb, int n, const int *lens, int ***tokens, int ***times,
+                    double **scores, hark_err_t *err);
 
 /* Greedy search: per-frame argmax (first index on ties), collapse repeats, drop blanks.
  * times[j] is WeNet's gen_ctc_peak_time: the first frame of the run that emitted token j.
@@ -68,4 +78,7 @@ int ctc_beam_frames(const ctc_beam_t *b);
 /* Snapshot of the current beam (best first). HARK_ERR_NOMEM; on error *out is zeroed. */
 int ctc_beam_nbest(const ctc_beam_t *b, ctc_nbest_t *out, hark_err_t *err);
 
+#ifdef __cplusplus
+}
+#endif
 #endif
