@@ -8,6 +8,7 @@
 #include "model/decoder.h"
 #include "model/safetensors.h"
 #include "search/ctc.h"
+#include "search/ctc_beam_gpu.h"
 #include "search/rescore.h"
 #include "search/units.h"
 
@@ -57,6 +58,8 @@ struct wenet_worker {
     float *d_logp;        /* (max_batch, te_max, V) */
     int *d_arg, *h_arg;   /* (max_batch, te_max) greedy path: per-frame argmax ... */
     float *d_max, *h_max; /* ... and its log-prob (h_*: pinned) */
+    ctc_beam_gpu_t *beam; /* prefix beam search on the GPU, created at the first beam request */
+    int max_te;           /* encoder frames of the longest utterance */
 #endif
 };
 
@@ -268,6 +271,7 @@ int wenet_worker_create(const wenet_asr_t *a, int max_batch, double max_seconds,
         if ((rc = conformer_gpu_state_create(a->gpu, prec, max_batch, w->max_frames, &w->gstate, err)))
             goto fail;
         w->max_samples = (size_t)(max_seconds * a->cfg.sample_rate) + 1;
+        w->max_te = te;
         cudaError_t e;
         if ((e = cudaMallocHost((void **)&w->h_pcm, sizeof(float) * B * w->max_samples)) ||
             (e = cudaMalloc((void **)&w->d_pcm, sizeof(float) * B * w->max_samples)) ||
@@ -300,6 +304,7 @@ void wenet_worker_destroy(wenet_worker_t *w)
         return;
 #ifdef HARK_CUDA
     conformer_gpu_state_destroy(w->gstate);
+    ctc_beam_gpu_destroy(w->beam);
     cudaFreeHost(w->h_pcm);
     cudaFree(w->d_pcm);
     cudaFree(w->d_lens);
@@ -355,22 +360,14 @@ static int hyp_from(const wenet_asr_t *a, const ctc_nbest_t *nb, int i, double s
     return units_detokenize(a->units, a->style, h->tokens, n, &h->text, err);
 }
 
-/* Search and rescoring for one utterance's log-probs lp (T, V) and encoder output enc (T, D). */
-static int decode_one(const wenet_asr_t *a, const wenet_decode_opts_t *o, const float *lp,
-                      const float *enc, int T, wenet_result_t *r, hark_err_t *err)
+/* Rescoring (attention_rescoring) and the result for one utterance's prefix-beam n-best nb
+ * (released here) and encoder output enc (T, D). */
+static int decode_nbest(const wenet_asr_t *a, const wenet_decode_opts_t *o, ctc_nbest_t *nbp,
+                        const float *enc, int T, wenet_result_t *r, hark_err_t *err)
 {
-    const int V = a->cfg.vocab_size, blank = a->cfg.blank;
-    ctc_nbest_t nb = {0};
-    int rc;
-    if (o->method == DECODE_CTC_GREEDY) {
-        if ((rc = ctc_greedy_search(lp, T, V, blank, &nb, err)))
-            return rc;
-        rc = hyp_from(a, &nb, 0, nb.scores[0], &r->best, err);
-        ctc_nbest_free(&nb);
-        return rc;
-    }
-    if ((rc = ctc_prefix_beam_search(lp, T, V, o->beam_size, blank, &nb, err)))
-        return rc;
+    ctc_nbest_t nb = *nbp;
+    memset(nbp, 0, sizeof *nbp);
+    int rc = HARK_OK;
     int best = 0;
     double best_score = nb.scores[0];
     float *fwd = NULL, *rev = NULL;
@@ -415,6 +412,25 @@ done:
     return rc;
 }
 
+/* Search and rescoring for one utterance's log-probs lp (T, V) and encoder output enc (T, D). */
+static int decode_one(const wenet_asr_t *a, const wenet_decode_opts_t *o, const float *lp,
+                      const float *enc, int T, wenet_result_t *r, hark_err_t *err)
+{
+    const int V = a->cfg.vocab_size, blank = a->cfg.blank;
+    ctc_nbest_t nb = {0};
+    int rc;
+    if (o->method == DECODE_CTC_GREEDY) {
+        if ((rc = ctc_greedy_search(lp, T, V, blank, &nb, err)))
+            return rc;
+        rc = hyp_from(a, &nb, 0, nb.scores[0], &r->best, err);
+        ctc_nbest_free(&nb);
+        return rc;
+    }
+    if ((rc = ctc_prefix_beam_search(lp, T, V, o->beam_size, blank, &nb, err)))
+        return rc;
+    return decode_nbest(a, o, &nb, enc, T, r, err);
+}
+
 #ifdef HARK_CUDA
 /* An error after the uploads were enqueued: they may read the caller's buffers (request bodies,
  * copied by DMA) until the stream drains, so wait for it before the caller can free them. */
@@ -427,10 +443,17 @@ static int upload_failed(cudaStream_t s, int rc)
 
 #define GPU_FRAME_BUCKET 32 /* padded lengths on the GPU are multiples of this (0.32 s of fbank) */
 
-/* Features, encoder and CTC on the GPU for a padded batch; leaves the log-probs (and, for
- * rescoring, the encoder output) in the worker's host buffers with the layout of the CPU path. */
+/* What encode_gpu leaves on the host besides the encoder lengths. */
+enum {
+    GPU_OUT_LOGP,   /* the log-probs in w->logp, for a search on the CPU */
+    GPU_OUT_ARGMAX, /* the per-frame argmax and its log-prob (h_arg, h_max): greedy search */
+    GPU_OUT_BEAM,   /* the prefix beam search's n-best lists, in w->beam */
+};
+
+/* Features, encoder and CTC (and the CTC search that `out` names) on the GPU for a padded batch;
+ * for rescoring (want_enc) also the encoder output in w->enc, with the layout of the CPU path. */
 static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pcm, int batch,
-                      int t_max, int *te_out, int want_enc, int greedy, hark_err_t *err)
+                      int t_max, int *te_out, int want_enc, int out, int beam, hark_err_t *err)
 {
     const wenet_asr_t *a = w->asr;
     const int D = a->cfg.d_model, V = a->cfg.vocab_size;
@@ -484,7 +507,7 @@ static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pc
                                           batch, t_max, err)))
         return upload_failed(s, rc);
     int te = conformer_gpu_out_len(a->gpu, t_max);
-    if (greedy) { /* only the per-frame argmax and its log-prob cross to the host */
+    if (out == GPU_OUT_ARGMAX) { /* only the per-frame argmax and its log-prob cross to the host */
         size_t rows = (size_t)batch * te;
         if ((rc = conformer_gpu_ctc_argmax(w->gstate, w->d_arg, w->d_max, w->d_logp, 0, w->d_enc,
                                            w->enc_lens, batch, te, err)))
@@ -499,10 +522,15 @@ static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pc
     }
     if ((rc = conformer_gpu_ctc_log_probs(w->gstate, w->d_logp, w->d_enc, w->enc_lens, batch, te, err)))
         return upload_failed(s, rc);
-    if ((e = cudaMemcpyAsync(w->logp, w->d_logp, sizeof(float) * (size_t)batch * te * V,
-                             cudaMemcpyDeviceToHost, s)) ||
-        (want_enc && (e = cudaMemcpyAsync(w->enc, w->d_enc, sizeof(float) * (size_t)batch * te * D,
-                                          cudaMemcpyDeviceToHost, s))))
+    if (out == GPU_OUT_BEAM) { /* only the n-best lists cross */
+        if ((rc = ctc_beam_gpu_run(w->beam, w->d_logp, w->enc_lens, batch, te, beam, s, err)))
+            return upload_failed(s, rc);
+    } else if ((e = cudaMemcpyAsync(w->logp, w->d_logp, sizeof(float) * (size_t)batch * te * V,
+                                    cudaMemcpyDeviceToHost, s))) {
+        return upload_failed(s, err_set(err, HARK_ERR_CUDA, "download: %s", cudaGetErrorString(e)));
+    }
+    if (want_enc && (e = cudaMemcpyAsync(w->enc, w->d_enc, sizeof(float) * (size_t)batch * te * D,
+                                         cudaMemcpyDeviceToHost, s)))
         return upload_failed(s, err_set(err, HARK_ERR_CUDA, "download: %s", cudaGetErrorString(e)));
     if ((rc = conformer_gpu_sync(w->gstate, err)))
         return rc;
@@ -573,9 +601,38 @@ int wenet_recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const fl
 #ifdef HARK_CUDA
     if (a->device >= 0) {
         int greedy = o.method == DECODE_CTC_GREEDY;
+        int gpu_beam = !greedy && !o.cpu_search && o.beam_size <= CTC_GPU_MAX_BEAM;
+        if (gpu_beam && ctc_beam_gpu_max_beam(w->beam) < o.beam_size) {
+            /* scratch for the widest beam asked so far (at least WeNet's default 10) */
+            ctc_beam_gpu_destroy(w->beam);
+            w->beam = NULL;
+            cudaSetDevice(a->device);
+            if ((rc = ctc_beam_gpu_create(w->max_batch, w->max_te, a->cfg.vocab_size,
+                                          o.beam_size > 10 ? o.beam_size : 10, a->cfg.blank,
+                                          &w->beam, err)))
+                return rc;
+        }
+        int out = greedy ? GPU_OUT_ARGMAX : gpu_beam ? GPU_OUT_BEAM : GPU_OUT_LOGP;
         if ((rc = encode_gpu(w, n, pcm, batch, t_max, &te, o.method == DECODE_ATTENTION_RESCORING,
-                             greedy, err)))
+                             out, o.beam_size, err)))
             return rc;
+        if (gpu_beam) {
+            for (int b = 0; b < batch && !rc; b++) {
+                ctc_nbest_t nb;
+                if (w->enc_lens[b] == 0 || t_max == 0) /* nothing ran on the GPU for it */
+                    rc = ctc_prefix_beam_search(NULL, 0, a->cfg.vocab_size, o.beam_size,
+                                                a->cfg.blank, &nb, err);
+                else
+                    rc = ctc_beam_gpu_nbest(w->beam, b, &nb, err);
+                if (!rc)
+                    rc = decode_nbest(a, &o, &nb, w->enc + (size_t)b * te * D, w->enc_lens[b],
+                                      &results[b], err);
+            }
+            if (rc)
+                for (int b = 0; b < batch; b++)
+                    wenet_result_free(&results[b]);
+            return rc;
+        }
         if (greedy) {
             for (int b = 0; b < batch && !rc; b++)
                 rc = greedy_from_argmax(a, w->h_arg + (size_t)b * te, w->h_max + (size_t)b * te,

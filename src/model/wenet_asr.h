@@ -34,6 +34,9 @@ typedef struct {
     float reverse_weight; /* attention rescoring, bitransformer only */
     int nbest;            /* hypotheses to return for beam methods (1..beam_size) */
     int n_threads;        /* OpenBLAS threads; <= 0 leaves the setting alone */
+    int cpu_search;       /* GPU models: 1 runs the prefix beam search on the CPU (the whole
+                             log-prob matrix crosses to the host); 0: on the GPU when
+                             beam_size <= CTC_GPU_MAX_BEAM (ctc_beam_gpu.h), else on the CPU */
     conformer_debug_fn debug; /* optional: every encoder stage of every utterance */
     void *debug_user;
 } wenet_decode_opts_t;
@@ -57,8 +60,8 @@ typedef struct {
     int version;                 /* model version directory DIR/<version>/; 0 means 1 */
 } wenet_load_opts_t;
 
-/* The same, on the device the options name: features, encoder and CTC run on the GPU; the
- * searches and the attention decoder stay on the CPU. HARK_ERR_NO_DEVICE without CUDA or
+/* The same, on the device the options name: features, encoder, CTC and the CTC searches run on
+ * the GPU (prefix beam up to CTC_GPU_MAX_BEAM); the attention decoder stays on the CPU. HARK_ERR_NO_DEVICE without CUDA or
  * without that device. */
 int wenet_asr_load_opts(const char *model_dir, const wenet_load_opts_t *lo, wenet_asr_t **out,
                         hark_err_t *err);

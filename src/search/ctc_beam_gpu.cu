@@ -2,17 +2,19 @@
  * CPU reference: ctc_prefix_beam_search (src/search/ctc.c). Tests: tests/search/test_ctc_beam_gpu.c
  *
  * Two kernels. topk_kernel: one warp per frame, each lane keeps a sorted top-k of its strided
- * share of the row, then k warp-wide picks merge them. search_kernel: one block per utterance
+ * share of the row in registers, then k warp-wide picks merge them. search_kernel: one block per utterance
  * walks its frames. Per frame, WeNet's candidate dict is laid out as slots: slot q < n for the
  * beam's own prefixes, n + ui·n + hi for the extension of prefix hi by the ui-th top token.
  * Only a beam prefix can receive several updates in a frame (its blank and repeat updates, and
  * the extension of its parent by its last token, when the parent is in the beam too), so each
  * slot's updates are applied by one thread in WeNet's order — (token rank, prefix rank, first
  * the prefix itself then its extension) — and its first update gives its insertion order, which
- * breaks score ties as Python's stable sort does. Prefixes are nodes of a trie kept canonical
- * (a node's children are a list walked before a child is created), so prefix equality is node
+ * breaks score ties as Python's stable sort does. Prefixes are nodes of a trie kept canonical by
+ * a per-utterance hash of (parent, token) -> node in global memory, so prefix equality is node
  * equality, as in ctc.c. Viterbi times are cons lists (prev, t) in a pool with fixed cells per
- * (frame, kept hypothesis), so no cell is ever freed or moved.
+ * (frame, kept hypothesis), so no cell is ever freed or moved. The frame loop is latency-bound:
+ * the next frame's top-k is loaded a frame ahead, the score of each kept prefix is carried
+ * over, and list heads carry their previous cell so that nothing is read back from the pool.
  */
 #include "search/ctc_beam_gpu.h"
 
@@ -31,22 +33,34 @@ enum { T_COPY = 0, T_APPEND, T_REPLACE }; /* how a candidate's time list derives
 
 struct cbg_node {
     int parent, token; /* the root: (-1, -1) */
-    int child;         /* first child, -1 = none */
-    int sibling;       /* next child of the parent, -1 = last */
+};
+
+/* (parent, token) -> node: open addressing, key 0 = empty (pair keys are never 0) */
+struct cbg_slot {
+    unsigned long long key;
+    int node, pad_;
+};
+
+/* A time list: its head cell and the cell before the head (-1 = none), so that "copy, then set
+ * the last element" needs no read of the pool. */
+struct tlist {
+    int head, prev;
 };
 
 struct cbg_hyp {
     double s, ns, v_s, v_ns;
-    int node, parent, last; /* its trie node, the node's parent and token (cached) */
-    int times_s, times_ns;  /* heads of cons lists in the cell pool, -1 = empty */
+    double score;                  /* log_add(s, ns), from the sort that kept it */
+    int node, parent, last, depth; /* its trie node, the node's parent, token and depth */
+    tlist ts, tn;                  /* times_s, times_ns */
 };
 
 struct cbg_cand {
     double s, ns, v_s, v_ns, ctp; /* ctp: WeNet's cur_token_prob */
     double score;
     int first_e; /* its first update's position in WeNet's order, INT_MAX = no update (absent) */
-    int ts_op, ts_src, tn_op, tn_src; /* times_s / times_ns: T_* applied to a list head */
     int rank;
+    int ts_op, tn_op; /* times_s / times_ns: T_* applied to a source list */
+    tlist ts_src, tn_src;
 };
 
 struct ctc_beam_gpu {
@@ -55,7 +69,8 @@ struct ctc_beam_gpu {
     int *d_topk;      /* (max_batch, max_frames, k) token ids */
     float *d_topv;    /* (max_batch, max_frames, k) their log-probs */
     cbg_node *d_node; /* (max_batch, 1 + max_frames · beam) trie nodes */
-    int *d_depth;     /* (max_batch, 1 + max_frames · beam) */
+    cbg_slot *d_hash; /* (max_batch, hash_cap) each utterance's trie index, cleared every run */
+    int hash_cap;     /* a power of two >= 2 · (1 + max_frames · beam) */
     int2 *d_cell;     /* (max_batch, max_frames · 2 · beam) time cells (prev, t) */
     int *d_lens;      /* (max_batch) */
     int *d_out;       /* (max_batch) n, then (max_batch, beam) lens, then tokens and times */
@@ -75,7 +90,10 @@ static size_t out_ints(int batch, int beam, int t_stride)
 /* ---- top-k ----------------------------------------------------------------------------------- */
 
 /* (idx, val) (rows, k): the k largest of each valid row, descending, lower id first on ties; a
- * NaN counts as -inf. Rows at or past their utterance's length are skipped. */
+ * NaN counts as -inf. Rows at or past their utterance's length are skipped. Each lane keeps its
+ * share's best k in registers (KP >= k slots, a predicated insertion pass: no local memory, no
+ * divergence beyond the pass itself); then k warp-wide picks merge the 32 lists. */
+template <int KP>
 __global__ void topk_kernel(int *idx, float *val, const float *logp, const int *lens, int batch,
                             int t_stride, int V, int k)
 {
@@ -83,29 +101,78 @@ __global__ void topk_kernel(int *idx, float *val, const float *logp, const int *
     if (row >= batch * t_stride || row % t_stride >= lens[row / t_stride])
         return;
     const float *x = logp + (size_t)row * V;
-    float lv[CTC_GPU_MAX_BEAM];
-    int li[CTC_GPU_MAX_BEAM];
-    int n = 0;
+    float lv[KP];
+    int li[KP];
+#pragma unroll
+    for (int j = 0; j < KP; j++) { /* empty slots lose to every element; slots >= k never fill */
+        lv[j] = j < k ? -INFINITY : INFINITY;
+        li[j] = INT_MAX;
+    }
+    /* A first pass bounds the k-th largest value from below: the k-th largest of the 32 lane
+     * maxima (k lanes hold an element at least that large). Only elements reaching it are
+     * offered to the lists, so the insertion passes stay rare. */
+    float mx = -INFINITY;
     for (int v = lane; v < V; v += 32) {
         float f = x[v];
-        if (f != f)
-            f = -INFINITY;
-        if (n == k && !(f > lv[k - 1]))
-            continue;
-        int j = n < k ? n++ : k - 1;
-        while (j > 0 && f > lv[j - 1]) {
-            lv[j] = lv[j - 1];
-            li[j] = li[j - 1];
-            j--;
-        }
-        lv[j] = f;
-        li[j] = v;
+        mx = f > mx ? f : mx; /* NaN never wins */
     }
-    int head = 0;
+    for (int w = 2; w <= 32; w <<= 1) /* bitonic sort of the 32 maxima, descending by lane */
+        for (int o = w >> 1; o; o >>= 1) {
+            float other = __shfl_xor_sync(0xffffffffu, mx, o);
+            bool lower = (lane & o) == 0, desc = (lane & w) == 0 || w == 32;
+            bool take = lower == desc ? other > mx : other < mx;
+            mx = take ? other : mx;
+        }
+    const float bound = __shfl_sync(0xffffffffu, mx, k - 1);
+    float thr = bound; /* an element enters only if it beats the k-th slot and reaches the bound */
+    int thr_i = INT_MAX;
+    for (int v0 = lane; v0 < V; v0 += 4 * 32) {
+        float f4[4]; /* four loads in flight, then taken in index order */
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            f4[q] = v0 + 32 * q < V ? x[v0 + 32 * q] : -INFINITY;
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            int v = v0 + 32 * q;
+            float f = f4[q] != f4[q] ? -INFINITY : f4[q];
+            if (v >= V || !(f > thr || (f == thr && v < thr_i)))
+                continue;
+            float cv = f;
+            int ci = v;
+#pragma unroll
+            for (int j = 0; j < KP; j++) {
+                bool sw = cv > lv[j] || (cv == lv[j] && ci < li[j]);
+                float tv = sw ? lv[j] : cv;
+                int ti = sw ? li[j] : ci;
+                lv[j] = sw ? cv : lv[j];
+                li[j] = sw ? ci : li[j];
+                cv = tv;
+                ci = ti;
+            }
+            thr = lv[0]; /* the last of the k filled slots: the list's minimum (the slots
+                            past k hold +inf), found without a dynamic index */
+            thr_i = li[0];
+#pragma unroll
+            for (int j = 1; j < KP; j++) {
+                bool lt = lv[j] < thr || (lv[j] == thr && li[j] > thr_i);
+                thr = lt ? lv[j] : thr;
+                thr_i = lt ? li[j] : thr_i;
+            }
+            if (thr < bound) {
+                thr = bound;
+                thr_i = INT_MAX;
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < KP; j++)
+        if (j >= k) {
+            lv[j] = -INFINITY;
+            li[j] = INT_MAX;
+        }
     for (int r = 0; r < k; r++) {
-        float bv = head < n ? lv[head] : -INFINITY;
-        int bi = head < n ? li[head] : INT_MAX;
-        int mine = bi;
+        float bv = lv[0];
+        int bi = li[0];
         for (int o = 16; o; o >>= 1) {
             float ov = __shfl_xor_sync(0xffffffffu, bv, o);
             int oi = __shfl_xor_sync(0xffffffffu, bi, o);
@@ -114,8 +181,15 @@ __global__ void topk_kernel(int *idx, float *val, const float *logp, const int *
                 bi = oi;
             }
         }
-        if (bi == mine && head < n) /* ids are unique: exactly one lane advances */
-            head++;
+        if (bi == li[0]) { /* ids are unique: exactly one lane pops its head */
+#pragma unroll
+            for (int j = 0; j + 1 < KP; j++) {
+                lv[j] = lv[j + 1];
+                li[j] = li[j + 1];
+            }
+            lv[KP - 1] = -INFINITY;
+            li[KP - 1] = INT_MAX;
+        }
         if (lane == 0) {
             idx[(size_t)row * k + r] = bi;
             val[(size_t)row * k + r] = bv;
@@ -125,11 +199,14 @@ __global__ void topk_kernel(int *idx, float *val, const float *logp, const int *
 
 /* ---- search ---------------------------------------------------------------------------------- */
 
-/* WeNet's log_add (ctc.c): max + log(sum(exp(x - max))), -inf when both are -inf */
+/* WeNet's log_add (ctc.c): max + log(sum(exp(x - max))), -inf when both are -inf. With one
+ * argument -inf the formula returns the other exactly (NaN for +inf), so that case skips it. */
 __device__ __forceinline__ double log_add(double a, double b)
 {
-    if (a == -INFINITY && b == -INFINITY)
-        return -INFINITY;
+    if (a == -INFINITY)
+        return b == INFINITY ? NAN : b;
+    if (b == -INFINITY)
+        return a == INFINITY ? NAN : a;
     double m = b > a ? b : a;
     return m + log(exp(a - m) + exp(b - m));
 }
@@ -139,28 +216,18 @@ __device__ __forceinline__ double hyp_viterbi(const cbg_hyp &h)
     return h.v_s > h.v_ns ? h.v_s : h.v_ns;
 }
 
-__device__ __forceinline__ int hyp_times(const cbg_hyp &h)
+__device__ __forceinline__ tlist hyp_times(const cbg_hyp &h)
 {
-    return h.v_s > h.v_ns ? h.times_s : h.times_ns;
-}
-
-__device__ __forceinline__ void cand_clear(cbg_cand &c)
-{
-    c.s = c.ns = c.v_s = c.v_ns = c.ctp = -INFINITY;
-    c.first_e = INT_MAX;
-    c.ts_op = c.tn_op = T_COPY;
-    c.ts_src = c.tn_src = -1;
+    return h.v_s > h.v_ns ? h.ts : h.tn;
 }
 
 /* The update kinds of ctc.c's beam_step, applied to candidate c from prefix p with prob. */
 enum { U_BLANK = 0, U_REPEAT, U_EXT_REPEAT, U_EXT };
 
-__device__ void cand_update(cbg_cand &c, const cbg_hyp &p, int kind, double prob, int e)
+__device__ void cand_update(cbg_cand &c, const cbg_hyp &p, int kind, double prob)
 {
-    if (e < c.first_e)
-        c.first_e = e;
     if (kind == U_BLANK) {
-        c.s = log_add(c.s, log_add(p.s, p.ns) + prob);
+        c.s = log_add(c.s, p.score + prob);
         c.v_s = hyp_viterbi(p) + prob;
         c.ts_op = T_COPY;
         c.ts_src = hyp_times(p);
@@ -171,7 +238,7 @@ __device__ void cand_update(cbg_cand &c, const cbg_hyp &p, int kind, double prob
             if (c.ctp < prob) {
                 c.ctp = prob;
                 c.tn_op = T_REPLACE;
-                c.tn_src = p.times_ns;
+                c.tn_src = p.tn;
             }
         }
     } else if (kind == U_EXT_REPEAT) { /* *u-u -> *uu */
@@ -180,10 +247,10 @@ __device__ void cand_update(cbg_cand &c, const cbg_hyp &p, int kind, double prob
             c.v_ns = p.v_s + prob;
             c.ctp = prob;
             c.tn_op = T_APPEND;
-            c.tn_src = p.times_s;
+            c.tn_src = p.ts;
         }
     } else {
-        c.ns = log_add(c.ns, log_add(p.s, p.ns) + prob);
+        c.ns = log_add(c.ns, p.score + prob);
         double vit = hyp_viterbi(p);
         if (c.v_ns < vit + prob) {
             c.v_ns = vit + prob;
@@ -194,45 +261,72 @@ __device__ void cand_update(cbg_cand &c, const cbg_hyp &p, int kind, double prob
     }
 }
 
-/* Materialises a candidate's time list into `cell` (when it needs a new one); returns the head. */
-__device__ int times_make(int2 *cells, int op, int src, int cell, int t)
+__device__ __forceinline__ void cand_init(cbg_cand &c, int first_e)
+{
+    c.s = c.ns = c.v_s = c.v_ns = c.ctp = -INFINITY;
+    c.first_e = first_e;
+    c.ts_op = c.tn_op = T_COPY;
+    c.ts_src = c.tn_src = tlist{-1, -1};
+}
+
+/* A candidate's time list, written to `cell` when it needs a new one. */
+__device__ tlist times_make(int2 *cells, int op, tlist src, int cell, int t)
 {
     if (op == T_COPY)
         return src;
     if (op == T_REPLACE) {
-        if (src < 0)
-            return -1; /* unreachable, as in ctc.c: a finite v_ns has times */
-        cells[cell] = make_int2(cells[src].x, t);
-    } else {
-        cells[cell] = make_int2(src, t);
+        if (src.head < 0)
+            return tlist{-1, -1}; /* unreachable, as in ctc.c: a finite v_ns has times */
+        cells[cell] = make_int2(src.prev, t);
+        return tlist{cell, src.prev};
     }
-    return cell;
+    cells[cell] = make_int2(src.head, t);
+    return tlist{cell, src.head};
 }
 
-/* Slot i beats slot j in the stable descending sort (NaN last, then first insertion). */
-__device__ __forceinline__ bool cand_before(const cbg_cand &a, const cbg_cand &b)
+/* An unsigned key that orders scores as the stable descending sort does, larger first: NaN
+ * lowest (0), -0.0 equal to +0.0; equal keys then go by first insertion. */
+__device__ __forceinline__ unsigned long long score_order(double x)
 {
-    bool na = a.score != a.score, nb = b.score != b.score;
-    if (na != nb)
-        return nb;
-    if (!na && a.score != b.score)
-        return a.score > b.score;
-    return a.first_e < b.first_e;
+    if (x != x)
+        return 0;
+    if (x == 0.0)
+        x = 0.0;
+    unsigned long long u = (unsigned long long)__double_as_longlong(x);
+    return (u >> 63) ? ~u : u | (1ull << 63);
+}
+
+/* Never 0 (the empty-slot marker): parent >= 0, token >= 0. */
+__device__ __forceinline__ unsigned long long pair_key(int parent, int token)
+{
+    return ((unsigned long long)(unsigned)(parent + 2) << 32) | (unsigned)(token + 1);
+}
+
+__device__ __forceinline__ unsigned hash_pair(unsigned long long x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return (unsigned)x;
 }
 
 /* One block per utterance. Dynamic shared memory: hyps (2, beam), cands (beam·(k + 1)), child
- * table (beam, k), par / uil (beam), top-k ids and values (k). Writes the n-best to out. */
+ * table (beam, k), par / uil (beam), top-k ids and values (k). Writes the n-best to out. The
+ * trie index is read through L2 (__ldcg): it changes by atomics within the kernel. */
 __global__ void __launch_bounds__(SEARCH_THREADS)
-    search_kernel(int *out, double *score, cbg_node *nodes_all, int *depth_all, int2 *cells_all,
-                  const int *topk, const float *topv, const int *lens, int batch, int t_stride,
-                  int beam, int k, int blank, int node_cap, int cell_cap)
+    search_kernel(int *out, double *score, cbg_node *nodes_all, cbg_slot *hash_all,
+                  int2 *cells_all, const int *topk, const float *topv, const int *lens, int batch,
+                  int t_stride, int beam, int k, int blank, int node_cap, int hash_cap,
+                  int cell_cap)
 {
     extern __shared__ double smem_d[];
     const int b = blockIdx.x, tid = threadIdx.x;
     const int S = beam * (k + 1);
     cbg_hyp *hyps = (cbg_hyp *)smem_d; /* (2, beam) */
     cbg_cand *cand = (cbg_cand *)(hyps + 2 * beam);
-    int *child = (int *)(cand + S); /* (beam, k) */
+    unsigned long long *kord = (unsigned long long *)(cand + S); /* (S) sort keys: score... */
+    int *kfe = (int *)(kord + S);                               /* (S) ...then first_e */
+    int *child = kfe + S;           /* (beam, k) */
     int *par = child + beam * k;    /* (beam) */
     int *uil = par + beam;          /* (beam) */
     int *tk = uil + beam;           /* (k) */
@@ -240,24 +334,34 @@ __global__ void __launch_bounds__(SEARCH_THREADS)
     __shared__ int n_cur, n_valid, ui_blank;
 
     cbg_node *nodes = nodes_all + (size_t)b * node_cap;
-    int *depth = depth_all + (size_t)b * node_cap;
+    cbg_slot *hash = hash_all + (size_t)b * hash_cap;
+    const unsigned hmask = (unsigned)hash_cap - 1;
     int2 *cells = cells_all + (size_t)b * cell_cap;
     const int T = lens[b];
+    const size_t row0 = (size_t)b * t_stride * k;
     if (tid == 0) {
-        nodes[0] = {-1, -1, -1, -1};
-        depth[0] = 0;
-        hyps[0] = {0.0, -INFINITY, 0.0, 0.0, 0, -1, -1, -1, -1};
+        nodes[0] = {-1, -1};
+        hyps[0] = {0.0, -INFINITY, 0.0, 0.0, 0.0, 0, -1, -1, 0, {-1, -1}, {-1, -1}};
         n_cur = 1;
+    }
+    int pk = 0; /* the next frame's top-k entry of this thread (tid < k), loaded a frame ahead */
+    float pv = 0.0f;
+    if (tid < k && T > 0) {
+        pk = topk[row0 + tid];
+        pv = topv[row0 + tid];
     }
     __syncthreads();
     int cur = 0;
     for (int t = 0; t < T; t++) {
         cbg_hyp *H = hyps + cur * beam, *N = hyps + (1 - cur) * beam;
-        const int n = n_cur;
-        const size_t row = ((size_t)b * t_stride + t) * k;
+        const int n = n_cur, ns = n * (k + 1);
         if (tid < k) {
-            tk[tid] = topk[row + tid];
-            tv[tid] = topv[row + tid];
+            tk[tid] = pk;
+            tv[tid] = pv;
+            if (t + 1 < T) {
+                pk = topk[row0 + (size_t)(t + 1) * k + tid];
+                pv = topv[row0 + (size_t)(t + 1) * k + tid];
+            }
         }
         if (tid == 0)
             n_valid = 0;
@@ -285,77 +389,105 @@ __global__ void __launch_bounds__(SEARCH_THREADS)
                 child[p * k + u] = tid;
         }
         __syncthreads();
-        /* the beam's own slots: their blank and repeat updates, and the extension of their
-         * parent, in WeNet's order */
-        for (int q = tid; q < n; q += SEARCH_THREADS) {
-            cbg_cand &c = cand[q];
-            cand_clear(c);
-            int ev[3], kind[3], src[3], m = 0;
-            if (ui_blank >= 0) {
-                ev[m] = (ui_blank * n + q) * 2;
-                kind[m] = U_BLANK;
-                src[m++] = q;
-            }
-            if (uil[q] >= 0) {
-                ev[m] = (uil[q] * n + q) * 2;
-                kind[m] = U_REPEAT;
-                src[m++] = q;
-                int p = par[q];
-                if (p >= 0) {
-                    int rep = H[p].last == H[q].last; /* "…aa" from "…a": the parent's c2 */
-                    ev[m] = (uil[q] * n + p) * 2 + rep;
-                    kind[m] = rep ? U_EXT_REPEAT : U_EXT;
-                    src[m++] = p;
+        for (int j = tid; j < ns; j += SEARCH_THREADS) {
+            cbg_cand &c = cand[j];
+            c.rank = 0;
+            kord[j] = 0;
+            kfe[j] = INT_MAX; /* absent: never before anything */
+            if (j < n) {
+                /* a beam prefix: its blank and repeat updates, and the extension of its parent
+                 * by its last token, in WeNet's order (token rank, prefix rank, sub-step) */
+                int ev[3] = {INT_MAX, INT_MAX, INT_MAX}, kind[3] = {0, 0, 0}, src[3] = {0, 0, 0};
+                if (ui_blank >= 0) {
+                    ev[0] = (ui_blank * n + j) * 2;
+                    kind[0] = U_BLANK;
+                    src[0] = j;
                 }
-            }
-            for (int i = 1; i < m; i++) /* at most three: insertion sort by position */
-                for (int j = i; j > 0 && ev[j] < ev[j - 1]; j--) {
-                    int x = ev[j];
-                    ev[j] = ev[j - 1];
-                    ev[j - 1] = x;
-                    x = kind[j];
-                    kind[j] = kind[j - 1];
-                    kind[j - 1] = x;
-                    x = src[j];
-                    src[j] = src[j - 1];
-                    src[j - 1] = x;
+                if (uil[j] >= 0) {
+                    ev[1] = (uil[j] * n + j) * 2;
+                    kind[1] = U_REPEAT;
+                    src[1] = j;
+                    int p = par[j];
+                    if (p >= 0) {
+                        int rep = H[p].last == H[j].last; /* "…aa" from "…a": the parent's c2 */
+                        ev[2] = (uil[j] * n + p) * 2 + rep;
+                        kind[2] = rep ? U_EXT_REPEAT : U_EXT;
+                        src[2] = p;
+                    }
                 }
-            for (int i = 0; i < m; i++) {
-                int ui = ev[i] / 2 / n;
-                cand_update(c, H[src[i]], kind[i], (double)tv[ui], ev[i]);
+                /* by position: a three-element sorting network on constant indices (registers) */
+#define CBG_SWAP(a, b_)                                                                            \
+    if (ev[b_] < ev[a]) {                                                                          \
+        int x_ = ev[a];                                                                            \
+        ev[a] = ev[b_];                                                                            \
+        ev[b_] = x_;                                                                               \
+        x_ = kind[a];                                                                              \
+        kind[a] = kind[b_];                                                                        \
+        kind[b_] = x_;                                                                             \
+        x_ = src[a];                                                                               \
+        src[a] = src[b_];                                                                          \
+        src[b_] = x_;                                                                              \
+    }
+                CBG_SWAP(0, 1)
+                CBG_SWAP(1, 2)
+                CBG_SWAP(0, 1)
+#undef CBG_SWAP
+                cand_init(c, ev[0]);
+#pragma unroll
+                for (int i = 0; i < 3; i++)
+                    if (ev[i] != INT_MAX)
+                        cand_update(c, H[src[i]], kind[i], (double)tv[ev[i] / 2 / n]);
+            } else { /* an extension that is not a beam prefix: one update */
+                int i = j - n, ui = i / n, hi = i % n, u = tk[ui];
+                if (u == blank || child[hi * k + ui] >= 0) {
+                    c.first_e = INT_MAX;
+                    continue;
+                }
+                int rep = u == H[hi].last;
+                cand_init(c, (ui * n + hi) * 2 + rep);
+                cand_update(c, H[hi], rep ? U_EXT_REPEAT : U_EXT, (double)tv[ui]);
             }
-        }
-        /* extensions that are not beam prefixes: one update each */
-        for (int i = tid; i < n * k; i += SEARCH_THREADS) {
-            int ui = i / n, hi = i % n;
-            cbg_cand &c = cand[n + i];
-            cand_clear(c);
-            int u = tk[ui];
-            if (u == blank || child[hi * k + ui] >= 0)
-                continue;
-            int rep = u == H[hi].last;
-            cand_update(c, H[hi], rep ? U_EXT_REPEAT : U_EXT, (double)tv[ui], (ui * n + hi) * 2 + rep);
-        }
-        __syncthreads();
-        const int ns = n * (k + 1);
-        for (int i = tid; i < ns; i += SEARCH_THREADS)
-            if (cand[i].first_e != INT_MAX) {
-                cand[i].score = log_add(cand[i].s, cand[i].ns);
+            if (c.first_e != INT_MAX) {
+                c.score = log_add(c.s, c.ns);
+                kord[j] = score_order(c.score);
+                kfe[j] = c.first_e;
                 atomicAdd(&n_valid, 1);
             }
-        __syncthreads();
-        for (int i = tid; i < ns; i += SEARCH_THREADS) {
-            cbg_cand &c = cand[i];
-            if (c.first_e == INT_MAX)
-                continue;
-            int r = 0;
-            for (int j = 0; j < ns && r < beam; j++)
-                if (j != i && cand[j].first_e != INT_MAX && cand_before(cand[j], c))
-                    r++;
-            c.rank = r;
         }
         __syncthreads();
-        /* the kept: new beam in rank order; an extension first looks for its existing node */
+        /* rank = how many candidates come before it: the four warps split the candidates
+         * compared against, each lane counts for four candidates at once, then adds its counts */
+        {
+            const int warp = tid >> 5, lane = tid & 31, jw = (ns + 3) / 4;
+            const int ja = warp * jw, jb = ja + jw < ns ? ja + jw : ns;
+            for (int g = 0; g < ns; g += 128) {
+                unsigned long long oi[4];
+                int fi[4], cnt[4];
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    int i = g + lane + 32 * q;
+                    oi[q] = i < ns ? kord[i] : ~0ull;
+                    fi[q] = i < ns ? kfe[i] : 0;
+                    cnt[q] = 0;
+                }
+#pragma unroll 4
+                for (int j = ja; j < jb; j++) {
+                    unsigned long long oj = kord[j];
+                    int fj = kfe[j];
+#pragma unroll
+                    for (int q = 0; q < 4; q++)
+                        cnt[q] += (oj > oi[q]) | ((oj == oi[q]) & (fj < fi[q]));
+                }
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    int i = g + lane + 32 * q;
+                    if (i < ns && cnt[q])
+                        atomicAdd(&cand[i].rank, cnt[q]);
+                }
+            }
+        }
+        __syncthreads();
+        /* the kept, in rank order; an extension looks for its node (created after the sync) */
         const int cell0 = t * 2 * beam;
         for (int i = tid; i < ns; i += SEARCH_THREADS) {
             const cbg_cand &c = cand[i];
@@ -366,33 +498,46 @@ __global__ void __launch_bounds__(SEARCH_THREADS)
             h.ns = c.ns;
             h.v_s = c.v_s;
             h.v_ns = c.v_ns;
-            h.times_s = times_make(cells, c.ts_op, c.ts_src, cell0 + 2 * c.rank, t);
-            h.times_ns = times_make(cells, c.tn_op, c.tn_src, cell0 + 2 * c.rank + 1, t);
+            h.score = c.score;
+            h.ts = times_make(cells, c.ts_op, c.ts_src, cell0 + 2 * c.rank, t);
+            h.tn = times_make(cells, c.tn_op, c.tn_src, cell0 + 2 * c.rank + 1, t);
             if (i < n) {
                 h.node = H[i].node;
                 h.parent = H[i].parent;
                 h.last = H[i].last;
+                h.depth = H[i].depth;
             } else {
-                int hi = (i - n) % n, u = tk[(i - n) / n], pn = H[hi].node, nd = nodes[pn].child;
-                while (nd >= 0 && nodes[nd].token != u)
-                    nd = nodes[nd].sibling;
+                int hi = (i - n) % n, u = tk[(i - n) / n], pn = H[hi].node;
+                const unsigned long long key = pair_key(pn, u);
+                int nd = -1;
+                for (unsigned x = hash_pair(key) & hmask;; x = (x + 1) & hmask) {
+                    unsigned long long kx = __ldcg(&hash[x].key);
+                    if (kx == key) {
+                        nd = __ldcg(&hash[x].node);
+                        break;
+                    }
+                    if (kx == 0)
+                        break;
+                }
                 h.node = nd; /* -1: created below */
                 h.parent = pn;
                 h.last = u;
+                h.depth = H[hi].depth + 1;
             }
         }
         __syncthreads();
-        /* new nodes, after every lookup: slot 1 + t·beam + rank is this frame's own */
+        /* new nodes, after every lookup: node 1 + t·beam + rank is this frame's own */
         for (int r = tid; r < beam && r < n_valid; r += SEARCH_THREADS) {
             cbg_hyp &h = N[r];
             if (h.node >= 0)
                 continue;
             int id = 1 + t * beam + r;
-            nodes[id].parent = h.parent;
-            nodes[id].token = h.last;
-            nodes[id].child = -1;
-            nodes[id].sibling = atomicExch(&nodes[h.parent].child, id);
-            depth[id] = depth[h.parent] + 1;
+            nodes[id] = {h.parent, h.last};
+            const unsigned long long key = pair_key(h.parent, h.last);
+            unsigned x = hash_pair(key) & hmask;
+            while (atomicCAS(&hash[x].key, 0ull, key) != 0ull)
+                x = (x + 1) & hmask;
+            hash[x].node = id;
             h.node = id;
         }
         if (tid == 0)
@@ -410,14 +555,14 @@ __global__ void __launch_bounds__(SEARCH_THREADS)
         o_n[b] = n;
     for (int i = tid; i < n; i += SEARCH_THREADS) {
         const cbg_hyp &h = H[i];
-        int len = depth[h.node];
+        int len = h.depth;
         size_t base = ((size_t)b * beam + i) * t_stride;
         o_len[(size_t)b * beam + i] = len;
-        score[(size_t)b * beam + i] = log_add(h.s, h.ns);
+        score[(size_t)b * beam + i] = h.score;
         int j = len;
         for (int nd = h.node; nd > 0; nd = nodes[nd].parent)
             o_tok[base + --j] = nodes[nd].token;
-        int tl = hyp_times(h), ln = 0;
+        int tl = hyp_times(h).head, ln = 0;
         for (int c = tl; c >= 0; c = cells[c].x)
             ln++;
         for (j = len - 1; j >= ln; j--)
@@ -431,6 +576,7 @@ static size_t search_smem(int beam, int k)
 {
     size_t S = (size_t)beam * (k + 1);
     return 2 * beam * sizeof(cbg_hyp) + S * sizeof(cbg_cand) +
+           S * (sizeof(unsigned long long) + sizeof(int)) +
            ((size_t)beam * k + 2 * beam + k) * sizeof(int) + k * sizeof(float);
 }
 
@@ -465,11 +611,14 @@ extern "C" int ctc_beam_gpu_create(int max_batch, int max_frames, int V, int bea
     g->smem = search_smem(beam, g->k);
     size_t B = (size_t)max_batch, rows = B * max_frames, nodes = 1 + (size_t)max_frames * beam;
     size_t cells = (size_t)max_frames * 2 * beam, outs = out_ints(max_batch, beam, max_frames);
+    g->hash_cap = 16;
+    while ((size_t)g->hash_cap < 2 * nodes)
+        g->hash_cap *= 2;
     cudaError_t e;
     if ((e = cudaMalloc((void **)&g->d_topk, sizeof(int) * rows * g->k)) ||
         (e = cudaMalloc((void **)&g->d_topv, sizeof(float) * rows * g->k)) ||
         (e = cudaMalloc((void **)&g->d_node, sizeof(cbg_node) * B * nodes)) ||
-        (e = cudaMalloc((void **)&g->d_depth, sizeof(int) * B * nodes)) ||
+        (e = cudaMalloc((void **)&g->d_hash, sizeof(cbg_slot) * B * g->hash_cap)) ||
         (e = cudaMalloc((void **)&g->d_cell, sizeof(int2) * B * cells)) ||
         (e = cudaMalloc((void **)&g->d_lens, sizeof(int) * B)) ||
         (e = cudaMalloc((void **)&g->d_out, sizeof(int) * outs)) ||
@@ -494,7 +643,7 @@ extern "C" void ctc_beam_gpu_destroy(ctc_beam_gpu_t *g)
     cudaFree(g->d_topk);
     cudaFree(g->d_topv);
     cudaFree(g->d_node);
-    cudaFree(g->d_depth);
+    cudaFree(g->d_hash);
     cudaFree(g->d_cell);
     cudaFree(g->d_lens);
     cudaFree(g->d_out);
@@ -531,13 +680,26 @@ extern "C" int ctc_beam_gpu_run(ctc_beam_gpu_t *g, const float *d_logp, const in
                                     cudaMemcpyHostToDevice, s);
     if (e)
         return cuda_fail(err, e, "upload");
+    if ((e = cudaMemsetAsync(g->d_hash, 0, sizeof(cbg_slot) * batch * g->hash_cap, s)))
+        return cuda_fail(err, e, "clear");
     int rows = batch * t_stride;
-    topk_kernel<<<(rows + TOPK_WARPS - 1) / TOPK_WARPS, 32 * TOPK_WARPS, 0, s>>>(
-        g->d_topk, g->d_topv, d_logp, g->d_lens, batch, t_stride, g->V, k);
+    dim3 tg((rows + TOPK_WARPS - 1) / TOPK_WARPS), tb(32 * TOPK_WARPS);
+    if (k <= 4)
+        topk_kernel<4><<<tg, tb, 0, s>>>(g->d_topk, g->d_topv, d_logp, g->d_lens, batch, t_stride,
+                                         g->V, k);
+    else if (k <= 8)
+        topk_kernel<8><<<tg, tb, 0, s>>>(g->d_topk, g->d_topv, d_logp, g->d_lens, batch, t_stride,
+                                         g->V, k);
+    else if (k <= 16)
+        topk_kernel<16><<<tg, tb, 0, s>>>(g->d_topk, g->d_topv, d_logp, g->d_lens, batch, t_stride,
+                                          g->V, k);
+    else
+        topk_kernel<32><<<tg, tb, 0, s>>>(g->d_topk, g->d_topv, d_logp, g->d_lens, batch, t_stride,
+                                          g->V, k);
     int node_cap = 1 + g->max_frames * g->beam, cell_cap = g->max_frames * 2 * g->beam;
     search_kernel<<<batch, SEARCH_THREADS, search_smem(beam, k), s>>>(
-        g->d_out, g->d_score, g->d_node, g->d_depth, g->d_cell, g->d_topk, g->d_topv, g->d_lens,
-        batch, t_stride, beam, k, g->blank, node_cap, cell_cap);
+        g->d_out, g->d_score, g->d_node, g->d_hash, g->d_cell, g->d_topk, g->d_topv, g->d_lens,
+        batch, t_stride, beam, k, g->blank, node_cap, g->hash_cap, cell_cap);
     if ((e = cudaGetLastError()))
         return cuda_fail(err, e, "launch");
     size_t outs = out_ints(batch, beam, t_stride);

@@ -221,9 +221,39 @@ TEST(wenet_asr_empty_and_bad_input)
 }
 
 #ifdef HARK_CUDA
-/* The whole pipeline on the GPU (features, encoder, CTC there; search and decoder on the CPU).
- * FP32: WeNet's tokens for every method, n-best scores within 1e-3. FP16: identical greedy and
- * rescoring hypotheses (the issue's bar); n-best score drift reported. */
+/* The prefix beam n-best of one batch searched on the GPU and on the CPU (the same log-probs):
+ * the same hypotheses, scores within 1e-9 relative (ctc_beam_gpu.h). */
+static void gpu_vs_cpu_search(test_ctx_t *t, wenet_worker_t *w, wenet_decode_opts_t o,
+                              const float *const *pcm, const size_t *n)
+{
+    wenet_result_t rg[NU], rc[NU];
+    hark_err_t err = {0};
+    o.method = DECODE_CTC_PREFIX_BEAM;
+    o.nbest = o.beam_size;
+    o.cpu_search = 0;
+    CHECKF(wenet_recognize(w, &o, pcm, n, NU, rg, &err) == HARK_OK, "%s", err.msg);
+    o.cpu_search = 1;
+    CHECKF(wenet_recognize(w, &o, pcm, n, NU, rc, &err) == HARK_OK, "%s", err.msg);
+    for (int u = 0; u < NU; u++) {
+        CHECKF(rg[u].n_nbest == rc[u].n_nbest, "%s: %d vs %d hypotheses", utts[u], rg[u].n_nbest,
+               rc[u].n_nbest);
+        for (int i = 0; i < rc[u].n_nbest; i++) {
+            const wenet_hyp_t *a = &rg[u].nbest[i], *b = &rc[u].nbest[i];
+            CHECKF(a->n_tokens == b->n_tokens &&
+                       !memcmp(a->tokens, b->tokens, sizeof(int) * (size_t)a->n_tokens) &&
+                       !memcmp(a->times, b->times, sizeof(int) * (size_t)a->n_tokens) &&
+                       fabs(a->score - b->score) <= 1e-9 * fmax(1.0, fabs(b->score)),
+                   "%s hypothesis %d: gpu search %.17g, cpu %.17g", utts[u], i, a->score, b->score);
+        }
+        wenet_result_free(&rg[u]);
+        wenet_result_free(&rc[u]);
+    }
+}
+
+/* The whole pipeline on the GPU (features, encoder, CTC and CTC search there; the decoder on the
+ * CPU). FP32: WeNet's tokens for every method, n-best scores within 1e-3. FP16: identical greedy
+ * and rescoring hypotheses (the issue's bar); n-best score drift reported. Both: the GPU prefix
+ * beam search gives the CPU search's n-best. */
 static void gpu_golden(test_ctx_t *t, wenet_precision_t prec)
 {
     fixture_t fx;
@@ -269,6 +299,9 @@ static void gpu_golden(test_ctx_t *t, wenet_precision_t prec)
         }
     }
     printf("    gpu %s: n-best scores max abs diff %.3g\n", prec == WENET_FP16 ? "fp16" : "fp32", worst);
+    gpu_vs_cpu_search(t, w, wenet_default_opts(g), pcm, n);
+    if (test_failed(t))
+        return;
     if (prec == WENET_FP32)
         CHECKF(worst <= 1e-3, "fp32 n-best scores differ by %.3g", worst);
     wenet_worker_destroy(w);
