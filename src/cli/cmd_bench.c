@@ -14,6 +14,7 @@
 #include "model/safetensors.h"
 #include "model/wenet_config.h"
 #include "hark.h"
+#include "search/ctc_beam_gpu.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -229,11 +230,16 @@ static void bench_usage(FILE *f)
     fprintf(f, "usage: hark bench --model DIR | --synthetic conformer-librispeech [--batch 1,8,64]\n"
                "                  [--seconds 10] [--compare-pytorch]\n"
                "                  [--device cpu|cuda:N] [--precision fp32|fp16] [--threads N]\n"
-               "                  [--min-time S] [--pipeline [--wav FILE] [--pageable]] [--profile]\n"
+               "                  [--min-time S] [--profile]\n"
+               "                  [--pipeline [--wav FILE] [--pageable] [--method M] [--beam N]\n"
+               "                   [--cpu-search]]\n"
                "--pipeline times the whole recognizer instead (PCM in -> text out: features,\n"
-               "encoder, CTC, greedy search) on copies of FILE (or noise) cut to --seconds;\n"
+               "encoder, CTC, search) on copies of FILE (or noise) cut to --seconds;\n"
                "on a GPU the samples are page-locked as the server's request bodies are\n"
-               "(--pageable: ordinary memory, staged by the worker).\n"
+               "(--pageable: ordinary memory, staged by the worker). --method\n"
+               "ctc_greedy_search (default) | ctc_prefix_beam_search | attention_rescoring,\n"
+               "--beam its beam (10); --cpu-search runs the prefix beam search on the CPU\n"
+               "(the whole log-prob matrix downloaded) instead of the GPU.\n"
                "Times encoder + CTC log-softmax + argmax on random features (10 s = 998 frames)\n"
                "and prints one JSON line per batch size.\n");
 }
@@ -318,9 +324,14 @@ static void compare_pytorch(const char *model_dir, int gpu, int fp16, const char
 
 /* --pipeline: the full recognizer path, PCM in -> text out (features, encoder, CTC, greedy
  * search, detokenization), `B` copies of one utterance per batch, on the CPU or a GPU. */
+typedef struct {
+    wenet_method_t method;
+    int beam, cpu_search, pageable;
+} bench_search_t;
+
 static int bench_pipeline(const char *model_dir, int device, int fp16, const char *wav,
                           const char *batches, double seconds, double min_time, int threads,
-                          int pageable)
+                          const bench_search_t *bs)
 {
     hark_err_t err = {0};
     wenet_load_opts_t lo = {.device = device, .precision = fp16 ? WENET_FP16 : WENET_FP32};
@@ -333,7 +344,7 @@ static int bench_pipeline(const char *model_dir, int device, int fp16, const cha
     size_t n = (size_t)(seconds * rate);
     /* on a GPU the samples sit in page-locked memory, as `hark serve` receives request bodies
      * (copied to the device by DMA; --pageable: through the worker's staging buffer instead) */
-    pinned_pool_t *pool = device >= 0 && !pageable ? pinned_pool_create(sizeof(float) * n + 4096)
+    pinned_pool_t *pool = device >= 0 && !bs->pageable ? pinned_pool_create(sizeof(float) * n + 4096)
                                                    : NULL;
     float *pcm = pool ? pinned_alloc(pool, sizeof(float) * n) : hark_malloc(sizeof(float) * n);
     if (!pcm) {
@@ -374,7 +385,9 @@ static int bench_pipeline(const char *model_dir, int device, int fp16, const cha
                 len[i] = n;
             }
             wenet_decode_opts_t o = wenet_default_opts(asr);
-            o.method = DECODE_CTC_GREEDY;
+            o.method = bs->method;
+            o.beam_size = bs->beam;
+            o.cpu_search = bs->cpu_search;
             o.n_threads = threads;
             int k = 0;
             double t_start = 0;
@@ -398,10 +411,16 @@ static int bench_pipeline(const char *model_dir, int device, int fp16, const cha
             if (!rc) {
                 qsort(times, (size_t)k, sizeof *times, cmp_double);
                 double med = times[k / 2];
+                const char *where = o.method == DECODE_CTC_GREEDY ? "" :
+                                    device < 0 || bs->cpu_search || bs->beam > CTC_GPU_MAX_BEAM
+                                        ? ", \"search\": \"cpu\""
+                                        : ", \"search\": \"gpu\"";
                 printf("{\"impl\": \"hark\", \"path\": \"pcm->text\", \"device\": \"%s\", "
-                       "\"mode\": \"%s\", \"batch\": %d, \"seconds\": %.1f, \"ms\": %.3f, "
-                       "\"rtfx\": %.1f, \"utt_per_sec\": %.1f, \"runs\": %d}\n",
-                       device < 0 ? "cpu" : "cuda", fp16 ? "fp16" : "fp32", B, seconds, med * 1e3,
+                       "\"mode\": \"%s\", \"method\": \"%s\"%s, \"beam\": %d, \"batch\": %d, "
+                       "\"seconds\": %.1f, \"ms\": %.3f, \"rtfx\": %.1f, \"utt_per_sec\": %.1f, "
+                       "\"runs\": %d}\n",
+                       device < 0 ? "cpu" : "cuda", fp16 ? "fp16" : "fp32",
+                       wenet_method_name(o.method), where, o.beam_size, B, seconds, med * 1e3,
                        B * seconds / med, B / med, k);
                 fflush(stdout);
             }
@@ -425,7 +444,8 @@ int cli_bench(int argc, char **argv)
 {
     const char *model_dir = NULL, *batches = "1,8,64", *device = "cpu", *precision = "fp32";
     const char *wav = NULL, *synthetic = NULL;
-    int pipeline = 0, compare = 0, profile = 0, pageable = 0;
+    int pipeline = 0, compare = 0, profile = 0;
+    bench_search_t bs = {.method = DECODE_CTC_GREEDY, .beam = 10};
     double hark_ms[16];
     int hark_b[16], nh = 0;
     double seconds = 10, min_time = 2.0;
@@ -447,7 +467,17 @@ int cli_bench(int argc, char **argv)
         else if (!strcmp(argv[i], "--pipeline"))
             pipeline = 1;
         else if (!strcmp(argv[i], "--pageable"))
-            pageable = 1;
+            bs.pageable = 1;
+        else if (!strcmp(argv[i], "--cpu-search"))
+            bs.cpu_search = 1;
+        else if (!strcmp(argv[i], "--beam") && v)
+            bs.beam = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--method") && v) {
+            if (wenet_parse_method(argv[++i], &bs.method)) {
+                fprintf(stderr, "hark bench: unknown --method '%s'\n", argv[i]);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--compare-pytorch"))
             compare = 1;
         else if (!strcmp(argv[i], "--profile"))
@@ -490,7 +520,7 @@ int cli_bench(int argc, char **argv)
 #endif
     if (pipeline)
         return bench_pipeline(model_dir, gpu ? (device[4] == ':' ? atoi(device + 5) : 0) : -1, fp16,
-                              wav, batches, seconds, min_time, threads, pageable);
+                              wav, batches, seconds, min_time, threads, &bs);
     hark_err_t err = {0};
     wenet_config_t cfg;
     safetensors_t *st = NULL;
