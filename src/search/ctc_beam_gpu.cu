@@ -455,9 +455,28 @@ __global__ void __launch_bounds__(SEARCH_THREADS)
             }
         }
         __syncthreads();
-        /* rank = how many candidates come before it: the four warps split the candidates
-         * compared against, each lane counts for four candidates at once, then adds its counts */
-        {
+        /* rank = how many candidates come before it. Up to 256 candidates (beam <= 15): the
+         * four warps split the candidates compared against, each lane counts for four candidates
+         * at once, then adds its counts. More: each thread counts for its own candidates and
+         * stops once past the beam (most stop early; all-pairs would be quadratic). */
+        if (ns > 256) {
+            for (int i = tid; i < ns; i += SEARCH_THREADS) {
+                if (kfe[i] == INT_MAX)
+                    continue;
+                const unsigned long long oi = kord[i];
+                const int fi = kfe[i];
+                int r = 0;
+                for (int j0 = 0; j0 < ns && r < beam; j0 += 8) {
+#pragma unroll
+                    for (int j = j0; j < j0 + 8; j++) {
+                        unsigned long long oj = j < ns ? kord[j] : 0;
+                        int fj = j < ns ? kfe[j] : INT_MAX;
+                        r += (oj > oi) | ((oj == oi) & (fj < fi));
+                    }
+                }
+                cand[i].rank = r;
+            }
+        } else {
             const int warp = tid >> 5, lane = tid & 31, jw = (ns + 3) / 4;
             const int ja = warp * jw, jb = ja + jw < ns ? ja + jw : ns;
             for (int g = 0; g < ns; g += 128) {
