@@ -619,7 +619,7 @@ int wenet_recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const fl
         if (gpu_beam) {
             for (int b = 0; b < batch && !rc; b++) {
                 ctc_nbest_t nb;
-                if (w->enc_lens[b] == 0 || t_max == 0) /* nothing ran on the GPU for it */
+                if (t_max == 0) /* an empty batch: nothing ran on the GPU */
                     rc = ctc_prefix_beam_search(NULL, 0, a->cfg.vocab_size, o.beam_size,
                                                 a->cfg.blank, &nb, err);
                 else
