@@ -104,7 +104,8 @@ static int bench_gpu(const wenet_config_t *cfg, conformer_tensor_fn get, void *u
         size_t nf = (size_t)B * T * cfg->input_dim;
         if (ok)
             ok = cudaMalloc((void **)&d_feats, sizeof(float) * nf) == cudaSuccess &&
-                 cudaMalloc((void **)&d_enc, sizeof(float) * (size_t)B * te * cfg->d_model) == cudaSuccess &&
+                 cudaMalloc((void **)&d_enc, sizeof(float) * (size_t)B * te * cfg->d_model) ==
+                     cudaSuccess &&
                  cudaMalloc((void **)&d_logp, sizeof(float) * (size_t)B * te * V) == cudaSuccess &&
                  cudaMalloc((void **)&d_arg, sizeof(int) * (size_t)B * te) == cudaSuccess &&
                  cudaMallocHost((void **)&h_arg, sizeof(int) * (size_t)B * te) == cudaSuccess;
@@ -113,7 +114,8 @@ static int bench_gpu(const wenet_config_t *cfg, conformer_tensor_fn get, void *u
         elens = hark_malloc(sizeof(int) * (size_t)B);
         times = hark_malloc(sizeof(double) * 1000);
         if (!ok || !h_feats || !lens || !elens || !times) {
-            fprintf(stderr, "hark bench: batch %d: %s\n", B, err.msg[0] ? err.msg : "out of memory");
+            fprintf(stderr, "hark bench: batch %d: %s\n", B,
+                    err.msg[0] ? err.msg : "out of memory");
             cudaGetLastError();
         } else {
             unsigned seed = (unsigned)B;
@@ -212,36 +214,36 @@ double bench_conformer_flops(const wenet_config_t *c, int frames)
         cin = D;
     }
     double T = t;
-    mac += T * (D * f) * D; /* subsampling linear */
-    double per_block = 2 * T * D * F;                     /* FFN */
+    mac += T * (D * f) * D;           /* subsampling linear */
+    double per_block = 2 * T * D * F; /* FFN */
     if (c->macaron)
         per_block += 2 * T * D * F;
     per_block += 4 * T * D * D + (c->pos == POS_REL ? T * D * D : 0); /* q, k, v, out (+ pos) */
-    per_block += (c->pos == POS_REL ? 2 : 1) * T * T * D + T * T * D;  /* scores (+pos), A·V */
+    per_block += (c->pos == POS_REL ? 2 : 1) * T * T * D + T * T * D; /* scores (+pos), A·V */
     if (c->use_cnn_module)
         per_block += T * D * 2 * D + T * D * K + T * D * D;
     mac += c->n_blocks * per_block + T * D * V; /* + CTC projection */
     return 2 * mac;
 }
 
-
 static void bench_usage(FILE *f)
 {
-    fprintf(f, "usage: hark bench --model DIR | --synthetic conformer-librispeech [--batch 1,8,64]\n"
-               "                  [--seconds 10] [--compare-pytorch]\n"
-               "                  [--device cpu|cuda:N] [--precision fp32|fp16] [--threads N]\n"
-               "                  [--min-time S] [--profile]\n"
-               "                  [--pipeline [--wav FILE] [--pageable] [--method M] [--beam N]\n"
-               "                   [--cpu-search]]\n"
-               "--pipeline times the whole recognizer instead (PCM in -> text out: features,\n"
-               "encoder, CTC, search) on copies of FILE (or noise) cut to --seconds;\n"
-               "on a GPU the samples are page-locked as the server's request bodies are\n"
-               "(--pageable: ordinary memory, staged by the worker). --method\n"
-               "ctc_greedy_search (default) | ctc_prefix_beam_search | attention_rescoring,\n"
-               "--beam its beam (10); --cpu-search runs the prefix beam search on the CPU\n"
-               "(the whole log-prob matrix downloaded) instead of the GPU.\n"
-               "Times encoder + CTC log-softmax + argmax on random features (10 s = 998 frames)\n"
-               "and prints one JSON line per batch size.\n");
+    fprintf(f,
+            "usage: hark bench --model DIR | --synthetic conformer-librispeech [--batch 1,8,64]\n"
+            "                  [--seconds 10] [--compare-pytorch]\n"
+            "                  [--device cpu|cuda:N] [--precision fp32|fp16] [--threads N]\n"
+            "                  [--min-time S] [--profile]\n"
+            "                  [--pipeline [--wav FILE] [--pageable] [--method M] [--beam N]\n"
+            "                   [--cpu-search]]\n"
+            "--pipeline times the whole recognizer instead (PCM in -> text out: features,\n"
+            "encoder, CTC, search) on copies of FILE (or noise) cut to --seconds;\n"
+            "on a GPU the samples are page-locked as the server's request bodies are\n"
+            "(--pageable: ordinary memory, staged by the worker). --method\n"
+            "ctc_greedy_search (default) | ctc_prefix_beam_search | attention_rescoring,\n"
+            "--beam its beam (10); --cpu-search runs the prefix beam search on the CPU\n"
+            "(the whole log-prob matrix downloaded) instead of the GPU.\n"
+            "Times encoder + CTC log-softmax + argmax on random features (10 s = 998 frames)\n"
+            "and prints one JSON line per batch size.\n");
 }
 
 /* --synthetic conformer-librispeech: the full-size LibriSpeech U2++ encoder + CTC with generated
@@ -318,8 +320,10 @@ static void compare_pytorch(const char *model_dir, int gpu, int fp16, const char
     }
     int st = pclose(f);
     if (!got)
-        fprintf(stderr, "hark bench: --compare-pytorch: no PyTorch results (exit %d); it needs %s "
-                        "with torch and WeNet's sources in %s\n", st, py, wenet);
+        fprintf(stderr,
+                "hark bench: --compare-pytorch: no PyTorch results (exit %d); it needs %s "
+                "with torch and WeNet's sources in %s\n",
+                st, py, wenet);
 }
 
 /* --pipeline: the full recognizer path, PCM in -> text out (features, encoder, CTC, greedy
@@ -344,8 +348,8 @@ static int bench_pipeline(const char *model_dir, int device, int fp16, const cha
     size_t n = (size_t)(seconds * rate);
     /* on a GPU the samples sit in page-locked memory, as `hark serve` receives request bodies
      * (copied to the device by DMA; --pageable: through the worker's staging buffer instead) */
-    pinned_pool_t *pool = device >= 0 && !bs->pageable ? pinned_pool_create(sizeof(float) * n + 4096)
-                                                   : NULL;
+    pinned_pool_t *pool =
+        device >= 0 && !bs->pageable ? pinned_pool_create(sizeof(float) * n + 4096) : NULL;
     float *pcm = pool ? pinned_alloc(pool, sizeof(float) * n) : hark_malloc(sizeof(float) * n);
     if (!pcm) {
         fprintf(stderr, "hark bench: out of memory\n");
@@ -359,7 +363,8 @@ static int bench_pipeline(const char *model_dir, int device, int fp16, const cha
     unsigned seed = 7;
     for (size_t i = 0; i < n; i++) { /* the file, repeated to `seconds`, or noise */
         seed = seed * 1664525u + 1013904223u;
-        pcm[i] = have ? au.samples[i % au.n] : 0.1f * ((float)(seed >> 8) / (float)(1u << 23) - 1.0f);
+        pcm[i] =
+            have ? au.samples[i % au.n] : 0.1f * ((float)(seed >> 8) / (float)(1u << 23) - 1.0f);
     }
     audio_free(&au);
     int rc = 0;
@@ -377,7 +382,8 @@ static int bench_pipeline(const char *model_dir, int device, int fp16, const cha
         wenet_result_t *res = hark_malloc(sizeof(wenet_result_t) * (size_t)B);
         double *times = hark_malloc(sizeof(double) * 1000);
         if (!p || !len || !res || !times || wenet_worker_create(asr, B, seconds + 1, &w, &err)) {
-            fprintf(stderr, "hark bench: batch %d: %s\n", B, err.msg[0] ? err.msg : "out of memory");
+            fprintf(stderr, "hark bench: batch %d: %s\n", B,
+                    err.msg[0] ? err.msg : "out of memory");
             rc = 1;
         } else {
             for (int i = 0; i < B; i++) {
@@ -411,8 +417,8 @@ static int bench_pipeline(const char *model_dir, int device, int fp16, const cha
             if (!rc) {
                 qsort(times, (size_t)k, sizeof *times, cmp_double);
                 double med = times[k / 2];
-                const char *where = o.method == DECODE_CTC_GREEDY ? "" :
-                                    device < 0 || bs->cpu_search || bs->beam > CTC_GPU_MAX_BEAM
+                const char *where = o.method == DECODE_CTC_GREEDY ? ""
+                                    : device < 0 || bs->cpu_search || bs->beam > CTC_GPU_MAX_BEAM
                                         ? ", \"search\": \"cpu\""
                                         : ", \"search\": \"gpu\"";
                 printf("{\"impl\": \"hark\", \"path\": \"pcm->text\", \"device\": \"%s\", "
@@ -477,8 +483,7 @@ int cli_bench(int argc, char **argv)
                 fprintf(stderr, "hark bench: unknown --method '%s'\n", argv[i]);
                 return 2;
             }
-        }
-        else if (!strcmp(argv[i], "--compare-pytorch"))
+        } else if (!strcmp(argv[i], "--compare-pytorch"))
             compare = 1;
         else if (!strcmp(argv[i], "--profile"))
             profile = 1;
@@ -509,7 +514,8 @@ int cli_bench(int argc, char **argv)
     }
     int gpu = !strncmp(device, "cuda", 4), fp16 = !strcmp(precision, "fp16");
     if ((!gpu && strcmp(device, "cpu")) || (!fp16 && strcmp(precision, "fp32")) || (fp16 && !gpu)) {
-        fprintf(stderr, "hark bench: --device cpu|cuda:N, --precision fp32|fp16 (fp16: GPU only)\n");
+        fprintf(stderr,
+                "hark bench: --device cpu|cuda:N, --precision fp32|fp16 (fp16: GPU only)\n");
         return 2;
     }
 #ifndef HARK_CUDA
@@ -548,8 +554,7 @@ int cli_bench(int argc, char **argv)
 #ifdef HARK_CUDA
     if (gpu) {
         rc = bench_gpu(&cfg, get, user, device[4] == ':' ? atoi(device + 5) : 0, fp16, profile,
-                       hark_ms,
-                       hark_b, &nh, batches, seconds, min_time, flops);
+                       hark_ms, hark_b, &nh, batches, seconds, min_time, flops);
         if (!rc && compare)
             compare_pytorch(model_dir, 1, fp16, batches, seconds, threads, hark_ms, hark_b, nh);
         st_close(st);
@@ -572,12 +577,14 @@ int cli_bench(int argc, char **argv)
         float *feats = hark_malloc(sizeof(float) * (size_t)B * T * cfg.input_dim);
         float *enc = hark_malloc(sizeof(float) * (size_t)B * te * D);
         float *logp = hark_malloc(sizeof(float) * (size_t)B * te * V);
-        int *lens = hark_malloc(sizeof(int) * (size_t)B), *elens = hark_malloc(sizeof(int) * (size_t)B);
+        int *lens = hark_malloc(sizeof(int) * (size_t)B),
+            *elens = hark_malloc(sizeof(int) * (size_t)B);
         int *best = hark_malloc(sizeof(int) * (size_t)B * te);
         double *times = hark_malloc(sizeof(double) * 1000);
         if (!feats || !enc || !logp || !lens || !elens || !best || !times ||
             conformer_state_create(m, B, T, &s, &err)) {
-            fprintf(stderr, "hark bench: batch %d: %s\n", B, err.msg[0] ? err.msg : "out of memory");
+            fprintf(stderr, "hark bench: batch %d: %s\n", B,
+                    err.msg[0] ? err.msg : "out of memory");
         } else {
             unsigned seed = (unsigned)B;
             for (size_t i = 0; i < (size_t)B * T * cfg.input_dim; i++) {
@@ -624,11 +631,12 @@ int cli_bench(int argc, char **argv)
                 }
                 struct rusage ru;
                 getrusage(RUSAGE_SELF, &ru);
-                printf("{\"impl\": \"hark\", \"device\": \"cpu\", \"mode\": \"fp32\", \"batch\": %d, "
-                       "\"ms\": %.3f, \"rtfx\": %.1f, \"runs\": %d, \"peak_rss_mb\": %ld, "
-                       "\"threads\": %d, \"gflop_per_utt\": %.2f, \"tflops\": %.4f}\n",
-                       B, med * 1e3, B * seconds / med, n, ru.ru_maxrss / 1024, threads,
-                       flops * 1e-9, flops * B / med * 1e-12);
+                printf(
+                    "{\"impl\": \"hark\", \"device\": \"cpu\", \"mode\": \"fp32\", \"batch\": %d, "
+                    "\"ms\": %.3f, \"rtfx\": %.1f, \"runs\": %d, \"peak_rss_mb\": %ld, "
+                    "\"threads\": %d, \"gflop_per_utt\": %.2f, \"tflops\": %.4f}\n",
+                    B, med * 1e3, B * seconds / med, n, ru.ru_maxrss / 1024, threads, flops * 1e-9,
+                    flops * B / med * 1e-12);
                 fflush(stdout);
             }
         }

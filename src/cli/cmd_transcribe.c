@@ -252,7 +252,6 @@ static int transcribe_files(const wenet_asr_t *asr, wenet_decode_opts_t o,
     return failures ? 1 : 0;
 }
 
-
 /* ---- --url: through a KServe v2 server ------------------------------------------------------- */
 
 typedef struct {
@@ -317,8 +316,12 @@ static int remote_transcribe(http_client_t *c, const remote_t *R, const char *pa
     int64_t shape[1] = {1};
     kserve_output_t in = {"AUDIO", KSERVE_BYTES, 1, shape, packed, packed_len};
     const char *outs[1] = {"TRANSCRIPTS"};
-    kserve_request_spec_t spec = {.inputs = &in, .n_inputs = 1, .outputs = outs, .n_outputs = 1,
-                                  .params = R->params, .n_params = R->n_params};
+    kserve_request_spec_t spec = {.inputs = &in,
+                                  .n_inputs = 1,
+                                  .outputs = outs,
+                                  .n_outputs = 1,
+                                  .params = R->params,
+                                  .n_params = R->n_params};
     kserve_response_t body;
     int rc = kserve_build_request(&spec, &body, err);
     hark_free(packed);

@@ -46,7 +46,7 @@ struct wenet_worker {
     int *lens;    /* (max_batch) */
     float *enc;   /* (max_batch, te_max, D) */
     int *enc_lens;
-    float *logp;  /* (max_batch, te_max, V) */
+    float *logp; /* (max_batch, te_max, V) */
 #ifdef HARK_CUDA
     /* GPU path: pinned host staging and device buffers, sized at creation */
     conformer_gpu_state_t *gstate;
@@ -111,8 +111,8 @@ int wenet_asr_load_opts(const char *dir, const wenet_load_opts_t *lo, wenet_asr_
     *out = NULL;
 #ifndef HARK_CUDA
     if (lo->device >= 0)
-        return err_set(err, HARK_ERR_NO_DEVICE, "cuda:%d requested, but hark was built without CUDA",
-                       lo->device);
+        return err_set(err, HARK_ERR_NO_DEVICE,
+                       "cuda:%d requested, but hark was built without CUDA", lo->device);
 #else
     if (lo->device >= 0) {
         int ndev = 0;
@@ -159,8 +159,9 @@ int wenet_asr_load_opts(const char *dir, const wenet_load_opts_t *lo, wenet_asr_
         const st_tensor_t *s = st_find(a->st, "encoder.global_cmvn.istd");
         if (!m || !s || m->dtype != ST_F32 || s->dtype != ST_F32 ||
             m->count != (size_t)a->cfg.input_dim || s->count != (size_t)a->cfg.input_dim) {
-            rc = err_set(err, HARK_ERR_FORMAT, "%s/%d/model.safetensors: encoder.global_cmvn.mean/istd "
-                                               "missing or not (%d,) float32",
+            rc = err_set(err, HARK_ERR_FORMAT,
+                         "%s/%d/model.safetensors: encoder.global_cmvn.mean/istd "
+                         "missing or not (%d,) float32",
                          dir, ver, a->cfg.input_dim);
             goto fail;
         }
@@ -268,7 +269,8 @@ int wenet_worker_create(const wenet_asr_t *a, int max_batch, double max_seconds,
     if (a->device >= 0) {
         cudaSetDevice(a->device);
         int prec = a->precision == WENET_FP16 ? CONFORMER_GPU_FP16 : CONFORMER_GPU_FP32;
-        if ((rc = conformer_gpu_state_create(a->gpu, prec, max_batch, w->max_frames, &w->gstate, err)))
+        if ((rc = conformer_gpu_state_create(a->gpu, prec, max_batch, w->max_frames, &w->gstate,
+                                             err)))
             goto fail;
         w->max_samples = (size_t)(max_seconds * a->cfg.sample_rate) + 1;
         w->max_te = te;
@@ -276,9 +278,10 @@ int wenet_worker_create(const wenet_asr_t *a, int max_batch, double max_seconds,
         if ((e = cudaMallocHost((void **)&w->h_pcm, sizeof(float) * B * w->max_samples)) ||
             (e = cudaMalloc((void **)&w->d_pcm, sizeof(float) * B * w->max_samples)) ||
             (e = cudaMalloc((void **)&w->d_lens, sizeof(int) * B)) ||
-            (e = cudaMalloc((void **)&w->d_feats,
-                            sizeof(float) * B * (size_t)w->max_frames * (size_t)a->cfg.input_dim)) ||
-            (e = cudaMalloc((void **)&w->d_enc, sizeof(float) * B * (size_t)te * (size_t)a->cfg.d_model)) ||
+            (e = cudaMalloc((void **)&w->d_feats, sizeof(float) * B * (size_t)w->max_frames *
+                                                      (size_t)a->cfg.input_dim)) ||
+            (e = cudaMalloc((void **)&w->d_enc,
+                            sizeof(float) * B * (size_t)te * (size_t)a->cfg.d_model)) ||
             (e = cudaMalloc((void **)&w->d_logp,
                             sizeof(float) * B * (size_t)te * (size_t)a->cfg.vocab_size)) ||
             (e = cudaMalloc((void **)&w->d_arg, sizeof(int) * B * (size_t)te)) ||
@@ -441,7 +444,8 @@ static int upload_failed(cudaStream_t s, int rc)
     return rc;
 }
 
-#define GPU_FRAME_BUCKET 32 /* padded lengths on the GPU are multiples of this (0.32 s of fbank) */
+#define GPU_FRAME_BUCKET 32 /* padded lengths on the GPU are multiples of this (0.32 s of fbank)   \
+                             */
 
 /* What encode_gpu leaves on the host besides the encoder lengths. */
 enum {
@@ -461,7 +465,8 @@ static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pc
     size_t stride = 1;
     for (int b = 0; b < batch; b++) {
         if (n[b] > w->max_samples)
-            return err_set(err, HARK_ERR_TOO_LARGE, "utterance %d is longer than the worker's limit", b);
+            return err_set(err, HARK_ERR_TOO_LARGE,
+                           "utterance %d is longer than the worker's limit", b);
         if (n[b] > stride)
             stride = n[b];
     }
@@ -503,8 +508,8 @@ static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pc
         return upload_failed(s, err_set(err, HARK_ERR_CUDA, "upload: %s", cudaGetErrorString(e)));
     int rc = feat_gpu_compute(a->fgpu, w->d_feats, NULL, w->d_pcm, stride, w->d_lens, batch, t_max,
                               s, err);
-    if (rc || (rc = conformer_gpu_forward(w->gstate, NULL, w->d_enc, w->enc_lens, w->d_feats, w->lens,
-                                          batch, t_max, err)))
+    if (rc || (rc = conformer_gpu_forward(w->gstate, NULL, w->d_enc, w->enc_lens, w->d_feats,
+                                          w->lens, batch, t_max, err)))
         return upload_failed(s, rc);
     int te = conformer_gpu_out_len(a->gpu, t_max);
     if (out == GPU_OUT_ARGMAX) { /* only the per-frame argmax and its log-prob cross to the host */
@@ -512,15 +517,19 @@ static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pc
         if ((rc = conformer_gpu_ctc_argmax(w->gstate, w->d_arg, w->d_max, w->d_logp, 0, w->d_enc,
                                            w->enc_lens, batch, te, err)))
             return upload_failed(s, rc);
-        if ((e = cudaMemcpyAsync(w->h_arg, w->d_arg, sizeof(int) * rows, cudaMemcpyDeviceToHost, s)) ||
-            (e = cudaMemcpyAsync(w->h_max, w->d_max, sizeof(float) * rows, cudaMemcpyDeviceToHost, s)))
-            return upload_failed(s, err_set(err, HARK_ERR_CUDA, "download: %s", cudaGetErrorString(e)));
+        if ((e = cudaMemcpyAsync(w->h_arg, w->d_arg, sizeof(int) * rows, cudaMemcpyDeviceToHost,
+                                 s)) ||
+            (e = cudaMemcpyAsync(w->h_max, w->d_max, sizeof(float) * rows, cudaMemcpyDeviceToHost,
+                                 s)))
+            return upload_failed(
+                s, err_set(err, HARK_ERR_CUDA, "download: %s", cudaGetErrorString(e)));
         if ((rc = conformer_gpu_sync(w->gstate, err)))
             return rc;
         *te_out = te;
         return HARK_OK;
     }
-    if ((rc = conformer_gpu_ctc_log_probs(w->gstate, w->d_logp, w->d_enc, w->enc_lens, batch, te, err)))
+    if ((rc = conformer_gpu_ctc_log_probs(w->gstate, w->d_logp, w->d_enc, w->enc_lens, batch, te,
+                                          err)))
         return upload_failed(s, rc);
     if (out == GPU_OUT_BEAM) { /* only the n-best lists cross */
         if ((rc = ctc_beam_gpu_run(w->beam, w->d_logp, w->enc_lens, batch, te, beam, s, err)))
@@ -582,15 +591,17 @@ int wenet_recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const fl
         return err_set(err, HARK_ERR_UNSUPPORTED,
                        "attention_rescoring needs an attention decoder; this model has none");
     if (!(o.reverse_weight >= 0 && o.reverse_weight <= 1) || !(o.ctc_weight >= 0))
-        return err_set(err, HARK_ERR_INVALID_ARG, "reverse_weight must be in [0, 1] and ctc_weight >= 0");
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "reverse_weight must be in [0, 1] and ctc_weight >= 0");
     memset(results, 0, sizeof *results * (size_t)batch);
     const int D_in = a->cfg.input_dim, D = a->cfg.d_model, V = a->cfg.vocab_size;
     int t_max = 0;
     for (int b = 0; b < batch; b++) {
         int T = feat_num_frames(a->fbank, n[b]);
         if (T > w->max_frames)
-            return err_set(err, HARK_ERR_TOO_LARGE, "utterance %d: %.1f s exceeds the worker's limit",
-                           b, (double)n[b] / a->cfg.sample_rate);
+            return err_set(err, HARK_ERR_TOO_LARGE,
+                           "utterance %d: %.1f s exceeds the worker's limit", b,
+                           (double)n[b] / a->cfg.sample_rate);
         w->lens[b] = T;
         results[b].frames = T;
         if (T > t_max)
@@ -658,7 +669,8 @@ int wenet_recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const fl
                                     t_max, err)))
             return rc;
         te = conformer_out_len(a->enc, t_max);
-        if ((rc = conformer_ctc_log_probs(a->enc, &co, w->logp, w->enc, w->enc_lens, batch, te, err)))
+        if ((rc = conformer_ctc_log_probs(a->enc, &co, w->logp, w->enc, w->enc_lens, batch, te,
+                                          err)))
             return rc;
     } else {
         for (int b = 0; b < batch; b++)

@@ -29,14 +29,14 @@ const char *wenet_method_name(wenet_method_t m);
 
 typedef struct {
     wenet_method_t method;
-    int beam_size;        /* prefix beam / rescoring candidates, >= 1 */
-    float ctc_weight;     /* attention rescoring */
-    float reverse_weight; /* attention rescoring, bitransformer only */
-    int nbest;            /* hypotheses to return for beam methods (1..beam_size) */
-    int n_threads;        /* OpenBLAS threads; <= 0 leaves the setting alone */
-    int cpu_search;       /* GPU models: 1 runs the prefix beam search on the CPU (the whole
-                             log-prob matrix crosses to the host); 0: on the GPU when
-                             beam_size <= CTC_GPU_MAX_BEAM (ctc_beam_gpu.h), else on the CPU */
+    int beam_size;            /* prefix beam / rescoring candidates, >= 1 */
+    float ctc_weight;         /* attention rescoring */
+    float reverse_weight;     /* attention rescoring, bitransformer only */
+    int nbest;                /* hypotheses to return for beam methods (1..beam_size) */
+    int n_threads;            /* OpenBLAS threads; <= 0 leaves the setting alone */
+    int cpu_search;           /* GPU models: 1 runs the prefix beam search on the CPU (the whole
+                                 log-prob matrix crosses to the host); 0: on the GPU when
+                                 beam_size <= CTC_GPU_MAX_BEAM (ctc_beam_gpu.h), else on the CPU */
     conformer_debug_fn debug; /* optional: every encoder stage of every utterance */
     void *debug_user;
 } wenet_decode_opts_t;
@@ -61,12 +61,12 @@ typedef struct {
 } wenet_load_opts_t;
 
 /* The same, on the device the options name: features, encoder, CTC and the CTC searches run on
- * the GPU (prefix beam up to CTC_GPU_MAX_BEAM); the attention decoder stays on the CPU. HARK_ERR_NO_DEVICE without CUDA or
- * without that device. */
+ * the GPU (prefix beam up to CTC_GPU_MAX_BEAM); the attention decoder stays on the CPU.
+ * HARK_ERR_NO_DEVICE without CUDA or without that device. */
 int wenet_asr_load_opts(const char *model_dir, const wenet_load_opts_t *lo, wenet_asr_t **out,
                         hark_err_t *err);
 int wenet_asr_device(const wenet_asr_t *asr); /* -1: CPU */
-void wenet_asr_destroy(wenet_asr_t *asr); /* accepts NULL */
+void wenet_asr_destroy(wenet_asr_t *asr);     /* accepts NULL */
 const wenet_config_t *wenet_asr_config(const wenet_asr_t *asr);
 int wenet_asr_sample_rate(const wenet_asr_t *asr);
 /* Encoder frame duration in milliseconds (subsampling rate x frame shift). */

@@ -151,12 +151,14 @@ static int prepare(server_t *s, model_entry_t *m, served_opts_t *so, hark_err_t 
         return rc;
     m->has_cfg = 1;
     if (!m->cfg.family || strcmp(m->cfg.family, "wenet_u2") != 0)
-        return err_set(err, HARK_ERR_UNSUPPORTED, "%s: model family '%s' is not served by hark "
-                                                  "(set backend: \"hark\" and parameters family)",
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "%s: model family '%s' is not served by hark "
+                       "(set backend: \"hark\" and parameters family)",
                        path, m->cfg.family ? m->cfg.family : "(none)");
     m->version = latest_version(m->dir);
     if (!m->version)
-        return err_set(err, HARK_ERR_NOT_FOUND, "%s: no version directory with a model.json", m->dir);
+        return err_set(err, HARK_ERR_NOT_FOUND, "%s: no version directory with a model.json",
+                       m->dir);
     snprintf(m->version_str, sizeof m->version_str, "%d", m->version);
     memset(so, 0, sizeof *so);
     so->completions_begin = completions_begin; /* one wake-up per loop and batch */
@@ -184,7 +186,8 @@ static int prepare(server_t *s, model_entry_t *m, served_opts_t *so, hark_err_t 
         int want_gpu = ig->kind == MODEL_KIND_GPU || (ig->kind == MODEL_KIND_AUTO && ngpu > 0);
         if (want_gpu && ngpu == 0) {
             LOG_WARN("%s: instance_group %s asks for KIND_GPU but no GPU is available; running it "
-                     "on the CPU", m->name, ig->name);
+                     "on the CPU",
+                     m->name, ig->name);
             want_gpu = 0;
         }
         if (!want_gpu) {
@@ -196,14 +199,15 @@ static int prepare(server_t *s, model_entry_t *m, served_opts_t *so, hark_err_t 
         for (int d = 0; d < ndev && so->n_groups < 8; d++) {
             int dev = ig->n_gpus ? ig->gpus[d] : d;
             if (dev >= ngpu)
-                return err_set(err, HARK_ERR_NO_DEVICE, "%s: instance_group %s names GPU %d; %d present",
-                               path, ig->name, dev, ngpu);
+                return err_set(err, HARK_ERR_NO_DEVICE,
+                               "%s: instance_group %s names GPU %d; %d present", path, ig->name,
+                               dev, ngpu);
             so->groups[so->n_groups++] = (served_group_t){.count = count, .device = dev};
         }
     }
     if (!so->n_groups)
-        so->groups[so->n_groups++] = (served_group_t){.count = 1, .device = ngpu ? 0 : -1,
-                                                      .n_threads = s->o.cpu_threads};
+        so->groups[so->n_groups++] =
+            (served_group_t){.count = 1, .device = ngpu ? 0 : -1, .n_threads = s->o.cpu_threads};
     return HARK_OK;
 }
 
@@ -328,13 +332,22 @@ static void respond_cjson(http_req_t *req, int status, cJSON *j)
 static int status_for(int rc)
 {
     switch (rc) {
-    case HARK_ERR_AGAIN: return 503;
-    case HARK_ERR_CLOSED: return 503;
-    case HARK_ERR_TOO_LARGE: return 413;
-    case HARK_ERR_TIMEOUT: return 504;
-    case HARK_ERR_NOT_FOUND: return 404;
-    case HARK_ERR_NOMEM: case HARK_ERR_INTERNAL: case HARK_ERR_CUDA: return 500;
-    default: return 400;
+    case HARK_ERR_AGAIN:
+        return 503;
+    case HARK_ERR_CLOSED:
+        return 503;
+    case HARK_ERR_TOO_LARGE:
+        return 413;
+    case HARK_ERR_TIMEOUT:
+        return 504;
+    case HARK_ERR_NOT_FOUND:
+        return 404;
+    case HARK_ERR_NOMEM:
+    case HARK_ERR_INTERNAL:
+    case HARK_ERR_CUDA:
+        return 500;
+    default:
+        return 400;
     }
 }
 
@@ -391,14 +404,14 @@ struct infer_ctx {
     kserve_request_t kreq;
     int batch;
     infer_item_t *items;
-    const float **pcm;    /* (batch) samples: in the HTTP body or kreq (WAV), or in own[] */
-    float **own;          /* (batch) decoded sample buffers (AUDIO, OpenAI), owned */
+    const float **pcm; /* (batch) samples: in the HTTP body or kreq (WAV), or in own[] */
+    float **own;       /* (batch) decoded sample buffers (AUDIO, OpenAI), owned */
     size_t *n;
     wenet_result_t *results;
     const wenet_asr_t *asr;
     pthread_mutex_t lock;
     int remaining;
-    int status;           /* first failure */
+    int status; /* first failure */
     char error[512];
     /* OpenAI */
     char format[32];
@@ -441,8 +454,12 @@ static void finish_kserve(infer_ctx_t *c)
     size_t packed_size;
     uint8_t *packed = kserve_bytes_pack(texts, lens, B, &packed_size);
     int64_t shape[2] = {B, 1};
-    kserve_output_t out = {.name = "TRANSCRIPTS", .dtype = KSERVE_BYTES, .ndim = 2, .shape = shape,
-                           .data = packed, .size = packed_size};
+    kserve_output_t out = {.name = "TRANSCRIPTS",
+                           .dtype = KSERVE_BYTES,
+                           .ndim = 2,
+                           .shape = shape,
+                           .data = packed,
+                           .size = packed_size};
     kserve_response_t resp;
     hark_err_t err = {0};
     if (!packed) {
@@ -455,8 +472,9 @@ static void finish_kserve(infer_ctx_t *c)
             snprintf(hl, sizeof hl, "%zu", resp.header_len);
             http_res_header(c->http, "Inference-Header-Content-Length", hl);
         }
-        http_respond_owned(c->http, 200, resp.binary ? "application/octet-stream" : "application/json",
-                           resp.body, resp.len, hark_free, resp.body);
+        http_respond_owned(c->http, 200,
+                           resp.binary ? "application/octet-stream" : "application/json", resp.body,
+                           resp.len, hark_free, resp.body);
     }
     hark_free(packed);
 done:
@@ -654,7 +672,8 @@ static int request_opts(const model_entry_t *m, const kserve_request_t *k, wenet
     if (k->decoding_method && wenet_parse_method(k->decoding_method, &o->method))
         return err_set(err, HARK_ERR_INVALID_ARG,
                        "decoding_method '%s' is not one of ctc_greedy_search, "
-                       "ctc_prefix_beam_search, attention_rescoring", k->decoding_method);
+                       "ctc_prefix_beam_search, attention_rescoring",
+                       k->decoding_method);
     if (k->has_beam_size) {
         if (k->beam_size < 1 || k->beam_size > 100)
             return err_set(err, HARK_ERR_INVALID_ARG, "beam_size must be in [1, 100]");
@@ -809,8 +828,9 @@ static void handle_infer(const http_loop_t *l, http_req_t *req, model_entry_t *m
     const int maxb = m->cfg.max_batch_size;
     if (wav) {
         if (wav->dtype != KSERVE_FP32 || (maxb > 0 ? wav->ndim != 2 : wav->ndim != 1)) {
-            rc = err_set(&err, HARK_ERR_INVALID_ARG, "input 'WAV' must be FP32 with shape %s, got %s "
-                                                     "with %d dimensions",
+            rc = err_set(&err, HARK_ERR_INVALID_ARG,
+                         "input 'WAV' must be FP32 with shape %s, got %s "
+                         "with %d dimensions",
                          maxb > 0 ? "[batch, samples]" : "[samples]", kserve_dtype_name(wav->dtype),
                          wav->ndim);
             goto fail;
@@ -818,8 +838,10 @@ static void handle_infer(const http_loop_t *l, http_req_t *req, model_entry_t *m
         B = maxb > 0 ? (int)wav->shape[0] : 1;
         int64_t N = wav->shape[wav->ndim - 1];
         if (lens && (lens->dtype != KSERVE_INT32 || lens->count != B)) {
-            rc = err_set(&err, HARK_ERR_INVALID_ARG, "input 'WAV_LENS' must be INT32 with %d "
-                                                     "elements (one per batch item)", B);
+            rc = err_set(&err, HARK_ERR_INVALID_ARG,
+                         "input 'WAV_LENS' must be INT32 with %d "
+                         "elements (one per batch item)",
+                         B);
             goto fail;
         }
         if (B < 1 || (maxb > 0 && B > maxb)) {
@@ -853,14 +875,15 @@ static void handle_infer(const http_loop_t *l, http_req_t *req, model_entry_t *m
             size_t i = kserve_f32_find_nonfinite(x, (size_t)n);
             if (i < (size_t)n)
                 rc = err_set(&err, HARK_ERR_INVALID_ARG,
-                             "tensor 'WAV': element %zu of item %d is %s; audio must be finite", i, b,
-                             isnan(x[i]) ? "NaN" : "infinite");
+                             "tensor 'WAV': element %zu of item %d is %s; audio must be finite", i,
+                             b, isnan(x[i]) ? "NaN" : "infinite");
         }
         if (rc)
             goto fail;
     } else if (audio) {
         if (audio->dtype != KSERVE_BYTES) {
-            rc = err_set(&err, HARK_ERR_INVALID_ARG, "input 'AUDIO' must be BYTES (encoded audio files)");
+            rc = err_set(&err, HARK_ERR_INVALID_ARG,
+                         "input 'AUDIO' must be BYTES (encoded audio files)");
             goto fail;
         }
         B = (int)audio->count;
@@ -878,18 +901,21 @@ static void handle_infer(const http_loop_t *l, http_req_t *req, model_entry_t *m
             goto fail;
         }
         size_t pos = 0;
-        for (int b = 0; b < B && kserve_bytes_next(audio, &pos, &job->src[b], &job->src_len[b]); b++)
+        for (int b = 0; b < B && kserve_bytes_next(audio, &pos, &job->src[b], &job->src_len[b]);
+             b++)
             ;
     } else {
-        rc = err_set(&err, HARK_ERR_INVALID_ARG,
-                     "expected inputs 'WAV' (FP32 [batch, samples]) and 'WAV_LENS' (INT32 [batch, 1]), "
-                     "or 'AUDIO' (BYTES [batch]); got %d other input(s)", kr.n_inputs);
+        rc = err_set(
+            &err, HARK_ERR_INVALID_ARG,
+            "expected inputs 'WAV' (FP32 [batch, samples]) and 'WAV_LENS' (INT32 [batch, 1]), "
+            "or 'AUDIO' (BYTES [batch]); got %d other input(s)",
+            kr.n_inputs);
         goto fail;
     }
     for (int i = 0; i < kr.n_outputs; i++)
         if (strcmp(kr.outputs[i].name, "TRANSCRIPTS") != 0) {
-            rc = err_set(&err, HARK_ERR_INVALID_ARG, "unknown output '%s' (this model has TRANSCRIPTS)",
-                         kr.outputs[i].name);
+            rc = err_set(&err, HARK_ERR_INVALID_ARG,
+                         "unknown output '%s' (this model has TRANSCRIPTS)", kr.outputs[i].name);
             goto fail;
         }
     wenet_decode_opts_t o;
@@ -940,8 +966,10 @@ static void handle_openai(const http_loop_t *l, http_req_t *req)
         snprintf(fmt, sizeof fmt, "%.*s", (int)(p->len < 31 ? p->len : 31), p->data);
     if (strcmp(fmt, "json") && strcmp(fmt, "text") && strcmp(fmt, "srt") && strcmp(fmt, "vtt") &&
         strcmp(fmt, "verbose_json")) {
-        http_respond_error(req, 400, "response_format '%s' is not one of json, text, srt, vtt, "
-                                     "verbose_json", fmt);
+        http_respond_error(req, 400,
+                           "response_format '%s' is not one of json, text, srt, vtt, "
+                           "verbose_json",
+                           fmt);
         return;
     }
     if ((p = multipart_get(&mp, "model")) && p->len)
@@ -968,8 +996,8 @@ static void handle_openai(const http_loop_t *l, http_req_t *req)
     }
     if (!m || m->state != M_READY) {
         pthread_rwlock_unlock(&s->lock);
-        http_respond_error(req, m ? 503 : 404, m ? "model '%s' is not ready" : "model '%s' not found",
-                           name);
+        http_respond_error(req, m ? 503 : 404,
+                           m ? "model '%s' is not ready" : "model '%s' not found", name);
         return;
     }
     const wenet_asr_t *asr = served_model_asr(m->served);
@@ -1002,17 +1030,23 @@ static char *model_metadata(const model_entry_t *m)
     kserve_tensor_meta_t in[8], out[8];
     int ni = 0, no = 0;
     for (int i = 0; i < c->n_inputs && ni < 8; i++)
-        in[ni++] = (kserve_tensor_meta_t){c->inputs[i].name, model_data_type_kserve(c->inputs[i].data_type),
+        in[ni++] = (kserve_tensor_meta_t){c->inputs[i].name,
+                                          model_data_type_kserve(c->inputs[i].data_type),
                                           c->inputs[i].ndims, c->inputs[i].dims};
     for (int i = 0; i < c->n_outputs && no < 8; i++)
         out[no++] = (kserve_tensor_meta_t){c->outputs[i].name,
                                            model_data_type_kserve(c->outputs[i].data_type),
                                            c->outputs[i].ndims, c->outputs[i].dims};
     const char *versions[1] = {m->version_str};
-    kserve_model_meta_t mm = {.name = m->name, .versions = versions, .n_versions = 1,
+    kserve_model_meta_t mm = {.name = m->name,
+                              .versions = versions,
+                              .n_versions = 1,
                               .platform = c->platform && c->platform[0] ? c->platform : "hark",
-                              .max_batch_size = c->max_batch_size, .inputs = in, .outputs = out,
-                              .n_inputs = ni, .n_outputs = no};
+                              .max_batch_size = c->max_batch_size,
+                              .inputs = in,
+                              .outputs = out,
+                              .n_inputs = ni,
+                              .n_outputs = no};
     return kserve_model_metadata_json(&mm);
 }
 
@@ -1048,8 +1082,8 @@ static void *repo_thread(void *p)
     hark_err_t err = {0};
     if (j->load) {
         if (load_model(j->s, j->m, &err))
-            http_respond_error(j->req, status_for(err.status), "failed to load '%s': %s", j->m->name,
-                               err.msg);
+            http_respond_error(j->req, status_for(err.status), "failed to load '%s': %s",
+                               j->m->name, err.msg);
         else
             http_respond(j->req, 200, "application/json", "{}", 2);
     } else {
@@ -1138,9 +1172,9 @@ static void api_handler(http_req_t *req, void *user)
         return;
     }
     if (!strcmp(p, "/v2") && get) {
-        static const char *const ext[] = {"binary_tensor_data", "parameters", "statistics",
-                                          "model_configuration", "model_repository",
-                                          "schedule_policy"};
+        static const char *const ext[] = {"binary_tensor_data", "parameters",
+                                          "statistics",         "model_configuration",
+                                          "model_repository",   "schedule_policy"};
         respond_json(req, 200, kserve_server_metadata_json("hark", HARK_VERSION, ext, 6));
         return;
     }
@@ -1206,7 +1240,8 @@ static void api_handler(http_req_t *req, void *user)
     model_entry_t *m = find_model(s, name, nl);
     if (!m || (ver && (vl != strlen(m->version_str) || strncmp(ver, m->version_str, vl)))) {
         pthread_rwlock_unlock(&s->lock);
-        http_respond_error(req, 404, m ? "model '%.*s' has no version %.*s" : "model '%.*s' not found",
+        http_respond_error(req, 404,
+                           m ? "model '%.*s' has no version %.*s" : "model '%.*s' not found",
                            (int)nl, name, (int)vl, ver ? ver : "");
         return;
     }
@@ -1388,8 +1423,11 @@ int server_create(const server_opts_t *o, server_t **out, hark_err_t *err)
             l->loop = &l->own;
         }
         s->n_loops = i + 1;
-        http_server_opts_t ho = {.host = s->o.host, .port = port, .handler = api_handler,
-                                 .user = l, .body_align = infer_body_align,
+        http_server_opts_t ho = {.host = s->o.host,
+                                 .port = port,
+                                 .handler = api_handler,
+                                 .user = l,
+                                 .body_align = infer_body_align,
                                  .body_alloc = s->bodies ? pinned_body_alloc : NULL,
                                  .body_free = s->bodies ? pinned_body_free : NULL,
                                  .body_user = s->bodies,
@@ -1404,8 +1442,8 @@ int server_create(const server_opts_t *o, server_t **out, hark_err_t *err)
         port = http_server_port(l->api); /* the others join the port the first one got */
     }
     if (s->o.metrics_port >= 0) {
-        http_server_opts_t mo = {.host = s->o.host, .port = s->o.metrics_port,
-                                 .handler = metrics_handler, .user = s};
+        http_server_opts_t mo = {
+            .host = s->o.host, .port = s->o.metrics_port, .handler = metrics_handler, .user = s};
         if ((rc = http_server_create(&s->loop, &mo, &s->metrics, err)))
             goto fail;
     }
@@ -1420,8 +1458,8 @@ fail:
 
 int server_run(server_t *s)
 {
-    printf("hark serving %s: http://%s:%d (KServe v2, OpenAI /v1/audio/transcriptions)", s->o.model_repository,
-           s->o.host, http_server_port(s->hl[0].api));
+    printf("hark serving %s: http://%s:%d (KServe v2, OpenAI /v1/audio/transcriptions)",
+           s->o.model_repository, s->o.host, http_server_port(s->hl[0].api));
     if (s->metrics)
         printf(", metrics http://%s:%d/metrics", s->o.host, http_server_port(s->metrics));
     printf("\n");
