@@ -11,9 +11,11 @@
  * every GEMM runs through gemm_f16.cu with its epilogue fused (bias + activation, GLU, or the
  * update of the FP32 residual stream), attention is one flash-style kernel, the subsampling convs
  * are a CMVN-fused direct conv and implicit GEMMs over channel-last images (weights permuted once
- * at load); only the residual stream and the norms stay FP32. Either forward is recorded as a
- * CUDA graph per (batch, frames, buffers, options) the second time that shape is seen and
- * replayed after that; the lengths reach the graph through a pinned host buffer.
+ * at load); only the residual stream and the norms stay FP32. BF16 is the FP16 forward with
+ * bfloat16 in place of half (the same kernels instantiated for it, its own weight copies, rounded
+ * to nearest even at load). Either forward is recorded as a CUDA graph per (batch, frames,
+ * buffers, options) the second time that shape is seen and replayed after that; the lengths reach
+ * the graph through a pinned host buffer.
  */
 #include "model/conformer_gpu.h"
 
@@ -42,6 +44,7 @@
 typedef struct {
     const float *f32; /* device (out, in) float32, or NULL when not uploaded */
     const void *f16;  /* device (out, in) float16, or NULL */
+    const void *bf16; /* device (out, in) bfloat16 (the f16 copy's layout), or NULL */
 } mat_t;
 
 typedef struct {
@@ -57,8 +60,8 @@ typedef struct {
     const float *ffm2_bh, *ff2_bh; /* (D) the w2 biases times the FFN scale (FP16: cuBLASLt) */
     mat_t qkv, o, pos;             /* (3D, D) = [linear_q; linear_k; linear_v], (D, D), (D, D) */
     const float *qkv_b, *o_b;      /* (3D), (D) */
-    const void *qkv_bh;            /* (3D) half: the qkv bias for cuBLASLt (FP16) */
-    const void *ffm1_bh, *ff1_bh;  /* (F) half: the w1 biases for cuBLASLt (FP16) */
+    mat_t qkv_bh;                  /* (3D) 16-bit only: the qkv bias for cuBLASLt (FP16, BF16) */
+    mat_t ffm1_bh, ff1_bh;         /* (F) 16-bit only: the w1 biases for cuBLASLt */
     const float *pos_u, *pos_v;    /* (H, dk) */
     mat_t pw1, pw2;                /* (2D, D), (D, D) */
     const float *pw1_b, *pw2_b;    /* (2D), (D) */
@@ -70,8 +73,8 @@ typedef struct {
 
 typedef struct {
     int k, stride, cin, cout;
-    mat_t w;        /* (cout, cin·k·k); f32 always (the direct kernel reads it); the f16 copy is
-                       (cout, k·k·cin), the channel-last order of cuda_hconv2d */
+    mat_t w;        /* (cout, cin·k·k); f32 always (the direct kernel reads it); the 16-bit copies
+                       are (cout, k·k·cin), the channel-last order of cuda_hconv2d */
     const float *b; /* (cout) */
 } gconv_t;
 
@@ -81,17 +84,17 @@ struct conformer_gpu_model {
     const float *cmvn_mean, *cmvn_istd; /* (in_dim) or NULL */
     int n_conv;
     gconv_t conv[MAX_CONVS];
-    mat_t embed; /* (D, embed_in), columns c·F' + f; the f16 copy f·C + c (channel-last input) */
+    mat_t embed; /* (D, embed_in), columns c·F' + f; 16-bit copies f·C + c (channel-last input) */
     const float *embed_b, *embed_bx; /* (D); embed_bx = xscale · embed_b (FP16) */
     int embed_in;
     float xscale;
     float *pe32; /* (max_len, D) */
-    void *pe16;  /* (max_len, D) float16, FP16 models only */
+    mat_t pe16;  /* (max_len, D) 16-bit copies of pe32 (f16, bf16; f32 NULL) */
     gblock_t *blocks;
     dnorm_t after_norm;
     mat_t ctc; /* (V, D) */
     const float *ctc_b;
-    void *dev32, *dev16; /* the weight blocks */
+    void *dev32, *dev16, *devbf16; /* the weight blocks (the 16-bit ones of the same layout) */
     size_t bytes;
 };
 
@@ -166,7 +169,7 @@ static int cuda_err(hark_err_t *err, cudaError_t e, const char *what)
     return err_set(err, HARK_ERR_CUDA, "conformer (gpu): %s: %s", what, cudaGetErrorString(e));
 }
 
-/* ---- half conversion for the upload -------------------------------------------------------- */
+/* ---- 16-bit conversions for the upload (round to nearest even) ----------------------------- */
 
 static uint16_t f32_to_f16(float f)
 {
@@ -188,12 +191,27 @@ static uint16_t f32_to_f16(float f)
     return (uint16_t)(sign | h);
 }
 
+/* float32 -> bfloat16: the top 16 bits, rounded to nearest even (subnormals kept, overflow to
+ * inf, NaN stays a quiet NaN); what __float2bfloat16_rn gives on the device */
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+/* the 16-bit copies a model holds */
+#define PREC16 (CONFORMER_GPU_FP16 | CONFORMER_GPU_BF16)
+
 /* ---- model loading: two passes over the same code, the first sizes the blocks --------------- */
 
-/* vector (f32); matrix (copies as asked); matrix, f32 always; vector as f16 only (FP16 models) */
+/* vector (f32); matrix (copies as asked); matrix, f32 always; vector in 16 bits only */
 enum { K_VEC, K_MAT, K_MAT32, K_VEC16 };
 
-/* element order of a matrix's f16 copy (the FP32 copy keeps the file's order) */
+/* element order of a matrix's 16-bit copies (the FP32 copy keeps the file's order) */
 enum { PERM_NONE, PERM_GLU, PERM_CONV, PERM_EMBED };
 typedef struct {
     int kind;
@@ -227,12 +245,12 @@ typedef struct {
     void *user;
     hark_err_t *err;
     int pass, prec;
-    size_t n32, n16; /* elements placed so far */
+    size_t n32, n16; /* elements placed so far (n16: in each 16-bit block) */
     float *h32;      /* host staging (pass 1) */
-    uint16_t *h16;
+    uint16_t *h16, *hb16;
     float *d32; /* device blocks (pass 1) */
-    uint16_t *d16;
-    perm_t perm; /* for the next matrix's f16 copy */
+    uint16_t *d16, *db16;
+    perm_t perm; /* for the next matrix's 16-bit copies */
 } gload_t;
 
 static int fetch(gload_t *L, const float **host, int ndim, int64_t d0, int64_t d1, int64_t d2,
@@ -252,7 +270,7 @@ static int fetch(gload_t *L, const float **host, int ndim, int64_t d0, int64_t d
 /* Places n floats of host data; align starts a new 256-byte aligned run (cont = 0 for the
  * second and third parts of a concatenated matrix). */
 static void place(gload_t *L, const float *host, size_t n, int kind, int align, const float **p32,
-                  const void **p16)
+                  mat_t *p16)
 {
     if (align) {
         L->n32 = (L->n32 + 63) & ~(size_t)63;
@@ -260,7 +278,7 @@ static void place(gload_t *L, const float *host, size_t n, int kind, int align, 
     }
     int want32 =
         kind == K_VEC || kind == K_MAT32 || (kind == K_MAT && (L->prec & CONFORMER_GPU_FP32));
-    int want16 = kind != K_VEC && (L->prec & CONFORMER_GPU_FP16);
+    int want16 = kind != K_VEC && (L->prec & PREC16);
     if (want32) {
         if (L->pass) {
             memcpy(L->h32 + L->n32, host, n * sizeof(float));
@@ -270,11 +288,17 @@ static void place(gload_t *L, const float *host, size_t n, int kind, int align, 
         L->n32 += n;
     }
     if (want16) {
-        if (L->pass) {
+        if (L->pass && (L->prec & CONFORMER_GPU_FP16)) {
             for (size_t i = 0; i < n; i++)
                 L->h16[L->n16 + i] = f32_to_f16(host[perm_src(&L->perm, i)]);
             if (p16)
-                *p16 = L->d16 + L->n16;
+                p16->f16 = L->d16 + L->n16;
+        }
+        if (L->pass && (L->prec & CONFORMER_GPU_BF16)) {
+            for (size_t i = 0; i < n; i++)
+                L->hb16[L->n16 + i] = f32_to_bf16(host[perm_src(&L->perm, i)]);
+            if (p16)
+                p16->bf16 = L->db16 + L->n16;
         }
         L->n16 += n;
     }
@@ -303,7 +327,7 @@ static int put(gload_t *L, int kind, int align, const float **v32, mat_t *mat, i
     TRY(fetch(L, &host, ndim, d0, d1, d2, d3, "%s", name));
     size_t n = (size_t)d0 * (ndim > 1 ? (size_t)d1 : 1) * (ndim > 2 ? (size_t)d2 : 1) *
                (ndim > 3 ? (size_t)d3 : 1);
-    place(L, host, n, kind, align, mat ? &mat->f32 : v32, mat ? &mat->f16 : NULL);
+    place(L, host, n, kind, align, mat ? &mat->f32 : v32, mat);
     L->perm.kind = PERM_NONE;
     return HARK_OK;
 }
@@ -318,11 +342,11 @@ static int load_lin(gload_t *L, mat_t *w, const float **b, int out, int in, cons
     return HARK_OK;
 }
 
-/* a (n) vector times `scale`, as an extra FP32 vector (FP16 models only; NULL otherwise) */
+/* a (n) vector times `scale`, as an extra FP32 vector (16-bit models only; NULL otherwise) */
 static int load_scaled(gload_t *L, const float **dst, int n, float scale, float *scratch,
                        const char *name)
 {
-    if (!(L->prec & CONFORMER_GPU_FP16))
+    if (!(L->prec & PREC16))
         return HARK_OK;
     const float *host = NULL;
     TRY(fetch(L, &host, 1, n, 0, 0, 0, "%s", name));
@@ -344,7 +368,7 @@ static int load_block(gload_t *L, conformer_gpu_model_t *m, gblock_t *bk, int i,
     const wenet_config_t *c = &m->cfg;
     int d = m->d, f = m->ffn;
     char p[96], q[160];
-    mat_t hb = {NULL, NULL};
+    mat_t hb = {NULL, NULL, NULL};
 #define SUB(name) (snprintf(q, sizeof q, "%s.%s", p, name), q)
     snprintf(p, sizeof p, "encoder.encoders.%d", i);
     float ffs = c->macaron ? 0.5f : 1.0f;
@@ -355,7 +379,7 @@ static int load_block(gload_t *L, conformer_gpu_model_t *m, gblock_t *bk, int i,
         TRY(load_scaled(L, &bk->ffm2_bh, d, ffs, scratch, SUB("feed_forward_macaron.w_2.bias")));
         TRY(put(L, K_VEC16, 1, NULL, &hb, 1, f, 0, 0, 0, "%s",
                 SUB("feed_forward_macaron.w_1.bias")));
-        bk->ffm1_bh = hb.f16;
+        bk->ffm1_bh = hb;
     }
     TRY(load_norm(L, &bk->norm_mha, d, SUB("norm_mha")));
     /* q, k, v weights and biases concatenated for one GEMM */
@@ -366,10 +390,11 @@ static int load_block(gload_t *L, conformer_gpu_model_t *m, gblock_t *bk, int i,
     for (int j = 0; j < 3; j++)
         TRY(put(L, K_VEC, j == 0, j == 0 ? &bk->qkv_b : NULL, NULL, 1, d, 0, 0, 0,
                 "%s.self_attn.%s.bias", p, qkv[j]));
-    for (int j = 0; j < 3; j++) /* the same as half (a matrix whose f16 copy alone is kept) */
+    /* the same in 16 bits (a matrix whose 16-bit copies alone are kept) */
+    for (int j = 0; j < 3; j++)
         TRY(put(L, K_VEC16, j == 0, NULL, j == 0 ? &hb : NULL, 1, d, 0, 0, 0,
                 "%s.self_attn.%s.bias", p, qkv[j]));
-    bk->qkv_bh = hb.f16;
+    bk->qkv_bh = hb;
     TRY(load_lin(L, &bk->o, &bk->o_b, d, d, SUB("self_attn.linear_out")));
     if (c->pos == POS_REL) {
         TRY(MAT(&bk->pos, d, d, "%s.self_attn.linear_pos.weight", p));
@@ -385,7 +410,7 @@ static int load_block(gload_t *L, conformer_gpu_model_t *m, gblock_t *bk, int i,
         const float *pw1_b_host = NULL;
         TRY(fetch(L, &pw1_b_host, 1, 2 * d, 0, 0, 0, "%s.conv_module.pointwise_conv1.bias", p));
         place(L, pw1_b_host, (size_t)2 * d, K_VEC, 1, &bk->pw1_b, NULL);
-        if (L->prec & CONFORMER_GPU_FP16) {
+        if (L->prec & PREC16) {
             for (int j = 0; j < d; j++) {
                 scratch[2 * j] = pw1_b_host[j];
                 scratch[2 * j + 1] = pw1_b_host[d + j];
@@ -418,7 +443,7 @@ static int load_block(gload_t *L, conformer_gpu_model_t *m, gblock_t *bk, int i,
     TRY(load_lin(L, &bk->ff2, &bk->ff2_b, d, f, SUB("feed_forward.w_2")));
     TRY(load_scaled(L, &bk->ff2_bh, d, ffs, scratch, SUB("feed_forward.w_2.bias")));
     TRY(put(L, K_VEC16, 1, NULL, &hb, 1, f, 0, 0, 0, "%s", SUB("feed_forward.w_1.bias")));
-    bk->ff1_bh = hb.f16;
+    bk->ff1_bh = hb;
 #undef SUB
     return HARK_OK;
 }
@@ -492,16 +517,16 @@ static int check_config(const wenet_config_t *c, hark_err_t *err)
     return HARK_OK;
 }
 
-/* what the FP16 kernels need (every WeNet recipe's sizes fit) */
+/* what the 16-bit kernels need, FP16 and BF16 alike (every WeNet recipe's sizes fit) */
 static int check_fp16(const wenet_config_t *c, hark_err_t *err)
 {
     int dk = c->d_model / c->n_heads;
     if (c->d_model % 8 || c->ffn_dim % 8 || c->d_model > CUDA_ROWS_NORM_MAX_D ||
         !cuda_flash_attention_supported(dk) || (c->use_cnn_module && c->cnn_kernel > 64))
         return err_set(err, HARK_ERR_UNSUPPORTED,
-                       "conformer (gpu): fp16 needs d_model and ffn_dim multiples of 8, d_model <= "
-                       "%d, a head width <= 128 and cnn_module_kernel <= 64 (d_model %d, ffn_dim "
-                       "%d, head width %d, kernel %d); use fp32",
+                       "conformer (gpu): fp16 and bf16 need d_model and ffn_dim multiples of 8, "
+                       "d_model <= %d, a head width <= 128 and cnn_module_kernel <= 64 (d_model "
+                       "%d, ffn_dim %d, head width %d, kernel %d); use fp32",
                        CUDA_ROWS_NORM_MAX_D, c->d_model, c->ffn_dim, dk, c->cnn_kernel);
     return HARK_OK;
 }
@@ -513,9 +538,10 @@ int conformer_gpu_model_create(const wenet_config_t *cfg, conformer_tensor_fn ge
     int rc = check_config(cfg, err);
     if (rc != HARK_OK)
         return rc;
-    if (!(precisions & (CONFORMER_GPU_FP32 | CONFORMER_GPU_FP16)))
+    if (!(precisions & (CONFORMER_GPU_FP32 | PREC16)) ||
+        (precisions & ~(CONFORMER_GPU_FP32 | PREC16)))
         return err_set(err, HARK_ERR_INVALID_ARG, "conformer (gpu): precisions %d", precisions);
-    if ((precisions & CONFORMER_GPU_FP16) && (rc = check_fp16(cfg, err)) != HARK_OK)
+    if ((precisions & PREC16) && (rc = check_fp16(cfg, err)) != HARK_OK)
         return rc;
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= 0) {
@@ -538,27 +564,25 @@ int conformer_gpu_model_create(const wenet_config_t *cfg, conformer_tensor_fn ge
     switch (cfg->subsample) {
     case SUBSAMPLE_CONV2D:
         m->n_conv = 2;
-        m->conv[0] = (gconv_t){3, 2, 1, m->d, {NULL, NULL}, NULL};
-        m->conv[1] = (gconv_t){3, 2, m->d, m->d, {NULL, NULL}, NULL};
+        m->conv[0] = (gconv_t){3, 2, 1, m->d, {NULL, NULL, NULL}, NULL};
+        m->conv[1] = (gconv_t){3, 2, m->d, m->d, {NULL, NULL, NULL}, NULL};
         break;
     case SUBSAMPLE_CONV2D6:
         m->n_conv = 2;
-        m->conv[0] = (gconv_t){3, 2, 1, m->d, {NULL, NULL}, NULL};
-        m->conv[1] = (gconv_t){5, 3, m->d, m->d, {NULL, NULL}, NULL};
+        m->conv[0] = (gconv_t){3, 2, 1, m->d, {NULL, NULL, NULL}, NULL};
+        m->conv[1] = (gconv_t){5, 3, m->d, m->d, {NULL, NULL, NULL}, NULL};
         break;
     case SUBSAMPLE_CONV2D8:
         m->n_conv = 3;
         for (int i = 0; i < 3; i++)
-            m->conv[i] = (gconv_t){3, 2, i ? m->d : 1, m->d, {NULL, NULL}, NULL};
+            m->conv[i] = (gconv_t){3, 2, i ? m->d : 1, m->d, {NULL, NULL, NULL}, NULL};
         break;
     }
     int f = m->in_dim;
     for (int i = 0; i < m->n_conv; i++)
         f = conv_out(f, m->conv[i].k, m->conv[i].stride);
     m->embed_in = m->conv[m->n_conv - 1].cout * f;
-    gload_t ld = {get, user, err,  0,    precisions, 0,
-                  0,   NULL, NULL, NULL, NULL,       {PERM_NONE, 0, 0, 0, 0}},
-            *L = &ld;
+    gload_t ld = {.get = get, .user = user, .err = err, .prec = precisions}, *L = &ld;
     float *scratch = hark_malloc((size_t)(m->kernel > 2 ? m->kernel : 2) * m->d * sizeof(float));
     m->blocks = hark_calloc(cfg->n_blocks > 0 ? (size_t)cfg->n_blocks : 1, sizeof *m->blocks);
     if (f <= 0) {
@@ -573,41 +597,52 @@ int conformer_gpu_model_create(const wenet_config_t *cfg, conformer_tensor_fn ge
     if ((rc = load_all(L, m, scratch)) != HARK_OK) /* pass 0: sizes and shape checks */
         goto fail;
     size_t pe_n = (size_t)cfg->max_len * m->d;
+    /* one block per 16-bit type asked for, each (n16 + pe_n) halves in the same layout */
+    int f16 = (precisions & CONFORMER_GPU_FP16) != 0, bf16 = (precisions & CONFORMER_GPU_BF16) != 0;
     size_t b32 = (ld.n32 + pe_n) * sizeof(float), b16 = (ld.n16 + pe_n) * 2;
-    if (!(precisions & CONFORMER_GPU_FP16))
-        b16 = 0;
     ld.h32 = hark_malloc(ld.n32 * sizeof(float) + 1);
-    ld.h16 = b16 ? hark_malloc(ld.n16 * 2 + 1) : NULL;
-    if (!ld.h32 || (b16 && !ld.h16)) {
+    ld.h16 = f16 ? hark_malloc(ld.n16 * 2 + 1) : NULL;
+    ld.hb16 = bf16 ? hark_malloc(ld.n16 * 2 + 1) : NULL;
+    if (!ld.h32 || (f16 && !ld.h16) || (bf16 && !ld.hb16)) {
         rc = err_set(err, HARK_ERR_NOMEM, "conformer (gpu): out of host memory for staging");
         goto fail;
     }
     cudaError_t e = cudaMalloc(&m->dev32, b32);
-    if (e == cudaSuccess && b16)
+    if (e == cudaSuccess && f16)
         e = cudaMalloc(&m->dev16, b16);
+    if (e == cudaSuccess && bf16)
+        e = cudaMalloc(&m->devbf16, b16);
     if (e != cudaSuccess) {
         rc = cuda_err(err, e, "weights allocation");
         goto fail;
     }
-    m->bytes = b32 + b16;
+    m->bytes = b32 + (size_t)(f16 + bf16) * b16;
     ld.d32 = m->dev32;
     ld.d16 = m->dev16;
+    ld.db16 = m->devbf16;
     ld.pass = 1;
     ld.n32 = ld.n16 = 0;
     if ((rc = load_all(L, m, scratch)) != HARK_OK)
         goto fail;
     m->pe32 = (float *)m->dev32 + ld.n32;
-    if (b16)
-        m->pe16 = (uint16_t *)m->dev16 + ld.n16;
+    if (f16)
+        m->pe16.f16 = (uint16_t *)m->dev16 + ld.n16;
+    if (bf16)
+        m->pe16.bf16 = (uint16_t *)m->devbf16 + ld.n16;
     e = cudaMemcpy(m->dev32, ld.h32, ld.n32 * sizeof(float), cudaMemcpyHostToDevice);
-    if (e == cudaSuccess && b16)
+    if (e == cudaSuccess && f16)
         e = cudaMemcpy(m->dev16, ld.h16, ld.n16 * 2, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess && bf16)
+        e = cudaMemcpy(m->devbf16, ld.hb16, ld.n16 * 2, cudaMemcpyHostToDevice);
     if (e != cudaSuccess) {
         rc = cuda_err(err, e, "weights upload");
         goto fail;
     }
-    if ((rc = cuda_pos_enc(m->pe32, cfg->max_len, m->d, NULL, err)) != HARK_OK ||
-        (b16 && (rc = cuda_cast(m->pe16, OPS_F16, m->pe32, OPS_F32, pe_n, NULL, err)) != HARK_OK))
+    if ((rc = cuda_pos_enc(m->pe32, cfg->max_len, m->d, NULL, err)) != HARK_OK)
+        goto fail;
+    if (f16 && (rc = cuda_cast((void *)m->pe16.f16, OPS_F16, m->pe32, OPS_F32, pe_n, NULL, err)))
+        goto fail;
+    if (bf16 && (rc = cuda_cast((void *)m->pe16.bf16, OPS_BF16, m->pe32, OPS_F32, pe_n, NULL, err)))
         goto fail;
     if ((e = cudaDeviceSynchronize()) != cudaSuccess) {
         rc = cuda_err(err, e, "positional table");
@@ -615,12 +650,14 @@ int conformer_gpu_model_create(const wenet_config_t *cfg, conformer_tensor_fn ge
     }
     hark_free(ld.h32);
     hark_free(ld.h16);
+    hark_free(ld.hb16);
     hark_free(scratch);
     *out = m;
     return HARK_OK;
 fail:
     hark_free(ld.h32);
     hark_free(ld.h16);
+    hark_free(ld.hb16);
     hark_free(scratch);
     conformer_gpu_model_destroy(m);
     return rc;
@@ -638,6 +675,7 @@ void conformer_gpu_model_destroy(conformer_gpu_model_t *m)
         return;
     cudaFree(m->dev32);
     cudaFree(m->dev16);
+    cudaFree(m->devbf16);
     hark_free(m->blocks);
     hark_free(m);
 }
@@ -657,7 +695,8 @@ int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, in
         return err_set(err, HARK_ERR_INVALID_ARG,
                        "conformer (gpu): max_batch %d (1..%d), max_frames %d", max_batch,
                        CUDA_MAX_LENS, max_frames);
-    if ((precision != CONFORMER_GPU_FP32 && precision != CONFORMER_GPU_FP16) ||
+    if ((precision != CONFORMER_GPU_FP32 && precision != CONFORMER_GPU_FP16 &&
+         precision != CONFORMER_GPU_BF16) ||
         !(m->precisions & precision))
         return err_set(err, HARK_ERR_INVALID_ARG,
                        "conformer (gpu): precision %d not uploaded (model holds %d)", precision,
@@ -666,7 +705,9 @@ int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, in
     if (!s)
         return err_set(err, HARK_ERR_NOMEM, "conformer (gpu): out of memory");
     s->m = m;
-    s->dt = precision == CONFORMER_GPU_FP16 ? OPS_F16 : OPS_F32;
+    s->dt = precision == CONFORMER_GPU_FP16   ? OPS_F16
+            : precision == CONFORMER_GPU_BF16 ? OPS_BF16
+                                              : OPS_F32;
     s->max_batch = max_batch;
     s->max_frames = max_frames;
     const char *ng = getenv("HARK_NO_GRAPHS");
@@ -674,13 +715,13 @@ int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, in
     int t_out = conformer_gpu_out_len(m, max_frames);
     s->max_t_out = t_out < 1 ? 1 : t_out;
     s->max_rows = max_batch * s->max_t_out;
-    int f16 = s->dt == OPS_F16;
+    int h16 = s->dt != OPS_F32; /* the FP16 forward, in either 16-bit type */
     size_t rows = (size_t)s->max_rows, d = (size_t)m->d, es = ops_dtype_size(s->dt);
     size_t f = (size_t)m->ffn;
     size_t w32 = f > 3 * d ? f : 3 * d;
     int rel = m->cfg.pos == POS_REL;
     s->att_bytes =
-        f16 ? 0 : cuda_attention_scratch_bytes(max_batch, s->max_t_out, m->h, m->dk, rel, s->dt);
+        h16 ? 0 : cuda_attention_scratch_bytes(max_batch, s->max_t_out, m->h, m->dk, rel, s->dt);
     /* conv stack: outputs per layer and (FP32) the largest im2col block */
     size_t csz[MAX_CONVS] = {0};
     int hh = max_frames, ww = m->in_dim;
@@ -691,7 +732,7 @@ int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, in
         ww = conv_out(ww, cv->k, cv->stride);
         csz[i] = al((size_t)max_batch * (hh > 0 ? hh : 1) * cv->cout * (ww > 0 ? ww : 1) * es);
         size_t one = cuda_conv2d_scratch_bytes(1, cv->cin, cv->cout, cv->k, cv->k, ww, s->dt);
-        if (f16 || one == 0 || hh <= 0)
+        if (h16 || one == 0 || hh <= 0)
             continue;
         size_t need =
             cuda_conv2d_scratch_bytes(max_batch * hh, cv->cin, cv->cout, cv->k, cv->k, ww, s->dt);
@@ -702,7 +743,7 @@ int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, in
     size_t total = 3 * al((size_t)max_batch * sizeof(int)) + al(rows * d * 4) + al(rows * d * es) +
                    al(s->col_bytes);
     size_t lse_bytes = rows * (size_t)CUDA_LSE_TILES(m->vocab) * 16;
-    if (f16) /* x; hn; big = FFN hidden or QKV; ctx/GLU; depthwise out; positions; CTC partials */
+    if (h16) /* x; hn; big = FFN hidden or QKV; ctx/GLU; depthwise out; positions; CTC partials */
         total += al(rows * w32 * 2) + 2 * al(rows * d * 2) + al((size_t)s->max_t_out * d * 2) +
                  al(lse_bytes);
     else
@@ -744,7 +785,7 @@ int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, in
     TAKE(s->d_ctc_lens, int *, (size_t)max_batch * sizeof(int));
     TAKE(s->x, float *, rows *d * 4);
     TAKE(s->hn, void *, rows *d *es);
-    if (f16) {
+    if (h16) {
         TAKE(s->big, void *, rows *w32 * 2);
         TAKE(s->s16a, void *, rows *d * 2);
         TAKE(s->s16b, void *, rows *d * 2);
@@ -810,7 +851,7 @@ void conformer_gpu_set_fused_ffn(conformer_gpu_state_t *s, conformer_ffn_mode_t 
 {
     drop_graphs(s);
     s->ffn = mode;
-    if (s->dt != OPS_F16 || !cuda_ffn_f16_fits(s->g, s->m->d, s->m->ffn))
+    if (s->dt == OPS_F32 || !cuda_ffn_f16_fits(s->g, s->m->d, s->m->ffn))
         s->ffn = CONFORMER_FFN_GEMMS;
 }
 
@@ -852,9 +893,15 @@ static void mark(conformer_gpu_state_t *s, int stage)
     s->ev_stage[s->n_ev++] = stage;
 }
 
+/* the state's copy of w: f32, f16 or bf16 */
+static const void *wmat_dt(ops_dtype_t dt, const mat_t *w)
+{
+    return dt == OPS_F16 ? w->f16 : dt == OPS_BF16 ? w->bf16 : (const void *)w->f32;
+}
+
 static const void *wmat(const gfwd_t *F, const mat_t *w)
 {
-    return F->s->dt == OPS_F16 ? w->f16 : (const void *)w->f32;
+    return wmat_dt(F->s->dt, w);
 }
 
 static cuda_act_t act_of(const wenet_config_t *c)
@@ -905,7 +952,7 @@ static int mhsa(const gfwd_t *F, const gblock_t *bk)
     int d = m->d, rel = m->cfg.pos == POS_REL;
     TRY(gemm_w(F, s->big32, s->hn, &bk->qkv, F->rows, 3 * d, d));
     if (rel) /* p = linear_pos(pe[0:t]) */
-        TRY(cuda_gemm(s->p32, OPS_F32, s->dt == OPS_F16 ? m->pe16 : (const void *)m->pe32,
+        TRY(cuda_gemm(s->p32, OPS_F32, s->dt == OPS_F32 ? (const void *)m->pe32 : wmat(F, &m->pe16),
                       wmat(F, &bk->pos), s->dt, F->t, d, d, d, d, d, 1, 1.0f, 0.0f, 1, 0, 0, 0,
                       s->g, F->err));
     /* ctx goes to big, which is big32 in FP32: the q/k/v there are packed into the attention
@@ -980,13 +1027,16 @@ static int block_forward(const gfwd_t *F, int i)
 }
 
 /* ---- FP16 forward ---------------------------------------------------------------------------
- * hn (rows, D) half is every sub-module's input; x (rows, D) float the residual stream, updated by
- * the epilogue of each sub-module's last GEMM. */
+ * In either 16-bit type, the state's dt (OPS_F16 or OPS_BF16; "half" below means it): hn (rows, D)
+ * half is every sub-module's input; x (rows, D) float the residual stream, updated by the epilogue
+ * of each sub-module's last GEMM. */
 
-static cuda_epi_t epi(cuda_epi_mode_t mode, void *out, long long ldo, const float *bias)
+static cuda_epi_t epi(const conformer_gpu_state_t *s, cuda_epi_mode_t mode, void *out,
+                      long long ldo, const float *bias)
 {
     cuda_epi_t e;
     memset(&e, 0, sizeof e);
+    e.dt = s->dt;
     e.mode = mode;
     e.act = CUDA_ACT_NONE;
     e.out = out;
@@ -1002,16 +1052,16 @@ static int h_resid(const gfwd_t *F, const void *a, int k, const mat_t *w, const 
                    float alpha, const float *bias_alpha, const cuda_row_norms_t *n)
 {
     conformer_gpu_state_t *s = F->s;
-    cuda_epi_t e = epi(CUDA_EPI_RESID32, s->x, s->m->d, bias);
+    cuda_epi_t e = epi(s, CUDA_EPI_RESID32, s->x, s->m->d, bias);
     e.alpha = alpha;
     e.beta = 1.0f;
     e.bias_alpha = bias_alpha;
     if (n && (n->ln1 || n->ln2 || n->h_out))
         e.norm = n;
-    return cuda_hgemm(&e, a, k, w->f16, F->rows, s->m->d, k, s->g, F->err);
+    return cuda_hgemm(&e, a, k, wmat(F, w), F->rows, s->m->d, k, s->g, F->err);
 }
 
-/* The layer norms after a residual update, as cuda_hgemm's RESID32 and cuda_ffn_f16 take them:
+/* The layer norms after a residual update, as cuda_hgemm's RESID32 and cuda_ffn take them:
  * pre-norm, hn = next(x) (none: nothing to do); post-norm, x = own(x) and hn = x */
 static cuda_row_norms_t norm_after(const conformer_gpu_state_t *s, const dnorm_t *own,
                                    const dnorm_t *next)
@@ -1053,7 +1103,7 @@ static cuda_row_norms_t norm_block_end(const conformer_gpu_state_t *s, const gbl
 /* x += alpha · w2(act(w1(hn) + b1)) + alpha · b2, then the norms n: one fused kernel where the
  * state takes it at these rows, else two GEMMs (the hidden activations through memory), the
  * norms in the second one's epilogue (or a norm pass: cuda_hgemm decides) */
-static int h_ffn(const gfwd_t *F, const mat_t *w1, const float *b1, const void *b1_h,
+static int h_ffn(const gfwd_t *F, const mat_t *w1, const float *b1, const mat_t *b1_h,
                  const mat_t *w2, const float *b2, float alpha, const float *b2_alpha,
                  const cuda_row_norms_t *n)
 {
@@ -1061,15 +1111,15 @@ static int h_ffn(const gfwd_t *F, const mat_t *w1, const float *b1, const void *
     const conformer_gpu_model_t *m = s->m;
     if (s->ffn == CONFORMER_FFN_FUSED ||
         (s->ffn == CONFORMER_FFN_AUTO && cuda_ffn_f16_prefers(s->g, F->rows))) {
-        TRY(cuda_ffn_f16(s->x, s->hn, w1->f16, b1, w2->f16, b2, F->rows, m->d, m->ffn,
-                         act_of(&m->cfg), alpha, n, s->g, F->err));
+        TRY(cuda_ffn(s->x, s->dt, s->hn, wmat(F, w1), b1, wmat(F, w2), b2, F->rows, m->d, m->ffn,
+                     act_of(&m->cfg), alpha, n, s->g, F->err));
         mark(s, CONFORMER_GPU_STAGE_FFN);
         return HARK_OK;
     }
-    cuda_epi_t e = epi(CUDA_EPI_F16, s->big, m->ffn, b1);
-    e.bias_h = b1_h;
+    cuda_epi_t e = epi(s, CUDA_EPI_F16, s->big, m->ffn, b1);
+    e.bias_h = wmat(F, b1_h);
     e.act = act_of(&m->cfg);
-    TRY(cuda_hgemm(&e, s->hn, m->d, w1->f16, F->rows, m->ffn, m->d, s->g, F->err));
+    TRY(cuda_hgemm(&e, s->hn, m->d, wmat(F, w1), F->rows, m->ffn, m->d, s->g, F->err));
     TRY(h_resid(F, s->big, m->ffn, w2, b2, alpha, b2_alpha, n));
     mark(s, CONFORMER_GPU_STAGE_FFN);
     return HARK_OK;
@@ -1081,19 +1131,19 @@ static int h_mhsa(const gfwd_t *F, const gblock_t *bk, const cuda_row_norms_t *n
     conformer_gpu_state_t *s = F->s;
     const conformer_gpu_model_t *m = s->m;
     int d = m->d, rel = m->cfg.pos == POS_REL;
-    cuda_epi_t e = epi(CUDA_EPI_F16, s->big, 3 * d, bk->qkv_b);
-    e.bias_h = bk->qkv_bh;
-    TRY(cuda_hgemm(&e, s->hn, d, bk->qkv.f16, F->rows, 3 * d, d, s->g, F->err));
+    cuda_epi_t e = epi(s, CUDA_EPI_F16, s->big, 3 * d, bk->qkv_b);
+    e.bias_h = wmat(F, &bk->qkv_bh);
+    TRY(cuda_hgemm(&e, s->hn, d, wmat(F, &bk->qkv), F->rows, 3 * d, d, s->g, F->err));
     if (rel) { /* p = linear_pos(pe[0:t]) */
-        e = epi(CUDA_EPI_F16, s->p16, d, NULL);
-        TRY(cuda_hgemm(&e, m->pe16, d, bk->pos.f16, F->t, d, d, s->g, F->err));
+        e = epi(s, CUDA_EPI_F16, s->p16, d, NULL);
+        TRY(cuda_hgemm(&e, wmat(F, &m->pe16), d, wmat(F, &bk->pos), F->t, d, d, s->g, F->err));
     }
     mark(s, CONFORMER_GPU_STAGE_ATT_PROJ);
     const char *qkv = s->big;
-    TRY(cuda_flash_attention(s->s16a, d, qkv, qkv + (size_t)d * 2, qkv + (size_t)d * 4, 3 * d,
-                             rel ? s->p16 : NULL, d, rel ? bk->pos_u : NULL, rel ? bk->pos_v : NULL,
-                             s->d_tl, F->chunk, F->left, F->batch, F->t, m->h, m->dk,
-                             1.0f / sqrtf((float)m->dk), s->stream, F->err));
+    TRY(cuda_flash_attention(s->s16a, s->dt, d, qkv, qkv + (size_t)d * 2, qkv + (size_t)d * 4,
+                             3 * d, rel ? s->p16 : NULL, d, rel ? bk->pos_u : NULL,
+                             rel ? bk->pos_v : NULL, s->d_tl, F->chunk, F->left, F->batch, F->t,
+                             m->h, m->dk, 1.0f / sqrtf((float)m->dk), s->stream, F->err));
     mark(s, CONFORMER_GPU_STAGE_ATT_CORE);
     TRY(h_resid(F, s->s16a, d, &bk->o, bk->o_b, 1.0f, NULL, n));
     mark(s, CONFORMER_GPU_STAGE_ATT_PROJ);
@@ -1108,10 +1158,10 @@ static int h_conv(const gfwd_t *F, const gblock_t *bk, const cuda_row_norms_t *n
     int d = m->d, kk = m->kernel, causal = m->cfg.causal, bn = m->cfg.cnn_norm == CNN_NORM_BATCH;
     /* pointwise_conv1 with (value, gate) output columns interleaved, the GLU in its epilogue
      * (only the (rows, D) result reaches memory) */
-    cuda_epi_t e = epi(CUDA_EPI_GLU16, s->s16a, d, bk->pw1_b16);
-    TRY(cuda_hgemm(&e, s->hn, d, bk->pw1.f16, F->rows, 2 * d, d, s->g, F->err));
-    TRY(cuda_dwconv_f16(s->s16b, s->s16a, 0, causal ? bk->causal_left : NULL, bk->dw_w, bk->dw_b,
-                        s->d_tl, F->batch, F->t, d, kk, causal ? kk - 1 : (kk - 1) / 2,
+    cuda_epi_t e = epi(s, CUDA_EPI_GLU16, s->s16a, d, bk->pw1_b16);
+    TRY(cuda_hgemm(&e, s->hn, d, wmat(F, &bk->pw1), F->rows, 2 * d, d, s->g, F->err));
+    TRY(cuda_dwconv_f16(s->s16b, s->dt, s->s16a, 0, causal ? bk->causal_left : NULL, bk->dw_w,
+                        bk->dw_b, s->d_tl, F->batch, F->t, d, kk, causal ? kk - 1 : (kk - 1) / 2,
                         bn ? CUDA_NORM_BATCH : CUDA_NORM_LAYER, bk->cnn_norm.g, bk->cnn_norm.b,
                         bn ? bk->bn_mean : NULL, bn ? bk->bn_var : NULL, NORM_EPS, act_of(&m->cfg),
                         s->stream, F->err));
@@ -1130,7 +1180,7 @@ static int h_block(const gfwd_t *F, int i)
     int cnn = c->use_cnn_module;
     if (c->macaron) {
         cuda_row_norms_t n = norm_after(s, &bk->norm_ff_macaron, &bk->norm_mha);
-        TRY(h_ffn(F, &bk->ffm1, bk->ffm1_b, bk->ffm1_bh, &bk->ffm2, bk->ffm2_b, ff_scale,
+        TRY(h_ffn(F, &bk->ffm1, bk->ffm1_b, &bk->ffm1_bh, &bk->ffm2, bk->ffm2_b, ff_scale,
                   bk->ffm2_bh, &n));
     }
     cuda_row_norms_t n = norm_after(s, &bk->norm_mha, cnn ? &bk->norm_conv : &bk->norm_ff);
@@ -1141,9 +1191,11 @@ static int h_block(const gfwd_t *F, int i)
     }
     const dnorm_t *next = first_norm(m, i + 1);
     n = cnn ? norm_block_end(s, bk, next) : norm_after(s, &bk->norm_ff, next);
-    return h_ffn(F, &bk->ff1, bk->ff1_b, bk->ff1_bh, &bk->ff2, bk->ff2_b, ff_scale, bk->ff2_bh, &n);
+    return h_ffn(F, &bk->ff1, bk->ff1_b, &bk->ff1_bh, &bk->ff2, bk->ff2_b, ff_scale, bk->ff2_bh,
+                 &n);
 }
 
+/* the FP16 forward in the state's 16-bit type (FP16 or BF16) */
 static int forward_f16(const gfwd_t *F, const conformer_opts_t *o, float *d_enc,
                        const float *d_feats, int t_max)
 {
@@ -1154,21 +1206,21 @@ static int forward_f16(const gfwd_t *F, const conformer_opts_t *o, float *d_enc,
     /* subsampling: CMVN + the first conv + ReLU, then implicit-GEMM convs + ReLU over
      * channel-last images, then the linear · xscale (+ pe) straight into the residual stream */
     const gconv_t *c0 = &m->conv[0];
-    TRY(cuda_conv1_cmvn(s->cbuf[0], d_feats, o->skip_cmvn ? NULL : m->cmvn_mean, m->cmvn_istd,
-                        s->d_lens, F->batch, t_max, m->in_dim, c0->w.f32, c0->b, c0->cout, c0->k,
-                        c0->stride, 1, s->stream, err));
+    TRY(cuda_conv1_cmvn(s->cbuf[0], s->dt, d_feats, o->skip_cmvn ? NULL : m->cmvn_mean,
+                        m->cmvn_istd, s->d_lens, F->batch, t_max, m->in_dim, c0->w.f32, c0->b,
+                        c0->cout, c0->k, c0->stride, 1, s->stream, err));
     int hh = conv_out(t_max, c0->k, c0->stride), ww = conv_out(m->in_dim, c0->k, c0->stride);
     for (int i = 1; i < m->n_conv; i++) {
         const gconv_t *cv = &m->conv[i];
-        cuda_epi_t e = epi(CUDA_EPI_F16, s->cbuf[i], cv->cout, cv->b);
+        cuda_epi_t e = epi(s, CUDA_EPI_F16, s->cbuf[i], cv->cout, cv->b);
         e.act = CUDA_ACT_RELU;
-        TRY(cuda_hconv2d(&e, s->cbuf[i - 1], cv->w.f16, F->batch, cv->cin, hh, ww, cv->cout, cv->k,
-                         cv->k, cv->stride, s->g, err));
+        TRY(cuda_hconv2d(&e, s->cbuf[i - 1], wmat(F, &cv->w), F->batch, cv->cin, hh, ww, cv->cout,
+                         cv->k, cv->k, cv->stride, s->g, err));
         hh = conv_out(hh, cv->k, cv->stride);
         ww = conv_out(ww, cv->k, cv->stride);
     }
     HARK_ASSERT(hh == F->t && m->conv[m->n_conv - 1].cout * ww == m->embed_in);
-    cuda_epi_t e = epi(CUDA_EPI_RESID32, s->x, m->d, m->embed_b);
+    cuda_epi_t e = epi(s, CUDA_EPI_RESID32, s->x, m->d, m->embed_b);
     e.alpha = m->xscale;
     e.bias_alpha = m->embed_bx;
     if (c->pos == POS_ABS) {
@@ -1176,17 +1228,18 @@ static int forward_f16(const gfwd_t *F, const conformer_opts_t *o, float *d_enc,
         e.pe_rows = F->t;
         e.ld_pe = m->d;
     }
-    TRY(cuda_hgemm(&e, s->cbuf[m->n_conv - 1], m->embed_in, m->embed.f16, F->rows, m->d,
+    TRY(cuda_hgemm(&e, s->cbuf[m->n_conv - 1], m->embed_in, wmat(F, &m->embed), F->rows, m->d,
                    m->embed_in, s->g, err));
     const dnorm_t *n0 = c->normalize_before ? first_norm(m, 0) : NULL;
-    TRY(cuda_rows_norm(NULL, 0, s->hn, NULL, s->x, n0 ? n0->g : NULL, n0 ? n0->b : NULL, n0 != NULL,
-                       NULL, NULL, 0, NULL, 0, F->rows, m->d, NORM_EPS, s->stream, err));
+    TRY(cuda_rows_norm(NULL, 0, s->hn, s->dt, NULL, s->x, n0 ? n0->g : NULL, n0 ? n0->b : NULL,
+                       n0 != NULL, NULL, NULL, 0, NULL, 0, F->rows, m->d, NORM_EPS, s->stream,
+                       err));
     mark(s, CONFORMER_GPU_STAGE_SUBSAMPLE);
     for (int i = 0; i < c->n_blocks; i++)
         TRY(h_block(F, i));
     /* encoder output (pad rows 0), and its half copy for the CTC GEMM */
     int an = c->normalize_before;
-    TRY(cuda_rows_norm(NULL, 0, s->hn, d_enc, s->x, an ? m->after_norm.g : NULL,
+    TRY(cuda_rows_norm(NULL, 0, s->hn, s->dt, d_enc, s->x, an ? m->after_norm.g : NULL,
                        an ? m->after_norm.b : NULL, an, NULL, NULL, 0, s->d_tl, F->t, F->rows, m->d,
                        NORM_EPS, s->stream, err));
     mark(s, CONFORMER_GPU_STAGE_NORM);
@@ -1252,7 +1305,7 @@ static int enqueue_forward(const gfwd_t *F, const conformer_opts_t *o, float *d_
     if (e != cudaSuccess)
         return cuda_err(F->err, e, "lengths upload");
     mark(s, -1);
-    return s->dt == OPS_F16 ? forward_f16(F, o, d_enc, d_feats, t_max)
+    return s->dt != OPS_F32 ? forward_f16(F, o, d_enc, d_feats, t_max)
                             : forward_f32(F, o, d_enc, d_feats, t_max);
 }
 
@@ -1371,7 +1424,7 @@ int conformer_gpu_forward(conformer_gpu_state_t *s, const conformer_opts_t *opts
 }
 
 /* logits (rows, V) float = ctc_lo(d_enc) (bias included); with d_out NULL only the checks, the
- * lengths and (FP16) the half copy of d_enc in hn */
+ * lengths and (FP16, BF16) the 16-bit copy of d_enc in hn */
 static int ctc_logits(conformer_gpu_state_t *s, float *d_out, const float *d_enc,
                       const int *enc_lens, int batch, int t_enc, hark_err_t *err)
 {
@@ -1391,12 +1444,12 @@ static int ctc_logits(conformer_gpu_state_t *s, float *d_out, const float *d_enc
     int rows = batch * t_enc;
     gfwd_t F = {s, batch, t_enc, rows, 0, -1, err};
     TRY(cuda_set_lens(s->d_ctc_lens, enc_lens, batch, s->stream, err));
-    if (s->dt == OPS_F16) {
-        TRY(cuda_cast(s->hn, OPS_F16, d_enc, OPS_F32, (size_t)rows * m->d, s->stream, err));
+    if (s->dt != OPS_F32) {
+        TRY(cuda_cast(s->hn, s->dt, d_enc, OPS_F32, (size_t)rows * m->d, s->stream, err));
         if (!d_out)
             return HARK_OK;
-        cuda_epi_t e = epi(CUDA_EPI_F32, d_out, m->vocab, m->ctc_b);
-        return cuda_hgemm(&e, s->hn, m->d, m->ctc.f16, rows, m->vocab, m->d, s->g, err);
+        cuda_epi_t e = epi(s, CUDA_EPI_F32, d_out, m->vocab, m->ctc_b);
+        return cuda_hgemm(&e, s->hn, m->d, wmat(&F, &m->ctc), rows, m->vocab, m->d, s->g, err);
     }
     TRY(gemm_w(&F, d_out, d_enc, &m->ctc, rows, m->vocab, m->d));
     return cuda_bias_act(d_out, OPS_F32, d_out, m->ctc_b, rows, m->vocab, CUDA_ACT_NONE, s->stream,
@@ -1418,14 +1471,14 @@ int conformer_gpu_ctc_argmax(conformer_gpu_state_t *s, int *d_arg, float *d_best
                              int t_enc, hark_err_t *err)
 {
     mark(s, -1);
-    if (s->dt == OPS_F16 && !want_logp) { /* no logits in memory: per-block partials instead */
+    if (s->dt != OPS_F32 && !want_logp) { /* no logits in memory: per-block partials instead */
         TRY(ctc_logits(s, NULL, d_enc, enc_lens, batch, t_enc, err));
         if (t_enc == 0)
             return HARK_OK;
         const conformer_gpu_model_t *m = s->m;
         int rows = batch * t_enc;
-        cuda_epi_t e = epi(CUDA_EPI_LSE, s->lse, CUDA_LSE_TILES(m->vocab), m->ctc_b);
-        TRY(cuda_hgemm(&e, s->hn, m->d, m->ctc.f16, rows, m->vocab, m->d, s->g, err));
+        cuda_epi_t e = epi(s, CUDA_EPI_LSE, s->lse, CUDA_LSE_TILES(m->vocab), m->ctc_b);
+        TRY(cuda_hgemm(&e, s->hn, m->d, wmat_dt(s->dt, &m->ctc), rows, m->vocab, m->d, s->g, err));
         TRY(cuda_lse_argmax(d_arg, d_best, s->lse, m->vocab, s->d_ctc_lens, t_enc, rows, s->stream,
                             err));
         mark(s, CONFORMER_GPU_STAGE_CTC);

@@ -1,10 +1,12 @@
-/* conformer_gpu.h — the WeNet Conformer encoder and CTC head of conformer.h on the GPU, float32 or
- * float16 (FP16 GEMM operands on the tensor cores, FP32 accumulation, FP32 residual stream).
+/* conformer_gpu.h — the WeNet Conformer encoder and CTC head of conformer.h on the GPU, float32,
+ * float16 or bfloat16 (16-bit GEMM operands and activations on the tensor cores, FP32
+ * accumulation, FP32 residual stream; BF16 runs the FP16 path's kernels with bfloat16).
  * Tests: tests/model/test_conformer_gpu.c (golden set, padded batch, GPU vs CPU on synthetic
  * configurations); benchmark: bench/bench_conformer_gpu.c.
  *
  * Ownership. A conformer_gpu_model_t holds the weights on the device, uploaded once at creation
- * (an FP32 and/or an FP16 copy of every matrix, as the `precisions` flags ask; vectors in FP32);
+ * (an FP32, an FP16 and/or a BF16 copy of every matrix, as the `precisions` flags ask; vectors in
+ * FP32);
  * it is immutable afterwards and may be shared by any number of states and threads. The weight
  * source is read during creation only. A conformer_gpu_state_t owns one CUDA stream, a cuBLAS
  * handle and all device scratch, sized at creation for (max_batch, max_frames); one thread uses a
@@ -39,8 +41,8 @@
 extern "C" {
 #endif
 
-/* flags for the model (which copies to upload); exactly one for a state */
-enum { CONFORMER_GPU_FP32 = 1, CONFORMER_GPU_FP16 = 2 };
+/* flags for the model (which copies to upload, any combination); exactly one for a state */
+enum { CONFORMER_GPU_FP32 = 1, CONFORMER_GPU_FP16 = 2, CONFORMER_GPU_BF16 = 4 };
 
 typedef struct conformer_gpu_model conformer_gpu_model_t;
 typedef struct conformer_gpu_state conformer_gpu_state_t;
@@ -60,8 +62,8 @@ const wenet_config_t *conformer_gpu_config(const conformer_gpu_model_t *m);
 int conformer_gpu_out_len(const conformer_gpu_model_t *m, int frames);
 size_t conformer_gpu_model_bytes(const conformer_gpu_model_t *m); /* device memory held */
 
-/* precision: CONFORMER_GPU_FP32 or CONFORMER_GPU_FP16 (the model must hold that copy);
- * max_batch <= 512. */
+/* precision: CONFORMER_GPU_FP32, CONFORMER_GPU_FP16 or CONFORMER_GPU_BF16 (the model must hold
+ * that copy); max_batch <= 512. */
 int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, int max_batch,
                                int max_frames, conformer_gpu_state_t **out, hark_err_t *err);
 void conformer_gpu_state_destroy(conformer_gpu_state_t *s); /* accepts NULL; waits for its work */
@@ -91,8 +93,9 @@ int conformer_gpu_ctc_log_probs(conformer_gpu_state_t *s, float *d_logp, const f
 /* CTC head + greedy argmax: d_arg (batch · t_enc) ints, the argmax per frame (0 past
  * enc_lens[b]); d_best (or NULL) its log-probability. With want_logp, d_logp (batch, t_enc, V)
  * float receives the log-probs as conformer_gpu_ctc_log_probs (one pass over the logits finds the
- * argmax); without, FP32 uses d_logp as scratch for the logits and FP16 leaves it untouched (its
- * GEMM epilogue reduces each block of 128 logits to (max, Σ exp, argmax); no logits reach memory).
+ * argmax); without, FP32 uses d_logp as scratch for the logits and FP16 / BF16 leave it untouched
+ * (their GEMM epilogue reduces each block of 128 logits to (max, Σ exp, argmax); no logits reach
+ * memory).
  * Enqueued on the state's stream. */
 int conformer_gpu_ctc_argmax(conformer_gpu_state_t *s, int *d_arg, float *d_best, float *d_logp,
                              int want_logp, const float *d_enc, const int *enc_lens, int batch,
@@ -103,8 +106,8 @@ int conformer_gpu_ctc_argmax(conformer_gpu_state_t *s, int *d_arg, float *d_best
  * seen and replayed after that; up to 32 shapes per state, the least recently used replaced. */
 void conformer_gpu_set_graphs(conformer_gpu_state_t *s, int on);
 
-/* How an FP16 forward runs the feed-forward modules: GEMMS, two GEMMs with the hidden
- * activations in memory; FUSED, one kernel that keeps them on chip (cuda_ffn_f16: Hopper,
+/* How an FP16 or BF16 forward runs the feed-forward modules: GEMMS, two GEMMs with the hidden
+ * activations in memory; FUSED, one kernel that keeps them on chip (cuda_ffn: Hopper,
  * d_model 256, ffn_dim a multiple of 64; elsewhere GEMMS), with the layer norms after the
  * module in its epilogue; AUTO (the default), FUSED where cuda_ffn_f16_prefers the rows (batch x
  * encoder frames). HARK_FFN=gemm|fused in the environment picks one at creation. Drops the
@@ -116,9 +119,9 @@ typedef enum {
 } conformer_ffn_mode_t;
 void conformer_gpu_set_fused_ffn(conformer_gpu_state_t *s, conformer_ffn_mode_t mode);
 
-/* Stage profile of the FP16 path with CUDA events (turns graphs off): after profile(s, 1), each
- * forward / ctc_argmax adds the time of its stages; profile_read waits for the stream and gives
- * the totals (ms) per stage since profiling was turned on. */
+/* Stage profile of the FP16 / BF16 path with CUDA events (turns graphs off): after profile(s, 1),
+ * each forward / ctc_argmax adds the time of its stages; profile_read waits for the stream and
+ * gives the totals (ms) per stage since profiling was turned on. */
 enum {
     CONFORMER_GPU_STAGE_SUBSAMPLE,
     CONFORMER_GPU_STAGE_FFN,

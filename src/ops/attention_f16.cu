@@ -1,8 +1,8 @@
-/* attention_f16.cu — fused multi-head attention over a padded FP16 batch in one pass over key
- * tiles (flash-attention style: scores, masked online softmax in FP32 registers and the value
- * product, mma.sync m16n8k16 with FP32 accumulation); WeNet's rel_selfattn runs as one attention
- * with doubled head width: [q + bu | q + bv] · [k | p]ᵀ. The (batch, heads, t, t) score matrix is
- * never written to memory.
+/* attention_f16.cu — fused multi-head attention over a padded FP16 or BF16 batch (the kernel is a
+ * template over the 16-bit element type) in one pass over key tiles (flash-attention style:
+ * scores, masked online softmax in FP32 registers and the value product, mma.sync m16n8k16 with
+ * FP32 accumulation); WeNet's rel_selfattn runs as one attention with doubled head width:
+ * [q + bu | q + bv] · [k | p]ᵀ. The (batch, heads, t, t) score matrix is never written to memory.
  * CPU reference: attention_ref (ops_cpu.c), masked as softmax_masked_ref.
  * Tests: tests/ops/test_ops_cuda.c (cuda_flash_attention_matches_ref). */
 #include "ops/ops_cuda.h"
@@ -18,45 +18,39 @@
 #define QT 128 /* queries per block (8 warps × 16): each key tile is loaded once per 128 */
 #define KT 64 /* keys per tile */
 
-struct fa_args {
-    const __half *q, *k, *v; /* row (b·t + i), head h at column h·dk; row stride ld */
+template <typename T> struct fa_args {
+    const T *q, *k, *v; /* row (b·t + i), head h at column h·dk; row stride ld */
     long long ld;
-    const __half *p; /* (t, ·) row stride ldp, or NULL */
+    const T *p; /* (t, ·) row stride ldp, or NULL */
     long long ldp;
     const float *bu, *bv; /* (H, dk) or NULL */
     const int *lens;
     int chunk, left, t, heads, dk;
     float scale_log2; /* scale · log2(e) */
-    __half *out;      /* (b·t + i, ·) row stride ldo, head h at h·dk */
+    T *out;           /* (b·t + i, ·) row stride ldo, head h at h·dk */
     long long ldo;
     int vec; /* 16-byte loads allowed */
 };
 
-__device__ __forceinline__ unsigned pack_h2(float lo, float hi)
-{
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *(unsigned *)&h;
-}
-
 /* rows [0, NR) of a tile: dst[r][c] (row stride lds halves) = src row (row0 + r) columns
  * [0, dk) (+ bias[c] in FP32 when given), zero for c in [dk, dkp) and for rows past `rows` */
-template <int DKP, int NR>
-__device__ __forceinline__ void load_rows(__half *dst, int lds, const __half *src, long long ld,
-                                          int row0, int rows, int dk, const float *bias, int vec)
+template <typename T, int DKP, int NR>
+__device__ __forceinline__ void load_rows(T *dst, int lds, const T *src, long long ld, int row0,
+                                          int rows, int dk, const float *bias, int vec)
 {
     constexpr int CH = DKP / 8;
     for (int idx = threadIdx.x; idx < NR * CH; idx += blockDim.x) {
         int r = idx / CH, c8 = (idx - r * CH) * 8;
-        __half *d = dst + r * lds + c8;
-        const __half *s = src + (long long)(row0 + r) * ld + c8;
+        T *d = dst + r * lds + c8;
+        const T *s = src + (long long)(row0 + r) * ld + c8;
         bool row_ok = r < rows;
         if (vec && row_ok && c8 + 8 <= dk) {
             uint4 u = *(const uint4 *)s;
             if (bias) {
-                __half *hv = (__half *)&u;
+                T *hv = (T *)&u;
 #pragma unroll
                 for (int e = 0; e < 8; e++)
-                    hv[e] = __float2half_rn(__half2float(hv[e]) + bias[c8 + e]);
+                    hv[e] = h16<T>::from_f(h16<T>::to_f(hv[e]) + bias[c8 + e]);
             }
             *(uint4 *)d = u;
             continue;
@@ -65,17 +59,17 @@ __device__ __forceinline__ void load_rows(__half *dst, int lds, const __half *sr
         for (int e = 0; e < 8; e++) {
             float v = 0.0f;
             if (row_ok && c8 + e < dk)
-                v = __half2float(s[e]) + (bias ? bias[c8 + e] : 0.0f);
-            d[e] = __float2half_rn(v);
+                v = h16<T>::to_f(s[e]) + (bias ? bias[c8 + e] : 0.0f);
+            d[e] = h16<T>::from_f(v);
         }
     }
 }
 
 /* rows [0, NR) of a tile by cp.async (16-byte chunks; rows past `rows` zero-filled): the key /
  * position / value tiles when every row is DKP aligned halves (a.vec, dk == DKP) */
-template <int DKP, int NR>
-__device__ __forceinline__ void load_rows_async(__half *dst, int lds, const __half *src,
-                                                long long ld, int row0, int rows)
+template <typename T, int DKP, int NR>
+__device__ __forceinline__ void load_rows_async(T *dst, int lds, const T *src, long long ld,
+                                                int row0, int rows)
 {
     constexpr int CH = DKP / 8;
     for (int idx = threadIdx.x; idx < NR * CH; idx += blockDim.x) {
@@ -86,14 +80,15 @@ __device__ __forceinline__ void load_rows_async(__half *dst, int lds, const __ha
 }
 
 /* grid (ceil(t / QT), heads, batch), QT / 16 warps */
-template <int DKP, int REL>
-__global__ void __launch_bounds__(QT * 2, 2) flash_attention_kernel(fa_args a)
+/* E: the 16-bit element type (T is the utterance length here) */
+template <typename E, int DKP, int REL>
+__global__ void __launch_bounds__(QT * 2, 2) flash_attention_kernel(fa_args<E> a)
 {
     constexpr int W = REL ? 2 * DKP : DKP; /* score width */
     constexpr int LQ = W + 8, LV = DKP + 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     constexpr int KV = KT * LQ + KT * LV; /* one buffer of key (| position) and value rows */
-    __half *sQ = (__half *)smem_raw;      /* (QT, LQ), then two buffers: K (KT, LQ), V (KT, LV) */
+    E *sQ = (E *)smem_raw;                /* (QT, LQ), then two buffers: K (KT, LQ), V (KT, LV) */
     int q0 = blockIdx.x * QT, h = blockIdx.y, b = blockIdx.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     int T = a.t, dk = a.dk, len = a.lens ? min(a.lens[b], T) : T;
@@ -129,28 +124,28 @@ __global__ void __launch_bounds__(QT * 2, 2) flash_attention_kernel(fa_args a)
     bool async = a.vec && dk == DKP;
     auto load_kv = [&](int kt) {
         int j0 = kt * KT;
-        __half *sK = sQ + QT * LQ + (kt & 1) * KV, *sV = sK + KT * LQ;
+        E *sK = sQ + QT * LQ + (kt & 1) * KV, *sV = sK + KT * LQ;
         if (async) {
-            load_rows_async<DKP, KT>(sK, LQ, a.k + rowb * a.ld + hc, a.ld, j0, T - j0);
+            load_rows_async<E, DKP, KT>(sK, LQ, a.k + rowb * a.ld + hc, a.ld, j0, T - j0);
             if (REL)
-                load_rows_async<DKP, KT>(sK + DKP, LQ, a.p + hc, a.ldp, j0, T - j0);
-            load_rows_async<DKP, KT>(sV, LV, a.v + rowb * a.ld + hc, a.ld, j0, T - j0);
+                load_rows_async<E, DKP, KT>(sK + DKP, LQ, a.p + hc, a.ldp, j0, T - j0);
+            load_rows_async<E, DKP, KT>(sV, LV, a.v + rowb * a.ld + hc, a.ld, j0, T - j0);
             cp_async_commit();
             return;
         }
-        load_rows<DKP, KT>(sK, LQ, a.k + rowb * a.ld + hc, a.ld, j0, T - j0, dk, NULL, a.vec);
+        load_rows<E, DKP, KT>(sK, LQ, a.k + rowb * a.ld + hc, a.ld, j0, T - j0, dk, NULL, a.vec);
         if (REL)
-            load_rows<DKP, KT>(sK + DKP, LQ, a.p + hc, a.ldp, j0, T - j0, dk, NULL, a.vec);
-        load_rows<DKP, KT>(sV, LV, a.v + rowb * a.ld + hc, a.ld, j0, T - j0, dk, NULL, a.vec);
+            load_rows<E, DKP, KT>(sK + DKP, LQ, a.p + hc, a.ldp, j0, T - j0, dk, NULL, a.vec);
+        load_rows<E, DKP, KT>(sV, LV, a.v + rowb * a.ld + hc, a.ld, j0, T - j0, dk, NULL, a.vec);
     };
     if (async && ntiles > 0)
         load_kv(0); /* in flight while Q' is loaded */
     /* Q' = [q + bu | q + bv] (REL) or q */
-    load_rows<DKP, QT>(sQ, LQ, a.q + rowb * a.ld + hc, a.ld, q0, T - q0, dk,
-                   a.bu ? a.bu + hc : NULL, a.vec);
+    load_rows<E, DKP, QT>(sQ, LQ, a.q + rowb * a.ld + hc, a.ld, q0, T - q0, dk,
+                          a.bu ? a.bu + hc : NULL, a.vec);
     if (REL)
-        load_rows<DKP, QT>(sQ + DKP, LQ, a.q + rowb * a.ld + hc, a.ld, q0, T - q0, dk,
-                       a.bv ? a.bv + hc : NULL, a.vec);
+        load_rows<E, DKP, QT>(sQ + DKP, LQ, a.q + rowb * a.ld + hc, a.ld, q0, T - q0, dk,
+                              a.bv ? a.bv + hc : NULL, a.vec);
     for (int kt = 0; kt < ntiles; kt++) {
         int j0 = kt * KT;
         __syncthreads(); /* tile kt - 1 is consumed (and Q' is written, the first time) */
@@ -164,7 +159,7 @@ __global__ void __launch_bounds__(QT * 2, 2) flash_attention_kernel(fa_args a)
             load_kv(kt);
         }
         __syncthreads();
-        const __half *sK = sQ + QT * LQ + (kt & 1) * KV, *sV = sK + KT * LQ;
+        const E *sK = sQ + QT * LQ + (kt & 1) * KV, *sV = sK + KT * LQ;
 
         float s[KT / 8][4];
 #pragma unroll
@@ -181,8 +176,8 @@ __global__ void __launch_bounds__(QT * 2, 2) flash_attention_kernel(fa_args a)
                 unsigned bf[4];
                 ldsm_x4(bf, sK + (np * 16 + (lane & 7) + (lane >> 4) * 8) * LQ + ks * 16 +
                                 ((lane >> 3) & 1) * 8);
-                mma16816(s[2 * np], af, bf[0], bf[1]);
-                mma16816(s[2 * np + 1], af, bf[2], bf[3]);
+                mma16816<E>(s[2 * np], af, bf[0], bf[1]);
+                mma16816<E>(s[2 * np + 1], af, bf[2], bf[3]);
             }
         }
         /* mask, online softmax (base 2) */
@@ -226,17 +221,17 @@ __global__ void __launch_bounds__(QT * 2, 2) flash_attention_kernel(fa_args a)
         /* o += P · V: P's accumulator layout is the A fragment of the next mma */
 #pragma unroll
         for (int kk = 0; kk < KT / 16; kk++) {
-            unsigned pa[4] = {pack_h2(s[2 * kk][0], s[2 * kk][1]),
-                              pack_h2(s[2 * kk][2], s[2 * kk][3]),
-                              pack_h2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack_h2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            unsigned pa[4] = {pack2<E>(s[2 * kk][0], s[2 * kk][1]),
+                              pack2<E>(s[2 * kk][2], s[2 * kk][3]),
+                              pack2<E>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              pack2<E>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
             for (int dn = 0; dn < DKP / 16; dn++) {
                 unsigned vf[4];
                 ldsm_x4_t(vf, sV + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LV + dn * 16 +
                                   (lane >> 4) * 8);
-                mma16816(o[2 * dn], pa, vf[0], vf[1]);
-                mma16816(o[2 * dn + 1], pa, vf[2], vf[3]);
+                mma16816<E>(o[2 * dn], pa, vf[0], vf[1]);
+                mma16816<E>(o[2 * dn + 1], pa, vf[2], vf[3]);
             }
         }
     }
@@ -253,34 +248,34 @@ __global__ void __launch_bounds__(QT * 2, 2) flash_attention_kernel(fa_args a)
         int i = q0 + warp * 16 + g + rs * 8;
         if (i >= T)
             continue;
-        __half *dst = a.out + (rowb + i) * a.ldo + hc;
+        E *dst = a.out + (rowb + i) * a.ldo + hc;
 #pragma unroll
         for (int j = 0; j < DKP / 8; j++) {
             int c = j * 8 + t4 * 2;
             float v0 = o[j][rs * 2] * inv[rs], v1 = o[j][rs * 2 + 1] * inv[rs];
             if (c + 1 < dk && a.vec)
-                *(__half2 *)(dst + c) = __floats2half2_rn(v0, v1);
+                *(typename h16<E>::T2 *)(dst + c) = h16<E>::from_f2(v0, v1);
             else {
                 if (c < dk)
-                    dst[c] = __float2half_rn(v0);
+                    dst[c] = h16<E>::from_f(v0);
                 if (c + 1 < dk)
-                    dst[c + 1] = __float2half_rn(v1);
+                    dst[c + 1] = h16<E>::from_f(v1);
             }
         }
     }
 }
 
-template <int DKP, int REL>
-static int fa_launch(const fa_args &a, int batch, cudaStream_t st, hark_err_t *err)
+template <typename T, int DKP, int REL>
+static int fa_launch(const fa_args<T> &a, int batch, cudaStream_t st, hark_err_t *err)
 {
     constexpr int W = REL ? 2 * DKP : DKP;
     constexpr size_t smem = ((size_t)QT * (W + 8) + 2 * ((size_t)KT * (W + 8) + KT * (DKP + 8))) * 2;
     static bool set[64];
-    cudaError_t e = ops_smem_opt_in((const void *)flash_attention_kernel<DKP, REL>, smem, set);
+    cudaError_t e = ops_smem_opt_in((const void *)flash_attention_kernel<T, DKP, REL>, smem, set);
     if (e != cudaSuccess)
         return err_set(err, HARK_ERR_CUDA, "cuda: flash attention smem: %s", cudaGetErrorString(e));
     dim3 grid((unsigned)((a.t + QT - 1) / QT), (unsigned)a.heads, (unsigned)batch);
-    flash_attention_kernel<DKP, REL><<<grid, QT * 2, smem, st>>>(a);
+    flash_attention_kernel<T, DKP, REL><<<grid, QT * 2, smem, st>>>(a);
     e = cudaGetLastError();
     return e != cudaSuccess ? err_set(err, HARK_ERR_CUDA, "cuda: flash_attention_kernel: %s",
                                       cudaGetErrorString(e))
@@ -297,24 +292,18 @@ extern "C" int cuda_flash_attention_supported(int dk)
     return dk > 0 && dk <= 128;
 }
 
-extern "C" int cuda_flash_attention(void *ctx, long long ldo, const void *q, const void *k,
-                                    const void *v, long long ld, const void *p, long long ldp,
-                                    const float *bu, const float *bvp, const int *lens, int chunk,
-                                    int left, int batch, int t, int heads, int dk, float scale,
-                                    void *stream, hark_err_t *err)
+template <typename T>
+static int fa_run(void *ctx, long long ldo, const void *q, const void *k, const void *v,
+                  long long ld, const void *p, long long ldp, const float *bu, const float *bvp,
+                  const int *lens, int chunk, int left, int batch, int t, int heads, int dk,
+                  float scale, cudaStream_t st, hark_err_t *err)
 {
-    if (batch <= 0 || t <= 0)
-        return HARK_OK;
-    if (!cuda_flash_attention_supported(dk) || heads <= 0 || heads > 65535 || batch > 65535)
-        return err_set(err, HARK_ERR_INVALID_ARG,
-                       "flash attention: head width %d (1..128), %d heads, batch %d", dk, heads,
-                       batch);
-    fa_args a;
-    a.q = (const __half *)q;
-    a.k = (const __half *)k;
-    a.v = (const __half *)v;
+    fa_args<T> a;
+    a.q = (const T *)q;
+    a.k = (const T *)k;
+    a.v = (const T *)v;
     a.ld = ld;
-    a.p = (const __half *)p;
+    a.p = (const T *)p;
     a.ldp = ldp;
     a.bu = bu;
     a.bv = bvp;
@@ -325,15 +314,38 @@ extern "C" int cuda_flash_attention(void *ctx, long long ldo, const void *q, con
     a.heads = heads;
     a.dk = dk;
     a.scale_log2 = scale * 1.4426950408889634f;
-    a.out = (__half *)ctx;
+    a.out = (T *)ctx;
     a.ldo = ldo;
     a.vec = dk % 8 == 0 && ld % 8 == 0 && ldo % 8 == 0 && (!p || ldp % 8 == 0) && al16(q) &&
             al16(k) && al16(v) && al16(ctx) && (!p || al16(p));
-    cudaStream_t st = (cudaStream_t)stream;
     int rel = p != NULL;
     if (dk <= 32)
-        return rel ? fa_launch<32, 1>(a, batch, st, err) : fa_launch<32, 0>(a, batch, st, err);
+        return rel ? fa_launch<T, 32, 1>(a, batch, st, err)
+                   : fa_launch<T, 32, 0>(a, batch, st, err);
     if (dk <= 64)
-        return rel ? fa_launch<64, 1>(a, batch, st, err) : fa_launch<64, 0>(a, batch, st, err);
-    return rel ? fa_launch<128, 1>(a, batch, st, err) : fa_launch<128, 0>(a, batch, st, err);
+        return rel ? fa_launch<T, 64, 1>(a, batch, st, err)
+                   : fa_launch<T, 64, 0>(a, batch, st, err);
+    return rel ? fa_launch<T, 128, 1>(a, batch, st, err) : fa_launch<T, 128, 0>(a, batch, st, err);
+}
+
+extern "C" int cuda_flash_attention(void *ctx, ops_dtype_t dt, long long ldo, const void *q,
+                                    const void *k, const void *v, long long ld, const void *p,
+                                    long long ldp, const float *bu, const float *bvp,
+                                    const int *lens, int chunk, int left, int batch, int t,
+                                    int heads, int dk, float scale, void *stream, hark_err_t *err)
+{
+    if (batch <= 0 || t <= 0)
+        return HARK_OK;
+    if (!cuda_flash_attention_supported(dk) || heads <= 0 || heads > 65535 || batch > 65535 ||
+        (dt != OPS_F16 && dt != OPS_BF16))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "flash attention: head width %d (1..128), %d heads, batch %d, dtype %d "
+                       "(16-bit)",
+                       dk, heads, batch, (int)dt);
+    cudaStream_t st = (cudaStream_t)stream;
+    if (dt == OPS_BF16)
+        return fa_run<__nv_bfloat16>(ctx, ldo, q, k, v, ld, p, ldp, bu, bvp, lens, chunk, left,
+                                     batch, t, heads, dk, scale, st, err);
+    return fa_run<__half>(ctx, ldo, q, k, v, ld, p, ldp, bu, bvp, lens, chunk, left, batch, t,
+                          heads, dk, scale, st, err);
 }

@@ -1,4 +1,5 @@
-/* ffn_f16.cu — the Conformer feed-forward module as one Hopper kernel:
+/* ffn_f16.cu — the Conformer feed-forward module as one Hopper kernel, for either 16-bit type
+ * (FP16 or BF16 operands: the kernel is a template over the element type; "half" below is it):
  *     x (m, 256) float += alpha · (act(a · w1ᵀ + b1) · w2ᵀ + b2), then the layer norms after it
  * A block takes 128 rows of a (two warpgroups of 64) and walks the hidden dimension in chunks of
  * 64: s = a · w1[chunk]ᵀ (wgmma m64n64k16, both operands in shared memory), then bias +
@@ -37,64 +38,75 @@
 
 /* s (64 x 64, this warpgroup's fragments) = [s +] A (64 x 16) · B (64 x 16)ᵀ, both from shared
  * memory; acc 0: s is overwritten */
+#define WGMMA_M64N64K16_ASM(TY)                                                                    \
+    asm volatile(                                                                                  \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                               \
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " "                                \
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "        \
+        "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, "        \
+        "p, 1, 1, 0, 0;\n}\n"                                                                      \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),      \
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),  \
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),            \
+          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),            \
+          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])             \
+        : "l"(da), "l"(db), "r"(acc))
+template <typename T>
 __device__ __forceinline__ void wgmma_m64n64k16(float d[32], uint64_t da, uint64_t db, int acc)
 {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
-                 "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, "
-                 "p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31])
-                 : "l"(da), "l"(db), "r"(acc));
+    if constexpr (h16<T>::bf16)
+        WGMMA_M64N64K16_ASM("bf16");
+    else
+        WGMMA_M64N64K16_ASM("f16");
 }
+#undef WGMMA_M64N64K16_ASM
 
-/* d (64 x 256) += A (64 x 16, FP16 fragments in registers, the mma.sync m16n8k16 A layout per
+/* d (64 x 256) += A (64 x 16, 16-bit fragments in registers, the mma.sync m16n8k16 A layout per
  * warp) · B (256 x 16)ᵀ from shared memory */
+#define WGMMA_M64N256K16_RS_ASM(TY)                                                                \
+    asm volatile(                                                                                  \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                                 \
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " "                               \
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "   \
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "    \
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "    \
+        "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, "    \
+        "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, "    \
+        "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, "      \
+        "%103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, "     \
+        "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, "   \
+        "%131}, %132, p, 1, 1, 0;\n}\n"                                                            \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),      \
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),  \
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),            \
+          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),            \
+          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),            \
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),            \
+          "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),            \
+          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),            \
+          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),            \
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),            \
+          "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]),            \
+          "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]),            \
+          "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),            \
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]),            \
+          "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),            \
+          "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),            \
+          "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),        \
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),      \
+          "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),      \
+          "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),      \
+          "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])       \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db))
+template <typename T>
 __device__ __forceinline__ void wgmma_m64n256k16_rs(float d[128], const unsigned a[4], uint64_t db)
 {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
-        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
-        "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "
-        "%55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, "
-        "%73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, "
-        "%91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, "
-        "%107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, "
-        "%122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-          "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
-          "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
-          "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
-          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
-          "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
-          "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
-          "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
-          "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
-          "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+    if constexpr (h16<T>::bf16)
+        WGMMA_M64N256K16_RS_ASM("bf16");
+    else
+        WGMMA_M64N256K16_RS_ASM("f16");
 }
-
-__device__ __forceinline__ unsigned pack_h2(float lo, float hi)
-{
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *(unsigned *)&h;
-}
+#undef WGMMA_M64N256K16_RS_ASM
 
 /* byte offset of 16-byte chunk c of row r in a K-major 128-byte-swizzled tile of `rows` rows and
  * 8 · (number of atoms) chunks: atoms of 64 columns are rows · 128 bytes apart */
@@ -103,10 +115,10 @@ __device__ __forceinline__ unsigned sw_off(int r, int c, int rows)
     return (unsigned)((c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
-template <int ACT>
+template <typename T, int ACT>
 __global__ void __launch_bounds__(FF_THREADS, 1)
-    ffn_wgmma_kernel(float *__restrict__ x, const __half *a, const __half *__restrict__ w1,
-                     const float *__restrict__ b1, const __half *__restrict__ w2,
+    ffn_wgmma_kernel(float *__restrict__ x, const T *a, const T *__restrict__ w1,
+                     const float *__restrict__ b1, const T *__restrict__ w2,
                      const float *__restrict__ b2, int M, int F, float alpha, int has_norm,
                      cuda_row_norms_t nm)
 {
@@ -129,7 +141,7 @@ __global__ void __launch_bounds__(FF_THREADS, 1)
     }
     auto load_w1 = [&](int j) { /* rows j·64 .. +63 of w1 (f, 256) */
                                 unsigned char *s = s_w1 + (j & 1) * FF_W1_BYTES;
-                                const __half *src = w1 + (long long)j * FF_HC * FF_D;
+                                const T *src = w1 + (long long)j * FF_HC * FF_D;
 #pragma unroll
                                 for (int i = 0; i < FF_W1_BYTES / 16 / FF_THREADS; i++) {
                                     int id = tid + FF_THREADS * i, r = id >> 5, c = id & 31;
@@ -139,7 +151,7 @@ __global__ void __launch_bounds__(FF_THREADS, 1)
     };
     auto load_w2 = [&](int j) { /* columns j·64 .. +63 of w2 (256, f) */
                                 unsigned char *s = s_w2 + (j & 1) * FF_W2_BYTES;
-                                const __half *src = w2 + (long long)j * FF_HC;
+                                const T *src = w2 + (long long)j * FF_HC;
 #pragma unroll
                                 for (int i = 0; i < FF_W2_BYTES / 16 / FF_THREADS; i++) {
                                     int id = tid + FF_THREADS * i, n = id >> 3, c = id & 7;
@@ -179,8 +191,8 @@ __global__ void __launch_bounds__(FF_THREADS, 1)
         wg_fence();
 #pragma unroll
         for (int ks = 0; ks < FF_D / 16; ks++)
-            wgmma_m64n64k16(s, wg_desc(xs + (ks >> 2) * FF_BM * 128 + (ks & 3) * 32),
-                            wg_desc(w1s + (ks >> 2) * FF_HC * 128 + (ks & 3) * 32), ks > 0);
+            wgmma_m64n64k16<T>(s, wg_desc(xs + (ks >> 2) * FF_BM * 128 + (ks & 3) * 32),
+                               wg_desc(w1s + (ks >> 2) * FF_HC * 128 + (ks & 3) * 32), ks > 0);
         wg_commit();
         wg_wait<0>(); /* S(j) and O(j - 1) */
 #pragma unroll
@@ -202,8 +214,8 @@ __global__ void __launch_bounds__(FF_THREADS, 1)
             float c0 = b1 ? b1[col] : 0.0f, c1 = b1 ? b1[col + 1] : 0.0f;
             /* k-step q / 2 of O: registers {row g lo, row g+8 lo, row g hi, row g+8 hi} */
             int r = (q >> 1) * 4 + (q & 1) * 2;
-            p[r] = pack_h2(epi_act<ACT>(s[4 * q] + c0), epi_act<ACT>(s[4 * q + 1] + c1));
-            p[r + 1] = pack_h2(epi_act<ACT>(s[4 * q + 2] + c0), epi_act<ACT>(s[4 * q + 3] + c1));
+            p[r] = pack2<T>(epi_act<ACT>(s[4 * q] + c0), epi_act<ACT>(s[4 * q + 1] + c1));
+            p[r + 1] = pack2<T>(epi_act<ACT>(s[4 * q + 2] + c0), epi_act<ACT>(s[4 * q + 3] + c1));
         }
         if (wg == 0)
             block_sync_copies();
@@ -211,7 +223,7 @@ __global__ void __launch_bounds__(FF_THREADS, 1)
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < FF_HC / 16; kk++)
-            wgmma_m64n256k16_rs(o, p + kk * 4, wg_desc(w2s + kk * 32));
+            wgmma_m64n256k16_rs<T>(o, p + kk * 4, wg_desc(w2s + kk * 32));
         wg_commit();
         if (wg == 0) /* the copies into the freed buffers, while O(j) runs */
             load_next(j);
@@ -220,16 +232,16 @@ __global__ void __launch_bounds__(FF_THREADS, 1)
 #pragma unroll
     for (int i = 0; i < 128; i++)
         asm volatile("" : "+f"(o[i])::"memory");
-    epi_resid_norms256(o, x, b2, alpha, has_norm, nm, M, m0 + wg * 64 + wq * 16, lane);
+    epi_resid_norms256<T>(o, x, b2, alpha, has_norm, nm, M, m0 + wg * 64 + wq * 16, lane);
 }
 
-template <int ACT>
+template <typename T, int ACT>
 static int ffn_launch(float *x, const void *a, const void *w1, const float *b1, const void *w2,
                       const float *b2, int m, int f, float alpha, const cuda_row_norms_t *norm,
                       cudaStream_t st, hark_err_t *err)
 {
     static bool set[64];
-    auto kern = ffn_wgmma_kernel<ACT>;
+    auto kern = ffn_wgmma_kernel<T, ACT>;
     cudaError_t e = ops_smem_opt_in((const void *)kern, FF_SMEM, set);
     if (e != cudaSuccess)
         return err_set(err, HARK_ERR_CUDA, "cuda: ffn smem attribute: %s", cudaGetErrorString(e));
@@ -237,8 +249,7 @@ static int ffn_launch(float *x, const void *a, const void *w1, const float *b1, 
     if (norm)
         nm = *norm;
     kern<<<(m + FF_BM - 1) / FF_BM, FF_THREADS, FF_SMEM, st>>>(
-        x, (const __half *)a, (const __half *)w1, b1, (const __half *)w2, b2, m, f, alpha,
-        norm != NULL, nm);
+        x, (const T *)a, (const T *)w1, b1, (const T *)w2, b2, m, f, alpha, norm != NULL, nm);
     e = cudaGetLastError();
     if (e != cudaSuccess)
         return err_set(err, HARK_ERR_CUDA, "cuda: ffn_wgmma_kernel: %s", cudaGetErrorString(e));
@@ -261,28 +272,44 @@ extern "C" int cuda_ffn_f16_prefers(const ops_cuda_t *g, int m)
     return blocks * 10 >= waves * g->sms * 7;
 }
 
+template <typename T>
+static int ffn_run(float *x, const void *a, const void *w1, const float *b1, const void *w2,
+                   const float *b2, int m, int f, cuda_act_t act, float alpha,
+                   const cuda_row_norms_t *norm, cudaStream_t st, hark_err_t *err)
+{
+    switch (act) {
+    case CUDA_ACT_RELU:
+        return ffn_launch<T, CUDA_ACT_RELU>(x, a, w1, b1, w2, b2, m, f, alpha, norm, st, err);
+    case CUDA_ACT_SWISH:
+        return ffn_launch<T, CUDA_ACT_SWISH>(x, a, w1, b1, w2, b2, m, f, alpha, norm, st, err);
+    case CUDA_ACT_GELU:
+        return ffn_launch<T, CUDA_ACT_GELU>(x, a, w1, b1, w2, b2, m, f, alpha, norm, st, err);
+    default:
+        return ffn_launch<T, CUDA_ACT_NONE>(x, a, w1, b1, w2, b2, m, f, alpha, norm, st, err);
+    }
+}
+
+extern "C" int cuda_ffn(float *x, ops_dtype_t dt, const void *a, const void *w1, const float *b1,
+                        const void *w2, const float *b2, int m, int d, int f, cuda_act_t act,
+                        float alpha, const cuda_row_norms_t *norm, ops_cuda_t *g, hark_err_t *err)
+{
+    if (!x || !a || !w1 || !w2 || m < 0 || !cuda_ffn_f16_fits(g, d, f) ||
+        (dt != OPS_F16 && dt != OPS_BF16) || (norm && (norm->x_sel < 0 || norm->x_sel > 2)))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "cuda_ffn: needs a Hopper GPU, d = %d, f a multiple of %d and a 16-bit "
+                       "type (d %d, f %d, m %d, dtype %d)",
+                       FF_D, FF_HC, d, f, m, (int)dt);
+    if (m == 0)
+        return HARK_OK;
+    if (dt == OPS_BF16)
+        return ffn_run<__nv_bfloat16>(x, a, w1, b1, w2, b2, m, f, act, alpha, norm, g->stream, err);
+    return ffn_run<__half>(x, a, w1, b1, w2, b2, m, f, act, alpha, norm, g->stream, err);
+}
+
 extern "C" int cuda_ffn_f16(float *x, const void *a, const void *w1, const float *b1,
                             const void *w2, const float *b2, int m, int d, int f, cuda_act_t act,
                             float alpha, const cuda_row_norms_t *norm, ops_cuda_t *g,
                             hark_err_t *err)
 {
-    if (!x || !a || !w1 || !w2 || m < 0 || !cuda_ffn_f16_fits(g, d, f) ||
-        (norm && (norm->x_sel < 0 || norm->x_sel > 2)))
-        return err_set(err, HARK_ERR_INVALID_ARG,
-                       "cuda_ffn_f16: needs a Hopper GPU, d = %d and f a multiple of %d (d %d, "
-                       "f %d, m %d)",
-                       FF_D, FF_HC, d, f, m);
-    if (m == 0)
-        return HARK_OK;
-    cudaStream_t st = g->stream;
-    switch (act) {
-    case CUDA_ACT_RELU:
-        return ffn_launch<CUDA_ACT_RELU>(x, a, w1, b1, w2, b2, m, f, alpha, norm, st, err);
-    case CUDA_ACT_SWISH:
-        return ffn_launch<CUDA_ACT_SWISH>(x, a, w1, b1, w2, b2, m, f, alpha, norm, st, err);
-    case CUDA_ACT_GELU:
-        return ffn_launch<CUDA_ACT_GELU>(x, a, w1, b1, w2, b2, m, f, alpha, norm, st, err);
-    default:
-        return ffn_launch<CUDA_ACT_NONE>(x, a, w1, b1, w2, b2, m, f, alpha, norm, st, err);
-    }
+    return cuda_ffn(x, OPS_F16, a, w1, b1, w2, b2, m, d, f, act, alpha, norm, g, err);
 }

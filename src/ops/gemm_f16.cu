@@ -1,9 +1,10 @@
-/* gemm_f16.cu — FP16 tensor-core GEMMs with fused epilogues: an mma.sync m16n8k16 kernel (FP32
- * accumulation, cp.async pipeline four stages deep) and a Hopper wgmma kernel, each also an
+/* gemm_f16.cu — FP16 / BF16 tensor-core GEMMs with fused epilogues: an mma.sync m16n8k16 kernel
+ * (FP32 accumulation, cp.async pipeline four stages deep) and a Hopper wgmma kernel, each also an
  * implicit-GEMM 2-D convolution over a channel-last FP16 image. The epilogues are the ones the
  * Conformer needs after a GEMM: bias + activation to FP16, the residual update of the FP32 stream
  * (x = beta·x + alpha·(acc + bias) + pe), FP32 logits, or the CTC head's per-block (max, Σexp,
- * argmax), so no FP32 GEMM output has to reach memory.
+ * argmax), so no FP32 GEMM output has to reach memory. Every kernel is a template over the 16-bit
+ * element type T (__half or __nv_bfloat16, cuda_epi_t.dt): "FP16" and "half" here mean either.
  * CPU references: matmul_ref + activation_ref / axpy_ref / log_softmax_ref, conv2d_ref.
  * cuda_hgemm can instead hand the GEMMs whose epilogue cuBLASLt expresses to cuBLASLt (see
  * ops_cuda.h: ops_gemm_backend_t); the rest always run here.
@@ -25,8 +26,8 @@
 
 /* A operand: plain rows (A[m][k] at a + m·lda + k) or the implicit im2col of a channel-last image
  * in (batch, h, w, cin): row m = (b, ho, wo), column k = (i·kw + j)·cin + ci. */
-struct gemm_a_t {
-    const __half *a;
+template <typename T> struct gemm_a_t {
+    const T *a;
     long long lda;
     int conv, cin, h, w, kw, stride, h_out, w_out;
 };
@@ -55,7 +56,7 @@ __device__ __forceinline__ int swz(int r, int c)
     return r * LDS + ((c ^ (r >> 1)) & 3) * 8;
 }
 
-__device__ __forceinline__ long long a_rowoff(const gemm_a_t &A, int m)
+template <typename T> __device__ __forceinline__ long long a_rowoff(const gemm_a_t<T> &A, int m)
 {
     int per = A.h_out * A.w_out, b = m / per, r = m - b * per, ho = r / A.w_out,
         wo = r - ho * A.w_out;
@@ -65,16 +66,16 @@ __device__ __forceinline__ long long a_rowoff(const gemm_a_t &A, int m)
 
 /* The epilogue of one 16-row slab of accumulators in the mma.sync (and wgmma) fragment layout:
  * acc[j][0..1] at row m_base + g, columns n_base + 8j + 2·t4 (+1); acc[j][2..3] at row + 8. */
-template <int NTL>
+template <typename T, int NTL>
 __device__ __forceinline__ void epi_glu(const gemm_epi_t &E, int M, int N, int m_base, int n_base,
                                         const float (*acc)[4], int lane);
 
-template <int NTL, int MODE, int ACT>
-__device__ __forceinline__ void epi_slab(const gemm_epi_t &E, int M, int N, int m_base,
-                                         int n_base, const float (*acc)[4], int lane)
+template <typename T, int NTL, int MODE, int ACT>
+__device__ __forceinline__ void epi_slab(const gemm_epi_t &E, int M, int N, int m_base, int n_base,
+                                         const float (*acc)[4], int lane)
 {
     if constexpr (MODE == CUDA_EPI_GLU16) {
-        epi_glu<NTL>(E, M, N, m_base, n_base, acc, lane);
+        epi_glu<T, NTL>(E, M, N, m_base, n_base, acc, lane);
         return;
     }
     int g = lane >> 2, t4 = lane & 3;
@@ -98,15 +99,15 @@ __device__ __forceinline__ void epi_slab(const gemm_epi_t &E, int M, int N, int 
                 v1 += has1 ? E.bias[n + 1] : 0.0f;
             }
             if (MODE == CUDA_EPI_F16) {
-                __half *o = (__half *)E.out + (long long)m * E.ldo + n;
+                T *o = (T *)E.out + (long long)m * E.ldo + n;
                 v0 = epi_act<ACT>(v0);
                 v1 = epi_act<ACT>(v1);
                 if (has1 && pair_ok) {
-                    *(__half2 *)o = __floats2half2_rn(v0, v1);
+                    *(typename h16<T>::T2 *)o = h16<T>::from_f2(v0, v1);
                 } else {
-                    o[0] = __float2half_rn(v0);
+                    o[0] = h16<T>::from_f(v0);
                     if (has1)
-                        o[1] = __float2half_rn(v1);
+                        o[1] = h16<T>::from_f(v1);
                 }
             } else if (MODE == CUDA_EPI_RESID32) {
                 float *o = (float *)E.out + (long long)m * E.ldo + n;
@@ -139,7 +140,7 @@ __device__ __forceinline__ void epi_slab(const gemm_epi_t &E, int M, int N, int 
  * A 4 x 4 transpose over each quad's 4 groups (three shuffles) gives each thread the 4
  * consecutive outputs of one group: one 8-byte store instead of four 2-byte ones. All lanes run
  * the shuffles (rows past M included). */
-template <int NTL>
+template <typename T, int NTL>
 __device__ __forceinline__ void epi_glu(const gemm_epi_t &E, int M, int N, int m_base, int n_base,
                                         const float (*acc)[4], int lane)
 {
@@ -177,16 +178,17 @@ __device__ __forceinline__ void epi_glu(const gemm_epi_t &E, int M, int N, int m
             int c0 = n_base / 2 + (j0 + t4) * 4; /* w[e]: output column c0 + e */
             if (m >= M || c0 >= ho)
                 continue;
-            __half *o = (__half *)E.out + (long long)m * E.ldo + c0;
+            T *o = (T *)E.out + (long long)m * E.ldo + c0;
             if (vec && c0 + 4 <= ho) {
-                __half2 p0 = __floats2half2_rn(w[0], w[1]), p1 = __floats2half2_rn(w[2], w[3]);
+                typename h16<T>::T2 p0 = h16<T>::from_f2(w[0], w[1]),
+                                    p1 = h16<T>::from_f2(w[2], w[3]);
                 uint2 u = make_uint2(*(unsigned *)&p0, *(unsigned *)&p1);
                 *(uint2 *)o = u;
             } else {
 #pragma unroll
                 for (int e = 0; e < 4; e++)
                     if (c0 + e < ho)
-                        o[e] = __float2half_rn(w[e]);
+                        o[e] = h16<T>::from_f(w[e]);
             }
         }
     }
@@ -332,22 +334,22 @@ __device__ __forceinline__ void epi_lse_quad(const gemm_epi_t &E, int M, int N, 
  * over M tiles (neighbouring blocks share A rows; the weights stay in L2). MODE and ACT fix the
  * epilogue at compile time; CONV: 0 plain rows, 1 implicit conv with cin % 32 == 0 (a k tile is
  * one filter tap: its offset advances incrementally), 2 implicit conv with cin % 8 == 0. */
-template <int BM, int BN, int WM, int WN, int MODE, int ACT, int CONV>
+template <typename T, int BM, int BN, int WM, int WN, int MODE, int ACT, int CONV>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
-    hgemm_kernel(gemm_a_t A, const __half *__restrict__ W, int M, int N, int K, gemm_epi_t E)
+    hgemm_kernel(gemm_a_t<T> A, const T *__restrict__ W, int M, int N, int K, gemm_epi_t E)
 {
     constexpr int WARPS_N = BN / WN, NT = (BM / WM) * WARPS_N * 32;
     constexpr int MT = WM / 16, NTL = WN / 8;
     constexpr int A_CH = BM * (BK / 8) / NT, B_CH = BN * (BK / 8) / NT;
     static_assert(A_CH >= 1 && B_CH >= 1 && NTL % 2 == 0, "tile shape");
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    __half *sA = (__half *)smem_raw;     /* (STAGES, BM, LDS) */
-    __half *sB = sA + STAGES * BM * LDS; /* (STAGES, BN, LDS) */
+    T *sA = (T *)smem_raw;          /* (STAGES, BM, LDS) */
+    T *sB = sA + STAGES * BM * LDS; /* (STAGES, BN, LDS) */
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int wm = warp / WARPS_N, wn = warp % WARPS_N;
     int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
 
-    const __half *a_ptr[A_CH];
+    const T *a_ptr[A_CH];
     bool a_ok[A_CH];
     int a_sm[A_CH], a_kc[A_CH];
 #pragma unroll
@@ -359,7 +361,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
         long long off = !a_ok[i] ? 0 : CONV ? a_rowoff(A, m) : (long long)m * A.lda;
         a_ptr[i] = A.a + off + (CONV == 2 ? 0 : a_kc[i]);
     }
-    const __half *b_ptr[B_CH];
+    const T *b_ptr[B_CH];
     bool b_ok[B_CH];
     int b_sm[B_CH], b_kc[B_CH];
 #pragma unroll
@@ -374,7 +376,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     int ci0 = 0, ti = 0, tj = 0; /* CONV 1: the channel block and filter tap of the next tile */
 
     auto load_tile = [&](int stage, int kt) {
-        __half *da = sA + stage * BM * LDS, *db = sB + stage * BN * LDS;
+        T *da = sA + stage * BM * LDS, *db = sB + stage * BN * LDS;
         long long koff = (long long)kt * BK;
         if (CONV == 1) { /* tiles are loaded in order 0, 1, 2, ... */
             koff = ((long long)ti * A.w + tj) * A.cin + ci0;
@@ -391,7 +393,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
         for (int i = 0; i < A_CH; i++) {
             int k = kt * BK + a_kc[i];
             bool ok = a_ok[i] && k < K;
-            const __half *src = a_ptr[i] + koff;
+            const T *src = a_ptr[i] + koff;
             if (CONV == 2 && ok) {
                 int ij = k / A.cin, ci = k - ij * A.cin, ii = ij / A.kw, jj = ij - ii * A.kw;
                 src = a_ptr[i] + ((long long)ii * A.w + jj) * A.cin + ci;
@@ -428,7 +430,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
         if (nk < KT)
             load_tile(nk % STAGES, nk);
         cp_async_commit();
-        const __half *ta = sA + (kt % STAGES) * BM * LDS, *tb = sB + (kt % STAGES) * BN * LDS;
+        const T *ta = sA + (kt % STAGES) * BM * LDS, *tb = sB + (kt % STAGES) * BN * LDS;
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 16) {
             unsigned af[MT][4], bf[NTL / 2][4];
@@ -443,7 +445,8 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
             for (int i = 0; i < MT; i++)
 #pragma unroll
                 for (int j = 0; j < NTL; j++)
-                    mma16816(acc[i][j], af[i], bf[j >> 1][(j & 1) * 2], bf[j >> 1][(j & 1) * 2 + 1]);
+                    mma16816<T>(acc[i][j], af[i], bf[j >> 1][(j & 1) * 2],
+                                bf[j >> 1][(j & 1) * 2 + 1]);
         }
     }
     cp_async_wait<0>();
@@ -454,7 +457,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
         /* each thread owns column pairs (n, n + 1) of rows g and g + 8 of each mma tile */
 #pragma unroll
         for (int i = 0; i < MT; i++)
-            epi_slab<NTL, MODE, ACT>(E, M, N, m0 + wm * WM + i * 16, n0 + wn * WN, acc[i], lane);
+            epi_slab<T, NTL, MODE, ACT>(E, M, N, m0 + wm * WM + i * 16, n0 + wn * WN, acc[i], lane);
     }
 }
 
@@ -471,35 +474,85 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 #define WG_TILE_BYTES (WG_BM * WG_BK * 2) /* = WG_BN * WG_BK * 2 */
 
 /* d (64 × 128, this warpgroup's fragments) += A (64 × 16) · B (128 × 16)ᵀ from shared memory */
+#define WGMMA_M64N128K16_ASM(TY)                                                                   \
+    asm volatile(                                                                                  \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                                 \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " "                               \
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "   \
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "    \
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "    \
+        "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"    \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),      \
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),  \
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),            \
+          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),            \
+          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),            \
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),            \
+          "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),            \
+          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),            \
+          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),            \
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),            \
+          "+f"(d[62]), "+f"(d[63])                                                                 \
+        : "l"(da), "l"(db))
+template <typename T>
 __device__ __forceinline__ void wgmma_m64n128k16(float d[64], uint64_t da, uint64_t db)
 {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(da), "l"(db));
+    if constexpr (h16<T>::bf16)
+        WGMMA_M64N128K16_ASM("bf16");
+    else
+        WGMMA_M64N128K16_ASM("f16");
 }
+#undef WGMMA_M64N128K16_ASM
 
 /* d (64 × 256, this warpgroup's fragments) += A (64 × 16) · B (256 × 16)ᵀ from shared memory */
+#define WGMMA_M64N256K16_ASM(TY)                                                                   \
+    asm volatile(                                                                                  \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                                 \
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " "                               \
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "   \
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "    \
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "    \
+        "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, "    \
+        "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, "    \
+        "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, "      \
+        "%103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, "     \
+        "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, " \
+        "0, 0;\n}\n"                                                                               \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),      \
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),  \
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),            \
+          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),            \
+          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),            \
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),            \
+          "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),            \
+          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),            \
+          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),            \
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),            \
+          "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]),            \
+          "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]),            \
+          "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),            \
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]),            \
+          "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),            \
+          "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),            \
+          "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),        \
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),      \
+          "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),      \
+          "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),      \
+          "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])       \
+        : "l"(da), "l"(db))
+template <typename T>
 __device__ __forceinline__ void wgmma_m64n256k16(float d[128], uint64_t da, uint64_t db)
 {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-                 : "l"(da), "l"(db));
+    if constexpr (h16<T>::bf16)
+        WGMMA_M64N256K16_ASM("bf16");
+    else
+        WGMMA_M64N256K16_ASM("f16");
 }
+#undef WGMMA_M64N256K16_ASM
 
-template <int MODE, int ACT, int CONV, int STG, int BN>
+template <typename T, int MODE, int ACT, int CONV, int STG, int BN>
 __global__ void __launch_bounds__(WG_THREADS, STG == 3 && BN == 128 ? 2 : 1)
-    hgemm_wgmma_kernel(gemm_a_t A, const __half *__restrict__ W, int M, int N, int K, gemm_epi_t E)
+    hgemm_wgmma_kernel(gemm_a_t<T> A, const T *__restrict__ W, int M, int N, int K, gemm_epi_t E)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     unsigned base = (unsigned)__cvta_generic_to_shared(smem_raw);
@@ -515,7 +568,7 @@ __global__ void __launch_bounds__(WG_THREADS, STG == 3 && BN == 128 ? 2 : 1)
     /* this thread's chunks: rows tid / 8 + 32·i, chunk tid mod 8 (the same for A and B), at
      * s_off + 4096·i in the tile (32 rows of 128 bytes further, same swizzle phase) */
     int kc = (tid & 7) * 8, r0 = tid >> 3;
-    const __half *a_ptr[CH], *b_ptr[CHB];
+    const T *a_ptr[CH], *b_ptr[CHB];
     bool a_ok[CH], b_ok[CHB];
     unsigned s_off = (unsigned)(r0 * 128 + (((tid & 7) ^ (r0 & 7)) * 16));
 #pragma unroll
@@ -552,7 +605,7 @@ __global__ void __launch_bounds__(WG_THREADS, STG == 3 && BN == 128 ? 2 : 1)
 #pragma unroll
         for (int i = 0; i < CH; i++) {
             bool ok = a_ok[i] && k < K;
-            const __half *src = a_ptr[i] + koff;
+            const T *src = a_ptr[i] + koff;
             if (CONV == 2 && ok) {
                 int ij = k / A.cin, ci = k - ij * A.cin, ii = ij / A.kw, jj = ij - ii * A.kw;
                 src = a_ptr[i] + ((long long)ii * A.w + jj) * A.cin + ci;
@@ -590,9 +643,9 @@ __global__ void __launch_bounds__(WG_THREADS, STG == 3 && BN == 128 ? 2 : 1)
 #pragma unroll
         for (int ks = 0; ks < WG_BK / 16; ks++) {
             if constexpr (BN == 256)
-                wgmma_m64n256k16(d, wg_desc(sa + ks * 32), wg_desc(sb + ks * 32));
+                wgmma_m64n256k16<T>(d, wg_desc(sa + ks * 32), wg_desc(sb + ks * 32));
             else
-                wgmma_m64n128k16(d, wg_desc(sa + ks * 32), wg_desc(sb + ks * 32));
+                wgmma_m64n128k16<T>(d, wg_desc(sa + ks * 32), wg_desc(sb + ks * 32));
         }
         wg_commit();
         wg_wait<1>();
@@ -607,11 +660,11 @@ __global__ void __launch_bounds__(WG_THREADS, STG == 3 && BN == 128 ? 2 : 1)
         epi_lse_quad<BN / 8>(E, M, N, m0 + wg * 64 + wq * 16, n0, (const float(*)[4])d, lane);
     } else if constexpr (MODE == EPI_RESID_NORM) {
         static_assert(BN == ROW_D, "whole rows");
-        epi_resid_norms256(d, (float *)E.out, E.bias, E.alpha, E.has_norm != 0, E.nm, M,
-                           m0 + wg * 64 + wq * 16, lane);
+        epi_resid_norms256<T>(d, (float *)E.out, E.bias, E.alpha, E.has_norm != 0, E.nm, M,
+                              m0 + wg * 64 + wq * 16, lane);
     } else {
-        epi_slab<BN / 8, MODE, ACT>(E, M, N, m0 + wg * 64 + wq * 16, n0, (const float(*)[4])d,
-                                    lane);
+        epi_slab<T, BN / 8, MODE, ACT>(E, M, N, m0 + wg * 64 + wq * 16, n0, (const float(*)[4])d,
+                                       lane);
     }
 }
 
@@ -623,13 +676,13 @@ static int launched(hark_err_t *err, const char *what)
                             : HARK_OK;
 }
 
-template <int BM, int BN, int WM, int WN, int MODE, int ACT, int CONV>
-static int hgemm_launch(const gemm_a_t &A, const __half *W, int M, int N, int K,
-                        const gemm_epi_t &E, cudaStream_t st, hark_err_t *err)
+template <typename T, int BM, int BN, int WM, int WN, int MODE, int ACT, int CONV>
+static int hgemm_launch(const gemm_a_t<T> &A, const T *W, int M, int N, int K, const gemm_epi_t &E,
+                        cudaStream_t st, hark_err_t *err)
 {
     constexpr int threads = (BM / WM) * (BN / WN) * 32;
-    constexpr size_t smem = (size_t)STAGES * (BM + BN) * LDS * sizeof(__half);
-    auto kern = hgemm_kernel<BM, BN, WM, WN, MODE, ACT, CONV>;
+    constexpr size_t smem = (size_t)STAGES * (BM + BN) * LDS * sizeof(T);
+    auto kern = hgemm_kernel<T, BM, BN, WM, WN, MODE, ACT, CONV>;
     static bool set[64];
     cudaError_t e = ops_smem_opt_in((const void *)kern, smem, set);
     if (e != cudaSuccess)
@@ -639,12 +692,12 @@ static int hgemm_launch(const gemm_a_t &A, const __half *W, int M, int N, int K,
     return launched(err, "hgemm_kernel");
 }
 
-template <int MODE, int ACT, int CONV, int STG, int BN>
-static int wgmma_launch_stg(const gemm_a_t &A, const __half *W, int M, int N, int K,
+template <typename T, int MODE, int ACT, int CONV, int STG, int BN>
+static int wgmma_launch_stg(const gemm_a_t<T> &A, const T *W, int M, int N, int K,
                             const gemm_epi_t &E, cudaStream_t st, hark_err_t *err)
 {
     constexpr size_t smem = (size_t)STG * (WG_TILE_BYTES + BN * WG_BK * 2) + 1024;
-    auto kern = hgemm_wgmma_kernel<MODE, ACT, CONV, STG, BN>;
+    auto kern = hgemm_wgmma_kernel<T, MODE, ACT, CONV, STG, BN>;
     static bool set[64];
     cudaError_t e = ops_smem_opt_in((const void *)kern, smem, set);
     if (e != cudaSuccess)
@@ -669,9 +722,9 @@ static bool wide_conv_tiles()
     return on != 0;
 }
 
-template <int MODE, int ACT, int CONV>
-static int wgmma_launch(const gemm_a_t &A, const __half *W, int M, int N, int K,
-                        const gemm_epi_t &E, cudaStream_t st, hark_err_t *err)
+template <typename T, int MODE, int ACT, int CONV>
+static int wgmma_launch(const gemm_a_t<T> &A, const T *W, int M, int N, int K, const gemm_epi_t &E,
+                        cudaStream_t st, hark_err_t *err)
 {
     static int forced = -1;
     if (forced < 0) {
@@ -680,31 +733,31 @@ static int wgmma_launch(const gemm_a_t &A, const __half *W, int M, int N, int K,
     }
     if constexpr (CONV != 0) {
         if (N % 256 == 0 && wide_conv_tiles())
-            return wgmma_launch_stg<MODE, ACT, CONV, 4, 256>(A, W, M, N, K, E, st, err);
+            return wgmma_launch_stg<T, MODE, ACT, CONV, 4, 256>(A, W, M, N, K, E, st, err);
     }
     int stg = forced ? forced : K >= 1024 ? 4 : 3;
     if (stg == 3)
-        return wgmma_launch_stg<MODE, ACT, CONV, 3, 128>(A, W, M, N, K, E, st, err);
-    return wgmma_launch_stg<MODE, ACT, CONV, 4, 128>(A, W, M, N, K, E, st, err);
+        return wgmma_launch_stg<T, MODE, ACT, CONV, 3, 128>(A, W, M, N, K, E, st, err);
+    return wgmma_launch_stg<T, MODE, ACT, CONV, 4, 128>(A, W, M, N, K, E, st, err);
 }
 
 /* big tiles once there are two waves of them on a 132-SM part, small ones before */
-template <int MODE, int ACT, int CONV>
-static int hgemm_tiles(const gemm_a_t &A, const __half *W, int M, int N, int K,
-                       const gemm_epi_t &E, cudaStream_t st, int wgmma, hark_err_t *err)
+template <typename T, int MODE, int ACT, int CONV>
+static int hgemm_tiles(const gemm_a_t<T> &A, const T *W, int M, int N, int K, const gemm_epi_t &E,
+                       cudaStream_t st, int wgmma, hark_err_t *err)
 {
     long long big = (long long)((M + 127) / 128) * ((N + 127) / 128);
     if (wgmma)
-        return wgmma_launch<MODE, ACT, CONV>(A, W, M, N, K, E, st, err);
+        return wgmma_launch<T, MODE, ACT, CONV>(A, W, M, N, K, E, st, err);
     if (big >= 264)
-        return hgemm_launch<128, 128, 64, 32, MODE, ACT, CONV>(A, W, M, N, K, E, st, err);
-    return hgemm_launch<64, 64, 32, 32, MODE, ACT, CONV>(A, W, M, N, K, E, st, err);
+        return hgemm_launch<T, 128, 128, 64, 32, MODE, ACT, CONV>(A, W, M, N, K, E, st, err);
+    return hgemm_launch<T, 64, 64, 32, 32, MODE, ACT, CONV>(A, W, M, N, K, E, st, err);
 }
 
 /* whether the wgmma kernel takes this GEMM under the context's policy: a Hopper GPU, enough
  * 128 x 128 tiles to fill it, and (implicit conv) k tiles that stay inside one filter tap or the
  * generic addressing */
-static bool wgmma_takes(const ops_cuda_t *g, const gemm_a_t &A, int M, int N, int K)
+static bool wgmma_takes(const ops_cuda_t *g, int M, int N, int K)
 {
     /* AUTO: the GEMMs cuBLASLt does not take (pe, the convs; swish/GELU with HARK_LT_ACT_PASS=0) */
     if (g->backend != OPS_GEMM_WGMMA && g->backend != OPS_GEMM_AUTO)
@@ -715,8 +768,9 @@ static bool wgmma_takes(const ops_cuda_t *g, const gemm_a_t &A, int M, int N, in
     return tiles >= 132;
 }
 
-static int hgemm_run(const gemm_a_t &A, const __half *W, int M, int N, int K,
-                     const gemm_epi_t &E, cudaStream_t st, int wg, hark_err_t *err)
+template <typename T>
+static int hgemm_run(const gemm_a_t<T> &A, const T *W, int M, int N, int K, const gemm_epi_t &E,
+                     cudaStream_t st, int wg, hark_err_t *err)
 {
     if (M <= 0 || N <= 0)
         return HARK_OK;
@@ -724,35 +778,35 @@ static int hgemm_run(const gemm_a_t &A, const __half *W, int M, int N, int K,
         if (E.mode != CUDA_EPI_F16 || E.act != CUDA_ACT_RELU)
             return err_set(err, HARK_ERR_INVALID_ARG, "hconv2d: only the F16 + ReLU epilogue");
         if (A.cin % (wg ? WG_BK : BK) == 0)
-            return hgemm_tiles<CUDA_EPI_F16, CUDA_ACT_RELU, 1>(A, W, M, N, K, E, st, wg, err);
-        return hgemm_tiles<CUDA_EPI_F16, CUDA_ACT_RELU, 2>(A, W, M, N, K, E, st, wg, err);
+            return hgemm_tiles<T, CUDA_EPI_F16, CUDA_ACT_RELU, 1>(A, W, M, N, K, E, st, wg, err);
+        return hgemm_tiles<T, CUDA_EPI_F16, CUDA_ACT_RELU, 2>(A, W, M, N, K, E, st, wg, err);
     }
     switch (E.mode) {
     case CUDA_EPI_F16:
         switch (E.act) {
         case CUDA_ACT_RELU:
-            return hgemm_tiles<CUDA_EPI_F16, CUDA_ACT_RELU, 0>(A, W, M, N, K, E, st, wg, err);
+            return hgemm_tiles<T, CUDA_EPI_F16, CUDA_ACT_RELU, 0>(A, W, M, N, K, E, st, wg, err);
         case CUDA_ACT_SWISH:
-            return hgemm_tiles<CUDA_EPI_F16, CUDA_ACT_SWISH, 0>(A, W, M, N, K, E, st, wg, err);
+            return hgemm_tiles<T, CUDA_EPI_F16, CUDA_ACT_SWISH, 0>(A, W, M, N, K, E, st, wg, err);
         case CUDA_ACT_GELU:
-            return hgemm_tiles<CUDA_EPI_F16, CUDA_ACT_GELU, 0>(A, W, M, N, K, E, st, wg, err);
+            return hgemm_tiles<T, CUDA_EPI_F16, CUDA_ACT_GELU, 0>(A, W, M, N, K, E, st, wg, err);
         default:
-            return hgemm_tiles<CUDA_EPI_F16, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, wg, err);
+            return hgemm_tiles<T, CUDA_EPI_F16, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, wg, err);
         }
     case CUDA_EPI_RESID32:
         if (E.has_norm) /* cuda_hgemm checked: Hopper, N = 256 */
-            return wgmma_launch_stg<EPI_RESID_NORM, CUDA_ACT_NONE, 0, 4, ROW_D>(A, W, M, N, K, E,
-                                                                                st, err);
-        return hgemm_tiles<CUDA_EPI_RESID32, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, wg, err);
+            return wgmma_launch_stg<T, EPI_RESID_NORM, CUDA_ACT_NONE, 0, 4, ROW_D>(A, W, M, N, K, E,
+                                                                                   st, err);
+        return hgemm_tiles<T, CUDA_EPI_RESID32, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, wg, err);
     case CUDA_EPI_LSE: /* partials per 128 columns: 128 x 128 tiles, wgmma or mma.sync */
         if (wg)
-            return wgmma_launch<CUDA_EPI_LSE, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, err);
-        return hgemm_launch<128, 128, 64, 32, CUDA_EPI_LSE, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st,
-                                                                            err);
+            return wgmma_launch<T, CUDA_EPI_LSE, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, err);
+        return hgemm_launch<T, 128, 128, 64, 32, CUDA_EPI_LSE, CUDA_ACT_NONE, 0>(A, W, M, N, K, E,
+                                                                                 st, err);
     case CUDA_EPI_GLU16:
-        return hgemm_tiles<CUDA_EPI_GLU16, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, wg, err);
+        return hgemm_tiles<T, CUDA_EPI_GLU16, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, wg, err);
     default:
-        return hgemm_tiles<CUDA_EPI_F32, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, wg, err);
+        return hgemm_tiles<T, CUDA_EPI_F32, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, wg, err);
     }
 }
 
@@ -761,10 +815,18 @@ static bool al16(const void *p)
     return ((uintptr_t)p & 15u) == 0;
 }
 
+/* the GEMM's 16-bit type: cuda_epi_t.dt, OPS_F32 (0, a zeroed struct) read as OPS_F16 */
+static ops_dtype_t epi_dt(const cuda_epi_t *e)
+{
+    return e->dt == OPS_BF16 ? OPS_BF16 : OPS_F16;
+}
+
 static int epi_check(const cuda_epi_t *e, int N, hark_err_t *err)
 {
     if (!e || !e->out)
         return err_set(err, HARK_ERR_INVALID_ARG, "hgemm: no output");
+    if (e->dt != OPS_F32 && e->dt != OPS_F16 && e->dt != OPS_BF16)
+        return err_set(err, HARK_ERR_INVALID_ARG, "hgemm: element type %d", (int)e->dt);
     if (e->mode < CUDA_EPI_F16 || e->mode > CUDA_EPI_GLU16)
         return err_set(err, HARK_ERR_INVALID_ARG, "hgemm: epilogue %d", (int)e->mode);
     if (e->mode == CUDA_EPI_LSE && (e->ldo != CUDA_LSE_TILES(N) || !al16(e->out)))
@@ -807,7 +869,7 @@ static gemm_epi_t epi_of(const cuda_epi_t *e)
 static bool lt_expresses(const cuda_epi_t *e)
 {
     switch (e->mode) {
-    case CUDA_EPI_F16: /* its bias must be half: D's type; swish and GELU run as a second pass */
+    case CUDA_EPI_F16: /* its bias must be D's type (bias_h); swish and GELU: a second pass */
         return !e->bias || e->bias_h;
     case CUDA_EPI_RESID32: /* cuBLASLt adds its bias after alpha */
         return !e->pe && (!e->bias || e->alpha == 1.0f || e->bias_alpha);
@@ -850,12 +912,13 @@ extern "C" ops_gemm_backend_t ops_cuda_last_gemm(const ops_cuda_t *g)
 /* the prepared matmul for this shape and epilogue (NULL: cuBLASLt has no algorithm for it) */
 static lt_plan *lt_get(ops_cuda_t *g, const cuda_epi_t *e, long long lda, int m, int n, int k)
 {
-    int has_bias = e->bias != NULL;
+    int has_bias = e->bias != NULL, dt = (int)epi_dt(e);
     lt_plan *victim = &g->plans[0];
     for (int i = 0; i < LT_PLANS; i++) {
         lt_plan *p = &g->plans[i];
         if (p->used && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldo == e->ldo &&
-            p->mode == (int)e->mode && p->act == (int)e->act && p->has_bias == has_bias) {
+            p->mode == (int)e->mode && p->act == (int)e->act && p->has_bias == has_bias &&
+            p->dt == dt) {
             p->used = ++g->tick;
             return p->ok ? p : NULL;
         }
@@ -866,13 +929,14 @@ static lt_plan *lt_get(ops_cuda_t *g, const cuda_epi_t *e, long long lda, int m,
     lt_plan_free(p);
     p->used = ++g->tick;
     p->m = m, p->n = n, p->k = k, p->lda = lda, p->ldo = e->ldo;
-    p->mode = (int)e->mode, p->act = (int)e->act, p->has_bias = has_bias;
+    p->mode = (int)e->mode, p->act = (int)e->act, p->has_bias = has_bias, p->dt = dt;
     /* row-major out (m, n) = a (m, k) · wᵀ is column-major outᵀ (n, m) = op_T(w) · a */
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     int relu = e->mode == CUDA_EPI_F16 && e->act == CUDA_ACT_RELU; /* others: act_pass */
     cublasLtEpilogue_t ep = has_bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
                                      : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
-    cudaDataType_t dt = e->mode == CUDA_EPI_F16 ? CUDA_R_16F : CUDA_R_32F;
+    cudaDataType_t ab = dt == OPS_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    cudaDataType_t ct = e->mode == CUDA_EPI_F16 ? ab : CUDA_R_32F;
     size_t ws = OPS_WORKSPACE_BYTES;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t res;
@@ -881,9 +945,9 @@ static lt_plan *lt_get(ops_cuda_t *g, const cuda_epi_t *e, long long lda, int m,
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ||
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) ||
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep) ||
-        cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16F, (uint64_t)k, (uint64_t)n, k) ||
-        cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16F, (uint64_t)k, (uint64_t)m, lda) ||
-        cublasLtMatrixLayoutCreate(&p->lc, dt, (uint64_t)n, (uint64_t)m, e->ldo) ||
+        cublasLtMatrixLayoutCreate(&p->la, ab, (uint64_t)k, (uint64_t)n, k) ||
+        cublasLtMatrixLayoutCreate(&p->lb, ab, (uint64_t)k, (uint64_t)m, lda) ||
+        cublasLtMatrixLayoutCreate(&p->lc, ct, (uint64_t)n, (uint64_t)m, e->ldo) ||
         cublasLtMatmulPreferenceCreate(&pref) ||
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                              sizeof ws) ||
@@ -902,8 +966,8 @@ static lt_plan *lt_get(ops_cuda_t *g, const cuda_epi_t *e, long long lda, int m,
 
 /* out (m, n) half, row stride ldo, = act(out) in place: the swish / GELU cuBLASLt has no
  * epilogue for, 8 halves per thread where the rows allow */
-template <int ACT>
-__global__ void act_pass_kernel(__half *out, int m, int n, long long ldo, int vec)
+template <typename T, int ACT>
+__global__ void act_pass_kernel(T *out, int m, int n, long long ldo, int vec)
 {
     long long per = vec ? n / 8 : n, total = (long long)m * per;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
@@ -912,31 +976,32 @@ __global__ void act_pass_kernel(__half *out, int m, int n, long long ldo, int ve
         if (vec) {
             uint4 *p = (uint4 *)(out + r * ldo + c * 8);
             uint4 u = *p;
-            __half2 *h = (__half2 *)&u;
+            typename h16<T>::T2 *h = (typename h16<T>::T2 *)&u;
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                float2 f = __half22float2(h[k]);
-                h[k] = __floats2half2_rn(epi_act<ACT>(f.x), epi_act<ACT>(f.y));
+                float2 f = h16<T>::to_f2(h[k]);
+                h[k] = h16<T>::from_f2(epi_act<ACT>(f.x), epi_act<ACT>(f.y));
             }
             *p = u;
         } else {
-            __half *p = out + r * ldo + c;
-            *p = __float2half_rn(epi_act<ACT>(__half2float(*p)));
+            T *p = out + r * ldo + c;
+            *p = h16<T>::from_f(epi_act<ACT>(h16<T>::to_f(*p)));
         }
     }
 }
 
+template <typename T>
 static int act_pass(ops_cuda_t *g, const cuda_epi_t *e, int m, int n, hark_err_t *err)
 {
     int vec = n % 8 == 0 && e->ldo % 8 == 0 && al16(e->out);
     long long total = (long long)m * (vec ? n / 8 : n);
     unsigned grid = (unsigned)((total + 255) / 256 < 65536 ? (total + 255) / 256 : 65536);
     if (e->act == CUDA_ACT_SWISH)
-        act_pass_kernel<CUDA_ACT_SWISH><<<grid, 256, 0, g->stream>>>((__half *)e->out, m, n, e->ldo,
-                                                                      vec);
+        act_pass_kernel<T, CUDA_ACT_SWISH>
+            <<<grid, 256, 0, g->stream>>>((T *)e->out, m, n, e->ldo, vec);
     else
-        act_pass_kernel<CUDA_ACT_GELU><<<grid, 256, 0, g->stream>>>((__half *)e->out, m, n, e->ldo,
-                                                                     vec);
+        act_pass_kernel<T, CUDA_ACT_GELU>
+            <<<grid, 256, 0, g->stream>>>((T *)e->out, m, n, e->ldo, vec);
     return launched(err, "act_pass_kernel");
 }
 
@@ -968,7 +1033,8 @@ static int lt_run(ops_cuda_t *g, const cuda_epi_t *e, const void *a, long long l
         return err_set(err, HARK_ERR_CUDA, "cublasLt: hgemm %dx%dx%d: %s", m, n, k,
                        cublasGetStatusString(st));
     if (e->mode == CUDA_EPI_F16 && (e->act == CUDA_ACT_SWISH || e->act == CUDA_ACT_GELU))
-        return act_pass(g, e, m, n, err);
+        return epi_dt(e) == OPS_BF16 ? act_pass<__nv_bfloat16>(g, e, m, n, err)
+                                     : act_pass<__half>(g, e, m, n, err);
     return HARK_OK;
 }
 
@@ -1015,6 +1081,23 @@ extern "C" int cuda_lse_argmax(int *arg, float *best, const void *partials, int 
     return launched(err, "lse_combine_kernel");
 }
 
+/* the hgemm of plain rows on the mma.sync or (wg) the wgmma kernel, in element type T */
+template <typename T>
+static int hgemm_rows(const cuda_epi_t *epi, const void *a, long long lda, const void *w, int m,
+                      int n, int k, cudaStream_t st, int wg, hark_err_t *err)
+{
+    gemm_a_t<T> A = {(const T *)a, lda, 0, 0, 0, 0, 0, 0, 0, 0};
+    return hgemm_run(A, (const T *)w, m, n, k, epi_of(epi), st, wg, err);
+}
+
+static int hgemm_rows_dt(const cuda_epi_t *epi, const void *a, long long lda, const void *w, int m,
+                         int n, int k, cudaStream_t st, int wg, hark_err_t *err)
+{
+    if (epi_dt(epi) == OPS_BF16)
+        return hgemm_rows<__nv_bfloat16>(epi, a, lda, w, m, n, k, st, wg, err);
+    return hgemm_rows<__half>(epi, a, lda, w, m, n, k, st, wg, err);
+}
+
 extern "C" int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, const void *w,
                           int m, int n, int k, ops_cuda_t *g, hark_err_t *err)
 {
@@ -1030,7 +1113,6 @@ extern "C" int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, c
                        k, lda);
     if (epi->mode == CUDA_EPI_RESID32 && epi->norm) {
         const cuda_row_norms_t *nm = epi->norm;
-        gemm_a_t A = {(const __half *)a, lda, 0, 0, 0, 0, 0, 0, 0, 0};
         /* fused where its 128-row blocks fill at least half the GPU and k is short (H100: at
          * batch 1 and 8 two blocks / the 2048-deep FFN GEMM are latency-bound there, cuBLASLt +
          * the norm pass faster) */
@@ -1038,7 +1120,7 @@ extern "C" int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, c
         if ((g->backend == OPS_GEMM_AUTO || g->backend == OPS_GEMM_WGMMA) && g->sm >= 90 &&
             g->sm < 100 && n == ROW_D && k <= 1024 && blocks * 2 >= g->sms) {
             g->last = OPS_GEMM_WGMMA;
-            return hgemm_run(A, (const __half *)w, m, n, k, epi_of(epi), g->stream, 1, err);
+            return hgemm_rows_dt(epi, a, lda, w, m, n, k, g->stream, 1, err);
         }
         cuda_epi_t plain = *epi; /* the update, then a separate pass for the norms */
         plain.norm = NULL;
@@ -1046,9 +1128,9 @@ extern "C" int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, c
         if (rc != HARK_OK)
             return rc;
         float *x = (float *)epi->out;
-        return cuda_rows_norm(nm->x_sel ? x : NULL, nm->x_sel, nm->h_out, NULL, x, nm->g1,
-                              nm->n_b1, nm->ln1, nm->g2, nm->n_b2, nm->ln2, NULL, 0, m, n, nm->eps,
-                              g->stream, err);
+        return cuda_rows_norm(nm->x_sel ? x : NULL, nm->x_sel, nm->h_out, epi_dt(epi), NULL, x,
+                              nm->g1, nm->n_b1, nm->ln1, nm->g2, nm->n_b2, nm->ln2, NULL, 0, m, n,
+                              nm->eps, g->stream, err);
     }
     /* AUTO: cuBLASLt where it expresses the epilogue, except an activation it lacks (a second
      * pass over the output) on a GEMM too small for that to pay */
@@ -1068,10 +1150,9 @@ extern "C" int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, c
             return rc;
         }
     }
-    gemm_a_t A = {(const __half *)a, lda, 0, 0, 0, 0, 0, 0, 0, 0};
-    int wg = wgmma_takes(g, A, m, n, k);
+    int wg = wgmma_takes(g, m, n, k);
     g->last = wg ? OPS_GEMM_WGMMA : OPS_GEMM_MMA;
-    return hgemm_run(A, (const __half *)w, m, n, k, epi_of(epi), g->stream, wg, err);
+    return hgemm_rows_dt(epi, a, lda, w, m, n, k, g->stream, wg, err);
 }
 
 extern "C" int cuda_hconv2d(const cuda_epi_t *epi, const void *in, const void *w, int batch,
@@ -1092,9 +1173,14 @@ extern "C" int cuda_hconv2d(const cuda_epi_t *epi, const void *in, const void *w
     long long m = (long long)batch * h_out * w_out;
     if (m > 0x7fffffffLL)
         return err_set(err, HARK_ERR_TOO_LARGE, "hconv2d: %lld output positions", m);
-    gemm_a_t A = {(const __half *)in, 0, 1, cin, h, w_in, kw, stride, h_out, w_out};
-    int wg = wgmma_takes(g, A, (int)m, cout, kh * kw * cin);
+    int K = kh * kw * cin, wg = wgmma_takes(g, (int)m, cout, K);
     g->last = wg ? OPS_GEMM_WGMMA : OPS_GEMM_MMA;
-    return hgemm_run(A, (const __half *)w, (int)m, cout, kh * kw * cin, epi_of(epi), g->stream, wg,
-                     err);
+    if (epi_dt(epi) == OPS_BF16) {
+        gemm_a_t<__nv_bfloat16> A = {
+            (const __nv_bfloat16 *)in, 0, 1, cin, h, w_in, kw, stride, h_out, w_out};
+        return hgemm_run(A, (const __nv_bfloat16 *)w, (int)m, cout, K, epi_of(epi), g->stream, wg,
+                         err);
+    }
+    gemm_a_t<__half> A = {(const __half *)in, 0, 1, cin, h, w_in, kw, stride, h_out, w_out};
+    return hgemm_run(A, (const __half *)w, (int)m, cout, K, epi_of(epi), g->stream, wg, err);
 }

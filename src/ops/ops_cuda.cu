@@ -1,5 +1,6 @@
 /* ops_cuda.cu — GPU kernels and launchers for the Conformer ops (ops_cuda.h): cuBLAS GEMMs (FP32
- * with TF32 off, FP16 operands with FP32 accumulation) and fused row/elementwise kernels.
+ * with TF32 off, FP16 / BF16 operands with FP32 accumulation) and fused row/elementwise kernels
+ * (outputs of any ops_dtype_t where the launcher takes one).
  * CPU references: src/ops/ops_cpu.c. Tests: tests/ops/test_ops_cuda.c */
 #include "ops/ops_cuda.h"
 
@@ -8,6 +9,7 @@
 #include "hark.h"
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -21,7 +23,7 @@
 
 extern "C" size_t ops_dtype_size(ops_dtype_t t)
 {
-    return t == OPS_F16 ? 2 : 4;
+    return t == OPS_F16 || t == OPS_BF16 ? 2 : 4;
 }
 
 extern "C" size_t ops_cuda_workspace_bytes(void)
@@ -79,6 +81,14 @@ __device__ __forceinline__ void stf(float *p, size_t i, float v)
 __device__ __forceinline__ void stf(__half *p, size_t i, float v)
 {
     p[i] = __float2half_rn(v);
+}
+__device__ __forceinline__ float ldf(const __nv_bfloat16 *p, size_t i)
+{
+    return __bfloat162float(p[i]);
+}
+__device__ __forceinline__ void stf(__nv_bfloat16 *p, size_t i, float v)
+{
+    p[i] = __float2bfloat16_rn(v);
 }
 
 /* Sum over the block (blockDim.x a multiple of 32, <= 1024); sh: 32 floats of shared memory.
@@ -186,7 +196,7 @@ extern "C" void *ops_cuda_stream(const ops_cuda_t *g)
 
 static cudaDataType_t cu_type(ops_dtype_t t)
 {
-    return t == OPS_F16 ? CUDA_R_16F : CUDA_R_32F;
+    return t == OPS_F16 ? CUDA_R_16F : t == OPS_BF16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
 extern "C" int cuda_gemm(void *c, ops_dtype_t c_t, const void *a, const void *b, ops_dtype_t ab_t,
@@ -206,7 +216,9 @@ extern "C" int cuda_gemm(void *c, ops_dtype_t c_t, const void *a, const void *b,
     if (s != CUBLAS_STATUS_SUCCESS) {
         char what[128];
         snprintf(what, sizeof what, "gemm %dx%dx%d batch %d (%s)", m, n, k, batch,
-                 ab_t == OPS_F16 ? "fp16" : "fp32");
+                 ab_t == OPS_F16    ? "fp16"
+                 : ab_t == OPS_BF16 ? "bf16"
+                                    : "fp32");
         return blas_fail(err, s, what);
     }
     return HARK_OK;
@@ -243,10 +255,20 @@ extern "C" int cuda_cast(void *dst, ops_dtype_t dst_t, const void *src, ops_dtyp
         return e != cudaSuccess ? cuda_fail(err, e, "cast (copy)") : HARK_OK;
     }
     unsigned gr = grid_for(n, 256);
-    if (dst_t == OPS_F16)
+    if (dst_t == OPS_F16 && src_t == OPS_F32)
         cast_kernel<<<gr, 256, 0, st>>>((__half *)dst, (const float *)src, n);
-    else
+    else if (dst_t == OPS_F32 && src_t == OPS_F16)
         cast_kernel<<<gr, 256, 0, st>>>((float *)dst, (const __half *)src, n);
+    else if (dst_t == OPS_BF16 && src_t == OPS_F32)
+        cast_kernel<<<gr, 256, 0, st>>>((__nv_bfloat16 *)dst, (const float *)src, n);
+    else if (dst_t == OPS_F32 && src_t == OPS_BF16)
+        cast_kernel<<<gr, 256, 0, st>>>((float *)dst, (const __nv_bfloat16 *)src, n);
+    else if (dst_t == OPS_BF16 && src_t == OPS_F16) /* through float: exact, then one rounding */
+        cast_kernel<<<gr, 256, 0, st>>>((__nv_bfloat16 *)dst, (const __half *)src, n);
+    else if (dst_t == OPS_F16 && src_t == OPS_BF16)
+        cast_kernel<<<gr, 256, 0, st>>>((__half *)dst, (const __nv_bfloat16 *)src, n);
+    else
+        return err_set(err, HARK_ERR_INVALID_ARG, "cast: dtypes %d -> %d", (int)src_t, (int)dst_t);
     return launched(err, "cast_kernel");
 }
 
@@ -270,6 +292,8 @@ extern "C" int cuda_bias_act(void *y, ops_dtype_t y_t, const float *x, const flo
     unsigned gr = grid_for(total, 256);
     if (y_t == OPS_F16)
         bias_act_kernel<<<gr, 256, 0, st>>>((__half *)y, x, b, total, c, (int)act);
+    else if (y_t == OPS_BF16)
+        bias_act_kernel<<<gr, 256, 0, st>>>((__nv_bfloat16 *)y, x, b, total, c, (int)act);
     else
         bias_act_kernel<<<gr, 256, 0, st>>>((float *)y, x, b, total, c, (int)act);
     return launched(err, "bias_act_kernel");
@@ -340,6 +364,10 @@ extern "C" int cuda_residual_layer_norm(float *x_out, void *y_out, ops_dtype_t y
     if (y_t == OPS_F16)
         residual_layer_norm_kernel<<<(unsigned)n, th, smem, st>>>(
             x_out, (__half *)y_out, res, a, bias, alpha, pe, pe_rows, g, b, ln, post, d, eps);
+    else if (y_t == OPS_BF16)
+        residual_layer_norm_kernel<<<(unsigned)n, th, smem, st>>>(x_out, (__nv_bfloat16 *)y_out,
+                                                                  res, a, bias, alpha, pe, pe_rows,
+                                                                  g, b, ln, post, d, eps);
     else
         residual_layer_norm_kernel<<<(unsigned)n, th, smem, st>>>(
             x_out, (float *)y_out, res, a, bias, alpha, pe, pe_rows, g, b, ln, post, d, eps);
@@ -400,6 +428,8 @@ extern "C" int cuda_glu(void *y, ops_dtype_t y_t, const float *x, const float *b
     unsigned gr = grid_for(total, 256);
     if (y_t == OPS_F16)
         glu_kernel<<<gr, 256, 0, st>>>((__half *)y, x, b, total, c);
+    else if (y_t == OPS_BF16)
+        glu_kernel<<<gr, 256, 0, st>>>((__nv_bfloat16 *)y, x, b, total, c);
     else
         glu_kernel<<<gr, 256, 0, st>>>((float *)y, x, b, total, c);
     return launched(err, "glu_kernel");
@@ -482,6 +512,10 @@ extern "C" int cuda_depthwise_conv_norm_act(void *out, ops_dtype_t out_t, const 
         depthwise_conv_norm_act_kernel<<<grid, th, smem, st>>>(
             (__half *)out, in, left, w, bias, lens, t_len, c, k, pad_left, (int)norm, g, beta, rm,
             rv, eps, (int)act);
+    else if (out_t == OPS_BF16)
+        depthwise_conv_norm_act_kernel<<<grid, th, smem, st>>>(
+            (__nv_bfloat16 *)out, in, left, w, bias, lens, t_len, c, k, pad_left, (int)norm, g,
+            beta, rm, rv, eps, (int)act);
     else
         depthwise_conv_norm_act_kernel<<<grid, th, smem, st>>>(
             (float *)out, in, left, w, bias, lens, t_len, c, k, pad_left, (int)norm, g, beta, rm,
@@ -543,6 +577,9 @@ extern "C" int cuda_softmax_masked(void *y, ops_dtype_t y_t, const float *x, con
     if (y_t == OPS_F16)
         softmax_masked_kernel<<<gr, 256, 0, st>>>((__half *)y, x, lens, heads, t, m, chunk, left,
                                                   rows);
+    else if (y_t == OPS_BF16)
+        softmax_masked_kernel<<<gr, 256, 0, st>>>((__nv_bfloat16 *)y, x, lens, heads, t, m, chunk,
+                                                  left, rows);
     else
         softmax_masked_kernel<<<gr, 256, 0, st>>>((float *)y, x, lens, heads, t, m, chunk, left,
                                                   rows);
@@ -633,6 +670,8 @@ extern "C" int cuda_cmvn(void *out, ops_dtype_t out_t, const float *x, const flo
     unsigned gr = grid_for(n, 256);
     if (out_t == OPS_F16)
         cmvn_kernel<<<gr, 256, 0, st>>>((__half *)out, x, mean, istd, lens, t, f, n);
+    else if (out_t == OPS_BF16)
+        cmvn_kernel<<<gr, 256, 0, st>>>((__nv_bfloat16 *)out, x, mean, istd, lens, t, f, n);
     else
         cmvn_kernel<<<gr, 256, 0, st>>>((float *)out, x, mean, istd, lens, t, f, n);
     return launched(err, "cmvn_kernel");
@@ -827,6 +866,10 @@ extern "C" int cuda_conv2d(void *out, void *scratch, size_t scratch_bytes, const
     if (io_t == OPS_F16)
         return conv2d_t((__half *)out, scratch, scratch_bytes, (const __half *)in, w32, w_io, b,
                         io_t, batch, cin, h, w_in, cout, kh, kw, stride, relu, g, err);
+    if (io_t == OPS_BF16)
+        return conv2d_t((__nv_bfloat16 *)out, scratch, scratch_bytes, (const __nv_bfloat16 *)in,
+                        w32, w_io, b, io_t, batch, cin, h, w_in, cout, kh, kw, stride, relu, g,
+                        err);
     return conv2d_t((float *)out, scratch, scratch_bytes, (const float *)in, w32, w_io, b, io_t,
                     batch, cin, h, w_in, cout, kh, kw, stride, relu, g, err);
 }
@@ -877,8 +920,8 @@ static att_layout_t att_layout(int batch, int t, int heads, int dk, int rel, ops
     L.v2 = L.k2 + align_up(bht * w * es);
     L.s = L.v2 + align_up((size_t)batch * t * heads * dk * es);
     L.p = L.s + align_up(bht * tt * 4);
-    L.total = L.p + (dt == OPS_F16 ? align_up(bht * tt * es) : 0);
-    if (dt != OPS_F16)
+    L.total = L.p + (dt != OPS_F32 ? align_up(bht * tt * es) : 0);
+    if (dt == OPS_F32)
         L.p = L.s;
     return L;
 }
@@ -907,6 +950,10 @@ extern "C" int cuda_attention(void *ctx, ops_dtype_t dt, void *scratch, const fl
         attention_pack_kernel<<<grid_for(n, 256), 256, 0, g->stream>>>(
             (__half *)q2, (__half *)k2, (__half *)v2, q, k, v, ld, bq, bk, bv, p, bu, bvp, t, heads,
             dk, n);
+    else if (dt == OPS_BF16)
+        attention_pack_kernel<<<grid_for(n, 256), 256, 0, g->stream>>>(
+            (__nv_bfloat16 *)q2, (__nv_bfloat16 *)k2, (__nv_bfloat16 *)v2, q, k, v, ld, bq, bk, bv,
+            p, bu, bvp, t, heads, dk, n);
     else
         attention_pack_kernel<<<grid_for(n, 256), 256, 0, g->stream>>>(
             (float *)q2, (float *)k2, (float *)v2, q, k, v, ld, bq, bk, bv, p, bu, bvp, t, heads,

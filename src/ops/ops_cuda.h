@@ -1,7 +1,8 @@
-/* ops_cuda.h — the neural-model ops of ops.h on the GPU (float32, and float16 operands with
- * float32 accumulation), used by the GPU Conformer. Each launcher `cuda_<op>` enqueues on a stream
- * and never synchronises or allocates; its CPU reference is the `<op>_ref` named in its comment.
- * Tests: tests/ops/test_ops_cuda.c (each op against its _ref on awkward sizes, guard bytes).
+/* ops_cuda.h — the neural-model ops of ops.h on the GPU (float32, and float16 or bfloat16 operands
+ * with float32 accumulation), used by the GPU Conformer. Each launcher `cuda_<op>` enqueues on a
+ * stream and never synchronises or allocates; its CPU reference is the `<op>_ref` named in its
+ * comment. Tests: tests/ops/test_ops_cuda.c (each op against its _ref on awkward sizes, guard
+ * bytes).
  *
  * Conventions (as ops.h): row-major, rows = frames, columns = features; weights in the PyTorch
  * layout. All pointers are device pointers unless stated. A `void *` tensor has the dtype passed
@@ -22,7 +23,8 @@
 extern "C" {
 #endif
 
-typedef enum { OPS_F32 = 0, OPS_F16 = 1 } ops_dtype_t;
+/* element types; OPS_F16 and OPS_BF16 are "the 16-bit types" of the FP16 path below */
+typedef enum { OPS_F32 = 0, OPS_F16 = 1, OPS_BF16 = 2 } ops_dtype_t;
 /* same values as ops_act_t in ops.h */
 typedef enum { CUDA_ACT_NONE = 0, CUDA_ACT_RELU, CUDA_ACT_SWISH, CUDA_ACT_GELU } cuda_act_t;
 typedef enum { CUDA_NORM_NONE = 0, CUDA_NORM_BATCH, CUDA_NORM_LAYER } cuda_norm_t;
@@ -33,7 +35,7 @@ size_t ops_dtype_size(ops_dtype_t t);
 typedef struct ops_cuda ops_cuda_t;
 
 /* stream: cudaStream_t (NULL = default). The handle runs FP32 GEMMs in true FP32 (TF32 off) and
- * FP16 GEMMs on the tensor cores with FP32 accumulation. Allocates its workspace here, never
+ * FP16 / BF16 GEMMs on the tensor cores with FP32 accumulation. Allocates its workspace here, never
  * later. */
 int ops_cuda_create(void *stream, ops_cuda_t **out, hark_err_t *err);
 void ops_cuda_destroy(ops_cuda_t *g); /* accepts NULL */
@@ -157,7 +159,8 @@ int cuda_conv2d(void *out, void *scratch, size_t scratch_bytes, const void *in, 
  *   thirds of a fused QKV projection); bq, bk, bv (H·dk) biases added first, or NULL
  *   p (t, H·dk) float32 projected positions or NULL; bu, bvp (H, dk) or NULL (zero)
  * Runs: a packing kernel, one strided-batched score GEMM (batch·H), the masked softmax, H
- * strided-batched value GEMMs; FP16 operands with dt F16. scratch: cuda_attention_scratch_bytes. */
+ * strided-batched value GEMMs; 16-bit operands with dt F16 or BF16. scratch:
+ * cuda_attention_scratch_bytes. */
 size_t cuda_attention_scratch_bytes(int batch, int t, int heads, int dk, int rel, ops_dtype_t dt);
 int cuda_attention(void *ctx, ops_dtype_t dt, void *scratch, const float *q, const float *k,
                    const float *v, int ld, const float *bq, const float *bk, const float *bv,
@@ -166,12 +169,16 @@ int cuda_attention(void *ctx, ops_dtype_t dt, void *scratch, const float *q, con
                    hark_err_t *err);
 
 /* ---- FP16 path: activations in FP16, residual stream in FP32 (gemm_f16.cu, attention_f16.cu,
- * rows_f16.cu). Operands are float16 (`void *` = __half) unless typed float. ---------------- */
+ * rows_f16.cu, ffn_f16.cu). The same kernels run either 16-bit type: "half" below is the element
+ * type `dt`, OPS_F16 (`void *` = __half) or OPS_BF16 (__nv_bfloat16), and operands are of that
+ * type unless typed float. The GEMMs (cuda_hgemm, cuda_hconv2d) take dt in cuda_epi_t, the other
+ * launchers as an argument. ---------------------------------------------------------------- */
 
 /* The layer norms that follow a residual update r0 (rows of the FP32 stream), fused into the
- * kernel that makes the update (cuda_ffn_f16, cuda_hgemm's RESID32 with `norm`):
+ * kernel that makes the update (cuda_ffn, cuda_hgemm's RESID32 with `norm`):
  *     r1 = ln1 ? LN(r0; g1, n_b1) : r0;   r2 = ln2 ? LN(r1; g2, n_b2) : r1
- *     x = r0, r1 or r2 (x_sel 0, 1, 2);   h_out (half, the next GEMM's input) = r2 when not NULL
+ *     x = r0, r1 or r2 (x_sel 0, 1, 2);   h_out (half: the launcher's dt, the next GEMM's input)
+ *     = r2 when not NULL
  * g/n_b NULL: 1/0. */
 typedef struct {
     int x_sel;
@@ -219,6 +226,8 @@ typedef struct {
     const void *bias_h;      /* F16: the bias as half (n), or NULL; lets cuBLASLt (whose bias has
                                 D's type) run it */
     const cuda_row_norms_t *norm; /* RESID32: the norms after the update, or NULL */
+    ops_dtype_t dt; /* the 16-bit type of a, w, the F16 / GLU16 outputs, bias_h and norm->h_out:
+                       OPS_F16 or OPS_BF16; OPS_F32 (0: a zeroed struct) means OPS_F16 */
 } cuda_epi_t;
 
 /* Which implementation runs cuda_hgemm / cuda_hconv2d: AUTO gives cuBLASLt (its Hopper kernels)
@@ -241,7 +250,7 @@ int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, const void *
                int k, ops_cuda_t *g, hark_err_t *err);
 
 /* The feed-forward module in one kernel (ffn_f16.cu; Hopper only), with the layer norms that
- * follow it in its epilogue (cuda_row_norms_t):
+ * follow it in its epilogue (cuda_row_norms_t; its h_out of type dt):
  *     r0 = x + alpha · (act(a · w1ᵀ + b1) · w2ᵀ + b2), then the norms
  * a (m, d) half dense (may be h_out), x (m, d) float, w1 (f, d) and w2 (d, f) half (the PyTorch
  * Linear layouts), b1 (f) and b2 (d) float or NULL; norm NULL: x = r0 only. The hidden
@@ -252,6 +261,10 @@ int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, const void *
  * + matmul_ref + the update, then layer_norm_ref. */
 int cuda_ffn_f16_fits(const ops_cuda_t *g, int d, int f);
 int cuda_ffn_f16_prefers(const ops_cuda_t *g, int m);
+int cuda_ffn(float *x, ops_dtype_t dt, const void *a, const void *w1, const float *b1,
+             const void *w2, const float *b2, int m, int d, int f, cuda_act_t act, float alpha,
+             const cuda_row_norms_t *norm, ops_cuda_t *g, hark_err_t *err);
+/* cuda_ffn with dt = OPS_F16 (its name before bfloat16; kept for the FP16 callers) */
 int cuda_ffn_f16(float *x, const void *a, const void *w1, const float *b1, const void *w2,
                  const float *b2, int m, int d, int f, cuda_act_t act, float alpha,
                  const cuda_row_norms_t *norm, ops_cuda_t *g, hark_err_t *err);
@@ -268,29 +281,30 @@ int cuda_hconv2d(const cuda_epi_t *epi, const void *in, const void *w, int batch
  * features, rows t >= lens[b] read as 0 (lens NULL: all valid), (x - mean) · istd per column
  * (mean NULL: none); out (batch, h_out, w_out, cout) half channel-last = relu?(conv + bias), w
  * (cout, 1, 3, 3) float. Reference: the CMVN loop + conv2d_ref + relu_ref. */
-int cuda_conv1_cmvn(void *out, const float *x, const float *mean, const float *istd,
-                    const int *lens, int batch, int t, int f, const float *w, const float *bias,
-                    int cout, int k, int stride, int relu, void *stream, hark_err_t *err);
+int cuda_conv1_cmvn(void *out, ops_dtype_t out_t, const float *x, const float *mean,
+                    const float *istd, const int *lens, int batch, int t, int f, const float *w,
+                    const float *bias, int cout, int k, int stride, int relu, void *stream,
+                    hark_err_t *err);
 
 /* Layer norms of FP32 rows, a warp per row (d <= CUDA_ROWS_NORM_MAX_D), per row r of x (n, d):
  *   r1 = ln1 ? LN(r; g1, b1) : r;   r2 = ln2 ? LN(r1; g2, b2) : r1
  *   x_out = x_sel == 1 ? r1 : r2 (x_sel 0 or x_out NULL: not written; may alias x)
- *   h_out (half) = r2, o32 (float) = r2, each when not NULL; with lens, rows (b, i) of the
- *   (batch, t_rows) grid with i >= lens[b] are 0 in h_out and o32.
+ *   h_out (half, of type h_t) = r2, o32 (float) = r2, each when not NULL; with lens, rows
+ *   (b, i) of the (batch, t_rows) grid with i >= lens[b] are 0 in h_out and o32.
  * g, b NULL: 1, 0. Reference: layer_norm_ref. */
 #define CUDA_ROWS_NORM_MAX_D 1024
-int cuda_rows_norm(float *x_out, int x_sel, void *h_out, float *o32, const float *x,
-                   const float *g1, const float *b1, int ln1, const float *g2, const float *b2,
-                   int ln2, const int *lens, int t_rows, int n, int d, float eps, void *stream,
-                   hark_err_t *err);
+int cuda_rows_norm(float *x_out, int x_sel, void *h_out, ops_dtype_t h_t, float *o32,
+                   const float *x, const float *g1, const float *b1, int ln1, const float *g2,
+                   const float *b2, int ln2, const int *lens, int t_rows, int n, int d, float eps,
+                   void *stream, hark_err_t *err);
 
 /* cuda_depthwise_conv_norm_act with half input and output (c even, <= 1024; k <= 64); `left`
  * stays float and is rounded to half as it is read. With glu, in is (batch, t_len, 2c) of
  * (value, gate) pairs, channel j at columns 2j, 2j + 1, and the conv reads value · sigmoid(gate)
  * (the conv module's GLU, fused). Reference: glu_ref, then as cuda_depthwise_conv_norm_act. */
-int cuda_dwconv_f16(void *out, const void *in, int glu, const float *left, const float *w,
-                    const float *bias, const int *lens, int batch, int t_len, int c, int k,
-                    int pad_left, cuda_norm_t norm, const float *g, const float *beta,
+int cuda_dwconv_f16(void *out, ops_dtype_t dt, const void *in, int glu, const float *left,
+                    const float *w, const float *bias, const int *lens, int batch, int t_len, int c,
+                    int k, int pad_left, cuda_norm_t norm, const float *g, const float *beta,
                     const float *rm, const float *rv, float eps, cuda_act_t act, void *stream,
                     hark_err_t *err);
 
@@ -302,8 +316,8 @@ int cuda_dwconv_f16(void *out, const void *in, int glu, const float *left, const
  * masked as cuda_softmax_masked (lens, chunk, left). dk <= 128
  * (cuda_flash_attention_supported). Reference: attention_ref per utterance. */
 int cuda_flash_attention_supported(int dk);
-int cuda_flash_attention(void *ctx, long long ldo, const void *q, const void *k, const void *v,
-                         long long ld, const void *p, long long ldp, const float *bu,
+int cuda_flash_attention(void *ctx, ops_dtype_t dt, long long ldo, const void *q, const void *k,
+                         const void *v, long long ld, const void *p, long long ldp, const float *bu,
                          const float *bvp, const int *lens, int chunk, int left, int batch, int t,
                          int heads, int dk, float scale, void *stream, hark_err_t *err);
 

@@ -1,5 +1,7 @@
 /* ops_cuda_impl.h — the GEMM context shared by ops_cuda.cu (cuBLAS) and gemm_f16.cu (the mma.sync
- * kernels and their cuBLASLt alternative). Internal to src/ops; C++ only. */
+ * kernels and their cuBLASLt alternative), and the device helpers of the 16-bit kernels (*_f16.cu:
+ * each is a template over the element type, __half or __nv_bfloat16). Internal to src/ops; C++
+ * only. */
 #ifndef HARK_OPS_OPS_CUDA_IMPL_H
 #define HARK_OPS_OPS_CUDA_IMPL_H
 
@@ -8,6 +10,7 @@
 #include <cublasLt.h>
 #include <math.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -17,7 +20,7 @@
 /* one prepared cuBLASLt matmul: descriptors and the heuristic's algorithm for a shape */
 struct lt_plan {
     unsigned long long used; /* 0: free */
-    int m, n, k, mode, act, has_bias, ok;
+    int m, n, k, mode, act, has_bias, dt, ok; /* dt: ops_dtype_t of the operands */
     long long lda, ldo;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;
@@ -92,8 +95,64 @@ static inline cudaError_t ops_smem_opt_in(const void *kern, size_t bytes, bool *
     return e;
 }
 
+/* ---- the two 16-bit element types --------------------------------------------------------
+ * h16<T> for T = __half (OPS_F16) or __nv_bfloat16 (OPS_BF16): the conversions, all round to
+ * nearest even, and `bf16`, which picks the PTX type of the tensor-core instructions (".f16" or
+ * ".bf16": same shapes, fragments and descriptors; inline asm needs the name as a literal, so
+ * the asm helpers below branch on it with `if constexpr`). The __half forms are the intrinsics
+ * the FP16 kernels always used, so their code is unchanged. */
+template <typename T> struct h16;
+template <> struct h16<__half> {
+    typedef __half2 T2;
+    static constexpr bool bf16 = false;
+    static __device__ __forceinline__ float to_f(__half x)
+    {
+        return __half2float(x);
+    }
+    static __device__ __forceinline__ __half from_f(float x)
+    {
+        return __float2half_rn(x);
+    }
+    static __device__ __forceinline__ float2 to_f2(__half2 x)
+    {
+        return __half22float2(x);
+    }
+    static __device__ __forceinline__ __half2 from_f2(float lo, float hi)
+    {
+        return __floats2half2_rn(lo, hi);
+    }
+};
+template <> struct h16<__nv_bfloat16> {
+    typedef __nv_bfloat162 T2;
+    static constexpr bool bf16 = true;
+    static __device__ __forceinline__ float to_f(__nv_bfloat16 x)
+    {
+        return __bfloat162float(x);
+    }
+    static __device__ __forceinline__ __nv_bfloat16 from_f(float x)
+    {
+        return __float2bfloat16_rn(x);
+    }
+    static __device__ __forceinline__ float2 to_f2(__nv_bfloat162 x)
+    {
+        return __bfloat1622float2(x);
+    }
+    static __device__ __forceinline__ __nv_bfloat162 from_f2(float lo, float hi)
+    {
+        return __floats2bfloat162_rn(lo, hi);
+    }
+};
+
+/* two floats rounded to a 16-bit pair, as the 32-bit register an mma fragment takes (lo in the
+ * low half) */
+template <typename T> __device__ __forceinline__ unsigned pack2(float lo, float hi)
+{
+    typename h16<T>::T2 h = h16<T>::from_f2(lo, hi);
+    return *(unsigned *)&h;
+}
+
 /* tensor-core fragments: ldmatrix (x4, and transposed) from shared memory, and
- * mma.sync m16n8k16 with FP16 operands and FP32 accumulation */
+ * mma.sync m16n8k16 with 16-bit operands of type T and FP32 accumulation */
 __device__ __forceinline__ void ldsm_x4(unsigned r[4], const void *smem)
 {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
@@ -108,13 +167,20 @@ __device__ __forceinline__ void ldsm_x4_t(unsigned r[4], const void *smem)
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(s));
 }
+#define MMA16816_ASM(TY)                                                                           \
+    asm("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 {%0,%1,%2,%3}, "                  \
+        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                                                 \
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                           \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+template <typename T>
 __device__ __forceinline__ void mma16816(float c[4], const unsigned a[4], unsigned b0, unsigned b1)
 {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    if constexpr (h16<T>::bf16)
+        MMA16816_ASM("bf16");
+    else
+        MMA16816_ASM("f16");
 }
+#undef MMA16816_ASM
 
 /* cp.async: 16 bytes global -> shared (valid false: 16 zero bytes, nothing read) */
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
@@ -193,11 +259,11 @@ __device__ __forceinline__ void ln_quad(float *o, int h, int t4, const float *g,
 }
 
 /* x (m, 256) float, rows m_base + g + 8h: r0 = x + alpha · (o + bias), then the norms nm
- * (has_norm; x = r0 otherwise); o is overwritten */
-__device__ __forceinline__ void epi_resid_norms256(float *o, float *x, const float *bias,
-                                                   float alpha, bool has_norm,
-                                                   const cuda_row_norms_t &nm, int M, int m_base,
-                                                   int lane)
+ * (has_norm; x = r0 otherwise; nm.h_out of type T); o is overwritten */
+template <typename T>
+__device__ __forceinline__ void
+epi_resid_norms256(float *o, float *x, const float *bias, float alpha, bool has_norm,
+                   const cuda_row_norms_t &nm, int M, int m_base, int lane)
 {
     int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
@@ -226,11 +292,11 @@ __device__ __forceinline__ void epi_resid_norms256(float *o, float *x, const flo
                         make_float2(o[4 * q + h * 2], o[4 * q + h * 2 + 1]);
         }
         if (ok && has_norm && nm.h_out) {
-            __half *hr = (__half *)nm.h_out + (long long)m * ROW_D;
+            T *hr = (T *)nm.h_out + (long long)m * ROW_D;
 #pragma unroll
             for (int q = 0; q < 32; q++)
-                *(__half2 *)(hr + q * 8 + t4 * 2) =
-                    __floats2half2_rn(o[4 * q + h * 2], o[4 * q + h * 2 + 1]);
+                *(typename h16<T>::T2 *)(hr + q * 8 + t4 * 2) =
+                    h16<T>::from_f2(o[4 * q + h * 2], o[4 * q + h * 2 + 1]);
         }
     }
 }

@@ -2,7 +2,8 @@
  * gemm_f16.cu: layer norms of the FP32 residual stream into FP16 GEMM inputs (a warp per row), the
  * depthwise conv + norm + activation over FP16 time tiles, the first subsampling conv fused with
  * CMVN (FP32 features in, a channel-last FP16 image out), and the CTC head's log-softmax fused
- * with the greedy argmax (one pass over the logits).
+ * with the greedy argmax (one pass over the logits). The 16-bit kernels are templates over the
+ * element type T (__half or __nv_bfloat16): "FP16" and "half" here mean either.
  * CPU references: layer_norm_ref, depthwise_conv1d_ref + batch_norm_ref/layer_norm_ref +
  * activation_ref, conv2d_ref + relu_ref, log_softmax_ref + ctc_argmax_ref.
  * Tests: tests/ops/test_ops_cuda.c (cuda_rows_norm_*, cuda_dwconv_f16_*, cuda_conv1_cmvn_*,
@@ -77,11 +78,11 @@ __device__ __forceinline__ void ln_lane(float *v, int lane, int d, const float *
     }
 }
 
-template <int EPL>
-__global__ void rows_norm_kernel(float *x_out, int x_sel, __half *h_out, float *o32,
-                                 const float *x, const float *g1, const float *b1, int ln1,
-                                 const float *g2, const float *b2, int ln2, const int *lens,
-                                 int t_rows, int n, int d, float eps)
+template <typename T, int EPL>
+__global__ void rows_norm_kernel(float *x_out, int x_sel, T *h_out, float *o32, const float *x,
+                                 const float *g1, const float *b1, int ln1, const float *g2,
+                                 const float *b2, int ln2, const int *lens, int t_rows, int n,
+                                 int d, float eps)
 {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= n)
@@ -110,27 +111,22 @@ __global__ void rows_norm_kernel(float *x_out, int x_sel, __half *h_out, float *
             continue;
         float z = pad ? 0.0f : v[i];
         if (h_out)
-            h_out[off + e] = __float2half_rn(z);
+            h_out[off + e] = h16<T>::from_f(z);
         if (o32)
             o32[off + e] = z;
     }
 }
 
-extern "C" int cuda_rows_norm(float *x_out, int x_sel, void *h_out, float *o32, const float *x,
-                              const float *g1, const float *b1, int ln1, const float *g2,
-                              const float *b2, int ln2, const int *lens, int t_rows, int n, int d,
-                              float eps, void *stream, hark_err_t *err)
+template <typename T>
+static void rows_norm_launch(float *x_out, int x_sel, void *h_out, float *o32, const float *x,
+                             const float *g1, const float *b1, int ln1, const float *g2,
+                             const float *b2, int ln2, const int *lens, int t_rows, int n, int d,
+                             float eps, cudaStream_t st)
 {
-    if (n <= 0 || d <= 0)
-        return HARK_OK;
-    if (d > CUDA_ROWS_NORM_MAX_D || (lens && t_rows <= 0) || x_sel < 0 || x_sel > 2)
-        return err_set(err, HARK_ERR_INVALID_ARG, "rows_norm: d %d (at most %d), t_rows %d, x_sel %d",
-                       d, CUDA_ROWS_NORM_MAX_D, t_rows, x_sel);
-    cudaStream_t st = (cudaStream_t)stream;
     unsigned grid = (unsigned)((n + 7) / 8);
 #define RN(E)                                                                                      \
-    rows_norm_kernel<E><<<grid, 256, 0, st>>>(x_out, x_sel, (__half *)h_out, o32, x, g1, b1, ln1,   \
-                                              g2, b2, ln2, lens, t_rows, n, d, eps)
+    rows_norm_kernel<T, E><<<grid, 256, 0, st>>>(x_out, x_sel, (T *)h_out, o32, x, g1, b1, ln1,    \
+                                                 g2, b2, ln2, lens, t_rows, n, d, eps)
     if (d <= 128)
         RN(4);
     else if (d <= 256)
@@ -140,6 +136,27 @@ extern "C" int cuda_rows_norm(float *x_out, int x_sel, void *h_out, float *o32, 
     else
         RN(32);
 #undef RN
+}
+
+extern "C" int cuda_rows_norm(float *x_out, int x_sel, void *h_out, ops_dtype_t h_t, float *o32,
+                              const float *x, const float *g1, const float *b1, int ln1,
+                              const float *g2, const float *b2, int ln2, const int *lens,
+                              int t_rows, int n, int d, float eps, void *stream, hark_err_t *err)
+{
+    if (n <= 0 || d <= 0)
+        return HARK_OK;
+    if (d > CUDA_ROWS_NORM_MAX_D || (lens && t_rows <= 0) || x_sel < 0 || x_sel > 2 ||
+        (h_t != OPS_F16 && h_t != OPS_BF16))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "rows_norm: d %d (at most %d), t_rows %d, x_sel %d, h_t %d (16-bit)", d,
+                       CUDA_ROWS_NORM_MAX_D, t_rows, x_sel, (int)h_t);
+    cudaStream_t st = (cudaStream_t)stream;
+    if (h_t == OPS_BF16)
+        rows_norm_launch<__nv_bfloat16>(x_out, x_sel, h_out, o32, x, g1, b1, ln1, g2, b2, ln2, lens,
+                                        t_rows, n, d, eps, st);
+    else
+        rows_norm_launch<__half>(x_out, x_sel, h_out, o32, x, g1, b1, ln1, g2, b2, ln2, lens,
+                                 t_rows, n, d, eps, st);
     return launched(err, "rows_norm_kernel");
 }
 
@@ -157,16 +174,17 @@ template <int PPT> struct dw_tile {
  * PPT channel pairs per thread. The input rows of the tile and its halo are loaded DW_LU at a time
  * per thread (independent loads in flight), through the GLU, into shared memory as half pairs;
  * each thread then convolves its channels down the tile. */
-template <int PPT>
+template <typename T, int PPT>
 __global__ void __launch_bounds__(DW_THREADS)
-    dwconv_f16_kernel(__half *out, const __half *in, int glu, const float *left, const float *w,
+    dwconv_f16_kernel(T *out, const T *in, int glu, const float *left, const float *w,
                       const float *bias, const int *lens, int t_len, int c, int k, int pad_left,
                       int norm, const float *g, const float *beta, const float *rm, const float *rv,
                       float eps, int act)
 {
     constexpr int DW_TT = dw_tile<PPT>::TT;
+    typedef typename h16<T>::T2 T2;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    __half2 *rows = (__half2 *)smem_raw;          /* (DW_TT + k - 1, c / 2) */
+    T2 *rows = (T2 *)smem_raw;                    /* (DW_TT + k - 1, c / 2) */
     __shared__ float red[DW_THREADS / 32][DW_TT]; /* per-warp partial row sums */
     __shared__ float stat[2][DW_TT];              /* mean, 1/std */
     int t0 = blockIdx.x * DW_TT, b = blockIdx.y, tid = threadIdx.x, c2 = c >> 1;
@@ -193,17 +211,17 @@ __global__ void __launch_bounds__(DW_THREADS)
                 int r = r0 + l, s = t0 - pad_left + r, p = tid + DW_THREADS * q;
                 if (r >= nr || p >= c2)
                     continue;
-                __half2 v = __floats2half2_rn(0.0f, 0.0f);
+                T2 v = h16<T>::from_f2(0.0f, 0.0f);
                 if (s >= 0 && s < valid && glu) {
-                    float2 a = __half22float2(*(__half2 *)&u[l][q].x),
-                           e = __half22float2(*(__half2 *)&u[l][q].y);
-                    v = __floats2half2_rn(__fdividef(a.x, 1.0f + __expf(-a.y)),
-                                          __fdividef(e.x, 1.0f + __expf(-e.y)));
+                    float2 a = h16<T>::to_f2(*(T2 *)&u[l][q].x),
+                           e = h16<T>::to_f2(*(T2 *)&u[l][q].y);
+                    v = h16<T>::from_f2(__fdividef(a.x, 1.0f + __expf(-a.y)),
+                                        __fdividef(e.x, 1.0f + __expf(-e.y)));
                 } else if (s >= 0 && s < valid) {
-                    v = *(__half2 *)&u[l][q].x;
+                    v = *(T2 *)&u[l][q].x;
                 } else if (s < 0 && left) {
-                    v = __floats2half2_rn(left[(size_t)(pad_left + s) * c + 2 * p],
-                                          left[(size_t)(pad_left + s) * c + 2 * p + 1]);
+                    v = h16<T>::from_f2(left[(size_t)(pad_left + s) * c + 2 * p],
+                                        left[(size_t)(pad_left + s) * c + 2 * p + 1]);
                 }
                 rows[r * c2 + p] = v;
             }
@@ -230,7 +248,7 @@ __global__ void __launch_bounds__(DW_THREADS)
             float w0 = w[(size_t)(2 * p) * k + j], w1 = w[(size_t)(2 * p + 1) * k + j];
 #pragma unroll
             for (int r = 0; r < DW_TT; r++) {
-                float2 v = __half22float2(rows[(r + j) * c2 + p]);
+                float2 v = h16<T>::to_f2(rows[(r + j) * c2 + p]);
                 z[q][0][r] += w0 * v.x;
                 z[q][1][r] += w1 * v.y;
             }
@@ -292,7 +310,7 @@ __global__ void __launch_bounds__(DW_THREADS)
             }
         }
     }
-    __half2 *ob = (__half2 *)out + (size_t)b * t_len * c2;
+    T2 *ob = (T2 *)out + (size_t)b * t_len * c2;
 #pragma unroll
     for (int q = 0; q < PPT; q++) {
         int p = tid + DW_THREADS * q;
@@ -302,7 +320,7 @@ __global__ void __launch_bounds__(DW_THREADS)
         for (int r = 0; r < DW_TT; r++)
             if (t0 + r < t_len)
                 ob[(size_t)(t0 + r) * c2 + p] =
-                    __floats2half2_rn(act_f(z[q][0][r], act), act_f(z[q][1][r], act));
+                    h16<T>::from_f2(act_f(z[q][0][r], act), act_f(z[q][1][r], act));
     }
 }
 
@@ -332,14 +350,14 @@ __device__ __forceinline__ float act_fast(float x, int act)
     }
 }
 
-template <int K, bool GLU>
+template <typename T, int K, bool GLU>
 __global__ void __launch_bounds__(DWR_THREADS, K <= 15 ? 4 : 2)
-    dwconv_reg_kernel(__half *out, const __half *in, const float *left, const float *w,
-                      const float *bias, const int *lens, int t_len, int c, int pad_left, int norm,
-                      const float *g, const float *beta, const float *rm, const float *rv,
-                      float eps, int act)
+    dwconv_reg_kernel(T *out, const T *in, const float *left, const float *w, const float *bias,
+                      const int *lens, int t_len, int c, int pad_left, int norm, const float *g,
+                      const float *beta, const float *rm, const float *rv, float eps, int act)
 {
     constexpr int R = DWR_ROWS, NI = R + K - 1;
+    typedef typename h16<T>::T2 T2;
     static_assert(R == 16, "warp_sum_rows16");
     __shared__ float red[2][DWR_THREADS / 32][R];
     int t0 = blockIdx.x * R, b = blockIdx.y, p = threadIdx.x, c2 = c >> 1;
@@ -373,16 +391,16 @@ __global__ void __launch_bounds__(DWR_THREADS, K <= 15 ? 4 : 2)
     for (int i = 0; i < NI; i++) {
         float2 x; /* rows outside the utterance loaded as 0: GLU(0, 0) = 0 */
         if (GLU) {
-            float2 a = __half22float2(*(__half2 *)&u[i].x), e = __half22float2(*(__half2 *)&u[i].y);
-            x = __half22float2(__floats2half2_rn(__fdividef(a.x, 1.0f + __expf(-a.y)),
-                                                 __fdividef(e.x, 1.0f + __expf(-e.y))));
+            float2 a = h16<T>::to_f2(*(T2 *)&u[i].x), e = h16<T>::to_f2(*(T2 *)&u[i].y);
+            x = h16<T>::to_f2(h16<T>::from_f2(__fdividef(a.x, 1.0f + __expf(-a.y)),
+                                              __fdividef(e.x, 1.0f + __expf(-e.y))));
         } else {
-            x = __half22float2(*(__half2 *)&u[i].x);
+            x = h16<T>::to_f2(*(T2 *)&u[i].x);
         }
         int s = t0 - pad_left + i;
         if (from_left && s < 0)
-            x = __half22float2(__floats2half2_rn(left[(size_t)(pad_left + s) * c + 2 * p],
-                                                 left[(size_t)(pad_left + s) * c + 2 * p + 1]));
+            x = h16<T>::to_f2(h16<T>::from_f2(left[(size_t)(pad_left + s) * c + 2 * p],
+                                              left[(size_t)(pad_left + s) * c + 2 * p + 1]));
 #pragma unroll
         for (int j = 0; j < K; j++) {
             int r = i - j;
@@ -440,35 +458,27 @@ __global__ void __launch_bounds__(DWR_THREADS, K <= 15 ? 4 : 2)
     }
     if (!on)
         return;
-    __half2 *ob = (__half2 *)out + (size_t)b * t_len * c2;
+    T2 *ob = (T2 *)out + (size_t)b * t_len * c2;
 #pragma unroll
     for (int r = 0; r < R; r++)
         if (t0 + r < t_len)
             ob[(size_t)(t0 + r) * c2 + p] =
-                __floats2half2_rn(act_fast(z[r].x, act), act_fast(z[r].y, act));
+                h16<T>::from_f2(act_fast(z[r].x, act), act_fast(z[r].y, act));
 }
 
-extern "C" int cuda_dwconv_f16(void *out, const void *in, int glu, const float *left,
-                               const float *w, const float *bias, const int *lens, int batch,
-                               int t_len, int c, int k, int pad_left, cuda_norm_t norm,
-                               const float *g, const float *beta, const float *rm, const float *rv,
-                               float eps, cuda_act_t act, void *stream, hark_err_t *err)
+template <typename T>
+static int dwconv_launch(void *out, const void *in, int glu, const float *left, const float *w,
+                         const float *bias, const int *lens, int batch, int t_len, int c, int k,
+                         int pad_left, cuda_norm_t norm, const float *g, const float *beta,
+                         const float *rm, const float *rv, float eps, cuda_act_t act,
+                         cudaStream_t st, hark_err_t *err)
 {
-    if (batch <= 0 || t_len <= 0 || c <= 0)
-        return HARK_OK;
-    if (k <= 0 || k > 64 || pad_left < 0 || pad_left >= k || c % 2 || c > 8 * DW_THREADS ||
-        (norm == CUDA_NORM_BATCH && (!rm || !rv)))
-        return err_set(err, HARK_ERR_INVALID_ARG,
-                       "dwconv_f16: kernel %d (1..64), pad_left %d, %d channels (even, at most "
-                       "%d), norm %d",
-                       k, pad_left, c, 8 * DW_THREADS, (int)norm);
-    cudaStream_t st = (cudaStream_t)stream;
     if ((k == 15 || k == 31) && c <= 2 * DWR_THREADS) {
         dim3 grid((unsigned)((t_len + DWR_ROWS - 1) / DWR_ROWS), (unsigned)batch);
 #define DWR(KK, G)                                                                                 \
-    dwconv_reg_kernel<KK, G><<<grid, DWR_THREADS, 0, st>>>(                                         \
-        (__half *)out, (const __half *)in, left, w, bias, lens, t_len, c, pad_left, (int)norm, g,  \
-        beta, rm, rv, eps, (int)act)
+    dwconv_reg_kernel<T, KK, G>                                                                    \
+        <<<grid, DWR_THREADS, 0, st>>>((T *)out, (const T *)in, left, w, bias, lens, t_len, c,     \
+                                       pad_left, (int)norm, g, beta, rm, rv, eps, (int)act)
         if (k == 15 && glu)
             DWR(15, true);
         else if (k == 15)
@@ -484,14 +494,14 @@ extern "C" int cuda_dwconv_f16(void *out, const void *in, int glu, const float *
 #define DW(P, I)                                                                                   \
     do {                                                                                           \
         constexpr int tt_ = dw_tile<P>::TT;                                                        \
-        size_t smem = (size_t)(tt_ + k - 1) * c * sizeof(__half);                                  \
+        size_t smem = (size_t)(tt_ + k - 1) * c * sizeof(T);                                       \
         dim3 grid((unsigned)((t_len + tt_ - 1) / tt_), (unsigned)batch);                           \
-        cudaError_t e_ = ops_smem_opt_in((const void *)dwconv_f16_kernel<P>, smem, set[I]);        \
+        cudaError_t e_ = ops_smem_opt_in((const void *)dwconv_f16_kernel<T, P>, smem, set[I]);     \
         if (e_ != cudaSuccess)                                                                     \
             return err_set(err, HARK_ERR_CUDA, "dwconv_f16 smem: %s", cudaGetErrorString(e_));     \
-        dwconv_f16_kernel<P><<<grid, DW_THREADS, smem, st>>>(                                      \
-            (__half *)out, (const __half *)in, glu, left, w, bias, lens, t_len, c, k, pad_left,    \
-            (int)norm, g, beta, rm, rv, eps, (int)act);                                            \
+        dwconv_f16_kernel<T, P><<<grid, DW_THREADS, smem, st>>>(                                   \
+            (T *)out, (const T *)in, glu, left, w, bias, lens, t_len, c, k, pad_left, (int)norm,   \
+            g, beta, rm, rv, eps, (int)act);                                                       \
     } while (0)
     if (c <= 2 * DW_THREADS)
         DW(1, 0);
@@ -503,14 +513,37 @@ extern "C" int cuda_dwconv_f16(void *out, const void *in, int glu, const float *
     return launched(err, "dwconv_f16_kernel");
 }
 
+extern "C" int cuda_dwconv_f16(void *out, ops_dtype_t dt, const void *in, int glu,
+                               const float *left, const float *w, const float *bias,
+                               const int *lens, int batch, int t_len, int c, int k, int pad_left,
+                               cuda_norm_t norm, const float *g, const float *beta, const float *rm,
+                               const float *rv, float eps, cuda_act_t act, void *stream,
+                               hark_err_t *err)
+{
+    if (batch <= 0 || t_len <= 0 || c <= 0)
+        return HARK_OK;
+    if (k <= 0 || k > 64 || pad_left < 0 || pad_left >= k || c % 2 || c > 8 * DW_THREADS ||
+        (norm == CUDA_NORM_BATCH && (!rm || !rv)) || (dt != OPS_F16 && dt != OPS_BF16))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "dwconv_f16: kernel %d (1..64), pad_left %d, %d channels (even, at most "
+                       "%d), norm %d, dtype %d (16-bit)",
+                       k, pad_left, c, 8 * DW_THREADS, (int)norm, (int)dt);
+    cudaStream_t st = (cudaStream_t)stream;
+    if (dt == OPS_BF16)
+        return dwconv_launch<__nv_bfloat16>(out, in, glu, left, w, bias, lens, batch, t_len, c, k,
+                                            pad_left, norm, g, beta, rm, rv, eps, act, st, err);
+    return dwconv_launch<__half>(out, in, glu, left, w, bias, lens, batch, t_len, c, k, pad_left,
+                                 norm, g, beta, rm, rv, eps, act, st, err);
+}
+
 /* ---- first subsampling conv (one input channel) fused with CMVN ----------------------------- */
 
 /* grid (ceil(h_out / C1_HO), batch), 128 threads: V output channels a lane, C1_HO output rows a
  * block (the weights loaded once for them); smem: the rows of f floats they read (the CMVN'd
  * features, zero past the utterance's end) */
 #define C1_HO 4
-template <int K, int V>
-__global__ void conv1_cmvn_kernel(__half *out, const float *x, const float *mean, const float *istd,
+template <typename T, int K, int V>
+__global__ void conv1_cmvn_kernel(T *out, const float *x, const float *mean, const float *istd,
                                   const int *lens, int t, int f, const float *w, const float *bias,
                                   int cout, int stride, int h_out, int w_out, int relu)
 {
@@ -543,7 +576,7 @@ __global__ void conv1_cmvn_kernel(__half *out, const float *x, const float *mean
         }
         for (int hi = 0; hi < nho; hi++) {
             const float *xr = xs + hi * stride * f;
-            __half *o = out + (((size_t)b * h_out + ho0 + hi) * w_out) * cout + co;
+            T *o = out + (((size_t)b * h_out + ho0 + hi) * w_out) * cout + co;
             for (int wo = warp; wo < w_out; wo += warps) {
                 float a[V];
 #pragma unroll
@@ -558,7 +591,7 @@ __global__ void conv1_cmvn_kernel(__half *out, const float *x, const float *mean
                         for (int c = 0; c < V; c++)
                             a[c] += wv[c][i * K + j] * x;
                     }
-                __align__(16) __half2 h[V / 2];
+                __align__(16) typename h16<T>::T2 h[V / 2];
 #pragma unroll
                 for (int c = 0; c < V; c += 2) {
                     float a0 = a[c], a1 = a[c + 1];
@@ -566,27 +599,42 @@ __global__ void conv1_cmvn_kernel(__half *out, const float *x, const float *mean
                         a0 = a0 < 0.0f ? 0.0f : a0;
                         a1 = a1 < 0.0f ? 0.0f : a1;
                     }
-                    h[c / 2] = __floats2half2_rn(a0, a1);
+                    h[c / 2] = h16<T>::from_f2(a0, a1);
                 }
                 if (V == 8)
                     *(uint4 *)(o + (size_t)wo * cout) = *(const uint4 *)h;
                 else
-                    *(__half2 *)(o + (size_t)wo * cout) = h[0];
+                    *(typename h16<T>::T2 *)(o + (size_t)wo * cout) = h[0];
             }
         }
     }
 }
 
-extern "C" int cuda_conv1_cmvn(void *out, const float *x, const float *mean, const float *istd,
-                               const int *lens, int batch, int t, int f, const float *w,
-                               const float *bias, int cout, int k, int stride, int relu,
-                               void *stream, hark_err_t *err)
+template <typename T>
+static void conv1_launch(void *out, const float *x, const float *mean, const float *istd,
+                         const int *lens, int t, int f, const float *w, const float *bias, int cout,
+                         int stride, int h_out, int w_out, int relu, dim3 grid, size_t smem,
+                         cudaStream_t st)
 {
-    if (k != 3 || stride <= 0 || cout <= 0 || cout % 2 || (mean && !istd))
+    if (cout % 8 == 0) /* 16-byte stores */
+        conv1_cmvn_kernel<T, 3, 8><<<grid, 128, smem, st>>>((T *)out, x, mean, istd, lens, t, f, w,
+                                                            bias, cout, stride, h_out, w_out, relu);
+    else
+        conv1_cmvn_kernel<T, 3, 2><<<grid, 128, smem, st>>>((T *)out, x, mean, istd, lens, t, f, w,
+                                                            bias, cout, stride, h_out, w_out, relu);
+}
+
+extern "C" int cuda_conv1_cmvn(void *out, ops_dtype_t out_t, const float *x, const float *mean,
+                               const float *istd, const int *lens, int batch, int t, int f,
+                               const float *w, const float *bias, int cout, int k, int stride,
+                               int relu, void *stream, hark_err_t *err)
+{
+    if (k != 3 || stride <= 0 || cout <= 0 || cout % 2 || (mean && !istd) ||
+        (out_t != OPS_F16 && out_t != OPS_BF16))
         return err_set(err, HARK_ERR_INVALID_ARG,
                        "conv1_cmvn: kernel %d (only 3: WeNet's first subsampling conv), stride %d, "
-                       "cout %d (even)",
-                       k, stride, cout);
+                       "cout %d (even), out_t %d (16-bit)",
+                       k, stride, cout, (int)out_t);
     int h_out = t < k ? 0 : (t - k) / stride + 1, w_out = f < k ? 0 : (f - k) / stride + 1;
     if (batch <= 0 || h_out <= 0 || w_out <= 0)
         return HARK_OK;
@@ -595,12 +643,13 @@ extern "C" int cuda_conv1_cmvn(void *out, const float *x, const float *mean, con
         return err_set(err, HARK_ERR_INVALID_ARG, "conv1_cmvn: %d features, stride %d too many", f,
                        stride);
     dim3 grid((unsigned)((h_out + C1_HO - 1) / C1_HO), (unsigned)batch);
-    if (cout % 8 == 0) /* 16-byte stores */
-        conv1_cmvn_kernel<3, 8><<<grid, 128, smem, (cudaStream_t)stream>>>(
-            (__half *)out, x, mean, istd, lens, t, f, w, bias, cout, stride, h_out, w_out, relu);
+    cudaStream_t st = (cudaStream_t)stream;
+    if (out_t == OPS_BF16)
+        conv1_launch<__nv_bfloat16>(out, x, mean, istd, lens, t, f, w, bias, cout, stride, h_out,
+                                    w_out, relu, grid, smem, st);
     else
-        conv1_cmvn_kernel<3, 2><<<grid, 128, smem, (cudaStream_t)stream>>>(
-            (__half *)out, x, mean, istd, lens, t, f, w, bias, cout, stride, h_out, w_out, relu);
+        conv1_launch<__half>(out, x, mean, istd, lens, t, f, w, bias, cout, stride, h_out, w_out,
+                             relu, grid, smem, st);
     return launched(err, "conv1_cmvn_kernel");
 }
 

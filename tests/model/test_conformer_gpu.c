@@ -1,8 +1,9 @@
 /* GPU tests for src/model/conformer_gpu.c: the WeNet golden set in FP32 (encoder and CTC
- * log-probs within 1e-4 relative RMS of WeNet for all 5 utterances, greedy argmax identical) and
- * FP16 (errors reported; greedy tokens identical), the padded batch vs each utterance alone, and
- * GPU vs CPU (conformer.c) on synthetic configurations (conv2d6 non-causal batch_norm, conv2d8,
- * abs_pos, post-norm, chunk masks). The golden model comes from
+ * log-probs within 1e-4 relative RMS of WeNet for all 5 utterances, greedy argmax identical),
+ * FP16 (errors reported; greedy tokens identical) and BF16 (errors reported, tokens reported),
+ * the padded batch vs each utterance alone, and GPU vs CPU (conformer.c) on synthetic
+ * configurations (conv2d6 non-causal batch_norm, conv2d8, abs_pos, post-norm, chunk masks) in
+ * FP32, FP16 and BF16. The golden model comes from
  * $HARK_SHARED/data/golden/wenet_u2pp_conformer_small/converted/m when present (the device
  * machine), else from tests/support/golden_model.c's conversion cache. */
 #include "test.h"
@@ -30,6 +31,20 @@
 #define CPU_TOL 1e-4     /* FP32 GPU vs the CPU encoder (as vs WeNet) */
 #define BATCH_TOL16 5e-3 /* FP16 batch row vs alone */
 #define FP16_SANITY 5e-2 /* FP16 vs WeNet / CPU: reported; this only catches a broken path */
+/* BF16: the FP16 tolerances times 8, the ratio of the unit roundoffs (2^-8 against 2^-11: 8
+ * significant bits against 11), since every error they bound is made of 16-bit roundings */
+#define BF16_SCALE 8.0
+
+static const char *prec_name(int prec)
+{
+    return prec == CONFORMER_GPU_FP16 ? "fp16" : prec == CONFORMER_GPU_BF16 ? "bf16" : "fp32";
+}
+
+/* an FP16 tolerance for a 16-bit precision */
+static double tol_prec(int prec, double fp16_tol)
+{
+    return prec == CONFORMER_GPU_BF16 ? BF16_SCALE * fp16_tol : fp16_tol;
+}
 
 static const char *const UTTS[5] = {"librispeech-1995-1837-0001", "jfk",
                                     "sense_and_sensibility_01_austen_64kb-0880", "LJ001-0002",
@@ -157,7 +172,7 @@ static int argmax_row(const float *row, int v)
     return best;
 }
 
-/* ---- golden: FP32 and FP16, every utterance alone ------------------------------------------ */
+/* ---- golden: FP32, FP16 and BF16, every utterance alone ------------------------------------ */
 
 static void golden_all(test_ctx_t *t, int prec)
 {
@@ -166,7 +181,7 @@ static void golden_all(test_ctx_t *t, int prec)
     OPEN_GOLDEN(g, prec);
     cJSON *res = load_results();
     CHECKF(res, "results.json");
-    int d = g.cfg.d_model, v = g.cfg.vocab_size, fp16 = prec == CONFORMER_GPU_FP16;
+    int d = g.cfg.d_model, v = g.cfg.vocab_size, h16 = prec != CONFORMER_GPU_FP32;
     double worst_e = 0, worst_c = 0;
     int total_mis = 0, total_frames = 0;
     for (int u = 0; u < 5; u++) {
@@ -205,21 +220,24 @@ static void golden_all(test_ctx_t *t, int prec)
         total_mis += mis;
         total_frames += el;
         printf("    %s %-42s T'=%3d enc rel %.3g ctc rel %.3g argmax mismatches %d tokens %s\n",
-               fp16 ? "fp16" : "fp32", UTTS[u], el, ee, ec, mis, tok_ok ? "equal" : "DIFFER");
-        if (fp16) {
-            CHECKF(ee <= FP16_SANITY && ec <= FP16_SANITY, "%s fp16 enc %g ctc %g", UTTS[u], ee,
-                   ec);
+               prec_name(prec), UTTS[u], el, ee, ec, mis, tok_ok ? "equal" : "DIFFER");
+        if (h16) {
+            double tol = tol_prec(prec, FP16_SANITY);
+            CHECKF(ee <= tol && ec <= tol, "%s %s enc %g ctc %g", UTTS[u], prec_name(prec), ee, ec);
         } else {
             CHECKF(ee <= REL_TOL, "%s enc rel %g", UTTS[u], ee);
             CHECKF(ec <= REL_TOL, "%s ctc rel %g", UTTS[u], ec);
             CHECKF(mis == 0, "%s: %d frames differ from WeNet's greedy argmax", UTTS[u], mis);
         }
-        CHECKF(tok_ok, "%s: greedy tokens differ from WeNet's", UTTS[u]);
+        /* BF16 (8 significant bits) is not held to WeNet's greedy tokens: FP16's 11 keep them on
+         * this peaked CTC head, and docs/benchmarks.md finds decisions lost from 10 bits down */
+        CHECKF(tok_ok || prec == CONFORMER_GPU_BF16, "%s: greedy tokens differ from WeNet's",
+               UTTS[u]);
         hark_free(enc), hark_free(logp);
         npy_free(&fb), npy_free(&enc_ref), npy_free(&ctc_ref);
     }
     printf("    %s worst: enc rel %.3g, ctc rel %.3g, argmax mismatches %d of %d frames\n",
-           fp16 ? "fp16" : "fp32", worst_e, worst_c, total_mis, total_frames);
+           prec_name(prec), worst_e, worst_c, total_mis, total_frames);
     cJSON_Delete(res);
     golden_close(&g);
 }
@@ -234,11 +252,23 @@ GPU_TEST(conformer_gpu_golden_fp16)
     golden_all(t, CONFORMER_GPU_FP16);
 }
 
+GPU_TEST(conformer_gpu_golden_bf16)
+{
+    golden_all(t, CONFORMER_GPU_BF16);
+}
+
 /* the same with the fused feed-forward kernel forced (AUTO leaves these few rows to the GEMMs) */
 GPU_TEST(conformer_gpu_golden_fp16_fused_ffn)
 {
     run_ffn = CONFORMER_FFN_FUSED;
     golden_all(t, CONFORMER_GPU_FP16);
+    run_ffn = CONFORMER_FFN_AUTO;
+}
+
+GPU_TEST(conformer_gpu_golden_bf16_fused_ffn)
+{
+    run_ffn = CONFORMER_FFN_FUSED;
+    golden_all(t, CONFORMER_GPU_BF16);
     run_ffn = CONFORMER_FFN_AUTO;
 }
 
@@ -248,7 +278,7 @@ GPU_TEST(conformer_gpu_golden_padded_batch)
 {
     NEED_SHARED(GSET);
     golden_t g;
-    OPEN_GOLDEN(g, CONFORMER_GPU_FP32 | CONFORMER_GPU_FP16);
+    OPEN_GOLDEN(g, CONFORMER_GPU_FP32 | CONFORMER_GPU_FP16 | CONFORMER_GPU_BF16);
     int d = g.cfg.d_model, v = g.cfg.vocab_size, fd = g.cfg.input_dim;
     npy_array_t fb[5], ref[5];
     int lens[5], t_max = 0;
@@ -263,8 +293,9 @@ GPU_TEST(conformer_gpu_golden_padded_batch)
     for (int b = 0; b < 5; b++)
         for (int i = 0; i < t_max * fd; i++) /* NaN in the padding: must never reach a frame */
             feats[(size_t)b * t_max * fd + i] = i < lens[b] * fd ? ((float *)fb[b].data)[i] : NAN;
-    for (int p = 0; p < 2; p++) {
-        int prec = p ? CONFORMER_GPU_FP16 : CONFORMER_GPU_FP32;
+    static const int precs[3] = {CONFORMER_GPU_FP32, CONFORMER_GPU_FP16, CONFORMER_GPU_BF16};
+    for (int p = 0; p < 3; p++) {
+        int prec = precs[p];
         float *enc, *logp;
         int enc_lens[5], t_out;
         hark_err_t err = {0};
@@ -288,10 +319,12 @@ GPU_TEST(conformer_gpu_golden_padded_batch)
             for (size_t i = (size_t)el1 * v; i < (size_t)t_out * v; i++)
                 pad_zero &= lb[i] == 0.0f;
             printf("    %s batch row %d %-42s vs alone enc %.3g ctc %.3g, vs WeNet %.3g\n",
-                   p ? "fp16" : "fp32", b, UTTS[b], es, ls, eg);
-            double tol = p ? BATCH_TOL16 : BATCH_TOL;
-            CHECKF(es <= tol && ls <= tol, "row %d vs alone: enc %g ctc %g", b, es, ls);
-            CHECKF(eg <= (p ? FP16_SANITY : REL_TOL), "row %d vs WeNet %g", b, eg);
+                   prec_name(prec), b, UTTS[b], es, ls, eg);
+            double tol = p ? tol_prec(prec, BATCH_TOL16) : BATCH_TOL;
+            CHECKF(es <= tol && ls <= tol, "%s row %d vs alone: enc %g ctc %g", prec_name(prec), b,
+                   es, ls);
+            CHECKF(eg <= (p ? tol_prec(prec, FP16_SANITY) : REL_TOL), "%s row %d vs WeNet %g",
+                   prec_name(prec), b, eg);
             CHECKF(pad_zero, "row %d: padded frames are not zero", b);
             hark_free(e1), hark_free(l1);
         }
@@ -347,9 +380,10 @@ static wenet_config_t synth_config(wenet_subsample_t sub, wenet_pos_t pos, int c
     return c;
 }
 
-/* batch of 4 (NaN padding) on the GPU in FP32 and FP16 vs the CPU encoder's batch */
+/* batch of 4 (NaN padding) on the GPU in FP32, FP16 and BF16 vs the CPU encoder's batch: rel[p]
+ * the relative RMS error for precision p = 0, 1, 2 */
 static int gpu_vs_cpu(test_ctx_t *t, const wenet_config_t *cfg, const conformer_opts_t *o,
-                      unsigned seed, double *err32, double *err16)
+                      unsigned seed, double rel[3])
 {
     bank_t bank = {.seed = seed};
     conformer_model_t *cm = NULL;
@@ -366,7 +400,8 @@ static int gpu_vs_cpu(test_ctx_t *t, const wenet_config_t *cfg, const conformer_
         for (int i = 0; i < TMAX * fd; i++)
             feats[(size_t)b * TMAX * fd + i] = i < lens[b] * fd ? 2.0f * test_randf(&r) : NAN;
     if (conformer_model_create(cfg, bank_get, &bank, &cm, &err) ||
-        conformer_gpu_model_create(cfg, bank_get, &bank, CONFORMER_GPU_FP32 | CONFORMER_GPU_FP16,
+        conformer_gpu_model_create(cfg, bank_get, &bank,
+                                   CONFORMER_GPU_FP32 | CONFORMER_GPU_FP16 | CONFORMER_GPU_BF16,
                                    &gm, &err)) {
         test_fail(t, __FILE__, __LINE__, "model_create: %s", err.msg);
         goto done;
@@ -380,11 +415,11 @@ static int gpu_vs_cpu(test_ctx_t *t, const wenet_config_t *cfg, const conformer_
         test_fail(t, __FILE__, __LINE__, "cpu forward: %s", err.msg);
         goto done;
     }
-    for (int p = 0; p < 2; p++) {
+    static const int precs[3] = {CONFORMER_GPU_FP32, CONFORMER_GPU_FP16, CONFORMER_GPU_BF16};
+    for (int p = 0; p < 3; p++) {
         float *ge, *gl;
         int gel[B], gt;
-        if (gpu_run(gm, p ? CONFORMER_GPU_FP16 : CONFORMER_GPU_FP32, o, feats, lens, B, TMAX, &ge,
-                    &gl, gel, &gt, &err)) {
+        if (gpu_run(gm, precs[p], o, feats, lens, B, TMAX, &ge, &gl, gel, &gt, &err)) {
             test_fail(t, __FILE__, __LINE__, "gpu forward: %s", err.msg);
             hark_free(ge), hark_free(gl);
             goto done;
@@ -400,7 +435,7 @@ static int gpu_vs_cpu(test_ctx_t *t, const wenet_config_t *cfg, const conformer_
         } else {
             e = INFINITY;
         }
-        *(p ? err16 : err32) = e;
+        rel[p] = e;
         hark_free(ge), hark_free(gl);
     }
     ok = 1;
@@ -437,12 +472,15 @@ GPU_TEST(conformer_gpu_matches_cpu_synthetic)
         conformer_opts_t o = conformer_default_opts();
         o.chunk_size = cases[i].chunk;
         o.left_chunks = cases[i].left;
-        double e32 = -1, e16 = -1;
-        if (!gpu_vs_cpu(t, &cases[i].cfg, &o, 300 + (unsigned)i, &e32, &e16))
+        double e[3] = {-1, -1, -1};
+        if (!gpu_vs_cpu(t, &cases[i].cfg, &o, 300 + (unsigned)i, e))
             return;
-        printf("    %-66s gpu vs cpu fp32 %.3g fp16 %.3g\n", cases[i].what, e32, e16);
-        CHECKF(e32 <= CPU_TOL, "%s: fp32 gpu vs cpu rel %g", cases[i].what, e32);
-        CHECKF(e16 <= FP16_SANITY, "%s: fp16 gpu vs cpu rel %g", cases[i].what, e16);
+        printf("    %-66s gpu vs cpu fp32 %.3g fp16 %.3g bf16 %.3g\n", cases[i].what, e[0], e[1],
+               e[2]);
+        CHECKF(e[0] <= CPU_TOL, "%s: fp32 gpu vs cpu rel %g", cases[i].what, e[0]);
+        CHECKF(e[1] <= FP16_SANITY, "%s: fp16 gpu vs cpu rel %g", cases[i].what, e[1]);
+        CHECKF(e[2] <= tol_prec(CONFORMER_GPU_BF16, FP16_SANITY), "%s: bf16 gpu vs cpu rel %g",
+               cases[i].what, e[2]);
     }
 }
 
@@ -456,10 +494,24 @@ GPU_TEST(conformer_gpu_refuses_missing_precision)
     CHECK_OK(conformer_gpu_model_create(&c, bank_get, &bank, CONFORMER_GPU_FP32, &m, &err));
     CHECK(conformer_gpu_state_create(m, CONFORMER_GPU_FP16, 1, 100, &s, &err) ==
           HARK_ERR_INVALID_ARG);
+    CHECK(conformer_gpu_state_create(m, CONFORMER_GPU_BF16, 1, 100, &s, &err) ==
+          HARK_ERR_INVALID_ARG);
     CHECK(conformer_gpu_state_create(m, CONFORMER_GPU_FP32, 513, 100, &s, &err) ==
           HARK_ERR_INVALID_ARG);
     CHECK(s == NULL);
     conformer_gpu_model_destroy(m);
+    /* a BF16-only model: its state runs; FP16 and FP32 states are refused; unknown flags too */
+    CHECK_OK(conformer_gpu_model_create(&c, bank_get, &bank, CONFORMER_GPU_BF16, &m, &err));
+    CHECK(conformer_gpu_state_create(m, CONFORMER_GPU_FP16, 1, 100, &s, &err) ==
+          HARK_ERR_INVALID_ARG);
+    CHECK(conformer_gpu_state_create(m, CONFORMER_GPU_FP32, 1, 100, &s, &err) ==
+          HARK_ERR_INVALID_ARG);
+    CHECK_OK(conformer_gpu_state_create(m, CONFORMER_GPU_BF16, 1, 100, &s, &err));
+    conformer_gpu_state_destroy(s);
+    conformer_gpu_model_destroy(m);
+    m = NULL;
+    CHECK(conformer_gpu_model_create(&c, bank_get, &bank, 8, &m, &err) == HARK_ERR_INVALID_ARG);
+    CHECK(m == NULL);
     bank_free(&bank);
 }
 /* forward + CTC on a state with device buffers ready; enc/logp/arg downloaded into host arrays */
@@ -496,8 +548,9 @@ GPU_TEST(conformer_gpu_graph_replay_matches_direct)
     bank_t bank = {.seed = 9};
     conformer_gpu_model_t *m = NULL;
     hark_err_t err = {0};
-    CHECK_OK(conformer_gpu_model_create(&c, bank_get, &bank,
-                                        CONFORMER_GPU_FP32 | CONFORMER_GPU_FP16, &m, &err));
+    CHECK_OK(conformer_gpu_model_create(
+        &c, bank_get, &bank, CONFORMER_GPU_FP32 | CONFORMER_GPU_FP16 | CONFORMER_GPU_BF16, &m,
+        &err));
     enum { B = 3, TM = 97 };
     static const int la[B] = {97, 50, 13}, lb[B] = {60, 97, 0};
     const int *seq[4] = {la, la, lb, la};
@@ -519,8 +572,9 @@ GPU_TEST(conformer_gpu_graph_replay_matches_direct)
           *l2 = hark_malloc(nl * 4);
     int *a1 = hark_malloc((size_t)B * te * sizeof(int)), *a2 = hark_malloc((size_t)B * te * 4);
     int *n1 = hark_malloc((size_t)B * te * sizeof(int)), *n2 = hark_malloc((size_t)B * te * 4);
-    for (int p = 0; p < 2; p++) {
-        int prec = p ? CONFORMER_GPU_FP16 : CONFORMER_GPU_FP32;
+    static const int precs[3] = {CONFORMER_GPU_FP32, CONFORMER_GPU_FP16, CONFORMER_GPU_BF16};
+    for (int p = 0; p < 3; p++) {
+        int prec = precs[p];
         conformer_gpu_state_t *sg = NULL, *sd = NULL;
         CHECK_OK(conformer_gpu_state_create(m, prec, B, TM, &sg, &err));
         CHECK_OK(conformer_gpu_state_create(m, prec, B, TM, &sd, &err));
@@ -540,9 +594,9 @@ GPU_TEST(conformer_gpu_graph_replay_matches_direct)
                     consistent &= a1[i] == argmax_row(l1 + (size_t)i * c.vocab_size, c.vocab_size);
             }
             CHECKF(ee == 0 && el == 0 && same, "%s call %d: graph vs direct enc %g logp %g",
-                   p ? "fp16" : "fp32", it, ee, el);
-            CHECKF(consistent, "%s call %d: ctc_argmax differs from its log-probs",
-                   p ? "fp16" : "fp32", it);
+                   prec_name(prec), it, ee, el);
+            CHECKF(consistent, "%s call %d: ctc_argmax differs from its log-probs", prec_name(prec),
+                   it);
         }
         conformer_gpu_state_destroy(sg);
         conformer_gpu_state_destroy(sd);
@@ -565,6 +619,9 @@ GPU_TEST(conformer_gpu_fp16_refuses_unsupported_sizes)
     CHECK(conformer_gpu_model_create(&c, bank_get, &bank, CONFORMER_GPU_FP16, &m, &err) ==
           HARK_ERR_UNSUPPORTED);
     CHECK(strstr(err.msg, "fp16") != NULL);
+    CHECK(conformer_gpu_model_create(&c, bank_get, &bank, CONFORMER_GPU_BF16, &m, &err) ==
+          HARK_ERR_UNSUPPORTED);
+    CHECK(strstr(err.msg, "bf16") != NULL);
     CHECK_OK(conformer_gpu_model_create(&c, bank_get, &bank, CONFORMER_GPU_FP32, &m, &err));
     conformer_gpu_model_destroy(m);
     bank_free(&bank);

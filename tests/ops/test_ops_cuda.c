@@ -2,7 +2,9 @@
  * random data with awkward sizes (1, 7, 33, 257, ...), poisoned outputs (NaN bytes: an unwritten
  * element fails) and guard elements after every output. Tolerances, relative RMS error against
  * the reference computed from the same (FP16-rounded where FP16) inputs: FP32 1e-5, FP16 1e-2
- * (FP16 outputs / operands), unless an op states otherwise. Measured errors are printed. */
+ * (FP16 outputs / operands), unless an op states otherwise. Every test of a 16-bit op runs in
+ * FP16 and again in BF16 (the same body over both types) with the FP16 tolerance times 8 (tol16:
+ * bf16's unit roundoff is 2^-8, fp16's 2^-11). Measured errors are printed. */
 #include "test.h"
 
 #ifdef HARK_CUDA
@@ -21,17 +23,28 @@
 #define TOL32 1e-5
 #define TOL16 1e-2
 
+/* the 16-bit types, each test of a 16-bit op runs in turn */
+static const ops_dtype_t H16[2] = {OPS_F16, OPS_BF16};
+
 static const char *dt_name(ops_dtype_t t)
 {
-    return t == OPS_F16 ? "fp16" : "fp32";
+    return t == OPS_F16 ? "fp16" : t == OPS_BF16 ? "bf16" : "fp32";
+}
+
+/* A tolerance stated for FP16 (output / operand roundings) in 16-bit type t: the same for FP16,
+ * 8x for BF16, whose unit roundoff 2^-8 is 8 times FP16's 2^-11 (its 8-bit significand against
+ * FP16's 11), so every rounding error the bound counts grows by that factor. */
+static double tol16(ops_dtype_t t, double fp16_tol)
+{
+    return t == OPS_BF16 ? 8.0 * fp16_tol : fp16_tol;
 }
 
 static double tol_of(ops_dtype_t t)
 {
-    return t == OPS_F16 ? TOL16 : TOL32;
+    return t == OPS_F32 ? TOL32 : tol16(t, TOL16);
 }
 
-/* n elements + GUARD, every byte 0xff (a NaN in both dtypes) */
+/* n elements + GUARD, every byte 0xff (a NaN in all three dtypes) */
 static void *dalloc(size_t n, ops_dtype_t t)
 {
     void *p = NULL;
@@ -137,15 +150,16 @@ GPU_TEST(cuda_gemm_matches_matmul_ref)
 {
     static const int sz[][3] = {
         {1, 1, 1}, {7, 33, 257}, {257, 7, 33}, {33, 257, 1000}, {64, 5002, 256}};
-    static const ops_dtype_t ab[3] = {OPS_F32, OPS_F16, OPS_F16},
-                             ct[3] = {OPS_F32, OPS_F32, OPS_F16};
+    /* operand and output types: fp32; fp16 -> fp32, fp16; bf16 -> fp32, bf16 */
+    static const ops_dtype_t ab[5] = {OPS_F32, OPS_F16, OPS_F16, OPS_BF16, OPS_BF16},
+                             ct[5] = {OPS_F32, OPS_F32, OPS_F16, OPS_F32, OPS_BF16};
     ops_cuda_t *g = new_ctx(t);
     CHECK(g);
     unsigned seed = 5;
-    double worst[3] = {0, 0, 0};
+    double worst[5] = {0, 0, 0, 0, 0};
     for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++)
         for (int tb = 0; tb < 2; tb++)
-            for (int v = 0; v < 3; v++) {
+            for (int v = 0; v < 5; v++) {
                 int m = sz[c][0], n = sz[c][1], k = sz[c][2], batch = 2;
                 int lda = k + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
                 size_t sa = (size_t)m * lda, sb = (size_t)(tb ? n : k) * ldb, sc = (size_t)m * ldc;
@@ -186,13 +200,14 @@ GPU_TEST(cuda_gemm_matches_matmul_ref)
                     if (got[i] != got[i])
                         e = INFINITY;
                 worst[v] = e > worst[v] ? e : worst[v];
-                CHECKF(e <= (v ? TOL16 : TOL32), "gemm %dx%dx%d trans_b %d beta %g %s->%s rel %g",
-                       m, n, k, tb, beta, dt_name(ab[v]), dt_name(ct[v]), e);
+                CHECKF(e <= tol_of(ab[v]), "gemm %dx%dx%d trans_b %d beta %g %s->%s rel %g", m, n,
+                       k, tb, beta, dt_name(ab[v]), dt_name(ct[v]), e);
                 cudaFree(da), cudaFree(db), cudaFree(dc);
                 hark_free(a), hark_free(b), hark_free(c0), hark_free(ref), hark_free(got);
             }
-    printf("    gemm rel rms: fp32 %.3g, fp16->fp32 %.3g, fp16->fp16 %.3g\n", worst[0], worst[1],
-           worst[2]);
+    printf("    gemm rel rms: fp32 %.3g, fp16->fp32 %.3g, fp16->fp16 %.3g, bf16->fp32 %.3g, "
+           "bf16->bf16 %.3g\n",
+           worst[0], worst[1], worst[2], worst[3], worst[4]);
     ops_cuda_destroy(g);
 }
 
@@ -202,11 +217,11 @@ GPU_TEST(cuda_linear_bias_act_matches_ref)
     ops_cuda_t *g = new_ctx(t);
     CHECK(g);
     unsigned seed = 7;
-    double worst[2] = {0, 0};
+    double worst[3] = {0, 0, 0};
     for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++)
         for (int act = 0; act < 4; act++)
-            for (int v = 0; v < 2; v++) {
-                ops_dtype_t xt = v ? OPS_F16 : OPS_F32;
+            for (int v = 0; v < 3; v++) {
+                ops_dtype_t xt = v ? H16[v - 1] : OPS_F32;
                 int n = sz[c][0], in = sz[c][1], out = sz[c][2];
                 float *x = hrand((size_t)n * in, &seed, 2.0f);
                 float *w = hrand((size_t)out * in, &seed, 1.0f / sqrtf((float)in));
@@ -230,7 +245,8 @@ GPU_TEST(cuda_linear_bias_act_matches_ref)
                 cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dy);
                 hark_free(x), hark_free(w), hark_free(b), hark_free(ref);
             }
-    printf("    linear+bias+act rel rms: fp32 %.3g, fp16 %.3g\n", worst[0], worst[1]);
+    printf("    linear+bias+act rel rms: fp32 %.3g, fp16 %.3g, bf16 %.3g\n", worst[0], worst[1],
+           worst[2]);
     ops_cuda_destroy(g);
 }
 
@@ -238,24 +254,28 @@ GPU_TEST(cuda_bias_act_fp16_output)
 {
     unsigned seed = 8;
     int n = 257, c = 33;
-    double worst = 0;
-    for (int act = 0; act < 4; act++) {
-        float *x = hrand((size_t)n * c, &seed, 3.0f), *b = hrand((size_t)c, &seed, 1.0f);
-        float *ref = hark_malloc((size_t)n * c * sizeof(float));
-        for (int i = 0; i < n * c; i++)
-            ref[i] = x[i] + b[i % c];
-        activation_ref(ref, ref, (size_t)n * c, (ops_act_t)act);
-        float *dx = dup_to(x, (size_t)n * c, OPS_F32), *db = dup_to(b, (size_t)c, OPS_F32);
-        void *dy = dalloc((size_t)n * c, OPS_F16);
-        CHECK_OK(cuda_bias_act(dy, OPS_F16, dx, db, n, c, (cuda_act_t)act, NULL, NULL));
-        int gd;
-        double e = out_err(dy, OPS_F16, ref, (size_t)n * c, &gd);
-        worst = e > worst ? e : worst;
-        CHECK_ERR(e, 1e-3, gd, "bias_act act %d fp16 out rel %g", act, e); /* one rounding */
-        cudaFree(dx), cudaFree(db), cudaFree(dy);
-        hark_free(x), hark_free(b), hark_free(ref);
-    }
-    printf("    bias+act -> fp16 rel rms %.3g (tol 1e-3)\n", worst);
+    double worst[2] = {0, 0};
+    for (int h = 0; h < 2; h++)
+        for (int act = 0; act < 4; act++) {
+            ops_dtype_t yt = H16[h];
+            float *x = hrand((size_t)n * c, &seed, 3.0f), *b = hrand((size_t)c, &seed, 1.0f);
+            float *ref = hark_malloc((size_t)n * c * sizeof(float));
+            for (int i = 0; i < n * c; i++)
+                ref[i] = x[i] + b[i % c];
+            activation_ref(ref, ref, (size_t)n * c, (ops_act_t)act);
+            float *dx = dup_to(x, (size_t)n * c, OPS_F32), *db = dup_to(b, (size_t)c, OPS_F32);
+            void *dy = dalloc((size_t)n * c, yt);
+            CHECK_OK(cuda_bias_act(dy, yt, dx, db, n, c, (cuda_act_t)act, NULL, NULL));
+            int gd;
+            double e = out_err(dy, yt, ref, (size_t)n * c, &gd);
+            worst[h] = e > worst[h] ? e : worst[h];
+            CHECK_ERR(e, tol16(yt, 1e-3), gd, "bias_act act %d %s out rel %g", act, dt_name(yt),
+                      e); /* one rounding */
+            cudaFree(dx), cudaFree(db), cudaFree(dy);
+            hark_free(x), hark_free(b), hark_free(ref);
+        }
+    printf("    bias+act -> fp16 rel rms %.3g (tol 1e-3), -> bf16 %.3g (tol 8e-3)\n", worst[0],
+           worst[1]);
 }
 
 /* ---- norms --------------------------------------------------------------------------------- */
@@ -264,12 +284,12 @@ GPU_TEST(cuda_residual_layer_norm_matches_ref)
 {
     static const int ns[] = {1, 7, 257}, ds[] = {1, 7, 33, 257, 1000};
     unsigned seed = 9;
-    double worst[2] = {0, 0};
+    double worst[3] = {0, 0, 0};
     for (size_t in = 0; in < 3; in++)
         for (size_t id = 0; id < 5; id++)
             for (int mode = 0; mode < 4; mode++) /* 0 pre, 1 post, 2 no ln, 3 embed (no res, pe) */
-                for (int v = 0; v < 2; v++) {
-                    ops_dtype_t yt = v ? OPS_F16 : OPS_F32;
+                for (int v = 0; v < 3; v++) {
+                    ops_dtype_t yt = v ? H16[v - 1] : OPS_F32;
                     int n = ns[in], d = ds[id], pe_rows = 5;
                     size_t nd = (size_t)n * d;
                     float *res = hrand(nd, &seed, 2.0f), *a = hrand(nd, &seed, 1.0f);
@@ -304,7 +324,7 @@ GPU_TEST(cuda_residual_layer_norm_matches_ref)
                     int g1, g2;
                     double ex = out_err(dx, OPS_F32, mode == 1 ? z : s, nd, &g1);
                     double ey = out_err(dy, yt, z, nd, &g2);
-                    double tol = v ? 1e-3 : TOL32; /* fp16: one output rounding */
+                    double tol = v ? tol16(yt, 1e-3) : TOL32; /* 16-bit: one output rounding */
                     worst[v] = ey > worst[v] ? ey : worst[v];
                     CHECK_ERR(ex, TOL32, g1, "residual_ln x n %d d %d mode %d rel %g", n, d, mode,
                               ex);
@@ -323,7 +343,8 @@ GPU_TEST(cuda_residual_layer_norm_matches_ref)
                     hark_free(res), hark_free(a), hark_free(bias), hark_free(gm), hark_free(bt);
                     hark_free(pe), hark_free(s), hark_free(z);
                 }
-    printf("    residual+layer_norm rel rms: fp32 %.3g, fp16 out %.3g\n", worst[0], worst[1]);
+    printf("    residual+layer_norm rel rms: fp32 %.3g, fp16 out %.3g, bf16 out %.3g\n", worst[0],
+           worst[1], worst[2]);
 }
 
 GPU_TEST(cuda_batch_norm_matches_ref)
@@ -360,11 +381,11 @@ GPU_TEST(cuda_glu_matches_ref)
 {
     static const int ns[] = {1, 7, 257}, cs[] = {1, 33, 257};
     unsigned seed = 12;
-    double worst[2] = {0, 0};
+    double worst[3] = {0, 0, 0};
     for (int in = 0; in < 3; in++)
         for (int ic = 0; ic < 3; ic++)
-            for (int v = 0; v < 2; v++) {
-                ops_dtype_t yt = v ? OPS_F16 : OPS_F32;
+            for (int v = 0; v < 3; v++) {
+                ops_dtype_t yt = v ? H16[v - 1] : OPS_F32;
                 int n = ns[in], c = cs[ic];
                 float *x = hrand((size_t)n * 2 * c, &seed, 3.0f), *b = hrand(2 * c, &seed, 0.5f);
                 float *xb = hark_malloc((size_t)n * 2 * c * sizeof(float));
@@ -378,11 +399,13 @@ GPU_TEST(cuda_glu_matches_ref)
                 int gd;
                 double e = out_err(dy, yt, ref, (size_t)n * c, &gd);
                 worst[v] = e > worst[v] ? e : worst[v];
-                CHECK_ERR(e, v ? 1e-3 : TOL32, gd, "glu n %d c %d %s rel %g", n, c, dt_name(yt), e);
+                CHECK_ERR(e, v ? tol16(yt, 1e-3) : TOL32, gd, "glu n %d c %d %s rel %g", n, c,
+                          dt_name(yt), e);
                 cudaFree(dx), cudaFree(db), cudaFree(dy);
                 hark_free(x), hark_free(b), hark_free(xb), hark_free(ref);
             }
-    printf("    glu rel rms: fp32 %.3g, fp16 out %.3g\n", worst[0], worst[1]);
+    printf("    glu rel rms: fp32 %.3g, fp16 out %.3g, bf16 out %.3g\n", worst[0], worst[1],
+           worst[2]);
 }
 
 GPU_TEST(cuda_depthwise_conv_norm_act_matches_ref)
@@ -392,12 +415,12 @@ GPU_TEST(cuda_depthwise_conv_norm_act_matches_ref)
     static const int cs[] = {7, 257};
     static const int kp[][3] = {{15, 14, 1}, {15, 7, 0}, {4, 3, 0}, {1, 0, 0}}; /* k, pad, left */
     unsigned seed = 13;
-    double worst[2] = {0, 0};
+    double worst[3] = {0, 0, 0};
     for (int ic = 0; ic < 2; ic++)
         for (int ik = 0; ik < 4; ik++)
             for (int norm = 0; norm < 3; norm++)
-                for (int v = 0; v < 2; v++) {
-                    ops_dtype_t ot = v ? OPS_F16 : OPS_F32;
+                for (int v = 0; v < 3; v++) {
+                    ops_dtype_t ot = v ? H16[v - 1] : OPS_F32;
                     int c = cs[ic], k = kp[ik][0], pad = kp[ik][1], has_left = kp[ik][2];
                     int act = (norm + ik) % 4;
                     size_t n = (size_t)B * T * c;
@@ -436,7 +459,7 @@ GPU_TEST(cuda_depthwise_conv_norm_act_matches_ref)
                     int gd;
                     double e = out_err(dout, ot, ref, n, &gd);
                     worst[v] = e > worst[v] ? e : worst[v];
-                    CHECK_ERR(e, v ? 1e-3 : TOL32, gd,
+                    CHECK_ERR(e, v ? tol16(ot, 1e-3) : TOL32, gd,
                               "dwconv c %d k %d pad %d left %d norm %d act %d %s rel %g", c, k, pad,
                               has_left, norm, act, dt_name(ot), e);
                     cudaFree(din), cudaFree(dleft), cudaFree(dw), cudaFree(dbias), cudaFree(dg);
@@ -444,7 +467,8 @@ GPU_TEST(cuda_depthwise_conv_norm_act_matches_ref)
                     hark_free(in), hark_free(left), hark_free(w), hark_free(bias), hark_free(g);
                     hark_free(beta), hark_free(rm), hark_free(rv), hark_free(ref);
                 }
-    printf("    depthwise conv+norm+act rel rms: fp32 %.3g, fp16 out %.3g\n", worst[0], worst[1]);
+    printf("    depthwise conv+norm+act rel rms: fp32 %.3g, fp16 out %.3g, bf16 out %.3g\n",
+           worst[0], worst[1], worst[2]);
 }
 
 /* ---- softmax, attention -------------------------------------------------------------------- */
@@ -468,10 +492,10 @@ GPU_TEST(cuda_softmax_masked_matches_ref)
     static const int lens[B] = {T, 0, 20};
     static const int ch[][2] = {{0, -1}, {4, 1}, {5, -1}, {7, 0}};
     unsigned seed = 14;
-    double worst[2] = {0, 0};
+    double worst[3] = {0, 0, 0};
     for (int c = 0; c < 4; c++)
-        for (int v = 0; v < 2; v++) {
-            ops_dtype_t yt = v ? OPS_F16 : OPS_F32;
+        for (int v = 0; v < 3; v++) {
+            ops_dtype_t yt = v ? H16[v - 1] : OPS_F32;
             size_t n = (size_t)B * H * T * T;
             float *x = hrand(n, &seed, 6.0f), *ref = hark_malloc(n * sizeof(float));
             memcpy(ref, x, n * sizeof(float));
@@ -489,14 +513,15 @@ GPU_TEST(cuda_softmax_masked_matches_ref)
             int gd;
             double e = out_err(dy, yt, ref, n, &gd);
             worst[v] = e > worst[v] ? e : worst[v];
-            CHECK_ERR(e, v ? 1e-3 : TOL32, gd, "softmax chunk %d left %d %s rel %g", ch[c][0],
-                      ch[c][1], dt_name(yt), e);
+            CHECK_ERR(e, v ? tol16(yt, 1e-3) : TOL32, gd, "softmax chunk %d left %d %s rel %g",
+                      ch[c][0], ch[c][1], dt_name(yt), e);
             if (v)
                 cudaFree(dy);
             cudaFree(dx), cudaFree(dl);
             hark_free(x), hark_free(ref);
         }
-    printf("    masked softmax rel rms: fp32 %.3g, fp16 out %.3g\n", worst[0], worst[1]);
+    printf("    masked softmax rel rms: fp32 %.3g, fp16 out %.3g, bf16 out %.3g\n", worst[0],
+           worst[1], worst[2]);
 }
 
 GPU_TEST(cuda_attention_matches_ref)
@@ -507,17 +532,17 @@ GPU_TEST(cuda_attention_matches_ref)
     ops_cuda_t *g = new_ctx(t);
     CHECK(g);
     unsigned seed = 15;
-    double worst[2] = {0, 0};
+    double worst[3] = {0, 0, 0};
     for (int rel = 0; rel < 2; rel++)
         for (int c = 0; c < 2; c++)
-            for (int v = 0; v < 2; v++) {
-                ops_dtype_t dt = v ? OPS_F16 : OPS_F32;
+            for (int v = 0; v < 3; v++) {
+                ops_dtype_t dt = v ? H16[v - 1] : OPS_F32;
                 int ld = 3 * D + 5; /* q | k | v | pad per row */
                 size_t nq = (size_t)B * T * ld;
                 float *qkv = hrand(nq, &seed, 1.0f), *bias = hrand(3 * D, &seed, 0.3f);
                 float *p = hrand((size_t)T * D, &seed, 1.0f), *bu = hrand(D, &seed, 0.3f);
                 float *bv = hrand(D, &seed, 0.3f);
-                /* the device rounds q+b, k+b, v+b, p to fp16: give the reference the same */
+                /* the device rounds q+b, k+b, v+b, p to dt: give the reference the same */
                 float *q = hark_malloc((size_t)T * D * sizeof(float)),
                       *k = hark_malloc((size_t)T * D * sizeof(float));
                 float *vv = hark_malloc((size_t)T * D * sizeof(float)),
@@ -537,7 +562,7 @@ GPU_TEST(cuda_attention_matches_ref)
                     int lo[T], hi[T];
                     for (int i = 0; i < T; i++)
                         key_range(i, lens[b], T, ch[c][0], ch[c][1], &lo[i], &hi[i]);
-                    if (v) { /* fp16 operands: (q + bu) and (q + bv) rounded separately */
+                    if (v) { /* 16-bit operands: (q + bu) and (q + bv) rounded separately */
                         round_to(k, (size_t)T * D, dt);
                         round_to(vv, (size_t)T * D, dt);
                         round_to(pr, (size_t)T * D, dt);
@@ -596,7 +621,8 @@ GPU_TEST(cuda_attention_matches_ref)
                 hark_free(q), hark_free(k), hark_free(vv), hark_free(pr), hark_free(ref);
                 hark_free(scr), hark_free(qu);
             }
-    printf("    attention rel rms: fp32 %.3g, fp16 %.3g\n", worst[0], worst[1]);
+    printf("    attention rel rms: fp32 %.3g, fp16 %.3g, bf16 %.3g\n", worst[0], worst[1],
+           worst[2]);
     ops_cuda_destroy(g);
 }
 
@@ -654,11 +680,11 @@ GPU_TEST(cuda_conv2d_matches_ref)
     ops_cuda_t *g = new_ctx(t);
     CHECK(g);
     unsigned seed = 17;
-    double worst[2] = {0, 0};
+    double worst[3] = {0, 0, 0};
     enum { B = 2 };
     for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++)
-        for (int v = 0; v < 2; v++) {
-            ops_dtype_t io = v ? OPS_F16 : OPS_F32;
+        for (int v = 0; v < 3; v++) {
+            ops_dtype_t io = v ? H16[v - 1] : OPS_F32;
             int cin = cs[c][0], h = cs[c][1], w = cs[c][2], cout = cs[c][3], k = cs[c][4],
                 s = cs[c][5];
             int relu = (int)(c & 1) == 0, ho = (h - k) / s + 1, wo = (w - k) / s + 1;
@@ -695,14 +721,15 @@ GPU_TEST(cuda_conv2d_matches_ref)
             int gd;
             double e = out_err(dout, io, ref, nout, &gd);
             worst[v] = e > worst[v] ? e : worst[v];
-            CHECK_ERR(e, v ? 2e-3 : TOL32, gd, "conv2d case %zu %s rel %g", c, dt_name(io), e);
+            CHECK_ERR(e, v ? tol16(io, 2e-3) : TOL32, gd, "conv2d case %zu %s rel %g", c,
+                      dt_name(io), e);
             cudaFree(din), cudaFree(dw_io), cudaFree(dw32), cudaFree(db), cudaFree(dout),
                 cudaFree(scr);
             hark_free(in), hark_free(wt), hark_free(w_round), hark_free(b), hark_free(ref),
                 hark_free(col);
         }
-    printf("    conv2d rel rms: fp32 %.3g, fp16 %.3g (tol 2e-3: fp16 in/out)\n", worst[0],
-           worst[1]);
+    printf("    conv2d rel rms: fp32 %.3g, fp16 %.3g (tol 2e-3: fp16 in/out), bf16 %.3g (8x)\n",
+           worst[0], worst[1], worst[2]);
     ops_cuda_destroy(g);
 }
 
@@ -727,13 +754,13 @@ GPU_TEST(cuda_cmvn_and_padding)
     int *dl = NULL;
     CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
     CHECK_OK(cuda_set_lens(dl, lens, B, NULL, NULL));
-    for (int v = 0; v < 2; v++) {
-        ops_dtype_t ot = v ? OPS_F16 : OPS_F32;
+    for (int v = 0; v < 3; v++) {
+        ops_dtype_t ot = v ? H16[v - 1] : OPS_F32;
         void *dy = dalloc(n, ot);
         CHECK_OK(cuda_cmvn(dy, ot, dx, dm, di, dl, B, T, F, NULL, NULL));
         int gd;
         double e = out_err(dy, ot, ref, n, &gd);
-        CHECK_ERR(e, v ? 1e-3 : 1e-7, gd, "cmvn %s rel %g", dt_name(ot), e);
+        CHECK_ERR(e, v ? tol16(ot, 1e-3) : 1e-7, gd, "cmvn %s rel %g", dt_name(ot), e);
         cudaFree(dy);
     }
     /* zero_pad_rows: rows past each length become 0, others unchanged */
@@ -746,12 +773,24 @@ GPU_TEST(cuda_cmvn_and_padding)
     int gd;
     double e = out_err(dy, OPS_F32, y, n, &gd);
     CHECK_ERR(e, 0.0, gd, "zero_pad_rows rel %g", e);
-    /* cast round trip f32 -> f16 -> f32: within half an fp16 ulp */
-    void *h16 = dalloc(n, OPS_F16);
-    CHECK_OK(cuda_cast(h16, OPS_F16, dy, OPS_F32, n, NULL, NULL));
-    e = out_err(h16, OPS_F16, y, n, &gd);
-    CHECK_ERR(e, 4.9e-4, gd, "cast rel %g", e);
-    cudaFree(h16), cudaFree(dy), cudaFree(dx), cudaFree(dm), cudaFree(di), cudaFree(dl);
+    /* cast round trip f32 -> 16-bit -> f32: within half an ulp (fp16 2^-11, bf16 2^-8) */
+    for (int h = 0; h < 2; h++) {
+        void *h16 = dalloc(n, H16[h]);
+        CHECK_OK(cuda_cast(h16, H16[h], dy, OPS_F32, n, NULL, NULL));
+        e = out_err(h16, H16[h], y, n, &gd);
+        CHECK_ERR(e, tol16(H16[h], 4.9e-4), gd, "cast %s rel %g", dt_name(H16[h]), e);
+        cudaFree(h16);
+    }
+    /* fp16 -> bf16 -> fp16 (through float): within half a bf16 ulp of the fp16 values */
+    void *a16 = dalloc(n, OPS_F16), *b16 = dalloc(n, OPS_BF16), *c16 = dalloc(n, OPS_F16);
+    round_to(y, n, OPS_F16);
+    CHECK_OK(cuda_cast(a16, OPS_F16, dy, OPS_F32, n, NULL, NULL));
+    CHECK_OK(cuda_cast(b16, OPS_BF16, a16, OPS_F16, n, NULL, NULL));
+    CHECK_OK(cuda_cast(c16, OPS_F16, b16, OPS_BF16, n, NULL, NULL));
+    e = out_err(c16, OPS_F16, y, n, &gd);
+    CHECK_ERR(e, 3.9e-3, gd, "cast fp16 -> bf16 -> fp16 rel %g", e);
+    cudaFree(a16), cudaFree(b16), cudaFree(c16);
+    cudaFree(dy), cudaFree(dx), cudaFree(dm), cudaFree(di), cudaFree(dl);
     hark_free(x), hark_free(mean), hark_free(istd), hark_free(ref), hark_free(y);
 }
 
@@ -794,7 +833,8 @@ GPU_TEST(cuda_ops_reject_bad_arguments)
 }
 /* ---- FP16 path: gemm_f16.cu, attention_f16.cu, rows_f16.cu ---------------------------------- */
 
-/* half outputs from identical half operands: output rounding (~3e-4) + order */
+/* half outputs from identical half operands: output rounding (~3e-4) + order; in BF16
+ * tol16(OPS_BF16, TOL_H) = 1.6e-2 (8x: unit roundoff 2^-8 against 2^-11) */
 #define TOL_H 2e-3
 
 /* the CPU side of the GEMM epilogues, in place over acc (m, n) -> ref (as the out layout) */
@@ -825,75 +865,83 @@ GPU_TEST(cuda_hgemm_epilogues_match_ref)
     unsigned seed = 31;
     static const ops_gemm_backend_t bes[3] = {OPS_GEMM_MMA, OPS_GEMM_LT, OPS_GEMM_WGMMA};
     static const char *const names[4] = {"auto", "mma", "cublasLt", "wgmma"};
-    double worst[3][3] = {{0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
+    double worst[2][3][3];
+    memset(worst, 0, sizeof worst);
     int runs[4] = {0, 0, 0, 0};
     ops_cuda_t *g = new_ctx(t);
     CHECK(g);
-    for (int be = 0; be < 3; be++) /* mma.sync; cuBLASLt where it can; wgmma where it can */
-        for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++)
-            for (int mode = CUDA_EPI_F16; mode <= CUDA_EPI_F32; mode++) {
-                ops_cuda_set_gemm_backend(g, bes[be]);
-                int m = sz[c][0], n = sz[c][1], k = sz[c][2], lda = k + sz[c][3];
-                size_t na = (size_t)m * lda, nw = (size_t)n * k, nc = (size_t)m * n;
-                float *a = hrand(na, &seed, 1.0f), *w = hrand(nw, &seed, 0.3f);
-                float *bias = hrand(n, &seed, 0.5f), *x0 = hrand(nc, &seed, 1.0f);
-                float *pe = hrand((size_t)7 * n, &seed, 0.5f);
-                round_to(a, na, OPS_F16);
-                round_to(w, nw, OPS_F16);
-                float *acc = hark_malloc(nc * sizeof(float)),
-                      *ref = hark_malloc(nc * sizeof(float));
-                matmul_ref(acc, a, w, m, n, k, lda, k, n, 1, 1.0f, 0.0f);
-                int act = (int)(c % 4);
-                epi_ref(ref, acc, c % 2 ? bias : NULL, mode, act, m, n, x0, 0.5f, 1.0f,
-                        c % 3 ? pe : NULL, 7);
-                void *da = dup_to(a, na, OPS_F16), *dw = dup_to(w, nw, OPS_F16);
-                float *db = dup_to(bias, n, OPS_F32), *dpe = dup_to(pe, (size_t)7 * n, OPS_F32);
-                for (int i = 0; i < n; i++)
-                    bias[i] *= 0.5f; /* alpha · bias, for cuBLASLt */
-                float *dba = dup_to(bias, n, OPS_F32);
-                for (int i = 0; i < n; i++)
-                    bias[i] *= 2.0f;
-                void *dbh = dup_to(bias, n, OPS_F16); /* half bias: the reference rounds it too */
-                int half = mode == CUDA_EPI_F16;
-                size_t nout = nc;
-                ops_dtype_t ot = half ? OPS_F16 : OPS_F32;
-                void *dout = mode == CUDA_EPI_RESID32 ? dup_to(x0, nc, OPS_F32) : dalloc(nout, ot);
-                if (mode == CUDA_EPI_RESID32) { /* the guard after a copied buffer: poison it */
-                    cudaMemset((float *)dout + nc, 0xff, GUARD * sizeof(float));
+    for (int h = 0; h < 2; h++)        /* fp16, bf16 */
+        for (int be = 0; be < 3; be++) /* mma.sync; cuBLASLt where it can; wgmma where it can */
+            for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++)
+                for (int mode = CUDA_EPI_F16; mode <= CUDA_EPI_F32; mode++) {
+                    ops_dtype_t ht = H16[h];
+                    ops_cuda_set_gemm_backend(g, bes[be]);
+                    int m = sz[c][0], n = sz[c][1], k = sz[c][2], lda = k + sz[c][3];
+                    size_t na = (size_t)m * lda, nw = (size_t)n * k, nc = (size_t)m * n;
+                    float *a = hrand(na, &seed, 1.0f), *w = hrand(nw, &seed, 0.3f);
+                    float *bias = hrand(n, &seed, 0.5f), *x0 = hrand(nc, &seed, 1.0f);
+                    float *pe = hrand((size_t)7 * n, &seed, 0.5f);
+                    round_to(a, na, ht);
+                    round_to(w, nw, ht);
+                    float *acc = hark_malloc(nc * sizeof(float)),
+                          *ref = hark_malloc(nc * sizeof(float));
+                    matmul_ref(acc, a, w, m, n, k, lda, k, n, 1, 1.0f, 0.0f);
+                    int act = (int)(c % 4);
+                    epi_ref(ref, acc, c % 2 ? bias : NULL, mode, act, m, n, x0, 0.5f, 1.0f,
+                            c % 3 ? pe : NULL, 7);
+                    void *da = dup_to(a, na, ht), *dw = dup_to(w, nw, ht);
+                    float *db = dup_to(bias, n, OPS_F32), *dpe = dup_to(pe, (size_t)7 * n, OPS_F32);
+                    for (int i = 0; i < n; i++)
+                        bias[i] *= 0.5f; /* alpha · bias, for cuBLASLt */
+                    float *dba = dup_to(bias, n, OPS_F32);
+                    for (int i = 0; i < n; i++)
+                        bias[i] *= 2.0f;
+                    void *dbh = dup_to(bias, n, ht); /* 16-bit bias (cuBLASLt): an extra rounding */
+                    int half = mode == CUDA_EPI_F16;
+                    size_t nout = nc;
+                    ops_dtype_t ot = half ? ht : OPS_F32;
+                    void *dout =
+                        mode == CUDA_EPI_RESID32 ? dup_to(x0, nc, OPS_F32) : dalloc(nout, ot);
+                    if (mode == CUDA_EPI_RESID32) { /* the guard after a copied buffer: poison it */
+                        cudaMemset((float *)dout + nc, 0xff, GUARD * sizeof(float));
+                    }
+                    cuda_epi_t e;
+                    memset(&e, 0, sizeof e);
+                    e.mode = (cuda_epi_mode_t)mode;
+                    e.act = (cuda_act_t)act;
+                    e.bias = c % 2 ? db : NULL;
+                    e.out = dout;
+                    e.ldo = n;
+                    e.alpha = 0.5f;
+                    e.beta = 1.0f;
+                    e.pe = c % 3 ? dpe : NULL;
+                    e.pe_rows = 7;
+                    e.ld_pe = n;
+                    e.bias_alpha = dba;
+                    e.bias_h = dbh;
+                    e.dt = ht;
+                    hark_err_t err = {0};
+                    CHECKF(cuda_hgemm(&e, da, lda, dw, m, n, k, g, &err) == HARK_OK, "%s", err.msg);
+                    int ran = (int)ops_cuda_last_gemm(g);
+                    runs[ran]++;
+                    int gd;
+                    double er = out_err(dout, ot, ref, nout, &gd);
+                    worst[h][be][mode] = er > worst[h][be][mode] ? er : worst[h][be][mode];
+                    CHECK_ERR(er, half ? tol16(ht, TOL_H) : TOL32, gd,
+                              "hgemm %s %dx%dx%d lda %d epilogue %d act %d on %s rel %g",
+                              dt_name(ht), m, n, k, lda, mode, act, names[ran], er);
+                    cudaFree(da), cudaFree(dw), cudaFree(db), cudaFree(dpe), cudaFree(dout),
+                        cudaFree(dba);
+                    cudaFree(dbh);
+                    hark_free(a), hark_free(w), hark_free(bias), hark_free(x0), hark_free(pe);
+                    hark_free(acc), hark_free(ref);
                 }
-                cuda_epi_t e;
-                memset(&e, 0, sizeof e);
-                e.mode = (cuda_epi_mode_t)mode;
-                e.act = (cuda_act_t)act;
-                e.bias = c % 2 ? db : NULL;
-                e.out = dout;
-                e.ldo = n;
-                e.alpha = 0.5f;
-                e.beta = 1.0f;
-                e.pe = c % 3 ? dpe : NULL;
-                e.pe_rows = 7;
-                e.ld_pe = n;
-                e.bias_alpha = dba;
-                e.bias_h = dbh;
-                hark_err_t err = {0};
-                CHECKF(cuda_hgemm(&e, da, lda, dw, m, n, k, g, &err) == HARK_OK, "%s", err.msg);
-                int ran = (int)ops_cuda_last_gemm(g);
-                runs[ran]++;
-                int gd;
-                double er = out_err(dout, ot, ref, nout, &gd);
-                worst[be][mode] = er > worst[be][mode] ? er : worst[be][mode];
-                CHECK_ERR(er, half ? TOL_H : TOL32, gd,
-                          "hgemm %dx%dx%d lda %d epilogue %d act %d on %s rel %g", m, n, k, lda,
-                          mode, act, names[ran], er);
-                cudaFree(da), cudaFree(dw), cudaFree(db), cudaFree(dpe), cudaFree(dout),
-                    cudaFree(dba);
-                cudaFree(dbh);
-                hark_free(a), hark_free(w), hark_free(bias), hark_free(x0), hark_free(pe);
-                hark_free(acc), hark_free(ref);
-            }
-    for (int be = 0; be < 3; be++)
-        printf("    hgemm %s (where it can) rel rms: f16 %.3g, resid32 %.3g, f32 %.3g\n",
-               names[bes[be]], worst[be][0], worst[be][1], worst[be][2]);
+    for (int h = 0; h < 2; h++)
+        for (int be = 0; be < 3; be++)
+            printf("    hgemm %s %s (where it can) rel rms: 16-bit out %.3g, resid32 %.3g, f32 "
+                   "%.3g\n",
+                   dt_name(H16[h]), names[bes[be]], worst[h][be][0], worst[h][be][1],
+                   worst[h][be][2]);
     printf("    runs: mma %d, cublasLt %d, wgmma %d\n", runs[OPS_GEMM_MMA], runs[OPS_GEMM_LT],
            runs[OPS_GEMM_WGMMA]);
     CHECK(runs[OPS_GEMM_LT] > 0 && runs[OPS_GEMM_WGMMA] > 0);
@@ -971,59 +1019,74 @@ GPU_TEST(cuda_ffn_f16_matches_ref)
         SKIP("the fused FFN kernel needs a Hopper GPU");
     }
     unsigned seed = 77;
-    double worst = 0.0, worst_h = 0.0;
-    for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++) {
-        int m = sz[c][0], f = sz[c][1], act = sz[c][2], bias = sz[c][3], nk = sz[c][4];
-        float alpha = c % 2 ? 1.0f : 0.5f;
-        size_t na = (size_t)m * d, nw = (size_t)f * d, nh = (size_t)m * f;
-        float *a = hrand(na, &seed, 1.0f), *w1 = hrand(nw, &seed, 0.1f);
-        float *w2 = hrand(nw, &seed, 0.05f), *b1 = hrand(f, &seed, 0.5f);
-        float *b2 = hrand(d, &seed, 0.5f), *x0 = hrand(na, &seed, 0.1f);
-        float *ng = hrand(2 * d, &seed, 1.0f), *nb = hrand(2 * d, &seed, 0.3f);
-        round_to(a, na, OPS_F16);
-        round_to(w1, nw, OPS_F16);
-        round_to(w2, nw, OPS_F16);
-        float *h = hark_malloc(nh * sizeof(float)), *acc = hark_malloc(na * sizeof(float));
-        float *ref = hark_malloc(na * sizeof(float)), *href = hark_malloc(na * sizeof(float));
-        matmul_ref(h, a, w1, m, f, d, d, d, f, 1, 1.0f, 0.0f);
-        epi_ref(h, h, bias ? b1 : NULL, CUDA_EPI_F16, act, m, f, NULL, 0.0f, 0.0f, NULL, 0);
-        round_to(h, nh, OPS_F16);
-        matmul_ref(acc, h, w2, m, d, f, f, f, d, 1, 1.0f, 0.0f);
-        epi_ref(ref, acc, bias ? b2 : NULL, CUDA_EPI_RESID32, CUDA_ACT_NONE, m, d, x0, alpha, 1.0f,
-                NULL, 0);
-        cuda_row_norms_t nm = {0, NULL, NULL, NULL, NULL, 0, 0, NULL, 1e-5f};
-        void *da = dup_to(a, na, OPS_F16), *dw1 = dup_to(w1, nw, OPS_F16);
-        void *dw2 = dup_to(w2, nw, OPS_F16), *dh = dalloc(na, OPS_F16);
-        float *db1 = dup_to(b1, f, OPS_F32), *db2 = dup_to(b2, d, OPS_F32);
-        float *dng = dup_to(ng, 2 * d, OPS_F32), *dnb = dup_to(nb, 2 * d, OPS_F32);
-        float *dx = dup_to(x0, na, OPS_F32);
-        norms_case(nk, &nm, ref, href, ng, nb, dng, dnb, dh, da, m, d);
-        CHECKF(cuda_ffn_f16(dx, da, dw1, bias ? db1 : NULL, dw2, bias ? db2 : NULL, m, d, f,
-                            (cuda_act_t)act, alpha, nk ? &nm : NULL, g, &err) == HARK_OK,
-               "%s", err.msg);
-        /* without norms: the FFN's part of x alone (x0 subtracted on both sides) */
-        float *got = hark_malloc(na * sizeof(float));
-        int gd;
-        double er = x_update_err(got, ref, x0, dx, na, nk == 0 || nk == 1, &gd);
-        worst = er > worst ? er : worst;
-        CHECK_ERR(er, TOL_H, gd, "ffn m %d f %d act %d bias %d norms %d: x rel %g", m, f, act, bias,
-                  nk, er);
-        if (nk) {
-            double eh = out_err(nm.h_out, OPS_F16, href, na, &gd);
-            worst_h = eh > worst_h ? eh : worst_h;
-            CHECK_ERR(eh, TOL_H, gd, "ffn m %d f %d norms %d: hn rel %g", m, f, nk, eh);
+    double worst[2] = {0, 0}, worst_h[2] = {0, 0};
+    for (int ih = 0; ih < 2; ih++)
+        for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++) {
+            ops_dtype_t ht = H16[ih];
+            int m = sz[c][0], f = sz[c][1], act = sz[c][2], bias = sz[c][3], nk = sz[c][4];
+            float alpha = c % 2 ? 1.0f : 0.5f;
+            size_t na = (size_t)m * d, nw = (size_t)f * d, nh = (size_t)m * f;
+            float *a = hrand(na, &seed, 1.0f), *w1 = hrand(nw, &seed, 0.1f);
+            float *w2 = hrand(nw, &seed, 0.05f), *b1 = hrand(f, &seed, 0.5f);
+            float *b2 = hrand(d, &seed, 0.5f), *x0 = hrand(na, &seed, 0.1f);
+            float *ng = hrand(2 * d, &seed, 1.0f), *nb = hrand(2 * d, &seed, 0.3f);
+            round_to(a, na, ht);
+            round_to(w1, nw, ht);
+            round_to(w2, nw, ht);
+            float *h = hark_malloc(nh * sizeof(float)), *acc = hark_malloc(na * sizeof(float));
+            float *ref = hark_malloc(na * sizeof(float)), *href = hark_malloc(na * sizeof(float));
+            matmul_ref(h, a, w1, m, f, d, d, d, f, 1, 1.0f, 0.0f);
+            epi_ref(h, h, bias ? b1 : NULL, CUDA_EPI_F16, act, m, f, NULL, 0.0f, 0.0f, NULL, 0);
+            round_to(h, nh, ht);
+            matmul_ref(acc, h, w2, m, d, f, f, f, d, 1, 1.0f, 0.0f);
+            epi_ref(ref, acc, bias ? b2 : NULL, CUDA_EPI_RESID32, CUDA_ACT_NONE, m, d, x0, alpha,
+                    1.0f, NULL, 0);
+            cuda_row_norms_t nm = {0, NULL, NULL, NULL, NULL, 0, 0, NULL, 1e-5f};
+            void *da = dup_to(a, na, ht), *dw1 = dup_to(w1, nw, ht);
+            void *dw2 = dup_to(w2, nw, ht), *dh = dalloc(na, ht);
+            float *db1 = dup_to(b1, f, OPS_F32), *db2 = dup_to(b2, d, OPS_F32);
+            float *dng = dup_to(ng, 2 * d, OPS_F32), *dnb = dup_to(nb, 2 * d, OPS_F32);
+            float *dx = dup_to(x0, na, OPS_F32);
+            norms_case(nk, &nm, ref, href, ng, nb, dng, dnb, dh, da, m, d);
+            /* fp16 through its old name, the wrapper of cuda_ffn */
+            if (ht == OPS_F16)
+                CHECKF(cuda_ffn_f16(dx, da, dw1, bias ? db1 : NULL, dw2, bias ? db2 : NULL, m, d, f,
+                                    (cuda_act_t)act, alpha, nk ? &nm : NULL, g, &err) == HARK_OK,
+                       "%s", err.msg);
+            else
+                CHECKF(cuda_ffn(dx, ht, da, dw1, bias ? db1 : NULL, dw2, bias ? db2 : NULL, m, d, f,
+                                (cuda_act_t)act, alpha, nk ? &nm : NULL, g, &err) == HARK_OK,
+                       "%s", err.msg);
+            /* without norms: the FFN's part of x alone (x0 subtracted on both sides) */
+            float *got = hark_malloc(na * sizeof(float));
+            int gd;
+            double er = x_update_err(got, ref, x0, dx, na, nk == 0 || nk == 1, &gd);
+            worst[ih] = er > worst[ih] ? er : worst[ih];
+            CHECK_ERR(er, tol16(ht, TOL_H), gd,
+                      "ffn %s m %d f %d act %d bias %d norms %d: x rel %g", dt_name(ht), m, f, act,
+                      bias, nk, er);
+            if (nk) {
+                double eh = out_err(nm.h_out, ht, href, na, &gd);
+                worst_h[ih] = eh > worst_h[ih] ? eh : worst_h[ih];
+                CHECK_ERR(eh, tol16(ht, TOL_H), gd, "ffn %s m %d f %d norms %d: hn rel %g",
+                          dt_name(ht), m, f, nk, eh);
+            }
+            cudaFree(da), cudaFree(dw1), cudaFree(dw2), cudaFree(db1), cudaFree(db2), cudaFree(dx);
+            cudaFree(dh), cudaFree(dng), cudaFree(dnb);
+            hark_free(a), hark_free(w1), hark_free(w2), hark_free(b1), hark_free(b2), hark_free(x0);
+            hark_free(h), hark_free(acc), hark_free(ref), hark_free(got), hark_free(href);
+            hark_free(ng), hark_free(nb);
         }
-        cudaFree(da), cudaFree(dw1), cudaFree(dw2), cudaFree(db1), cudaFree(db2), cudaFree(dx);
-        cudaFree(dh), cudaFree(dng), cudaFree(dnb);
-        hark_free(a), hark_free(w1), hark_free(w2), hark_free(b1), hark_free(b2), hark_free(x0);
-        hark_free(h), hark_free(acc), hark_free(ref), hark_free(got), hark_free(href);
-        hark_free(ng), hark_free(nb);
-    }
-    printf("    fused ffn rel rms (worst): x update %.3g, normed half out %.3g\n", worst, worst_h);
+    for (int ih = 0; ih < 2; ih++)
+        printf("    fused ffn %s rel rms (worst): x update %.3g, normed 16-bit out %.3g\n",
+               dt_name(H16[ih]), worst[ih], worst_h[ih]);
     CHECK(cuda_ffn_f16(NULL, NULL, NULL, NULL, NULL, NULL, 4, 128, 64, CUDA_ACT_SWISH, 1.0f, NULL,
                        g, &err) == HARK_ERR_INVALID_ARG);
     CHECK(cuda_ffn_f16(NULL, NULL, NULL, NULL, NULL, NULL, 4, d, 100, CUDA_ACT_SWISH, 1.0f, NULL, g,
                        &err) == HARK_ERR_INVALID_ARG);
+    float one = 0.0f; /* non-NULL pointers: a non-16-bit type is refused before any launch */
+    CHECK(cuda_ffn(&one, OPS_F32, &one, &one, NULL, &one, NULL, 4, d, 64, CUDA_ACT_SWISH, 1.0f,
+                   NULL, g, &err) == HARK_ERR_INVALID_ARG);
     ops_cuda_destroy(g);
 }
 
@@ -1035,46 +1098,52 @@ GPU_TEST(cuda_hgemm_glu_matches_ref)
     ops_cuda_t *g = new_ctx(t);
     CHECK(g);
     unsigned seed = 79;
-    double worst = 0.0;
+    double worst[2] = {0, 0};
     int wg_runs = 0;
-    for (int be = 0; be < 2; be++)
-        for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++) {
-            ops_cuda_set_gemm_backend(g, be ? OPS_GEMM_AUTO : OPS_GEMM_MMA);
-            int m = sz[c][0], n = sz[c][1], k = sz[c][2], half_n = n / 2, has_b = (c + be) % 2;
-            float *a = hrand((size_t)m * k, &seed, 1.0f), *w = hrand((size_t)n * k, &seed, 0.2f);
-            float *b = hrand(n, &seed, 0.5f);
-            round_to(a, (size_t)m * k, OPS_F16);
-            round_to(w, (size_t)n * k, OPS_F16);
-            float *v = hark_malloc((size_t)m * n * sizeof(float));
-            float *ref = hark_malloc((size_t)m * half_n * sizeof(float));
-            matmul_ref(v, a, w, m, n, k, k, k, n, 1, 1.0f, 0.0f);
-            for (int r = 0; r < m; r++)
-                for (int i = 0; i < half_n; i++) {
-                    float x = v[(size_t)r * n + 2 * i] + (has_b ? b[2 * i] : 0.0f);
-                    float gt = v[(size_t)r * n + 2 * i + 1] + (has_b ? b[2 * i + 1] : 0.0f);
-                    ref[(size_t)r * half_n + i] = x / (1.0f + expf(-gt));
-                }
-            void *da = dup_to(a, (size_t)m * k, OPS_F16), *dw = dup_to(w, (size_t)n * k, OPS_F16);
-            float *db = dup_to(b, n, OPS_F32);
-            void *dout = dalloc((size_t)m * half_n, OPS_F16);
-            cuda_epi_t e;
-            memset(&e, 0, sizeof e);
-            e.mode = CUDA_EPI_GLU16;
-            e.out = dout;
-            e.ldo = half_n;
-            e.bias = has_b ? db : NULL;
-            hark_err_t err = {0};
-            CHECKF(cuda_hgemm(&e, da, k, dw, m, n, k, g, &err) == HARK_OK, "%s", err.msg);
-            wg_runs += ops_cuda_last_gemm(g) == OPS_GEMM_WGMMA;
-            int gd;
-            double er = out_err(dout, OPS_F16, ref, (size_t)m * half_n, &gd);
-            worst = er > worst ? er : worst;
-            CHECK_ERR(er, TOL_H, gd, "glu gemm m %d n %d k %d (%s) rel %g", m, n, k,
-                      ops_cuda_last_gemm(g) == OPS_GEMM_WGMMA ? "wgmma" : "mma", er);
-            cudaFree(da), cudaFree(dw), cudaFree(db), cudaFree(dout);
-            hark_free(a), hark_free(w), hark_free(b), hark_free(v), hark_free(ref);
-        }
-    printf("    GLU epilogue rel rms %.3g (%d runs on wgmma)\n", worst, wg_runs);
+    for (int ih = 0; ih < 2; ih++)
+        for (int be = 0; be < 2; be++)
+            for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++) {
+                ops_dtype_t ht = H16[ih];
+                ops_cuda_set_gemm_backend(g, be ? OPS_GEMM_AUTO : OPS_GEMM_MMA);
+                int m = sz[c][0], n = sz[c][1], k = sz[c][2], half_n = n / 2, has_b = (c + be) % 2;
+                float *a = hrand((size_t)m * k, &seed, 1.0f),
+                      *w = hrand((size_t)n * k, &seed, 0.2f);
+                float *b = hrand(n, &seed, 0.5f);
+                round_to(a, (size_t)m * k, ht);
+                round_to(w, (size_t)n * k, ht);
+                float *v = hark_malloc((size_t)m * n * sizeof(float));
+                float *ref = hark_malloc((size_t)m * half_n * sizeof(float));
+                matmul_ref(v, a, w, m, n, k, k, k, n, 1, 1.0f, 0.0f);
+                for (int r = 0; r < m; r++)
+                    for (int i = 0; i < half_n; i++) {
+                        float x = v[(size_t)r * n + 2 * i] + (has_b ? b[2 * i] : 0.0f);
+                        float gt = v[(size_t)r * n + 2 * i + 1] + (has_b ? b[2 * i + 1] : 0.0f);
+                        ref[(size_t)r * half_n + i] = x / (1.0f + expf(-gt));
+                    }
+                void *da = dup_to(a, (size_t)m * k, ht), *dw = dup_to(w, (size_t)n * k, ht);
+                float *db = dup_to(b, n, OPS_F32);
+                void *dout = dalloc((size_t)m * half_n, ht);
+                cuda_epi_t e;
+                memset(&e, 0, sizeof e);
+                e.mode = CUDA_EPI_GLU16;
+                e.out = dout;
+                e.ldo = half_n;
+                e.bias = has_b ? db : NULL;
+                e.dt = ht;
+                hark_err_t err = {0};
+                CHECKF(cuda_hgemm(&e, da, k, dw, m, n, k, g, &err) == HARK_OK, "%s", err.msg);
+                wg_runs += ops_cuda_last_gemm(g) == OPS_GEMM_WGMMA;
+                int gd;
+                double er = out_err(dout, ht, ref, (size_t)m * half_n, &gd);
+                worst[ih] = er > worst[ih] ? er : worst[ih];
+                CHECK_ERR(er, tol16(ht, TOL_H), gd, "glu gemm %s m %d n %d k %d (%s) rel %g",
+                          dt_name(ht), m, n, k,
+                          ops_cuda_last_gemm(g) == OPS_GEMM_WGMMA ? "wgmma" : "mma", er);
+                cudaFree(da), cudaFree(dw), cudaFree(db), cudaFree(dout);
+                hark_free(a), hark_free(w), hark_free(b), hark_free(v), hark_free(ref);
+            }
+    printf("    GLU epilogue rel rms: fp16 %.3g, bf16 %.3g (%d runs on wgmma)\n", worst[0],
+           worst[1], wg_runs);
     CHECK(wg_runs >= 1);
     cuda_epi_t e;
     memset(&e, 0, sizeof e);
@@ -1099,57 +1168,64 @@ GPU_TEST(cuda_hgemm_resid_norms_matches_ref)
     ops_cuda_t *g = new_ctx(t);
     CHECK(g);
     unsigned seed = 78;
-    double worst = 0.0, worst_h = 0.0;
+    double worst[2] = {0, 0}, worst_h[2] = {0, 0};
     int wg_runs = 0;
-    for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++) {
-        int m = sz[c][0], d = sz[c][1], k = sz[c][2], nk = sz[c][3];
-        ops_cuda_set_gemm_backend(g, sz[c][4] ? OPS_GEMM_MMA : OPS_GEMM_AUTO);
-        float alpha = c % 2 ? 1.0f : 0.5f;
-        size_t na = (size_t)m * k, nw = (size_t)d * k, nx = (size_t)m * d;
-        float *a = hrand(na, &seed, 1.0f), *w = hrand(nw, &seed, 0.1f);
-        float *b = hrand(d, &seed, 0.5f), *x0 = hrand(nx, &seed, 0.5f);
-        float *ng = hrand(2 * d, &seed, 1.0f), *nb = hrand(2 * d, &seed, 0.3f);
-        round_to(a, na, OPS_F16);
-        round_to(w, nw, OPS_F16);
-        float *acc = hark_malloc(nx * sizeof(float)), *ref = hark_malloc(nx * sizeof(float));
-        float *href = hark_malloc(nx * sizeof(float)), *got = hark_malloc(nx * sizeof(float));
-        matmul_ref(acc, a, w, m, d, k, k, k, d, 1, 1.0f, 0.0f);
-        epi_ref(ref, acc, b, CUDA_EPI_RESID32, CUDA_ACT_NONE, m, d, x0, alpha, 1.0f, NULL, 0);
-        void *da = dup_to(a, na, OPS_F16), *dw = dup_to(w, nw, OPS_F16), *dh = dalloc(nx, OPS_F16);
-        void *dover = dalloc(nx, OPS_F16);
-        float *db = dup_to(b, d, OPS_F32), *dx = dup_to(x0, nx, OPS_F32);
-        float *dng = dup_to(ng, 2 * d, OPS_F32), *dnb = dup_to(nb, 2 * d, OPS_F32);
-        cuda_row_norms_t nm = {0, NULL, NULL, NULL, NULL, 0, 0, NULL, 1e-5f};
-        norms_case(nk, &nm, ref, href, ng, nb, dng, dnb, dh, dover, m, d);
-        cuda_epi_t e;
-        memset(&e, 0, sizeof e);
-        e.mode = CUDA_EPI_RESID32;
-        e.out = dx;
-        e.ldo = d;
-        e.bias = db;
-        e.alpha = alpha;
-        e.beta = 1.0f;
-        e.norm = &nm;
-        hark_err_t err = {0};
-        CHECKF(cuda_hgemm(&e, da, k, dw, m, d, k, g, &err) == HARK_OK, "%s", err.msg);
-        int fused = ops_cuda_last_gemm(g) == OPS_GEMM_WGMMA;
-        wg_runs += fused;
-        int gd; /* norms case 1: x is the update alone, compared without x0 */
-        double er = x_update_err(got, ref, x0, dx, nx, nk == 1, &gd);
-        worst = er > worst ? er : worst;
-        CHECK_ERR(er, TOL_H, gd, "resid norms m %d n %d k %d norms %d (%s): x rel %g", m, d, k, nk,
-                  fused ? "fused" : "separate", er);
-        double eh = out_err(nm.h_out, OPS_F16, href, nx, &gd);
-        worst_h = eh > worst_h ? eh : worst_h;
-        CHECK_ERR(eh, TOL_H, gd, "resid norms m %d n %d k %d norms %d: hn rel %g", m, d, k, nk, eh);
-        cudaFree(da), cudaFree(dw), cudaFree(dh), cudaFree(dover), cudaFree(db), cudaFree(dx);
-        cudaFree(dng), cudaFree(dnb);
-        hark_free(a), hark_free(w), hark_free(b), hark_free(x0), hark_free(ng), hark_free(nb);
-        hark_free(acc), hark_free(ref), hark_free(href), hark_free(got);
-    }
-    printf("    residual GEMM + norms rel rms (worst): x %.3g, normed half out %.3g (%d fused)\n",
-           worst, worst_h, wg_runs);
-    CHECK(wg_runs >= 2);
+    for (int ih = 0; ih < 2; ih++)
+        for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++) {
+            ops_dtype_t ht = H16[ih];
+            int m = sz[c][0], d = sz[c][1], k = sz[c][2], nk = sz[c][3];
+            ops_cuda_set_gemm_backend(g, sz[c][4] ? OPS_GEMM_MMA : OPS_GEMM_AUTO);
+            float alpha = c % 2 ? 1.0f : 0.5f;
+            size_t na = (size_t)m * k, nw = (size_t)d * k, nx = (size_t)m * d;
+            float *a = hrand(na, &seed, 1.0f), *w = hrand(nw, &seed, 0.1f);
+            float *b = hrand(d, &seed, 0.5f), *x0 = hrand(nx, &seed, 0.5f);
+            float *ng = hrand(2 * d, &seed, 1.0f), *nb = hrand(2 * d, &seed, 0.3f);
+            round_to(a, na, ht);
+            round_to(w, nw, ht);
+            float *acc = hark_malloc(nx * sizeof(float)), *ref = hark_malloc(nx * sizeof(float));
+            float *href = hark_malloc(nx * sizeof(float)), *got = hark_malloc(nx * sizeof(float));
+            matmul_ref(acc, a, w, m, d, k, k, k, d, 1, 1.0f, 0.0f);
+            epi_ref(ref, acc, b, CUDA_EPI_RESID32, CUDA_ACT_NONE, m, d, x0, alpha, 1.0f, NULL, 0);
+            void *da = dup_to(a, na, ht), *dw = dup_to(w, nw, ht), *dh = dalloc(nx, ht);
+            void *dover = dalloc(nx, ht);
+            float *db = dup_to(b, d, OPS_F32), *dx = dup_to(x0, nx, OPS_F32);
+            float *dng = dup_to(ng, 2 * d, OPS_F32), *dnb = dup_to(nb, 2 * d, OPS_F32);
+            cuda_row_norms_t nm = {0, NULL, NULL, NULL, NULL, 0, 0, NULL, 1e-5f};
+            norms_case(nk, &nm, ref, href, ng, nb, dng, dnb, dh, dover, m, d);
+            cuda_epi_t e;
+            memset(&e, 0, sizeof e);
+            e.mode = CUDA_EPI_RESID32;
+            e.out = dx;
+            e.ldo = d;
+            e.bias = db;
+            e.alpha = alpha;
+            e.beta = 1.0f;
+            e.norm = &nm;
+            e.dt = ht;
+            hark_err_t err = {0};
+            CHECKF(cuda_hgemm(&e, da, k, dw, m, d, k, g, &err) == HARK_OK, "%s", err.msg);
+            int fused = ops_cuda_last_gemm(g) == OPS_GEMM_WGMMA;
+            wg_runs += fused;
+            int gd; /* norms case 1: x is the update alone, compared without x0 */
+            double er = x_update_err(got, ref, x0, dx, nx, nk == 1, &gd);
+            worst[ih] = er > worst[ih] ? er : worst[ih];
+            CHECK_ERR(er, tol16(ht, TOL_H), gd,
+                      "resid norms %s m %d n %d k %d norms %d (%s): x rel %g", dt_name(ht), m, d, k,
+                      nk, fused ? "fused" : "separate", er);
+            double eh = out_err(nm.h_out, ht, href, nx, &gd);
+            worst_h[ih] = eh > worst_h[ih] ? eh : worst_h[ih];
+            CHECK_ERR(eh, tol16(ht, TOL_H), gd, "resid norms %s m %d n %d k %d norms %d: hn rel %g",
+                      dt_name(ht), m, d, k, nk, eh);
+            cudaFree(da), cudaFree(dw), cudaFree(dh), cudaFree(dover), cudaFree(db), cudaFree(dx);
+            cudaFree(dng), cudaFree(dnb);
+            hark_free(a), hark_free(w), hark_free(b), hark_free(x0), hark_free(ng), hark_free(nb);
+            hark_free(acc), hark_free(ref), hark_free(href), hark_free(got);
+        }
+    for (int ih = 0; ih < 2; ih++)
+        printf("    residual GEMM + norms %s rel rms (worst): x %.3g, normed 16-bit out %.3g\n",
+               dt_name(H16[ih]), worst[ih], worst_h[ih]);
+    printf("    (%d runs fused)\n", wg_runs);
+    CHECK(wg_runs >= 4);
     /* the norms need the plain update: beta 1, no pe */
     cuda_row_norms_t nm = {0, NULL, NULL, NULL, NULL, 1, 0, NULL, 1e-5f};
     cuda_epi_t e;
@@ -1172,78 +1248,83 @@ GPU_TEST(cuda_hconv2d_matches_conv2d_ref)
                                 {16, 219, 79, 256, 3, 2}, {256, 99, 19, 256, 3, 2}};
     enum { B = 2 };
     unsigned seed = 32;
-    double worst = 0;
+    double worst[2] = {0, 0};
     int wg_runs = 0;
     ops_cuda_t *g = new_ctx(t);
     CHECK(g);
-    for (int be = 0; be < 2; be++) /* AUTO (long K on wgmma), then wgmma wherever it fits */
-        for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
-            ops_cuda_set_gemm_backend(g, be ? OPS_GEMM_WGMMA : OPS_GEMM_AUTO);
-            int cin = cs[c][0], h = cs[c][1], w = cs[c][2], cout = cs[c][3], k = cs[c][4],
-                st = cs[c][5];
-            int ho = (h - k) / st + 1, wo = (w - k) / st + 1;
-            size_t nin = (size_t)B * h * w * cin, nw = (size_t)cout * cin * k * k,
-                   nout = (size_t)B * ho * wo * cout;
-            float *img = hrand(nin, &seed, 1.0f), *wt = hrand(nw, &seed, 0.2f),
-                  *b = hrand(cout, &seed, 0.3f);
-            round_to(img, nin, OPS_F16);
-            round_to(wt, nw, OPS_F16);
-            /* the reference in conv2d_ref's layout: in (h, cin, w), out (h_out, cout, w_out) */
-            float *tin = hark_malloc(nin * sizeof(float)),
-                  *tout = hark_malloc(nout * sizeof(float));
-            float *col = hark_malloc(conv2d_col_floats(cin, cout, k, k, wo) * sizeof(float));
-            float *ref = hark_malloc(nout * sizeof(float)), *wp = hark_malloc(nw * sizeof(float));
-            for (int bb = 0; bb < B; bb++) {
-                for (int y = 0; y < h; y++)
+    for (int ih = 0; ih < 2; ih++)
+        for (int be = 0; be < 2; be++) /* AUTO (long K on wgmma), then wgmma wherever it fits */
+            for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+                ops_dtype_t ht = H16[ih];
+                ops_cuda_set_gemm_backend(g, be ? OPS_GEMM_WGMMA : OPS_GEMM_AUTO);
+                int cin = cs[c][0], h = cs[c][1], w = cs[c][2], cout = cs[c][3], k = cs[c][4],
+                    st = cs[c][5];
+                int ho = (h - k) / st + 1, wo = (w - k) / st + 1;
+                size_t nin = (size_t)B * h * w * cin, nw = (size_t)cout * cin * k * k,
+                       nout = (size_t)B * ho * wo * cout;
+                float *img = hrand(nin, &seed, 1.0f), *wt = hrand(nw, &seed, 0.2f),
+                      *b = hrand(cout, &seed, 0.3f);
+                round_to(img, nin, ht);
+                round_to(wt, nw, ht);
+                /* the reference in conv2d_ref's layout: in (h, cin, w), out (h_out, cout, w_out) */
+                float *tin = hark_malloc(nin * sizeof(float)),
+                      *tout = hark_malloc(nout * sizeof(float));
+                float *col = hark_malloc(conv2d_col_floats(cin, cout, k, k, wo) * sizeof(float));
+                float *ref = hark_malloc(nout * sizeof(float)),
+                      *wp = hark_malloc(nw * sizeof(float));
+                for (int bb = 0; bb < B; bb++) {
+                    for (int y = 0; y < h; y++)
+                        for (int ci = 0; ci < cin; ci++)
+                            for (int x = 0; x < w; x++)
+                                tin[(((size_t)bb * h + y) * cin + ci) * w + x] =
+                                    img[(((size_t)bb * h + y) * w + x) * cin + ci];
+                    float *o = tout + (size_t)bb * ho * cout * wo;
+                    conv2d_ref(o, col, tin + (size_t)bb * h * cin * w, wt, b, cin, h, w, cout, k, k,
+                               st);
+                    relu_ref(o, o, (size_t)ho * cout * wo);
+                    for (int y = 0; y < ho; y++)
+                        for (int co = 0; co < cout; co++)
+                            for (int x = 0; x < wo; x++)
+                                ref[(((size_t)bb * ho + y) * wo + x) * cout + co] =
+                                    o[((size_t)y * cout + co) * wo + x];
+                }
+                for (int co = 0; co < cout; co++) /* (cout, cin, kh, kw) -> (cout, kh, kw, cin) */
                     for (int ci = 0; ci < cin; ci++)
-                        for (int x = 0; x < w; x++)
-                            tin[(((size_t)bb * h + y) * cin + ci) * w + x] =
-                                img[(((size_t)bb * h + y) * w + x) * cin + ci];
-                float *o = tout + (size_t)bb * ho * cout * wo;
-                conv2d_ref(o, col, tin + (size_t)bb * h * cin * w, wt, b, cin, h, w, cout, k, k,
-                           st);
-                relu_ref(o, o, (size_t)ho * cout * wo);
-                for (int y = 0; y < ho; y++)
-                    for (int co = 0; co < cout; co++)
-                        for (int x = 0; x < wo; x++)
-                            ref[(((size_t)bb * ho + y) * wo + x) * cout + co] =
-                                o[((size_t)y * cout + co) * wo + x];
+                        for (int i = 0; i < k * k; i++)
+                            wp[((size_t)co * k * k + i) * cin + ci] =
+                                wt[((size_t)co * cin + ci) * k * k + i];
+                void *din = dup_to(img, nin, ht), *dw = dup_to(wp, nw, ht);
+                float *db = dup_to(b, cout, OPS_F32);
+                void *dout = dalloc(nout, ht);
+                cuda_epi_t e;
+                memset(&e, 0, sizeof e);
+                e.mode = CUDA_EPI_F16;
+                e.act = CUDA_ACT_RELU;
+                e.bias = db;
+                e.out = dout;
+                e.ldo = cout;
+                e.dt = ht;
+                hark_err_t err = {0};
+                CHECKF(cuda_hconv2d(&e, din, dw, B, cin, h, w, cout, k, k, st, g, &err) == HARK_OK,
+                       "%s", err.msg);
+                wg_runs += ops_cuda_last_gemm(g) == OPS_GEMM_WGMMA;
+                int gd;
+                double er = out_err(dout, ht, ref, nout, &gd);
+                worst[ih] = er > worst[ih] ? er : worst[ih];
+                CHECK_ERR(er, tol16(ht, TOL_H), gd, "hconv2d %s case %zu on %s rel %g", dt_name(ht),
+                          c, ops_cuda_last_gemm(g) == OPS_GEMM_WGMMA ? "wgmma" : "mma", er);
+                cudaFree(din), cudaFree(dw), cudaFree(db), cudaFree(dout);
+                hark_free(img), hark_free(wt), hark_free(b), hark_free(tin), hark_free(tout);
+                hark_free(col), hark_free(ref), hark_free(wp);
             }
-            for (int co = 0; co < cout; co++) /* (cout, cin, kh, kw) -> (cout, kh, kw, cin) */
-                for (int ci = 0; ci < cin; ci++)
-                    for (int i = 0; i < k * k; i++)
-                        wp[((size_t)co * k * k + i) * cin + ci] =
-                            wt[((size_t)co * cin + ci) * k * k + i];
-            void *din = dup_to(img, nin, OPS_F16), *dw = dup_to(wp, nw, OPS_F16);
-            float *db = dup_to(b, cout, OPS_F32);
-            void *dout = dalloc(nout, OPS_F16);
-            cuda_epi_t e;
-            memset(&e, 0, sizeof e);
-            e.mode = CUDA_EPI_F16;
-            e.act = CUDA_ACT_RELU;
-            e.bias = db;
-            e.out = dout;
-            e.ldo = cout;
-            hark_err_t err = {0};
-            CHECKF(cuda_hconv2d(&e, din, dw, B, cin, h, w, cout, k, k, st, g, &err) == HARK_OK,
-                   "%s", err.msg);
-            wg_runs += ops_cuda_last_gemm(g) == OPS_GEMM_WGMMA;
-            int gd;
-            double er = out_err(dout, OPS_F16, ref, nout, &gd);
-            worst = er > worst ? er : worst;
-            CHECK_ERR(er, TOL_H, gd, "hconv2d case %zu on %s rel %g", c,
-                      ops_cuda_last_gemm(g) == OPS_GEMM_WGMMA ? "wgmma" : "mma", er);
-            cudaFree(din), cudaFree(dw), cudaFree(db), cudaFree(dout);
-            hark_free(img), hark_free(wt), hark_free(b), hark_free(tin), hark_free(tout);
-            hark_free(col), hark_free(ref), hark_free(wp);
-        }
-    printf("    hconv2d rel rms %.3g (%d of the runs on wgmma)\n", worst, wg_runs);
-    CHECK(wg_runs >= 2);
+    printf("    hconv2d rel rms: fp16 %.3g, bf16 %.3g (%d of the runs on wgmma)\n", worst[0],
+           worst[1], wg_runs);
+    CHECK(wg_runs >= 4);
     ops_cuda_destroy(g);
 }
 
-/* C output channels: multiples of 8 take 16-byte stores, the rest half pairs */
-static void conv1_case(test_ctx_t *t, int C)
+/* C output channels: multiples of 8 take 16-byte stores, the rest half pairs; output type ht */
+static void conv1_case(test_ctx_t *t, int C, ops_dtype_t ht)
 {
     enum { B = 3, T = 37, F = 23, K = 3, S = 2 };
     static const int lens[B] = {T, 20, 5};
@@ -1277,14 +1358,16 @@ static void conv1_case(test_ctx_t *t, int C)
     int *dl = NULL;
     CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
     CHECK_OK(cuda_set_lens(dl, lens, B, NULL, NULL));
-    void *dout = dalloc(nout, OPS_F16);
-    CHECK_OK(cuda_conv1_cmvn(dout, dx, dm, di, dl, B, T, F, dw, db, C, K, S, 1, NULL, NULL));
+    void *dout = dalloc(nout, ht);
+    CHECK_OK(cuda_conv1_cmvn(dout, ht, dx, dm, di, dl, B, T, F, dw, db, C, K, S, 1, NULL, NULL));
     int gd;
-    double er = out_err(dout, OPS_F16, ref, nout, &gd);
-    CHECK_ERR(er, TOL_H, gd, "conv1_cmvn %d channels rel %g", C, er);
-    printf("    conv1+cmvn %d channels rel rms %.3g\n", C, er);
+    double er = out_err(dout, ht, ref, nout, &gd);
+    CHECK_ERR(er, tol16(ht, TOL_H), gd, "conv1_cmvn %s %d channels rel %g", dt_name(ht), C, er);
+    printf("    conv1+cmvn %s %d channels rel rms %.3g\n", dt_name(ht), C, er);
     hark_err_t err = {0};
-    CHECK(cuda_conv1_cmvn(dout, dx, dm, di, dl, B, T, F, dw, db, C, 5, S, 1, NULL, &err) ==
+    CHECK(cuda_conv1_cmvn(dout, ht, dx, dm, di, dl, B, T, F, dw, db, C, 5, S, 1, NULL, &err) ==
+          HARK_ERR_INVALID_ARG);
+    CHECK(cuda_conv1_cmvn(dout, OPS_F32, dx, dm, di, dl, B, T, F, dw, db, C, K, S, 1, NULL, &err) ==
           HARK_ERR_INVALID_ARG);
     cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dm), cudaFree(di), cudaFree(dl);
     cudaFree(dout);
@@ -1294,9 +1377,13 @@ static void conv1_case(test_ctx_t *t, int C)
 
 GPU_TEST(cuda_conv1_cmvn_matches_ref)
 {
-    conv1_case(t, 40);
-    conv1_case(t, 264);
-    conv1_case(t, 22);
+    for (int ih = 0; ih < 2; ih++) {
+        conv1_case(t, 40, H16[ih]);
+        conv1_case(t, 264, H16[ih]);
+        conv1_case(t, 22, H16[ih]);
+        if (test_failed(t))
+            return;
+    }
 }
 
 GPU_TEST(cuda_rows_norm_matches_ref)
@@ -1305,57 +1392,62 @@ GPU_TEST(cuda_rows_norm_matches_ref)
     enum { B = 3, TR = 13, N = B * TR };
     static const int lens[B] = {TR, 4, 0};
     unsigned seed = 34;
-    double worst = 0;
-    for (int id = 0; id < 4; id++)
-        for (int mode = 0; mode < 3; mode++) {
-            /* 0: hn = LN1(x); 1: x = LN1(x), hn = LN2(x); 2: x = LN2(LN1(x)), hn = x, o32 with lens
-             */
-            int d = ds[id];
-            size_t n = (size_t)N * d;
-            float *x = hrand(n, &seed, 3.0f), *g1 = hrand(d, &seed, 0.2f),
-                  *b1 = hrand(d, &seed, 0.2f);
-            float *g2 = hrand(d, &seed, 0.2f), *b2 = hrand(d, &seed, 0.2f);
-            for (int i = 0; i < d; i++)
-                x[i] += 5.0f, g1[i] += 1.0f, g2[i] += 1.0f;
-            float *r1 = hark_malloc(n * sizeof(float)), *r2 = hark_malloc(n * sizeof(float));
-            layer_norm_ref(r1, x, g1, b1, N, d, 1e-5f);
-            if (mode)
-                layer_norm_ref(r2, r1, g2, b2, N, d, 1e-5f);
-            else
-                memcpy(r2, r1, n * sizeof(float));
-            float *xref = mode == 1 ? r1 : mode == 2 ? r2 : x;
-            float *oref = hark_malloc(n * sizeof(float));
-            memcpy(oref, r2, n * sizeof(float));
-            if (mode == 2)
-                for (int r = 0; r < N; r++)
-                    if (r % TR >= lens[r / TR])
-                        memset(oref + (size_t)r * d, 0, (size_t)d * sizeof(float));
-            float *dx = dup_to(x, n, OPS_F32), *dg1 = dup_to(g1, d, OPS_F32),
-                  *db1 = dup_to(b1, d, OPS_F32);
-            float *dg2 = dup_to(g2, d, OPS_F32), *db2 = dup_to(b2, d, OPS_F32);
-            void *dh = dalloc(n, OPS_F16);
-            float *do32 = mode == 2 ? dalloc(n, OPS_F32) : NULL;
-            int *dl = NULL;
-            CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
-            CHECK_OK(cuda_set_lens(dl, lens, B, NULL, NULL));
-            CHECK_OK(cuda_rows_norm(mode ? dx : NULL, mode, dh, do32, dx, dg1, db1, 1, dg2, db2,
-                                    mode != 0, mode == 2 ? dl : NULL, TR, N, d, 1e-5f, NULL, NULL));
-            int gd;
-            double e1 = out_err(dh, OPS_F16, oref, n, &gd);
-            CHECK_ERR(e1, TOL_H, gd, "rows_norm d %d mode %d half rel %g", d, mode, e1);
-            double e2 = out_err(dx, OPS_F32, xref, n, &gd);
-            CHECK_ERR(e2, TOL32, 1, "rows_norm d %d mode %d x rel %g", d, mode, e2);
-            if (do32) {
-                double e3 = out_err(do32, OPS_F32, oref, n, &gd);
-                CHECK_ERR(e3, TOL32, gd, "rows_norm d %d o32 rel %g", d, e3);
+    double worst[2] = {0, 0};
+    for (int ih = 0; ih < 2; ih++)
+        for (int id = 0; id < 4; id++)
+            for (int mode = 0; mode < 3; mode++) {
+                ops_dtype_t ht = H16[ih];
+                /* 0: hn = LN1(x); 1: x = LN1(x), hn = LN2(x); 2: x = LN2(LN1(x)), hn = x, o32 with
+                 * lens
+                 */
+                int d = ds[id];
+                size_t n = (size_t)N * d;
+                float *x = hrand(n, &seed, 3.0f), *g1 = hrand(d, &seed, 0.2f),
+                      *b1 = hrand(d, &seed, 0.2f);
+                float *g2 = hrand(d, &seed, 0.2f), *b2 = hrand(d, &seed, 0.2f);
+                for (int i = 0; i < d; i++)
+                    x[i] += 5.0f, g1[i] += 1.0f, g2[i] += 1.0f;
+                float *r1 = hark_malloc(n * sizeof(float)), *r2 = hark_malloc(n * sizeof(float));
+                layer_norm_ref(r1, x, g1, b1, N, d, 1e-5f);
+                if (mode)
+                    layer_norm_ref(r2, r1, g2, b2, N, d, 1e-5f);
+                else
+                    memcpy(r2, r1, n * sizeof(float));
+                float *xref = mode == 1 ? r1 : mode == 2 ? r2 : x;
+                float *oref = hark_malloc(n * sizeof(float));
+                memcpy(oref, r2, n * sizeof(float));
+                if (mode == 2)
+                    for (int r = 0; r < N; r++)
+                        if (r % TR >= lens[r / TR])
+                            memset(oref + (size_t)r * d, 0, (size_t)d * sizeof(float));
+                float *dx = dup_to(x, n, OPS_F32), *dg1 = dup_to(g1, d, OPS_F32),
+                      *db1 = dup_to(b1, d, OPS_F32);
+                float *dg2 = dup_to(g2, d, OPS_F32), *db2 = dup_to(b2, d, OPS_F32);
+                void *dh = dalloc(n, ht);
+                float *do32 = mode == 2 ? dalloc(n, OPS_F32) : NULL;
+                int *dl = NULL;
+                CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
+                CHECK_OK(cuda_set_lens(dl, lens, B, NULL, NULL));
+                CHECK_OK(cuda_rows_norm(mode ? dx : NULL, mode, dh, ht, do32, dx, dg1, db1, 1, dg2,
+                                        db2, mode != 0, mode == 2 ? dl : NULL, TR, N, d, 1e-5f,
+                                        NULL, NULL));
+                int gd;
+                double e1 = out_err(dh, ht, oref, n, &gd);
+                CHECK_ERR(e1, tol16(ht, TOL_H), gd, "rows_norm d %d mode %d %s rel %g", d, mode,
+                          dt_name(ht), e1);
+                double e2 = out_err(dx, OPS_F32, xref, n, &gd);
+                CHECK_ERR(e2, TOL32, 1, "rows_norm d %d mode %d x rel %g", d, mode, e2);
+                if (do32) {
+                    double e3 = out_err(do32, OPS_F32, oref, n, &gd);
+                    CHECK_ERR(e3, TOL32, gd, "rows_norm d %d o32 rel %g", d, e3);
+                }
+                worst[ih] = e1 > worst[ih] ? e1 : worst[ih];
+                cudaFree(dx), cudaFree(dg1), cudaFree(db1), cudaFree(dg2), cudaFree(db2);
+                cudaFree(dh), cudaFree(do32), cudaFree(dl);
+                hark_free(x), hark_free(g1), hark_free(b1), hark_free(g2), hark_free(b2);
+                hark_free(r1), hark_free(r2), hark_free(oref);
             }
-            worst = e1 > worst ? e1 : worst;
-            cudaFree(dx), cudaFree(dg1), cudaFree(db1), cudaFree(dg2), cudaFree(db2);
-            cudaFree(dh), cudaFree(do32), cudaFree(dl);
-            hark_free(x), hark_free(g1), hark_free(b1), hark_free(g2), hark_free(b2);
-            hark_free(r1), hark_free(r2), hark_free(oref);
-        }
-    printf("    rows_norm half out rel rms %.3g\n", worst);
+    printf("    rows_norm 16-bit out rel rms: fp16 %.3g, bf16 %.3g\n", worst[0], worst[1]);
 }
 
 GPU_TEST(cuda_dwconv_f16_matches_ref)
@@ -1368,72 +1460,76 @@ GPU_TEST(cuda_dwconv_f16_matches_ref)
                                 {256, 31, 15, 0, CUDA_NORM_BATCH}, {200, 15, 7, 1, CUDA_NORM_LAYER},
                                 {256, 31, 30, 1, CUDA_NORM_NONE}};
     unsigned seed = 35;
-    double worst = 0;
-    for (int glu = 0; glu < 2; glu++)
-        for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
-            int c = cs[ci][0], k = cs[ci][1], pad = cs[ci][2], has_left = cs[ci][3],
-                norm = cs[ci][4];
-            int act = (int)(ci % 4);
-            size_t n = (size_t)B * T * c;
-            /* with glu the kernel reads (value, gate) pairs: gi (B, T, 2c) -> in = glu_ref(gi) */
-            float *gi = hrand(2 * n, &seed, 2.0f);
-            round_to(gi, 2 * n, OPS_F16);
-            float *in = hrand(n, &seed, 2.0f), *left = hrand((size_t)pad * c + 1, &seed, 1.0f);
-            float *w = hrand((size_t)c * k, &seed, 0.4f), *bias = hrand(c, &seed, 0.2f);
-            float *g = hrand(c, &seed, 0.2f), *beta = hrand(c, &seed, 0.2f);
-            float *rm = hrand(c, &seed, 0.3f), *rv = hrand(c, &seed, 0.3f);
-            for (int i = 0; i < c; i++)
-                g[i] += 1.0f, rv[i] += 0.7f;
-            round_to(in, n, OPS_F16);
-            if (glu) { /* glu_ref wants [values | gates] per row: de-interleave first */
-                float *row = hark_malloc((size_t)2 * c * sizeof(float));
-                for (size_t r = 0; r < (size_t)B * T; r++) {
-                    for (int j = 0; j < c; j++) {
-                        row[j] = gi[r * 2 * c + 2 * j];
-                        row[c + j] = gi[r * 2 * c + 2 * j + 1];
+    double worst[2] = {0, 0};
+    for (int ih = 0; ih < 2; ih++)
+        for (int glu = 0; glu < 2; glu++)
+            for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+                ops_dtype_t ht = H16[ih];
+                int c = cs[ci][0], k = cs[ci][1], pad = cs[ci][2], has_left = cs[ci][3],
+                    norm = cs[ci][4];
+                int act = (int)(ci % 4);
+                size_t n = (size_t)B * T * c;
+                /* with glu the kernel reads (value, gate) pairs: gi (B, T, 2c) -> in = glu_ref(gi)
+                 */
+                float *gi = hrand(2 * n, &seed, 2.0f);
+                round_to(gi, 2 * n, ht);
+                float *in = hrand(n, &seed, 2.0f), *left = hrand((size_t)pad * c + 1, &seed, 1.0f);
+                float *w = hrand((size_t)c * k, &seed, 0.4f), *bias = hrand(c, &seed, 0.2f);
+                float *g = hrand(c, &seed, 0.2f), *beta = hrand(c, &seed, 0.2f);
+                float *rm = hrand(c, &seed, 0.3f), *rv = hrand(c, &seed, 0.3f);
+                for (int i = 0; i < c; i++)
+                    g[i] += 1.0f, rv[i] += 0.7f;
+                round_to(in, n, ht);
+                if (glu) { /* glu_ref wants [values | gates] per row: de-interleave first */
+                    float *row = hark_malloc((size_t)2 * c * sizeof(float));
+                    for (size_t r = 0; r < (size_t)B * T; r++) {
+                        for (int j = 0; j < c; j++) {
+                            row[j] = gi[r * 2 * c + 2 * j];
+                            row[c + j] = gi[r * 2 * c + 2 * j + 1];
+                        }
+                        glu_ref(in + r * c, row, 1, c);
                     }
-                    glu_ref(in + r * c, row, 1, c);
+                    hark_free(row);
                 }
-                hark_free(row);
+                round_to(left, (size_t)pad * c + 1, ht);
+                float *ref = hark_malloc(n * sizeof(float));
+                for (int b = 0; b < B; b++) {
+                    float *o = ref + (size_t)b * T * c;
+                    depthwise_conv1d_ref(o, in + (size_t)b * T * c, has_left ? left : NULL, w, bias,
+                                         T, c, k, pad, lens[b]);
+                    if (norm == CUDA_NORM_BATCH)
+                        batch_norm_ref(o, o, g, beta, rm, rv, T, c, 1e-5f);
+                    else if (norm == CUDA_NORM_LAYER)
+                        layer_norm_ref(o, o, g, beta, T, c, 1e-5f);
+                    activation_ref(o, o, (size_t)T * c, (ops_act_t)act);
+                }
+                void *din = glu ? dup_to(gi, 2 * n, ht) : dup_to(in, n, ht);
+                float *dleft = dup_to(left, (size_t)pad * c + 1, OPS_F32);
+                float *dw = dup_to(w, (size_t)c * k, OPS_F32), *dbias = dup_to(bias, c, OPS_F32);
+                float *dg = dup_to(g, c, OPS_F32), *dbeta = dup_to(beta, c, OPS_F32);
+                float *drm = dup_to(rm, c, OPS_F32), *drv = dup_to(rv, c, OPS_F32);
+                int *dl = NULL;
+                CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
+                CHECK_OK(cuda_set_lens(dl, lens, B, NULL, NULL));
+                void *dout = dalloc(n, ht);
+                CHECK_OK(cuda_dwconv_f16(dout, ht, din, glu, has_left ? dleft : NULL, dw, dbias, dl,
+                                         B, T, c, k, pad, (cuda_norm_t)norm, dg, dbeta, drm, drv,
+                                         1e-5f, (cuda_act_t)act, NULL, NULL));
+                int gd;
+                double e = out_err(dout, ht, ref, n, &gd);
+                worst[ih] = e > worst[ih] ? e : worst[ih];
+                /* with glu the kernel's GLU value is not rounded to half before the conv: the
+                 * reference's is (a difference of the half rounding, ~3e-4) */
+                CHECK_ERR(e, tol16(ht, TOL_H), gd,
+                          "dwconv_f16 %s glu %d c %d k %d pad %d left %d norm %d act %d rel %g",
+                          dt_name(ht), glu, c, k, pad, has_left, norm, act, e);
+                cudaFree(din), cudaFree(dleft), cudaFree(dw), cudaFree(dbias), cudaFree(dg);
+                cudaFree(dbeta), cudaFree(drm), cudaFree(drv), cudaFree(dl), cudaFree(dout);
+                hark_free(in), hark_free(left), hark_free(w), hark_free(bias), hark_free(g);
+                hark_free(beta), hark_free(rm), hark_free(rv), hark_free(ref), hark_free(gi);
             }
-            round_to(left, (size_t)pad * c + 1, OPS_F16);
-            float *ref = hark_malloc(n * sizeof(float));
-            for (int b = 0; b < B; b++) {
-                float *o = ref + (size_t)b * T * c;
-                depthwise_conv1d_ref(o, in + (size_t)b * T * c, has_left ? left : NULL, w, bias, T,
-                                     c, k, pad, lens[b]);
-                if (norm == CUDA_NORM_BATCH)
-                    batch_norm_ref(o, o, g, beta, rm, rv, T, c, 1e-5f);
-                else if (norm == CUDA_NORM_LAYER)
-                    layer_norm_ref(o, o, g, beta, T, c, 1e-5f);
-                activation_ref(o, o, (size_t)T * c, (ops_act_t)act);
-            }
-            void *din = glu ? dup_to(gi, 2 * n, OPS_F16) : dup_to(in, n, OPS_F16);
-            float *dleft = dup_to(left, (size_t)pad * c + 1, OPS_F32);
-            float *dw = dup_to(w, (size_t)c * k, OPS_F32), *dbias = dup_to(bias, c, OPS_F32);
-            float *dg = dup_to(g, c, OPS_F32), *dbeta = dup_to(beta, c, OPS_F32);
-            float *drm = dup_to(rm, c, OPS_F32), *drv = dup_to(rv, c, OPS_F32);
-            int *dl = NULL;
-            CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
-            CHECK_OK(cuda_set_lens(dl, lens, B, NULL, NULL));
-            void *dout = dalloc(n, OPS_F16);
-            CHECK_OK(cuda_dwconv_f16(dout, din, glu, has_left ? dleft : NULL, dw, dbias, dl, B, T,
-                                     c, k, pad, (cuda_norm_t)norm, dg, dbeta, drm, drv, 1e-5f,
-                                     (cuda_act_t)act, NULL, NULL));
-            int gd;
-            double e = out_err(dout, OPS_F16, ref, n, &gd);
-            worst = e > worst ? e : worst;
-            /* with glu the kernel's GLU value is not rounded to half before the conv: the
-             * reference's is (a difference of the half rounding, ~3e-4) */
-            CHECK_ERR(e, TOL_H, gd,
-                      "dwconv_f16 glu %d c %d k %d pad %d left %d norm %d act %d rel %g", glu, c, k,
-                      pad, has_left, norm, act, e);
-            cudaFree(din), cudaFree(dleft), cudaFree(dw), cudaFree(dbias), cudaFree(dg);
-            cudaFree(dbeta), cudaFree(drm), cudaFree(drv), cudaFree(dl), cudaFree(dout);
-            hark_free(in), hark_free(left), hark_free(w), hark_free(bias), hark_free(g);
-            hark_free(beta), hark_free(rm), hark_free(rv), hark_free(ref), hark_free(gi);
-        }
-    printf("    dwconv_f16 (and with the GLU fused) rel rms %.3g\n", worst);
+    printf("    dwconv_f16 (and with the GLU fused) rel rms: fp16 %.3g, bf16 %.3g\n", worst[0],
+           worst[1]);
 }
 
 GPU_TEST(cuda_flash_attention_matches_ref)
@@ -1444,57 +1540,68 @@ GPU_TEST(cuda_flash_attention_matches_ref)
         {65, 2, 100, 1, 0, -1}, {129, 1, 128, 0, 0, -1}, {33, 2, 32, 1, 4, 0}};
     enum { B = 3 };
     unsigned seed = 36;
-    double worst = 0;
-    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
-        int T = cs[c][0], H = cs[c][1], DK = cs[c][2], rel = cs[c][3], chunk = cs[c][4],
-            left = cs[c][5];
-        int D = H * DK, ld = 3 * D, lens[B] = {T, (T + 1) / 2, c % 2 ? 0 : 1};
-        size_t nq = (size_t)B * T * ld, nc = (size_t)B * T * D;
-        float *qkv = hrand(nq, &seed, 1.5f), *p = hrand((size_t)T * D, &seed, 1.0f);
-        float *bu = hrand(D, &seed, 0.3f), *bv = hrand(D, &seed, 0.3f);
-        round_to(qkv, nq, OPS_F16);
-        round_to(p, (size_t)T * D, OPS_F16);
-        float *q = hark_malloc((size_t)T * D * sizeof(float)), *k = hark_malloc((size_t)T * D * 4);
-        float *v = hark_malloc((size_t)T * D * 4), *ref = hark_malloc(nc * sizeof(float));
-        float *scr = hark_malloc(attention_scratch_floats(T, DK) * sizeof(float));
-        int *lo = hark_malloc((size_t)T * sizeof(int)), *hi = hark_malloc((size_t)T * sizeof(int));
-        for (int b = 0; b < B; b++) {
-            for (int i = 0; i < T; i++) {
-                memcpy(q + (size_t)i * D, qkv + ((size_t)b * T + i) * ld, (size_t)D * 4);
-                memcpy(k + (size_t)i * D, qkv + ((size_t)b * T + i) * ld + D, (size_t)D * 4);
-                memcpy(v + (size_t)i * D, qkv + ((size_t)b * T + i) * ld + 2 * D, (size_t)D * 4);
-                key_range(i, lens[b], T, chunk, left, &lo[i], &hi[i]);
+    double worst[2] = {0, 0};
+    for (int ih = 0; ih < 2; ih++)
+        for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+            ops_dtype_t ht = H16[ih];
+            int T = cs[c][0], H = cs[c][1], DK = cs[c][2], rel = cs[c][3], chunk = cs[c][4],
+                left = cs[c][5];
+            int D = H * DK, ld = 3 * D, lens[B] = {T, (T + 1) / 2, c % 2 ? 0 : 1};
+            size_t nq = (size_t)B * T * ld, nc = (size_t)B * T * D;
+            float *qkv = hrand(nq, &seed, 1.5f), *p = hrand((size_t)T * D, &seed, 1.0f);
+            float *bu = hrand(D, &seed, 0.3f), *bv = hrand(D, &seed, 0.3f);
+            round_to(qkv, nq, ht);
+            round_to(p, (size_t)T * D, ht);
+            float *q = hark_malloc((size_t)T * D * sizeof(float)),
+                  *k = hark_malloc((size_t)T * D * 4);
+            float *v = hark_malloc((size_t)T * D * 4), *ref = hark_malloc(nc * sizeof(float));
+            float *scr = hark_malloc(attention_scratch_floats(T, DK) * sizeof(float));
+            int *lo = hark_malloc((size_t)T * sizeof(int)),
+                *hi = hark_malloc((size_t)T * sizeof(int));
+            for (int b = 0; b < B; b++) {
+                for (int i = 0; i < T; i++) {
+                    memcpy(q + (size_t)i * D, qkv + ((size_t)b * T + i) * ld, (size_t)D * 4);
+                    memcpy(k + (size_t)i * D, qkv + ((size_t)b * T + i) * ld + D, (size_t)D * 4);
+                    memcpy(v + (size_t)i * D, qkv + ((size_t)b * T + i) * ld + 2 * D,
+                           (size_t)D * 4);
+                    key_range(i, lens[b], T, chunk, left, &lo[i], &hi[i]);
+                }
+                attention_ref(ref + (size_t)b * T * D, scr, q, k, v, rel ? p : NULL,
+                              rel ? bu : NULL, rel ? bv : NULL, lo, hi, T, T, H, DK,
+                              1.0f / sqrtf((float)DK));
             }
-            attention_ref(ref + (size_t)b * T * D, scr, q, k, v, rel ? p : NULL, rel ? bu : NULL,
-                          rel ? bv : NULL, lo, hi, T, T, H, DK, 1.0f / sqrtf((float)DK));
+            void *dqkv = dup_to(qkv, nq, ht), *dp = dup_to(p, (size_t)T * D, ht);
+            float *dbu = dup_to(bu, D, OPS_F32), *dbv = dup_to(bv, D, OPS_F32);
+            int *dl = NULL;
+            CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
+            CHECK_OK(cuda_set_lens(dl, lens, B, NULL, NULL));
+            void *dctx = dalloc(nc, ht);
+            hark_err_t err = {0};
+            const char *base = dqkv;
+            CHECKF(cuda_flash_attention(dctx, ht, D, base, base + (size_t)D * 2,
+                                        base + (size_t)D * 4, ld, rel ? dp : NULL, D,
+                                        rel ? dbu : NULL, rel ? dbv : NULL, dl, chunk, left, B, T,
+                                        H, DK, 1.0f / sqrtf((float)DK), NULL, &err) == HARK_OK,
+                   "%s", err.msg);
+            int gd;
+            double e = out_err(dctx, ht, ref, nc, &gd);
+            worst[ih] = e > worst[ih] ? e : worst[ih];
+            CHECK_ERR(e, tol16(ht, 5e-3), gd,
+                      "flash attention %s t %d heads %d dk %d rel %d chunk %d left %d rel %g",
+                      dt_name(ht), T, H, DK, rel, chunk, left, e);
+            cudaFree(dqkv), cudaFree(dp), cudaFree(dbu), cudaFree(dbv), cudaFree(dl),
+                cudaFree(dctx);
+            hark_free(qkv), hark_free(p), hark_free(bu), hark_free(bv), hark_free(q), hark_free(k);
+            hark_free(v), hark_free(ref), hark_free(scr), hark_free(lo), hark_free(hi);
         }
-        void *dqkv = dup_to(qkv, nq, OPS_F16), *dp = dup_to(p, (size_t)T * D, OPS_F16);
-        float *dbu = dup_to(bu, D, OPS_F32), *dbv = dup_to(bv, D, OPS_F32);
-        int *dl = NULL;
-        CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
-        CHECK_OK(cuda_set_lens(dl, lens, B, NULL, NULL));
-        void *dctx = dalloc(nc, OPS_F16);
-        hark_err_t err = {0};
-        const char *base = dqkv;
-        CHECKF(cuda_flash_attention(dctx, D, base, base + (size_t)D * 2, base + (size_t)D * 4, ld,
-                                    rel ? dp : NULL, D, rel ? dbu : NULL, rel ? dbv : NULL, dl,
-                                    chunk, left, B, T, H, DK, 1.0f / sqrtf((float)DK), NULL,
-                                    &err) == HARK_OK,
-               "%s", err.msg);
-        int gd;
-        double e = out_err(dctx, OPS_F16, ref, nc, &gd);
-        worst = e > worst ? e : worst;
-        CHECK_ERR(e, 5e-3, gd, "flash attention t %d heads %d dk %d rel %d chunk %d left %d rel %g",
-                  T, H, DK, rel, chunk, left, e);
-        cudaFree(dqkv), cudaFree(dp), cudaFree(dbu), cudaFree(dbv), cudaFree(dl), cudaFree(dctx);
-        hark_free(qkv), hark_free(p), hark_free(bu), hark_free(bv), hark_free(q), hark_free(k);
-        hark_free(v), hark_free(ref), hark_free(scr), hark_free(lo), hark_free(hi);
-    }
-    printf("    flash attention rel rms %.3g (tol 5e-3: half q+b, probabilities and output)\n",
-           worst);
+    printf("    flash attention rel rms: fp16 %.3g, bf16 %.3g (tol 5e-3, 4e-2: 16-bit q+b, "
+           "probabilities and output)\n",
+           worst[0], worst[1]);
     hark_err_t err = {0};
-    CHECK(cuda_flash_attention(NULL, 0, NULL, NULL, NULL, 0, NULL, 0, NULL, NULL, NULL, 0, -1, 1, 4,
-                               1, 129, 1.0f, NULL, &err) == HARK_ERR_INVALID_ARG);
+    CHECK(cuda_flash_attention(NULL, OPS_F32, 0, NULL, NULL, NULL, 0, NULL, 0, NULL, NULL, NULL, 0,
+                               -1, 1, 4, 1, 64, 1.0f, NULL, &err) == HARK_ERR_INVALID_ARG);
+    CHECK(cuda_flash_attention(NULL, OPS_F16, 0, NULL, NULL, NULL, 0, NULL, 0, NULL, NULL, NULL, 0,
+                               -1, 1, 4, 1, 129, 1.0f, NULL, &err) == HARK_ERR_INVALID_ARG);
 }
 
 GPU_TEST(cuda_ctc_log_softmax_argmax_matches_ref)
@@ -1553,71 +1660,77 @@ GPU_TEST(cuda_hgemm_lse_argmax_matches_ref)
     CHECK(g);
     double worst = 0;
     int wg_runs = 0;
-    /* mma.sync everywhere, then AUTO (the wgmma kernel where the tiles fill the GPU) */
-    for (int be = 0; be < 2; be++)
-        for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++) {
-            ops_cuda_set_gemm_backend(g, be ? OPS_GEMM_AUTO : OPS_GEMM_MMA);
-            int m = sz[c][0], n = sz[c][1], tr = m > 3 ? m / 3 : m, batch = m / tr;
-            int lens[8] = {tr, tr / 2, 0};
-            float *a = hrand((size_t)m * K, &seed, 1.0f), *w = hrand((size_t)n * K, &seed, 1.0f);
-            float *bias = hrand(n, &seed, 1.0f);
-            round_to(a, (size_t)m * K, OPS_F16);
-            round_to(w, (size_t)n * K, OPS_F16);
-            float *lp = hark_malloc((size_t)m * n * sizeof(float));
-            matmul_ref(lp, a, w, m, n, K, K, K, n, 1, 1.0f, 0.0f);
-            for (int i = 0; i < m * n; i++)
-                lp[i] += bias[i % n];
-            log_softmax_ref(lp, lp, m, n);
-            int *arg_ref = hark_malloc(sizeof(int) * (size_t)m),
-                *arg = hark_malloc(sizeof(int) * (size_t)m);
-            float *best_ref = hark_malloc(sizeof(float) * (size_t)m);
-            for (int r = 0; r < m; r++) {
-                int pad = r / tr < batch && r % tr >= lens[r / tr];
-                ctc_argmax_ref(&arg_ref[r], lp + (size_t)r * n, 1, n);
-                best_ref[r] = lp[(size_t)r * n + arg_ref[r]];
-                if (pad)
-                    arg_ref[r] = 0, best_ref[r] = 0.0f;
+    /* mma.sync everywhere, then AUTO (the wgmma kernel where the tiles fill the GPU); fp16 and
+     * bf16 operands (FP32 out of identical rounded operands: the FP32 tolerance for both) */
+    for (int ih = 0; ih < 2; ih++)
+        for (int be = 0; be < 2; be++)
+            for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++) {
+                ops_dtype_t ht = H16[ih];
+                ops_cuda_set_gemm_backend(g, be ? OPS_GEMM_AUTO : OPS_GEMM_MMA);
+                int m = sz[c][0], n = sz[c][1], tr = m > 3 ? m / 3 : m, batch = m / tr;
+                int lens[8] = {tr, tr / 2, 0};
+                float *a = hrand((size_t)m * K, &seed, 1.0f),
+                      *w = hrand((size_t)n * K, &seed, 1.0f);
+                float *bias = hrand(n, &seed, 1.0f);
+                round_to(a, (size_t)m * K, ht);
+                round_to(w, (size_t)n * K, ht);
+                float *lp = hark_malloc((size_t)m * n * sizeof(float));
+                matmul_ref(lp, a, w, m, n, K, K, K, n, 1, 1.0f, 0.0f);
+                for (int i = 0; i < m * n; i++)
+                    lp[i] += bias[i % n];
+                log_softmax_ref(lp, lp, m, n);
+                int *arg_ref = hark_malloc(sizeof(int) * (size_t)m),
+                    *arg = hark_malloc(sizeof(int) * (size_t)m);
+                float *best_ref = hark_malloc(sizeof(float) * (size_t)m);
+                for (int r = 0; r < m; r++) {
+                    int pad = r / tr < batch && r % tr >= lens[r / tr];
+                    ctc_argmax_ref(&arg_ref[r], lp + (size_t)r * n, 1, n);
+                    best_ref[r] = lp[(size_t)r * n + arg_ref[r]];
+                    if (pad)
+                        arg_ref[r] = 0, best_ref[r] = 0.0f;
+                }
+                void *da = dup_to(a, (size_t)m * K, ht), *dw = dup_to(w, (size_t)n * K, ht);
+                float *db = dup_to(bias, n, OPS_F32), *dbest = dalloc(m, OPS_F32);
+                void *part = NULL;
+                int *darg = NULL, *dl = NULL;
+                CHECK(cudaMalloc(&part, (size_t)m * CUDA_LSE_TILES(n) * 16) == cudaSuccess);
+                CHECK(cudaMalloc((void **)&darg, sizeof(int) * (size_t)m) == cudaSuccess);
+                CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
+                CHECK_OK(cuda_set_lens(dl, lens, batch, NULL, NULL));
+                cuda_epi_t e;
+                memset(&e, 0, sizeof e);
+                e.mode = CUDA_EPI_LSE;
+                e.bias = db;
+                e.out = part;
+                e.ldo = CUDA_LSE_TILES(n);
+                e.dt = ht;
+                hark_err_t err = {0};
+                CHECKF(cuda_hgemm(&e, da, K, dw, m, n, K, g, &err) == HARK_OK, "%s", err.msg);
+                wg_runs += ops_cuda_last_gemm(g) == OPS_GEMM_WGMMA;
+                /* rows past the batch grid (m not a multiple of tr) count as valid */
+                CHECK_OK(cuda_lse_argmax(darg, dbest, part, n, dl, tr, batch * tr, NULL, NULL));
+                if (batch * tr < m)
+                    CHECK_OK(
+                        cuda_lse_argmax(darg + batch * tr, dbest + batch * tr,
+                                        (char *)part + (size_t)batch * tr * CUDA_LSE_TILES(n) * 16,
+                                        n, NULL, 0, m - batch * tr, NULL, NULL));
+                CHECK(cudaMemcpy(arg, darg, sizeof(int) * (size_t)m, cudaMemcpyDeviceToHost) ==
+                      cudaSuccess);
+                int same = 0;
+                for (int r = 0; r < m; r++)
+                    same += arg[r] == arg_ref[r];
+                CHECKF(same == m, "lse argmax %s %dx%d (%s): %d of %d rows agree", dt_name(ht), m,
+                       n, be ? "auto" : "mma", same, m);
+                int gd;
+                double er = out_err(dbest, OPS_F32, best_ref, m, &gd);
+                worst = er > worst ? er : worst;
+                CHECK_ERR(er, 1e-5, gd, "lse best log-prob %s %dx%d rel %g", dt_name(ht), m, n, er);
+                cudaFree(da), cudaFree(dw), cudaFree(db), cudaFree(dbest), cudaFree(part),
+                    cudaFree(darg);
+                cudaFree(dl);
+                hark_free(a), hark_free(w), hark_free(bias), hark_free(lp), hark_free(arg_ref);
+                hark_free(arg), hark_free(best_ref);
             }
-            void *da = dup_to(a, (size_t)m * K, OPS_F16), *dw = dup_to(w, (size_t)n * K, OPS_F16);
-            float *db = dup_to(bias, n, OPS_F32), *dbest = dalloc(m, OPS_F32);
-            void *part = NULL;
-            int *darg = NULL, *dl = NULL;
-            CHECK(cudaMalloc(&part, (size_t)m * CUDA_LSE_TILES(n) * 16) == cudaSuccess);
-            CHECK(cudaMalloc((void **)&darg, sizeof(int) * (size_t)m) == cudaSuccess);
-            CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
-            CHECK_OK(cuda_set_lens(dl, lens, batch, NULL, NULL));
-            cuda_epi_t e;
-            memset(&e, 0, sizeof e);
-            e.mode = CUDA_EPI_LSE;
-            e.bias = db;
-            e.out = part;
-            e.ldo = CUDA_LSE_TILES(n);
-            hark_err_t err = {0};
-            CHECKF(cuda_hgemm(&e, da, K, dw, m, n, K, g, &err) == HARK_OK, "%s", err.msg);
-            wg_runs += ops_cuda_last_gemm(g) == OPS_GEMM_WGMMA;
-            /* rows past the batch grid (m not a multiple of tr) count as valid */
-            CHECK_OK(cuda_lse_argmax(darg, dbest, part, n, dl, tr, batch * tr, NULL, NULL));
-            if (batch * tr < m)
-                CHECK_OK(cuda_lse_argmax(darg + batch * tr, dbest + batch * tr,
-                                         (char *)part + (size_t)batch * tr * CUDA_LSE_TILES(n) * 16,
-                                         n, NULL, 0, m - batch * tr, NULL, NULL));
-            CHECK(cudaMemcpy(arg, darg, sizeof(int) * (size_t)m, cudaMemcpyDeviceToHost) ==
-                  cudaSuccess);
-            int same = 0;
-            for (int r = 0; r < m; r++)
-                same += arg[r] == arg_ref[r];
-            CHECKF(same == m, "lse argmax %dx%d (%s): %d of %d rows agree", m, n,
-                   be ? "auto" : "mma", same, m);
-            int gd;
-            double er = out_err(dbest, OPS_F32, best_ref, m, &gd);
-            worst = er > worst ? er : worst;
-            CHECK_ERR(er, 1e-5, gd, "lse best log-prob %dx%d rel %g", m, n, er);
-            cudaFree(da), cudaFree(dw), cudaFree(db), cudaFree(dbest), cudaFree(part),
-                cudaFree(darg);
-            cudaFree(dl);
-            hark_free(a), hark_free(w), hark_free(bias), hark_free(lp), hark_free(arg_ref);
-            hark_free(arg), hark_free(best_ref);
-        }
     printf("    lse argmax: best log-prob rel rms %.3g (%d runs on wgmma)\n", worst, wg_runs);
     CHECK(wg_runs >= 1);
     hark_err_t err = {0};
@@ -1626,6 +1739,9 @@ GPU_TEST(cuda_hgemm_lse_argmax_matches_ref)
     e.mode = CUDA_EPI_LSE;
     e.out = &e;
     e.ldo = 3; /* not CUDA_LSE_TILES(500) */
+    CHECK(cuda_hgemm(&e, NULL, 8, NULL, 4, 500, 8, g, &err) == HARK_ERR_INVALID_ARG);
+    e.ldo = CUDA_LSE_TILES(500);
+    e.dt = (ops_dtype_t)7; /* not an element type */
     CHECK(cuda_hgemm(&e, NULL, 8, NULL, 4, 500, 8, g, &err) == HARK_ERR_INVALID_ARG);
     ops_cuda_destroy(g);
 }
