@@ -3,7 +3,8 @@
 # with the same generated weights (full LibriSpeech U2++ size), same work (10 s of features ->
 # encoder -> CTC log-softmax -> argmax), same machine, same run.
 # Usage: bench/conformer.sh cpu [BATCHES]        (both cores; PyTorch fp32 with 2 threads)
-#        bench/conformer.sh cuda [BATCHES]       (hark fp32+fp16; PyTorch eager fp32, fp16, compile)
+#        bench/conformer.sh cuda [BATCHES]       (hark fp32, fp16, bf16; PyTorch eager fp32, fp16,
+#                                                 bf16, compile fp16 and bf16)
 # Needs WeNet's `wenet` package in .ext/ and the import shims in .ext/shims (never committed).
 set -euo pipefail
 dev=${1:-cpu}
@@ -24,11 +25,11 @@ if [ "$dev" = cpu ]; then
         --batches "$batches" --threads "$threads" 2>/dev/null | grep '^{' | tee "$out/peer.jsonl"
 else
     : > "$out/hark.jsonl"
-    for p in fp32 fp16; do
+    for p in fp32 fp16 bf16; do
         "$HARK" bench --model "$out/model" --batch "$batches" --device cuda:0 --precision $p \
             | tee -a "$out/hark.jsonl"
     done
-    $PY bench/wenet_peer.py time --ckpt "$out/final.pt" --device cuda --modes fp32,fp16,compile \
+    $PY bench/wenet_peer.py time --ckpt "$out/final.pt" --device cuda --modes ${PEER_MODES:-fp32,fp16,bf16,compile,compile-bf16} \
         --batches "$batches" --min-time "${PEER_MIN_TIME:-2}" 2>/dev/null | grep '^{' |
         tee "$out/peer.jsonl"
 fi

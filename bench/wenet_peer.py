@@ -5,6 +5,15 @@ U2++ size: 12 blocks, d=256, 4 heads, FFN 2048, kernel 15, vocab 5002) with seed
                                                    # tools/convert_wenet.py (same weights in hark)
   python3 bench/wenet_peer.py time --ckpt DIR/final.pt --device cuda --modes fp32,fp16,compile
                                    --batches 1,8,64,256 [--threads N]
+  python3 bench/wenet_peer.py error --hark-model DIR --golden GOLDEN_DIR --modes fp32,fp16,bf16
+
+Modes: fp32; fp16 and bf16, eager under torch.autocast; compile and compile-bf16, torch.compile
+under autocast fp16 / bf16. `error` runs WeNet's encoder + CTC on a golden set's features
+(GOLDEN_DIR/goldens/<utt>/fbank.npy) in each mode and prints, per utterance, the relative RMS
+error of the encoder output and of the CTC log-probs against the set's FP32 outputs
+(enc_full.npy, ctc_logprobs_full.npy) and the frames whose greedy argmax differs: the error
+PyTorch's own reduced precision makes, next to hark's (tests/model/test_conformer_gpu.c prints
+the same figures).
 
 Times encoder + CTC log-softmax + argmax from 10 s of 80-bin features (998 frames), like
 ../shared/tools/pytorch-peer/bench_wenet_pytorch.py, and prints one JSON line per (mode, batch).
@@ -13,7 +22,8 @@ never committed) and --shims at stand-ins for packages WeNet imports but never c
 import argparse, json, os, sys, time, typing
 
 ap = argparse.ArgumentParser()
-ap.add_argument("cmd", choices=["export", "time"])
+ap.add_argument("cmd", choices=["export", "time", "error"])
+ap.add_argument("--golden", default=None)
 ap.add_argument("--wenet", default=".ext")
 ap.add_argument("--shims", default=".ext/shims")
 ap.add_argument("--out", default="/tmp/wenet_peer")
@@ -141,6 +151,45 @@ enc.to(dev)
 ctc.to(dev)
 
 
+def precision_error():
+    import numpy as np
+    gdir = os.path.join(a.golden, "goldens")
+    for mode in a.modes.split(","):
+        worst_e = worst_c = 0.0
+        mis_all = frames = 0
+        for u in sorted(os.listdir(gdir)):
+            d = os.path.join(gdir, u)
+            if not os.path.exists(os.path.join(d, "enc_full.npy")):
+                continue
+            x = torch.from_numpy(np.load(os.path.join(d, "fbank.npy"))).float().to(dev)
+            if x.dim() == 2:
+                x = x[None]
+            lens = torch.tensor([x.shape[1]], dtype=torch.int32, device=dev)
+            half = torch.bfloat16 if mode.endswith("bf16") else torch.float16
+            with torch.inference_mode(), torch.autocast(dev, dtype=half, enabled=mode != "fp32"):
+                out, _ = enc(x, lens, decoding_chunk_size=-1, num_decoding_left_chunks=-1)
+                lp = ctc.log_softmax(out)
+            out, lp = out.float().cpu().numpy()[0], lp.float().cpu().numpy()[0]
+            re_, rc_ = (np.load(os.path.join(d, f)).reshape(out.shape if i == 0 else lp.shape)
+                        for i, f in enumerate(["enc_full.npy", "ctc_logprobs_full.npy"]))
+            rel = lambda y, r: float(np.sqrt(((y - r) ** 2).sum() / (r ** 2).sum()))
+            ee, ec = rel(out, re_), rel(lp, rc_)
+            mis = int((lp.argmax(-1) != rc_.argmax(-1)).sum())
+            worst_e, worst_c = max(worst_e, ee), max(worst_c, ec)
+            mis_all += mis
+            frames += lp.shape[0]
+            print(json.dumps({"impl": "pytorch", "mode": mode, "utt": u, "enc_rel": round(ee, 6),
+                              "ctc_rel": round(ec, 6), "argmax_mismatches": mis}), flush=True)
+        print(json.dumps({"impl": "pytorch", "mode": mode, "worst_enc_rel": round(worst_e, 6),
+                          "worst_ctc_rel": round(worst_c, 6), "argmax_mismatches": mis_all,
+                          "frames": frames}), flush=True)
+
+
+if a.cmd == "error":
+    precision_error()
+    sys.exit(0)
+
+
 def run(feats, lens):
     out, mask = enc(feats, lens, decoding_chunk_size=-1, num_decoding_left_chunks=-1)
     return ctc.log_softmax(out).argmax(-1)
@@ -148,13 +197,14 @@ def run(feats, lens):
 
 T = int(a.seconds * 100) - 2
 for mode in a.modes.split(","):
-    f = torch.compile(run, dynamic=False) if mode == "compile" else run
+    # modes: fp32, fp16 / bf16 (eager autocast), compile / compile-bf16 (torch.compile + autocast)
+    f = torch.compile(run, dynamic=False) if mode.startswith("compile") else run
+    half = torch.bfloat16 if (mode.endswith("bf16") or dev != "cuda") else torch.float16
     for B in [int(b) for b in a.batches.split(",")]:
         g = torch.Generator().manual_seed(B)
         feats = torch.randn(B, T, 80, generator=g).to(dev)
         lens = torch.full((B,), T, dtype=torch.int32, device=dev)
-        amp = torch.autocast(dev, dtype=torch.float16 if dev == "cuda" else torch.bfloat16,
-                             enabled=mode != "fp32")
+        amp = torch.autocast(dev, dtype=half, enabled=mode != "fp32")
         sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
         if dev == "cuda":
             torch.cuda.reset_peak_memory_stats()

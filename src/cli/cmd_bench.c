@@ -37,7 +37,7 @@ static int cmp_double(const void *a, const void *b)
  * with ms per batch for each stage */
 static void print_profile(conformer_gpu_state_t *s, const float *d_feats, float *d_enc,
                           float *d_logp, int *d_arg, const int *lens, int *elens, int B, int T,
-                          int te, const char *gpu, int fp16)
+                          int te, const char *gpu, wenet_precision_t prec)
 {
     enum { REPS = 10 };
     hark_err_t err = {0};
@@ -62,7 +62,7 @@ static void print_profile(conformer_gpu_state_t *s, const float *d_feats, float 
         total += ms[i] / REPS;
     printf("{\"impl\": \"hark\", \"device\": \"%s\", \"mode\": \"%s\", \"batch\": %d, "
            "\"profile_ms\": {",
-           gpu, fp16 ? "fp16" : "fp32", B);
+           gpu, wenet_precision_name(prec), B);
     for (int i = 0; i < CONFORMER_GPU_STAGES; i++)
         printf("%s\"%s\": %.3f", i ? ", " : "", conformer_gpu_stage_name(i), ms[i] / REPS);
     printf("}, \"profile_total_ms\": %.3f}\n", total);
@@ -72,7 +72,7 @@ static void print_profile(conformer_gpu_state_t *s, const float *d_feats, float 
 /* GPU: the same work as the CPU path (encoder + CTC log-softmax + argmax, the argmax on the
  * device so only (batch, frames) ints come back), timed on the host around a stream sync. */
 static int bench_gpu(const wenet_config_t *cfg, conformer_tensor_fn get, void *user, int device,
-                     int fp16, int profile, double *ms_out, int *b_out, int *n_out,
+                     wenet_precision_t wp, int profile, double *ms_out, int *b_out, int *n_out,
                      const char *batches, double seconds, double min_time, double flops)
 {
     hark_err_t err = {0};
@@ -80,7 +80,9 @@ static int bench_gpu(const wenet_config_t *cfg, conformer_tensor_fn get, void *u
     size_t free0, total;
     cudaMemGetInfo(&free0, &total);
     conformer_gpu_model_t *gm = NULL;
-    int prec = fp16 ? CONFORMER_GPU_FP16 : CONFORMER_GPU_FP32;
+    int prec = wp == WENET_FP16   ? CONFORMER_GPU_FP16
+               : wp == WENET_BF16 ? CONFORMER_GPU_BF16
+                                  : CONFORMER_GPU_FP32;
     if (conformer_gpu_model_create(cfg, get, user, prec, &gm, &err)) {
         fprintf(stderr, "hark bench: %s\n", err.msg);
         return 1;
@@ -159,9 +161,10 @@ static int bench_gpu(const wenet_config_t *cfg, conformer_tensor_fn get, void *u
                 double med = times[n / 2];
                 size_t free1;
                 cudaMemGetInfo(&free1, &total);
-                /* dense peaks of the H100/H200 SXM (FP16 tensor cores; FP32 without TF32) */
+                /* dense peaks of the H100/H200 SXM (FP16 and BF16 tensor cores alike; FP32
+                 * without TF32) */
                 double peak = strstr(prop.name, "H100") || strstr(prop.name, "H200")
-                                  ? (fp16 ? 989.4 : 66.9)
+                                  ? (wp != WENET_FP32 ? 989.4 : 66.9)
                                   : 0;
                 double tf = flops * B / med * 1e-12;
                 if (*n_out < 16) {
@@ -172,7 +175,7 @@ static int bench_gpu(const wenet_config_t *cfg, conformer_tensor_fn get, void *u
                        "\"ms\": %.3f, \"rtfx\": %.1f, \"runs\": %d, \"peak_mem_mb\": %.0f, "
                        "\"model_mb\": %.0f, \"state_mb\": %.0f, \"gflop_per_utt\": %.2f, "
                        "\"tflops\": %.2f, \"fraction_of_peak\": %.4f}\n",
-                       prop.name, fp16 ? "fp16" : "fp32", B, med * 1e3, B * seconds / med, n,
+                       prop.name, wenet_precision_name(wp), B, med * 1e3, B * seconds / med, n,
                        (double)(free0 - free1) / 1048576.0,
                        (double)conformer_gpu_model_bytes(gm) / 1048576.0,
                        (double)conformer_gpu_state_bytes(s) / 1048576.0, flops * 1e-9, tf,
@@ -180,7 +183,7 @@ static int bench_gpu(const wenet_config_t *cfg, conformer_tensor_fn get, void *u
                 fflush(stdout);
                 if (profile)
                     print_profile(s, d_feats, d_enc, d_logp, d_arg, lens, elens, B, T, te,
-                                  prop.name, fp16);
+                                  prop.name, wp);
             }
         }
         conformer_gpu_state_destroy(s);
@@ -231,7 +234,7 @@ static void bench_usage(FILE *f)
     fprintf(f,
             "usage: hark bench --model DIR | --synthetic conformer-librispeech [--batch 1,8,64]\n"
             "                  [--seconds 10] [--compare-pytorch]\n"
-            "                  [--device cpu|cuda:N] [--precision fp32|fp16] [--threads N]\n"
+            "                  [--device cpu|cuda:N] [--precision fp32|fp16|bf16] [--threads N]\n"
             "                  [--min-time S] [--profile]\n"
             "                  [--pipeline [--wav FILE] [--pageable] [--method M] [--beam N]\n"
             "                   [--cpu-search]]\n"
@@ -281,8 +284,9 @@ static int synth_config(const char *name, wenet_config_t *c, hark_err_t *err)
 
 /* --compare-pytorch: WeNet's own encoder with the same weights (bench/wenet_peer.py reads the
  * hark model directory), same batches, same machine; prints its lines and hark/PyTorch ratios. */
-static void compare_pytorch(const char *model_dir, int gpu, int fp16, const char *batches,
-                            double seconds, int threads, double *hark_ms, int *hark_b, int nh)
+static void compare_pytorch(const char *model_dir, int gpu, wenet_precision_t wp,
+                            const char *batches, double seconds, int threads, double *hark_ms,
+                            int *hark_b, int nh)
 {
     const char *py = getenv("HARK_PYTHON") ? getenv("HARK_PYTHON") : "python3";
     const char *script = getenv("HARK_PEER") ? getenv("HARK_PEER") : "bench/wenet_peer.py";
@@ -292,7 +296,11 @@ static void compare_pytorch(const char *model_dir, int gpu, int fp16, const char
              "%s %s time --hark-model '%s' --wenet '%s' --shims '%s/shims' --device %s --modes %s "
              "--batches %s --seconds %g --threads %d 2>/dev/null",
              py, script, model_dir, wenet, wenet, gpu ? "cuda" : "cpu",
-             gpu ? (fp16 ? "fp16,compile" : "fp32") : "fp32", batches, seconds, threads);
+             !gpu               ? "fp32"
+             : wp == WENET_FP16 ? "fp16,compile"
+             : wp == WENET_BF16 ? "bf16,compile-bf16"
+                                : "fp32",
+             batches, seconds, threads);
     FILE *f = popen(cmd, "r");
     if (!f) {
         fprintf(stderr, "hark bench: cannot run %s\n", script);
@@ -316,7 +324,7 @@ static void compare_pytorch(const char *model_dir, int gpu, int fp16, const char
         for (int i = 0; i < nh; i++)
             if (hark_b[i] == B && hark_ms[i] > 0)
                 printf("ratio: hark %s is %.2fx PyTorch %s at batch %d (%.3f ms vs %.3f ms)\n",
-                       fp16 ? "fp16" : "fp32", ms / hark_ms[i], mode, B, hark_ms[i], ms);
+                       wenet_precision_name(wp), ms / hark_ms[i], mode, B, hark_ms[i], ms);
     }
     int st = pclose(f);
     if (!got)
@@ -333,12 +341,12 @@ typedef struct {
     int beam, cpu_search, pageable;
 } bench_search_t;
 
-static int bench_pipeline(const char *model_dir, int device, int fp16, const char *wav,
+static int bench_pipeline(const char *model_dir, int device, wenet_precision_t wp, const char *wav,
                           const char *batches, double seconds, double min_time, int threads,
                           const bench_search_t *bs)
 {
     hark_err_t err = {0};
-    wenet_load_opts_t lo = {.device = device, .precision = fp16 ? WENET_FP16 : WENET_FP32};
+    wenet_load_opts_t lo = {.device = device, .precision = wp};
     wenet_asr_t *asr;
     if (wenet_asr_load_opts(model_dir, &lo, &asr, &err)) {
         fprintf(stderr, "hark bench: %s\n", err.msg);
@@ -425,7 +433,7 @@ static int bench_pipeline(const char *model_dir, int device, int fp16, const cha
                        "\"mode\": \"%s\", \"method\": \"%s\"%s, \"beam\": %d, \"batch\": %d, "
                        "\"seconds\": %.1f, \"ms\": %.3f, \"rtfx\": %.1f, \"utt_per_sec\": %.1f, "
                        "\"runs\": %d}\n",
-                       device < 0 ? "cpu" : "cuda", fp16 ? "fp16" : "fp32",
+                       device < 0 ? "cpu" : "cuda", wenet_precision_name(wp),
                        wenet_method_name(o.method), where, o.beam_size, B, seconds, med * 1e3,
                        B * seconds / med, B / med, k);
                 fflush(stdout);
@@ -512,10 +520,11 @@ int cli_bench(int argc, char **argv)
         bench_usage(stderr);
         return 2;
     }
-    int gpu = !strncmp(device, "cuda", 4), fp16 = !strcmp(precision, "fp16");
-    if ((!gpu && strcmp(device, "cpu")) || (!fp16 && strcmp(precision, "fp32")) || (fp16 && !gpu)) {
-        fprintf(stderr,
-                "hark bench: --device cpu|cuda:N, --precision fp32|fp16 (fp16: GPU only)\n");
+    int gpu = !strncmp(device, "cuda", 4);
+    wenet_precision_t wp = wenet_precision_parse(precision);
+    if ((!gpu && strcmp(device, "cpu")) || !wp || (wp != WENET_FP32 && !gpu)) {
+        fprintf(stderr, "hark bench: --device cpu|cuda:N, --precision fp32|fp16|bf16 (fp16, bf16: "
+                        "GPU only)\n");
         return 2;
     }
 #ifndef HARK_CUDA
@@ -525,7 +534,7 @@ int cli_bench(int argc, char **argv)
     }
 #endif
     if (pipeline)
-        return bench_pipeline(model_dir, gpu ? (device[4] == ':' ? atoi(device + 5) : 0) : -1, fp16,
+        return bench_pipeline(model_dir, gpu ? (device[4] == ':' ? atoi(device + 5) : 0) : -1, wp,
                               wav, batches, seconds, min_time, threads, &bs);
     hark_err_t err = {0};
     wenet_config_t cfg;
@@ -553,10 +562,10 @@ int cli_bench(int argc, char **argv)
     double flops = bench_conformer_flops(&cfg, T);
 #ifdef HARK_CUDA
     if (gpu) {
-        rc = bench_gpu(&cfg, get, user, device[4] == ':' ? atoi(device + 5) : 0, fp16, profile,
+        rc = bench_gpu(&cfg, get, user, device[4] == ':' ? atoi(device + 5) : 0, wp, profile,
                        hark_ms, hark_b, &nh, batches, seconds, min_time, flops);
         if (!rc && compare)
-            compare_pytorch(model_dir, 1, fp16, batches, seconds, threads, hark_ms, hark_b, nh);
+            compare_pytorch(model_dir, 1, wp, batches, seconds, threads, hark_ms, hark_b, nh);
         st_close(st);
         synth_weights_free(&synth);
         return rc;

@@ -34,7 +34,7 @@
 static void transcribe_usage(FILE *f)
 {
     static const char *const text[] = {
-        "usage: hark transcribe --model DIR [--device cpu|cuda:N] [--precision fp32|fp16]",
+        "usage: hark transcribe --model DIR [--device cpu|cuda:N] [--precision fp32|fp16|bf16]",
         "    (or --url http://host:port -m MODEL to ask a server)",
         "    [--decoding-method ctc_greedy_search|ctc_prefix_beam_search|attention_rescoring]",
         "    [--beam-size 10] [--ctc-weight W] [--reverse-weight W] [--nbest N] [--threads N]",
@@ -869,10 +869,8 @@ int cli_transcribe(int argc, char **argv)
         hark_free(files);
         return 2;
     }
-    if (!strcmp(A.precision, "fp16"))
-        lo.precision = WENET_FP16;
-    else if (strcmp(A.precision, "fp32") != 0) {
-        fprintf(stderr, "hark transcribe: --precision must be fp32 or fp16\n");
+    if (!(lo.precision = wenet_precision_parse(A.precision))) {
+        fprintf(stderr, "hark transcribe: --precision must be fp32, fp16 or bf16\n");
         hark_free(files);
         return 2;
     }

@@ -94,6 +94,31 @@ wenet_decode_opts_t wenet_default_opts(const wenet_asr_t *asr)
     return o;
 }
 
+static const char *const precision_names[] = {NULL, "fp32", "fp16", "bf16"};
+
+wenet_precision_t wenet_precision_parse(const char *name)
+{
+    for (int i = WENET_FP32; i <= WENET_BF16; i++)
+        if (name && !strcmp(name, precision_names[i]))
+            return (wenet_precision_t)i;
+    return (wenet_precision_t)0;
+}
+
+const char *wenet_precision_name(wenet_precision_t p)
+{
+    return p >= WENET_FP32 && p <= WENET_BF16 ? precision_names[p] : NULL;
+}
+
+#ifdef HARK_CUDA
+/* the conformer_gpu flag of a precision */
+static int gpu_precision(wenet_precision_t p)
+{
+    return p == WENET_FP16   ? CONFORMER_GPU_FP16
+           : p == WENET_BF16 ? CONFORMER_GPU_BF16
+                             : CONFORMER_GPU_FP32;
+}
+#endif
+
 int wenet_asr_load(const char *dir, wenet_asr_t **out, hark_err_t *err)
 {
     wenet_load_opts_t lo = {.device = -1, .precision = WENET_FP32};
@@ -124,10 +149,11 @@ int wenet_asr_load_opts(const char *dir, const wenet_load_opts_t *lo, wenet_asr_
         cudaSetDevice(lo->device);
     }
 #endif
-    if (lo->precision != WENET_FP32 && lo->precision != WENET_FP16)
-        return err_set(err, HARK_ERR_INVALID_ARG, "precision must be fp32 or fp16");
+    if (!wenet_precision_name(lo->precision))
+        return err_set(err, HARK_ERR_INVALID_ARG, "precision must be fp32, fp16 or bf16");
     if (lo->device < 0 && lo->precision != WENET_FP32)
-        return err_set(err, HARK_ERR_UNSUPPORTED, "fp16 is GPU-only; the CPU path runs fp32");
+        return err_set(err, HARK_ERR_UNSUPPORTED, "%s is GPU-only; the CPU path runs fp32",
+                       wenet_precision_name(lo->precision));
     wenet_asr_t *a = hark_calloc(1, sizeof *a);
     if (!a)
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
@@ -176,7 +202,7 @@ int wenet_asr_load_opts(const char *dir, const wenet_load_opts_t *lo, wenet_asr_
         goto fail;
 #ifdef HARK_CUDA
     if (a->device >= 0) {
-        int prec = a->precision == WENET_FP16 ? CONFORMER_GPU_FP16 : CONFORMER_GPU_FP32;
+        int prec = gpu_precision(a->precision);
         if ((rc = conformer_gpu_model_create_st(&a->cfg, a->st, prec, &a->gpu, err)) ||
             (rc = feat_gpu_create(a->fbank, &a->fgpu, err)))
             goto fail;
@@ -268,7 +294,7 @@ int wenet_worker_create(const wenet_asr_t *a, int max_batch, double max_seconds,
 #ifdef HARK_CUDA
     if (a->device >= 0) {
         cudaSetDevice(a->device);
-        int prec = a->precision == WENET_FP16 ? CONFORMER_GPU_FP16 : CONFORMER_GPU_FP32;
+        int prec = gpu_precision(a->precision);
         if ((rc = conformer_gpu_state_create(a->gpu, prec, max_batch, w->max_frames, &w->gstate,
                                              err)))
             goto fail;

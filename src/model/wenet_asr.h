@@ -53,10 +53,13 @@ wenet_decode_opts_t wenet_default_opts(const wenet_asr_t *asr);
  * vocabulary, unsupported option). */
 int wenet_asr_load(const char *model_dir, wenet_asr_t **out, hark_err_t *err);
 
-typedef enum { WENET_FP32 = 1, WENET_FP16 = 2 } wenet_precision_t;
+typedef enum { WENET_FP32 = 1, WENET_FP16 = 2, WENET_BF16 = 3 } wenet_precision_t;
+/* "fp32", "fp16", "bf16" -> the precision; 0 for anything else */
+wenet_precision_t wenet_precision_parse(const char *name);
+const char *wenet_precision_name(wenet_precision_t p);
 typedef struct {
     int device;                  /* -1: CPU; >= 0: that CUDA device */
-    wenet_precision_t precision; /* GPU only: FP32, or FP16 GEMMs with FP32 accumulation */
+    wenet_precision_t precision; /* FP32; GPU only: FP16 or BF16 GEMMs, FP32 accumulation */
     int version;                 /* model version directory DIR/<version>/; 0 means 1 */
 } wenet_load_opts_t;
 

@@ -167,8 +167,9 @@ static int prepare(server_t *s, model_entry_t *m, served_opts_t *so, hark_err_t 
     so->max_seconds = s->o.max_audio_seconds;
     so->precision = WENET_FP32;
     const char *prec = model_config_param(&m->cfg, "precision");
-    if (prec && !strcmp(prec, "fp16"))
-        so->precision = WENET_FP16;
+    if (prec && !(so->precision = wenet_precision_parse(prec)))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "%s: parameters precision \"%s\": expected fp32, fp16 or bf16", path, prec);
     batcher_opts_t *b = &so->batching;
     b->max_batch_size = m->cfg.max_batch_size > 0 ? m->cfg.max_batch_size : 1;
     const model_dynamic_batching_t *db = &m->cfg.dynamic_batching;

@@ -12,6 +12,11 @@ tmp = tempfile.mkdtemp(prefix="hark-serve-")
 repo = os.path.join(tmp, "repo")
 os.makedirs(repo)
 shutil.copytree(model_dir, os.path.join(repo, "wenet"))
+# a second entry whose config asks for a precision that does not exist: it must stay UNAVAILABLE
+# with the reason, and not stop the server or the good model
+shutil.copytree(model_dir, os.path.join(repo, "wenet_badprec"))
+with open(os.path.join(repo, "wenet_badprec", "config.pbtxt"), "a") as f:
+    f.write('parameters { key: "precision" value { string_value: "fp64" } }\n')
 proc = subprocess.Popen([hark, "serve", "--model-repository", repo, "--http-port", "0",
                          "--metrics-port", "0", "--max-body-bytes", "8000000",
                          "--request-timeout-ms", "1500", "--http-threads", "3"],
@@ -205,7 +210,11 @@ try:
     check(re.search(r'nv_inference_request_success\{model="wenet",version="1"\} \d+', mt) is not None and
           "hark_batch_size_bucket" in mt and "nv_inference_queue_duration_us" in mt, "Prometheus metrics")
     # repository API
-    check(requests.post(base + "/v2/repository/index").json()[0]["state"] == "READY", "repository index")
+    idx = {e["name"]: e for e in requests.post(base + "/v2/repository/index").json()}
+    check(idx["wenet"]["state"] == "READY", "repository index")
+    bad = idx.get("wenet_badprec", {})
+    check(bad.get("state") == "UNAVAILABLE" and "precision" in bad.get("reason", "") and
+          "fp64" in bad.get("reason", ""), "bad precision parameter: UNAVAILABLE with the reason (%r)" % bad)
     check(requests.post(base + "/v2/repository/models/wenet/unload").status_code == 200 and
           requests.get(base + "/v2/models/wenet/ready").status_code == 400, "unload")
     check(requests.post(base + "/v2/repository/models/wenet/load").status_code == 200 and
