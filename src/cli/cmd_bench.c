@@ -245,6 +245,10 @@ static void bench_usage(FILE *f)
             "ctc_greedy_search (default) | ctc_prefix_beam_search | attention_rescoring,\n"
             "--beam its beam (10); --cpu-search runs the prefix beam search on the CPU\n"
             "(the whole log-prob matrix downloaded) instead of the GPU.\n"
+            "--profile (GPU) adds a line per batch size with the time of each stage: of the\n"
+            "encoder's (CUDA events, graphs off), or with --pipeline of the recognizer's\n"
+            "(upload, features, encoder, CTC, download on the GPU; issuing, waiting and\n"
+            "decoding on the host).\n"
             "Times encoder + CTC log-softmax + argmax on random features (10 s = 998 frames)\n"
             "and prints one JSON line per batch size.\n");
 }
@@ -338,8 +342,38 @@ static void compare_pytorch(const char *model_dir, int gpu, wenet_precision_t wp
  * search, detokenization), `B` copies of one utterance per batch, on the CPU or a GPU. */
 typedef struct {
     wenet_method_t method;
-    int beam, cpu_search, pageable;
+    int beam, cpu_search, pageable, profile;
 } bench_search_t;
+
+/* --pipeline --profile: REPS more batches with the worker's stage profile, one JSON line of ms
+ * per batch for each stage */
+static void print_pipeline_profile(wenet_worker_t *w, const wenet_decode_opts_t *o,
+                                   const float *const *p, const size_t *len, wenet_result_t *res,
+                                   int B, const char *mode)
+{
+    enum { REPS = 20 };
+    hark_err_t err = {0};
+    double ms[WENET_PROF_STAGES];
+    int calls = 0, rc = wenet_worker_profile(w, 1, &err);
+    for (int i = 0; i < REPS && !rc; i++) {
+        rc = wenet_recognize(w, o, p, len, B, res, &err);
+        for (int b = 0; b < B && !rc; b++)
+            wenet_result_free(&res[b]);
+    }
+    wenet_worker_profile_read(w, ms, &calls);
+    wenet_worker_profile(w, 0, &err);
+    if (rc || !calls) {
+        fprintf(stderr, "hark bench: pipeline profile: %s\n", rc ? err.msg : "no GPU batches");
+        return;
+    }
+    printf("{\"impl\": \"hark\", \"path\": \"pcm->text\", \"mode\": \"%s\", \"method\": "
+           "\"%s\", \"batch\": %d, \"profile_ms\": {",
+           mode, wenet_method_name(o->method), B);
+    for (int i = 0; i < WENET_PROF_STAGES; i++)
+        printf("%s\"%s\": %.3f", i ? ", " : "", wenet_prof_stage_name(i), ms[i] / calls);
+    printf("}}\n");
+    fflush(stdout);
+}
 
 static int bench_pipeline(const char *model_dir, int device, wenet_precision_t wp, const char *wav,
                           const char *batches, double seconds, double min_time, int threads,
@@ -356,9 +390,17 @@ static int bench_pipeline(const char *model_dir, int device, wenet_precision_t w
     size_t n = (size_t)(seconds * rate);
     /* on a GPU the samples sit in page-locked memory, as `hark serve` receives request bodies
      * (copied to the device by DMA; --pageable: through the worker's staging buffer instead) */
+    /* (the pool rounds a buffer up to a power of two: cap leaves room for that and the header) */
     pinned_pool_t *pool =
-        device >= 0 && !bs->pageable ? pinned_pool_create(sizeof(float) * n + 4096) : NULL;
+        device >= 0 && !bs->pageable ? pinned_pool_create(2 * sizeof(float) * n + 65536) : NULL;
     float *pcm = pool ? pinned_alloc(pool, sizeof(float) * n) : hark_malloc(sizeof(float) * n);
+    pinned_stats_t pst = {0};
+    if (pool)
+        pinned_pool_stats(pool, &pst);
+    const char *input = pst.pinned_bytes ? "page-locked" : "pageable";
+    if (pool && !pst.pinned_bytes)
+        fprintf(stderr, "hark bench: could not page-lock the input; timing it from ordinary "
+                        "memory\n");
     if (!pcm) {
         fprintf(stderr, "hark bench: out of memory\n");
         pinned_pool_destroy(pool);
@@ -430,13 +472,15 @@ static int bench_pipeline(const char *model_dir, int device, wenet_precision_t w
                                         ? ", \"search\": \"cpu\""
                                         : ", \"search\": \"gpu\"";
                 printf("{\"impl\": \"hark\", \"path\": \"pcm->text\", \"device\": \"%s\", "
-                       "\"mode\": \"%s\", \"method\": \"%s\"%s, \"beam\": %d, \"batch\": %d, "
-                       "\"seconds\": %.1f, \"ms\": %.3f, \"rtfx\": %.1f, \"utt_per_sec\": %.1f, "
-                       "\"runs\": %d}\n",
-                       device < 0 ? "cpu" : "cuda", wenet_precision_name(wp),
+                       "\"mode\": \"%s\", \"input\": \"%s\", \"method\": \"%s\"%s, \"beam\": %d, "
+                       "\"batch\": %d, \"seconds\": %.1f, \"ms\": %.3f, \"rtfx\": %.1f, "
+                       "\"utt_per_sec\": %.1f, \"runs\": %d}\n",
+                       device < 0 ? "cpu" : "cuda", wenet_precision_name(wp), input,
                        wenet_method_name(o.method), where, o.beam_size, B, seconds, med * 1e3,
                        B * seconds / med, B / med, k);
                 fflush(stdout);
+                if (bs->profile)
+                    print_pipeline_profile(w, &o, p, len, res, B, wenet_precision_name(wp));
             }
         }
         wenet_worker_destroy(w);
@@ -533,6 +577,7 @@ int cli_bench(int argc, char **argv)
         return 2;
     }
 #endif
+    bs.profile = profile;
     if (pipeline)
         return bench_pipeline(model_dir, gpu ? (device[4] == ':' ? atoi(device + 5) : 0) : -1, wp,
                               wav, batches, seconds, min_time, threads, &bs);

@@ -3,6 +3,7 @@
 #include "model/wenet_asr.h"
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "dsp/features.h"
 #include "hark.h"
 #include "model/decoder.h"
@@ -60,6 +61,11 @@ struct wenet_worker {
     float *d_max, *h_max; /* ... and its log-prob (h_*: pinned) */
     ctc_beam_gpu_t *beam; /* prefix beam search on the GPU, created at the first beam request */
     int max_te;           /* encoder frames of the longest utterance */
+    /* wenet_worker_profile: events between the GPU stages, host clock readings, totals */
+    int prof, prof_calls;
+    cudaEvent_t ev[WENET_PROF_DOWNLOAD + 2];
+    double t_issued, t_synced; /* clock_now_s when all work was enqueued / the GPU was done */
+    double prof_ms[WENET_PROF_STAGES];
 #endif
 };
 
@@ -332,6 +338,9 @@ void wenet_worker_destroy(wenet_worker_t *w)
     if (!w)
         return;
 #ifdef HARK_CUDA
+    for (int i = 0; i < WENET_PROF_DOWNLOAD + 2; i++)
+        if (w->ev[i])
+            cudaEventDestroy(w->ev[i]);
     conformer_gpu_state_destroy(w->gstate);
     ctc_beam_gpu_destroy(w->beam);
     cudaFreeHost(w->h_pcm);
@@ -470,8 +479,8 @@ static int upload_failed(cudaStream_t s, int rc)
     return rc;
 }
 
-#define GPU_FRAME_BUCKET 32 /* padded lengths on the GPU are multiples of this (0.32 s of fbank)   \
-                             */
+/* padded lengths on the GPU are multiples of this (0.32 s of fbank) */
+#define GPU_FRAME_BUCKET 32
 
 /* What encode_gpu leaves on the host besides the encoder lengths. */
 enum {
@@ -482,6 +491,29 @@ enum {
 
 /* Features, encoder and CTC (and the CTC search that `out` names) on the GPU for a padded batch;
  * for rescoring (want_enc) also the encoder output in w->enc, with the layout of the CPU path. */
+/* the end of encode_gpu's work: waits for the stream; with profiling, the GPU stages' times */
+static int gpu_done(wenet_worker_t *w, int te, int *te_out, hark_err_t *err)
+{
+    if (w->prof) {
+        cudaEventRecord(w->ev[WENET_PROF_DOWNLOAD + 1],
+                        (cudaStream_t)conformer_gpu_stream(w->gstate));
+        w->t_issued = clock_now_s();
+    }
+    int rc = conformer_gpu_sync(w->gstate, err);
+    if (rc)
+        return rc;
+    if (w->prof) {
+        w->t_synced = clock_now_s();
+        for (int i = 0; i <= WENET_PROF_DOWNLOAD; i++) {
+            float ms = 0;
+            if (cudaEventElapsedTime(&ms, w->ev[i], w->ev[i + 1]) == cudaSuccess)
+                w->prof_ms[i] += ms;
+        }
+    }
+    *te_out = te;
+    return HARK_OK;
+}
+
 static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pcm, int batch,
                       int t_max, int *te_out, int want_enc, int out, int beam, hark_err_t *err)
 {
@@ -503,6 +535,8 @@ static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pc
     }
     cudaSetDevice(a->device);
     cudaStream_t s = (cudaStream_t)conformer_gpu_stream(w->gstate);
+#define PROF_MARK(i) (w->prof ? (void)cudaEventRecord(w->ev[i], s) : (void)0)
+    PROF_MARK(0);
     /* padded length rounded up to a bucket, so that batches of similar shape replay one recorded
      * CUDA graph (the extra frames are padding: masked, and zeroed by the front end) */
     t_max = (t_max + GPU_FRAME_BUCKET - 1) / GPU_FRAME_BUCKET * GPU_FRAME_BUCKET;
@@ -532,27 +566,28 @@ static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pc
     if (e || (e = cudaMemcpyAsync(w->d_lens, lens_samples, sizeof(int) * (size_t)batch,
                                   cudaMemcpyHostToDevice, s)))
         return upload_failed(s, err_set(err, HARK_ERR_CUDA, "upload: %s", cudaGetErrorString(e)));
+    PROF_MARK(1);
     int rc = feat_gpu_compute(a->fgpu, w->d_feats, NULL, w->d_pcm, stride, w->d_lens, batch, t_max,
                               s, err);
+    PROF_MARK(2);
     if (rc || (rc = conformer_gpu_forward(w->gstate, NULL, w->d_enc, w->enc_lens, w->d_feats,
                                           w->lens, batch, t_max, err)))
         return upload_failed(s, rc);
+    PROF_MARK(3);
     int te = conformer_gpu_out_len(a->gpu, t_max);
     if (out == GPU_OUT_ARGMAX) { /* only the per-frame argmax and its log-prob cross to the host */
         size_t rows = (size_t)batch * te;
         if ((rc = conformer_gpu_ctc_argmax(w->gstate, w->d_arg, w->d_max, w->d_logp, 0, w->d_enc,
                                            w->enc_lens, batch, te, err)))
             return upload_failed(s, rc);
+        PROF_MARK(4);
         if ((e = cudaMemcpyAsync(w->h_arg, w->d_arg, sizeof(int) * rows, cudaMemcpyDeviceToHost,
                                  s)) ||
             (e = cudaMemcpyAsync(w->h_max, w->d_max, sizeof(float) * rows, cudaMemcpyDeviceToHost,
                                  s)))
             return upload_failed(
                 s, err_set(err, HARK_ERR_CUDA, "download: %s", cudaGetErrorString(e)));
-        if ((rc = conformer_gpu_sync(w->gstate, err)))
-            return rc;
-        *te_out = te;
-        return HARK_OK;
+        return gpu_done(w, te, te_out, err);
     }
     if ((rc = conformer_gpu_ctc_log_probs(w->gstate, w->d_logp, w->d_enc, w->enc_lens, batch, te,
                                           err)))
@@ -560,17 +595,19 @@ static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pc
     if (out == GPU_OUT_BEAM) { /* only the n-best lists cross */
         if ((rc = ctc_beam_gpu_run(w->beam, w->d_logp, w->enc_lens, batch, te, beam, s, err)))
             return upload_failed(s, rc);
-    } else if ((e = cudaMemcpyAsync(w->logp, w->d_logp, sizeof(float) * (size_t)batch * te * V,
-                                    cudaMemcpyDeviceToHost, s))) {
-        return upload_failed(s, err_set(err, HARK_ERR_CUDA, "download: %s", cudaGetErrorString(e)));
+        PROF_MARK(4); /* the search enqueues its n-best download itself */
+    } else {
+        PROF_MARK(4);
+        if ((e = cudaMemcpyAsync(w->logp, w->d_logp, sizeof(float) * (size_t)batch * te * V,
+                                 cudaMemcpyDeviceToHost, s)))
+            return upload_failed(
+                s, err_set(err, HARK_ERR_CUDA, "download: %s", cudaGetErrorString(e)));
     }
     if (want_enc && (e = cudaMemcpyAsync(w->enc, w->d_enc, sizeof(float) * (size_t)batch * te * D,
                                          cudaMemcpyDeviceToHost, s)))
         return upload_failed(s, err_set(err, HARK_ERR_CUDA, "download: %s", cudaGetErrorString(e)));
-    if ((rc = conformer_gpu_sync(w->gstate, err)))
-        return rc;
-    *te_out = te;
-    return HARK_OK;
+    return gpu_done(w, te, te_out, err);
+#undef PROF_MARK
 }
 #endif
 
@@ -602,8 +639,73 @@ static int greedy_from_argmax(const wenet_asr_t *a, const int *arg, const float 
 }
 #endif
 
+static int recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const float *const *pcm,
+                     const size_t *n, int batch, wenet_result_t *results, hark_err_t *err);
+
+static const char *const prof_names[WENET_PROF_STAGES] = {"upload",    "features",   "encoder",
+                                                          "ctc",       "download",   "host issue",
+                                                          "host wait", "host after", "wall"};
+
+const char *wenet_prof_stage_name(int stage)
+{
+    return stage >= 0 && stage < WENET_PROF_STAGES ? prof_names[stage] : "?";
+}
+
+int wenet_worker_profile(wenet_worker_t *w, int on, hark_err_t *err)
+{
+#ifdef HARK_CUDA
+    if (w->asr->device >= 0) {
+        cudaSetDevice(w->asr->device);
+        for (int i = 0; on && i < WENET_PROF_DOWNLOAD + 2; i++) {
+            cudaError_t e = w->ev[i] ? cudaSuccess : cudaEventCreate(&w->ev[i]);
+            if (e != cudaSuccess)
+                return err_set(err, HARK_ERR_CUDA, "profile events: %s", cudaGetErrorString(e));
+        }
+        w->prof = on;
+        w->prof_calls = 0;
+        memset(w->prof_ms, 0, sizeof w->prof_ms);
+        return HARK_OK;
+    }
+#endif
+    (void)on;
+    return err_set(err, HARK_ERR_UNSUPPORTED, "the stage profile is for GPU workers");
+}
+
+int wenet_worker_profile_read(const wenet_worker_t *w, double ms[WENET_PROF_STAGES], int *calls)
+{
+    memset(ms, 0, sizeof(double) * WENET_PROF_STAGES);
+    *calls = 0;
+#ifdef HARK_CUDA
+    memcpy(ms, w->prof_ms, sizeof w->prof_ms);
+    *calls = w->prof_calls;
+#endif
+    return HARK_OK;
+}
+
 int wenet_recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const float *const *pcm,
                     const size_t *n, int batch, wenet_result_t *results, hark_err_t *err)
+{
+#ifdef HARK_CUDA
+    if (w->prof) {
+        double t0 = clock_now_s();
+        w->t_synced = 0;
+        int rc = recognize(w, opts, pcm, n, batch, results, err);
+        double t1 = clock_now_s();
+        if (!rc && w->t_synced > 0) { /* the GPU ran (not an empty batch) */
+            w->prof_ms[WENET_PROF_HOST_ISSUE] += (w->t_issued - t0) * 1e3;
+            w->prof_ms[WENET_PROF_HOST_WAIT] += (w->t_synced - w->t_issued) * 1e3;
+            w->prof_ms[WENET_PROF_HOST_AFTER] += (t1 - w->t_synced) * 1e3;
+            w->prof_ms[WENET_PROF_WALL] += (t1 - t0) * 1e3;
+            w->prof_calls++;
+        }
+        return rc;
+    }
+#endif
+    return recognize(w, opts, pcm, n, batch, results, err);
+}
+
+static int recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const float *const *pcm,
+                     const size_t *n, int batch, wenet_result_t *results, hark_err_t *err)
 {
     const wenet_asr_t *a = w->asr;
     wenet_decode_opts_t o = opts ? *opts : wenet_default_opts(a);

@@ -109,4 +109,27 @@ int wenet_recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const fl
                     const size_t *n, int batch, wenet_result_t *results, hark_err_t *err);
 void wenet_result_free(wenet_result_t *r);
 
+/* Where a GPU worker's time goes. After wenet_worker_profile(w, 1) each wenet_recognize on the
+ * GPU path records CUDA events between its stages (graphs stay on) and host clock readings, and
+ * adds their times (ms) to totals that wenet_worker_profile_read returns with the number of calls
+ * since profiling was turned on. GPU stages: the PCM upload, features, encoder (forward), CTC
+ * (head + argmax or log-softmax + search), download of the results; host: issuing the work
+ * (entry until everything is enqueued), waiting for the GPU, what follows the GPU (decoding,
+ * detokenization), and the whole call. HARK_ERR_UNSUPPORTED for a CPU worker. */
+enum {
+    WENET_PROF_UPLOAD,
+    WENET_PROF_FEATURES,
+    WENET_PROF_ENCODER,
+    WENET_PROF_CTC,
+    WENET_PROF_DOWNLOAD,
+    WENET_PROF_HOST_ISSUE,
+    WENET_PROF_HOST_WAIT,
+    WENET_PROF_HOST_AFTER,
+    WENET_PROF_WALL,
+    WENET_PROF_STAGES
+};
+const char *wenet_prof_stage_name(int stage);
+int wenet_worker_profile(wenet_worker_t *w, int on, hark_err_t *err);
+int wenet_worker_profile_read(const wenet_worker_t *w, double ms[WENET_PROF_STAGES], int *calls);
+
 #endif

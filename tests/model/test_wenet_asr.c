@@ -220,6 +220,7 @@ TEST(wenet_asr_empty_and_bad_input)
     o.beam_size = 0;
     CHECK_EQ_INT(wenet_recognize(w, &o, pcm, n, 1, r, &err), HARK_ERR_INVALID_ARG);
     CHECK(strstr(err.msg, "beam_size") != NULL);
+    CHECK_EQ_INT(wenet_worker_profile(w, 1, &err), HARK_ERR_UNSUPPORTED); /* a CPU worker */
     wenet_worker_destroy(w);
     wenet_asr_t *bad;
     CHECK(wenet_asr_load("/nonexistent/model", &bad, &err) != HARK_OK);
@@ -363,6 +364,70 @@ GPU_TEST(gpu_wenet_asr_golden_fp16)
 GPU_TEST(gpu_wenet_asr_golden_bf16)
 {
     gpu_golden(t, WENET_BF16);
+}
+
+/* The GPU worker's stage profile: one call counted per batch that ran on the GPU (none for an
+ * empty batch), every stage's time non-negative, the GPU stages inside the host's wait + issue,
+ * the host stages summing to the wall time; off again, nothing more is counted. */
+GPU_TEST(gpu_wenet_asr_profile)
+{
+    fixture_t fx;
+    OPEN_FIXTURE(fx);
+    char why[512], path[1024];
+    snprintf(path, sizeof path, "%s/m", golden_wenet_model_dir(why, sizeof why));
+    wenet_load_opts_t lo = {.device = 0, .precision = WENET_FP16};
+    wenet_asr_t *g;
+    hark_err_t err = {0};
+    CHECKF(wenet_asr_load_opts(path, &lo, &g, &err) == HARK_OK, "%s", err.msg);
+    wenet_worker_t *w;
+    CHECK_OK(wenet_worker_create(g, NU, 12.0, &w, &err));
+    const float *pcm[NU];
+    size_t n[NU], zero[NU] = {0};
+    for (int u = 0; u < NU; u++) {
+        pcm[u] = fx.audio[u].samples;
+        n[u] = fx.audio[u].n;
+    }
+    CHECK_OK(wenet_worker_profile(w, 1, &err));
+    wenet_result_t r[NU];
+    for (int m = 0; m < 3; m++) { /* greedy, GPU beam, and rescoring (downloads the encoder) */
+        wenet_decode_opts_t o = wenet_default_opts(g);
+        o.method = (wenet_method_t)m;
+        CHECK_OK(wenet_recognize(w, &o, pcm, n, NU, r, &err));
+        for (int u = 0; u < NU; u++)
+            wenet_result_free(&r[u]);
+    }
+    CHECK_OK(wenet_recognize(w, NULL, pcm, zero, NU, r, &err)); /* empty: not counted */
+    for (int u = 0; u < NU; u++)
+        wenet_result_free(&r[u]);
+    double ms[WENET_PROF_STAGES];
+    int calls = -1;
+    CHECK_OK(wenet_worker_profile_read(w, ms, &calls));
+    CHECK_EQ_INT(calls, 3);
+    double gpu = 0, host = 0;
+    for (int i = 0; i < WENET_PROF_STAGES; i++) {
+        CHECKF(ms[i] >= 0, "%s %g", wenet_prof_stage_name(i), ms[i]);
+        if (i <= WENET_PROF_DOWNLOAD)
+            gpu += ms[i];
+        else if (i != WENET_PROF_WALL)
+            host += ms[i];
+        printf("    %-10s %.3f ms\n", wenet_prof_stage_name(i), ms[i] / 3);
+    }
+    CHECK(ms[WENET_PROF_ENCODER] > 0 && ms[WENET_PROF_FEATURES] > 0);
+    CHECKF(gpu <= ms[WENET_PROF_HOST_ISSUE] + ms[WENET_PROF_HOST_WAIT] + 0.05,
+           "GPU stages %g ms outside issue + wait", gpu);
+    CHECKF(fabs(host - ms[WENET_PROF_WALL]) <= 1e-6 * ms[WENET_PROF_WALL] + 1e-9,
+           "host stages %g vs wall %g", host, ms[WENET_PROF_WALL]);
+    CHECK_OK(wenet_worker_profile(w, 0, &err));
+    CHECK_OK(wenet_recognize(w, NULL, pcm, n, NU, r, &err));
+    for (int u = 0; u < NU; u++)
+        wenet_result_free(&r[u]);
+    CHECK_OK(wenet_worker_profile_read(w, ms, &calls));
+    CHECK_EQ_INT(calls, 0);
+    CHECK(!strcmp(wenet_prof_stage_name(WENET_PROF_WALL), "wall") &&
+          !strcmp(wenet_prof_stage_name(-1), "?"));
+    wenet_worker_destroy(w);
+    wenet_asr_destroy(g);
+    fixture_close(&fx);
 }
 #endif
 
