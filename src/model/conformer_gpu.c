@@ -1160,7 +1160,7 @@ static int h_conv(const gfwd_t *F, const gblock_t *bk, const cuda_row_norms_t *n
      * (only the (rows, D) result reaches memory) */
     cuda_epi_t e = epi(s, CUDA_EPI_GLU16, s->s16a, d, bk->pw1_b16);
     TRY(cuda_hgemm(&e, s->hn, d, wmat(F, &bk->pw1), F->rows, 2 * d, d, s->g, F->err));
-    TRY(cuda_dwconv_f16(s->s16b, s->dt, s->s16a, 0, causal ? bk->causal_left : NULL, bk->dw_w,
+    TRY(cuda_dwconv_f16(s->s16b, s->dt, s->s16a, causal ? bk->causal_left : NULL, bk->dw_w,
                         bk->dw_b, s->d_tl, F->batch, F->t, d, kk, causal ? kk - 1 : (kk - 1) / 2,
                         bn ? CUDA_NORM_BATCH : CUDA_NORM_LAYER, bk->cnn_norm.g, bk->cnn_norm.b,
                         bn ? bk->bn_mean : NULL, bn ? bk->bn_var : NULL, NORM_EPS, act_of(&m->cfg),

@@ -198,8 +198,8 @@ typedef struct {
  *                    GEMM
  *   CUDA_EPI_F32     out (float) = acc + bias
  *   CUDA_EPI_GLU16   out (half) (m, n / 2) = v[2i] · sigmoid(v[2i + 1]) for v = acc + bias: the
- *                    GLU of a projection whose (value, gate) output columns are interleaved (n even)
- *   CUDA_EPI_LSE     out (float4) (m, CUDA_LSE_TILES(n)): per row and block of 128 columns, the
+ *                    GLU of a projection whose (value, gate) output columns are interleaved (n
+ * even) CUDA_EPI_LSE     out (float4) (m, CUDA_LSE_TILES(n)): per row and block of 128 columns, the
  *                    (max, Σ exp(v - max), argmax) of v = acc + bias, for cuda_lse_argmax: the
  *                    CTC head's log-softmax + greedy argmax without writing the logits
  * ldo: out's row stride in elements (LSE: CUDA_LSE_TILES(n) float4s). */
@@ -299,12 +299,11 @@ int cuda_rows_norm(float *x_out, int x_sel, void *h_out, ops_dtype_t h_t, float 
                    void *stream, hark_err_t *err);
 
 /* cuda_depthwise_conv_norm_act with half input and output (c even, <= 1024; k <= 64); `left`
- * stays float and is rounded to half as it is read. With glu, in is (batch, t_len, 2c) of
- * (value, gate) pairs, channel j at columns 2j, 2j + 1, and the conv reads value · sigmoid(gate)
- * (the conv module's GLU, fused). Reference: glu_ref, then as cuda_depthwise_conv_norm_act. */
-int cuda_dwconv_f16(void *out, ops_dtype_t dt, const void *in, int glu, const float *left,
-                    const float *w, const float *bias, const int *lens, int batch, int t_len, int c,
-                    int k, int pad_left, cuda_norm_t norm, const float *g, const float *beta,
+ * stays float and is rounded to half as it is read. (The conv module's GLU runs before, in
+ * pointwise_conv1's GEMM epilogue: CUDA_EPI_GLU16.) Reference: as cuda_depthwise_conv_norm_act. */
+int cuda_dwconv_f16(void *out, ops_dtype_t dt, const void *in, const float *left, const float *w,
+                    const float *bias, const int *lens, int batch, int t_len, int c, int k,
+                    int pad_left, cuda_norm_t norm, const float *g, const float *beta,
                     const float *rm, const float *rv, float eps, cuda_act_t act, void *stream,
                     hark_err_t *err);
 

@@ -20,9 +20,9 @@
 static int launched(hark_err_t *err, const char *what)
 {
     cudaError_t e = cudaGetLastError();
-    return e != cudaSuccess ? err_set(err, HARK_ERR_CUDA, "cuda: %s: %s", what,
-                                      cudaGetErrorString(e))
-                            : HARK_OK;
+    return e != cudaSuccess
+               ? err_set(err, HARK_ERR_CUDA, "cuda: %s: %s", what, cudaGetErrorString(e))
+               : HARK_OK;
 }
 
 __device__ __forceinline__ float warp_sum(float v)
@@ -172,13 +172,13 @@ template <int PPT> struct dw_tile {
 
 /* Any kernel size and channel count (the general path): grid (ceil(t_len / TT), batch); c even;
  * PPT channel pairs per thread. The input rows of the tile and its halo are loaded DW_LU at a time
- * per thread (independent loads in flight), through the GLU, into shared memory as half pairs;
+ * per thread (independent loads in flight) into shared memory as half pairs;
  * each thread then convolves its channels down the tile. */
 template <typename T, int PPT>
 __global__ void __launch_bounds__(DW_THREADS)
-    dwconv_f16_kernel(T *out, const T *in, int glu, const float *left, const float *w,
-                      const float *bias, const int *lens, int t_len, int c, int k, int pad_left,
-                      int norm, const float *g, const float *beta, const float *rm, const float *rv,
+    dwconv_f16_kernel(T *out, const T *in, const float *left, const float *w, const float *bias,
+                      const int *lens, int t_len, int c, int k, int pad_left, int norm,
+                      const float *g, const float *beta, const float *rm, const float *rv,
                       float eps, int act)
 {
     constexpr int DW_TT = dw_tile<PPT>::TT;
@@ -191,18 +191,16 @@ __global__ void __launch_bounds__(DW_THREADS)
     int valid = lens ? min(lens[b], t_len) : t_len;
     int nr = DW_TT + k - 1;
     const unsigned *inb = (const unsigned *)in + (size_t)b * t_len * c2;
-    const uint2 *ing = (const uint2 *)in + (size_t)b * t_len * c2; /* GLU: 2 (value, gate) pairs */
     for (int r0 = 0; r0 < nr; r0 += DW_LU) {
-        uint2 u[DW_LU][PPT];
+        unsigned u[DW_LU][PPT];
 #pragma unroll
         for (int l = 0; l < DW_LU; l++)
 #pragma unroll
             for (int q = 0; q < PPT; q++) {
                 int s = t0 - pad_left + r0 + l, p = tid + DW_THREADS * q;
-                u[l][q] = make_uint2(0u, 0u);
+                u[l][q] = 0u;
                 if (r0 + l < nr && p < c2 && s >= 0 && s < valid)
-                    u[l][q] =
-                        glu ? ing[(size_t)s * c2 + p] : make_uint2(inb[(size_t)s * c2 + p], 0u);
+                    u[l][q] = inb[(size_t)s * c2 + p];
             }
 #pragma unroll
         for (int l = 0; l < DW_LU; l++)
@@ -212,13 +210,8 @@ __global__ void __launch_bounds__(DW_THREADS)
                 if (r >= nr || p >= c2)
                     continue;
                 T2 v = h16<T>::from_f2(0.0f, 0.0f);
-                if (s >= 0 && s < valid && glu) {
-                    float2 a = h16<T>::to_f2(*(T2 *)&u[l][q].x),
-                           e = h16<T>::to_f2(*(T2 *)&u[l][q].y);
-                    v = h16<T>::from_f2(__fdividef(a.x, 1.0f + __expf(-a.y)),
-                                        __fdividef(e.x, 1.0f + __expf(-e.y)));
-                } else if (s >= 0 && s < valid) {
-                    v = *(T2 *)&u[l][q].x;
+                if (s >= 0 && s < valid) {
+                    v = *(T2 *)&u[l][q];
                 } else if (s < 0 && left) {
                     v = h16<T>::from_f2(left[(size_t)(pad_left + s) * c + 2 * p],
                                         left[(size_t)(pad_left + s) * c + 2 * p + 1]);
@@ -327,10 +320,9 @@ __global__ void __launch_bounds__(DW_THREADS)
 /* The common shapes (kernel K = 15 or 31, at most 256 channels): grid (ceil(t_len / DWR_ROWS),
  * batch), a thread per channel pair. Each thread walks the DWR_ROWS + K - 1 input rows of its
  * tile straight from global memory (all loads independent, the halo rows shared with the
- * neighbouring tiles through L1/L2), through the GLU, rounded to half as the general path stores
- * them, and adds each row into the outputs it reaches: weights and accumulators stay in
- * registers, no shared-memory staging and no barrier before the norm. Short blocks, so batch 1
- * still spreads over ceil(t_len / 16) multiprocessors. */
+ * neighbouring tiles through L1/L2) and adds each row into the outputs it reaches: weights and
+ * accumulators stay in registers, no shared-memory staging and no barrier before the norm. Short
+ * blocks, so batch 1 still spreads over ceil(t_len / 16) multiprocessors. */
 #define DWR_ROWS 16
 #define DWR_THREADS 128
 
@@ -350,7 +342,7 @@ __device__ __forceinline__ float act_fast(float x, int act)
     }
 }
 
-template <typename T, int K, bool GLU>
+template <typename T, int K>
 __global__ void __launch_bounds__(DWR_THREADS, K <= 15 ? 4 : 2)
     dwconv_reg_kernel(T *out, const T *in, const float *left, const float *w, const float *bias,
                       const int *lens, int t_len, int c, int pad_left, int norm, const float *g,
@@ -374,29 +366,17 @@ __global__ void __launch_bounds__(DWR_THREADS, K <= 15 ? 4 : 2)
     for (int r = 0; r < R; r++)
         z[r] = make_float2(b0, b1);
     const unsigned *inb = (const unsigned *)in + (size_t)b * t_len * c2;
-    const uint2 *ing = (const uint2 *)in + (size_t)b * t_len * c2; /* GLU: (value, gate) pairs */
     /* every load of the tile first (independent, all in flight), then the arithmetic */
-    uint2 u[NI];
+    unsigned u[NI];
 #pragma unroll
     for (int i = 0; i < NI; i++) {
         int s = t0 - pad_left + i;
-        bool ok = on && s >= 0 && s < valid; /* else 0 */
-        if (GLU)
-            u[i] = ok ? ing[(size_t)s * c2 + p] : make_uint2(0u, 0u);
-        else
-            u[i] = make_uint2(ok ? inb[(size_t)s * c2 + p] : 0u, 0u);
+        u[i] = on && s >= 0 && s < valid ? inb[(size_t)s * c2 + p] : 0u; /* else 0 */
     }
     bool from_left = left && on && t0 < pad_left; /* the tile reaches into the cached rows */
 #pragma unroll
     for (int i = 0; i < NI; i++) {
-        float2 x; /* rows outside the utterance loaded as 0: GLU(0, 0) = 0 */
-        if (GLU) {
-            float2 a = h16<T>::to_f2(*(T2 *)&u[i].x), e = h16<T>::to_f2(*(T2 *)&u[i].y);
-            x = h16<T>::to_f2(h16<T>::from_f2(__fdividef(a.x, 1.0f + __expf(-a.y)),
-                                              __fdividef(e.x, 1.0f + __expf(-e.y))));
-        } else {
-            x = h16<T>::to_f2(*(T2 *)&u[i].x);
-        }
+        float2 x = h16<T>::to_f2(*(T2 *)&u[i]); /* rows outside the utterance loaded as 0 */
         int s = t0 - pad_left + i;
         if (from_left && s < 0)
             x = h16<T>::to_f2(h16<T>::from_f2(left[(size_t)(pad_left + s) * c + 2 * p],
@@ -411,7 +391,8 @@ __global__ void __launch_bounds__(DWR_THREADS, K <= 15 ? 4 : 2)
         }
     }
     if (norm == CUDA_NORM_BATCH) {
-        float i0 = on ? rsqrtf(rv[2 * p] + eps) : 0.0f, i1 = on ? rsqrtf(rv[2 * p + 1] + eps) : 0.0f;
+        float i0 = on ? rsqrtf(rv[2 * p] + eps) : 0.0f,
+              i1 = on ? rsqrtf(rv[2 * p + 1] + eps) : 0.0f;
         float g0 = on && g ? g[2 * p] : 1.0f, g1 = on && g ? g[2 * p + 1] : 1.0f;
         float e0 = on && beta ? beta[2 * p] : 0.0f, e1 = on && beta ? beta[2 * p + 1] : 0.0f;
         float m0 = on ? rm[2 * p] : 0.0f, m1 = on ? rm[2 * p + 1] : 0.0f;
@@ -467,7 +448,7 @@ __global__ void __launch_bounds__(DWR_THREADS, K <= 15 ? 4 : 2)
 }
 
 template <typename T>
-static int dwconv_launch(void *out, const void *in, int glu, const float *left, const float *w,
+static int dwconv_launch(void *out, const void *in, const float *left, const float *w,
                          const float *bias, const int *lens, int batch, int t_len, int c, int k,
                          int pad_left, cuda_norm_t norm, const float *g, const float *beta,
                          const float *rm, const float *rv, float eps, cuda_act_t act,
@@ -475,18 +456,14 @@ static int dwconv_launch(void *out, const void *in, int glu, const float *left, 
 {
     if ((k == 15 || k == 31) && c <= 2 * DWR_THREADS) {
         dim3 grid((unsigned)((t_len + DWR_ROWS - 1) / DWR_ROWS), (unsigned)batch);
-#define DWR(KK, G)                                                                                 \
-    dwconv_reg_kernel<T, KK, G>                                                                    \
-        <<<grid, DWR_THREADS, 0, st>>>((T *)out, (const T *)in, left, w, bias, lens, t_len, c,     \
-                                       pad_left, (int)norm, g, beta, rm, rv, eps, (int)act)
-        if (k == 15 && glu)
-            DWR(15, true);
-        else if (k == 15)
-            DWR(15, false);
-        else if (glu)
-            DWR(31, true);
+#define DWR(KK)                                                                                    \
+    dwconv_reg_kernel<T, KK><<<grid, DWR_THREADS, 0, st>>>((T *)out, (const T *)in, left, w, bias, \
+                                                           lens, t_len, c, pad_left, (int)norm, g, \
+                                                           beta, rm, rv, eps, (int)act)
+        if (k == 15)
+            DWR(15);
         else
-            DWR(31, false);
+            DWR(31);
 #undef DWR
         return launched(err, "dwconv_reg_kernel");
     }
@@ -500,8 +477,8 @@ static int dwconv_launch(void *out, const void *in, int glu, const float *left, 
         if (e_ != cudaSuccess)                                                                     \
             return err_set(err, HARK_ERR_CUDA, "dwconv_f16 smem: %s", cudaGetErrorString(e_));     \
         dwconv_f16_kernel<T, P><<<grid, DW_THREADS, smem, st>>>(                                   \
-            (T *)out, (const T *)in, glu, left, w, bias, lens, t_len, c, k, pad_left, (int)norm,   \
-            g, beta, rm, rv, eps, (int)act);                                                       \
+            (T *)out, (const T *)in, left, w, bias, lens, t_len, c, k, pad_left, (int)norm, g,     \
+            beta, rm, rv, eps, (int)act);                                                          \
     } while (0)
     if (c <= 2 * DW_THREADS)
         DW(1, 0);
@@ -513,12 +490,11 @@ static int dwconv_launch(void *out, const void *in, int glu, const float *left, 
     return launched(err, "dwconv_f16_kernel");
 }
 
-extern "C" int cuda_dwconv_f16(void *out, ops_dtype_t dt, const void *in, int glu,
-                               const float *left, const float *w, const float *bias,
-                               const int *lens, int batch, int t_len, int c, int k, int pad_left,
-                               cuda_norm_t norm, const float *g, const float *beta, const float *rm,
-                               const float *rv, float eps, cuda_act_t act, void *stream,
-                               hark_err_t *err)
+extern "C" int cuda_dwconv_f16(void *out, ops_dtype_t dt, const void *in, const float *left,
+                               const float *w, const float *bias, const int *lens, int batch,
+                               int t_len, int c, int k, int pad_left, cuda_norm_t norm,
+                               const float *g, const float *beta, const float *rm, const float *rv,
+                               float eps, cuda_act_t act, void *stream, hark_err_t *err)
 {
     if (batch <= 0 || t_len <= 0 || c <= 0)
         return HARK_OK;
@@ -530,10 +506,10 @@ extern "C" int cuda_dwconv_f16(void *out, ops_dtype_t dt, const void *in, int gl
                        k, pad_left, c, 8 * DW_THREADS, (int)norm, (int)dt);
     cudaStream_t st = (cudaStream_t)stream;
     if (dt == OPS_BF16)
-        return dwconv_launch<__nv_bfloat16>(out, in, glu, left, w, bias, lens, batch, t_len, c, k,
+        return dwconv_launch<__nv_bfloat16>(out, in, left, w, bias, lens, batch, t_len, c, k,
                                             pad_left, norm, g, beta, rm, rv, eps, act, st, err);
-    return dwconv_launch<__half>(out, in, glu, left, w, bias, lens, batch, t_len, c, k, pad_left,
-                                 norm, g, beta, rm, rv, eps, act, st, err);
+    return dwconv_launch<__half>(out, in, left, w, bias, lens, batch, t_len, c, k, pad_left, norm,
+                                 g, beta, rm, rv, eps, act, st, err);
 }
 
 /* ---- first subsampling conv (one input channel) fused with CMVN ----------------------------- */

@@ -1162,8 +1162,9 @@ GPU_TEST(cuda_hgemm_resid_norms_matches_ref)
 {
     /* m, n, k, norms case (norms_case), backend (0 AUTO, 1 mma.sync); fused: AUTO, n 256, k <= 1024
      * and at least half a GPU of 128-row blocks (m >= 8448 on 132 multiprocessors) */
-    static const int sz[][5] = {{1, 256, 256, 1, 0},    {77, 256, 72, 2, 0},  {300, 256, 512, 3, 0},
-                                {9000, 256, 256, 1, 0}, {9000, 256, 256, 2, 1}, {130, 200, 64, 1, 0},
+    static const int sz[][5] = {{1, 256, 256, 1, 0},    {77, 256, 72, 2, 0},
+                                {300, 256, 512, 3, 0},  {9000, 256, 256, 1, 0},
+                                {9000, 256, 256, 2, 1}, {130, 200, 64, 1, 0},
                                 {8500, 256, 512, 3, 0}, {9000, 256, 2048, 2, 0}};
     ops_cuda_t *g = new_ctx(t);
     CHECK(g);
@@ -1455,81 +1456,63 @@ GPU_TEST(cuda_dwconv_f16_matches_ref)
     enum { B = 3, T = 37 };
     static const int lens[B] = {T, 20, 1};
     /* c, k, pad, left, norm; k 15 or 31 with c <= 256 take the register kernel */
-    static const int cs[][5] = {{24, 7, 6, 1, CUDA_NORM_LAYER},    {300, 15, 7, 0, CUDA_NORM_BATCH},
-                                {600, 3, 1, 0, CUDA_NORM_LAYER},   {256, 15, 14, 1, CUDA_NORM_LAYER},
-                                {256, 31, 15, 0, CUDA_NORM_BATCH}, {200, 15, 7, 1, CUDA_NORM_LAYER},
-                                {256, 31, 30, 1, CUDA_NORM_NONE}};
+    static const int cs[][5] = {
+        {24, 7, 6, 1, CUDA_NORM_LAYER},    {300, 15, 7, 0, CUDA_NORM_BATCH},
+        {600, 3, 1, 0, CUDA_NORM_LAYER},   {256, 15, 14, 1, CUDA_NORM_LAYER},
+        {256, 31, 15, 0, CUDA_NORM_BATCH}, {200, 15, 7, 1, CUDA_NORM_LAYER},
+        {256, 31, 30, 1, CUDA_NORM_NONE}};
     unsigned seed = 35;
     double worst[2] = {0, 0};
     for (int ih = 0; ih < 2; ih++)
-        for (int glu = 0; glu < 2; glu++)
-            for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
-                ops_dtype_t ht = H16[ih];
-                int c = cs[ci][0], k = cs[ci][1], pad = cs[ci][2], has_left = cs[ci][3],
-                    norm = cs[ci][4];
-                int act = (int)(ci % 4);
-                size_t n = (size_t)B * T * c;
-                /* with glu the kernel reads (value, gate) pairs: gi (B, T, 2c) -> in = glu_ref(gi)
-                 */
-                float *gi = hrand(2 * n, &seed, 2.0f);
-                round_to(gi, 2 * n, ht);
-                float *in = hrand(n, &seed, 2.0f), *left = hrand((size_t)pad * c + 1, &seed, 1.0f);
-                float *w = hrand((size_t)c * k, &seed, 0.4f), *bias = hrand(c, &seed, 0.2f);
-                float *g = hrand(c, &seed, 0.2f), *beta = hrand(c, &seed, 0.2f);
-                float *rm = hrand(c, &seed, 0.3f), *rv = hrand(c, &seed, 0.3f);
-                for (int i = 0; i < c; i++)
-                    g[i] += 1.0f, rv[i] += 0.7f;
-                round_to(in, n, ht);
-                if (glu) { /* glu_ref wants [values | gates] per row: de-interleave first */
-                    float *row = hark_malloc((size_t)2 * c * sizeof(float));
-                    for (size_t r = 0; r < (size_t)B * T; r++) {
-                        for (int j = 0; j < c; j++) {
-                            row[j] = gi[r * 2 * c + 2 * j];
-                            row[c + j] = gi[r * 2 * c + 2 * j + 1];
-                        }
-                        glu_ref(in + r * c, row, 1, c);
-                    }
-                    hark_free(row);
-                }
-                round_to(left, (size_t)pad * c + 1, ht);
-                float *ref = hark_malloc(n * sizeof(float));
-                for (int b = 0; b < B; b++) {
-                    float *o = ref + (size_t)b * T * c;
-                    depthwise_conv1d_ref(o, in + (size_t)b * T * c, has_left ? left : NULL, w, bias,
-                                         T, c, k, pad, lens[b]);
-                    if (norm == CUDA_NORM_BATCH)
-                        batch_norm_ref(o, o, g, beta, rm, rv, T, c, 1e-5f);
-                    else if (norm == CUDA_NORM_LAYER)
-                        layer_norm_ref(o, o, g, beta, T, c, 1e-5f);
-                    activation_ref(o, o, (size_t)T * c, (ops_act_t)act);
-                }
-                void *din = glu ? dup_to(gi, 2 * n, ht) : dup_to(in, n, ht);
-                float *dleft = dup_to(left, (size_t)pad * c + 1, OPS_F32);
-                float *dw = dup_to(w, (size_t)c * k, OPS_F32), *dbias = dup_to(bias, c, OPS_F32);
-                float *dg = dup_to(g, c, OPS_F32), *dbeta = dup_to(beta, c, OPS_F32);
-                float *drm = dup_to(rm, c, OPS_F32), *drv = dup_to(rv, c, OPS_F32);
-                int *dl = NULL;
-                CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
-                CHECK_OK(cuda_set_lens(dl, lens, B, NULL, NULL));
-                void *dout = dalloc(n, ht);
-                CHECK_OK(cuda_dwconv_f16(dout, ht, din, glu, has_left ? dleft : NULL, dw, dbias, dl,
-                                         B, T, c, k, pad, (cuda_norm_t)norm, dg, dbeta, drm, drv,
-                                         1e-5f, (cuda_act_t)act, NULL, NULL));
-                int gd;
-                double e = out_err(dout, ht, ref, n, &gd);
-                worst[ih] = e > worst[ih] ? e : worst[ih];
-                /* with glu the kernel's GLU value is not rounded to half before the conv: the
-                 * reference's is (a difference of the half rounding, ~3e-4) */
-                CHECK_ERR(e, tol16(ht, TOL_H), gd,
-                          "dwconv_f16 %s glu %d c %d k %d pad %d left %d norm %d act %d rel %g",
-                          dt_name(ht), glu, c, k, pad, has_left, norm, act, e);
-                cudaFree(din), cudaFree(dleft), cudaFree(dw), cudaFree(dbias), cudaFree(dg);
-                cudaFree(dbeta), cudaFree(drm), cudaFree(drv), cudaFree(dl), cudaFree(dout);
-                hark_free(in), hark_free(left), hark_free(w), hark_free(bias), hark_free(g);
-                hark_free(beta), hark_free(rm), hark_free(rv), hark_free(ref), hark_free(gi);
+        for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+            ops_dtype_t ht = H16[ih];
+            int c = cs[ci][0], k = cs[ci][1], pad = cs[ci][2], has_left = cs[ci][3],
+                norm = cs[ci][4];
+            int act = (int)(ci % 4);
+            size_t n = (size_t)B * T * c;
+            float *in = hrand(n, &seed, 2.0f), *left = hrand((size_t)pad * c + 1, &seed, 1.0f);
+            float *w = hrand((size_t)c * k, &seed, 0.4f), *bias = hrand(c, &seed, 0.2f);
+            float *g = hrand(c, &seed, 0.2f), *beta = hrand(c, &seed, 0.2f);
+            float *rm = hrand(c, &seed, 0.3f), *rv = hrand(c, &seed, 0.3f);
+            for (int i = 0; i < c; i++)
+                g[i] += 1.0f, rv[i] += 0.7f;
+            round_to(in, n, ht);
+            round_to(left, (size_t)pad * c + 1, ht);
+            float *ref = hark_malloc(n * sizeof(float));
+            for (int b = 0; b < B; b++) {
+                float *o = ref + (size_t)b * T * c;
+                depthwise_conv1d_ref(o, in + (size_t)b * T * c, has_left ? left : NULL, w, bias, T,
+                                     c, k, pad, lens[b]);
+                if (norm == CUDA_NORM_BATCH)
+                    batch_norm_ref(o, o, g, beta, rm, rv, T, c, 1e-5f);
+                else if (norm == CUDA_NORM_LAYER)
+                    layer_norm_ref(o, o, g, beta, T, c, 1e-5f);
+                activation_ref(o, o, (size_t)T * c, (ops_act_t)act);
             }
-    printf("    dwconv_f16 (and with the GLU fused) rel rms: fp16 %.3g, bf16 %.3g\n", worst[0],
-           worst[1]);
+            void *din = dup_to(in, n, ht);
+            float *dleft = dup_to(left, (size_t)pad * c + 1, OPS_F32);
+            float *dw = dup_to(w, (size_t)c * k, OPS_F32), *dbias = dup_to(bias, c, OPS_F32);
+            float *dg = dup_to(g, c, OPS_F32), *dbeta = dup_to(beta, c, OPS_F32);
+            float *drm = dup_to(rm, c, OPS_F32), *drv = dup_to(rv, c, OPS_F32);
+            int *dl = NULL;
+            CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
+            CHECK_OK(cuda_set_lens(dl, lens, B, NULL, NULL));
+            void *dout = dalloc(n, ht);
+            CHECK_OK(cuda_dwconv_f16(dout, ht, din, has_left ? dleft : NULL, dw, dbias, dl, B, T, c,
+                                     k, pad, (cuda_norm_t)norm, dg, dbeta, drm, drv, 1e-5f,
+                                     (cuda_act_t)act, NULL, NULL));
+            int gd;
+            double e = out_err(dout, ht, ref, n, &gd);
+            worst[ih] = e > worst[ih] ? e : worst[ih];
+            CHECK_ERR(e, tol16(ht, TOL_H), gd,
+                      "dwconv_f16 %s c %d k %d pad %d left %d norm %d act %d rel %g", dt_name(ht),
+                      c, k, pad, has_left, norm, act, e);
+            cudaFree(din), cudaFree(dleft), cudaFree(dw), cudaFree(dbias), cudaFree(dg);
+            cudaFree(dbeta), cudaFree(drm), cudaFree(drv), cudaFree(dl), cudaFree(dout);
+            hark_free(in), hark_free(left), hark_free(w), hark_free(bias), hark_free(g);
+            hark_free(beta), hark_free(rm), hark_free(rv), hark_free(ref);
+        }
+    printf("    dwconv_f16 rel rms: fp16 %.3g, bf16 %.3g\n", worst[0], worst[1]);
 }
 
 GPU_TEST(cuda_flash_attention_matches_ref)
