@@ -24,6 +24,9 @@ import argparse, json, os, sys, time, typing
 ap = argparse.ArgumentParser()
 ap.add_argument("cmd", choices=["export", "time", "error"])
 ap.add_argument("--golden", default=None)
+ap.add_argument("--decoder", action="store_true",
+                help="export: add U2++'s bitransformer attention decoder (3 + 3 blocks, 4 heads, "
+                     "FFN 2048) with random weights, for timing attention rescoring")
 ap.add_argument("--wenet", default=".ext")
 ap.add_argument("--shims", default=".ext/shims")
 ap.add_argument("--out", default="/tmp/wenet_peer")
@@ -76,16 +79,39 @@ def build():
     return enc.eval(), ctc.eval()
 
 
+DEC = dict(attention_heads=4, linear_units=2048, num_blocks=3, r_num_blocks=3, dropout_rate=0.1,
+           positional_dropout_rate=0.1, self_attention_dropout_rate=0.1,
+           src_attention_dropout_rate=0.1)
+
+
+def build_decoder():
+    try:
+        from wenet.models.transformer.decoder import BiTransformerDecoder
+    except ImportError:
+        from wenet.transformer.decoder import BiTransformerDecoder
+    torch.manual_seed(20261124)
+    dec = BiTransformerDecoder(V, 256, **DEC)
+    with torch.no_grad():
+        for name, p in dec.named_parameters():
+            if p.dim() > 1:
+                p.normal_(0, min(max(p[0].numel() ** -0.5, 0.02), 0.1))
+    return dec.eval()
+
+
 if a.cmd == "export":
     import yaml
     enc, ctc = build()
     os.makedirs(a.out, exist_ok=True)
     sd = {f"encoder.{k}": v for k, v in enc.state_dict().items()}
     sd.update({f"ctc.{k}": v for k, v in ctc.state_dict().items()})
+    if a.decoder:
+        sd.update({f"decoder.{k}": v for k, v in build_decoder().state_dict().items()})
     torch.save(sd, os.path.join(a.out, "final.pt"))
     y = {"input_dim": 80, "output_dim": V, "encoder": "conformer", "encoder_conf": ENC,
-         "decoder": None, "ctc": "ctc", "model": "asr_model",
-         "model_conf": {"ctc_weight": 1.0, "reverse_weight": 0.0},
+         "decoder": "bitransformer" if a.decoder else None,
+         **({"decoder_conf": DEC} if a.decoder else {}), "ctc": "ctc", "model": "asr_model",
+         "model_conf": {"ctc_weight": 0.3 if a.decoder else 1.0,
+                        "reverse_weight": 0.3 if a.decoder else 0.0},
          "dataset_conf": {"feats_type": "fbank",
                           "fbank_conf": {"num_mel_bins": 80, "frame_shift": 10, "frame_length": 25}}}
     with open(os.path.join(a.out, "train.yaml"), "w") as f:

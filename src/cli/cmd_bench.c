@@ -237,14 +237,15 @@ static void bench_usage(FILE *f)
             "                  [--device cpu|cuda:N] [--precision fp32|fp16|bf16] [--threads N]\n"
             "                  [--min-time S] [--profile]\n"
             "                  [--pipeline [--wav FILE] [--pageable] [--method M] [--beam N]\n"
-            "                   [--cpu-search]]\n"
+            "                   [--cpu-search] [--cpu-decoder]]\n"
             "--pipeline times the whole recognizer instead (PCM in -> text out: features,\n"
             "encoder, CTC, search) on copies of FILE (or noise) cut to --seconds;\n"
             "on a GPU the samples are page-locked as the server's request bodies are\n"
             "(--pageable: ordinary memory, staged by the worker). --method\n"
             "ctc_greedy_search (default) | ctc_prefix_beam_search | attention_rescoring,\n"
             "--beam its beam (10); --cpu-search runs the prefix beam search on the CPU\n"
-            "(the whole log-prob matrix downloaded) instead of the GPU.\n"
+            "(the whole log-prob matrix downloaded) instead of the GPU; --cpu-decoder\n"
+            "scores attention_rescoring's candidates with the CPU decoder.\n"
             "--profile (GPU) adds a line per batch size with the time of each stage: of the\n"
             "encoder's (CUDA events, graphs off), or with --pipeline of the recognizer's\n"
             "(upload, features, encoder, CTC, download on the GPU; issuing, waiting and\n"
@@ -342,7 +343,7 @@ static void compare_pytorch(const char *model_dir, int gpu, wenet_precision_t wp
  * search, detokenization), `B` copies of one utterance per batch, on the CPU or a GPU. */
 typedef struct {
     wenet_method_t method;
-    int beam, cpu_search, pageable, profile;
+    int beam, cpu_search, cpu_decoder, pageable, profile;
 } bench_search_t;
 
 /* --pipeline --profile: REPS more batches with the worker's stage profile, one JSON line of ms
@@ -444,6 +445,7 @@ static int bench_pipeline(const char *model_dir, int device, wenet_precision_t w
             o.method = bs->method;
             o.beam_size = bs->beam;
             o.cpu_search = bs->cpu_search;
+            o.cpu_decoder = bs->cpu_decoder;
             o.n_threads = threads;
             int k = 0;
             double t_start = 0;
@@ -467,16 +469,19 @@ static int bench_pipeline(const char *model_dir, int device, wenet_precision_t w
             if (!rc) {
                 qsort(times, (size_t)k, sizeof *times, cmp_double);
                 double med = times[k / 2];
+                int cpu_srch = device < 0 || bs->cpu_search || bs->beam > CTC_GPU_MAX_BEAM;
                 const char *where = o.method == DECODE_CTC_GREEDY ? ""
-                                    : device < 0 || bs->cpu_search || bs->beam > CTC_GPU_MAX_BEAM
-                                        ? ", \"search\": \"cpu\""
-                                        : ", \"search\": \"gpu\"";
+                                    : cpu_srch                    ? ", \"search\": \"cpu\""
+                                                                  : ", \"search\": \"gpu\"";
+                const char *dec = o.method != DECODE_ATTENTION_RESCORING ? ""
+                                  : cpu_srch || bs->cpu_decoder          ? ", \"decoder\": \"cpu\""
+                                                                         : ", \"decoder\": \"gpu\"";
                 printf("{\"impl\": \"hark\", \"path\": \"pcm->text\", \"device\": \"%s\", "
-                       "\"mode\": \"%s\", \"input\": \"%s\", \"method\": \"%s\"%s, \"beam\": %d, "
+                       "\"mode\": \"%s\", \"input\": \"%s\", \"method\": \"%s\"%s%s, \"beam\": %d, "
                        "\"batch\": %d, \"seconds\": %.1f, \"ms\": %.3f, \"rtfx\": %.1f, "
                        "\"utt_per_sec\": %.1f, \"runs\": %d}\n",
                        device < 0 ? "cpu" : "cuda", wenet_precision_name(wp), input,
-                       wenet_method_name(o.method), where, o.beam_size, B, seconds, med * 1e3,
+                       wenet_method_name(o.method), where, dec, o.beam_size, B, seconds, med * 1e3,
                        B * seconds / med, B / med, k);
                 fflush(stdout);
                 if (bs->profile)
@@ -528,6 +533,8 @@ int cli_bench(int argc, char **argv)
             bs.pageable = 1;
         else if (!strcmp(argv[i], "--cpu-search"))
             bs.cpu_search = 1;
+        else if (!strcmp(argv[i], "--cpu-decoder"))
+            bs.cpu_decoder = 1;
         else if (!strcmp(argv[i], "--beam") && v)
             bs.beam = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--method") && v) {

@@ -19,6 +19,7 @@
 #ifdef HARK_CUDA
 #include "dsp/features_gpu.h"
 #include "model/conformer_gpu.h"
+#include "model/decoder_gpu.h"
 #include <cuda_runtime_api.h>
 #endif
 
@@ -35,6 +36,7 @@ struct wenet_asr {
     int precision;                      /* wenet_precision_t */
 #ifdef HARK_CUDA
     conformer_gpu_model_t *gpu; /* encoder + CTC on the device */
+    wenet_decoder_gpu_t *gdec;  /* the attention decoder on the device, or NULL */
     feat_gpu_t *fgpu;           /* fbank on the device */
 #endif
 };
@@ -60,7 +62,8 @@ struct wenet_worker {
     int *d_arg, *h_arg;   /* (max_batch, te_max) greedy path: per-frame argmax ... */
     float *d_max, *h_max; /* ... and its log-prob (h_*: pinned) */
     ctc_beam_gpu_t *beam; /* prefix beam search on the GPU, created at the first beam request */
-    int max_te;           /* encoder frames of the longest utterance */
+    wenet_decoder_gpu_state_t *gdec; /* attention rescoring on the GPU (with asr->gdec) */
+    int max_te;                      /* encoder frames of the longest utterance */
     /* wenet_worker_profile: events between the GPU stages, host clock readings, totals */
     int prof, prof_calls;
     cudaEvent_t ev[WENET_PROF_DOWNLOAD + 2];
@@ -212,6 +215,13 @@ int wenet_asr_load_opts(const char *dir, const wenet_load_opts_t *lo, wenet_asr_
         if ((rc = conformer_gpu_model_create_st(&a->cfg, a->st, prec, &a->gpu, err)) ||
             (rc = feat_gpu_create(a->fbank, &a->fgpu, err)))
             goto fail;
+        /* the decoder on the GPU where its kernels fit (else rescoring stays on the CPU) */
+        if (a->dec &&
+            (rc = wenet_decoder_gpu_create(&a->cfg, st_get_f32, a->st, &a->gdec, err)) != HARK_OK) {
+            if (rc != HARK_ERR_UNSUPPORTED)
+                goto fail;
+            rc = HARK_OK;
+        }
     }
 #endif
     *out = a;
@@ -227,6 +237,7 @@ void wenet_asr_destroy(wenet_asr_t *a)
         return;
 #ifdef HARK_CUDA
     conformer_gpu_model_destroy(a->gpu);
+    wenet_decoder_gpu_destroy(a->gdec);
     feat_gpu_destroy(a->fgpu);
 #endif
     feat_plan_destroy(a->fbank);
@@ -302,7 +313,9 @@ int wenet_worker_create(const wenet_asr_t *a, int max_batch, double max_seconds,
         cudaSetDevice(a->device);
         int prec = gpu_precision(a->precision);
         if ((rc = conformer_gpu_state_create(a->gpu, prec, max_batch, w->max_frames, &w->gstate,
-                                             err)))
+                                             err)) ||
+            (a->gdec && (rc = wenet_decoder_gpu_state_create(
+                             a->gdec, conformer_gpu_stream(w->gstate), &w->gdec, err))))
             goto fail;
         w->max_samples = (size_t)(max_seconds * a->cfg.sample_rate) + 1;
         w->max_te = te;
@@ -341,6 +354,7 @@ void wenet_worker_destroy(wenet_worker_t *w)
     for (int i = 0; i < WENET_PROF_DOWNLOAD + 2; i++)
         if (w->ev[i])
             cudaEventDestroy(w->ev[i]);
+    wenet_decoder_gpu_state_destroy(w->gdec);
     conformer_gpu_state_destroy(w->gstate);
     ctc_beam_gpu_destroy(w->beam);
     cudaFreeHost(w->h_pcm);
@@ -399,9 +413,11 @@ static int hyp_from(const wenet_asr_t *a, const ctc_nbest_t *nb, int i, double s
 }
 
 /* Rescoring (attention_rescoring) and the result for one utterance's prefix-beam n-best nb
- * (released here) and encoder output enc (T, D). */
+ * (released here) and encoder output enc (T, D); with gfwd, the decoder's scores of the n
+ * candidates are already known (gfwd, grev: the GPU decoder's) and enc is not read. */
 static int decode_nbest(const wenet_asr_t *a, const wenet_decode_opts_t *o, ctc_nbest_t *nbp,
-                        const float *enc, int T, wenet_result_t *r, hark_err_t *err)
+                        const float *enc, int T, const float *gfwd, const float *grev,
+                        wenet_result_t *r, hark_err_t *err)
 {
     ctc_nbest_t nb = *nbp;
     memset(nbp, 0, sizeof *nbp);
@@ -418,9 +434,13 @@ static int decode_nbest(const wenet_asr_t *a, const wenet_decode_opts_t *o, ctc_
         }
         wenet_decoder_opts_t dopt = wenet_decoder_default_opts();
         dopt.n_threads = o->n_threads;
-        if ((rc = wenet_decoder_score(a->dec, &dopt, enc, T, nb.tokens, nb.lens, nb.n,
-                                      o->reverse_weight, fwd, rev, err)))
+        if (gfwd) {
+            memcpy(fwd, gfwd, sizeof(float) * (size_t)nb.n);
+            memcpy(rev, grev, sizeof(float) * (size_t)nb.n);
+        } else if ((rc = wenet_decoder_score(a->dec, &dopt, enc, T, nb.tokens, nb.lens, nb.n,
+                                             o->reverse_weight, fwd, rev, err))) {
             goto done;
+        }
         rescore_pick_t pick;
         int use_rev = wenet_decoder_has_right(a->dec) && o->reverse_weight > 0;
         if ((rc = rescore_select(nb.scores, fwd, use_rev ? rev : NULL, nb.lens, nb.n, o->ctc_weight,
@@ -466,7 +486,7 @@ static int decode_one(const wenet_asr_t *a, const wenet_decode_opts_t *o, const 
     }
     if ((rc = ctc_prefix_beam_search(lp, T, V, o->beam_size, blank, &nb, err)))
         return rc;
-    return decode_nbest(a, o, &nb, enc, T, r, err);
+    return decode_nbest(a, o, &nb, enc, T, NULL, NULL, r, err);
 }
 
 #ifdef HARK_CUDA
@@ -639,6 +659,69 @@ static int greedy_from_argmax(const wenet_asr_t *a, const int *arg, const float 
 }
 #endif
 
+#ifdef HARK_CUDA
+/* After a GPU prefix beam search: every utterance's n-best from the device, the attention
+ * decoder's scores of all their candidates in one GPU pass when gpu_dec (else decode_nbest runs
+ * the CPU decoder per utterance), then rescoring and the results. */
+static int decode_gpu_nbest(wenet_worker_t *w, const wenet_decode_opts_t *o, int batch, int t_max,
+                            int te, int gpu_dec, wenet_result_t *results, hark_err_t *err)
+{
+    const wenet_asr_t *a = w->asr;
+    const int D = a->cfg.d_model;
+    int B = batch > 0 ? batch : 1, rc = HARK_OK, total = 0;
+    ctc_nbest_t *nbs = hark_calloc((size_t)B, sizeof *nbs);
+    int *cn = hark_calloc((size_t)B, sizeof *cn), *coff = hark_calloc((size_t)B, sizeof *coff);
+    if (!nbs || !cn || !coff)
+        rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+    for (int b = 0; b < batch && !rc; b++) {
+        if (t_max == 0) /* an empty batch: nothing ran on the GPU */
+            rc = ctc_prefix_beam_search(NULL, 0, a->cfg.vocab_size, o->beam_size, a->cfg.blank,
+                                        &nbs[b], err);
+        else
+            rc = ctc_beam_gpu_nbest(w->beam, b, &nbs[b], err);
+        cn[b] = w->enc_lens[b] > 0 ? nbs[b].n : 0;
+        coff[b] = total;
+        total += cn[b];
+    }
+    const int **hy = NULL;
+    int *ln = NULL;
+    float *gf = NULL, *gr = NULL;
+    if (!rc && gpu_dec && total > 0) {
+        hy = hark_malloc(sizeof *hy * (size_t)total);
+        ln = hark_malloc(sizeof *ln * (size_t)total);
+        gf = hark_malloc(sizeof *gf * (size_t)total);
+        gr = hark_malloc(sizeof *gr * (size_t)total);
+        if (!hy || !ln || !gf || !gr)
+            rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+        for (int b = 0; b < batch && !rc; b++)
+            for (int i = 0; i < cn[b]; i++) {
+                hy[coff[b] + i] = nbs[b].tokens[i];
+                ln[coff[b] + i] = nbs[b].lens[i];
+            }
+        if (!rc)
+            rc =
+                wenet_decoder_gpu_score(w->gdec, w->d_enc, te, w->enc_lens, batch, cn,
+                                        (const int *const *)hy, ln, o->reverse_weight, gf, gr, err);
+    }
+    for (int b = 0; b < batch; b++) {
+        if (rc) {
+            ctc_nbest_free(&nbs[b]);
+            continue;
+        }
+        int on_gpu = gpu_dec && cn[b] > 0;
+        rc = decode_nbest(a, o, &nbs[b], w->enc + (size_t)b * te * D, w->enc_lens[b],
+                          on_gpu ? gf + coff[b] : NULL, on_gpu ? gr + coff[b] : NULL, &results[b],
+                          err);
+    }
+    if (rc)
+        for (int b = 0; b < batch; b++)
+            wenet_result_free(&results[b]);
+    hark_free(nbs), hark_free(cn), hark_free(coff);
+    hark_free(hy), hark_free(ln), hark_free(gf), hark_free(gr);
+    return rc;
+}
+#endif
+
 static int recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const float *const *pcm,
                      const size_t *n, int batch, wenet_result_t *results, hark_err_t *err);
 
@@ -752,26 +835,14 @@ static int recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const f
                 return rc;
         }
         int out = greedy ? GPU_OUT_ARGMAX : gpu_beam ? GPU_OUT_BEAM : GPU_OUT_LOGP;
-        if ((rc = encode_gpu(w, n, pcm, batch, t_max, &te, o.method == DECODE_ATTENTION_RESCORING,
-                             out, o.beam_size, err)))
+        int rescore = o.method == DECODE_ATTENTION_RESCORING;
+        /* rescoring on the GPU: the encoder output stays there */
+        int gpu_dec = rescore && gpu_beam && w->gdec && !o.cpu_decoder;
+        if ((rc = encode_gpu(w, n, pcm, batch, t_max, &te, rescore && !gpu_dec, out, o.beam_size,
+                             err)))
             return rc;
-        if (gpu_beam) {
-            for (int b = 0; b < batch && !rc; b++) {
-                ctc_nbest_t nb;
-                if (t_max == 0) /* an empty batch: nothing ran on the GPU */
-                    rc = ctc_prefix_beam_search(NULL, 0, a->cfg.vocab_size, o.beam_size,
-                                                a->cfg.blank, &nb, err);
-                else
-                    rc = ctc_beam_gpu_nbest(w->beam, b, &nb, err);
-                if (!rc)
-                    rc = decode_nbest(a, &o, &nb, w->enc + (size_t)b * te * D, w->enc_lens[b],
-                                      &results[b], err);
-            }
-            if (rc)
-                for (int b = 0; b < batch; b++)
-                    wenet_result_free(&results[b]);
-            return rc;
-        }
+        if (gpu_beam)
+            return decode_gpu_nbest(w, &o, batch, t_max, te, gpu_dec, results, err);
         if (greedy) {
             for (int b = 0; b < batch && !rc; b++)
                 rc = greedy_from_argmax(a, w->h_arg + (size_t)b * te, w->h_max + (size_t)b * te,

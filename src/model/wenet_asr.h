@@ -37,6 +37,9 @@ typedef struct {
     int cpu_search;           /* GPU models: 1 runs the prefix beam search on the CPU (the whole
                                  log-prob matrix crosses to the host); 0: on the GPU when
                                  beam_size <= CTC_GPU_MAX_BEAM (ctc_beam_gpu.h), else on the CPU */
+    int cpu_decoder;          /* GPU models: 1 scores attention rescoring's candidates with the CPU
+                                 decoder (decoder.h; the encoder output crosses to the host);
+                                 0: all utterances' candidates at once on the GPU (decoder_gpu.h) */
     conformer_debug_fn debug; /* optional: every encoder stage of every utterance */
     void *debug_user;
 } wenet_decode_opts_t;

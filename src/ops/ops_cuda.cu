@@ -971,3 +971,126 @@ extern "C" int cuda_attention(void *ctx, ops_dtype_t dt, void *scratch, const fl
                        (long long)heads * tt, (long long)t * d, (long long)t * d, g, err);
     return rc;
 }
+
+/* ---- the attention decoder's row ops ------------------------------------------------------- */
+
+__global__ void embed_pos_kernel(float *x, const float *emb, const float *pe, const int *tok,
+                                 const int *pos, int d, float xscale, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / (size_t)d;
+        int c = (int)(i % (size_t)d);
+        x[i] = emb[(size_t)tok[r] * d + c] * xscale + pe[(size_t)pos[r] * d + c];
+    }
+}
+
+extern "C" int cuda_embed_pos(float *x, const float *emb, const float *pe, const int *tok,
+                              const int *pos, int rows, int d, float xscale, void *stream,
+                              hark_err_t *err)
+{
+    size_t n = (size_t)(rows > 0 ? rows : 0) * (size_t)(d > 0 ? d : 0);
+    if (n == 0)
+        return HARK_OK;
+    embed_pos_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(x, emb, pe, tok, pos, d,
+                                                                         xscale, n);
+    return launched(err, "embed_pos_kernel");
+}
+
+#define SEG_WARPS 4
+/* one warp per (row, head); lane l holds dims l, l + 32, l + 64, l + 96 (those < dk) */
+__global__ void __launch_bounds__(SEG_WARPS * 32)
+    segment_attention_kernel(float *ctx, const float *q, int ldq, const float *k, const float *v,
+                             int ldkv, const int *kbeg, const int *klen, int rows, int heads,
+                             int dk, float scale)
+{
+    int wid = blockIdx.x * SEG_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (wid >= rows * heads)
+        return;
+    int r = wid / heads, h = wid % heads;
+    const float *qr = q + (size_t)r * ldq + (size_t)h * dk;
+    float qv[4], acc[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int c = lane + 32 * i;
+        qv[i] = c < dk ? qr[c] * scale : 0.0f;
+        acc[i] = 0.0f;
+    }
+    int kb = kbeg[r], kl = klen[r];
+    float m = -INFINITY, l = 0.0f;
+    for (int j = 0; j < kl; j++) {
+        const float *kr = k + (size_t)(kb + j) * ldkv + (size_t)h * dk;
+        const float *vr = v + (size_t)(kb + j) * ldkv + (size_t)h * dk;
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int c = lane + 32 * i;
+            if (c < dk)
+                s += qv[i] * kr[c];
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            s += __shfl_xor_sync(0xffffffffu, s, o);
+        float mn = fmaxf(m, s), corr = expf(m - mn), p = expf(s - mn);
+        l = l * corr + p;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int c = lane + 32 * i;
+            acc[i] = acc[i] * corr + (c < dk ? p * vr[c] : 0.0f);
+        }
+        m = mn;
+    }
+    float *cr = ctx + (size_t)r * heads * dk + (size_t)h * dk;
+    float inv = kl > 0 ? 1.0f / l : 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int c = lane + 32 * i;
+        if (c < dk)
+            cr[c] = acc[i] * inv;
+    }
+}
+
+extern "C" int cuda_segment_attention(float *ctx, const float *q, int ldq, const float *k,
+                                      const float *v, int ldkv, const int *kbeg, const int *klen,
+                                      int rows, int heads, int dk, float scale, void *stream,
+                                      hark_err_t *err)
+{
+    if (rows <= 0)
+        return HARK_OK;
+    if (heads <= 0 || dk <= 0 || dk > 128 || ldq < heads * dk || ldkv < heads * dk)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "segment_attention: heads %d, dk %d (<= 128), ldq %d, ldkv %d", heads, dk,
+                       ldq, ldkv);
+    size_t warps = (size_t)rows * heads;
+    segment_attention_kernel<<<(unsigned)((warps + SEG_WARPS - 1) / SEG_WARPS), SEG_WARPS * 32, 0,
+                               (cudaStream_t)stream>>>(ctx, q, ldq, k, v, ldkv, kbeg, klen, rows,
+                                                       heads, dk, scale);
+    return launched(err, "segment_attention_kernel");
+}
+
+__global__ void lse_gather_kernel(float *out, const float *logits, int ld, const int *target, int v)
+{
+    __shared__ float sh[32];
+    const float *xr = logits + (size_t)blockIdx.x * ld;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < v; j += blockDim.x)
+        mx = fmaxf(mx, xr[j]);
+    mx = block_max(mx, sh);
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < v; j += blockDim.x)
+        s += expf(xr[j] - mx);
+    float lse = logf(block_sum(s, sh));
+    if (threadIdx.x == 0)
+        out[blockIdx.x] = (xr[target[blockIdx.x]] - mx) - lse;
+}
+
+extern "C" int cuda_lse_gather(float *out, const float *logits, int ld, const int *target, int rows,
+                               int v, void *stream, hark_err_t *err)
+{
+    if (rows <= 0)
+        return HARK_OK;
+    if (v <= 0 || ld < v)
+        return err_set(err, HARK_ERR_INVALID_ARG, "lse_gather: v %d, ld %d", v, ld);
+    lse_gather_kernel<<<(unsigned)rows, 256, 0, (cudaStream_t)stream>>>(out, logits, ld, target, v);
+    return launched(err, "lse_gather_kernel");
+}

@@ -136,6 +136,30 @@ int cuda_pos_enc(float *pe, int n, int d, void *stream, hark_err_t *err);
 #define CUDA_MAX_LENS 512
 int cuda_set_lens(int *d_lens, const int *host_lens, int n, void *stream, hark_err_t *err);
 
+/* ---- the attention decoder's row ops (model/decoder_gpu.c) ---------------------------------- */
+
+/* x (rows, d) float32 = emb[tok[r]] · xscale + pe[pos[r]] per row r; emb (vocab, d), pe
+ * (max_pos, d), tok / pos (rows) device ints (in range: the caller checks). Reference: the
+ * embedding loop of decoder.c. */
+int cuda_embed_pos(float *x, const float *emb, const float *pe, const int *tok, const int *pos,
+                   int rows, int d, float xscale, void *stream, hark_err_t *err);
+
+/* Attention of each query row over its own run of key rows (rows of ragged groups: a
+ * decoder's candidates, or the encoder frames of a candidate's utterance):
+ *   ctx[r, h] = softmax_j(scale · q[r, h] · k[kbeg[r] + j, h]) · v[kbeg[r] + j, h],
+ *   j in [0, klen[r])  (klen[r] = 0: ctx row 0)
+ * q (rows, ldq), k and v (·, ldkv) float32, head h at columns h·dk; ctx (rows, heads·dk) dense;
+ * dk <= 128. One warp per (row, head), an online softmax over the keys. Reference: attention_ref
+ * per group (decoder.c: causal self-attention with hi = r + 1, source attention over T frames). */
+int cuda_segment_attention(float *ctx, const float *q, int ldq, const float *k, const float *v,
+                           int ldkv, const int *kbeg, const int *klen, int rows, int heads, int dk,
+                           float scale, void *stream, hark_err_t *err);
+
+/* out[r] = log_softmax(logits[r, :])[target[r]] for rows r (logits (rows, ld) float32, v
+ * columns, target in [0, v)). Reference: log_softmax_ref then the gather. */
+int cuda_lse_gather(float *out, const float *logits, int ld, const int *target, int rows, int v,
+                    void *stream, hark_err_t *err);
+
 /* ---- conv2d (WeNet subsampling) -------------------------------------------------------------
  * out (batch, h_out, cout, w_out) of io_t = relu?(conv2d(in) + b), in (batch, h, cin, w) of io_t,
  * each batch item an image of h time rows (the time-major layout of conv2d_ref); w (cout, cin,

@@ -258,6 +258,35 @@ static void gpu_vs_cpu_search(test_ctx_t *t, wenet_worker_t *w, wenet_decode_opt
     }
 }
 
+/* Attention rescoring with the decoder on the GPU (all candidates of the batch in one pass) vs
+ * the CPU decoder on the same n-best: the same winner, its score within 1e-4 (both FP32; only
+ * the summation order differs), the same confidence within 1e-4. */
+static void gpu_vs_cpu_decoder(test_ctx_t *t, wenet_worker_t *w, wenet_decode_opts_t o,
+                               const float *const *pcm, const size_t *n)
+{
+    wenet_result_t rg[NU], rc[NU];
+    hark_err_t err = {0};
+    o.method = DECODE_ATTENTION_RESCORING;
+    o.cpu_decoder = 0;
+    CHECKF(wenet_recognize(w, &o, pcm, n, NU, rg, &err) == HARK_OK, "%s", err.msg);
+    o.cpu_decoder = 1;
+    CHECKF(wenet_recognize(w, &o, pcm, n, NU, rc, &err) == HARK_OK, "%s", err.msg);
+    double worst = 0;
+    for (int u = 0; u < NU; u++) {
+        const wenet_hyp_t *a = &rg[u].best, *b = &rc[u].best;
+        double d = fabs(a->score - b->score) / fmax(1.0, fabs(b->score));
+        worst = d > worst ? d : worst;
+        CHECKF(a->n_tokens == b->n_tokens &&
+                   !memcmp(a->tokens, b->tokens, sizeof(int) * (size_t)a->n_tokens) && d <= 1e-4 &&
+                   fabs(rg[u].confidence - rc[u].confidence) <= 1e-4,
+               "%s: gpu decoder %.9g (conf %.6f), cpu %.9g (conf %.6f)", utts[u], a->score,
+               rg[u].confidence, b->score, rc[u].confidence);
+        wenet_result_free(&rg[u]);
+        wenet_result_free(&rc[u]);
+    }
+    printf("    rescoring, gpu vs cpu decoder: same winners, score max rel %.3g\n", worst);
+}
+
 /* token edits between a golden token array and a hypothesis (wer_align over token ids) */
 static long token_edits(const cJSON *arr, const int *tok, int n, long *n_ref)
 {
@@ -343,6 +372,7 @@ static void gpu_golden(test_ctx_t *t, wenet_precision_t prec)
     if (prec == WENET_BF16)
         CHECKF(ter <= BF16_MAX_TER, "bf16 token error rate %.4f against WeNet's", ter);
     gpu_vs_cpu_search(t, w, wenet_default_opts(g), pcm, n);
+    gpu_vs_cpu_decoder(t, w, wenet_default_opts(g), pcm, n);
     CHECKF(must_differ == 0, "%s: %d hypotheses differ from WeNet's where they must not", pn,
            must_differ);
     if (prec == WENET_FP32)

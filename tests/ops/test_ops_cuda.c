@@ -1729,3 +1729,104 @@ GPU_TEST(cuda_hgemm_lse_argmax_matches_ref)
     ops_cuda_destroy(g);
 }
 #endif
+
+/* the attention decoder's row ops (cuda_embed_pos, cuda_segment_attention, cuda_lse_gather)
+ * against their CPU references on ragged, awkward sizes */
+GPU_TEST(cuda_decoder_row_ops_match_ref)
+{
+    unsigned seed = 41;
+    /* embedding + positions */
+    {
+        enum { R = 37, D = 24, V = 11, P = 50 };
+        float *emb = hrand((size_t)V * D, &seed, 1.0f), *pe = hrand((size_t)P * D, &seed, 1.0f);
+        int tok[R], pos[R];
+        float *ref = hark_malloc(sizeof(float) * R * D);
+        for (int r = 0; r < R; r++) {
+            tok[r] = (int)(test_rand(&seed) % V), pos[r] = (int)(test_rand(&seed) % P);
+            for (int c = 0; c < D; c++)
+                ref[r * D + c] = emb[tok[r] * D + c] * 4.9f + pe[pos[r] * D + c];
+        }
+        float *de = dup_to(emb, (size_t)V * D, OPS_F32), *dp = dup_to(pe, (size_t)P * D, OPS_F32);
+        float *dx = dalloc((size_t)R * D, OPS_F32);
+        int *dt = NULL, *dq = NULL;
+        CHECK(cudaMalloc((void **)&dt, sizeof tok) == cudaSuccess &&
+              cudaMalloc((void **)&dq, sizeof pos) == cudaSuccess);
+        cudaMemcpy(dt, tok, sizeof tok, cudaMemcpyHostToDevice);
+        cudaMemcpy(dq, pos, sizeof pos, cudaMemcpyHostToDevice);
+        CHECK_OK(cuda_embed_pos(dx, de, dp, dt, dq, R, D, 4.9f, NULL, NULL));
+        int gd;
+        double e = out_err(dx, OPS_F32, ref, (size_t)R * D, &gd);
+        CHECK_ERR(e, TOL32, gd, "embed_pos rel %g", e);
+        cudaFree(de), cudaFree(dp), cudaFree(dx), cudaFree(dt), cudaFree(dq);
+        hark_free(emb), hark_free(pe), hark_free(ref);
+    }
+    /* attention over ragged key runs: rows, heads, dk, extra columns of q */
+    static const int cs[][4] = {{13, 3, 8, 0}, {70, 2, 64, 5}, {9, 1, 128, 0}, {33, 4, 100, 2}};
+    double worst = 0;
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        int R = cs[ci][0], H = cs[ci][1], dk = cs[ci][2], HD = H * dk, ldq = HD + cs[ci][3];
+        enum { K = 41 };
+        float *q = hrand((size_t)R * ldq, &seed, 1.0f), *k = hrand((size_t)K * HD, &seed, 1.0f);
+        float *v = hrand((size_t)K * HD, &seed, 1.0f);
+        int *kb = hark_malloc(sizeof(int) * (size_t)R), *kl = hark_malloc(sizeof(int) * (size_t)R);
+        float *ref = hark_calloc((size_t)R * HD, sizeof(float));
+        float *scr = hark_malloc(sizeof(float) * attention_scratch_floats(K, dk));
+        float scale = 1.0f / sqrtf((float)dk);
+        for (int r = 0; r < R; r++) {
+            kb[r] = (int)(test_rand(&seed) % K);
+            kl[r] = r % 7 == 3   ? 0
+                    : r % 7 == 4 ? 1
+                                 : (int)(test_rand(&seed) % (unsigned)(K - kb[r] + 1));
+            if (kl[r] > 0)
+                attention_ref(ref + (size_t)r * HD, scr, q + (size_t)r * ldq,
+                              k + (size_t)kb[r] * HD, v + (size_t)kb[r] * HD, NULL, NULL, NULL,
+                              NULL, NULL, 1, kl[r], H, dk, scale);
+        }
+        float *dqv = dup_to(q, (size_t)R * ldq, OPS_F32), *dk_ = dup_to(k, (size_t)K * HD, OPS_F32);
+        float *dv = dup_to(v, (size_t)K * HD, OPS_F32), *dc = dalloc((size_t)R * HD, OPS_F32);
+        int *dkb = NULL, *dkl = NULL;
+        CHECK(cudaMalloc((void **)&dkb, sizeof(int) * (size_t)R) == cudaSuccess &&
+              cudaMalloc((void **)&dkl, sizeof(int) * (size_t)R) == cudaSuccess);
+        cudaMemcpy(dkb, kb, sizeof(int) * (size_t)R, cudaMemcpyHostToDevice);
+        cudaMemcpy(dkl, kl, sizeof(int) * (size_t)R, cudaMemcpyHostToDevice);
+        CHECK_OK(cuda_segment_attention(dc, dqv, ldq, dk_, dv, HD, dkb, dkl, R, H, dk, scale, NULL,
+                                        NULL));
+        int gd;
+        double e = out_err(dc, OPS_F32, ref, (size_t)R * HD, &gd);
+        worst = e > worst ? e : worst;
+        CHECK_ERR(e, TOL32, gd, "segment_attention rows %d heads %d dk %d rel %g", R, H, dk, e);
+        cudaFree(dqv), cudaFree(dk_), cudaFree(dv), cudaFree(dc), cudaFree(dkb), cudaFree(dkl);
+        hark_free(q), hark_free(k), hark_free(v), hark_free(kb), hark_free(kl), hark_free(ref);
+        hark_free(scr);
+    }
+    hark_err_t err = {0};
+    CHECK(cuda_segment_attention(NULL, NULL, 200, NULL, NULL, 200, NULL, NULL, 1, 1, 129, 1.0f,
+                                 NULL, &err) == HARK_ERR_INVALID_ARG);
+    /* log-softmax at a target column: rows, v (ld = v + 3) */
+    static const int ls[][2] = {{1, 7}, {17, 5002}, {130, 33}};
+    double worst_l = 0;
+    for (size_t li = 0; li < sizeof ls / sizeof ls[0]; li++) {
+        int R = ls[li][0], V = ls[li][1], ld = V + 3;
+        float *x = hrand((size_t)R * ld, &seed, 8.0f), *row = hark_malloc(sizeof(float) * V);
+        float *ref = hark_malloc(sizeof(float) * (size_t)R);
+        int *tg = hark_malloc(sizeof(int) * (size_t)R);
+        for (int r = 0; r < R; r++) {
+            tg[r] = (int)(test_rand(&seed) % (unsigned)V);
+            log_softmax_ref(row, x + (size_t)r * ld, 1, V);
+            ref[r] = row[tg[r]];
+        }
+        float *dx = dup_to(x, (size_t)R * ld, OPS_F32), *dout = dalloc((size_t)R, OPS_F32);
+        int *dtg = NULL;
+        CHECK(cudaMalloc((void **)&dtg, sizeof(int) * (size_t)R) == cudaSuccess);
+        cudaMemcpy(dtg, tg, sizeof(int) * (size_t)R, cudaMemcpyHostToDevice);
+        CHECK_OK(cuda_lse_gather(dout, dx, ld, dtg, R, V, NULL, NULL));
+        int gd;
+        double e = out_err(dout, OPS_F32, ref, (size_t)R, &gd);
+        worst_l = e > worst_l ? e : worst_l;
+        CHECK_ERR(e, TOL32, gd, "lse_gather rows %d v %d rel %g", R, V, e);
+        cudaFree(dx), cudaFree(dout), cudaFree(dtg);
+        hark_free(x), hark_free(row), hark_free(ref), hark_free(tg);
+    }
+    CHECK(cuda_lse_gather(NULL, NULL, 5, NULL, 1, 7, NULL, &err) == HARK_ERR_INVALID_ARG);
+    printf("    segment attention rel rms %.3g, lse gather %.3g\n", worst, worst_l);
+}
