@@ -397,12 +397,13 @@ static int run_stack(wenet_decoder_gpu_state_t *s, const gstack_t *st, const int
                         err));
         TRY(residual(s, R, &bk->norm3, next, err));
     }
-    /* output layer a chunk of rows at a time; only the targets' log-probs are kept */
+    /* output layer a chunk of rows at a time; only the targets' log-probs are kept (the bias
+     * is added inside the gather: the logits are written and read once) */
     for (int r0 = 0; r0 < R; r0 += LOGIT_ROWS) {
         int n = R - r0 < LOGIT_ROWS ? R - r0 : LOGIT_ROWS;
-        TRY(cuda_linear(s->logits, in + (size_t)r0 * D, st->out.w, OPS_F32, st->out.b, n, D, V,
+        TRY(cuda_linear(s->logits, in + (size_t)r0 * D, st->out.w, OPS_F32, NULL, n, D, V,
                         CUDA_ACT_NONE, s->g, err));
-        TRY(cuda_lse_gather(s->lp + r0, s->logits, V, tgt + r0, n, V, strm, err));
+        TRY(cuda_lse_gather(s->lp + r0, s->logits, V, st->out.b, tgt + r0, n, V, strm, err));
     }
     cudaError_t e = cudaMemcpyAsync(s->hlp, s->lp, sizeof(float) * (size_t)R,
                                     cudaMemcpyDeviceToHost, (cudaStream_t)strm);

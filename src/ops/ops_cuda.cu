@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -997,56 +998,123 @@ extern "C" int cuda_embed_pos(float *x, const float *emb, const float *pe, const
     return launched(err, "embed_pos_kernel");
 }
 
-#define SEG_WARPS 4
-/* one warp per (row, head); lane l holds dims l, l + 32, l + 64, l + 96 (those < dk) */
-__global__ void __launch_bounds__(SEG_WARPS * 32)
+/* A block per (tile of SA_TQ query rows, head); 4 warps, SA_TQ / 4 rows each. The tile's keys are
+ * the union of its rows' runs (usually one run: a candidate's rows, or one utterance's frames),
+ * staged SA_KC at a time in shared memory so that all the tile's rows read them from there; lane
+ * j scores key j of the chunk for a row, the warp takes the chunk's max and sum, and each lane
+ * accumulates its dims (lane, lane + 32, ...) of the value rows, an online softmax across chunks.
+ */
+#define SA_TQ 16
+#define SA_KC 32
+#define SA_THREADS 128
+
+static size_t seg_smem_bytes(int dk)
+{
+    return sizeof(float) * ((size_t)SA_TQ * dk + (size_t)SA_KC * (dk + 1) + (size_t)SA_KC * dk);
+}
+
+__global__ void __launch_bounds__(SA_THREADS)
     segment_attention_kernel(float *ctx, const float *q, int ldq, const float *k, const float *v,
                              int ldkv, const int *kbeg, const int *klen, int rows, int heads,
                              int dk, float scale)
 {
-    int wid = blockIdx.x * SEG_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (wid >= rows * heads)
-        return;
-    int r = wid / heads, h = wid % heads;
-    const float *qr = q + (size_t)r * ldq + (size_t)h * dk;
-    float qv[4], acc[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int c = lane + 32 * i;
-        qv[i] = c < dk ? qr[c] * scale : 0.0f;
-        acc[i] = 0.0f;
+    extern __shared__ float sa_smem[];
+    float *qs = sa_smem;               /* (SA_TQ, dk), pre-scaled */
+    float *ks = qs + SA_TQ * dk;       /* (SA_KC, dk + 1): padded, lanes read rows */
+    float *vs = ks + SA_KC * (dk + 1); /* (SA_KC, dk) */
+    __shared__ int rb[SA_TQ], rl[SA_TQ];
+    int r0 = blockIdx.x * SA_TQ, h = blockIdx.y, tid = threadIdx.x;
+    int warp = tid >> 5, lane = tid & 31;
+    if (tid < SA_TQ) {
+        int r = r0 + tid;
+        rb[tid] = r < rows ? kbeg[r] : 0;
+        rl[tid] = r < rows ? klen[r] : 0;
     }
-    int kb = kbeg[r], kl = klen[r];
-    float m = -INFINITY, l = 0.0f;
-    for (int j = 0; j < kl; j++) {
-        const float *kr = k + (size_t)(kb + j) * ldkv + (size_t)h * dk;
-        const float *vr = v + (size_t)(kb + j) * ldkv + (size_t)h * dk;
-        float s = 0.0f;
+    for (int i = tid; i < SA_TQ * dk; i += SA_THREADS) {
+        int r = r0 + i / dk, c = i % dk;
+        qs[i] = r < rows ? q[(size_t)r * ldq + (size_t)h * dk + c] * scale : 0.0f;
+    }
+    __syncthreads();
+    int lo = INT_MAX, hi = INT_MIN;
+    for (int i = 0; i < SA_TQ; i++)
+        if (rl[i] > 0) {
+            lo = min(lo, rb[i]);
+            hi = max(hi, rb[i] + rl[i]);
+        }
+    constexpr int RPW = SA_TQ / (SA_THREADS / 32); /* rows per warp */
+    float m[RPW], l[RPW], acc[RPW][4];
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int c = lane + 32 * i;
+    for (int a = 0; a < RPW; a++) {
+        m[a] = -INFINITY, l[a] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            acc[a][e] = 0.0f;
+    }
+    for (int k0 = lo; k0 < hi; k0 += SA_KC) {
+        int kn = min(SA_KC, hi - k0);
+        __syncthreads(); /* the previous chunk is consumed */
+        for (int i = tid; i < SA_KC * dk; i += SA_THREADS) {
+            int j = i / dk, c = i % dk;
+            bool in = j < kn;
+            size_t src = (size_t)(k0 + j) * ldkv + (size_t)h * dk + c;
+            ks[j * (dk + 1) + c] = in ? k[src] : 0.0f;
+            vs[j * dk + c] = in ? v[src] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int a = 0; a < RPW; a++) {
+            int i = warp * RPW + a, key = k0 + lane;
+            bool ok = lane < kn && key >= rb[i] && key < rb[i] + rl[i];
+            float sc = -INFINITY;
+            if (ok) {
+                const float *qr = qs + i * dk, *kr = ks + lane * (dk + 1);
+                float t = 0.0f;
+                for (int c = 0; c < dk; c++)
+                    t += qr[c] * kr[c];
+                sc = t;
+            }
+            float cm = sc;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+            if (cm == -INFINITY) /* no key of this chunk for the row */
+                continue;
+            float mn = fmaxf(m[a], cm), corr = expf(m[a] - mn), p = ok ? expf(sc - mn) : 0.0f;
+            float ps = p;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                ps += __shfl_xor_sync(0xffffffffu, ps, o);
+            l[a] = l[a] * corr + ps;
+            m[a] = mn;
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[a][e] *= corr;
+            for (int j = 0; j < kn; j++) {
+                float pj = __shfl_sync(0xffffffffu, p, j);
+                if (pj == 0.0f) /* a key outside the row's run (maybe padding, NaN): skipped */
+                    continue;
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int c = lane + 32 * e;
+                    if (c < dk)
+                        acc[a][e] += pj * vs[j * dk + c];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < RPW; a++) {
+        int r = r0 + warp * RPW + a;
+        if (r >= rows)
+            continue;
+        float inv = l[a] > 0.0f ? 1.0f / l[a] : 0.0f;
+        float *cr = ctx + (size_t)r * heads * dk + (size_t)h * dk;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int c = lane + 32 * e;
             if (c < dk)
-                s += qv[i] * kr[c];
+                cr[c] = acc[a][e] * inv;
         }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            s += __shfl_xor_sync(0xffffffffu, s, o);
-        float mn = fmaxf(m, s), corr = expf(m - mn), p = expf(s - mn);
-        l = l * corr + p;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int c = lane + 32 * i;
-            acc[i] = acc[i] * corr + (c < dk ? p * vr[c] : 0.0f);
-        }
-        m = mn;
-    }
-    float *cr = ctx + (size_t)r * heads * dk + (size_t)h * dk;
-    float inv = kl > 0 ? 1.0f / l : 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int c = lane + 32 * i;
-        if (c < dk)
-            cr[c] = acc[i] * inv;
     }
 }
 
@@ -1057,40 +1125,43 @@ extern "C" int cuda_segment_attention(float *ctx, const float *q, int ldq, const
 {
     if (rows <= 0)
         return HARK_OK;
-    if (heads <= 0 || dk <= 0 || dk > 128 || ldq < heads * dk || ldkv < heads * dk)
+    if (heads <= 0 || heads > 65535 || dk <= 0 || dk > 128 || ldq < heads * dk || ldkv < heads * dk)
         return err_set(err, HARK_ERR_INVALID_ARG,
                        "segment_attention: heads %d, dk %d (<= 128), ldq %d, ldkv %d", heads, dk,
                        ldq, ldkv);
-    size_t warps = (size_t)rows * heads;
-    segment_attention_kernel<<<(unsigned)((warps + SEG_WARPS - 1) / SEG_WARPS), SEG_WARPS * 32, 0,
-                               (cudaStream_t)stream>>>(ctx, q, ldq, k, v, ldkv, kbeg, klen, rows,
-                                                       heads, dk, scale);
+    dim3 grid((unsigned)((rows + SA_TQ - 1) / SA_TQ), (unsigned)heads);
+    segment_attention_kernel<<<grid, SA_THREADS, seg_smem_bytes(dk), (cudaStream_t)stream>>>(
+        ctx, q, ldq, k, v, ldkv, kbeg, klen, rows, heads, dk, scale);
     return launched(err, "segment_attention_kernel");
 }
 
-__global__ void lse_gather_kernel(float *out, const float *logits, int ld, const int *target, int v)
+__global__ void lse_gather_kernel(float *out, const float *logits, int ld, const float *bias,
+                                  const int *target, int v)
 {
     __shared__ float sh[32];
     const float *xr = logits + (size_t)blockIdx.x * ld;
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < v; j += blockDim.x)
-        mx = fmaxf(mx, xr[j]);
+        mx = fmaxf(mx, xr[j] + (bias ? bias[j] : 0.0f));
     mx = block_max(mx, sh);
     float s = 0.0f;
     for (int j = threadIdx.x; j < v; j += blockDim.x)
-        s += expf(xr[j] - mx);
+        s += expf((xr[j] + (bias ? bias[j] : 0.0f)) - mx);
     float lse = logf(block_sum(s, sh));
-    if (threadIdx.x == 0)
-        out[blockIdx.x] = (xr[target[blockIdx.x]] - mx) - lse;
+    if (threadIdx.x == 0) {
+        int tg = target[blockIdx.x];
+        out[blockIdx.x] = ((xr[tg] + (bias ? bias[tg] : 0.0f)) - mx) - lse;
+    }
 }
 
-extern "C" int cuda_lse_gather(float *out, const float *logits, int ld, const int *target, int rows,
-                               int v, void *stream, hark_err_t *err)
+extern "C" int cuda_lse_gather(float *out, const float *logits, int ld, const float *bias,
+                               const int *target, int rows, int v, void *stream, hark_err_t *err)
 {
     if (rows <= 0)
         return HARK_OK;
     if (v <= 0 || ld < v)
         return err_set(err, HARK_ERR_INVALID_ARG, "lse_gather: v %d, ld %d", v, ld);
-    lse_gather_kernel<<<(unsigned)rows, 256, 0, (cudaStream_t)stream>>>(out, logits, ld, target, v);
+    lse_gather_kernel<<<(unsigned)rows, 256, 0, (cudaStream_t)stream>>>(out, logits, ld, bias,
+                                                                        target, v);
     return launched(err, "lse_gather_kernel");
 }

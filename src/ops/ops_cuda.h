@@ -155,10 +155,10 @@ int cuda_segment_attention(float *ctx, const float *q, int ldq, const float *k, 
                            int ldkv, const int *kbeg, const int *klen, int rows, int heads, int dk,
                            float scale, void *stream, hark_err_t *err);
 
-/* out[r] = log_softmax(logits[r, :])[target[r]] for rows r (logits (rows, ld) float32, v
- * columns, target in [0, v)). Reference: log_softmax_ref then the gather. */
-int cuda_lse_gather(float *out, const float *logits, int ld, const int *target, int rows, int v,
-                    void *stream, hark_err_t *err);
+/* out[r] = log_softmax(logits[r, :] + bias)[target[r]] for rows r (logits (rows, ld) float32, v
+ * columns, bias (v) or NULL, target in [0, v)). Reference: log_softmax_ref then the gather. */
+int cuda_lse_gather(float *out, const float *logits, int ld, const float *bias, const int *target,
+                    int rows, int v, void *stream, hark_err_t *err);
 
 /* ---- conv2d (WeNet subsampling) -------------------------------------------------------------
  * out (batch, h_out, cout, w_out) of io_t = relu?(conv2d(in) + b), in (batch, h, cin, w) of io_t,

@@ -1761,7 +1761,8 @@ GPU_TEST(cuda_decoder_row_ops_match_ref)
         hark_free(emb), hark_free(pe), hark_free(ref);
     }
     /* attention over ragged key runs: rows, heads, dk, extra columns of q */
-    static const int cs[][4] = {{13, 3, 8, 0}, {70, 2, 64, 5}, {9, 1, 128, 0}, {33, 4, 100, 2}};
+    static const int cs[][4] = {
+        {13, 3, 8, 0}, {70, 2, 64, 5}, {9, 1, 128, 0}, {33, 4, 100, 2}, {301, 2, 32, 0}};
     double worst = 0;
     for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
         int R = cs[ci][0], H = cs[ci][1], dk = cs[ci][2], HD = H * dk, ldq = HD + cs[ci][3];
@@ -1802,7 +1803,7 @@ GPU_TEST(cuda_decoder_row_ops_match_ref)
     hark_err_t err = {0};
     CHECK(cuda_segment_attention(NULL, NULL, 200, NULL, NULL, 200, NULL, NULL, 1, 1, 129, 1.0f,
                                  NULL, &err) == HARK_ERR_INVALID_ARG);
-    /* log-softmax at a target column: rows, v (ld = v + 3) */
+    /* log-softmax at a target column: rows, v (ld = v + 3); a bias in every other case */
     static const int ls[][2] = {{1, 7}, {17, 5002}, {130, 33}};
     double worst_l = 0;
     for (size_t li = 0; li < sizeof ls / sizeof ls[0]; li++) {
@@ -1810,23 +1811,27 @@ GPU_TEST(cuda_decoder_row_ops_match_ref)
         float *x = hrand((size_t)R * ld, &seed, 8.0f), *row = hark_malloc(sizeof(float) * V);
         float *ref = hark_malloc(sizeof(float) * (size_t)R);
         int *tg = hark_malloc(sizeof(int) * (size_t)R);
+        float *bias = li % 2 ? hrand((size_t)V, &seed, 3.0f) : NULL;
         for (int r = 0; r < R; r++) {
             tg[r] = (int)(test_rand(&seed) % (unsigned)V);
-            log_softmax_ref(row, x + (size_t)r * ld, 1, V);
+            for (int j = 0; j < V; j++)
+                row[j] = x[(size_t)r * ld + j] + (bias ? bias[j] : 0.0f);
+            log_softmax_ref(row, row, 1, V);
             ref[r] = row[tg[r]];
         }
         float *dx = dup_to(x, (size_t)R * ld, OPS_F32), *dout = dalloc((size_t)R, OPS_F32);
+        float *db = bias ? dup_to(bias, (size_t)V, OPS_F32) : NULL;
         int *dtg = NULL;
         CHECK(cudaMalloc((void **)&dtg, sizeof(int) * (size_t)R) == cudaSuccess);
         cudaMemcpy(dtg, tg, sizeof(int) * (size_t)R, cudaMemcpyHostToDevice);
-        CHECK_OK(cuda_lse_gather(dout, dx, ld, dtg, R, V, NULL, NULL));
+        CHECK_OK(cuda_lse_gather(dout, dx, ld, db, dtg, R, V, NULL, NULL));
         int gd;
         double e = out_err(dout, OPS_F32, ref, (size_t)R, &gd);
         worst_l = e > worst_l ? e : worst_l;
         CHECK_ERR(e, TOL32, gd, "lse_gather rows %d v %d rel %g", R, V, e);
-        cudaFree(dx), cudaFree(dout), cudaFree(dtg);
-        hark_free(x), hark_free(row), hark_free(ref), hark_free(tg);
+        cudaFree(dx), cudaFree(dout), cudaFree(dtg), cudaFree(db);
+        hark_free(x), hark_free(row), hark_free(ref), hark_free(tg), hark_free(bias);
     }
-    CHECK(cuda_lse_gather(NULL, NULL, 5, NULL, 1, 7, NULL, &err) == HARK_ERR_INVALID_ARG);
+    CHECK(cuda_lse_gather(NULL, NULL, 5, NULL, NULL, 1, 7, NULL, &err) == HARK_ERR_INVALID_ARG);
     printf("    segment attention rel rms %.3g, lse gather %.3g\n", worst, worst_l);
 }
