@@ -149,8 +149,11 @@ int cuda_embed_pos(float *x, const float *emb, const float *pe, const int *tok, 
  *   ctx[r, h] = softmax_j(scale · q[r, h] · k[kbeg[r] + j, h]) · v[kbeg[r] + j, h],
  *   j in [0, klen[r])  (klen[r] = 0: ctx row 0)
  * q (rows, ldq), k and v (·, ldkv) float32, head h at columns h·dk; ctx (rows, heads·dk) dense;
- * dk <= 128. One warp per (row, head), an online softmax over the keys. Reference: attention_ref
- * per group (decoder.c: causal self-attention with hi = r + 1, source attention over T frames). */
+ * dk <= 128. A block per (16 rows, head) stages the union of its rows' runs in shared memory, 32
+ * keys at a time (rows whose runs differ much, as in a tile spanning two groups, cost that much
+ * more); keys outside a row's run are never read into its context (they may be NaN). Reference:
+ * attention_ref per group (decoder.c: causal self-attention with hi = r + 1, source attention
+ * over T frames). */
 int cuda_segment_attention(float *ctx, const float *q, int ldq, const float *k, const float *v,
                            int ldkv, const int *kbeg, const int *klen, int rows, int heads, int dk,
                            float scale, void *stream, hark_err_t *err);
