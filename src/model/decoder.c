@@ -2,6 +2,7 @@
  * loading with WeNet's names and the batched scoring of CTC n-best candidates (decoder.h).
  * Tests: tests/model/test_decoder.c */
 #include "model/decoder.h"
+#include "model/decoder_weights.h"
 
 #include "core/alloc.h"
 #include "hark.h"
@@ -14,38 +15,12 @@
 
 #define LN_EPS 1e-5f
 
-typedef struct {
-    const float *w; /* (out, in) */
-    const float *b; /* (out) */
-} lin_t;
-
-typedef struct {
-    const float *g, *b; /* (D) */
-} norm_t;
-
-typedef struct {
-    norm_t norm1, norm2, norm3; /* before self-attn, src-attn, FFN (after them: post-norm) */
-    lin_t sq, sk, sv, so;       /* self_attn.linear_{q,k,v,out}: (D, D) */
-    lin_t cq, ck, cv, co;       /* src_attn.linear_{q,k,v,out}: (D, D) */
-    lin_t w1;                   /* feed_forward.w_1: (F, D) */
-    lin_t w2;                   /* feed_forward.w_2: (D, F) */
-} dblock_t;
-
-typedef struct {
-    const float *embed; /* (V, D) embed.0.weight */
-    dblock_t *blocks;   /* (n_blocks) */
-    int n_blocks;
-    norm_t after_norm; /* pre-norm only */
-    lin_t out;         /* output_layer: (V, D) */
-} dstack_t;
-
 struct wenet_decoder_model {
     wenet_config_t cfg;
     int d, h, dk, ffn, vocab, max_len, sos, eos, pre_norm;
     int has_right;
-    dstack_t left, right;
-    dblock_t *blocks; /* left blocks then right blocks */
-    float *pe;        /* (max_len, D) sinusoid table */
+    wdec_weights_t wt;
+    float *pe; /* (max_len, D) sinusoid table */
 };
 
 /* ---- loading ------------------------------------------------------------------------------- */
@@ -77,14 +52,15 @@ static int want(loader_t *L, const float **dst, int ndim, int64_t d0, int64_t d1
             return rc_;                                                                            \
     } while (0)
 
-static int load_lin(loader_t *L, lin_t *l, int out, int in, const char *prefix, const char *name)
+static int load_lin(loader_t *L, wdec_lin_t *l, int out, int in, const char *prefix,
+                    const char *name)
 {
     TRY(want(L, &l->w, 2, out, in, "%s%s.weight", prefix, name));
     TRY(want(L, &l->b, 1, out, 0, "%s%s.bias", prefix, name));
     return HARK_OK;
 }
 
-static int load_norm(loader_t *L, norm_t *n, int d, const char *prefix, const char *name)
+static int load_norm(loader_t *L, wdec_norm_t *n, int d, const char *prefix, const char *name)
 {
     TRY(want(L, &n->g, 1, d, 0, "%s%s.weight", prefix, name));
     TRY(want(L, &n->b, 1, d, 0, "%s%s.bias", prefix, name));
@@ -92,12 +68,12 @@ static int load_norm(loader_t *L, norm_t *n, int d, const char *prefix, const ch
 }
 
 /* prefix: "decoder." or "decoder.left_decoder." / "decoder.right_decoder." */
-static int load_stack(loader_t *L, const wenet_decoder_model_t *m, dstack_t *s, const char *prefix)
+static int load_stack(loader_t *L, const wenet_config_t *c, wdec_stack_t *s, const char *prefix)
 {
-    int d = m->d, f = m->ffn, v = m->vocab;
+    int d = c->d_model, f = c->dec_ffn_dim, v = c->vocab_size;
     TRY(want(L, &s->embed, 2, v, d, "%sembed.0.weight", prefix));
     for (int i = 0; i < s->n_blocks; i++) {
-        dblock_t *b = &s->blocks[i];
+        wdec_block_t *b = &s->blocks[i];
         char p[200];
         snprintf(p, sizeof p, "%sdecoders.%d.", prefix, i);
         TRY(load_lin(L, &b->sq, d, d, p, "self_attn.linear_q"));
@@ -114,16 +90,15 @@ static int load_stack(loader_t *L, const wenet_decoder_model_t *m, dstack_t *s, 
         TRY(load_norm(L, &b->norm2, d, p, "norm2"));
         TRY(load_norm(L, &b->norm3, d, p, "norm3"));
     }
-    if (m->pre_norm) /* WeNet keeps after_norm in a post-norm model too, but never applies it */
+    if (c->dec_normalize_before) /* WeNet keeps after_norm in a post-norm model too, but never
+                                    applies it */
         TRY(load_norm(L, &s->after_norm, d, prefix, "after_norm"));
     TRY(load_lin(L, &s->out, v, d, prefix, "output_layer"));
     return HARK_OK;
 }
 
-int wenet_decoder_create_fn(const wenet_config_t *cfg, conformer_tensor_fn get, void *user,
-                            wenet_decoder_model_t **out, hark_err_t *err)
+int wdec_check_config(const wenet_config_t *cfg, hark_err_t *err)
 {
-    *out = NULL;
     if (cfg->decoder != DECODER_TRANSFORMER && cfg->decoder != DECODER_BITRANSFORMER)
         return err_set(err, HARK_ERR_INVALID_ARG, "decoder: the model has no attention decoder");
     if (cfg->d_model <= 0 || cfg->d_model % 2 || cfg->dec_heads <= 0 ||
@@ -137,6 +112,69 @@ int wenet_decoder_create_fn(const wenet_config_t *cfg, conformer_tensor_fn get, 
     if (cfg->sos < 0 || cfg->sos >= cfg->vocab_size || cfg->eos < 0 || cfg->eos >= cfg->vocab_size)
         return err_set(err, HARK_ERR_INVALID_ARG, "decoder: sos %d / eos %d outside vocab %d",
                        cfg->sos, cfg->eos, cfg->vocab_size);
+    return HARK_OK;
+}
+
+int wdec_load(const wenet_config_t *cfg, conformer_tensor_fn get, void *user, wdec_weights_t *w,
+              hark_err_t *err)
+{
+    memset(w, 0, sizeof *w);
+    int right = cfg->decoder == DECODER_BITRANSFORMER;
+    w->left.n_blocks = cfg->dec_blocks;
+    w->right.n_blocks = right ? cfg->dec_r_blocks : 0;
+    int nb = w->left.n_blocks + w->right.n_blocks;
+    w->blocks = hark_calloc(nb > 0 ? (size_t)nb : 1, sizeof *w->blocks);
+    if (!w->blocks)
+        return err_set(err, HARK_ERR_NOMEM, "decoder: out of memory");
+    w->left.blocks = w->blocks;
+    w->right.blocks = w->blocks + w->left.n_blocks;
+    loader_t L = {get, user, err};
+    int rc = load_stack(&L, cfg, &w->left, right ? "decoder.left_decoder." : "decoder.");
+    if (rc == HARK_OK && right)
+        rc = load_stack(&L, cfg, &w->right, "decoder.right_decoder.");
+    if (rc != HARK_OK)
+        wdec_free(w);
+    return rc;
+}
+
+int wdec_check_candidates(int max_len, int vocab, const int *const *hyps, const int *lens,
+                          int first, int n, size_t *rows, int *max_rows, hark_err_t *err)
+{
+    for (int i = first; i < first + n; i++) {
+        if (lens[i] < 0 || (lens[i] > 0 && !hyps[i]))
+            return err_set(err, HARK_ERR_INVALID_ARG, "decoder: candidate %d has length %d", i,
+                           lens[i]);
+        if (lens[i] + 1 > max_len)
+            return err_set(err, HARK_ERR_TOO_LARGE,
+                           "decoder: candidate %d has %d tokens, more than the positional table "
+                           "allows (%d)",
+                           i, lens[i], max_len - 1);
+        for (int j = 0; j < lens[i]; j++)
+            if (hyps[i][j] < 0 || hyps[i][j] >= vocab)
+                return err_set(err, HARK_ERR_INVALID_ARG,
+                               "decoder: candidate %d token %d is %d, outside the vocabulary [0, "
+                               "%d)",
+                               i, j, hyps[i][j], vocab);
+        *rows += (size_t)lens[i] + 1;
+        if (lens[i] + 1 > *max_rows)
+            *max_rows = lens[i] + 1;
+    }
+    return HARK_OK;
+}
+
+void wdec_free(wdec_weights_t *w)
+{
+    hark_free(w->blocks);
+    memset(w, 0, sizeof *w);
+}
+
+int wenet_decoder_create_fn(const wenet_config_t *cfg, conformer_tensor_fn get, void *user,
+                            wenet_decoder_model_t **out, hark_err_t *err)
+{
+    *out = NULL;
+    int rc = wdec_check_config(cfg, err);
+    if (rc != HARK_OK)
+        return rc;
     wenet_decoder_model_t *m = hark_calloc(1, sizeof *m);
     if (!m)
         return err_set(err, HARK_ERR_NOMEM, "decoder: out of memory");
@@ -151,22 +189,12 @@ int wenet_decoder_create_fn(const wenet_config_t *cfg, conformer_tensor_fn get, 
     m->eos = cfg->eos;
     m->pre_norm = cfg->dec_normalize_before;
     m->has_right = cfg->decoder == DECODER_BITRANSFORMER;
-    m->left.n_blocks = cfg->dec_blocks;
-    m->right.n_blocks = m->has_right ? cfg->dec_r_blocks : 0;
-    int nb = m->left.n_blocks + m->right.n_blocks;
-    m->blocks = hark_calloc(nb > 0 ? (size_t)nb : 1, sizeof *m->blocks);
     m->pe = hark_malloc((size_t)m->max_len * m->d * sizeof(float));
-    if (!m->blocks || !m->pe) {
+    if (!m->pe) {
         wenet_decoder_destroy(m);
         return err_set(err, HARK_ERR_NOMEM, "decoder: out of memory");
     }
-    m->left.blocks = m->blocks;
-    m->right.blocks = m->blocks + m->left.n_blocks;
-    loader_t L = {get, user, err};
-    int rc = load_stack(&L, m, &m->left, m->has_right ? "decoder.left_decoder." : "decoder.");
-    if (rc == HARK_OK && m->has_right)
-        rc = load_stack(&L, m, &m->right, "decoder.right_decoder.");
-    if (rc != HARK_OK) {
+    if ((rc = wdec_load(cfg, get, user, &m->wt, err)) != HARK_OK) {
         wenet_decoder_destroy(m);
         return rc;
     }
@@ -185,7 +213,7 @@ void wenet_decoder_destroy(wenet_decoder_model_t *d)
 {
     if (!d)
         return;
-    hark_free(d->blocks);
+    wdec_free(&d->wt);
     hark_free(d->pe);
     hark_free(d);
 }
@@ -230,8 +258,8 @@ static void add_ref(float *y, const float *x, size_t n)
 }
 
 /* x = x + sub (pre-norm) or x = LN(x + sub) (post-norm) */
-static void residual(const wenet_decoder_model_t *m, float *x, const float *sub, const norm_t *nrm,
-                     int rows)
+static void residual(const wenet_decoder_model_t *m, float *x, const float *sub,
+                     const wdec_norm_t *nrm, int rows)
 {
     add_ref(x, sub, (size_t)rows * m->d);
     if (!m->pre_norm)
@@ -239,7 +267,7 @@ static void residual(const wenet_decoder_model_t *m, float *x, const float *sub,
 }
 
 /* The input of a sub-layer: LN(x) in pre-norm, x itself in post-norm. */
-static const float *sub_in(const wenet_decoder_model_t *m, scratch_t *s, const norm_t *nrm)
+static const float *sub_in(const wenet_decoder_model_t *m, scratch_t *s, const wdec_norm_t *nrm)
 {
     if (!m->pre_norm)
         return s->x;
@@ -249,7 +277,7 @@ static const float *sub_in(const wenet_decoder_model_t *m, scratch_t *s, const n
 
 /* Runs one decoder stack over the rows in s->tok / s->pos and leaves the per-candidate
  * log-softmax rows to `emit`. */
-static void run_stack(const wenet_decoder_model_t *m, const dstack_t *st, scratch_t *s,
+static void run_stack(const wenet_decoder_model_t *m, const wdec_stack_t *st, scratch_t *s,
                       const float *enc, int T, int n, const int *lens,
                       void (*emit)(void *, int cand, const float *logp), void *emit_user)
 {
@@ -264,7 +292,7 @@ static void run_stack(const wenet_decoder_model_t *m, const dstack_t *st, scratc
             x[c] = e[c] * xscale + p[c];
     }
     for (int b = 0; b < st->n_blocks; b++) {
-        const dblock_t *bk = &st->blocks[b];
+        const wdec_block_t *bk = &st->blocks[b];
         /* causal self-attention, one candidate at a time over its own rows */
         const float *in = sub_in(m, s, &bk->norm1);
         linear_ref(s->q, in, bk->sq.w, bk->sq.b, R, d, d);
@@ -357,25 +385,9 @@ int wenet_decoder_score(const wenet_decoder_model_t *d, const wenet_decoder_opts
         return HARK_OK;
     size_t R = 0;
     int max_rows = 0;
-    for (int i = 0; i < n; i++) {
-        if (lens[i] < 0 || (lens[i] > 0 && !hyps[i]))
-            return err_set(err, HARK_ERR_INVALID_ARG, "decoder: candidate %d has length %d", i,
-                           lens[i]);
-        if (lens[i] + 1 > d->max_len)
-            return err_set(err, HARK_ERR_TOO_LARGE,
-                           "decoder: candidate %d has %d tokens, more than the positional table "
-                           "allows (%d)",
-                           i, lens[i], d->max_len - 1);
-        for (int j = 0; j < lens[i]; j++)
-            if (hyps[i][j] < 0 || hyps[i][j] >= d->vocab)
-                return err_set(err, HARK_ERR_INVALID_ARG,
-                               "decoder: candidate %d token %d is %d, outside the vocabulary [0, "
-                               "%d)",
-                               i, j, hyps[i][j], d->vocab);
-        R += (size_t)lens[i] + 1;
-        if (lens[i] + 1 > max_rows)
-            max_rows = lens[i] + 1;
-    }
+    int st = wdec_check_candidates(d->max_len, d->vocab, hyps, lens, 0, n, &R, &max_rows, err);
+    if (st != HARK_OK)
+        return st;
     if ((opts->fwd_tok || (opts->rev_tok && do_right)) && opts->tok_ld < max_rows)
         return err_set(err, HARK_ERR_INVALID_ARG,
                        "decoder: tok_ld %d is less than the longest candidate + 1 (%d)",
@@ -429,7 +441,7 @@ int wenet_decoder_score(const wenet_decoder_model_t *d, const wenet_decoder_opts
             s.tok[r] = hyps[i][j], s.pos[r] = j + 1, r++;
     }
     emit_ctx_t ec = {d, opts, hyps, lens, fwd, opts->fwd_tok, 0};
-    run_stack(d, &d->left, &s, enc, T, n, lens, emit_scores, &ec);
+    run_stack(d, &d->wt.left, &s, enc, T, n, lens, emit_scores, &ec);
 
     /* right: <sos> + reversed(hyp) */
     if (do_right) {
@@ -439,7 +451,7 @@ int wenet_decoder_score(const wenet_decoder_model_t *d, const wenet_decoder_opts
                 s.tok[o + 1 + j] = hyps[i][lens[i] - 1 - j];
         }
         emit_ctx_t rc = {d, opts, hyps, lens, rev, opts->rev_tok, 1};
-        run_stack(d, &d->right, &s, enc, T, n, lens, emit_scores, &rc);
+        run_stack(d, &d->wt.right, &s, enc, T, n, lens, emit_scores, &rc);
     }
     hark_free(fbuf);
     hark_free(ibuf);

@@ -3,6 +3,7 @@
  * run_stack with cuBLAS FP32 GEMMs (TF32 off) and the ops of ops_cuda.h. In pre-norm models the
  * layer norm before each sub-layer is fused into the residual add of the one before it. */
 #include "model/decoder_gpu.h"
+#include "model/decoder_weights.h"
 
 #ifdef HARK_CUDA
 
@@ -21,32 +22,10 @@
 #define MAX_ALLOCS 1024
 #define LOGIT_ROWS 2048 /* rows of the output layer per GEMM (the logits of a chunk) */
 
-typedef struct {
-    const float *w, *b; /* device (out, in), (out) */
-} glin_t;
-
-typedef struct {
-    const float *g, *b; /* device (D) */
-} gnorm_t;
-
-typedef struct {
-    gnorm_t norm1, norm2, norm3;
-    glin_t sq, sk, sv, so, cq, ck, cv, co, w1, w2;
-} gblock_t;
-
-typedef struct {
-    const float *embed; /* (V, D) */
-    gblock_t *blocks;
-    int n_blocks;
-    gnorm_t after_norm; /* pre-norm only */
-    glin_t out;         /* (V, D) */
-} gstack_t;
-
 struct wenet_decoder_gpu {
     int d, h, dk, ffn, vocab, max_len, sos, eos, pre_norm, has_right;
-    gstack_t left, right;
-    gblock_t *blocks;
-    float *pe; /* (max_len, D) */
+    wdec_weights_t wt; /* device pointers (decoder_weights.h's layout, filled by upload_get) */
+    float *pe;         /* (max_len, D) */
     void *allocs[MAX_ALLOCS];
     int n_allocs;
     size_t bytes;
@@ -71,40 +50,36 @@ static int cuda_err(hark_err_t *err, cudaError_t e, const char *what)
 /* ---- weights ------------------------------------------------------------------------------- */
 
 typedef struct {
-    conformer_tensor_fn get;
+    conformer_tensor_fn get; /* the caller's source */
     void *user;
-    hark_err_t *err;
     wenet_decoder_gpu_t *m;
 } uploader_t;
 
-static int up(uploader_t *U, const float **dst, int ndim, int64_t d0, int64_t d1, const char *fmt,
-              ...) __attribute__((format(printf, 6, 7)));
-static int up(uploader_t *U, const float **dst, int ndim, int64_t d0, int64_t d1, const char *fmt,
-              ...)
+/* a conformer_tensor_fn for wdec_load: the source's tensor, copied to the device; *data is the
+ * device copy (freed with the model) */
+static int upload_get(void *user, const char *name, int ndim, const int64_t *shape,
+                      const float **data, hark_err_t *err)
 {
-    char name[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    int64_t shape[2] = {d0, d1};
+    uploader_t *U = user;
     const float *host = NULL;
-    int rc = U->get(U->user, name, ndim, shape, &host, U->err);
+    int rc = U->get(U->user, name, ndim, shape, &host, err);
     if (rc != HARK_OK)
         return rc;
     if (U->m->n_allocs >= MAX_ALLOCS)
-        return err_set(U->err, HARK_ERR_INTERNAL, "decoder (gpu): too many tensors");
-    size_t bytes = (size_t)d0 * (size_t)(ndim > 1 ? d1 : 1) * sizeof(float);
+        return err_set(err, HARK_ERR_INTERNAL, "decoder (gpu): too many tensors");
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= (size_t)shape[i];
     void *p = NULL;
-    cudaError_t e = cudaMalloc(&p, bytes);
+    cudaError_t e = cudaMalloc(&p, n * sizeof(float));
     if (e == cudaSuccess) {
         U->m->allocs[U->m->n_allocs++] = p;
-        e = cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice);
+        e = cudaMemcpy(p, host, n * sizeof(float), cudaMemcpyHostToDevice);
     }
     if (e != cudaSuccess)
-        return cuda_err(U->err, e, name);
-    U->m->bytes += bytes;
-    *dst = p;
+        return cuda_err(err, e, name);
+    U->m->bytes += n * sizeof(float);
+    *data = p;
     return HARK_OK;
 }
 
@@ -115,61 +90,13 @@ static int up(uploader_t *U, const float **dst, int ndim, int64_t d0, int64_t d1
             return rc_;                                                                            \
     } while (0)
 
-static int up_lin(uploader_t *U, glin_t *l, int out, int in, const char *p, const char *name)
-{
-    TRY(up(U, &l->w, 2, out, in, "%s%s.weight", p, name));
-    return up(U, &l->b, 1, out, 0, "%s%s.bias", p, name);
-}
-
-static int up_norm(uploader_t *U, gnorm_t *n, int d, const char *p, const char *name)
-{
-    TRY(up(U, &n->g, 1, d, 0, "%s%s.weight", p, name));
-    return up(U, &n->b, 1, d, 0, "%s%s.bias", p, name);
-}
-
-static int up_stack(uploader_t *U, gstack_t *s, const char *prefix)
-{
-    const wenet_decoder_gpu_t *m = U->m;
-    int d = m->d, f = m->ffn, v = m->vocab;
-    TRY(up(U, &s->embed, 2, v, d, "%sembed.0.weight", prefix));
-    for (int i = 0; i < s->n_blocks; i++) {
-        gblock_t *b = &s->blocks[i];
-        char p[200];
-        snprintf(p, sizeof p, "%sdecoders.%d.", prefix, i);
-        TRY(up_lin(U, &b->sq, d, d, p, "self_attn.linear_q"));
-        TRY(up_lin(U, &b->sk, d, d, p, "self_attn.linear_k"));
-        TRY(up_lin(U, &b->sv, d, d, p, "self_attn.linear_v"));
-        TRY(up_lin(U, &b->so, d, d, p, "self_attn.linear_out"));
-        TRY(up_lin(U, &b->cq, d, d, p, "src_attn.linear_q"));
-        TRY(up_lin(U, &b->ck, d, d, p, "src_attn.linear_k"));
-        TRY(up_lin(U, &b->cv, d, d, p, "src_attn.linear_v"));
-        TRY(up_lin(U, &b->co, d, d, p, "src_attn.linear_out"));
-        TRY(up_lin(U, &b->w1, f, d, p, "feed_forward.w_1"));
-        TRY(up_lin(U, &b->w2, d, f, p, "feed_forward.w_2"));
-        TRY(up_norm(U, &b->norm1, d, p, "norm1"));
-        TRY(up_norm(U, &b->norm2, d, p, "norm2"));
-        TRY(up_norm(U, &b->norm3, d, p, "norm3"));
-    }
-    if (m->pre_norm)
-        TRY(up_norm(U, &s->after_norm, d, prefix, "after_norm"));
-    return up_lin(U, &s->out, v, d, prefix, "output_layer");
-}
-
 int wenet_decoder_gpu_create(const wenet_config_t *cfg, conformer_tensor_fn get, void *user,
                              wenet_decoder_gpu_t **out, hark_err_t *err)
 {
     *out = NULL;
-    if (cfg->decoder != DECODER_TRANSFORMER && cfg->decoder != DECODER_BITRANSFORMER)
-        return err_set(err, HARK_ERR_INVALID_ARG, "decoder: the model has no attention decoder");
-    if (cfg->d_model <= 0 || cfg->d_model % 2 || cfg->dec_heads <= 0 ||
-        cfg->d_model % cfg->dec_heads || cfg->dec_ffn_dim <= 0 || cfg->vocab_size <= 0 ||
-        cfg->dec_blocks < 0 || cfg->dec_r_blocks < 0 || cfg->max_len < 2 || cfg->sos < 0 ||
-        cfg->sos >= cfg->vocab_size || cfg->eos < 0 || cfg->eos >= cfg->vocab_size)
-        return err_set(err, HARK_ERR_INVALID_ARG,
-                       "decoder: bad sizes (d_model %d, heads %d, ffn %d, vocab %d, blocks %d/%d, "
-                       "max_len %d, sos %d, eos %d)",
-                       cfg->d_model, cfg->dec_heads, cfg->dec_ffn_dim, cfg->vocab_size,
-                       cfg->dec_blocks, cfg->dec_r_blocks, cfg->max_len, cfg->sos, cfg->eos);
+    int rc = wdec_check_config(cfg, err);
+    if (rc != HARK_OK)
+        return rc;
     if (cfg->d_model / cfg->dec_heads > 128)
         return err_set(err, HARK_ERR_UNSUPPORTED,
                        "decoder (gpu): head width %d (the GPU attention takes up to 128)",
@@ -192,20 +119,8 @@ int wenet_decoder_gpu_create(const wenet_config_t *cfg, conformer_tensor_fn get,
     m->eos = cfg->eos;
     m->pre_norm = cfg->dec_normalize_before;
     m->has_right = cfg->decoder == DECODER_BITRANSFORMER;
-    m->left.n_blocks = cfg->dec_blocks;
-    m->right.n_blocks = m->has_right ? cfg->dec_r_blocks : 0;
-    int nb = m->left.n_blocks + m->right.n_blocks;
-    m->blocks = hark_calloc(nb > 0 ? (size_t)nb : 1, sizeof *m->blocks);
-    if (!m->blocks) {
-        wenet_decoder_gpu_destroy(m);
-        return err_set(err, HARK_ERR_NOMEM, "decoder (gpu): out of memory");
-    }
-    m->left.blocks = m->blocks;
-    m->right.blocks = m->blocks + m->left.n_blocks;
-    uploader_t U = {get, user, err, m};
-    int rc = up_stack(&U, &m->left, m->has_right ? "decoder.left_decoder." : "decoder.");
-    if (rc == HARK_OK && m->has_right)
-        rc = up_stack(&U, &m->right, "decoder.right_decoder.");
+    uploader_t U = {get, user, m};
+    rc = wdec_load(cfg, upload_get, &U, &m->wt, err);
     if (rc == HARK_OK) {
         size_t bytes = (size_t)m->max_len * m->d * sizeof(float);
         cudaError_t e = cudaMalloc((void **)&m->pe, bytes);
@@ -231,7 +146,7 @@ void wenet_decoder_gpu_destroy(wenet_decoder_gpu_t *d)
     for (int i = 0; i < d->n_allocs; i++)
         cudaFree(d->allocs[i]);
     cudaFree(d->pe);
-    hark_free(d->blocks);
+    wdec_free(&d->wt);
     hark_free(d);
 }
 
@@ -337,8 +252,8 @@ void wenet_decoder_gpu_state_destroy(wenet_decoder_gpu_state_t *s)
 /* ---- scoring ------------------------------------------------------------------------------- */
 
 /* x = x + o, then (pre-norm) t = LN(x; next) or (post-norm) x = LN(x; cur) */
-static int residual(wenet_decoder_gpu_state_t *s, int R, const gnorm_t *cur, const gnorm_t *next,
-                    hark_err_t *err)
+static int residual(wenet_decoder_gpu_state_t *s, int R, const wdec_norm_t *cur,
+                    const wdec_norm_t *next, hark_err_t *err)
 {
     const wenet_decoder_gpu_t *d = s->d;
     if (d->pre_norm)
@@ -350,7 +265,7 @@ static int residual(wenet_decoder_gpu_state_t *s, int R, const gnorm_t *cur, con
 
 /* One stack over the R rows whose inputs are at tok (device); the gathered log-prob of each
  * row's target lands in s->lp. Encoder rows E (ke/ve projected from d_enc). */
-static int run_stack(wenet_decoder_gpu_state_t *s, const gstack_t *st, const int *tok,
+static int run_stack(wenet_decoder_gpu_state_t *s, const wdec_stack_t *st, const int *tok,
                      const int *tgt, const float *d_enc, int E, int R, hark_err_t *err)
 {
     const wenet_decoder_gpu_t *d = s->d;
@@ -363,13 +278,13 @@ static int run_stack(wenet_decoder_gpu_state_t *s, const gstack_t *st, const int
     void *strm = s->stream;
     TRY(cuda_embed_pos(s->x, st->embed, d->pe, tok, pos, R, D, sqrtf((float)D), strm, err));
     /* the first sub-layer's input: LN(x) (pre-norm; after_norm when there are no blocks) */
-    const gnorm_t *first = st->n_blocks ? &st->blocks[0].norm1 : &st->after_norm;
+    const wdec_norm_t *first = st->n_blocks ? &st->blocks[0].norm1 : &st->after_norm;
     if (d->pre_norm)
         TRY(cuda_layer_norm(s->t, OPS_F32, s->x, first->g, first->b, R, D, LN_EPS, strm, err));
     const float *in = d->pre_norm ? s->t : s->x;
     for (int b = 0; b < st->n_blocks; b++) {
-        const gblock_t *bk = &st->blocks[b];
-        const gnorm_t *next = b + 1 < st->n_blocks ? &st->blocks[b + 1].norm1 : &st->after_norm;
+        const wdec_block_t *bk = &st->blocks[b];
+        const wdec_norm_t *next = b + 1 < st->n_blocks ? &st->blocks[b + 1].norm1 : &st->after_norm;
         /* causal self-attention over the candidate's own rows */
         TRY(cuda_linear(s->q, in, bk->sq.w, OPS_F32, bk->sq.b, R, D, D, CUDA_ACT_NONE, s->g, err));
         TRY(cuda_linear(s->k, in, bk->sk.w, OPS_F32, bk->sk.b, R, D, D, CUDA_ACT_NONE, s->g, err));
@@ -436,30 +351,15 @@ int wenet_decoder_gpu_score(wenet_decoder_gpu_state_t *s, const float *d_enc, in
     const wenet_decoder_gpu_t *d = s->d;
     if (batch < 0 || t_stride < 0 || (batch > 0 && (!enc_lens || !n)))
         return err_set(err, HARK_ERR_INVALID_ARG, "decoder (gpu): bad arguments (batch %d)", batch);
-    int total = 0;
+    int total = 0, max_rows = 0;
     size_t R = 0;
     for (int b = 0; b < batch; b++) {
         if (n[b] < 0 || (n[b] > 0 && (enc_lens[b] < 1 || enc_lens[b] > t_stride)))
             return err_set(err, HARK_ERR_INVALID_ARG,
                            "decoder (gpu): utterance %d: %d candidates, %d frames (stride %d)", b,
                            n[b], enc_lens[b], t_stride);
-        for (int i = total; i < total + n[b]; i++) {
-            if (lens[i] < 0 || (lens[i] > 0 && !hyps[i]))
-                return err_set(err, HARK_ERR_INVALID_ARG, "decoder: candidate %d has length %d", i,
-                               lens[i]);
-            if (lens[i] + 1 > d->max_len)
-                return err_set(err, HARK_ERR_TOO_LARGE,
-                               "decoder: candidate %d has %d tokens, more than the positional "
-                               "table allows (%d)",
-                               i, lens[i], d->max_len - 1);
-            for (int j = 0; j < lens[i]; j++)
-                if (hyps[i][j] < 0 || hyps[i][j] >= d->vocab)
-                    return err_set(err, HARK_ERR_INVALID_ARG,
-                                   "decoder: candidate %d token %d is %d, outside the vocabulary "
-                                   "[0, %d)",
-                                   i, j, hyps[i][j], d->vocab);
-            R += (size_t)lens[i] + 1;
-        }
+        TRY(wdec_check_candidates(d->max_len, d->vocab, hyps, lens, total, n[b], &R, &max_rows,
+                                  err));
         total += n[b];
     }
     int do_right = d->has_right && reverse_weight > 0.0f;
@@ -501,12 +401,12 @@ int wenet_decoder_gpu_score(wenet_decoder_gpu_state_t *s, const float *d_enc, in
     if (e != cudaSuccess)
         rc = cuda_err(err, e, "upload");
     if (rc == HARK_OK &&
-        (rc = run_stack(s, &d->left, s->ibuf + I_TOK_L * Rz, s->ibuf + I_TGT_L * Rz, d_enc, (int)E,
-                        (int)R, err)) == HARK_OK)
+        (rc = run_stack(s, &d->wt.left, s->ibuf + I_TOK_L * Rz, s->ibuf + I_TGT_L * Rz, d_enc,
+                        (int)E, (int)R, err)) == HARK_OK)
         sum_scores(s->hlp, off, lens, total, 0, fwd);
     if (rc == HARK_OK && do_right &&
-        (rc = run_stack(s, &d->right, s->ibuf + I_TOK_R * Rz, s->ibuf + I_TGT_R * Rz, d_enc, (int)E,
-                        (int)R, err)) == HARK_OK &&
+        (rc = run_stack(s, &d->wt.right, s->ibuf + I_TOK_R * Rz, s->ibuf + I_TGT_R * Rz, d_enc,
+                        (int)E, (int)R, err)) == HARK_OK &&
         rev)
         sum_scores(s->hlp, off, lens, total, 1, rev);
     hark_free(off);
