@@ -66,7 +66,7 @@ struct wenet_worker {
     int max_te;                      /* encoder frames of the longest utterance */
     /* wenet_worker_profile: events between the GPU stages, host clock readings, totals */
     int prof, prof_calls;
-    cudaEvent_t ev[WENET_PROF_DOWNLOAD + 2];
+    cudaEvent_t ev[WENET_PROF_DOWNLOAD + 4]; /* the stages, then the decoder's two */
     double t_issued, t_synced; /* clock_now_s when all work was enqueued / the GPU was done */
     double prof_ms[WENET_PROF_STAGES];
 #endif
@@ -351,7 +351,7 @@ void wenet_worker_destroy(wenet_worker_t *w)
     if (!w)
         return;
 #ifdef HARK_CUDA
-    for (int i = 0; i < WENET_PROF_DOWNLOAD + 2; i++)
+    for (int i = 0; i < WENET_PROF_DOWNLOAD + 4; i++)
         if (w->ev[i])
             cudaEventDestroy(w->ev[i]);
     wenet_decoder_gpu_state_destroy(w->gdec);
@@ -698,10 +698,19 @@ static int decode_gpu_nbest(wenet_worker_t *w, const wenet_decode_opts_t *o, int
                 hy[coff[b] + i] = nbs[b].tokens[i];
                 ln[coff[b] + i] = nbs[b].lens[i];
             }
+        cudaStream_t st = (cudaStream_t)conformer_gpu_stream(w->gstate);
+        if (w->prof)
+            cudaEventRecord(w->ev[WENET_PROF_DOWNLOAD + 2], st);
         if (!rc)
             rc =
                 wenet_decoder_gpu_score(w->gdec, w->d_enc, te, w->enc_lens, batch, cn,
                                         (const int *const *)hy, ln, o->reverse_weight, gf, gr, err);
+        float ms = 0;
+        if (w->prof && !rc && cudaEventRecord(w->ev[WENET_PROF_DOWNLOAD + 3], st) == cudaSuccess &&
+            cudaEventSynchronize(w->ev[WENET_PROF_DOWNLOAD + 3]) == cudaSuccess &&
+            cudaEventElapsedTime(&ms, w->ev[WENET_PROF_DOWNLOAD + 2],
+                                 w->ev[WENET_PROF_DOWNLOAD + 3]) == cudaSuccess)
+            w->prof_ms[WENET_PROF_DECODER] += ms;
     }
     for (int b = 0; b < batch; b++) {
         if (rc) {
@@ -725,9 +734,9 @@ static int decode_gpu_nbest(wenet_worker_t *w, const wenet_decode_opts_t *o, int
 static int recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const float *const *pcm,
                      const size_t *n, int batch, wenet_result_t *results, hark_err_t *err);
 
-static const char *const prof_names[WENET_PROF_STAGES] = {"upload",    "features",   "encoder",
-                                                          "ctc",       "download",   "host issue",
-                                                          "host wait", "host after", "wall"};
+static const char *const prof_names[WENET_PROF_STAGES] = {
+    "upload",  "features",   "encoder",   "ctc",        "download",
+    "decoder", "host issue", "host wait", "host after", "wall"};
 
 const char *wenet_prof_stage_name(int stage)
 {
@@ -739,7 +748,7 @@ int wenet_worker_profile(wenet_worker_t *w, int on, hark_err_t *err)
 #ifdef HARK_CUDA
     if (w->asr->device >= 0) {
         cudaSetDevice(w->asr->device);
-        for (int i = 0; on && i < WENET_PROF_DOWNLOAD + 2; i++) {
+        for (int i = 0; on && i < WENET_PROF_DOWNLOAD + 4; i++) {
             cudaError_t e = w->ev[i] ? cudaSuccess : cudaEventCreate(&w->ev[i]);
             if (e != cudaSuccess)
                 return err_set(err, HARK_ERR_CUDA, "profile events: %s", cudaGetErrorString(e));

@@ -116,7 +116,8 @@ void wenet_result_free(wenet_result_t *r);
  * GPU path records CUDA events between its stages (graphs stay on) and host clock readings, and
  * adds their times (ms) to totals that wenet_worker_profile_read returns with the number of calls
  * since profiling was turned on. GPU stages: the PCM upload, features, encoder (forward), CTC
- * (head + argmax or log-softmax + search), download of the results; host: issuing the work
+ * (head + argmax or log-softmax + search), download of the results, and the attention decoder
+ * of GPU rescoring (which runs after the wait, inside "host after"); host: issuing the work
  * (entry until everything is enqueued), waiting for the GPU, what follows the GPU (decoding,
  * detokenization), and the whole call. HARK_ERR_UNSUPPORTED for a CPU worker. */
 enum {
@@ -125,6 +126,7 @@ enum {
     WENET_PROF_ENCODER,
     WENET_PROF_CTC,
     WENET_PROF_DOWNLOAD,
+    WENET_PROF_DECODER, /* attention rescoring's decoder on the GPU (part of host after) */
     WENET_PROF_HOST_ISSUE,
     WENET_PROF_HOST_WAIT,
     WENET_PROF_HOST_AFTER,

@@ -1061,26 +1061,35 @@ __global__ void __launch_bounds__(SA_THREADS)
             vs[j * dk + c] = in ? v[src] : 0.0f;
         }
         __syncthreads();
+        /* lane j scores key j against the warp's RPW rows at once (each key element read once) */
+        int key = k0 + lane;
+        float t[RPW], p[RPW];
+        bool ok[RPW];
 #pragma unroll
         for (int a = 0; a < RPW; a++) {
-            int i = warp * RPW + a, key = k0 + lane;
-            bool ok = lane < kn && key >= rb[i] && key < rb[i] + rl[i];
-            float sc = -INFINITY;
-            if (ok) {
-                const float *qr = qs + i * dk, *kr = ks + lane * (dk + 1);
-                float t = 0.0f;
-                for (int c = 0; c < dk; c++)
-                    t += qr[c] * kr[c];
-                sc = t;
-            }
-            float cm = sc;
+            int i = warp * RPW + a;
+            ok[a] = lane < kn && key >= rb[i] && key < rb[i] + rl[i];
+            t[a] = 0.0f;
+        }
+        const float *kr = ks + lane * (dk + 1), *q0 = qs + warp * RPW * dk;
+        for (int c = 0; c < dk; c++) {
+            float kv = kr[c];
+#pragma unroll
+            for (int a = 0; a < RPW; a++)
+                t[a] += q0[a * dk + c] * kv;
+        }
+#pragma unroll
+        for (int a = 0; a < RPW; a++) {
+            float sc = ok[a] ? t[a] : -INFINITY, cm = sc;
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1)
                 cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
-            if (cm == -INFINITY) /* no key of this chunk for the row */
+            p[a] = 0.0f;
+            if (cm == -INFINITY) /* no key of this chunk for the row: its state stays */
                 continue;
-            float mn = fmaxf(m[a], cm), corr = expf(m[a] - mn), p = ok ? expf(sc - mn) : 0.0f;
-            float ps = p;
+            float mn = fmaxf(m[a], cm), corr = expf(m[a] - mn);
+            p[a] = ok[a] ? expf(sc - mn) : 0.0f;
+            float ps = p[a];
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1)
                 ps += __shfl_xor_sync(0xffffffffu, ps, o);
@@ -1089,15 +1098,28 @@ __global__ void __launch_bounds__(SA_THREADS)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 acc[a][e] *= corr;
-            for (int j = 0; j < kn; j++) {
-                float pj = __shfl_sync(0xffffffffu, p, j);
-                if (pj == 0.0f) /* a key outside the row's run (maybe padding, NaN): skipped */
-                    continue;
+        }
+        /* the value rows, each element read once for the RPW rows; a key no row takes (outside
+         * every run: maybe padding, NaN) is skipped */
+        for (int j = 0; j < kn; j++) {
+            float pj[RPW];
+            bool any = false;
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int c = lane + 32 * e;
-                    if (c < dk)
-                        acc[a][e] += pj * vs[j * dk + c];
+            for (int a = 0; a < RPW; a++) {
+                pj[a] = __shfl_sync(0xffffffffu, p[a], j);
+                any |= pj[a] != 0.0f;
+            }
+            if (!any)
+                continue;
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int c = lane + 32 * e;
+                if (c < dk) {
+                    float vv = vs[j * dk + c];
+#pragma unroll
+                    for (int a = 0; a < RPW; a++)
+                        if (pj[a] != 0.0f)
+                            acc[a][e] += pj[a] * vv;
                 }
             }
         }
