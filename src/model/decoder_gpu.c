@@ -39,7 +39,7 @@ struct wenet_decoder_gpu_state {
     float *x, *t, *q, *k, *v, *ctx, *o, *hid, *ke, *ve, *logits, *lp;
     int *ibuf;  /* device: tok_l, tok_r, pos, tgt_l, tgt_r, kb_self, kl_self, kb_src, kl_src */
     int *hibuf; /* pinned host staging of the same */
-    float *hlp; /* pinned (cap_rows) the gathered log-probs */
+    float *hlp; /* pinned (2 · cap_rows) the gathered log-probs: left rows, then right */
 };
 
 static int cuda_err(hark_err_t *err, cudaError_t e, const char *what)
@@ -202,7 +202,7 @@ static int reserve(wenet_decoder_gpu_state_t *s, size_t R, size_t E, hark_err_t 
                 {&s->ke, E * D},
                 {&s->ve, E * D},
                 {&s->logits, chunk * d->vocab},
-                {&s->lp, R}};
+                {&s->lp, 2 * R}};
     cudaError_t e = cudaSuccess;
     for (size_t i = 0; i < sizeof want / sizeof want[0] && e == cudaSuccess; i++)
         e = cudaMalloc((void **)want[i].p, want[i].n * sizeof(float) + 16);
@@ -211,7 +211,7 @@ static int reserve(wenet_decoder_gpu_state_t *s, size_t R, size_t E, hark_err_t 
     if (e == cudaSuccess)
         e = cudaMallocHost((void **)&s->hibuf, I_N * R * sizeof(int));
     if (e == cudaSuccess)
-        e = cudaMallocHost((void **)&s->hlp, R * sizeof(float));
+        e = cudaMallocHost((void **)&s->hlp, 2 * R * sizeof(float));
     if (e != cudaSuccess) {
         free_scratch(s);
         return cuda_err(err, e, "scratch");
@@ -263,10 +263,10 @@ static int residual(wenet_decoder_gpu_state_t *s, int R, const wdec_norm_t *cur,
                                     cur->b, 1, 1, R, d->d, LN_EPS, s->stream, err);
 }
 
-/* One stack over the R rows whose inputs are at tok (device); the gathered log-prob of each
- * row's target lands in s->lp. Encoder rows E (ke/ve projected from d_enc). */
+/* Enqueues one stack over the R rows whose inputs are at tok (device); the gathered log-prob of
+ * each row's target lands in lp (device, R). Encoder rows E (ke/ve projected from d_enc). */
 static int run_stack(wenet_decoder_gpu_state_t *s, const wdec_stack_t *st, const int *tok,
-                     const int *tgt, const float *d_enc, int E, int R, hark_err_t *err)
+                     const int *tgt, const float *d_enc, int E, int R, float *lp, hark_err_t *err)
 {
     const wenet_decoder_gpu_t *d = s->d;
     int D = d->d, H = d->h, dk = d->dk, F = d->ffn, V = d->vocab;
@@ -318,13 +318,9 @@ static int run_stack(wenet_decoder_gpu_state_t *s, const wdec_stack_t *st, const
         int n = R - r0 < LOGIT_ROWS ? R - r0 : LOGIT_ROWS;
         TRY(cuda_linear(s->logits, in + (size_t)r0 * D, st->out.w, OPS_F32, NULL, n, D, V,
                         CUDA_ACT_NONE, s->g, err));
-        TRY(cuda_lse_gather(s->lp + r0, s->logits, V, st->out.b, tgt + r0, n, V, strm, err));
+        TRY(cuda_lse_gather(lp + r0, s->logits, V, st->out.b, tgt + r0, n, V, strm, err));
     }
-    cudaError_t e = cudaMemcpyAsync(s->hlp, s->lp, sizeof(float) * (size_t)R,
-                                    cudaMemcpyDeviceToHost, (cudaStream_t)strm);
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize((cudaStream_t)strm);
-    return e == cudaSuccess ? HARK_OK : cuda_err(err, e, "scores");
+    return HARK_OK;
 }
 
 /* candidate scores from the gathered log-probs, summed in float32 in WeNet's order: tokens in
@@ -400,15 +396,23 @@ int wenet_decoder_gpu_score(wenet_decoder_gpu_state_t *s, const float *d_enc, in
                                     cudaMemcpyHostToDevice, (cudaStream_t)s->stream);
     if (e != cudaSuccess)
         rc = cuda_err(err, e, "upload");
+    /* both stacks, then one download and one wait */
+    if (rc == HARK_OK)
+        rc = run_stack(s, &d->wt.left, s->ibuf + I_TOK_L * Rz, s->ibuf + I_TGT_L * Rz, d_enc,
+                       (int)E, (int)R, s->lp, err);
+    if (rc == HARK_OK && do_right)
+        rc = run_stack(s, &d->wt.right, s->ibuf + I_TOK_R * Rz, s->ibuf + I_TGT_R * Rz, d_enc,
+                       (int)E, (int)R, s->lp + R, err);
     if (rc == HARK_OK &&
-        (rc = run_stack(s, &d->wt.left, s->ibuf + I_TOK_L * Rz, s->ibuf + I_TGT_L * Rz, d_enc,
-                        (int)E, (int)R, err)) == HARK_OK)
+        ((e = cudaMemcpyAsync(s->hlp, s->lp, sizeof(float) * (do_right ? 2 : 1) * R,
+                              cudaMemcpyDeviceToHost, (cudaStream_t)s->stream)) != cudaSuccess ||
+         (e = cudaStreamSynchronize((cudaStream_t)s->stream)) != cudaSuccess))
+        rc = cuda_err(err, e, "scores");
+    if (rc == HARK_OK) {
         sum_scores(s->hlp, off, lens, total, 0, fwd);
-    if (rc == HARK_OK && do_right &&
-        (rc = run_stack(s, &d->wt.right, s->ibuf + I_TOK_R * Rz, s->ibuf + I_TGT_R * Rz, d_enc,
-                        (int)E, (int)R, err)) == HARK_OK &&
-        rev)
-        sum_scores(s->hlp, off, lens, total, 1, rev);
+        if (do_right && rev)
+            sum_scores(s->hlp + R, off, lens, total, 1, rev);
+    }
     hark_free(off);
     return rc;
 }

@@ -11,6 +11,7 @@
 #include "model/safetensors.h"
 #include "model/wenet_config.h"
 #include "support/golden_model.h"
+#include "support/synth_decoder.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -396,20 +397,7 @@ static void bank_free(bank_t *bk)
 static wenet_config_t synth_config(wenet_decoder_t type, int heads, int ffn, int blocks,
                                    int r_blocks, int pre_norm)
 {
-    wenet_config_t c;
-    memset(&c, 0, sizeof c);
-    c.d_model = 24;
-    c.max_len = 64;
-    c.decoder = type;
-    c.dec_heads = heads;
-    c.dec_ffn_dim = ffn;
-    c.dec_blocks = blocks;
-    c.dec_r_blocks = r_blocks;
-    c.dec_normalize_before = pre_norm;
-    c.vocab_size = 19;
-    c.sos = c.eos = 18;
-    c.reverse_weight = type == DECODER_BITRANSFORMER ? 0.4f : 0.0f;
-    return c;
+    return synth_decoder_config(type, 24, heads, ffn, blocks, r_blocks, pre_norm, 19);
 }
 
 /* Batched scores and per-token log-probs of n candidates vs each candidate alone. */

@@ -13,6 +13,7 @@
 #include "model/safetensors.h"
 #include "model/synth_weights.h"
 #include "support/golden_model.h"
+#include "support/synth_decoder.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -148,24 +149,7 @@ GPU_TEST(decoder_gpu_golden_nbest_batch)
     st_close(st);
 }
 
-static wenet_config_t synth_config(wenet_decoder_t type, int d, int heads, int ffn, int blocks,
-                                   int r_blocks, int pre_norm, int vocab)
-{
-    wenet_config_t c;
-    memset(&c, 0, sizeof c);
-    c.d_model = d;
-    c.max_len = 64;
-    c.decoder = type;
-    c.dec_heads = heads;
-    c.dec_ffn_dim = ffn;
-    c.dec_blocks = blocks;
-    c.dec_r_blocks = r_blocks;
-    c.dec_normalize_before = pre_norm;
-    c.vocab_size = vocab;
-    c.sos = c.eos = vocab - 1;
-    c.reverse_weight = type == DECODER_BITRANSFORMER ? 0.4f : 0.0f;
-    return c;
-}
+#define synth_config synth_decoder_config
 
 GPU_TEST(decoder_gpu_matches_cpu_synthetic)
 {
