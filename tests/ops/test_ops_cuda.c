@@ -1728,7 +1728,6 @@ GPU_TEST(cuda_hgemm_lse_argmax_matches_ref)
     CHECK(cuda_hgemm(&e, NULL, 8, NULL, 4, 500, 8, g, &err) == HARK_ERR_INVALID_ARG);
     ops_cuda_destroy(g);
 }
-#endif
 
 /* the attention decoder's row ops (cuda_embed_pos, cuda_segment_attention, cuda_lse_gather)
  * against their CPU references on ragged, awkward sizes */
@@ -1835,3 +1834,4 @@ GPU_TEST(cuda_decoder_row_ops_match_ref)
     CHECK(cuda_lse_gather(NULL, NULL, 5, NULL, NULL, 1, 7, NULL, &err) == HARK_ERR_INVALID_ARG);
     printf("    segment attention rel rms %.3g, lse gather %.3g\n", worst, worst_l);
 }
+#endif
