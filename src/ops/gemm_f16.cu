@@ -20,8 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BK 32      /* k per pipeline stage */
-#define LDS BK     /* shared-memory row in halves (64 bytes), its four 16-byte chunks swizzled */
+#define BK 32  /* k per pipeline stage */
+#define LDS BK /* shared-memory row in halves (64 bytes), its four 16-byte chunks swizzled */
 #define STAGES 4
 
 /* A operand: plain rows (A[m][k] at a + m·lda + k) or the implicit im2col of a channel-last image
@@ -475,25 +475,11 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 
 /* d (64 × 128, this warpgroup's fragments) += A (64 × 16) · B (128 × 16)ᵀ from shared memory */
 #define WGMMA_M64N128K16_ASM(TY)                                                                   \
-    asm volatile(                                                                                  \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                                 \
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " "                               \
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "   \
-        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "    \
-        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "    \
-        "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"    \
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),      \
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),  \
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),            \
-          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),            \
-          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),            \
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),            \
-          "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),            \
-          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),            \
-          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),            \
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),            \
-          "+f"(d[62]), "+f"(d[63])                                                                 \
-        : "l"(da), "l"(db))
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                        \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " WG_R64               \
+                 ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                                 \
+                 : WG_D64                                                                          \
+                 : "l"(da), "l"(db))
 template <typename T>
 __device__ __forceinline__ void wgmma_m64n128k16(float d[64], uint64_t da, uint64_t db)
 {
@@ -506,40 +492,11 @@ __device__ __forceinline__ void wgmma_m64n128k16(float d[64], uint64_t da, uint6
 
 /* d (64 × 256, this warpgroup's fragments) += A (64 × 16) · B (256 × 16)ᵀ from shared memory */
 #define WGMMA_M64N256K16_ASM(TY)                                                                   \
-    asm volatile(                                                                                  \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                                 \
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " "                               \
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "   \
-        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "    \
-        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "    \
-        "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, "    \
-        "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, "    \
-        "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, "      \
-        "%103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, "     \
-        "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, " \
-        "0, 0;\n}\n"                                                                               \
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),      \
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),  \
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),            \
-          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),            \
-          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),            \
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),            \
-          "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),            \
-          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),            \
-          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),            \
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),            \
-          "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]),            \
-          "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]),            \
-          "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),            \
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]),            \
-          "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),            \
-          "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),            \
-          "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),        \
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),      \
-          "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),      \
-          "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),      \
-          "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])       \
-        : "l"(da), "l"(db))
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                        \
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " " WG_R128              \
+                 ", %128, %129, p, 1, 1, 0, 0;\n}\n"                                               \
+                 : WG_D128                                                                         \
+                 : "l"(da), "l"(db))
 template <typename T>
 __device__ __forceinline__ void wgmma_m64n256k16(float d[128], uint64_t da, uint64_t db)
 {
@@ -671,9 +628,9 @@ __global__ void __launch_bounds__(WG_THREADS, STG == 3 && BN == 128 ? 2 : 1)
 static int launched(hark_err_t *err, const char *what)
 {
     cudaError_t e = cudaGetLastError();
-    return e != cudaSuccess ? err_set(err, HARK_ERR_CUDA, "cuda: %s: %s", what,
-                                      cudaGetErrorString(e))
-                            : HARK_OK;
+    return e != cudaSuccess
+               ? err_set(err, HARK_ERR_CUDA, "cuda: %s: %s", what, cudaGetErrorString(e))
+               : HARK_OK;
 }
 
 template <typename T, int BM, int BN, int WM, int WN, int MODE, int ACT, int CONV>
@@ -830,8 +787,10 @@ static int epi_check(const cuda_epi_t *e, int N, hark_err_t *err)
     if (e->mode < CUDA_EPI_F16 || e->mode > CUDA_EPI_GLU16)
         return err_set(err, HARK_ERR_INVALID_ARG, "hgemm: epilogue %d", (int)e->mode);
     if (e->mode == CUDA_EPI_LSE && (e->ldo != CUDA_LSE_TILES(N) || !al16(e->out)))
-        return err_set(err, HARK_ERR_INVALID_ARG, "hgemm: LSE partials need ldo = %d, 16-byte "
-                       "alignment", CUDA_LSE_TILES(N));
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "hgemm: LSE partials need ldo = %d, 16-byte "
+                       "alignment",
+                       CUDA_LSE_TILES(N));
     if (e->mode == CUDA_EPI_GLU16 && (N % 2 || e->ldo < N / 2))
         return err_set(err, HARK_ERR_INVALID_ARG, "hgemm: GLU needs n even (%d), ldo >= n / 2", N);
     if (e->pe && e->pe_rows <= 0)
@@ -1098,8 +1057,8 @@ static int hgemm_rows_dt(const cuda_epi_t *epi, const void *a, long long lda, co
     return hgemm_rows<__half>(epi, a, lda, w, m, n, k, st, wg, err);
 }
 
-extern "C" int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, const void *w,
-                          int m, int n, int k, ops_cuda_t *g, hark_err_t *err)
+extern "C" int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, const void *w, int m,
+                          int n, int k, ops_cuda_t *g, hark_err_t *err)
 {
     int rc = epi_check(epi, n, err);
     if (rc != HARK_OK)
@@ -1134,7 +1093,8 @@ extern "C" int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, c
     }
     /* AUTO: cuBLASLt where it expresses the epilogue, except an activation it lacks (a second
      * pass over the output) on a GEMM too small for that to pay */
-    int post = epi->mode == CUDA_EPI_F16 && (epi->act == CUDA_ACT_SWISH || epi->act == CUDA_ACT_GELU);
+    int post =
+        epi->mode == CUDA_EPI_F16 && (epi->act == CUDA_ACT_SWISH || epi->act == CUDA_ACT_GELU);
     /* AUTO runs swish/GELU as cuBLASLt + a second pass (H100, FFN w1 at batch 256: 0.31 ms
      * against 0.37 for the fused mma.sync or wgmma kernels); HARK_LT_ACT_PASS=0 keeps them fused */
     static int lt_post = -1;
@@ -1167,7 +1127,8 @@ extern "C" int cuda_hconv2d(const cuda_epi_t *epi, const void *in, const void *w
                        "hconv2d: cin %d (a multiple of 8), kernel %dx%d, stride %d, operands "
                        "16-byte aligned",
                        cin, kh, kw, stride);
-    int h_out = h < kh ? 0 : (h - kh) / stride + 1, w_out = w_in < kw ? 0 : (w_in - kw) / stride + 1;
+    int h_out = h < kh ? 0 : (h - kh) / stride + 1,
+        w_out = w_in < kw ? 0 : (w_in - kw) / stride + 1;
     if (batch <= 0 || h_out <= 0 || w_out <= 0)
         return HARK_OK;
     long long m = (long long)batch * h_out * w_out;

@@ -19,7 +19,7 @@
 
 /* one prepared cuBLASLt matmul: descriptors and the heuristic's algorithm for a shape */
 struct lt_plan {
-    unsigned long long used; /* 0: free */
+    unsigned long long used;                  /* 0: free */
     int m, n, k, mode, act, has_bias, dt, ok; /* dt: ops_dtype_t of the operands */
     long long lda, ldo;
     cublasLtMatmulDesc_t op;
@@ -94,6 +94,32 @@ static inline cudaError_t ops_smem_opt_in(const void *kern, size_t bytes, bool *
         set[dev] = true;
     return e;
 }
+
+/* ---- operand lists of the wgmma instructions (gemm_f16.cu, ffn_f16.cu) ---------------------
+ * WG_D<n>: the n FP32 accumulators d[0 .. n) as "+f" operands %0 .. %n-1; WG_R<n>: the matching
+ * "{%0, ..., %n-1}" register list of the instruction text. */
+#define WG_D4(i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
+#define WG_D16(i) WG_D4(i), WG_D4((i) + 4), WG_D4((i) + 8), WG_D4((i) + 12)
+#define WG_D32 WG_D16(0), WG_D16(16)
+#define WG_D64 WG_D32, WG_D16(32), WG_D16(48)
+#define WG_D128 WG_D64, WG_D16(64), WG_D16(80), WG_D16(96), WG_D16(112)
+#define WG_R32                                                                                     \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "  \
+    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define WG_R64                                                                                     \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "  \
+    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "   \
+    "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "   \
+    "%56, %57, %58, %59, %60, %61, %62, %63}"
+#define WG_R128                                                                                    \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "  \
+    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "   \
+    "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "   \
+    "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "   \
+    "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "   \
+    "%92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "     \
+    "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, "   \
+    "%123, %124, %125, %126, %127}"
 
 /* ---- the two 16-bit element types --------------------------------------------------------
  * h16<T> for T = __half (OPS_F16) or __nv_bfloat16 (OPS_BF16): the conversions, all round to
