@@ -36,6 +36,8 @@ struct wenet_decoder_gpu_state {
     void *stream;
     ops_cuda_t *g;
     size_t cap_rows, cap_enc; /* scratch capacity: decoder rows, encoder rows */
+    size_t bytes;             /* scratch held: device + pinned */
+    int grows;                /* times wenet_decoder_gpu_score allocated (needed more) */
     float *x, *t, *q, *k, *v, *ctx, *o, *hid, *ke, *ve, *logits, *lp;
     int *ibuf;  /* device: tok_l, tok_r, pos, tgt_l, tgt_r, kb_self, kl_self, kb_src, kl_src */
     int *hibuf; /* pinned host staging of the same */
@@ -172,10 +174,11 @@ static void free_scratch(wenet_decoder_gpu_state_t *s)
     cudaFreeHost(s->hlp);
     s->ibuf = s->hibuf = NULL;
     s->hlp = NULL;
-    s->cap_rows = s->cap_enc = 0;
+    s->cap_rows = s->cap_enc = s->bytes = 0;
 }
 
-/* scratch for R decoder rows and E encoder rows (grown to the largest call, never shrunk) */
+/* scratch for R decoder rows and E encoder rows (grown to the largest call, never shrunk); the
+ * old scratch is freed first, so a failure leaves none (the next call allocates again) */
 static int reserve(wenet_decoder_gpu_state_t *s, size_t R, size_t E, hark_err_t *err)
 {
     if (R <= s->cap_rows && E <= s->cap_enc)
@@ -204,8 +207,11 @@ static int reserve(wenet_decoder_gpu_state_t *s, size_t R, size_t E, hark_err_t 
                 {&s->logits, chunk * d->vocab},
                 {&s->lp, 2 * R}};
     cudaError_t e = cudaSuccess;
-    for (size_t i = 0; i < sizeof want / sizeof want[0] && e == cudaSuccess; i++)
+    size_t bytes = I_N * R * sizeof(int) * 2 + 2 * R * sizeof(float);
+    for (size_t i = 0; i < sizeof want / sizeof want[0] && e == cudaSuccess; i++) {
         e = cudaMalloc((void **)want[i].p, want[i].n * sizeof(float) + 16);
+        bytes += want[i].n * sizeof(float) + 16;
+    }
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&s->ibuf, I_N * R * sizeof(int));
     if (e == cudaSuccess)
@@ -214,11 +220,40 @@ static int reserve(wenet_decoder_gpu_state_t *s, size_t R, size_t E, hark_err_t 
         e = cudaMallocHost((void **)&s->hlp, 2 * R * sizeof(float));
     if (e != cudaSuccess) {
         free_scratch(s);
-        return cuda_err(err, e, "scratch");
+        cudaGetLastError(); /* out of memory is not sticky: the state stays usable */
+        return err_set(err, HARK_ERR_CUDA,
+                       "decoder (gpu): scratch for %zu decoder rows and %zu encoder rows "
+                       "(%.1f MiB): %s",
+                       R, E, (double)bytes / (1 << 20), cudaGetErrorString(e));
     }
     s->cap_rows = R;
     s->cap_enc = E;
+    s->bytes = bytes;
     return HARK_OK;
+}
+
+int wenet_decoder_gpu_state_reserve(wenet_decoder_gpu_state_t *s, size_t rows, size_t enc_rows,
+                                    hark_err_t *err)
+{
+    if (rows > (size_t)1 << 28 || enc_rows > (size_t)1 << 28)
+        return err_set(err, HARK_ERR_TOO_LARGE,
+                       "decoder (gpu): reserve %zu decoder rows, %zu encoder rows", rows, enc_rows);
+    return reserve(s, rows, enc_rows, err);
+}
+
+int wenet_decoder_gpu_state_grows(const wenet_decoder_gpu_state_t *s)
+{
+    return s->grows;
+}
+
+size_t wenet_decoder_gpu_state_bytes(const wenet_decoder_gpu_state_t *s, size_t *rows,
+                                     size_t *enc_rows)
+{
+    if (rows)
+        *rows = s->cap_rows;
+    if (enc_rows)
+        *enc_rows = s->cap_enc;
+    return s->bytes;
 }
 
 int wenet_decoder_gpu_state_create(const wenet_decoder_gpu_t *d, void *stream,
@@ -367,7 +402,10 @@ int wenet_decoder_gpu_score(wenet_decoder_gpu_state_t *s, const float *d_enc, in
     if (R > (size_t)1 << 28)
         return err_set(err, HARK_ERR_TOO_LARGE, "decoder (gpu): %zu decoder rows in one call", R);
     size_t E = (size_t)batch * t_stride;
-    TRY(reserve(s, R, E, err));
+    if (R > s->cap_rows || E > s->cap_enc) { /* beyond the reservation: allocates (counted) */
+        s->grows++;
+        TRY(reserve(s, R, E, err));
+    }
     int *off = hark_malloc(sizeof(int) * (size_t)total);
     if (!off)
         return err_set(err, HARK_ERR_NOMEM, "decoder (gpu): out of memory");
@@ -454,6 +492,29 @@ int wenet_decoder_gpu_state_create(const wenet_decoder_gpu_t *d, void *stream,
 void wenet_decoder_gpu_state_destroy(wenet_decoder_gpu_state_t *s)
 {
     (void)s;
+}
+
+int wenet_decoder_gpu_state_reserve(wenet_decoder_gpu_state_t *s, size_t rows, size_t enc_rows,
+                                    hark_err_t *err)
+{
+    return no_cuda(err);
+}
+
+int wenet_decoder_gpu_state_grows(const wenet_decoder_gpu_state_t *s)
+{
+    (void)s;
+    return 0;
+}
+
+size_t wenet_decoder_gpu_state_bytes(const wenet_decoder_gpu_state_t *s, size_t *rows,
+                                     size_t *enc_rows)
+{
+    (void)s;
+    if (rows)
+        *rows = 0;
+    if (enc_rows)
+        *enc_rows = 0;
+    return 0;
 }
 
 int wenet_decoder_gpu_score(wenet_decoder_gpu_state_t *s, const float *d_enc, int t_stride,

@@ -10,8 +10,11 @@
  * Ownership. A wenet_decoder_gpu_t holds the weights on the device, uploaded once at creation from
  * the weight source (read during creation only); it is immutable and may be shared by any number
  * of states. A wenet_decoder_gpu_state_t belongs to one thread: its cuBLAS handle runs on the
- * stream it was created with, and its scratch grows to the largest call seen (allocated in the
- * call that needs more, reused after). */
+ * stream it was created with. Its scratch (device rows and page-locked staging) is sized ahead by
+ * wenet_decoder_gpu_state_reserve, at load time; a call within the reservation neither allocates
+ * nor synchronises beyond its own final wait. A call that needs more grows the scratch to its size
+ * (a wait for the stream, then cudaFree / cudaMalloc inside the call: the one allocation on the
+ * hot path, counted by wenet_decoder_gpu_state_grows); it is never shrunk. */
 #ifndef HARK_MODEL_DECODER_GPU_H
 #define HARK_MODEL_DECODER_GPU_H
 
@@ -39,6 +42,20 @@ size_t wenet_decoder_gpu_bytes(const wenet_decoder_gpu_t *d);
 int wenet_decoder_gpu_state_create(const wenet_decoder_gpu_t *d, void *stream,
                                    wenet_decoder_gpu_state_t **out, hark_err_t *err);
 void wenet_decoder_gpu_state_destroy(wenet_decoder_gpu_state_t *s); /* accepts NULL */
+
+/* Scratch for calls of up to `rows` decoder rows (Σ over all candidates of len + 1) over up to
+ * `enc_rows` encoder rows (batch · t_stride), allocated now (waits for the stream if it replaces
+ * a smaller scratch; never shrinks). HARK_ERR_TOO_LARGE past 2^28 rows; HARK_ERR_CUDA (out of
+ * memory, naming the size; the state then holds no scratch and stays usable). */
+int wenet_decoder_gpu_state_reserve(wenet_decoder_gpu_state_t *s, size_t rows, size_t enc_rows,
+                                    hark_err_t *err);
+/* How many calls of wenet_decoder_gpu_score allocated because they needed more than the scratch
+ * held (the first call of a state never reserved counts too). */
+int wenet_decoder_gpu_state_grows(const wenet_decoder_gpu_state_t *s);
+/* Bytes of scratch held (device + page-locked); its capacity in rows and encoder rows (either
+ * may be NULL). */
+size_t wenet_decoder_gpu_state_bytes(const wenet_decoder_gpu_state_t *s, size_t *rows,
+                                     size_t *enc_rows);
 
 /* Scores the candidates of `batch` utterances. Utterance b's encoder output is rows
  * [b · t_stride, b · t_stride + enc_lens[b]) of d_enc (device, float32, D columns; enc_lens on

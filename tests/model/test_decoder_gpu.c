@@ -2,7 +2,8 @@
  * reference, itself checked against WeNet in test_decoder.c) on the golden bitransformer with the
  * golden n-best of all five utterances in one call, and on synthetic transformer /
  * bitransformer, pre- and post-norm decoders with ragged batches (empty candidates, utterances
- * without candidates, one-frame utterances, head widths 8 to 128); plus bad arguments. */
+ * without candidates, one-frame utterances, head widths 8 to 128); scratch reserved ahead (no
+ * growth within it, one growth past it); plus bad arguments. */
 #include "test.h"
 
 #include "core/alloc.h"
@@ -226,6 +227,78 @@ GPU_TEST(decoder_gpu_matches_cpu_synthetic)
         if (test_failed(t))
             return;
     }
+}
+
+/* A state reserved for a load scores calls within it without allocating (grows stays 0, same
+ * scores as the CPU decoder); a call past it grows once and still scores right; a smaller
+ * reserve changes nothing; a state never reserved allocates in its first call. */
+GPU_TEST(decoder_gpu_reserve_no_growth)
+{
+    wenet_config_t c = synth_config(DECODER_BITRANSFORMER, 64, 2, 33, 2, 1, 1, 301);
+    enum { B = 3, STRIDE = 17 };
+    static const int T[B] = {17, 5, 11};
+    static const int n[B] = {4, 1, 3};
+    static const int lens[8] = {3, 0, 9, 4, 12, 7, 1, 2};
+    int rows = 0; /* Σ len + 1 = 46 */
+    for (int i = 0; i < 8; i++)
+        rows += lens[i] + 1;
+    synth_weights_t bank = {.seed = 77};
+    hark_err_t err = {0};
+    wenet_decoder_model_t *cpu = NULL;
+    wenet_decoder_gpu_t *gpu = NULL;
+    wenet_decoder_gpu_state_t *gs = NULL, *fresh = NULL;
+    CHECKF(wenet_decoder_create_fn(&c, synth_weights_get, &bank, &cpu, &err) == HARK_OK, "%s",
+           err.msg);
+    CHECKF(wenet_decoder_gpu_create(&c, synth_weights_get, &bank, &gpu, &err) == HARK_OK, "%s",
+           err.msg);
+    CHECK_OK(wenet_decoder_gpu_state_create(gpu, NULL, &gs, &err));
+    CHECK_OK(wenet_decoder_gpu_state_create(gpu, NULL, &fresh, &err));
+    size_t cap = 0, cap_e = 0;
+    CHECK(wenet_decoder_gpu_state_bytes(gs, &cap, &cap_e) == 0 && cap == 0 && cap_e == 0);
+    CHECK_OK(wenet_decoder_gpu_state_reserve(gs, (size_t)rows, B * STRIDE, &err));
+    size_t bytes = wenet_decoder_gpu_state_bytes(gs, &cap, &cap_e);
+    CHECK(bytes > 0 && cap == (size_t)rows && cap_e == B * STRIDE);
+    CHECK_EQ_INT(wenet_decoder_gpu_state_grows(gs), 0);
+    unsigned seed = 5;
+    int D = c.d_model;
+    float *enc = hark_malloc(sizeof(float) * 2 * B * STRIDE * (size_t)D);
+    for (int i = 0; i < 2 * B * STRIDE * D; i++)
+        enc[i] = test_randf(&seed);
+    int toks[8][16];
+    const int *hyps[8];
+    for (int i = 0; i < 8; i++) {
+        for (int j = 0; j < lens[i]; j++)
+            toks[i][j] = (int)(test_rand(&seed) % (unsigned)c.vocab_size);
+        hyps[i] = toks[i];
+    }
+    for (int k = 0; k < 2; k++) { /* exactly the reservation, twice */
+        double w = compare(t, cpu, gs, enc, STRIDE, T, B, D, n, hyps, lens, c.reverse_weight);
+        CHECKF(w >= 0 && w <= GPU_TOL, "within the reservation: gpu vs cpu %g", w);
+        CHECK_EQ_INT(wenet_decoder_gpu_state_grows(gs), 0);
+    }
+    CHECK_OK(wenet_decoder_gpu_state_reserve(gs, 1, 1, &err)); /* smaller: nothing changes */
+    CHECK(wenet_decoder_gpu_state_bytes(gs, &cap, &cap_e) == bytes && cap == (size_t)rows);
+    CHECK_EQ_INT(wenet_decoder_gpu_state_grows(gs), 0);
+    /* twice the encoder stride: past the reserved encoder rows, grows once, then fits */
+    int T2[B] = {2 * STRIDE, 5, 11};
+    for (int k = 0; k < 2; k++) {
+        double w = compare(t, cpu, gs, enc, 2 * STRIDE, T2, B, D, n, hyps, lens, c.reverse_weight);
+        CHECKF(w >= 0 && w <= GPU_TOL, "past the reservation: gpu vs cpu %g", w);
+        CHECK_EQ_INT(wenet_decoder_gpu_state_grows(gs), 1);
+    }
+    wenet_decoder_gpu_state_bytes(gs, &cap, &cap_e);
+    CHECK(cap == (size_t)rows && cap_e == 2 * B * STRIDE);
+    CHECK_EQ_INT(wenet_decoder_gpu_state_reserve(gs, (size_t)1 << 29, 1, &err), HARK_ERR_TOO_LARGE);
+    /* never reserved: the first call allocates */
+    double w = compare(t, cpu, fresh, enc, STRIDE, T, B, D, n, hyps, lens, c.reverse_weight);
+    CHECKF(w >= 0 && w <= GPU_TOL, "unreserved state: gpu vs cpu %g", w);
+    CHECK_EQ_INT(wenet_decoder_gpu_state_grows(fresh), 1);
+    hark_free(enc);
+    wenet_decoder_gpu_state_destroy(fresh);
+    wenet_decoder_gpu_state_destroy(gs);
+    wenet_decoder_gpu_destroy(gpu);
+    wenet_decoder_destroy(cpu);
+    synth_weights_free(&bank);
 }
 
 GPU_TEST(decoder_gpu_refuses_bad_configs)
