@@ -2,9 +2,9 @@
  * CPU reference: ctc_prefix_beam_search (src/search/ctc.c). Tests: tests/search/test_ctc_beam_gpu.c
  *
  * Two kernels. topk_kernel: one warp per frame, each lane keeps a sorted top-k of its strided
- * share of the row in registers, then k warp-wide picks merge them. search_kernel: one block per utterance
- * walks its frames. Per frame, WeNet's candidate dict is laid out as slots: slot q < n for the
- * beam's own prefixes, n + ui·n + hi for the extension of prefix hi by the ui-th top token.
+ * share of the row in registers, then k warp-wide picks merge them. search_kernel: one block per
+ * utterance walks its frames. Per frame, WeNet's candidate dict is laid out as slots: slot q < n
+ * for the beam's own prefixes, n + ui·n + hi for the extension of prefix hi by the ui-th top token.
  * Only a beam prefix can receive several updates in a frame (its blank and repeat updates, and
  * the extension of its parent by its last token, when the parent is in the beam too), so each
  * slot's updates are applied by one thread in WeNet's order — (token rank, prefix rank, first
@@ -65,7 +65,7 @@ struct cbg_cand {
 
 struct ctc_beam_gpu {
     int max_batch, max_frames, V, beam, k, blank;
-    size_t smem; /* search_kernel's dynamic shared memory for `beam` */
+    size_t smem;      /* search_kernel's dynamic shared memory for `beam` */
     int *d_topk;      /* (max_batch, max_frames, k) token ids */
     float *d_topv;    /* (max_batch, max_frames, k) their log-probs */
     cbg_node *d_node; /* (max_batch, 1 + max_frames · beam) trie nodes */
@@ -314,10 +314,9 @@ __device__ __forceinline__ unsigned hash_pair(unsigned long long x)
  * table (beam, k), par / uil (beam), top-k ids and values (k). Writes the n-best to out. The
  * trie index is read through L2 (__ldcg): it changes by atomics within the kernel. */
 __global__ void __launch_bounds__(SEARCH_THREADS)
-    search_kernel(int *out, double *score, cbg_node *nodes_all, cbg_slot *hash_all,
-                  int2 *cells_all, const int *topk, const float *topv, const int *lens, int batch,
-                  int t_stride, int beam, int k, int blank, int node_cap, int hash_cap,
-                  int cell_cap)
+    search_kernel(int *out, double *score, cbg_node *nodes_all, cbg_slot *hash_all, int2 *cells_all,
+                  const int *topk, const float *topv, const int *lens, int batch, int t_stride,
+                  int beam, int k, int blank, int node_cap, int hash_cap, int cell_cap)
 {
     extern __shared__ double smem_d[];
     const int b = blockIdx.x, tid = threadIdx.x;
@@ -325,12 +324,12 @@ __global__ void __launch_bounds__(SEARCH_THREADS)
     cbg_hyp *hyps = (cbg_hyp *)smem_d; /* (2, beam) */
     cbg_cand *cand = (cbg_cand *)(hyps + 2 * beam);
     unsigned long long *kord = (unsigned long long *)(cand + S); /* (S) sort keys: score... */
-    int *kfe = (int *)(kord + S);                               /* (S) ...then first_e */
-    int *child = kfe + S;           /* (beam, k) */
-    int *par = child + beam * k;    /* (beam) */
-    int *uil = par + beam;          /* (beam) */
-    int *tk = uil + beam;           /* (k) */
-    float *tv = (float *)(tk + k);  /* (k) */
+    int *kfe = (int *)(kord + S);                                /* (S) ...then first_e */
+    int *child = kfe + S;                                        /* (beam, k) */
+    int *par = child + beam * k;                                 /* (beam) */
+    int *uil = par + beam;                                       /* (beam) */
+    int *tk = uil + beam;                                        /* (k) */
+    float *tv = (float *)(tk + k);                               /* (k) */
     __shared__ int n_cur, n_valid, ui_blank;
 
     cbg_node *nodes = nodes_all + (size_t)b * node_cap;
@@ -375,7 +374,8 @@ __global__ void __launch_bounds__(SEARCH_THREADS)
                     ub = ui;
             ui_blank = ub;
         }
-        if (tid < n) { /* the beam prefix that is this one's parent, and the rank of its last token */
+        if (tid <
+            n) { /* the beam prefix that is this one's parent, and the rank of its last token */
             int p = -1, u = -1;
             for (int j = 0; j < n; j++)
                 if (H[j].node == H[tid].parent)
@@ -689,14 +689,14 @@ extern "C" int ctc_beam_gpu_run(ctc_beam_gpu_t *g, const float *d_logp, const in
                        g ? g->beam : 0);
     for (int b = 0; b < batch; b++)
         if (lens[b] < 0 || lens[b] > t_stride)
-            return err_set(err, HARK_ERR_INVALID_ARG, "ctc beam (gpu): utterance %d: %d frames of %d",
-                           b, lens[b], t_stride);
+            return err_set(err, HARK_ERR_INVALID_ARG,
+                           "ctc beam (gpu): utterance %d: %d frames of %d", b, lens[b], t_stride);
     cudaStream_t s = (cudaStream_t)stream;
     /* the previous run has drained (ctc_beam_gpu.h), so h_lens is free to rewrite */
     memcpy(g->h_lens, lens, sizeof(int) * (size_t)batch);
     int k = beam < g->V ? beam : g->V;
-    cudaError_t e = cudaMemcpyAsync(g->d_lens, g->h_lens, sizeof(int) * batch,
-                                    cudaMemcpyHostToDevice, s);
+    cudaError_t e =
+        cudaMemcpyAsync(g->d_lens, g->h_lens, sizeof(int) * batch, cudaMemcpyHostToDevice, s);
     if (e)
         return cuda_fail(err, e, "upload");
     if ((e = cudaMemsetAsync(g->d_hash, 0, sizeof(cbg_slot) * batch * g->hash_cap, s)))
@@ -704,17 +704,17 @@ extern "C" int ctc_beam_gpu_run(ctc_beam_gpu_t *g, const float *d_logp, const in
     int rows = batch * t_stride;
     dim3 tg((rows + TOPK_WARPS - 1) / TOPK_WARPS), tb(32 * TOPK_WARPS);
     if (k <= 4)
-        topk_kernel<4><<<tg, tb, 0, s>>>(g->d_topk, g->d_topv, d_logp, g->d_lens, batch, t_stride,
-                                         g->V, k);
+        topk_kernel<4>
+            <<<tg, tb, 0, s>>>(g->d_topk, g->d_topv, d_logp, g->d_lens, batch, t_stride, g->V, k);
     else if (k <= 8)
-        topk_kernel<8><<<tg, tb, 0, s>>>(g->d_topk, g->d_topv, d_logp, g->d_lens, batch, t_stride,
-                                         g->V, k);
+        topk_kernel<8>
+            <<<tg, tb, 0, s>>>(g->d_topk, g->d_topv, d_logp, g->d_lens, batch, t_stride, g->V, k);
     else if (k <= 16)
-        topk_kernel<16><<<tg, tb, 0, s>>>(g->d_topk, g->d_topv, d_logp, g->d_lens, batch, t_stride,
-                                          g->V, k);
+        topk_kernel<16>
+            <<<tg, tb, 0, s>>>(g->d_topk, g->d_topv, d_logp, g->d_lens, batch, t_stride, g->V, k);
     else
-        topk_kernel<32><<<tg, tb, 0, s>>>(g->d_topk, g->d_topv, d_logp, g->d_lens, batch, t_stride,
-                                          g->V, k);
+        topk_kernel<32>
+            <<<tg, tb, 0, s>>>(g->d_topk, g->d_topv, d_logp, g->d_lens, batch, t_stride, g->V, k);
     int node_cap = 1 + g->max_frames * g->beam, cell_cap = g->max_frames * 2 * g->beam;
     search_kernel<<<batch, SEARCH_THREADS, search_smem(beam, k), s>>>(
         g->d_out, g->d_score, g->d_node, g->d_hash, g->d_cell, g->d_topk, g->d_topv, g->d_lens,
