@@ -65,7 +65,6 @@ struct cbg_cand {
 
 struct ctc_beam_gpu {
     int max_batch, max_frames, V, beam, k, blank;
-    size_t smem;      /* search_kernel's dynamic shared memory for `beam` */
     int *d_topk;      /* (max_batch, max_frames, k) token ids */
     float *d_topv;    /* (max_batch, max_frames, k) their log-probs */
     cbg_node *d_node; /* (max_batch, 1 + max_frames · beam) trie nodes */
@@ -627,7 +626,6 @@ extern "C" int ctc_beam_gpu_create(int max_batch, int max_frames, int V, int bea
     g->beam = beam;
     g->k = beam < V ? beam : V;
     g->blank = blank;
-    g->smem = search_smem(beam, g->k);
     size_t B = (size_t)max_batch, rows = B * max_frames, nodes = 1 + (size_t)max_frames * beam;
     size_t cells = (size_t)max_frames * 2 * beam, outs = out_ints(max_batch, beam, max_frames);
     g->hash_cap = 16;
@@ -645,8 +643,11 @@ extern "C" int ctc_beam_gpu_create(int max_batch, int max_frames, int V, int bea
         (e = cudaMallocHost((void **)&g->h_out, sizeof(int) * outs)) ||
         (e = cudaMallocHost((void **)&g->h_score, sizeof(double) * B * beam)) ||
         (e = cudaMallocHost((void **)&g->h_lens, sizeof(int) * B)) ||
+        /* the cap is one per kernel and device, shared by every search of the process: set
+         * for the widest beam, so that creating a narrower one (another worker's) never lowers
+         * it under a wider one's launches */
         (e = cudaFuncSetAttribute(search_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)g->smem))) {
+                                  (int)search_smem(CTC_GPU_MAX_BEAM, CTC_GPU_MAX_BEAM)))) {
         int rc = cuda_fail(err, e, "scratch");
         ctc_beam_gpu_destroy(g);
         return rc;
