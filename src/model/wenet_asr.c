@@ -4,6 +4,7 @@
 
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "core/log.h"
 #include "dsp/features.h"
 #include "hark.h"
 #include "model/decoder.h"
@@ -13,6 +14,7 @@
 #include "search/rescore.h"
 #include "search/units.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -22,6 +24,20 @@
 #include "model/decoder_gpu.h"
 #include <cuda_runtime_api.h>
 #endif
+
+/* GPU scratch reserved at worker creation, so that requests within it allocate nothing:
+ * the prefix beam search for WeNet's default beam ... */
+#define WENET_RESERVE_BEAM 10
+/* ... and attention rescoring's decoder for max_batch utterances x WENET_RESERVE_BEAM
+ * candidates x (tokens + 1) rows, tokens = the worker's longest utterance at this rate. Speech
+ * gives about 3-4 tokens a second (BPE pieces or characters); 4 is the top of that range. The
+ * hard bound (a token per encoder frame: 25 a second at 40 ms) would reserve 6x more, gigabytes
+ * for 64 x 60 s, for hypotheses that speech does not produce; and the reservation already
+ * assumes every utterance of a full batch is as long as the worker allows, which few batches
+ * are. A batch past it grows the scratch in the request (logged once, kept after). */
+#define WENET_RESERVE_TOKENS_PER_S 4
+
+_Static_assert(WENET_RESERVE_BEAM <= CTC_GPU_MAX_BEAM, "the reserved beam must run on the GPU");
 
 struct wenet_asr {
     wenet_config_t cfg;
@@ -61,8 +77,11 @@ struct wenet_worker {
     float *d_logp;        /* (max_batch, te_max, V) */
     int *d_arg, *h_arg;   /* (max_batch, te_max) greedy path: per-frame argmax ... */
     float *d_max, *h_max; /* ... and its log-prob (h_*: pinned) */
-    ctc_beam_gpu_t *beam; /* prefix beam search on the GPU, created at the first beam request */
-    wenet_decoder_gpu_state_t *gdec; /* attention rescoring on the GPU (with asr->gdec) */
+    ctc_beam_gpu_t *beam; /* prefix beam search on the GPU: WENET_RESERVE_BEAM at creation, re-
+                             created by a request for a wider beam (beam_grows counts those) */
+    int beam_grows;
+    wenet_decoder_gpu_state_t *gdec; /* attention rescoring on the GPU (with asr->gdec), its
+                                        scratch reserved at creation (decoder_reserve) */
     int max_te;                      /* encoder frames of the longest utterance */
     /* wenet_worker_profile: events between the GPU stages, host clock readings, totals */
     int prof, prof_calls;
@@ -276,6 +295,37 @@ int wenet_asr_cmvn(const wenet_asr_t *a, const float **mean, const float **istd)
     return a->cmvn_mean != NULL;
 }
 
+#ifdef HARK_CUDA
+/* Reserves attention rescoring's GPU decoder scratch (see WENET_RESERVE_TOKENS_PER_S): rows for
+ * max_batch utterances x WENET_RESERVE_BEAM candidates of up to `tokens` tokens (+ 1 row for
+ * <sos>), tokens at most one per encoder frame and within the decoder's max_len; encoder rows
+ * for the whole (max_batch, max_te) grid. */
+static int decoder_reserve(wenet_worker_t *w, hark_err_t *err)
+{
+    const wenet_asr_t *a = w->asr;
+    double seconds = (double)w->max_frames * a->cfg.frame_shift_ms / 1000.0;
+    double want = ceil(seconds * WENET_RESERVE_TOKENS_PER_S);
+    int tokens = want < w->max_te ? (int)want : w->max_te;
+    if (tokens > a->cfg.max_len - 1)
+        tokens = a->cfg.max_len - 1;
+    if (tokens < 1)
+        tokens = 1;
+    size_t rows = (size_t)w->max_batch * WENET_RESERVE_BEAM * (size_t)(tokens + 1);
+    size_t enc_rows = (size_t)w->max_batch * (size_t)w->max_te;
+    int rc = wenet_decoder_gpu_state_reserve(w->gdec, rows, enc_rows, err);
+    if (rc)
+        return err_prefix(err, rc,
+                          "worker: attention rescoring scratch for %d utterances x %d candidates "
+                          "x %d tokens",
+                          w->max_batch, WENET_RESERVE_BEAM, tokens);
+    LOG_DEBUG("worker: attention rescoring scratch for %d utterances x %d candidates x %d tokens "
+              "(%zu rows, %zu encoder rows): %.1f MiB",
+              w->max_batch, WENET_RESERVE_BEAM, tokens, rows, enc_rows,
+              (double)wenet_decoder_gpu_state_bytes(w->gdec, NULL, NULL) / (1 << 20));
+    return HARK_OK;
+}
+#endif
+
 int wenet_worker_create(const wenet_asr_t *a, int max_batch, double max_seconds,
                         wenet_worker_t **out, hark_err_t *err)
 {
@@ -337,6 +387,15 @@ int wenet_worker_create(const wenet_asr_t *a, int max_batch, double max_seconds,
                          max_seconds, cudaGetErrorString(e));
             goto fail;
         }
+        /* the prefix beam search at WeNet's default beam (a request for a wider one grows it) */
+        if ((rc = ctc_beam_gpu_create(max_batch, te, a->cfg.vocab_size, WENET_RESERVE_BEAM,
+                                      a->cfg.blank, &w->beam, err))) {
+            err_prefix(err, rc, "worker: prefix beam scratch for %d x %.1f s, beam %d", max_batch,
+                       max_seconds, WENET_RESERVE_BEAM);
+            goto fail;
+        }
+        if (w->gdec && (rc = decoder_reserve(w, err)))
+            goto fail;
     }
 #endif
     *out = w;
@@ -375,6 +434,22 @@ void wenet_worker_destroy(wenet_worker_t *w)
     hark_free(w->enc_lens);
     hark_free(w->logp);
     hark_free(w);
+}
+
+void wenet_worker_scratch(const wenet_worker_t *w, wenet_worker_scratch_t *out)
+{
+    memset(out, 0, sizeof *out);
+#ifdef HARK_CUDA
+    out->beam = ctc_beam_gpu_max_beam(w->beam);
+    out->beam_grows = w->beam_grows;
+    if (w->gdec) {
+        out->decoder_bytes =
+            wenet_decoder_gpu_state_bytes(w->gdec, &out->decoder_rows, &out->decoder_enc_rows);
+        out->decoder_grows = wenet_decoder_gpu_state_grows(w->gdec);
+    }
+#else
+    (void)w;
+#endif
 }
 
 static void hyp_free(wenet_hyp_t *h)
@@ -701,10 +776,21 @@ static int decode_gpu_nbest(wenet_worker_t *w, const wenet_decode_opts_t *o, int
         cudaStream_t st = (cudaStream_t)conformer_gpu_stream(w->gstate);
         if (w->prof)
             cudaEventRecord(w->ev[WENET_PROF_DOWNLOAD + 2], st);
+        int grows = wenet_decoder_gpu_state_grows(w->gdec);
         if (!rc)
             rc =
                 wenet_decoder_gpu_score(w->gdec, w->d_enc, te, w->enc_lens, batch, cn,
                                         (const int *const *)hy, ln, o->reverse_weight, gf, gr, err);
+        if (wenet_decoder_gpu_state_grows(w->gdec) != grows) { /* past the reservation */
+            size_t rows = 0, held = 0;
+            for (int i = 0; i < total; i++)
+                rows += (size_t)ln[i] + 1;
+            wenet_decoder_gpu_state_bytes(w->gdec, &held, NULL);
+            LOG_INFO("worker: attention rescoring of %d utterances x %d frames, %d candidates "
+                     "(%zu rows) grew the decoder scratch past its reservation (allocated in the "
+                     "request; now %zu rows, kept)",
+                     batch, te, total, rows, held);
+        }
         float ms = 0;
         if (w->prof && !rc && cudaEventRecord(w->ev[WENET_PROF_DOWNLOAD + 3], st) == cudaSuccess &&
             cudaEventSynchronize(w->ev[WENET_PROF_DOWNLOAD + 3]) == cudaSuccess &&
@@ -733,6 +819,31 @@ static int decode_gpu_nbest(wenet_worker_t *w, const wenet_decode_opts_t *o, int
 
 static int recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const float *const *pcm,
                      const size_t *n, int batch, wenet_result_t *results, hark_err_t *err);
+
+#ifdef HARK_CUDA
+/* The one allocation of the beam path inside a request: a beam wider than any before (the worker
+ * holds WENET_RESERVE_BEAM from creation) gets new scratch for it, kept for later requests, and
+ * the growth is logged. The new scratch is made before the old is freed: when it cannot be, the
+ * request fails (HARK_ERR_CUDA) and the worker keeps serving the beams it has. */
+static int grow_beam(wenet_worker_t *w, int beam, hark_err_t *err)
+{
+    const wenet_asr_t *a = w->asr;
+    ctc_beam_gpu_t *g = NULL;
+    cudaSetDevice(a->device);
+    int rc = ctc_beam_gpu_create(w->max_batch, w->max_te, a->cfg.vocab_size, beam, a->cfg.blank, &g,
+                                 err);
+    if (rc)
+        return err_prefix(err, rc, "prefix beam %d (the worker holds scratch for beam %d)", beam,
+                          ctc_beam_gpu_max_beam(w->beam));
+    LOG_INFO("worker: prefix beam scratch grown from beam %d to %d for %d x %d frames (allocated "
+             "in the request; kept for later ones)",
+             ctc_beam_gpu_max_beam(w->beam), beam, w->max_batch, w->max_te);
+    ctc_beam_gpu_destroy(w->beam); /* the last call drained the stream: nothing uses it */
+    w->beam = g;
+    w->beam_grows++;
+    return HARK_OK;
+}
+#endif
 
 static const char *const prof_names[WENET_PROF_STAGES] = {
     "upload",  "features",   "encoder",   "ctc",        "download",
@@ -833,16 +944,9 @@ static int recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const f
     if (a->device >= 0) {
         int greedy = o.method == DECODE_CTC_GREEDY;
         int gpu_beam = !greedy && !o.cpu_search && o.beam_size <= CTC_GPU_MAX_BEAM;
-        if (gpu_beam && ctc_beam_gpu_max_beam(w->beam) < o.beam_size) {
-            /* scratch for the widest beam asked so far (at least WeNet's default 10) */
-            ctc_beam_gpu_destroy(w->beam);
-            w->beam = NULL;
-            cudaSetDevice(a->device);
-            if ((rc = ctc_beam_gpu_create(w->max_batch, w->max_te, a->cfg.vocab_size,
-                                          o.beam_size > 10 ? o.beam_size : 10, a->cfg.blank,
-                                          &w->beam, err)))
-                return rc;
-        }
+        if (gpu_beam && ctc_beam_gpu_max_beam(w->beam) < o.beam_size &&
+            (rc = grow_beam(w, o.beam_size, err)))
+            return rc;
         int out = greedy ? GPU_OUT_ARGMAX : gpu_beam ? GPU_OUT_BEAM : GPU_OUT_LOGP;
         int rescore = o.method == DECODE_ATTENTION_RESCORING;
         /* rescoring on the GPU: the encoder output stays there */

@@ -5,8 +5,16 @@
  *
  * Ownership. A wenet_asr_t is immutable after wenet_asr_load and may be shared by threads (it
  * owns the weight mapping, the models, the unit list and the feature plan). A wenet_worker_t is
- * one thread's mutable scratch. Results are snapshots the caller releases with
- * wenet_result_free. PCM buffers are lent for the call only.
+ * one thread's mutable scratch, all of it allocated by wenet_worker_create for its (max_batch,
+ * max_seconds): on a GPU also its stream, the prefix beam search's scratch for beam 10 and
+ * attention rescoring's decoder scratch for max_batch utterances x 10 candidates x 4 tokens a
+ * second of the longest utterance (wenet_asr.c says why). wenet_recognize then neither allocates
+ * nor waits for the GPU before its results are ready, except in two cases, each logged at info
+ * level when it happens and its larger scratch kept for later requests (wenet_worker_scratch counts
+ * them): a prefix beam wider than any before, and rescoring candidates past the decoder's
+ * reservation. Results are snapshots the caller releases with wenet_result_free. PCM buffers are
+ * lent for the call only (a GPU worker may DMA from page-locked ones; the call returns only after
+ * those copies ended).
  */
 #ifndef HARK_MODEL_WENET_ASR_H
 #define HARK_MODEL_WENET_ASR_H
@@ -67,8 +75,8 @@ typedef struct {
 } wenet_load_opts_t;
 
 /* The same, on the device the options name: features, encoder, CTC and the CTC searches run on
- * the GPU (prefix beam up to CTC_GPU_MAX_BEAM); the attention decoder stays on the CPU.
- * HARK_ERR_NO_DEVICE without CUDA or without that device. */
+ * the GPU (prefix beam up to CTC_GPU_MAX_BEAM), and the attention decoder too where its kernels
+ * fit (decoder_gpu.h; else on the CPU). HARK_ERR_NO_DEVICE without CUDA or without that device. */
 int wenet_asr_load_opts(const char *model_dir, const wenet_load_opts_t *lo, wenet_asr_t **out,
                         hark_err_t *err);
 int wenet_asr_device(const wenet_asr_t *asr); /* -1: CPU */
@@ -83,10 +91,22 @@ const struct units *wenet_asr_units(const wenet_asr_t *asr, int *style);
 /* The model's CMVN (mean, istd of input_dim) or NULL when it has none. */
 int wenet_asr_cmvn(const wenet_asr_t *asr, const float **mean, const float **istd);
 
-/* Scratch for batches of up to max_batch utterances of up to max_seconds each. */
+/* Scratch for batches of up to max_batch utterances of up to max_seconds each (see Ownership).
+ * HARK_ERR_INVALID_ARG; HARK_ERR_NOMEM; HARK_ERR_CUDA naming the buffer that did not fit. */
 int wenet_worker_create(const wenet_asr_t *asr, int max_batch, double max_seconds,
                         wenet_worker_t **out, hark_err_t *err);
 void wenet_worker_destroy(wenet_worker_t *w); /* accepts NULL */
+
+/* A GPU worker's scratch (all 0 for a CPU worker). */
+typedef struct {
+    int beam;                /* the widest beam the prefix beam scratch holds (10 at creation) */
+    int beam_grows;          /* requests that re-created it for a wider beam */
+    size_t decoder_rows;     /* attention rescoring's decoder scratch: rows (Σ len + 1) ... */
+    size_t decoder_enc_rows; /* ... and encoder rows it holds */
+    size_t decoder_bytes;
+    int decoder_grows; /* requests that grew it past what it held */
+} wenet_worker_scratch_t;
+void wenet_worker_scratch(const wenet_worker_t *w, wenet_worker_scratch_t *out);
 
 typedef struct {
     char *text;

@@ -221,6 +221,11 @@ TEST(wenet_asr_empty_and_bad_input)
     CHECK_EQ_INT(wenet_recognize(w, &o, pcm, n, 1, r, &err), HARK_ERR_INVALID_ARG);
     CHECK(strstr(err.msg, "beam_size") != NULL);
     CHECK_EQ_INT(wenet_worker_profile(w, 1, &err), HARK_ERR_UNSUPPORTED); /* a CPU worker */
+    wenet_worker_scratch_t sc;
+    memset(&sc, 0xff, sizeof sc);
+    wenet_worker_scratch(w, &sc);
+    CHECK(sc.beam == 0 && sc.beam_grows == 0 && sc.decoder_rows == 0 && sc.decoder_bytes == 0 &&
+          sc.decoder_grows == 0);
     wenet_worker_destroy(w);
     wenet_asr_t *bad;
     CHECK(wenet_asr_load("/nonexistent/model", &bad, &err) != HARK_OK);
@@ -463,6 +468,130 @@ GPU_TEST(gpu_wenet_asr_profile)
     wenet_asr_destroy(g);
     fixture_close(&fx);
 }
+#endif
+
+#ifdef HARK_CUDA
+/* the golden model on cuda:0, or NULL after a failed check */
+static wenet_asr_t *gpu_model(test_ctx_t *t, wenet_precision_t prec)
+{
+    char why[512], path[1024];
+    snprintf(path, sizeof path, "%s/m", golden_wenet_model_dir(why, sizeof why));
+    wenet_load_opts_t lo = {.device = 0, .precision = prec};
+    wenet_asr_t *g = NULL;
+    hark_err_t err = {0};
+    if (wenet_asr_load_opts(path, &lo, &g, &err) != HARK_OK)
+        test_fail(t, __FILE__, __LINE__, "load: %s", err.msg);
+    return g;
+}
+
+/* decoder rows that rescoring these prefix-beam results (nbest = beam: every candidate) scores */
+static size_t nbest_rows(const wenet_result_t *r, int batch)
+{
+    size_t rows = 0;
+    for (int b = 0; b < batch; b++)
+        for (int i = 0; i < r[b].n_nbest; i++)
+            rows += (size_t)r[b].nbest[i].n_tokens + 1;
+    return rows;
+}
+
+/* a method over the NU golden utterances; with rows, the rows their n-best gives the decoder */
+static int run_batch(wenet_worker_t *w, const wenet_decode_opts_t *o, const float *const *pcm,
+                     const size_t *n, int batch, size_t *rows, hark_err_t *err)
+{
+    wenet_result_t r[NU];
+    int rc = wenet_recognize(w, o, pcm, n, batch, r, err);
+    if (rc)
+        return rc;
+    if (rows)
+        *rows = nbest_rows(r, batch);
+    for (int b = 0; b < batch; b++)
+        wenet_result_free(&r[b]);
+    return HARK_OK;
+}
+
+/* Scratch sized at load time: a GPU worker holds the prefix beam search's scratch for beam 10
+ * and the attention decoder's for its reservation from creation; greedy, prefix beam 10 and
+ * rescoring, batched and one utterance at a time, allocate nothing (no growth counted). A
+ * request for beam 16 grows the beam scratch once (its n-best still the CPU search's), narrower
+ * beams after it nothing; rescoring at beam 16 grows the decoder's scratch exactly when its
+ * candidates' rows pass the reservation, once, and still picks the CPU decoder's winners. */
+GPU_TEST(gpu_wenet_asr_scratch_reserved)
+{
+    fixture_t fx;
+    OPEN_FIXTURE(fx);
+    wenet_asr_t *g = gpu_model(t, WENET_FP32);
+    CHECK(g != NULL);
+    wenet_worker_t *w;
+    hark_err_t err = {0};
+    CHECKF(wenet_worker_create(g, NU, 12.0, &w, &err) == HARK_OK, "%s", err.msg);
+    wenet_worker_scratch_t s0, sc;
+    wenet_worker_scratch(w, &s0);
+    printf("    reserved: beam %d; decoder %zu rows, %zu encoder rows, %.1f MiB\n", s0.beam,
+           s0.decoder_rows, s0.decoder_enc_rows, (double)s0.decoder_bytes / (1 << 20));
+    CHECK(s0.beam == 10 && s0.beam_grows == 0 && s0.decoder_grows == 0);
+    CHECKF(s0.decoder_rows > 0 && s0.decoder_enc_rows > 0 && s0.decoder_bytes > 0,
+           "the golden decoder runs on the GPU: its scratch must be reserved at creation");
+    const float *pcm[NU];
+    size_t n[NU];
+    for (int u = 0; u < NU; u++) {
+        pcm[u] = fx.audio[u].samples;
+        n[u] = fx.audio[u].n;
+    }
+    wenet_decode_opts_t o = wenet_default_opts(g);
+    o.nbest = o.beam_size;
+    CHECK_EQ_INT(o.beam_size, 10);
+    size_t rows10 = 0;
+    o.method = DECODE_CTC_PREFIX_BEAM;
+    CHECKF(run_batch(w, &o, pcm, n, NU, &rows10, &err) == HARK_OK, "%s", err.msg);
+    printf("    beam 10: rescoring scores %zu rows\n", rows10);
+    CHECKF(rows10 <= s0.decoder_rows, "the test's premise: %zu rows within the reserved %zu",
+           rows10, s0.decoder_rows);
+    for (int m = 0; m < 3; m++) {
+        o.method = (wenet_method_t)m;
+        CHECKF(run_batch(w, &o, pcm, n, NU, NULL, &err) == HARK_OK, "%s", err.msg);
+        for (int u = 0; u < NU; u++)
+            CHECKF(run_batch(w, &o, pcm + u, n + u, 1, NULL, &err) == HARK_OK, "%s", err.msg);
+    }
+    wenet_worker_scratch(w, &sc);
+    CHECKF(sc.beam == 10 && sc.beam_grows == 0 && sc.decoder_grows == 0 &&
+               sc.decoder_rows == s0.decoder_rows && sc.decoder_bytes == s0.decoder_bytes,
+           "within the reservation: beam %d (%d grows), decoder %zu rows (%d grows)", sc.beam,
+           sc.beam_grows, sc.decoder_rows, sc.decoder_grows);
+    /* a wider beam: one growth, kept */
+    wenet_decode_opts_t o16 = wenet_default_opts(g);
+    o16.beam_size = 16;
+    gpu_vs_cpu_search(t, w, o16, pcm, n);
+    if (test_failed(t))
+        return;
+    wenet_worker_scratch(w, &sc);
+    CHECK(sc.beam == 16 && sc.beam_grows == 1);
+    gpu_vs_cpu_search(t, w, o16, pcm, n);
+    o.beam_size = 12;
+    o.nbest = 12;
+    o.method = DECODE_CTC_PREFIX_BEAM;
+    CHECKF(run_batch(w, &o, pcm, n, NU, NULL, &err) == HARK_OK, "%s", err.msg);
+    wenet_worker_scratch(w, &sc);
+    CHECK(sc.beam == 16 && sc.beam_grows == 1 && sc.decoder_grows == 0);
+    /* rescoring 16 candidates an utterance: past the decoder's reservation or not */
+    size_t rows16 = 0;
+    o16.method = DECODE_CTC_PREFIX_BEAM;
+    o16.nbest = 16;
+    CHECKF(run_batch(w, &o16, pcm, n, NU, &rows16, &err) == HARK_OK, "%s", err.msg);
+    o16.method = DECODE_ATTENTION_RESCORING;
+    for (int k = 0; k < 2; k++) {
+        CHECKF(run_batch(w, &o16, pcm, n, NU, NULL, &err) == HARK_OK, "%s", err.msg);
+        wenet_worker_scratch(w, &sc);
+        printf("    beam 16: rescoring scores %zu rows; decoder scratch %zu rows, %d grows\n",
+               rows16, sc.decoder_rows, sc.decoder_grows);
+        CHECK_EQ_INT(sc.decoder_grows, rows16 > s0.decoder_rows);
+        CHECK(sc.decoder_rows >= rows16 && sc.beam_grows == 1);
+    }
+    gpu_vs_cpu_decoder(t, w, o16, pcm, n);
+    wenet_worker_destroy(w);
+    wenet_asr_destroy(g);
+    fixture_close(&fx);
+}
+
 #endif
 
 /* precision names round-trip; 16-bit precisions on the CPU are refused before anything loads */
