@@ -6,15 +6,15 @@
  * Ownership. A wenet_asr_t is immutable after wenet_asr_load and may be shared by threads (it
  * owns the weight mapping, the models, the unit list and the feature plan). A wenet_worker_t is
  * one thread's mutable scratch, all of it allocated by wenet_worker_create for its (max_batch,
- * max_seconds): on a GPU also its stream, the prefix beam search's scratch for beam 10 and
- * attention rescoring's decoder scratch for max_batch utterances x 10 candidates x 4 tokens a
- * second of the longest utterance (wenet_asr.c says why). wenet_recognize then neither allocates
- * nor waits for the GPU before its results are ready, except in two cases, each logged at info
- * level when it happens and its larger scratch kept for later requests (wenet_worker_scratch counts
- * them): a prefix beam wider than any before, and rescoring candidates past the decoder's
- * reservation. Results are snapshots the caller releases with wenet_result_free. PCM buffers are
- * lent for the call only (a GPU worker may DMA from page-locked ones; the call returns only after
- * those copies ended).
+ * max_seconds): on a GPU also its streams (compute, and copy for the overlapped upload), the
+ * prefix beam search's scratch for beam 10 and attention rescoring's decoder scratch for
+ * max_batch utterances x 10 candidates x 4 tokens a second of the longest utterance
+ * (wenet_asr.c says why). wenet_recognize then neither allocates nor waits for the GPU before
+ * its results are ready, except in two cases, each logged at info level when it happens and its
+ * larger scratch kept for later requests (wenet_worker_scratch counts them): a prefix beam wider
+ * than any before, and rescoring candidates past the decoder's reservation. Results are
+ * snapshots the caller releases with wenet_result_free. PCM buffers are lent for the call only
+ * (a GPU worker may DMA from page-locked ones; the call returns only after those copies ended).
  */
 #ifndef HARK_MODEL_WENET_ASR_H
 #define HARK_MODEL_WENET_ASR_H
@@ -107,6 +107,20 @@ typedef struct {
     int decoder_grows; /* requests that grew it past what it held */
 } wenet_worker_scratch_t;
 void wenet_worker_scratch(const wenet_worker_t *w, wenet_worker_scratch_t *out);
+
+/* A GPU worker uploads a batch's PCM on its copy stream in chunks of consecutive utterances, and
+ * computes each chunk's features while the next one uploads. chunks: 0 for the default
+ * (WENET_UPLOAD_CHUNKS), 1 for one upload and then the features, at most WENET_UPLOAD_MAX_CHUNKS
+ * (a batch of fewer utterances uses one per utterance). Results do not depend on it (features
+ * are per utterance); for tests and benchmarks. CPU workers keep it and ignore it.
+ * HARK_ERR_INVALID_ARG outside [0, WENET_UPLOAD_MAX_CHUNKS]. */
+#define WENET_UPLOAD_CHUNKS 4
+#define WENET_UPLOAD_MAX_CHUNKS 16
+int wenet_worker_set_upload_chunks(wenet_worker_t *w, int chunks, hark_err_t *err);
+/* The split it uses: utterances 0 .. batch - 1 (n[b] samples each) in k = min(chunks, batch)
+ * runs of consecutive utterances, run c = [first[c], first[c + 1]), at least one utterance each,
+ * cut where the samples before reach c / k of the total. first: k + 1 entries; returns k. */
+int wenet_upload_split(const size_t *n, int batch, int chunks, int *first);
 
 typedef struct {
     char *text;

@@ -16,6 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef HARK_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 static const char *utts[] = {"librispeech-1995-1837-0001", "jfk",
                              "sense_and_sensibility_01_austen_64kb-0880", "LJ001-0002",
                              "cards-001"};
@@ -226,11 +230,69 @@ TEST(wenet_asr_empty_and_bad_input)
     wenet_worker_scratch(w, &sc);
     CHECK(sc.beam == 0 && sc.beam_grows == 0 && sc.decoder_rows == 0 && sc.decoder_bytes == 0 &&
           sc.decoder_grows == 0);
+    CHECK_EQ_INT(wenet_worker_set_upload_chunks(w, -1, &err), HARK_ERR_INVALID_ARG);
+    CHECK_EQ_INT(wenet_worker_set_upload_chunks(w, WENET_UPLOAD_MAX_CHUNKS + 1, &err),
+                 HARK_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "upload chunks") != NULL);
+    CHECK_OK(wenet_worker_set_upload_chunks(w, 0, &err));
+    CHECK_OK(wenet_worker_set_upload_chunks(w, WENET_UPLOAD_MAX_CHUNKS, &err));
     wenet_worker_destroy(w);
     wenet_asr_t *bad;
     CHECK(wenet_asr_load("/nonexistent/model", &bad, &err) != HARK_OK);
     CHECK(strstr(err.msg, "/nonexistent/model") != NULL);
     fixture_close(&fx);
+}
+
+/* The GPU upload's split into chunks: min(chunks, batch) runs of consecutive utterances covering
+ * the batch, none empty, each cut at the first boundary where the samples before it reach c / k
+ * of the total unless a run's one utterance or the later runs' one each force it; empty
+ * utterances, one long utterance among short ones, batches of 0 .. 40, 1 .. 16 chunks. */
+TEST(wenet_upload_split_runs)
+{
+    int first[WENET_UPLOAD_MAX_CHUNKS + 1];
+    size_t even[4] = {100, 100, 100, 100}, one_first[4] = {400, 0, 0, 0};
+    size_t one_last[4] = {0, 0, 0, 400};
+    CHECK_EQ_INT(wenet_upload_split(even, 4, 4, first), 4);
+    CHECK(first[0] == 0 && first[1] == 1 && first[2] == 2 && first[3] == 3 && first[4] == 4);
+    CHECK_EQ_INT(wenet_upload_split(even, 4, 2, first), 2);
+    CHECK(first[1] == 2 && first[2] == 4);
+    CHECK_EQ_INT(wenet_upload_split(one_first, 4, 4, first), 4); /* one utterance per run */
+    CHECK(first[1] == 1 && first[2] == 2 && first[3] == 3);
+    CHECK_EQ_INT(wenet_upload_split(one_last, 4, 2, first), 2); /* the long one alone */
+    CHECK(first[1] == 3 && first[2] == 4);
+    CHECK_EQ_INT(wenet_upload_split(even, 4, 1, first), 1);
+    CHECK(first[0] == 0 && first[1] == 4);
+    CHECK_EQ_INT(wenet_upload_split(even, 0, 4, first), 0);
+    CHECK_EQ_INT(first[0], 0);
+    unsigned seed = 11;
+    size_t n[40], cum[41];
+    for (int it = 0; it < 400; it++) {
+        int batch = (int)(test_rand(&seed) % 41), chunks = 1 + (int)(test_rand(&seed) % 16);
+        cum[0] = 0;
+        for (int b = 0; b < batch; b++) {
+            unsigned r = test_rand(&seed) % 8;
+            n[b] = r == 0   ? 0
+                   : r == 1 ? 160000 + test_rand(&seed) % 800000
+                            : test_rand(&seed) % 9000;
+            cum[b + 1] = cum[b] + n[b];
+        }
+        int k = wenet_upload_split(n, batch, chunks, first);
+        CHECK_EQ_INT(k, chunks < batch ? chunks : batch);
+        CHECK(first[0] == 0 && first[k] == batch);
+        for (int c = 1; c < k; c++) {
+            size_t target = cum[batch] * (size_t)c / (size_t)k;
+            int forced_late = first[c] == first[c - 1] + 1,
+                forced_early = first[c] == batch - (k - c);
+            CHECKF(first[c] > first[c - 1] && first[c] <= batch - (k - c),
+                   "batch %d, %d chunks: run %d = [%d, %d)", batch, chunks, c - 1, first[c - 1],
+                   first[c]);
+            CHECKF(cum[first[c]] >= target || forced_early,
+                   "batch %d, %d chunks: cut %d at %d before the target", batch, chunks, c,
+                   first[c]);
+            CHECKF(cum[first[c] - 1] < target || forced_late,
+                   "batch %d, %d chunks: cut %d at %d past the target", batch, chunks, c, first[c]);
+        }
+    }
 }
 
 #ifdef HARK_CUDA
@@ -592,6 +654,103 @@ GPU_TEST(gpu_wenet_asr_scratch_reserved)
     fixture_close(&fx);
 }
 
+static int same_hyp(const wenet_hyp_t *a, const wenet_hyp_t *b)
+{
+    return a->n_tokens == b->n_tokens &&
+           !memcmp(a->tokens, b->tokens, sizeof(int) * (size_t)a->n_tokens) &&
+           !memcmp(a->times, b->times, sizeof(int) * (size_t)a->n_tokens) &&
+           !memcmp(&a->score, &b->score, sizeof a->score) && a->text && b->text &&
+           !strcmp(a->text, b->text);
+}
+
+/* every field of two results equal, bit for bit */
+static int same_result(const wenet_result_t *a, const wenet_result_t *b)
+{
+    if (!same_hyp(&a->best, &b->best) || a->n_nbest != b->n_nbest || a->frames != b->frames ||
+        memcmp(&a->confidence, &b->confidence, sizeof a->confidence))
+        return 0;
+    for (int i = 0; i < a->n_nbest; i++)
+        if (!same_hyp(&a->nbest[i], &b->nbest[i]))
+            return 0;
+    return 1;
+}
+
+enum { CHUNK_UTTS = 13 };
+
+/* The overlapped upload (chunks of utterances on the copy stream, each chunk's features while
+ * the next uploads) gives bit for bit the results of one upload then the features: batches of
+ * 1, 3, 7 and 13 utterances of different lengths (an empty one among them; page-locked ones
+ * uploaded by DMA, heap ones through the staging rows), 2, 3, 4, 16 and the default number of
+ * chunks, every method, FP32 and FP16. The single-chunk run is repeated first, so that a
+ * pipeline that is not deterministic run to run is told apart from a chunking fault. */
+GPU_TEST(gpu_wenet_asr_upload_chunks_identical)
+{
+    fixture_t fx;
+    OPEN_FIXTURE(fx);
+    static const double frac[CHUNK_UTTS] = {1.0,  0.0,   0.37, 0.81, 0.05, 1.0, 0.6,
+                                            0.23, 0.001, 0.9,  0.5,  0.72, 0.15};
+    static const int batches[4] = {1, 3, 7, 13}, chunk_counts[5] = {2, 3, 4, 16, 0};
+    float *buf[CHUNK_UTTS];
+    const float *pcm[CHUNK_UTTS];
+    size_t n[CHUNK_UTTS];
+    for (int i = 0; i < CHUNK_UTTS; i++) {
+        const audio_t *au = &fx.audio[i % NU];
+        n[i] = (size_t)(frac[i] * (double)au->n);
+        size_t bytes = sizeof(float) * (n[i] ? n[i] : 1);
+        if (i % 2 == 0)
+            CHECK(cudaMallocHost((void **)&buf[i], bytes) == cudaSuccess);
+        else
+            CHECK((buf[i] = hark_malloc(bytes)) != NULL);
+        memcpy(buf[i], au->samples, sizeof(float) * n[i]);
+        pcm[i] = buf[i];
+    }
+    hark_err_t err = {0};
+    long compared = 0;
+    for (int p = 0; p < 2; p++) {
+        wenet_precision_t prec = p ? WENET_FP16 : WENET_FP32;
+        wenet_asr_t *g = gpu_model(t, prec);
+        CHECK(g != NULL);
+        wenet_worker_t *w;
+        CHECKF(wenet_worker_create(g, CHUNK_UTTS, 12.0, &w, &err) == HARK_OK, "%s", err.msg);
+        for (int bi = 0; bi < 4; bi++) {
+            int B = batches[bi];
+            for (int m = 0; m < 3; m++) {
+                wenet_decode_opts_t o = wenet_default_opts(g);
+                o.method = (wenet_method_t)m;
+                o.nbest = o.beam_size;
+                wenet_result_t ref[CHUNK_UTTS], got[CHUNK_UTTS];
+                CHECK_OK(wenet_worker_set_upload_chunks(w, 1, &err));
+                CHECKF(wenet_recognize(w, &o, pcm, n, B, ref, &err) == HARK_OK, "%s", err.msg);
+                for (int k = -1; k < 5; k++) {
+                    int chunks = k < 0 ? 1 : chunk_counts[k];
+                    CHECK_OK(wenet_worker_set_upload_chunks(w, chunks, &err));
+                    CHECKF(wenet_recognize(w, &o, pcm, n, B, got, &err) == HARK_OK, "%s", err.msg);
+                    for (int b = 0; b < B; b++) {
+                        CHECKF(same_result(&ref[b], &got[b]),
+                               "%s, batch %d, %s, utterance %d (%zu samples): %s",
+                               wenet_precision_name(prec), B, wenet_method_name(o.method), b, n[b],
+                               k < 0 ? "two single-chunk runs differ (not deterministic)"
+                                     : "differs from the single-chunk run");
+                        compared++;
+                        wenet_result_free(&got[b]);
+                    }
+                }
+                for (int b = 0; b < B; b++)
+                    wenet_result_free(&ref[b]);
+            }
+        }
+        wenet_worker_destroy(w);
+        wenet_asr_destroy(g);
+    }
+    printf("    %ld results identical to the single-chunk run\n", compared);
+    for (int i = 0; i < CHUNK_UTTS; i++) {
+        if (i % 2 == 0)
+            cudaFreeHost(buf[i]);
+        else
+            hark_free(buf[i]);
+    }
+    fixture_close(&fx);
+}
 #endif
 
 /* precision names round-trip; 16-bit precisions on the CPU are refused before anything loads */
