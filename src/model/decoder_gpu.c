@@ -306,7 +306,7 @@ static int run_stack(wenet_decoder_gpu_state_t *s, const wdec_stack_t *st, const
     const wenet_decoder_gpu_t *d = s->d;
     int D = d->d, H = d->h, dk = d->dk, F = d->ffn, V = d->vocab;
     const int *ib = s->ibuf;
-    size_t Rz = s->cap_rows;
+    size_t Rz = (size_t)R; /* the index arrays' stride: this call's rows (see score) */
     const int *pos = ib + I_POS * Rz, *kbs = ib + I_KB_SELF * Rz, *kls = ib + I_KL_SELF * Rz;
     const int *kbe = ib + I_KB_SRC * Rz, *kle = ib + I_KL_SRC * Rz;
     float scale = 1.0f / sqrtf((float)dk);
@@ -410,8 +410,10 @@ int wenet_decoder_gpu_score(wenet_decoder_gpu_state_t *s, const float *d_enc, in
     if (!off)
         return err_set(err, HARK_ERR_NOMEM, "decoder (gpu): out of memory");
     /* the rows: candidate i of utterance b owns len_i + 1 rows; <sos> + hyp (left),
-     * <sos> + reversed(hyp) (right); each row's target is the next input, <eos> last */
-    size_t Rz = s->cap_rows;
+     * <sos> + reversed(hyp) (right); each row's target is the next input, <eos> last. The I_N
+     * index arrays are R apart (not the capacity apart), so that one copy of I_N · R ints
+     * uploads them however large the reserved scratch */
+    size_t Rz = R;
     int *h = s->hibuf, r = 0, c = 0;
     for (int b = 0; b < batch; b++)
         for (int k = 0; k < n[b]; k++, c++) {
