@@ -237,7 +237,7 @@ static void bench_usage(FILE *f)
             "                  [--device cpu|cuda:N] [--precision fp32|fp16|bf16] [--threads N]\n"
             "                  [--min-time S] [--profile]\n"
             "                  [--pipeline [--wav FILE] [--pageable] [--method M] [--beam N]\n"
-            "                   [--cpu-search] [--cpu-decoder]]\n"
+            "                   [--cpu-search] [--cpu-decoder] [--upload-chunks N]]\n"
             "--pipeline times the whole recognizer instead (PCM in -> text out: features,\n"
             "encoder, CTC, search) on copies of FILE (or noise) cut to --seconds;\n"
             "on a GPU the samples are page-locked as the server's request bodies are\n"
@@ -245,7 +245,9 @@ static void bench_usage(FILE *f)
             "ctc_greedy_search (default) | ctc_prefix_beam_search | attention_rescoring,\n"
             "--beam its beam (10); --cpu-search runs the prefix beam search on the CPU\n"
             "(the whole log-prob matrix downloaded) instead of the GPU; --cpu-decoder\n"
-            "scores attention_rescoring's candidates with the CPU decoder.\n"
+            "scores attention_rescoring's candidates with the CPU decoder; --upload-chunks\n"
+            "splits a batch's upload into N chunks, each chunk's features overlapping the next\n"
+            "chunk's copy (default 4; 1: upload everything, then the features).\n"
             "--profile (GPU) adds a line per batch size with the time of each stage: of the\n"
             "encoder's (CUDA events, graphs off), or with --pipeline of the recognizer's\n"
             "(upload, features, encoder, CTC, download on the GPU; issuing, waiting and\n"
@@ -343,7 +345,7 @@ static void compare_pytorch(const char *model_dir, int gpu, wenet_precision_t wp
  * search, detokenization), `B` copies of one utterance per batch, on the CPU or a GPU. */
 typedef struct {
     wenet_method_t method;
-    int beam, cpu_search, cpu_decoder, pageable, profile;
+    int beam, cpu_search, cpu_decoder, pageable, profile, upload_chunks;
 } bench_search_t;
 
 /* --pipeline --profile: REPS more batches with the worker's stage profile, one JSON line of ms
@@ -432,7 +434,9 @@ static int bench_pipeline(const char *model_dir, int device, wenet_precision_t w
         size_t *len = hark_malloc(sizeof(size_t) * (size_t)B);
         wenet_result_t *res = hark_malloc(sizeof(wenet_result_t) * (size_t)B);
         double *times = hark_malloc(sizeof(double) * 1000);
-        if (!p || !len || !res || !times || wenet_worker_create(asr, B, seconds + 1, &w, &err)) {
+        if (!p || !len || !res || !times || wenet_worker_create(asr, B, seconds + 1, &w, &err) ||
+            (bs->upload_chunks > 0 &&
+             wenet_worker_set_upload_chunks(w, bs->upload_chunks, &err) != HARK_OK)) {
             fprintf(stderr, "hark bench: batch %d: %s\n", B,
                     err.msg[0] ? err.msg : "out of memory");
             rc = 1;
@@ -479,10 +483,11 @@ static int bench_pipeline(const char *model_dir, int device, wenet_precision_t w
                 printf("{\"impl\": \"hark\", \"path\": \"pcm->text\", \"device\": \"%s\", "
                        "\"mode\": \"%s\", \"input\": \"%s\", \"method\": \"%s\"%s%s, \"beam\": %d, "
                        "\"batch\": %d, \"seconds\": %.1f, \"ms\": %.3f, \"rtfx\": %.1f, "
-                       "\"utt_per_sec\": %.1f, \"runs\": %d}\n",
+                       "\"utt_per_sec\": %.1f, \"upload_chunks\": %d, \"runs\": %d}\n",
                        device < 0 ? "cpu" : "cuda", wenet_precision_name(wp), input,
                        wenet_method_name(o.method), where, dec, o.beam_size, B, seconds, med * 1e3,
-                       B * seconds / med, B / med, k);
+                       B * seconds / med, B / med,
+                       bs->upload_chunks > 0 ? bs->upload_chunks : WENET_UPLOAD_CHUNKS, k);
                 fflush(stdout);
                 if (bs->profile)
                     print_pipeline_profile(w, &o, p, len, res, B, wenet_precision_name(wp));
@@ -535,6 +540,8 @@ int cli_bench(int argc, char **argv)
             bs.cpu_search = 1;
         else if (!strcmp(argv[i], "--cpu-decoder"))
             bs.cpu_decoder = 1;
+        else if (!strcmp(argv[i], "--upload-chunks") && v)
+            bs.upload_chunks = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--beam") && v)
             bs.beam = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--method") && v) {

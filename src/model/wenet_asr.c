@@ -36,6 +36,10 @@
  * assumes every utterance of a full batch is as long as the worker allows, which few batches
  * are. A batch past it grows the scratch in the request (logged once, kept after). */
 #define WENET_RESERVE_TOKENS_PER_S 4
+/* ... and utterances counted at most this long: a full batch of 60 s utterances (the server's
+ * default limit) is rare under length-aware batching, and would reserve ~2 GB per worker for a
+ * U2++ decoder; LibriSpeech's longest utterances are ~35 s */
+#define WENET_RESERVE_MAX_SECONDS 30.0
 
 _Static_assert(WENET_RESERVE_BEAM <= CTC_GPU_MAX_BEAM, "the reserved beam must run on the GPU");
 
@@ -307,6 +311,8 @@ static int decoder_reserve(wenet_worker_t *w, hark_err_t *err)
 {
     const wenet_asr_t *a = w->asr;
     double seconds = (double)w->max_frames * a->cfg.frame_shift_ms / 1000.0;
+    if (seconds > WENET_RESERVE_MAX_SECONDS)
+        seconds = WENET_RESERVE_MAX_SECONDS;
     double want = ceil(seconds * WENET_RESERVE_TOKENS_PER_S);
     int tokens = want < w->max_te ? (int)want : w->max_te;
     if (tokens > a->cfg.max_len - 1)
