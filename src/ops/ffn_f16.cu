@@ -34,7 +34,8 @@
 #define FF_X_BYTES (FF_BM * FF_D * 2)
 #define FF_W1_BYTES (FF_HC * FF_D * 2)
 #define FF_W2_BYTES (FF_D * FF_HC * 2)
-#define FF_SMEM (FF_X_BYTES + 2 * FF_W1_BYTES + 2 * FF_W2_BYTES + 1024)
+#define FF_B1_SLOTS 4 /* b1 chunks in shared memory: chunk j + 2 is copied while j is read */
+#define FF_SMEM (FF_X_BYTES + 2 * FF_W1_BYTES + 2 * FF_W2_BYTES + FF_B1_SLOTS * FF_HC * 4 + 1024)
 
 /* s (64 x 64, this warpgroup's fragments) = [s +] A (64 x 16) · B (64 x 16)ᵀ, both from shared
  * memory; acc 0: s is overwritten */
@@ -92,6 +93,7 @@ __global__ void __launch_bounds__(FF_THREADS, 1)
     unsigned char *smem = smem_raw + pad;
     unsigned sbase = base + pad;
     unsigned char *s_w1 = smem + FF_X_BYTES, *s_w2 = s_w1 + 2 * FF_W1_BYTES;
+    float *s_b1 = (float *)(s_w2 + 2 * FF_W2_BYTES); /* FF_B1_SLOTS x 64 */
     int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
     int t4 = lane & 3;
     int m0 = blockIdx.x * FF_BM, NC = F / FF_HC;
@@ -112,6 +114,12 @@ __global__ void __launch_bounds__(FF_THREADS, 1)
                                     cp_async16(s + sw_off(r, c, FF_HC), src + r * FF_D + c * 8,
                                                true);
                                 }
+                                /* its 64 biases (zeros without b1) travel with it: read after
+                                 * the same barrier, never from global memory in the loop */
+                                if (tid < FF_HC / 4)
+                                    cp_async16(s_b1 + (j % FF_B1_SLOTS) * FF_HC + tid * 4,
+                                               b1 ? b1 + j * FF_HC + tid * 4 : (const float *)w1,
+                                               b1 != nullptr);
     };
     auto load_w2 = [&](int j) { /* columns j·64 .. +63 of w2 (256, f) */
                                 unsigned char *s = s_w2 + (j & 1) * FF_W2_BYTES;
@@ -174,8 +182,8 @@ __global__ void __launch_bounds__(FF_THREADS, 1)
         /* s[4q + e]: row g (+8 for e >= 2), hidden column 8q + 2·t4 + (e & 1) */
 #pragma unroll
         for (int q = 0; q < 8; q++) {
-            int col = j * FF_HC + q * 8 + t4 * 2;
-            float c0 = b1 ? b1[col] : 0.0f, c1 = b1 ? b1[col + 1] : 0.0f;
+            float2 cb = *(const float2 *)(s_b1 + (j % FF_B1_SLOTS) * FF_HC + q * 8 + t4 * 2);
+            float c0 = cb.x, c1 = cb.y;
             /* k-step q / 2 of O: registers {row g lo, row g+8 lo, row g hi, row g+8 hi} */
             int r = (q >> 1) * 4 + (q & 1) * 2;
             p[r] = pack2<T>(epi_act<ACT>(s[4 * q] + c0), epi_act<ACT>(s[4 * q + 1] + c1));
