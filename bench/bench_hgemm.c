@@ -3,7 +3,9 @@
  * 10 s utterance x batch. Prints one line per shape: ms, TFLOP/s, ratio; then per batch the whole
  * feed-forward module (w1 + bias + swish, w2 + residual) as the fused kernel of ffn_f16.cu against
  * the two GEMMs of the AUTO policy, in the same run. Not a test (correctness:
- * tests/ops/test_ops_cuda.c). Usage: bench_hgemm [batch ...] (default 64 256) */
+ * tests/ops/test_ops_cuda.c). Usage: bench_hgemm [batch ...] (default 64 256);
+ * bench_hgemm --ffn batch ... (the FFN module only; FFN_ACT=none|relu|swish picks the fused
+ * kernel's activation, to see what it costs). The FFN operands are random. */
 #include "hark.h"
 #include "ops/ops_cuda.h"
 
@@ -77,11 +79,21 @@ typedef struct {
     ops_cuda_t *g;
 } ffn_job_t;
 
+/* FFN_ACT=none|relu|swish (default swish): the fused kernel's activation, to see what it costs */
+static cuda_act_t ffn_act(void)
+{
+    const char *s = getenv("FFN_ACT");
+    return !s                   ? CUDA_ACT_SWISH
+           : !strcmp(s, "none") ? CUDA_ACT_NONE
+           : !strcmp(s, "relu") ? CUDA_ACT_RELU
+                                : CUDA_ACT_SWISH;
+}
+
 static int run_ffn_fused(void *p)
 {
     ffn_job_t *j = p;
-    return cuda_ffn_f16(j->x, j->a, j->w1, j->b1, j->w2, j->b2, j->m, 256, 2048, CUDA_ACT_SWISH,
-                        0.5f, NULL, j->g, NULL);
+    return cuda_ffn_f16(j->x, j->a, j->w1, j->b1, j->w2, j->b2, j->m, 256, 2048, ffn_act(), 0.5f,
+                        NULL, j->g, NULL);
 }
 
 static int run_ffn_gemms(void *p)
@@ -109,6 +121,31 @@ static int run_ffn_gemms(void *p)
     return cuda_hgemm(&e, j->h, 2048, j->w2, j->m, 256, 2048, j->g, NULL);
 }
 
+/* n uniform values in [-scale, scale) from a fixed seed into dst: float32, or (half) FP16 */
+static void fill_uniform(void *dst, int half, size_t n, float scale, cudaStream_t st, unsigned seed)
+{
+    float *h = malloc(n * sizeof(float)), *d = NULL;
+    if (!h) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    unsigned long long s = 0x9E3779B97F4A7C15ull * seed + 1;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        h[i] = scale * ((float)(s >> 40) / (float)(1 << 24) * 2.0f - 1.0f);
+    }
+    if (!half) {
+        CK(cudaMemcpy(dst, h, n * sizeof(float), cudaMemcpyHostToDevice));
+    } else {
+        CK(cudaMalloc((void **)&d, n * sizeof(float)));
+        CK(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
+        CK(cuda_cast(dst, OPS_F16, d, OPS_F32, n, st, NULL));
+        CK(cudaStreamSynchronize(st));
+        cudaFree(d);
+    }
+    free(h);
+}
+
 /* the FFN module both ways at rows m: "fused  ms TF/s | gemms ms TF/s | gemms/fused" */
 static void bench_ffn(ops_cuda_t *g, cudaStream_t st, int batch, int m)
 {
@@ -122,12 +159,14 @@ static void bench_ffn(ops_cuda_t *g, cudaStream_t st, int batch, int m)
     CK(cudaMalloc((void **)&j.x, (size_t)m * 256 * 4));
     CK(cudaMalloc((void **)&j.b1, 2048 * 4));
     CK(cudaMalloc((void **)&j.b2, 256 * 4));
-    CK(cudaMemset(j.a, 0x3c, (size_t)m * 256 * 2));
-    CK(cudaMemset(j.w1, 0x21, (size_t)2048 * 256 * 2));
-    CK(cudaMemset(j.w2, 0x21, (size_t)2048 * 256 * 2));
-    CK(cudaMemset(j.x, 0, (size_t)m * 256 * 4));
-    CK(cudaMemset(j.b1, 0, 2048 * 4));
-    CK(cudaMemset(j.b2, 0, 256 * 4));
+    /* random operands (constant ones can run faster than real data): uniform, scaled as trained
+     * layers are (inputs ~1, weights ~1 / sqrt(fan-in)) */
+    fill_uniform(j.a, 1, (size_t)m * 256, 1.0f, st, 1);
+    fill_uniform(j.w1, 1, (size_t)2048 * 256, 0.0625f, st, 2);
+    fill_uniform(j.w2, 1, (size_t)2048 * 256, 0.022f, st, 3);
+    fill_uniform(j.x, 0, (size_t)m * 256, 1.0f, st, 4);
+    fill_uniform(j.b1, 0, 2048, 0.1f, st, 5);
+    fill_uniform(j.b2, 0, 256, 0.1f, st, 6);
     double flop = 2.0 * 2.0 * m * 256 * 2048;
     ops_cuda_set_gemm_backend(g, OPS_GEMM_AUTO);
     double tg = time_ms(run_ffn_gemms, &j, st);
