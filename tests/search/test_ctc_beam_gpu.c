@@ -48,6 +48,8 @@ static void fill_logp(float *lp, int T, int V, int blank, int kind, unsigned *se
             m = r[v] > m ? r[v] : m;
         for (int v = 0; v < V; v++)
             s += exp((double)r[v] - m);
+        /* s >= 1: the row's maximum adds exp(0) */
+        // cppcheck-suppress invalidFunctionArg
         float ls = (float)(m + log(s));
         for (int v = 0; v < V; v++)
             r[v] -= ls;
