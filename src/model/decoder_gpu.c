@@ -8,6 +8,7 @@
 #ifdef HARK_CUDA
 
 #include "core/alloc.h"
+#include "core/log.h"
 #include "hark.h"
 #include "ops/ops.h"
 #include "ops/ops_cuda.h"
@@ -403,8 +404,12 @@ int wenet_decoder_gpu_score(wenet_decoder_gpu_state_t *s, const float *d_enc, in
         return err_set(err, HARK_ERR_TOO_LARGE, "decoder (gpu): %zu decoder rows in one call", R);
     size_t E = (size_t)batch * t_stride;
     if (R > s->cap_rows || E > s->cap_enc) { /* beyond the reservation: allocates (counted) */
+        size_t had = s->cap_rows;
         s->grows++;
         TRY(reserve(s, R, E, err));
+        LOG_INFO("decoder (gpu): %zu candidate rows over %zu encoder rows grew the scratch past "
+                 "the %zu rows it held (allocated in the call; %.1f MiB now, kept)",
+                 R, E, had, (double)s->bytes / (1 << 20));
     }
     int *off = hark_malloc(sizeof(int) * (size_t)total);
     if (!off)

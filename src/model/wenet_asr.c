@@ -863,21 +863,10 @@ static int decode_gpu_nbest(wenet_worker_t *w, const wenet_decode_opts_t *o, int
         cudaStream_t st = (cudaStream_t)conformer_gpu_stream(w->gstate);
         if (w->prof)
             cudaEventRecord(w->ev[WENET_PROF_DOWNLOAD + 2], st);
-        int grows = wenet_decoder_gpu_state_grows(w->gdec);
-        if (!rc)
+        if (!rc) /* past the reservation this allocates, and the decoder logs it */
             rc =
                 wenet_decoder_gpu_score(w->gdec, w->d_enc, te, w->enc_lens, batch, cn,
                                         (const int *const *)hy, ln, o->reverse_weight, gf, gr, err);
-        if (wenet_decoder_gpu_state_grows(w->gdec) != grows) { /* past the reservation */
-            size_t rows = 0, held = 0;
-            for (int i = 0; i < total; i++)
-                rows += (size_t)ln[i] + 1;
-            wenet_decoder_gpu_state_bytes(w->gdec, &held, NULL);
-            LOG_INFO("worker: attention rescoring of %d utterances x %d frames, %d candidates "
-                     "(%zu rows) grew the decoder scratch past its reservation (allocated in the "
-                     "request; now %zu rows, kept)",
-                     batch, te, total, rows, held);
-        }
         float ms = 0;
         if (w->prof && !rc && cudaEventRecord(w->ev[WENET_PROF_DOWNLOAD + 3], st) == cudaSuccess &&
             cudaEventSynchronize(w->ev[WENET_PROF_DOWNLOAD + 3]) == cudaSuccess &&

@@ -373,8 +373,8 @@ __global__ void __launch_bounds__(SEARCH_THREADS)
                     ub = ui;
             ui_blank = ub;
         }
-        if (tid <
-            n) { /* the beam prefix that is this one's parent, and the rank of its last token */
+        /* the beam prefix that is this one's parent, and the rank of its last token */
+        if (tid < n) {
             int p = -1, u = -1;
             for (int j = 0; j < n; j++)
                 if (H[j].node == H[tid].parent)

@@ -29,6 +29,8 @@ typedef struct {
     wenet_asr_t *asr;
     cJSON *results;
     audio_t audio[NU];
+    const float *pcm[NU]; /* audio[u].samples ... */
+    size_t n[NU];         /* ... and .n, as wenet_recognize takes a batch */
 } fixture_t;
 
 static char *slurp(const char *path)
@@ -71,6 +73,8 @@ static int fixture_open(fixture_t *fx, char *why, size_t nwhy)
             snprintf(why, nwhy, "%.200s: %.250s", path, err.msg);
             return -1;
         }
+        fx->pcm[u] = fx->audio[u].samples;
+        fx->n[u] = fx->audio[u].n;
     }
     return fx->results ? 0 : -1;
 }
@@ -176,12 +180,8 @@ TEST(wenet_asr_golden_batched)
     wenet_worker_t *w;
     hark_err_t err = {0};
     CHECK_OK(wenet_worker_create(fx.asr, NU, 12.0, &w, &err));
-    const float *pcm[NU];
-    size_t n[NU];
-    for (int u = 0; u < NU; u++) {
-        pcm[u] = fx.audio[u].samples;
-        n[u] = fx.audio[u].n;
-    }
+    const float **pcm = fx.pcm;
+    size_t *n = fx.n;
     wenet_result_t r[NU];
     wenet_decode_opts_t o = wenet_default_opts(fx.asr);
     CHECK(o.method == DECODE_ATTENTION_RESCORING);
@@ -393,12 +393,8 @@ static void gpu_golden(test_ctx_t *t, wenet_precision_t prec)
     CHECKF(wenet_asr_load_opts(path, &lo, &g, &err) == HARK_OK, "%s", err.msg);
     wenet_worker_t *w;
     CHECK_OK(wenet_worker_create(g, NU, 12.0, &w, &err));
-    const float *pcm[NU];
-    size_t n[NU];
-    for (int u = 0; u < NU; u++) {
-        pcm[u] = fx.audio[u].samples;
-        n[u] = fx.audio[u].n;
-    }
+    const float **pcm = fx.pcm;
+    size_t *n = fx.n;
     const char *pn = wenet_precision_name(prec);
     double worst = 0;
     long edits = 0, n_ref = 0;
@@ -479,12 +475,8 @@ GPU_TEST(gpu_wenet_asr_profile)
     CHECKF(wenet_asr_load_opts(path, &lo, &g, &err) == HARK_OK, "%s", err.msg);
     wenet_worker_t *w;
     CHECK_OK(wenet_worker_create(g, NU, 12.0, &w, &err));
-    const float *pcm[NU];
-    size_t n[NU], zero[NU] = {0};
-    for (int u = 0; u < NU; u++) {
-        pcm[u] = fx.audio[u].samples;
-        n[u] = fx.audio[u].n;
-    }
+    const float **pcm = fx.pcm;
+    size_t *n = fx.n, zero[NU] = {0};
     CHECK_OK(wenet_worker_profile(w, 1, &err));
     wenet_result_t r[NU];
     for (int m = 0; m < 3; m++) { /* greedy, GPU beam, and rescoring (downloads the encoder) */
@@ -593,12 +585,8 @@ GPU_TEST(gpu_wenet_asr_scratch_reserved)
     CHECK(s0.beam == 10 && s0.beam_grows == 0 && s0.decoder_grows == 0);
     CHECKF(s0.decoder_rows > 0 && s0.decoder_enc_rows > 0 && s0.decoder_bytes > 0,
            "the golden decoder runs on the GPU: its scratch must be reserved at creation");
-    const float *pcm[NU];
-    size_t n[NU];
-    for (int u = 0; u < NU; u++) {
-        pcm[u] = fx.audio[u].samples;
-        n[u] = fx.audio[u].n;
-    }
+    const float **pcm = fx.pcm;
+    size_t *n = fx.n;
     wenet_decode_opts_t o = wenet_default_opts(g);
     o.nbest = o.beam_size;
     CHECK_EQ_INT(o.beam_size, 10);
@@ -789,12 +777,8 @@ static void repeat_check(test_ctx_t *t, int device)
     CHECKF(wenet_asr_load_opts(path, &lo, &g, &err) == HARK_OK, "%s", err.msg);
     wenet_worker_t *w;
     CHECK_OK(wenet_worker_create(g, NU, 12.0, &w, &err));
-    const float *pcm[NU];
-    size_t n[NU];
-    for (int u = 0; u < NU; u++) {
-        pcm[u] = fx.audio[u].samples;
-        n[u] = fx.audio[u].n;
-    }
+    const float **pcm = fx.pcm;
+    size_t *n = fx.n;
     wenet_decode_opts_t o = wenet_default_opts(g);
     o.method = DECODE_CTC_PREFIX_BEAM;
     o.nbest = 10;
