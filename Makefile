@@ -123,11 +123,11 @@ $(BUILD)/fuzz_http_request: $(FUZZ_HTTP_SRCS) $(wildcard include/*.h src/core/*.
 # libFuzzer targets for the KServe infer-request codec and config.pbtxt (clang); seeds in
 # tests/fuzz/corpus_kserve/ (2-byte LE header length, 0xffff = none, then the body) and
 # tests/fuzz/corpus_model_config/. Run: ./$(BUILD)/fuzz_kserve_request -max_total_time=60 CORPUS_COPY
-FUZZ_KSERVE_SRCS := tests/fuzz/fuzz_kserve_request.c src/net/kserve.c $(sort $(wildcard src/core/*.c))
+FUZZ_KSERVE_SRCS := tests/fuzz/fuzz_kserve_request.c src/api/kserve.c $(sort $(wildcard src/core/*.c))
 FUZZ_MC_SRCS     := tests/fuzz/fuzz_model_config.c src/server/model_config.c $(sort $(wildcard src/core/*.c))
 .PHONY: fuzz-kserve
 fuzz-kserve: $(BUILD)/fuzz_kserve_request $(BUILD)/fuzz_model_config
-$(BUILD)/fuzz_kserve_request: $(FUZZ_KSERVE_SRCS) $(wildcard include/*.h src/core/*.h src/net/kserve.h)
+$(BUILD)/fuzz_kserve_request: $(FUZZ_KSERVE_SRCS) $(wildcard include/*.h src/core/*.h src/api/kserve.h)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_FLAGS) -o $@ $(FUZZ_KSERVE_SRCS) -lcjson -lm -lpthread
 $(BUILD)/fuzz_model_config: $(FUZZ_MC_SRCS) $(wildcard include/*.h src/core/*.h src/server/model_config.h)

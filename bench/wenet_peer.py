@@ -12,7 +12,7 @@ under autocast fp16 / bf16. `error` runs WeNet's encoder + CTC on a golden set's
 (GOLDEN_DIR/goldens/<utt>/fbank.npy) in each mode and prints, per utterance, the relative RMS
 error of the encoder output and of the CTC log-probs against the set's FP32 outputs
 (enc_full.npy, ctc_logprobs_full.npy) and the frames whose greedy argmax differs: the error
-PyTorch's own reduced precision makes, next to hark's (tests/model/test_conformer_gpu.c prints
+PyTorch's own reduced precision makes, next to hark's (tests/model/wenet/test_conformer_gpu.c prints
 the same figures).
 
 Times encoder + CTC log-softmax + argmax from 10 s of 80-bin features (998 frames), like

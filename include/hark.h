@@ -33,6 +33,8 @@ typedef enum {
     HARK_ERR_CLOSED = -11,     /* the object was shut down */
     HARK_ERR_NO_DEVICE = -12,  /* no GPU, or hark built without CUDA */
     HARK_ERR_INTERNAL = -13,   /* a bug in hark */
+    HARK_ERR_CANCELLED = -14,  /* the caller or client gave up on the work */
+    HARK_ERR_UNAVAILABLE = -15, /* not ready now (loading, draining, unhealthy) */
 } hark_status_t;
 
 /* A static, human-readable name for a status ("invalid argument", ...). Never NULL. */

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # convert_wenet.py — turns a WeNet U2/U2++ checkpoint (final.pt + train.yaml + units.txt +
 # global_cmvn) into a hark model directory (docs/model-format.md).
-# Tests: tests/model/test_convert_wenet.c (runs this script on the golden checkpoint).
+# Tests: tests/model/wenet/test_convert_wenet.c (runs this script on the golden checkpoint).
 """Convert a WeNet U2/U2++ Conformer checkpoint into a hark model directory.
 
     convert_wenet.py --checkpoint final.pt --config train.yaml --units units.txt \

@@ -8,11 +8,11 @@
 #include "core/clock.h"
 #include "gpu/pinned.h"
 #include "audio/audio.h"
-#include "model/conformer.h"
+#include "model/wenet/conformer.h"
 #include "model/synth_weights.h"
-#include "model/wenet_asr.h"
+#include "model/wenet/wenet_asr.h"
 #include "model/safetensors.h"
-#include "model/wenet_config.h"
+#include "model/wenet/wenet_config.h"
 #include "hark.h"
 #include "search/ctc_beam_gpu.h"
 
@@ -29,7 +29,7 @@ static int cmp_double(const void *a, const void *b)
 }
 
 #ifdef HARK_CUDA
-#include "model/conformer_gpu.h"
+#include "model/wenet/conformer_gpu.h"
 #include "search/ctc_gpu.h"
 #include <cuda_runtime_api.h>
 

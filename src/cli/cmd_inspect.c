@@ -1,10 +1,10 @@
 /* cmd_inspect.c — `hark inspect MODEL_DIR`: prints a converted model's architecture (every
  * model.json field), tensor and parameter counts, and the weight file's size.
- * Tests: tests/model/test_convert_wenet.c (runs it on the converted golden model). */
+ * Tests: tests/model/wenet/test_convert_wenet.c (runs it on the converted golden model). */
 #include "cli/cli.h"
 #include "core/error.h"
 #include "model/safetensors.h"
-#include "model/wenet_config.h"
+#include "model/wenet/wenet_config.h"
 
 #include <stdio.h>
 #include <string.h>

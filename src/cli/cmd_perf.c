@@ -6,7 +6,7 @@
 #include "core/alloc.h"
 #include "hark.h"
 #include "net/http_client.h"
-#include "net/kserve.h"
+#include "api/kserve.h"
 #include "perf/perf.h"
 #include "perf/plot.h"
 

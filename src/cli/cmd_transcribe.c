@@ -13,13 +13,13 @@
 #include "eval/decode_list.h"
 #include "eval/scp.h"
 #include "eval/wer.h"
-#include "eval/words.h"
+#include "text/words.h"
 #include "hark.h"
-#include "model/wenet_asr.h"
+#include "model/wenet/wenet_asr.h"
 #include "net/http_client.h"
-#include "net/kserve.h"
+#include "api/kserve.h"
 #include "ops/ops.h"
-#include "search/units.h"
+#include "text/units.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -19,6 +19,8 @@ const char *hark_status_str(int status)
     case HARK_ERR_CLOSED: return "closed";
     case HARK_ERR_NO_DEVICE: return "no gpu device";
     case HARK_ERR_INTERNAL: return "internal error";
+    case HARK_ERR_CANCELLED: return "cancelled";
+    case HARK_ERR_UNAVAILABLE: return "unavailable";
     }
     return "unknown status";
 }

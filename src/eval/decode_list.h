@@ -11,7 +11,7 @@
 #define HARK_EVAL_DECODE_LIST_H
 
 #include "core/error.h"
-#include "model/wenet_asr.h"
+#include "model/wenet/wenet_asr.h"
 
 typedef struct {
     const char *path;      /* in: audio file (lent) */

@@ -1,4 +1,4 @@
-/* synth_weights.c — name-seeded generated weights.  Tests: tests/model/test_conformer.c */
+/* synth_weights.c — name-seeded generated weights.  Tests: tests/model/wenet/test_conformer.c */
 #include "model/synth_weights.h"
 
 #include "core/alloc.h"

@@ -6,7 +6,7 @@
 #include "core/alloc.h"
 #include "eval/scp.h"
 #include "eval/wer.h"
-#include "eval/words.h"
+#include "text/words.h"
 #include "hark.h"
 
 #include <stdint.h>

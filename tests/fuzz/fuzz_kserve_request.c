@@ -1,10 +1,10 @@
 /* fuzz_kserve_request.c — libFuzzer target: arbitrary bodies through kserve_parse_request, then
  * every accepted request echoed back through kserve_build_response/kserve_parse_response.
  * Build: `make fuzz-kserve`; seeds: tests/fuzz/corpus_kserve (input: 2-byte LE header length,
- * 0xffff = no Inference-Header-Content-Length, then the body). Tests: tests/net/test_kserve.c */
+ * 0xffff = no Inference-Header-Content-Length, then the body). Tests: tests/api/test_kserve.c */
 #include "core/alloc.h"
 #include "hark.h"
-#include "net/kserve.h"
+#include "api/kserve.h"
 
 #include <stdint.h>
 #include <stdlib.h>

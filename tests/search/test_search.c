@@ -9,7 +9,7 @@
 #include "hark.h"
 #include "search/ctc.h"
 #include "search/rescore.h"
-#include "search/units.h"
+#include "text/units.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

@@ -17,7 +17,7 @@ const char *golden_wenet_model_dir(char *why, size_t nwhy);
 struct cJSON;
 struct safetensors;
 #include "core/npy.h"
-#include "model/wenet_config.h"
+#include "model/wenet/wenet_config.h"
 
 /* Opens the converted golden model's config and weights: 0 ok, 1 skip (reason in why), -1 failure
  * (message in why). *st is the caller's (st_close). */

@@ -1,10 +1,10 @@
 /* synth_decoder.h — the config of a small synthetic attention decoder for the decoder tests
- * (tests/model/test_decoder.c, test_decoder_gpu.c): sos = eos = vocab - 1, reverse_weight 0.4
+ * (tests/model/wenet/test_decoder.c, test_decoder_gpu.c): sos = eos = vocab - 1, reverse_weight 0.4
  * for a bitransformer, max_len 64. */
 #ifndef HARK_TESTS_SUPPORT_SYNTH_DECODER_H
 #define HARK_TESTS_SUPPORT_SYNTH_DECODER_H
 
-#include "model/wenet_config.h"
+#include "model/wenet/wenet_config.h"
 
 #include <string.h>
 

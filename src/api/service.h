@@ -1,0 +1,82 @@
+/* service.h — the KServe v2 operations of a running server, independent of any transport: the
+ * HTTP/1.1 handlers (api/kserve_http.c), gRPC (api/kserve_grpc.c) and the OpenAI handler call
+ * these and serialise what comes back in their own wire format. Implemented by the server
+ * (server/server.c, over the model repository and the scheduler).
+ * Tests: tests/server/test_server.py, tests/server/test_grpc.py (through both transports)
+ *
+ * OWNERSHIP AND THREADS
+ * - Every function is called on a transport's loop thread and never blocks it for long (no model
+ *   load, no inference: those complete later through callbacks).
+ * - JSON documents returned in *json are hark_malloc'd, NUL-terminated, the caller's to hark_free.
+ * - service_infer takes the parsed request (its kserve_request_t and the body it borrows) and
+ *   calls done exactly once, on some thread (an instance's, or the calling loop's for an early
+ *   error, possibly before service_infer returns). The outputs passed to done are lent for that
+ *   call only: a transport serialises them there and queues the bytes to its own loop (inference
+ *   threads never write a connection). After done, the service holds nothing of the request.
+ * Errors: HARK_ERR_NOT_FOUND (model/version), HARK_ERR_INVALID_ARG (bad request; the message says
+ * which input), HARK_ERR_UNAVAILABLE (not ready, draining), HARK_ERR_AGAIN (queue full),
+ * HARK_ERR_TIMEOUT (queued past its timeout), HARK_ERR_CANCELLED (the client went away),
+ * HARK_ERR_TOO_LARGE. service_status_http maps them to HTTP; gRPC maps them to its codes.
+ */
+#ifndef HARK_API_SERVICE_H
+#define HARK_API_SERVICE_H
+
+#include "api/kserve.h"
+#include "core/error.h"
+
+#include <stdatomic.h>
+
+typedef struct server server_t;
+typedef struct uv_loop_s uv_loop_t;
+
+/* HTTP status of a service error (400, 404, 408, 413, 429/503, 500, 504). */
+int service_status_http(int status);
+
+int service_live(server_t *s);  /* 1 */
+int service_ready(server_t *s); /* 1 when not loading/draining and every ready model is healthy */
+/* 1 when the model (version NULL or "": the served one) is READY and healthy. */
+int service_model_ready(server_t *s, const char *model, const char *version);
+
+/* {"name","version","extensions":[...]} */
+int service_server_metadata(server_t *s, char **json, hark_err_t *err);
+/* KServe model metadata / the bare ModelConfig JSON / {"model_stats": [...]} (model NULL or "":
+ * every ready model). version NULL or "": the served one. */
+int service_model_metadata(server_t *s, const char *model, const char *version, char **json,
+                           hark_err_t *err);
+int service_model_config(server_t *s, const char *model, const char *version, char **json,
+                         hark_err_t *err);
+int service_model_stats(server_t *s, const char *model, const char *version, char **json,
+                        hark_err_t *err);
+/* [{"name","version","state","reason"}, ...]; ready_only: READY models only. */
+int service_repository_index(server_t *s, int ready_only, char **json, hark_err_t *err);
+
+/* Loads or unloads a model on a thread of its own; done(user, status, message) is called once,
+ * from that thread (or from this call on an immediate error). */
+typedef void (*service_done_fn)(void *user, int status, const char *msg);
+void service_repository_load(server_t *s, const char *model, int load, service_done_fn done,
+                             void *user);
+
+/* One inference's answer: outputs lent for the call (see OWNERSHIP). status HARK_OK, or an error
+ * with its message (outs NULL). */
+typedef void (*service_infer_fn)(void *user, int status, const char *error, const char *model,
+                                 const char *version, const kserve_output_t *outs, int n_outs);
+
+typedef struct {
+    const char *model, *version; /* version NULL or "": the served one */
+    kserve_request_t *req;       /* taken: freed by the service after done */
+    const void *body;            /* the bytes req borrows from; released with body_free */
+    void (*body_free)(void *user);
+    void *body_user;
+    /* set by the transport when its client went away (stream reset, connection closed): items
+     * still queued are dropped and answered HARK_ERR_CANCELLED */
+    const atomic_int *cancelled;
+    uint64_t deadline_ns; /* clock_now_ns() deadline from the transport (grpc-timeout); 0: none */
+    uv_loop_t *loop;      /* the caller's loop (encoded audio is decoded on its thread pool) */
+    service_infer_fn done;
+    void *user;
+} service_infer_t;
+
+/* Starts an inference; done is always called exactly once (see OWNERSHIP). */
+void service_infer(server_t *s, const service_infer_t *in);
+
+#endif

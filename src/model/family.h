@@ -1,0 +1,191 @@
+/* family.h — the one interface every model family implements (WeNet, icefall, Jasper, TTS,
+ * vocoders, VAD), after Triton's backend API: an immutable model shared per device, workers that
+ * own their scratch, and `execute` over a batch of items of one batch key. The scheduler, the
+ * server, the CLI and the public C API (include/hark.h) know tasks and batch keys, never a family.
+ * The registry (registry.c) lists the families; config.pbtxt's parameters { key: "family" } or
+ * the model's model.json picks one.
+ * Tests: tests/model/test_family.c (the registry, params), tests/sched/test_instance.c (a test
+ * family drives the batcher and instances), tests/model/wenet/test_wenet_family.c
+ *
+ * OWNERSHIP AND THREADS
+ * - family_model_t: made by load, immutable afterwards, shared by any number of workers and
+ *   threads; unload releases it once no worker of it is left.
+ * - family_worker_t: one thread's mutable state (device streams, scratch). worker_create sizes
+ *   all of its scratch for (max_batch, max_seconds); execute then does not allocate on the device.
+ * - family_item_t: the caller's. execute is lent the items for the call; it reports each item's
+ *   results through item->emit (zero or more partial events, then exactly one DONE) before it
+ *   returns, on the calling thread. The event's payload is lent to emit for that call only: emit
+ *   copies what it keeps (asr_result_copy) or takes it with asr_result_take.
+ * - params: key/value strings, lent for the call.
+ */
+#ifndef HARK_MODEL_FAMILY_H
+#define HARK_MODEL_FAMILY_H
+
+#include "core/error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    FAMILY_TASK_ASR = 1, /* offline recognition: PCM in, text out */
+    FAMILY_TASK_TTS = 2, /* text in, PCM out */
+    FAMILY_TASK_VAD = 3, /* PCM in, speech segments out */
+} family_task_t;
+
+const char *family_task_name(family_task_t t); /* "asr", "tts", "vad" */
+
+/* ---- parameters: config.pbtxt `parameters`, request parameters, CLI options -------------- */
+typedef struct {
+    const char *key, *value; /* numbers and booleans as text ("10", "0.5", "true") */
+} family_param_t;
+
+typedef struct {
+    const family_param_t *p; /* (n) */
+    int n;
+} family_params_t;
+
+/* The value of `key` (the last one given wins), or NULL. params may be NULL. */
+const char *family_param(const family_params_t *params, const char *key);
+/* Typed look-ups: HARK_OK (set *out), HARK_ERR_NOT_FOUND (absent: *out untouched), or
+ * HARK_ERR_INVALID_ARG naming the key and the value that is not a number / boolean. */
+int family_param_int(const family_params_t *params, const char *key, long lo, long hi, int *out,
+                     hark_err_t *err);
+int family_param_double(const family_params_t *params, const char *key, double *out,
+                        hark_err_t *err);
+
+/* ---- results ---------------------------------------------------------------------------- */
+typedef struct {
+    char *text;
+    int start_ms, end_ms;
+} asr_word_t;
+
+typedef struct {
+    char *text;
+    int *tokens;   /* (n_tokens) unit ids */
+    int *times_ms; /* (n_tokens) start of each token, ms from the start of the audio */
+    int n_tokens;
+    double score;
+} asr_hyp_t;
+
+/* One recognition result. Every pointer is owned by the result (asr_result_free). */
+typedef struct {
+    asr_hyp_t best;
+    asr_hyp_t *nbest; /* (n_nbest): beam methods' n-best; 0 entries otherwise */
+    int n_nbest;
+    asr_word_t *words; /* (n_words) words of best with times, when the item asked for them */
+    int n_words;
+    double confidence;
+    double duration_s; /* of the audio recognised */
+    int word_sep;      /* 1: words are joined by spaces (BPE/English); 0: not (characters) */
+} asr_result_t;
+
+void asr_result_free(asr_result_t *r); /* frees what r owns and zeroes it; NULL-safe */
+/* Deep copy; HARK_ERR_NOMEM leaves *dst zeroed. */
+int asr_result_copy(asr_result_t *dst, const asr_result_t *src);
+
+typedef enum {
+    FAMILY_EV_PARTIAL = 1, /* asr: a partial result (streaming) */
+    FAMILY_EV_AUDIO = 2,   /* tts: a chunk of PCM */
+    FAMILY_EV_SEGMENT = 3, /* vad: one speech segment */
+    FAMILY_EV_DONE = 4,    /* last event of an item: status, and the final asr result */
+} family_event_kind_t;
+
+typedef struct {
+    family_event_kind_t kind;
+    int status;        /* DONE: HARK_OK or the item's error */
+    const char *error; /* DONE with an error: the message */
+    asr_result_t *asr; /* PARTIAL/DONE of an asr item: lent, or taken by asr_result_take */
+    const float *pcm;  /* AUDIO: (n) samples at sample_rate */
+    size_t n;
+    int sample_rate;
+    double seg_start_s, seg_end_s; /* SEGMENT */
+} family_event_t;
+
+/* Moves the lent result out of an event (into *dst; the event keeps an empty result). */
+void asr_result_take(asr_result_t *dst, asr_result_t *src);
+
+/* ---- items ------------------------------------------------------------------------------ */
+typedef struct family_item family_item_t;
+typedef void (*family_emit_fn)(family_item_t *item, const family_event_t *ev);
+
+struct family_item {
+    const void *opts;  /* parse_opts's output for this item's request (opts_size bytes) */
+    const float *pcm;  /* asr/vad: (n) samples in [-1, 1] at the model's sample rate; lent */
+    size_t n;
+    const char *text;  /* tts: UTF-8, NUL-terminated; lent */
+    int want_words;    /* asr: fill asr_result_t.words */
+    family_emit_fn emit;
+    void *user;
+};
+
+/* Times of one execute call, in nanoseconds (Triton's compute input / infer / output). */
+typedef struct {
+    uint64_t input_ns, infer_ns, output_ns;
+} family_exec_times_t;
+
+/* ---- what the server asks of a loaded model -------------------------------------------- */
+typedef struct {
+    int sample_rate;  /* asr/vad input, tts output */
+    int frame_ms;     /* asr: encoder frame length (0: unknown) */
+    int device;       /* -1: CPU */
+    const char *kind; /* human description: "wenet_u2 conformer 12 blocks" */
+} family_info_t;
+
+typedef struct {
+    int device;            /* -1: CPU, else the CUDA device */
+    const char *precision; /* "fp32" (NULL too), "fp16", "bf16"; families refuse what they lack */
+    int version;           /* model version directory DIR/<version>/; 0 means 1 */
+} family_load_opts_t;
+
+typedef struct {
+    int max_batch;      /* items in one execute */
+    double max_seconds; /* longest audio of one item */
+    int n_threads;      /* CPU workers: BLAS threads (0: leave the setting) */
+} family_worker_opts_t;
+
+typedef struct family_model family_model_t;   /* defined by each family */
+typedef struct family_worker family_worker_t; /* defined by each family */
+
+typedef struct family {
+    const char *name; /* config.pbtxt / model.json name: "wenet_u2" */
+    family_task_t task;
+    int streaming;    /* served under sequence_batching */
+    size_t opts_size; /* bytes of one request's parsed options */
+
+    int (*load)(const char *dir, const family_load_opts_t *lo, const family_params_t *cfg,
+                family_model_t **out, hark_err_t *err);
+    void (*unload)(family_model_t *m); /* accepts NULL */
+    void (*info)(const family_model_t *m, family_info_t *out);
+    /* Request options over the model's defaults (cfg: config.pbtxt parameters, then req: the
+     * request's own); fills opts (opts_size bytes). Loop thread; must not block.
+     * HARK_ERR_INVALID_ARG names the parameter. */
+    int (*parse_opts)(const family_model_t *m, const family_params_t *cfg,
+                      const family_params_t *req, void *opts, hark_err_t *err);
+    /* Items whose options give equal keys may run in one execute. */
+    uint64_t (*batch_key)(const void *opts);
+    int (*worker_create)(const family_model_t *m, const family_worker_opts_t *wo,
+                         family_worker_t **out, hark_err_t *err);
+    void (*worker_destroy)(family_worker_t *w); /* accepts NULL */
+    /* Streaming families only (NULL otherwise). */
+    int (*stream_open)(family_worker_t *w, void **stream, hark_err_t *err);
+    void (*stream_close)(family_worker_t *w, void *stream);
+    /* Runs n items of one batch key; every item gets exactly one DONE event through its emit
+     * before execute returns, whatever the status. Returns HARK_OK, or the error all items failed
+     * with (HARK_ERR_CUDA marks the instance unhealthy). times may be NULL. */
+    int (*execute)(family_worker_t *w, family_item_t *const *items, int n,
+                   family_exec_times_t *times, hark_err_t *err);
+} family_t;
+
+/* ---- the registry ----------------------------------------------------------------------- */
+/* The family called `name`, or NULL. */
+const family_t *family_find(const char *name);
+/* All registered families, NULL-terminated. */
+const family_t *const *family_list(void);
+/* The family of a model directory DIR (version `version`, 0 = 1): the "family" key of
+ * DIR/<version>/model.json ("wenet_u2" when absent, for models converted before the key).
+ * HARK_ERR_NOT_FOUND names an unknown family; HARK_ERR_IO / HARK_ERR_FORMAT the file. */
+int family_of_dir(const char *dir, int version, const family_t **out, hark_err_t *err);
+/* Tests register extra families (up to 8) before anything looks one up. */
+void family_register_test(const family_t *f);
+
+#endif

@@ -1,0 +1,629 @@
+/* GPU tests for src/model/wenet/conformer_gpu.c: the WeNet golden set in FP32 (encoder and CTC
+ * log-probs within 1e-4 relative RMS of WeNet for all 5 utterances, greedy argmax identical),
+ * FP16 (errors reported; greedy tokens identical) and BF16 (errors reported, tokens reported),
+ * the padded batch vs each utterance alone, and GPU vs CPU (conformer.c) on synthetic
+ * configurations (conv2d6 non-causal batch_norm, conv2d8, abs_pos, post-norm, chunk masks) in
+ * FP32, FP16 and BF16. The golden model comes from
+ * $HARK_SHARED/data/golden/wenet_u2pp_conformer_small/converted/m when present (the device
+ * machine), else from tests/support/golden_model.c's conversion cache. */
+#include "test.h"
+
+#ifdef HARK_CUDA
+#include "core/alloc.h"
+#include "core/npy.h"
+#include "hark.h"
+#include "model/wenet/conformer.h"
+#include "model/wenet/conformer_gpu.h"
+#include "model/safetensors.h"
+#include "model/wenet/wenet_config.h"
+#include "support/golden_model.h"
+#include "model/synth_weights.h"
+
+#include <cjson/cJSON.h>
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GSET "golden/wenet_u2pp_conformer_small"
+#define REL_TOL 1e-4     /* FP32 vs WeNet */
+#define BATCH_TOL 1e-5   /* FP32 batch row vs the same utterance alone */
+#define CPU_TOL 1e-4     /* FP32 GPU vs the CPU encoder (as vs WeNet) */
+#define BATCH_TOL16 5e-3 /* FP16 batch row vs alone */
+#define FP16_SANITY 5e-2 /* FP16 vs WeNet / CPU: reported; this only catches a broken path */
+/* BF16: the FP16 tolerances times 8, the ratio of the unit roundoffs (2^-8 against 2^-11: 8
+ * significant bits against 11), since every error they bound is made of 16-bit roundings */
+#define BF16_SCALE 8.0
+
+static const char *prec_name(int prec)
+{
+    return prec == CONFORMER_GPU_FP16 ? "fp16" : prec == CONFORMER_GPU_BF16 ? "bf16" : "fp32";
+}
+
+/* an FP16 tolerance for a 16-bit precision */
+static double tol_prec(int prec, double fp16_tol)
+{
+    return prec == CONFORMER_GPU_BF16 ? BF16_SCALE * fp16_tol : fp16_tol;
+}
+
+static const char *const UTTS[5] = {"librispeech-1995-1837-0001", "jfk",
+                                    "sense_and_sensibility_01_austen_64kb-0880", "LJ001-0002",
+                                    "cards-001"};
+
+/* ---- the converted golden model ------------------------------------------------------------ */
+
+typedef struct {
+    wenet_config_t cfg;
+    safetensors_t *st;
+    conformer_gpu_model_t *m;
+} golden_t;
+
+/* 0 ok; 1 skip (why); -1 failure (why) */
+static int golden_open(golden_t *g, int precisions, char *why, size_t nwhy)
+{
+    memset(g, 0, sizeof *g);
+    int r = golden_wenet_open(&g->cfg, &g->st, why, nwhy);
+    if (r)
+        return r;
+    hark_err_t err = {0};
+    if (conformer_gpu_model_create_st(&g->cfg, g->st, precisions, &g->m, &err) != HARK_OK) {
+        snprintf(why, nwhy, "conformer_gpu_model_create_st: %.400s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void golden_close(golden_t *g)
+{
+    conformer_gpu_model_destroy(g->m);
+    st_close(g->st);
+}
+
+#define OPEN_GOLDEN(g, prec)                                                                       \
+    do {                                                                                           \
+        char why_[600];                                                                            \
+        int r_ = golden_open(&(g), prec, why_, sizeof why_);                                       \
+        if (r_ > 0)                                                                                \
+            SKIP(why_);                                                                            \
+        CHECKF(r_ == 0, "%s", why_);                                                               \
+    } while (0)
+
+static int load_golden(npy_array_t *a, const char *utt, const char *file)
+{
+    return golden_wenet_npy(a, utt, file);
+}
+
+static cJSON *load_results(void)
+{
+    return golden_wenet_results();
+}
+
+static cJSON *greedy_field(cJSON *res, const char *utt, const char *field)
+{
+    return cJSON_GetObjectItem(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(res, utt), "full"),
+                            "ctc_greedy_search"),
+        field);
+}
+
+/* ---- running the GPU model on host data ---------------------------------------------------- */
+
+/* how gpu_run's states run the feed-forward modules (AUTO: the state's default) */
+static conformer_ffn_mode_t run_ffn = CONFORMER_FFN_AUTO;
+
+/* feats (batch, t_max, in_dim) host → enc (batch, t_out, D), logp (batch, t_out, V) host
+ * (hark_malloc'ed), enc_lens; a fresh state of the given precision. 0 or a status (err). */
+static int gpu_run(const conformer_gpu_model_t *m, int prec, const conformer_opts_t *o,
+                   const float *feats, const int *lens, int batch, int t_max, float **enc,
+                   float **logp, int *enc_lens, int *t_out, hark_err_t *err)
+{
+    const wenet_config_t *c = conformer_gpu_config(m);
+    conformer_gpu_state_t *s = NULL;
+    float *d_feats = NULL, *d_enc = NULL, *d_logp = NULL;
+    int to = conformer_gpu_out_len(m, t_max);
+    size_t nf = (size_t)batch * t_max * c->input_dim, ne = (size_t)batch * to * c->d_model;
+    size_t nl = (size_t)batch * to * c->vocab_size;
+    *enc = hark_malloc((ne + 1) * sizeof(float));
+    *logp = hark_malloc((nl + 1) * sizeof(float));
+    *t_out = to;
+    int rc = conformer_gpu_state_create(m, prec, batch, t_max, &s, err);
+    if (rc)
+        goto done;
+    if (run_ffn != CONFORMER_FFN_AUTO)
+        conformer_gpu_set_fused_ffn(s, run_ffn);
+    rc = HARK_ERR_CUDA;
+    /* inputs go in on the state's stream: a cudaMemcpy from pageable memory may return before
+     * the data lands, and the state's (non-blocking) stream does not wait for the legacy one */
+    cudaStream_t st = (cudaStream_t)conformer_gpu_stream(s);
+    if (cudaMalloc((void **)&d_feats, nf * sizeof(float)) != cudaSuccess ||
+        cudaMalloc((void **)&d_enc, (ne + 1) * sizeof(float)) != cudaSuccess ||
+        cudaMalloc((void **)&d_logp, (nl + 1) * sizeof(float)) != cudaSuccess ||
+        cudaMemcpyAsync(d_feats, feats, nf * sizeof(float), cudaMemcpyHostToDevice, st) !=
+            cudaSuccess ||
+        cudaMemsetAsync(d_enc, 0xff, ne * sizeof(float), st) != cudaSuccess || /* NaN poison */
+        cudaMemsetAsync(d_logp, 0xff, nl * sizeof(float), st) != cudaSuccess) {
+        err_set(err, rc, "test: cuda setup");
+        goto done;
+    }
+    if ((rc = conformer_gpu_forward(s, o, d_enc, enc_lens, d_feats, lens, batch, t_max, err)) ||
+        (rc = conformer_gpu_ctc_log_probs(s, d_logp, d_enc, enc_lens, batch, to, err)) ||
+        (rc = conformer_gpu_sync(s, err)))
+        goto done;
+    rc = HARK_ERR_CUDA;
+    if (cudaMemcpy(*enc, d_enc, ne * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess ||
+        cudaMemcpy(*logp, d_logp, nl * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess) {
+        err_set(err, rc, "test: download");
+        goto done;
+    }
+    rc = HARK_OK;
+done:
+    cudaFree(d_feats);
+    cudaFree(d_enc);
+    cudaFree(d_logp);
+    conformer_gpu_state_destroy(s);
+    return rc;
+}
+
+static int argmax_row(const float *row, int v)
+{
+    int best = 0;
+    for (int k = 1; k < v; k++)
+        best = row[k] > row[best] ? k : best;
+    return best;
+}
+
+/* ---- golden: FP32, FP16 and BF16, every utterance alone ------------------------------------ */
+
+static void golden_all(test_ctx_t *t, int prec)
+{
+    NEED_SHARED(GSET);
+    golden_t g;
+    OPEN_GOLDEN(g, prec);
+    cJSON *res = load_results();
+    CHECKF(res, "results.json");
+    int d = g.cfg.d_model, v = g.cfg.vocab_size, h16 = prec != CONFORMER_GPU_FP32;
+    double worst_e = 0, worst_c = 0;
+    int total_mis = 0, total_frames = 0;
+    for (int u = 0; u < 5; u++) {
+        npy_array_t fb, enc_ref, ctc_ref;
+        CHECK_OK(load_golden(&fb, UTTS[u], "fbank.npy"));
+        CHECK_OK(load_golden(&enc_ref, UTTS[u], "enc_full.npy"));
+        CHECK_OK(load_golden(&ctc_ref, UTTS[u], "ctc_logprobs_full.npy"));
+        int frames = (int)fb.shape[0], el = 0, t_out = 0;
+        float *enc, *logp;
+        hark_err_t err = {0};
+        CHECKF(gpu_run(g.m, prec, NULL, fb.data, &frames, 1, frames, &enc, &logp, &el, &t_out,
+                       &err) == HARK_OK,
+               "%s: %s", UTTS[u], err.msg);
+        CHECK_EQ_INT(el, enc_ref.shape[0]);
+        CHECK_EQ_INT(t_out, el);
+        double ee = test_rel_rms(enc, enc_ref.data, (size_t)el * d);
+        double ec = test_rel_rms(logp, ctc_ref.data, (size_t)el * v);
+        worst_e = ee > worst_e ? ee : worst_e;
+        worst_c = ec > worst_c ? ec : worst_c;
+        cJSON *fa = greedy_field(res, UTTS[u], "frame_argmax");
+        cJSON *tok = greedy_field(res, UTTS[u], "tokens");
+        CHECKF(cJSON_IsArray(fa) && cJSON_GetArraySize(fa) == el && cJSON_IsArray(tok),
+               "%s: results.json frame_argmax/tokens", UTTS[u]);
+        int mis = 0, ntok = 0, prev = -1, tok_ok = 1;
+        for (int t2 = 0; t2 < el; t2++) {
+            int best = argmax_row(logp + (size_t)t2 * v, v);
+            mis += best != (int)cJSON_GetArrayItem(fa, t2)->valuedouble;
+            if (best != prev && best != g.cfg.blank) { /* greedy CTC: collapse, drop blanks */
+                tok_ok &= ntok < cJSON_GetArraySize(tok) &&
+                          best == (int)cJSON_GetArrayItem(tok, ntok)->valuedouble;
+                ntok++;
+            }
+            prev = best;
+        }
+        tok_ok &= ntok == cJSON_GetArraySize(tok);
+        total_mis += mis;
+        total_frames += el;
+        printf("    %s %-42s T'=%3d enc rel %.3g ctc rel %.3g argmax mismatches %d tokens %s\n",
+               prec_name(prec), UTTS[u], el, ee, ec, mis, tok_ok ? "equal" : "DIFFER");
+        if (h16) {
+            double tol = tol_prec(prec, FP16_SANITY);
+            CHECKF(ee <= tol && ec <= tol, "%s %s enc %g ctc %g", UTTS[u], prec_name(prec), ee, ec);
+        } else {
+            CHECKF(ee <= REL_TOL, "%s enc rel %g", UTTS[u], ee);
+            CHECKF(ec <= REL_TOL, "%s ctc rel %g", UTTS[u], ec);
+            CHECKF(mis == 0, "%s: %d frames differ from WeNet's greedy argmax", UTTS[u], mis);
+        }
+        /* BF16 (8 significant bits) is not held to WeNet's greedy tokens: FP16's 11 keep them on
+         * this peaked CTC head, and docs/benchmarks.md finds decisions lost from 10 bits down */
+        CHECKF(tok_ok || prec == CONFORMER_GPU_BF16, "%s: greedy tokens differ from WeNet's",
+               UTTS[u]);
+        hark_free(enc), hark_free(logp);
+        npy_free(&fb), npy_free(&enc_ref), npy_free(&ctc_ref);
+    }
+    printf("    %s worst: enc rel %.3g, ctc rel %.3g, argmax mismatches %d of %d frames\n",
+           prec_name(prec), worst_e, worst_c, total_mis, total_frames);
+    cJSON_Delete(res);
+    golden_close(&g);
+}
+
+GPU_TEST(conformer_gpu_golden_fp32)
+{
+    golden_all(t, CONFORMER_GPU_FP32);
+}
+
+GPU_TEST(conformer_gpu_golden_fp16)
+{
+    golden_all(t, CONFORMER_GPU_FP16);
+}
+
+GPU_TEST(conformer_gpu_golden_bf16)
+{
+    golden_all(t, CONFORMER_GPU_BF16);
+}
+
+/* the same with the fused feed-forward kernel forced (AUTO leaves these few rows to the GEMMs) */
+GPU_TEST(conformer_gpu_golden_fp16_fused_ffn)
+{
+    run_ffn = CONFORMER_FFN_FUSED;
+    golden_all(t, CONFORMER_GPU_FP16);
+    run_ffn = CONFORMER_FFN_AUTO;
+}
+
+GPU_TEST(conformer_gpu_golden_bf16_fused_ffn)
+{
+    run_ffn = CONFORMER_FFN_FUSED;
+    golden_all(t, CONFORMER_GPU_BF16);
+    run_ffn = CONFORMER_FFN_AUTO;
+}
+
+/* ---- golden: the 5 utterances as one padded batch ------------------------------------------ */
+
+GPU_TEST(conformer_gpu_golden_padded_batch)
+{
+    NEED_SHARED(GSET);
+    golden_t g;
+    OPEN_GOLDEN(g, CONFORMER_GPU_FP32 | CONFORMER_GPU_FP16 | CONFORMER_GPU_BF16);
+    int d = g.cfg.d_model, v = g.cfg.vocab_size, fd = g.cfg.input_dim;
+    npy_array_t fb[5], ref[5];
+    int lens[5], t_max = 0;
+    for (int b = 0; b < 5; b++) {
+        CHECK_OK(load_golden(&fb[b], UTTS[b], "fbank.npy"));
+        CHECK_OK(load_golden(&ref[b], UTTS[b], "enc_full.npy"));
+        lens[b] = (int)fb[b].shape[0];
+        t_max = lens[b] > t_max ? lens[b] : t_max;
+    }
+    t_max += 3;
+    float *feats = hark_malloc(sizeof(float) * 5 * t_max * fd);
+    for (int b = 0; b < 5; b++)
+        for (int i = 0; i < t_max * fd; i++) /* NaN in the padding: must never reach a frame */
+            feats[(size_t)b * t_max * fd + i] = i < lens[b] * fd ? ((float *)fb[b].data)[i] : NAN;
+    static const int precs[3] = {CONFORMER_GPU_FP32, CONFORMER_GPU_FP16, CONFORMER_GPU_BF16};
+    for (int p = 0; p < 3; p++) {
+        int prec = precs[p];
+        float *enc, *logp;
+        int enc_lens[5], t_out;
+        hark_err_t err = {0};
+        CHECKF(gpu_run(g.m, prec, NULL, feats, lens, 5, t_max, &enc, &logp, enc_lens, &t_out,
+                       &err) == HARK_OK,
+               "%s", err.msg);
+        for (int b = 0; b < 5; b++) {
+            float *e1, *l1;
+            int el1, t1;
+            CHECKF(gpu_run(g.m, prec, NULL, fb[b].data, &lens[b], 1, lens[b], &e1, &l1, &el1, &t1,
+                           &err) == HARK_OK,
+                   "%s", err.msg);
+            CHECK_EQ_INT(enc_lens[b], el1);
+            const float *eb = enc + (size_t)b * t_out * d, *lb = logp + (size_t)b * t_out * v;
+            double es = test_rel_rms(eb, e1, (size_t)el1 * d);
+            double ls = test_rel_rms(lb, l1, (size_t)el1 * v);
+            double eg = test_rel_rms(eb, ref[b].data, ref[b].count);
+            int pad_zero = 1;
+            for (size_t i = (size_t)el1 * d; i < (size_t)t_out * d; i++)
+                pad_zero &= eb[i] == 0.0f;
+            for (size_t i = (size_t)el1 * v; i < (size_t)t_out * v; i++)
+                pad_zero &= lb[i] == 0.0f;
+            printf("    %s batch row %d %-42s vs alone enc %.3g ctc %.3g, vs WeNet %.3g\n",
+                   prec_name(prec), b, UTTS[b], es, ls, eg);
+            double tol = p ? tol_prec(prec, BATCH_TOL16) : BATCH_TOL;
+            CHECKF(es <= tol && ls <= tol, "%s row %d vs alone: enc %g ctc %g", prec_name(prec), b,
+                   es, ls);
+            CHECKF(eg <= (p ? tol_prec(prec, FP16_SANITY) : REL_TOL), "%s row %d vs WeNet %g",
+                   prec_name(prec), b, eg);
+            CHECKF(pad_zero, "row %d: padded frames are not zero", b);
+            hark_free(e1), hark_free(l1);
+        }
+        hark_free(enc), hark_free(logp);
+    }
+    /* limits */
+    conformer_gpu_state_t *s = NULL;
+    hark_err_t err = {0};
+    CHECK_OK(conformer_gpu_state_create(g.m, CONFORMER_GPU_FP32, 2, 100, &s, &err));
+    int el[6], l6[6] = {10, 10, 10, 10, 10, 10};
+    CHECK(conformer_gpu_forward(s, NULL, NULL, el, NULL, l6, 3, 100, &err) == HARK_ERR_TOO_LARGE);
+    CHECK(conformer_gpu_forward(s, NULL, NULL, el, NULL, l6, 2, 101, &err) == HARK_ERR_TOO_LARGE);
+    l6[1] = 60;
+    CHECK(conformer_gpu_forward(s, NULL, NULL, el, NULL, l6, 2, 50, &err) == HARK_ERR_INVALID_ARG);
+    conformer_gpu_state_destroy(s);
+    hark_free(feats);
+    for (int b = 0; b < 5; b++)
+        npy_free(&fb[b]), npy_free(&ref[b]);
+    golden_close(&g);
+}
+
+/* ---- synthetic configurations: GPU vs CPU -------------------------------------------------- */
+
+/* generated weights: src/model/synth_weights.h */
+typedef synth_weights_t bank_t;
+#define bank_get synth_weights_get
+#define bank_free synth_weights_free
+
+static wenet_config_t synth_config(wenet_subsample_t sub, wenet_pos_t pos, int causal,
+                                   wenet_cnn_norm_t norm, wenet_act_t act, int macaron,
+                                   int normalize_before)
+{
+    wenet_config_t c;
+    memset(&c, 0, sizeof c);
+    c.num_mel_bins = c.input_dim = 23;
+    c.has_cmvn = 1;
+    c.d_model = 24;
+    c.n_heads = 3;
+    c.ffn_dim = 40;
+    c.n_blocks = 2;
+    c.subsample = sub;
+    c.pos = pos;
+    c.macaron = macaron;
+    c.use_cnn_module = 1;
+    c.cnn_kernel = 7;
+    c.causal = causal;
+    c.cnn_norm = norm;
+    c.activation = act;
+    c.normalize_before = normalize_before;
+    c.max_len = 500;
+    c.use_dynamic_chunk = 1;
+    c.vocab_size = 13;
+    return c;
+}
+
+/* batch of 4 (NaN padding) on the GPU in FP32, FP16 and BF16 vs the CPU encoder's batch: rel[p]
+ * the relative RMS error for precision p = 0, 1, 2 */
+static int gpu_vs_cpu(test_ctx_t *t, const wenet_config_t *cfg, const conformer_opts_t *o,
+                      unsigned seed, double rel[3])
+{
+    bank_t bank = {.seed = seed};
+    conformer_model_t *cm = NULL;
+    conformer_gpu_model_t *gm = NULL;
+    conformer_state_t *cs = NULL;
+    hark_err_t err = {0};
+    int ok = 0;
+    enum { B = 4, TMAX = 157 };
+    int lens[B] = {113, TMAX, 31, 64}, enc_lens[B];
+    int fd = cfg->input_dim, d = cfg->d_model, v = cfg->vocab_size;
+    float *feats = hark_malloc(sizeof(float) * B * TMAX * fd), *enc = NULL, *logp = NULL;
+    unsigned r = seed * 7 + 1;
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < TMAX * fd; i++)
+            feats[(size_t)b * TMAX * fd + i] = i < lens[b] * fd ? 2.0f * test_randf(&r) : NAN;
+    if (conformer_model_create(cfg, bank_get, &bank, &cm, &err) ||
+        conformer_gpu_model_create(cfg, bank_get, &bank,
+                                   CONFORMER_GPU_FP32 | CONFORMER_GPU_FP16 | CONFORMER_GPU_BF16,
+                                   &gm, &err)) {
+        test_fail(t, __FILE__, __LINE__, "model_create: %s", err.msg);
+        goto done;
+    }
+    int t_out = conformer_out_len(cm, TMAX);
+    enc = hark_malloc(sizeof(float) * B * t_out * d);
+    logp = hark_malloc(sizeof(float) * B * t_out * v);
+    if (conformer_state_create(cm, B, TMAX, &cs, &err) ||
+        conformer_forward(cs, o, enc, enc_lens, feats, lens, B, TMAX, &err) ||
+        conformer_ctc_log_probs(cm, o, logp, enc, enc_lens, B, t_out, &err)) {
+        test_fail(t, __FILE__, __LINE__, "cpu forward: %s", err.msg);
+        goto done;
+    }
+    static const int precs[3] = {CONFORMER_GPU_FP32, CONFORMER_GPU_FP16, CONFORMER_GPU_BF16};
+    for (int p = 0; p < 3; p++) {
+        float *ge, *gl;
+        int gel[B], gt;
+        if (gpu_run(gm, precs[p], o, feats, lens, B, TMAX, &ge, &gl, gel, &gt, &err)) {
+            test_fail(t, __FILE__, __LINE__, "gpu forward: %s", err.msg);
+            hark_free(ge), hark_free(gl);
+            goto done;
+        }
+        double e = 0;
+        int same = gt == t_out;
+        for (int b = 0; b < B; b++)
+            same &= gel[b] == enc_lens[b];
+        if (same) {
+            double ee = test_rel_rms(ge, enc, (size_t)B * t_out * d);
+            double el = test_rel_rms(gl, logp, (size_t)B * t_out * v);
+            e = ee > el ? ee : el;
+        } else {
+            e = INFINITY;
+        }
+        rel[p] = e;
+        hark_free(ge), hark_free(gl);
+    }
+    ok = 1;
+done:
+    conformer_state_destroy(cs);
+    conformer_model_destroy(cm);
+    conformer_gpu_model_destroy(gm);
+    hark_free(feats), hark_free(enc), hark_free(logp);
+    bank_free(&bank);
+    return ok;
+}
+
+GPU_TEST(conformer_gpu_matches_cpu_synthetic)
+{
+    struct {
+        const char *what;
+        wenet_config_t cfg;
+        int chunk, left;
+    } cases[] = {
+        {"conv2d6 rel_pos non-causal batch_norm swish",
+         synth_config(SUBSAMPLE_CONV2D6, POS_REL, 0, CNN_NORM_BATCH, ACT_SWISH, 1, 1), -1, -1},
+        {"conv2d6 abs_pos non-causal batch_norm relu",
+         synth_config(SUBSAMPLE_CONV2D6, POS_ABS, 0, CNN_NORM_BATCH, ACT_RELU, 1, 1), -1, -1},
+        {"conv2d8 rel_pos non-causal batch_norm gelu",
+         synth_config(SUBSAMPLE_CONV2D8, POS_REL, 0, CNN_NORM_BATCH, ACT_GELU, 1, 1), -1, -1},
+        {"conv2d rel_pos non-causal layer_norm swish, no macaron, post-norm",
+         synth_config(SUBSAMPLE_CONV2D, POS_REL, 0, CNN_NORM_LAYER, ACT_SWISH, 0, 0), -1, -1},
+        {"conv2d abs_pos causal batch_norm gelu, chunk 4 left 1",
+         synth_config(SUBSAMPLE_CONV2D, POS_ABS, 1, CNN_NORM_BATCH, ACT_GELU, 1, 1), 4, 1},
+        {"conv2d6 rel_pos non-causal layer_norm relu, chunk 5 all left",
+         synth_config(SUBSAMPLE_CONV2D6, POS_REL, 0, CNN_NORM_LAYER, ACT_RELU, 1, 1), 5, -1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        conformer_opts_t o = conformer_default_opts();
+        o.chunk_size = cases[i].chunk;
+        o.left_chunks = cases[i].left;
+        double e[3] = {-1, -1, -1};
+        if (!gpu_vs_cpu(t, &cases[i].cfg, &o, 300 + (unsigned)i, e))
+            return;
+        printf("    %-66s gpu vs cpu fp32 %.3g fp16 %.3g bf16 %.3g\n", cases[i].what, e[0], e[1],
+               e[2]);
+        CHECKF(e[0] <= CPU_TOL, "%s: fp32 gpu vs cpu rel %g", cases[i].what, e[0]);
+        CHECKF(e[1] <= FP16_SANITY, "%s: fp16 gpu vs cpu rel %g", cases[i].what, e[1]);
+        CHECKF(e[2] <= tol_prec(CONFORMER_GPU_BF16, FP16_SANITY), "%s: bf16 gpu vs cpu rel %g",
+               cases[i].what, e[2]);
+    }
+}
+
+GPU_TEST(conformer_gpu_refuses_missing_precision)
+{
+    wenet_config_t c = synth_config(SUBSAMPLE_CONV2D, POS_REL, 1, CNN_NORM_LAYER, ACT_SWISH, 1, 1);
+    bank_t bank = {.seed = 1};
+    conformer_gpu_model_t *m = NULL;
+    conformer_gpu_state_t *s = NULL;
+    hark_err_t err = {0};
+    CHECK_OK(conformer_gpu_model_create(&c, bank_get, &bank, CONFORMER_GPU_FP32, &m, &err));
+    CHECK(conformer_gpu_state_create(m, CONFORMER_GPU_FP16, 1, 100, &s, &err) ==
+          HARK_ERR_INVALID_ARG);
+    CHECK(conformer_gpu_state_create(m, CONFORMER_GPU_BF16, 1, 100, &s, &err) ==
+          HARK_ERR_INVALID_ARG);
+    CHECK(conformer_gpu_state_create(m, CONFORMER_GPU_FP32, 513, 100, &s, &err) ==
+          HARK_ERR_INVALID_ARG);
+    CHECK(s == NULL);
+    conformer_gpu_model_destroy(m);
+    /* a BF16-only model: its state runs; FP16 and FP32 states are refused; unknown flags too */
+    CHECK_OK(conformer_gpu_model_create(&c, bank_get, &bank, CONFORMER_GPU_BF16, &m, &err));
+    CHECK(conformer_gpu_state_create(m, CONFORMER_GPU_FP16, 1, 100, &s, &err) ==
+          HARK_ERR_INVALID_ARG);
+    CHECK(conformer_gpu_state_create(m, CONFORMER_GPU_FP32, 1, 100, &s, &err) ==
+          HARK_ERR_INVALID_ARG);
+    CHECK_OK(conformer_gpu_state_create(m, CONFORMER_GPU_BF16, 1, 100, &s, &err));
+    conformer_gpu_state_destroy(s);
+    conformer_gpu_model_destroy(m);
+    m = NULL;
+    CHECK(conformer_gpu_model_create(&c, bank_get, &bank, 8, &m, &err) == HARK_ERR_INVALID_ARG);
+    CHECK(m == NULL);
+    bank_free(&bank);
+}
+/* forward + CTC on a state with device buffers ready; enc/logp/arg downloaded into host arrays */
+static int run_state(conformer_gpu_state_t *s, const float *d_feats, float *d_enc, float *d_logp,
+                     int *d_arg, const int *lens, int batch, int t_max, int te, size_t ne,
+                     size_t nl, float *enc, float *logp, int *arg, int *arg2, hark_err_t *err)
+{
+    int el[8];
+    int rc = conformer_gpu_forward(s, NULL, d_enc, el, d_feats, lens, batch, t_max, err);
+    /* first without log-probs (FP16: no logits in memory), then with them */
+    if (!rc)
+        rc = conformer_gpu_ctc_argmax(s, d_arg, NULL, d_logp, 0, d_enc, el, batch, te, err);
+    if (!rc && cudaMemcpyAsync(arg2, d_arg, (size_t)batch * te * sizeof(int),
+                               cudaMemcpyDeviceToHost, (cudaStream_t)conformer_gpu_stream(s)))
+        rc = err_set(err, HARK_ERR_CUDA, "download");
+    if (!rc)
+        rc = conformer_gpu_ctc_argmax(s, d_arg, NULL, d_logp, 1, d_enc, el, batch, te, err);
+    if (!rc)
+        rc = conformer_gpu_sync(s, err);
+    if (!rc &&
+        (cudaMemcpy(enc, d_enc, ne * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess ||
+         cudaMemcpy(logp, d_logp, nl * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess ||
+         cudaMemcpy(arg, d_arg, (size_t)batch * te * sizeof(int), cudaMemcpyDeviceToHost) !=
+             cudaSuccess))
+        rc = err_set(err, HARK_ERR_CUDA, "download");
+    return rc;
+}
+
+/* a recorded CUDA graph replays the same forward with new lengths; ctc_argmax agrees with the
+ * log-probs it writes */
+GPU_TEST(conformer_gpu_graph_replay_matches_direct)
+{
+    wenet_config_t c = synth_config(SUBSAMPLE_CONV2D, POS_REL, 1, CNN_NORM_LAYER, ACT_SWISH, 1, 1);
+    bank_t bank = {.seed = 9};
+    conformer_gpu_model_t *m = NULL;
+    hark_err_t err = {0};
+    CHECK_OK(conformer_gpu_model_create(
+        &c, bank_get, &bank, CONFORMER_GPU_FP32 | CONFORMER_GPU_FP16 | CONFORMER_GPU_BF16, &m,
+        &err));
+    enum { B = 3, TM = 97 };
+    static const int la[B] = {97, 50, 13}, lb[B] = {60, 97, 0};
+    const int *seq[4] = {la, la, lb, la};
+    int te = conformer_gpu_out_len(m, TM);
+    size_t nf = (size_t)B * TM * c.input_dim, ne = (size_t)B * te * c.d_model,
+           nl = (size_t)B * te * c.vocab_size;
+    float *feats = hark_malloc(nf * sizeof(float));
+    unsigned r = 5;
+    for (size_t i = 0; i < nf; i++)
+        feats[i] = 2.0f * test_randf(&r);
+    float *d_feats = NULL, *d_enc = NULL, *d_logp = NULL;
+    int *d_arg = NULL;
+    CHECK(cudaMalloc((void **)&d_feats, nf * sizeof(float)) == cudaSuccess &&
+          cudaMalloc((void **)&d_enc, ne * sizeof(float)) == cudaSuccess &&
+          cudaMalloc((void **)&d_logp, nl * sizeof(float)) == cudaSuccess &&
+          cudaMalloc((void **)&d_arg, (size_t)B * te * sizeof(int)) == cudaSuccess);
+    CHECK(cudaMemcpy(d_feats, feats, nf * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+    float *e1 = hark_malloc(ne * 4), *e2 = hark_malloc(ne * 4), *l1 = hark_malloc(nl * 4),
+          *l2 = hark_malloc(nl * 4);
+    int *a1 = hark_malloc((size_t)B * te * sizeof(int)), *a2 = hark_malloc((size_t)B * te * 4);
+    int *n1 = hark_malloc((size_t)B * te * sizeof(int)), *n2 = hark_malloc((size_t)B * te * 4);
+    static const int precs[3] = {CONFORMER_GPU_FP32, CONFORMER_GPU_FP16, CONFORMER_GPU_BF16};
+    for (int p = 0; p < 3; p++) {
+        int prec = precs[p];
+        conformer_gpu_state_t *sg = NULL, *sd = NULL;
+        CHECK_OK(conformer_gpu_state_create(m, prec, B, TM, &sg, &err));
+        CHECK_OK(conformer_gpu_state_create(m, prec, B, TM, &sd, &err));
+        conformer_gpu_set_graphs(sg, 1);
+        conformer_gpu_set_graphs(sd, 0);
+        for (int it = 0; it < 4; it++) {
+            CHECK_OK(run_state(sg, d_feats, d_enc, d_logp, d_arg, seq[it], B, TM, te, ne, nl, e1,
+                               l1, a1, n1, &err));
+            CHECK_OK(run_state(sd, d_feats, d_enc, d_logp, d_arg, seq[it], B, TM, te, ne, nl, e2,
+                               l2, a2, n2, &err));
+            double ee = test_rel_rms(e1, e2, ne), el = test_rel_rms(l1, l2, nl);
+            int same = 1, consistent = 1;
+            for (int i = 0; i < B * te; i++) {
+                same &= a1[i] == a2[i] && n1[i] == n2[i] && n1[i] == a1[i];
+                int row = i / te, t2 = i % te;
+                if (t2 < conformer_gpu_out_len(m, seq[it][row]))
+                    consistent &= a1[i] == argmax_row(l1 + (size_t)i * c.vocab_size, c.vocab_size);
+            }
+            CHECKF(ee == 0 && el == 0 && same, "%s call %d: graph vs direct enc %g logp %g",
+                   prec_name(prec), it, ee, el);
+            CHECKF(consistent, "%s call %d: ctc_argmax differs from its log-probs", prec_name(prec),
+                   it);
+        }
+        conformer_gpu_state_destroy(sg);
+        conformer_gpu_state_destroy(sd);
+    }
+    cudaFree(d_feats), cudaFree(d_enc), cudaFree(d_logp), cudaFree(d_arg);
+    hark_free(feats), hark_free(e1), hark_free(e2), hark_free(l1), hark_free(l2);
+    hark_free(a1), hark_free(a2), hark_free(n1), hark_free(n2);
+    conformer_gpu_model_destroy(m);
+    bank_free(&bank);
+}
+
+GPU_TEST(conformer_gpu_fp16_refuses_unsupported_sizes)
+{
+    wenet_config_t c = synth_config(SUBSAMPLE_CONV2D, POS_REL, 1, CNN_NORM_LAYER, ACT_SWISH, 1, 1);
+    c.d_model = 20; /* not a multiple of 8 */
+    c.n_heads = 2;
+    bank_t bank = {.seed = 1};
+    conformer_gpu_model_t *m = NULL;
+    hark_err_t err = {0};
+    CHECK(conformer_gpu_model_create(&c, bank_get, &bank, CONFORMER_GPU_FP16, &m, &err) ==
+          HARK_ERR_UNSUPPORTED);
+    CHECK(strstr(err.msg, "fp16") != NULL);
+    CHECK(conformer_gpu_model_create(&c, bank_get, &bank, CONFORMER_GPU_BF16, &m, &err) ==
+          HARK_ERR_UNSUPPORTED);
+    CHECK(strstr(err.msg, "bf16") != NULL);
+    CHECK_OK(conformer_gpu_model_create(&c, bank_get, &bank, CONFORMER_GPU_FP32, &m, &err));
+    conformer_gpu_model_destroy(m);
+    bank_free(&bank);
+}
+#endif
