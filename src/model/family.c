@@ -1,5 +1,5 @@
-/* family.c — what every family shares: task names, parameter look-ups, ASR result ownership.
- * Tests: tests/model/test_family.c */
+/* family.c — what every family shares: task names, typed look-ups of request / config parameters,
+ * and the asr_result_t life cycle (free, deep copy, move). Tests: tests/model/test_family.c */
 #include "model/family.h"
 
 #include "core/alloc.h"
@@ -8,23 +8,27 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 const char *family_task_name(family_task_t t)
 {
     switch (t) {
-    case FAMILY_TASK_ASR: return "asr";
-    case FAMILY_TASK_TTS: return "tts";
-    case FAMILY_TASK_VAD: return "vad";
+    case FAMILY_TASK_ASR:
+        return "asr";
+    case FAMILY_TASK_TTS:
+        return "tts";
+    case FAMILY_TASK_VAD:
+        return "vad";
     }
     return "unknown";
 }
 
 const char *family_param(const family_params_t *params, const char *key)
 {
-    if (!params)
+    if (!params || !key)
         return NULL;
-    for (int i = params->n - 1; i >= 0; i--)
-        if (!strcmp(params->p[i].key, key))
+    for (int i = params->n - 1; i >= 0; i--) /* the last one given wins */
+        if (params->p[i].key && !strcmp(params->p[i].key, key))
             return params->p[i].value;
     return NULL;
 }
@@ -35,12 +39,14 @@ int family_param_int(const family_params_t *params, const char *key, long lo, lo
     const char *v = family_param(params, key);
     if (!v)
         return HARK_ERR_NOT_FOUND;
-    char *end;
+    char *end = NULL;
     errno = 0;
     long x = strtol(v, &end, 10);
-    if (end == v || *end || errno || x < lo || x > hi)
-        return err_set(err, HARK_ERR_INVALID_ARG, "parameter '%s' = '%s' is not an integer in [%ld, %ld]",
-                       key, v, lo, hi);
+    if (end == v || *end || errno)
+        return err_set(err, HARK_ERR_INVALID_ARG, "%s \"%s\" is not an integer", key, v);
+    if (x < lo || x > hi)
+        return err_set(err, HARK_ERR_INVALID_ARG, "%s must be in [%ld, %ld] (got %ld)", key, lo,
+                       hi, x);
     *out = (int)x;
     return HARK_OK;
 }
@@ -51,12 +57,27 @@ int family_param_double(const family_params_t *params, const char *key, double *
     const char *v = family_param(params, key);
     if (!v)
         return HARK_ERR_NOT_FOUND;
-    char *end;
+    char *end = NULL;
     errno = 0;
     double x = strtod(v, &end);
-    if (end == v || *end || errno || x != x)
-        return err_set(err, HARK_ERR_INVALID_ARG, "parameter '%s' = '%s' is not a number", key, v);
+    if (end == v || *end || errno || x != x || x - x != 0) /* not a number, NaN, +-Inf */
+        return err_set(err, HARK_ERR_INVALID_ARG, "%s \"%s\" is not a finite number", key, v);
     *out = x;
+    return HARK_OK;
+}
+
+int family_param_bool(const family_params_t *params, const char *key, int *out, hark_err_t *err)
+{
+    const char *v = family_param(params, key);
+    if (!v)
+        return HARK_ERR_NOT_FOUND;
+    if (!strcasecmp(v, "true") || !strcmp(v, "1"))
+        *out = 1;
+    else if (!strcasecmp(v, "false") || !strcmp(v, "0"))
+        *out = 0;
+    else
+        return err_set(err, HARK_ERR_INVALID_ARG, "%s \"%s\" is not a boolean (true/false)", key,
+                       v);
     return HARK_OK;
 }
 
@@ -82,28 +103,20 @@ void asr_result_free(asr_result_t *r)
     memset(r, 0, sizeof *r);
 }
 
-void asr_result_take(asr_result_t *dst, asr_result_t *src)
-{
-    *dst = *src;
-    memset(src, 0, sizeof *src);
-}
-
 static int hyp_copy(asr_hyp_t *d, const asr_hyp_t *s)
 {
-    *d = *s;
-    d->text = NULL;
-    d->tokens = d->times_ms = NULL;
+    *d = (asr_hyp_t){.n_tokens = s->n_tokens, .score = s->score};
+    size_t nb = sizeof(int) * (size_t)s->n_tokens;
     if (s->text && !(d->text = hark_strdup(s->text)))
         return HARK_ERR_NOMEM;
     if (s->n_tokens > 0) {
-        size_t b = (size_t)s->n_tokens * sizeof(int);
-        if (!(d->tokens = hark_malloc(b)) || !(d->times_ms = hark_malloc(b)))
+        if (!(d->tokens = hark_malloc(nb)) || !(d->times_ms = hark_malloc(nb)))
             return HARK_ERR_NOMEM;
-        memcpy(d->tokens, s->tokens, b);
+        memcpy(d->tokens, s->tokens, nb);
         if (s->times_ms)
-            memcpy(d->times_ms, s->times_ms, b);
+            memcpy(d->times_ms, s->times_ms, nb);
         else
-            memset(d->times_ms, 0, b);
+            memset(d->times_ms, 0, nb);
     }
     return HARK_OK;
 }
@@ -111,36 +124,39 @@ static int hyp_copy(asr_hyp_t *d, const asr_hyp_t *s)
 int asr_result_copy(asr_result_t *dst, const asr_result_t *src)
 {
     memset(dst, 0, sizeof *dst);
-    asr_result_t r = *src;
-    r.nbest = NULL;
-    r.words = NULL;
-    r.n_nbest = r.n_words = 0;
-    memset(&r.best, 0, sizeof r.best);
-    if (hyp_copy(&r.best, &src->best))
+    dst->confidence = src->confidence;
+    dst->duration_s = src->duration_s;
+    dst->word_sep = src->word_sep;
+    if (hyp_copy(&dst->best, &src->best))
         goto nomem;
     if (src->n_nbest > 0) {
-        if (!(r.nbest = hark_calloc((size_t)src->n_nbest, sizeof *r.nbest)))
+        if (!(dst->nbest = hark_calloc((size_t)src->n_nbest, sizeof *dst->nbest)))
             goto nomem;
-        for (; r.n_nbest < src->n_nbest; r.n_nbest++)
-            if (hyp_copy(&r.nbest[r.n_nbest], &src->nbest[r.n_nbest])) {
-                r.n_nbest++;
+        for (; dst->n_nbest < src->n_nbest; dst->n_nbest++)
+            if (hyp_copy(&dst->nbest[dst->n_nbest], &src->nbest[dst->n_nbest])) {
+                dst->n_nbest++; /* the half-copied one is freed too */
                 goto nomem;
             }
     }
     if (src->n_words > 0) {
-        if (!(r.words = hark_calloc((size_t)src->n_words, sizeof *r.words)))
+        if (!(dst->words = hark_calloc((size_t)src->n_words, sizeof *dst->words)))
             goto nomem;
-        for (; r.n_words < src->n_words; r.n_words++) {
-            r.words[r.n_words] = src->words[r.n_words];
-            if (!(r.words[r.n_words].text = hark_strdup(src->words[r.n_words].text))) {
-                r.n_words++;
+        for (; dst->n_words < src->n_words; dst->n_words++) {
+            asr_word_t *w = &dst->words[dst->n_words];
+            *w = src->words[dst->n_words];
+            if (!(w->text = hark_strdup(src->words[dst->n_words].text ? src->words[dst->n_words].text
+                                                                      : "")))
                 goto nomem;
-            }
         }
     }
-    *dst = r;
     return HARK_OK;
 nomem:
-    asr_result_free(&r);
+    asr_result_free(dst);
     return HARK_ERR_NOMEM;
+}
+
+void asr_result_take(asr_result_t *dst, asr_result_t *src)
+{
+    *dst = *src;
+    memset(src, 0, sizeof *src);
 }

@@ -52,6 +52,8 @@ int family_param_int(const family_params_t *params, const char *key, long lo, lo
                      hark_err_t *err);
 int family_param_double(const family_params_t *params, const char *key, double *out,
                         hark_err_t *err);
+/* "true"/"false" (any case) or "1"/"0". */
+int family_param_bool(const family_params_t *params, const char *key, int *out, hark_err_t *err);
 
 /* ---- results ---------------------------------------------------------------------------- */
 typedef struct {
@@ -114,6 +116,9 @@ struct family_item {
     size_t n;
     const char *text;  /* tts: UTF-8, NUL-terminated; lent */
     int want_words;    /* asr: fill asr_result_t.words */
+    const char *dump_dir; /* debug (C API / CLI only; the server leaves it NULL): a family that
+                             can writes this item's intermediate stages as DIR/<stage>.npy; one
+                             that cannot fails the item with HARK_ERR_UNSUPPORTED. Lent. */
     family_emit_fn emit;
     void *user;
 };
