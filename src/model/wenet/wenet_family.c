@@ -11,6 +11,7 @@
 #include "dsp/features.h"
 #include "hark.h"
 #include "model/wenet/wenet_asr.h"
+#include "model/wenet/wenet_tools.h"
 #include "text/units.h"
 #include "text/words.h"
 
@@ -516,4 +517,7 @@ const family_t wenet_family = {
     .stream_open = NULL,
     .stream_close = NULL,
     .execute = wf_execute,
+    .bench = wenet_bench_main,
+    .inspect = wenet_inspect_main,
+    .bench_synthetic = wenet_synthetic_models,
 };
