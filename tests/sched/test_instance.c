@@ -152,7 +152,7 @@ typedef struct {
     atomic_int cancel;
     pthread_mutex_t *lock;
     int *done_count;
-    char text[128];
+    char text[1024];
     int status;
     int batch;
     int timed; /* done got timing (the request ran) */
@@ -439,3 +439,145 @@ TEST(served_model_unload_drains_the_queue)
         CHECK_EQ_INT(reqs[i].status, HARK_OK);
     CHECK_EQ_INT(g_items_run, NR);
 }
+
+/* ---- the WeNet family served: concurrent requests each get the transcript the recognizer gives
+ * the utterance alone (CPU), and two instances on one GPU both complete batches ---------------- */
+#include "audio/audio.h"
+#include "model/wenet/wenet_asr.h"
+#include "support/golden_model.h"
+
+static const char *g_utts[] = {"librispeech-1995-1837-0001", "jfk",
+                               "sense_and_sensibility_01_austen_64kb-0880", "LJ001-0002",
+                               "cards-001"};
+
+typedef struct {
+    my_req_t r;
+    pthread_t thread;
+} wreq_t;
+
+static void golden_refs(test_ctx_t *t, const char *path, int device, audio_t au[5],
+                        char ref[5][1024])
+{
+    for (int u = 0; u < 5; u++) {
+        char wav[1024];
+        snprintf(wav, sizeof wav, "%s/wavs/%s.wav", test_shared(GOLDEN_WENET), g_utts[u]);
+        audio_opts_t ao = {.target_rate = 16000};
+        CHECK_OK(audio_decode_file(wav, &ao, &au[u], NULL));
+    }
+    wenet_asr_t *asr;
+    hark_err_t err = {0};
+    wenet_load_opts_t lo = {.device = device, .precision = WENET_FP32};
+    CHECKF(wenet_asr_load_opts(path, &lo, &asr, &err) == HARK_OK, "%s", err.msg);
+    wenet_worker_t *w;
+    CHECK_OK(wenet_worker_create(asr, 1, 12, &w, &err));
+    wenet_decode_opts_t o = wenet_default_opts(asr);
+    o.method = DECODE_CTC_GREEDY;
+    for (int u = 0; u < 5; u++) {
+        wenet_result_t r;
+        const float *p = au[u].samples;
+        CHECK_OK(wenet_recognize(w, &o, &p, &au[u].n, 1, &r, &err));
+        snprintf(ref[u], sizeof ref[u], "%s", r.best.text);
+        wenet_result_free(&r);
+    }
+    wenet_worker_destroy(w);
+    wenet_asr_destroy(asr);
+}
+
+static pthread_t g_done_threads[256];
+static atomic_int g_n_done_threads;
+
+static void on_done_thread(served_request_t *r, int status, const char *error, asr_result_t *res,
+                           const served_timing_t *tm)
+{
+    int k = atomic_fetch_add(&g_n_done_threads, 1);
+    if (k < 256)
+        g_done_threads[k] = pthread_self();
+    on_done(r, status, error, res, tm);
+}
+
+static void served_wenet(test_ctx_t *t, int device, int count, int nr)
+{
+    char why[512];
+    const char *dir = golden_wenet_model_dir(why, sizeof why);
+    if (!dir)
+        SKIP(why);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/m", dir);
+    audio_t au[5];
+    char ref[5][1024];
+    golden_refs(t, path, device, au, ref);
+    if (test_failed(t))
+        return;
+    served_opts_t so;
+    memset(&so, 0, sizeof so);
+    so.family = family_find("wenet_u2");
+    CHECK(so.family != NULL);
+    so.batching.max_batch_size = 8;
+    so.batching.preferred[0] = 4;
+    so.batching.n_preferred = 1;
+    so.batching.max_queue_delay_us = 20000;
+    so.batching.length_aware = 1;
+    so.groups[0] = (served_group_t){.count = count, .device = device, .n_threads = 1};
+    so.n_groups = 1;
+    so.precision = "fp32";
+    so.max_seconds = 12;
+    served_model_t *m;
+    hark_err_t err = {0};
+    CHECKF(served_model_create(path, &so, &m, &err) == HARK_OK, "%s", err.msg);
+    my_req_t *reqs = calloc((size_t)nr, sizeof *reqs);
+    void *opts = calloc(1, so.family->opts_size);
+    family_param_t p = {"decoding_method", "ctc_greedy_search"};
+    family_params_t req = {&p, 1};
+    CHECK_OK(served_model_parse_opts(m, &req, opts, &err));
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    int done = 0;
+    atomic_store(&g_n_done_threads, 0);
+    for (int i = 0; i < nr; i++) {
+        reqs[i].req.fi.opts = opts;
+        reqs[i].req.fi.pcm = au[i % 5].samples;
+        reqs[i].req.fi.n = au[i % 5].n;
+        reqs[i].req.done = on_done_thread;
+        reqs[i].lock = &lock;
+        reqs[i].done_count = &done;
+        CHECKF(served_model_submit(m, &reqs[i].req, &err) == HARK_OK, "%s", err.msg);
+    }
+    wait_done(&lock, &done, nr, 120);
+    CHECK_EQ_INT(done, nr);
+    int max_batch = 0;
+    for (int i = 0; i < nr; i++) {
+        CHECK_EQ_INT(reqs[i].status, HARK_OK);
+        CHECKF(!strcmp(reqs[i].text, ref[i % 5]), "request %d: '%s' vs '%s'", i, reqs[i].text,
+               ref[i % 5]);
+        if (reqs[i].batch > max_batch)
+            max_batch = reqs[i].batch;
+    }
+    CHECK(max_batch > 1);
+    if (count > 1) {
+        int threads = 1, n = atomic_load(&g_n_done_threads);
+        for (int i = 1; i < n && i < 256; i++)
+            if (!pthread_equal(g_done_threads[i], g_done_threads[0]))
+                threads = 2;
+        CHECKF(threads == 2, "all %d requests were completed by one instance", nr);
+    }
+    served_stats_t st;
+    served_model_stats(m, &st);
+    CHECK(st.success == (uint64_t)nr && st.audio_seconds > 4.0 * nr);
+    CHECK(served_model_ready(m));
+    served_model_destroy(m);
+    free(opts);
+    free(reqs);
+    for (int u = 0; u < 5; u++)
+        audio_free(&au[u]);
+}
+
+TEST(served_wenet_matches_the_recognizer)
+{
+    served_wenet(t, -1, 2, 10);
+}
+
+#ifdef HARK_CUDA
+GPU_TEST(gpu_two_instances_share_one_gpu)
+{
+    served_wenet(t, 0, 2, 120);
+}
+#endif
