@@ -1,6 +1,7 @@
 /* wenet_family.c — WeNet U2/U2++ as a model family (family.h): "wenet_u2", offline ASR over
  * wenet_asr.h. Decoding options come from config.pbtxt parameters, then the request's
- * (decoding_method, beam_size, nbest, ctc_weight, reverse_weight); execute runs wenet_recognize
+ * (decoding_method, beam_size, nbest — 1 .. beam_size or "all" —, ctc_weight, reverse_weight;
+ * config.pbtxt may also give precision); execute runs wenet_recognize
  * on the batch and turns each wenet_result_t into an asr_result_t (token times in ms, words with
  * times on request). Tests: tests/model/wenet/test_wenet_family.c */
 #include "model/family.h"
@@ -107,7 +108,10 @@ static int apply_params(const family_params_t *p, const char *where, wenet_decod
         d->beam_size = beam;
     else if (rc != HARK_ERR_NOT_FOUND)
         return err_set(err, rc, "%sbeam_size must be in [1, %d]", where, max_beam);
-    if ((rc = family_param_int(p, "nbest", 1, max_beam, &nbest, err)) == HARK_OK)
+    v = family_param(p, "nbest");
+    if (v && !strcmp(v, "all"))
+        ; /* the whole beam: wf_parse_opts sets it once the beam is known */
+    else if ((rc = family_param_int(p, "nbest", 1, max_beam, &nbest, err)) == HARK_OK)
         d->nbest = nbest;
     else if (rc != HARK_ERR_NOT_FOUND)
         return err_set(err, rc, "%snbest must be in [1, %d]", where, max_beam);
@@ -140,9 +144,12 @@ static int wf_parse_opts(const family_model_t *m, const family_params_t *cfg,
         return rc;
     if (d.method == DECODE_ATTENTION_RESCORING && !has_dec)
         d.method = DECODE_CTC_PREFIX_BEAM; /* the model's default where it cannot rescore */
-    int nbest_given = family_param(req, "nbest") != NULL;
+    const char *nb = family_param(req, "nbest");
+    int nbest_given = nb != NULL;
     if ((rc = apply_params(req, "", &d, REQ_MAX_BEAM, err)))
         return rc;
+    if (nb && !strcmp(nb, "all"))
+        d.nbest = d.beam_size;
     if (d.method == DECODE_ATTENTION_RESCORING && !has_dec)
         return err_set(err, HARK_ERR_INVALID_ARG, "attention_rescoring: this model has no decoder");
     if (d.nbest > d.beam_size) {
