@@ -86,13 +86,13 @@ typedef struct {
 } hark_model_opts_t;
 
 /* Loads the model directory DIR (a model-repository entry: DIR/<version>/model.json, whose
- * "family" key picks the family; none means "wenet_u2"). HARK_ERR_IO / HARK_ERR_FORMAT (files),
+ * "family" key picks the family; none means WeNet U2, the first family). HARK_ERR_IO / HARK_ERR_FORMAT (files),
  * HARK_ERR_NOT_FOUND (unknown family), HARK_ERR_INVALID_ARG (options), HARK_ERR_NO_DEVICE. */
 hark_status_t hark_model_load(const char *dir, const hark_model_opts_t *opts, hark_model_t **out);
 void hark_model_destroy(hark_model_t *m); /* accepts NULL; no call on m may be running */
 
 int hark_model_sample_rate(const hark_model_t *m); /* Hz of the PCM it takes (ASR) or gives (TTS) */
-const char *hark_model_family(const hark_model_t *m); /* "wenet_u2", ... */
+const char *hark_model_family(const hark_model_t *m); /* the family's name, as model.json gives it */
 const char *hark_model_task(const hark_model_t *m);   /* "asr", "tts", "vad" */
 int hark_model_device(const hark_model_t *m);         /* -1: CPU, else the CUDA device */
 int hark_model_is_streaming(const hark_model_t *m);   /* 1: hark_stream_* works on it */
@@ -115,7 +115,7 @@ typedef struct {
     int nbest;                   /* hypotheses of beam methods to return; 0: 1; HARK_NBEST_ALL */
     int want_words;              /* 1: words with start/end times (hark_asr_result_word) */
     const char *dump_dir;        /* DEBUG HOOK, not for production: with n == 1, a family that
-                                    can (wenet_u2 on the CPU) writes every intermediate stage of
+                                    can (WeNet on the CPU) writes every intermediate stage of
                                     the utterance as DUMP_DIR/<stage>.npy (features after CMVN as
                                     feats_cmvn.npy, each encoder block, enc_out, ctc_logprobs);
                                     others fail with HARK_ERR_UNSUPPORTED */
