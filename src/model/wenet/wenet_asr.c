@@ -74,9 +74,9 @@ struct wenet_worker {
 #ifdef HARK_CUDA
     /* GPU path: pinned host staging and device buffers, sized at creation */
     conformer_gpu_state_t *gstate;
-    frontend_gpu_t *fe; /* PCM upload (its copy stream, beside the compute stream) and features:
-                           device features (max_batch, max_frames, input_dim) */
-    size_t max_samples;
+    frontend_gpu_t *fe;   /* PCM upload (its copy stream, beside the compute stream) and features:
+                             device features (max_batch, max_frames, input_dim) */
+    size_t max_samples;   /* the longest utterance the worker takes, in samples */
     float *d_enc;         /* (max_batch, te_max, D) */
     float *d_logp;        /* (max_batch, te_max, V) */
     int *d_arg, *h_arg;   /* (max_batch, te_max) greedy path: per-frame argmax ... */
