@@ -68,12 +68,13 @@ $(BUILD)/tests/%.o: CFLAGS += -Itests
 $(BUILD)/src/dsp/window_torch.o: CFLAGS += -mavx2 -mfma
 # hot DSP loops: -O3 vectorises across independent butterflies (no reassociation: same results)
 $(BUILD)/src/dsp/%.o: OPT = -O3
-# objects rebuild when the flags change (e.g. -fPIC came in for libhark.so)
+# objects rebuild when the flags change (e.g. -fPIC came in for libhark.so). The text is taken
+# here, once (:=): target-specific additions (-Itests, OPT=-O3) must not make it flip-flop.
 FLAGS_STAMP := $(BUILD)/.flags
+FLAGS_TEXT := $(CC) $(CFLAGS) | $(NVCC) $(NVFLAGS)
 $(FLAGS_STAMP): FORCE
 	@mkdir -p $(dir $@)
-	@echo '$(CC) $(CFLAGS) | $(NVCC) $(NVFLAGS)' | cmp -s - $@ || \
-	  echo '$(CC) $(CFLAGS) | $(NVCC) $(NVFLAGS)' > $@
+	@echo '$(FLAGS_TEXT)' | cmp -s - $@ || echo '$(FLAGS_TEXT)' > $@
 .PHONY: FORCE
 FORCE:
 

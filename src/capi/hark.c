@@ -58,7 +58,7 @@ struct hark_model {
     const family_t *f;
     family_model_t *fm; /* immutable, shared by the workers */
     family_info_t info;
-    hark_model_opts_t o; /* the strings not kept */
+    hark_model_opts_t o;  /* the strings not kept */
     pthread_mutex_t lock; /* guards free_workers only */
     pooled_t *free_workers;
 };

@@ -115,8 +115,7 @@ TEST(capi_golden_every_method)
         wenet_result_t w[NU];
         CHECK_OK(wenet_recognize(ww, &wo, pcm, fx.n, NU, w, &err));
         hark_asr_result_t *r = NULL, *r2 = NULL;
-        CHECKF(hark_recognize(m, pcm, fx.n, NU, 16000, &o, &r) == HARK_OK, "%s",
-               hark_last_error());
+        CHECKF(hark_recognize(m, pcm, fx.n, NU, 16000, &o, &r) == HARK_OK, "%s", hark_last_error());
         CHECKF(hark_recognize(m2, pcm, fx.n, NU, 0, &o, &r2) == HARK_OK, "%s", hark_last_error());
         CHECK_EQ_INT(hark_asr_result_count(r), NU);
         CHECK_EQ_INT(hark_asr_result_count(r2), NU);
@@ -300,8 +299,7 @@ TEST(capi_concurrent_calls)
         CHECKF(jobs[k].ok, "%s", jobs[k].text[0]);
         CHECK(!strcmp(jobs[k].text[0], jobs[k].text[1]));
     }
-    CHECKF(!strcmp(jobs[1].text[0], alone.text[0]), "'%s' vs '%s'", jobs[1].text[0],
-           alone.text[0]);
+    CHECKF(!strcmp(jobs[1].text[0], alone.text[0]), "'%s' vs '%s'", jobs[1].text[0], alone.text[0]);
     CHECK(strcmp(jobs[0].text[0], jobs[1].text[0]) != 0);
     hark_model_destroy(m);
     fx_close(&fx);

@@ -150,8 +150,8 @@ TEST(wenet_family_matches_recognize)
             family_item_t items[NU], *ip[NU];
             memset(got, 0, sizeof got);
             for (int u = 0; u < NU; u++) {
-                items[u] = (family_item_t){.opts = opts, .pcm = pcm[u], .n = n[u],
-                                           .emit = on_emit, .user = &got[u]};
+                items[u] = (family_item_t){
+                    .opts = opts, .pcm = pcm[u], .n = n[u], .emit = on_emit, .user = &got[u]};
                 ip[u] = &items[u];
             }
             family_exec_times_t tm = {0};
@@ -176,8 +176,8 @@ TEST(wenet_family_matches_recognize)
                 CHECK(r->best.text[0] != 0);
                 CHECK_EQ_INT(r->n_nbest, ref[u].n_nbest);
                 for (int i = 0; i < r->n_nbest; i++)
-                    CHECKF(same_hyp(&r->nbest[i], &ref[u].nbest[i], fms), "%s n-best %d",
-                           utts[u], i);
+                    CHECKF(same_hyp(&r->nbest[i], &ref[u].nbest[i], fms), "%s n-best %d", utts[u],
+                           i);
                 CHECK(r->confidence == ref[u].confidence);
                 CHECK(fabs(r->duration_s - (double)n[u] / 16000) < 1e-9);
                 CHECK(r->words == NULL && r->n_words == 0); /* not asked for */
@@ -212,8 +212,11 @@ TEST(wenet_family_mixed_batch_and_words)
     memset(alone, 0, sizeof alone);
     memset(mixed, 0, sizeof mixed);
     for (int k = 0; k < 4; k++) {
-        items[k] = (family_item_t){.opts = k % 2 ? ob : og, .pcm = fx.audio[k].samples,
-                                   .n = fx.audio[k].n, .want_words = k == 1, .emit = on_emit,
+        items[k] = (family_item_t){.opts = k % 2 ? ob : og,
+                                   .pcm = fx.audio[k].samples,
+                                   .n = fx.audio[k].n,
+                                   .want_words = k == 1,
+                                   .emit = on_emit,
                                    .user = &alone[k]};
         ip[k] = &items[k];
         CHECK_OK(fx.f->execute(fw, &ip[k], 1, NULL, &err));
@@ -247,8 +250,11 @@ TEST(wenet_family_mixed_batch_and_words)
     got_t g5[5];
     memset(g5, 0, sizeof g5);
     for (int k = 0; k < 5; k++) {
-        five[k] = (family_item_t){.opts = og, .pcm = fx.audio[0].samples, .n = fx.audio[0].n,
-                                  .emit = on_emit, .user = &g5[k]};
+        five[k] = (family_item_t){.opts = og,
+                                  .pcm = fx.audio[0].samples,
+                                  .n = fx.audio[0].n,
+                                  .emit = on_emit,
+                                  .user = &g5[k]};
         fp[k] = &five[k];
     }
     CHECK_EQ_INT(fx.f->execute(fw, fp, 5, NULL, &err), HARK_ERR_TOO_LARGE);
@@ -258,10 +264,13 @@ TEST(wenet_family_mixed_batch_and_words)
     got_t g2[2];
     memset(g2, 0, sizeof g2);
     float *longpcm = hark_calloc(16000 * 13, sizeof(float));
-    family_item_t two[2] = {{.opts = og, .pcm = longpcm, .n = 16000 * 13, .emit = on_emit,
-                             .user = &g2[0]},
-                            {.opts = og, .pcm = fx.audio[1].samples, .n = fx.audio[1].n,
-                             .emit = on_emit, .user = &g2[1]}};
+    family_item_t two[2] = {
+        {.opts = og, .pcm = longpcm, .n = 16000 * 13, .emit = on_emit, .user = &g2[0]},
+        {.opts = og,
+         .pcm = fx.audio[1].samples,
+         .n = fx.audio[1].n,
+         .emit = on_emit,
+         .user = &g2[1]}};
     family_item_t *tp[2] = {&two[0], &two[1]};
     CHECK_OK(fx.f->execute(fw, tp, 2, NULL, &err));
     CHECK(g2[0].n_done == 1 && g2[0].status == HARK_ERR_TOO_LARGE);
