@@ -15,10 +15,12 @@ LDFLAGS  ?=
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 
+SAN_LDFLAGS :=
 ifneq ($(SAN),)
   BUILD   := build-$(SAN)
   CFLAGS  += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
   LDFLAGS += -fsanitize=$(SAN)
+  SAN_LDFLAGS := -fsanitize=$(SAN) # programs linking a sanitized libhark need the runtime too
 endif
 
 # ---- CUDA detection -------------------------------------------------------------------------
@@ -103,7 +105,7 @@ examples: $(EXAMPLES)
 $(BUILD)/examples/c/%: examples/c/%.c $(SOLIB) include/hark.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -Wall -Wextra -Werror -O2 -Iinclude -o $@ $< -L$(BUILD) -lhark \
-	  -Wl,-rpath,$(abspath $(BUILD))
+	  -Wl,-rpath,$(abspath $(BUILD)) $(SAN_LDFLAGS)
 
 # pkg-config file: Libs for the shared library; Libs.private for a static link (--static)
 .PHONY: $(BUILD)/hark.pc  # PREFIX is baked in: written afresh for each install
@@ -112,7 +114,7 @@ $(BUILD)/hark.pc:
 	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
 	  'Name: hark' 'Description: hark speech inference engine (C API)' \
 	  "Version: $$(sed -n 's/^#define HARK_VERSION \"\(.*\)\"/\1/p' include/hark.h)" \
-	  'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -lhark' \
+	  'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -lhark $(SAN_LDFLAGS)' \
 	  'Libs.private: $(LDLIBS) -pthread' > $@
 
 install: $(BIN) $(LIB) $(SOLIB) $(BUILD)/hark.pc
