@@ -366,3 +366,45 @@ TEST(capi_config_pbtxt_defaults)
     CHECKF(strstr(hark_last_error(), "config.pbtxt"), "%s", hark_last_error());
     fx_close(&fx);
 }
+
+/* hark_model_load on a GPU ("cuda:0", and gpu = 1 for cuda:0): the CPU model's texts for a
+ * batch; fp16 loads and recognizes; dump_dir is refused there. */
+GPU_TEST(capi_gpu_model)
+{
+    if (!test_have_gpu())
+        SKIP("no GPU");
+    fx_t fx;
+    OPEN_FX(fx);
+    hark_model_t *c = NULL, *g = NULL, *h = NULL;
+    hark_model_opts_t go = {.device = "cuda:0"}, ho = {.gpu = 1, .precision = "fp16"};
+    CHECK_OK(hark_model_load(fx.dir, NULL, &c));
+    CHECKF(hark_model_load(fx.dir, &go, &g) == HARK_OK, "%s", hark_last_error());
+    CHECKF(hark_model_load(fx.dir, &ho, &h) == HARK_OK, "%s", hark_last_error());
+    CHECK_EQ_INT(hark_model_device(g), 0);
+    CHECK_EQ_INT(hark_model_device(h), 0);
+    CHECK(strstr(hark_model_description(h), "fp16") != NULL);
+    const float *pcm[NU];
+    for (int u = 0; u < NU; u++)
+        pcm[u] = fx.pcm[u];
+    hark_asr_result_t *rc = NULL, *rg = NULL, *rh = NULL;
+    CHECK_OK(hark_recognize(c, pcm, fx.n, NU, 0, NULL, &rc));
+    CHECKF(hark_recognize(g, pcm, fx.n, NU, 0, NULL, &rg) == HARK_OK, "%s", hark_last_error());
+    CHECKF(hark_recognize(h, pcm, fx.n, NU, 0, NULL, &rh) == HARK_OK, "%s", hark_last_error());
+    for (int u = 0; u < NU; u++) {
+        CHECKF(!strcmp(hark_asr_result_text(rg, u), hark_asr_result_text(rc, u)),
+               "%s: gpu '%s' vs cpu '%s'", utts[u], hark_asr_result_text(rg, u),
+               hark_asr_result_text(rc, u));
+        CHECK(strlen(hark_asr_result_text(rh, u)) > 0);
+    }
+    hark_asr_result_destroy(rc);
+    hark_asr_result_destroy(rg);
+    hark_asr_result_destroy(rh);
+    hark_asr_opts_t d = {.dump_dir = "/tmp/hark-gpu-dump"};
+    hark_asr_result_t *r = NULL;
+    CHECK_EQ_INT(hark_recognize(g, pcm, fx.n, 1, 0, &d, &r), HARK_ERR_UNSUPPORTED);
+    CHECKF(strstr(hark_last_error(), "CPU"), "%s", hark_last_error());
+    hark_model_destroy(c);
+    hark_model_destroy(g);
+    hark_model_destroy(h);
+    fx_close(&fx);
+}

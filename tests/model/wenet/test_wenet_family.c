@@ -383,3 +383,73 @@ TEST(wenet_family_batch_keys)
     hark_free(o);
     fx_close(&fx);
 }
+
+/* The family on the GPU (FP32): the CPU family's tokens for every method over the batch; info
+ * names the device; a dumping item fails alone with UNSUPPORTED (the stages stay on the GPU). */
+GPU_TEST(wenet_family_gpu_matches_cpu)
+{
+    if (!test_have_gpu())
+        SKIP("no GPU");
+    fx_t fx;
+    OPEN_FX(fx);
+    char why[512], path[1024];
+    snprintf(path, sizeof path, "%s/m", golden_wenet_model_dir(why, sizeof why));
+    family_model_t *g = NULL;
+    family_load_opts_t lo = {.device = 0, .precision = "fp32"};
+    hark_err_t err = {0};
+    CHECKF(fx.f->load(path, &lo, NULL, &g, &err) == HARK_OK, "%s", err.msg);
+    family_info_t info;
+    fx.f->info(g, &info);
+    CHECK_EQ_INT(info.device, 0);
+    family_worker_t *wc, *wg;
+    family_worker_opts_t wo = {.max_batch = NU, .max_seconds = 12.0};
+    CHECK_OK(fx.f->worker_create(fx.m, &wo, &wc, &err));
+    CHECKF(fx.f->worker_create(g, &wo, &wg, &err) == HARK_OK, "%s", err.msg);
+    void *opts = hark_calloc(1, fx.f->opts_size);
+    for (int m = 0; m < 3; m++) {
+        const char *kv[] = {"decoding_method", method_names[m], NULL};
+        CHECK_OK(parse(&fx, kv, opts, &err));
+        got_t gc[NU], gg[NU];
+        family_item_t ic[NU], ig[NU], *pc[NU], *pg[NU];
+        memset(gc, 0, sizeof gc);
+        memset(gg, 0, sizeof gg);
+        for (int u = 0; u < NU; u++) {
+            ic[u] = (family_item_t){.opts = opts,
+                                    .pcm = fx.audio[u].samples,
+                                    .n = fx.audio[u].n,
+                                    .emit = on_emit,
+                                    .user = &gc[u]};
+            ig[u] = ic[u];
+            ig[u].user = &gg[u];
+            pc[u] = &ic[u];
+            pg[u] = &ig[u];
+        }
+        CHECK_OK(fx.f->execute(wc, pc, NU, NULL, &err));
+        CHECKF(fx.f->execute(wg, pg, NU, NULL, &err) == HARK_OK, "%s", err.msg);
+        for (int u = 0; u < NU; u++) {
+            const asr_hyp_t *a = &gg[u].r.best, *b = &gc[u].r.best;
+            CHECKF(gg[u].status == HARK_OK && a->n_tokens == b->n_tokens &&
+                       !memcmp(a->tokens, b->tokens, sizeof(int) * (size_t)a->n_tokens) &&
+                       !strcmp(a->text, b->text),
+                   "%s %s: gpu '%s' vs cpu '%s'", utts[u], method_names[m], a->text, b->text);
+            asr_result_free(&gc[u].r);
+            asr_result_free(&gg[u].r);
+        }
+    }
+    got_t gd;
+    memset(&gd, 0, sizeof gd);
+    family_item_t id = {.opts = opts,
+                        .pcm = fx.audio[4].samples,
+                        .n = fx.audio[4].n,
+                        .dump_dir = test_tmpdir(t),
+                        .emit = on_emit,
+                        .user = &gd};
+    family_item_t *pd = &id;
+    CHECK_EQ_INT(fx.f->execute(wg, &pd, 1, NULL, &err), HARK_ERR_UNSUPPORTED);
+    CHECK(gd.n_done == 1 && gd.status == HARK_ERR_UNSUPPORTED && strstr(gd.error, "CPU"));
+    hark_free(opts);
+    fx.f->worker_destroy(wc);
+    fx.f->worker_destroy(wg);
+    fx.f->unload(g);
+    fx_close(&fx);
+}
