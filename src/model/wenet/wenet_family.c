@@ -51,10 +51,13 @@ static int wf_load(const char *dir, const family_load_opts_t *lo, const family_p
                    family_model_t **out, hark_err_t *err)
 {
     family_load_opts_t l = lo ? *lo : (family_load_opts_t){.device = -1};
-    /* the loader's precision, else config.pbtxt's for a GPU (the CPU path is FP32 only) */
-    const char *pname = l.precision     ? l.precision
-                        : l.device >= 0 ? family_param(cfg, "precision")
-                                        : NULL;
+    /* config.pbtxt's precision must be a known one wherever the model is loaded (a typo is an
+     * error on a CPU-only machine too), and applies to a GPU (the CPU path is FP32 only) */
+    const char *cname = family_param(cfg, "precision");
+    if (cname && !wenet_precision_parse(cname))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "parameters precision \"%s\": expected fp32, fp16 or bf16", cname);
+    const char *pname = l.precision ? l.precision : l.device >= 0 ? cname : NULL;
     wenet_load_opts_t wl = {.device = l.device, .precision = WENET_FP32, .version = l.version};
     if (pname && !(wl.precision = wenet_precision_parse(pname)))
         return err_set(err, HARK_ERR_INVALID_ARG, "precision \"%s\": expected fp32, fp16 or bf16",
