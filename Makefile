@@ -8,8 +8,8 @@ OPT      ?= -O2
 SAN      ?=
 CFLAGS   ?=
 CFLAGS   += -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
-            -Iinclude -Isrc -MMD -MP -pthread $(shell pkg-config --cflags cairo 2>/dev/null)
-LDLIBS   := -lsndfile -lsoxr -lfftw3f -lsleef -lopenblas -lcjson -luv -lhttp_parser -lz -lcairo -lm -lpthread
+            -Iinclude -Isrc -I$(BUILD)/gen -MMD -MP -pthread $(shell pkg-config --cflags cairo 2>/dev/null)
+LDLIBS   := -lsndfile -lsoxr -lfftw3f -lsleef -lopenblas -lcjson -luv -lhttp_parser -lnghttp2 -lprotobuf-c -lz -lcairo -lm -lpthread
 LDFLAGS  ?=
 
 ifneq ($(SAN),)
@@ -31,7 +31,13 @@ CU_SRCS   := $(shell find src -name '*.cu' | sort)
 TEST_SRCS := $(shell find tests -name '*.c' ! -path 'tests/fuzz/*' | sort)
 BENCH_SRCS:= $(shell find bench -name '*.c' | sort)
 
-OBJS      := $(SRCS:%.c=$(BUILD)/%.o)
+# protobuf-c code generated at build time from proto/*.proto (never committed)
+PROTOS    := $(sort $(wildcard proto/*.proto))
+GEN_SRCS  := $(PROTOS:proto/%.proto=$(BUILD)/gen/%.pb-c.c)
+GEN_HDRS  := $(GEN_SRCS:.c=.h)
+GEN_OBJS  := $(GEN_SRCS:.c=.o)
+
+OBJS      := $(SRCS:%.c=$(BUILD)/%.o) $(GEN_OBJS)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/%.o)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 
@@ -65,6 +71,15 @@ $(BUILD)/src/dsp/%.o: OPT = -O3
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto
+	@mkdir -p $(dir $@)
+	protoc-c --c_out=$(BUILD)/gen -Iproto $<
+# generated code: not ours to warn about
+$(BUILD)/gen/%.pb-c.o: $(BUILD)/gen/%.pb-c.c
+	$(CC) $(filter-out -Werror -Wshadow -Wextra,$(CFLAGS)) -c $< -o $@
+# everything may include the generated headers: generate them first
+$(filter-out $(GEN_OBJS),$(OBJS)) $(CLI_OBJS) $(TEST_OBJS): | $(GEN_HDRS)
 
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
