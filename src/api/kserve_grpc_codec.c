@@ -225,7 +225,8 @@ static int contents_to_raw(const Inference__InferTensorContents *c, kserve_tenso
         break;
     case KSERVE_INT64:
         NEED(int64_contents);
-        memcpy(out, c->int64_contents, n * 8);
+        if (n) /* an empty repeated field has a NULL array */
+            memcpy(out, c->int64_contents, n * 8);
         break;
     case KSERVE_UINT8:
     case KSERVE_UINT16:
@@ -245,15 +246,18 @@ static int contents_to_raw(const Inference__InferTensorContents *c, kserve_tenso
         break;
     case KSERVE_UINT64:
         NEED(uint64_contents);
-        memcpy(out, c->uint64_contents, n * 8);
+        if (n) /* an empty repeated field has a NULL array */
+            memcpy(out, c->uint64_contents, n * 8);
         break;
     case KSERVE_FP32:
         NEED(fp32_contents);
-        memcpy(out, c->fp32_contents, n * 4);
+        if (n) /* an empty repeated field has a NULL array */
+            memcpy(out, c->fp32_contents, n * 4);
         break;
     case KSERVE_FP64:
         NEED(fp64_contents);
-        memcpy(out, c->fp64_contents, n * 8);
+        if (n) /* an empty repeated field has a NULL array */
+            memcpy(out, c->fp64_contents, n * 8);
         break;
     case KSERVE_BYTES: {
         NEED(bytes_contents);
@@ -793,8 +797,12 @@ int kserve_grpc_json_frame(kserve_grpc_doc_t kind, const char *json, uint8_t **f
     arena_init(&a, 4096);
     ProtobufCMessage *m = NULL;
     int rc = pb_from_json(d, src, &a, &m, err);
-    if (rc == HARK_ERR_INVALID_ARG)
-        rc = err_prefix(err, HARK_ERR_INTERNAL, "converting the service's JSON to protobuf");
+    if (rc == HARK_ERR_INVALID_ARG) { /* the service wrote something hark cannot encode */
+        err_prefix(err, HARK_ERR_INTERNAL, "converting the service's JSON to protobuf");
+        if (err)
+            err->status = HARK_ERR_INTERNAL;
+        rc = HARK_ERR_INTERNAL;
+    }
     if (!rc && !(*frame = grpc_frame_pack(m, len)))
         rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
     arena_free(&a);
