@@ -1,5 +1,6 @@
-# hark — GNU Make build. `make` builds build/hark and build/libhark.a; `make test` runs the CPU
-# suite; `make test-gpu` the GPU suite; `make SAN=address|undefined` builds with a sanitizer.
+# hark — GNU Make build. `make` builds build/hark, build/libhark.a, build/libhark.so and the C
+# examples; `make install [PREFIX=/usr/local] [DESTDIR=]` installs them with hark.h and hark.pc;
+# `make test` runs the CPU suite; `make test-gpu` the GPU suite; `make SAN=address|undefined` builds with a sanitizer.
 # CUDA sources are built when nvcc is found (on PATH or under /usr/local/cuda), skipped otherwise.
 
 CC       ?= cc
@@ -8,9 +9,11 @@ OPT      ?= -O2
 SAN      ?=
 CFLAGS   ?=
 CFLAGS   += -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
-            -Iinclude -Isrc -I$(BUILD)/gen -MMD -MP -pthread $(shell pkg-config --cflags cairo 2>/dev/null)
+            -fPIC -Iinclude -Isrc -I$(BUILD)/gen -MMD -MP -pthread $(shell pkg-config --cflags cairo 2>/dev/null)
 LDLIBS   := -lsndfile -lsoxr -lfftw3f -lsleef -lopenblas -lcjson -luv -lhttp_parser -lnghttp2 -lprotobuf-c -lz -lcairo -lm -lpthread
 LDFLAGS  ?=
+PREFIX   ?= /usr/local
+DESTDIR  ?=
 
 ifneq ($(SAN),)
   BUILD   := build-$(SAN)
@@ -46,17 +49,20 @@ ifneq ($(NVCC),)
   CFLAGS    += -DHARK_CUDA=1 -I$(CUDA_HOME)/include
   NVFLAGS   ?= -O3 -std=c++17 -lineinfo -gencode=arch=compute_90a,code=sm_90a \
                -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter -Iinclude -Isrc
+  NVFLAGS   += -Xcompiler -fPIC   # objects of libhark.so too
   LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcufft -lcublasLt -lcublas -lcudart -lstdc++
 else
   CU_OBJS   :=
 endif
 
 LIB := $(BUILD)/libhark.a
+SOLIB := $(BUILD)/libhark.so
 BIN := $(BUILD)/hark
 TESTBIN := $(BUILD)/hark_tests
+EXAMPLES := $(BUILD)/examples/c/transcribe
 
-.PHONY: all test test-gpu bench fuzz fuzz-http clean format lint check-cuda
-all: check-cuda $(BIN)
+.PHONY: all test test-gpu bench fuzz fuzz-http clean format lint check-cuda install examples
+all: check-cuda $(BIN) $(SOLIB) $(EXAMPLES)
 
 check-cuda:
 ifeq ($(NVCC),)
@@ -68,7 +74,16 @@ $(BUILD)/tests/%.o: CFLAGS += -Itests
 $(BUILD)/src/dsp/window_torch.o: CFLAGS += -mavx2 -mfma
 # hot DSP loops: -O3 vectorises across independent butterflies (no reassociation: same results)
 $(BUILD)/src/dsp/%.o: OPT = -O3
-$(BUILD)/%.o: %.c
+# objects rebuild when the flags change (e.g. -fPIC came in for libhark.so)
+FLAGS_STAMP := $(BUILD)/.flags
+$(FLAGS_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(CC) $(CFLAGS) | $(NVCC) $(NVFLAGS)' | cmp -s - $@ || \
+	  echo '$(CC) $(CFLAGS) | $(NVCC) $(NVFLAGS)' > $@
+.PHONY: FORCE
+FORCE:
+
+$(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -77,12 +92,12 @@ $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto
 	protoc-c --c_out=$(BUILD)/gen -Iproto $<
 # generated code (protoc-c 1.4 output compiles clean with our warnings; relax them here if a
 # newer protoc-c does not)
-$(BUILD)/gen/%.pb-c.o: $(BUILD)/gen/%.pb-c.c
+$(BUILD)/gen/%.pb-c.o: $(BUILD)/gen/%.pb-c.c $(FLAGS_STAMP)
 	$(CC) $(CFLAGS) -c $< -o $@
 # everything may include the generated headers: generate them first
 $(filter-out $(GEN_OBJS),$(OBJS)) $(CLI_OBJS) $(TEST_OBJS): | $(GEN_HDRS)
 
-$(BUILD)/%.cu.o: %.cu
+$(BUILD)/%.cu.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) $(NVFLAGS_$(notdir $<)) -MMD -MP -c $< -o $@
 
@@ -92,6 +107,36 @@ NVFLAGS_features.cu := -fmad=false
 $(LIB): $(OBJS) $(CU_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
+
+# the shared library: every object (all built -fPIC), its dependencies linked in as NEEDED
+$(SOLIB): $(OBJS) $(CU_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libhark.so -o $@ $^ $(LDLIBS)
+
+# examples link the shared library, as an embedding program would
+examples: $(EXAMPLES)
+$(BUILD)/examples/c/%: examples/c/%.c $(SOLIB) include/hark.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -Wall -Wextra -Werror -O2 -Iinclude -o $@ $< -L$(BUILD) -lhark \
+	  -Wl,-rpath,$(abspath $(BUILD))
+
+# pkg-config file: Libs for the shared library; Libs.private for a static link (--static)
+.PHONY: $(BUILD)/hark.pc  # PREFIX is baked in: written afresh for each install
+$(BUILD)/hark.pc:
+	@mkdir -p $(dir $@)
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
+	  'Name: hark' 'Description: hark speech inference engine (C API)' \
+	  "Version: $$(sed -n 's/^#define HARK_VERSION \"\(.*\)\"/\1/p' include/hark.h)" \
+	  'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -lhark' \
+	  'Libs.private: $(LDLIBS) -pthread' > $@
+
+install: $(BIN) $(LIB) $(SOLIB) $(BUILD)/hark.pc
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
+	install -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/hark
+	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/libhark.a
+	install -m 755 $(SOLIB) $(DESTDIR)$(PREFIX)/lib/libhark.so
+	install -m 644 include/hark.h $(DESTDIR)$(PREFIX)/include/hark.h
+	install -m 644 $(BUILD)/hark.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/hark.pc
 
 $(BIN): $(CLI_OBJS) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(LIB) $(LDLIBS)
@@ -106,12 +151,12 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 bench: $(BENCH_SRCS:%.c=$(BUILD)/%)
 
 # The CPU suite; tests that need a GPU or ../shared skip with a reason when it is absent.
-test: $(TESTBIN) $(BIN)
-	HARK_BIN=$(abspath $(BIN)) ./$(TESTBIN)
+test: $(TESTBIN) $(BIN) $(SOLIB) $(EXAMPLES)
+	HARK_BIN=$(abspath $(BIN)) HARK_BUILD=$(abspath $(BUILD)) ./$(TESTBIN)
 
 # Only the GPU tests (run on the device machine).
-test-gpu: $(TESTBIN) $(BIN)
-	HARK_BIN=$(abspath $(BIN)) ./$(TESTBIN) --gpu
+test-gpu: $(TESTBIN) $(BIN) $(SOLIB) $(EXAMPLES)
+	HARK_BIN=$(abspath $(BIN)) HARK_BUILD=$(abspath $(BUILD)) ./$(TESTBIN) --gpu
 
 # libFuzzer target for the audio decoder (needs clang); corpus in tests/fuzz/corpus/
 # (tests/fuzz/make_corpus.sh). Run: ./$(BUILD)/fuzz_audio_decode -max_total_time=120 CORPUS_COPY

@@ -18,27 +18,20 @@
  * so 64-bit values that large must come as binary data. */
 #define JSON_INT_LIMIT 9007199254740991.0 /* 2^53 - 1: the largest exactly-known integer */
 
-static const char *const DTYPE_NAMES[] = {"INVALID", "BOOL", "UINT8", "UINT16", "UINT32",
-                                          "UINT64",  "INT8", "INT16", "INT32",  "INT64",
-                                          "FP16",    "FP32", "FP64",  "BYTES",  "BF16"};
-static const size_t DTYPE_SIZES[] = {0, 1, 1, 2, 4, 8, 1, 2, 4, 8, 2, 4, 8, 0, 2};
 
 kserve_dtype_t kserve_dtype_parse(const char *name)
 {
-    for (int i = 1; i <= KSERVE_BF16; i++)
-        if (!strcmp(DTYPE_NAMES[i], name))
-            return (kserve_dtype_t)i;
-    return KSERVE_INVALID;
+    return dtype_from_kserve(name);
 }
 
 const char *kserve_dtype_name(kserve_dtype_t t)
 {
-    return (unsigned)t <= KSERVE_BF16 ? DTYPE_NAMES[t] : "INVALID";
+    return dtype_kserve_name(t);
 }
 
 size_t kserve_dtype_size(kserve_dtype_t t)
 {
-    return (unsigned)t <= KSERVE_BF16 ? DTYPE_SIZES[t] : 0;
+    return dtype_size(t);
 }
 
 static int bad(hark_err_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -250,7 +243,7 @@ static int fill_one(fill_t *f, const cJSON *v)
                    f->dt == KSERVE_INT64 || f->dt == KSERVE_UINT64
                        ? " in JSON (|v| > 2^53 is inexact; send it as binary data)"
                        : "");
-    size_t sz = DTYPE_SIZES[f->dt];
+    size_t sz = dtype_size(f->dt);
     if (f->dt >= KSERVE_INT8) {
         int64_t x = (int64_t)d;
         memcpy(f->out + f->pos, &x, sz); /* little-endian: low bytes first */
@@ -345,7 +338,7 @@ static int parse_tensor(tctx_t *c, const cJSON *j, int idx, kserve_tensor_t *t)
             return bad(c->err, "%s '%s': shape has more than 2^63 elements", c->what, nm);
         t->count *= (int64_t)d;
     }
-    size_t esz = DTYPE_SIZES[t->dtype];
+    size_t esz = dtype_size(t->dtype);
     if (esz && (uint64_t)t->count > SIZE_MAX / esz)
         return bad(c->err, "%s '%s': shape is too large for this machine", c->what, nm);
 

@@ -5,6 +5,7 @@
 #define HARK_NET_KSERVE_H
 
 #include "core/arena.h"
+#include "core/dtype.h"
 #include "core/error.h"
 
 #include <stddef.h>
@@ -23,23 +24,23 @@ struct cJSON;
  *   NULL when out of memory.
  * Data is little-endian on the wire; hark only runs on little-endian hosts. */
 
-typedef enum {
-    KSERVE_INVALID = 0,
-    KSERVE_BOOL,
-    KSERVE_UINT8,
-    KSERVE_UINT16,
-    KSERVE_UINT32,
-    KSERVE_UINT64,
-    KSERVE_INT8,
-    KSERVE_INT16,
-    KSERVE_INT32,
-    KSERVE_INT64,
-    KSERVE_FP16,
-    KSERVE_FP32,
-    KSERVE_FP64,
-    KSERVE_BYTES,
-    KSERVE_BF16,
-} kserve_dtype_t;
+/* the element types are core/dtype.h's (one table); the KServe spellings of its values */
+typedef dtype_t kserve_dtype_t;
+#define KSERVE_INVALID DTYPE_INVALID
+#define KSERVE_BOOL DTYPE_BOOL
+#define KSERVE_UINT8 DTYPE_UINT8
+#define KSERVE_UINT16 DTYPE_UINT16
+#define KSERVE_UINT32 DTYPE_UINT32
+#define KSERVE_UINT64 DTYPE_UINT64
+#define KSERVE_INT8 DTYPE_INT8
+#define KSERVE_INT16 DTYPE_INT16
+#define KSERVE_INT32 DTYPE_INT32
+#define KSERVE_INT64 DTYPE_INT64
+#define KSERVE_FP16 DTYPE_FP16
+#define KSERVE_FP32 DTYPE_FP32
+#define KSERVE_FP64 DTYPE_FP64
+#define KSERVE_BYTES DTYPE_BYTES
+#define KSERVE_BF16 DTYPE_BF16
 
 /* "FP32" → KSERVE_FP32; KSERVE_INVALID for an unknown name. */
 kserve_dtype_t kserve_dtype_parse(const char *name);

@@ -169,32 +169,39 @@ static void stream_work_done(call_t *c)
 
 /* ---- inference ------------------------------------------------------------------------------ */
 
-/* one inference in flight */
+/* one inference in flight: the service borrows kreq (which borrows pb) until it calls body_free
+ * (after done), as the HTTP path does */
 typedef struct {
-    call_t *c;             /* referenced */
-    kserve_request_t *req; /* our copy of the requested output names (outputs_copy) */
-    char *id;              /* the request id, echoed */
+    call_t *c; /* referenced */
+    kserve_request_t kreq;
+    Inference__ModelInferRequest *pb;
 } infer_t;
 
-static void pb_free(void *p)
+static void infer_free(void *user)
 {
-    protobuf_c_message_free_unpacked(p, NULL);
+    infer_t *in = user;
+    protobuf_c_message_free_unpacked(&in->pb->base, NULL);
+    call_unref(in->c);
+    hark_free(in);
 }
 
+/* the service's answer, on an inference thread (or the loop for early errors): serialised here,
+ * queued to the connection's loop by http2_stream_send_* */
 static void infer_done(void *user, int status, const char *error, const char *model,
                        const char *version, const kserve_output_t *outs, int n_outs)
 {
     infer_t *in = user;
     call_t *c = in->c;
     int stream = c->rpc == RPC_MODEL_STREAM_INFER;
+    const char *id = in->pb->id ? in->pb->id : "";
     hark_err_t err = {0};
     uint8_t *f = NULL;
     size_t len = 0;
     if (status == HARK_OK) {
         kserve_grpc_infer_answer_t a = {.model = model,
                                         .version = version,
-                                        .id = in->id,
-                                        .req = in->req,
+                                        .id = id,
+                                        .req = &in->kreq,
                                         .outs = outs,
                                         .n_outs = n_outs,
                                         .stream = stream,
@@ -204,56 +211,21 @@ static void infer_done(void *user, int status, const char *error, const char *mo
     }
     if (stream) {
         if (status != HARK_OK)
-            f = kserve_grpc_stream_error_frame(error, model, in->id, &len);
+            f = kserve_grpc_stream_error_frame(error, model, id, &len);
         if (f)
             http2_stream_send_data(c->st, f, len);
         stream_work_done(c);
     } else {
         answer(c, status, error, f, len);
     }
-    hark_free(in->id);
-    hark_free(in);
-    call_unref(c);
 }
 
-/* the request's outputs[] are needed when answering, after the service has freed the request:
- * keep a copy of the names in a request of our own */
-static kserve_request_t *outputs_copy(const kserve_request_t *r)
+static void stream_error(call_t *c, const char *msg, const char *model, const char *id)
 {
-    kserve_request_t *o = hark_calloc(1, sizeof *o);
-    if (!o)
-        return NULL;
-    arena_init(&o->arena, 512);
-    if (r->n_outputs) {
-        o->outputs = arena_calloc(&o->arena, (size_t)r->n_outputs, sizeof *o->outputs);
-        if (!o->outputs)
-            goto fail;
-        for (int i = 0; i < r->n_outputs; i++) {
-            o->outputs[i].name = arena_strndup(&o->arena, r->outputs[i].name,
-                                               strlen(r->outputs[i].name));
-            if (!o->outputs[i].name)
-                goto fail;
-            o->outputs[i].binary_data = 1;
-        }
-        o->n_outputs = r->n_outputs;
-    }
-    return o;
-fail:
-    arena_free(&o->arena);
-    hark_free(o);
-    return NULL;
-}
-
-static void infer_box_done(void *user, int status, const char *error, const char *model,
-                           const char *version, const kserve_output_t *outs, int n_outs)
-{
-    infer_t *in = user;
-    kserve_request_t *keep = in->req;
-    infer_done(user, status, error, model, version, outs, n_outs);
-    if (keep) {
-        arena_free(&keep->arena);
-        hark_free(keep);
-    }
+    size_t fl;
+    uint8_t *f = kserve_grpc_stream_error_frame(msg, model, id, &fl);
+    if (f)
+        http2_stream_send_data(c->st, f, fl);
 }
 
 /* one ModelInferRequest message (unary or one of a stream) */
@@ -261,61 +233,41 @@ static void start_infer(call_t *c, const uint8_t *msg, size_t len)
 {
     int stream = c->rpc == RPC_MODEL_STREAM_INFER;
     hark_err_t err = {0};
-    Inference__ModelInferRequest *pb =
-        inference__model_infer_request__unpack(NULL, len, msg);
+    Inference__ModelInferRequest *pb = inference__model_infer_request__unpack(NULL, len, msg);
     if (!pb) {
-        if (stream) {
-            size_t fl;
-            uint8_t *f = kserve_grpc_stream_error_frame("malformed ModelInferRequest message",
-                                                        "", "", &fl);
-            if (f)
-                http2_stream_send_data(c->st, f, fl);
-        } else {
+        if (stream)
+            stream_error(c, "malformed ModelInferRequest message", "", "");
+        else
             answer_code(c, GRPC_STATUS_INVALID_ARGUMENT, "malformed ModelInferRequest message");
-        }
         return;
     }
-    kserve_request_t *req = hark_calloc(1, sizeof *req);
     infer_t *in = hark_calloc(1, sizeof *in);
-    int rc = req && in ? HARK_OK : err_set(&err, HARK_ERR_NOMEM, "out of memory");
-    if (!rc && !(in->id = hark_strdup(pb->id ? pb->id : "")))
-        rc = err_set(&err, HARK_ERR_NOMEM, "out of memory");
-    if (!rc)
-        rc = kserve_grpc_request_from_pb(pb, req, &err);
-    if (!rc && !(in->req = outputs_copy(req)))
-        rc = err_set(&err, HARK_ERR_NOMEM, "out of memory");
+    int rc = in ? kserve_grpc_request_from_pb(pb, &in->kreq, &err)
+                : err_set(&err, HARK_ERR_NOMEM, "out of memory");
     if (rc) {
-        if (stream) {
-            size_t fl;
-            uint8_t *f = kserve_grpc_stream_error_frame(err.msg, pb->model_name, pb->id, &fl);
-            if (f)
-                http2_stream_send_data(c->st, f, fl);
-        } else {
+        if (stream)
+            stream_error(c, err.msg, pb->model_name, pb->id);
+        else
             answer(c, rc, err.msg, NULL, 0);
-        }
-        if (req)
-            kserve_request_free(req);
-        hark_free(req);
-        if (in)
-            hark_free(in->id);
         hark_free(in);
         protobuf_c_message_free_unpacked(&pb->base, NULL);
         return;
     }
     in->c = c;
+    in->pb = pb;
     atomic_fetch_add(&c->refs, 1);
     if (stream)
         atomic_fetch_add(&c->open_work, 1);
     service_infer_t si = {.model = pb->model_name,
                           .version = pb->model_version,
-                          .req = req,
+                          .req = &in->kreq,
                           .body = pb,
-                          .body_free = pb_free,
-                          .body_user = pb,
+                          .body_free = infer_free, /* after done: the context itself */
+                          .body_user = in,
                           .cancelled = http2_stream_cancelled_flag(c->st),
                           .deadline_ns = c->deadline_ns,
                           .loop = c->g->loop,
-                          .done = infer_box_done,
+                          .done = infer_done,
                           .user = in};
     service_infer(c->g->s, &si);
 }

@@ -23,6 +23,7 @@
 
 #include "api/kserve.h"
 #include "core/error.h"
+#include "model/family.h"
 
 #include <stdatomic.h>
 
@@ -78,5 +79,22 @@ typedef struct {
 
 /* Starts an inference; done is always called exactly once (see OWNERSHIP). */
 void service_infer(server_t *s, const service_infer_t *in);
+
+/* One recognition of an encoded audio file (OpenAI's transcriptions): result lent for the call
+ * (asr_result_take keeps it); duration_s of the decoded audio. */
+typedef void (*service_transcribe_fn)(void *user, int status, const char *error,
+                                      asr_result_t *result, double duration_s);
+typedef struct {
+    const char *model;    /* a model name; unknown or "" with exactly one READY model: that one */
+    const uint8_t *audio; /* (len) an encoded file (WAV/FLAC/OGG/MP3), lent until done */
+    size_t len;
+    family_params_t params; /* request options, lent for the call */
+    int want_words;
+    const atomic_int *cancelled;
+    uv_loop_t *loop; /* the audio is decoded on its thread pool */
+    service_transcribe_fn done;
+    void *user;
+} service_transcribe_t;
+void service_transcribe(server_t *s, const service_transcribe_t *in);
 
 #endif

@@ -1,6 +1,7 @@
 /* cmd_transcribe.c — `hark transcribe --model DIR FILE...`: offline recognition of audio files
- * with a converted WeNet model (text, JSON with word times, SRT, WebVTT), --dump-dir to write
- * every stage as .npy, and `--wavscp LIST --trans REF` to decode a whole list concurrently and
+ * with a converted model of any family, through the public C API (include/hark.h) like any
+ * embedding program (text, JSON with word times, SRT, WebVTT), --dump-dir to write every stage
+ * as .npy (hark_asr_opts_t.dump_dir, a debug hook WeNet's family implements on the CPU), and `--wavscp LIST --trans REF` to decode a whole list concurrently and
  * score it (WER/CER, docs/scoring.md); with `--url http://host:port -m MODEL` the same through a
  * KServe v2 server (hark serve or Triton) instead of a local model.
  * Tests: tests/cli/test_cli.c, test_cli_transcribe_eval.c, test_cli_perf.c (--url) */
@@ -8,17 +9,13 @@
 #include "cli/cli.h"
 #include "core/alloc.h"
 #include "core/clock.h"
-#include "core/npy.h"
-#include "dsp/features.h"
 #include "eval/decode_list.h"
 #include "eval/scp.h"
 #include "eval/wer.h"
 #include "text/words.h"
 #include "hark.h"
-#include "model/wenet/wenet_asr.h"
 #include "net/http_client.h"
 #include "api/kserve.h"
-#include "ops/ops.h"
 #include "text/units.h"
 
 #include <cjson/cJSON.h>
@@ -60,88 +57,67 @@ static void transcribe_usage(FILE *f)
         fprintf(f, "%s\n", text[i]);
 }
 
-struct dump_ctx {
-    char dir[4096];
-    int failed;
-};
-
-static void dump_stage(void *user, const conformer_stage_t *s)
+/* words of utterance 0 with their times, or NULL when there are none */
+static cJSON *words_json(const hark_asr_result_t *r)
 {
-    struct dump_ctx *d = user;
-    char path[4300];
-    snprintf(path, sizeof path, "%s/%s.npy", d->dir, s->name);
-    int64_t shape[2] = {s->rows, s->cols};
-    if (npy_save_f32(path, s->data, 2, shape))
-        d->failed = 1;
-}
-
-/* features after CMVN, as the encoder sees them */
-static int dump_features(const wenet_asr_t *asr, const audio_t *au, const char *dir,
-                         hark_err_t *err)
-{
-    const wenet_config_t *c = wenet_asr_config(asr);
-    feat_opts_t fo;
-    feat_default_opts(&fo, FEAT_FBANK);
-    fo.sample_rate = c->sample_rate;
-    fo.num_mel_bins = c->num_mel_bins;
-    feat_plan_t *p;
-    int rc = feat_plan_create(&fo, &p, err);
-    if (rc)
-        return rc;
-    int T = feat_num_frames(p, au->n), D = feat_dim(p);
-    float *f = hark_malloc(sizeof(float) * (size_t)(T ? T : 1) * (size_t)D);
-    if (!f)
-        rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
-    else
-        rc = feat_compute(p, au->samples, au->n, f, err);
-    const float *mean, *istd;
-    if (!rc && wenet_asr_cmvn(asr, &mean, &istd))
-        for (int t = 0; t < T; t++)
-            for (int i = 0; i < D; i++)
-                f[(size_t)t * D + i] = (f[(size_t)t * D + i] - mean[i]) * istd[i];
-    char path[4300];
-    snprintf(path, sizeof path, "%s/feats_cmvn.npy", dir);
-    int64_t shape[2] = {T, D};
-    if (!rc && npy_save_f32(path, f, 2, shape))
-        rc = err_set(err, HARK_ERR_IO, "cannot write %s", path);
-    hark_free(f);
-    feat_plan_destroy(p);
-    return rc;
-}
-
-/* words with their times, or NULL when there are none or they cannot be built */
-static cJSON *words_json(const units_t *u, const wenet_hyp_t *h, int frame_ms)
-{
-    word_time_t *w = NULL;
-    int nw = 0;
-    if (!u || words_from_tokens(u, units_guess_style(u), h->tokens, h->times, h->n_tokens, frame_ms,
-                                &w, &nw, NULL))
+    int nw = hark_asr_result_word_count(r, 0);
+    if (nw <= 0)
         return NULL;
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; i < nw; i++) {
+        int s0 = 0, s1 = 0;
+        const char *w = hark_asr_result_word(r, 0, i, &s0, &s1);
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "word", w[i].text);
-        cJSON_AddNumberToObject(o, "start_ms", w[i].start_ms);
-        cJSON_AddNumberToObject(o, "end_ms", w[i].end_ms);
+        cJSON_AddStringToObject(o, "word", w);
+        cJSON_AddNumberToObject(o, "start_ms", s0);
+        cJSON_AddNumberToObject(o, "end_ms", s1);
         cJSON_AddItemToArray(a, o);
     }
-    words_free(w, nw);
     return a;
 }
 
-static cJSON *hyp_json(const wenet_hyp_t *h, int frame_ms, const units_t *u)
+/* hypothesis k of utterance 0's n-best, or its best (k < 0) */
+static cJSON *hyp_json(const hark_asr_result_t *r, int k)
 {
+    const int *tok = NULL, *tms = NULL;
+    double score = 0;
+    const char *text;
+    int nt;
+    if (k < 0) {
+        text = hark_asr_result_text(r, 0);
+        nt = hark_asr_result_tokens(r, 0, &tok, &tms);
+        score = hark_asr_result_score(r, 0);
+    } else {
+        text = hark_asr_result_nbest_text(r, 0, k, &score);
+        nt = hark_asr_result_nbest_tokens(r, 0, k, &tok, &tms);
+    }
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "text", h->text ? h->text : "");
-    cJSON_AddItemToObject(o, "tokens", cJSON_CreateIntArray(h->tokens, h->n_tokens));
+    cJSON_AddStringToObject(o, "text", text ? text : "");
+    cJSON_AddItemToObject(o, "tokens", cJSON_CreateIntArray(tok, nt));
     cJSON *times = cJSON_AddArrayToObject(o, "times_ms");
-    for (int i = 0; i < h->n_tokens; i++)
-        cJSON_AddItemToArray(times, cJSON_CreateNumber((double)h->times[i] * frame_ms));
-    cJSON *words = u ? words_json(u, h, frame_ms) : NULL;
+    for (int i = 0; i < nt; i++)
+        cJSON_AddItemToArray(times, cJSON_CreateNumber(tms[i]));
+    cJSON *words = k < 0 ? words_json(r) : NULL;
     if (words)
         cJSON_AddItemToObject(o, "words", words);
-    cJSON_AddNumberToObject(o, "score", h->score);
+    cJSON_AddNumberToObject(o, "score", score);
     return o;
+}
+
+/* utterance 0's words as subtitles */
+static int write_subtitles(const hark_asr_result_t *r, subtitle_format_t fmt, hark_err_t *err)
+{
+    int nw = hark_asr_result_word_count(r, 0);
+    word_time_t *w = hark_calloc((size_t)(nw > 0 ? nw : 1), sizeof *w);
+    if (!w)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < nw; i++) /* lent from the result for the call */
+        w[i].text = (char *)hark_asr_result_word(r, 0, i, &w[i].start_ms, &w[i].end_ms);
+    units_style_t st = hark_asr_result_word_sep(r, 0) ? UNITS_STYLE_BPE : UNITS_STYLE_CHAR;
+    int dur_ms = (int)(hark_asr_result_duration(r, 0) * 1000.0);
+    int rc = subtitle_write(stdout, fmt, w, nw, st, NULL, dur_ms, err);
+    hark_free(w);
+    return rc;
 }
 
 typedef struct {
@@ -152,64 +128,41 @@ typedef struct {
 
 /* ---- FILE... mode --------------------------------------------------------------------------- */
 
-static int transcribe_files(const wenet_asr_t *asr, wenet_decode_opts_t o,
-                            const transcribe_args_t *A, const char **files, int nfiles)
+static int transcribe_files(hark_model_t *model, hark_asr_opts_t o, const transcribe_args_t *A,
+                            const char **files, int nfiles)
 {
     const char *format = A->format;
-    const int frame_ms = wenet_asr_frame_ms(asr);
-    int style_i;
-    const units_t *units = wenet_asr_units(asr, &style_i); /* word times need the unit list */
     hark_err_t err = {0};
     subtitle_format_t sfmt = !strcmp(format, "vtt") ? SUBTITLE_VTT : SUBTITLE_SRT;
     int subtitles = !strcmp(format, "srt") || !strcmp(format, "vtt");
-    wenet_worker_t *w = NULL;
+    o.want_words = subtitles || !strcmp(format, "json");
+    const int rate = hark_model_sample_rate(model);
     int failures = 0;
     cJSON *out = cJSON_CreateArray();
-    struct dump_ctx dctx = {0};
+    char dump[4096];
     for (int f = 0; f < nfiles; f++) {
-        audio_t au = {0};
-        audio_opts_t ao = {.target_rate = wenet_asr_sample_rate(asr)};
-        wenet_result_t r = {0};
+        float *pcm = NULL;
+        size_t n = 0;
+        hark_asr_result_t *r = NULL;
         err.msg[0] = 0;
-        int rc = audio_decode_file(files[f], &ao, &au, &err);
-        if (!rc && (!w || (double)au.n / ao.target_rate > 600.0)) {
-            wenet_worker_destroy(w);
-            w = NULL;
-            double secs = (double)au.n / ao.target_rate + 1.0;
-            rc = wenet_worker_create(asr, 1, secs > 600 ? secs : 600, &w, &err);
-        }
-        if (!rc && A->dump) {
+        int rc = hark_decode_audio_file(files[f], rate, &pcm, &n, NULL);
+        if (!rc && A->dump) { /* DIR/<file name without extension>/<stage>.npy */
             char tmp[4096];
             snprintf(tmp, sizeof tmp, "%s", files[f]);
             char *base = basename(tmp), *dot = strrchr(base, '.');
             if (dot)
                 *dot = 0;
-            snprintf(dctx.dir, sizeof dctx.dir, "%s/%s", A->dump, base);
-            mkdir(A->dump, 0755);
-            if (mkdir(dctx.dir, 0755) && errno != EEXIST)
-                rc = err_set(&err, HARK_ERR_IO, "cannot create %s", dctx.dir);
-            if (!rc)
-                rc = dump_features(asr, &au, dctx.dir, &err);
-            o.debug = dump_stage;
-            o.debug_user = &dctx;
+            snprintf(dump, sizeof dump, "%s/%s", A->dump, base);
+            o.dump_dir = dump;
         }
         if (!rc) {
-            const float *pcm = au.samples;
-            rc = wenet_recognize(w, &o, &pcm, &au.n, 1, &r, &err);
+            const float *batch[1] = {pcm};
+            rc = hark_recognize(model, batch, &n, 1, rate, &o, &r);
         }
-        if (!rc && dctx.failed)
-            rc = err_set(&err, HARK_ERR_IO, "could not write every stage under %s", dctx.dir);
-        if (!rc && subtitles) {
-            word_time_t *words = NULL;
-            int nw = 0;
-            units_style_t st = (units_style_t)style_i;
-            rc = words_from_tokens(units, st, r.best.tokens, r.best.times, r.best.n_tokens,
-                                   frame_ms, &words, &nw, &err);
-            int dur_ms = (int)((double)au.n * 1000.0 / ao.target_rate);
-            if (!rc)
-                rc = subtitle_write(stdout, sfmt, words, nw, st, NULL, dur_ms, &err);
-            words_free(words, nw);
-        }
+        if (rc)
+            err_set(&err, rc, "%s", hark_last_error());
+        if (!rc && subtitles)
+            rc = write_subtitles(r, sfmt, &err);
         if (rc) {
             failures++;
             fprintf(stderr, "hark transcribe: %s: %s\n", files[f],
@@ -221,24 +174,27 @@ static int transcribe_files(const wenet_asr_t *asr, wenet_decode_opts_t o,
                 cJSON_AddItemToArray(out, e);
             }
         } else if (!strcmp(format, "text")) {
-            printf("%s %s\n", files[f], r.best.text);
+            printf("%s %s\n", files[f], hark_asr_result_text(r, 0));
             fflush(stdout);
         } else if (!strcmp(format, "json")) {
-            cJSON *j = hyp_json(&r.best, frame_ms, units);
+            cJSON *j = hyp_json(r, -1);
             cJSON_AddStringToObject(j, "file", files[f]);
-            cJSON_AddStringToObject(j, "decoding_method", wenet_method_name(o.method));
-            cJSON_AddNumberToObject(j, "duration_s", (double)au.n / ao.target_rate);
-            if (o.method == DECODE_ATTENTION_RESCORING)
-                cJSON_AddNumberToObject(j, "confidence", r.confidence);
-            if (o.method != DECODE_CTC_GREEDY) {
-                cJSON *nb = cJSON_AddArrayToObject(j, "nbest");
-                for (int i = 0; i < r.n_nbest; i++)
-                    cJSON_AddItemToArray(nb, hyp_json(&r.nbest[i], frame_ms, NULL));
+            if (A->method)
+                cJSON_AddStringToObject(j, "decoding_method", A->method);
+            cJSON_AddNumberToObject(j, "duration_s", hark_asr_result_duration(r, 0));
+            double conf = hark_asr_result_confidence(r, 0);
+            if (conf != 0 || (A->method && !strcmp(A->method, "attention_rescoring")))
+                cJSON_AddNumberToObject(j, "confidence", conf);
+            int nb = hark_asr_result_nbest_count(r, 0);
+            if (nb > 0) {
+                cJSON *a = cJSON_AddArrayToObject(j, "nbest");
+                for (int i = 0; i < nb; i++)
+                    cJSON_AddItemToArray(a, hyp_json(r, i));
             }
             cJSON_AddItemToArray(out, j);
         }
-        wenet_result_free(&r);
-        audio_free(&au);
+        hark_asr_result_destroy(r);
+        hark_pcm_free(pcm);
     }
     if (!strcmp(format, "json")) {
         char *s = cJSON_Print(out);
@@ -248,7 +204,6 @@ static int transcribe_files(const wenet_asr_t *asr, wenet_decode_opts_t o,
         }
     }
     cJSON_Delete(out);
-    wenet_worker_destroy(w);
     return failures ? 1 : 0;
 }
 
@@ -570,7 +525,7 @@ static void add_summary(cJSON *j, const wer_counts_t *wc, const wer_counts_t *cc
     cJSON_AddNumberToObject(j, "failed", failed);
 }
 
-static int transcribe_list(const wenet_asr_t *asr, const wenet_decode_opts_t *o,
+static int transcribe_list(hark_model_t *model, const hark_asr_opts_t *o,
                            const transcribe_args_t *A)
 {
     scp_t wav = {0}, ref = {0};
@@ -617,11 +572,10 @@ static int transcribe_list(const wenet_asr_t *asr, const wenet_decode_opts_t *o,
         status = 1;
         goto done;
     }
-    /* BLAS threads: --threads, else the cores shared among the jobs */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int jobs = A->jobs > 0 ? (int)A->jobs : (int)(cores > 0 ? cores : 1);
     progress_t pg = {.wav = &wav, .items = items, .tty = isatty(2), .t0 = clock_now_s()};
-    if (!asr) { /* --url: the server decodes, over `jobs` connections */
+    if (!model) { /* --url: the server decodes, over `jobs` connections */
         remote_t R;
         if (remote_init(&R, A, &err) ||
             remote_decode_list(&R, items, wav.n, A->jobs > 0 ? (int)A->jobs : 4, on_done, &pg)) {
@@ -630,18 +584,14 @@ static int transcribe_list(const wenet_asr_t *asr, const wenet_decode_opts_t *o,
             goto done;
         }
     } else {
-        if (wenet_asr_device(asr) < 0)
-            ops_set_threads(A->threads > 0 ? (int)A->threads
-                                           : (int)(cores / jobs > 1 ? cores / jobs : 1));
-        wenet_decode_opts_t od = *o;
-        od.n_threads = 0; /* set once above, never from the pool's threads */
+        /* BLAS threads were set at load (hark_model_opts_t.n_threads) */
         decode_list_opts_t lo = {.jobs = jobs,
-                                 .batch = A->batch > 0                 ? (int)A->batch
-                                          : wenet_asr_device(asr) >= 0 ? 8
-                                                                       : 1,
+                                 .batch = A->batch > 0                     ? (int)A->batch
+                                          : hark_model_device(model) >= 0 ? 8
+                                                                          : 1,
                                  .done = on_done,
                                  .user = &pg};
-        if (decode_list_run(asr, &od, items, wav.n, &lo, &err)) {
+        if (decode_list_run(model, o, items, wav.n, &lo, &err)) {
             fprintf(stderr, "%shark transcribe: %s\n", pg.tty ? "\r\033[K" : "", err.msg);
             status = 1;
             goto done;
@@ -852,8 +802,7 @@ int cli_transcribe(int argc, char **argv)
     }
     if (A.url) { /* the server has the model: -m names it */
         if (A.wavscp) {
-            wenet_decode_opts_t none;
-            memset(&none, 0, sizeof none);
+            hark_asr_opts_t none = {0};
             status = transcribe_list(NULL, &none, &A);
         } else {
             status = remote_files(&A, files, nfiles);
@@ -861,57 +810,58 @@ int cli_transcribe(int argc, char **argv)
         hark_free(files);
         return status;
     }
-    wenet_load_opts_t lo = {.device = -1, .precision = WENET_FP32};
-    if (!strncmp(A.device, "cuda", 4)) {
-        lo.device = A.device[4] == ':' ? atoi(A.device + 5) : 0;
-    } else if (strcmp(A.device, "cpu") != 0) {
+    if (strcmp(A.device, "cpu") && strcmp(A.device, "cuda") && strncmp(A.device, "cuda:", 5)) {
         fprintf(stderr, "hark transcribe: --device must be cpu or cuda:N\n");
         hark_free(files);
         return 2;
     }
-    if (!(lo.precision = wenet_precision_parse(A.precision))) {
+    if (strcmp(A.precision, "fp32") && strcmp(A.precision, "fp16") &&
+        strcmp(A.precision, "bf16")) {
         fprintf(stderr, "hark transcribe: --precision must be fp32, fp16 or bf16\n");
         hark_free(files);
         return 2;
     }
-    if (A.dump && lo.device >= 0) {
+    if (A.dump && strcmp(A.device, "cpu")) {
         fprintf(stderr, "hark transcribe: --dump-dir needs --device cpu (the GPU path keeps its "
                         "stages on the device)\n");
         hark_free(files);
         return 2;
     }
-    hark_err_t err = {0};
-    wenet_asr_t *asr = NULL;
-    if (wenet_asr_load_opts(A.model, &lo, &asr, &err)) {
-        fprintf(stderr, "hark transcribe: %s\n", err.msg);
+    /* BLAS threads (CPU): --threads; for a list, else the cores shared among the jobs */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int jobs = A.jobs > 0 ? (int)A.jobs : (int)(cores > 0 ? cores : 1);
+    hark_model_opts_t mo = {.device = A.device, .precision = A.precision};
+    mo.n_threads = A.threads > 0 ? (int)A.threads
+                   : A.wavscp    ? (int)(cores / jobs > 1 ? cores / jobs : 1)
+                                 : 0;
+    hark_model_t *model = NULL;
+    if (hark_model_load(A.model, &mo, &model)) {
+        fprintf(stderr, "hark transcribe: %s\n", hark_last_error());
         hark_free(files);
         return 1;
     }
-    wenet_decode_opts_t o = wenet_default_opts(asr);
-    if (A.method && wenet_parse_method(A.method, &o.method)) {
-        fprintf(stderr, "hark transcribe: unknown --decoding-method '%s'\n", A.method);
-        status = 2;
-        goto done;
-    }
+    hark_asr_opts_t o = {.decoding_method = A.method};
     if (A.beam >= 0)
         o.beam_size = (int)A.beam;
     if (A.ctc_w >= 0)
-        o.ctc_weight = (float)A.ctc_w;
+        o.ctc_weight = A.ctc_w > 0 ? A.ctc_w : HARK_WEIGHT_ZERO;
     if (A.rev_w >= 0)
-        o.reverse_weight = (float)A.rev_w;
-    if (A.nbest >= 0)
-        o.nbest = (int)A.nbest;
-    else if (o.method != DECODE_CTC_GREEDY)
-        o.nbest = o.beam_size;
-    o.n_threads = (int)A.threads;
-    if (A.wavscp) {
-        o.nbest = 1; /* only the best is scored */
-        status = transcribe_list(asr, &o, &A);
-    } else {
-        status = transcribe_files(asr, o, &A, files, nfiles);
+        o.reverse_weight = A.rev_w > 0 ? A.rev_w : HARK_WEIGHT_ZERO;
+    /* --nbest N, else the whole beam (greedy search has no n-best); a list scores the best only */
+    o.nbest = A.wavscp ? 1 : A.nbest >= 0 ? (int)A.nbest : HARK_NBEST_ALL;
+    hark_asr_result_t *none = NULL; /* the options checked once, on no audio */
+    if (hark_recognize(model, NULL, NULL, 0, 0, &o, &none)) {
+        fprintf(stderr, "hark transcribe: %s\n", hark_last_error());
+        status = 2;
+        goto done;
     }
+    hark_asr_result_destroy(none);
+    if (A.wavscp)
+        status = transcribe_list(model, &o, &A);
+    else
+        status = transcribe_files(model, o, &A, files, nfiles);
 done:
-    wenet_asr_destroy(asr);
+    hark_model_destroy(model);
     hark_free(files);
     return status;
 }

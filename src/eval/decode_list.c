@@ -1,8 +1,10 @@
-/* decode_list.c — a thread pool recognizing a list of files in batches of similar length, one
- * wenet_worker_t per thread. Tests: tests/cli/test_cli_transcribe_eval.c */
+/* decode_list.c — a thread pool recognizing a list of files in batches of similar length through
+ * hark_recognize (the model's pool gives each thread a worker). Tests:
+ * tests/cli/test_cli_transcribe_eval.c */
 #include "eval/decode_list.h"
 
 #include "audio/audio.h"
+#include "capi/hark_internal.h"
 #include "core/alloc.h"
 #include "hark.h"
 
@@ -12,11 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SECONDS_STEP 30.0 /* workers are sized in steps of this many seconds */
-
 typedef struct {
-    const wenet_asr_t *asr;
-    wenet_decode_opts_t opts;
+    hark_model_t *m;
+    hark_asr_opts_t opts;
     decode_item_t *items;
     int n, batch;
     const int *order; /* (n) item indices, largest file first */
@@ -31,7 +31,7 @@ void decode_item_free(decode_item_t *it)
 {
     if (!it)
         return;
-    wenet_result_free(&it->result);
+    asr_result_free(&it->result);
     hark_free(it->error);
     it->error = NULL;
     it->status = HARK_OK;
@@ -52,24 +52,6 @@ static void finish(pool_t *p, decode_item_t *it)
     pthread_mutex_unlock(&p->lock);
 }
 
-/* Makes *w able to take `batch` utterances of `secs` seconds, re-creating it when too small. */
-static int ensure_worker(pool_t *p, wenet_worker_t **w, int *cap_batch, double *cap_secs, int batch,
-                         double secs, hark_err_t *err)
-{
-    if (*w && batch <= *cap_batch && secs <= *cap_secs)
-        return HARK_OK;
-    wenet_worker_destroy(*w);
-    *w = NULL;
-    double want = SECONDS_STEP * (double)((long)(secs / SECONDS_STEP) + 1);
-    if (want < *cap_secs)
-        want = *cap_secs;
-    int b = batch > *cap_batch ? batch : *cap_batch;
-    int rc = wenet_worker_create(p->asr, b, want, w, err);
-    *cap_batch = *w ? b : 0;
-    *cap_secs = *w ? want : 0;
-    return rc;
-}
-
 static void *pool_thread(void *arg)
 {
     pool_t *p = arg;
@@ -78,11 +60,7 @@ static void *pool_thread(void *arg)
     const float **pcm = hark_calloc((size_t)B, sizeof *pcm);
     size_t *len = hark_calloc((size_t)B, sizeof *len);
     int *idx = hark_calloc((size_t)B, sizeof *idx);
-    wenet_result_t *res = hark_calloc((size_t)B, sizeof *res);
-    wenet_worker_t *w = NULL;
-    int cap_batch = 0;
-    double cap_secs = 0;
-    const int rate = wenet_asr_sample_rate(p->asr);
+    const int rate = hark_model_sample_rate(p->m);
     for (;;) {
         pthread_mutex_lock(&p->lock);
         int first = p->next, count = p->n - first < B ? p->n - first : B;
@@ -90,7 +68,7 @@ static void *pool_thread(void *arg)
         pthread_mutex_unlock(&p->lock);
         if (count <= 0)
             break;
-        if (!au || !pcm || !len || !idx || !res) { /* this thread's buffers: fail its share */
+        if (!au || !pcm || !len || !idx) { /* this thread's buffers: fail its share */
             hark_err_t e = {0};
             err_set(&e, HARK_ERR_NOMEM, "out of memory");
             for (int k = 0; k < count; k++) {
@@ -120,37 +98,38 @@ static void *pool_thread(void *arg)
             len[m] = au[m].n;
             m++;
         }
-        hark_err_t e = {0};
-        int rc = m ? ensure_worker(p, &w, &cap_batch, &cap_secs, m, longest, &e) : HARK_OK;
-        if (!rc && m)
-            rc = wenet_recognize(w, &p->opts, pcm, len, m, res, &e);
+        hark_asr_result_t *res = NULL;
+        int rc = m ? hark_recognize(p->m, pcm, len, m, rate, &p->opts, &res) : HARK_OK;
         if (!rc) {
             for (int k = 0; k < m; k++) {
-                p->items[idx[k]].result = res[k];
+                hark_asr_result_move(res, k, &p->items[idx[k]].result);
                 finish(p, &p->items[idx[k]]);
             }
         } else {
             /* one by one, so that whatever went wrong stays with the utterance that caused it */
             for (int k = 0; k < m; k++) {
                 decode_item_t *it = &p->items[idx[k]];
-                hark_err_t e1 = {0};
-                int rc1 = ensure_worker(p, &w, &cap_batch, &cap_secs, 1, it->seconds, &e1);
-                if (!rc1)
-                    rc1 = wenet_recognize(w, &p->opts, &pcm[k], &len[k], 1, &it->result, &e1);
-                if (rc1)
+                hark_asr_result_t *r1 = NULL;
+                int rc1 = hark_recognize(p->m, &pcm[k], &len[k], 1, rate, &p->opts, &r1);
+                if (rc1) {
+                    hark_err_t e1 = {0};
+                    err_set(&e1, rc1, "%s", hark_last_error());
                     item_fail(it, rc1, &e1);
+                } else {
+                    hark_asr_result_move(r1, 0, &it->result);
+                }
+                hark_asr_result_destroy(r1);
                 finish(p, it);
             }
         }
+        hark_asr_result_destroy(res);
         for (int k = 0; k < m; k++)
             audio_free(&au[k]);
     }
-    wenet_worker_destroy(w);
     hark_free(au);
     hark_free(pcm);
     hark_free(len);
     hark_free(idx);
-    hark_free(res);
     return NULL;
 }
 
@@ -167,8 +146,8 @@ static int by_size_desc(const void *a, const void *b)
     return (x->i > y->i) - (x->i < y->i);
 }
 
-int decode_list_run(const wenet_asr_t *asr, const wenet_decode_opts_t *opts, decode_item_t *items,
-                    int n, const decode_list_opts_t *lo, hark_err_t *err)
+int decode_list_run(hark_model_t *m, const hark_asr_opts_t *opts, decode_item_t *items, int n,
+                    const decode_list_opts_t *lo, hark_err_t *err)
 {
     decode_list_opts_t d = lo ? *lo : (decode_list_opts_t){0};
     if (n <= 0)
@@ -179,8 +158,10 @@ int decode_list_run(const wenet_asr_t *asr, const wenet_decode_opts_t *opts, dec
     int batch = d.batch > 0 ? d.batch : 1;
     if (jobs > (n + batch - 1) / batch)
         jobs = (n + batch - 1) / batch; /* no idle threads */
-    pool_t p = {.asr = asr,
-                .opts = opts ? *opts : wenet_default_opts(asr),
+    if (opts && opts->dump_dir)
+        return err_set(err, HARK_ERR_INVALID_ARG, "a list is decoded without dump_dir");
+    pool_t p = {.m = m,
+                .opts = opts ? *opts : (hark_asr_opts_t){0},
                 .items = items,
                 .n = n,
                 .batch = batch,

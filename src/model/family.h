@@ -5,7 +5,7 @@
  * The registry (registry.c) lists the families; config.pbtxt's parameters { key: "family" } or
  * the model's model.json picks one.
  * Tests: tests/model/test_family.c (the registry, params), tests/sched/test_instance.c (a test
- * family drives the batcher and instances), tests/model/wenet/test_wenet_family.c
+ * family drives the batcher and instances), tests/model/wenet/ (the WeNet family)
  *
  * OWNERSHIP AND THREADS
  * - family_model_t: made by load, immutable afterwards, shared by any number of workers and
@@ -52,6 +52,8 @@ int family_param_int(const family_params_t *params, const char *key, long lo, lo
                      hark_err_t *err);
 int family_param_double(const family_params_t *params, const char *key, double *out,
                         hark_err_t *err);
+/* "true"/"false" (any case) or "1"/"0". */
+int family_param_bool(const family_params_t *params, const char *key, int *out, hark_err_t *err);
 
 /* ---- results ---------------------------------------------------------------------------- */
 typedef struct {
@@ -114,6 +116,9 @@ struct family_item {
     size_t n;
     const char *text;  /* tts: UTF-8, NUL-terminated; lent */
     int want_words;    /* asr: fill asr_result_t.words */
+    const char *dump_dir; /* debug (C API / CLI only; the server leaves it NULL): a family that
+                             can writes this item's intermediate stages as DIR/<stage>.npy; one
+                             that cannot fails the item with HARK_ERR_UNSUPPORTED. Lent. */
     family_emit_fn emit;
     void *user;
 };
@@ -128,7 +133,7 @@ typedef struct {
     int sample_rate;  /* asr/vad input, tts output */
     int frame_ms;     /* asr: encoder frame length (0: unknown) */
     int device;       /* -1: CPU */
-    const char *kind; /* human description: "wenet_u2 conformer 12 blocks" */
+    const char *kind; /* human description of the architecture */
 } family_info_t;
 
 typedef struct {
@@ -147,7 +152,7 @@ typedef struct family_model family_model_t;   /* defined by each family */
 typedef struct family_worker family_worker_t; /* defined by each family */
 
 typedef struct family {
-    const char *name; /* config.pbtxt / model.json name: "wenet_u2" */
+    const char *name; /* config.pbtxt / model.json name of the family */
     family_task_t task;
     int streaming;    /* served under sequence_batching */
     size_t opts_size; /* bytes of one request's parsed options */
@@ -174,6 +179,13 @@ typedef struct family {
      * with (HARK_ERR_CUDA marks the instance unhealthy). times may be NULL. */
     int (*execute)(family_worker_t *w, family_item_t *const *items, int n,
                    family_exec_times_t *times, hark_err_t *err);
+    /* Optional command-line tools (NULL: the family has none): `hark bench` and `hark inspect`
+     * hand their argv (argv[0] the subcommand) to the family of --model DIR / MODEL_DIR, or for
+     * `hark bench --synthetic NAME` to the family listing NAME in bench_synthetic (NULL-ended).
+     * They return the process exit status. */
+    int (*bench)(int argc, char **argv);
+    int (*inspect)(int argc, char **argv);
+    const char *const *bench_synthetic;
 } family_t;
 
 /* ---- the registry ----------------------------------------------------------------------- */
@@ -182,7 +194,7 @@ const family_t *family_find(const char *name);
 /* All registered families, NULL-terminated. */
 const family_t *const *family_list(void);
 /* The family of a model directory DIR (version `version`, 0 = 1): the "family" key of
- * DIR/<version>/model.json ("wenet_u2" when absent, for models converted before the key).
+ * DIR/<version>/model.json (the WeNet family when absent: models converted before the key).
  * HARK_ERR_NOT_FOUND names an unknown family; HARK_ERR_IO / HARK_ERR_FORMAT the file. */
 int family_of_dir(const char *dir, int version, const family_t **out, hark_err_t *err);
 /* Tests register extra families (up to 8) before anything looks one up. */

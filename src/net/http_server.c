@@ -44,7 +44,7 @@ typedef struct piece {
     void *free_ud;
     const char *trailer; /* static: the Connection line + CRLF, or a chunk's CRLF */
     size_t trailer_len;
-    size_t sent; /* bytes of it an answering thread already wrote (sreq_write_direct) */
+    size_t sent; /* bytes of it already written (a partial write) */
 } piece_t;
 
 typedef struct conn conn_t;
@@ -143,7 +143,6 @@ static const char CONTINUE_100[] = "HTTP/1.1 100 Continue\r\n\r\n";
 static void conn_flush(conn_t *c);
 static void conn_close(conn_t *c);
 static void server_wake(http_server_t *s);
-static int sreq_write_direct(sreq_t *r);
 static void conn_process(conn_t *c);
 static void conn_update_timer(conn_t *c, int progress);
 static void conn_timer_cb(uv_timer_t *t);
@@ -211,8 +210,6 @@ static void sreq_retire(sreq_t *r)
 #define HOLD_MAX 128
 static __thread struct {
     int depth, n;
-    int loops_write; /* holds (nested) that leave the writing to the loops */
-    char kind[64];   /* write_here of each nested hold */
     sreq_t *held[HOLD_MAX];
 } tl_hold;
 
@@ -244,11 +241,6 @@ static void sreq_queue(sreq_t *r, piece_t *pc, int final, int abort)
         free_now = r->refs == 0;
     } else if (pthread_equal(pthread_self(), r->loop_thread)) {
         direct = r->conn;
-    } else if (final && !tl_hold.loops_write && sreq_write_direct(r)) {
-        /* on the wire: the loop only has to pop it */
-        drop = r->out_head;
-        r->out_head = NULL;
-        r->out_tail = &r->out_head;
     }
     if (!r->orphan && !direct && !r->in_ready) { /* the loop takes it from its ready list */
         http_server_t *s = r->srv;
@@ -280,41 +272,6 @@ static void sreq_queue(sreq_t *r, piece_t *pc, int final, int abort)
         hold_flush();
 }
 
-/* An answering thread (r->mu held, r not an orphan, off the loop) writes r's plain answer to the
- * socket itself when it is the next one due and nothing else is being written: the client gets
- * it without waiting for the loop to wake up. Returns 1 when all of it went (the loop then only
- * pops r); after a partial write the piece records what went (piece.sent) and the loop writes
- * the rest. Keep-alive answers only: one that closes the connection is left to the loop. */
-static int sreq_write_direct(sreq_t *r)
-{
-    piece_t *p = r->out_head;
-    if (!p || p->next || p->kind != P_HEAD || r->aborted || r->chunked || !r->pub.keep_alive ||
-        r->pub.method == HTTP_HEAD)
-        return 0;
-    conn_t *c = r->conn; /* alive: r is not an orphan and we hold its lock */
-    int all = 0;
-    pthread_mutex_lock(&c->wmu);
-    uv_os_fd_t fd;
-    if (!c->closing && !c->parse_dead && !c->flushing && c->fifo_head == r && c->writes == 0 &&
-        uv_fileno((const uv_handle_t *)&c->tcp, &fd) == 0) {
-        const char *tr = r->pub.http_major == 1 && r->pub.http_minor == 0 ? CONN_KEEP10 : CONN_KEEP;
-        size_t tl = strlen(tr);
-        struct iovec iov[3] = {{(void *)(uintptr_t)p->hdr, p->hdr_len},
-                               {(void *)(uintptr_t)tr, tl},
-                               {(void *)(uintptr_t)p->data, p->len}};
-        struct msghdr m = {.msg_iov = iov, .msg_iovlen = p->len ? 3 : 2};
-        ssize_t n = sendmsg(fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n > 0) {
-            p->trailer = tr; /* what went; the loop keeps it for the rest */
-            p->trailer_len = tl;
-            p->sent = (size_t)n;
-            all = (size_t)n == p->hdr_len + tl + p->len;
-        }
-    }
-    pthread_mutex_unlock(&c->wmu);
-    return all;
-}
-
 /* Sends the held wake-ups (one per server with a live request among them) and drops the holds. */
 static void hold_flush(void)
 {
@@ -340,18 +297,16 @@ static void hold_flush(void)
         sreq_unref(tl_hold.held[i]);
 }
 
-void http_hold_wakeups(int write_here)
+void http_hold_wakeups(void)
 {
-    HARK_ASSERT(tl_hold.depth < (int)sizeof tl_hold.kind);
-    tl_hold.kind[tl_hold.depth++] = (char)(write_here != 0);
-    tl_hold.loops_write += !write_here;
+    HARK_ASSERT(tl_hold.depth < 64);
+    tl_hold.depth++;
 }
 
 void http_release_wakeups(void)
 {
     HARK_ASSERT(tl_hold.depth > 0);
-    tl_hold.loops_write -= !tl_hold.kind[--tl_hold.depth];
-    if (tl_hold.depth == 0)
+    if (--tl_hold.depth == 0)
         hold_flush();
 }
 

@@ -16,10 +16,9 @@
  * - Bodies given to http_respond() are copied; bodies given to http_respond_owned() are handed
  *   over and released with free_fn(free_ud) on some thread once written or dropped (also when
  *   http_respond_owned fails).
- * - A complete keep-alive answer given on another thread, when it is the connection's next one
- *   due and nothing else is being written, is written to the socket by that thread at once (the
- *   client does not wait for the loop to wake up); the loop still does the bookkeeping. Other
- *   answers (chunked, closing the connection, behind an unanswered one) go through the loop.
+ * - Answers given on another thread are queued to the connection's own loop, which writes them
+ *   (a wake-up per answer, or one per batch between http_hold_wakeups / _release): no thread but
+ *   the loop ever writes a connection.
  * - Server functions are loop-thread only, except http_server_stop_accepting,
  *   http_server_shutdown and http_server_stats, which may be called from any thread (until
  *   http_server_destroy).
@@ -103,12 +102,8 @@ int http_respond_end(http_req_t *req);
 /* Answers given by the calling thread (not a loop thread) between these two calls wake their
  * loops once, at the release, instead of once per answer: a model instance completing a batch
  * of 64 sends a handful of wake-ups instead of 64 (each a syscall that also wakes the loop).
- * write_here 1: answers this thread may write itself (see OWNERSHIP AND THREADS) still go at
- * once, the others at the release (a small batch: the client waits for no one); 0: all go at
- * the release, written by the loops (a large batch: the thread moves on to the next one instead
- * of making a write per answer, and the loops write in parallel). Calls nest (up to 64; a 0
- * anywhere wins); the release must come on the same thread. */
-void http_hold_wakeups(int write_here);
+ * Calls nest (up to 64); the release must come on the same thread. */
+void http_hold_wakeups(void);
 void http_release_wakeups(void);
 
 /* Reason phrase of a status code ("Not Found"); "Unknown" for others. */

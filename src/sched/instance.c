@@ -1,5 +1,5 @@
 /* instance.c — model instances: worker threads that take batches from the batcher, run the
- * recognizer and complete the requests. Tests: tests/sched/test_instance.c */
+ * family and complete the requests. Tests: tests/sched/test_instance.c */
 #include "sched/instance.h"
 
 #include "core/alloc.h"
@@ -12,11 +12,11 @@
 #include <time.h>
 
 #define MAX_INSTANCES 64
-#define MAX_ASR 9
+#define MAX_DEVICES 9
 
 typedef struct {
     served_model_t *m;
-    const wenet_asr_t *asr;
+    const family_model_t *model;
     int n_threads;
     pthread_t thread;
     int started;
@@ -24,10 +24,12 @@ typedef struct {
 
 struct served_model {
     served_opts_t o;
+    family_param_t *cfg_p; /* (o.cfg.n) owned copies of the config parameters */
     batcher_t *batcher;
-    wenet_asr_t *asr[MAX_ASR]; /* one per device used; [0] is the first loaded */
-    int asr_device[MAX_ASR];
-    int n_asr;
+    family_model_t *model[MAX_DEVICES]; /* one per device used; [0] is the first loaded */
+    int model_device[MAX_DEVICES];
+    int n_models;
+    int sample_rate;
     instance_t inst[MAX_INSTANCES];
     int n_inst;
     pthread_mutex_t lock;
@@ -43,40 +45,52 @@ static int hist_bucket(int b)
     return k;
 }
 
-static int same_opts(const wenet_decode_opts_t *a, const wenet_decode_opts_t *b)
+/* the family's events for one item: the final result is kept in the request until the batch's
+ * completions (partial events are for streaming, which submits through its own path) */
+static void on_emit(family_item_t *fi, const family_event_t *ev)
 {
-    return a->method == b->method && a->beam_size == b->beam_size && a->nbest == b->nbest &&
-           a->ctc_weight == b->ctc_weight && a->reverse_weight == b->reverse_weight;
+    served_request_t *r = fi->user;
+    if (ev->kind != FAMILY_EV_DONE)
+        return;
+    r->status_ = ev->status;
+    if (ev->status)
+        snprintf(r->error_, sizeof r->error_, "%s",
+                 ev->error ? ev->error : hark_status_str(ev->status));
+    else if (ev->asr)
+        asr_result_take(&r->result_, ev->asr);
 }
 
-/* Runs `n` requests that share decoding options as one padded batch and completes them. */
-static void run_group(instance_t *in, wenet_worker_t *w, served_request_t **reqs, int n,
+/* Runs `n` requests of one batch key as one execute and completes them. */
+static void run_group(instance_t *in, family_worker_t *w, served_request_t **reqs, int n,
                       uint64_t t_dequeue)
 {
     served_model_t *m = in->m;
-    const float *pcm[512];
-    size_t len[512];
-    wenet_result_t res[512];
+    family_item_t *items[512];
     size_t maxn = 0, total = 0;
-    uint64_t t0 = clock_now_ns();
     for (int i = 0; i < n; i++) {
-        pcm[i] = reqs[i]->pcm;
-        len[i] = reqs[i]->n;
-        total += len[i];
-        if (len[i] > maxn)
-            maxn = len[i];
+        served_request_t *r = reqs[i];
+        r->fi.emit = on_emit;
+        r->fi.user = r;
+        r->status_ = HARK_ERR_INTERNAL;
+        snprintf(r->error_, sizeof r->error_, "the model gave no result");
+        memset(&r->result_, 0, sizeof r->result_);
+        items[i] = &r->fi;
+        total += r->fi.n;
+        if (r->fi.n > maxn)
+            maxn = r->fi.n;
     }
-    wenet_decode_opts_t o = reqs[0]->opts;
-    o.n_threads = in->n_threads;
-    uint64_t t1 = clock_now_ns();
+    family_exec_times_t et = {0};
     hark_err_t err = {0};
-    int rc = wenet_recognize(w, &o, pcm, len, n, res, &err);
+    uint64_t t0 = clock_now_ns();
+    int rc = m->o.family->execute(w, items, n, &et, &err);
     uint64_t t2 = clock_now_ns();
-    served_timing_t tm = {.compute_input_ns = t1 - t0, .compute_infer_ns = t2 - t1, .batch_size = n};
+    if (!et.input_ns && !et.infer_ns && !et.output_ns)
+        et.infer_ns = t2 - t0;
+    served_timing_t tm = {.compute_input_ns = et.input_ns,
+                          .compute_infer_ns = et.infer_ns,
+                          .batch_size = n};
     tm.padding = maxn ? 1.0 - (double)total / ((double)maxn * n) : 0.0;
-    double audio = 0;
-    for (int i = 0; i < n; i++)
-        audio += (double)len[i] / wenet_asr_sample_rate(in->asr);
+    double audio = m->sample_rate > 0 ? (double)total / m->sample_rate : 0;
     pthread_mutex_lock(&m->lock);
     m->st.execution_count++;
     m->st.inference_count += (uint64_t)n;
@@ -89,7 +103,8 @@ static void run_group(instance_t *in, wenet_worker_t *w, served_request_t **reqs
         m->unhealthy = 1;
     pthread_mutex_unlock(&m->lock);
     /* the completions, their statistics under one lock, then (completions_end) the answers go */
-    uint64_t queue_ns = 0, output_ns = 0, request_ns = 0;
+    uint64_t queue_ns = 0, output_ns = et.output_ns * (uint64_t)n, request_ns = 0;
+    uint64_t ok = 0, failed = 0;
     if (m->o.completions_begin)
         m->o.completions_begin(n);
     for (int i = 0; i < n; i++) {
@@ -97,20 +112,28 @@ static void run_group(instance_t *in, wenet_worker_t *w, served_request_t **reqs
         uint64_t enq = r->item.enqueue_ns;
         tm.queue_ns = t_dequeue - enq;
         tm.compute_output_ns = 0; /* the callback serialises; measured around it below */
+        int st = r->status_;
+        asr_result_t res = r->result_; /* the request may be freed by its callback */
+        char error[sizeof r->error_];
+        if (st)
+            memcpy(error, r->error_, sizeof error);
         uint64_t t3 = clock_now_ns();
-        r->done(r, rc, rc ? err.msg : NULL, rc ? NULL : &res[i], &tm); /* may free r */
+        r->done(r, st, st ? error : NULL, st ? NULL : &res, &tm); /* may free r */
         uint64_t t4 = clock_now_ns();
+        asr_result_free(&res); /* what the callback did not take */
         queue_ns += tm.queue_ns;
         output_ns += t4 - t3;
         request_ns += t4 - enq;
+        if (st)
+            failed++;
+        else
+            ok++;
     }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     pthread_mutex_lock(&m->lock);
-    if (rc)
-        m->st.failure += (uint64_t)n;
-    else
-        m->st.success += (uint64_t)n;
+    m->st.failure += failed;
+    m->st.success += ok;
     m->st.queue_ns += queue_ns;
     m->st.compute_input_ns += tm.compute_input_ns * (uint64_t)n;
     m->st.compute_infer_ns += tm.compute_infer_ns * (uint64_t)n;
@@ -126,13 +149,16 @@ static void *instance_main(void *arg)
 {
     instance_t *in = arg;
     served_model_t *m = in->m;
+    const family_t *fam = m->o.family;
     char name[16]; /* "inst<N>" in top, perf and bench/serve_bench.sh */
     snprintf(name, sizeof name, "inst%d", (int)(in - m->inst));
     pthread_setname_np(pthread_self(), name);
-    int maxb = m->o.batching.max_batch_size;
-    wenet_worker_t *w = NULL;
+    family_worker_opts_t wo = {.max_batch = m->o.batching.max_batch_size,
+                               .max_seconds = m->o.max_seconds,
+                               .n_threads = in->n_threads};
+    family_worker_t *w = NULL;
     hark_err_t err = {0};
-    if (wenet_worker_create(in->asr, maxb, m->o.max_seconds, &w, &err)) {
+    if (fam->worker_create(in->model, &wo, &w, &err)) {
         LOG_ERROR("model instance: %s", err.msg);
         pthread_mutex_lock(&m->lock);
         m->unhealthy = 1;
@@ -150,23 +176,37 @@ static void *instance_main(void *arg)
             pthread_mutex_unlock(&m->lock);
             r->done(r, HARK_ERR_TIMEOUT, "request timed out before it was scheduled", NULL, NULL);
         }
+        /* requests whose client went away are dropped before they cost anything */
+        for (int i = 0; i < n;) {
+            served_request_t *r = (served_request_t *)items[i];
+            if (r->cancelled && atomic_load(r->cancelled)) {
+                items[i] = items[--n];
+                pthread_mutex_lock(&m->lock);
+                m->st.failure++;
+                pthread_mutex_unlock(&m->lock);
+                r->done(r, HARK_ERR_CANCELLED, "the client cancelled the request", NULL, NULL);
+            } else {
+                i++;
+            }
+        }
         if (!w) { /* no scratch: fail what comes */
             for (int i = 0; i < n; i++) {
                 served_request_t *r = (served_request_t *)items[i];
-                r->done(r, HARK_ERR_INTERNAL, "model instance failed to start", NULL, NULL);
+                r->done(r, HARK_ERR_UNAVAILABLE, "model instance failed to start", NULL, NULL);
             }
             continue;
         }
-        /* requests with the same decoding options run together */
+        /* requests of one batch key run together, oldest first */
         int left = n;
         while (left > 0) {
             int g = 0;
-            served_request_t *first = (served_request_t *)items[0];
+            uint64_t key = ((served_request_t *)items[0])->key_;
             for (int i = 0; i < left;) {
                 served_request_t *r = (served_request_t *)items[i];
-                if (same_opts(&r->opts, &first->opts)) {
+                if (r->key_ == key) {
                     group[g++] = r;
-                    items[i] = items[--left];
+                    memmove(&items[i], &items[i + 1], (size_t)(left - i - 1) * sizeof items[0]);
+                    left--;
                 } else {
                     i++;
                 }
@@ -174,14 +214,35 @@ static void *instance_main(void *arg)
             run_group(in, w, group, g, t_dequeue);
         }
     }
-    wenet_worker_destroy(w);
+    fam->worker_destroy(w);
     return NULL;
+}
+
+static int copy_params(served_model_t *m, const family_params_t *src, hark_err_t *err)
+{
+    m->o.cfg = (family_params_t){0};
+    if (!src || src->n <= 0)
+        return HARK_OK;
+    m->cfg_p = hark_calloc((size_t)src->n, sizeof *m->cfg_p);
+    if (!m->cfg_p)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < src->n; i++) {
+        m->cfg_p[i].key = hark_strdup(src->p[i].key);
+        m->cfg_p[i].value = hark_strdup(src->p[i].value ? src->p[i].value : "");
+        m->o.cfg.n = i + 1;
+        if (!m->cfg_p[i].key || !m->cfg_p[i].value)
+            return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    }
+    m->o.cfg.p = m->cfg_p;
+    return HARK_OK;
 }
 
 int served_model_create(const char *dir, const served_opts_t *o, served_model_t **out,
                         hark_err_t *err)
 {
     *out = NULL;
+    if (!o->family)
+        return err_set(err, HARK_ERR_INVALID_ARG, "no model family given");
     if (o->n_groups < 1 || o->n_groups > 8)
         return err_set(err, HARK_ERR_INVALID_ARG, "instance_group: between 1 and 8 groups");
     if (o->batching.max_batch_size > 512)
@@ -191,29 +252,32 @@ int served_model_create(const char *dir, const served_opts_t *o, served_model_t 
     if (!m)
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
     m->o = *o;
+    m->o.precision = NULL; /* not kept: the caller's string */
     if (m->o.max_seconds <= 0)
         m->o.max_seconds = 60;
     pthread_mutex_init(&m->lock, NULL);
-    int rc = batcher_create(&o->batching, &m->batcher, err);
+    int rc = copy_params(m, &o->cfg, err);
     if (rc)
+        goto fail;
+    if ((rc = batcher_create(&o->batching, &m->batcher, err)))
         goto fail;
     for (int g = 0; g < o->n_groups; g++) {
         const served_group_t *gr = &o->groups[g];
         int k = 0;
-        while (k < m->n_asr && m->asr_device[k] != gr->device)
+        while (k < m->n_models && m->model_device[k] != gr->device)
             k++;
-        if (k == m->n_asr) {
-            if (k == MAX_ASR) {
+        if (k == m->n_models) {
+            if (k == MAX_DEVICES) {
                 rc = err_set(err, HARK_ERR_INVALID_ARG, "too many devices");
                 goto fail;
             }
-            wenet_load_opts_t lo = {.device = gr->device,
-                                    .precision = gr->device >= 0 ? o->precision : WENET_FP32,
-                                    .version = o->version};
-            if ((rc = wenet_asr_load_opts(dir, &lo, &m->asr[k], err)))
+            family_load_opts_t lo = {.device = gr->device,
+                                     .precision = gr->device >= 0 ? o->precision : NULL,
+                                     .version = o->version};
+            if ((rc = o->family->load(dir, &lo, &m->o.cfg, &m->model[k], err)))
                 goto fail;
-            m->asr_device[k] = gr->device;
-            m->n_asr++;
+            m->model_device[k] = gr->device;
+            m->n_models++;
         }
         for (int c = 0; c < gr->count; c++) {
             if (m->n_inst == MAX_INSTANCES) {
@@ -222,10 +286,13 @@ int served_model_create(const char *dir, const served_opts_t *o, served_model_t 
             }
             instance_t *in = &m->inst[m->n_inst++];
             in->m = m;
-            in->asr = m->asr[k];
+            in->model = m->model[k];
             in->n_threads = gr->n_threads;
         }
     }
+    family_info_t fi = {0};
+    o->family->info(m->model[0], &fi);
+    m->sample_rate = fi.sample_rate;
     for (int i = 0; i < m->n_inst; i++) {
         if (pthread_create(&m->inst[i].thread, NULL, instance_main, &m->inst[i]) != 0) {
             rc = err_set(err, HARK_ERR_INTERNAL, "cannot start instance thread %d", i);
@@ -250,24 +317,41 @@ void served_model_destroy(served_model_t *m)
         if (m->inst[i].started)
             pthread_join(m->inst[i].thread, NULL);
     batcher_destroy(m->batcher);
-    for (int k = 0; k < m->n_asr; k++)
-        wenet_asr_destroy(m->asr[k]);
+    for (int k = 0; k < m->n_models; k++)
+        m->o.family->unload(m->model[k]);
+    for (int i = 0; i < m->o.cfg.n; i++) {
+        hark_free((char *)m->cfg_p[i].key);
+        hark_free((char *)m->cfg_p[i].value);
+    }
+    hark_free(m->cfg_p);
     pthread_mutex_destroy(&m->lock);
     hark_free(m);
 }
 
-const wenet_asr_t *served_model_asr(const served_model_t *m)
+const family_t *served_model_family(const served_model_t *m)
 {
-    return m->asr[0];
+    return m->o.family;
+}
+
+void served_model_info(const served_model_t *m, family_info_t *out)
+{
+    memset(out, 0, sizeof *out);
+    m->o.family->info(m->model[0], out);
+}
+
+int served_model_parse_opts(const served_model_t *m, const family_params_t *req, void *opts,
+                            hark_err_t *err)
+{
+    return m->o.family->parse_opts(m->model[0], &m->o.cfg, req, opts, err);
 }
 
 int served_model_submit(served_model_t *m, served_request_t *req, hark_err_t *err)
 {
-    const wenet_asr_t *a = m->asr[0];
-    if ((double)req->n > m->o.max_seconds * wenet_asr_sample_rate(a))
+    if (m->sample_rate > 0 && (double)req->fi.n > m->o.max_seconds * m->sample_rate)
         return err_set(err, HARK_ERR_TOO_LARGE, "audio of %.1f s exceeds the model's limit of %.0f s",
-                       (double)req->n / wenet_asr_sample_rate(a), m->o.max_seconds);
-    req->item.length = req->n;
+                       (double)req->fi.n / m->sample_rate, m->o.max_seconds);
+    req->key_ = m->o.family->batch_key(req->fi.opts);
+    req->item.length = req->fi.text ? strlen(req->fi.text) : req->fi.n;
     int rc = batcher_submit(m->batcher, &req->item);
     if (rc == HARK_ERR_AGAIN)
         return err_set(err, rc, "the model's queue is full");

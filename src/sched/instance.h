@@ -1,22 +1,25 @@
-/* instance.h — a served ASR model: the shared recognizer(s), its dynamic batcher and its model
- * instances (one worker thread each, on a GPU or the CPU), plus the counters Triton's statistics
- * and Prometheus metrics report. Transport-independent: the HTTP/gRPC layers submit requests and
- * get a completion callback on a worker thread.
- * Tests: tests/sched/test_instance.c
+/* instance.h — a served model of any family: the family's loaded model(s) (one per device used),
+ * its dynamic batcher and its model instances (one worker thread each, on a GPU or the CPU, each
+ * with a family worker whose scratch is sized at start), plus the counters Triton's statistics
+ * and Prometheus metrics report. It knows items and batch keys, never what a family computes.
+ * Transport-independent: callers submit requests and get a completion callback on a worker
+ * thread. Tests: tests/sched/test_instance.c (a test family), tests/server/test_server.py
  *
- * Ownership: a request is the caller's until its `done` callback runs (on a worker thread); the
- * callback receives the results, which it must release with wenet_result_free, and it may free the
- * request. served_model_destroy closes the batcher, lets the workers finish what is queued and
- * joins them.
+ * Ownership: a request is the caller's until its `done` callback runs (on a worker thread, or in
+ * served_model_destroy for requests never run); the callback is handed the result (it takes what
+ * it keeps with asr_result_take; the instance frees the rest after the callback) and it may free
+ * the request. served_model_destroy closes the batcher, lets the workers finish what is queued
+ * and joins them.
  */
-#ifndef HARK_SERVER_INSTANCE_H
-#define HARK_SERVER_INSTANCE_H
+#ifndef HARK_SCHED_INSTANCE_H
+#define HARK_SCHED_INSTANCE_H
 
 #include "core/error.h"
-#include "model/wenet/wenet_asr.h"
+#include "model/family.h"
 #include "sched/batcher.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 typedef struct served_request served_request_t;
@@ -25,37 +28,47 @@ typedef struct served_request served_request_t;
  * features), compute infer (encoder + search), compute output (results)). */
 typedef struct {
     uint64_t queue_ns, compute_input_ns, compute_infer_ns, compute_output_ns;
-    int batch_size;     /* the batch this request ran in */
-    double padding;     /* fraction of padded samples in that batch */
+    int batch_size; /* the batch this request ran in */
+    double padding; /* fraction of padded samples in that batch */
 } served_timing_t;
 
+/* result: the item's final ASR result (NULL on error or for other tasks); timing NULL for
+ * requests that never ran (expired, cancelled, unloaded). */
 typedef void (*served_done_fn)(served_request_t *req, int status, const char *error,
-                               wenet_result_t *result, const served_timing_t *timing);
+                               asr_result_t *result, const served_timing_t *timing);
 
 struct served_request {
-    batcher_item_t item;       /* first: the batcher's link */
-    const float *pcm;          /* (n) samples at the model's rate; lent until done runs */
-    size_t n;
-    wenet_decode_opts_t opts;  /* per-request decoding (defaults from the model's parameters) */
+    batcher_item_t item; /* first: the batcher's link (priority, deadline_ns set by the caller) */
+    /* set by the caller: fi.opts (served_model_parse_opts's output, kept alive until done),
+     * fi.pcm / fi.n or fi.text, fi.want_words; fi.emit and fi.user belong to the instance */
+    family_item_t fi;
+    const atomic_int *cancelled; /* optional: non-zero drops the request before it runs */
     served_done_fn done;
     void *user;
+    /* private to the instance */
+    uint64_t key_;
+    int status_;
+    char error_[256];
+    asr_result_t result_;
 };
 
 typedef struct {
-    int count;            /* instances */
-    int device;           /* -1: CPU, else the CUDA device of these instances */
-    int n_threads;        /* CPU instances: BLAS threads each (0: leave the setting) */
+    int count;     /* instances */
+    int device;    /* -1: CPU, else the CUDA device of these instances */
+    int n_threads; /* CPU instances: BLAS threads each (0: leave the setting) */
 } served_group_t;
 
 typedef struct {
+    const family_t *family;  /* required */
+    family_params_t cfg;     /* config.pbtxt parameters (copied by served_model_create) */
     batcher_opts_t batching;
     served_group_t groups[8];
     int n_groups;
-    wenet_precision_t precision; /* GPU instances */
-    double max_seconds;          /* longest request accepted (worker buffers are sized for it) */
-    int version;                 /* model version directory to load; 0 means 1 */
+    const char *precision; /* GPU instances: "fp16", "bf16" (NULL: fp32) */
+    double max_seconds;    /* longest request accepted (worker buffers are sized for it) */
+    int version;           /* model version directory to load; 0 means 1 */
     /* Optional, called on the instance thread around the `done` callbacks of one batch of n
-     * requests (the HTTP layer wakes its loops once per batch: http_hold_wakeups). */
+     * requests (a transport wakes its loops once per batch). */
     void (*completions_begin)(int n);
     void (*completions_end)(int n);
 } served_opts_t;
@@ -72,11 +85,18 @@ typedef struct {
 
 typedef struct served_model served_model_t;
 
-/* Loads the WeNet model directory once per device used and starts the instances. */
+/* Loads the model directory once per device used (through opts->family) and starts the
+ * instances. */
 int served_model_create(const char *model_dir, const served_opts_t *opts, served_model_t **out,
                         hark_err_t *err);
 void served_model_destroy(served_model_t *m); /* accepts NULL */
-const wenet_asr_t *served_model_asr(const served_model_t *m);
+const family_t *served_model_family(const served_model_t *m);
+/* The first loaded model's description. */
+void served_model_info(const served_model_t *m, family_info_t *out);
+/* A request's options: the config's parameters, then req's, through the family (loop thread).
+ * opts must hold served_model_family(m)->opts_size bytes. */
+int served_model_parse_opts(const served_model_t *m, const family_params_t *req, void *opts,
+                            hark_err_t *err);
 /* Queues a request: HARK_ERR_AGAIN when the queue is full, HARK_ERR_CLOSED when unloading,
  * HARK_ERR_TOO_LARGE for audio longer than max_seconds. On error `done` is not called. */
 int served_model_submit(served_model_t *m, served_request_t *req, hark_err_t *err);

@@ -11,8 +11,8 @@
  *
  * Ownership. A ctc_beam_gpu_t holds device scratch and page-locked result buffers sized at
  * create for (max_batch, max_frames, beam): creating allocates (cudaMalloc, cudaMallocHost), so
- * it belongs at load time — the WeNet worker creates one for beam 10 in wenet_worker_create and
- * makes a new one inside a request only for a beam wider than any before (wenet_asr.h) — while
+ * it belongs at load time — the WeNet worker (src/model/wenet/) creates one for beam 10 and
+ * makes a new one inside a request only for a beam wider than any before — while
  * ctc_beam_gpu_run never allocates. One stream at a time uses it. Results of the last run stay
  * in it until the next run; ctc_beam_gpu_nbest copies one utterance's into a snapshot the caller
  * frees (ctc_nbest_free).

@@ -2,7 +2,7 @@
  * attention_rescoring): combines decoder and CTC scores with WeNet's float32 torch-scalar
  * arithmetic and picks the winner. Tests: tests/search/test_search.c (golden candidates).
  *
- * The decoder scores come from model/decoder.h (wenet_decoder_score); the CTC prefix scores from
+ * The decoder scores come from the attention decoder (model/wenet/decoder.h); the CTC prefix scores from
  * ctc_prefix_beam_search. All buffers are lent for the call only.
  *
  * Arithmetic, per candidate i (float32 unless noted; w32(x) = (float)x, as torch casts a Python
@@ -38,7 +38,7 @@ int rescore_select(const double *ctc, const float *fwd, const float *rev, const 
 /* WeNet's tokens_confidence for one candidate of len tokens, in double:
  *   tc[j] = exp(fwd_tok[j]), then with use_rev (rev_tok != NULL && rw > 0)
  *   tc[j] = (tc[j] + exp(rev_tok[len-1-j])) / 2
- * fwd_tok, rev_tok: one candidate's rows in the layout of wenet_decoder_opts_t.fwd_tok / rev_tok
+ * fwd_tok, rev_tok: one candidate's rows in the layout of the decoder's fwd_tok / rev_tok options
  * and of the golden *_token_logp.npy files: fwd_tok[j] = left-decoder log p of hyp token j;
  * rev_tok[len-1-j] = right-decoder log p of hyp token j (the right decoder reads the hypothesis
  * reversed). */

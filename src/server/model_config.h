@@ -1,79 +1,39 @@
-/* model_config.h — Triton `config.pbtxt` for hark's model repository: a protobuf text-format
- * parser (generic tree), its mapping onto model_config_t, and the `GET /v2/models/<m>/config` JSON.
+/* model_config.h — Triton `config.pbtxt` for hark's model repository: the ModelConfig schema over
+ * the text-format tree of core/pbtxt.h, its mapping onto model_config_t, and the
+ * `GET /v2/models/<m>/config` JSON.
  * Tests: tests/server/test_model_config.c; fuzz: tests/fuzz/fuzz_model_config.c */
 #ifndef HARK_SERVER_MODEL_CONFIG_H
 #define HARK_SERVER_MODEL_CONFIG_H
 
 #include "core/arena.h"
+#include "core/dtype.h"
+#include "core/pbtxt.h"
 #include "core/error.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* Why a parser of our own: none of hark's C dependencies reads protobuf *text* format (protobuf-c
- * only handles the binary wire format and has no descriptors for Triton's ModelConfig anyway), so
- * a compact tokenizer + recursive-descent parser (~400 lines) is cheaper than linking C++
- * libprotobuf. It accepts the text format as protoc writes and Triton reads it: `#` comments,
- * `field: value`, `field { ... }`, `field: { ... }`, `field < ... >`, `field: [a, b]` lists,
- * `field [ {..}, {..} ]`, `,`/`;` separators, single/double quoted strings with C escapes
- * (adjacent literals concatenate), decimal/hex/octal ints, floats, identifiers (enums, bools).
- *
- * Ownership: every node and string lives in the arena passed to pbtxt_parse; nothing is freed
- * separately. model_config_t owns an arena holding all of its strings and arrays:
+/* Ownership: model_config_t owns an arena holding all of its strings and arrays:
  * model_config_free() releases everything at once. */
 
-/* ---- generic protobuf text-format tree ----------------------------------------------------- */
-typedef enum {
-    PBTXT_MESSAGE, /* `{ ... }`: child = first field */
-    PBTXT_LIST,    /* `[ a, b ]`: child = first element (elements carry the list's name) */
-    PBTXT_STRING,  /* str/len: the decoded bytes (NUL-terminated; may contain NULs) */
-    PBTXT_NUMBER,  /* str: token text incl. a leading '-' ("-1", "0x1f", "2.5e3", "-inf") */
-    PBTXT_IDENT,   /* str: identifier (enum value, true/false, inf, nan) */
-} pbtxt_kind_t;
-
-typedef struct pbtxt_node {
-    pbtxt_kind_t kind;
-    const char *name; /* field name; "" for the root */
-    int line, col;    /* 1-based position of the field name (or of a list element) */
-    int vline, vcol;  /* position of the value (for a list element: the element) */
-    const char *str;  /* STRING / NUMBER / IDENT */
-    size_t len;
-    struct pbtxt_node *child; /* MESSAGE / LIST */
-    struct pbtxt_node *next;  /* next field of the same message / next list element */
-} pbtxt_node_t;
-
-/* Parses `len` bytes of text format into a tree allocated in `arena`. `path` only names the
- * file in messages ("path:line:col: expected ':' or '{' after field name 'x'").
- * Returns HARK_OK with *root a PBTXT_MESSAGE, or HARK_ERR_FORMAT. Nesting is limited to 64. */
-int pbtxt_parse(const char *text, size_t len, const char *path, arena_t *arena, pbtxt_node_t **root,
-                hark_err_t *err);
-
-/* Scalar conversions; each returns 0 on success, -1 if the node does not hold that type.
- * Integers accept decimal, 0x hex and 0-prefixed octal; bools accept true/false/True/False/t/f
- * and 0/1. */
-int pbtxt_to_i64(const pbtxt_node_t *n, int64_t *out);
-int pbtxt_to_u64(const pbtxt_node_t *n, uint64_t *out);
-int pbtxt_to_double(const pbtxt_node_t *n, double *out);
-int pbtxt_to_bool(const pbtxt_node_t *n, int *out);
-
 /* ---- Triton ModelConfig, the fields hark uses --------------------------------------------- */
-typedef enum { /* values as in Triton's model_config.proto DataType */
-               MODEL_TYPE_INVALID = 0,
-               MODEL_TYPE_BOOL,
-               MODEL_TYPE_UINT8,
-               MODEL_TYPE_UINT16,
-               MODEL_TYPE_UINT32,
-               MODEL_TYPE_UINT64,
-               MODEL_TYPE_INT8,
-               MODEL_TYPE_INT16,
-               MODEL_TYPE_INT32,
-               MODEL_TYPE_INT64,
-               MODEL_TYPE_FP16,
-               MODEL_TYPE_FP32,
-               MODEL_TYPE_FP64,
-               MODEL_TYPE_STRING,
-               MODEL_TYPE_BF16,
-} model_data_type_t;
+/* the element types are core/dtype.h's (one table); config.pbtxt's spellings of its values */
+typedef dtype_t model_data_type_t;
+#define MODEL_TYPE_INVALID DTYPE_INVALID
+#define MODEL_TYPE_BOOL DTYPE_BOOL
+#define MODEL_TYPE_UINT8 DTYPE_UINT8
+#define MODEL_TYPE_UINT16 DTYPE_UINT16
+#define MODEL_TYPE_UINT32 DTYPE_UINT32
+#define MODEL_TYPE_UINT64 DTYPE_UINT64
+#define MODEL_TYPE_INT8 DTYPE_INT8
+#define MODEL_TYPE_INT16 DTYPE_INT16
+#define MODEL_TYPE_INT32 DTYPE_INT32
+#define MODEL_TYPE_INT64 DTYPE_INT64
+#define MODEL_TYPE_FP16 DTYPE_FP16
+#define MODEL_TYPE_FP32 DTYPE_FP32
+#define MODEL_TYPE_FP64 DTYPE_FP64
+#define MODEL_TYPE_STRING DTYPE_BYTES
+#define MODEL_TYPE_BF16 DTYPE_BF16
 
 typedef enum { MODEL_KIND_AUTO = 0, MODEL_KIND_GPU, MODEL_KIND_CPU, MODEL_KIND_MODEL } model_kind_t;
 typedef enum { MODEL_TIMEOUT_REJECT = 0, MODEL_TIMEOUT_DELAY } model_timeout_action_t;

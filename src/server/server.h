@@ -40,4 +40,11 @@ int server_run(server_t *s);
 void server_stop(server_t *s); /* any thread */
 void server_destroy(server_t *s);
 
+/* For the API handlers (src/api): the model repository, the drain and startup states, options. */
+struct repository;
+struct repository *server_repository(server_t *s);
+int server_draining(const server_t *s);
+int server_loading(const server_t *s);
+const server_opts_t *server_options(const server_t *s);
+
 #endif

@@ -180,3 +180,23 @@ TEST(error_set_and_prefix)
     CHECK(strcmp(e.msg, "a.wav: bad header") == 0);
     CHECK_EQ_INT(err_set(NULL, HARK_ERR_IO, "x"), HARK_ERR_IO);
 }
+
+/* core/dtype.h: one table serves the KServe and config.pbtxt spellings and the sizes */
+#include "core/dtype.h"
+TEST(dtype_table_round_trips)
+{
+    CHECK_EQ_INT(dtype_from_kserve("FP32"), DTYPE_FP32);
+    CHECK_EQ_INT(dtype_from_kserve("BYTES"), DTYPE_BYTES);
+    CHECK_EQ_INT(dtype_from_kserve("TYPE_FP32"), DTYPE_INVALID);
+    CHECK_EQ_INT(dtype_from_kserve("INVALID"), DTYPE_INVALID);
+    CHECK(!strcmp(dtype_config_name(DTYPE_BYTES), "TYPE_STRING"));
+    CHECK(!strcmp(dtype_kserve_name((dtype_t)99), "INVALID"));
+    for (int i = 1; i < DTYPE_COUNT; i++) {
+        CHECK_EQ_INT(dtype_from_kserve(dtype_kserve_name((dtype_t)i)), i);
+        CHECK(!strcmp(dtype_config_names[i], dtype_config_name((dtype_t)i)));
+    }
+    CHECK(dtype_config_names[DTYPE_COUNT] == NULL);
+    CHECK_EQ_INT(dtype_size(DTYPE_FP16), 2);
+    CHECK_EQ_INT(dtype_size(DTYPE_INT64), 8);
+    CHECK_EQ_INT(dtype_size(DTYPE_BYTES), 0);
+}

@@ -120,7 +120,6 @@ void service_infer(server_t *s, const service_infer_t *in)
         hark_free(b);
     }
     kserve_request_free(r);
-    hark_free(r);
     if (in->body_free)
         in->body_free(in->body_user);
 }

@@ -1,7 +1,7 @@
-/* cmd_inspect.c — `hark inspect MODEL_DIR`: prints a converted model's architecture (every
+/* wenet_inspect.c — `hark inspect MODEL_DIR` for WeNet models: prints a converted model's architecture (every
  * model.json field), tensor and parameter counts, and the weight file's size.
  * Tests: tests/model/wenet/test_convert_wenet.c (runs it on the converted golden model). */
-#include "cli/cli.h"
+#include "model/wenet/wenet_tools.h"
 #include "core/error.h"
 #include "model/safetensors.h"
 #include "model/wenet/wenet_config.h"
@@ -103,7 +103,7 @@ static void print_config(const wenet_config_t *c)
     printf("  reverse_weight     %g\n", c->reverse_weight);
 }
 
-int cli_inspect(int argc, char **argv)
+int wenet_inspect_main(int argc, char **argv)
 {
     if (argc != 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         FILE *o = argc == 2 ? stdout : stderr;

@@ -1,9 +1,9 @@
-/* cmd_bench.c — `hark bench`: engine-only speed of a WeNet Conformer model (no server, no audio
+/* wenet_bench.c — `hark bench` for WeNet models: engine-only speed of a Conformer model (no server, no audio
  * decoding): encoder + CTC log-softmax + argmax from random 80-bin features, per batch size,
  * printed as real-time factor, latency per batch, peak memory and the encoder's GFLOP/s.
  * The PyTorch side of the same measurement is bench/wenet_peer.py (bench/conformer.sh runs both).
- * Tests: tests/cli/test_cli_bench.c */
-#include "cli/cli.h"
+ * Tests: tests/cli/test_cli.c (cli_bench_synthetic_and_errors) */
+#include "model/wenet/wenet_tools.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "gpu/pinned.h"
@@ -255,6 +255,8 @@ static void bench_usage(FILE *f)
             "Times encoder + CTC log-softmax + argmax on random features (10 s = 998 frames)\n"
             "and prints one JSON line per batch size.\n");
 }
+
+const char *const wenet_synthetic_models[] = {"conformer-librispeech", NULL};
 
 /* --synthetic conformer-librispeech: the full-size LibriSpeech U2++ encoder + CTC with generated
  * weights (src/model/synth_weights.h), for runs without a checkpoint. */
@@ -508,7 +510,7 @@ static int bench_pipeline(const char *model_dir, int device, wenet_precision_t w
     return rc;
 }
 
-int cli_bench(int argc, char **argv)
+int wenet_bench_main(int argc, char **argv)
 {
     const char *model_dir = NULL, *batches = "1,8,64", *device = "cpu", *precision = "fp32";
     const char *wav = NULL, *synthetic = NULL;

@@ -1,0 +1,343 @@
+/* kserve_http.c — KServe v2 / Triton over HTTP/1.1: routing of the API port, each endpoint
+ * turned into a service call (service.h), answers as JSON or binary tensors; and the metrics
+ * port. The loop parses the request body (outside the model table's lock); inference answers are
+ * serialised on the inference thread and written by the connection's loop.
+ * Tests: tests/server/test_server.py */
+#include "api/http_api.h"
+
+#include "api/kserve.h"
+#include "api/metrics.h"
+#include "api/service.h"
+#include "core/alloc.h"
+#include "hark.h"
+#include "server/repository.h"
+
+#include <cjson/cJSON.h>
+#include <http_parser.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_METRIC_MODELS 64
+
+void http_api_respond_json(http_req_t *req, int status, char *json)
+{
+    if (!json) {
+        http_respond_error(req, 500, "out of memory");
+        return;
+    }
+    http_respond_owned(req, status, "application/json", json, strlen(json), hark_free, json);
+}
+
+void http_api_respond_error(http_req_t *req, int rc, const char *msg)
+{
+    if (rc == HARK_ERR_AGAIN)
+        http_res_header(req, "Retry-After", "1");
+    http_respond_error(req, service_status_http(rc), "%s", msg && msg[0] ? msg : hark_status_str(rc));
+}
+
+/* path segment i (0-based, '/'-separated) of req->path; returns its length */
+static size_t segment(const char *path, int i, const char **out)
+{
+    *out = "";
+    const char *p = path;
+    for (int k = 0; k <= i; k++) {
+        if (*p != '/')
+            return 0;
+        p++;
+        const char *e = strchr(p, '/');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (k == i) {
+            *out = p;
+            return len;
+        }
+        p += len;
+    }
+    return 0;
+}
+
+size_t http_api_body_align(const http_req_t *req, void *user)
+{
+    const char *h = http_req_header(req, "Inference-Header-Content-Length");
+    size_t at = 0;
+    if (!h || kserve_parse_header_length(h, strlen(h), SIZE_MAX, &at, NULL))
+        return 0;
+    return at;
+}
+
+/* ---- infer -------------------------------------------------------------------------------- */
+
+typedef struct {
+    http_req_t *http;
+    kserve_request_t kreq; /* handed to the service; alive until its done returns */
+} http_infer_t;
+
+/* the service's answer, on an inference thread (or the loop for early errors): serialise here;
+ * http_server queues it to the connection's loop */
+static void infer_done(void *user, int status, const char *error, const char *model,
+                       const char *version, const kserve_output_t *outs, int n_outs)
+{
+    http_infer_t *h = user;
+    if (status) {
+        http_api_respond_error(h->http, status, error);
+        return;
+    }
+    kserve_response_t resp;
+    hark_err_t err = {0};
+    if (kserve_build_response(&h->kreq, model, version, outs, n_outs, &resp, &err)) {
+        http_api_respond_error(h->http, err.status, err.msg);
+        return;
+    }
+    if (resp.binary) {
+        char hl[32];
+        snprintf(hl, sizeof hl, "%zu", resp.header_len);
+        http_res_header(h->http, "Inference-Header-Content-Length", hl);
+    }
+    http_respond_owned(h->http, 200, resp.binary ? "application/octet-stream" : "application/json",
+                       resp.body, resp.len, hark_free, resp.body);
+}
+
+static void infer_free(void *user)
+{
+    hark_free(user);
+}
+
+static void handle_infer(const http_api_ctx_t *c, http_req_t *req, const char *model,
+                         const char *version)
+{
+    hark_err_t err = {0};
+    size_t hlen = (size_t)-1;
+    const char *h = http_req_header(req, "Inference-Header-Content-Length");
+    if (h && kserve_parse_header_length(h, strlen(h), req->body_len, &hlen, &err)) {
+        http_respond_error(req, 400, "%s", err.msg);
+        return;
+    }
+    http_infer_t *hi = hark_calloc(1, sizeof *hi);
+    if (!hi) {
+        http_respond_error(req, 500, "out of memory");
+        return;
+    }
+    hi->http = req;
+    if (kserve_parse_request((const uint8_t *)req->body, req->body_len, hlen, &hi->kreq, &err)) {
+        hark_free(hi);
+        http_api_respond_error(req, err.status, err.msg);
+        return;
+    }
+    service_infer_t in = {.model = model,
+                          .version = version,
+                          .req = &hi->kreq,
+                          .body = req->body,
+                          .body_free = infer_free, /* after done: the context itself */
+                          .body_user = hi,
+                          .loop = c->loop,
+                          .done = infer_done,
+                          .user = hi};
+    service_infer(c->s, &in);
+}
+
+/* ---- repository control ---------------------------------------------------------------- */
+
+static void repo_done(void *user, int status, const char *msg)
+{
+    http_req_t *req = user;
+    if (status)
+        http_api_respond_error(req, status, msg);
+    else
+        http_respond(req, 200, "application/json", "{}", 2);
+}
+
+static void handle_repository(const http_api_ctx_t *c, http_req_t *req)
+{
+    const char *seg = "";
+    size_t len = segment(req->path, 2, &seg);
+    if (len == 5 && !strncmp(seg, "index", 5)) {
+        int ready_only = 0;
+        if (req->body_len) {
+            cJSON *b = cJSON_ParseWithLength(req->body, req->body_len);
+            ready_only = b && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "ready"));
+            cJSON_Delete(b);
+        }
+        char *json = NULL;
+        hark_err_t err = {0};
+        if (service_repository_index(c->s, ready_only, &json, &err))
+            http_api_respond_error(req, err.status, err.msg);
+        else
+            http_api_respond_json(req, 200, json);
+        return;
+    }
+    const char *name = "", *act = "";
+    size_t nl = segment(req->path, 3, &name), al = segment(req->path, 4, &act);
+    int load = al == 4 && !strncmp(act, "load", 4), unload = al == 6 && !strncmp(act, "unload", 6);
+    if (!(len == 6 && !strncmp(seg, "models", 6)) || !nl || !(load || unload)) {
+        http_respond_error(req, 404, "unknown repository endpoint %s", req->path);
+        return;
+    }
+    char model[256];
+    if (nl >= sizeof model) {
+        http_respond_error(req, 404, "model name too long");
+        return;
+    }
+    snprintf(model, sizeof model, "%.*s", (int)nl, name);
+    service_repository_load(c->s, model, load, repo_done, req);
+}
+
+/* ---- routing ------------------------------------------------------------------------------ */
+
+static void respond_doc(http_req_t *req, int rc, char *json, const hark_err_t *err)
+{
+    if (rc)
+        http_api_respond_error(req, rc, err->msg);
+    else
+        http_api_respond_json(req, 200, json);
+}
+
+static void openai_models(const http_api_ctx_t *c, http_req_t *req)
+{
+    char *idx = NULL;
+    hark_err_t err = {0};
+    if (service_repository_index(c->s, 1, &idx, &err)) {
+        http_api_respond_error(req, err.status, err.msg);
+        return;
+    }
+    cJSON *in = cJSON_Parse(idx);
+    hark_free(idx);
+    cJSON *j = cJSON_CreateObject(), *d = cJSON_AddArrayToObject(j, "data");
+    cJSON_AddStringToObject(j, "object", "list");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, in)
+    {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "id", cJSON_IsString(nm) ? nm->valuestring : "");
+        cJSON_AddStringToObject(o, "object", "model");
+        cJSON_AddNumberToObject(o, "created", 0);
+        cJSON_AddStringToObject(o, "owned_by", "hark");
+        cJSON_AddItemToArray(d, o);
+    }
+    cJSON_Delete(in);
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    http_api_respond_json(req, 200, s ? hark_strdup(s) : NULL);
+    free(s);
+}
+
+void http_api_handler(http_req_t *req, void *user)
+{
+    const http_api_ctx_t *c = user;
+    server_t *s = c->s;
+    const char *p = req->path;
+    int get = req->method == HTTP_GET || req->method == HTTP_HEAD, post = req->method == HTTP_POST;
+    hark_err_t err = {0};
+    char *json = NULL;
+    if (!strcmp(p, "/v2/health/live")) {
+        http_respond(req, service_live(s) ? 200 : 503, NULL, "", 0);
+        return;
+    }
+    if (!strcmp(p, "/v2/health/ready")) {
+        http_respond(req, service_ready(s) ? 200 : 503, NULL, "", 0);
+        return;
+    }
+    if (!strcmp(p, "/v2") && get) {
+        int rc = service_server_metadata(s, &json, &err);
+        respond_doc(req, rc, json, &err);
+        return;
+    }
+    if (!strcmp(p, "/v1/models") && get) {
+        openai_models(c, req);
+        return;
+    }
+    if (!strcmp(p, "/v1/audio/transcriptions")) {
+        if (!post)
+            http_respond_error(req, 405, "use POST");
+        else
+            openai_transcriptions(c, req);
+        return;
+    }
+    if (!strncmp(p, "/v2/repository/", 15)) {
+        if (!post)
+            http_respond_error(req, 405, "use POST");
+        else
+            handle_repository(c, req);
+        return;
+    }
+    if (!strcmp(p, "/v2/models/stats") && get) {
+        int rc = service_model_stats(s, NULL, NULL, &json, &err);
+        respond_doc(req, rc, json, &err);
+        return;
+    }
+    const char *name = "";
+    size_t nl = segment(p, 2, &name);
+    if (strncmp(p, "/v2/models/", 11) != 0 || !nl) {
+        http_respond_error(req, 404, "unknown endpoint %s %s", req->method_name, p);
+        return;
+    }
+    /* /v2/models/<m>[/versions/<v>][/<action>] */
+    int next = 3;
+    const char *seg = "", *ver = NULL;
+    size_t sl = segment(p, next, &seg), vl = 0;
+    if (sl == 8 && !strncmp(seg, "versions", 8)) {
+        vl = segment(p, next + 1, &ver);
+        next += 2;
+        sl = segment(p, next, &seg);
+    }
+    char model[256], version[32];
+    if (nl >= sizeof model || vl >= sizeof version) {
+        http_respond_error(req, 404, "model '%.*s' not found", (int)(nl < 200 ? nl : 200), name);
+        return;
+    }
+    snprintf(model, sizeof model, "%.*s", (int)nl, name);
+    snprintf(version, sizeof version, "%.*s", (int)vl, ver ? ver : "");
+    if (ver && !vl) {
+        http_respond_error(req, 404, "model '%s': empty version", model);
+        return;
+    }
+    if (!sl && get) {
+        int rc = service_model_metadata(s, model, version, &json, &err);
+        respond_doc(req, rc, json, &err);
+    } else if (sl == 5 && !strncmp(seg, "ready", 5) && get) {
+        /* an unknown model is 404; a known one 200 or 400 by readiness */
+        int rc = service_model_stats(s, model, version, &json, &err);
+        hark_free(json);
+        if (rc)
+            http_api_respond_error(req, rc, err.msg);
+        else
+            http_respond(req, service_model_ready(s, model, version) ? 200 : 400, NULL, "", 0);
+    } else if (sl == 6 && !strncmp(seg, "config", 6) && get) {
+        int rc = service_model_config(s, model, version, &json, &err);
+        if (rc == HARK_ERR_UNAVAILABLE)
+            rc = HARK_ERR_INVALID_ARG; /* Triton: 400 for a model that is not loaded */
+        respond_doc(req, rc, json, &err);
+    } else if (sl == 5 && !strncmp(seg, "stats", 5) && get) {
+        int rc = service_model_stats(s, model, version, &json, &err);
+        respond_doc(req, rc, json, &err);
+    } else if (sl == 5 && !strncmp(seg, "infer", 5)) {
+        if (!post)
+            http_respond_error(req, 405, "use POST");
+        else
+            handle_infer(c, req, model, version);
+    } else {
+        http_respond_error(req, 404, "unknown endpoint %s %s", req->method_name, p);
+    }
+}
+
+void http_metrics_handler(http_req_t *req, void *user)
+{
+    server_t *s = user;
+    if (strcmp(req->path, "/metrics") != 0) {
+        http_respond_error(req, 404, "metrics are at /metrics");
+        return;
+    }
+    static __thread metrics_model_t mm[MAX_METRIC_MODELS];
+    repository_t *r = server_repository(s);
+    repository_rdlock(r);
+    int n = repository_metrics(r, mm, MAX_METRIC_MODELS);
+    char *text;
+    size_t len;
+    int rc = metrics_render(mm, n, &text, &len);
+    repository_unlock(r);
+    if (rc)
+        http_respond_error(req, 500, "out of memory");
+    else
+        http_respond_owned(req, 200, "text/plain; version=0.0.4", text, len, hark_free, text);
+}

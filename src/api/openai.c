@@ -1,0 +1,188 @@
+/* openai.c — OpenAI's POST /v1/audio/transcriptions over HTTP: a multipart upload recognised by
+ * service_transcribe, answered as json, text, srt, vtt or verbose_json (segments are the subtitle
+ * cues; words with timestamp_granularities[]=word). Tests: tests/server/test_server.py */
+#include "api/http_api.h"
+
+#include "api/service.h"
+#include "core/alloc.h"
+#include "hark.h"
+#include "net/multipart.h"
+#include "text/words.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    http_req_t *http;
+    char format[32];
+    char language[32];
+    int want_words;
+} openai_ctx_t;
+
+static void respond_cjson(http_req_t *req, cJSON *j)
+{
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!s) {
+        http_respond_error(req, 500, "out of memory");
+        return;
+    }
+    http_respond_owned(req, 200, "application/json", s, strlen(s), free, s);
+}
+
+static void verbose_json(openai_ctx_t *c, const asr_result_t *r, const word_time_t *w, int nw,
+                         double duration)
+{
+    const char *text = r->best.text ? r->best.text : "";
+    int dur_ms = (int)(duration * 1000);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "task", "transcribe");
+    cJSON_AddStringToObject(j, "language", c->language[0] ? c->language : "english");
+    cJSON_AddNumberToObject(j, "duration", duration);
+    cJSON_AddStringToObject(j, "text", text);
+    cue_t *cues = hark_calloc((size_t)(nw ? nw : 1), sizeof *cues);
+    int nc = cues ? cues_build(w, nw, NULL, dur_ms, cues) : 0;
+    cJSON *segs = cJSON_AddArrayToObject(j, "segments");
+    for (int i = 0; i < nc; i++) {
+        cJSON *sg = cJSON_CreateObject();
+        cJSON_AddNumberToObject(sg, "id", i);
+        cJSON_AddNumberToObject(sg, "seek", 0);
+        cJSON_AddNumberToObject(sg, "start", cues[i].start_ms / 1000.0);
+        cJSON_AddNumberToObject(sg, "end", cues[i].end_ms / 1000.0);
+        char line[4096] = "";
+        size_t off = 0;
+        for (int k = 0; k < cues[i].count; k++)
+            off += (size_t)snprintf(line + off, off < sizeof line ? sizeof line - off : 0, "%s%s",
+                                    k && r->word_sep ? " " : "", w[cues[i].first + k].text);
+        cJSON_AddStringToObject(sg, "text", line);
+        cJSON_AddItemToObject(sg, "tokens", cJSON_CreateArray());
+        cJSON_AddNumberToObject(sg, "temperature", 0);
+        cJSON_AddNumberToObject(sg, "avg_logprob", 0);
+        cJSON_AddNumberToObject(sg, "compression_ratio", 0);
+        cJSON_AddNumberToObject(sg, "no_speech_prob", 0);
+        cJSON_AddItemToArray(segs, sg);
+    }
+    if (c->want_words) {
+        cJSON *ws = cJSON_AddArrayToObject(j, "words");
+        for (int i = 0; i < nw; i++) {
+            cJSON *x = cJSON_CreateObject();
+            cJSON_AddStringToObject(x, "word", w[i].text);
+            cJSON_AddNumberToObject(x, "start", w[i].start_ms / 1000.0);
+            cJSON_AddNumberToObject(x, "end", w[i].end_ms / 1000.0);
+            cJSON_AddItemToArray(ws, x);
+        }
+    }
+    hark_free(cues);
+    respond_cjson(c->http, j);
+}
+
+/* the service's answer (inference thread): the response goes to the connection's loop */
+static void transcribed(void *user, int status, const char *error, asr_result_t *r,
+                        double duration)
+{
+    openai_ctx_t *c = user;
+    http_req_t *req = c->http;
+    if (status) {
+        http_api_respond_error(req, status, error);
+        goto done;
+    }
+    const char *text = r->best.text ? r->best.text : "";
+    if (!strcmp(c->format, "text")) {
+        http_respond(req, 200, "text/plain; charset=utf-8", text, strlen(text));
+        goto done;
+    }
+    if (!strcmp(c->format, "json")) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "text", text);
+        respond_cjson(req, j);
+        goto done;
+    }
+    /* the words as the subtitle writer takes them (texts lent by the result) */
+    int nw = r->n_words;
+    word_time_t *w = hark_calloc((size_t)(nw ? nw : 1), sizeof *w);
+    if (!w) {
+        http_respond_error(req, 500, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < nw; i++)
+        w[i] = (word_time_t){r->words[i].text, r->words[i].start_ms, r->words[i].end_ms};
+    if (!strcmp(c->format, "srt") || !strcmp(c->format, "vtt")) {
+        char *buf = NULL;
+        size_t len = 0;
+        hark_err_t err = {0};
+        FILE *f = open_memstream(&buf, &len);
+        int rc = f ? subtitle_write(f, !strcmp(c->format, "srt") ? SUBTITLE_SRT : SUBTITLE_VTT, w,
+                                    nw, r->word_sep ? UNITS_STYLE_BPE : UNITS_STYLE_CHAR, NULL,
+                                    (int)(duration * 1000), &err)
+                   : HARK_ERR_NOMEM;
+        if (f)
+            fclose(f);
+        if (rc)
+            http_respond_error(req, 500, "%s", err.msg[0] ? err.msg : "out of memory");
+        else
+            http_respond(req, 200, !strcmp(c->format, "srt") ? "application/x-subrip" : "text/vtt",
+                         buf, len);
+        free(buf);
+    } else {
+        verbose_json(c, r, w, nw, duration);
+    }
+    hark_free(w);
+done:
+    hark_free(c);
+}
+
+void openai_transcriptions(const http_api_ctx_t *hc, http_req_t *req)
+{
+    hark_err_t err = {0};
+    char boundary[80];
+    multipart_t mp;
+    if (multipart_boundary(http_req_header(req, "Content-Type"), boundary, sizeof boundary, &err) ||
+        multipart_parse(req->body, req->body_len, boundary, &mp, &err)) {
+        http_respond_error(req, 400, "%s", err.msg);
+        return;
+    }
+    const multipart_part_t *file = multipart_get(&mp, "file");
+    if (!file) {
+        http_respond_error(req, 400, "missing the 'file' part");
+        return;
+    }
+    openai_ctx_t *c = hark_calloc(1, sizeof *c);
+    if (!c) {
+        http_respond_error(req, 500, "out of memory");
+        return;
+    }
+    c->http = req;
+    snprintf(c->format, sizeof c->format, "json");
+    char name[128] = "";
+    const multipart_part_t *p;
+    if ((p = multipart_get(&mp, "response_format")) && p->len)
+        snprintf(c->format, sizeof c->format, "%.*s", (int)(p->len < 31 ? p->len : 31), p->data);
+    if (strcmp(c->format, "json") && strcmp(c->format, "text") && strcmp(c->format, "srt") &&
+        strcmp(c->format, "vtt") && strcmp(c->format, "verbose_json")) {
+        http_respond_error(req, 400,
+                           "response_format '%s' is not one of json, text, srt, vtt, verbose_json",
+                           c->format);
+        hark_free(c);
+        return;
+    }
+    if ((p = multipart_get(&mp, "model")) && p->len)
+        snprintf(name, sizeof name, "%.*s", (int)(p->len < 127 ? p->len : 127), p->data);
+    if ((p = multipart_get(&mp, "language")) && p->len)
+        snprintf(c->language, sizeof c->language, "%.*s", (int)(p->len < 31 ? p->len : 31),
+                 p->data);
+    for (int i = 0; i < mp.n; i++)
+        if (!strcmp(mp.parts[i].name, "timestamp_granularities[]") && mp.parts[i].len == 4 &&
+            !memcmp(mp.parts[i].data, "word", 4))
+            c->want_words = 1;
+    int need_words = strcmp(c->format, "json") && strcmp(c->format, "text");
+    service_transcribe_t in = {.model = name,
+                               .audio = (const uint8_t *)file->data,
+                               .len = file->len,
+                               .want_words = need_words,
+                               .loop = hc->loop,
+                               .done = transcribed,
+                               .user = c};
+    service_transcribe(hc->s, &in);
+}

@@ -1,0 +1,713 @@
+/* service.c — the KServe v2 operations over the model repository and the scheduler, shared by
+ * every transport (HTTP/1.1, gRPC) and the OpenAI handler: health, metadata, config, statistics,
+ * repository control, and inference with the offline-ASR contract (WAV + WAV_LENS or AUDIO in,
+ * TRANSCRIPTS out). Tests: tests/server/test_server.py, tests/server/test_grpc.py */
+#include "api/service.h"
+
+#include "audio/audio.h"
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "hark.h"
+#include "server/model_config.h"
+#include "server/repository.h"
+#include "server/server.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+int service_status_http(int rc)
+{
+    switch (rc) {
+    case HARK_ERR_AGAIN:
+    case HARK_ERR_CLOSED:
+    case HARK_ERR_UNAVAILABLE:
+        return 503;
+    case HARK_ERR_TOO_LARGE:
+        return 413;
+    case HARK_ERR_TIMEOUT:
+        return 504;
+    case HARK_ERR_NOT_FOUND:
+        return 404;
+    case HARK_ERR_NOMEM:
+    case HARK_ERR_INTERNAL:
+    case HARK_ERR_CUDA:
+        return 500;
+    default:
+        return 400;
+    }
+}
+
+int service_live(server_t *s)
+{
+    return 1;
+}
+
+int service_ready(server_t *s)
+{
+    if (server_draining(s) || server_loading(s))
+        return 0;
+    return repository_healthy(server_repository(s));
+}
+
+int service_model_ready(server_t *s, const char *model, const char *version)
+{
+    repository_t *r = server_repository(s);
+    repository_rdlock(r);
+    repo_model_t *m = repository_find(r, model, strlen(model), version, NULL);
+    int ok = m && m->state == M_READY && served_model_ready(m->served);
+    repository_unlock(r);
+    return ok;
+}
+
+int service_server_metadata(server_t *s, char **json, hark_err_t *err)
+{
+    static const char *const ext[] = {"binary_tensor_data", "parameters",
+                                      "statistics",         "model_configuration",
+                                      "model_repository",   "schedule_policy"};
+    if (!(*json = kserve_server_metadata_json("hark", HARK_VERSION, ext, 6)))
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    return HARK_OK;
+}
+
+enum { DOC_METADATA, DOC_CONFIG, DOC_STATS };
+
+static int model_doc(server_t *s, const char *model, const char *version, int what, char **json,
+                     hark_err_t *err)
+{
+    *json = NULL;
+    repository_t *r = server_repository(s);
+    repository_rdlock(r);
+    int rc = HARK_OK;
+    if (what == DOC_STATS && (!model || !model[0])) {
+        *json = repository_stats_json(r, NULL);
+        goto out;
+    }
+    repo_model_t *m = repository_find(r, model ? model : "", model ? strlen(model) : 0, version,
+                                      err);
+    if (!m) {
+        rc = HARK_ERR_NOT_FOUND;
+        goto out;
+    }
+    if (what != DOC_STATS && !m->has_cfg) {
+        rc = err_set(err, HARK_ERR_UNAVAILABLE, "model '%s' is not loaded: %s", m->name,
+                     m->reason);
+        goto out;
+    }
+    *json = what == DOC_METADATA ? repository_metadata_json(m)
+            : what == DOC_CONFIG ? model_config_to_json(&m->cfg)
+                                 : repository_stats_json(r, m);
+out:
+    repository_unlock(r);
+    if (!rc && !*json)
+        rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+    return rc;
+}
+
+int service_model_metadata(server_t *s, const char *model, const char *version, char **json,
+                           hark_err_t *err)
+{
+    return model_doc(s, model, version, DOC_METADATA, json, err);
+}
+
+int service_model_config(server_t *s, const char *model, const char *version, char **json,
+                         hark_err_t *err)
+{
+    return model_doc(s, model, version, DOC_CONFIG, json, err);
+}
+
+int service_model_stats(server_t *s, const char *model, const char *version, char **json,
+                        hark_err_t *err)
+{
+    return model_doc(s, model, version, DOC_STATS, json, err);
+}
+
+int service_repository_index(server_t *s, int ready_only, char **json, hark_err_t *err)
+{
+    repository_t *r = server_repository(s);
+    repository_rdlock(r);
+    *json = repository_index_json(r, ready_only);
+    repository_unlock(r);
+    return *json ? HARK_OK : err_set(err, HARK_ERR_NOMEM, "out of memory");
+}
+
+typedef struct {
+    server_t *s;
+    char model[128];
+    int load;
+    service_done_fn done;
+    void *user;
+} repo_job_t;
+
+static void *repo_thread(void *p)
+{
+    repo_job_t *j = p;
+    hark_err_t err = {0};
+    repository_t *r = server_repository(j->s);
+    int rc = j->load ? repository_load(r, j->model, &err) : repository_unload(r, j->model, &err);
+    j->done(j->user, rc, rc ? err.msg : NULL);
+    hark_free(j);
+    return NULL;
+}
+
+void service_repository_load(server_t *s, const char *model, int load, service_done_fn done,
+                             void *user)
+{
+    if (!model || !model[0] || strlen(model) >= sizeof((repo_job_t *)0)->model ||
+        strchr(model, '/')) {
+        done(user, HARK_ERR_NOT_FOUND, "no such model name");
+        return;
+    }
+    repo_job_t *j = hark_calloc(1, sizeof *j);
+    if (!j) {
+        done(user, HARK_ERR_NOMEM, "out of memory");
+        return;
+    }
+    *j = (repo_job_t){.s = s, .load = load, .done = done, .user = user};
+    snprintf(j->model, sizeof j->model, "%s", model);
+    pthread_t th;
+    if (pthread_create(&th, NULL, repo_thread, j) != 0) {
+        hark_free(j);
+        done(user, HARK_ERR_INTERNAL, load ? "cannot start the load" : "cannot start the unload");
+        return;
+    }
+    pthread_detach(th);
+}
+
+/* ---- inference ------------------------------------------------------------------------- */
+
+typedef struct job job_t;
+typedef struct {
+    served_request_t req; /* first */
+    job_t *job;
+    int index;
+} job_item_t;
+
+enum { JOB_KSERVE = 0, JOB_TRANSCRIBE = 1 };
+
+/* One request of B utterances in flight: freed when the last item completes. */
+struct job {
+    server_t *s;
+    int kind;
+    service_infer_t in;        /* JOB_KSERVE: the caller's request (req taken) */
+    service_transcribe_t tin;  /* JOB_TRANSCRIBE */
+    char model[128], version[16];
+    int batch;
+    job_item_t *items;
+    void *opts;        /* the family's options, shared by the items */
+    const float **pcm; /* (batch) samples: in the body / request (WAV), or in own[] */
+    float **own;       /* (batch) decoded sample buffers (AUDIO, transcriptions), owned */
+    size_t *n;
+    asr_result_t *results;
+    pthread_mutex_t lock;
+    int remaining;
+    int status; /* first failure */
+    char error[512];
+    double duration;
+    /* encoded inputs (decoded on the loop's thread pool) */
+    uv_work_t work;
+    const uint8_t **src;
+    size_t *src_len;
+    const char *what;
+    int rate;
+    uint64_t deadline_ns;
+    family_param_t *params; /* (n_params) the request's options, owned strings */
+    int n_params;
+    char **param_strs;
+};
+
+static void job_free(job_t *j)
+{
+    for (int i = 0; i < j->batch; i++) {
+        if (j->own)
+            hark_free(j->own[i]);
+        if (j->results)
+            asr_result_free(&j->results[i]);
+    }
+    for (int i = 0; i < 2 * j->n_params; i++)
+        hark_free(j->param_strs[i]);
+    hark_free(j->param_strs);
+    hark_free(j->params);
+    hark_free(j->pcm);
+    hark_free(j->own);
+    hark_free(j->n);
+    hark_free(j->results);
+    hark_free(j->items);
+    hark_free(j->opts);
+    hark_free(j->src);
+    hark_free(j->src_len);
+    if (j->kind == JOB_KSERVE) {
+        kserve_request_free(j->in.req);
+        if (j->in.body_free)
+            j->in.body_free(j->in.body_user);
+    }
+    pthread_mutex_destroy(&j->lock);
+    hark_free(j);
+}
+
+static job_t *job_new(server_t *s, int kind, int batch)
+{
+    job_t *j = hark_calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->s = s;
+    j->kind = kind;
+    j->batch = batch;
+    pthread_mutex_init(&j->lock, NULL);
+    j->items = hark_calloc((size_t)batch, sizeof *j->items);
+    j->pcm = hark_calloc((size_t)batch, sizeof *j->pcm);
+    j->own = hark_calloc((size_t)batch, sizeof *j->own);
+    j->n = hark_calloc((size_t)batch, sizeof *j->n);
+    j->results = hark_calloc((size_t)batch, sizeof *j->results);
+    if (!j->items || !j->pcm || !j->own || !j->n || !j->results) {
+        j->batch = 0;
+        job_free(j);
+        return NULL;
+    }
+    return j;
+}
+
+/* The answer: TRANSCRIPTS [B, 1] for KServe, the whole result for a transcription. Then frees. */
+static void job_finish(job_t *j)
+{
+    if (j->kind == JOB_TRANSCRIBE) {
+        if (j->status)
+            j->tin.done(j->tin.user, j->status, j->error, NULL, 0);
+        else
+            j->tin.done(j->tin.user, HARK_OK, NULL, &j->results[0], j->duration);
+        job_free(j);
+        return;
+    }
+    if (j->status) {
+        j->in.done(j->in.user, j->status, j->error, j->model, j->version, NULL, 0);
+        job_free(j);
+        return;
+    }
+    int B = j->batch;
+    const char **texts = hark_calloc((size_t)B, sizeof *texts);
+    size_t *lens = hark_calloc((size_t)B, sizeof *lens);
+    size_t packed_size = 0;
+    uint8_t *packed = NULL;
+    if (texts && lens) {
+        for (int i = 0; i < B; i++) {
+            texts[i] = j->results[i].best.text ? j->results[i].best.text : "";
+            lens[i] = strlen(texts[i]);
+        }
+        packed = kserve_bytes_pack(texts, lens, B, &packed_size);
+    }
+    if (!packed) {
+        j->in.done(j->in.user, HARK_ERR_NOMEM, "out of memory", j->model, j->version, NULL, 0);
+    } else {
+        int64_t shape[2] = {B, 1};
+        kserve_output_t out = {.name = "TRANSCRIPTS",
+                               .dtype = KSERVE_BYTES,
+                               .ndim = 2,
+                               .shape = shape,
+                               .data = packed,
+                               .size = packed_size};
+        j->in.done(j->in.user, HARK_OK, NULL, j->model, j->version, &out, 1);
+    }
+    hark_free(packed);
+    hark_free(texts);
+    hark_free(lens);
+    job_free(j);
+}
+
+static void job_fail(job_t *j, int rc, const char *msg)
+{
+    j->status = rc;
+    snprintf(j->error, sizeof j->error, "%s", msg && msg[0] ? msg : hark_status_str(rc));
+    job_finish(j);
+}
+
+static void item_done(served_request_t *r, int status, const char *error, asr_result_t *res,
+                      const served_timing_t *tm)
+{
+    job_item_t *it = (job_item_t *)r;
+    job_t *j = it->job;
+    pthread_mutex_lock(&j->lock);
+    if (res)
+        asr_result_take(&j->results[it->index], res);
+    if (status && !j->status) {
+        j->status = status;
+        snprintf(j->error, sizeof j->error, "%s", error ? error : hark_status_str(status));
+    }
+    int last = --j->remaining == 0;
+    pthread_mutex_unlock(&j->lock);
+    if (last)
+        job_finish(j);
+}
+
+/* The request's parameters as key/value strings for the family (numbers as written, booleans
+ * "true"/"false"; objects and arrays are not options and are left out). */
+static int params_from_json(job_t *j, const cJSON *obj, hark_err_t *err)
+{
+    int n = 0;
+    for (const cJSON *c = obj ? obj->child : NULL; c; c = c->next)
+        n++;
+    if (!n)
+        return HARK_OK;
+    j->params = hark_calloc((size_t)n, sizeof *j->params);
+    j->param_strs = hark_calloc((size_t)n * 2, sizeof *j->param_strs);
+    if (!j->params || !j->param_strs)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    for (const cJSON *c = obj->child; c; c = c->next) {
+        char num[64];
+        const char *v = NULL;
+        if (cJSON_IsString(c))
+            v = c->valuestring;
+        else if (cJSON_IsBool(c))
+            v = cJSON_IsTrue(c) ? "true" : "false";
+        else if (cJSON_IsNumber(c)) {
+            double d = c->valuedouble;
+            if (d == floor(d) && fabs(d) < 9e15)
+                snprintf(num, sizeof num, "%.0f", d);
+            else
+                snprintf(num, sizeof num, "%.17g", d);
+            v = num;
+        }
+        if (!v || !c->string)
+            continue;
+        int k = j->n_params;
+        j->param_strs[2 * k] = hark_strdup(c->string);
+        j->param_strs[2 * k + 1] = hark_strdup(v);
+        j->n_params++;
+        if (!j->param_strs[2 * k] || !j->param_strs[2 * k + 1])
+            return err_set(err, HARK_ERR_NOMEM, "out of memory");
+        j->params[k] = (family_param_t){j->param_strs[2 * k], j->param_strs[2 * k + 1]};
+    }
+    return HARK_OK;
+}
+
+static int params_copy(job_t *j, const family_params_t *p, hark_err_t *err)
+{
+    if (!p || p->n <= 0)
+        return HARK_OK;
+    j->params = hark_calloc((size_t)p->n, sizeof *j->params);
+    j->param_strs = hark_calloc((size_t)p->n * 2, sizeof *j->param_strs);
+    if (!j->params || !j->param_strs)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < p->n; k++) {
+        j->param_strs[2 * k] = hark_strdup(p->p[k].key);
+        j->param_strs[2 * k + 1] = hark_strdup(p->p[k].value ? p->p[k].value : "");
+        j->n_params++;
+        if (!j->param_strs[2 * k] || !j->param_strs[2 * k + 1])
+            return err_set(err, HARK_ERR_NOMEM, "out of memory");
+        j->params[k] = (family_param_t){j->param_strs[2 * k], j->param_strs[2 * k + 1]};
+    }
+    return HARK_OK;
+}
+
+/* Finds the model again (it may have been unloaded since the request arrived), parses the
+ * options through its family and queues every item. Table read-locked inside; the job is
+ * answered (and freed) by the last completion, or here on an error. */
+static void job_submit(job_t *j)
+{
+    repository_t *r = server_repository(j->s);
+    hark_err_t err = {0};
+    int rc = HARK_OK;
+    repository_rdlock(r);
+    repo_model_t *m = repository_find(r, j->model, strlen(j->model), j->version, &err);
+    if (!m) {
+        rc = HARK_ERR_NOT_FOUND;
+        goto fail;
+    }
+    if (m->state != M_READY || server_draining(j->s)) {
+        rc = err_set(&err, HARK_ERR_UNAVAILABLE, "model '%s' is not ready (%s)", m->name,
+                     server_draining(j->s) ? "draining" : repo_state_name(m->state));
+        goto fail;
+    }
+    const family_t *fam = served_model_family(m->served);
+    if (!(j->opts = hark_calloc(1, fam->opts_size ? fam->opts_size : 1))) {
+        rc = err_set(&err, HARK_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    family_params_t req = {j->params, j->n_params};
+    if ((rc = served_model_parse_opts(m->served, &req, j->opts, &err)))
+        goto fail;
+    j->remaining = j->batch;
+    int queued = 0;
+    for (int i = 0; i < j->batch; i++) {
+        job_item_t *it = &j->items[i];
+        it->job = j;
+        it->index = i;
+        it->req.fi.opts = j->opts;
+        it->req.fi.pcm = j->pcm[i];
+        it->req.fi.n = j->n[i];
+        it->req.fi.want_words = j->kind == JOB_TRANSCRIBE && j->tin.want_words;
+        it->req.cancelled = j->kind == JOB_KSERVE ? j->in.cancelled : j->tin.cancelled;
+        it->req.done = item_done;
+        it->req.item.deadline_ns = j->deadline_ns;
+        if ((rc = served_model_submit(m->served, &it->req, &err)))
+            break;
+        queued++;
+    }
+    repository_unlock(r);
+    if (!rc)
+        return;
+    /* the items not queued are counted off; the last completion (or this) answers */
+    pthread_mutex_lock(&j->lock);
+    if (!j->status) {
+        j->status = rc;
+        snprintf(j->error, sizeof j->error, "%s", err.msg);
+    }
+    j->remaining -= j->batch - queued;
+    int last = j->remaining == 0;
+    pthread_mutex_unlock(&j->lock);
+    if (last)
+        job_finish(j);
+    return;
+fail:
+    repository_unlock(r);
+    job_fail(j, rc, err.msg);
+}
+
+/* Encoded audio is decoded on libuv's thread pool, not on the loop. */
+static void decode_work(uv_work_t *w)
+{
+    job_t *j = w->data;
+    hark_err_t err = {0};
+    double max_seconds = server_options(j->s)->max_audio_seconds;
+    for (int b = 0; b < j->batch && !j->status; b++) {
+        audio_opts_t ao = {.target_rate = j->rate, .max_seconds = max_seconds};
+        audio_t au;
+        int rc = audio_decode_memory(j->src[b], j->src_len[b], &ao, &au, &err);
+        if (rc) {
+            if (j->batch > 1)
+                err_prefix(&err, rc, "%s[%d]", j->what, b);
+            else
+                err_prefix(&err, rc, "%s", j->what);
+            j->status = rc;
+            snprintf(j->error, sizeof j->error, "%s", err.msg);
+            break;
+        }
+        j->pcm[b] = j->own[b] = au.samples; /* taken over; audio_t holds nothing else */
+        j->n[b] = au.n;
+    }
+    if (!j->status)
+        j->duration = j->rate > 0 ? (double)j->n[0] / j->rate : 0;
+}
+
+static void decode_after(uv_work_t *w, int status)
+{
+    job_t *j = w->data;
+    if (j->status || status) {
+        if (!j->status)
+            job_fail(j, HARK_ERR_INTERNAL, "decoding was cancelled");
+        else
+            job_finish(j);
+        return;
+    }
+    job_submit(j);
+}
+
+static void decode_then_submit(job_t *j, uv_loop_t *loop)
+{
+    j->work.data = j;
+    if (!loop || uv_queue_work(loop, &j->work, decode_work, decode_after) != 0)
+        job_fail(j, HARK_ERR_INTERNAL, "cannot queue the audio decoding");
+}
+
+static int alloc_src(job_t *j)
+{
+    j->src = hark_calloc((size_t)j->batch, sizeof *j->src);
+    j->src_len = hark_calloc((size_t)j->batch, sizeof *j->src_len);
+    return j->src && j->src_len;
+}
+
+void service_infer(server_t *s, const service_infer_t *in)
+{
+    hark_err_t err = {0};
+    kserve_request_t *kr = in->req;
+    job_t *j = NULL;
+    int rc = HARK_OK;
+    char model[128], version[16];
+    int maxb = 0, rate = 0;
+    if (!in->model || strlen(in->model) >= sizeof model ||
+        (in->version && strlen(in->version) >= sizeof version)) {
+        rc = err_set(&err, HARK_ERR_NOT_FOUND, "model '%s' not found", in->model ? in->model : "");
+        goto fail;
+    }
+    /* what the contract needs of the model, under the lock for a moment */
+    repository_t *r = server_repository(s);
+    repository_rdlock(r);
+    repo_model_t *m = repository_find(r, in->model, strlen(in->model), in->version, &err);
+    if (m && (m->state != M_READY || server_draining(s)))
+        rc = err_set(&err, HARK_ERR_UNAVAILABLE, "model '%s' is not ready (%s)", m->name,
+                     server_draining(s) ? "draining" : repo_state_name(m->state));
+    else if (!m)
+        rc = HARK_ERR_NOT_FOUND;
+    if (!rc) {
+        snprintf(model, sizeof model, "%s", m->name);
+        snprintf(version, sizeof version, "%s", m->version_str);
+        maxb = m->cfg.max_batch_size;
+        family_info_t fi;
+        served_model_info(m->served, &fi);
+        rate = fi.sample_rate;
+    }
+    repository_unlock(r);
+    if (rc)
+        goto fail;
+    const kserve_tensor_t *wav = kserve_request_input(kr, "WAV");
+    const kserve_tensor_t *lens = kserve_request_input(kr, "WAV_LENS");
+    const kserve_tensor_t *audio = kserve_request_input(kr, "AUDIO");
+    int B = 0;
+    for (int i = 0; i < kr->n_outputs; i++)
+        if (strcmp(kr->outputs[i].name, "TRANSCRIPTS") != 0) {
+            rc = err_set(&err, HARK_ERR_INVALID_ARG,
+                         "unknown output '%s' (this model has TRANSCRIPTS)", kr->outputs[i].name);
+            goto fail;
+        }
+    if (wav) {
+        if (wav->dtype != KSERVE_FP32 || (maxb > 0 ? wav->ndim != 2 : wav->ndim != 1)) {
+            rc = err_set(&err, HARK_ERR_INVALID_ARG,
+                         "input 'WAV' must be FP32 with shape %s, got %s with %d dimensions",
+                         maxb > 0 ? "[batch, samples]" : "[samples]", kserve_dtype_name(wav->dtype),
+                         wav->ndim);
+            goto fail;
+        }
+        B = maxb > 0 ? (int)wav->shape[0] : 1;
+        int64_t N = wav->shape[wav->ndim - 1];
+        if (lens && (lens->dtype != KSERVE_INT32 || lens->count != B)) {
+            rc = err_set(&err, HARK_ERR_INVALID_ARG,
+                         "input 'WAV_LENS' must be INT32 with %d elements (one per batch item)", B);
+            goto fail;
+        }
+        if (B < 1 || (maxb > 0 && B > maxb)) {
+            rc = err_set(&err, HARK_ERR_INVALID_ARG, "batch size %d is outside [1, %d]", B,
+                         maxb > 0 ? maxb : 1);
+            goto fail;
+        }
+        if (!(j = job_new(s, JOB_KSERVE, B))) {
+            rc = err_set(&err, HARK_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        j->in = *in;
+        /* the samples are used where they are (in the body, aligned by the transport, or one
+         * aligned copy owned by the parsed request); then a finiteness check over the samples
+         * that count (perf_analyzer sends random bytes) */
+        const int32_t *lv = lens ? kserve_tensor_data(kr, lens) : NULL;
+        const float *all = kserve_tensor_data(kr, wav);
+        if ((lens && !lv) || !all) {
+            rc = err_set(&err, HARK_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        for (int b = 0; b < B && !rc; b++) {
+            int64_t n = lv ? lv[b] : N;
+            if (n < 0 || n > N) {
+                rc = err_set(&err, HARK_ERR_INVALID_ARG, "WAV_LENS[%d] = %lld is outside [0, %lld]",
+                             b, (long long)n, (long long)N);
+                break;
+            }
+            const float *x = j->pcm[b] = all + (size_t)b * (size_t)N;
+            j->n[b] = (size_t)n;
+            size_t i = kserve_f32_find_nonfinite(x, (size_t)n);
+            if (i < (size_t)n)
+                rc = err_set(&err, HARK_ERR_INVALID_ARG,
+                             "tensor 'WAV': element %zu of item %d is %s; audio must be finite", i,
+                             b, isnan(x[i]) ? "NaN" : "infinite");
+        }
+        if (rc)
+            goto fail;
+    } else if (audio) {
+        if (audio->dtype != KSERVE_BYTES) {
+            rc = err_set(&err, HARK_ERR_INVALID_ARG,
+                         "input 'AUDIO' must be BYTES (encoded audio files)");
+            goto fail;
+        }
+        B = (int)audio->count;
+        if (B < 1 || (maxb > 0 && B > maxb)) {
+            rc = err_set(&err, HARK_ERR_INVALID_ARG, "batch size %d is outside [1, %d]", B,
+                         maxb > 0 ? maxb : 1);
+            goto fail;
+        }
+        if (!(j = job_new(s, JOB_KSERVE, B)) || !alloc_src(j)) {
+            rc = err_set(&err, HARK_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        j->in = *in;
+        size_t pos = 0;
+        for (int b = 0; b < B && kserve_bytes_next(audio, &pos, &j->src[b], &j->src_len[b]); b++)
+            ;
+        j->what = "AUDIO";
+    } else {
+        rc = err_set(&err, HARK_ERR_INVALID_ARG,
+                     "expected inputs 'WAV' (FP32 [batch, samples]) and 'WAV_LENS' (INT32 "
+                     "[batch, 1]), or 'AUDIO' (BYTES [batch]); got %d other input(s)",
+                     kr->n_inputs);
+        goto fail;
+    }
+    snprintf(j->model, sizeof j->model, "%s", model);
+    snprintf(j->version, sizeof j->version, "%s", version);
+    j->rate = rate;
+    uint64_t timeout_us = kr->has_timeout ? kr->timeout_us : 0;
+    j->deadline_ns = timeout_us ? clock_now_ns() + timeout_us * 1000 : 0;
+    if (in->deadline_ns && (!j->deadline_ns || in->deadline_ns < j->deadline_ns))
+        j->deadline_ns = in->deadline_ns;
+    if ((rc = params_from_json(j, kr->parameters, &err)))
+        goto fail;
+    if (j->src)
+        decode_then_submit(j, in->loop);
+    else
+        job_submit(j);
+    return;
+fail:
+    if (j) { /* the job owns the request now: the answer, then job_free releases it */
+        job_fail(j, rc ? rc : err.status, err.msg);
+        return;
+    }
+    in->done(in->user, rc ? rc : err.status, err.msg, in->model ? in->model : "", "", NULL, 0);
+    kserve_request_free(kr);
+    if (in->body_free)
+        in->body_free(in->body_user);
+}
+
+void service_transcribe(server_t *s, const service_transcribe_t *in)
+{
+    hark_err_t err = {0};
+    repository_t *r = server_repository(s);
+    char model[128];
+    int rate = 0;
+    int rc = HARK_OK;
+    repository_rdlock(r);
+    const char *name = in->model ? in->model : "";
+    repo_model_t *m = repository_find(r, name, strlen(name), NULL, &err);
+    if (!m) /* OpenAI clients name their own models ("whisper-1"): one ready model serves them */
+        m = repository_only_ready(r);
+    if (!m)
+        rc = err_set(&err, HARK_ERR_NOT_FOUND, "model '%s' not found", name);
+    else if (m->state != M_READY || server_draining(s))
+        rc = err_set(&err, HARK_ERR_UNAVAILABLE, "model '%s' is not ready", m->name);
+    if (!rc) {
+        snprintf(model, sizeof model, "%s", m->name);
+        family_info_t fi;
+        served_model_info(m->served, &fi);
+        rate = fi.sample_rate;
+    }
+    repository_unlock(r);
+    job_t *j = NULL;
+    if (!rc && (!(j = job_new(s, JOB_TRANSCRIBE, 1)) || !alloc_src(j)))
+        rc = err_set(&err, HARK_ERR_NOMEM, "out of memory");
+    if (rc) {
+        if (j)
+            job_free(j);
+        in->done(in->user, rc, err.msg, NULL, 0);
+        return;
+    }
+    j->tin = *in;
+    snprintf(j->model, sizeof j->model, "%s", model);
+    j->rate = rate;
+    j->src[0] = in->audio;
+    j->src_len[0] = in->len;
+    j->what = "file";
+    if ((rc = params_copy(j, &in->params, &err))) {
+        job_fail(j, rc, err.msg);
+        return;
+    }
+    decode_then_submit(j, in->loop);
+}

@@ -1,0 +1,162 @@
+/* family.c — what every family shares: task names, typed look-ups of request / config parameters,
+ * and the asr_result_t life cycle (free, deep copy, move). Tests: tests/model/test_family.c */
+#include "model/family.h"
+
+#include "core/alloc.h"
+#include "hark.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+const char *family_task_name(family_task_t t)
+{
+    switch (t) {
+    case FAMILY_TASK_ASR:
+        return "asr";
+    case FAMILY_TASK_TTS:
+        return "tts";
+    case FAMILY_TASK_VAD:
+        return "vad";
+    }
+    return "unknown";
+}
+
+const char *family_param(const family_params_t *params, const char *key)
+{
+    if (!params || !key)
+        return NULL;
+    for (int i = params->n - 1; i >= 0; i--) /* the last one given wins */
+        if (params->p[i].key && !strcmp(params->p[i].key, key))
+            return params->p[i].value;
+    return NULL;
+}
+
+int family_param_int(const family_params_t *params, const char *key, long lo, long hi, int *out,
+                     hark_err_t *err)
+{
+    const char *v = family_param(params, key);
+    if (!v)
+        return HARK_ERR_NOT_FOUND;
+    char *end = NULL;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || errno)
+        return err_set(err, HARK_ERR_INVALID_ARG, "%s \"%s\" is not an integer", key, v);
+    if (x < lo || x > hi)
+        return err_set(err, HARK_ERR_INVALID_ARG, "%s must be in [%ld, %ld] (got %ld)", key, lo,
+                       hi, x);
+    *out = (int)x;
+    return HARK_OK;
+}
+
+int family_param_double(const family_params_t *params, const char *key, double *out,
+                        hark_err_t *err)
+{
+    const char *v = family_param(params, key);
+    if (!v)
+        return HARK_ERR_NOT_FOUND;
+    char *end = NULL;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || *end || errno || x != x || x - x != 0) /* not a number, NaN, +-Inf */
+        return err_set(err, HARK_ERR_INVALID_ARG, "%s \"%s\" is not a finite number", key, v);
+    *out = x;
+    return HARK_OK;
+}
+
+int family_param_bool(const family_params_t *params, const char *key, int *out, hark_err_t *err)
+{
+    const char *v = family_param(params, key);
+    if (!v)
+        return HARK_ERR_NOT_FOUND;
+    if (!strcasecmp(v, "true") || !strcmp(v, "1"))
+        *out = 1;
+    else if (!strcasecmp(v, "false") || !strcmp(v, "0"))
+        *out = 0;
+    else
+        return err_set(err, HARK_ERR_INVALID_ARG, "%s \"%s\" is not a boolean (true/false)", key,
+                       v);
+    return HARK_OK;
+}
+
+static void hyp_free(asr_hyp_t *h)
+{
+    hark_free(h->text);
+    hark_free(h->tokens);
+    hark_free(h->times_ms);
+    memset(h, 0, sizeof *h);
+}
+
+void asr_result_free(asr_result_t *r)
+{
+    if (!r)
+        return;
+    hyp_free(&r->best);
+    for (int i = 0; i < r->n_nbest; i++)
+        hyp_free(&r->nbest[i]);
+    hark_free(r->nbest);
+    for (int i = 0; i < r->n_words; i++)
+        hark_free(r->words[i].text);
+    hark_free(r->words);
+    memset(r, 0, sizeof *r);
+}
+
+static int hyp_copy(asr_hyp_t *d, const asr_hyp_t *s)
+{
+    *d = (asr_hyp_t){.n_tokens = s->n_tokens, .score = s->score};
+    size_t nb = sizeof(int) * (size_t)s->n_tokens;
+    if (s->text && !(d->text = hark_strdup(s->text)))
+        return HARK_ERR_NOMEM;
+    if (s->n_tokens > 0) {
+        if (!(d->tokens = hark_malloc(nb)) || !(d->times_ms = hark_malloc(nb)))
+            return HARK_ERR_NOMEM;
+        memcpy(d->tokens, s->tokens, nb);
+        if (s->times_ms)
+            memcpy(d->times_ms, s->times_ms, nb);
+        else
+            memset(d->times_ms, 0, nb);
+    }
+    return HARK_OK;
+}
+
+int asr_result_copy(asr_result_t *dst, const asr_result_t *src)
+{
+    memset(dst, 0, sizeof *dst);
+    dst->confidence = src->confidence;
+    dst->duration_s = src->duration_s;
+    dst->word_sep = src->word_sep;
+    if (hyp_copy(&dst->best, &src->best))
+        goto nomem;
+    if (src->n_nbest > 0) {
+        if (!(dst->nbest = hark_calloc((size_t)src->n_nbest, sizeof *dst->nbest)))
+            goto nomem;
+        for (; dst->n_nbest < src->n_nbest; dst->n_nbest++)
+            if (hyp_copy(&dst->nbest[dst->n_nbest], &src->nbest[dst->n_nbest])) {
+                dst->n_nbest++; /* the half-copied one is freed too */
+                goto nomem;
+            }
+    }
+    if (src->n_words > 0) {
+        if (!(dst->words = hark_calloc((size_t)src->n_words, sizeof *dst->words)))
+            goto nomem;
+        for (; dst->n_words < src->n_words; dst->n_words++) {
+            asr_word_t *w = &dst->words[dst->n_words];
+            *w = src->words[dst->n_words];
+            if (!(w->text = hark_strdup(src->words[dst->n_words].text ? src->words[dst->n_words].text
+                                                                      : "")))
+                goto nomem;
+        }
+    }
+    return HARK_OK;
+nomem:
+    asr_result_free(dst);
+    return HARK_ERR_NOMEM;
+}
+
+void asr_result_take(asr_result_t *dst, asr_result_t *src)
+{
+    *dst = *src;
+    memset(src, 0, sizeof *src);
+}

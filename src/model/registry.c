@@ -1,0 +1,99 @@
+/* registry.c — the list of model families, and which one a model directory holds (the "family"
+ * key of DIR/<version>/model.json). Tests: tests/model/test_family.c */
+#include "model/family.h"
+
+#include "core/alloc.h"
+#include "hark.h"
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+extern const family_t wenet_family;
+
+#define MAX_TEST_FAMILIES 8
+#define DEFAULT_FAMILY "wenet_u2" /* models converted before model.json named its family */
+#define MAX_MODEL_JSON (16u << 20)
+
+/* built-in families first, then the tests' (NULL-terminated) */
+static const family_t *families[1 + MAX_TEST_FAMILIES + 1] = {&wenet_family};
+static int n_families = 1;
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void family_register_test(const family_t *f)
+{
+    pthread_mutex_lock(&reg_lock);
+    int dup = 0;
+    for (int i = 0; i < n_families; i++)
+        dup |= families[i] == f;
+    if (!dup && n_families < 1 + MAX_TEST_FAMILIES)
+        families[n_families++] = f;
+    pthread_mutex_unlock(&reg_lock);
+}
+
+const family_t *const *family_list(void)
+{
+    return families;
+}
+
+const family_t *family_find(const char *name)
+{
+    for (int i = 0; name && families[i]; i++)
+        if (!strcmp(families[i]->name, name))
+            return families[i];
+    return NULL;
+}
+
+int family_of_dir(const char *dir, int version, const family_t **out, hark_err_t *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%d/model.json", dir, version > 0 ? version : 1);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return err_set(err, HARK_ERR_IO, "%s: cannot open (not a converted model directory?)",
+                       path);
+    char *buf = NULL;
+    long n = -1;
+    int rc = HARK_OK;
+    if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET))
+        rc = err_set(err, HARK_ERR_IO, "%s: cannot read", path);
+    else if ((unsigned long)n > MAX_MODEL_JSON)
+        rc = err_set(err, HARK_ERR_FORMAT, "%s: %ld bytes is too large for a model.json", path, n);
+    else if (!(buf = hark_malloc((size_t)n + 1)))
+        rc = err_set(err, HARK_ERR_NOMEM, "out of memory reading %s", path);
+    else if (fread(buf, 1, (size_t)n, f) != (size_t)n)
+        rc = err_set(err, HARK_ERR_IO, "%s: cannot read", path);
+    fclose(f);
+    if (rc) {
+        hark_free(buf);
+        return rc;
+    }
+    buf[n] = 0;
+    cJSON *j = cJSON_ParseWithLength(buf, (size_t)n);
+    hark_free(buf);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return err_set(err, HARK_ERR_FORMAT, "%s: not a JSON object", path);
+    }
+    const cJSON *fam = cJSON_GetObjectItemCaseSensitive(j, "family");
+    if (fam && !cJSON_IsString(fam)) {
+        cJSON_Delete(j);
+        return err_set(err, HARK_ERR_FORMAT, "%s: \"family\" must be a string", path);
+    }
+    const char *name = fam ? fam->valuestring : DEFAULT_FAMILY;
+    const family_t *fm = family_find(name);
+    if (!fm) {
+        char known[256] = "";
+        size_t off = 0;
+        for (int i = 0; families[i] && off < sizeof known; i++)
+            off += (size_t)snprintf(known + off, sizeof known - off, "%s%s", i ? ", " : "",
+                                    families[i]->name);
+        rc = err_set(err, HARK_ERR_NOT_FOUND, "%s: family \"%.100s\" is not one hark knows (%s)",
+                     path, name, known);
+    } else {
+        *out = fm;
+    }
+    cJSON_Delete(j);
+    return rc;
+}

@@ -1,0 +1,478 @@
+/* repository.c — the model repository: scan, load through the family a config names, unload,
+ * states, and the JSON documents about models. Tests: tests/server/test_server.py */
+#include "server/repository.h"
+
+#include "api/kserve.h"
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "gpu/gpu.h"
+#include "hark.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_MODELS 64
+
+struct repository {
+    repository_opts_t o;
+    char dir[3072];
+    pthread_rwlock_t lock;
+    repo_model_t models[MAX_MODELS];
+    int n_models;
+};
+
+static const char *const state_names[] = {"UNAVAILABLE", "LOADING", "READY", "UNLOADING"};
+
+const char *repo_state_name(repo_state_t s)
+{
+    return (unsigned)s < 4 ? state_names[s] : "UNKNOWN";
+}
+
+void repository_rdlock(repository_t *r)
+{
+    pthread_rwlock_rdlock(&r->lock);
+}
+
+void repository_unlock(repository_t *r)
+{
+    pthread_rwlock_unlock(&r->lock);
+}
+
+int repository_count(repository_t *r)
+{
+    return r->n_models;
+}
+
+repo_model_t *repository_at(repository_t *r, int i)
+{
+    return i >= 0 && i < r->n_models ? &r->models[i] : NULL;
+}
+
+static repo_model_t *find_name(repository_t *r, const char *name, size_t len)
+{
+    for (int i = 0; i < r->n_models; i++)
+        if (strlen(r->models[i].name) == len && !strncmp(r->models[i].name, name, len))
+            return &r->models[i];
+    return NULL;
+}
+
+repo_model_t *repository_find(repository_t *r, const char *name, size_t len, const char *version,
+                              hark_err_t *err)
+{
+    repo_model_t *m = find_name(r, name, len);
+    if (!m) {
+        err_set(err, HARK_ERR_NOT_FOUND, "model '%.*s' not found", (int)len, name);
+        return NULL;
+    }
+    if (version && version[0] && strcmp(version, m->version_str) != 0) {
+        err_set(err, HARK_ERR_NOT_FOUND, "model '%s' has no version %s", m->name, version);
+        return NULL;
+    }
+    return m;
+}
+
+repo_model_t *repository_only_ready(repository_t *r)
+{
+    repo_model_t *only = NULL;
+    int ready = 0;
+    for (int i = 0; i < r->n_models; i++)
+        if (r->models[i].state == M_READY) {
+            only = &r->models[i];
+            ready++;
+        }
+    return ready == 1 ? only : NULL;
+}
+
+/* latest numeric version directory that holds a model, or 0 */
+static int latest_version(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int best = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end;
+        long v = strtol(e->d_name, &end, 10);
+        if (*end || v <= 0 || v > 1000000)
+            continue;
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s/model.json", dir, e->d_name);
+        if (access(p, R_OK) == 0 && v > best)
+            best = (int)v;
+    }
+    closedir(d);
+    return best;
+}
+
+static void notice(void *user, const char *msg)
+{
+    LOG_INFO("%s: %s", (const char *)user, msg);
+}
+
+/* Reads config.pbtxt and turns it into served options (cfg params point into m->cfg). Called
+ * off the loop, table unlocked, the entry LOADING (no reader looks at it). *params: the
+ * parameters as the family reads them (the caller hark_frees it once the model is created). */
+static int prepare(repository_t *r, repo_model_t *m, served_opts_t *so, family_param_t **params,
+                   hark_err_t *err)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/config.pbtxt", m->dir);
+    model_config_free(&m->cfg);
+    m->has_cfg = 0;
+    model_config_opts_t mo = {.notice = notice, .user = m->name};
+    int rc = model_config_load(path, &mo, &m->cfg, err);
+    if (rc)
+        return rc;
+    m->has_cfg = 1;
+    const family_t *fam = m->cfg.family ? family_find(m->cfg.family) : NULL;
+    if (!fam)
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "%s: model family '%s' is not served by hark "
+                       "(set backend: \"hark\" and parameters family)",
+                       path, m->cfg.family ? m->cfg.family : "(none)");
+    if (fam->streaming || fam->task != FAMILY_TASK_ASR)
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "%s: family '%s' (%s%s) cannot be served yet: the server serves offline "
+                       "ASR models",
+                       path, fam->name, family_task_name(fam->task),
+                       fam->streaming ? ", streaming" : "");
+    m->version = latest_version(m->dir);
+    if (!m->version)
+        return err_set(err, HARK_ERR_NOT_FOUND, "%s: no version directory with a model.json",
+                       m->dir);
+    snprintf(m->version_str, sizeof m->version_str, "%d", m->version);
+    memset(so, 0, sizeof *so);
+    so->family = fam;
+    if (!(*params = hark_calloc((size_t)m->cfg.n_params + 1, sizeof **params)))
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < m->cfg.n_params; i++)
+        (*params)[i] = (family_param_t){m->cfg.params[i].key, m->cfg.params[i].value};
+    so->cfg = (family_params_t){*params, m->cfg.n_params};
+    so->completions_begin = r->o.completions_begin;
+    so->completions_end = r->o.completions_end;
+    so->version = m->version;
+    so->max_seconds = r->o.max_seconds;
+    so->precision = model_config_param(&m->cfg, "precision");
+    batcher_opts_t *b = &so->batching;
+    b->max_batch_size = m->cfg.max_batch_size > 0 ? m->cfg.max_batch_size : 1;
+    const model_dynamic_batching_t *db = &m->cfg.dynamic_batching;
+    if (db->present) {
+        for (int i = 0; i < db->n_preferred && i < 8; i++)
+            b->preferred[b->n_preferred++] = db->preferred_batch_size[i];
+        b->max_queue_delay_us = db->max_queue_delay_microseconds;
+        b->max_queue_size = (int)db->default_queue_policy.max_queue_size;
+    }
+    b->length_aware = r->o.length_aware;
+    int ngpu = gpu_device_count();
+    for (int g = 0; g < m->cfg.n_instance_groups && so->n_groups < 8; g++) {
+        const model_instance_group_t *ig = &m->cfg.instance_groups[g];
+        int count = ig->count > 0 ? ig->count : 1;
+        int want_gpu = ig->kind == MODEL_KIND_GPU || (ig->kind == MODEL_KIND_AUTO && ngpu > 0);
+        if (want_gpu && ngpu == 0) {
+            LOG_WARN("%s: instance_group %s asks for KIND_GPU but no GPU is available; running it "
+                     "on the CPU",
+                     m->name, ig->name);
+            want_gpu = 0;
+        }
+        if (!want_gpu) {
+            so->groups[so->n_groups++] =
+                (served_group_t){.count = count, .device = -1, .n_threads = r->o.cpu_threads};
+            continue;
+        }
+        int ndev = ig->n_gpus ? ig->n_gpus : ngpu;
+        for (int d = 0; d < ndev && so->n_groups < 8; d++) {
+            int dev = ig->n_gpus ? ig->gpus[d] : d;
+            if (dev >= ngpu)
+                return err_set(err, HARK_ERR_NO_DEVICE,
+                               "%s: instance_group %s names GPU %d; %d present", path, ig->name,
+                               dev, ngpu);
+            so->groups[so->n_groups++] = (served_group_t){.count = count, .device = dev};
+        }
+    }
+    if (!so->n_groups)
+        so->groups[so->n_groups++] =
+            (served_group_t){.count = 1, .device = ngpu ? 0 : -1, .n_threads = r->o.cpu_threads};
+    return HARK_OK;
+}
+
+/* Loads (or reloads) one model; any thread but a loop. */
+static int load_model(repository_t *r, repo_model_t *m, hark_err_t *err)
+{
+    pthread_rwlock_wrlock(&r->lock);
+    if (m->state == M_LOADING || m->state == M_UNLOADING) {
+        pthread_rwlock_unlock(&r->lock);
+        return err_set(err, HARK_ERR_AGAIN, "model '%s' is %s", m->name,
+                       m->state == M_LOADING ? "loading" : "unloading");
+    }
+    served_model_t *old = m->served;
+    m->served = NULL;
+    m->family = NULL;
+    m->state = M_LOADING;
+    pthread_rwlock_unlock(&r->lock);
+    served_model_destroy(old); /* drains what it had queued */
+    served_opts_t so;
+    uint64_t t0 = clock_now_ns();
+    served_model_t *sm = NULL;
+    family_param_t *params = NULL;
+    int rc = prepare(r, m, &so, &params, err);
+    if (!rc)
+        rc = served_model_create(m->dir, &so, &sm, err);
+    hark_free(params); /* served_model_create copied them */
+    pthread_rwlock_wrlock(&r->lock);
+    if (rc) {
+        m->state = M_UNAVAILABLE;
+        snprintf(m->reason, sizeof m->reason, "%s", err->msg);
+        LOG_ERROR("model %s: %s", m->name, err->msg);
+    } else {
+        m->served = sm;
+        m->family = so.family;
+        m->state = M_READY;
+        m->reason[0] = 0;
+        LOG_INFO("model %s version %s ready (family %s, %d instance groups, %.1f s)", m->name,
+                 m->version_str, so.family->name, so.n_groups,
+                 (double)(clock_now_ns() - t0) * 1e-9);
+    }
+    pthread_rwlock_unlock(&r->lock);
+    return rc;
+}
+
+static void unload_model(repository_t *r, repo_model_t *m)
+{
+    pthread_rwlock_wrlock(&r->lock);
+    served_model_t *old = m->served;
+    m->served = NULL;
+    m->family = NULL;
+    if (m->state == M_READY)
+        m->state = M_UNLOADING;
+    pthread_rwlock_unlock(&r->lock);
+    served_model_destroy(old);
+    pthread_rwlock_wrlock(&r->lock);
+    if (m->state == M_UNLOADING)
+        m->state = M_UNAVAILABLE;
+    snprintf(m->reason, sizeof m->reason, "unloaded");
+    pthread_rwlock_unlock(&r->lock);
+}
+
+/* the entry of `name`, added when the directory has gained it since the scan; NULL when absent */
+static repo_model_t *entry_for(repository_t *r, const char *name, hark_err_t *err)
+{
+    size_t nl = strlen(name);
+    pthread_rwlock_wrlock(&r->lock);
+    repo_model_t *m = find_name(r, name, nl);
+    if (!m && r->n_models < MAX_MODELS && nl < sizeof m->name && !strchr(name, '/') &&
+        strcmp(name, ".") && strcmp(name, "..")) {
+        char cfg[4400];
+        snprintf(cfg, sizeof cfg, "%s/%s/config.pbtxt", r->dir, name);
+        if (access(cfg, R_OK) == 0) {
+            m = &r->models[r->n_models++];
+            snprintf(m->name, sizeof m->name, "%s", name);
+            snprintf(m->dir, sizeof m->dir, "%s/%s", r->dir, name);
+            snprintf(m->version_str, sizeof m->version_str, "1");
+        }
+    }
+    pthread_rwlock_unlock(&r->lock);
+    if (!m)
+        err_set(err, HARK_ERR_NOT_FOUND, "model '%s' not found in %s", name, r->dir);
+    return m;
+}
+
+int repository_load(repository_t *r, const char *name, hark_err_t *err)
+{
+    repo_model_t *m = entry_for(r, name, err);
+    if (!m)
+        return HARK_ERR_NOT_FOUND;
+    int rc = load_model(r, m, err);
+    if (rc)
+        err_prefix(err, rc, "failed to load '%s'", name);
+    return rc;
+}
+
+int repository_unload(repository_t *r, const char *name, hark_err_t *err)
+{
+    repo_model_t *m = entry_for(r, name, err);
+    if (!m)
+        return HARK_ERR_NOT_FOUND;
+    unload_model(r, m);
+    return HARK_OK;
+}
+
+void repository_load_all(repository_t *r)
+{
+    hark_err_t err;
+    for (int i = 0; i < r->n_models; i++) {
+        memset(&err, 0, sizeof err);
+        load_model(r, &r->models[i], &err);
+    }
+}
+
+void repository_unload_all(repository_t *r)
+{
+    for (int i = 0; i < r->n_models; i++)
+        unload_model(r, &r->models[i]);
+}
+
+int repository_healthy(repository_t *r)
+{
+    pthread_rwlock_rdlock(&r->lock);
+    int ok = 1;
+    for (int i = 0; i < r->n_models; i++)
+        if (r->models[i].state == M_READY && !served_model_ready(r->models[i].served))
+            ok = 0;
+    pthread_rwlock_unlock(&r->lock);
+    return ok;
+}
+
+int repository_create(const repository_opts_t *o, repository_t **out, hark_err_t *err)
+{
+    *out = NULL;
+    DIR *d = opendir(o->dir);
+    if (!d)
+        return err_set(err, HARK_ERR_IO, "--model-repository %s: %s", o->dir, strerror(errno));
+    repository_t *r = hark_calloc(1, sizeof *r);
+    if (!r) {
+        closedir(d);
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    }
+    r->o = *o;
+    snprintf(r->dir, sizeof r->dir, "%s", o->dir);
+    r->o.dir = r->dir;
+    pthread_rwlockattr_t ra;
+    pthread_rwlockattr_init(&ra);
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&r->lock, &ra);
+    pthread_rwlockattr_destroy(&ra);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char cfg[4400];
+        snprintf(cfg, sizeof cfg, "%s/%s/config.pbtxt", r->dir, e->d_name);
+        if (access(cfg, R_OK) != 0)
+            continue;
+        if (r->n_models == MAX_MODELS || strlen(e->d_name) >= sizeof r->models[0].name)
+            continue;
+        repo_model_t *m = &r->models[r->n_models++];
+        snprintf(m->name, sizeof m->name, "%s", e->d_name);
+        snprintf(m->dir, sizeof m->dir, "%s/%s", r->dir, e->d_name);
+        snprintf(m->version_str, sizeof m->version_str, "1");
+    }
+    closedir(d);
+    *out = r;
+    return HARK_OK;
+}
+
+void repository_destroy(repository_t *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; i < r->n_models; i++) {
+        served_model_destroy(r->models[i].served);
+        model_config_free(&r->models[i].cfg);
+    }
+    pthread_rwlock_destroy(&r->lock);
+    hark_free(r);
+}
+
+/* ---- documents ------------------------------------------------------------------------ */
+
+char *repository_index_json(repository_t *r, int ready_only)
+{
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; arr && i < r->n_models; i++) {
+        const repo_model_t *m = &r->models[i];
+        if (ready_only && m->state != M_READY)
+            continue;
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", m->name);
+        cJSON_AddStringToObject(e, "version", m->version_str);
+        cJSON_AddStringToObject(e, "state", state_names[m->state]);
+        cJSON_AddStringToObject(e, "reason", m->reason);
+        cJSON_AddItemToArray(arr, e);
+    }
+    char *s = arr ? cJSON_PrintUnformatted(arr) : NULL;
+    cJSON_Delete(arr);
+    char *out = s ? hark_strdup(s) : NULL;
+    free(s);
+    return out;
+}
+
+char *repository_metadata_json(const repo_model_t *m)
+{
+    const model_config_t *c = &m->cfg;
+    kserve_tensor_meta_t in[8], out[8];
+    int ni = 0, no = 0;
+    for (int i = 0; i < c->n_inputs && ni < 8; i++)
+        in[ni++] = (kserve_tensor_meta_t){c->inputs[i].name,
+                                          model_data_type_kserve(c->inputs[i].data_type),
+                                          c->inputs[i].ndims, c->inputs[i].dims};
+    for (int i = 0; i < c->n_outputs && no < 8; i++)
+        out[no++] = (kserve_tensor_meta_t){c->outputs[i].name,
+                                           model_data_type_kserve(c->outputs[i].data_type),
+                                           c->outputs[i].ndims, c->outputs[i].dims};
+    const char *versions[1] = {m->version_str};
+    kserve_model_meta_t mm = {.name = m->name,
+                              .versions = versions,
+                              .n_versions = 1,
+                              .platform = c->platform && c->platform[0] ? c->platform : "hark",
+                              .max_batch_size = c->max_batch_size,
+                              .inputs = in,
+                              .outputs = out,
+                              .n_inputs = ni,
+                              .n_outputs = no};
+    return kserve_model_metadata_json(&mm);
+}
+
+static void fill_stats(const repo_model_t *m, kserve_model_stats_t *k, served_stats_t *st)
+{
+    memset(k, 0, sizeof *k);
+    memset(st, 0, sizeof *st);
+    if (m->served)
+        served_model_stats(m->served, st);
+    k->name = m->name;
+    k->version = m->version_str;
+    k->last_inference = st->last_inference_ms;
+    k->inference_count = st->inference_count;
+    k->execution_count = st->execution_count;
+    k->success = (kserve_duration_t){st->success, st->request_ns};
+    k->fail = (kserve_duration_t){st->failure, 0};
+    k->queue = (kserve_duration_t){st->success + st->failure, st->queue_ns};
+    k->compute_input = (kserve_duration_t){st->success, st->compute_input_ns};
+    k->compute_infer = (kserve_duration_t){st->success, st->compute_infer_ns};
+    k->compute_output = (kserve_duration_t){st->success, st->compute_output_ns};
+}
+
+char *repository_stats_json(repository_t *r, const repo_model_t *m)
+{
+    static __thread kserve_model_stats_t ks[MAX_MODELS];
+    served_stats_t st;
+    int n = 0;
+    if (m) {
+        fill_stats(m, &ks[n++], &st);
+    } else {
+        for (int i = 0; i < r->n_models; i++)
+            if (r->models[i].state == M_READY)
+                fill_stats(&r->models[i], &ks[n++], &st);
+    }
+    return kserve_stats_json(ks, n);
+}
+
+int repository_metrics(repository_t *r, metrics_model_t *out, int max)
+{
+    int n = 0;
+    for (int i = 0; i < r->n_models && n < max; i++)
+        if (r->models[i].state == M_READY) {
+            out[n].name = r->models[i].name;
+            out[n].version = r->models[i].version_str;
+            served_model_stats(r->models[i].served, &out[n].stats);
+            n++;
+        }
+    return n;
+}
