@@ -113,6 +113,19 @@ typedef enum {
 int kserve_grpc_json_frame(kserve_grpc_doc_t kind, const char *json, uint8_t **frame, size_t *len,
                            hark_err_t *err);
 
+/* ---- client side -------------------------------------------------------------------------- */
+/* An HTTP infer body (as kserve_build_request makes it: JSON header + binary blobs) as a
+ * serialized ModelInferRequest for `model`/`version`: inputs as raw_input_contents, parameters as
+ * typed InferParameters (integers int64, other numbers double), requested outputs by name.
+ * *msg is hark_malloc'd. HARK_OK, or kserve_parse_request's errors, HARK_ERR_NOMEM. */
+int kserve_grpc_pack_request(const char *model, const char *version, const uint8_t *body,
+                             size_t len, size_t header_len, uint8_t **msg, size_t *msg_len,
+                             hark_err_t *err);
+/* A serialized ModelInferResponse as a kserve_parsed_response_t (outputs copied into its arena;
+ * json NULL); free it with kserve_parsed_response_free. HARK_OK, HARK_ERR_FORMAT, HARK_ERR_NOMEM. */
+int kserve_grpc_parse_response(const uint8_t *msg, size_t len, kserve_parsed_response_t *out,
+                               hark_err_t *err);
+
 /* ---- the RPC handlers (kserve_grpc.c) ------------------------------------------------------ */
 typedef struct server server_t;
 typedef struct http2_server http2_server_t;

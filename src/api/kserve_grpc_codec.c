@@ -810,3 +810,174 @@ int kserve_grpc_json_frame(kserve_grpc_doc_t kind, const char *json, uint8_t **f
     cJSON_Delete(j);
     return rc;
 }
+
+/* ---- client side ---------------------------------------------------------------------------- */
+
+int kserve_grpc_pack_request(const char *model, const char *version, const uint8_t *body,
+                             size_t len, size_t header_len, uint8_t **msg, size_t *msg_len,
+                             hark_err_t *err)
+{
+    *msg = NULL;
+    kserve_request_t r;
+    int rc = kserve_parse_request(body, len, header_len, &r, err);
+    if (rc)
+        return rc;
+    size_t ni = (size_t)r.n_inputs, no = (size_t)r.n_outputs;
+    size_t np = r.parameters ? (size_t)cJSON_GetArraySize(r.parameters) : 0;
+    Inference__ModelInferRequest q = INFERENCE__MODEL_INFER_REQUEST__INIT;
+    Inference__ModelInferRequest__InferInputTensor *in = hark_calloc(ni + 1, sizeof *in);
+    Inference__ModelInferRequest__InferInputTensor **inp = hark_calloc(ni + 1, sizeof *inp);
+    ProtobufCBinaryData *raw = hark_calloc(ni + 1, sizeof *raw);
+    int64_t *shapes = hark_calloc(ni * KSERVE_MAX_DIMS + 1, sizeof *shapes);
+    Inference__ModelInferRequest__InferRequestedOutputTensor *out = hark_calloc(no + 1, sizeof *out);
+    Inference__ModelInferRequest__InferRequestedOutputTensor **outp = hark_calloc(no + 1, sizeof *outp);
+    Inference__InferParameter *pv = hark_calloc(np + 1, sizeof *pv);
+    Inference__ModelInferRequest__ParametersEntry *pe = hark_calloc(np + 1, sizeof *pe);
+    Inference__ModelInferRequest__ParametersEntry **pep = hark_calloc(np + 1, sizeof *pep);
+    if (!in || !inp || !raw || !shapes || !out || !outp || !pv || !pe || !pep) {
+        rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    q.model_name = (char *)model;
+    q.model_version = (char *)(version ? version : "");
+    q.id = (char *)(r.has_id ? r.id : "");
+    for (size_t i = 0; i < ni; i++) {
+        const kserve_tensor_t *t = &r.inputs[i];
+        inference__model_infer_request__infer_input_tensor__init(&in[i]);
+        in[i].name = (char *)t->name;
+        in[i].datatype = (char *)kserve_dtype_name(t->dtype);
+        in[i].n_shape = (size_t)t->ndim;
+        in[i].shape = shapes + i * KSERVE_MAX_DIMS;
+        memcpy(in[i].shape, t->shape, (size_t)t->ndim * sizeof(int64_t));
+        inp[i] = &in[i];
+        raw[i].data = (uint8_t *)t->data;
+        raw[i].len = t->size;
+    }
+    q.n_inputs = q.n_raw_input_contents = ni;
+    q.inputs = inp;
+    q.raw_input_contents = raw;
+    for (size_t i = 0; i < no; i++) {
+        inference__model_infer_request__infer_requested_output_tensor__init(&out[i]);
+        out[i].name = (char *)r.outputs[i].name;
+        outp[i] = &out[i];
+    }
+    q.n_outputs = no;
+    q.outputs = outp;
+    size_t k = 0;
+    const cJSON *p;
+    cJSON_ArrayForEach(p, r.parameters)
+    {
+        inference__infer_parameter__init(&pv[k]);
+        if (cJSON_IsBool(p)) {
+            pv[k].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+            pv[k].bool_param = cJSON_IsTrue(p);
+        } else if (cJSON_IsString(p)) {
+            pv[k].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+            pv[k].string_param = p->valuestring;
+        } else if (cJSON_IsNumber(p) && p->valuedouble == floor(p->valuedouble) &&
+                   fabs(p->valuedouble) < 9e15) {
+            pv[k].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+            pv[k].int64_param = (int64_t)p->valuedouble;
+        } else if (cJSON_IsNumber(p)) {
+            pv[k].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM;
+            pv[k].double_param = p->valuedouble;
+        } else {
+            continue; /* binary_data_output and the like have no gRPC meaning */
+        }
+        if (!strcmp(p->string, "binary_data_output"))
+            continue;
+        inference__model_infer_request__parameters_entry__init(&pe[k]);
+        pe[k].key = p->string;
+        pe[k].value = &pv[k];
+        pep[k] = &pe[k];
+        k++;
+    }
+    q.n_parameters = k;
+    q.parameters = pep;
+    *msg_len = protobuf_c_message_get_packed_size(&q.base);
+    if (!(*msg = hark_malloc(*msg_len + 1))) {
+        rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    protobuf_c_message_pack(&q.base, *msg);
+done:
+    hark_free(in);
+    hark_free(inp);
+    hark_free(raw);
+    hark_free(shapes);
+    hark_free(out);
+    hark_free(outp);
+    hark_free(pv);
+    hark_free(pe);
+    hark_free(pep);
+    kserve_request_free(&r);
+    return rc;
+}
+
+int kserve_grpc_parse_response(const uint8_t *msg, size_t len, kserve_parsed_response_t *out,
+                               hark_err_t *err)
+{
+    memset(out, 0, sizeof *out);
+    arena_init(&out->arena, 4096);
+    Inference__ModelInferResponse *r = inference__model_infer_response__unpack(NULL, len, msg);
+    if (!r) {
+        arena_free(&out->arena);
+        return err_set(err, HARK_ERR_FORMAT, "malformed ModelInferResponse message");
+    }
+    int rc = HARK_OK;
+    arena_t *a = &out->arena;
+#define DUP(s) arena_strndup(a, (s) ? (s) : "", strlen((s) ? (s) : ""))
+    out->model_name = DUP(r->model_name);
+    out->model_version = DUP(r->model_version);
+    out->id = DUP(r->id);
+#undef DUP
+    size_t n = r->n_outputs;
+    if (r->n_raw_output_contents != n) {
+        rc = err_set(err, HARK_ERR_FORMAT, "%zu outputs but %zu raw_output_contents", n,
+                     r->n_raw_output_contents);
+        goto done;
+    }
+    out->outputs = arena_calloc(a, n ? n : 1, sizeof *out->outputs);
+    if (!out->outputs || !out->model_name || !out->model_version || !out->id) {
+        rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        kserve_tensor_t *t = &out->outputs[i];
+        const Inference__ModelInferResponse__InferOutputTensor *o = r->outputs[i];
+        t->name = arena_strndup(a, o->name ? o->name : "", strlen(o->name ? o->name : ""));
+        t->dtype = kserve_dtype_parse(o->datatype ? o->datatype : "");
+        if (!t->name || t->dtype == KSERVE_INVALID || o->n_shape > KSERVE_MAX_DIMS) {
+            rc = err_set(err, HARK_ERR_FORMAT, "output %zu: bad name, datatype or shape", i);
+            goto done;
+        }
+        t->ndim = (int)o->n_shape;
+        t->count = 1;
+        for (size_t k = 0; k < o->n_shape; k++) {
+            if (o->shape[k] < 0 || (o->shape[k] && t->count > INT64_MAX / o->shape[k])) {
+                rc = err_set(err, HARK_ERR_FORMAT, "output '%s': bad shape", t->name);
+                goto done;
+            }
+            t->shape[k] = o->shape[k];
+            t->count *= o->shape[k];
+        }
+        uint8_t *d = arena_alloc(a, r->raw_output_contents[i].len + 1, 16);
+        if (!d) {
+            rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        if (r->raw_output_contents[i].len)
+            memcpy(d, r->raw_output_contents[i].data, r->raw_output_contents[i].len);
+        t->data = d;
+        t->size = r->raw_output_contents[i].len;
+        t->binary = 1;
+        if ((rc = kserve_tensor_check(t, "output", err)))
+            goto done;
+        out->n_outputs = (int)i + 1;
+    }
+done:
+    inference__model_infer_response__free_unpacked(r, NULL);
+    if (rc)
+        kserve_parsed_response_free(out);
+    return rc;
+}
