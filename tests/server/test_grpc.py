@@ -212,6 +212,18 @@ try:
     c, d = code_of(lambda: s.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="nope")))
     check(c == grpc.StatusCode.NOT_FOUND, "RepositoryModelLoad unknown: NOT_FOUND (%s)" % c)
 
+    # the CLI clients over gRPC
+    wav = os.path.join(golden, "wavs", us[0] + ".wav")
+    out = subprocess.run([hark, "transcribe", "--url", "grpc://" + target, "-m", "wenet",
+                          "--decoding-method", "ctc_greedy_search", wav],
+                         capture_output=True, text=True, timeout=60)
+    check(out.returncode == 0 and out.stdout.strip() == wav + " " + R[us[0]]["full"]["ctc_greedy_search"]["text"],
+          "hark transcribe --url grpc:// (%s)" % (out.stdout.strip() + out.stderr.strip())[:200])
+    out = subprocess.run([hark, "perf", "-m", "wenet", "-u", target, "-i", "grpc", "-p", "500",
+                          "--max-seconds", "20"], capture_output=True, text=True, timeout=60)
+    check(out.returncode == 0 and "Infer/s" in out.stdout and "queue" in out.stdout,
+          "hark perf -i grpc with the server-side breakdown")
+
     # graceful drain: a request in flight at SIGTERM completes; new connections are refused
     slow = s.ModelInfer.future(infer_request("wenet", [xs[2]] * 16, method="attention_rescoring"))
     time.sleep(0.2)
