@@ -517,7 +517,7 @@ static int param_number(const cJSON *v, double *out)
     return -1;
 }
 
-static int parse_params(kserve_request_t *r, const cJSON *p, hark_err_t *err)
+int kserve_request_finish_params(kserve_request_t *r, const cJSON *p, hark_err_t *err)
 {
     if (!p)
         return HARK_OK;
@@ -592,7 +592,8 @@ static int parse_request_impl(const uint8_t *body, size_t body_len, size_t heade
         r->id = id->valuestring;
         r->has_id = 1;
     }
-    if ((rc = parse_params(r, cJSON_GetObjectItemCaseSensitive(root, "parameters"), err)))
+    if ((rc = kserve_request_finish_params(r, cJSON_GetObjectItemCaseSensitive(root, "parameters"),
+                                           err)))
         return rc;
     const cJSON *ins = cJSON_GetObjectItemCaseSensitive(root, "inputs");
     if (!cJSON_IsArray(ins))
@@ -665,6 +666,30 @@ int kserve_parse_request(const uint8_t *body, size_t body_len, size_t header_len
     if (rc)
         kserve_request_free(req);
     return rc;
+}
+
+int kserve_tensor_check(const kserve_tensor_t *t, const char *what, hark_err_t *err)
+{
+    if (t->dtype == KSERVE_BYTES) {
+        int64_t got;
+        size_t at;
+        int r = bytes_check(t->data, t->size, t->count, &got, &at);
+        if (r == -1 || r == -2)
+            return bad(err, "%s '%s': BYTES element %" PRId64 " at byte %zu is truncated", what,
+                       t->name, got, at);
+        if (r == -3)
+            return bad(err, "%s '%s': %" PRId64 " BYTES elements in the data, shape says %" PRId64,
+                       what, t->name, got, t->count);
+        return HARK_OK;
+    }
+    size_t esz = kserve_dtype_size(t->dtype);
+    if (!esz)
+        return bad(err, "%s '%s': invalid datatype", what, t->name);
+    if ((uint64_t)t->count > SIZE_MAX / esz || (size_t)t->count * esz != t->size)
+        return bad(err,
+                   "%s '%s': %zu bytes of data do not match shape × %s = %" PRIu64 " bytes", what,
+                   t->name, t->size, kserve_dtype_name(t->dtype), (uint64_t)t->count * esz);
+    return HARK_OK;
 }
 
 void kserve_request_free(kserve_request_t *req)

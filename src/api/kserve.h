@@ -118,6 +118,17 @@ int kserve_parse_request(const uint8_t *body, size_t body_len, size_t header_len
                          kserve_request_t *req, hark_err_t *err);
 void kserve_request_free(kserve_request_t *req); /* accepts a zeroed or freed request */
 
+/* For transports that build a kserve_request_t themselves (gRPC): fills parameters and the typed
+ * fields (sequence_id, sequence_start/end, priority, timeout, binary_data_output, decoding
+ * parameters) from a JSON object of request parameters, exactly as kserve_parse_request does
+ * for the JSON header's "parameters". `params` (NULL: none) must outlive req (make it req->json).
+ * HARK_OK or HARK_ERR_INVALID_ARG naming the parameter. */
+int kserve_request_finish_params(kserve_request_t *req, const struct cJSON *params,
+                                 hark_err_t *err);
+/* Checks that t->data[t->size] matches shape × datatype (BYTES: exactly `count` well-formed
+ * elements); `what` ("input") names the tensor in the message. HARK_OK or HARK_ERR_INVALID_ARG. */
+int kserve_tensor_check(const kserve_tensor_t *t, const char *what, hark_err_t *err);
+
 const kserve_tensor_t *kserve_request_input(const kserve_request_t *req, const char *name);
 /* The tensor's elements aligned for their type: the data itself when already aligned, else a
  * copy in the request's arena. NULL for BYTES or when out of memory. */

@@ -25,7 +25,7 @@ static void perf_usage(FILE *f)
         "  -m, --model-name M          model to load (required)",
         "  -x, --model-version V       version (default: the server's choice)",
         "  -u, --url ADDR              server (default localhost:8000)",
-        "  -i, --protocol http         only http is supported",
+        "  -i, --protocol http|grpc    KServe v2 over HTTP (default) or gRPC (-u host:8001)",
         "  --concurrency-range A:B:S   closed loop: A, A+S, ... <= B requests in flight, each on",
         "                              its own connection and thread (default 1:1:1)",
         "  --request-rate-range A:B:S  open loop instead: requests/s per level; arrivals follow",
@@ -363,8 +363,8 @@ int cli_perf(int argc, char **argv)
     const char *bad = NULL;
     if (!A.model)
         bad = "needs -m MODEL";
-    else if (strcmp(A.protocol, "http") != 0)
-        bad = "-i: only the http protocol is supported";
+    else if (strcmp(A.protocol, "http") != 0 && strcmp(A.protocol, "grpc") != 0)
+        bad = "-i: the protocol is http or grpc";
     else if (A.conc_range && A.rate_range)
         bad = "takes --concurrency-range or --request-rate-range, not both";
     else if (A.conc_range && parse_range(A.conc_range, cr))
@@ -467,6 +467,7 @@ int cli_perf(int argc, char **argv)
     o.host = url.host;
     o.port = url.port;
     o.prefix = url.prefix;
+    o.grpc = !strcmp(A.protocol, "grpc");
     o.model = A.model;
     o.version = A.version;
     o.inputs = inputs;

@@ -28,6 +28,8 @@ static const opt_t options[] = {
      "directory of models, Triton's layout: <model>/config.pbtxt, <model>/<version>/"},
     {"host", OPT_STR, OFF(host), "127.0.0.1", 0, 0, "address to listen on"},
     {"http-port", OPT_INT, OFF(http_port), "8000", 0, 65535, "KServe v2 + OpenAI HTTP port (0: any)"},
+    {"grpc-port", OPT_INT, OFF(grpc_port), "8001", -1, 65535,
+     "KServe v2 gRPC port (inference.GRPCInferenceService; -1: off, 0: any)"},
     {"metrics-port", OPT_INT, OFF(metrics_port), "8002", -1, 65535,
      "Prometheus metrics port (-1: off, 0: any)"},
     {"max-body-bytes", OPT_SIZE, OFF(max_body_bytes), "67108864", 1024, 4e9,

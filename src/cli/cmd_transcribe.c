@@ -15,8 +15,10 @@
 #include "eval/wer.h"
 #include "text/words.h"
 #include "hark.h"
+#include "net/grpc_client.h"
 #include "net/http_client.h"
 #include "api/kserve.h"
+#include "api/kserve_grpc.h"
 #include "text/units.h"
 
 #include <cjson/cJSON.h>
@@ -51,6 +53,7 @@ static void transcribe_usage(FILE *f)
         "hyp.txt, ref.txt (the scored, normalised texts), per_utt.tsv and summary.json.",
         "With --url http://host:port[/prefix] (or host:port) and -m/--model NAME, files are sent",
         "to that KServe v2 server (hark serve, Triton) as AUDIO bytes, --jobs connections at a",
+        "time for --wavscp (--url grpc://host:port, or -i grpc: over KServe v2 gRPC, port 8001),",
         "time for --wavscp, with the decoding options as request parameters; --format text|json.",
         "Exit status: 0 all decoded (and scored), 1 something failed, 2 bad usage or lists.",
     };
@@ -122,7 +125,7 @@ static int write_subtitles(const hark_asr_result_t *r, subtitle_format_t fmt, ha
 }
 
 typedef struct {
-    const char *model, *device, *precision, *format, *method, *dump, *url;
+    const char *model, *device, *precision, *format, *method, *dump, *url, *iface;
     const char *wavscp, *trans, *data_dir, *out_dir;
     double beam, ctc_w, rev_w, nbest, threads, jobs, batch;
 } transcribe_args_t;
@@ -212,6 +215,8 @@ static int transcribe_files(hark_model_t *model, hark_asr_opts_t o, const transc
 
 typedef struct {
     http_url_t url;
+    int grpc;               /* KServe v2 over gRPC (grpc://, -i grpc) */
+    const char *model;      /* for gRPC requests */
     char path[1024]; /* prefix/v2/models/<m>/infer */
     kserve_param_t params[4];
     int n_params;
@@ -220,9 +225,18 @@ typedef struct {
 static int remote_init(remote_t *R, const transcribe_args_t *A, hark_err_t *err)
 {
     memset(R, 0, sizeof *R);
-    int rc = http_url_parse(A->url, &R->url, err);
+    const char *u = A->url;
+    R->grpc = A->iface && !strcmp(A->iface, "grpc");
+    if (!strncmp(u, "grpc://", 7)) {
+        R->grpc = 1;
+        u += 7;
+    }
+    int rc = http_url_parse(u, &R->url, err);
     if (rc)
         return rc;
+    if (R->grpc && !strchr(u, ':'))
+        R->url.port = 8001; /* the gRPC default */
+    R->model = A->model;
     snprintf(R->path, sizeof R->path, "%s/v2/models/%s/infer", R->url.prefix, A->model);
     if (A->method)
         R->params[R->n_params++] = (kserve_param_t){.name = "decoding_method", .str = A->method};
@@ -253,11 +267,58 @@ static uint8_t *slurp(const char *path, size_t *n, hark_err_t *err)
     return NULL;
 }
 
-/* Sends one file as AUDIO [1]; *text (hark_malloc) gets TRANSCRIPTS[0]. Server errors come back
- * as HARK_ERR_IO with "HTTP <status>: <its error message>". */
-static int remote_transcribe(http_client_t *c, const remote_t *R, const char *path, char **text,
-                             hark_err_t *err)
+/* one connection to the server: HTTP/1.1 or gRPC */
+typedef struct {
+    http_client_t *http;
+    grpc_client_t *grpc;
+} remote_conn_t;
+
+static int remote_connect(const remote_t *R, remote_conn_t *c, hark_err_t *err)
 {
+    memset(c, 0, sizeof *c);
+    if (R->grpc)
+        return grpc_client_create(R->url.host, R->url.port, 0, &c->grpc, err);
+    return http_client_create(R->url.host, R->url.port, NULL, &c->http, err);
+}
+
+static void remote_close(remote_conn_t *c)
+{
+    http_client_destroy(c->http);
+    grpc_client_destroy(c->grpc);
+}
+
+/* the request body as ModelInfer over gRPC; *pr gets the response */
+static int remote_grpc_infer(grpc_client_t *c, const remote_t *R, const kserve_response_t *body,
+                             kserve_parsed_response_t *pr, hark_err_t *err)
+{
+    uint8_t *msg = NULL, *resp = NULL;
+    size_t len = 0, rlen = 0;
+    int st = 0;
+    char gmsg[512];
+    int rc = kserve_grpc_pack_request(R->model, NULL, body->body, body->len, body->header_len, &msg,
+                                      &len, err);
+    if (rc)
+        return rc;
+    rc = grpc_client_call(c, "/inference.GRPCInferenceService/ModelInfer", msg, len, &resp, &rlen,
+                          &st, gmsg, sizeof gmsg, err);
+    hark_free(msg);
+    if (rc)
+        return rc;
+    if (st) {
+        hark_free(resp);
+        return err_set(err, HARK_ERR_IO, "gRPC status %d: %.400s", st, gmsg);
+    }
+    rc = kserve_grpc_parse_response(resp, rlen, pr, err);
+    hark_free(resp);
+    return rc;
+}
+
+/* Sends one file as AUDIO [1]; *text (hark_malloc) gets TRANSCRIPTS[0]. Server errors come back
+ * as HARK_ERR_IO with "HTTP <status>: <its error message>" (gRPC: "gRPC status <code>: ..."). */
+static int remote_transcribe(remote_conn_t *conn, const remote_t *R, const char *path,
+                             char **text, hark_err_t *err)
+{
+    http_client_t *c = conn->http;
     *text = NULL;
     size_t n = 0;
     uint8_t *raw = slurp(path, &n, err);
@@ -283,6 +344,14 @@ static int remote_transcribe(http_client_t *c, const remote_t *R, const char *pa
     hark_free(packed);
     if (rc)
         return rc;
+    kserve_parsed_response_t pr;
+    if (conn->grpc) {
+        rc = remote_grpc_infer(conn->grpc, R, &body, &pr, err);
+        kserve_response_free(&body);
+        if (rc)
+            return rc;
+        goto parsed;
+    }
     char hl[32];
     snprintf(hl, sizeof hl, "%zu", body.header_len);
     http_kv_t hdr[2] = {{"Content-Type", "application/octet-stream"},
@@ -304,9 +373,9 @@ static int remote_transcribe(http_client_t *c, const remote_t *R, const char *pa
     const char *h = http_response_header(&resp, "Inference-Header-Content-Length");
     if (h && (rc = kserve_parse_header_length(h, strlen(h), resp.body_len, &hlen, err)))
         return rc;
-    kserve_parsed_response_t pr;
     if ((rc = kserve_parse_response(resp.body, resp.body_len, hlen, &pr, err)))
         return err_prefix(err, rc, "the server's response");
+parsed:;
     const kserve_tensor_t *t = NULL;
     for (int i = 0; i < pr.n_outputs; i++)
         if (!strcmp(pr.outputs[i].name, "TRANSCRIPTS"))
@@ -329,8 +398,8 @@ static int remote_files(const transcribe_args_t *A, const char **files, int nfil
 {
     remote_t R;
     hark_err_t err = {0};
-    http_client_t *c = NULL;
-    if (remote_init(&R, A, &err) || http_client_create(R.url.host, R.url.port, NULL, &c, &err)) {
+    remote_conn_t conn = {0}, *c = &conn;
+    if (remote_init(&R, A, &err) || remote_connect(&R, c, &err)) {
         fprintf(stderr, "hark transcribe: --url %s\n", err.msg);
         return 2;
     }
@@ -369,7 +438,7 @@ static int remote_files(const transcribe_args_t *A, const char **files, int nfil
         }
     }
     cJSON_Delete(out);
-    http_client_destroy(c);
+    remote_close(c);
     return failures ? 1 : 0;
 }
 
@@ -385,9 +454,9 @@ typedef struct {
 static void *remote_worker(void *arg)
 {
     remote_pool_t *p = arg;
-    http_client_t *c = NULL;
+    remote_conn_t conn, *c = &conn;
     hark_err_t cerr = {0};
-    int crc = http_client_create(p->R->url.host, p->R->url.port, NULL, &c, &cerr);
+    int crc = remote_connect(p->R, c, &cerr);
     for (;;) {
         pthread_mutex_lock(&p->mu);
         int i = p->next < p->n ? p->next++ : -1;
@@ -409,7 +478,7 @@ static void *remote_worker(void *arg)
             p->cb(p->user, it, p->done, p->n);
         pthread_mutex_unlock(&p->mu);
     }
-    http_client_destroy(c);
+    remote_close(c);
     return NULL;
 }
 
@@ -723,6 +792,8 @@ int cli_transcribe(int argc, char **argv)
             str = &A.model;
         else if (!strcmp(a, "--url"))
             str = &A.url;
+        else if (!strcmp(a, "-i") || !strcmp(a, "--protocol"))
+            str = &A.iface;
         else if (!strcmp(a, "--device"))
             str = &A.device;
         else if (!strcmp(a, "--precision"))
@@ -795,6 +866,8 @@ int cli_transcribe(int argc, char **argv)
         bad = "--format srt|vtt takes one FILE";
     else if (A.url && (subtitles || A.dump || A.nbest >= 0 || A.batch > 0))
         bad = "--url takes --format text or json, and no --dump-dir, --nbest or --batch-size";
+    else if (A.iface && (!A.url || (strcmp(A.iface, "grpc") && strcmp(A.iface, "http"))))
+        bad = "-i takes http or grpc, with --url";
     if (bad) {
         fprintf(stderr, "hark transcribe: %s\n", bad);
         transcribe_usage(stderr);

@@ -24,7 +24,10 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "hark.h"
+#include "net/grpc_client.h"
 #include "net/http_client.h"
+#include "api/kserve_grpc.h"
+#include "grpc_service.pb-c.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -228,6 +231,10 @@ typedef struct {
 typedef struct {
     const perf_opts_t *o;
     char infer_path[1024], stats_path[1024];
+    /* gRPC (o->grpc): each input as a serialized ModelInferRequest, and the stats client */
+    uint8_t **grpc_msg;
+    size_t *grpc_len;
+    grpc_client_t *grpc_stats;
     double rate; /* this level's requests/s; 0: closed loop */
     atomic_int stop;
     atomic_llong issued;  /* whole run */
@@ -310,7 +317,9 @@ static void *worker_main(void *arg)
     hark_err_t err = {0};
     http_client_opts_t co = {.timeout_ms = o->timeout_ms};
     http_client_t *c = NULL;
-    if (http_client_create(o->host, o->port, &co, &c, &err)) {
+    grpc_client_t *gc = NULL;
+    if (o->grpc ? grpc_client_create(o->host, o->port, o->timeout_ms, &gc, &err)
+                : http_client_create(o->host, o->port, &co, &c, &err)) {
         rec_t rc = {0};
         record(r, &rc, err.msg);
         return NULL;
@@ -329,7 +338,33 @@ static void *worker_main(void *arg)
             atomic_fetch_sub(&r->issued, 1);
             break;
         }
-        const perf_input_t *in = &o->inputs[atomic_fetch_add(&r->next_in, 1) % o->n_inputs];
+        int k = atomic_fetch_add(&r->next_in, 1) % o->n_inputs;
+        const perf_input_t *in = &o->inputs[k];
+        if (gc) {
+            uint8_t *resp = NULL;
+            size_t rlen;
+            int st = 0;
+            char gmsg[512] = "";
+            atomic_fetch_add(&r->in_flight, 1);
+            uint64_t t0 = clock_now_ns();
+            int rc = grpc_client_call(gc, "/inference.GRPCInferenceService/ModelInfer",
+                                      r->grpc_msg[k], r->grpc_len[k], &resp, &rlen, &st, gmsg,
+                                      sizeof gmsg, &err);
+            uint64_t t1 = clock_now_ns();
+            atomic_fetch_sub(&r->in_flight, 1);
+            hark_free(resp);
+            rec_t rec = {.lat_us = (double)(t1 - t0) / 1000.0,
+                         .audio_s = in->audio_s,
+                         .batch = in->batch,
+                         .ok = !rc && st == 0};
+            char msg[600] = "";
+            if (rc)
+                snprintf(msg, sizeof msg, "%s", err.msg);
+            else if (st)
+                snprintf(msg, sizeof msg, "gRPC status %d: %s", st, gmsg);
+            record(r, &rec, rec.ok ? NULL : msg);
+            continue;
+        }
         char hl[32];
         http_kv_t hdr[2] = {{"Content-Type", "application/octet-stream"},
                             {"Inference-Header-Content-Length", hl}};
@@ -355,6 +390,7 @@ static void *worker_main(void *arg)
         record(r, &rec, rec.ok ? NULL : msg);
     }
     http_client_destroy(c);
+    grpc_client_destroy(gc);
     return NULL;
 }
 
@@ -369,8 +405,54 @@ typedef struct {
     perf_server_stats_t s0, s1;
 } window_t;
 
+/* ModelStatistics over gRPC, into the same figures */
+static int fetch_stats_grpc(const run_t *r, perf_server_stats_t *s)
+{
+    Inference__ModelStatisticsRequest q = INFERENCE__MODEL_STATISTICS_REQUEST__INIT;
+    q.name = (char *)r->o->model;
+    q.version = (char *)(r->o->version ? r->o->version : "");
+    uint8_t buf[1024], *resp = NULL;
+    size_t len = protobuf_c_message_get_packed_size(&q.base), rlen;
+    int st = 0;
+    char msg[256];
+    hark_err_t err = {0};
+    if (len > sizeof buf)
+        return -1;
+    protobuf_c_message_pack(&q.base, buf);
+    if (grpc_client_call(r->grpc_stats, "/inference.GRPCInferenceService/ModelStatistics", buf,
+                         len, &resp, &rlen, &st, msg, sizeof msg, &err) ||
+        st) {
+        hark_free(resp);
+        return -1;
+    }
+    Inference__ModelStatisticsResponse *m =
+        inference__model_statistics_response__unpack(NULL, rlen, resp);
+    hark_free(resp);
+    int rc = -1;
+    if (m && m->n_model_stats && m->model_stats[0]->inference_stats) {
+        const Inference__ModelStatistics *ms = m->model_stats[0];
+        const Inference__InferStatistics *is = ms->inference_stats;
+        const Inference__StatisticDuration *d[4] = {is->queue, is->compute_input,
+                                                    is->compute_infer, is->compute_output};
+        memset(s, 0, sizeof *s);
+        for (int i = 0; i < 4; i++)
+            if (d[i]) {
+                s->count[i] = d[i]->count;
+                s->ns[i] = d[i]->ns;
+            }
+        s->inference_count = ms->inference_count;
+        s->success_count = is->success ? is->success->count : 0;
+        rc = 0;
+    }
+    if (m)
+        inference__model_statistics_response__free_unpacked(m, NULL);
+    return rc;
+}
+
 static int fetch_stats(http_client_t *c, const run_t *r, perf_server_stats_t *s)
 {
+    if (r->o->grpc)
+        return fetch_stats_grpc(r, s);
     http_response_t resp;
     hark_err_t err = {0};
     if (http_client_request(c, "GET", r->stats_path, NULL, 0, NULL, 0, &resp, &err) ||
@@ -654,6 +736,17 @@ int perf_run(const perf_opts_t *opts, perf_row_t **rows_out, int *n_out, hark_er
     http_client_opts_t co = {.timeout_ms = 10000};
     int rc = rows ? http_client_create(o.host, o.port, &co, &sc, err)
                   : err_set(err, HARK_ERR_NOMEM, "out of memory");
+    if (!rc && o.grpc) { /* every input as a ModelInferRequest, made once */
+        r.grpc_msg = hark_calloc((size_t)o.n_inputs, sizeof *r.grpc_msg);
+        r.grpc_len = hark_calloc((size_t)o.n_inputs, sizeof *r.grpc_len);
+        rc = r.grpc_msg && r.grpc_len ? grpc_client_create(o.host, o.port, 10000, &r.grpc_stats, err)
+                                      : err_set(err, HARK_ERR_NOMEM, "out of memory");
+        for (int i = 0; !rc && i < o.n_inputs; i++)
+            rc = kserve_grpc_pack_request(o.model, o.version, o.inputs[i].body, o.inputs[i].len,
+                                          o.inputs[i].header_len < 0 ? (size_t)-1
+                                                                     : (size_t)o.inputs[i].header_len,
+                                          &r.grpc_msg[i], &r.grpc_len[i], err);
+    }
     uint64_t deadline = clock_now_ns() + (uint64_t)(o.max_seconds * 1e9);
     int n = 0, capped = 0;
     for (int lv = 0; !rc && lv < nlevels && !capped; lv++) {
@@ -677,6 +770,11 @@ int perf_run(const perf_opts_t *opts, perf_row_t **rows_out, int *n_out, hark_er
         n++;
     }
     http_client_destroy(sc);
+    grpc_client_destroy(r.grpc_stats);
+    for (int i = 0; r.grpc_msg && i < o.n_inputs; i++)
+        hark_free(r.grpc_msg[i]);
+    hark_free(r.grpc_msg);
+    hark_free(r.grpc_len);
     hark_free(r.recs.r);
     pthread_mutex_destroy(&r.mu);
     if (rc && n == 0) {

@@ -86,6 +86,7 @@ typedef struct {
     const char *host; /* required; the only address contacted */
     int port;
     const char *prefix;         /* URL path prefix ("" or NULL: none) */
+    int grpc;                   /* 1: KServe v2 over gRPC (ModelInfer, ModelStatistics) */
     const char *model;          /* required */
     const char *version;        /* NULL: the server's choice */
     const perf_input_t *inputs; /* (n_inputs), sent round-robin */

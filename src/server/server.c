@@ -5,6 +5,7 @@
 #include "server/server.h"
 
 #include "api/http_api.h"
+#include "api/kserve_grpc.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "gpu/gpu.h"
@@ -51,6 +52,7 @@ struct server {
     http_loop_t hl[MAX_HTTP_LOOPS];
     int n_loops;
     http_server_t *metrics;
+    kserve_grpc_t *grpc; /* KServe v2 over gRPC, on the first loop; NULL: off */
     repository_t *repo;
     atomic_int draining;
     atomic_int loading; /* startup loads not finished */
@@ -102,6 +104,7 @@ static void begin_drain(server_t *s)
             http_server_shutdown(s->hl[i].api, (unsigned)s->o.drain_timeout_ms);
     if (s->metrics)
         http_server_shutdown(s->metrics, (unsigned)s->o.drain_timeout_ms);
+    kserve_grpc_shutdown(s->grpc, (unsigned)s->o.drain_timeout_ms);
     uv_close((uv_handle_t *)&s->sigint, NULL);
     uv_close((uv_handle_t *)&s->sigterm, NULL);
     uv_close((uv_handle_t *)&s->stop_async, NULL);
@@ -232,6 +235,14 @@ int server_create(const server_opts_t *o, server_t **out, hark_err_t *err)
         if ((rc = http_server_create(&s->loop, &mo, &s->metrics, err)))
             goto fail;
     }
+    if (s->o.grpc_port >= 0) {
+        kserve_grpc_opts_t go = {.host = s->o.host,
+                                 .port = s->o.grpc_port,
+                                 .max_message = s->o.max_body_bytes,
+                                 .max_connections = (unsigned)s->o.max_connections};
+        if ((rc = kserve_grpc_create(&s->loop, s, &go, &s->grpc, err)))
+            goto fail;
+    }
     uv_signal_start(&s->sigint, on_signal, SIGINT);
     uv_signal_start(&s->sigterm, on_signal, SIGTERM);
     *out = s;
@@ -245,6 +256,8 @@ int server_run(server_t *s)
 {
     printf("hark serving %s: http://%s:%d (KServe v2, OpenAI /v1/audio/transcriptions)",
            s->o.model_repository, s->o.host, http_server_port(s->hl[0].api));
+    if (s->grpc)
+        printf(", gRPC grpc://%s:%d", s->o.host, kserve_grpc_port(s->grpc));
     if (s->metrics)
         printf(", metrics http://%s:%d/metrics", s->o.host, http_server_port(s->metrics));
     printf("\n");
@@ -286,6 +299,7 @@ void server_destroy(server_t *s)
                     http_server_shutdown(s->hl[i].api, 0);
             if (s->metrics)
                 http_server_shutdown(s->metrics, 0);
+            kserve_grpc_shutdown(s->grpc, 0);
             uv_close((uv_handle_t *)&s->sigint, NULL);
             uv_close((uv_handle_t *)&s->sigterm, NULL);
             uv_close((uv_handle_t *)&s->stop_async, NULL);
@@ -300,6 +314,7 @@ void server_destroy(server_t *s)
                 uv_loop_close(&l->own);
         }
         http_server_destroy(s->metrics);
+        kserve_grpc_destroy(s->grpc);
         uv_loop_close(&s->loop);
     }
     repository_destroy(s->repo);

@@ -20,6 +20,7 @@ typedef struct {
     const char *host;             /* default 127.0.0.1 */
     int http_port;                /* default 8000; 0: ephemeral (printed on stdout) */
     int metrics_port;             /* default 8002; -1: off; 0: ephemeral */
+    int grpc_port;                /* KServe v2 gRPC; default 8001 (cmd_serve); -1: off; 0: ephemeral */
     size_t max_body_bytes;        /* 413 beyond; default 64 MiB */
     int max_connections;          /* default 1024 */
     int request_timeout_ms;       /* stalled client: 408; default 30000 */

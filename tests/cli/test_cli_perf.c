@@ -233,9 +233,14 @@ TEST(cli_perf_usage_errors)
     CHECK(strstr(out, "-m MODEL") != NULL);
     snprintf(cmd, sizeof cmd, "%s perf -m x --concurrency-range 3:1", test_hark_bin());
     CHECK(run_cmd(t, cmd, "b", out, sizeof out) == 2);
-    snprintf(cmd, sizeof cmd, "%s perf -m x -i grpc", test_hark_bin());
+    snprintf(cmd, sizeof cmd, "%s perf -m x -i udp", test_hark_bin()); /* http or grpc */
     CHECK(run_cmd(t, cmd, "c", out, sizeof out) == 2);
-    CHECK(strstr(out, "http") != NULL);
+    CHECK(strstr(out, "http or grpc") != NULL);
+    /* gRPC, nothing listening: exit 1 with a connect error */
+    snprintf(cmd, sizeof cmd, "%s perf -m x -i grpc -u 127.0.0.1:1 -p 100 --max-seconds 5",
+             test_hark_bin());
+    CHECK(run_cmd(t, cmd, "e", out, sizeof out) == 1);
+    CHECKF(strstr(out, "connect") != NULL, "%s", out);
     /* nothing listening on the port: exit 1 with a connect error, quickly */
     snprintf(cmd, sizeof cmd, "%s perf -m x -u 127.0.0.1:1 -p 100 --max-seconds 5",
              test_hark_bin());

@@ -1,0 +1,589 @@
+/* kserve_grpc.c — the GRPCInferenceService RPCs over the http2 server and service.h: one call
+ * record per HTTP/2 stream; unary RPCs answer HEADERS + one message + trailers (errors as
+ * Trailers-Only); ModelStreamInfer answers each request message with its own response message.
+ * Answers made on inference threads are queued to the loop by http2_stream_send_*.
+ * Tests: tests/server/test_grpc.py; fuzz: tests/fuzz/fuzz_grpc.c */
+#include "api/kserve_grpc.h"
+
+#include "api/service.h"
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "grpc_service.pb-c.h"
+#include "hark.h"
+#include "net/http2.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define GRPC_PREFIX_PATH "/inference.GRPCInferenceService/"
+
+typedef enum {
+    RPC_NONE = 0,
+    RPC_SERVER_LIVE,
+    RPC_SERVER_READY,
+    RPC_MODEL_READY,
+    RPC_SERVER_METADATA,
+    RPC_MODEL_METADATA,
+    RPC_MODEL_INFER,
+    RPC_MODEL_STREAM_INFER,
+    RPC_MODEL_CONFIG,
+    RPC_MODEL_STATISTICS,
+    RPC_REPOSITORY_INDEX,
+    RPC_REPOSITORY_LOAD,
+    RPC_REPOSITORY_UNLOAD,
+} rpc_t;
+
+static const struct {
+    const char *name;
+    rpc_t rpc;
+    const ProtobufCMessageDescriptor *in;
+} RPCS[] = {
+    {"ServerLive", RPC_SERVER_LIVE, &inference__server_live_request__descriptor},
+    {"ServerReady", RPC_SERVER_READY, &inference__server_ready_request__descriptor},
+    {"ModelReady", RPC_MODEL_READY, &inference__model_ready_request__descriptor},
+    {"ServerMetadata", RPC_SERVER_METADATA, &inference__server_metadata_request__descriptor},
+    {"ModelMetadata", RPC_MODEL_METADATA, &inference__model_metadata_request__descriptor},
+    {"ModelInfer", RPC_MODEL_INFER, &inference__model_infer_request__descriptor},
+    {"ModelStreamInfer", RPC_MODEL_STREAM_INFER, &inference__model_infer_request__descriptor},
+    {"ModelConfig", RPC_MODEL_CONFIG, &inference__model_config_request__descriptor},
+    {"ModelStatistics", RPC_MODEL_STATISTICS, &inference__model_statistics_request__descriptor},
+    {"RepositoryIndex", RPC_REPOSITORY_INDEX, &inference__repository_index_request__descriptor},
+    {"RepositoryModelLoad", RPC_REPOSITORY_LOAD,
+     &inference__repository_model_load_request__descriptor},
+    {"RepositoryModelUnload", RPC_REPOSITORY_UNLOAD,
+     &inference__repository_model_unload_request__descriptor},
+};
+
+struct kserve_grpc {
+    server_t *s;
+    uv_loop_t *loop;
+    http2_server_t *h2;
+    size_t max_message;
+};
+
+/* One RPC (one HTTP/2 stream). Refcounted: the stream's on_close drops one, each in-flight
+ * inference or repository load holds one. Loop-thread fields are marked. */
+typedef struct {
+    atomic_int refs;
+    kserve_grpc_t *g;
+    http2_stream_t *st; /* referenced */
+    rpc_t rpc;
+    int idx;             /* into RPCS */
+    uint64_t deadline_ns;
+    atomic_int answered; /* unary: 1 once the answer is queued */
+    /* streaming: 1 while the client may still send + 1 per inference in flight; whoever takes it
+     * to 0 ends the RPC */
+    atomic_int open_work;
+    /* request bytes (loop) */
+    uint8_t *buf;
+    size_t len, cap;
+    int failed; /* loop: answered with an error, further data ignored */
+} call_t;
+
+static void call_unref(call_t *c)
+{
+    if (atomic_fetch_sub(&c->refs, 1) == 1) {
+        http2_stream_unref(c->st);
+        hark_free(c->buf);
+        hark_free(c);
+    }
+}
+
+/* ---- answers (any thread) ------------------------------------------------------------------- */
+
+static void send_headers(call_t *c)
+{
+    http2_header_t h[] = {{"content-type", "application/grpc"}};
+    http2_stream_send_headers(c->st, h, 1);
+}
+
+/* the status: as Trailers-Only (unary errors: no headers went out, so content-type goes with
+ * it), or as the trailers after the streaming RPC's headers */
+static void send_status(call_t *c, int code, const char *msg)
+{
+    char num[16], enc[1024];
+    snprintf(num, sizeof num, "%d", code);
+    http2_header_t t[3];
+    int n = 0;
+    if (c->rpc != RPC_MODEL_STREAM_INFER)
+        t[n++] = (http2_header_t){"content-type", "application/grpc"};
+    t[n++] = (http2_header_t){"grpc-status", num};
+    if (msg && msg[0]) {
+        grpc_percent_encode(msg, enc, sizeof enc);
+        t[n++] = (http2_header_t){"grpc-message", enc};
+    }
+    http2_stream_send_trailers(c->st, t, n);
+}
+
+/* unary: the message, or an error status (frame NULL) */
+static void answer(call_t *c, int status, const char *msg, uint8_t *frame, size_t len)
+{
+    if (atomic_exchange(&c->answered, 1)) {
+        hark_free(frame);
+        return;
+    }
+    if (status == HARK_OK && frame) {
+        send_headers(c);
+        http2_stream_send_data(c->st, frame, len);
+        http2_header_t t[] = {{"grpc-status", "0"}};
+        http2_stream_send_trailers(c->st, t, 1);
+        return;
+    }
+    hark_free(frame);
+    send_status(c, status == HARK_OK ? GRPC_STATUS_INTERNAL : grpc_status_of(status), msg);
+}
+
+static void answer_code(call_t *c, int code, const char *msg)
+{
+    if (atomic_exchange(&c->answered, 1))
+        return;
+    send_status(c, code, msg);
+}
+
+static void answer_pb(call_t *c, const ProtobufCMessage *m)
+{
+    size_t len;
+    uint8_t *f = grpc_frame_pack(m, &len);
+    answer(c, f ? HARK_OK : HARK_ERR_NOMEM, "out of memory", f, len);
+}
+
+static void answer_json(call_t *c, kserve_grpc_doc_t kind, int rc, char *json, hark_err_t *err)
+{
+    uint8_t *f = NULL;
+    size_t len = 0;
+    if (!rc)
+        rc = kserve_grpc_json_frame(kind, json, &f, &len, err);
+    hark_free(json);
+    answer(c, rc, err->msg, f, len);
+}
+
+/* streaming: one unit of work finished; the last one ends the RPC with OK */
+static void stream_work_done(call_t *c)
+{
+    if (atomic_fetch_sub(&c->open_work, 1) == 1 && !atomic_exchange(&c->answered, 1)) {
+        http2_header_t t[] = {{"grpc-status", "0"}};
+        http2_stream_send_trailers(c->st, t, 1);
+    }
+}
+
+/* ---- inference ------------------------------------------------------------------------------ */
+
+/* one inference in flight: the service borrows kreq (which borrows pb) until it calls body_free
+ * (after done), as the HTTP path does */
+typedef struct {
+    call_t *c; /* referenced */
+    kserve_request_t kreq;
+    Inference__ModelInferRequest *pb;
+} infer_t;
+
+static void infer_free(void *user)
+{
+    infer_t *in = user;
+    protobuf_c_message_free_unpacked(&in->pb->base, NULL);
+    call_unref(in->c);
+    hark_free(in);
+}
+
+/* the service's answer, on an inference thread (or the loop for early errors): serialised here,
+ * queued to the connection's loop by http2_stream_send_* */
+static void infer_done(void *user, int status, const char *error, const char *model,
+                       const char *version, const kserve_output_t *outs, int n_outs)
+{
+    infer_t *in = user;
+    call_t *c = in->c;
+    int stream = c->rpc == RPC_MODEL_STREAM_INFER;
+    const char *id = in->pb->id ? in->pb->id : "";
+    hark_err_t err = {0};
+    uint8_t *f = NULL;
+    size_t len = 0;
+    if (status == HARK_OK) {
+        kserve_grpc_infer_answer_t a = {.model = model,
+                                        .version = version,
+                                        .id = id,
+                                        .req = &in->kreq,
+                                        .outs = outs,
+                                        .n_outs = n_outs,
+                                        .stream = stream,
+                                        .final_response = 1};
+        status = kserve_grpc_infer_frame(&a, &f, &len, &err);
+        error = err.msg;
+    }
+    if (stream) {
+        if (status != HARK_OK)
+            f = kserve_grpc_stream_error_frame(error, model, id, &len);
+        if (f)
+            http2_stream_send_data(c->st, f, len);
+        stream_work_done(c);
+    } else {
+        answer(c, status, error, f, len);
+    }
+}
+
+static void stream_error(call_t *c, const char *msg, const char *model, const char *id)
+{
+    size_t fl;
+    uint8_t *f = kserve_grpc_stream_error_frame(msg, model, id, &fl);
+    if (f)
+        http2_stream_send_data(c->st, f, fl);
+}
+
+/* one ModelInferRequest message (unary or one of a stream) */
+static void start_infer(call_t *c, const uint8_t *msg, size_t len)
+{
+    int stream = c->rpc == RPC_MODEL_STREAM_INFER;
+    hark_err_t err = {0};
+    Inference__ModelInferRequest *pb = inference__model_infer_request__unpack(NULL, len, msg);
+    if (!pb) {
+        if (stream)
+            stream_error(c, "malformed ModelInferRequest message", "", "");
+        else
+            answer_code(c, GRPC_STATUS_INVALID_ARGUMENT, "malformed ModelInferRequest message");
+        return;
+    }
+    infer_t *in = hark_calloc(1, sizeof *in);
+    int rc = in ? kserve_grpc_request_from_pb(pb, &in->kreq, &err)
+                : err_set(&err, HARK_ERR_NOMEM, "out of memory");
+    if (rc) {
+        if (stream)
+            stream_error(c, err.msg, pb->model_name, pb->id);
+        else
+            answer(c, rc, err.msg, NULL, 0);
+        hark_free(in);
+        protobuf_c_message_free_unpacked(&pb->base, NULL);
+        return;
+    }
+    in->c = c;
+    in->pb = pb;
+    atomic_fetch_add(&c->refs, 1);
+    if (stream)
+        atomic_fetch_add(&c->open_work, 1);
+    service_infer_t si = {.model = pb->model_name,
+                          .version = pb->model_version,
+                          .req = &in->kreq,
+                          .body = pb,
+                          .body_free = infer_free, /* after done: the context itself */
+                          .body_user = in,
+                          .cancelled = http2_stream_cancelled_flag(c->st),
+                          .deadline_ns = c->deadline_ns,
+                          .loop = c->g->loop,
+                          .done = infer_done,
+                          .user = in};
+    service_infer(c->g->s, &si);
+}
+
+/* ---- repository load / unload --------------------------------------------------------------- */
+
+static void load_done(void *user, int status, const char *msg)
+{
+    call_t *c = user;
+    if (status == HARK_OK) {
+        Inference__RepositoryModelLoadResponse r = INFERENCE__REPOSITORY_MODEL_LOAD_RESPONSE__INIT;
+        answer_pb(c, &r.base); /* same (empty) wire form as the unload response */
+    } else {
+        answer(c, status, msg, NULL, 0);
+    }
+    call_unref(c);
+}
+
+/* ---- dispatch (loop thread) ----------------------------------------------------------------- */
+
+static const char *str_or_empty(const char *s)
+{
+    return s ? s : "";
+}
+
+static void handle_unary(call_t *c, const uint8_t *msg, size_t len)
+{
+    server_t *s = c->g->s;
+    hark_err_t err = {0};
+    char *json = NULL;
+    if (c->rpc == RPC_MODEL_INFER) {
+        start_infer(c, msg, len);
+        return;
+    }
+    ProtobufCMessage *m = protobuf_c_message_unpack(RPCS[c->idx].in, NULL, len, msg);
+    if (!m) {
+        answer_code(c, GRPC_STATUS_INVALID_ARGUMENT, "malformed request message");
+        return;
+    }
+    switch (c->rpc) {
+    case RPC_SERVER_LIVE: {
+        Inference__ServerLiveResponse r = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
+        r.live = service_live(s) ? 1 : 0;
+        answer_pb(c, &r.base);
+        break;
+    }
+    case RPC_SERVER_READY: {
+        Inference__ServerReadyResponse r = INFERENCE__SERVER_READY_RESPONSE__INIT;
+        r.ready = service_ready(s) ? 1 : 0;
+        answer_pb(c, &r.base);
+        break;
+    }
+    case RPC_MODEL_READY: {
+        Inference__ModelReadyRequest *q = (Inference__ModelReadyRequest *)m;
+        Inference__ModelReadyResponse r = INFERENCE__MODEL_READY_RESPONSE__INIT;
+        r.ready = service_model_ready(s, str_or_empty(q->name), str_or_empty(q->version)) ? 1 : 0;
+        answer_pb(c, &r.base);
+        break;
+    }
+    case RPC_SERVER_METADATA: {
+        int rc = service_server_metadata(s, &json, &err);
+        answer_json(c, KSERVE_GRPC_SERVER_METADATA, rc, json, &err);
+        break;
+    }
+    case RPC_MODEL_METADATA:
+    case RPC_MODEL_CONFIG:
+    case RPC_MODEL_STATISTICS: {
+        /* the three requests share their wire form: name = 1, version = 2 */
+        Inference__ModelMetadataRequest *q = (Inference__ModelMetadataRequest *)m;
+        const char *name = str_or_empty(q->name), *ver = str_or_empty(q->version);
+        int rc;
+        if (c->rpc == RPC_MODEL_METADATA) {
+            rc = service_model_metadata(s, name, ver, &json, &err);
+            answer_json(c, KSERVE_GRPC_MODEL_METADATA, rc, json, &err);
+        } else if (c->rpc == RPC_MODEL_CONFIG) {
+            rc = service_model_config(s, name, ver, &json, &err);
+            answer_json(c, KSERVE_GRPC_MODEL_CONFIG, rc, json, &err);
+        } else {
+            rc = service_model_stats(s, name, ver, &json, &err);
+            answer_json(c, KSERVE_GRPC_MODEL_STATS, rc, json, &err);
+        }
+        break;
+    }
+    case RPC_REPOSITORY_INDEX: {
+        Inference__RepositoryIndexRequest *q = (Inference__RepositoryIndexRequest *)m;
+        int rc = service_repository_index(s, q->ready, &json, &err);
+        answer_json(c, KSERVE_GRPC_REPOSITORY_INDEX, rc, json, &err);
+        break;
+    }
+    case RPC_REPOSITORY_LOAD:
+    case RPC_REPOSITORY_UNLOAD: {
+        /* both requests: repository_name = 1, model_name = 2 */
+        Inference__RepositoryModelLoadRequest *q = (Inference__RepositoryModelLoadRequest *)m;
+        if (!q->model_name || !q->model_name[0]) {
+            answer_code(c, GRPC_STATUS_INVALID_ARGUMENT, "model_name is required");
+            break;
+        }
+        atomic_fetch_add(&c->refs, 1);
+        service_repository_load(s, q->model_name, c->rpc == RPC_REPOSITORY_LOAD, load_done, c);
+        break;
+    }
+    default:
+        answer_code(c, GRPC_STATUS_UNIMPLEMENTED, "not implemented");
+        break;
+    }
+    protobuf_c_message_free_unpacked(m, NULL);
+}
+
+/* takes whole messages out of c->buf; streaming handles each, unary waits for the end */
+static int take_messages(call_t *c, int at_end)
+{
+    hark_err_t err = {0};
+    size_t off = 0;
+    for (;;) {
+        const uint8_t *msg;
+        size_t ml, used;
+        int r = grpc_frame_next(c->buf + off, c->len - off, c->g->max_message, &msg, &ml, &used,
+                                &err);
+        if (r < 0) {
+            int code = r == HARK_ERR_TOO_LARGE     ? GRPC_STATUS_RESOURCE_EXHAUSTED
+                       : r == HARK_ERR_UNSUPPORTED ? GRPC_STATUS_UNIMPLEMENTED
+                                                   : GRPC_STATUS_INTERNAL;
+            c->failed = 1;
+            if (c->rpc == RPC_MODEL_STREAM_INFER) {
+                if (atomic_exchange(&c->answered, 1) == 0) {
+                    /* ends the RPC now; inferences still in flight are dropped */
+                    send_status(c, code, err.msg);
+                }
+            } else {
+                answer_code(c, code, err.msg);
+            }
+            return -1;
+        }
+        if (r == 0)
+            break;
+        if (c->rpc == RPC_MODEL_STREAM_INFER) {
+            start_infer(c, msg, ml);
+            off += used;
+            continue;
+        }
+        if (!at_end)
+            return 0; /* unary: the message waits for END_STREAM */
+        if (off + used != c->len) {
+            c->failed = 1;
+            answer_code(c, GRPC_STATUS_UNIMPLEMENTED, "more than one request message for a unary RPC");
+            return -1;
+        }
+        handle_unary(c, msg, ml);
+        off += used;
+        break;
+    }
+    if (off) {
+        memmove(c->buf, c->buf + off, c->len - off);
+        c->len -= off;
+    }
+    return 0;
+}
+
+static int on_headers(http2_stream_t *st, void *user)
+{
+    kserve_grpc_t *g = user;
+    call_t *c = hark_calloc(1, sizeof *c);
+    if (!c)
+        return -1;
+    atomic_init(&c->refs, 1);
+    atomic_init(&c->open_work, 1);
+    c->g = g;
+    c->st = st;
+    http2_stream_ref(st);
+    http2_stream_set_user(st, c);
+    const char *path = http2_stream_header(st, ":path");
+    const char *method = http2_stream_header(st, ":method");
+    const char *ct = http2_stream_header(st, "content-type");
+    const char *to = http2_stream_header(st, "grpc-timeout");
+    if (!method || strcmp(method, "POST")) {
+        answer_code(c, GRPC_STATUS_UNIMPLEMENTED, "gRPC calls are POST requests");
+        c->failed = 1;
+        return 0;
+    }
+    if (!ct || strncmp(ct, "application/grpc", 16) || (ct[16] && ct[16] != '+' && ct[16] != ';')) {
+        answer_code(c, GRPC_STATUS_INTERNAL, "content-type must be application/grpc");
+        c->failed = 1;
+        return 0;
+    }
+    if (path && !strncmp(path, GRPC_PREFIX_PATH, strlen(GRPC_PREFIX_PATH))) {
+        const char *name = path + strlen(GRPC_PREFIX_PATH);
+        for (size_t i = 0; i < sizeof RPCS / sizeof RPCS[0]; i++)
+            if (!strcmp(name, RPCS[i].name)) {
+                c->rpc = RPCS[i].rpc;
+                c->idx = (int)i;
+            }
+    }
+    if (c->rpc == RPC_NONE) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "method %.200s is not implemented by hark", path ? path : "");
+        answer_code(c, GRPC_STATUS_UNIMPLEMENTED, msg);
+        c->failed = 1;
+        return 0;
+    }
+    if (to) {
+        uint64_t ns;
+        if (grpc_parse_timeout(to, strlen(to), &ns)) {
+            answer_code(c, GRPC_STATUS_INVALID_ARGUMENT, "malformed grpc-timeout header");
+            c->failed = 1;
+            return 0;
+        }
+        uint64_t now = clock_now_ns();
+        c->deadline_ns = ns > UINT64_MAX - now ? UINT64_MAX : now + ns;
+        if (!c->deadline_ns)
+            c->deadline_ns = 1;
+    }
+    if (c->rpc == RPC_MODEL_STREAM_INFER)
+        send_headers(c);
+    return 0;
+}
+
+static int on_data(http2_stream_t *st, const uint8_t *data, size_t len, void *user)
+{
+    call_t *c = http2_stream_user(st);
+    if (!c || c->failed)
+        return 0;
+    /* a message over the limit is refused as soon as its prefix is here (take_messages), so
+     * the buffer holds at most one message plus one DATA frame */
+    if (c->len + len > c->cap) {
+        size_t nc = c->cap ? c->cap : 4096;
+        while (nc < c->len + len)
+            nc *= 2;
+        uint8_t *nb = hark_realloc(c->buf, nc);
+        if (!nb) {
+            c->failed = 1;
+            answer_code(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory for the request");
+            return 0;
+        }
+        c->buf = nb;
+        c->cap = nc;
+    }
+    memcpy(c->buf + c->len, data, len);
+    c->len += len;
+    take_messages(c, 0);
+    return 0;
+}
+
+static void on_end(http2_stream_t *st, void *user)
+{
+    call_t *c = http2_stream_user(st);
+    if (!c || c->failed)
+        return;
+    if (c->rpc == RPC_MODEL_STREAM_INFER) {
+        if (c->len && !atomic_exchange(&c->answered, 1))
+            send_status(c, GRPC_STATUS_INTERNAL, "the stream ended inside a message");
+        else
+            stream_work_done(c);
+        return;
+    }
+    if (!c->len) {
+        answer_code(c, GRPC_STATUS_INTERNAL, "no request message");
+        return;
+    }
+    if (take_messages(c, 1) == 0 && c->len)
+        answer_code(c, GRPC_STATUS_INTERNAL, "the request ended inside a message");
+}
+
+static void on_close(http2_stream_t *st, void *user)
+{
+    call_t *c = http2_stream_user(st);
+    http2_stream_set_user(st, NULL);
+    if (c)
+        call_unref(c);
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------------ */
+
+int kserve_grpc_create(uv_loop_t *loop, server_t *s, const kserve_grpc_opts_t *o,
+                       kserve_grpc_t **out, hark_err_t *err)
+{
+    *out = NULL;
+    kserve_grpc_t *g = hark_calloc(1, sizeof *g);
+    if (!g)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    g->s = s;
+    g->loop = loop;
+    g->max_message = o->max_message ? o->max_message : (size_t)64 << 20;
+    http2_server_opts_t ho = {.host = o->host,
+                              .port = o->port,
+                              .handler = {on_headers, on_data, on_end, on_close},
+                              .user = g,
+                              .max_streams = o->max_streams,
+                              .max_connections = o->max_connections,
+                              .idle_timeout_ms = o->idle_timeout_ms ? o->idle_timeout_ms : 300000};
+    int rc = http2_server_create(loop, &ho, &g->h2, err);
+    *out = g; /* even on failure: the caller runs the loop and destroys it */
+    return rc;
+}
+
+int kserve_grpc_port(const kserve_grpc_t *g)
+{
+    return http2_server_port(g->h2);
+}
+
+void kserve_grpc_shutdown(kserve_grpc_t *g, unsigned deadline_ms)
+{
+    if (g && g->h2)
+        http2_server_shutdown(g->h2, deadline_ms);
+}
+
+void kserve_grpc_destroy(kserve_grpc_t *g)
+{
+    if (!g)
+        return;
+    http2_server_destroy(g->h2);
+    hark_free(g);
+}
+
+/* for the fuzz target and tests: the socket-free http2 server under the handlers */
+http2_server_t *kserve_grpc_http2(kserve_grpc_t *g);
+http2_server_t *kserve_grpc_http2(kserve_grpc_t *g)
+{
+    return g->h2;
+}
