@@ -495,6 +495,20 @@ static int on_data(http2_stream_t *st, const uint8_t *data, size_t len, void *us
         size_t nc = c->cap ? c->cap : 4096;
         while (nc < c->len + len)
             nc *= 2;
+        /* the first message's length prefix known (it is at the start of the buffer): room for
+         * all of it at once, so that a large request is received with one copy, not a doubling
+         * series of reallocations (a message over the limit is refused by take_messages) */
+        uint8_t pre[GRPC_PREFIX];
+        size_t have = c->len < GRPC_PREFIX ? c->len : GRPC_PREFIX;
+        memcpy(pre, c->buf ? c->buf : pre, have);
+        if (have < GRPC_PREFIX && len >= GRPC_PREFIX - have)
+            memcpy(pre + have, data, GRPC_PREFIX - have);
+        if (have == GRPC_PREFIX || len >= GRPC_PREFIX - have) {
+            size_t whole = GRPC_PREFIX + ((size_t)pre[1] << 24 | (size_t)pre[2] << 16 |
+                                          (size_t)pre[3] << 8 | pre[4]);
+            if (whole > nc && whole <= c->g->max_message + GRPC_PREFIX)
+                nc = whole;
+        }
         uint8_t *nb = hark_realloc(c->buf, nc);
         if (!nb) {
             c->failed = 1;
@@ -556,7 +570,8 @@ int kserve_grpc_create(uv_loop_t *loop, server_t *s, const kserve_grpc_opts_t *o
                               .user = g,
                               .max_streams = o->max_streams,
                               .max_connections = o->max_connections,
-                              .idle_timeout_ms = o->idle_timeout_ms ? o->idle_timeout_ms : 300000};
+                              .idle_timeout_ms = o->idle_timeout_ms ? o->idle_timeout_ms : 300000,
+                              .reuse_port = o->reuse_port};
     int rc = http2_server_create(loop, &ho, &g->h2, err);
     *out = g; /* even on failure: the caller runs the loop and destroys it */
     return rc;

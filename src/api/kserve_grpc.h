@@ -138,6 +138,7 @@ typedef struct {
     unsigned max_streams;   /* SETTINGS_MAX_CONCURRENT_STREAMS; default 100 */
     unsigned max_connections;
     unsigned idle_timeout_ms; /* connection without streams closed; default 300 s */
+    int reuse_port;           /* NET_REUSE_* (net/listen.h): one port served by several loops */
 } kserve_grpc_opts_t;
 
 typedef struct kserve_grpc kserve_grpc_t;

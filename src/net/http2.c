@@ -3,6 +3,8 @@
  * Tests: tests/net/test_http2.c, tests/server/test_grpc.py; fuzz: tests/fuzz/fuzz_grpc.c */
 #include "net/http2.h"
 
+#include "net/listen.h"
+
 #include "core/alloc.h"
 #include "core/log.h"
 #include "hark.h"
@@ -884,14 +886,11 @@ int http2_server_create(uv_loop_t *loop, const http2_server_opts_t *o, http2_ser
         *out = s;
         return HARK_OK;
     }
-    struct sockaddr_storage addr;
-    int rc;
-    if (uv_ip4_addr(s->o.host, o->port, (struct sockaddr_in *)&addr) &&
-        uv_ip6_addr(s->o.host, o->port, (struct sockaddr_in6 *)&addr)) {
+    int fd = -1, rc;
+    if ((rc = net_listen(s->o.host, o->port, o->reuse_port, "gRPC", &fd, &s->port, err))) {
         q_unref(q);
         hark_free(s);
-        return err_set(err, HARK_ERR_INVALID_ARG, "gRPC: bad host '%s' (an IP literal)",
-                       s->o.host);
+        return rc;
     }
     uv_tcp_init(loop, &s->listener);
     uv_async_init(loop, &s->async, on_async);
@@ -900,7 +899,7 @@ int http2_server_create(uv_loop_t *loop, const http2_server_opts_t *o, http2_ser
     s->handles_open = 3;
     s->listening = 1;
     q->async = &s->async;
-    if ((rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&addr, 0)) ||
+    if ((rc = uv_tcp_open(&s->listener, fd)) ||
         (rc = uv_listen((uv_stream_t *)&s->listener, 511, on_connection))) {
         err_set(err, HARK_ERR_IO, "gRPC: cannot listen on %s:%d: %s", s->o.host, o->port,
                 uv_strerror(rc));
@@ -908,11 +907,6 @@ int http2_server_create(uv_loop_t *loop, const http2_server_opts_t *o, http2_ser
         begin_shutdown(s, 0);
         return HARK_ERR_IO;
     }
-    struct sockaddr_storage got;
-    int len = sizeof got;
-    uv_tcp_getsockname(&s->listener, (struct sockaddr *)&got, &len);
-    s->port = ntohs(got.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
-                                              : ((struct sockaddr_in *)&got)->sin_port);
     *out = s;
     return HARK_OK;
 }

@@ -55,6 +55,7 @@ typedef struct {
     unsigned max_connections; /* default 1024 */
     unsigned idle_timeout_ms; /* connection with no open stream closed; default 300 s */
     size_t max_header_list;   /* bytes; default 64 KiB */
+    int reuse_port;           /* NET_REUSE_* (net/listen.h): several loops on one port */
 } http2_server_opts_t;
 
 /* Binds and listens (loop non-NULL), or with loop NULL makes a socket-free server whose

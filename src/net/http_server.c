@@ -3,6 +3,8 @@
  * Tests: tests/net/test_http_server.c */
 #include "net/http_server.h"
 
+#include "net/listen.h"
+
 #include "core/alloc.h"
 #include "core/assert.h"
 #include "core/log.h"
@@ -1168,33 +1170,6 @@ static void on_async(uv_async_t *a)
         server_begin_shutdown(s, atomic_load(&s->deadline_ms));
 }
 
-static int resolve(const char *host, int port, struct sockaddr_storage *ss, hark_err_t *err)
-{
-    memset(ss, 0, sizeof *ss);
-    if (uv_ip4_addr(host, port, (struct sockaddr_in *)ss) == 0)
-        return HARK_OK;
-    if (uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss) == 0)
-        return HARK_OK;
-    struct addrinfo hints = {0}, *res = NULL;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_family = AF_INET; /* "localhost" means 127.0.0.1 first */
-    int rc = getaddrinfo(host, NULL, &hints, &res);
-    if (rc != 0) {
-        hints.ai_family = AF_UNSPEC;
-        rc = getaddrinfo(host, NULL, &hints, &res);
-    }
-    if (rc != 0 || !res)
-        return err_set(err, HARK_ERR_INVALID_ARG, "http: cannot resolve host '%s': %s", host,
-                       gai_strerror(rc));
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    if (ss->ss_family == AF_INET)
-        ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
-    else
-        ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
-    freeaddrinfo(res);
-    return HARK_OK;
-}
-
 int http_server_create(uv_loop_t *loop, const http_server_opts_t *opts, http_server_t **out,
                        hark_err_t *err)
 {
@@ -1222,67 +1197,20 @@ int http_server_create(uv_loop_t *loop, const http_server_opts_t *opts, http_ser
         s->o.idle_timeout_ms = 60000;
     if (!s->o.max_pipeline)
         s->o.max_pipeline = 16;
-    struct sockaddr_storage ss;
-    int rc = resolve(s->o.host, s->o.port, &ss, err);
+    int fd = -1;
+    int rc = net_listen(s->o.host, s->o.port, opts->reuse_port, "http", &fd, &s->port, err);
     if (rc != HARK_OK) {
         hark_free(s);
         return rc;
     }
     s->o.host = NULL; /* not kept */
-    /* bind and listen with plain calls first: a failure leaves no libuv handle to close */
-    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), one = 1;
-    const char *what = "socket";
-    int ok = fd >= 0;
-    socklen_t alen =
-        ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-    if (ok && opts->reuse_port == HTTP_REUSE_FIRST && opts->port) {
-        /* a port shared between our loops must not be one another process listens on, with
-         * SO_REUSEPORT or without: a plain bind finds out (then the real one takes it) */
-        int probe = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        what = "bind";
-        ok = probe >= 0;
-        if (ok) {
-            setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-            ok = bind(probe, (const struct sockaddr *)&ss, alen) == 0;
-            int e = errno;
-            close(probe);
-            errno = e;
-        }
-    }
-    if (ok) {
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (opts->reuse_port)
-            setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
-        what = "bind";
-        ok = bind(fd, (const struct sockaddr *)&ss, alen) == 0;
-    }
-    if (ok) {
-        what = "listen";
-        ok = listen(fd, 511) == 0;
-    }
-    struct sockaddr_storage b;
-    socklen_t blen = sizeof b;
-    if (ok) {
-        what = "getsockname";
-        ok = getsockname(fd, (struct sockaddr *)&b, &blen) == 0;
-    }
-    s->wake_fd = -1;
-    if (ok) {
-        what = "eventfd";
-        ok = (s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) >= 0;
-    }
-    if (!ok) {
-        err_set(err, HARK_ERR_IO, "http: %s %s port %d: %s", what, opts->host ? opts->host : "",
-                opts->port, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        if (s->wake_fd >= 0) /* defensive: nothing fails after the eventfd */
-            close(s->wake_fd);
+    s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (s->wake_fd < 0) {
+        err_set(err, HARK_ERR_IO, "http: eventfd: %s", strerror(errno));
+        close(fd);
         hark_free(s);
         return HARK_ERR_IO;
     }
-    s->port = ntohs(b.ss_family == AF_INET ? ((struct sockaddr_in *)&b)->sin_port
-                                           : ((struct sockaddr_in6 *)&b)->sin6_port);
     pthread_mutex_init(&s->ready_mu, NULL);
     uv_tcp_init(loop, &s->listener);
     uv_async_init(loop, &s->async, on_async);

@@ -12,6 +12,7 @@
 #include "gpu/pinned.h"
 #include "hark.h"
 #include "net/http_server.h"
+#include "net/listen.h"
 #include "server/repository.h"
 
 #include <pthread.h>
@@ -34,7 +35,8 @@ typedef struct {
     uv_loop_t own;
     int own_init;
     http_server_t *api;
-    http_api_ctx_t ctx; /* the handlers' view of this loop */
+    kserve_grpc_t *grpc; /* KServe v2 over gRPC on this loop (SO_REUSEPORT); NULL: off */
+    http_api_ctx_t ctx;  /* the handlers' view of this loop */
     pthread_t th;
     int started;
 } http_loop_t;
@@ -52,7 +54,6 @@ struct server {
     http_loop_t hl[MAX_HTTP_LOOPS];
     int n_loops;
     http_server_t *metrics;
-    kserve_grpc_t *grpc; /* KServe v2 over gRPC, on the first loop; NULL: off */
     repository_t *repo;
     atomic_int draining;
     atomic_int loading; /* startup loads not finished */
@@ -99,12 +100,13 @@ static void begin_drain(server_t *s)
     s->draining = 1;
     LOG_INFO("draining: no new connections, finishing in-flight requests (deadline %d ms)",
              s->o.drain_timeout_ms);
-    for (int i = 0; i < s->n_loops; i++)
+    for (int i = 0; i < s->n_loops; i++) {
         if (s->hl[i].api)
             http_server_shutdown(s->hl[i].api, (unsigned)s->o.drain_timeout_ms);
+        kserve_grpc_shutdown(s->hl[i].grpc, (unsigned)s->o.drain_timeout_ms);
+    }
     if (s->metrics)
         http_server_shutdown(s->metrics, (unsigned)s->o.drain_timeout_ms);
-    kserve_grpc_shutdown(s->grpc, (unsigned)s->o.drain_timeout_ms);
     uv_close((uv_handle_t *)&s->sigint, NULL);
     uv_close((uv_handle_t *)&s->sigterm, NULL);
     uv_close((uv_handle_t *)&s->stop_async, NULL);
@@ -235,13 +237,18 @@ int server_create(const server_opts_t *o, server_t **out, hark_err_t *err)
         if ((rc = http_server_create(&s->loop, &mo, &s->metrics, err)))
             goto fail;
     }
-    if (s->o.grpc_port >= 0) {
+    /* gRPC on the same loops, one port shared with SO_REUSEPORT like the HTTP port */
+    for (int i = 0, gport = s->o.grpc_port; s->o.grpc_port >= 0 && i < n; i++) {
         kserve_grpc_opts_t go = {.host = s->o.host,
-                                 .port = s->o.grpc_port,
+                                 .port = gport,
                                  .max_message = s->o.max_body_bytes,
-                                 .max_connections = (unsigned)s->o.max_connections};
-        if ((rc = kserve_grpc_create(&s->loop, s, &go, &s->grpc, err)))
+                                 .max_connections = (unsigned)((s->o.max_connections + n - 1) / n),
+                                 .reuse_port = n == 1   ? NET_REUSE_NONE
+                                               : i == 0 ? NET_REUSE_FIRST
+                                                        : NET_REUSE_JOIN};
+        if ((rc = kserve_grpc_create(s->hl[i].loop, s, &go, &s->hl[i].grpc, err)))
             goto fail;
+        gport = kserve_grpc_port(s->hl[i].grpc);
     }
     uv_signal_start(&s->sigint, on_signal, SIGINT);
     uv_signal_start(&s->sigterm, on_signal, SIGTERM);
@@ -256,8 +263,8 @@ int server_run(server_t *s)
 {
     printf("hark serving %s: http://%s:%d (KServe v2, OpenAI /v1/audio/transcriptions)",
            s->o.model_repository, s->o.host, http_server_port(s->hl[0].api));
-    if (s->grpc)
-        printf(", gRPC grpc://%s:%d", s->o.host, kserve_grpc_port(s->grpc));
+    if (s->hl[0].grpc)
+        printf(", gRPC grpc://%s:%d", s->o.host, kserve_grpc_port(s->hl[0].grpc));
     if (s->metrics)
         printf(", metrics http://%s:%d/metrics", s->o.host, http_server_port(s->metrics));
     printf("\n");
@@ -272,8 +279,10 @@ int server_run(server_t *s)
     for (int i = 1; i < s->n_loops; i++)
         if (pthread_create(&s->hl[i].th, NULL, http_loop_main, &s->hl[i]) == 0)
             s->hl[i].started = 1;
-        else /* its share of the connections goes to the others */
+        else { /* its share of the connections goes to the others */
             http_server_shutdown(s->hl[i].api, 0);
+            kserve_grpc_shutdown(s->hl[i].grpc, 0);
+        }
     uv_run(&s->loop, UV_RUN_DEFAULT);
     for (int i = 1; i < s->n_loops; i++) /* their servers drain with the first one's */
         if (s->hl[i].started) {
@@ -294,12 +303,13 @@ void server_destroy(server_t *s)
     if (s->loop_init) {
         if (!s->draining) { /* created but never run: close the handles */
             s->draining = 1;
-            for (int i = 0; i < s->n_loops; i++)
+            for (int i = 0; i < s->n_loops; i++) {
                 if (s->hl[i].api)
                     http_server_shutdown(s->hl[i].api, 0);
+                kserve_grpc_shutdown(s->hl[i].grpc, 0);
+            }
             if (s->metrics)
                 http_server_shutdown(s->metrics, 0);
-            kserve_grpc_shutdown(s->grpc, 0);
             uv_close((uv_handle_t *)&s->sigint, NULL);
             uv_close((uv_handle_t *)&s->sigterm, NULL);
             uv_close((uv_handle_t *)&s->stop_async, NULL);
@@ -310,11 +320,11 @@ void server_destroy(server_t *s)
             if (l->own_init) /* a loop whose thread never ran closes its handles here */
                 uv_run(&l->own, UV_RUN_DEFAULT);
             http_server_destroy(l->api);
+            kserve_grpc_destroy(l->grpc);
             if (l->own_init)
                 uv_loop_close(&l->own);
         }
         http_server_destroy(s->metrics);
-        kserve_grpc_destroy(s->grpc);
         uv_loop_close(&s->loop);
     }
     repository_destroy(s->repo);
