@@ -34,9 +34,9 @@ typedef struct {
     pthread_mutex_t mu;
     op_t *head, *tail;
     atomic_int refs;
-    int closed;         /* the loop is gone: pushes are freed at once */
-    uv_async_t *async;  /* NULL for a socket-free server */
-    int shutdown_req;   /* under mu */
+    int closed;        /* the loop is gone: pushes are freed at once */
+    uv_async_t *async; /* NULL for a socket-free server */
+    int shutdown_req;  /* under mu */
     unsigned shutdown_ms;
 } outq_t;
 
@@ -890,8 +890,7 @@ int http2_server_create(uv_loop_t *loop, const http2_server_opts_t *o, http2_ser
         uv_ip6_addr(s->o.host, o->port, (struct sockaddr_in6 *)&addr)) {
         q_unref(q);
         hark_free(s);
-        return err_set(err, HARK_ERR_INVALID_ARG, "gRPC: bad host '%s' (an IP literal)",
-                       s->o.host);
+        return err_set(err, HARK_ERR_INVALID_ARG, "gRPC: bad host '%s' (an IP literal)", s->o.host);
     }
     uv_tcp_init(loop, &s->listener);
     uv_async_init(loop, &s->async, on_async);

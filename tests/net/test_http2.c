@@ -106,9 +106,8 @@ static int c_close(nghttp2_session *s, int32_t id, uint32_t code, void *user)
 static int setup(h2t_t *x, unsigned max_streams)
 {
     memset(x, 0, sizeof *x);
-    http2_server_opts_t o = {.handler = {s_headers, s_data, s_end, s_close},
-                             .user = x,
-                             .max_streams = max_streams};
+    http2_server_opts_t o = {
+        .handler = {s_headers, s_data, s_end, s_close}, .user = x, .max_streams = max_streams};
     if (http2_server_create(NULL, &o, &x->srv, NULL))
         return -1;
     x->conn = http2_conn_open(x->srv, sink, x);
@@ -293,8 +292,8 @@ TEST(http2_settings_and_protocol_error)
     CHECK_OK(setup(&x, 3));
     request(&x, "/a", NULL);
     pump(&x);
-    CHECK_EQ_INT(nghttp2_session_get_remote_settings(x.cli, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS),
-                 3);
+    CHECK_EQ_INT(
+        nghttp2_session_get_remote_settings(x.cli, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS), 3);
     http2_stream_unref(x.held);
     /* a DATA frame on stream 0 is a connection error: GOAWAY, and the connection is finished */
     static const uint8_t bad[] = {0, 0, 1, 0, 0, 0, 0, 0, 0, 'x'};
