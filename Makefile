@@ -15,10 +15,12 @@ LDFLAGS  ?=
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 
+SAN_LDFLAGS :=
 ifneq ($(SAN),)
   BUILD   := build-$(SAN)
   CFLAGS  += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
   LDFLAGS += -fsanitize=$(SAN)
+  SAN_LDFLAGS := -fsanitize=$(SAN) # programs linking a sanitized libhark need the runtime too
 endif
 
 # ---- CUDA detection -------------------------------------------------------------------------
@@ -74,12 +76,13 @@ $(BUILD)/tests/%.o: CFLAGS += -Itests
 $(BUILD)/src/dsp/window_torch.o: CFLAGS += -mavx2 -mfma
 # hot DSP loops: -O3 vectorises across independent butterflies (no reassociation: same results)
 $(BUILD)/src/dsp/%.o: OPT = -O3
-# objects rebuild when the flags change (e.g. -fPIC came in for libhark.so)
+# objects rebuild when the flags change (e.g. -fPIC came in for libhark.so). The text is taken
+# here, once (:=): target-specific additions (-Itests, OPT=-O3) must not make it flip-flop.
 FLAGS_STAMP := $(BUILD)/.flags
+FLAGS_TEXT := $(CC) $(CFLAGS) | $(NVCC) $(NVFLAGS)
 $(FLAGS_STAMP): FORCE
 	@mkdir -p $(dir $@)
-	@echo '$(CC) $(CFLAGS) | $(NVCC) $(NVFLAGS)' | cmp -s - $@ || \
-	  echo '$(CC) $(CFLAGS) | $(NVCC) $(NVFLAGS)' > $@
+	@echo '$(FLAGS_TEXT)' | cmp -s - $@ || echo '$(FLAGS_TEXT)' > $@
 .PHONY: FORCE
 FORCE:
 
@@ -118,7 +121,7 @@ examples: $(EXAMPLES)
 $(BUILD)/examples/c/%: examples/c/%.c $(SOLIB) include/hark.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -Wall -Wextra -Werror -O2 -Iinclude -o $@ $< -L$(BUILD) -lhark \
-	  -Wl,-rpath,$(abspath $(BUILD))
+	  -Wl,-rpath,$(abspath $(BUILD)) $(SAN_LDFLAGS)
 
 # pkg-config file: Libs for the shared library; Libs.private for a static link (--static)
 .PHONY: $(BUILD)/hark.pc  # PREFIX is baked in: written afresh for each install
@@ -127,7 +130,7 @@ $(BUILD)/hark.pc:
 	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
 	  'Name: hark' 'Description: hark speech inference engine (C API)' \
 	  "Version: $$(sed -n 's/^#define HARK_VERSION \"\(.*\)\"/\1/p' include/hark.h)" \
-	  'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -lhark' \
+	  'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -lhark $(SAN_LDFLAGS)' \
 	  'Libs.private: $(LDLIBS) -pthread' > $@
 
 install: $(BIN) $(LIB) $(SOLIB) $(BUILD)/hark.pc

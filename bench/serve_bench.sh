@@ -15,6 +15,7 @@
 # bench/wenet_peer.py, needs WeNet's package in .ext/) or MODEL=tiny (default on the CPU:
 # bench/wenet_tiny.py, one small block, TINY_VOCAB units (64), so the CPU run shows the server).
 # Other knobs: CONFIGS, CONCURRENCY=64, PERF_MS=3000, TRIALS=10, HTTP_THREADS (server default),
+# PROTOCOL=http|grpc (what `hark perf` speaks: KServe v2 over HTTP/1.1, or gRPC on PORT + 1),
 # OUT_DIR, PORT, HARK, PYTHON.
 set -euo pipefail
 wav=${1:?a speech wav}; dev=${2:-cuda:0}; prec=${3:-fp16}
@@ -22,6 +23,7 @@ HARK=${HARK:-build/hark}; PY=${PYTHON:-/usr/bin/python3}
 out=${OUT_DIR:-/tmp/hark-serve-bench}; port=${PORT:-18000}
 model=${MODEL:-$([ "$dev" = cpu ] && echo tiny || echo full)}
 configs=${CONFIGS:-1:32,64 1:64:5000 2:32,64}; conc=${CONCURRENCY:-64}
+proto=${PROTOCOL:-http}; gport=$((port + 1))
 perf_ms=${PERF_MS:-3000}; trials=${TRIALS:-$([ "$dev" = cpu ] && echo 4 || echo 10)}
 rm -rf "$out" && mkdir -p "$out"
 
@@ -74,7 +76,9 @@ run() { # NAME INSTANCES PREFERRED DELAY_US CONCURRENCY
         -e "s/preferred_batch_size: \[[^]]*\]/preferred_batch_size: [ $pref ]/" \
         -e "s/max_queue_delay_microseconds: [0-9]*/max_queue_delay_microseconds: $delay/" \
         "$out/config.base" > "$cfg"
-    ( exec "$HARK" serve --model-repository "$out/repo" --http-port "$port" --metrics-port -1 \
+    local grpc_flag="" target="localhost:$port"
+    [ "$proto" = grpc ] && grpc_flag="--grpc-port $gport" && target="localhost:$gport"
+    ( exec "$HARK" serve --model-repository "$out/repo" --http-port "$port" --metrics-port -1 $grpc_flag \
         --max-audio-seconds 30 ${HTTP_THREADS:+--http-threads "$HTTP_THREADS"} \
         > "$out/serve_$name.log" 2>&1 ) &
     pid=$!
@@ -85,7 +89,7 @@ run() { # NAME INSTANCES PREFERRED DELAY_US CONCURRENCY
     done
     snap $pid "$out/${name}_before.json"
     local TIMEFORMAT='%R %U %S'
-    { time "$HARK" perf -m conformer -u "localhost:$port" -p "$perf_ms" -r "$trials" \
+    { time "$HARK" perf -m conformer -u "$target" -i "$proto" -p "$perf_ms" -r "$trials" \
         --input-data "$out/5s.wav" --decoding-method ctc_greedy_search --max-seconds 180 \
         --concurrency-range "$c:$c:1" --max-threads "$((c > 64 ? c : 64))" \
         -f "$out/$name.csv" > "$out/perf_$name.log" 2>&1 ; } \

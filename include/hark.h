@@ -86,7 +86,9 @@ typedef struct {
 } hark_model_opts_t;
 
 /* Loads the model directory DIR (a model-repository entry: DIR/<version>/model.json, whose
- * "family" key picks the family; none means WeNet U2, the first family). HARK_ERR_IO / HARK_ERR_FORMAT (files),
+ * "family" key picks the family; none means WeNet U2). DIR/config.pbtxt, when present, gives
+ * the decoding defaults through its `parameters` as it does for hark serve (hark_asr_opts_t
+ * fields override them per call); its other fields (batching, instances) are the server's. HARK_ERR_IO / HARK_ERR_FORMAT (files),
  * HARK_ERR_NOT_FOUND (unknown family), HARK_ERR_INVALID_ARG (options), HARK_ERR_NO_DEVICE. */
 hark_status_t hark_model_load(const char *dir, const hark_model_opts_t *opts, hark_model_t **out);
 void hark_model_destroy(hark_model_t *m); /* accepts NULL; no call on m may be running */

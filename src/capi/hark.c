@@ -11,12 +11,14 @@
 #include "core/log.h"
 #include "model/family.h"
 #include "ops/ops.h"
+#include "server/model_config.h"
 
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SECONDS_STEP 30.0 /* unlimited models size workers in steps of this many seconds */
 
@@ -58,7 +60,10 @@ struct hark_model {
     const family_t *f;
     family_model_t *fm; /* immutable, shared by the workers */
     family_info_t info;
-    hark_model_opts_t o; /* the strings not kept */
+    hark_model_opts_t o;   /* the strings not kept */
+    model_config_t cfg;    /* DIR/config.pbtxt when present (zeroed otherwise) ... */
+    family_param_t *cfg_p; /* ... its parameters as the family reads them */
+    family_params_t cfg_params;
     pthread_mutex_t lock; /* guards free_workers only */
     pooled_t *free_workers;
 };
@@ -86,6 +91,11 @@ static int parse_device(const hark_model_opts_t *o, int *device)
     return HARK_OK;
 }
 
+static void config_notice(void *user, const char *msg)
+{
+    LOG_DEBUG("%s", msg); /* Triton fields hark does not use: not the library user's concern */
+}
+
 hark_status_t hark_model_load(const char *dir, const hark_model_opts_t *opts, hark_model_t **out)
 {
     if (!dir || !out)
@@ -106,8 +116,29 @@ hark_status_t hark_model_load(const char *dir, const hark_model_opts_t *opts, ha
     hark_model_t *m = hark_calloc(1, sizeof *m);
     if (!m)
         return fail(HARK_ERR_NOMEM, "out of memory");
+    /* config.pbtxt's parameters are the model's defaults, as under hark serve */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.pbtxt", dir);
+    if (access(path, F_OK) == 0) {
+        model_config_opts_t mco = {.notice = config_notice};
+        if ((rc = model_config_load(path, &mco, &m->cfg, &err))) {
+            hark_free(m);
+            return fail_err(rc, &err);
+        }
+        m->cfg_p = hark_calloc((size_t)(m->cfg.n_params ? m->cfg.n_params : 1), sizeof *m->cfg_p);
+        if (!m->cfg_p) {
+            model_config_free(&m->cfg);
+            hark_free(m);
+            return fail(HARK_ERR_NOMEM, "out of memory");
+        }
+        for (int i = 0; i < m->cfg.n_params; i++)
+            m->cfg_p[i] = (family_param_t){m->cfg.params[i].key, m->cfg.params[i].value};
+        m->cfg_params = (family_params_t){m->cfg_p, m->cfg.n_params};
+    }
     family_load_opts_t lo = {.device = device, .precision = o.precision, .version = o.version};
-    if ((rc = f->load(dir, &lo, NULL, &m->fm, &err))) {
+    if ((rc = f->load(dir, &lo, &m->cfg_params, &m->fm, &err))) {
+        model_config_free(&m->cfg);
+        hark_free(m->cfg_p);
         hark_free(m);
         return fail_err(rc, &err);
     }
@@ -132,6 +163,8 @@ void hark_model_destroy(hark_model_t *m)
         hark_free(p);
     }
     m->f->unload(m->fm);
+    model_config_free(&m->cfg);
+    hark_free(m->cfg_p);
     pthread_mutex_destroy(&m->lock);
     hark_free(m);
 }
@@ -373,7 +406,7 @@ hark_status_t hark_recognize(hark_model_t *m, const float *const *pcm, const siz
         rc = fail(HARK_ERR_NOMEM, "out of memory");
         goto done;
     }
-    if ((rc = m->f->parse_opts(m->fm, NULL, &req, fopts, &err))) {
+    if ((rc = m->f->parse_opts(m->fm, &m->cfg_params, &req, fopts, &err))) {
         fail_err(rc, &err);
         goto done;
     }

@@ -1,9 +1,10 @@
 /* cmd_transcribe.c — `hark transcribe --model DIR FILE...`: offline recognition of audio files
  * with a converted model of any family, through the public C API (include/hark.h) like any
  * embedding program (text, JSON with word times, SRT, WebVTT), --dump-dir to write every stage
- * as .npy (hark_asr_opts_t.dump_dir, a debug hook WeNet's family implements on the CPU), and `--wavscp LIST --trans REF` to decode a whole list concurrently and
- * score it (WER/CER, docs/scoring.md); with `--url http://host:port -m MODEL` the same through a
- * KServe v2 server (hark serve or Triton) instead of a local model.
+ * as .npy (hark_asr_opts_t.dump_dir, a debug hook WeNet's family implements on the CPU), and
+ * `--wavscp LIST --trans REF` to decode a whole list concurrently and score it (WER/CER,
+ * docs/scoring.md); with `--url http://host:port -m MODEL` the same through a KServe v2 server
+ * (hark serve or Triton) instead of a local model.
  * Tests: tests/cli/test_cli.c, test_cli_transcribe_eval.c, test_cli_perf.c (--url) */
 #include "audio/audio.h"
 #include "cli/cli.h"
@@ -655,7 +656,7 @@ static int transcribe_list(hark_model_t *model, const hark_asr_opts_t *o,
     } else {
         /* BLAS threads were set at load (hark_model_opts_t.n_threads) */
         decode_list_opts_t lo = {.jobs = jobs,
-                                 .batch = A->batch > 0                     ? (int)A->batch
+                                 .batch = A->batch > 0                    ? (int)A->batch
                                           : hark_model_device(model) >= 0 ? 8
                                                                           : 1,
                                  .done = on_done,
@@ -888,8 +889,7 @@ int cli_transcribe(int argc, char **argv)
         hark_free(files);
         return 2;
     }
-    if (strcmp(A.precision, "fp32") && strcmp(A.precision, "fp16") &&
-        strcmp(A.precision, "bf16")) {
+    if (strcmp(A.precision, "fp32") && strcmp(A.precision, "fp16") && strcmp(A.precision, "bf16")) {
         fprintf(stderr, "hark transcribe: --precision must be fp32, fp16 or bf16\n");
         hark_free(files);
         return 2;

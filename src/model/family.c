@@ -45,8 +45,8 @@ int family_param_int(const family_params_t *params, const char *key, long lo, lo
     if (end == v || *end || errno)
         return err_set(err, HARK_ERR_INVALID_ARG, "%s \"%s\" is not an integer", key, v);
     if (x < lo || x > hi)
-        return err_set(err, HARK_ERR_INVALID_ARG, "%s must be in [%ld, %ld] (got %ld)", key, lo,
-                       hi, x);
+        return err_set(err, HARK_ERR_INVALID_ARG, "%s must be in [%ld, %ld] (got %ld)", key, lo, hi,
+                       x);
     *out = (int)x;
     return HARK_OK;
 }
@@ -144,8 +144,8 @@ int asr_result_copy(asr_result_t *dst, const asr_result_t *src)
         for (; dst->n_words < src->n_words; dst->n_words++) {
             asr_word_t *w = &dst->words[dst->n_words];
             *w = src->words[dst->n_words];
-            if (!(w->text = hark_strdup(src->words[dst->n_words].text ? src->words[dst->n_words].text
-                                                                      : "")))
+            if (!(w->text = hark_strdup(
+                      src->words[dst->n_words].text ? src->words[dst->n_words].text : "")))
                 goto nomem;
         }
     }

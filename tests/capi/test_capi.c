@@ -1,7 +1,8 @@
 /* Tests for the public C API (include/hark.h, src/capi/hark.c) on the golden WeNet model: the
  * API gives exactly wenet_recognize's texts, tokens and times for every decoding method, batched,
  * alone and cut into max_batch batches; resampling from another rate; words; errors with
- * hark_last_error; the streaming and TTS entry points answer UNSUPPORTED; concurrent calls. */
+ * hark_last_error; the streaming and TTS entry points answer UNSUPPORTED; concurrent calls;
+ * config.pbtxt parameters as the model's defaults. */
 #include "test.h"
 
 #include "audio/audio.h"
@@ -14,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char *utts[] = {"librispeech-1995-1837-0001", "jfk",
                              "sense_and_sensibility_01_austen_64kb-0880", "LJ001-0002",
@@ -115,8 +118,7 @@ TEST(capi_golden_every_method)
         wenet_result_t w[NU];
         CHECK_OK(wenet_recognize(ww, &wo, pcm, fx.n, NU, w, &err));
         hark_asr_result_t *r = NULL, *r2 = NULL;
-        CHECKF(hark_recognize(m, pcm, fx.n, NU, 16000, &o, &r) == HARK_OK, "%s",
-               hark_last_error());
+        CHECKF(hark_recognize(m, pcm, fx.n, NU, 16000, &o, &r) == HARK_OK, "%s", hark_last_error());
         CHECKF(hark_recognize(m2, pcm, fx.n, NU, 0, &o, &r2) == HARK_OK, "%s", hark_last_error());
         CHECK_EQ_INT(hark_asr_result_count(r), NU);
         CHECK_EQ_INT(hark_asr_result_count(r2), NU);
@@ -300,9 +302,109 @@ TEST(capi_concurrent_calls)
         CHECKF(jobs[k].ok, "%s", jobs[k].text[0]);
         CHECK(!strcmp(jobs[k].text[0], jobs[k].text[1]));
     }
-    CHECKF(!strcmp(jobs[1].text[0], alone.text[0]), "'%s' vs '%s'", jobs[1].text[0],
-           alone.text[0]);
+    CHECKF(!strcmp(jobs[1].text[0], alone.text[0]), "'%s' vs '%s'", jobs[1].text[0], alone.text[0]);
     CHECK(strcmp(jobs[0].text[0], jobs[1].text[0]) != 0);
     hark_model_destroy(m);
+    fx_close(&fx);
+}
+
+static int write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fputs(text, f);
+    return fclose(f);
+}
+
+/* DIR/config.pbtxt's parameters are the model's defaults (per-call options still override);
+ * a broken config.pbtxt fails the load, naming the file. */
+TEST(capi_config_pbtxt_defaults)
+{
+    fx_t fx;
+    OPEN_FX(fx);
+    char dir[1024], path[1200], target[1200];
+    snprintf(dir, sizeof dir, "%s/cfg", test_tmpdir(t));
+    CHECK_OK(mkdir(dir, 0755));
+    snprintf(path, sizeof path, "%s/1", dir);
+    snprintf(target, sizeof target, "%s/1", fx.dir);
+    CHECK_OK(symlink(target, path));
+    snprintf(path, sizeof path, "%s/config.pbtxt", dir);
+    CHECK_OK(write_file(path,
+                        "backend: \"hark\"\n"
+                        "parameters { key: \"family\" value { string_value: \"wenet_u2\" } }\n"
+                        "parameters { key: \"decoding_method\" value { string_value: "
+                        "\"ctc_greedy_search\" } }\n"));
+    hark_model_t *plain = NULL, *m = NULL;
+    CHECKF(hark_model_load(fx.dir, NULL, &plain) == HARK_OK, "%s", hark_last_error());
+    CHECKF(hark_model_load(dir, NULL, &m) == HARK_OK, "%s", hark_last_error());
+    const float *p[1] = {fx.pcm[0]};
+    hark_asr_opts_t greedy = {.decoding_method = "ctc_greedy_search"};
+    hark_asr_opts_t resc = {.decoding_method = "attention_rescoring"};
+    hark_asr_result_t *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+    CHECK_OK(hark_recognize(m, p, &fx.n[0], 1, 0, NULL, &a)); /* config: greedy */
+    CHECK_OK(hark_recognize(plain, p, &fx.n[0], 1, 0, &greedy, &b));
+    CHECK_OK(hark_recognize(m, p, &fx.n[0], 1, 0, &resc, &c));    /* the call overrides it */
+    CHECK_OK(hark_recognize(plain, p, &fx.n[0], 1, 0, NULL, &d)); /* model.json: rescoring */
+    CHECKF(!strcmp(hark_asr_result_text(a, 0), hark_asr_result_text(b, 0)), "'%s' vs '%s'",
+           hark_asr_result_text(a, 0), hark_asr_result_text(b, 0));
+    CHECK(!strcmp(hark_asr_result_text(c, 0), hark_asr_result_text(d, 0)));
+    CHECK(hark_asr_result_score(a, 0) != hark_asr_result_score(c, 0)); /* not the same search */
+    hark_asr_result_destroy(a);
+    hark_asr_result_destroy(b);
+    hark_asr_result_destroy(c);
+    hark_asr_result_destroy(d);
+    hark_model_destroy(m);
+    hark_model_destroy(plain);
+    CHECK_OK(write_file(path, "parameters { key: \"beam_size\" value { string_value: \"0\" } }\n"));
+    CHECK_EQ_INT(hark_model_load(dir, NULL, &m), HARK_OK); /* checked per call ... */
+    CHECK_EQ_INT(hark_recognize(m, p, &fx.n[0], 1, 0, NULL, &a), HARK_ERR_INVALID_ARG);
+    CHECKF(strstr(hark_last_error(), "config.pbtxt parameters beam_size"), "%s", hark_last_error());
+    hark_model_destroy(m);
+    CHECK_OK(write_file(path, "max_batch_size: -3 {\n"));
+    CHECK(hark_model_load(dir, NULL, &m) != HARK_OK);
+    CHECKF(strstr(hark_last_error(), "config.pbtxt"), "%s", hark_last_error());
+    fx_close(&fx);
+}
+
+/* hark_model_load on a GPU ("cuda:0", and gpu = 1 for cuda:0): the CPU model's texts for a
+ * batch; fp16 loads and recognizes; dump_dir is refused there. */
+GPU_TEST(capi_gpu_model)
+{
+    if (!test_have_gpu())
+        SKIP("no GPU");
+    fx_t fx;
+    OPEN_FX(fx);
+    hark_model_t *c = NULL, *g = NULL, *h = NULL;
+    hark_model_opts_t go = {.device = "cuda:0"}, ho = {.gpu = 1, .precision = "fp16"};
+    CHECK_OK(hark_model_load(fx.dir, NULL, &c));
+    CHECKF(hark_model_load(fx.dir, &go, &g) == HARK_OK, "%s", hark_last_error());
+    CHECKF(hark_model_load(fx.dir, &ho, &h) == HARK_OK, "%s", hark_last_error());
+    CHECK_EQ_INT(hark_model_device(g), 0);
+    CHECK_EQ_INT(hark_model_device(h), 0);
+    CHECK(strstr(hark_model_description(h), "fp16") != NULL);
+    const float *pcm[NU];
+    for (int u = 0; u < NU; u++)
+        pcm[u] = fx.pcm[u];
+    hark_asr_result_t *rc = NULL, *rg = NULL, *rh = NULL;
+    CHECK_OK(hark_recognize(c, pcm, fx.n, NU, 0, NULL, &rc));
+    CHECKF(hark_recognize(g, pcm, fx.n, NU, 0, NULL, &rg) == HARK_OK, "%s", hark_last_error());
+    CHECKF(hark_recognize(h, pcm, fx.n, NU, 0, NULL, &rh) == HARK_OK, "%s", hark_last_error());
+    for (int u = 0; u < NU; u++) {
+        CHECKF(!strcmp(hark_asr_result_text(rg, u), hark_asr_result_text(rc, u)),
+               "%s: gpu '%s' vs cpu '%s'", utts[u], hark_asr_result_text(rg, u),
+               hark_asr_result_text(rc, u));
+        CHECK(strlen(hark_asr_result_text(rh, u)) > 0);
+    }
+    hark_asr_result_destroy(rc);
+    hark_asr_result_destroy(rg);
+    hark_asr_result_destroy(rh);
+    hark_asr_opts_t d = {.dump_dir = "/tmp/hark-gpu-dump"};
+    hark_asr_result_t *r = NULL;
+    CHECK_EQ_INT(hark_recognize(g, pcm, fx.n, 1, 0, &d, &r), HARK_ERR_UNSUPPORTED);
+    CHECKF(strstr(hark_last_error(), "CPU"), "%s", hark_last_error());
+    hark_model_destroy(c);
+    hark_model_destroy(g);
+    hark_model_destroy(h);
     fx_close(&fx);
 }

@@ -103,8 +103,8 @@ TEST(capi_make_install_pkg_config)
     const char *mk = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -s";
     snprintf(cmd, sizeof cmd, "%s BUILD=%s %s install PREFIX=%s/p", mk, b, san, tmp);
     CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
-    static const char *files[] = {"bin/hark", "lib/libhark.a", "lib/libhark.so",
-                                  "include/hark.h", "lib/pkgconfig/hark.pc"};
+    static const char *files[] = {"bin/hark", "lib/libhark.a", "lib/libhark.so", "include/hark.h",
+                                  "lib/pkgconfig/hark.pc"};
     char path[1024];
     for (int i = 0; i < 5; i++) {
         snprintf(path, sizeof path, "%s/p/%s", tmp, files[i]);
@@ -137,8 +137,8 @@ TEST(capi_make_install_pkg_config)
         SKIP(why); /* built and installed; running needs the golden model */
     CHECK_OK(golden_text(want, sizeof want));
     for (int k = 0; k < 2; k++) {
-        snprintf(cmd, sizeof cmd, "LD_LIBRARY_PATH=%s/p/lib %s/%s %s/m %s/wavs/cards-001.wav",
-                 tmp, tmp, k ? "ex_static" : "ex_shared", dir, test_shared(GOLDEN_WENET));
+        snprintf(cmd, sizeof cmd, "LD_LIBRARY_PATH=%s/p/lib %s/%s %s/m %s/wavs/cards-001.wav", tmp,
+                 tmp, k ? "ex_static" : "ex_shared", dir, test_shared(GOLDEN_WENET));
         CHECKF(run_cmd(t, cmd, got, sizeof got) == 0, "%s", got);
         CHECKF(!strcmp(got, want), "%s printed '%s', WeNet '%s'", k ? "static" : "shared", got,
                want);

@@ -21,10 +21,11 @@ TEST(family_task_names)
 
 TEST(family_params_lookup)
 {
-    family_param_t p[] = {{"beam_size", "4"},   {"ctc_weight", "0.25"}, {"beam_size", "7"},
-                          {"bad_int", "4x"},    {"bad_num", "nan"},     {"flag", "TRUE"},
-                          {"off", "0"},         {"huge", "99999999999999999999"},
-                          {"inf", "inf"},       {"empty", ""}};
+    family_param_t p[] = {{"beam_size", "4"}, {"ctc_weight", "0.25"},
+                          {"beam_size", "7"}, {"bad_int", "4x"},
+                          {"bad_num", "nan"}, {"flag", "TRUE"},
+                          {"off", "0"},       {"huge", "99999999999999999999"},
+                          {"inf", "inf"},     {"empty", ""}};
     family_params_t ps = {p, (int)(sizeof p / sizeof p[0])};
     hark_err_t err = {0};
     CHECK(family_param(NULL, "x") == NULL);
@@ -109,8 +110,8 @@ TEST(family_asr_result_copy_take_free)
         int rc = asr_result_copy(&dst, &src);
         alloc_fail_reset();
         CHECKF(rc == HARK_ERR_NOMEM, "allocation %ld of %ld failing: %d", k, n, rc);
-        CHECK(dst.best.text == NULL && dst.nbest == NULL && dst.words == NULL &&
-              dst.n_nbest == 0 && dst.n_words == 0);
+        CHECK(dst.best.text == NULL && dst.nbest == NULL && dst.words == NULL && dst.n_nbest == 0 &&
+              dst.n_words == 0);
     }
 }
 
@@ -122,8 +123,8 @@ static int t_load(const char *dir, const family_load_opts_t *lo, const family_pa
     return err_set(err, HARK_ERR_UNSUPPORTED, "test family");
 }
 
-static const family_t test_family = {.name = "test_family_x", .task = FAMILY_TASK_TTS,
-                                     .load = t_load};
+static const family_t test_family = {
+    .name = "test_family_x", .task = FAMILY_TASK_TTS, .load = t_load};
 
 static void write_json(const char *dir, int version, const char *text)
 {

@@ -221,16 +221,17 @@ try:
           requests.get(base + "/v2/models/wenet/ready").status_code == 200, "load")
     # graceful drain: an in-flight request still completes, then exit 0
     res = {}
+    late_body = json.dumps({"inputs": [{"name": "WAV", "shape": [1, len(xs[2])], "datatype": "FP32",
+                                        "data": xs[2]}]})  # encoded before the clock starts
     def late():
-        b = {"inputs": [{"name": "WAV", "shape": [1, len(xs[2])], "datatype": "FP32", "data": xs[2]}]}
-        res["r"] = requests.post(base + "/v2/models/wenet/infer", data=json.dumps(b))
+        res["r"] = requests.post(base + "/v2/models/wenet/infer", data=late_body)
     t = threading.Thread(target=late)
     t.start()
-    time.sleep(0.05)
+    time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
     t.join(30)
     code = proc.wait(30)
-    check(res.get("r") is not None and res["r"].status_code == 200, "in-flight request finished during drain")
+    check(res.get("r") is not None and res["r"].status_code == 200, "in-flight request finished during drain (%s)" % (res["r"].status_code if res.get("r") is not None else "no answer"))
     check(code == 0, f"exit status 0 after SIGTERM (got {code})")
 finally:
     if proc.poll() is None:

@@ -6,6 +6,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "dsp/features.h"
+#include "dsp/frontend_gpu.h"
 #include "hark.h"
 #include "model/wenet/decoder.h"
 #include "model/safetensors.h"
@@ -69,17 +70,13 @@ struct wenet_worker {
     int *lens;    /* (max_batch) */
     float *enc;   /* (max_batch, te_max, D) */
     int *enc_lens;
-    float *logp;       /* (max_batch, te_max, V) */
-    int upload_chunks; /* GPU: chunks of a batch's upload (wenet_worker_set_upload_chunks) */
+    float *logp; /* (max_batch, te_max, V) */
 #ifdef HARK_CUDA
     /* GPU path: pinned host staging and device buffers, sized at creation */
     conformer_gpu_state_t *gstate;
-    cudaStream_t copy; /* the uploads, beside the compute stream (conformer_gpu_stream) */
-    cudaEvent_t up_ev[WENET_UPLOAD_MAX_CHUNKS]; /* chunk c of the upload is on the device */
-    size_t max_samples;
-    float *h_pcm, *d_pcm; /* (max_batch, max_samples) */
-    int *h_lens, *d_lens; /* (max_batch) samples (h_lens: pinned, the upload's source) */
-    float *d_feats;       /* (max_batch, max_frames, input_dim) */
+    frontend_gpu_t *fe;   /* PCM upload (its copy stream, beside the compute stream) and features:
+                             device features (max_batch, max_frames, input_dim) */
+    size_t max_samples;   /* the longest utterance the worker takes, in samples */
     float *d_enc;         /* (max_batch, te_max, D) */
     float *d_logp;        /* (max_batch, te_max, V) */
     int *d_arg, *h_arg;   /* (max_batch, te_max) greedy path: per-frame argmax ... */
@@ -347,7 +344,6 @@ int wenet_worker_create(const wenet_asr_t *a, int max_batch, double max_seconds,
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
     w->asr = a;
     w->max_batch = max_batch;
-    w->upload_chunks = WENET_UPLOAD_CHUNKS;
     w->max_frames = feat_num_frames(a->fbank, (size_t)(max_seconds * a->cfg.sample_rate) + 1);
     if (w->max_frames < 1)
         w->max_frames = 1;
@@ -379,21 +375,13 @@ int wenet_worker_create(const wenet_asr_t *a, int max_batch, double max_seconds,
             goto fail;
         w->max_samples = (size_t)(max_seconds * a->cfg.sample_rate) + 1;
         w->max_te = te;
-        cudaError_t e = cudaStreamCreateWithFlags(&w->copy, cudaStreamNonBlocking);
-        for (int c = 0; c < WENET_UPLOAD_MAX_CHUNKS && e == cudaSuccess; c++)
-            e = cudaEventCreateWithFlags(&w->up_ev[c], cudaEventDisableTiming);
-        if (e != cudaSuccess) {
-            rc = err_set(err, HARK_ERR_CUDA, "worker: copy stream and its events: %s",
-                         cudaGetErrorString(e));
+        if ((rc = frontend_gpu_create(a->fbank, a->fgpu, max_batch, w->max_samples, w->max_frames,
+                                      a->device, &w->fe, err))) {
+            err_prefix(err, rc, "worker");
             goto fail;
         }
-        if ((e = cudaMallocHost((void **)&w->h_pcm, sizeof(float) * B * w->max_samples)) ||
-            (e = cudaMalloc((void **)&w->d_pcm, sizeof(float) * B * w->max_samples)) ||
-            (e = cudaMallocHost((void **)&w->h_lens, sizeof(int) * B)) ||
-            (e = cudaMalloc((void **)&w->d_lens, sizeof(int) * B)) ||
-            (e = cudaMalloc((void **)&w->d_feats, sizeof(float) * B * (size_t)w->max_frames *
-                                                      (size_t)a->cfg.input_dim)) ||
-            (e = cudaMalloc((void **)&w->d_enc,
+        cudaError_t e;
+        if ((e = cudaMalloc((void **)&w->d_enc,
                             sizeof(float) * B * (size_t)te * (size_t)a->cfg.d_model)) ||
             (e = cudaMalloc((void **)&w->d_logp,
                             sizeof(float) * B * (size_t)te * (size_t)a->cfg.vocab_size)) ||
@@ -431,21 +419,10 @@ void wenet_worker_destroy(wenet_worker_t *w)
     for (int i = 0; i < WENET_PROF_DOWNLOAD + 4; i++)
         if (w->ev[i])
             cudaEventDestroy(w->ev[i]);
-    if (w->copy)
-        cudaStreamSynchronize(w->copy);
-    for (int c = 0; c < WENET_UPLOAD_MAX_CHUNKS; c++)
-        if (w->up_ev[c])
-            cudaEventDestroy(w->up_ev[c]);
-    if (w->copy)
-        cudaStreamDestroy(w->copy);
+    frontend_gpu_destroy(w->fe);
     wenet_decoder_gpu_state_destroy(w->gdec);
     conformer_gpu_state_destroy(w->gstate);
     ctc_beam_gpu_destroy(w->beam);
-    cudaFreeHost(w->h_pcm);
-    cudaFree(w->d_pcm);
-    cudaFreeHost(w->h_lens);
-    cudaFree(w->d_lens);
-    cudaFree(w->d_feats);
     cudaFree(w->d_enc);
     cudaFree(w->d_logp);
     cudaFree(w->d_arg);
@@ -464,35 +441,12 @@ void wenet_worker_destroy(wenet_worker_t *w)
 
 int wenet_worker_set_upload_chunks(wenet_worker_t *w, int chunks, hark_err_t *err)
 {
-    if (chunks < 0 || chunks > WENET_UPLOAD_MAX_CHUNKS)
-        return err_set(err, HARK_ERR_INVALID_ARG, "upload chunks %d: must be in [0, %d]", chunks,
-                       WENET_UPLOAD_MAX_CHUNKS);
-    w->upload_chunks = chunks ? chunks : WENET_UPLOAD_CHUNKS;
-    return HARK_OK;
-}
-
-int wenet_upload_split(const size_t *n, int batch, int chunks, int *first)
-{
-    int k = chunks < batch ? chunks : batch;
-    first[0] = 0;
-    if (k < 1)
-        return 0;
-    size_t total = 0, cum = 0;
-    for (int b = 0; b < batch; b++)
-        total += n[b];
-    int b = 0;
-    for (int c = 1; c < k; c++) {
-        /* run c - 1: at least one utterance, then on to the first boundary at or past c / k of
-         * the samples, leaving one utterance at least for each later run */
-        size_t target = total / (size_t)k * (size_t)c + total % (size_t)k * (size_t)c / (size_t)k;
-        int last = batch - (k - c);
-        cum += n[b++];
-        while (b < last && cum < target)
-            cum += n[b++];
-        first[c] = b;
-    }
-    first[k] = batch;
-    return k;
+#ifdef HARK_CUDA
+    return frontend_gpu_set_chunks(w->fe, chunks, err); /* a CPU worker's is NULL: checked only */
+#else
+    (void)w;
+    return frontend_gpu_set_chunks(NULL, chunks, err);
+#endif
 }
 
 void wenet_worker_scratch(const wenet_worker_t *w, wenet_worker_scratch_t *out)
@@ -629,10 +583,7 @@ static int decode_one(const wenet_asr_t *a, const wenet_decode_opts_t *o, const 
  * read what they wrote, so wait for both before the caller can free anything. */
 static int upload_failed(wenet_worker_t *w, int rc)
 {
-    cudaStreamSynchronize(w->copy);
-    cudaStreamSynchronize((cudaStream_t)conformer_gpu_stream(w->gstate));
-    cudaGetLastError();
-    return rc;
+    return frontend_gpu_wait_failed(w->fe, conformer_gpu_stream(w->gstate), rc);
 }
 
 /* padded lengths on the GPU are multiples of this (0.32 s of fbank) */
@@ -676,83 +627,39 @@ static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pc
     const wenet_asr_t *a = w->asr;
     const int D = a->cfg.d_model, V = a->cfg.vocab_size;
     *te_out = 0;
-    size_t stride = 1;
-    for (int b = 0; b < batch; b++) {
+    for (int b = 0; b < batch; b++)
         if (n[b] > w->max_samples)
             return err_set(err, HARK_ERR_TOO_LARGE,
                            "utterance %d is longer than the worker's limit", b);
-        if (n[b] > stride)
-            stride = n[b];
-    }
     if (t_max == 0 || batch == 0) {
         for (int b = 0; b < batch; b++)
             w->enc_lens[b] = 0;
         return HARK_OK;
     }
     cudaSetDevice(a->device);
-    cudaStream_t s = (cudaStream_t)conformer_gpu_stream(w->gstate), cs = w->copy;
+    cudaStream_t s = (cudaStream_t)conformer_gpu_stream(w->gstate);
     /* The stage profile with the overlapped upload: "upload" runs from the first copy to the end
-     * of the last chunk's copies (both events on the copy stream), so it includes the features of
-     * the chunks before the last, computed beside it; "features" is the front end's work left after
-     * the last copy (the last chunk's rows). Their sum is the front end's time on the GPU. */
-#define PROF_MARK_ON(i, st) (w->prof ? (void)cudaEventRecord(w->ev[i], st) : (void)0)
-#define PROF_MARK(i) PROF_MARK_ON(i, s)
-    PROF_MARK_ON(0, cs);
+     * of the last chunk's copies (both events on the front end's copy stream, recorded by
+     * frontend_gpu_run: frontend_gpu_profile), so it includes the features of the chunks before
+     * the last, computed beside it; "features" is the front end's work left after the last copy
+     * (the last chunk's rows). Their sum is the front end's time on the GPU. */
+#define PROF_MARK(i) (w->prof ? (void)cudaEventRecord(w->ev[i], s) : (void)0)
     /* padded length rounded up to a bucket, so that batches of similar shape replay one recorded
      * CUDA graph (the extra frames are padding: masked, and zeroed by the front end) */
     t_max = (t_max + GPU_FRAME_BUCKET - 1) / GPU_FRAME_BUCKET * GPU_FRAME_BUCKET;
     if (t_max > w->max_frames)
         t_max = w->max_frames;
-    /* Upload overlapped with the front end: the lengths first (every chunk's features read
-     * them), then the utterances in chunks of about equal bytes on the copy stream, each to its
-     * row of d_pcm, by DMA straight from page-locked input (the server's request bodies) or
-     * through the pinned staging rows. The compute stream waits for chunk c's event and computes
-     * its rows' features while chunk c + 1 uploads (features are per utterance: the chunking
-     * changes no value). No host wait until gpu_done; the pinned h_lens / h_pcm rows are free to
-     * rewrite because the previous call drained both streams. */
-    const int D_in = a->cfg.input_dim;
-    for (int b = 0; b < batch; b++)
-        w->h_lens[b] = (int)n[b];
-    cudaError_t e = cudaMemcpyAsync(w->d_lens, w->h_lens, sizeof(int) * (size_t)batch,
-                                    cudaMemcpyHostToDevice, cs);
-    int first[WENET_UPLOAD_MAX_CHUNKS + 1], rc = HARK_OK;
-    int chunks = wenet_upload_split(n, batch, w->upload_chunks, first);
-    for (int c = 0; c < chunks && e == cudaSuccess && rc == HARK_OK; c++) {
-        int b0 = first[c], nb = first[c + 1] - first[c];
-        for (int b = b0; b < b0 + nb && e == cudaSuccess; b++) {
-            if (!n[b])
-                continue;
-            const float *src = pcm[b];
-            struct cudaPointerAttributes at;
-            if (cudaPointerGetAttributes(&at, src) != cudaSuccess) {
-                cudaGetLastError();
-                at.type = cudaMemoryTypeUnregistered;
-            }
-            if (at.type != cudaMemoryTypeHost) {
-                memcpy(w->h_pcm + (size_t)b * stride, pcm[b], sizeof(float) * n[b]);
-                src = w->h_pcm + (size_t)b * stride;
-            }
-            e = cudaMemcpyAsync(w->d_pcm + (size_t)b * stride, src, sizeof(float) * n[b],
-                                cudaMemcpyHostToDevice, cs);
-        }
-        /* the profile's end of the upload goes before the last chunk's event, so that the
-         * compute stream's wait (and so gpu_done's) covers it */
-        if (e == cudaSuccess && c == chunks - 1 && w->prof)
-            e = cudaEventRecord(w->ev[1], cs);
-        if (e == cudaSuccess)
-            e = cudaEventRecord(w->up_ev[c], cs);
-        if (e == cudaSuccess)
-            e = cudaStreamWaitEvent(s, w->up_ev[c], 0);
-        if (e == cudaSuccess)
-            rc = feat_gpu_compute(a->fgpu, w->d_feats + (size_t)b0 * t_max * D_in, NULL,
-                                  w->d_pcm + (size_t)b0 * stride, stride, w->d_lens + b0, nb, t_max,
-                                  s, err);
-    }
-    if (e != cudaSuccess)
-        return upload_failed(w, err_set(err, HARK_ERR_CUDA, "upload: %s", cudaGetErrorString(e)));
+    /* the upload overlapped with the features (frontend_gpu.h); no host wait until gpu_done,
+     * which drains the compute stream and so the uploads before the next call */
+    float *d_feats;
+    const int *d_lens;
+    int rc = frontend_gpu_run(w->fe, pcm, n, batch, t_max, s, &d_feats, &d_lens, err);
+    if (rc)
+        return rc; /* the front end waited for both streams */
     PROF_MARK(2);
-    if (rc || (rc = conformer_gpu_forward(w->gstate, NULL, w->d_enc, w->enc_lens, w->d_feats,
-                                          w->lens, batch, t_max, err)))
+    cudaError_t e;
+    if ((rc = conformer_gpu_forward(w->gstate, NULL, w->d_enc, w->enc_lens, d_feats, w->lens, batch,
+                                    t_max, err)))
         return upload_failed(w, rc);
     PROF_MARK(3);
     int te = conformer_gpu_out_len(a->gpu, t_max);
@@ -789,7 +696,6 @@ static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pc
         return upload_failed(w, err_set(err, HARK_ERR_CUDA, "download: %s", cudaGetErrorString(e)));
     return gpu_done(w, te, te_out, err);
 #undef PROF_MARK
-#undef PROF_MARK_ON
 }
 #endif
 
@@ -941,6 +847,7 @@ int wenet_worker_profile(wenet_worker_t *w, int on, hark_err_t *err)
                 return err_set(err, HARK_ERR_CUDA, "profile events: %s", cudaGetErrorString(e));
         }
         w->prof = on;
+        frontend_gpu_profile(w->fe, on ? w->ev[0] : NULL, on ? w->ev[1] : NULL);
         w->prof_calls = 0;
         memset(w->prof_ms, 0, sizeof w->prof_ms);
         return HARK_OK;

@@ -6,7 +6,8 @@
  * Ownership. A wenet_asr_t is immutable after wenet_asr_load and may be shared by threads (it
  * owns the weight mapping, the models, the unit list and the feature plan). A wenet_worker_t is
  * one thread's mutable scratch, all of it allocated by wenet_worker_create for its (max_batch,
- * max_seconds): on a GPU also its streams (compute, and copy for the overlapped upload), the
+ * max_seconds): on a GPU also its compute stream, its front end (dsp/frontend_gpu.h: the copy
+ * stream of the overlapped upload, staging and device PCM, device features), the
  * prefix beam search's scratch for beam 10 and attention rescoring's decoder scratch for
  * max_batch utterances x 10 candidates x 4 tokens a second of the longest utterance
  * (wenet_asr.c says why). wenet_recognize then neither allocates nor waits for the GPU before
@@ -20,6 +21,7 @@
 #define HARK_MODEL_WENET_ASR_H
 
 #include "core/error.h"
+#include "dsp/frontend_gpu.h"
 #include "model/wenet/conformer.h"
 #include "model/wenet/wenet_config.h"
 
@@ -108,19 +110,16 @@ typedef struct {
 } wenet_worker_scratch_t;
 void wenet_worker_scratch(const wenet_worker_t *w, wenet_worker_scratch_t *out);
 
-/* A GPU worker uploads a batch's PCM on its copy stream in chunks of consecutive utterances, and
- * computes each chunk's features while the next one uploads. chunks: 0 for the default
- * (WENET_UPLOAD_CHUNKS), 1 for one upload and then the features, at most WENET_UPLOAD_MAX_CHUNKS
- * (a batch of fewer utterances uses one per utterance). Results do not depend on it (features
- * are per utterance); for tests and benchmarks. CPU workers keep it and ignore it.
+/* A GPU worker uploads a batch's PCM through its front end (dsp/frontend_gpu.h) on a copy stream
+ * in chunks of consecutive utterances (frontend_upload_split), and computes each chunk's features
+ * while the next one uploads. chunks: 0 for the default (WENET_UPLOAD_CHUNKS), 1 for one upload
+ * and then the features, at most WENET_UPLOAD_MAX_CHUNKS (a batch of fewer utterances uses one
+ * per utterance). Results do not depend on it (features are per utterance); for tests and
+ * benchmarks. CPU workers check it and ignore it (frontend_gpu_set_chunks).
  * HARK_ERR_INVALID_ARG outside [0, WENET_UPLOAD_MAX_CHUNKS]. */
-#define WENET_UPLOAD_CHUNKS 4
-#define WENET_UPLOAD_MAX_CHUNKS 16
+#define WENET_UPLOAD_CHUNKS FRONTEND_UPLOAD_CHUNKS
+#define WENET_UPLOAD_MAX_CHUNKS FRONTEND_UPLOAD_MAX_CHUNKS
 int wenet_worker_set_upload_chunks(wenet_worker_t *w, int chunks, hark_err_t *err);
-/* The split it uses: utterances 0 .. batch - 1 (n[b] samples each) in k = min(chunks, batch)
- * runs of consecutive utterances, run c = [first[c], first[c + 1]), at least one utterance each,
- * cut where the samples before reach c / k of the total. first: k + 1 entries; returns k. */
-int wenet_upload_split(const size_t *n, int batch, int chunks, int *first);
 
 typedef struct {
     char *text;

@@ -41,7 +41,7 @@ struct family_worker {
     const float **pcm;
     size_t *n;
     wenet_result_t *res;
-    int *idx;  /* items of the run being recognized */
+    int *idx;   /* items of the run being recognized */
     char *done; /* item already reported */
 };
 
@@ -51,7 +51,13 @@ static int wf_load(const char *dir, const family_load_opts_t *lo, const family_p
                    family_model_t **out, hark_err_t *err)
 {
     family_load_opts_t l = lo ? *lo : (family_load_opts_t){.device = -1};
-    const char *pname = l.precision ? l.precision : family_param(cfg, "precision");
+    /* config.pbtxt's precision must be a known one wherever the model is loaded (a typo is an
+     * error on a CPU-only machine too), and applies to a GPU (the CPU path is FP32 only) */
+    const char *cname = family_param(cfg, "precision");
+    if (cname && !wenet_precision_parse(cname))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "parameters precision \"%s\": expected fp32, fp16 or bf16", cname);
+    const char *pname = l.precision ? l.precision : l.device >= 0 ? cname : NULL;
     wenet_load_opts_t wl = {.device = l.device, .precision = WENET_FP32, .version = l.version};
     if (pname && !(wl.precision = wenet_precision_parse(pname)))
         return err_set(err, HARK_ERR_INVALID_ARG, "precision \"%s\": expected fp32, fp16 or bf16",
@@ -221,7 +227,8 @@ static int wf_worker_create(const family_model_t *m, const family_worker_opts_t 
                             family_worker_t **out, hark_err_t *err)
 {
     if (!wo || wo->max_batch < 1 || !(wo->max_seconds > 0))
-        return err_set(err, HARK_ERR_INVALID_ARG, "worker needs max_batch >= 1 and max_seconds > 0");
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "worker needs max_batch >= 1 and max_seconds > 0");
     family_worker_t *w = hark_calloc(1, sizeof *w);
     if (!w)
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
@@ -400,8 +407,9 @@ static int run(family_worker_t *w, family_item_t *const *items, int k, family_ex
     const char *dump = items[w->idx[0]]->dump_dir;
     if (dump) { /* run() gets a dumping item alone */
         if (wenet_asr_device(m->asr) >= 0)
-            rc = err_set(&err, HARK_ERR_UNSUPPORTED,
-                         "dump_dir needs a CPU model (the GPU path keeps its stages on the device)");
+            rc =
+                err_set(&err, HARK_ERR_UNSUPPORTED,
+                        "dump_dir needs a CPU model (the GPU path keeps its stages on the device)");
         if (!rc)
             rc = mkdir_p(dump, &err);
         if (!rc)
@@ -479,7 +487,8 @@ static int wf_execute(family_worker_t *w, family_item_t *const *items, int n,
         int k = 0;
         for (int j = i; j < n; j++) {
             const wenet_decode_opts_t *oj = &((const wenet_family_opts_t *)items[j]->opts)->d;
-            if (w->done[j] || !same_opts(oi, oj) || (k && (items[j]->dump_dir || items[i]->dump_dir)))
+            if (w->done[j] || !same_opts(oi, oj) ||
+                (k && (items[j]->dump_dir || items[i]->dump_dir)))
                 continue;
             w->idx[k] = j;
             w->pcm[k] = items[j]->pcm;

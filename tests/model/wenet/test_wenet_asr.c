@@ -243,58 +243,6 @@ TEST(wenet_asr_empty_and_bad_input)
     fixture_close(&fx);
 }
 
-/* The GPU upload's split into chunks: min(chunks, batch) runs of consecutive utterances covering
- * the batch, none empty, each cut at the first boundary where the samples before it reach c / k
- * of the total unless a run's one utterance or the later runs' one each force it; empty
- * utterances, one long utterance among short ones, batches of 0 .. 40, 1 .. 16 chunks. */
-TEST(wenet_upload_split_runs)
-{
-    int first[WENET_UPLOAD_MAX_CHUNKS + 1];
-    size_t even[4] = {100, 100, 100, 100}, one_first[4] = {400, 0, 0, 0};
-    size_t one_last[4] = {0, 0, 0, 400};
-    CHECK_EQ_INT(wenet_upload_split(even, 4, 4, first), 4);
-    CHECK(first[0] == 0 && first[1] == 1 && first[2] == 2 && first[3] == 3 && first[4] == 4);
-    CHECK_EQ_INT(wenet_upload_split(even, 4, 2, first), 2);
-    CHECK(first[1] == 2 && first[2] == 4);
-    CHECK_EQ_INT(wenet_upload_split(one_first, 4, 4, first), 4); /* one utterance per run */
-    CHECK(first[1] == 1 && first[2] == 2 && first[3] == 3);
-    CHECK_EQ_INT(wenet_upload_split(one_last, 4, 2, first), 2); /* the long one alone */
-    CHECK(first[1] == 3 && first[2] == 4);
-    CHECK_EQ_INT(wenet_upload_split(even, 4, 1, first), 1);
-    CHECK(first[0] == 0 && first[1] == 4);
-    CHECK_EQ_INT(wenet_upload_split(even, 0, 4, first), 0);
-    CHECK_EQ_INT(first[0], 0);
-    unsigned seed = 11;
-    size_t n[40], cum[41];
-    for (int it = 0; it < 400; it++) {
-        int batch = (int)(test_rand(&seed) % 41), chunks = 1 + (int)(test_rand(&seed) % 16);
-        cum[0] = 0;
-        for (int b = 0; b < batch; b++) {
-            unsigned r = test_rand(&seed) % 8;
-            n[b] = r == 0   ? 0
-                   : r == 1 ? 160000 + test_rand(&seed) % 800000
-                            : test_rand(&seed) % 9000;
-            cum[b + 1] = cum[b] + n[b];
-        }
-        int k = wenet_upload_split(n, batch, chunks, first);
-        CHECK_EQ_INT(k, chunks < batch ? chunks : batch);
-        CHECK(first[0] == 0 && first[k] == batch);
-        for (int c = 1; c < k; c++) {
-            size_t target = cum[batch] * (size_t)c / (size_t)k;
-            int forced_late = first[c] == first[c - 1] + 1,
-                forced_early = first[c] == batch - (k - c);
-            CHECKF(first[c] > first[c - 1] && first[c] <= batch - (k - c),
-                   "batch %d, %d chunks: run %d = [%d, %d)", batch, chunks, c - 1, first[c - 1],
-                   first[c]);
-            CHECKF(cum[first[c]] >= target || forced_early,
-                   "batch %d, %d chunks: cut %d at %d before the target", batch, chunks, c,
-                   first[c]);
-            CHECKF(cum[first[c] - 1] < target || forced_late,
-                   "batch %d, %d chunks: cut %d at %d past the target", batch, chunks, c, first[c]);
-        }
-    }
-}
-
 #ifdef HARK_CUDA
 /* The prefix beam n-best of one batch searched on the GPU and on the CPU (the same log-probs):
  * the same hypotheses, scores within 1e-9 relative (ctc_beam_gpu.h). */

@@ -150,8 +150,8 @@ TEST(wenet_family_matches_recognize)
             family_item_t items[NU], *ip[NU];
             memset(got, 0, sizeof got);
             for (int u = 0; u < NU; u++) {
-                items[u] = (family_item_t){.opts = opts, .pcm = pcm[u], .n = n[u],
-                                           .emit = on_emit, .user = &got[u]};
+                items[u] = (family_item_t){
+                    .opts = opts, .pcm = pcm[u], .n = n[u], .emit = on_emit, .user = &got[u]};
                 ip[u] = &items[u];
             }
             family_exec_times_t tm = {0};
@@ -176,8 +176,8 @@ TEST(wenet_family_matches_recognize)
                 CHECK(r->best.text[0] != 0);
                 CHECK_EQ_INT(r->n_nbest, ref[u].n_nbest);
                 for (int i = 0; i < r->n_nbest; i++)
-                    CHECKF(same_hyp(&r->nbest[i], &ref[u].nbest[i], fms), "%s n-best %d",
-                           utts[u], i);
+                    CHECKF(same_hyp(&r->nbest[i], &ref[u].nbest[i], fms), "%s n-best %d", utts[u],
+                           i);
                 CHECK(r->confidence == ref[u].confidence);
                 CHECK(fabs(r->duration_s - (double)n[u] / 16000) < 1e-9);
                 CHECK(r->words == NULL && r->n_words == 0); /* not asked for */
@@ -212,8 +212,11 @@ TEST(wenet_family_mixed_batch_and_words)
     memset(alone, 0, sizeof alone);
     memset(mixed, 0, sizeof mixed);
     for (int k = 0; k < 4; k++) {
-        items[k] = (family_item_t){.opts = k % 2 ? ob : og, .pcm = fx.audio[k].samples,
-                                   .n = fx.audio[k].n, .want_words = k == 1, .emit = on_emit,
+        items[k] = (family_item_t){.opts = k % 2 ? ob : og,
+                                   .pcm = fx.audio[k].samples,
+                                   .n = fx.audio[k].n,
+                                   .want_words = k == 1,
+                                   .emit = on_emit,
                                    .user = &alone[k]};
         ip[k] = &items[k];
         CHECK_OK(fx.f->execute(fw, &ip[k], 1, NULL, &err));
@@ -247,8 +250,11 @@ TEST(wenet_family_mixed_batch_and_words)
     got_t g5[5];
     memset(g5, 0, sizeof g5);
     for (int k = 0; k < 5; k++) {
-        five[k] = (family_item_t){.opts = og, .pcm = fx.audio[0].samples, .n = fx.audio[0].n,
-                                  .emit = on_emit, .user = &g5[k]};
+        five[k] = (family_item_t){.opts = og,
+                                  .pcm = fx.audio[0].samples,
+                                  .n = fx.audio[0].n,
+                                  .emit = on_emit,
+                                  .user = &g5[k]};
         fp[k] = &five[k];
     }
     CHECK_EQ_INT(fx.f->execute(fw, fp, 5, NULL, &err), HARK_ERR_TOO_LARGE);
@@ -258,10 +264,13 @@ TEST(wenet_family_mixed_batch_and_words)
     got_t g2[2];
     memset(g2, 0, sizeof g2);
     float *longpcm = hark_calloc(16000 * 13, sizeof(float));
-    family_item_t two[2] = {{.opts = og, .pcm = longpcm, .n = 16000 * 13, .emit = on_emit,
-                             .user = &g2[0]},
-                            {.opts = og, .pcm = fx.audio[1].samples, .n = fx.audio[1].n,
-                             .emit = on_emit, .user = &g2[1]}};
+    family_item_t two[2] = {
+        {.opts = og, .pcm = longpcm, .n = 16000 * 13, .emit = on_emit, .user = &g2[0]},
+        {.opts = og,
+         .pcm = fx.audio[1].samples,
+         .n = fx.audio[1].n,
+         .emit = on_emit,
+         .user = &g2[1]}};
     family_item_t *tp[2] = {&two[0], &two[1]};
     CHECK_OK(fx.f->execute(fw, tp, 2, NULL, &err));
     CHECK(g2[0].n_done == 1 && g2[0].status == HARK_ERR_TOO_LARGE);
@@ -372,5 +381,75 @@ TEST(wenet_family_batch_keys)
     CHECK_OK(fx.f->parse_opts(fx.m, &cfg, NULL, o, &err));
     CHECK(fx.f->batch_key(o) == key[4]);
     hark_free(o);
+    fx_close(&fx);
+}
+
+/* The family on the GPU (FP32): the CPU family's tokens for every method over the batch; info
+ * names the device; a dumping item fails alone with UNSUPPORTED (the stages stay on the GPU). */
+GPU_TEST(wenet_family_gpu_matches_cpu)
+{
+    if (!test_have_gpu())
+        SKIP("no GPU");
+    fx_t fx;
+    OPEN_FX(fx);
+    char why[512], path[1024];
+    snprintf(path, sizeof path, "%s/m", golden_wenet_model_dir(why, sizeof why));
+    family_model_t *g = NULL;
+    family_load_opts_t lo = {.device = 0, .precision = "fp32"};
+    hark_err_t err = {0};
+    CHECKF(fx.f->load(path, &lo, NULL, &g, &err) == HARK_OK, "%s", err.msg);
+    family_info_t info;
+    fx.f->info(g, &info);
+    CHECK_EQ_INT(info.device, 0);
+    family_worker_t *wc, *wg;
+    family_worker_opts_t wo = {.max_batch = NU, .max_seconds = 12.0};
+    CHECK_OK(fx.f->worker_create(fx.m, &wo, &wc, &err));
+    CHECKF(fx.f->worker_create(g, &wo, &wg, &err) == HARK_OK, "%s", err.msg);
+    void *opts = hark_calloc(1, fx.f->opts_size);
+    for (int m = 0; m < 3; m++) {
+        const char *kv[] = {"decoding_method", method_names[m], NULL};
+        CHECK_OK(parse(&fx, kv, opts, &err));
+        got_t gc[NU], gg[NU];
+        family_item_t ic[NU], ig[NU], *pc[NU], *pg[NU];
+        memset(gc, 0, sizeof gc);
+        memset(gg, 0, sizeof gg);
+        for (int u = 0; u < NU; u++) {
+            ic[u] = (family_item_t){.opts = opts,
+                                    .pcm = fx.audio[u].samples,
+                                    .n = fx.audio[u].n,
+                                    .emit = on_emit,
+                                    .user = &gc[u]};
+            ig[u] = ic[u];
+            ig[u].user = &gg[u];
+            pc[u] = &ic[u];
+            pg[u] = &ig[u];
+        }
+        CHECK_OK(fx.f->execute(wc, pc, NU, NULL, &err));
+        CHECKF(fx.f->execute(wg, pg, NU, NULL, &err) == HARK_OK, "%s", err.msg);
+        for (int u = 0; u < NU; u++) {
+            const asr_hyp_t *a = &gg[u].r.best, *b = &gc[u].r.best;
+            CHECKF(gg[u].status == HARK_OK && a->n_tokens == b->n_tokens &&
+                       !memcmp(a->tokens, b->tokens, sizeof(int) * (size_t)a->n_tokens) &&
+                       !strcmp(a->text, b->text),
+                   "%s %s: gpu '%s' vs cpu '%s'", utts[u], method_names[m], a->text, b->text);
+            asr_result_free(&gc[u].r);
+            asr_result_free(&gg[u].r);
+        }
+    }
+    got_t gd;
+    memset(&gd, 0, sizeof gd);
+    family_item_t id = {.opts = opts,
+                        .pcm = fx.audio[4].samples,
+                        .n = fx.audio[4].n,
+                        .dump_dir = test_tmpdir(t),
+                        .emit = on_emit,
+                        .user = &gd};
+    family_item_t *pd = &id;
+    CHECK_EQ_INT(fx.f->execute(wg, &pd, 1, NULL, &err), HARK_ERR_UNSUPPORTED);
+    CHECK(gd.n_done == 1 && gd.status == HARK_ERR_UNSUPPORTED && strstr(gd.error, "CPU"));
+    hark_free(opts);
+    fx.f->worker_destroy(wc);
+    fx.f->worker_destroy(wg);
+    fx.f->unload(g);
     fx_close(&fx);
 }
