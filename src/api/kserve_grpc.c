@@ -69,7 +69,7 @@ typedef struct {
     kserve_grpc_t *g;
     http2_stream_t *st; /* referenced */
     rpc_t rpc;
-    int idx;             /* into RPCS */
+    int idx; /* into RPCS */
     uint64_t deadline_ns;
     atomic_int answered; /* unary: 1 once the answer is queued */
     /* streaming: 1 while the client may still send + 1 per inference in flight; whoever takes it
@@ -384,8 +384,8 @@ static int take_messages(call_t *c, int at_end)
     for (;;) {
         const uint8_t *msg;
         size_t ml, used;
-        int r = grpc_frame_next(c->buf + off, c->len - off, c->g->max_message, &msg, &ml, &used,
-                                &err);
+        int r =
+            grpc_frame_next(c->buf + off, c->len - off, c->g->max_message, &msg, &ml, &used, &err);
         if (r < 0) {
             int code = r == HARK_ERR_TOO_LARGE     ? GRPC_STATUS_RESOURCE_EXHAUSTED
                        : r == HARK_ERR_UNSUPPORTED ? GRPC_STATUS_UNIMPLEMENTED
@@ -412,7 +412,8 @@ static int take_messages(call_t *c, int at_end)
             return 0; /* unary: the message waits for END_STREAM */
         if (off + used != c->len) {
             c->failed = 1;
-            answer_code(c, GRPC_STATUS_UNIMPLEMENTED, "more than one request message for a unary RPC");
+            answer_code(c, GRPC_STATUS_UNIMPLEMENTED,
+                        "more than one request message for a unary RPC");
             return -1;
         }
         handle_unary(c, msg, ml);

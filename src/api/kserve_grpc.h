@@ -122,7 +122,8 @@ int kserve_grpc_pack_request(const char *model, const char *version, const uint8
                              size_t len, size_t header_len, uint8_t **msg, size_t *msg_len,
                              hark_err_t *err);
 /* A serialized ModelInferResponse as a kserve_parsed_response_t (outputs copied into its arena;
- * json NULL); free it with kserve_parsed_response_free. HARK_OK, HARK_ERR_FORMAT, HARK_ERR_NOMEM. */
+ * json NULL); free it with kserve_parsed_response_free. HARK_OK, HARK_ERR_FORMAT, HARK_ERR_NOMEM.
+ */
 int kserve_grpc_parse_response(const uint8_t *msg, size_t len, kserve_parsed_response_t *out,
                                hark_err_t *err);
 
@@ -133,9 +134,9 @@ typedef struct uv_loop_s uv_loop_t;
 
 typedef struct {
     const char *host;
-    int port;               /* 0: ephemeral (kserve_grpc_port) */
-    size_t max_message;     /* largest request message; default 64 MiB */
-    unsigned max_streams;   /* SETTINGS_MAX_CONCURRENT_STREAMS; default 100 */
+    int port;             /* 0: ephemeral (kserve_grpc_port) */
+    size_t max_message;   /* largest request message; default 64 MiB */
+    unsigned max_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS; default 100 */
     unsigned max_connections;
     unsigned idle_timeout_ms; /* connection without streams closed; default 300 s */
     int reuse_port;           /* NET_REUSE_* (net/listen.h): one port served by several loops */
@@ -147,7 +148,8 @@ typedef struct kserve_grpc kserve_grpc_t;
 int kserve_grpc_create(uv_loop_t *loop, server_t *s, const kserve_grpc_opts_t *o,
                        kserve_grpc_t **out, hark_err_t *err);
 int kserve_grpc_port(const kserve_grpc_t *g);
-/* Graceful: GOAWAY, in-flight RPCs finish within deadline_ms, then everything closes. Any thread. */
+/* Graceful: GOAWAY, in-flight RPCs finish within deadline_ms, then everything closes. Any thread.
+ */
 void kserve_grpc_shutdown(kserve_grpc_t *g, unsigned deadline_ms);
 /* After the loop has run the shutdown to completion; NULL ok. */
 void kserve_grpc_destroy(kserve_grpc_t *g);

@@ -55,13 +55,26 @@ int grpc_parse_timeout(const char *v, size_t n, uint64_t *ns)
     }
     uint64_t mul;
     switch (v[n - 1]) {
-    case 'H': mul = 3600000000000ull; break;
-    case 'M': mul = 60000000000ull; break;
-    case 'S': mul = 1000000000ull; break;
-    case 'm': mul = 1000000ull; break;
-    case 'u': mul = 1000ull; break;
-    case 'n': mul = 1; break;
-    default: return HARK_ERR_INVALID_ARG;
+    case 'H':
+        mul = 3600000000000ull;
+        break;
+    case 'M':
+        mul = 60000000000ull;
+        break;
+    case 'S':
+        mul = 1000000000ull;
+        break;
+    case 'm':
+        mul = 1000000ull;
+        break;
+    case 'u':
+        mul = 1000ull;
+        break;
+    case 'n':
+        mul = 1;
+        break;
+    default:
+        return HARK_ERR_INVALID_ARG;
     }
     *ns = x > UINT64_MAX / mul ? UINT64_MAX : x * mul;
     return HARK_OK;
@@ -192,7 +205,8 @@ static int contents_to_raw(const Inference__InferTensorContents *c, kserve_tenso
     do {                                                                                           \
         n = c->n_##field;                                                                          \
         if ((int64_t)n != t->count)                                                                \
-            return bad(err, "input '%s': contents." #field " has %zu elements, shape says %" PRId64, \
+            return bad(err,                                                                        \
+                       "input '%s': contents." #field " has %zu elements, shape says %" PRId64,    \
                        nm, n, t->count);                                                           \
     } while (0)
     uint8_t *out = NULL;
@@ -357,10 +371,11 @@ static int request_from_pb(const Inference__ModelInferRequest *pb, kserve_reques
                            t->name);
         t->dtype = kserve_dtype_parse(in->datatype ? in->datatype : "");
         if (t->dtype == KSERVE_INVALID)
-            return bad(err,
-                       "input '%s': unknown datatype '%.40s' (expected BOOL, UINT8, UINT16, UINT32, "
-                       "UINT64, INT8, INT16, INT32, INT64, FP16, FP32, FP64, BYTES or BF16)",
-                       t->name, in->datatype ? in->datatype : "");
+            return bad(
+                err,
+                "input '%s': unknown datatype '%.40s' (expected BOOL, UINT8, UINT16, UINT32, "
+                "UINT64, INT8, INT16, INT32, INT64, FP16, FP32, FP64, BYTES or BF16)",
+                t->name, in->datatype ? in->datatype : "");
         if (in->n_shape > KSERVE_MAX_DIMS)
             return bad(err, "input '%s': shape has %zu dimensions, at most %d are supported",
                        t->name, in->n_shape, KSERVE_MAX_DIMS);
@@ -595,7 +610,8 @@ static int field_value(const ProtobufCFieldDescriptor *f, const cJSON *v, arena_
     case PROTOBUF_C_TYPE_ENUM: {
         const ProtobufCEnumDescriptor *ed = f->descriptor;
         if (cJSON_IsString(v)) {
-            const ProtobufCEnumValue *ev = protobuf_c_enum_descriptor_get_value_by_name(ed, v->valuestring);
+            const ProtobufCEnumValue *ev =
+                protobuf_c_enum_descriptor_get_value_by_name(ed, v->valuestring);
             if (!ev)
                 return err_set(err, HARK_ERR_INVALID_ARG, "field '%s': unknown value '%.40s'",
                                f->name, v->valuestring);
@@ -829,8 +845,10 @@ int kserve_grpc_pack_request(const char *model, const char *version, const uint8
     Inference__ModelInferRequest__InferInputTensor **inp = hark_calloc(ni + 1, sizeof *inp);
     ProtobufCBinaryData *raw = hark_calloc(ni + 1, sizeof *raw);
     int64_t *shapes = hark_calloc(ni * KSERVE_MAX_DIMS + 1, sizeof *shapes);
-    Inference__ModelInferRequest__InferRequestedOutputTensor *out = hark_calloc(no + 1, sizeof *out);
-    Inference__ModelInferRequest__InferRequestedOutputTensor **outp = hark_calloc(no + 1, sizeof *outp);
+    Inference__ModelInferRequest__InferRequestedOutputTensor *out =
+        hark_calloc(no + 1, sizeof *out);
+    Inference__ModelInferRequest__InferRequestedOutputTensor **outp =
+        hark_calloc(no + 1, sizeof *outp);
     Inference__InferParameter *pv = hark_calloc(np + 1, sizeof *pv);
     Inference__ModelInferRequest__ParametersEntry *pe = hark_calloc(np + 1, sizeof *pe);
     Inference__ModelInferRequest__ParametersEntry **pep = hark_calloc(np + 1, sizeof *pep);

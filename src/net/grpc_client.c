@@ -114,8 +114,10 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t 
 
 static int hexval(int ch)
 {
-    return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
-                                            : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+    return ch >= '0' && ch <= '9'   ? ch - '0'
+           : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+           : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                                    : -1;
 }
 
 static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
@@ -274,10 +276,14 @@ int grpc_client_call(grpc_client_t *c, const char *method, const uint8_t *req, s
     snprintf(authority, sizeof authority, "%s:%d", c->host, c->port);
     snprintf(tmo, sizeof tmo, "%um", c->timeout_ms);
 #define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
-    nghttp2_nv nva[] = {NV(":method", "POST"),         NV(":scheme", "http"),
-                        NV(":path", method),           NV(":authority", authority),
-                        NV("content-type", "application/grpc"), NV("te", "trailers"),
-                        NV("grpc-timeout", tmo),       NV("user-agent", "hark-grpc")};
+    nghttp2_nv nva[] = {NV(":method", "POST"),
+                        NV(":scheme", "http"),
+                        NV(":path", method),
+                        NV(":authority", authority),
+                        NV("content-type", "application/grpc"),
+                        NV("te", "trailers"),
+                        NV("grpc-timeout", tmo),
+                        NV("user-agent", "hark-grpc")};
 #undef NV
     nghttp2_data_provider prd = {.source.ptr = c, .read_callback = read_req};
     c->stream_id = nghttp2_submit_request(c->sess, NULL, nva, sizeof nva / sizeof nva[0], &prd, c);
@@ -318,8 +324,9 @@ int grpc_client_call(grpc_client_t *c, const char *method, const uint8_t *req, s
     c->out = NULL;
     if (rc) {
         drop(c);
-        return err_set(err, rc, rc == HARK_ERR_TIMEOUT ? "grpc: %s timed out after %u ms"
-                                                       : "grpc: %s: connection failed (%u ms limit)",
+        return err_set(err, rc,
+                       rc == HARK_ERR_TIMEOUT ? "grpc: %s timed out after %u ms"
+                                              : "grpc: %s: connection failed (%u ms limit)",
                        method, c->timeout_ms);
     }
     pump_send(c, deadline); /* window updates, acks */

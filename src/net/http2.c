@@ -36,9 +36,9 @@ typedef struct {
     pthread_mutex_t mu;
     op_t *head, *tail;
     atomic_int refs;
-    int closed;         /* the loop is gone: pushes are freed at once */
-    uv_async_t *async;  /* NULL for a socket-free server */
-    int shutdown_req;   /* under mu */
+    int closed;        /* the loop is gone: pushes are freed at once */
+    uv_async_t *async; /* NULL for a socket-free server */
+    int shutdown_req;  /* under mu */
     unsigned shutdown_ms;
 } outq_t;
 

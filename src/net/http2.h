@@ -47,9 +47,9 @@ typedef struct {
 } http2_handler_t;
 
 typedef struct {
-    const char *host;         /* NULL: "127.0.0.1" */
-    int port;                 /* 0: ephemeral (http2_server_port) */
-    http2_handler_t handler;  /* required */
+    const char *host;        /* NULL: "127.0.0.1" */
+    int port;                /* 0: ephemeral (http2_server_port) */
+    http2_handler_t handler; /* required */
     void *user;
     unsigned max_streams;     /* SETTINGS_MAX_CONCURRENT_STREAMS; default 100 */
     unsigned max_connections; /* default 1024 */

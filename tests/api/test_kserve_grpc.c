@@ -266,13 +266,14 @@ TEST(grpc_response_frame)
     kserve_request_t req = {0};
     req.outputs = want;
     req.n_outputs = 1;
-    kserve_grpc_infer_answer_t a = {.model = "wenet", .version = "1", .id = "x", .req = &req,
-                                    .outs = outs, .n_outs = 2};
+    kserve_grpc_infer_answer_t a = {
+        .model = "wenet", .version = "1", .id = "x", .req = &req, .outs = outs, .n_outs = 2};
     uint8_t *f;
     size_t len;
     hark_err_t err;
     CHECK_OK(kserve_grpc_infer_frame(&a, &f, &len, &err));
-    Inference__ModelInferResponse *r = inference__model_infer_response__unpack(NULL, len - 5, f + 5);
+    Inference__ModelInferResponse *r =
+        inference__model_infer_response__unpack(NULL, len - 5, f + 5);
     CHECK(r);
     CHECK(!strcmp(r->model_name, "wenet") && !strcmp(r->model_version, "1") && !strcmp(r->id, "x"));
     CHECK_EQ_INT(r->n_outputs, 1);
@@ -327,7 +328,8 @@ TEST(grpc_json_documents)
     hark_err_t err;
     CHECKF(kserve_grpc_json_frame(KSERVE_GRPC_MODEL_CONFIG, cfg, &f, &len, &err) == 0, "%s",
            err.msg);
-    Inference__ModelConfigResponse *r = inference__model_config_response__unpack(NULL, len - 5, f + 5);
+    Inference__ModelConfigResponse *r =
+        inference__model_config_response__unpack(NULL, len - 5, f + 5);
     CHECK(r && r->config);
     Inference__ModelConfig *c = r->config;
     CHECK_EQ_INT(c->max_batch_size, 64);

@@ -57,14 +57,15 @@ int service_model_config(server_t *s, const char *model, const char *version, ch
     int rc = need_m(model, err);
     if (rc)
         return rc;
-    *json = dup("{\"name\":\"m\",\"platform\":\"hark\",\"backend\":\"hark\",\"max_batch_size\":8,"
-                "\"input\":[{\"name\":\"WAV\",\"data_type\":\"TYPE_FP32\",\"dims\":[-1]}],"
-                "\"output\":[{\"name\":\"TRANSCRIPTS\",\"data_type\":\"TYPE_STRING\",\"dims\":[1]}],"
-                "\"instance_group\":[{\"count\":1,\"kind\":\"KIND_CPU\"}],"
-                "\"dynamic_batching\":{\"max_queue_delay_microseconds\":1000},"
-                "\"parameters\":{\"family\":{\"string_value\":\"wenet\"}},"
-                "\"model_transaction_policy\":{\"decoupled\":false},"
-                "\"response_cache\":{\"enable\":false}}");
+    *json =
+        dup("{\"name\":\"m\",\"platform\":\"hark\",\"backend\":\"hark\",\"max_batch_size\":8,"
+            "\"input\":[{\"name\":\"WAV\",\"data_type\":\"TYPE_FP32\",\"dims\":[-1]}],"
+            "\"output\":[{\"name\":\"TRANSCRIPTS\",\"data_type\":\"TYPE_STRING\",\"dims\":[1]}],"
+            "\"instance_group\":[{\"count\":1,\"kind\":\"KIND_CPU\"}],"
+            "\"dynamic_batching\":{\"max_queue_delay_microseconds\":1000},"
+            "\"parameters\":{\"family\":{\"string_value\":\"wenet\"}},"
+            "\"model_transaction_policy\":{\"decoupled\":false},"
+            "\"response_cache\":{\"enable\":false}}");
     return *json ? HARK_OK : err_set(err, HARK_ERR_NOMEM, "oom");
 }
 int service_model_stats(server_t *s, const char *model, const char *version, char **json,
@@ -73,9 +74,10 @@ int service_model_stats(server_t *s, const char *model, const char *version, cha
     int rc = need_m(model, err);
     if (rc)
         return rc;
-    *json = dup("{\"model_stats\":[{\"name\":\"m\",\"version\":\"1\",\"last_inference\":0,"
-                "\"inference_count\":3,\"execution_count\":2,\"inference_stats\":{\"success\":"
-                "{\"count\":3,\"ns\":100},\"queue\":{\"count\":3,\"ns\":10}},\"batch_stats\":[]}]}");
+    *json =
+        dup("{\"model_stats\":[{\"name\":\"m\",\"version\":\"1\",\"last_inference\":0,"
+            "\"inference_count\":3,\"execution_count\":2,\"inference_stats\":{\"success\":"
+            "{\"count\":3,\"ns\":100},\"queue\":{\"count\":3,\"ns\":10}},\"batch_stats\":[]}]}");
     return *json ? HARK_OK : err_set(err, HARK_ERR_NOMEM, "oom");
 }
 int service_repository_index(server_t *s, int ready_only, char **json, hark_err_t *err)

@@ -1,15 +1,23 @@
 /* Tests for src/net/http2.c without sockets: an nghttp2 client session talks to a socket-free
  * http2 server; answers made on another thread reach the client only through the queue; a reset
  * stream sets the cancelled flag and late answers are dropped (ASan: no use after free);
- * SETTINGS_MAX_CONCURRENT_STREAMS; a protocol error ends the connection with GOAWAY. */
+ * SETTINGS_MAX_CONCURRENT_STREAMS; a protocol error ends the connection with GOAWAY; over a real
+ * socket, the idle timeout and a shutdown asked from another thread. */
 #include "test.h"
 
 #include "core/alloc.h"
 #include "net/http2.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <nghttp2/nghttp2.h>
+#include <poll.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
 
 typedef struct {
     http2_server_t *srv;
@@ -106,9 +114,8 @@ static int c_close(nghttp2_session *s, int32_t id, uint32_t code, void *user)
 static int setup(h2t_t *x, unsigned max_streams)
 {
     memset(x, 0, sizeof *x);
-    http2_server_opts_t o = {.handler = {s_headers, s_data, s_end, s_close},
-                             .user = x,
-                             .max_streams = max_streams};
+    http2_server_opts_t o = {
+        .handler = {s_headers, s_data, s_end, s_close}, .user = x, .max_streams = max_streams};
     if (http2_server_create(NULL, &o, &x->srv, NULL))
         return -1;
     x->conn = http2_conn_open(x->srv, sink, x);
@@ -293,8 +300,8 @@ TEST(http2_settings_and_protocol_error)
     CHECK_OK(setup(&x, 3));
     request(&x, "/a", NULL);
     pump(&x);
-    CHECK_EQ_INT(nghttp2_session_get_remote_settings(x.cli, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS),
-                 3);
+    CHECK_EQ_INT(
+        nghttp2_session_get_remote_settings(x.cli, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS), 3);
     http2_stream_unref(x.held);
     /* a DATA frame on stream 0 is a connection error: GOAWAY, and the connection is finished */
     static const uint8_t bad[] = {0, 0, 1, 0, 0, 0, 0, 0, 0, 'x'};
@@ -302,4 +309,66 @@ TEST(http2_settings_and_protocol_error)
     CHECK(http2_conn_feed(x.conn, bad, sizeof bad) != 0);
     CHECK(x.goaway_seen);
     teardown(&x);
+}
+
+/* ---- over a real socket and loop ------------------------------------------------------------ */
+
+
+static void *loop_main(void *p)
+{
+    uv_run(p, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+static int dummy_headers(http2_stream_t *st, void *user)
+{
+    return 0;
+}
+
+TEST(http2_idle_timeout_and_shutdown_from_another_thread)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    http2_server_t *s = NULL;
+    http2_server_opts_t o = {
+        .port = 0, .handler = {.on_headers = dummy_headers}, .idle_timeout_ms = 150};
+    CHECK_OK(http2_server_create(&loop, &o, &s, NULL));
+    int port = http2_server_port(s);
+    CHECK(port > 0);
+    pthread_t th;
+    pthread_create(&th, NULL, loop_main, &loop);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\4\0\0\0\0\0";
+    CHECK(write(fd, preface, sizeof preface - 1) == (ssize_t)(sizeof preface - 1));
+    /* no stream: after the idle timeout the server says GOAWAY and closes */
+    uint8_t buf[4096];
+    size_t got = 0;
+    int eof = 0;
+    uint64_t t0 = (uint64_t)time(NULL);
+    while (!eof && (uint64_t)time(NULL) - t0 < 5) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        ssize_t n = read(fd, buf + got, sizeof buf - got);
+        if (n <= 0)
+            eof = 1;
+        else
+            got += (size_t)n;
+    }
+    close(fd);
+    CHECK(eof);
+    int goaway = 0;
+    for (size_t q = 0; q + 9 <= got;) {
+        size_t fl = (size_t)buf[q] << 16 | (size_t)buf[q + 1] << 8 | buf[q + 2];
+        goaway |= buf[q + 3] == 7;
+        q += 9 + fl;
+    }
+    CHECK(goaway);
+    http2_server_shutdown(s, 1000); /* from this thread: the loop finishes and uv_run returns */
+    pthread_join(th, NULL);
+    http2_server_destroy(s);
+    CHECK_EQ_INT(uv_loop_close(&loop), 0);
 }

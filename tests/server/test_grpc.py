@@ -188,9 +188,13 @@ try:
     check(c == grpc.StatusCode.UNIMPLEMENTED, "Trace: UNIMPLEMENTED")
     c, d = code_of(lambda: s.ModelInfer(infer_request("wenet", [xs[2]] * 8), timeout=0.005))
     check(c == grpc.StatusCode.DEADLINE_EXCEEDED, "grpc-timeout: DEADLINE_EXCEEDED")
-    fut = s.ModelInfer.future(infer_request("wenet", [xs[2]] * 8))
+    # a request in flight, cancelled by the client (RST_STREAM): the server drops it and goes on
+    fut = s.ModelInfer.future(infer_request("wenet", [xs[2]] * 16, method="attention_rescoring"))
+    time.sleep(0.3)
     fut.cancel()
     check(fut.cancelled() or code_of(fut.result)[0] == grpc.StatusCode.CANCELLED, "client cancel: CANCELLED")
+    check(transcripts(s.ModelInfer(infer_request("wenet", [xs[0]]))) ==
+          [R[us[0]]["full"]["ctc_greedy_search"]["text"]], "the next request after a cancel")
     # the one-request queue: concurrent requests overflow it
     futs = [s.ModelInfer.future(infer_request("wenet_q1", [xs[2]])) for _ in range(12)]
     codes = [code_of(f.result)[0] for f in futs]
