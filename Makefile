@@ -202,7 +202,8 @@ $(BUILD)/fuzz_model_config: $(FUZZ_MC_SRCS) $(wildcard include/*.h src/core/*.h 
 # kserve conversion → answers), socket-free over a stub service; seeds in tests/fuzz/corpus_grpc/.
 # Run: ./$(BUILD)/fuzz_grpc -runs=1000000 CORPUS_COPY
 FUZZ_GRPC_SRCS := tests/fuzz/fuzz_grpc.c tests/fuzz/grpc_stub_service.c src/api/kserve_grpc.c \
-                  src/api/kserve_grpc_codec.c src/api/kserve.c src/net/http2.c \
+                  src/api/kserve_grpc_codec.c src/api/kserve.c src/net/http2.c src/net/listen.c \
+                  src/gpu/pinned.c \
                   $(sort $(wildcard src/core/*.c))
 .PHONY: fuzz-grpc
 fuzz-grpc: $(BUILD)/fuzz_grpc

@@ -9,9 +9,11 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "gpu/pinned.h"
 #include "grpc_service.pb-c.h"
 #include "hark.h"
 #include "net/http2.h"
+#include "server/server.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -60,7 +62,34 @@ struct kserve_grpc {
     uv_loop_t *loop;
     http2_server_t *h2;
     size_t max_message;
+    ProtobufCAllocator infer_alloc; /* ModelInferRequest: large fields in page-locked memory */
 };
+
+/* protobuf-c's allocator for ModelInferRequest: a field as large as a tensor (raw_input_contents)
+ * goes into the server's page-locked body pool, so that a GPU instance uploads it by DMA where it
+ * lies, as it does HTTP bodies; the rest on the heap. A 16-byte header says which. */
+#define PB_HDR 16
+#define PB_PINNED_MIN ((size_t)32 << 10)
+static void *pb_alloc(void *pool, size_t n)
+{
+    int big = pool && n >= PB_PINNED_MIN;
+    uint8_t *p = big ? pinned_alloc(pool, n + PB_HDR) : hark_malloc(n + PB_HDR);
+    if (!p)
+        return NULL;
+    p[0] = (uint8_t)big;
+    return p + PB_HDR;
+}
+
+static void pb_free(void *pool, void *ptr)
+{
+    if (!ptr)
+        return;
+    uint8_t *p = (uint8_t *)ptr - PB_HDR;
+    if (p[0])
+        pinned_free(pool, p);
+    else
+        hark_free(p);
+}
 
 /* One RPC (one HTTP/2 stream). Refcounted: the stream's on_close drops one, each in-flight
  * inference or repository load holds one. Loop-thread fields are marked. */
@@ -180,7 +209,7 @@ typedef struct {
 static void infer_free(void *user)
 {
     infer_t *in = user;
-    protobuf_c_message_free_unpacked(&in->pb->base, NULL);
+    protobuf_c_message_free_unpacked(&in->pb->base, &in->c->g->infer_alloc);
     call_unref(in->c);
     hark_free(in);
 }
@@ -233,7 +262,8 @@ static void start_infer(call_t *c, const uint8_t *msg, size_t len)
 {
     int stream = c->rpc == RPC_MODEL_STREAM_INFER;
     hark_err_t err = {0};
-    Inference__ModelInferRequest *pb = inference__model_infer_request__unpack(NULL, len, msg);
+    Inference__ModelInferRequest *pb =
+        inference__model_infer_request__unpack(&c->g->infer_alloc, len, msg);
     if (!pb) {
         if (stream)
             stream_error(c, "malformed ModelInferRequest message", "", "");
@@ -250,7 +280,7 @@ static void start_infer(call_t *c, const uint8_t *msg, size_t len)
         else
             answer(c, rc, err.msg, NULL, 0);
         hark_free(in);
-        protobuf_c_message_free_unpacked(&pb->base, NULL);
+        protobuf_c_message_free_unpacked(&pb->base, &c->g->infer_alloc);
         return;
     }
     in->c = c;
@@ -564,6 +594,7 @@ int kserve_grpc_create(uv_loop_t *loop, server_t *s, const kserve_grpc_opts_t *o
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
     g->s = s;
     g->loop = loop;
+    g->infer_alloc = (ProtobufCAllocator){pb_alloc, pb_free, s ? server_body_pool(s) : NULL};
     g->max_message = o->max_message ? o->max_message : (size_t)64 << 20;
     http2_server_opts_t ho = {.host = o->host,
                               .port = o->port,

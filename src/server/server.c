@@ -79,6 +79,11 @@ const server_opts_t *server_options(const server_t *s)
     return &s->o;
 }
 
+struct pinned_pool *server_body_pool(server_t *s)
+{
+    return s->bodies;
+}
+
 /* Around an instance's completions of a batch: the loops are woken once per batch, and every
  * answer is written by its connection's loop (inference threads never write a connection). */
 static void completions_begin(int n)

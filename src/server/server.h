@@ -47,5 +47,8 @@ struct repository *server_repository(server_t *s);
 int server_draining(const server_t *s);
 int server_loading(const server_t *s);
 const server_opts_t *server_options(const server_t *s);
+/* The page-locked pool request bodies are received into (a GPU is present), or NULL. */
+struct pinned_pool;
+struct pinned_pool *server_body_pool(server_t *s);
 
 #endif
