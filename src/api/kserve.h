@@ -202,12 +202,12 @@ typedef struct {
 } kserve_param_t;
 
 typedef struct {
-    const char *id;                 /* NULL: no "id" */
-    const kserve_output_t *inputs;  /* (n_inputs) named tensors, all sent as binary blobs */
+    const char *id;                /* NULL: no "id" */
+    const kserve_output_t *inputs; /* (n_inputs) named tensors, all sent as binary blobs */
     int n_inputs;
-    const char *const *outputs;     /* (n_outputs) names, each asked for with binary_data: true */
+    const char *const *outputs; /* (n_outputs) names, each asked for with binary_data: true */
     int n_outputs;
-    const kserve_param_t *params;   /* (n_params) request "parameters"; 0: none */
+    const kserve_param_t *params; /* (n_params) request "parameters"; 0: none */
     int n_params;
 } kserve_request_spec_t;
 

@@ -34,7 +34,8 @@ void http_api_respond_error(http_req_t *req, int rc, const char *msg)
 {
     if (rc == HARK_ERR_AGAIN)
         http_res_header(req, "Retry-After", "1");
-    http_respond_error(req, service_status_http(rc), "%s", msg && msg[0] ? msg : hark_status_str(rc));
+    http_respond_error(req, service_status_http(rc), "%s",
+                       msg && msg[0] ? msg : hark_status_str(rc));
 }
 
 /* path segment i (0-based, '/'-separated) of req->path; returns its length */

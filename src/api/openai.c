@@ -79,8 +79,7 @@ static void verbose_json(openai_ctx_t *c, const asr_result_t *r, const word_time
 }
 
 /* the service's answer (inference thread): the response goes to the connection's loop */
-static void transcribed(void *user, int status, const char *error, asr_result_t *r,
-                        double duration)
+static void transcribed(void *user, int status, const char *error, asr_result_t *r, double duration)
 {
     openai_ctx_t *c = user;
     http_req_t *req = c->http;

@@ -67,9 +67,8 @@ int service_model_ready(server_t *s, const char *model, const char *version)
 
 int service_server_metadata(server_t *s, char **json, hark_err_t *err)
 {
-    static const char *const ext[] = {"binary_tensor_data", "parameters",
-                                      "statistics",         "model_configuration",
-                                      "model_repository",   "schedule_policy"};
+    static const char *const ext[] = {"binary_tensor_data",  "parameters",       "statistics",
+                                      "model_configuration", "model_repository", "schedule_policy"};
     if (!(*json = kserve_server_metadata_json("hark", HARK_VERSION, ext, 6)))
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
     return HARK_OK;
@@ -88,15 +87,14 @@ static int model_doc(server_t *s, const char *model, const char *version, int wh
         *json = repository_stats_json(r, NULL);
         goto out;
     }
-    repo_model_t *m = repository_find(r, model ? model : "", model ? strlen(model) : 0, version,
-                                      err);
+    repo_model_t *m =
+        repository_find(r, model ? model : "", model ? strlen(model) : 0, version, err);
     if (!m) {
         rc = HARK_ERR_NOT_FOUND;
         goto out;
     }
     if (what != DOC_STATS && !m->has_cfg) {
-        rc = err_set(err, HARK_ERR_UNAVAILABLE, "model '%s' is not loaded: %s", m->name,
-                     m->reason);
+        rc = err_set(err, HARK_ERR_UNAVAILABLE, "model '%s' is not loaded: %s", m->name, m->reason);
         goto out;
     }
     *json = what == DOC_METADATA ? repository_metadata_json(m)
@@ -194,8 +192,8 @@ enum { JOB_KSERVE = 0, JOB_TRANSCRIBE = 1 };
 struct job {
     server_t *s;
     int kind;
-    service_infer_t in;        /* JOB_KSERVE: the caller's request (req taken) */
-    service_transcribe_t tin;  /* JOB_TRANSCRIBE */
+    service_infer_t in;       /* JOB_KSERVE: the caller's request (req taken) */
+    service_transcribe_t tin; /* JOB_TRANSCRIBE */
     char model[128], version[16];
     int batch;
     job_item_t *items;

@@ -38,8 +38,7 @@ static const family_t *family_for_dir(const char *cmd, const char *dir)
     int version = slash ? atoi(slash + 1) : atoi(dir);
     int rc = family_of_dir(dir, 0, &f, &err);
     if (rc && version > 0 && strlen(dir) < sizeof parent) { /* a version directory */
-        snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - dir) : 1,
-                 slash ? dir : ".");
+        snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - dir) : 1, slash ? dir : ".");
         hark_err_t e2 = {0};
         if (!family_of_dir(parent, version, &f, &e2))
             rc = HARK_OK;

@@ -15,9 +15,9 @@ static const struct {
 };
 
 const char *const dtype_config_names[DTYPE_COUNT + 1] = {
-    "TYPE_INVALID", "TYPE_BOOL",  "TYPE_UINT8", "TYPE_UINT16", "TYPE_UINT32", "TYPE_UINT64",
-    "TYPE_INT8",    "TYPE_INT16", "TYPE_INT32", "TYPE_INT64",  "TYPE_FP16",   "TYPE_FP32",
-    "TYPE_FP64",    "TYPE_STRING", "TYPE_BF16", NULL};
+    "TYPE_INVALID", "TYPE_BOOL",   "TYPE_UINT8", "TYPE_UINT16", "TYPE_UINT32", "TYPE_UINT64",
+    "TYPE_INT8",    "TYPE_INT16",  "TYPE_INT32", "TYPE_INT64",  "TYPE_FP16",   "TYPE_FP32",
+    "TYPE_FP64",    "TYPE_STRING", "TYPE_BF16",  NULL};
 
 dtype_t dtype_from_kserve(const char *name)
 {

@@ -28,8 +28,8 @@ typedef enum { /* values as in Triton's model_config.proto DataType */
 
 /* "FP32" -> DTYPE_FP32; DTYPE_INVALID for an unknown name. */
 dtype_t dtype_from_kserve(const char *name);
-const char *dtype_kserve_name(dtype_t t);  /* "INVALID" out of range */
-const char *dtype_config_name(dtype_t t);  /* "TYPE_INVALID" out of range */
+const char *dtype_kserve_name(dtype_t t); /* "INVALID" out of range */
+const char *dtype_config_name(dtype_t t); /* "TYPE_INVALID" out of range */
 /* Bytes per element; 0 for BYTES (variable) and INVALID. */
 size_t dtype_size(dtype_t t);
 /* The config.pbtxt names in enum order, NULL-terminated (for the schema's enum check). */

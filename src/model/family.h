@@ -111,11 +111,11 @@ typedef struct family_item family_item_t;
 typedef void (*family_emit_fn)(family_item_t *item, const family_event_t *ev);
 
 struct family_item {
-    const void *opts;  /* parse_opts's output for this item's request (opts_size bytes) */
-    const float *pcm;  /* asr/vad: (n) samples in [-1, 1] at the model's sample rate; lent */
+    const void *opts; /* parse_opts's output for this item's request (opts_size bytes) */
+    const float *pcm; /* asr/vad: (n) samples in [-1, 1] at the model's sample rate; lent */
     size_t n;
-    const char *text;  /* tts: UTF-8, NUL-terminated; lent */
-    int want_words;    /* asr: fill asr_result_t.words */
+    const char *text;     /* tts: UTF-8, NUL-terminated; lent */
+    int want_words;       /* asr: fill asr_result_t.words */
     const char *dump_dir; /* debug (C API / CLI only; the server leaves it NULL): a family that
                              can writes this item's intermediate stages as DIR/<stage>.npy; one
                              that cannot fails the item with HARK_ERR_UNSUPPORTED. Lent. */

@@ -1032,9 +1032,8 @@ static void on_connection(uv_stream_t *ls, int status)
         }
     }
     uv_tcp_nodelay(&c->tcp, 1);
-    http_reqparser_opts_t po = {s->o.max_body,  s->o.max_header, sizeof(sreq_t),
-                                s->o.body_align, s->o.user,      s->o.body_alloc,
-                                s->o.body_free,  s->o.body_user};
+    http_reqparser_opts_t po = {s->o.max_body, s->o.max_header, sizeof(sreq_t), s->o.body_align,
+                                s->o.user,     s->o.body_alloc, s->o.body_free, s->o.body_user};
     c->parser = http_reqparser_create(&po);
     c->rbuf = hark_malloc(RBUF_SIZE);
     if (!c->parser || !c->rbuf) {

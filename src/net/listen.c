@@ -41,8 +41,8 @@ int net_resolve(const char *host, int port, struct sockaddr_storage *ss, const c
     return HARK_OK;
 }
 
-int net_listen(const char *host, int port, int reuse, const char *who, int *fd_out,
-               int *bound_port, hark_err_t *err)
+int net_listen(const char *host, int port, int reuse, const char *who, int *fd_out, int *bound_port,
+               hark_err_t *err)
 {
     *fd_out = -1;
     struct sockaddr_storage ss;
@@ -86,8 +86,7 @@ int net_listen(const char *host, int port, int reuse, const char *who, int *fd_o
         ok = getsockname(fd, (struct sockaddr *)&b, &blen) == 0;
     }
     if (!ok) {
-        err_set(err, HARK_ERR_IO, "%s: %s %s port %d: %s", who, what, host, port,
-                strerror(errno));
+        err_set(err, HARK_ERR_IO, "%s: %s %s port %d: %s", who, what, host, port, strerror(errno));
         if (fd >= 0)
             close(fd);
         return HARK_ERR_IO;

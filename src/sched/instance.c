@@ -86,9 +86,8 @@ static void run_group(instance_t *in, family_worker_t *w, served_request_t **req
     uint64_t t2 = clock_now_ns();
     if (!et.input_ns && !et.infer_ns && !et.output_ns)
         et.infer_ns = t2 - t0;
-    served_timing_t tm = {.compute_input_ns = et.input_ns,
-                          .compute_infer_ns = et.infer_ns,
-                          .batch_size = n};
+    served_timing_t tm = {
+        .compute_input_ns = et.input_ns, .compute_infer_ns = et.infer_ns, .batch_size = n};
     tm.padding = maxn ? 1.0 - (double)total / ((double)maxn * n) : 0.0;
     double audio = m->sample_rate > 0 ? (double)total / m->sample_rate : 0;
     pthread_mutex_lock(&m->lock);
@@ -348,7 +347,8 @@ int served_model_parse_opts(const served_model_t *m, const family_params_t *req,
 int served_model_submit(served_model_t *m, served_request_t *req, hark_err_t *err)
 {
     if (m->sample_rate > 0 && (double)req->fi.n > m->o.max_seconds * m->sample_rate)
-        return err_set(err, HARK_ERR_TOO_LARGE, "audio of %.1f s exceeds the model's limit of %.0f s",
+        return err_set(err, HARK_ERR_TOO_LARGE,
+                       "audio of %.1f s exceeds the model's limit of %.0f s",
                        (double)req->fi.n / m->sample_rate, m->o.max_seconds);
     req->key_ = m->o.family->batch_key(req->fi.opts);
     req->item.length = req->fi.text ? strlen(req->fi.text) : req->fi.n;

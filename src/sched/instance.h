@@ -59,8 +59,8 @@ typedef struct {
 } served_group_t;
 
 typedef struct {
-    const family_t *family;  /* required */
-    family_params_t cfg;     /* config.pbtxt parameters (copied by served_model_create) */
+    const family_t *family; /* required */
+    family_params_t cfg;    /* config.pbtxt parameters (copied by served_model_create) */
     batcher_opts_t batching;
     served_group_t groups[8];
     int n_groups;
@@ -79,7 +79,8 @@ typedef struct {
     uint64_t queue_ns, compute_input_ns, compute_infer_ns, compute_output_ns, request_ns;
     uint64_t last_inference_ms; /* wall clock of the last completion, ms since the epoch */
     double audio_seconds, compute_seconds, padded_samples, total_samples;
-    uint64_t batch_hist[10]; /* batch sizes: 1, 2, 3-4, 5-8, 9-16, 17-32, 33-64, 65-128, 129-256, >256 */
+    uint64_t
+        batch_hist[10]; /* batch sizes: 1, 2, 3-4, 5-8, 9-16, 17-32, 33-64, 65-128, 129-256, >256 */
     uint64_t pending;
 } served_stats_t;
 

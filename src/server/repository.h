@@ -34,10 +34,10 @@ typedef struct {
 } repo_model_t;
 
 typedef struct {
-    const char *dir;       /* the repository */
-    double max_seconds;    /* longest request a model accepts */
-    int cpu_threads;       /* BLAS threads per CPU instance */
-    int length_aware;      /* length-aware batching */
+    const char *dir;    /* the repository */
+    double max_seconds; /* longest request a model accepts */
+    int cpu_threads;    /* BLAS threads per CPU instance */
+    int length_aware;   /* length-aware batching */
     /* optional, around each batch's completions on an instance thread */
     void (*completions_begin)(int n);
     void (*completions_end)(int n);

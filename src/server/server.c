@@ -237,8 +237,10 @@ int server_create(const server_opts_t *o, server_t **out, hark_err_t *err)
         port = http_server_port(l->api); /* the others join the port the first one got */
     }
     if (s->o.metrics_port >= 0) {
-        http_server_opts_t mo = {
-            .host = s->o.host, .port = s->o.metrics_port, .handler = http_metrics_handler, .user = s};
+        http_server_opts_t mo = {.host = s->o.host,
+                                 .port = s->o.metrics_port,
+                                 .handler = http_metrics_handler,
+                                 .user = s};
         if ((rc = http_server_create(&s->loop, &mo, &s->metrics, err)))
             goto fail;
     }

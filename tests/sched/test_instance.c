@@ -292,7 +292,7 @@ TEST(served_model_batches_by_key)
         if (reqs[i].batch > max_batch)
             max_batch = reqs[i].batch;
     }
-    CHECK(max_batch > 1);     /* something was batched */
+    CHECK(max_batch > 1);          /* something was batched */
     CHECK_EQ_INT(g_mixed_keys, 0); /* never two keys in one execute */
     CHECK_EQ_INT(g_over_batch, 0);
     CHECK_EQ_INT(g_items_run, NR);
