@@ -295,6 +295,8 @@ void http_api_handler(http_req_t *req, void *user)
     }
     if (!sl && get) {
         int rc = service_model_metadata(s, model, version, &json, &err);
+        if (rc == HARK_ERR_UNAVAILABLE)
+            rc = HARK_ERR_INVALID_ARG; /* as before: 400 for a model that is not loaded */
         respond_doc(req, rc, json, &err);
     } else if (sl == 5 && !strncmp(seg, "ready", 5) && get) {
         /* an unknown model is 404; a known one 200 or 400 by readiness */
