@@ -408,3 +408,54 @@ GPU_TEST(capi_gpu_model)
     hark_model_destroy(h);
     fx_close(&fx);
 }
+
+/* Every allocation of hark_model_load and of hark_recognize (every method, words, n-best) failing
+ * in turn (SQLite-style):
+ * each call fails with a status and a message and leaves nothing behind (SAN=address checks
+ * leaks); after each failed recognize the model still gives the same result. */
+TEST(capi_every_allocation_failing)
+{
+    fx_t fx;
+    OPEN_FX(fx);
+    hark_model_t *m = NULL;
+    alloc_fail_after(0);
+    CHECK_OK(hark_model_load(fx.dir, NULL, &m));
+    long n_load = alloc_count();
+    hark_model_destroy(m);
+    for (long k = 1; k <= n_load; k++) {
+        m = (hark_model_t *)1;
+        alloc_fail_after(k);
+        int rc = hark_model_load(fx.dir, NULL, &m);
+        alloc_fail_reset();
+        CHECKF(rc != HARK_OK && m == NULL && hark_last_error()[0],
+               "allocation %ld of %ld failing: status %d, model %p", k, n_load, rc, (void *)m);
+    }
+    CHECK_OK(hark_model_load(fx.dir, NULL, &m));
+    const float *p[1] = {fx.pcm[4]};
+    size_t n1 = fx.n[4] < 24000 ? fx.n[4] : 24000; /* 1.5 s: enough for words, quick to run */
+    for (int mi = 0; mi < 3; mi++) {
+        hark_asr_opts_t o = {.decoding_method = methods[mi], .nbest = 2, .want_words = 1};
+        hark_asr_result_t *ref = NULL, *r = NULL;
+        CHECK_OK(hark_recognize(m, p, &n1, 1, 0, &o, &ref));
+        alloc_fail_after(0);
+        CHECK_OK(hark_recognize(m, p, &n1, 1, 0, &o, &r));
+        long n_rec = alloc_count();
+        hark_asr_result_destroy(r);
+        for (long k = 1; k <= n_rec; k++) {
+            r = (hark_asr_result_t *)1;
+            alloc_fail_after(k);
+            int rc = hark_recognize(m, p, &n1, 1, 0, &o, &r);
+            alloc_fail_reset();
+            CHECKF(rc != HARK_OK && r == NULL && hark_last_error()[0],
+                   "%s: allocation %ld of %ld failing: status %d", methods[mi], k, n_rec, rc);
+            CHECK_OK(hark_recognize(m, p, &n1, 1, 0, &o, &r));
+            CHECKF(!strcmp(hark_asr_result_text(r, 0), hark_asr_result_text(ref, 0)),
+                   "%s after allocation %ld failed: '%s' vs '%s'", methods[mi], k,
+                   hark_asr_result_text(r, 0), hark_asr_result_text(ref, 0));
+            hark_asr_result_destroy(r);
+        }
+        hark_asr_result_destroy(ref);
+    }
+    hark_model_destroy(m);
+    fx_close(&fx);
+}

@@ -95,11 +95,21 @@ TEST(capi_make_install_pkg_config)
     if (system("command -v pkg-config >/dev/null 2>&1"))
         SKIP("pkg-config is not installed");
     const char *tmp = test_tmpdir(t);
-    /* the build directory's sanitizer, so that make finds its objects up to date */
-    const char *base = strrchr(b, '/') ? strrchr(b, '/') + 1 : b;
-    char san[64] = "";
-    if (!strncmp(base, "build-", 6))
-        snprintf(san, sizeof san, "SAN=%s", base + 6);
+    /* build with the flags of the build directory (its stamp), so that make finds its objects up
+     * to date: the sanitizer, and whether CUDA was left out (no nvcc named) */
+    char stamp[1100], flags[4096] = "", san[128] = "";
+    snprintf(stamp, sizeof stamp, "%s/.flags", b);
+    FILE *sf = fopen(stamp, "r");
+    if (sf) {
+        size_t nf = fread(flags, 1, sizeof flags - 1, sf);
+        flags[nf] = 0;
+        fclose(sf);
+    }
+    const char *fs = strstr(flags, "-fsanitize=");
+    if (fs)
+        snprintf(san, sizeof san, "SAN=%.*s", (int)strcspn(fs + 11, " \n"), fs + 11);
+    if (!strstr(flags, "nvcc"))
+        snprintf(san + strlen(san), sizeof san - strlen(san), " NO_CUDA=1");
     const char *mk = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -s";
     snprintf(cmd, sizeof cmd, "%s BUILD=%s %s install PREFIX=%s/p", mk, b, san, tmp);
     CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
