@@ -353,7 +353,8 @@ static void handle_unary(call_t *c, const uint8_t *msg, size_t len)
     case RPC_MODEL_READY: {
         Inference__ModelReadyRequest *q = (Inference__ModelReadyRequest *)m;
         Inference__ModelReadyResponse r = INFERENCE__MODEL_READY_RESPONSE__INIT;
-        r.ready = service_model_ready(s, str_or_empty(q->name), str_or_empty(q->version)) ? 1 : 0;
+        r.ready =
+            service_model_ready(s, str_or_empty(q->name), str_or_empty(q->version), NULL) == 1;
         answer_pb(c, &r.base);
         break;
     }

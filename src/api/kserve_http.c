@@ -300,12 +300,11 @@ void http_api_handler(http_req_t *req, void *user)
         respond_doc(req, rc, json, &err);
     } else if (sl == 5 && !strncmp(seg, "ready", 5) && get) {
         /* an unknown model is 404; a known one 200 or 400 by readiness */
-        int rc = service_model_stats(s, model, version, &json, &err);
-        hark_free(json);
-        if (rc)
+        int rc = service_model_ready(s, model, version, &err);
+        if (rc < 0)
             http_api_respond_error(req, rc, err.msg);
         else
-            http_respond(req, service_model_ready(s, model, version) ? 200 : 400, NULL, "", 0);
+            http_respond(req, rc ? 200 : 400, NULL, "", 0);
     } else if (sl == 6 && !strncmp(seg, "config", 6) && get) {
         int rc = service_model_config(s, model, version, &json, &err);
         if (rc == HARK_ERR_UNAVAILABLE)

@@ -55,12 +55,12 @@ int service_ready(server_t *s)
     return repository_healthy(server_repository(s));
 }
 
-int service_model_ready(server_t *s, const char *model, const char *version)
+int service_model_ready(server_t *s, const char *model, const char *version, hark_err_t *err)
 {
     repository_t *r = server_repository(s);
     repository_rdlock(r);
-    repo_model_t *m = repository_find(r, model, strlen(model), version, NULL);
-    int ok = m && m->state == M_READY && served_model_ready(m->served);
+    repo_model_t *m = repository_find(r, model, strlen(model), version, err);
+    int ok = !m ? HARK_ERR_NOT_FOUND : m->state == M_READY && served_model_ready(m->served);
     repository_unlock(r);
     return ok;
 }

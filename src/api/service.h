@@ -35,8 +35,9 @@ int service_status_http(int status);
 
 int service_live(server_t *s);  /* 1 */
 int service_ready(server_t *s); /* 1 when not loading/draining and every ready model is healthy */
-/* 1 when the model (version NULL or "": the served one) is READY and healthy. */
-int service_model_ready(server_t *s, const char *model, const char *version);
+/* 1 when the model (version NULL or "": the served one) is READY and healthy, 0 when it is
+ * known but not, HARK_ERR_NOT_FOUND (err says which) when there is no such model/version. */
+int service_model_ready(server_t *s, const char *model, const char *version, hark_err_t *err);
 
 /* {"name","version","extensions":[...]} */
 int service_server_metadata(server_t *s, char **json, hark_err_t *err);

@@ -46,7 +46,6 @@ typedef struct piece {
     void *free_ud;
     const char *trailer; /* static: the Connection line + CRLF, or a chunk's CRLF */
     size_t trailer_len;
-    size_t sent; /* bytes of it already written (a partial write) */
 } piece_t;
 
 typedef struct conn conn_t;
@@ -682,7 +681,7 @@ static void conn_flush(conn_t *c)
         int closes = !r->pub.keep_alive || (c->parse_dead && r == c->fifo_tail);
         int head_only = r->pub.method == HTTP_HEAD;
         for (piece_t *p = got; p; p = p->next) {
-            if (p->kind == P_HEAD && !p->sent) { /* (partly written: its line was chosen) */
+            if (p->kind == P_HEAD) {
                 if (closes)
                     p->trailer = CONN_CLOSE, p->trailer_len = sizeof CONN_CLOSE - 1;
                 else if (r->pub.http_major == 1 && r->pub.http_minor == 0)
@@ -742,15 +741,8 @@ static void conn_flush(conn_t *c)
                 pb[k++] = uv_buf_init((char *)p->data, (unsigned)p->len);
             if (p->kind != P_HEAD && p->trailer_len)
                 pb[k++] = uv_buf_init((char *)p->trailer, (unsigned)p->trailer_len);
-            size_t skip = p->sent;
-            for (unsigned i = 0; i < k; i++) {
-                if (skip >= pb[i].len) {
-                    skip -= pb[i].len;
-                    continue;
-                }
-                w->bufs[w->n++] = uv_buf_init(pb[i].base + skip, (unsigned)(pb[i].len - skip));
-                skip = 0;
-            }
+            for (unsigned i = 0; i < k; i++)
+                w->bufs[w->n++] = pb[i];
         }
         if (want_continue) {
             w->bufs[w->n++] = uv_buf_init((char *)CONTINUE_100, sizeof CONTINUE_100 - 1);

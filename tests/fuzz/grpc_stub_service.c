@@ -26,7 +26,7 @@ int service_ready(server_t *s)
 {
     return 1;
 }
-int service_model_ready(server_t *s, const char *model, const char *version)
+int service_model_ready(server_t *s, const char *model, const char *version, hark_err_t *err)
 {
     return model && !strcmp(model, "m");
 }
