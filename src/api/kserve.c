@@ -18,7 +18,6 @@
  * so 64-bit values that large must come as binary data. */
 #define JSON_INT_LIMIT 9007199254740991.0 /* 2^53 - 1: the largest exactly-known integer */
 
-
 kserve_dtype_t kserve_dtype_parse(const char *name)
 {
     return dtype_from_kserve(name);
@@ -502,21 +501,6 @@ static int check_blobs_used(tctx_t *c)
     return HARK_OK;
 }
 
-/* number or numeric string */
-static int param_number(const cJSON *v, double *out)
-{
-    if (cJSON_IsNumber(v)) {
-        *out = v->valuedouble;
-        return isfinite(*out) ? 0 : -1;
-    }
-    if (cJSON_IsString(v) && v->valuestring[0]) {
-        char *end;
-        *out = strtod(v->valuestring, &end);
-        return *end || !isfinite(*out) ? -1 : 0;
-    }
-    return -1;
-}
-
 int kserve_request_finish_params(kserve_request_t *r, const cJSON *p, hark_err_t *err)
 {
     if (!p)
@@ -549,28 +533,6 @@ int kserve_request_finish_params(kserve_request_t *r, const cJSON *p, hark_err_t
         if (get_u64(v, &r->timeout_us))
             return bad(err, "parameters.timeout must be a non-negative integer (microseconds)");
         r->has_timeout = 1;
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(p, "decoding_method"))) {
-        if (!cJSON_IsString(v) || !v->valuestring[0])
-            return bad(err, "parameters.decoding_method must be a non-empty string");
-        r->decoding_method = v->valuestring;
-    }
-    double d;
-    if ((v = cJSON_GetObjectItemCaseSensitive(p, "beam_size"))) {
-        if (param_number(v, &d) || d != floor(d) || d < 1 || d > 1e6)
-            return bad(err, "parameters.beam_size must be an integer in [1, 1000000]");
-        r->beam_size = (int)d;
-        r->has_beam_size = 1;
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(p, "ctc_weight"))) {
-        if (param_number(v, &r->ctc_weight))
-            return bad(err, "parameters.ctc_weight must be a finite number");
-        r->has_ctc_weight = 1;
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(p, "reverse_weight"))) {
-        if (param_number(v, &r->reverse_weight))
-            return bad(err, "parameters.reverse_weight must be a finite number");
-        r->has_reverse_weight = 1;
     }
     return HARK_OK;
 }
@@ -686,9 +648,8 @@ int kserve_tensor_check(const kserve_tensor_t *t, const char *what, hark_err_t *
     if (!esz)
         return bad(err, "%s '%s': invalid datatype", what, t->name);
     if ((uint64_t)t->count > SIZE_MAX / esz || (size_t)t->count * esz != t->size)
-        return bad(err,
-                   "%s '%s': %zu bytes of data do not match shape × %s = %" PRIu64 " bytes", what,
-                   t->name, t->size, kserve_dtype_name(t->dtype), (uint64_t)t->count * esz);
+        return bad(err, "%s '%s': %zu bytes of data do not match shape × %s = %" PRIu64 " bytes",
+                   what, t->name, t->size, kserve_dtype_name(t->dtype), (uint64_t)t->count * esz);
     return HARK_OK;
 }
 
@@ -729,7 +690,8 @@ const void *kserve_tensor_data(kserve_request_t *req, const kserve_tensor_t *t)
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("avx2", "default")))
 #endif
-size_t kserve_f32_find_nonfinite(const float *x, size_t n)
+size_t
+kserve_f32_find_nonfinite(const float *x, size_t n)
 {
     enum { BLOCK = 256 };             /* a fixed trip count: the inner loop vectorises at -O2 */
     const uint32_t EXP = 0x7f800000u; /* all exponent bits set: Inf or NaN */
@@ -1025,8 +987,7 @@ static int check_tensor(const kserve_output_t *o, int64_t *count, const char *ki
 {
     if (!o->name || !o->name[0] || o->dtype <= KSERVE_INVALID || o->dtype > KSERVE_BF16 ||
         o->ndim < 0 || o->ndim > KSERVE_MAX_DIMS || (o->ndim && !o->shape) || (o->size && !o->data))
-        return err_set(err, status, "%s '%s': malformed descriptor", kind,
-                       o->name ? o->name : "?");
+        return err_set(err, status, "%s '%s': malformed descriptor", kind, o->name ? o->name : "?");
     int64_t n = 1;
     for (int i = 0; i < o->ndim; i++) {
         if (o->shape[i] < 0 || (o->shape[i] && n > INT64_MAX / o->shape[i]))
@@ -1159,8 +1120,7 @@ void kserve_response_free(kserve_response_t *resp)
 
 /* ---- client side: infer requests ---------------------------------------------------------- */
 
-int kserve_build_request(const kserve_request_spec_t *spec, kserve_response_t *out,
-                         hark_err_t *err)
+int kserve_build_request(const kserve_request_spec_t *spec, kserve_response_t *out, hark_err_t *err)
 {
     memset(out, 0, sizeof *out);
     sbuf_t b = {0};
@@ -1177,9 +1137,8 @@ int kserve_build_request(const kserve_request_spec_t *spec, kserve_response_t *o
     for (int i = 0; i < spec->n_params; i++) {
         const kserve_param_t *p = &spec->params[i];
         if (!p->name || !p->name[0] || (!p->str && !isfinite(p->num)))
-            return err_set(err, HARK_ERR_INVALID_ARG, "parameter '%s': %s",
-                           p->name ? p->name : "", p->name && p->name[0] ? "not a finite number"
-                                                                         : "no name");
+            return err_set(err, HARK_ERR_INVALID_ARG, "parameter '%s': %s", p->name ? p->name : "",
+                           p->name && p->name[0] ? "not a finite number" : "no name");
     }
     for (int i = 0; i < spec->n_outputs; i++)
         if (!spec->outputs[i] || !spec->outputs[i][0])

@@ -73,8 +73,9 @@ typedef struct {
     /* request header */
     int has_id;
     const char *id; /* "" when absent; echoed only when has_id */
-    /* request `parameters`: the raw object (NULL when absent; any JSON values) plus the ones
-     * hark understands, type-checked. */
+    /* request `parameters`: the raw object (NULL when absent; any JSON values) plus the
+     * protocol's own, type-checked. A model's options (e.g. decoding_method) stay in the raw
+     * object: the service hands them to the model's family, which checks them. */
     const struct cJSON *parameters;
     int has_sequence_id;
     uint64_t sequence_id;        /* when given as a number */
@@ -85,12 +86,6 @@ typedef struct {
     int has_timeout;
     uint64_t timeout_us;
     int binary_data_output; /* request-level default for outputs: 0/1 */
-    /* hark's decoding parameters (numbers or numeric strings) */
-    const char *decoding_method; /* NULL when absent */
-    int has_beam_size;
-    int beam_size;
-    int has_ctc_weight, has_reverse_weight;
-    double ctc_weight, reverse_weight;
 
     int n_inputs;
     kserve_tensor_t *inputs; /* in the order of the request's inputs[] */
@@ -119,8 +114,8 @@ int kserve_parse_request(const uint8_t *body, size_t body_len, size_t header_len
 void kserve_request_free(kserve_request_t *req); /* accepts a zeroed or freed request */
 
 /* For transports that build a kserve_request_t themselves (gRPC): fills parameters and the typed
- * fields (sequence_id, sequence_start/end, priority, timeout, binary_data_output, decoding
- * parameters) from a JSON object of request parameters, exactly as kserve_parse_request does
+ * fields (sequence_id, sequence_start/end, priority, timeout, binary_data_output) from a JSON
+ * object of request parameters, exactly as kserve_parse_request does
  * for the JSON header's "parameters". `params` (NULL: none) must outlive req (make it req->json).
  * HARK_OK or HARK_ERR_INVALID_ARG naming the parameter. */
 int kserve_request_finish_params(kserve_request_t *req, const struct cJSON *params,

@@ -49,10 +49,13 @@ TEST(kserve_python_json_request)
     CHECK(r.has_sequence_id && r.sequence_id == 7 && !r.sequence_id_str);
     CHECK(r.sequence_start == 1 && r.sequence_end == 0);
     CHECK(r.has_priority && r.priority == 1 && r.has_timeout && r.timeout_us == 5000);
-    CHECK(!strcmp(r.decoding_method, "ctc_greedy_search"));
-    CHECK(r.has_beam_size && r.beam_size == 4);
-    CHECK(r.has_ctc_weight && r.ctc_weight == 0.5 && r.has_reverse_weight &&
-          r.reverse_weight == 0.3);
+    /* a model's options are left in the raw object, as sent, for its family */
+    const cJSON *dm = cJSON_GetObjectItemCaseSensitive(r.parameters, "decoding_method");
+    const cJSON *bs = cJSON_GetObjectItemCaseSensitive(r.parameters, "beam_size");
+    const cJSON *cw = cJSON_GetObjectItemCaseSensitive(r.parameters, "ctc_weight");
+    CHECK(cJSON_IsString(dm) && !strcmp(dm->valuestring, "ctc_greedy_search"));
+    CHECK(cJSON_IsString(bs) && !strcmp(bs->valuestring, "4"));
+    CHECK(cJSON_IsNumber(cw) && cw->valuedouble == 0.5);
     CHECK(r.parameters != NULL);
     CHECK_EQ_INT(r.n_inputs, 2);
     const kserve_tensor_t *wav = kserve_request_input(&r, "WAV");
@@ -337,12 +340,6 @@ TEST(kserve_malformed_requests)
          "parameters.priority must be a non-negative integer"},
         {"{\"inputs\":[],\"parameters\":{\"timeout\":\"x\"}}", NULL, 0, 0, HARK_ERR_INVALID_ARG,
          "parameters.timeout must be a non-negative integer (microseconds)"},
-        {"{\"inputs\":[],\"parameters\":{\"beam_size\":\"ten\"}}", NULL, 0, 0, HARK_ERR_INVALID_ARG,
-         "parameters.beam_size must be an integer in [1, 1000000]"},
-        {"{\"inputs\":[],\"parameters\":{\"ctc_weight\":\"1e999\"}}", NULL, 0, 0,
-         HARK_ERR_INVALID_ARG, "parameters.ctc_weight must be a finite number"},
-        {"{\"inputs\":[],\"parameters\":{\"decoding_method\":3}}", NULL, 0, 0, HARK_ERR_INVALID_ARG,
-         "parameters.decoding_method must be a non-empty string"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint8_t body[1024];

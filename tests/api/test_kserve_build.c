@@ -6,6 +6,7 @@
 #include "hark.h"
 #include "api/kserve.h"
 
+#include <cjson/cJSON.h>
 #include <string.h>
 
 TEST(kserve_build_request_round_trip_wav)
@@ -45,9 +46,12 @@ TEST(kserve_build_request_round_trip_wav)
     CHECK(lv[0] == 3 && lv[1] == 5);
     CHECK(r.n_outputs == 1 && !strcmp(r.outputs[0].name, "TRANSCRIPTS") &&
           r.outputs[0].binary_data == 1);
-    CHECK(r.decoding_method && !strcmp(r.decoding_method, "ctc_prefix_beam_search"));
-    CHECK(r.has_beam_size && r.beam_size == 7);
-    CHECK(r.has_ctc_weight && r.ctc_weight == 0.25);
+    const cJSON *dm = cJSON_GetObjectItemCaseSensitive(r.parameters, "decoding_method");
+    const cJSON *bs = cJSON_GetObjectItemCaseSensitive(r.parameters, "beam_size");
+    const cJSON *cw = cJSON_GetObjectItemCaseSensitive(r.parameters, "ctc_weight");
+    CHECK(cJSON_IsString(dm) && !strcmp(dm->valuestring, "ctc_prefix_beam_search"));
+    CHECK(cJSON_IsNumber(bs) && bs->valuedouble == 7);
+    CHECK(cJSON_IsNumber(cw) && cw->valuedouble == 0.25);
     kserve_request_free(&r);
     kserve_response_free(&body);
 }

@@ -10,6 +10,7 @@
 #include "grpc_service.pb-c.h"
 #include "hark.h"
 
+#include <cjson/cJSON.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -170,8 +171,10 @@ TEST(grpc_request_from_pb_raw)
     CHECK(req.has_sequence_id && req.sequence_id == 42 && !req.sequence_id_str);
     CHECK(req.sequence_start && !req.sequence_end);
     CHECK(req.has_priority && req.priority == 3);
-    CHECK(req.decoding_method && !strcmp(req.decoding_method, "attention_rescoring"));
-    CHECK(req.has_ctc_weight && req.ctc_weight == 0.25);
+    const cJSON *dm = cJSON_GetObjectItemCaseSensitive(req.parameters, "decoding_method");
+    const cJSON *cw = cJSON_GetObjectItemCaseSensitive(req.parameters, "ctc_weight");
+    CHECK(cJSON_IsString(dm) && !strcmp(dm->valuestring, "attention_rescoring"));
+    CHECK(cJSON_IsNumber(cw) && cw->valuedouble == 0.25);
     CHECK_EQ_INT(req.n_outputs, 1);
     CHECK(!strcmp(req.outputs[0].name, "TRANSCRIPTS"));
     float x[6];

@@ -302,6 +302,7 @@ TEST(wenet_family_parse_opts_errors)
         {"nbest", "11", "nbest 11 exceeds beam_size 10"},
         {"ctc_weight", "-1", "ctc_weight must be >= 0"},
         {"ctc_weight", "x", "ctc_weight"},
+        {"ctc_weight", "1e999", "ctc_weight"},
         {"reverse_weight", "1.5", "reverse_weight must be in [0, 1]"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
