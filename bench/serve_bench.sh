@@ -16,7 +16,7 @@
 # bench/wenet_tiny.py, one small block, TINY_VOCAB units (64), so the CPU run shows the server).
 # Other knobs: CONFIGS, CONCURRENCY=64, PERF_MS=3000, TRIALS=10, HTTP_THREADS (server default),
 # PROTOCOL=http|grpc (what `hark perf` speaks: KServe v2 over HTTP/1.1, or gRPC on PORT + 1),
-# OUT_DIR, PORT, HARK, PYTHON.
+# PARAMS (more config.pbtxt parameters, "key=value ..."), OUT_DIR, PORT, HARK, PYTHON.
 set -euo pipefail
 wav=${1:?a speech wav}; dev=${2:-cuda:0}; prec=${3:-fp16}
 HARK=${HARK:-build/hark}; PY=${PYTHON:-/usr/bin/python3}
@@ -37,6 +37,9 @@ $PY tools/convert_wenet.py --checkpoint "$out/final.pt" --config "$out/train.yam
     --units "$out/units.txt" --output "$out/repo/conformer" >/dev/null
 cfg="$out/repo/conformer/config.pbtxt"
 [ "$prec" = fp16 ] && echo 'parameters { key: "precision" value { string_value: "fp16" } }' >> "$cfg"
+for kv in ${PARAMS:-}; do # more config.pbtxt parameters, e.g. PARAMS="gpu_turns=false"
+    echo "parameters { key: \"${kv%%=*}\" value { string_value: \"${kv#*=}\" } }" >> "$cfg"
+done
 [ "$dev" = cpu ] && sed -i 's/KIND_GPU/KIND_CPU/' "$cfg"
 cp "$cfg" "$out/config.base"
 $PY - "$wav" "$out/5s.wav" <<'PYEOF'
@@ -147,7 +150,8 @@ for name in names:
     print(f"concurrency {conc}, {k} instance(s), preferred [{pref.replace('_', ', ')}], delay "
           f"{int(delay)/1000:g} ms: {t:.0f} requests/s "
           f"({float(r['throughput_audio_sec_per_sec']):.0f} audio s/s), latency avg "
-          f"{float(r['latency_avg_us'])/1000:.2f} ms, average batch {n/max(batches, 1):.1f}"
+          f"{float(r['latency_avg_us'])/1000:.2f} ms (p50 {float(r['latency_p50_us'])/1000:.2f}, p99 "
+          f"{float(r['latency_p99_us'])/1000:.2f}), average batch {n/max(batches, 1):.1f}"
           f"{'' if r['stable'] == '1' else ' (unstable)'}")
     print(f"  = {100*t/eng[64]['utt_per_sec']:.1f}% OF THE ENGINE'S BATCH-64 THROUGHPUT (target >= 90); "
           f"CPU per request: HTTP loops {cpu.get('HTTP loops', 0)/max(n, 1)*1e6:.0f} us, "

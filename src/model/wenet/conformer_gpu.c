@@ -38,7 +38,7 @@
 #define NORM_EPS 1e-5f
 #define MAX_CONVS 3
 #define CONV_SCRATCH_BUDGET ((size_t)128 << 20) /* im2col block (bytes) */
-#define GRAPH_SLOTS 32                          /* recorded forwards kept per state */
+#define GRAPH_SLOTS 64                          /* recorded forwards kept per state */
 #define PROF_EVENTS 512                         /* stage marks per profiled forward */
 
 typedef struct {

@@ -16,6 +16,7 @@
 #include "text/units.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -59,8 +60,26 @@ struct wenet_asr {
     conformer_gpu_model_t *gpu; /* encoder + CTC on the device */
     wenet_decoder_gpu_t *gdec;  /* the attention decoder on the device, or NULL */
     feat_gpu_t *fgpu;           /* fbank on the device */
+    struct gpu_turns *turns;    /* the workers' turns on the device (below); mutable */
 #endif
 };
+
+#ifdef HARK_CUDA
+/* Turns on the GPU (wenet_worker_set_turns; config.pbtxt `gpu_turns`). Workers of one model on
+ * one device (the server's instances) each have their own compute stream, and their batches run
+ * side by side, sharing the SMs. Taking turns instead, a worker's compute stream waits (on the
+ * device, not the host) for the work the previous worker issued, and only then runs its
+ * features, encoder and CTC; its upload is not in the turn (it runs on the worker's copy stream
+ * while the previous batch computes), nor is its host work (issuing, the results, the answers).
+ * H100, 5 s utterances (docs/benchmarks.md): two workers of batch 64 give 16.4k utterances/s in
+ * turns against 15.7k side by side, two of 32 the same 13.4k, three of 32 13.4k against 15.0k;
+ * so it is off by default. `mu` orders the issuing: a worker holds it from the wait to the
+ * record of its own `turn_ev`, which becomes `last`. */
+struct gpu_turns {
+    pthread_mutex_t mu;
+    cudaEvent_t last; /* the end of the last issued turn (a worker's event), or NULL */
+};
+#endif
 
 struct wenet_worker {
     const wenet_asr_t *asr;
@@ -92,6 +111,12 @@ struct wenet_worker {
     cudaEvent_t ev[WENET_PROF_DOWNLOAD + 4]; /* the stages, then the decoder's two */
     double t_issued, t_synced; /* clock_now_s when all work was enqueued / the GPU was done */
     double prof_ms[WENET_PROF_STAGES];
+    int turns;          /* takes turns with the model's other workers (wenet_worker_set_turns) */
+    int batch_buckets;  /* pads a batch to gpu_batch_bucket (wenet_worker_set_batch_buckets) */
+    const float **pad_pcm; /* (max_batch) the batch with its padding entries ... */
+    size_t *pad_n;         /* ... of 0 samples */
+    int turn_held;      /* holds asr->turns->mu (between turn_begin and turn_end) */
+    cudaEvent_t turn_ev; /* the end of this worker's last turn */
 #endif
 };
 
@@ -238,6 +263,13 @@ int wenet_asr_load_opts(const char *dir, const wenet_load_opts_t *lo, wenet_asr_
         if ((rc = conformer_gpu_model_create_st(&a->cfg, a->st, prec, &a->gpu, err)) ||
             (rc = feat_gpu_create(a->fbank, &a->fgpu, err)))
             goto fail;
+        if (!(a->turns = hark_calloc(1, sizeof *a->turns)) ||
+            pthread_mutex_init(&a->turns->mu, NULL)) {
+            hark_free(a->turns);
+            a->turns = NULL;
+            rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
         /* the decoder on the GPU where its kernels fit (else rescoring stays on the CPU) */
         if (a->dec &&
             (rc = wenet_decoder_gpu_create(&a->cfg, st_get_f32, a->st, &a->gdec, err)) != HARK_OK) {
@@ -262,6 +294,10 @@ void wenet_asr_destroy(wenet_asr_t *a)
     conformer_gpu_model_destroy(a->gpu);
     wenet_decoder_gpu_destroy(a->gdec);
     feat_gpu_destroy(a->fgpu);
+    if (a->turns) { /* every worker is gone: none holds it or is its `last` */
+        pthread_mutex_destroy(&a->turns->mu);
+        hark_free(a->turns);
+    }
 #endif
     feat_plan_destroy(a->fbank);
     units_destroy(a->units);
@@ -381,7 +417,8 @@ int wenet_worker_create(const wenet_asr_t *a, int max_batch, double max_seconds,
             goto fail;
         }
         cudaError_t e;
-        if ((e = cudaMalloc((void **)&w->d_enc,
+        if ((e = cudaEventCreateWithFlags(&w->turn_ev, cudaEventDisableTiming)) ||
+            (e = cudaMalloc((void **)&w->d_enc,
                             sizeof(float) * B * (size_t)te * (size_t)a->cfg.d_model)) ||
             (e = cudaMalloc((void **)&w->d_logp,
                             sizeof(float) * B * (size_t)te * (size_t)a->cfg.vocab_size)) ||
@@ -402,6 +439,13 @@ int wenet_worker_create(const wenet_asr_t *a, int max_batch, double max_seconds,
         }
         if (w->gdec && (rc = decoder_reserve(w, err)))
             goto fail;
+        w->pad_pcm = hark_calloc(B, sizeof *w->pad_pcm);
+        w->pad_n = hark_calloc(B, sizeof *w->pad_n);
+        if (!w->pad_pcm || !w->pad_n) {
+            rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        w->batch_buckets = 1;
     }
 #endif
     *out = w;
@@ -419,6 +463,13 @@ void wenet_worker_destroy(wenet_worker_t *w)
     for (int i = 0; i < WENET_PROF_DOWNLOAD + 4; i++)
         if (w->ev[i])
             cudaEventDestroy(w->ev[i]);
+    if (w->turn_ev) { /* no other worker may wait on it once it is gone */
+        pthread_mutex_lock(&w->asr->turns->mu);
+        if (w->asr->turns->last == w->turn_ev)
+            w->asr->turns->last = NULL;
+        pthread_mutex_unlock(&w->asr->turns->mu);
+        cudaEventDestroy(w->turn_ev);
+    }
     frontend_gpu_destroy(w->fe);
     wenet_decoder_gpu_state_destroy(w->gdec);
     conformer_gpu_state_destroy(w->gstate);
@@ -429,6 +480,8 @@ void wenet_worker_destroy(wenet_worker_t *w)
     cudaFree(w->d_max);
     cudaFreeHost(w->h_arg);
     cudaFreeHost(w->h_max);
+    hark_free(w->pad_pcm);
+    hark_free(w->pad_n);
 #endif
     conformer_state_destroy(w->state);
     hark_free(w->feats);
@@ -446,6 +499,24 @@ int wenet_worker_set_upload_chunks(wenet_worker_t *w, int chunks, hark_err_t *er
 #else
     (void)w;
     return frontend_gpu_set_chunks(NULL, chunks, err);
+#endif
+}
+
+void wenet_worker_set_batch_buckets(wenet_worker_t *w, int on)
+{
+#ifdef HARK_CUDA
+    w->batch_buckets = on && w->gstate;
+#else
+    (void)w, (void)on;
+#endif
+}
+
+void wenet_worker_set_turns(wenet_worker_t *w, int on)
+{
+#ifdef HARK_CUDA
+    w->turns = on && w->gstate;
+#else
+    (void)w, (void)on;
 #endif
 }
 
@@ -589,6 +660,17 @@ static int upload_failed(wenet_worker_t *w, int rc)
 /* padded lengths on the GPU are multiples of this (0.32 s of fbank) */
 #define GPU_FRAME_BUCKET 32
 
+/* The batch a GPU worker computes for `batch` utterances: itself up to 8, then the next multiple
+ * of 8 (at most max), the rest padding entries of no samples. A server's batches take every size
+ * its traffic happens to form, and each new (batch, frames) shape costs the encoder a direct run
+ * and then a CUDA graph recording (milliseconds, on the latency of the requests in it) while the
+ * worker keeps a few dozen recordings: 15 shapes up to 64 instead of 64 keep them replayed. */
+static int gpu_batch_bucket(int batch, int max)
+{
+    int b = batch <= 8 ? batch : (batch + 7) / 8 * 8;
+    return b < max ? b : max;
+}
+
 /* What encode_gpu leaves on the host besides the encoder lengths. */
 enum {
     GPU_OUT_LOGP,   /* the log-probs in w->logp, for a search on the CPU */
@@ -621,8 +703,49 @@ static int gpu_done(wenet_worker_t *w, int te, int *te_out, hark_err_t *err)
     return HARK_OK;
 }
 
+/* A worker's turn (struct gpu_turns): its compute stream waits for the end of the last turn
+ * issued; turn_end records the end of this one, after everything the turn enqueued. A failed
+ * wait or record only costs the ordering, never a result. */
+static void turn_begin(wenet_worker_t *w, cudaStream_t s)
+{
+    if (!w->turns)
+        return;
+    struct gpu_turns *t = w->asr->turns;
+    pthread_mutex_lock(&t->mu);
+    w->turn_held = 1;
+    if (t->last && t->last != w->turn_ev && cudaStreamWaitEvent(s, t->last, 0) != cudaSuccess)
+        cudaGetLastError();
+}
+
+static void turn_end(wenet_worker_t *w, cudaStream_t s)
+{
+    if (!w->turn_held)
+        return;
+    struct gpu_turns *t = w->asr->turns;
+    if (cudaEventRecord(w->turn_ev, s) == cudaSuccess)
+        t->last = w->turn_ev;
+    else
+        cudaGetLastError();
+    w->turn_held = 0;
+    pthread_mutex_unlock(&t->mu);
+}
+
+static int encode_gpu_turn(wenet_worker_t *w, const size_t *n, const float *const *pcm, int batch,
+                           int t_max, int *te_out, int want_enc, int out, int beam,
+                           hark_err_t *err);
+
 static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pcm, int batch,
                       int t_max, int *te_out, int want_enc, int out, int beam, hark_err_t *err)
+{
+    int rc = encode_gpu_turn(w, n, pcm, batch, t_max, te_out, want_enc, out, beam, err);
+    turn_end(w, (cudaStream_t)conformer_gpu_stream(w->gstate)); /* when an error left it held */
+    return rc;
+}
+
+/* encode_gpu's work, in the worker's turn from the features on; ends the turn before waiting */
+static int encode_gpu_turn(wenet_worker_t *w, const size_t *n, const float *const *pcm, int batch,
+                           int t_max, int *te_out, int want_enc, int out, int beam,
+                           hark_err_t *err)
 {
     const wenet_asr_t *a = w->asr;
     const int D = a->cfg.d_model, V = a->cfg.vocab_size;
@@ -653,6 +776,7 @@ static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pc
      * which drains the compute stream and so the uploads before the next call */
     float *d_feats;
     const int *d_lens;
+    turn_begin(w, s); /* the upload's copy stream does not wait: it runs in the previous turn */
     int rc = frontend_gpu_run(w->fe, pcm, n, batch, t_max, s, &d_feats, &d_lens, err);
     if (rc)
         return rc; /* the front end waited for both streams */
@@ -675,6 +799,7 @@ static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pc
                                  s)))
             return upload_failed(
                 w, err_set(err, HARK_ERR_CUDA, "download: %s", cudaGetErrorString(e)));
+        turn_end(w, s);
         return gpu_done(w, te, te_out, err);
     }
     if ((rc = conformer_gpu_ctc_log_probs(w->gstate, w->d_logp, w->d_enc, w->enc_lens, batch, te,
@@ -694,6 +819,7 @@ static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pc
     if (want_enc && (e = cudaMemcpyAsync(w->enc, w->d_enc, sizeof(float) * (size_t)batch * te * D,
                                          cudaMemcpyDeviceToHost, s)))
         return upload_failed(w, err_set(err, HARK_ERR_CUDA, "download: %s", cudaGetErrorString(e)));
+    turn_end(w, s);
     return gpu_done(w, te, te_out, err);
 #undef PROF_MARK
 }
@@ -934,7 +1060,20 @@ static int recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const f
         int rescore = o.method == DECODE_ATTENTION_RESCORING;
         /* rescoring on the GPU: the encoder output stays there */
         int gpu_dec = rescore && gpu_beam && w->gdec && !o.cpu_decoder;
-        if ((rc = encode_gpu(w, n, pcm, batch, t_max, &te, rescore && !gpu_dec, out, o.beam_size,
+        int gb = w->batch_buckets ? gpu_batch_bucket(batch, w->max_batch) : batch;
+        const float *const *gpcm = pcm;
+        const size_t *gn = n;
+        if (gb > batch) { /* padding entries: no samples, no frames, no encoder frames */
+            for (int b = 0; b < gb; b++) {
+                w->pad_pcm[b] = b < batch ? pcm[b] : NULL;
+                w->pad_n[b] = b < batch ? n[b] : 0;
+                if (b >= batch)
+                    w->lens[b] = 0;
+            }
+            gpcm = w->pad_pcm;
+            gn = w->pad_n;
+        }
+        if ((rc = encode_gpu(w, gn, gpcm, gb, t_max, &te, rescore && !gpu_dec, out, o.beam_size,
                              err)))
             return rc;
         if (gpu_beam)

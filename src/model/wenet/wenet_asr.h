@@ -121,6 +121,18 @@ void wenet_worker_scratch(const wenet_worker_t *w, wenet_worker_scratch_t *out);
 #define WENET_UPLOAD_MAX_CHUNKS FRONTEND_UPLOAD_MAX_CHUNKS
 int wenet_worker_set_upload_chunks(wenet_worker_t *w, int chunks, hark_err_t *err);
 
+/* GPU workers of one model take turns on the device (off by default): a worker's features,
+ * encoder and CTC wait on the device for the work another worker issued before, while its
+ * upload and host work overlap that work; off, its batches run beside the others' and share
+ * the SMs. Results do not depend on it. CPU workers ignore it. */
+void wenet_worker_set_turns(wenet_worker_t *w, int on);
+
+/* A GPU worker computes a batch of more than 8 utterances padded to the next multiple of 8
+ * (entries of no samples), so that the few shapes a server's varying batch sizes come to keep
+ * their recorded CUDA graphs (on by default). Results do not depend on it; for tests and
+ * benchmarks. CPU workers ignore it. */
+void wenet_worker_set_batch_buckets(wenet_worker_t *w, int on);
+
 typedef struct {
     char *text;
     int *tokens; /* (n_tokens) */

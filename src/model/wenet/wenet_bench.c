@@ -17,6 +17,7 @@
 #include "search/ctc_beam_gpu.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,7 +238,8 @@ static void bench_usage(FILE *f)
             "                  [--device cpu|cuda:N] [--precision fp32|fp16|bf16] [--threads N]\n"
             "                  [--min-time S] [--profile]\n"
             "                  [--pipeline [--wav FILE] [--pageable] [--method M] [--beam N]\n"
-            "                   [--cpu-search] [--cpu-decoder] [--upload-chunks N]]\n"
+            "                   [--cpu-search] [--cpu-decoder] [--upload-chunks N]\n"
+            "                   [--workers N [--turns]]]\n"
             "--pipeline times the whole recognizer instead (PCM in -> text out: features,\n"
             "encoder, CTC, search) on copies of FILE (or noise) cut to --seconds;\n"
             "on a GPU the samples are page-locked as the server's request bodies are\n"
@@ -248,6 +250,9 @@ static void bench_usage(FILE *f)
             "scores attention_rescoring's candidates with the CPU decoder; --upload-chunks\n"
             "splits a batch's upload into N chunks, each chunk's features overlapping the next\n"
             "chunk's copy (default 4; 1: upload everything, then the features).\n"
+            "--workers N (2..8) runs N workers at once, each batch size in its own thread\n"
+            "and stream, and prints the utterances all of them finish per second; --turns\n"
+            "makes them take turns on the GPU (config.pbtxt's gpu_turns).\n"
             "--profile (GPU) adds a line per batch size with the time of each stage: of the\n"
             "encoder's (CUDA events, graphs off), or with --pipeline of the recognizer's\n"
             "(upload, features, encoder, CTC, download on the GPU; issuing, waiting and\n"
@@ -348,7 +353,99 @@ static void compare_pytorch(const char *model_dir, int gpu, wenet_precision_t wp
 typedef struct {
     wenet_method_t method;
     int beam, cpu_search, cpu_decoder, pageable, profile, upload_chunks;
+    int workers;  /* --workers: that many workers side by side, each in its own thread */
+    int turns;    /* --turns: those workers take turns on the GPU (wenet_worker_set_turns) */
 } bench_search_t;
+
+/* --workers N: N workers (each its own CUDA stream) recognise batches of the same size at once,
+ * each from its own thread, for min_time; the figure is the utterances all of them finished per
+ * second. It tells whether two batches side by side on one GPU reach the rate of one batch twice
+ * their size (what two server instances fed cohorts of ~32 can reach). */
+typedef struct {
+    wenet_worker_t *w;
+    const wenet_decode_opts_t *o;
+    const float *const *p;
+    const size_t *len;
+    int B;
+    double until;      /* clock_now_s() when to stop */
+    long batches;      /* out */
+    hark_err_t err;    /* out */
+    int rc;            /* out */
+} bench_conc_t;
+
+static void *bench_conc_run(void *arg)
+{
+    bench_conc_t *c = arg;
+    wenet_result_t *res = hark_malloc(sizeof(wenet_result_t) * (size_t)c->B);
+    if (!res) {
+        c->rc = 1;
+        snprintf(c->err.msg, sizeof c->err.msg, "out of memory");
+        return NULL;
+    }
+    while (clock_now_s() < c->until) {
+        if ((c->rc = wenet_recognize(c->w, c->o, c->p, c->len, c->B, res, &c->err)))
+            break;
+        for (int i = 0; i < c->B; i++)
+            wenet_result_free(&res[i]);
+        c->batches++;
+    }
+    hark_free(res);
+    return NULL;
+}
+
+/* the concurrent measurement for one batch size; returns 0 and prints one JSON line */
+static int bench_concurrent(const wenet_asr_t *asr, const wenet_decode_opts_t *o,
+                            const float *const *p, const size_t *len, int B, double seconds,
+                            double min_time, int nw, int turns, const char *mode)
+{
+    enum { MAXW = 8 };
+    hark_err_t err = {0};
+    wenet_worker_t *w[MAXW] = {0};
+    bench_conc_t c[MAXW];
+    pthread_t th[MAXW];
+    int rc = 0, started = 0;
+    for (int i = 0; i < nw && !rc; i++)
+        if (wenet_worker_create(asr, B, seconds + 1, &w[i], &err)) {
+            fprintf(stderr, "hark bench: worker %d, batch %d: %s\n", i, B, err.msg);
+            rc = 1;
+        } else {
+            wenet_worker_set_turns(w[i], turns);
+        }
+    for (int pass = 0; pass < 2 && !rc; pass++) { /* a warm-up second, then the timed run */
+        double t0 = clock_now_s(), span = pass ? min_time : 1.0;
+        for (int i = 0; i < nw; i++) {
+            c[i] = (bench_conc_t){.w = w[i], .o = o, .p = p, .len = len, .B = B,
+                                  .until = t0 + span};
+            if (pthread_create(&th[i], NULL, bench_conc_run, &c[i]))
+                break;
+            started = i + 1;
+        }
+        long total = 0;
+        for (int i = 0; i < started; i++) {
+            pthread_join(th[i], NULL);
+            total += c[i].batches;
+            if (c[i].rc && !rc) {
+                fprintf(stderr, "hark bench: %s\n", c[i].err.msg);
+                rc = 1;
+            }
+        }
+        double dt = clock_now_s() - t0;
+        if (started < nw && !rc) {
+            fprintf(stderr, "hark bench: could not start %d threads\n", nw);
+            rc = 1;
+        }
+        if (pass && !rc)
+            printf("{\"impl\": \"hark\", \"path\": \"pcm->text\", \"mode\": \"%s\", "
+                   "\"workers\": %d, \"turns\": %s, \"batch\": %d, \"seconds\": %.1f, \"batches\": %ld, "
+                   "\"utt_per_sec\": %.1f, \"rtfx\": %.1f}\n",
+                   mode, nw, turns ? "true" : "false", B, seconds, total, total * B / dt, total * B * seconds / dt);
+        started = 0;
+    }
+    fflush(stdout);
+    for (int i = 0; i < nw; i++)
+        wenet_worker_destroy(w[i]);
+    return rc;
+}
 
 /* --pipeline --profile: REPS more batches with the worker's stage profile, one JSON line of ms
  * per batch for each stage */
@@ -453,6 +550,11 @@ static int bench_pipeline(const char *model_dir, int device, wenet_precision_t w
             o.cpu_search = bs->cpu_search;
             o.cpu_decoder = bs->cpu_decoder;
             o.n_threads = threads;
+            if (bs->workers > 1) {
+                rc = bench_concurrent(asr, &o, p, len, B, seconds, min_time, bs->workers,
+                                      bs->turns, wenet_precision_name(wp));
+                goto next_batch;
+            }
             int k = 0;
             double t_start = 0;
             for (int it = -2; k < 1000; it++) {
@@ -495,6 +597,7 @@ static int bench_pipeline(const char *model_dir, int device, wenet_precision_t w
                     print_pipeline_profile(w, &o, p, len, res, B, wenet_precision_name(wp));
             }
         }
+    next_batch:
         wenet_worker_destroy(w);
         hark_free(p);
         hark_free(len);
@@ -536,6 +639,10 @@ int wenet_bench_main(int argc, char **argv)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--pipeline"))
             pipeline = 1;
+        else if (!strcmp(argv[i], "--turns"))
+            bs.turns = 1;
+        else if (!strcmp(argv[i], "--workers") && v)
+            bs.workers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--pageable"))
             bs.pageable = 1;
         else if (!strcmp(argv[i], "--cpu-search"))
@@ -571,6 +678,7 @@ int wenet_bench_main(int argc, char **argv)
         }
     }
     if ((!model_dir && !synthetic) || (model_dir && synthetic) || seconds <= 0 ||
+        bs.workers < 0 || bs.workers > 8 || (bs.workers > 1 && (!pipeline || profile)) ||
         (synthetic && (pipeline || compare)) || (profile && strncmp(device, "cuda", 4))) {
         if (profile && strncmp(device, "cuda", 4))
             fprintf(stderr, "hark bench: --profile times the GPU stages (--device cuda:N)\n");

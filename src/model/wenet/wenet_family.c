@@ -29,6 +29,7 @@ typedef struct {
 
 struct family_model {
     wenet_asr_t *asr;
+    int gpu_turns; /* config.pbtxt's gpu_turns: instances take turns on the GPU (wenet_asr.h) */
     char kind[96];
 };
 
@@ -62,9 +63,16 @@ static int wf_load(const char *dir, const family_load_opts_t *lo, const family_p
     if (pname && !(wl.precision = wenet_precision_parse(pname)))
         return err_set(err, HARK_ERR_INVALID_ARG, "precision \"%s\": expected fp32, fp16 or bf16",
                        pname);
+    /* gpu_turns: "true": a GPU's instances take turns on it, each uploading and answering
+     * while another computes; "false" (default): their batches run side by side */
+    const char *turns = family_param(cfg, "gpu_turns");
+    if (turns && strcmp(turns, "true") && strcmp(turns, "false"))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "parameters gpu_turns \"%s\": expected true or false", turns);
     family_model_t *m = hark_calloc(1, sizeof *m);
     if (!m)
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    m->gpu_turns = turns && !strcmp(turns, "true");
     int rc = wenet_asr_load_opts(dir, &wl, &m->asr, err);
     if (rc) {
         hark_free(m);
@@ -248,6 +256,7 @@ static int wf_worker_create(const family_model_t *m, const family_worker_opts_t 
         wf_worker_destroy(w);
         return rc;
     }
+    wenet_worker_set_turns(w->w, m->gpu_turns);
     *out = w;
     return HARK_OK;
 }

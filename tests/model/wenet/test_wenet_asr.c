@@ -11,6 +11,8 @@
 #include "support/golden_model.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -611,6 +613,33 @@ static int same_result(const wenet_result_t *a, const wenet_result_t *b)
     return 1;
 }
 
+/* the same tokens, times, text and n-best, scores and confidence within tol relative: what
+ * a different batch shape can change, because cuBLAS picks its FP32 GEMM by shape (another
+ * summation order) */
+static int near(double x, double y, double tol)
+{
+    return fabs(x - y) <= tol * (1.0 + fabs(x));
+}
+
+static int near_hyp(const wenet_hyp_t *a, const wenet_hyp_t *b, double tol)
+{
+    return a->n_tokens == b->n_tokens &&
+           !memcmp(a->tokens, b->tokens, sizeof(int) * (size_t)a->n_tokens) &&
+           !memcmp(a->times, b->times, sizeof(int) * (size_t)a->n_tokens) &&
+           near(a->score, b->score, tol) && a->text && b->text && !strcmp(a->text, b->text);
+}
+
+static int near_result(const wenet_result_t *a, const wenet_result_t *b, double tol)
+{
+    if (!near_hyp(&a->best, &b->best, tol) || a->n_nbest != b->n_nbest || a->frames != b->frames ||
+        !near(a->confidence, b->confidence, tol))
+        return 0;
+    for (int i = 0; i < a->n_nbest; i++)
+        if (!near_hyp(&a->nbest[i], &b->nbest[i], tol))
+            return 0;
+    return 1;
+}
+
 enum { CHUNK_UTTS = 13 };
 
 /* The overlapped upload (chunks of utterances on the copy stream, each chunk's features while
@@ -619,55 +648,77 @@ enum { CHUNK_UTTS = 13 };
  * uploaded by DMA, heap ones through the staging rows), 2, 3, 4, 16 and the default number of
  * chunks, every method, FP32 and FP16. The single-chunk run is repeated first, so that a
  * pipeline that is not deterministic run to run is told apart from a chunking fault. */
-GPU_TEST(gpu_wenet_asr_upload_chunks_identical)
+/* CHUNK_UTTS utterances of different lengths from the fixture's audio (an empty one among
+ * them); even ones page-locked, odd ones on the heap */
+static void mixed_inputs(const fixture_t *fx, float **buf, const float **pcm, size_t *n)
 {
-    fixture_t fx;
-    OPEN_FIXTURE(fx);
     static const double frac[CHUNK_UTTS] = {1.0,  0.0,   0.37, 0.81, 0.05, 1.0, 0.6,
                                             0.23, 0.001, 0.9,  0.5,  0.72, 0.15};
-    static const int batches[4] = {1, 3, 7, 13}, chunk_counts[5] = {2, 3, 4, 16, 0};
-    float *buf[CHUNK_UTTS];
-    const float *pcm[CHUNK_UTTS];
-    size_t n[CHUNK_UTTS];
     for (int i = 0; i < CHUNK_UTTS; i++) {
-        const audio_t *au = &fx.audio[i % NU];
+        const audio_t *au = &fx->audio[i % NU];
         n[i] = (size_t)(frac[i] * (double)au->n);
         size_t bytes = sizeof(float) * (n[i] ? n[i] : 1);
-        if (i % 2 == 0)
-            CHECK(cudaMallocHost((void **)&buf[i], bytes) == cudaSuccess);
-        else
-            CHECK((buf[i] = hark_malloc(bytes)) != NULL);
-        memcpy(buf[i], au->samples, sizeof(float) * n[i]);
+        if (i % 2 == 0 ? cudaMallocHost((void **)&buf[i], bytes) != cudaSuccess
+                       : !(buf[i] = hark_malloc(bytes)))
+            buf[i] = NULL;
+        if (buf[i])
+            memcpy(buf[i], au->samples, sizeof(float) * n[i]);
         pcm[i] = buf[i];
     }
+}
+
+static void mixed_inputs_free(float **buf)
+{
+    for (int i = 0; i < CHUNK_UTTS; i++) {
+        if (i % 2 == 0)
+            cudaFreeHost(buf[i]);
+        else
+            hark_free(buf[i]);
+    }
+}
+
+/* One pass of a GPU comparison: for FP32 and FP16, every method and each batch size, `ref`
+ * recognised with `set(w, 0)` and then `got` with set(w, v) for each v of vals (the reference
+ * run repeated first, to tell a pipeline that is not deterministic from a fault); every result
+ * must be identical, or with tol > 0 near (near_result) where a knob changes the GEMM shapes. */
+typedef void (*knob_fn)(wenet_worker_t *w, int v);
+
+static void compare_knob(test_ctx_t *t, const float *const *pcm, const size_t *n,
+                         const int *batches, int nb, knob_fn set, const int *vals, int nv,
+                         double tol, const char *what)
+{
     hark_err_t err = {0};
-    long compared = 0;
+    long compared = 0, near_only = 0;
     for (int p = 0; p < 2; p++) {
         wenet_precision_t prec = p ? WENET_FP16 : WENET_FP32;
         wenet_asr_t *g = gpu_model(t, prec);
         CHECK(g != NULL);
         wenet_worker_t *w;
         CHECKF(wenet_worker_create(g, CHUNK_UTTS, 12.0, &w, &err) == HARK_OK, "%s", err.msg);
-        for (int bi = 0; bi < 4; bi++) {
+        for (int bi = 0; bi < nb; bi++) {
             int B = batches[bi];
             for (int m = 0; m < 3; m++) {
                 wenet_decode_opts_t o = wenet_default_opts(g);
                 o.method = (wenet_method_t)m;
                 o.nbest = o.beam_size;
                 wenet_result_t ref[CHUNK_UTTS], got[CHUNK_UTTS];
-                CHECK_OK(wenet_worker_set_upload_chunks(w, 1, &err));
+                set(w, 0);
                 CHECKF(wenet_recognize(w, &o, pcm, n, B, ref, &err) == HARK_OK, "%s", err.msg);
-                for (int k = -1; k < 5; k++) {
-                    int chunks = k < 0 ? 1 : chunk_counts[k];
-                    CHECK_OK(wenet_worker_set_upload_chunks(w, chunks, &err));
+                for (int k = -1; k < nv; k++) {
+                    set(w, k < 0 ? 0 : vals[k]);
                     CHECKF(wenet_recognize(w, &o, pcm, n, B, got, &err) == HARK_OK, "%s", err.msg);
                     for (int b = 0; b < B; b++) {
-                        CHECKF(same_result(&ref[b], &got[b]),
-                               "%s, batch %d, %s, utterance %d (%zu samples): %s",
+                        CHECKF(k < 0 || !tol ? same_result(&ref[b], &got[b])
+                                             : near_result(&ref[b], &got[b], tol),
+                               "%s, batch %d, %s, utterance %d (%zu samples): %s %d",
                                wenet_precision_name(prec), B, wenet_method_name(o.method), b, n[b],
-                               k < 0 ? "two single-chunk runs differ (not deterministic)"
-                                     : "differs from the single-chunk run");
-                        compared++;
+                               k < 0 ? "two reference runs differ (not deterministic):"
+                                     : "differs from the reference run with",
+                               k < 0 ? 0 : vals[k]);
+                        if (k >= 0 && tol && !same_result(&ref[b], &got[b]))
+                            near_only++;
+                        if (k >= 0)
+                            compared++;
                         wenet_result_free(&got[b]);
                     }
                 }
@@ -678,13 +729,133 @@ GPU_TEST(gpu_wenet_asr_upload_chunks_identical)
         wenet_worker_destroy(w);
         wenet_asr_destroy(g);
     }
-    printf("    %ld results identical to the single-chunk run\n", compared);
-    for (int i = 0; i < CHUNK_UTTS; i++) {
-        if (i % 2 == 0)
-            cudaFreeHost(buf[i]);
-        else
-            hark_free(buf[i]);
+    printf("    %ld results identical to the run without %s", compared - near_only, what);
+    if (tol)
+        printf(", %ld the same but for scores within %g", near_only, tol);
+    printf("\n");
+}
+
+static void set_chunks(wenet_worker_t *w, int v)
+{
+    hark_err_t err = {0};
+    wenet_worker_set_upload_chunks(w, v ? v : 1, &err); /* 0 here: the single-chunk reference */
+}
+
+static void set_buckets(wenet_worker_t *w, int v)
+{
+    wenet_worker_set_batch_buckets(w, v);
+}
+
+GPU_TEST(gpu_wenet_asr_upload_chunks_identical)
+{
+    fixture_t fx;
+    OPEN_FIXTURE(fx);
+    float *buf[CHUNK_UTTS];
+    const float *pcm[CHUNK_UTTS];
+    size_t n[CHUNK_UTTS];
+    mixed_inputs(&fx, buf, pcm, n);
+    for (int i = 0; i < CHUNK_UTTS; i++)
+        CHECK(buf[i] != NULL);
+    static const int batches[4] = {1, 3, 7, 13}, chunk_counts[5] = {2, 3, 4, 16, 1};
+    compare_knob(t, pcm, n, batches, 4, set_chunks, chunk_counts, 5, 0, "chunked uploads");
+    mixed_inputs_free(buf);
+    fixture_close(&fx);
+}
+
+/* Batches of more than 8 are computed padded to a multiple of 8 (wenet_worker_set_batch_buckets):
+ * the padding changes no token, time or text, whatever the batch, method and precision (9 and
+ * 13 utterances: 7 and 3 padding entries; 8: none); scores stay within 1e-4 relative (a padded
+ * batch is another GEMM shape, for which cuBLAS may pick another FP32 algorithm, as it does for
+ * any other batch size) */
+GPU_TEST(gpu_wenet_asr_batch_buckets_identical)
+{
+    fixture_t fx;
+    OPEN_FIXTURE(fx);
+    float *buf[CHUNK_UTTS];
+    const float *pcm[CHUNK_UTTS];
+    size_t n[CHUNK_UTTS];
+    mixed_inputs(&fx, buf, pcm, n);
+    for (int i = 0; i < CHUNK_UTTS; i++)
+        CHECK(buf[i] != NULL);
+    static const int batches[3] = {8, 9, 13}, on[1] = {1};
+    compare_knob(t, pcm, n, batches, 3, set_buckets, on, 1, 1e-4, "batch padding");
+    mixed_inputs_free(buf);
+    fixture_close(&fx);
+}
+/* Workers taking turns on the GPU (wenet_worker_set_turns): two workers, each in its own thread,
+ * recognise the same batches over and over, each waiting on the device for the other's turn;
+ * every result equals the one a lone worker gives (greedy and rescoring, FP16). */
+typedef struct {
+    wenet_worker_t *w;
+    const wenet_decode_opts_t *o;
+    const float *const *pcm;
+    const size_t *n;
+    const wenet_result_t *ref;
+    int reps, mismatches, rc;
+    hark_err_t err;
+} turn_run_t;
+
+static void *turn_thread(void *arg)
+{
+    turn_run_t *r = arg;
+    for (int i = 0; i < r->reps && !r->rc; i++) {
+        wenet_result_t got[CHUNK_UTTS];
+        if ((r->rc = wenet_recognize(r->w, r->o, r->pcm, r->n, CHUNK_UTTS, got, &r->err)))
+            break;
+        for (int b = 0; b < CHUNK_UTTS; b++) {
+            r->mismatches += !same_result(&r->ref[b], &got[b]);
+            wenet_result_free(&got[b]);
+        }
     }
+    return NULL;
+}
+
+GPU_TEST(gpu_wenet_asr_turns_identical)
+{
+    fixture_t fx;
+    OPEN_FIXTURE(fx);
+    float *buf[CHUNK_UTTS];
+    const float *pcm[CHUNK_UTTS];
+    size_t n[CHUNK_UTTS];
+    mixed_inputs(&fx, buf, pcm, n);
+    for (int i = 0; i < CHUNK_UTTS; i++)
+        CHECK(buf[i] != NULL);
+    hark_err_t err = {0};
+    wenet_asr_t *g = gpu_model(t, WENET_FP16);
+    CHECK(g != NULL);
+    wenet_worker_t *w[2] = {0};
+    for (int i = 0; i < 2; i++) {
+        CHECKF(wenet_worker_create(g, CHUNK_UTTS, 12.0, &w[i], &err) == HARK_OK, "%s", err.msg);
+        wenet_worker_set_turns(w[i], 1);
+    }
+    for (int m = 0; m < 3; m += 2) { /* greedy, attention rescoring */
+        wenet_decode_opts_t o = wenet_default_opts(g);
+        o.method = (wenet_method_t)m;
+        wenet_result_t ref[CHUNK_UTTS];
+        wenet_worker_set_turns(w[0], 0);
+        CHECKF(wenet_recognize(w[0], &o, pcm, n, CHUNK_UTTS, ref, &err) == HARK_OK, "%s",
+               err.msg);
+        wenet_worker_set_turns(w[0], 1);
+        turn_run_t r[2];
+        pthread_t th[2];
+        for (int i = 0; i < 2; i++) {
+            r[i] = (turn_run_t){.w = w[i], .o = &o, .pcm = pcm, .n = n, .ref = ref, .reps = 20};
+            CHECK(pthread_create(&th[i], NULL, turn_thread, &r[i]) == 0);
+        }
+        for (int i = 0; i < 2; i++)
+            pthread_join(th[i], NULL);
+        for (int b = 0; b < CHUNK_UTTS; b++)
+            wenet_result_free(&ref[b]);
+        for (int i = 0; i < 2; i++) {
+            CHECKF(r[i].rc == HARK_OK, "worker %d: %s", i, r[i].err.msg);
+            CHECKF(r[i].mismatches == 0, "%s: worker %d: %d of %d results differ in turns",
+                   wenet_method_name(o.method), i, r[i].mismatches, 20 * CHUNK_UTTS);
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        wenet_worker_destroy(w[i]);
+    wenet_asr_destroy(g);
+    mixed_inputs_free(buf);
     fixture_close(&fx);
 }
 #endif

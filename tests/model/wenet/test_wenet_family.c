@@ -329,6 +329,16 @@ TEST(wenet_family_parse_opts_errors)
     snprintf(path, sizeof path, "%s/m", golden_wenet_model_dir(why, sizeof why));
     CHECK_EQ_INT(fx.f->load(path, &lo, NULL, &m2, &err), HARK_ERR_INVALID_ARG);
     CHECKF(strstr(err.msg, "fp8"), "%s", err.msg);
+    /* config.pbtxt's gpu_turns: true or false, nothing else */
+    lo.precision = NULL;
+    family_param_t tp[] = {{"gpu_turns", "yes"}};
+    family_params_t tcfg = {tp, 1};
+    CHECK_EQ_INT(fx.f->load(path, &lo, &tcfg, &m2, &err), HARK_ERR_INVALID_ARG);
+    CHECKF(strstr(err.msg, "gpu_turns \"yes\": expected true or false"), "%s", err.msg);
+    tp[0].value = "true";
+    CHECK_OK(fx.f->load(path, &lo, &tcfg, &m2, &err));
+    fx.f->unload(m2);
+    m2 = NULL;
     CHECK(fx.f->load("/nonexistent/model", NULL, NULL, &m2, &err) != HARK_OK);
     hark_free(o);
     fx_close(&fx);
