@@ -11,6 +11,7 @@
 #include "core/npy.h"
 #include "dsp/features.h"
 #include "hark.h"
+#include "model/family.h"
 #include "model/wenet/wenet_asr.h"
 #include "model/wenet/wenet_stream.h"
 #include "support/golden_model.h"
@@ -607,5 +608,144 @@ TEST(wenet_stream_bad_input)
     wenet_result_free(&r);
     /* the pool closes what is left open */
     wenet_stream_pool_destroy(p);
+    fixture_close(&fx);
+}
+
+/* ---- the family table: stream_open / stream_close and execute over stream items --------------- */
+
+typedef struct {
+    int n_partial, n_done, status;
+    char error[256];
+    asr_result_t r; /* the last result seen */
+} fam_got_t;
+
+static void fam_emit(family_item_t *it, const family_event_t *ev)
+{
+    fam_got_t *g = it->user;
+    if (ev->kind == FAMILY_EV_PARTIAL)
+        g->n_partial++;
+    if (ev->kind == FAMILY_EV_DONE) {
+        g->n_done++;
+        g->status = ev->status;
+        if (ev->error)
+            snprintf(g->error, sizeof g->error, "%s", ev->error);
+    }
+    if (ev->asr) {
+        asr_result_free(&g->r);
+        asr_result_take(&g->r, ev->asr);
+    }
+}
+
+/* Three streams (config.pbtxt: chunk 16, left 4; one request overrides left to -1, one decodes
+ * greedily) fed in rounds of items at staggered offsets, with an offline item (chunk mask given by
+ * the request) in the same executes: every stream's final result is WeNet's streaming result, the
+ * offline one WeNet's masked result; a fourth stream finds no slot; closed slots open again. */
+TEST(wenet_stream_family)
+{
+    fixture_t fx;
+    OPEN_FIXTURE(fx);
+    const family_t *f = family_find("wenet_u2");
+    CHECK(f && f->stream_open && f->stream_close);
+    char path[1024], why[256];
+    snprintf(path, sizeof path, "%s/m", golden_wenet_model_dir(why, sizeof why));
+    family_param_t cp[2] = {{"decoding_chunk_size", "16"}, {"num_decoding_left_chunks", "4"}};
+    family_params_t cfg = {cp, 2};
+    family_model_t *m;
+    hark_err_t err = {0};
+    family_load_opts_t lo = {.device = -1};
+    CHECKF(f->load(path, &lo, &cfg, &m, &err) == HARK_OK, "%s", err.msg);
+    family_worker_opts_t wo = {.max_batch = 2, .max_seconds = 12.0, .max_sequences = 3};
+    family_worker_t *w;
+    CHECKF(f->worker_create(m, &wo, &w, &err) == HARK_OK, "%s", err.msg);
+    /* streams: utterance, request parameters, golden mode and method */
+    static const int su[3] = {0, 1, 3};
+    static const char *const req[3][4] = {
+        {NULL}, {"num_decoding_left_chunks", "-1", NULL}, {"decoding_method", "ctc_greedy_search", NULL}};
+    static const char *const mode[3] = {"stream_chunk16_left4", "stream_chunk16_left-1",
+                                        "stream_chunk16_left4"};
+    static const int meth[3] = {DECODE_ATTENTION_RESCORING, DECODE_ATTENTION_RESCORING,
+                                DECODE_CTC_GREEDY};
+    char opts[3][512], oopts[512];
+    CHECK(f->opts_size <= sizeof opts[0]);
+    void *st[3];
+    for (int i = 0; i < 3; i++) {
+        family_param_t rp[2];
+        int nr = 0;
+        for (; req[i][2 * nr]; nr++)
+            rp[nr] = (family_param_t){req[i][2 * nr], req[i][2 * nr + 1]};
+        family_params_t rq = {rp, nr};
+        CHECKF(f->parse_opts(m, &cfg, &rq, opts[i], &err) == HARK_OK, "%s", err.msg);
+        CHECKF(f->stream_open(w, &st[i], &err) == HARK_OK, "%s", err.msg);
+    }
+    void *extra;
+    CHECK_EQ_INT(f->stream_open(w, &extra, &err), HARK_ERR_TOO_LARGE);
+    CHECK(strstr(err.msg, "stream slots") != NULL);
+    family_param_t op[2] = {{"decoding_chunk_size", "16"}, {"num_decoding_left_chunks", "-1"}};
+    family_params_t oreq = {op, 2};
+    CHECK_OK(f->parse_opts(m, NULL, &oreq, oopts, &err));
+    size_t at[3] = {0};
+    fam_got_t got[3], og;
+    memset(got, 0, sizeof got);
+    memset(&og, 0, sizeof og);
+    int finals = 0;
+    for (int round = 0; finals < 3; round++) {
+        family_item_t it[4], *list[4];
+        int n = 0;
+        for (int i = 0; i < 3; i++) {
+            const audio_t *a = &fx.audio[su[i]];
+            if (round < 2 * i || at[i] > a->n)
+                continue; /* not started yet, or ended */
+            size_t k = a->n - at[i] < 4000 ? a->n - at[i] : 4000;
+            it[n] = (family_item_t){.opts = opts[i], .pcm = a->samples + at[i], .n = k,
+                                    .emit = fam_emit, .user = &got[i], .stream = st[i],
+                                    .stream_end = at[i] + k == a->n};
+            at[i] += k + (at[i] + k == a->n); /* past the end once ended */
+            finals += it[n].stream_end;
+            list[n] = &it[n];
+            n++;
+        }
+        if (round == 3) { /* an offline item among the stream items */
+            it[n] = (family_item_t){.opts = oopts, .pcm = fx.audio[2].samples,
+                                    .n = fx.audio[2].n, .emit = fam_emit, .user = &og};
+            list[n] = &it[n];
+            n++;
+        }
+        int before[3];
+        for (int i = 0; i < 3; i++)
+            before[i] = got[i].n_done;
+        CHECKF(f->execute(w, list, n, NULL, &err) == HARK_OK, "%s", err.msg);
+        for (int i = 0; i < 3; i++)
+            CHECKF(got[i].status == HARK_OK, "stream %d: %s", i, got[i].error);
+        for (int j = 0; j < n; j++)
+            CHECK_EQ_INT(((fam_got_t *)list[j]->user)->n_done,
+                         (list[j]->user == &og ? 0 : before[(fam_got_t *)list[j]->user - got]) + 1);
+    }
+    for (int i = 0; i < 3; i++) {
+        int u = su[i];
+        const char *mname = wenet_method_name((wenet_method_t)meth[i]);
+        CHECKF(got[i].n_partial > 3, "stream %d: %d partials", i, got[i].n_partial);
+        CHECKF(same_tokens(golden(&fx, u, mode[i], mname, "tokens"), got[i].r.best.tokens,
+                           got[i].r.best.n_tokens),
+               "stream %d (%s %s %s): '%s'", i, utts[u], mode[i], mname, got[i].r.best.text);
+        CHECK(!strcmp(golden(&fx, u, mode[i], mname, "text")->valuestring, got[i].r.best.text));
+        CHECK(fabs(got[i].r.duration_s - (double)fx.audio[u].n / 16000) < 1e-9);
+        asr_result_free(&got[i].r);
+        f->stream_close(w, st[i]);
+    }
+    CHECKF(og.status == HARK_OK && og.n_done == 1, "offline: %s", og.error);
+    CHECK(same_tokens(golden(&fx, 2, "masked_chunk16_left-1", "attention_rescoring", "tokens"),
+                      og.r.best.tokens, og.r.best.n_tokens));
+    asr_result_free(&og.r);
+    /* the slots are free again; an unused stream closes cleanly */
+    CHECK_OK(f->stream_open(w, &extra, &err));
+    f->stream_close(w, extra);
+    f->stream_close(w, NULL);
+    /* a request chunk past what the worker's streams take */
+    family_param_t bp[1] = {{"decoding_chunk_size", "65"}};
+    family_params_t breq = {bp, 1};
+    CHECK_EQ_INT(f->parse_opts(m, &cfg, &breq, oopts, &err), HARK_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "decoding_chunk_size") != NULL);
+    f->worker_destroy(w);
+    f->unload(m);
     fixture_close(&fx);
 }
