@@ -1,9 +1,14 @@
 /* wenet_family.c — WeNet U2/U2++ as a model family (family.h): "wenet_u2", offline ASR over
- * wenet_asr.h. Decoding options come from config.pbtxt parameters, then the request's
- * (decoding_method, beam_size, nbest — 1 .. beam_size or "all" —, ctc_weight, reverse_weight;
- * config.pbtxt may also give precision); execute runs wenet_recognize
- * on the batch and turns each wenet_result_t into an asr_result_t (token times in ms, words with
- * times on request). Tests: tests/model/wenet/test_wenet_family.c */
+ * wenet_asr.h and chunk-by-chunk streams over wenet_stream.h. Decoding options come from
+ * config.pbtxt parameters, then the request's (decoding_method, beam_size, nbest — 1 .. beam_size
+ * or "all" —, ctc_weight, reverse_weight, decoding_chunk_size, num_decoding_left_chunks;
+ * config.pbtxt may also give precision); execute runs wenet_recognize on the offline items and
+ * turns each wenet_result_t into an asr_result_t (token times in ms, words with times on
+ * request). decoding_chunk_size / num_decoding_left_chunks: a stream's chunk (16 when no
+ * parameter gives one) and left context (-1: all); an offline item decodes with that chunk mask
+ * only when a parameter gives decoding_chunk_size. Stream items (item->stream) feed the streams
+ * of the worker's pool (family_worker_opts_t.max_sequences), stepped in batches.
+ * Tests: tests/model/wenet/test_wenet_family.c, tests/model/wenet/test_wenet_stream.c */
 #include "model/family.h"
 
 #include "core/alloc.h"
