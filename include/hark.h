@@ -105,6 +105,8 @@ typedef struct hark_asr_result hark_asr_result_t;
 
 #define HARK_WEIGHT_ZERO (-1.0) /* hark_asr_opts_t weights: a weight of exactly 0 */
 #define HARK_NBEST_ALL (-1)     /* hark_asr_opts_t.nbest: as many hypotheses as the beam holds */
+#define HARK_LEFT_CHUNKS_ALL (-1)  /* hark_asr_opts_t.num_decoding_left_chunks: all history */
+#define HARK_LEFT_CHUNKS_ZERO (-2) /* ... none (WeNet's 0) */
 
 /* Zeroed means the model's defaults. */
 typedef struct {
@@ -121,6 +123,11 @@ typedef struct {
                                     the utterance as DUMP_DIR/<stage>.npy (features after CMVN as
                                     feats_cmvn.npy, each encoder block, enc_out, ctc_logprobs);
                                     others fail with HARK_ERR_UNSUPPORTED */
+    int decoding_chunk_size;      /* chunk-trained models (WeNet U2/U2++): 0 the model's
+                                     (config.pbtxt's, else full context); > 0 decode with WeNet's
+                                     chunk attention mask of that many encoder frames */
+    int num_decoding_left_chunks; /* with a chunk: 0 the model's (all); > 0 that many chunks of
+                                     left context; HARK_LEFT_CHUNKS_ALL; HARK_LEFT_CHUNKS_ZERO */
 } hark_asr_opts_t;
 
 /* Recognises n utterances (pcm[i]: n_samples[i] mono samples in [-1, 1] at sample_rate Hz; 0

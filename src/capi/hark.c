@@ -281,7 +281,7 @@ static void on_emit(family_item_t *it, const family_event_t *ev)
 }
 
 /* hark_asr_opts_t -> family request parameters (text in buf) */
-static int asr_params(const hark_asr_opts_t *o, family_param_t *p, char buf[4][40])
+static int asr_params(const hark_asr_opts_t *o, family_param_t *p, char buf[6][40])
 {
     int k = 0;
     if (o->decoding_method)
@@ -304,6 +304,15 @@ static int asr_params(const hark_asr_opts_t *o, family_param_t *p, char buf[4][4
         else
             snprintf(buf[3], 40, "%d", o->nbest);
         p[k++] = (family_param_t){"nbest", buf[3]};
+    }
+    if (o->decoding_chunk_size) {
+        snprintf(buf[4], 40, "%d", o->decoding_chunk_size);
+        p[k++] = (family_param_t){"decoding_chunk_size", buf[4]};
+    }
+    if (o->num_decoding_left_chunks) {
+        int left = o->num_decoding_left_chunks;
+        snprintf(buf[5], 40, "%d", left == HARK_LEFT_CHUNKS_ZERO ? 0 : left);
+        p[k++] = (family_param_t){"num_decoding_left_chunks", buf[5]};
     }
     return k;
 }
@@ -392,7 +401,7 @@ hark_status_t hark_recognize(hark_model_t *m, const float *const *pcm, const siz
         if (!pcm[i] && n_samples[i])
             return fail(HARK_ERR_INVALID_ARG, "hark_recognize: pcm[%d] is NULL", i);
     family_param_t p[8];
-    char buf[4][40];
+    char buf[6][40];
     family_params_t req = {p, asr_params(&o, p, buf)};
     hark_err_t err = {0};
     void *fopts = hark_calloc(1, m->f->opts_size ? m->f->opts_size : 1);

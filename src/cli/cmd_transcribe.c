@@ -38,6 +38,7 @@ static void transcribe_usage(FILE *f)
         "    (or --url http://host:port -m MODEL to ask a server)",
         "    [--decoding-method ctc_greedy_search|ctc_prefix_beam_search|attention_rescoring]",
         "    [--beam-size 10] [--ctc-weight W] [--reverse-weight W] [--nbest N] [--threads N]",
+        "    [--chunk-size N [--left-chunks N]]",
         "    [--format text|json|srt|vtt] [--dump-dir D] FILE...",
         "  or: hark transcribe --model DIR [decoding options] --wavscp wav.scp [--trans text]",
         "    [--data-dir D] [--output-dir OUT] [--jobs N] [--batch-size B] [--format text|json]",
@@ -46,6 +47,9 @@ static void transcribe_usage(FILE *f)
         "a decoder, its ctc_weight and reverse_weight). Text output: one 'FILE TEXT' line each;",
         "JSON adds tokens, times and words with start/end; srt and vtt (one FILE) give subtitle",
         "cues from the token times.",
+        "--chunk-size N decodes a chunk-trained model (WeNet U2/U2++) with its chunk attention",
+        "mask of N encoder frames (decoding_chunk_size; --left-chunks: num_decoding_left_chunks,",
+        "-1 all, the default), which gives the streaming result of the same chunk settings.",
         "--wavscp decodes a Kaldi-style list ('<id> <path>' lines; relative paths are taken",
         "from --data-dir, else from the list's folder) with --jobs threads (default: one per",
         "core), --batch-size utterances per call, and with --trans ('<id> <words>' lines)",
@@ -127,7 +131,7 @@ static int write_subtitles(const hark_asr_result_t *r, subtitle_format_t fmt, ha
 typedef struct {
     const char *model, *device, *precision, *format, *method, *dump, *url, *iface;
     const char *wavscp, *trans, *data_dir, *out_dir;
-    double beam, ctc_w, rev_w, nbest, threads, jobs, batch;
+    double beam, ctc_w, rev_w, nbest, threads, jobs, batch, chunk, left;
 } transcribe_args_t;
 
 /* ---- FILE... mode --------------------------------------------------------------------------- */
@@ -218,7 +222,7 @@ typedef struct {
     int grpc;               /* KServe v2 over gRPC (grpc://, -i grpc) */
     const char *model;      /* for gRPC requests */
     char path[1024]; /* prefix/v2/models/<m>/infer */
-    kserve_param_t params[4];
+    kserve_param_t params[6];
     int n_params;
 } remote_t;
 
@@ -246,6 +250,12 @@ static int remote_init(remote_t *R, const transcribe_args_t *A, hark_err_t *err)
         R->params[R->n_params++] = (kserve_param_t){.name = "ctc_weight", .num = A->ctc_w};
     if (A->rev_w >= 0)
         R->params[R->n_params++] = (kserve_param_t){.name = "reverse_weight", .num = A->rev_w};
+    if (A->chunk > 0)
+        R->params[R->n_params++] =
+            (kserve_param_t){.name = "decoding_chunk_size", .num = (int)A->chunk};
+    if (A->left >= -1)
+        R->params[R->n_params++] =
+            (kserve_param_t){.name = "num_decoding_left_chunks", .num = (int)A->left};
     return HARK_OK;
 }
 
@@ -774,7 +784,8 @@ int cli_transcribe(int argc, char **argv)
                            .beam = -1,
                            .ctc_w = -1,
                            .rev_w = -1,
-                           .nbest = -1};
+                           .nbest = -1,
+                           .left = -2};
     const char **files = hark_calloc((size_t)argc, sizeof *files);
     int nfiles = 0, status = 0;
     if (!files)
@@ -820,6 +831,10 @@ int cli_transcribe(int argc, char **argv)
             num = &A.rev_w;
         else if (!strcmp(a, "--nbest"))
             num = &A.nbest;
+        else if (!strcmp(a, "--chunk-size"))
+            num = &A.chunk;
+        else if (!strcmp(a, "--left-chunks"))
+            num = &A.left;
         else if (!strcmp(a, "--threads"))
             num = &A.threads;
         else if (!strcmp(a, "--jobs"))
@@ -843,7 +858,8 @@ int cli_transcribe(int argc, char **argv)
         }
         if (num) {
             char *end = NULL;
-            if (!v || (*num = strtod(argv[++i], &end), *end) || *num < 0) {
+            if (!v || (*num = strtod(argv[++i], &end), *end) ||
+                *num < (num == &A.left ? -1 : 0)) {
                 fprintf(stderr, "hark transcribe: %s needs a non-negative number\n", a);
                 hark_free(files);
                 return 2;
@@ -922,6 +938,10 @@ int cli_transcribe(int argc, char **argv)
         o.reverse_weight = A.rev_w > 0 ? A.rev_w : HARK_WEIGHT_ZERO;
     /* --nbest N, else the whole beam (greedy search has no n-best); a list scores the best only */
     o.nbest = A.wavscp ? 1 : A.nbest >= 0 ? (int)A.nbest : HARK_NBEST_ALL;
+    if (A.chunk > 0)
+        o.decoding_chunk_size = (int)A.chunk;
+    if (A.left >= -1)
+        o.num_decoding_left_chunks = A.left == 0 ? HARK_LEFT_CHUNKS_ZERO : (int)A.left;
     hark_asr_result_t *none = NULL; /* the options checked once, on no audio */
     if (hark_recognize(model, NULL, NULL, 0, 0, &o, &none)) {
         fprintf(stderr, "hark transcribe: %s\n", hark_last_error());

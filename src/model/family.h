@@ -121,6 +121,14 @@ struct family_item {
                              that cannot fails the item with HARK_ERR_UNSUPPORTED. Lent. */
     family_emit_fn emit;
     void *user;
+    /* streaming (families with stream_open): the stream this item feeds, from stream_open, or
+     * NULL for an offline item. pcm/n are the stream's next audio (n may be 0); the stream's
+     * decoding options are those of its first item (the START request's: later items' opts are
+     * not read). execute runs every chunk the audio completes and reports a PARTIAL result, then
+     * DONE without a result; the item with stream_end = 1 (the audio ends with it) gets the final
+     * result with its DONE instead. A stream has at most one item in an execute. */
+    void *stream;
+    int stream_end;
 };
 
 /* Times of one execute call, in nanoseconds (Triton's compute input / infer / output). */
@@ -146,6 +154,8 @@ typedef struct {
     int max_batch;      /* items in one execute */
     double max_seconds; /* longest audio of one item */
     int n_threads;      /* CPU workers: BLAS threads (0: leave the setting) */
+    int max_sequences;  /* streaming families: streams open at once on this worker (their state
+                           is sized at worker_create; 0: no streams) */
 } family_worker_opts_t;
 
 typedef struct family_model family_model_t;   /* defined by each family */
@@ -171,7 +181,11 @@ typedef struct family {
     int (*worker_create)(const family_model_t *m, const family_worker_opts_t *wo,
                          family_worker_t **out, hark_err_t *err);
     void (*worker_destroy)(family_worker_t *w); /* accepts NULL */
-    /* Streaming families only (NULL otherwise). */
+    /* Families that stream (NULL otherwise; `streaming` says whether the server serves the
+     * family under sequence_batching only). stream_open takes one of the worker's max_sequences
+     * stream slots (HARK_ERR_TOO_LARGE when all are taken, HARK_ERR_UNSUPPORTED for a model that
+     * cannot stream); stream_close gives it back and frees the stream's state (accepts NULL). A
+     * stream is used on its worker's thread only. */
     int (*stream_open)(family_worker_t *w, void **stream, hark_err_t *err);
     void (*stream_close)(family_worker_t *w, void *stream);
     /* Runs n items of one batch key; every item gets exactly one DONE event through its emit

@@ -84,16 +84,39 @@ static int check_args(const float *logp, int T, int V, int blank, ctc_nbest_t *o
 
 /* ---- greedy ---------------------------------------------------------------------------------- */
 
-int ctc_greedy_search(const float *logp, int T, int V, int blank, ctc_nbest_t *out, hark_err_t *err)
+int ctc_greedy_from_argmax(const int *arg, int T, int blank, double score, ctc_nbest_t *out,
+                           hark_err_t *err)
 {
-    int rc = check_args(logp, T, V, blank, out, err);
+    if (!out)
+        return err_set(err, HARK_ERR_INVALID_ARG, "ctc greedy: NULL output");
+    memset(out, 0, sizeof *out);
+    if (T < 0 || (T > 0 && !arg))
+        return err_set(err, HARK_ERR_INVALID_ARG, "ctc greedy: bad arguments (T=%d)", T);
+    int len = 0;
+    for (int t = 0; t < T; t++)
+        if (arg[t] != blank && (t == 0 || arg[t - 1] != arg[t]))
+            len++;
+    int **tk, **tm;
+    double *sc;
+    int rc = ctc_nbest_alloc(out, 1, &len, &tk, &tm, &sc, err);
     if (rc)
         return rc;
-    int *arg = hark_malloc((size_t)(T ? T : 1) * sizeof(int));
-    if (!arg)
-        return err_set(err, HARK_ERR_NOMEM, "ctc greedy: out of memory (T=%d)", T);
-    double total = 0.0;
-    int len = 0;
+    /* remove_duplicates_and_blank; gen_ctc_peak_time: first frame of each non-blank run */
+    int j = 0;
+    for (int t = 0; t < T; t++) {
+        if (arg[t] != blank && (t == 0 || arg[t - 1] != arg[t])) {
+            tk[0][j] = arg[t];
+            tm[0][j] = t;
+            j++;
+        }
+    }
+    sc[0] = score;
+    return HARK_OK;
+}
+
+int ctc_argmax_rows(const float *logp, int T, int V, int *arg, double *score)
+{
+    double total = score ? *score : 0.0; /* one running sum: the same in any split */
     for (int t = 0; t < T; t++) {
         const float *row = logp + (size_t)t * (size_t)V;
         int best = 0;
@@ -106,28 +129,25 @@ int ctc_greedy_search(const float *logp, int T, int V, int blank, ctc_nbest_t *o
         }
         arg[t] = best;
         total += (double)bv;
-        if (best != blank && (t == 0 || arg[t - 1] != best))
-            len++;
     }
-    int **tk, **tm;
-    double *sc;
-    rc = ctc_nbest_alloc(out, 1, &len, &tk, &tm, &sc, err);
-    if (rc) {
-        hark_free(arg);
+    if (score)
+        *score = total;
+    return T;
+}
+
+int ctc_greedy_search(const float *logp, int T, int V, int blank, ctc_nbest_t *out, hark_err_t *err)
+{
+    int rc = check_args(logp, T, V, blank, out, err);
+    if (rc)
         return rc;
-    }
-    /* remove_duplicates_and_blank; gen_ctc_peak_time: first frame of each non-blank run */
-    int j = 0;
-    for (int t = 0; t < T; t++) {
-        if (arg[t] != blank && (t == 0 || arg[t - 1] != arg[t])) {
-            tk[0][j] = arg[t];
-            tm[0][j] = t;
-            j++;
-        }
-    }
-    sc[0] = total;
+    int *arg = hark_malloc((size_t)(T ? T : 1) * sizeof(int));
+    if (!arg)
+        return err_set(err, HARK_ERR_NOMEM, "ctc greedy: out of memory (T=%d)", T);
+    double total = 0.0;
+    ctc_argmax_rows(logp, T, V, arg, &total);
+    rc = ctc_greedy_from_argmax(arg, T, blank, total, out, err);
     hark_free(arg);
-    return HARK_OK;
+    return rc;
 }
 
 /* ---- prefix beam search ---------------------------------------------------------------------- */

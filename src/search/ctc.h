@@ -47,6 +47,15 @@ int ctc_nbest_alloc(ctc_nbest_t *nb, int n, const int *lens, int ***tokens, int 
 int ctc_greedy_search(const float *logp, int T, int V, int blank, ctc_nbest_t *out,
                       hark_err_t *err);
 
+/* Greedy search in pieces (streaming): ctc_argmax_rows writes the argmax of each of T rows
+ * (first index on ties) to arg and adds the sum of the row maxima, in frame order, to *score
+ * (NULL: not summed); returns T. ctc_greedy_from_argmax collapses a whole utterance's argmax
+ * (T frames) as ctc_greedy_search does, with `score` as the hypothesis' score: feeding the rows
+ * in any split gives exactly ctc_greedy_search's result. HARK_ERR_INVALID_ARG, HARK_ERR_NOMEM. */
+int ctc_argmax_rows(const float *logp, int T, int V, int *arg, double *score);
+int ctc_greedy_from_argmax(const int *arg, int T, int blank, double score, ctc_nbest_t *out,
+                           hark_err_t *err);
+
 /* Prefix beam search, exactly WeNet's ctc_prefix_beam_search (no context graph): per frame the
  * top-k tokens (k = min(beam, V), descending, lower id first on ties) in top-k order, each over
  * the current prefixes in beam order; blank / repeated-token / other-token updates in double with

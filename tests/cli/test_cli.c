@@ -5,6 +5,8 @@
 #include "core/npy.h"
 #include "support/golden_model.h"
 
+#include <cjson/cJSON.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,4 +120,49 @@ TEST(cli_bench_synthetic_and_errors)
              test_hark_bin());
     CHECK(run_cmd(t, cmd, out, sizeof out) == 2);
     CHECKF(strstr(out, "same weights") != NULL, "%s", out);
+}
+
+/* `hark transcribe --chunk-size 16 --left-chunks L`: the chunk mask offline, WeNet's masked (=
+ * streaming) results for every utterance; a bad chunk size is refused by name. */
+TEST(cli_transcribe_chunk_mask)
+{
+    char why[512];
+    const char *dir = golden_wenet_model_dir(why, sizeof why);
+    if (!dir)
+        SKIP(why);
+    struct cJSON *res = golden_wenet_results();
+    CHECK(res != NULL);
+    static const char *const utts[] = {"librispeech-1995-1837-0001", "jfk",
+                                       "sense_and_sensibility_01_austen_64kb-0880", "LJ001-0002",
+                                       "cards-001"};
+    static const int lefts[2] = {-1, 4};
+    char cmd[8192], out[65536];
+    for (int li = 0; li < 2; li++) {
+        int k = snprintf(cmd, sizeof cmd, "%s transcribe --model %s/m --chunk-size 16 --left-chunks %d",
+                         test_hark_bin(), dir, lefts[li]);
+        for (int u = 0; u < 5; u++)
+            k += snprintf(cmd + k, sizeof cmd - (size_t)k, " %s/wavs/%s.wav",
+                          test_shared(GOLDEN_WENET), utts[u]);
+        CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
+        char mode[48];
+        snprintf(mode, sizeof mode, "masked_chunk16_left%d", lefts[li]);
+        for (int u = 0; u < 5; u++) {
+            cJSON *r = cJSON_GetObjectItem(
+                cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(res, utts[u]), mode),
+                                    "attention_rescoring"),
+                "text");
+            char line[2048];
+            snprintf(line, sizeof line, "%s.wav %s\n", utts[u], r->valuestring);
+            CHECKF(strstr(out, line) != NULL, "left %d: no line '%s' in:\n%s", lefts[li], line, out);
+        }
+    }
+    cJSON_Delete(res);
+    snprintf(cmd, sizeof cmd, "%s transcribe --model %s/m --chunk-size 16 --left-chunks -3 x.wav",
+             test_hark_bin(), dir);
+    CHECK(run_cmd(t, cmd, out, sizeof out) == 2);
+    CHECKF(strstr(out, "--left-chunks") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "%s transcribe --model %s/m --chunk-size 5000 %s/wavs/jfk.wav",
+             test_hark_bin(), dir, test_shared(GOLDEN_WENET));
+    CHECK(run_cmd(t, cmd, out, sizeof out) != 0);
+    CHECKF(strstr(out, "decoding_chunk_size") != NULL, "%s", out);
 }

@@ -434,6 +434,7 @@ struct conformer_stream {
     int offset;       /* encoder frames emitted so far */
     int cache_t;      /* frames in the attention cache (same for every layer) */
     int cap;          /* rows per layer in kv, p, att: cache + one chunk */
+    int fixed;        /* 1: cap was reserved up front and never grows (TOO_LARGE past it) */
     float *kv;        /* (L, 2, cap, D): K then V after linear_k/v, head h in columns h·dk */
     float *p;         /* (cap, D) projected positions of the keys */
     float *att;       /* attention_scratch_floats(cap, dk) */
@@ -446,7 +447,7 @@ typedef struct {
     conformer_state_t *s;
     const conformer_opts_t *o;
     int batch;
-    conformer_stream_t *st; /* streaming chunk (batch 1), or NULL */
+    conformer_stream_t *const *sts; /* streaming: (batch) the stream of each chunk; else NULL */
 } fwd_t;
 
 /* Hands each utterance's rows of a packed (N, cols) buffer to the debug hook. */
@@ -508,7 +509,8 @@ static void subsample_one(const fwd_t *F, int b, const float *feats, int frames)
     for (size_t i = 0; i < (size_t)t_out * m->d; i++)
         x[i] *= m->xscale;
     if (m->cfg.pos == POS_ABS) /* pe[offset : offset + t_out] */
-        axpy_ref(x, m->pe + (size_t)(F->st ? F->st->offset : 0) * m->d, 1.0f, (size_t)t_out * m->d);
+        axpy_ref(x, m->pe + (size_t)(F->sts ? F->sts[b]->offset : 0) * m->d, 1.0f,
+                 (size_t)t_out * m->d);
 }
 
 /* Pre-norm: returns the normalised copy in hn (and reports it); post-norm: returns x itself. */
@@ -545,22 +547,24 @@ static void ffn(const fwd_t *F, float *a, const float *h, const lin_t *l1, const
     linear_ref(a, s->big, l2->w, l2->b, rows, m->ffn, m->d);
 }
 
-/* Streaming attention of one chunk (rows frames) over the cached keys + the chunk's own, no mask
- * (WeNet forward_chunk); then the cache keeps its last cache_frames keys. */
-static void mhsa_chunk(const fwd_t *F, const block_t *bk, int layer, int rows)
+/* Streaming attention of chunk b (its tl[b] rows of the packed q/k/v, at off[b]) over its
+ * stream's cached keys + the chunk's own, no mask (WeNet forward_chunk); then the cache keeps its
+ * last cache_frames keys. */
+static void mhsa_chunk(const fwd_t *F, const block_t *bk, int layer, int b)
 {
     conformer_state_t *s = F->s;
-    conformer_stream_t *st = F->st;
+    conformer_stream_t *st = F->sts[b];
     const conformer_model_t *m = s->m;
-    int d = m->d, rel = m->cfg.pos == POS_REL, ct = st->cache_t, tk = ct + rows;
+    int d = m->d, rel = m->cfg.pos == POS_REL, ct = st->cache_t, rows = s->tl[b], tk = ct + rows;
+    size_t r0 = (size_t)s->off[b] * d;
     float *kc = st->kv + (size_t)layer * 2 * st->cap * d, *vc = kc + (size_t)st->cap * d;
-    memcpy(kc + (size_t)ct * d, s->k, (size_t)rows * d * sizeof(float));
-    memcpy(vc + (size_t)ct * d, s->v, (size_t)rows * d * sizeof(float));
+    memcpy(kc + (size_t)ct * d, s->k + r0, (size_t)rows * d * sizeof(float));
+    memcpy(vc + (size_t)ct * d, s->v + r0, (size_t)rows * d * sizeof(float));
     if (rel) /* keys sit at absolute positions offset - ct ... offset + rows - 1 */
         linear_ref(st->p, m->pe + (size_t)(st->offset - ct) * d, bk->pos_w, NULL, tk, d, d);
-    attention_ref(s->ctx, st->att, s->q, kc, vc, rel ? st->p : NULL, rel ? bk->pos_bias_u : NULL,
-                  rel ? bk->pos_bias_v : NULL, NULL, NULL, rows, tk, m->h, m->dk,
-                  1.0f / sqrtf((float)m->dk));
+    attention_ref(s->ctx + r0, st->att, s->q + r0, kc, vc, rel ? st->p : NULL,
+                  rel ? bk->pos_bias_u : NULL, rel ? bk->pos_bias_v : NULL, NULL, NULL, rows, tk,
+                  m->h, m->dk, 1.0f / sqrtf((float)m->dk));
     int keep = st->cache_frames < 0 ? tk : st->cache_frames < tk ? st->cache_frames : tk;
     memmove(kc, kc + (size_t)(tk - keep) * d, (size_t)keep * d * sizeof(float));
     memmove(vc, vc + (size_t)(tk - keep) * d, (size_t)keep * d * sizeof(float));
@@ -575,8 +579,10 @@ static void mhsa(const fwd_t *F, float *a, const float *h, const block_t *bk, in
     linear_ref(s->q, h, bk->q.w, bk->q.b, rows, d, d);
     linear_ref(s->k, h, bk->k.w, bk->k.b, rows, d, d);
     linear_ref(s->v, h, bk->v.w, bk->v.b, rows, d, d);
-    if (F->st) {
-        mhsa_chunk(F, bk, layer, rows);
+    if (F->sts) {
+        for (int b = 0; b < F->batch; b++)
+            if (s->tl[b] > 0)
+                mhsa_chunk(F, bk, layer, b);
         linear_ref(a, s->ctx, bk->o.w, bk->o.b, rows, d, d);
         return;
     }
@@ -607,29 +613,34 @@ static void conv_module(const fwd_t *F, float *a, const float *h, const block_t 
     float *g = s->big, *u = s->q, *dw = s->k;
     linear_ref(g, h, bk->pw1.w, bk->pw1.b, rows, d, 2 * d);
     glu_ref(u, g, rows, d);
-    conformer_stream_t *st = F->st;
-    if (st && causal && kk > 1) {
-        /* left context: the cached pre-pointwise frames through pointwise_conv1 + GLU (zeros at
-         * the start give glu(bias), like the full-context path); then the cache takes the last
-         * K-1 frames of [cache | h] (WeNet's cnn_cache) */
-        int lc = kk - 1;
-        float *cache = st->cnn + (size_t)layer * lc * d;
-        linear_ref(st->left_g, cache, bk->pw1.w, bk->pw1.b, lc, d, 2 * d);
-        glu_ref(st->left, st->left_g, lc, d);
-        depthwise_conv1d_ref(dw, u, st->left, bk->dw_w, bk->dw_b, rows, d, kk, lc, rows);
-        if (rows >= lc) {
-            memcpy(cache, h + (size_t)(rows - lc) * d, (size_t)lc * d * sizeof(float));
-        } else {
-            memmove(cache, cache + (size_t)rows * d, (size_t)(lc - rows) * d * sizeof(float));
-            memcpy(cache + (size_t)(lc - rows) * d, h, (size_t)rows * d * sizeof(float));
-        }
-    }
-    for (int b = 0; b < F->batch && !(st && causal && kk > 1); b++) {
+    int streamed = F->sts && causal && kk > 1;
+    for (int b = 0; b < F->batch; b++) {
         size_t r0 = (size_t)s->off[b] * d;
+        int n = s->tl[b];
+        if (streamed && n > 0) {
+            /* left context: the stream's cached pre-pointwise frames through pointwise_conv1 +
+             * GLU (zeros at the start give glu(bias), like the full-context path); then the cache
+             * takes the last K-1 frames of [cache | h] (WeNet's cnn_cache) */
+            conformer_stream_t *st = F->sts[b];
+            int lc = kk - 1;
+            float *cache = st->cnn + (size_t)layer * lc * d;
+            const float *hb = h + r0;
+            linear_ref(st->left_g, cache, bk->pw1.w, bk->pw1.b, lc, d, 2 * d);
+            glu_ref(st->left, st->left_g, lc, d);
+            depthwise_conv1d_ref(dw + r0, u + r0, st->left, bk->dw_w, bk->dw_b, n, d, kk, lc, n);
+            if (n >= lc) {
+                memcpy(cache, hb + (size_t)(n - lc) * d, (size_t)lc * d * sizeof(float));
+            } else {
+                memmove(cache, cache + (size_t)n * d, (size_t)(lc - n) * d * sizeof(float));
+                memcpy(cache + (size_t)(lc - n) * d, hb, (size_t)n * d * sizeof(float));
+            }
+            continue;
+        }
         /* causal: K-1 left frames of glu(bias) (WeNet pads before pointwise_conv1); symmetric:
-         * zeros on both sides. Frames past the utterance's end read as zeros either way. */
+         * zeros on both sides (within each chunk when streaming, as WeNet). Frames past the
+         * utterance's end read as zeros either way. */
         depthwise_conv1d_ref(dw + r0, u + r0, causal ? bk->causal_left : NULL, bk->dw_w, bk->dw_b,
-                             s->tl[b], d, kk, causal ? kk - 1 : (kk - 1) / 2, s->tl[b]);
+                             n, d, kk, causal ? kk - 1 : (kk - 1) / 2, n);
     }
     if (m->cfg.cnn_norm == CNN_NORM_BATCH)
         batch_norm_ref(dw, dw, bk->cnn_norm.g, bk->cnn_norm.b, bk->bn_mean, bk->bn_var, rows, d,
@@ -843,6 +854,8 @@ static int stream_reserve(conformer_stream_t *st, int need)
 {
     if (need <= st->cap)
         return HARK_OK;
+    if (st->fixed)
+        return HARK_ERR_TOO_LARGE;
     const conformer_model_t *m = st->m;
     int cap = st->cap * 2 > need ? st->cap * 2 : need;
     size_t d = (size_t)m->d, layers = (size_t)(m->cfg.n_blocks > 0 ? m->cfg.n_blocks : 1);
@@ -860,44 +873,93 @@ static int stream_reserve(conformer_stream_t *st, int need)
     return HARK_OK;
 }
 
-int conformer_forward_chunk(conformer_state_t *s, conformer_stream_t *st,
-                            const conformer_opts_t *opts, float *enc, int *n_out,
-                            const float *feats, int frames, hark_err_t *err)
+int conformer_stream_reserve(conformer_stream_t *st, int frames, hark_err_t *err)
+{
+    if (frames < 1)
+        return err_set(err, HARK_ERR_INVALID_ARG, "conformer stream: reserve %d frames", frames);
+    st->fixed = 0;
+    if (stream_reserve(st, frames) != HARK_OK)
+        return err_set(err, HARK_ERR_NOMEM, "conformer stream: out of memory for %d cached frames",
+                       frames);
+    st->fixed = 1;
+    return HARK_OK;
+}
+
+void conformer_stream_set_cache(conformer_stream_t *st, int cache_frames)
+{
+    conformer_stream_reset(st);
+    st->cache_frames = cache_frames;
+}
+
+int conformer_forward_chunks(conformer_state_t *s, conformer_stream_t *const *sts,
+                             const conformer_opts_t *opts, float *enc, int *n_out,
+                             const float *const *feats, const int *frames, int n,
+                             hark_err_t *err)
 {
     const conformer_model_t *m = s->m;
     conformer_opts_t dflt = conformer_default_opts();
     const conformer_opts_t *o = opts ? opts : &dflt;
-    HARK_ASSERT(st->m == m);
-    *n_out = 0;
-    if (frames < 0 || frames > s->max_frames)
-        return err_set(err, HARK_ERR_TOO_LARGE,
-                       "conformer chunk: %d frames (the state takes at most %d)", frames,
-                       s->max_frames);
-    int rows = conformer_out_len(m, frames);
-    if (rows <= 0)
+    if (n < 1 || n > s->max_batch)
+        return err_set(err, n < 1 ? HARK_ERR_INVALID_ARG : HARK_ERR_TOO_LARGE,
+                       "conformer chunks: %d streams (the state takes 1 .. %d)", n, s->max_batch);
+    s->off[0] = 0;
+    for (int b = 0; b < n; b++) {
+        conformer_stream_t *st = sts[b];
+        HARK_ASSERT(st->m == m);
+        for (int c = 0; c < b; c++)
+            HARK_ASSERT(sts[c] != st); /* one chunk per stream and step */
+        n_out[b] = 0;
+        if (frames[b] < 0 || frames[b] > s->max_frames)
+            return err_set(err, HARK_ERR_TOO_LARGE,
+                           "conformer chunk %d: %d frames (the state takes at most %d)", b,
+                           frames[b], s->max_frames);
+        int rows = conformer_out_len(m, frames[b]);
+        if (rows > 0 && st->offset + rows > m->cfg.max_len)
+            return err_set(err, HARK_ERR_TOO_LARGE,
+                           "conformer chunk %d: stream reached %d encoder frames, past the "
+                           "positional table's %d",
+                           b, st->offset + rows, m->cfg.max_len);
+        int rc = rows > 0 ? stream_reserve(st, st->cache_t + rows) : HARK_OK;
+        if (rc == HARK_ERR_TOO_LARGE)
+            return err_set(err, rc,
+                           "conformer chunk %d: %d cached + %d new frames exceed the stream's "
+                           "reserved %d",
+                           b, st->cache_t, rows, st->cap);
+        if (rc)
+            return err_set(err, rc, "conformer chunk %d: out of memory for %d cached frames", b,
+                           st->cache_t + rows);
+        s->tl[b] = rows;
+        s->off[b + 1] = s->off[b] + rows;
+    }
+    int total = s->off[n];
+    if (total <= 0)
         return HARK_OK;
-    if (st->offset + rows > m->cfg.max_len)
-        return err_set(err, HARK_ERR_TOO_LARGE,
-                       "conformer chunk: stream reached %d encoder frames, past the positional "
-                       "table's %d",
-                       st->offset + rows, m->cfg.max_len);
-    if (stream_reserve(st, st->cache_t + rows) != HARK_OK)
-        return err_set(err, HARK_ERR_NOMEM, "conformer chunk: out of memory for %d cached frames",
-                       st->cache_t + rows);
-    s->off[0] = 0, s->tl[0] = rows, s->off[1] = rows;
     ops_set_threads(o->n_threads);
-    fwd_t F = {s, o, 1, st};
-    subsample_one(&F, 0, feats, frames);
+    fwd_t F = {s, o, n, sts};
+    for (int b = 0; b < n; b++)
+        subsample_one(&F, b, feats[b], frames[b]);
     emit(&F, "embed_out", -1, s->x, m->d);
     for (int i = 0; i < m->cfg.n_blocks; i++)
-        block_forward(&F, &m->blocks[i], i, rows);
+        block_forward(&F, &m->blocks[i], i, total);
     if (m->cfg.normalize_before)
-        layer_norm_ref(s->x, s->x, m->after_norm.g, m->after_norm.b, rows, m->d, NORM_EPS);
+        layer_norm_ref(s->x, s->x, m->after_norm.g, m->after_norm.b, total, m->d, NORM_EPS);
     emit(&F, "enc_out", -1, s->x, m->d);
-    memcpy(enc, s->x, (size_t)rows * m->d * sizeof(float));
-    int tk = st->cache_t + rows;
-    st->cache_t = st->cache_frames < 0 ? tk : st->cache_frames < tk ? st->cache_frames : tk;
-    st->offset += rows;
-    *n_out = rows;
+    memcpy(enc, s->x, (size_t)total * m->d * sizeof(float));
+    for (int b = 0; b < n; b++) {
+        conformer_stream_t *st = sts[b];
+        int rows = s->tl[b], tk = st->cache_t + rows;
+        if (rows <= 0)
+            continue;
+        st->cache_t = st->cache_frames < 0 ? tk : st->cache_frames < tk ? st->cache_frames : tk;
+        st->offset += rows;
+        n_out[b] = rows;
+    }
     return HARK_OK;
+}
+
+int conformer_forward_chunk(conformer_state_t *s, conformer_stream_t *st,
+                            const conformer_opts_t *opts, float *enc, int *n_out,
+                            const float *feats, int frames, hark_err_t *err)
+{
+    return conformer_forward_chunks(s, &st, opts, enc, n_out, &feats, &frames, 1, err);
 }

@@ -134,6 +134,26 @@ int conformer_forward_chunk(conformer_state_t *s, conformer_stream_t *st,
                             const conformer_opts_t *opts, float *enc, int *n_out,
                             const float *feats, int frames, hark_err_t *err);
 
+/* Reserves the attention cache for `frames` keys per layer (cache + one chunk) now, and fixes
+ * it there: a later chunk that would need more fails with HARK_ERR_TOO_LARGE instead of growing
+ * (streams kept in a pool sized up front). HARK_ERR_NOMEM leaves the stream growable. */
+int conformer_stream_reserve(conformer_stream_t *st, int frames, hark_err_t *err);
+/* Reset (conformer_stream_reset) with another attention history (as conformer_stream_create's
+ * cache_frames); the reserved memory stays. */
+void conformer_stream_set_cache(conformer_stream_t *st, int cache_frames);
+
+/* One chunk each for n different streams (n <= the state's max_batch) in one batched forward:
+ * the row-wise stages (linears, norms, FFNs) run once over all their rows packed together; the
+ * stages that read other frames (subsampling, attention over each stream's own cache at its own
+ * offset, the causal conv over its own conv cache) per stream. feats[b] (frames[b], input_dim)
+ * as for conformer_forward_chunk; enc (Σ n_out, D) packed: chunk b's n_out[b] rows follow chunk
+ * b-1's. Each stream gets exactly what conformer_forward_chunk alone gives it. A stream may
+ * appear once. On error no stream has changed. */
+int conformer_forward_chunks(conformer_state_t *s, conformer_stream_t *const *sts,
+                             const conformer_opts_t *opts, float *enc, int *n_out,
+                             const float *const *feats, const int *frames, int n,
+                             hark_err_t *err);
+
 /* The caches of `layer` for inspection (valid until the next call on the stream): k, v
  * (cache_t, D) with head h in columns h·dk; cnn (K-1, D) the conv module's last inputs, or NULL
  * without a causal conv module. Returns cache_t. */

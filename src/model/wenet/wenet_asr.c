@@ -148,6 +148,8 @@ wenet_decode_opts_t wenet_default_opts(const wenet_asr_t *asr)
     o.ctc_weight = asr ? asr->cfg.ctc_weight : 0.5f;
     o.reverse_weight = asr ? asr->cfg.reverse_weight : 0.0f;
     o.nbest = 1;
+    o.chunk_size = 0;
+    o.left_chunks = -1;
     return o;
 }
 
@@ -730,22 +732,23 @@ static void turn_end(wenet_worker_t *w, cudaStream_t s)
     pthread_mutex_unlock(&t->mu);
 }
 
-static int encode_gpu_turn(wenet_worker_t *w, const size_t *n, const float *const *pcm, int batch,
-                           int t_max, int *te_out, int want_enc, int out, int beam,
-                           hark_err_t *err);
+static int encode_gpu_turn(wenet_worker_t *w, const conformer_opts_t *co, const size_t *n,
+                           const float *const *pcm, int batch, int t_max, int *te_out,
+                           int want_enc, int out, int beam, hark_err_t *err);
 
-static int encode_gpu(wenet_worker_t *w, const size_t *n, const float *const *pcm, int batch,
-                      int t_max, int *te_out, int want_enc, int out, int beam, hark_err_t *err)
+static int encode_gpu(wenet_worker_t *w, const conformer_opts_t *co, const size_t *n,
+                      const float *const *pcm, int batch, int t_max, int *te_out, int want_enc,
+                      int out, int beam, hark_err_t *err)
 {
-    int rc = encode_gpu_turn(w, n, pcm, batch, t_max, te_out, want_enc, out, beam, err);
+    int rc = encode_gpu_turn(w, co, n, pcm, batch, t_max, te_out, want_enc, out, beam, err);
     turn_end(w, (cudaStream_t)conformer_gpu_stream(w->gstate)); /* when an error left it held */
     return rc;
 }
 
 /* encode_gpu's work, in the worker's turn from the features on; ends the turn before waiting */
-static int encode_gpu_turn(wenet_worker_t *w, const size_t *n, const float *const *pcm, int batch,
-                           int t_max, int *te_out, int want_enc, int out, int beam,
-                           hark_err_t *err)
+static int encode_gpu_turn(wenet_worker_t *w, const conformer_opts_t *co, const size_t *n,
+                           const float *const *pcm, int batch, int t_max, int *te_out,
+                           int want_enc, int out, int beam, hark_err_t *err)
 {
     const wenet_asr_t *a = w->asr;
     const int D = a->cfg.d_model, V = a->cfg.vocab_size;
@@ -782,7 +785,7 @@ static int encode_gpu_turn(wenet_worker_t *w, const size_t *n, const float *cons
         return rc; /* the front end waited for both streams */
     PROF_MARK(2);
     cudaError_t e;
-    if ((rc = conformer_gpu_forward(w->gstate, NULL, w->d_enc, w->enc_lens, d_feats, w->lens, batch,
+    if ((rc = conformer_gpu_forward(w->gstate, co, w->d_enc, w->enc_lens, d_feats, w->lens, batch,
                                     t_max, err)))
         return upload_failed(w, rc);
     PROF_MARK(3);
@@ -925,6 +928,51 @@ static int decode_gpu_nbest(wenet_worker_t *w, const wenet_decode_opts_t *o, int
 }
 #endif
 
+int wenet_check_opts(const wenet_asr_t *a, const wenet_decode_opts_t *o, hark_err_t *err)
+{
+    if ((unsigned)o->method > DECODE_ATTENTION_RESCORING)
+        return err_set(err, HARK_ERR_INVALID_ARG, "decoding method %d is unknown", (int)o->method);
+    if (o->beam_size < 1 || o->beam_size > 1000)
+        return err_set(err, HARK_ERR_INVALID_ARG, "beam_size %d is out of range [1, 1000]",
+                       o->beam_size);
+    if (o->method == DECODE_ATTENTION_RESCORING && !a->dec)
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "attention_rescoring needs an attention decoder; this model has none");
+    if (!(o->reverse_weight >= 0 && o->reverse_weight <= 1) || !(o->ctc_weight >= 0))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "reverse_weight must be in [0, 1] and ctc_weight >= 0");
+    if (o->chunk_size > 0 && o->left_chunks < -1)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "num_decoding_left_chunks %d: expected -1 (all) or >= 0", o->left_chunks);
+    return HARK_OK;
+}
+
+const conformer_model_t *wenet_asr_encoder(const wenet_asr_t *a)
+{
+    return a->enc;
+}
+
+const feat_plan_t *wenet_asr_fbank(const wenet_asr_t *a)
+{
+    return a->fbank;
+}
+
+int wenet_result_from_ctc(const wenet_asr_t *a, const wenet_decode_opts_t *o, ctc_nbest_t *nb,
+                          const float *enc, int T, wenet_result_t *r, hark_err_t *err)
+{
+    memset(r, 0, sizeof *r);
+    int rc;
+    if (o->method != DECODE_CTC_GREEDY) {
+        rc = decode_nbest(a, o, nb, enc, T, NULL, NULL, r, err);
+    } else {
+        rc = hyp_from(a, nb, 0, nb->scores[0], &r->best, err);
+        ctc_nbest_free(nb);
+    }
+    if (rc)
+        wenet_result_free(r);
+    return rc;
+}
+
 static int recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const float *const *pcm,
                      const size_t *n, int batch, wenet_result_t *results, hark_err_t *err);
 
@@ -1024,17 +1072,17 @@ static int recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const f
     if (batch < 0 || batch > w->max_batch)
         return err_set(err, HARK_ERR_TOO_LARGE, "batch of %d exceeds the worker's %d", batch,
                        w->max_batch);
-    if (o.beam_size < 1 || o.beam_size > 1000)
-        return err_set(err, HARK_ERR_INVALID_ARG, "beam_size %d is out of range [1, 1000]",
-                       o.beam_size);
-    if (o.method == DECODE_ATTENTION_RESCORING && !a->dec)
-        return err_set(err, HARK_ERR_UNSUPPORTED,
-                       "attention_rescoring needs an attention decoder; this model has none");
-    if (!(o.reverse_weight >= 0 && o.reverse_weight <= 1) || !(o.ctc_weight >= 0))
-        return err_set(err, HARK_ERR_INVALID_ARG,
-                       "reverse_weight must be in [0, 1] and ctc_weight >= 0");
+    int rc = wenet_check_opts(a, &o, err);
+    if (rc)
+        return rc;
     memset(results, 0, sizeof *results * (size_t)batch);
     const int D_in = a->cfg.input_dim, D = a->cfg.d_model, V = a->cfg.vocab_size;
+    conformer_opts_t co = conformer_default_opts();
+    co.n_threads = o.n_threads;
+    co.debug = o.debug;
+    co.debug_user = o.debug_user;
+    co.chunk_size = o.chunk_size;
+    co.left_chunks = o.left_chunks;
     int t_max = 0;
     for (int b = 0; b < batch; b++) {
         int T = feat_num_frames(a->fbank, n[b]);
@@ -1047,7 +1095,6 @@ static int recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const f
         if (T > t_max)
             t_max = T;
     }
-    int rc = HARK_OK;
     int te = 0;
 #ifdef HARK_CUDA
     if (a->device >= 0) {
@@ -1073,8 +1120,8 @@ static int recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const f
             gpcm = w->pad_pcm;
             gn = w->pad_n;
         }
-        if ((rc = encode_gpu(w, gn, gpcm, gb, t_max, &te, rescore && !gpu_dec, out, o.beam_size,
-                             err)))
+        if ((rc = encode_gpu(w, &co, gn, gpcm, gb, t_max, &te, rescore && !gpu_dec, out,
+                             o.beam_size, err)))
             return rc;
         if (gpu_beam)
             return decode_gpu_nbest(w, &o, batch, t_max, te, gpu_dec, results, err);
@@ -1094,10 +1141,6 @@ static int recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const f
         rc = feat_compute(a->fbank, pcm[b], n[b], w->feats + (size_t)b * t_max * D_in, err);
     if (rc)
         return rc;
-    conformer_opts_t co = conformer_default_opts();
-    co.n_threads = o.n_threads;
-    co.debug = o.debug;
-    co.debug_user = o.debug_user;
     if (t_max > 0 && batch > 0) {
         if ((rc = conformer_forward(w->state, &co, w->enc, w->enc_lens, w->feats, w->lens, batch,
                                     t_max, err)))

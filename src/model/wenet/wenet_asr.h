@@ -24,6 +24,7 @@
 #include "dsp/frontend_gpu.h"
 #include "model/wenet/conformer.h"
 #include "model/wenet/wenet_config.h"
+#include "search/ctc.h"
 
 #include <stddef.h>
 
@@ -50,6 +51,9 @@ typedef struct {
     int cpu_decoder;          /* GPU models: 1 scores attention rescoring's candidates with the CPU
                                  decoder (decoder.h; the encoder output crosses to the host);
                                  0: all utterances' candidates at once on the GPU (decoder_gpu.h) */
+    int chunk_size;           /* WeNet's decoding_chunk_size: <= 0 full context (offline); > 0 the
+                                 chunk mask offline (conformer_opts_t), the chunk of a stream */
+    int left_chunks;          /* num_decoding_left_chunks with a chunk: -1 all, >= 0 that many */
     conformer_debug_fn debug; /* optional: every encoder stage of every utterance */
     void *debug_user;
 } wenet_decode_opts_t;
@@ -58,7 +62,7 @@ typedef struct wenet_asr wenet_asr_t;
 typedef struct wenet_worker wenet_worker_t;
 
 /* Defaults: attention rescoring when the model has a decoder (else prefix beam), beam 10, the
- * model's ctc_weight / reverse_weight, nbest 1. */
+ * model's ctc_weight / reverse_weight, nbest 1, full context (chunk_size 0, left_chunks -1). */
 wenet_decode_opts_t wenet_default_opts(const wenet_asr_t *asr);
 
 /* Loads DIR (the model-repository entry: DIR/1/model.json, model.safetensors, units.txt) for
@@ -156,6 +160,19 @@ typedef struct {
 int wenet_recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const float *const *pcm,
                     const size_t *n, int batch, wenet_result_t *results, hark_err_t *err);
 void wenet_result_free(wenet_result_t *r);
+
+/* HARK_OK, or HARK_ERR_INVALID_ARG / HARK_ERR_UNSUPPORTED naming the option this model cannot
+ * decode with (wenet_recognize and streams check their options with it). */
+int wenet_check_opts(const wenet_asr_t *asr, const wenet_decode_opts_t *opts, hark_err_t *err);
+
+/* ---- for the engine's own modules (wenet_stream.c) ------------------------------------------ */
+const conformer_model_t *wenet_asr_encoder(const wenet_asr_t *asr);
+const struct feat_plan *wenet_asr_fbank(const wenet_asr_t *asr);
+/* The result of a CTC search's n-best (taken: *nb is released) for the options' method: greedy
+ * (nb from ctc_greedy_search), prefix beam, or attention rescoring of nb's candidates over the
+ * encoder output enc (T, D). r is zeroed first; on error nothing needs freeing. */
+int wenet_result_from_ctc(const wenet_asr_t *asr, const wenet_decode_opts_t *opts, ctc_nbest_t *nb,
+                          const float *enc, int T, wenet_result_t *r, hark_err_t *err);
 
 /* Where a GPU worker's time goes. After wenet_worker_profile(w, 1) each wenet_recognize on the
  * GPU path records CUDA events between its stages (graphs stay on) and host clock readings, and

@@ -1,9 +1,14 @@
 /* wenet_family.c — WeNet U2/U2++ as a model family (family.h): "wenet_u2", offline ASR over
- * wenet_asr.h. Decoding options come from config.pbtxt parameters, then the request's
- * (decoding_method, beam_size, nbest — 1 .. beam_size or "all" —, ctc_weight, reverse_weight;
- * config.pbtxt may also give precision); execute runs wenet_recognize
- * on the batch and turns each wenet_result_t into an asr_result_t (token times in ms, words with
- * times on request). Tests: tests/model/wenet/test_wenet_family.c */
+ * wenet_asr.h and chunk-by-chunk streams over wenet_stream.h. Decoding options come from
+ * config.pbtxt parameters, then the request's (decoding_method, beam_size, nbest — 1 .. beam_size
+ * or "all" —, ctc_weight, reverse_weight, decoding_chunk_size, num_decoding_left_chunks;
+ * config.pbtxt may also give precision); execute runs wenet_recognize on the offline items and
+ * turns each wenet_result_t into an asr_result_t (token times in ms, words with times on
+ * request). decoding_chunk_size / num_decoding_left_chunks: a stream's chunk (16 when no
+ * parameter gives one) and left context (-1: all); an offline item decodes with that chunk mask
+ * only when a parameter gives decoding_chunk_size. Stream items (item->stream) feed the streams
+ * of the worker's pool (family_worker_opts_t.max_sequences), stepped in batches.
+ * Tests: tests/model/wenet/test_wenet_family.c, tests/model/wenet/test_wenet_stream.c */
 #include "model/family.h"
 
 #include "core/alloc.h"
@@ -12,6 +17,7 @@
 #include "dsp/features.h"
 #include "hark.h"
 #include "model/wenet/wenet_asr.h"
+#include "model/wenet/wenet_stream.h"
 #include "model/wenet/wenet_tools.h"
 #include "text/units.h"
 #include "text/words.h"
@@ -22,16 +28,30 @@
 #include <sys/stat.h>
 
 #define REQ_MAX_BEAM 100 /* request parameters: as the server has always limited them */
+#define STREAM_CHUNK 16  /* decoding_chunk_size of streams when no parameter gives one (WeNet's) */
+#define STREAM_MAX_CHUNK 64 /* the largest chunk a worker's streams take, unless config.pbtxt's
+                               decoding_chunk_size is larger (then that one) */
 
 typedef struct {
-    wenet_decode_opts_t d; /* debug hook and n_threads unset: execute sets them */
+    wenet_decode_opts_t d; /* debug hook and n_threads unset: execute sets them. chunk_size is
+                              decoding_chunk_size when a parameter gave one (the chunk mask
+                              offline), else 0 (full context) */
+    int stream_chunk;      /* a stream's chunk: decoding_chunk_size, or STREAM_CHUNK */
 } wenet_family_opts_t;
 
 struct family_model {
     wenet_asr_t *asr;
     int gpu_turns; /* config.pbtxt's gpu_turns: instances take turns on the GPU (wenet_asr.h) */
     char kind[96];
+    int max_chunk; /* streams: the largest decoding_chunk_size (STREAM_MAX_CHUNK or config's) */
 };
+
+/* one stream (item->stream): its slot of the worker's pool, opened with its first item's opts */
+typedef struct {
+    wenet_stream_t *s; /* NULL until the first item */
+    size_t samples;    /* audio so far */
+    int failed;        /* the status that failed the stream's opening, or 0 */
+} wf_stream_t;
 
 struct family_worker {
     const family_model_t *m;
@@ -43,10 +63,17 @@ struct family_worker {
     size_t *n;
     wenet_result_t *res;
     int *idx;   /* items of the run being recognized */
-    char *done; /* item already reported */
+    char *done; /* (max_batch + max_sequences) item already reported */
+    /* streams: the pool (NULL without max_sequences), streams open, one execute's stream items */
+    wenet_stream_pool_t *pool;
+    int max_sequences, n_streams;
+    int *sidx;              /* (max_sequences) */
+    wenet_stream_t **ready; /* (max_sequences) */
 };
 
 /* ---- load ----------------------------------------------------------------------------------- */
+
+static void wf_unload(family_model_t *m);
 
 static int wf_load(const char *dir, const family_load_opts_t *lo, const family_params_t *cfg,
                    family_model_t **out, hark_err_t *err)
@@ -77,6 +104,15 @@ static int wf_load(const char *dir, const family_load_opts_t *lo, const family_p
     if (rc) {
         hark_free(m);
         return rc;
+    }
+    m->max_chunk = STREAM_MAX_CHUNK;
+    int chunk = 0;
+    if ((rc = family_param_int(cfg, "decoding_chunk_size", 1, 4096, &chunk, err)) == HARK_OK) {
+        if (chunk > m->max_chunk)
+            m->max_chunk = chunk;
+    } else if (rc != HARK_ERR_NOT_FOUND) {
+        wf_unload(m);
+        return err_prefix(err, rc, "config.pbtxt parameters");
     }
     const wenet_config_t *c = wenet_asr_config(m->asr);
     snprintf(m->kind, sizeof m->kind, "wenet_u2 conformer %d blocks%s, %s", c->n_blocks,
@@ -110,7 +146,7 @@ static const char METHODS[] = "ctc_greedy_search, ctc_prefix_beam_search, attent
 
 /* One set of parameters over *d. `where` prefixes messages ("" for a request). */
 static int apply_params(const family_params_t *p, const char *where, wenet_decode_opts_t *d,
-                        int max_beam, hark_err_t *err)
+                        int max_beam, int max_chunk, hark_err_t *err)
 {
     const char *v = family_param(p, "decoding_method");
     if (v && wenet_parse_method(v, &d->method))
@@ -136,6 +172,16 @@ static int apply_params(const family_params_t *p, const char *where, wenet_decod
     } else if (rc != HARK_ERR_NOT_FOUND) {
         return err_prefix(err, rc, "%s", where[0] ? where : "parameters");
     }
+    int chunk = 0, left = 0;
+    if ((rc = family_param_int(p, "decoding_chunk_size", 1, max_chunk, &chunk, err)) == HARK_OK)
+        d->chunk_size = chunk;
+    else if (rc != HARK_ERR_NOT_FOUND)
+        return err_set(err, rc, "%sdecoding_chunk_size must be in [1, %d]", where, max_chunk);
+    if ((rc = family_param_int(p, "num_decoding_left_chunks", -1, 1 << 20, &left, err)) ==
+        HARK_OK)
+        d->left_chunks = left;
+    else if (rc != HARK_ERR_NOT_FOUND)
+        return err_set(err, rc, "%snum_decoding_left_chunks must be -1 (all) or >= 0", where);
     if ((rc = family_param_double(p, "reverse_weight", &x, err)) == HARK_OK) {
         if (!(x >= 0 && x <= 1))
             return err_set(err, HARK_ERR_INVALID_ARG, "%sreverse_weight must be in [0, 1]", where);
@@ -153,14 +199,14 @@ static int wf_parse_opts(const family_model_t *m, const family_params_t *cfg,
     memset(o, 0, sizeof *o);
     wenet_decode_opts_t d = wenet_default_opts(m->asr);
     int has_dec = wenet_asr_config(m->asr)->decoder != DECODER_NONE;
-    int rc = apply_params(cfg, "config.pbtxt parameters ", &d, 1000, err);
+    int rc = apply_params(cfg, "config.pbtxt parameters ", &d, 1000, 4096, err);
     if (rc)
         return rc;
     if (d.method == DECODE_ATTENTION_RESCORING && !has_dec)
         d.method = DECODE_CTC_PREFIX_BEAM; /* the model's default where it cannot rescore */
     const char *nb = family_param(req, "nbest");
     int nbest_given = nb != NULL;
-    if ((rc = apply_params(req, "", &d, REQ_MAX_BEAM, err)))
+    if ((rc = apply_params(req, "", &d, REQ_MAX_BEAM, m->max_chunk, err)))
         return rc;
     if (nb && !strcmp(nb, "all"))
         d.nbest = d.beam_size;
@@ -176,6 +222,7 @@ static int wf_parse_opts(const family_model_t *m, const family_params_t *cfg,
     d.debug = NULL;
     d.debug_user = NULL;
     o->d = d;
+    o->stream_chunk = d.chunk_size > 0 ? d.chunk_size : STREAM_CHUNK;
     return HARK_OK;
 }
 
@@ -183,7 +230,8 @@ static int same_opts(const wenet_decode_opts_t *a, const wenet_decode_opts_t *b)
 {
     return a->method == b->method && a->beam_size == b->beam_size && a->nbest == b->nbest &&
            a->ctc_weight == b->ctc_weight && a->reverse_weight == b->reverse_weight &&
-           a->cpu_search == b->cpu_search && a->cpu_decoder == b->cpu_decoder;
+           a->cpu_search == b->cpu_search && a->cpu_decoder == b->cpu_decoder &&
+           a->chunk_size == b->chunk_size && a->left_chunks == b->left_chunks;
 }
 
 static uint64_t mix(uint64_t h, uint64_t v)
@@ -213,6 +261,7 @@ static uint64_t wf_batch_key(const void *opts)
     h = mix(h, fbits(d->ctc_weight));
     h = mix(h, fbits(d->reverse_weight));
     h = mix(h, (uint64_t)(d->cpu_search != 0) << 1 | (uint64_t)(d->cpu_decoder != 0));
+    h = mix(h, (uint64_t)(uint32_t)d->chunk_size << 32 | (uint32_t)d->left_chunks);
     return h;
 }
 
@@ -223,6 +272,9 @@ static void wf_worker_destroy(family_worker_t *w)
     if (!w)
         return;
     wenet_worker_destroy(w->w);
+    wenet_stream_pool_destroy(w->pool);
+    hark_free(w->sidx);
+    hark_free(w->ready);
     hark_free(w->pcm);
     hark_free(w->n);
     hark_free(w->res);
@@ -248,10 +300,19 @@ static int wf_worker_create(const family_model_t *m, const family_worker_opts_t 
     w->n = hark_calloc(b, sizeof *w->n);
     w->res = hark_calloc(b, sizeof *w->res);
     w->idx = hark_calloc(b, sizeof *w->idx);
-    w->done = hark_calloc(b, 1);
+    w->done = hark_calloc(b + (size_t)(wo->max_sequences > 0 ? wo->max_sequences : 0), 1);
     int rc = !w->pcm || !w->n || !w->res || !w->idx || !w->done
                  ? err_set(err, HARK_ERR_NOMEM, "out of memory for a batch of %d", wo->max_batch)
                  : wenet_worker_create(m->asr, wo->max_batch, wo->max_seconds, &w->w, err);
+    if (!rc && wo->max_sequences > 0) {
+        w->max_sequences = wo->max_sequences;
+        w->sidx = hark_calloc((size_t)wo->max_sequences, sizeof *w->sidx);
+        w->ready = hark_calloc((size_t)wo->max_sequences, sizeof *w->ready);
+        rc = !w->sidx || !w->ready
+                 ? err_set(err, HARK_ERR_NOMEM, "out of memory for %d streams", wo->max_sequences)
+                 : wenet_stream_pool_create(m->asr, wo->max_sequences, wo->max_seconds,
+                                            m->max_chunk, &w->pool, err);
+    }
     if (rc) {
         wf_worker_destroy(w);
         return rc;
@@ -259,6 +320,36 @@ static int wf_worker_create(const family_model_t *m, const family_worker_opts_t 
     wenet_worker_set_turns(w->w, m->gpu_turns);
     *out = w;
     return HARK_OK;
+}
+
+/* ---- streams -------------------------------------------------------------------------------- */
+
+static int wf_stream_open(family_worker_t *w, void **stream, hark_err_t *err)
+{
+    *stream = NULL;
+    if (!w->pool)
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "this worker has no stream slots (created with max_sequences 0)");
+    if (w->n_streams >= w->max_sequences)
+        return err_set(err, HARK_ERR_TOO_LARGE,
+                       "all %d stream slots of this worker are in use (max_sequences)",
+                       w->max_sequences);
+    wf_stream_t *ws = hark_calloc(1, sizeof *ws);
+    if (!ws)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    w->n_streams++;
+    *stream = ws;
+    return HARK_OK;
+}
+
+static void wf_stream_close(family_worker_t *w, void *stream)
+{
+    wf_stream_t *ws = stream;
+    if (!ws)
+        return;
+    wenet_stream_close(ws->s);
+    hark_free(ws);
+    w->n_streams--;
 }
 
 /* ---- the debug dump (item->dump_dir) ------------------------------------------------------- */
@@ -474,19 +565,126 @@ static int run(family_worker_t *w, family_item_t *const *items, int k, family_ex
     return HARK_OK;
 }
 
+/* A failed stream item: its DONE with the error, counted. */
+static void stream_item_failed(family_item_t *it, int rc, const hark_err_t *e, int *worst,
+                               int *n_failed)
+{
+    emit_error(it, rc, e);
+    if (*worst == HARK_OK)
+        *worst = rc;
+    ++*n_failed;
+}
+
+/* The stream items (item->stream) of an execute: each one's audio into its stream, then batched
+ * steps of every stream with a chunk ready until none is, then per item a PARTIAL and DONE, or
+ * the final result with DONE for the last item of a stream. Marks them done. */
+static void run_streams(family_worker_t *w, family_item_t *const *items, int n,
+                        family_exec_times_t *tm, int *worst, int *n_failed)
+{
+    const family_model_t *m = w->m;
+    uint64_t t0 = clock_now_ns();
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        family_item_t *it = items[i];
+        if (!it->stream)
+            continue;
+        w->done[i] = 1;
+        wf_stream_t *ws = it->stream;
+        hark_err_t e = {0};
+        int rc = ws->failed;
+        if (rc) {
+            err_set(&e, rc, "the stream could not be opened (%s)", hark_status_str(rc));
+        } else if (!ws->s) { /* the stream's first item: its options are the stream's */
+            const wenet_family_opts_t *fo = it->opts;
+            wenet_decode_opts_t o = fo->d;
+            o.chunk_size = fo->stream_chunk;
+            o.n_threads = w->n_threads;
+            if ((rc = wenet_stream_open(w->pool, &o, &ws->s, &e)))
+                ws->failed = rc;
+        }
+        if (!rc && it->n > 0 && (rc = wenet_stream_accept(ws->s, it->pcm, it->n, &e)) == HARK_OK)
+            ws->samples += it->n;
+        if (!rc && it->stream_end)
+            rc = wenet_stream_input_done(ws->s, &e);
+        if (rc) {
+            stream_item_failed(it, rc, &e, worst, n_failed);
+            continue;
+        }
+        if (k < w->max_sequences)
+            w->sidx[k++] = i;
+    }
+    uint64_t t1 = clock_now_ns();
+    for (;;) { /* one batched step for every stream with a chunk ready, until none has one */
+        int r = 0;
+        for (int j = 0; j < k; j++) {
+            wenet_stream_t *s = ((wf_stream_t *)items[w->sidx[j]]->stream)->s;
+            int seen = 0;
+            for (int q = 0; q < r && !seen; q++)
+                seen = w->ready[q] == s;
+            if (!seen && wenet_stream_ready(s))
+                w->ready[r++] = s;
+        }
+        hark_err_t e = {0};
+        if (!r || wenet_stream_step(w->pool, w->ready, r, &e) != HARK_OK)
+            break; /* a failed step failed its streams: their items report it below */
+    }
+    uint64_t t2 = clock_now_ns();
+    for (int j = 0; j < k; j++) {
+        family_item_t *it = items[w->sidx[j]];
+        wf_stream_t *ws = it->stream;
+        hark_err_t e = {0};
+        wenet_result_t wr;
+        int fin = it->stream_end;
+        int rc = fin ? wenet_stream_final(ws->s, &wr, &e) : wenet_stream_partial(ws->s, &wr, &e);
+        asr_result_t r;
+        memset(&r, 0, sizeof r);
+        if (!rc) {
+            rc = result_convert(m, &wr, ws->samples, it->want_words, &r, &e);
+            wenet_result_free(&wr);
+        }
+        if (rc) {
+            asr_result_free(&r);
+            stream_item_failed(it, rc, &e, worst, n_failed);
+            continue;
+        }
+        family_event_t ev = {.kind = fin ? FAMILY_EV_DONE : FAMILY_EV_PARTIAL,
+                             .status = HARK_OK,
+                             .asr = &r};
+        it->emit(it, &ev);
+        asr_result_free(&r); /* what emit did not take */
+        if (!fin) {
+            family_event_t done = {.kind = FAMILY_EV_DONE, .status = HARK_OK};
+            it->emit(it, &done);
+        }
+    }
+    if (tm) {
+        tm->input_ns += t1 - t0;
+        tm->infer_ns += t2 - t1;
+        tm->output_ns += clock_now_ns() - t2;
+    }
+}
+
 static int wf_execute(family_worker_t *w, family_item_t *const *items, int n,
                       family_exec_times_t *times, hark_err_t *err)
 {
     family_exec_times_t tm = {0};
-    if (n > w->max_batch) {
+    int n_offline = 0, n_stream = 0;
+    for (int i = 0; i < n; i++)
+        n_offline += !items[i]->stream, n_stream += !!items[i]->stream;
+    if (n_offline > w->max_batch || n_stream > w->max_sequences) {
         hark_err_t e = {0};
-        err_set(&e, HARK_ERR_TOO_LARGE, "batch of %d exceeds the worker's %d", n, w->max_batch);
+        err_set(&e, HARK_ERR_TOO_LARGE,
+                "batch of %d items and %d stream items exceeds the worker's %d and %d",
+                n_offline, n_stream, w->max_batch, w->max_sequences);
         for (int i = 0; i < n; i++)
             emit_error(items[i], e.status, &e);
         return err_set(err, e.status, "%s", e.msg);
     }
-    memset(w->done, 0, (size_t)n);
+    if (n > 0)
+        memset(w->done, 0, (size_t)n);
     int worst = HARK_OK, n_failed = 0;
+    if (n_stream)
+        run_streams(w, items, n, &tm, &worst, &n_failed);
     uint64_t t_in = clock_now_ns();
     for (int i = 0; i < n; i++) {
         if (w->done[i])
@@ -539,8 +737,8 @@ const family_t wenet_family = {
     .batch_key = wf_batch_key,
     .worker_create = wf_worker_create,
     .worker_destroy = wf_worker_destroy,
-    .stream_open = NULL,
-    .stream_close = NULL,
+    .stream_open = wf_stream_open,
+    .stream_close = wf_stream_close,
     .execute = wf_execute,
     .bench = wenet_bench_main,
     .inspect = wenet_inspect_main,

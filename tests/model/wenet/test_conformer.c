@@ -1072,3 +1072,111 @@ TEST(conformer_synthetic_streaming_equals_chunk_mask)
         bank_free(&bank);
     }
 }
+
+/* conformer_forward_chunks: three streams of one synthetic model, each with its own chunk size and
+ * left context and started at a different chunk, stepped together whenever they have a chunk (one
+ * batched forward of chunks at different offsets and cache sizes, short last chunks included):
+ * every stream's output equals conformer_forward_chunk alone, on configurations the golden set
+ * lacks (conv2d8 / conv2d6, abs_pos, batch_norm, a symmetric non-causal conv, post-norm). */
+TEST(conformer_synthetic_batched_chunks_equal_alone)
+{
+    wenet_config_t cfgs[] = {
+        synth_config(SUBSAMPLE_CONV2D8, POS_ABS, 1, CNN_NORM_BATCH, ACT_GELU, 1, 1),
+        synth_config(SUBSAMPLE_CONV2D6, POS_REL, 1, CNN_NORM_LAYER, ACT_SWISH, 1, 1),
+        synth_config(SUBSAMPLE_CONV2D, POS_REL, 0, CNN_NORM_BATCH, ACT_RELU, 0, 0),
+    };
+    enum { NS = 3 };
+    static const int chunk[NS] = {4, 3, 5}, left[NS] = {-1, 2, 0}, start[NS] = {0, 2, 1};
+    static const int frames[NS] = {211, 173, 97};
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
+        const wenet_config_t *c = &cfgs[ci];
+        bank_t bank = {.seed = 900 + (unsigned)ci};
+        conformer_model_t *m = NULL;
+        hark_err_t err = {0};
+        CHECK_OK(conformer_model_create(c, bank_get, &bank, &m, &err));
+        int rate = (int)c->subsample, rc = wenet_right_context(c), d = c->d_model;
+        float *fb[NS], *alone[NS], *batched[NS];
+        int n_alone[NS], n_b[NS] = {0}, cur[NS] = {0};
+        conformer_stream_t *sb[NS];
+        unsigned r = 17;
+        int max_window = 0;
+        for (int s = 0; s < NS; s++) {
+            int w = (chunk[s] - 1) * rate + rc + 1;
+            max_window = w > max_window ? w : max_window;
+            fb[s] = hark_malloc(sizeof(float) * frames[s] * c->input_dim);
+            for (int i = 0; i < frames[s] * c->input_dim; i++)
+                fb[s][i] = 2.0f * test_randf(&r);
+            alone[s] = hark_malloc(sizeof(float) * ((size_t)frames[s] / rate + 8) * d);
+            batched[s] = hark_malloc(sizeof(float) * ((size_t)frames[s] / rate + 8) * d);
+            conformer_stream_t *st = NULL;
+            int cache = left[s] < 0 ? -1 : chunk[s] * left[s];
+            CHECK_OK(conformer_stream_create(m, cache, &st, &err));
+            n_alone[s] = stream_utterance(m, st, fb[s], frames[s], chunk[s], alone[s], NULL);
+            CHECK(n_alone[s] > 0);
+            conformer_stream_destroy(st);
+            CHECK_OK(conformer_stream_create(m, -1, &sb[s], &err));
+            CHECK_OK(conformer_stream_reserve(sb[s], n_alone[s] + 1, &err));
+            conformer_stream_set_cache(sb[s], cache);
+        }
+        conformer_state_t *state = NULL;
+        CHECK_OK(conformer_state_create(m, NS, max_window, &state, &err));
+        float *enc = hark_malloc(sizeof(float) * (size_t)NS * max_window * d);
+        int mixed = 0;
+        for (int step = 0;; step++) {
+            conformer_stream_t *sts[NS];
+            const float *f[NS];
+            int fr[NS], who[NS], n = 0, n_out[NS];
+            for (int s = 0; s < NS; s++) {
+                if (step < start[s] || cur[s] >= frames[s] - rc)
+                    continue;
+                int w = (chunk[s] - 1) * rate + rc + 1;
+                fr[n] = cur[s] + w < frames[s] ? w : frames[s] - cur[s];
+                f[n] = fb[s] + (size_t)cur[s] * c->input_dim;
+                sts[n] = sb[s];
+                who[n++] = s;
+                cur[s] += chunk[s] * rate;
+            }
+            if (!n)
+                break;
+            mixed += n > 1;
+            CHECKF(conformer_forward_chunks(state, sts, NULL, enc, n_out, f, fr, n, &err) ==
+                       HARK_OK,
+                   "%s", err.msg);
+            const float *e = enc;
+            for (int j = 0; j < n; j++) {
+                int s = who[j];
+                memcpy(batched[s] + (size_t)n_b[s] * d, e, sizeof(float) * (size_t)n_out[j] * d);
+                n_b[s] += n_out[j];
+                e += (size_t)n_out[j] * d;
+            }
+        }
+        CHECK(mixed > 3);
+        for (int s = 0; s < NS; s++) {
+            CHECK_EQ_INT(n_b[s], n_alone[s]);
+            CHECK_EQ_INT(conformer_stream_offset(sb[s]), n_alone[s]);
+            double e = test_rel_rms(batched[s], alone[s], (size_t)n_b[s] * d);
+            if (report())
+                fprintf(stderr, "    case %zu stream %d: batched vs alone %.3g\n", ci, s, e);
+            CHECKF(e <= BATCH_TOL, "case %zu stream %d: batched vs alone rel %g", ci, s, e);
+            hark_free(fb[s]), hark_free(alone[s]), hark_free(batched[s]);
+            conformer_stream_destroy(sb[s]);
+        }
+        /* a stream reserved for fewer frames refuses to grow */
+        conformer_stream_t *small = NULL;
+        CHECK_OK(conformer_stream_create(m, -1, &small, &err));
+        CHECK_OK(conformer_stream_reserve(small, 1, &err));
+        float feats[64 * 80] = {0};
+        const float *fp = feats;
+        int fr = (2 - 1) * rate + rc + 1, n_out = 0;
+        CHECK(fr * c->input_dim <= 64 * 80);
+        conformer_stream_t *one = small;
+        CHECK_EQ_INT(conformer_forward_chunks(state, &one, NULL, enc, &n_out, &fp, &fr, 1, &err),
+                     HARK_ERR_TOO_LARGE);
+        CHECK(strstr(err.msg, "reserved") != NULL);
+        conformer_stream_destroy(small);
+        hark_free(enc);
+        conformer_state_destroy(state);
+        conformer_model_destroy(m);
+        bank_free(&bank);
+    }
+}

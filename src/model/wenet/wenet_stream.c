@@ -1,0 +1,439 @@
+/* wenet_stream.c — WeNet U2/U2++ chunk-by-chunk streaming on the CPU (see wenet_stream.h): a pool
+ * of stream slots sized at creation, incremental fbank, batched chunk forwards, per-stream CTC
+ * search, rescoring at the end. Tests: tests/model/wenet/test_wenet_stream.c
+ *
+ * Chunk k of a stream reads fbank frames [k * stride, min(k * stride + window, T)) with
+ * window = (chunk - 1) * rate + right_context + 1 and stride = chunk * rate (WeNet's
+ * forward_chunk_by_chunk; its runtime feeds the same windows: the first chunk `window` frames,
+ * then `stride` new ones after the 1 + right_context - rate it keeps). A chunk is ready when its
+ * whole window has arrived, or, once the input is done, when it holds at least right_context + 1
+ * frames (WeNet's `range(0, T - context + 1, stride)`): a stream's chunks are then exactly
+ * forward_chunk_by_chunk's. A slot keeps all of its stream's fbank frames and encoder output
+ * (rescoring reads the whole utterance), which max_seconds bounds.
+ */
+#include "model/wenet/wenet_stream.h"
+
+#include "core/alloc.h"
+#include "core/assert.h"
+#include "dsp/features.h"
+#include "hark.h"
+#include "search/ctc.h"
+
+#include <string.h>
+
+#define TAIL_HOPS 400 /* PCM taken per fbank call: up to 4 s of 10 ms hops past one window */
+
+enum { SLOT_FREE = 0, SLOT_OPEN = 1 };
+
+struct wenet_stream {
+    wenet_stream_pool_t *pool;
+    int state;  /* SLOT_FREE | SLOT_OPEN */
+    int failed; /* a status that failed a step (later calls return it), or 0 */
+    wenet_decode_opts_t o;
+    int window, stride, context; /* fbank frames: chunk window, step, the least last chunk */
+    int input_done;
+    int chunks;                /* chunks stepped */
+    float *tail;               /* (tail_cap) PCM not yet framed, from sample frames * hop */
+    size_t tail_n;
+    float *feats;              /* (max_frames, input_dim) every fbank frame so far */
+    int n_frames;
+    float *enc;                /* (max_te, D) every encoder frame so far */
+    conformer_stream_t *cs;    /* attention / conv caches, reserved for max_te keys */
+    ctc_beam_t *beam;          /* prefix beam methods: made at open, freed at close */
+    int *arg;                  /* (max_te) greedy: argmax of every frame */
+    double greedy_score;       /* greedy: sum of the frame maxima */
+};
+
+struct wenet_stream_pool {
+    const wenet_asr_t *asr;
+    const conformer_model_t *m;
+    const feat_plan_t *fbank;
+    int max_sequences, max_chunk, max_frames, max_te, n_open;
+    size_t tail_cap;
+    int D, V, in_dim, rate, right_context;
+    wenet_stream_t *slots;   /* (max_sequences) */
+    conformer_state_t *state;/* (max_sequences, window(max_chunk)) */
+    float *enc;              /* (max_sequences * max_chunk, D) one step's encoder rows, packed */
+    float *logp;             /* (max_sequences * max_chunk, V) their CTC log-probs */
+    int *frames, *n_out;     /* (max_sequences) */
+    const float **feats;     /* (max_sequences) */
+    conformer_stream_t **cs; /* (max_sequences) */
+};
+
+static void slot_free_mem(wenet_stream_t *s)
+{
+    hark_free(s->tail);
+    hark_free(s->feats);
+    hark_free(s->enc);
+    hark_free(s->arg);
+    conformer_stream_destroy(s->cs);
+    ctc_beam_destroy(s->beam);
+    memset(s, 0, sizeof *s);
+}
+
+void wenet_stream_pool_destroy(wenet_stream_pool_t *p)
+{
+    if (!p)
+        return;
+    for (int i = 0; p->slots && i < p->max_sequences; i++)
+        slot_free_mem(&p->slots[i]);
+    hark_free(p->slots);
+    conformer_state_destroy(p->state);
+    hark_free(p->enc);
+    hark_free(p->logp);
+    hark_free(p->frames);
+    hark_free(p->n_out);
+    hark_free(p->feats);
+    hark_free(p->cs);
+    hark_free(p);
+}
+
+int wenet_stream_pool_create(const wenet_asr_t *asr, int max_sequences, double max_seconds,
+                             int max_chunk, wenet_stream_pool_t **out, hark_err_t *err)
+{
+    *out = NULL;
+    const wenet_config_t *c = wenet_asr_config(asr);
+    if (max_sequences < 1 || max_sequences > 4096 || !(max_seconds > 0) || max_seconds > 3600 ||
+        max_chunk < 1)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "stream pool: max_sequences %d (1 .. 4096), max_seconds %g (0 .. 3600], "
+                       "max_chunk %d (>= 1)",
+                       max_sequences, max_seconds, max_chunk);
+    if (!c->use_dynamic_chunk && c->static_chunk_size <= 0)
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "streaming needs a chunk-trained model (use_dynamic_chunk or "
+                       "static_chunk_size); this one was trained with full context only");
+    const feat_plan_t *fb = wenet_asr_fbank(asr);
+    if (fb->pad != FEAT_PAD_NONE || fb->normalize || fb->signal_preemph)
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "streaming: the front end's frames are not independent (padding, "
+                       "normalisation or pre-emphasis over the signal)");
+    wenet_stream_pool_t *p = hark_calloc(1, sizeof *p);
+    if (!p)
+        return err_set(err, HARK_ERR_NOMEM, "stream pool: out of memory");
+    p->asr = asr;
+    p->m = wenet_asr_encoder(asr);
+    p->fbank = fb;
+    p->max_sequences = max_sequences;
+    p->max_chunk = max_chunk;
+    p->D = c->d_model;
+    p->V = c->vocab_size;
+    p->in_dim = c->input_dim;
+    p->rate = (int)c->subsample;
+    p->right_context = wenet_right_context(c);
+    p->max_frames = feat_num_frames(fb, (size_t)(max_seconds * c->sample_rate) + 1);
+    if (p->max_frames < 1)
+        p->max_frames = 1;
+    p->max_te = conformer_out_len(p->m, p->max_frames);
+    if (p->max_te < 1)
+        p->max_te = 1;
+    p->tail_cap = (size_t)fb->frame_span + (size_t)TAIL_HOPS * fb->hop;
+    int window = (max_chunk - 1) * p->rate + p->right_context + 1;
+    size_t S = (size_t)max_sequences, rows = S * (size_t)max_chunk;
+    int rc = conformer_state_create(p->m, max_sequences, window, &p->state, err);
+    if (rc) {
+        wenet_stream_pool_destroy(p);
+        return rc;
+    }
+    p->slots = hark_calloc(S, sizeof *p->slots);
+    p->enc = hark_malloc(rows * (size_t)p->D * sizeof(float));
+    p->logp = hark_malloc(rows * (size_t)p->V * sizeof(float));
+    p->frames = hark_malloc(S * sizeof(int));
+    p->n_out = hark_malloc(S * sizeof(int));
+    p->feats = hark_malloc(S * sizeof *p->feats);
+    p->cs = hark_malloc(S * sizeof *p->cs);
+    rc = !p->slots || !p->enc || !p->logp || !p->frames || !p->n_out || !p->feats || !p->cs
+             ? HARK_ERR_NOMEM
+             : HARK_OK;
+    for (int i = 0; i < max_sequences && !rc; i++) {
+        wenet_stream_t *s = &p->slots[i];
+        s->pool = p;
+        s->tail = hark_malloc(p->tail_cap * sizeof(float));
+        s->feats = hark_malloc((size_t)p->max_frames * p->in_dim * sizeof(float));
+        s->enc = hark_malloc((size_t)p->max_te * p->D * sizeof(float));
+        s->arg = hark_malloc((size_t)p->max_te * sizeof(int));
+        if (!s->tail || !s->feats || !s->enc || !s->arg)
+            rc = HARK_ERR_NOMEM;
+        else if ((rc = conformer_stream_create(p->m, -1, &s->cs, err)) ||
+                 (rc = conformer_stream_reserve(s->cs, p->max_te, err)))
+            break;
+    }
+    if (rc) {
+        if (rc == HARK_ERR_NOMEM)
+            err_set(err, rc, "stream pool: out of memory for %d streams of %.1f s", max_sequences,
+                    max_seconds);
+        wenet_stream_pool_destroy(p);
+        return rc;
+    }
+    *out = p;
+    return HARK_OK;
+}
+
+int wenet_stream_pool_free_slots(const wenet_stream_pool_t *p)
+{
+    return p->max_sequences - p->n_open;
+}
+
+/* ---- streams --------------------------------------------------------------------------------- */
+
+int wenet_stream_open(wenet_stream_pool_t *p, const wenet_decode_opts_t *opts,
+                      wenet_stream_t **out, hark_err_t *err)
+{
+    *out = NULL;
+    int rc = wenet_check_opts(p->asr, opts, err);
+    if (rc)
+        return rc;
+    if (opts->chunk_size < 1 || opts->chunk_size > p->max_chunk)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "decoding_chunk_size %d: a stream takes 1 .. %d encoder frames a chunk",
+                       opts->chunk_size, p->max_chunk);
+    if (opts->left_chunks < -1)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "num_decoding_left_chunks %d: expected -1 (all) or >= 0",
+                       opts->left_chunks);
+    if (p->n_open >= p->max_sequences)
+        return err_set(err, HARK_ERR_TOO_LARGE,
+                       "all %d stream slots of this worker are in use (max_sequences)",
+                       p->max_sequences);
+    wenet_stream_t *s = NULL;
+    for (int i = 0; i < p->max_sequences && !s; i++)
+        if (p->slots[i].state == SLOT_FREE)
+            s = &p->slots[i];
+    HARK_ASSERT(s != NULL);
+    if (opts->method != DECODE_CTC_GREEDY &&
+        (rc = ctc_beam_create(p->V, opts->beam_size, wenet_asr_config(p->asr)->blank, &s->beam,
+                              err)))
+        return rc;
+    s->o = *opts;
+    s->o.debug = NULL;
+    s->o.debug_user = NULL;
+    s->window = (opts->chunk_size - 1) * p->rate + p->right_context + 1;
+    s->stride = opts->chunk_size * p->rate;
+    s->context = p->right_context + 1;
+    s->failed = 0;
+    s->input_done = 0;
+    s->chunks = 0;
+    s->tail_n = 0;
+    s->n_frames = 0;
+    s->greedy_score = 0;
+    /* WeNet's required_cache_size = decoding_chunk_size * num_decoding_left_chunks */
+    conformer_stream_set_cache(s->cs, opts->left_chunks < 0 ? -1
+                                                            : opts->chunk_size * opts->left_chunks);
+    s->state = SLOT_OPEN;
+    p->n_open++;
+    *out = s;
+    return HARK_OK;
+}
+
+void wenet_stream_close(wenet_stream_t *s)
+{
+    if (!s || s->state != SLOT_OPEN)
+        return;
+    ctc_beam_destroy(s->beam);
+    s->beam = NULL;
+    s->state = SLOT_FREE;
+    s->pool->n_open--;
+}
+
+static int check_open(const wenet_stream_t *s, const char *what, hark_err_t *err)
+{
+    if (!s || s->state != SLOT_OPEN)
+        return err_set(err, HARK_ERR_CLOSED, "%s: the stream is closed", what);
+    if (s->failed)
+        return err_set(err, s->failed, "%s: the stream failed earlier (%s)", what,
+                       hark_status_str(s->failed));
+    return HARK_OK;
+}
+
+int wenet_stream_accept(wenet_stream_t *s, const float *pcm, size_t n, hark_err_t *err)
+{
+    int rc = check_open(s, "stream accept", err);
+    if (rc)
+        return rc;
+    if (s->input_done)
+        return err_set(err, HARK_ERR_CLOSED, "stream accept: the input already ended");
+    if (n > 0 && !pcm)
+        return err_set(err, HARK_ERR_INVALID_ARG, "stream accept: NULL samples");
+    const wenet_stream_pool_t *p = s->pool;
+    const feat_plan_t *fb = p->fbank;
+    /* all of this call's frames must fit, or nothing of it is kept */
+    size_t hop = (size_t)fb->hop;
+    if (feat_num_frames(fb, s->tail_n + n) > p->max_frames - s->n_frames)
+        return err_set(err, HARK_ERR_TOO_LARGE,
+                       "stream accept: the stream passes the worker's %.1f s",
+                       (double)p->max_frames * hop / wenet_asr_sample_rate(p->asr));
+    while (n > 0) {
+        size_t take = p->tail_cap - s->tail_n < n ? p->tail_cap - s->tail_n : n;
+        memcpy(s->tail + s->tail_n, pcm, take * sizeof(float));
+        s->tail_n += take;
+        pcm += take;
+        n -= take;
+        int f = feat_num_frames(fb, s->tail_n);
+        if (f <= 0)
+            continue;
+        /* frames are independent: those of the tail are the utterance's next f frames */
+        rc = feat_compute(fb, s->tail, s->tail_n, s->feats + (size_t)s->n_frames * p->in_dim,
+                          err);
+        if (rc) /* NOMEM inside the front end: this piece is not consumed */
+            return rc;
+        s->n_frames += f;
+        size_t used = (size_t)f * hop;
+        memmove(s->tail, s->tail + used, (s->tail_n - used) * sizeof(float));
+        s->tail_n -= used;
+    }
+    return HARK_OK;
+}
+
+int wenet_stream_input_done(wenet_stream_t *s, hark_err_t *err)
+{
+    int rc = check_open(s, "stream input_done", err);
+    if (rc)
+        return rc;
+    s->input_done = 1;
+    return HARK_OK;
+}
+
+/* fbank frames of the next chunk's window, 0 when it is not ready */
+static int next_window(const wenet_stream_t *s)
+{
+    int cur = s->chunks * s->stride, left = s->n_frames - cur;
+    if (left >= s->window)
+        return s->window;
+    return s->input_done && left >= s->context ? left : 0;
+}
+
+int wenet_stream_ready(const wenet_stream_t *s)
+{
+    return s && s->state == SLOT_OPEN && !s->failed && next_window(s) > 0;
+}
+
+int wenet_stream_finished(const wenet_stream_t *s)
+{
+    return s && s->state == SLOT_OPEN && s->input_done && next_window(s) == 0;
+}
+
+int wenet_stream_step(wenet_stream_pool_t *p, wenet_stream_t *const *ss, int n, hark_err_t *err)
+{
+    if (n < 1 || n > p->max_sequences)
+        return err_set(err, HARK_ERR_INVALID_ARG, "stream step: %d streams (1 .. %d)", n,
+                       p->max_sequences);
+    for (int b = 0; b < n; b++) {
+        const wenet_stream_t *s = ss[b];
+        int rc = check_open(s, "stream step", err);
+        if (rc)
+            return rc;
+        if (s->pool != p)
+            return err_set(err, HARK_ERR_INVALID_ARG, "stream step: stream %d is another pool's",
+                           b);
+        if (!next_window(s))
+            return err_set(err, HARK_ERR_INVALID_ARG, "stream step: stream %d has no chunk ready",
+                           b);
+        for (int c = 0; c < b; c++)
+            if (ss[c] == s)
+                return err_set(err, HARK_ERR_INVALID_ARG,
+                               "stream step: stream %d is also stream %d", b, c);
+        p->frames[b] = next_window(s);
+        p->feats[b] = s->feats + (size_t)s->chunks * s->stride * p->in_dim;
+        p->cs[b] = s->cs;
+    }
+    conformer_opts_t co = conformer_default_opts();
+    co.n_threads = ss[0]->o.n_threads;
+    int rc = conformer_forward_chunks(p->state, p->cs, &co, p->enc, p->n_out, p->feats, p->frames,
+                                      n, err);
+    int total = 0;
+    for (int b = 0; b < n && !rc; b++)
+        total += p->n_out[b];
+    if (!rc && total > 0)
+        rc = conformer_ctc_log_probs(p->m, &co, p->logp, p->enc, &total, 1, total, err);
+    const float *enc = p->enc, *lp = p->logp;
+    for (int b = 0; b < n; b++) {
+        wenet_stream_t *s = ss[b];
+        if (rc) {
+            s->failed = rc;
+            continue;
+        }
+        int rows = p->n_out[b], t0 = conformer_stream_offset(s->cs) - rows;
+        HARK_ASSERT(t0 >= 0 && t0 + rows <= p->max_te);
+        memcpy(s->enc + (size_t)t0 * p->D, enc, (size_t)rows * p->D * sizeof(float));
+        if (s->beam) {
+            int rc1 = ctc_beam_advance(s->beam, lp, rows, err);
+            if (rc1) {
+                s->failed = rc1;
+                rc = rc1;
+            }
+        } else {
+            ctc_argmax_rows(lp, rows, p->V, s->arg + t0, &s->greedy_score);
+        }
+        s->chunks++;
+        enc += (size_t)rows * p->D;
+        lp += (size_t)rows * p->V;
+    }
+    return rc;
+}
+
+/* the CTC n-best of the stream so far (greedy: its one path) */
+static int stream_nbest(const wenet_stream_t *s, ctc_nbest_t *nb, hark_err_t *err)
+{
+    if (s->beam)
+        return ctc_beam_nbest(s->beam, nb, err);
+    return ctc_greedy_from_argmax(s->arg, conformer_stream_offset(s->cs),
+                                  wenet_asr_config(s->pool->asr)->blank, s->greedy_score, nb, err);
+}
+
+int wenet_stream_partial(wenet_stream_t *s, wenet_result_t *r, hark_err_t *err)
+{
+    memset(r, 0, sizeof *r);
+    int rc = check_open(s, "stream partial", err);
+    if (rc)
+        return rc;
+    ctc_nbest_t nb;
+    if ((rc = stream_nbest(s, &nb, err)))
+        return rc;
+    wenet_decode_opts_t o = s->o;
+    if (o.method == DECODE_ATTENTION_RESCORING)
+        o.method = DECODE_CTC_PREFIX_BEAM; /* partials: the CTC search's best */
+    rc = wenet_result_from_ctc(s->pool->asr, &o, &nb, s->enc, conformer_stream_offset(s->cs), r,
+                               err);
+    r->frames = s->n_frames;
+    return rc;
+}
+
+int wenet_stream_final(wenet_stream_t *s, wenet_result_t *r, hark_err_t *err)
+{
+    memset(r, 0, sizeof *r);
+    int rc = check_open(s, "stream final", err);
+    if (rc)
+        return rc;
+    if (!wenet_stream_finished(s))
+        return err_set(err, HARK_ERR_AGAIN, "stream final: %s",
+                       s->input_done ? "chunks are still ready to step" : "the input has not ended");
+    ctc_nbest_t nb;
+    if ((rc = stream_nbest(s, &nb, err)))
+        return rc;
+    rc = wenet_result_from_ctc(s->pool->asr, &s->o, &nb, s->enc, conformer_stream_offset(s->cs), r,
+                               err);
+    r->frames = s->n_frames;
+    return rc;
+}
+
+const float *wenet_stream_features(const wenet_stream_t *s, int *frames)
+{
+    *frames = s->n_frames;
+    return s->feats;
+}
+
+const float *wenet_stream_encoder_out(const wenet_stream_t *s, int *rows)
+{
+    *rows = conformer_stream_offset(s->cs);
+    return s->enc;
+}
+
+const conformer_stream_t *wenet_stream_encoder(const wenet_stream_t *s)
+{
+    return s->cs;
+}
+
+int wenet_stream_chunks(const wenet_stream_t *s)
+{
+    return s->chunks;
+}

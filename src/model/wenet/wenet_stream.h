@@ -1,0 +1,88 @@
+/* wenet_stream.h — chunk-by-chunk streaming recognition with a WeNet U2/U2++ model (WeNet's
+ * forward_chunk driven as its runtime's decoder loop drives it), on the CPU: PCM fed in pieces ->
+ * fbank frames computed incrementally -> chunks of (chunk - 1) * subsampling + right_context + 1
+ * frames every chunk * subsampling frames -> one batched encoder forward for all the streams that
+ * have a chunk ready (each over its own attention / conv caches at its own offset) -> CTC -> the
+ * prefix beam (or greedy) search continued per stream -> partial results; at the end attention
+ * rescoring of the n-best over the stream's whole encoder output.
+ * Tests: tests/model/wenet/test_wenet_stream.c (goldens: per-chunk encoder output and caches, streaming
+ * texts of every method; alone vs batched at other offsets; chunk mask offline = streaming).
+ *
+ * Ownership. A wenet_stream_pool_t belongs to one worker thread: wenet_stream_pool_create sizes
+ * everything for max_sequences streams of up to max_seconds each and chunks of up to max_chunk
+ * encoder frames (feature buffers, encoder caches and encoder history per slot, the batched
+ * forward's scratch); open and close only take and give back a slot (the search state of a beam
+ * method is made at open and freed at close). A wenet_stream_t is a slot of its pool: valid from
+ * wenet_stream_open until wenet_stream_close, used on the pool's thread only. After close, calls
+ * on it fail with HARK_ERR_CLOSED until the slot is opened again (the pool's memory stays until
+ * wenet_stream_pool_destroy). PCM is lent for the call; results are snapshots freed with
+ * wenet_result_free.
+ *
+ * Features: a stream's fbank frames are exactly the offline frames of its concatenated audio
+ * (Kaldi frames are independent, snip_edges: a frame is computed once its last sample arrived).
+ * Chunks: WeNet's forward_chunk_by_chunk windows, so a stream's encoder output, CTC and results
+ * are those of WeNet's simulate_streaming decode of the whole audio.
+ */
+#ifndef HARK_MODEL_WENET_STREAM_H
+#define HARK_MODEL_WENET_STREAM_H
+
+#include "core/error.h"
+#include "model/wenet/conformer.h"
+#include "model/wenet/wenet_asr.h"
+
+#include <stddef.h>
+
+typedef struct wenet_stream_pool wenet_stream_pool_t;
+typedef struct wenet_stream wenet_stream_t;
+
+/* Streams need a chunk-trained model (use_dynamic_chunk or static_chunk_size, as WeNet's
+ * forward_chunk_by_chunk asserts): HARK_ERR_UNSUPPORTED otherwise. HARK_ERR_INVALID_ARG for
+ * sizes out of range (max_sequences 1..4096, max_seconds > 0, max_chunk >= 1), HARK_ERR_NOMEM. */
+int wenet_stream_pool_create(const wenet_asr_t *asr, int max_sequences, double max_seconds,
+                             int max_chunk, wenet_stream_pool_t **out, hark_err_t *err);
+void wenet_stream_pool_destroy(wenet_stream_pool_t *p); /* accepts NULL; closes every stream */
+int wenet_stream_pool_free_slots(const wenet_stream_pool_t *p);
+
+/* A stream in a free slot, decoding with opts (method, beam, weights, nbest, n_threads; its
+ * chunk_size: encoder frames per chunk, 1 .. max_chunk; left_chunks: -1 all history, >= 0 that
+ * many chunks of attention history). HARK_ERR_TOO_LARGE when all max_sequences slots are open;
+ * wenet_check_opts's errors; HARK_ERR_NOMEM. */
+int wenet_stream_open(wenet_stream_pool_t *p, const wenet_decode_opts_t *opts,
+                      wenet_stream_t **out, hark_err_t *err);
+void wenet_stream_close(wenet_stream_t *s); /* accepts NULL and a closed stream */
+
+/* Appends n samples in [-1, 1] at the model's rate and computes the fbank frames they complete.
+ * HARK_ERR_CLOSED after wenet_stream_input_done (or on a closed stream), HARK_ERR_TOO_LARGE past
+ * max_seconds (nothing of this call is kept). */
+int wenet_stream_accept(wenet_stream_t *s, const float *pcm, size_t n, hark_err_t *err);
+/* No more audio: the last (shorter) chunks become ready. HARK_ERR_CLOSED on a closed stream. */
+int wenet_stream_input_done(wenet_stream_t *s, hark_err_t *err);
+/* 1 when a chunk is ready for wenet_stream_step. */
+int wenet_stream_ready(const wenet_stream_t *s);
+/* 1 when the input is done and every chunk has been through the encoder (wenet_stream_final). */
+int wenet_stream_finished(const wenet_stream_t *s);
+
+/* One chunk of each of the n streams (all of this pool, all ready, each once, n <= max_sequences)
+ * in one batched forward, then each stream's CTC search over its new frames. HARK_ERR_INVALID_ARG
+ * (a stream not ready, of another pool, given twice), HARK_ERR_CLOSED, before anything changed;
+ * a failure inside the forward or a search (HARK_ERR_NOMEM, HARK_ERR_TOO_LARGE past the
+ * positional table) marks the n streams failed: later calls on them return that error. */
+int wenet_stream_step(wenet_stream_pool_t *p, wenet_stream_t *const *s, int n, hark_err_t *err);
+
+/* The best hypothesis so far, from the CTC search alone (prefix beam: its best and n-best in
+ * WeNet's order; greedy: the collapsed argmax path): r is zeroed first. */
+int wenet_stream_partial(wenet_stream_t *s, wenet_result_t *r, hark_err_t *err);
+/* The final result with the stream's method (attention rescoring over the whole encoder output
+ * for attention_rescoring). HARK_ERR_AGAIN before wenet_stream_finished. The stream stays open
+ * (close it). */
+int wenet_stream_final(wenet_stream_t *s, wenet_result_t *r, hark_err_t *err);
+
+/* Inspection (tests, tools): fbank frames so far (before CMVN), (*frames, input_dim); encoder
+ * output so far, (*rows, D); the encoder stream (offset, caches: conformer_stream_cache). */
+const float *wenet_stream_features(const wenet_stream_t *s, int *frames);
+const float *wenet_stream_encoder_out(const wenet_stream_t *s, int *rows);
+const conformer_stream_t *wenet_stream_encoder(const wenet_stream_t *s);
+/* Chunks stepped so far. */
+int wenet_stream_chunks(const wenet_stream_t *s);
+
+#endif
