@@ -73,8 +73,8 @@ const char *golden_jasper_model_dir(char *why, size_t nwhy)
     }
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "/usr/bin/python3 '%s' --checkpoint '%s/" GOLDEN_JASPER_CKPT "' --config '%s/"
-             GOLDEN_JASPER_YAML "' --output '%s/m' >'%s/log' 2>&1",
+             "/usr/bin/python3 '%s' --checkpoint '%s/" GOLDEN_JASPER_CKPT
+             "' --config '%s/" GOLDEN_JASPER_YAML "' --output '%s/m' >'%s/log' 2>&1",
              conv, gdir, gdir, tmp, tmp);
     if (system(cmd) != 0) {
         snprintf(why, nwhy, "convert_jasper.py failed (log in %s/log)", tmp);

@@ -115,8 +115,9 @@ static int parse_block(jctx_t *c, const cJSON *b, int i, jasper_block_cfg_t *bc)
                        c->path, sec);
     const cJSON *panes = cJSON_GetObjectItemCaseSensitive(b, "residual_panes");
     if (!cJSON_IsArray(panes) || cJSON_GetArraySize(panes) > JASPER_MAX_PANES)
-        return err_set(c->err, HARK_ERR_FORMAT, "%s: %s.residual_panes must be a list of at most %d",
-                       c->path, sec, JASPER_MAX_PANES);
+        return err_set(c->err, HARK_ERR_FORMAT,
+                       "%s: %s.residual_panes must be a list of at most %d", c->path, sec,
+                       JASPER_MAX_PANES);
     bc->n_panes = 0;
     const cJSON *p;
     cJSON_ArrayForEach(p, panes)
@@ -297,8 +298,8 @@ struct jasper_model {
     jasper_config_t cfg;
     feat_plan_t *feat;
     jlayer_t layers[JASPER_MAX_BLOCKS];
-    jconv_t *convs; /* every conv (layers point into it) */
-    float *wmem;    /* every folded weight */
+    jconv_t *convs;     /* every conv (layers point into it) */
+    float *wmem;        /* every folded weight */
     const float *dec_w; /* (vocab, C) */
     const float *dec_b; /* (vocab) */
     int vocab, enc_dim;
@@ -347,8 +348,8 @@ static int load_bn(safetensors_t *st, const char *prefix, int c, double *scale, 
 }
 
 /* conv weight `name` (cout, cin, k) with batch norm `bn` folded -> c->w (k, cout, cin), c->b */
-static int load_conv(safetensors_t *st, const char *name, const char *bn, jconv_t *c,
-                     double *scale, double *shift, hark_err_t *err)
+static int load_conv(safetensors_t *st, const char *name, const char *bn, jconv_t *c, double *scale,
+                     double *shift, hark_err_t *err)
 {
     const float *w;
     int64_t shape[3] = {c->cout, c->cin, c->kw};
@@ -442,8 +443,13 @@ static int load_weights(jasper_model_t *m, safetensors_t *st, hark_err_t *err)
         L->res = cp;
         for (int p = 0; p < b->n_panes && !rc; p++, cp++) {
             jconv_t *c = cp;
-            *c = (jconv_t){.cin = b->pane_ch[p], .cout = b->filters, .k = 1, .stride = 1,
-                           .dil = 1, .pad = 0, .kw = 1};
+            *c = (jconv_t){.cin = b->pane_ch[p],
+                           .cout = b->filters,
+                           .k = 1,
+                           .stride = 1,
+                           .dil = 1,
+                           .pad = 0,
+                           .kw = 1};
             c->w = wp;
             wp += (size_t)c->cout * c->cin;
             c->b = wp;

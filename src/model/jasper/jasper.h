@@ -26,10 +26,10 @@ typedef enum { JASPER_ACT_RELU = 0, JASPER_ACT_HARDTANH = 1 } jasper_act_t;
 
 typedef struct {
     int filters, repeat, kernel, stride, dilation;
-    int separable;                     /* depthwise (kernel) then pointwise (1x1) per sub-block */
-    int n_panes;                       /* residual 1x1 convs; pane p reads the block list's [p] */
-    int pane_ch[JASPER_MAX_PANES];     /* (n_panes) their input channels */
-    int dense;                         /* the output is appended to the list (else replaces it) */
+    int separable;                 /* depthwise (kernel) then pointwise (1x1) per sub-block */
+    int n_panes;                   /* residual 1x1 convs; pane p reads the block list's [p] */
+    int pane_ch[JASPER_MAX_PANES]; /* (n_panes) their input channels */
+    int dense;                     /* the output is appended to the list (else replaces it) */
 } jasper_block_cfg_t;
 
 typedef struct {
@@ -40,9 +40,9 @@ typedef struct {
     int conv_masks; /* use_conv_masks: every conv zeroes its input past the valid length */
     int n_blocks;
     jasper_block_cfg_t blocks[JASPER_MAX_BLOCKS];
-    int n_labels;   /* the blank is id n_labels; vocabulary n_labels + 1 */
-    char **labels;  /* (n_labels) UTF-8 strings, owned */
-    int stride;     /* product of the blocks' strides (feature frames per output frame) */
+    int n_labels;  /* the blank is id n_labels; vocabulary n_labels + 1 */
+    char **labels; /* (n_labels) UTF-8 strings, owned */
+    int stride;    /* product of the blocks' strides (feature frames per output frame) */
 } jasper_config_t;
 
 /* Reads model.json. HARK_ERR_IO, HARK_ERR_FORMAT / HARK_ERR_UNSUPPORTED naming the field. */
@@ -99,8 +99,8 @@ typedef struct {
     int *tokens;    /* (n_tokens) label ids after the CTC collapse, blanks removed */
     int *times;     /* (n_tokens) output frame where each token's run starts */
     int n_tokens;
-    char *text;     /* the labels joined */
-    double score;   /* sum over the decoded frames of the best log-probability */
+    char *text;   /* the labels joined */
+    double score; /* sum over the decoded frames of the best log-probability */
 } jasper_result_t;
 void jasper_result_free(jasper_result_t *r); /* frees what r owns and zeroes it; NULL-safe */
 

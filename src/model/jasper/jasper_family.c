@@ -302,7 +302,9 @@ static int jf_execute(family_worker_t *w, family_item_t *const *items, int n,
 
 /* DLE's Triton ensemble (PyTorch/SpeechRecognition/Jasper/triton/model_repo_configs) */
 static const family_io_t jasper_io[] = {
-    {.audio = "AUDIO_SIGNAL", .n_samples = "NUM_SAMPLES", .output = "TRANSCRIPT",
+    {.audio = "AUDIO_SIGNAL",
+     .n_samples = "NUM_SAMPLES",
+     .output = "TRANSCRIPT",
      .out = FAMILY_OUT_FRAME_IDS},
     {0},
 };

@@ -54,8 +54,9 @@ static int convert(const char *ckpt, const char *yaml, const char *out, const ch
 {
     char cmd[4096], logp[600];
     snprintf(logp, sizeof logp, "%s/convert.log", tmp);
-    snprintf(cmd, sizeof cmd, PY " " CONVERTER " --checkpoint '%s' --config '%s' --output '%s' %s "
-                              ">'%s' 2>&1",
+    snprintf(cmd, sizeof cmd,
+             PY " " CONVERTER " --checkpoint '%s' --config '%s' --output '%s' %s "
+                ">'%s' 2>&1",
              ckpt, yaml, out, extra ? extra : "", logp);
     int st = system(cmd);
     *log = slurp(logp);
@@ -157,8 +158,9 @@ TEST(convert_jasper_refuses_by_name)
          "encoder.blocks[1].groups"},
         {"      kernel_size: [11]\n      stride: [2]\n",
          "      kernel_size: [12]\n      stride: [2]\n", "encoder.blocks[0].kernel_size"},
-        {"      filters: 32\n      repeat: 1\n", "      filters: 32\n      repeat: 1\n      "
-                                                 "separable: true\n",
+        {"      filters: 32\n      repeat: 1\n",
+         "      filters: 32\n      repeat: 1\n      "
+         "separable: true\n",
          "encoder.blocks[0].separable"},
         {"      dropout: 0.2\n      residual: false\n",
          "      dropout: 0.2\n      residual: false\n      bogus: 1\n", "encoder.blocks[0].bogus"},

@@ -229,8 +229,8 @@ TEST(jasper_end_to_end_matches_dle)
         CHECK_EQ_INT(json_int(res, "feat_T_padded"), T_feat);
         for (int i = 0; i < P * cap.cols; i++)
             CHECK(cap.input[i] == 0.0f);
-        double df = diff_transposed(cap.input + (size_t)P * cap.cols, feat.data, T_feat, cap.cols,
-                                    T_feat);
+        double df =
+            diff_transposed(cap.input + (size_t)P * cap.cols, feat.data, T_feat, cap.cols, T_feat);
         /* log-probs (all frames), greedy ids (valid frames exact), text */
         CHECK_EQ_INT(r.n_frames, logp.shape[0]);
         CHECK_EQ_INT(r.len_out, json_int(res, "out_len"));

@@ -79,8 +79,13 @@ TEST(jasper_family_execute)
     got_t g[3];
     memset(g, 0, sizeof g);
     family_item_t it[3] = {
-        {.opts = opts_all, .pcm = a1.data, .n = a1.count, .want_words = 1, .want_frame_ids = 1,
-         .emit = on_emit, .user = &g[0]},
+        {.opts = opts_all,
+         .pcm = a1.data,
+         .n = a1.count,
+         .want_words = 1,
+         .want_frame_ids = 1,
+         .emit = on_emit,
+         .user = &g[0]},
         {.opts = opts_all, .pcm = bad, .n = 4000, .emit = on_emit, .user = &g[1]},
         {.opts = opts_all, .pcm = a3.data, .n = a3.count, .emit = on_emit, .user = &g[2]},
     };
