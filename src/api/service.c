@@ -1,7 +1,9 @@
 /* service.c — the KServe v2 operations over the model repository and the scheduler, shared by
  * every transport (HTTP/1.1, gRPC) and the OpenAI handler: health, metadata, config, statistics,
  * repository control, and inference with the offline-ASR contract (WAV + WAV_LENS or AUDIO in,
- * TRANSCRIPTS out). Tests: tests/server/test_server.py, tests/server/test_grpc.py */
+ * TRANSCRIPTS out) or one a model's family declares (family_io_t: its own audio / sample-count
+ * input and text or frame-id output names). Tests: tests/server/test_server.py,
+ * tests/server/test_grpc.py, tests/server/test_server_jasper.c (a family contract) */
 #include "api/service.h"
 
 #include "audio/audio.h"
@@ -217,6 +219,8 @@ struct job {
     family_param_t *params; /* (n_params) the request's options, owned strings */
     int n_params;
     char **param_strs;
+    const family_io_t *io; /* the family's contract the request used; NULL: the generic one */
+    int frame_pad_id;      /* FRAME_IDS outputs: pads shorter rows */
 };
 
 static void job_free(job_t *j)
@@ -270,7 +274,37 @@ static job_t *job_new(server_t *s, int kind, int batch)
     return j;
 }
 
-/* The answer: TRANSCRIPTS [B, 1] for KServe, the whole result for a transcription. Then frees. */
+/* A FRAME_IDS contract's answer: INT32 [B, frames], shorter rows padded. Then frees. */
+static void finish_frame_ids(job_t *j)
+{
+    int B = j->batch, F = 0;
+    for (int i = 0; i < B; i++)
+        if (j->results[i].n_frames > F)
+            F = j->results[i].n_frames;
+    int32_t *ids = hark_malloc(sizeof(int32_t) * ((size_t)B * F + 1));
+    if (!ids) {
+        j->in.done(j->in.user, HARK_ERR_NOMEM, "out of memory", j->model, j->version, NULL, 0);
+    } else {
+        for (int i = 0; i < B; i++)
+            for (int f = 0; f < F; f++)
+                ids[(size_t)i * F + f] = f < j->results[i].n_frames && j->results[i].frame_ids
+                                             ? j->results[i].frame_ids[f]
+                                             : j->frame_pad_id;
+        int64_t shape[2] = {B, F};
+        kserve_output_t out = {.name = j->io->output,
+                               .dtype = KSERVE_INT32,
+                               .ndim = 2,
+                               .shape = shape,
+                               .data = (const uint8_t *)ids,
+                               .size = sizeof(int32_t) * (size_t)B * F};
+        j->in.done(j->in.user, HARK_OK, NULL, j->model, j->version, &out, 1);
+    }
+    hark_free(ids);
+    job_free(j);
+}
+
+/* The answer: TRANSCRIPTS [B, 1] (or the contract's output) for KServe, the whole result for a
+ * transcription. Then frees. */
 static void job_finish(job_t *j)
 {
     if (j->kind == JOB_TRANSCRIBE) {
@@ -287,6 +321,10 @@ static void job_finish(job_t *j)
         return;
     }
     int B = j->batch;
+    if (j->io && j->io->out == FAMILY_OUT_FRAME_IDS) {
+        finish_frame_ids(j);
+        return;
+    }
     const char **texts = hark_calloc((size_t)B, sizeof *texts);
     size_t *lens = hark_calloc((size_t)B, sizeof *lens);
     size_t packed_size = 0;
@@ -302,7 +340,7 @@ static void job_finish(job_t *j)
         j->in.done(j->in.user, HARK_ERR_NOMEM, "out of memory", j->model, j->version, NULL, 0);
     } else {
         int64_t shape[2] = {B, 1};
-        kserve_output_t out = {.name = "TRANSCRIPTS",
+        kserve_output_t out = {.name = j->io ? j->io->output : "TRANSCRIPTS",
                                .dtype = KSERVE_BYTES,
                                .ndim = 2,
                                .shape = shape,
@@ -438,6 +476,7 @@ static void job_submit(job_t *j)
         it->req.fi.pcm = j->pcm[i];
         it->req.fi.n = j->n[i];
         it->req.fi.want_words = j->kind == JOB_TRANSCRIBE && j->tin.want_words;
+        it->req.fi.want_frame_ids = j->io && j->io->out == FAMILY_OUT_FRAME_IDS;
         it->req.cancelled = j->kind == JOB_KSERVE ? j->in.cancelled : j->tin.cancelled;
         it->req.done = item_done;
         it->req.item.deadline_ns = j->deadline_ns;
@@ -525,7 +564,8 @@ void service_infer(server_t *s, const service_infer_t *in)
     job_t *j = NULL;
     int rc = HARK_OK;
     char model[128], version[16];
-    int maxb = 0, rate = 0;
+    int maxb = 0, rate = 0, pad_id = 0;
+    const family_io_t *fio = NULL; /* the family's extra contracts (static tables) */
     if (!in->model || strlen(in->model) >= sizeof model ||
         (in->version && strlen(in->version) >= sizeof version)) {
         rc = err_set(&err, HARK_ERR_NOT_FOUND, "model '%s' not found", in->model ? in->model : "");
@@ -547,6 +587,8 @@ void service_infer(server_t *s, const service_infer_t *in)
         family_info_t fi;
         served_model_info(m->served, &fi);
         rate = fi.sample_rate;
+        pad_id = fi.frame_pad_id;
+        fio = served_model_family(m->served)->io;
     }
     repository_unlock(r);
     if (rc)
@@ -554,26 +596,38 @@ void service_infer(server_t *s, const service_infer_t *in)
     const kserve_tensor_t *wav = kserve_request_input(kr, "WAV");
     const kserve_tensor_t *lens = kserve_request_input(kr, "WAV_LENS");
     const kserve_tensor_t *audio = kserve_request_input(kr, "AUDIO");
+    const family_io_t *io = NULL; /* a family contract, when the request names its audio input */
+    for (const family_io_t *c = fio; !wav && !audio && c && c->audio; c++)
+        if (kserve_request_input(kr, c->audio)) {
+            io = c;
+            wav = kserve_request_input(kr, c->audio);
+            lens = c->n_samples ? kserve_request_input(kr, c->n_samples) : NULL;
+        }
+    const char *wav_name = io ? io->audio : "WAV", *lens_name = io ? io->n_samples : "WAV_LENS";
+    const char *out_name = io ? io->output : "TRANSCRIPTS";
     int B = 0;
     for (int i = 0; i < kr->n_outputs; i++)
-        if (strcmp(kr->outputs[i].name, "TRANSCRIPTS") != 0) {
-            rc = err_set(&err, HARK_ERR_INVALID_ARG,
-                         "unknown output '%s' (this model has TRANSCRIPTS)", kr->outputs[i].name);
+        if (strcmp(kr->outputs[i].name, out_name) != 0) {
+            rc = err_set(&err, HARK_ERR_INVALID_ARG, "unknown output '%s' (this model has %s)",
+                         kr->outputs[i].name, out_name);
             goto fail;
         }
     if (wav) {
-        if (wav->dtype != KSERVE_FP32 || (maxb > 0 ? wav->ndim != 2 : wav->ndim != 1)) {
+        /* the generic contract takes FP32; a family contract FP32 or FP16 (converted here) */
+        int fp16 = io && wav->dtype == KSERVE_FP16;
+        if ((wav->dtype != KSERVE_FP32 && !fp16) || (maxb > 0 ? wav->ndim != 2 : wav->ndim != 1)) {
             rc = err_set(&err, HARK_ERR_INVALID_ARG,
-                         "input 'WAV' must be FP32 with shape %s, got %s with %d dimensions",
-                         maxb > 0 ? "[batch, samples]" : "[samples]", kserve_dtype_name(wav->dtype),
-                         wav->ndim);
+                         "input '%s' must be %s with shape %s, got %s with %d dimensions", wav_name,
+                         io ? "FP32 or FP16" : "FP32", maxb > 0 ? "[batch, samples]" : "[samples]",
+                         kserve_dtype_name(wav->dtype), wav->ndim);
             goto fail;
         }
         B = maxb > 0 ? (int)wav->shape[0] : 1;
         int64_t N = wav->shape[wav->ndim - 1];
         if (lens && (lens->dtype != KSERVE_INT32 || lens->count != B)) {
             rc = err_set(&err, HARK_ERR_INVALID_ARG,
-                         "input 'WAV_LENS' must be INT32 with %d elements (one per batch item)", B);
+                         "input '%s' must be INT32 with %d elements (one per batch item)",
+                         lens_name, B);
             goto fail;
         }
         if (B < 1 || (maxb > 0 && B > maxb)) {
@@ -586,11 +640,22 @@ void service_infer(server_t *s, const service_infer_t *in)
             goto fail;
         }
         j->in = *in;
+        j->io = io;
+        j->frame_pad_id = pad_id;
         /* the samples are used where they are (in the body, aligned by the transport, or one
-         * aligned copy owned by the parsed request); then a finiteness check over the samples
-         * that count (perf_analyzer sends random bytes) */
+         * aligned copy owned by the parsed request; FP16 converted into one buffer the job
+         * owns); then a finiteness check over the samples that count (perf_analyzer sends
+         * random bytes) */
         const int32_t *lv = lens ? kserve_tensor_data(kr, lens) : NULL;
-        const float *all = kserve_tensor_data(kr, wav);
+        const float *all = NULL;
+        if (fp16) {
+            if ((j->own[0] = hark_malloc(sizeof(float) * ((size_t)wav->count + 1))) &&
+                (rc = kserve_tensor_to_f32(wav, j->own[0], &err)))
+                goto fail;
+            all = j->own[0];
+        } else {
+            all = kserve_tensor_data(kr, wav);
+        }
         if ((lens && !lv) || !all) {
             rc = err_set(&err, HARK_ERR_NOMEM, "out of memory");
             goto fail;
@@ -598,8 +663,8 @@ void service_infer(server_t *s, const service_infer_t *in)
         for (int b = 0; b < B && !rc; b++) {
             int64_t n = lv ? lv[b] : N;
             if (n < 0 || n > N) {
-                rc = err_set(&err, HARK_ERR_INVALID_ARG, "WAV_LENS[%d] = %lld is outside [0, %lld]",
-                             b, (long long)n, (long long)N);
+                rc = err_set(&err, HARK_ERR_INVALID_ARG, "%s[%d] = %lld is outside [0, %lld]",
+                             lens_name, b, (long long)n, (long long)N);
                 break;
             }
             const float *x = j->pcm[b] = all + (size_t)b * (size_t)N;
@@ -607,8 +672,8 @@ void service_infer(server_t *s, const service_infer_t *in)
             size_t i = kserve_f32_find_nonfinite(x, (size_t)n);
             if (i < (size_t)n)
                 rc = err_set(&err, HARK_ERR_INVALID_ARG,
-                             "tensor 'WAV': element %zu of item %d is %s; audio must be finite", i,
-                             b, isnan(x[i]) ? "NaN" : "infinite");
+                             "tensor '%s': element %zu of item %d is %s; audio must be finite",
+                             wav_name, i, b, isnan(x[i]) ? "NaN" : "infinite");
         }
         if (rc)
             goto fail;
@@ -634,10 +699,15 @@ void service_infer(server_t *s, const service_infer_t *in)
             ;
         j->what = "AUDIO";
     } else {
+        char also[160] = "";
+        for (const family_io_t *c = fio; c && c->audio; c++)
+            snprintf(also + strlen(also), sizeof also - strlen(also), ", or '%s'%s%s%s", c->audio,
+                     c->n_samples ? " and '" : "", c->n_samples ? c->n_samples : "",
+                     c->n_samples ? "'" : "");
         rc = err_set(&err, HARK_ERR_INVALID_ARG,
                      "expected inputs 'WAV' (FP32 [batch, samples]) and 'WAV_LENS' (INT32 "
-                     "[batch, 1]), or 'AUDIO' (BYTES [batch]); got %d other input(s)",
-                     kr->n_inputs);
+                     "[batch, 1]), or 'AUDIO' (BYTES [batch])%s; got %d other input(s)",
+                     also, kr->n_inputs);
         goto fail;
     }
     snprintf(j->model, sizeof j->model, "%s", model);

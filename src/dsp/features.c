@@ -363,7 +363,16 @@ mel_lanes(const feat_plan_t *restrict p, float *restrict out, int nv, const floa
 
 int feat_compute(const feat_plan_t *p, const float *x, size_t n, float *out, hark_err_t *err)
 {
-    int T = feat_num_frames(p, n);
+    return feat_compute_padded(p, x, n, n, out, err);
+}
+
+int feat_compute_padded(const feat_plan_t *p, const float *x, size_t n, size_t n_valid,
+                        float *out, hark_err_t *err)
+{
+    if (n_valid > n)
+        return err_set(err, HARK_ERR_INVALID_ARG, "features: %zu valid samples of a %zu-sample row",
+                       n_valid, n);
+    int T = feat_num_frames(p, n_valid);
     if (T == 0)
         return HARK_OK;
     int rc = HARK_OK;

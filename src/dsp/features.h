@@ -75,5 +75,12 @@ static inline int feat_dim(const feat_plan_t *p)
 /* Features of one utterance: x (n samples in [-1,1]) -> out (feat_num_frames, n_mels),
  * row-major. Thread-safe (scratch is per call). HARK_ERR_NOMEM on allocation failure. */
 int feat_compute(const feat_plan_t *p, const float *x, size_t n, float *out, hark_err_t *err);
+/* The same for a row of n samples of which the first n_valid are the utterance and the rest
+ * padding (a zero-padded batch row, as DLE's collate_fn makes): the frames and the nemo-mel
+ * statistics cover feat_num_frames(p, n_valid), while pre-emphasis, framing and the STFT's
+ * reflection see all n samples, as the original does on a padded batch. feat_compute is
+ * n_valid == n. HARK_ERR_INVALID_ARG when n_valid > n. */
+int feat_compute_padded(const feat_plan_t *p, const float *x, size_t n, size_t n_valid,
+                        float *out, hark_err_t *err);
 
 #endif

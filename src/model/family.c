@@ -100,6 +100,7 @@ void asr_result_free(asr_result_t *r)
     for (int i = 0; i < r->n_words; i++)
         hark_free(r->words[i].text);
     hark_free(r->words);
+    hark_free(r->frame_ids);
     memset(r, 0, sizeof *r);
 }
 
@@ -148,6 +149,12 @@ int asr_result_copy(asr_result_t *dst, const asr_result_t *src)
                       src->words[dst->n_words].text ? src->words[dst->n_words].text : "")))
                 goto nomem;
         }
+    }
+    if (src->n_frames > 0 && src->frame_ids) {
+        if (!(dst->frame_ids = hark_malloc(sizeof(int) * (size_t)src->n_frames)))
+            goto nomem;
+        memcpy(dst->frame_ids, src->frame_ids, sizeof(int) * (size_t)src->n_frames);
+        dst->n_frames = src->n_frames;
     }
     return HARK_OK;
 nomem:

@@ -79,6 +79,10 @@ typedef struct {
     double confidence;
     double duration_s; /* of the audio recognised */
     int word_sep;      /* 1: words are joined by spaces (BPE/English); 0: not (characters) */
+    int *frame_ids;    /* (n_frames) CTC families, when the item asked for them: the argmax unit
+                          of every output frame, blanks and repeats kept (what a Triton greedy
+                          decoder model returns); NULL otherwise */
+    int n_frames;
 } asr_result_t;
 
 void asr_result_free(asr_result_t *r); /* frees what r owns and zeroes it; NULL-safe */
@@ -116,6 +120,8 @@ struct family_item {
     size_t n;
     const char *text;     /* tts: UTF-8, NUL-terminated; lent */
     int want_words;       /* asr: fill asr_result_t.words */
+    int want_frame_ids;   /* asr: fill asr_result_t.frame_ids (families with a FRAME_IDS
+                             contract; the others ignore it) */
     const char *dump_dir; /* debug (C API / CLI only; the server leaves it NULL): a family that
                              can writes this item's intermediate stages as DIR/<stage>.npy; one
                              that cannot fails the item with HARK_ERR_UNSUPPORTED. Lent. */
@@ -142,7 +148,28 @@ typedef struct {
     int frame_ms;     /* asr: encoder frame length (0: unknown) */
     int device;       /* -1: CPU */
     const char *kind; /* human description of the architecture */
+    int frame_pad_id; /* asr with a FRAME_IDS contract: the id that pads shorter rows of a batch
+                         (the CTC blank, which greedy decoding drops) */
 } family_info_t;
+
+/* ---- I/O contracts ---------------------------------------------------------------------- */
+/* Every ASR family is served under the generic contract: WAV (FP32 [batch, samples]) + WAV_LENS
+ * (INT32 [batch, 1]) or AUDIO (BYTES [batch], encoded files) -> TRANSCRIPTS (BYTES [batch, 1]).
+ * A family may list further contracts its original serving stack used (e.g. DLE's Triton
+ * ensemble), so those clients work unchanged. The server picks the contract whose audio input
+ * the request names; the family code never sees the wire. */
+typedef enum {
+    FAMILY_OUT_TEXT = 0,      /* BYTES [batch, 1]: the best text */
+    FAMILY_OUT_FRAME_IDS = 1, /* INT32 [batch, frames]: asr_result_t.frame_ids, shorter rows
+                                 padded with family_info_t.frame_pad_id */
+} family_out_kind_t;
+
+typedef struct {
+    const char *audio;     /* input: samples in [-1, 1], FP32 or FP16, [batch, samples] */
+    const char *n_samples; /* input: INT32 [batch, 1], samples of each row (NULL: none) */
+    const char *output;    /* the one output */
+    family_out_kind_t out;
+} family_io_t;
 
 typedef struct {
     int device;            /* -1: CPU, else the CUDA device */
@@ -200,6 +227,8 @@ typedef struct family {
     int (*bench)(int argc, char **argv);
     int (*inspect)(int argc, char **argv);
     const char *const *bench_synthetic;
+    /* Contracts besides the generic one (see family_io_t); NULL-name-terminated, or NULL. */
+    const family_io_t *io;
 } family_t;
 
 /* ---- the registry ----------------------------------------------------------------------- */

@@ -11,14 +11,17 @@
 #include <string.h>
 
 extern const family_t wenet_family;
+extern const family_t jasper_family;
 
 #define MAX_TEST_FAMILIES 8
 #define DEFAULT_FAMILY "wenet_u2" /* models converted before model.json named its family */
 #define MAX_MODEL_JSON (16u << 20)
 
 /* built-in families first, then the tests' (NULL-terminated) */
-static const family_t *families[1 + MAX_TEST_FAMILIES + 1] = {&wenet_family};
-static int n_families = 1;
+#define N_BUILTIN 2
+static const family_t *families[N_BUILTIN + MAX_TEST_FAMILIES + 1] = {&wenet_family,
+                                                                     &jasper_family};
+static int n_families = N_BUILTIN;
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void family_register_test(const family_t *f)
@@ -27,7 +30,7 @@ void family_register_test(const family_t *f)
     int dup = 0;
     for (int i = 0; i < n_families; i++)
         dup |= families[i] == f;
-    if (!dup && n_families < 1 + MAX_TEST_FAMILIES)
+    if (!dup && n_families < N_BUILTIN + MAX_TEST_FAMILIES)
         families[n_families++] = f;
     pthread_mutex_unlock(&reg_lock);
 }
