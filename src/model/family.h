@@ -92,7 +92,8 @@ int asr_result_copy(asr_result_t *dst, const asr_result_t *src);
 typedef enum {
     FAMILY_EV_PARTIAL = 1, /* asr: a partial result (streaming) */
     FAMILY_EV_AUDIO = 2,   /* tts: a chunk of PCM */
-    FAMILY_EV_SEGMENT = 3, /* vad: one speech segment */
+    FAMILY_EV_SEGMENT = 3, /* vad: one speech segment; asr streams: a segment ended by an
+                              endpoint, with its final result (asr) and its span */
     FAMILY_EV_DONE = 4,    /* last event of an item: status, and the final asr result */
 } family_event_kind_t;
 

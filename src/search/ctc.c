@@ -646,6 +646,11 @@ int ctc_beam_advance(ctc_beam_t *b, const float *logp, int T, hark_err_t *err)
     return HARK_OK;
 }
 
+int ctc_beam_best_len(const ctc_beam_t *b)
+{
+    return b && b->n_cur > 0 ? b->nodes[b->cur[0].node].depth : 0;
+}
+
 int ctc_beam_nbest(const ctc_beam_t *b, ctc_nbest_t *out, hark_err_t *err)
 {
     if (!out)

@@ -84,6 +84,8 @@ void ctc_beam_reset(ctc_beam_t *b);
 int ctc_beam_advance(ctc_beam_t *b, const float *logp, int T, hark_err_t *err);
 /* Frames consumed so far. */
 int ctc_beam_frames(const ctc_beam_t *b);
+/* Tokens of the best prefix so far (0 before any, or when it is the empty one). */
+int ctc_beam_best_len(const ctc_beam_t *b);
 /* Snapshot of the current beam (best first). HARK_ERR_NOMEM; on error *out is zeroed. */
 int ctc_beam_nbest(const ctc_beam_t *b, ctc_nbest_t *out, hark_err_t *err);
 

@@ -150,6 +150,7 @@ wenet_decode_opts_t wenet_default_opts(const wenet_asr_t *asr)
     o.nbest = 1;
     o.chunk_size = 0;
     o.left_chunks = -1;
+    ctc_endpoint_default(&o.endpoint, asr ? asr->cfg.blank : 0);
     return o;
 }
 
@@ -944,6 +945,17 @@ int wenet_check_opts(const wenet_asr_t *a, const wenet_decode_opts_t *o, hark_er
     if (o->chunk_size > 0 && o->left_chunks < -1)
         return err_set(err, HARK_ERR_INVALID_ARG,
                        "num_decoding_left_chunks %d: expected -1 (all) or >= 0", o->left_chunks);
+    const ctc_endpoint_config_t *ep = &o->endpoint;
+    if (o->endpointing) {
+        if (ep->blank != a->cfg.blank || !(ep->blank_threshold >= 0 && ep->blank_threshold <= 1))
+            return err_set(err, HARK_ERR_INVALID_ARG,
+                           "endpoint: blank %d (the model's is %d), blank threshold %g (0 .. 1)",
+                           ep->blank, a->cfg.blank, ep->blank_threshold);
+        for (int i = 0; i < CTC_ENDPOINT_RULES; i++)
+            if (ep->rule[i].min_trailing_silence < 0 || ep->rule[i].min_utterance_length < 0)
+                return err_set(err, HARK_ERR_INVALID_ARG, "endpoint rule %d: negative times",
+                               i + 1);
+    }
     return HARK_OK;
 }
 

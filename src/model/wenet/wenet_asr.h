@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "dsp/frontend_gpu.h"
 #include "model/wenet/conformer.h"
+#include "search/ctc_endpoint.h"
 #include "model/wenet/wenet_config.h"
 #include "search/ctc.h"
 
@@ -54,6 +55,10 @@ typedef struct {
     int chunk_size;           /* WeNet's decoding_chunk_size: <= 0 full context (offline); > 0 the
                                  chunk mask offline (conformer_opts_t), the chunk of a stream */
     int left_chunks;          /* num_decoding_left_chunks with a chunk: -1 all, >= 0 that many */
+    int endpointing;          /* streams: WeNet's CTC endpoint rules (endpoint) on */
+    int continuous_decoding;  /* streams: after an endpoint, the next segment goes on with a fresh
+                                 search (the encoder's caches kept: wenet_stream_next_segment) */
+    ctc_endpoint_config_t endpoint; /* the rules; wenet_default_opts: WeNet's (ctc_endpoint.h) */
     conformer_debug_fn debug; /* optional: every encoder stage of every utterance */
     void *debug_user;
 } wenet_decode_opts_t;
@@ -62,7 +67,8 @@ typedef struct wenet_asr wenet_asr_t;
 typedef struct wenet_worker wenet_worker_t;
 
 /* Defaults: attention rescoring when the model has a decoder (else prefix beam), beam 10, the
- * model's ctc_weight / reverse_weight, nbest 1, full context (chunk_size 0, left_chunks -1). */
+ * model's ctc_weight / reverse_weight, nbest 1, full context (chunk_size 0, left_chunks -1);
+ * endpointing off, with WeNet's rules ready (ctc_endpoint_default). */
 wenet_decode_opts_t wenet_default_opts(const wenet_asr_t *asr);
 
 /* Loads DIR (the model-repository entry: DIR/1/model.json, model.safetensors, units.txt) for

@@ -7,8 +7,14 @@
  * request). decoding_chunk_size / num_decoding_left_chunks: a stream's chunk (16 when no
  * parameter gives one) and left context (-1: all); an offline item decodes with that chunk mask
  * only when a parameter gives decoding_chunk_size. Stream items (item->stream) feed the streams
- * of the worker's pool (family_worker_opts_t.max_sequences), stepped in batches.
- * Tests: tests/model/wenet/test_wenet_family.c, tests/model/wenet/test_wenet_stream.c */
+ * of the worker's pool (family_worker_opts_t.max_sequences), stepped in batches. Endpointing
+ * (parameters endpointing, continuous_decoding: true|false; endpoint_silence_no_speech_ms,
+ * endpoint_silence_after_speech_ms, endpoint_max_utterance_ms, endpoint_blank_threshold: WeNet's
+ * three rules, search/ctc_endpoint.h): at an endpoint a continuous stream emits a SEGMENT event
+ * with the segment's final result and goes on with a fresh search; a stream without continuous
+ * decoding ends there (its items' results are that segment's final one).
+ * Tests: tests/model/wenet/test_wenet_family.c, tests/model/wenet/test_wenet_stream.c,
+ * tests/model/wenet/test_wenet_endpoint.c */
 #include "model/family.h"
 
 #include "core/alloc.h"
@@ -51,6 +57,9 @@ typedef struct {
     wenet_stream_t *s; /* NULL until the first item */
     size_t samples;    /* audio so far */
     int failed;        /* the status that failed the stream's opening, or 0 */
+    int ended;         /* an endpoint without continuous decoding: the stream's result is the
+                          segment's final one, later audio is not decoded */
+    int seg_start_frame; /* encoder frame where the current segment starts */
 } wf_stream_t;
 
 struct family_worker {
@@ -69,6 +78,7 @@ struct family_worker {
     int max_sequences, n_streams;
     int *sidx;              /* (max_sequences) */
     wenet_stream_t **ready; /* (max_sequences) */
+    int *ready_item;        /* (max_sequences) the execute's item that fed ready[q] */
 };
 
 /* ---- load ----------------------------------------------------------------------------------- */
@@ -182,6 +192,40 @@ static int apply_params(const family_params_t *p, const char *where, wenet_decod
         d->left_chunks = left;
     else if (rc != HARK_ERR_NOT_FOUND)
         return err_set(err, rc, "%snum_decoding_left_chunks must be -1 (all) or >= 0", where);
+    static const char *const bools[2] = {"endpointing", "continuous_decoding"};
+    int *bvals[2] = {&d->endpointing, &d->continuous_decoding};
+    for (int i = 0; i < 2; i++) {
+        v = family_param(p, bools[i]);
+        if (v && strcmp(v, "true") && strcmp(v, "false"))
+            return err_set(err, HARK_ERR_INVALID_ARG, "%s%s must be true or false", where,
+                           bools[i]);
+        if (v)
+            *bvals[i] = !strcmp(v, "true");
+    }
+    /* WeNet's endpoint rules (search/ctc_endpoint.h): 1 silence with nothing decoded, 2 silence
+     * after speech, 3 the utterance's length, in ms; a frame is silence above the threshold */
+    static const char *const ms_keys[3] = {"endpoint_silence_no_speech_ms",
+                                           "endpoint_silence_after_speech_ms",
+                                           "endpoint_max_utterance_ms"};
+    for (int i = 0; i < 3; i++) {
+        int ms = 0;
+        if ((rc = family_param_int(p, ms_keys[i], 0, 1 << 30, &ms, err)) == HARK_OK) {
+            if (i < 2)
+                d->endpoint.rule[i].min_trailing_silence = ms;
+            else
+                d->endpoint.rule[i].min_utterance_length = ms;
+        } else if (rc != HARK_ERR_NOT_FOUND) {
+            return err_set(err, rc, "%s%s must be in [0, 2^30] ms", where, ms_keys[i]);
+        }
+    }
+    if ((rc = family_param_double(p, "endpoint_blank_threshold", &x, err)) == HARK_OK) {
+        if (!(x >= 0 && x <= 1))
+            return err_set(err, HARK_ERR_INVALID_ARG,
+                           "%sendpoint_blank_threshold must be in [0, 1]", where);
+        d->endpoint.blank_threshold = (float)x;
+    } else if (rc != HARK_ERR_NOT_FOUND) {
+        return err_prefix(err, rc, "%s", where[0] ? where : "parameters");
+    }
     if ((rc = family_param_double(p, "reverse_weight", &x, err)) == HARK_OK) {
         if (!(x >= 0 && x <= 1))
             return err_set(err, HARK_ERR_INVALID_ARG, "%sreverse_weight must be in [0, 1]", where);
@@ -275,6 +319,7 @@ static void wf_worker_destroy(family_worker_t *w)
     wenet_stream_pool_destroy(w->pool);
     hark_free(w->sidx);
     hark_free(w->ready);
+    hark_free(w->ready_item);
     hark_free(w->pcm);
     hark_free(w->n);
     hark_free(w->res);
@@ -308,7 +353,8 @@ static int wf_worker_create(const family_model_t *m, const family_worker_opts_t 
         w->max_sequences = wo->max_sequences;
         w->sidx = hark_calloc((size_t)wo->max_sequences, sizeof *w->sidx);
         w->ready = hark_calloc((size_t)wo->max_sequences, sizeof *w->ready);
-        rc = !w->sidx || !w->ready
+        w->ready_item = hark_calloc((size_t)wo->max_sequences, sizeof *w->ready_item);
+        rc = !w->sidx || !w->ready || !w->ready_item
                  ? err_set(err, HARK_ERR_NOMEM, "out of memory for %d streams", wo->max_sequences)
                  : wenet_stream_pool_create(m->asr, wo->max_sequences, wo->max_seconds,
                                             m->max_chunk, &w->pool, err);
@@ -575,6 +621,41 @@ static void stream_item_failed(family_item_t *it, int rc, const hark_err_t *e, i
     ++*n_failed;
 }
 
+/* An endpoint (WeNet's rules, when the stream's options turn them on) ended the segment of the
+ * stream that `it` feeds: with continuous decoding a SEGMENT event carries the segment's final
+ * result and the stream goes on with a fresh search; without, the stream has ended there (its
+ * items' results are that final one; later audio is not decoded). */
+static void segment_ended(const family_model_t *m, family_item_t *it)
+{
+    wf_stream_t *ws = it->stream;
+    const wenet_family_opts_t *fo = it->opts;
+    if (!fo->d.continuous_decoding) {
+        ws->ended = 1;
+        return;
+    }
+    hark_err_t e = {0};
+    wenet_result_t wr;
+    asr_result_t r;
+    memset(&r, 0, sizeof r);
+    int rows = 0;
+    wenet_stream_encoder_out(ws->s, &rows);
+    if (wenet_stream_final(ws->s, &wr, &e) == HARK_OK) {
+        if (result_convert(m, &wr, ws->samples, it->want_words, &r, &e) == HARK_OK) {
+            double frame_s = wenet_asr_frame_ms(m->asr) / 1000.0;
+            family_event_t ev = {.kind = FAMILY_EV_SEGMENT,
+                                 .status = HARK_OK,
+                                 .asr = &r,
+                                 .seg_start_s = ws->seg_start_frame * frame_s,
+                                 .seg_end_s = rows * frame_s};
+            it->emit(it, &ev);
+        }
+        wenet_result_free(&wr);
+    }
+    asr_result_free(&r);
+    ws->seg_start_frame = rows;
+    wenet_stream_next_segment(ws->s, &e); /* cannot fail: the stream is open, at an endpoint */
+}
+
 /* The stream items (item->stream) of an execute: each one's audio into its stream, then batched
  * steps of every stream with a chunk ready until none is, then per item a PARTIAL and DONE, or
  * the final result with DONE for the last item of a stream. Marks them done. */
@@ -602,7 +683,8 @@ static void run_streams(family_worker_t *w, family_item_t *const *items, int n,
             if ((rc = wenet_stream_open(w->pool, &o, &ws->s, &e)))
                 ws->failed = rc;
         }
-        if (!rc && it->n > 0 && (rc = wenet_stream_accept(ws->s, it->pcm, it->n, &e)) == HARK_OK)
+        if (!rc && it->n > 0 && !ws->ended &&
+            (rc = wenet_stream_accept(ws->s, it->pcm, it->n, &e)) == HARK_OK)
             ws->samples += it->n;
         if (!rc && it->stream_end)
             rc = wenet_stream_input_done(ws->s, &e);
@@ -621,12 +703,17 @@ static void run_streams(family_worker_t *w, family_item_t *const *items, int n,
             int seen = 0;
             for (int q = 0; q < r && !seen; q++)
                 seen = w->ready[q] == s;
-            if (!seen && wenet_stream_ready(s))
+            if (!seen && wenet_stream_ready(s)) {
+                w->ready_item[r] = w->sidx[j];
                 w->ready[r++] = s;
+            }
         }
         hark_err_t e = {0};
         if (!r || wenet_stream_step(w->pool, w->ready, r, &e) != HARK_OK)
             break; /* a failed step failed its streams: their items report it below */
+        for (int q = 0; q < r; q++)
+            if (wenet_stream_endpoint(w->ready[q]))
+                segment_ended(m, items[w->ready_item[q]]);
     }
     uint64_t t2 = clock_now_ns();
     for (int j = 0; j < k; j++) {
@@ -635,7 +722,8 @@ static void run_streams(family_worker_t *w, family_item_t *const *items, int n,
         hark_err_t e = {0};
         wenet_result_t wr;
         int fin = it->stream_end;
-        int rc = fin ? wenet_stream_final(ws->s, &wr, &e) : wenet_stream_partial(ws->s, &wr, &e);
+        int rc = fin || ws->ended ? wenet_stream_final(ws->s, &wr, &e)
+                                  : wenet_stream_partial(ws->s, &wr, &e);
         asr_result_t r;
         memset(&r, 0, sizeof r);
         if (!rc) {

@@ -41,7 +41,13 @@ struct wenet_stream {
     conformer_stream_t *cs;    /* attention / conv caches, reserved for max_te keys */
     ctc_beam_t *beam;          /* prefix beam methods: made at open, freed at close */
     int *arg;                  /* (max_te) greedy: argmax of every frame */
-    double greedy_score;       /* greedy: sum of the frame maxima */
+    double greedy_score;       /* greedy: sum of the frame maxima (of the segment) */
+    /* endpointing (opts.endpointing): the segment is the encoder frames from seg_start on */
+    ctc_endpoint_t ep;
+    int endpoint;   /* the rule (1 ..) that ended the segment, 0 while it goes on */
+    int seg_start;  /* encoder frame where the segment starts */
+    int seg_tokens; /* greedy: tokens of the segment's collapsed path */
+    int segments;   /* segments ended by wenet_stream_next_segment */
 };
 
 struct wenet_stream_pool {
@@ -216,6 +222,11 @@ int wenet_stream_open(wenet_stream_pool_t *p, const wenet_decode_opts_t *opts,
     s->tail_n = 0;
     s->n_frames = 0;
     s->greedy_score = 0;
+    ctc_endpoint_reset(&s->ep);
+    s->endpoint = 0;
+    s->seg_start = 0;
+    s->seg_tokens = 0;
+    s->segments = 0;
     /* WeNet's required_cache_size = decoding_chunk_size * num_decoding_left_chunks */
     conformer_stream_set_cache(s->cs, opts->left_chunks < 0 ? -1
                                                             : opts->chunk_size * opts->left_chunks);
@@ -304,12 +315,59 @@ static int next_window(const wenet_stream_t *s)
 
 int wenet_stream_ready(const wenet_stream_t *s)
 {
-    return s && s->state == SLOT_OPEN && !s->failed && next_window(s) > 0;
+    return s && s->state == SLOT_OPEN && !s->failed && !s->endpoint && next_window(s) > 0;
 }
 
 int wenet_stream_finished(const wenet_stream_t *s)
 {
     return s && s->state == SLOT_OPEN && s->input_done && next_window(s) == 0;
+}
+
+int wenet_stream_endpoint(const wenet_stream_t *s)
+{
+    return s && s->state == SLOT_OPEN ? s->endpoint : 0;
+}
+
+int wenet_stream_next_segment(wenet_stream_t *s, hark_err_t *err)
+{
+    int rc = check_open(s, "stream next_segment", err);
+    if (rc)
+        return rc;
+    if (!s->endpoint)
+        return err_set(err, HARK_ERR_INVALID_ARG, "stream next_segment: no endpoint");
+    if (s->beam)
+        ctc_beam_reset(s->beam);
+    s->greedy_score = 0;
+    s->seg_tokens = 0;
+    s->seg_start = conformer_stream_offset(s->cs);
+    ctc_endpoint_reset(&s->ep);
+    s->endpoint = 0;
+    s->segments++;
+    return HARK_OK;
+}
+
+int wenet_stream_segments(const wenet_stream_t *s)
+{
+    return s->segments;
+}
+
+/* after a step: the segment's tokens so far (greedy: counted over the new frames), then WeNet's
+ * rules over the new rows, except for the input's last chunk (WeNet checks them only while
+ * the features go on) */
+static void endpoint_check(wenet_stream_t *s, const float *lp, int t0, int rows)
+{
+    const wenet_stream_pool_t *p = s->pool;
+    const int blank = wenet_asr_config(p->asr)->blank;
+    if (!s->beam)
+        for (int t = t0; t < t0 + rows; t++) {
+            int prev = t > s->seg_start ? s->arg[t - 1] : -1;
+            s->seg_tokens += s->arg[t] != blank && s->arg[t] != prev;
+        }
+    if (!s->o.endpointing || (s->input_done && next_window(s) == 0))
+        return;
+    int decoded = s->beam ? ctc_beam_best_len(s->beam) > 0 : s->seg_tokens > 0;
+    s->endpoint = ctc_endpoint_detect(&s->ep, &s->o.endpoint, lp, rows, p->V,
+                                      wenet_asr_frame_ms(p->asr), decoded);
 }
 
 int wenet_stream_step(wenet_stream_pool_t *p, wenet_stream_t *const *ss, int n, hark_err_t *err)
@@ -365,19 +423,50 @@ int wenet_stream_step(wenet_stream_pool_t *p, wenet_stream_t *const *ss, int n, 
             ctc_argmax_rows(lp, rows, p->V, s->arg + t0, &s->greedy_score);
         }
         s->chunks++;
+        endpoint_check(s, lp, t0, rows);
         enc += (size_t)rows * p->D;
         lp += (size_t)rows * p->V;
     }
     return rc;
 }
 
-/* the CTC n-best of the stream so far (greedy: its one path) */
+/* the CTC n-best of the stream's segment so far (greedy: its one path); times from the segment's
+ * start */
 static int stream_nbest(const wenet_stream_t *s, ctc_nbest_t *nb, hark_err_t *err)
 {
     if (s->beam)
         return ctc_beam_nbest(s->beam, nb, err);
-    return ctc_greedy_from_argmax(s->arg, conformer_stream_offset(s->cs),
+    return ctc_greedy_from_argmax(s->arg + s->seg_start,
+                                  conformer_stream_offset(s->cs) - s->seg_start,
                                   wenet_asr_config(s->pool->asr)->blank, s->greedy_score, nb, err);
+}
+
+static void shift_times(wenet_hyp_t *h, int by)
+{
+    for (int i = 0; i < h->n_tokens; i++)
+        if (h->times[i] >= 0)
+            h->times[i] += by;
+}
+
+/* the result of the segment so far with method o: the search's n-best, rescored over the
+ * segment's encoder frames when o says so; times in the stream's encoder frames */
+static int segment_result(wenet_stream_t *s, const wenet_decode_opts_t *o, wenet_result_t *r,
+                          hark_err_t *err)
+{
+    ctc_nbest_t nb;
+    int rc = stream_nbest(s, &nb, err);
+    if (rc)
+        return rc;
+    const wenet_stream_pool_t *p = s->pool;
+    rc = wenet_result_from_ctc(p->asr, o, &nb, s->enc + (size_t)s->seg_start * p->D,
+                               conformer_stream_offset(s->cs) - s->seg_start, r, err);
+    if (rc)
+        return rc;
+    shift_times(&r->best, s->seg_start);
+    for (int i = 0; i < r->n_nbest; i++)
+        shift_times(&r->nbest[i], s->seg_start);
+    r->frames = s->n_frames;
+    return HARK_OK;
 }
 
 int wenet_stream_partial(wenet_stream_t *s, wenet_result_t *r, hark_err_t *err)
@@ -386,16 +475,10 @@ int wenet_stream_partial(wenet_stream_t *s, wenet_result_t *r, hark_err_t *err)
     int rc = check_open(s, "stream partial", err);
     if (rc)
         return rc;
-    ctc_nbest_t nb;
-    if ((rc = stream_nbest(s, &nb, err)))
-        return rc;
     wenet_decode_opts_t o = s->o;
     if (o.method == DECODE_ATTENTION_RESCORING)
         o.method = DECODE_CTC_PREFIX_BEAM; /* partials: the CTC search's best */
-    rc = wenet_result_from_ctc(s->pool->asr, &o, &nb, s->enc, conformer_stream_offset(s->cs), r,
-                               err);
-    r->frames = s->n_frames;
-    return rc;
+    return segment_result(s, &o, r, err);
 }
 
 int wenet_stream_final(wenet_stream_t *s, wenet_result_t *r, hark_err_t *err)
@@ -404,16 +487,10 @@ int wenet_stream_final(wenet_stream_t *s, wenet_result_t *r, hark_err_t *err)
     int rc = check_open(s, "stream final", err);
     if (rc)
         return rc;
-    if (!wenet_stream_finished(s))
+    if (!wenet_stream_finished(s) && !s->endpoint)
         return err_set(err, HARK_ERR_AGAIN, "stream final: %s",
                        s->input_done ? "chunks are still ready to step" : "the input has not ended");
-    ctc_nbest_t nb;
-    if ((rc = stream_nbest(s, &nb, err)))
-        return rc;
-    rc = wenet_result_from_ctc(s->pool->asr, &s->o, &nb, s->enc, conformer_stream_offset(s->cs), r,
-                               err);
-    r->frames = s->n_frames;
-    return rc;
+    return segment_result(s, &s->o, r, err);
 }
 
 const float *wenet_stream_features(const wenet_stream_t *s, int *frames)

@@ -73,9 +73,22 @@ int wenet_stream_step(wenet_stream_pool_t *p, wenet_stream_t *const *s, int n, h
  * WeNet's order; greedy: the collapsed argmax path): r is zeroed first. */
 int wenet_stream_partial(wenet_stream_t *s, wenet_result_t *r, hark_err_t *err);
 /* The final result with the stream's method (attention rescoring over the whole encoder output
- * for attention_rescoring). HARK_ERR_AGAIN before wenet_stream_finished. The stream stays open
- * (close it). */
+ * for attention_rescoring). HARK_ERR_AGAIN before wenet_stream_finished or an endpoint. The
+ * stream stays open (close it). With endpointing, partial and final results are the current
+ * segment's (rescoring over its encoder frames); times count the stream's encoder frames. */
 int wenet_stream_final(wenet_stream_t *s, wenet_result_t *r, hark_err_t *err);
+
+/* Endpointing (opts.endpointing, WeNet's CTC rules: search/ctc_endpoint.h). After a step whose
+ * new frames complete a rule, wenet_stream_endpoint gives its number (1 ..) and the stream takes
+ * no more steps (wenet_stream_ready is 0) until the caller has taken the segment's final result
+ * (wenet_stream_final) and then either closes the stream or, for continuous decoding, calls
+ * wenet_stream_next_segment: a fresh search and endpoint state for the frames that follow, the
+ * encoder's caches (its left context) kept. The rules are not checked on the input's last
+ * chunk (WeNet checks them only while features go on). HARK_ERR_INVALID_ARG without an
+ * endpoint. wenet_stream_segments counts the segments ended so. */
+int wenet_stream_endpoint(const wenet_stream_t *s);
+int wenet_stream_next_segment(wenet_stream_t *s, hark_err_t *err);
+int wenet_stream_segments(const wenet_stream_t *s);
 
 /* Inspection (tests, tools): fbank frames so far (before CMVN), (*frames, input_dim); encoder
  * output so far, (*rows, D); the encoder stream (offset, caches: conformer_stream_cache). */

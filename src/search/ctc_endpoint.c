@@ -1,0 +1,37 @@
+/* ctc_endpoint.c — WeNet's CTC endpoint rules (ctc_endpoint.h). */
+#include "search/ctc_endpoint.h"
+
+#include <math.h>
+
+void ctc_endpoint_default(ctc_endpoint_config_t *c, int blank)
+{
+    *c = (ctc_endpoint_config_t){.blank = blank,
+                                 .blank_threshold = 0.8f,
+                                 .rule = {{0, 5000, 0}, {1, 1000, 0}, {0, 0, 20000}}};
+}
+
+void ctc_endpoint_reset(ctc_endpoint_t *e)
+{
+    e->frames = 0;
+    e->trailing_blank = 0;
+}
+
+int ctc_endpoint_detect(ctc_endpoint_t *e, const ctc_endpoint_config_t *c, const float *logp,
+                        int rows, int V, int frame_ms, int decoded_something)
+{
+    for (int t = 0; t < rows; t++) {
+        e->frames++;
+        if (expf(logp[(long)t * V + c->blank]) > c->blank_threshold)
+            e->trailing_blank++;
+        else
+            e->trailing_blank = 0;
+    }
+    long length = (long)e->frames * frame_ms, silence = (long)e->trailing_blank * frame_ms;
+    for (int i = 0; i < CTC_ENDPOINT_RULES; i++) {
+        const ctc_endpoint_rule_t *r = &c->rule[i];
+        if ((decoded_something || !r->must_decode) && silence >= r->min_trailing_silence &&
+            length >= r->min_utterance_length)
+            return i + 1;
+    }
+    return 0;
+}
