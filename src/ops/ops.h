@@ -91,4 +91,29 @@ void attention_ref(float *ctx, float *scratch, const float *q, const float *k, c
                    const float *p, const float *bu, const float *bv, const int *lo, const int *hi,
                    int tq, int tk, int n_heads, int dk, float scale);
 
+/* ---- chunk streaming over a cache pool (the references of chunk_cuda.cu; see ops_cuda.h) -----
+ * A step's packed rows of n chunks, one per stream; host ints: slot, row0 (n + 1), pos0, ctx,
+ * fresh (n); chunk (rows). */
+typedef struct {
+    int n, rows;
+    const int *slot, *row0, *pos0, *ctx, *fresh, *chunk;
+} chunk_meta_t;
+
+/* The semantics of cuda_chunk_embed / cuda_chunk_kv_store / cuda_chunk_attention (ctx float) /
+ * cuda_chunk_dwconv (ops_cuda.h), on the host. chunk_attention_ref: attention_ref per chunk over
+ * its keys gathered from the ring; scratch chunk_attention_scratch_floats(max_keys, d, dk). */
+void chunk_embed_ref(float *x, const float *a, int t_pad, const float *bias, float alpha,
+                     const float *pe, const chunk_meta_t *mt, int d);
+void chunk_kv_store_ref(float *kc, float *vc, long long slot_stride, int cap, const float *k,
+                        const float *v, int ld, const float *bk, const float *bv,
+                        const chunk_meta_t *mt, int d);
+size_t chunk_attention_scratch_floats(int max_keys, int d, int dk);
+void chunk_attention_ref(float *ctx, float *scratch, const float *q, int ldq, const float *bq,
+                         const float *kc, const float *vc, long long slot_stride, int cap,
+                         const float *pt, const float *bu, const float *bvp,
+                         const chunk_meta_t *mt, int max_keys, int heads, int dk, float scale);
+void chunk_dwconv_ref(float *out, const float *in, float *cache, long long slot_stride,
+                      const float *left_init, const float *w, const float *bias,
+                      const chunk_meta_t *mt, int c, int k, int pad_left);
+
 #endif

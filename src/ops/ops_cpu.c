@@ -311,3 +311,94 @@ void attention_ref(float *ctx, float *scratch, const float *q, const float *k, c
         }
     }
 }
+
+/* ---- chunk streaming over a cache pool -------------------------------------------------------- */
+
+void chunk_embed_ref(float *x, const float *a, int t_pad, const float *bias, float alpha,
+                     const float *pe, const chunk_meta_t *mt, int d)
+{
+    for (int b = 0; b < mt->n; b++)
+        for (int r = mt->row0[b]; r < mt->row0[b + 1]; r++) {
+            int t = r - mt->row0[b];
+            const float *src = a + ((size_t)b * t_pad + t) * d;
+            for (int c = 0; c < d; c++) {
+                float v = alpha * (src[c] + (bias ? bias[c] : 0.0f));
+                x[(size_t)r * d + c] = pe ? v + pe[(size_t)(mt->pos0[b] + t) * d + c] : v;
+            }
+        }
+}
+
+void chunk_kv_store_ref(float *kc, float *vc, long long slot_stride, int cap, const float *k,
+                        const float *v, int ld, const float *bk, const float *bv,
+                        const chunk_meta_t *mt, int d)
+{
+    for (int b = 0; b < mt->n; b++)
+        for (int r = mt->row0[b]; r < mt->row0[b + 1]; r++) {
+            int p = mt->pos0[b] + r - mt->row0[b];
+            size_t dst = (size_t)mt->slot[b] * (size_t)slot_stride + (size_t)(p % cap) * d;
+            for (int c = 0; c < d; c++) {
+                kc[dst + c] = k[(size_t)r * ld + c] + (bk ? bk[c] : 0.0f);
+                vc[dst + c] = v[(size_t)r * ld + c] + (bv ? bv[c] : 0.0f);
+            }
+        }
+}
+
+size_t chunk_attention_scratch_floats(int max_keys, int d, int dk)
+{
+    return 4 * (size_t)max_keys * d + attention_scratch_floats(max_keys, dk);
+}
+
+void chunk_attention_ref(float *ctx, float *scratch, const float *q, int ldq, const float *bq,
+                         const float *kc, const float *vc, long long slot_stride, int cap,
+                         const float *pt, const float *bu, const float *bvp,
+                         const chunk_meta_t *mt, int max_keys, int heads, int dk, float scale)
+{
+    int d = heads * dk;
+    float *k = scratch, *v = k + (size_t)max_keys * d, *p = v + (size_t)max_keys * d;
+    float *qb = p + (size_t)max_keys * d, *att = qb + (size_t)max_keys * d;
+    for (int b = 0; b < mt->n; b++) {
+        int r0 = mt->row0[b], rows = mt->row0[b + 1] - r0, nk = mt->ctx[b] + rows;
+        int p0 = mt->pos0[b] - mt->ctx[b];
+        HARK_ASSERT(nk <= max_keys && nk <= cap && p0 >= 0);
+        if (rows <= 0)
+            continue;
+        const float *ks = kc + (size_t)mt->slot[b] * (size_t)slot_stride;
+        const float *vs = vc + (size_t)mt->slot[b] * (size_t)slot_stride;
+        for (int j = 0; j < nk; j++) {
+            size_t src = (size_t)((p0 + j) % cap) * d;
+            memcpy(k + (size_t)j * d, ks + src, (size_t)d * sizeof(float));
+            memcpy(v + (size_t)j * d, vs + src, (size_t)d * sizeof(float));
+            if (pt)
+                memcpy(p + (size_t)j * d, pt + (size_t)(p0 + j) * d, (size_t)d * sizeof(float));
+        }
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < d; c++)
+                qb[(size_t)r * d + c] = q[(size_t)(r0 + r) * ldq + c] + (bq ? bq[c] : 0.0f);
+        attention_ref(ctx + (size_t)r0 * d, att, qb, k, v, pt ? p : NULL, pt ? bu : NULL,
+                      pt ? bvp : NULL, NULL, NULL, rows, nk, heads, dk, scale);
+    }
+}
+
+void chunk_dwconv_ref(float *out, const float *in, float *cache, long long slot_stride,
+                      const float *left_init, const float *w, const float *bias,
+                      const chunk_meta_t *mt, int c, int k, int pad_left)
+{
+    int lc = k - 1;
+    for (int b = 0; b < mt->n; b++) {
+        int r0 = mt->row0[b], n = mt->row0[b + 1] - r0;
+        if (n <= 0)
+            continue;
+        float *cs = cache ? cache + (size_t)mt->slot[b] * (size_t)slot_stride : NULL;
+        const float *left = cs && mt->fresh[b] ? left_init : cs;
+        depthwise_conv1d_ref(out + (size_t)r0 * c, in + (size_t)r0 * c, left, w, bias, n, c, k,
+                             pad_left, n);
+        if (!cs || lc <= 0)
+            continue;
+        /* the last lc frames of [left | in] */
+        for (int j = 0; j < lc; j++) {
+            int src = n + j;
+            const float *row = src < lc ? left + (size_t)src * c : in + (size_t)(r0 + src - lc) * c;
+            memmove(cs + (size_t)j * c, row, (size_t)c * sizeof(float));
+        }
+    }
+}

@@ -16,6 +16,7 @@
 #define HARK_OPS_OPS_CUDA_H
 
 #include "core/error.h"
+#include "ops/ops.h"
 
 #include <stddef.h>
 
@@ -360,6 +361,56 @@ int cuda_lse_argmax(int *arg, float *best, const void *partials, int v, const in
 int cuda_ctc_log_softmax_argmax(int *arg, float *best, float *logp, const float *logits,
                                 const int *lens, int t_rows, int n, int V, void *stream,
                                 hark_err_t *err);
+
+/* ---- chunk streaming over a device cache pool (chunk_cuda.cu) --------------------------------
+ * One step packs the new encoder rows of n chunks (one per stream) one after another; each stream
+ * owns a slot of the pool: K and V (slots, ·, cap, D) float32 (slot_stride elements between
+ * slots; the key at absolute position p sits at row p mod cap of its slot, a ring), and its conv
+ * cache (K-1, D) per layer. The metadata, device ints (the CPU references take host ones):
+ *   slot[b]   the chunk's slot          row0[b]  its first packed row; row0[n] = rows
+ *   pos0[b]   absolute position (encoder frames before it) of its first row
+ *   ctx[b]    cached keys it attends to before its own rows (positions pos0 - ctx .. pos0 - 1)
+ *   fresh[b]  1: its conv cache holds nothing yet (left_init is read in its place)
+ *   chunk[r]  the chunk of packed row r */
+typedef chunk_meta_t cuda_chunk_meta_t; /* ops.h, the same fields on the device */
+
+/* x (rows, d) float, packed: row r of chunk b at t = r - row0[b] =
+ *   alpha · (a[b · t_pad + t] + bias) + (pe ? pe[pos0[b] + t] : 0)
+ * a (n, t_pad, d) float (the padded subsampling output after the embedding GEMM), bias (d) or
+ * NULL, pe (max_len, d) or NULL. Reference: chunk_embed_ref. */
+int cuda_chunk_embed(float *x, const float *a, int t_pad, const float *bias, float alpha,
+                     const float *pe, const cuda_chunk_meta_t *mt, int d, void *stream,
+                     hark_err_t *err);
+
+/* The packed rows' keys and values (+ bk, bv (d) or NULL) into their slots at their positions:
+ * kc/vc [slot · slot_stride + (p mod cap) · d]; k, v (rows, ·) row stride ld.
+ * Reference: chunk_kv_store_ref. */
+int cuda_chunk_kv_store(float *kc, float *vc, long long slot_stride, int cap, const float *k,
+                        const float *v, int ld, const float *bk, const float *bv,
+                        const cuda_chunk_meta_t *mt, int d, void *stream, hark_err_t *err);
+
+/* ctx (rows, heads · dk) of ctx_t: each packed row's attention over its slot's keys at positions
+ * pos0 - ctx .. pos0 + n_rows - 1 (the cached ones and its whole chunk, no mask, WeNet's
+ * forward_chunk; cuda_chunk_kv_store first). q (rows, ·) row stride ldq (+ bq (heads · dk) or
+ * NULL); rel-pos (pt not NULL): scores = scale · ((q + bu)·k + (q + bvp)·pt[pos]), pt (max_len,
+ * heads · dk) the projected positional table, bu/bvp (heads, dk) or NULL; else scale · q·k.
+ * max_keys >= every chunk's ctx + rows (<= cap; sizes the shared memory). Reference:
+ * chunk_attention_ref. */
+int cuda_chunk_attention(void *ctx, ops_dtype_t ctx_t, const float *q, int ldq, const float *bq,
+                         const float *kc, const float *vc, long long slot_stride, int cap,
+                         const float *pt, const float *bu, const float *bvp,
+                         const cuda_chunk_meta_t *mt, int max_keys, int heads, int dk, float scale,
+                         void *stream, hark_err_t *err);
+
+/* out (rows, c) float = depthwise conv of each chunk's rows of in (rows, c), bias (c) or NULL,
+ * w (c, k), pad_left frames before: with cache (pad_left = k - 1, causal), the frames before a
+ * chunk are its slot's conv cache (k-1, c) (left_init (k-1, c) when fresh), which then takes the
+ * last k-1 frames of [cache | the chunk's in]; without (NULL), zeros before and after the chunk
+ * (symmetric). Reference: chunk_dwconv_ref. */
+int cuda_chunk_dwconv(float *out, const float *in, float *cache, long long slot_stride,
+                      const float *left_init, const float *w, const float *bias,
+                      const cuda_chunk_meta_t *mt, int c, int k, int pad_left, void *stream,
+                      hark_err_t *err);
 
 #ifdef __cplusplus
 }

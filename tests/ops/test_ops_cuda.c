@@ -1835,3 +1835,134 @@ GPU_TEST(cuda_decoder_row_ops_match_ref)
     printf("    segment attention rel rms %.3g, lse gather %.3g\n", worst, worst_l);
 }
 #endif
+
+/* ---- chunk streaming over a cache pool (chunk_cuda.cu) --------------------------------------- */
+
+/* 3 chunks of 3, 5 and 1 rows in slots 2, 0, 3 of 4, at positions 0, 9 and 17 of a ring of 11
+ * keys with 0, 4 and 6 cached keys (the second and third wrap around); the first conv cache is
+ * fresh. Every kernel against its chunk_*_ref, guard elements after every output. */
+enum { CK_N = 3, CK_ROWS = 9, CK_SLOTS = 4, CK_CAP = 11, CK_TPAD = 6, CK_MAXLEN = 40 };
+static const int ck_slot[CK_N] = {2, 0, 3}, ck_row0[CK_N + 1] = {0, 3, 8, 9};
+static const int ck_pos0[CK_N] = {0, 9, 17}, ck_ctx[CK_N] = {0, 4, 6}, ck_fresh[CK_N] = {1, 0, 0};
+static const int ck_chunk[CK_ROWS] = {0, 0, 0, 1, 1, 1, 1, 1, 2};
+
+static int *ck_upload(const int *h, int n)
+{
+    int *d = NULL;
+    if (cudaMalloc((void **)&d, sizeof(int) * (size_t)n) != cudaSuccess)
+        return NULL;
+    cudaMemcpy(d, h, sizeof(int) * (size_t)n, cudaMemcpyHostToDevice);
+    return d;
+}
+
+GPU_TEST(cuda_chunk_kernels_match_ref)
+{
+    unsigned seed = 77;
+    chunk_meta_t hm = {CK_N, CK_ROWS, ck_slot, ck_row0, ck_pos0, ck_ctx, ck_fresh, ck_chunk};
+    int *dmi[6] = {ck_upload(ck_slot, CK_N), ck_upload(ck_row0, CK_N + 1),
+                   ck_upload(ck_pos0, CK_N),  ck_upload(ck_ctx, CK_N),
+                   ck_upload(ck_fresh, CK_N), ck_upload(ck_chunk, CK_ROWS)};
+    CHECK(dmi[0] && dmi[1] && dmi[2] && dmi[3] && dmi[4] && dmi[5]);
+    cuda_chunk_meta_t dm = {CK_N, CK_ROWS, dmi[0], dmi[1], dmi[2], dmi[3], dmi[4], dmi[5]};
+    static const int hd[][2] = {{3, 8}, {2, 100}, {1, 33}}; /* heads, dk */
+    for (size_t ci = 0; ci < sizeof hd / sizeof hd[0]; ci++) {
+        int H = hd[ci][0], dk = hd[ci][1], D = H * dk, ld = 3 * D + 2;
+        /* embedding rows */
+        {
+            float *a = hrand((size_t)CK_N * CK_TPAD * D, &seed, 1.0f);
+            float *bias = hrand((size_t)D, &seed, 1.0f), *pe = hrand((size_t)CK_MAXLEN * D, &seed, 1.0f);
+            float *ref = hark_malloc(sizeof(float) * CK_ROWS * D);
+            for (int withpe = 0; withpe < 2; withpe++) {
+                chunk_embed_ref(ref, a, CK_TPAD, bias, 2.5f, withpe ? pe : NULL, &hm, D);
+                float *da = dup_to(a, (size_t)CK_N * CK_TPAD * D, OPS_F32);
+                float *db = dup_to(bias, (size_t)D, OPS_F32);
+                float *dp = dup_to(pe, (size_t)CK_MAXLEN * D, OPS_F32);
+                float *dx = dalloc((size_t)CK_ROWS * D, OPS_F32);
+                CHECK_OK(cuda_chunk_embed(dx, da, CK_TPAD, db, 2.5f, withpe ? dp : NULL, &dm, D,
+                                          NULL, NULL));
+                int gd;
+                double e = out_err(dx, OPS_F32, ref, (size_t)CK_ROWS * D, &gd);
+                CHECK_ERR(e, TOL32, gd, "chunk_embed D %d pe %d rel %g", D, withpe, e);
+                cudaFree(da), cudaFree(db), cudaFree(dp), cudaFree(dx);
+            }
+            hark_free(a), hark_free(bias), hark_free(pe), hark_free(ref);
+        }
+        /* K/V store, then attention (rel-pos and plain; float and 16-bit context) */
+        size_t pool = (size_t)CK_SLOTS * 2 * CK_CAP * D; /* (slots, L = 2, cap, D): layer 1 */
+        long long ss = 2LL * CK_CAP * D;
+        float *kc = hrand(pool, &seed, 1.0f), *vc = hrand(pool, &seed, 1.0f);
+        float *qkv = hrand((size_t)CK_ROWS * ld, &seed, 1.0f), *bqkv = hrand((size_t)3 * D, &seed, 0.5f);
+        float *pt = hrand((size_t)CK_MAXLEN * D, &seed, 1.0f);
+        float *bu = hrand((size_t)D, &seed, 0.5f), *bv = hrand((size_t)D, &seed, 0.5f);
+        float *dkc = dup_to(kc, pool, OPS_F32), *dvc = dup_to(vc, pool, OPS_F32);
+        float *dq = dup_to(qkv, (size_t)CK_ROWS * ld, OPS_F32), *db = dup_to(bqkv, (size_t)3 * D, OPS_F32);
+        float *dpt = dup_to(pt, (size_t)CK_MAXLEN * D, OPS_F32);
+        float *dbu = dup_to(bu, (size_t)D, OPS_F32), *dbv = dup_to(bv, (size_t)D, OPS_F32);
+        size_t l1 = (size_t)CK_CAP * D;
+        chunk_kv_store_ref(kc + l1, vc + l1, ss, CK_CAP, qkv + D, qkv + 2 * D, ld, bqkv + D,
+                           bqkv + 2 * D, &hm, D);
+        CHECK_OK(cuda_chunk_kv_store(dkc + l1, dvc + l1, ss, CK_CAP, dq + D, dq + 2 * D, ld, db + D,
+                                     db + 2 * D, &dm, D, NULL, NULL));
+        int gd;
+        double e = out_err(dkc, OPS_F32, kc, pool, &gd);
+        CHECK_ERR(e, 0.0, gd, "chunk_kv_store K D %d rel %g", D, e);
+        e = out_err(dvc, OPS_F32, vc, pool, &gd);
+        CHECK_ERR(e, 0.0, gd, "chunk_kv_store V D %d rel %g", D, e);
+        int max_keys = 9; /* chunk 1: 4 cached + 5 */
+        float *scr = hark_malloc(sizeof(float) * chunk_attention_scratch_floats(max_keys, D, dk));
+        float *ref = hark_malloc(sizeof(float) * CK_ROWS * D);
+        float scale = 1.0f / sqrtf((float)dk);
+        for (int rel = 0; rel < 2; rel++) {
+            chunk_attention_ref(ref, scr, qkv, ld, bqkv, kc + l1, vc + l1, ss, CK_CAP,
+                                rel ? pt : NULL, bu, bv, &hm, max_keys, H, dk, scale);
+            static const ops_dtype_t ots[3] = {OPS_F32, OPS_F16, OPS_BF16};
+            for (int oi = 0; oi < 3; oi++) {
+                void *dc = dalloc((size_t)CK_ROWS * D, ots[oi]);
+                CHECK_OK(cuda_chunk_attention(dc, ots[oi], dq, ld, db, dkc + l1, dvc + l1, ss,
+                                              CK_CAP, rel ? dpt : NULL, dbu, dbv, &dm, max_keys, H,
+                                              dk, scale, NULL, NULL));
+                e = out_err(dc, ots[oi], ref, (size_t)CK_ROWS * D, &gd);
+                CHECK_ERR(e, tol_of(ots[oi]), gd, "chunk_attention %s D %d rel-pos %d rel %g",
+                          dt_name(ots[oi]), D, rel, e);
+                cudaFree(dc);
+            }
+        }
+        hark_free(scr), hark_free(ref);
+        hark_free(kc), hark_free(vc), hark_free(qkv), hark_free(bqkv), hark_free(pt);
+        hark_free(bu), hark_free(bv);
+        cudaFree(dkc), cudaFree(dvc), cudaFree(dq), cudaFree(db), cudaFree(dpt);
+        cudaFree(dbu), cudaFree(dbv);
+    }
+    /* depthwise conv: causal over the caches (k 5: the 1-row chunk shifts its cache), and
+     * symmetric within each chunk (k 5, 3) */
+    static const int cc[][3] = {{5, 4, 1}, {5, 2, 0}, {3, 1, 0}, {2, 1, 1}}; /* k, pad, cached */
+    for (size_t ci = 0; ci < sizeof cc / sizeof cc[0]; ci++) {
+        int C = 37, K = cc[ci][0], pad = cc[ci][1], cached = cc[ci][2], lc = K - 1;
+        size_t cs = (size_t)CK_SLOTS * 2 * (lc ? lc : 1) * C; /* (slots, L = 2, K-1, C) */
+        long long ss = 2LL * (lc ? lc : 1) * C;
+        float *in = hrand((size_t)CK_ROWS * C, &seed, 1.0f), *cache = hrand(cs, &seed, 1.0f);
+        float *li = hrand((size_t)(lc ? lc : 1) * C, &seed, 1.0f);
+        float *w = hrand((size_t)C * K, &seed, 1.0f), *b = hrand((size_t)C, &seed, 1.0f);
+        float *ref = hark_malloc(sizeof(float) * CK_ROWS * C);
+        float *din = dup_to(in, (size_t)CK_ROWS * C, OPS_F32), *dcache = dup_to(cache, cs, OPS_F32);
+        float *dli = dup_to(li, (size_t)(lc ? lc : 1) * C, OPS_F32);
+        float *dw = dup_to(w, (size_t)C * K, OPS_F32), *dbias = dup_to(b, (size_t)C, OPS_F32);
+        float *dout = dalloc((size_t)CK_ROWS * C, OPS_F32);
+        size_t l1 = (size_t)(lc ? lc : 1) * C;
+        chunk_dwconv_ref(ref, in, cached ? cache + l1 : NULL, ss, li, w, b, &hm, C, K, pad);
+        CHECK_OK(cuda_chunk_dwconv(dout, din, cached ? dcache + l1 : NULL, ss, dli, dw, dbias, &dm,
+                                   C, K, pad, NULL, NULL));
+        int gd;
+        double e = out_err(dout, OPS_F32, ref, (size_t)CK_ROWS * C, &gd);
+        CHECK_ERR(e, TOL32, gd, "chunk_dwconv k %d pad %d cached %d rel %g", K, pad, cached, e);
+        e = out_err(dcache, OPS_F32, cache, cs, &gd);
+        CHECK_ERR(e, 0.0, gd, "chunk_dwconv cache k %d rel %g", K, e);
+        cudaFree(din), cudaFree(dcache), cudaFree(dli), cudaFree(dw), cudaFree(dbias), cudaFree(dout);
+        hark_free(in), hark_free(cache), hark_free(li), hark_free(w), hark_free(b), hark_free(ref);
+    }
+    hark_err_t err = {0};
+    CHECK(cuda_chunk_attention(NULL, OPS_F32, NULL, 1, NULL, NULL, NULL, 1, 4, NULL, NULL, NULL,
+                               &dm, 5, 1, 8, 1.0f, NULL, &err) == HARK_ERR_INVALID_ARG);
+    for (int i = 0; i < 6; i++)
+        cudaFree(dmi[i]);
+}

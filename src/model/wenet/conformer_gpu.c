@@ -878,7 +878,15 @@ typedef struct {
     int batch, t, rows; /* padded: rows = batch · t encoder frames */
     int chunk, left;
     hark_err_t *err;
+    /* chunk streaming (conformer_gpu_forward_chunks): rows are the packed chunk rows, attention
+     * and the depthwise conv go through the cache pool; NULL for the offline forward */
+    const struct conformer_gpu_chunks *ck;
+    const cuda_chunk_meta_t *mt; /* device metadata of the step */
+    int max_keys;                /* the most keys a row of the step attends to */
 } gfwd_t;
+
+static int chunk_mhsa(const gfwd_t *F, const gblock_t *bk);
+static int chunk_conv_module(const gfwd_t *F, const gblock_t *bk);
 
 /* profiling: the time since the previous mark is charged to `stage` (a no-op unless profiling) */
 static void mark(conformer_gpu_state_t *s, int stage)
@@ -950,6 +958,8 @@ static int mhsa(const gfwd_t *F, const gblock_t *bk)
     conformer_gpu_state_t *s = F->s;
     const conformer_gpu_model_t *m = s->m;
     int d = m->d, rel = m->cfg.pos == POS_REL;
+    if (F->ck)
+        return chunk_mhsa(F, bk);
     TRY(gemm_w(F, s->big32, s->hn, &bk->qkv, F->rows, 3 * d, d));
     if (rel) /* p = linear_pos(pe[0:t]) */
         TRY(cuda_gemm(s->p32, OPS_F32, s->dt == OPS_F32 ? (const void *)m->pe32 : wmat(F, &m->pe16),
@@ -969,6 +979,8 @@ static int conv_module(const gfwd_t *F, const gblock_t *bk)
     conformer_gpu_state_t *s = F->s;
     const conformer_gpu_model_t *m = s->m;
     int d = m->d, kk = m->kernel, causal = m->cfg.causal;
+    if (F->ck)
+        return chunk_conv_module(F, bk);
     TRY(gemm_w(F, s->big32, s->hn, &bk->pw1, F->rows, 2 * d, d));
     TRY(cuda_glu(s->u, OPS_F32, s->big32, bk->pw1_b, F->rows, d, s->stream, F->err));
     int bn = m->cfg.cnn_norm == CNN_NORM_BATCH;
@@ -1379,7 +1391,7 @@ int conformer_gpu_forward(conformer_gpu_state_t *s, const conformer_opts_t *opts
     int cs = c->use_dynamic_chunk       ? o->chunk_size
              : c->static_chunk_size > 0 ? c->static_chunk_size
                                         : -1;
-    gfwd_t F = {s, batch, t_out, batch * t_out, cs > 0 ? cs : 0, cs > 0 ? o->left_chunks : -1, err};
+    gfwd_t F = {s, batch, t_out, batch * t_out, cs > 0 ? cs : 0, cs > 0 ? o->left_chunks : -1, err, NULL, NULL, 0};
     for (int b = 0; b < batch; b++)
         enc_lens[b] = conformer_gpu_out_len(m, lens[b]);
     if (t_out <= 0) /* every utterance too short: an empty output */
@@ -1442,7 +1454,7 @@ static int ctc_logits(conformer_gpu_state_t *s, float *d_out, const float *d_enc
     if (t_enc == 0)
         return HARK_OK;
     int rows = batch * t_enc;
-    gfwd_t F = {s, batch, t_enc, rows, 0, -1, err};
+    gfwd_t F = {s, batch, t_enc, rows, 0, -1, err, NULL, NULL, 0};
     TRY(cuda_set_lens(s->d_ctc_lens, enc_lens, batch, s->stream, err));
     if (s->dt != OPS_F32) {
         TRY(cuda_cast(s->hn, s->dt, d_enc, OPS_F32, (size_t)rows * m->d, s->stream, err));
@@ -1524,6 +1536,407 @@ const char *conformer_gpu_stage_name(int stage)
         "subsampling", "feed-forward", "attention projections", "attention core", "conv module",
         "norms",       "ctc head"};
     return stage >= 0 && stage < CONFORMER_GPU_STAGES ? names[stage] : "?";
+}
+
+/* ---- chunk streaming: conformer_forward_chunks on the device ---------------------------------
+ * The FP32 forward's structure (cuBLAS GEMMs with FP32 outputs, fused residual + norm kernels)
+ * runs for every precision here, with 16-bit GEMM operands in FP16 / BF16; the stages that read
+ * other frames go through the pool: subsampling over each chunk's own (zero-padded) window,
+ * K/V stored into each stream's slot (a ring indexed by absolute position), attention over the
+ * slot's keys (rel_pos: a table linear_pos(pe) per layer made at creation, indexed by the key's
+ * absolute position), the causal depthwise conv over the slot's conv cache. The conv cache keeps
+ * glu(pointwise_conv1(h)) of the last K-1 inputs (what the CPU recomputes from its cache of h;
+ * an empty cache reads the causal_left rows, glu(bias), as the CPU's zeros give). */
+
+struct conformer_gpu_chunks {
+    const conformer_gpu_model_t *m;
+    conformer_gpu_state_t *s; /* private: stream, cuBLAS, scratch for (slots, max_frames) */
+    int slots, max_frames, cap, lc, layers;
+    void *mem;         /* one device block, the views below */
+    float *kc, *vc;    /* (slots, L, cap, D) keys / values after linear_k/v (+ bias) */
+    float *cnn;        /* (slots, L, K-1, D) conv cache (above); causal conv only */
+    float *pt;         /* (L, max_len, D) linear_pos(pe); rel_pos only */
+    float *feats;      /* (slots, max_frames, in_dim) the step's windows, padded */
+    float *enc, *logp; /* (max_rows, D), (max_rows, V) */
+    int *d_meta;       /* (meta_n) the step's metadata (layout: chunk_meta_views) */
+    void *extra;       /* FP16 / BF16: the FP32-structured buffers (a, u, big32) of s */
+    int *h_meta;       /* pinned (meta_n) */
+    float *h_feats, *h_enc, *h_logp; /* pinned, as feats, enc, logp */
+    int meta_n;
+    int *offset, *cache_t, *cache_frames; /* (slots) host bookkeeping per slot */
+};
+
+/* slot, row0 (n + 1), pos0, ctx, fresh, lens (slots each), chunk (max_rows) in one int block */
+static cuda_chunk_meta_t chunk_meta_views(const int *base, int slots, int n, int rows)
+{
+    size_t sl = (size_t)slots;
+    cuda_chunk_meta_t mt = {n,
+                            rows,
+                            base,
+                            base + sl,
+                            base + 2 * sl + 1,
+                            base + 3 * sl + 1,
+                            base + 4 * sl + 1,
+                            base + 6 * sl + 1};
+    return mt;
+}
+
+static int *chunk_lens_view(int *base, int slots)
+{
+    return base + 5 * (size_t)slots + 1;
+}
+
+void conformer_gpu_chunks_destroy(conformer_gpu_chunks_t *p)
+{
+    if (!p)
+        return;
+    conformer_gpu_state_destroy(p->s); /* waits for its work */
+    cudaFree(p->mem);
+    cudaFree(p->extra);
+    cudaFreeHost(p->h_meta);
+    cudaFreeHost(p->h_feats);
+    cudaFreeHost(p->h_enc);
+    cudaFreeHost(p->h_logp);
+    hark_free(p->offset);
+    hark_free(p->cache_t);
+    hark_free(p->cache_frames);
+    hark_free(p);
+}
+
+int conformer_gpu_chunks_create(const conformer_gpu_model_t *m, int precision, int slots,
+                                int max_frames, int cap, conformer_gpu_chunks_t **out,
+                                hark_err_t *err)
+{
+    *out = NULL;
+    const wenet_config_t *c = &m->cfg;
+    if (slots < 1 || slots > CUDA_MAX_LENS || max_frames < 1 || cap < 1)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "conformer chunks (gpu): %d slots (1 .. %d), %d frames, cap %d", slots,
+                       CUDA_MAX_LENS, max_frames, cap);
+    if (cap > c->max_len)
+        cap = c->max_len; /* no stream gets past the positional table */
+    if ((size_t)(2 * m->dk + cap) * sizeof(float) > 200 * 1024)
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "conformer chunks (gpu): %d cached keys per stream is too many", cap);
+    conformer_gpu_chunks_t *p = hark_calloc(1, sizeof *p);
+    if (!p)
+        return err_set(err, HARK_ERR_NOMEM, "conformer chunks (gpu): out of memory");
+    p->m = m;
+    p->slots = slots;
+    p->max_frames = max_frames;
+    p->cap = cap;
+    p->layers = c->n_blocks;
+    p->lc = c->use_cnn_module && c->causal && m->kernel > 1 ? m->kernel - 1 : 0;
+    p->offset = hark_calloc((size_t)slots, sizeof(int));
+    p->cache_t = hark_calloc((size_t)slots, sizeof(int));
+    p->cache_frames = hark_calloc((size_t)slots, sizeof(int));
+    int rc = conformer_gpu_state_create(m, precision, slots, max_frames, &p->s, err);
+    if (rc) {
+        conformer_gpu_chunks_destroy(p);
+        return rc;
+    }
+    if (!p->offset || !p->cache_t || !p->cache_frames) {
+        conformer_gpu_chunks_destroy(p);
+        return err_set(err, HARK_ERR_NOMEM, "conformer chunks (gpu): out of memory");
+    }
+    for (int i = 0; i < slots; i++)
+        p->cache_frames[i] = -1;
+    conformer_gpu_state_t *s = p->s;
+    size_t d = (size_t)m->d, L = (size_t)(p->layers > 0 ? p->layers : 1), S = (size_t)slots;
+    size_t rows = (size_t)s->max_rows, v = (size_t)m->vocab;
+    size_t kv = S * L * (size_t)cap * d * 4, cn = S * L * (size_t)p->lc * d * 4;
+    size_t pt = c->pos == POS_REL ? L * (size_t)c->max_len * d * 4 : 0;
+    size_t fb = S * (size_t)max_frames * m->in_dim * 4;
+    p->meta_n = 6 * slots + 1 + s->max_rows;
+    size_t total = 2 * al(kv) + al(cn) + al(pt) + al(fb) + al(rows * d * 4) + al(rows * v * 4) +
+                   al((size_t)p->meta_n * sizeof(int));
+    size_t w32 = (size_t)m->ffn > 3 * d ? (size_t)m->ffn : 3 * d;
+    cudaError_t e = cudaMalloc(&p->mem, total);
+    if (e == cudaSuccess && s->dt != OPS_F32)
+        e = cudaMalloc(&p->extra, 2 * al(rows * d * 4) + al(rows * w32 * 4));
+    if (e != cudaSuccess) {
+        conformer_gpu_chunks_destroy(p);
+        return err_set(err, HARK_ERR_NOMEM,
+                       "conformer chunks (gpu): %zu MiB of caches for %d streams of %d keys: %s",
+                       total >> 20, slots, cap, cudaGetErrorString(e));
+    }
+    char *q = p->mem;
+#define TAKE(dst, type, nbytes) (dst = (type)(void *)q, q += al(nbytes))
+    TAKE(p->kc, float *, kv);
+    TAKE(p->vc, float *, kv);
+    TAKE(p->cnn, float *, cn);
+    TAKE(p->pt, float *, pt);
+    TAKE(p->feats, float *, fb);
+    TAKE(p->enc, float *, rows *d * 4);
+    TAKE(p->logp, float *, rows *v * 4);
+    TAKE(p->d_meta, int *, (size_t)p->meta_n * sizeof(int));
+    HARK_ASSERT((size_t)(q - (char *)p->mem) == total);
+    if (s->dt != OPS_F32) { /* the FP32-structured forward's float buffers, which s lacks */
+        q = p->extra;
+        TAKE(s->a, float *, rows *d * 4);
+        TAKE(s->u, float *, rows *d * 4);
+        TAKE(s->big32, float *, rows *w32 * 4);
+    }
+#undef TAKE
+    if ((e = cudaMallocHost((void **)&p->h_meta, (size_t)p->meta_n * sizeof(int))) ||
+        (e = cudaMallocHost((void **)&p->h_feats, fb)) ||
+        (e = cudaMallocHost((void **)&p->h_enc, rows * d * 4)) ||
+        (e = cudaMallocHost((void **)&p->h_logp, rows * v * 4))) {
+        conformer_gpu_chunks_destroy(p);
+        return cuda_err(err, e, "pinned staging");
+    }
+    memset(p->h_feats, 0, fb);
+    if (c->pos == POS_REL) { /* pt_l = linear_pos(pe) over the whole table, per layer */
+        gfwd_t F = {s, 1, c->max_len, c->max_len, 0, -1, err, NULL, NULL, 0};
+        const void *pe = s->dt == OPS_F32 ? (const void *)m->pe32 : wmat(&F, &m->pe16);
+        for (int l = 0; l < p->layers; l++)
+            if ((rc = gemm_w(&F, p->pt + (size_t)l * c->max_len * d, pe, &m->blocks[l].pos,
+                             c->max_len, m->d, m->d))) {
+                conformer_gpu_chunks_destroy(p);
+                return rc;
+            }
+    }
+    if ((rc = conformer_gpu_sync(s, err))) {
+        conformer_gpu_chunks_destroy(p);
+        return rc;
+    }
+    s->bytes += total + (p->extra ? 2 * al(rows * d * 4) + al(rows * w32 * 4) : 0);
+    *out = p;
+    return HARK_OK;
+}
+
+void conformer_gpu_chunks_reset(conformer_gpu_chunks_t *p, int slot, int cache_frames)
+{
+    HARK_ASSERT(slot >= 0 && slot < p->slots);
+    p->offset[slot] = 0;
+    p->cache_t[slot] = 0;
+    p->cache_frames[slot] = cache_frames;
+}
+
+int conformer_gpu_chunks_offset(const conformer_gpu_chunks_t *p, int slot)
+{
+    HARK_ASSERT(slot >= 0 && slot < p->slots);
+    return p->offset[slot];
+}
+
+size_t conformer_gpu_chunks_bytes(const conformer_gpu_chunks_t *p)
+{
+    return conformer_gpu_state_bytes(p->s);
+}
+
+static int chunk_mhsa(const gfwd_t *F, const gblock_t *bk)
+{
+    conformer_gpu_state_t *s = F->s;
+    const conformer_gpu_model_t *m = s->m;
+    const conformer_gpu_chunks_t *p = F->ck;
+    int d = m->d, l = (int)(bk - m->blocks), rel = m->cfg.pos == POS_REL;
+    long long ss = (long long)p->layers * p->cap * d;
+    float *kc = p->kc + (size_t)l * p->cap * d, *vc = p->vc + (size_t)l * p->cap * d;
+    TRY(gemm_w(F, s->big32, s->hn, &bk->qkv, F->rows, 3 * d, d));
+    TRY(cuda_chunk_kv_store(kc, vc, ss, p->cap, s->big32 + d, s->big32 + 2 * d, 3 * d,
+                            bk->qkv_b + d, bk->qkv_b + 2 * d, F->mt, d, s->stream, F->err));
+    void *ctx = s->dt == OPS_F32 ? (void *)s->u : s->s16a;
+    TRY(cuda_chunk_attention(ctx, s->dt, s->big32, 3 * d, bk->qkv_b, kc, vc, ss, p->cap,
+                             rel ? p->pt + (size_t)l * m->cfg.max_len * d : NULL,
+                             rel ? bk->pos_u : NULL, rel ? bk->pos_v : NULL, F->mt, F->max_keys,
+                             m->h, m->dk, 1.0f / sqrtf((float)m->dk), s->stream, F->err));
+    return gemm_w(F, s->a, ctx, &bk->o, F->rows, d, d);
+}
+
+static int chunk_conv_module(const gfwd_t *F, const gblock_t *bk)
+{
+    conformer_gpu_state_t *s = F->s;
+    const conformer_gpu_model_t *m = s->m;
+    const conformer_gpu_chunks_t *p = F->ck;
+    int d = m->d, kk = m->kernel, l = (int)(bk - m->blocks), causal = m->cfg.causal;
+    TRY(gemm_w(F, s->big32, s->hn, &bk->pw1, F->rows, 2 * d, d));
+    TRY(cuda_glu(s->u, OPS_F32, s->big32, bk->pw1_b, F->rows, d, s->stream, F->err));
+    float *cache = p->lc ? p->cnn + (size_t)l * p->lc * d : NULL;
+    TRY(cuda_chunk_dwconv(s->a, s->u, cache, (long long)p->layers * p->lc * d, bk->causal_left,
+                          bk->dw_w, bk->dw_b, F->mt, d, kk, causal ? kk - 1 : (kk - 1) / 2,
+                          s->stream, F->err));
+    const float *z = s->a;
+    if (m->cfg.cnn_norm == CNN_NORM_BATCH) {
+        TRY(cuda_batch_norm(s->a, s->a, bk->cnn_norm.g, bk->cnn_norm.b, bk->bn_mean, bk->bn_var,
+                            F->rows, d, NORM_EPS, s->stream, F->err));
+    } else {
+        TRY(cuda_layer_norm(s->big32, OPS_F32, s->a, bk->cnn_norm.g, bk->cnn_norm.b, F->rows, d,
+                            NORM_EPS, s->stream, F->err));
+        z = s->big32;
+    }
+    TRY(cuda_bias_act(s->big, s->dt, z, NULL, F->rows, d, act_of(&m->cfg), s->stream, F->err));
+    return gemm_w(F, s->a, s->big, &bk->pw2, F->rows, d, d);
+}
+
+/* the subsampling of the step's nk windows (padded to t_max frames) into s->a (nk, t_pad, D),
+ * before the embedding's bias and scale */
+static int chunk_subsample(const gfwd_t *F, const conformer_opts_t *o, const float *d_feats,
+                           int nk, int t_max, int t_pad)
+{
+    conformer_gpu_state_t *s = F->s;
+    const conformer_gpu_model_t *m = s->m;
+    hark_err_t *err = F->err;
+    const float *mean = o->skip_cmvn ? NULL : m->cmvn_mean;
+    int hh, ww;
+    const void *in;
+    if (s->dt == OPS_F32) {
+        TRY(cuda_cmvn(s->in0, s->dt, d_feats, mean, m->cmvn_istd, s->d_lens, nk, t_max, m->in_dim,
+                      s->stream, err));
+        in = s->in0;
+        hh = t_max, ww = m->in_dim;
+        for (int i = 0; i < m->n_conv; i++) {
+            const gconv_t *cv = &m->conv[i];
+            TRY(cuda_conv2d(s->cbuf[i], s->col, s->col_bytes, in, cv->w.f32, wmat(F, &cv->w),
+                            cv->b, s->dt, nk, cv->cin, hh, ww, cv->cout, cv->k, cv->k, cv->stride,
+                            1, s->g, err));
+            hh = conv_out(hh, cv->k, cv->stride);
+            ww = conv_out(ww, cv->k, cv->stride);
+            in = s->cbuf[i];
+        }
+    } else {
+        const gconv_t *c0 = &m->conv[0];
+        TRY(cuda_conv1_cmvn(s->cbuf[0], s->dt, d_feats, mean, m->cmvn_istd, s->d_lens, nk, t_max,
+                            m->in_dim, c0->w.f32, c0->b, c0->cout, c0->k, c0->stride, 1, s->stream,
+                            err));
+        hh = conv_out(t_max, c0->k, c0->stride), ww = conv_out(m->in_dim, c0->k, c0->stride);
+        for (int i = 1; i < m->n_conv; i++) {
+            const gconv_t *cv = &m->conv[i];
+            cuda_epi_t e = epi(s, CUDA_EPI_F16, s->cbuf[i], cv->cout, cv->b);
+            e.act = CUDA_ACT_RELU;
+            TRY(cuda_hconv2d(&e, s->cbuf[i - 1], wmat(F, &cv->w), nk, cv->cin, hh, ww, cv->cout,
+                             cv->k, cv->k, cv->stride, s->g, err));
+            hh = conv_out(hh, cv->k, cv->stride);
+            ww = conv_out(ww, cv->k, cv->stride);
+        }
+        in = s->cbuf[m->n_conv - 1];
+    }
+    HARK_ASSERT(hh == t_pad && m->conv[m->n_conv - 1].cout * ww == m->embed_in);
+    return gemm_w(F, s->a, in, &m->embed, nk * t_pad, m->d, m->embed_in);
+}
+
+int conformer_gpu_forward_chunks(conformer_gpu_chunks_t *p, const int *slots,
+                                 const conformer_opts_t *opts, float *enc, float *logp, int *n_out,
+                                 const float *const *feats, const int *frames, int n,
+                                 hark_err_t *err)
+{
+    const conformer_gpu_model_t *m = p->m;
+    const wenet_config_t *c = &m->cfg;
+    conformer_gpu_state_t *s = p->s;
+    conformer_opts_t dflt = conformer_default_opts();
+    const conformer_opts_t *o = opts ? opts : &dflt;
+    if (n < 1 || n > p->slots)
+        return err_set(err, n < 1 ? HARK_ERR_INVALID_ARG : HARK_ERR_TOO_LARGE,
+                       "conformer chunks (gpu): %d streams (the pool takes 1 .. %d)", n, p->slots);
+    int *h = p->h_meta, S = p->slots, nk = 0, rows = 0, t_max = 0, max_keys = 1;
+    int *slot = h, *row0 = h + S, *pos0 = h + 2 * S + 1, *ctx = h + 3 * S + 1;
+    int *fresh = h + 4 * S + 1, *lens = chunk_lens_view(h, S), *chunk = h + 6 * S + 1;
+    for (int b = 0; b < n; b++) {
+        n_out[b] = 0;
+        int sl = slots[b];
+        if (sl < 0 || sl >= S)
+            return err_set(err, HARK_ERR_INVALID_ARG, "conformer chunks (gpu): slot %d of %d", sl,
+                           S);
+        for (int j = 0; j < b; j++)
+            HARK_ASSERT(slots[j] != sl); /* one chunk per stream and step */
+        if (frames[b] < 0 || frames[b] > p->max_frames)
+            return err_set(err, HARK_ERR_TOO_LARGE,
+                           "conformer chunk %d (gpu): %d frames (the pool takes at most %d)", b,
+                           frames[b], p->max_frames);
+        int r = conformer_gpu_out_len(m, frames[b]);
+        if (r <= 0)
+            continue;
+        if (p->offset[sl] + r > c->max_len)
+            return err_set(err, HARK_ERR_TOO_LARGE,
+                           "conformer chunk %d (gpu): stream reached %d encoder frames, past the "
+                           "positional table's %d",
+                           b, p->offset[sl] + r, c->max_len);
+        if (p->cache_t[sl] + r > p->cap)
+            return err_set(err, HARK_ERR_TOO_LARGE,
+                           "conformer chunk %d (gpu): %d cached + %d new frames exceed the pool's "
+                           "%d keys per stream",
+                           b, p->cache_t[sl], r, p->cap);
+        slot[nk] = sl;
+        row0[nk] = rows;
+        pos0[nk] = p->offset[sl];
+        ctx[nk] = p->cache_t[sl];
+        fresh[nk] = p->offset[sl] == 0;
+        lens[nk] = frames[b];
+        for (int i = 0; i < r; i++)
+            chunk[rows + i] = nk;
+        max_keys = ctx[nk] + r > max_keys ? ctx[nk] + r : max_keys;
+        t_max = frames[b] > t_max ? frames[b] : t_max;
+        rows += r;
+        nk++;
+    }
+    row0[nk] = rows;
+    if (rows == 0)
+        return HARK_OK;
+    int t_pad = conformer_gpu_out_len(m, t_max);
+    HARK_ASSERT(rows <= s->max_rows && nk * t_pad <= s->max_rows);
+    /* the windows, padded to t_max frames (rows past a window's end are never read) */
+    size_t fd = (size_t)m->in_dim;
+    for (int b = 0, k = 0; b < n; b++) {
+        if (conformer_gpu_out_len(m, frames[b]) <= 0)
+            continue;
+        memcpy(p->h_feats + (size_t)k * t_max * fd, feats[b], (size_t)frames[b] * fd * 4);
+        k++;
+    }
+    cudaError_t e = cudaMemcpyAsync(p->d_meta, h, (size_t)p->meta_n * sizeof(int),
+                                    cudaMemcpyHostToDevice, s->stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(p->feats, p->h_feats, (size_t)nk * t_max * fd * 4,
+                            cudaMemcpyHostToDevice, s->stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(s->d_lens, chunk_lens_view(p->d_meta, S), (size_t)nk * sizeof(int),
+                            cudaMemcpyDeviceToDevice, s->stream);
+    if (e != cudaSuccess)
+        return cuda_err(err, e, "chunk upload");
+    cuda_chunk_meta_t mt = chunk_meta_views(p->d_meta, S, nk, rows);
+    gfwd_t F = {s, nk, t_pad, rows, 0, -1, err, p, &mt, max_keys};
+    int d = m->d;
+    TRY(chunk_subsample(&F, o, p->feats, nk, t_max, t_pad));
+    TRY(cuda_chunk_embed(s->x, s->a, t_pad, m->embed_b, m->xscale,
+                         c->pos == POS_ABS ? m->pe32 : NULL, &mt, d, s->stream, err));
+    const dnorm_t *n0 = c->normalize_before ? first_norm(m, 0) : NULL;
+    if (n0)
+        TRY(cuda_layer_norm(s->hn, s->dt, s->x, n0->g, n0->b, rows, d, NORM_EPS, s->stream, err));
+    else
+        TRY(cuda_cast(s->hn, s->dt, s->x, OPS_F32, (size_t)rows * d, s->stream, err));
+    for (int i = 0; i < c->n_blocks; i++)
+        TRY(block_forward(&F, i));
+    if (c->normalize_before)
+        TRY(cuda_layer_norm(p->enc, OPS_F32, s->x, m->after_norm.g, m->after_norm.b, rows, d,
+                            NORM_EPS, s->stream, err));
+    else
+        TRY(cuda_cast(p->enc, OPS_F32, s->x, OPS_F32, (size_t)rows * d, s->stream, err));
+    if (logp) { /* the CTC head */
+        TRY(cuda_cast(s->hn, s->dt, p->enc, OPS_F32, (size_t)rows * d, s->stream, err));
+        TRY(gemm_w(&F, p->logp, s->hn, &m->ctc, rows, m->vocab, d));
+        TRY(cuda_log_softmax(p->logp, p->logp, m->ctc_b, NULL, rows, rows, m->vocab, s->stream,
+                             err));
+        e = cudaMemcpyAsync(p->h_logp, p->logp, (size_t)rows * m->vocab * 4,
+                            cudaMemcpyDeviceToHost, s->stream);
+        if (e != cudaSuccess)
+            return cuda_err(err, e, "chunk log-probs download");
+    }
+    if (enc && (e = cudaMemcpyAsync(p->h_enc, p->enc, (size_t)rows * d * 4,
+                                    cudaMemcpyDeviceToHost, s->stream)) != cudaSuccess)
+        return cuda_err(err, e, "chunk encoder download");
+    TRY(conformer_gpu_sync(s, err));
+    if (enc)
+        memcpy(enc, p->h_enc, (size_t)rows * d * 4);
+    if (logp)
+        memcpy(logp, p->h_logp, (size_t)rows * m->vocab * 4);
+    for (int b = 0; b < n; b++) {
+        int sl = slots[b], r = conformer_gpu_out_len(m, frames[b]);
+        if (r <= 0)
+            continue;
+        int tk = p->cache_t[sl] + r, cf = p->cache_frames[sl];
+        p->cache_t[sl] = cf < 0 ? tk : cf < tk ? cf : tk;
+        p->offset[sl] += r;
+        n_out[b] = r;
+    }
+    return HARK_OK;
 }
 
 #else /* !HARK_CUDA */
@@ -1624,6 +2037,36 @@ int conformer_gpu_profile_read(conformer_gpu_state_t *s, double *ms, hark_err_t 
 const char *conformer_gpu_stage_name(int stage)
 {
     return "?";
+}
+
+int conformer_gpu_chunks_create(const conformer_gpu_model_t *m, int precision, int slots,
+                                int max_frames, int cap, conformer_gpu_chunks_t **out,
+                                hark_err_t *err)
+{
+    *out = NULL;
+    return no_cuda(err);
+}
+
+void conformer_gpu_chunks_destroy(conformer_gpu_chunks_t *p) {}
+
+void conformer_gpu_chunks_reset(conformer_gpu_chunks_t *p, int slot, int cache_frames) {}
+
+int conformer_gpu_chunks_offset(const conformer_gpu_chunks_t *p, int slot)
+{
+    return 0;
+}
+
+size_t conformer_gpu_chunks_bytes(const conformer_gpu_chunks_t *p)
+{
+    return 0;
+}
+
+int conformer_gpu_forward_chunks(conformer_gpu_chunks_t *p, const int *slots,
+                                 const conformer_opts_t *opts, float *enc, float *logp, int *n_out,
+                                 const float *const *feats, const int *frames, int n,
+                                 hark_err_t *err)
+{
+    return no_cuda(err);
 }
 
 #endif

@@ -24,8 +24,8 @@
  * conv module with per-utterance masking, batch/layer norm, swish/relu/gelu, pre/post norm), full
  * context or WeNet's chunk mask (opts->chunk_size, left_chunks, as conformer_forward). The padded
  * batch stays padded on the GPU: each utterance sees only its own frames (keys masked, the
- * depthwise conv reads zeros past its end), so it gets its single-utterance result. No streaming
- * (forward_chunk) and no debug hook here.
+ * depthwise conv reads zeros past its end), so it gets its single-utterance result. Streaming:
+ * conformer_gpu_chunks below. No debug hook here.
  */
 #ifndef HARK_MODEL_CONFORMER_GPU_H
 #define HARK_MODEL_CONFORMER_GPU_H
@@ -135,6 +135,39 @@ enum {
 void conformer_gpu_profile(conformer_gpu_state_t *s, int on);
 int conformer_gpu_profile_read(conformer_gpu_state_t *s, double *ms, hark_err_t *err);
 const char *conformer_gpu_stage_name(int stage);
+
+/* ---- chunk streaming: conformer_forward_chunks on the device ---------------------------------
+ * A pool of `slots` streams whose encoder caches stay on the device, all sized at creation: K and
+ * V of every layer (slots, L, cap, D) each (cap: cached keys + one chunk per stream, at most the
+ * positional table's max_len), the causal conv caches (slots, L, K-1, D), and the scratch of one
+ * step of up to `slots` chunks of up to max_frames fbank frames (nothing is allocated per step).
+ * A stream is a slot: reset it (cache_frames as conformer_stream_create's) before its first
+ * chunk. One step, conformer_gpu_forward_chunks, runs one chunk of each of n streams at their own
+ * offsets in one batched forward and gives what conformer_forward_chunks (conformer.h) gives on
+ * the CPU: enc (Σ n_out, D) packed, chunk b's rows after chunk b-1's; logp (Σ n_out, V) their
+ * CTC log-probs; either may be NULL. Host in, host out: the call waits for its work. FP16 and
+ * BF16 run 16-bit GEMM operands with FP32 outputs (the FP32 forward's structure), attention and
+ * the caches in FP32. On a failure before the forward nothing changes; a CUDA failure inside it
+ * leaves the n streams' device caches undefined (reset them). One thread uses a pool at a time. */
+typedef struct conformer_gpu_chunks conformer_gpu_chunks_t;
+
+/* precision as conformer_gpu_state_create; slots 1..512. HARK_ERR_NOMEM when the caches do not
+ * fit, HARK_ERR_CUDA. */
+int conformer_gpu_chunks_create(const conformer_gpu_model_t *m, int precision, int slots,
+                                int max_frames, int cap, conformer_gpu_chunks_t **out,
+                                hark_err_t *err);
+void conformer_gpu_chunks_destroy(conformer_gpu_chunks_t *p); /* accepts NULL */
+/* An empty history for slot; cache_frames: < 0 all of it, 0 none, > 0 the last n keys. */
+void conformer_gpu_chunks_reset(conformer_gpu_chunks_t *p, int slot, int cache_frames);
+int conformer_gpu_chunks_offset(const conformer_gpu_chunks_t *p, int slot); /* encoder frames */
+size_t conformer_gpu_chunks_bytes(const conformer_gpu_chunks_t *p); /* device memory held */
+/* slots (n) distinct; feats[b] (frames[b], input_dim) host; n_out (n) encoder rows per chunk (0:
+ * too short, that stream unchanged). opts: skip_cmvn only. HARK_ERR_TOO_LARGE past max_frames,
+ * the positional table or cap; HARK_ERR_CUDA. */
+int conformer_gpu_forward_chunks(conformer_gpu_chunks_t *p, const int *slots,
+                                 const conformer_opts_t *opts, float *enc, float *logp, int *n_out,
+                                 const float *const *feats, const int *frames, int n,
+                                 hark_err_t *err);
 
 #ifdef __cplusplus
 }

@@ -964,6 +964,20 @@ const conformer_model_t *wenet_asr_encoder(const wenet_asr_t *a)
     return a->enc;
 }
 
+const struct conformer_gpu_model *wenet_asr_gpu_encoder(const wenet_asr_t *a, int *prec,
+                                                        int *device)
+{
+    *prec = 0;
+    *device = a->device;
+#ifdef HARK_CUDA
+    if (a->device >= 0 && a->gpu) {
+        *prec = gpu_precision(a->precision);
+        return a->gpu;
+    }
+#endif
+    return NULL;
+}
+
 const feat_plan_t *wenet_asr_fbank(const wenet_asr_t *a)
 {
     return a->fbank;

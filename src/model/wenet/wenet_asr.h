@@ -173,6 +173,10 @@ int wenet_check_opts(const wenet_asr_t *asr, const wenet_decode_opts_t *opts, ha
 
 /* ---- for the engine's own modules (wenet_stream.c) ------------------------------------------ */
 const conformer_model_t *wenet_asr_encoder(const wenet_asr_t *asr);
+/* The encoder on the device (NULL for a CPU model), its conformer_gpu precision flag in *prec
+ * and its CUDA device in *device. */
+const struct conformer_gpu_model *wenet_asr_gpu_encoder(const wenet_asr_t *asr, int *prec,
+                                                        int *device);
 const struct feat_plan *wenet_asr_fbank(const wenet_asr_t *asr);
 /* The result of a CTC search's n-best (taken: *nb is released) for the options' method: greedy
  * (nb from ctc_greedy_search), prefix beam, or attention rescoring of nb's candidates over the

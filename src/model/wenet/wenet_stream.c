@@ -17,9 +17,14 @@
 #include "core/assert.h"
 #include "dsp/features.h"
 #include "hark.h"
+#include "model/wenet/conformer_gpu.h"
 #include "search/ctc.h"
 
 #include <string.h>
+
+#ifdef HARK_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #define TAIL_HOPS 400 /* PCM taken per fbank call: up to 4 s of 10 ms hops past one window */
 
@@ -38,7 +43,9 @@ struct wenet_stream {
     float *feats;              /* (max_frames, input_dim) every fbank frame so far */
     int n_frames;
     float *enc;                /* (max_te, D) every encoder frame so far */
-    conformer_stream_t *cs;    /* attention / conv caches, reserved for max_te keys */
+    conformer_stream_t *cs;    /* CPU: attention / conv caches, reserved for max_te keys; GPU: NULL
+                                  (the caches are slot `this - pool->slots` of pool->gpu) */
+    int te;                    /* encoder frames so far */
     ctc_beam_t *beam;          /* prefix beam methods: made at open, freed at close */
     int *arg;                  /* (max_te) greedy: argmax of every frame */
     double greedy_score;       /* greedy: sum of the frame maxima (of the segment) */
@@ -64,6 +71,9 @@ struct wenet_stream_pool {
     int *frames, *n_out;     /* (max_sequences) */
     const float **feats;     /* (max_sequences) */
     conformer_stream_t **cs; /* (max_sequences) */
+    conformer_gpu_chunks_t *gpu; /* a GPU model's streams: their caches on the device, else NULL */
+    int *slot_of;            /* (max_sequences) GPU: the pool slot of each chunk of a step */
+    int device;              /* GPU: the CUDA device */
 };
 
 static void slot_free_mem(wenet_stream_t *s)
@@ -85,6 +95,8 @@ void wenet_stream_pool_destroy(wenet_stream_pool_t *p)
         slot_free_mem(&p->slots[i]);
     hark_free(p->slots);
     conformer_state_destroy(p->state);
+    conformer_gpu_chunks_destroy(p->gpu);
+    hark_free(p->slot_of);
     hark_free(p->enc);
     hark_free(p->logp);
     hark_free(p->frames);
@@ -136,7 +148,17 @@ int wenet_stream_pool_create(const wenet_asr_t *asr, int max_sequences, double m
     p->tail_cap = (size_t)fb->frame_span + (size_t)TAIL_HOPS * fb->hop;
     int window = (max_chunk - 1) * p->rate + p->right_context + 1;
     size_t S = (size_t)max_sequences, rows = S * (size_t)max_chunk;
-    int rc = conformer_state_create(p->m, max_sequences, window, &p->state, err);
+    int prec = 0;
+    const conformer_gpu_model_t *gm = wenet_asr_gpu_encoder(asr, &prec, &p->device);
+    int rc;
+    if (gm) { /* the caches of every slot on the device, keys for the whole utterance */
+#ifdef HARK_CUDA
+        cudaSetDevice(p->device);
+#endif
+        rc = conformer_gpu_chunks_create(gm, prec, max_sequences, window, p->max_te, &p->gpu, err);
+    } else {
+        rc = conformer_state_create(p->m, max_sequences, window, &p->state, err);
+    }
     if (rc) {
         wenet_stream_pool_destroy(p);
         return rc;
@@ -148,7 +170,9 @@ int wenet_stream_pool_create(const wenet_asr_t *asr, int max_sequences, double m
     p->n_out = hark_malloc(S * sizeof(int));
     p->feats = hark_malloc(S * sizeof *p->feats);
     p->cs = hark_malloc(S * sizeof *p->cs);
-    rc = !p->slots || !p->enc || !p->logp || !p->frames || !p->n_out || !p->feats || !p->cs
+    p->slot_of = hark_malloc(S * sizeof *p->slot_of);
+    rc = !p->slots || !p->enc || !p->logp || !p->frames || !p->n_out || !p->feats || !p->cs ||
+                 !p->slot_of
              ? HARK_ERR_NOMEM
              : HARK_OK;
     for (int i = 0; i < max_sequences && !rc; i++) {
@@ -160,6 +184,8 @@ int wenet_stream_pool_create(const wenet_asr_t *asr, int max_sequences, double m
         s->arg = hark_malloc((size_t)p->max_te * sizeof(int));
         if (!s->tail || !s->feats || !s->enc || !s->arg)
             rc = HARK_ERR_NOMEM;
+        else if (p->gpu)
+            continue;
         else if ((rc = conformer_stream_create(p->m, -1, &s->cs, err)) ||
                  (rc = conformer_stream_reserve(s->cs, p->max_te, err)))
             break;
@@ -228,8 +254,12 @@ int wenet_stream_open(wenet_stream_pool_t *p, const wenet_decode_opts_t *opts,
     s->seg_tokens = 0;
     s->segments = 0;
     /* WeNet's required_cache_size = decoding_chunk_size * num_decoding_left_chunks */
-    conformer_stream_set_cache(s->cs, opts->left_chunks < 0 ? -1
-                                                            : opts->chunk_size * opts->left_chunks);
+    int cache = opts->left_chunks < 0 ? -1 : opts->chunk_size * opts->left_chunks;
+    if (p->gpu)
+        conformer_gpu_chunks_reset(p->gpu, (int)(s - p->slots), cache);
+    else
+        conformer_stream_set_cache(s->cs, cache);
+    s->te = 0;
     s->state = SLOT_OPEN;
     p->n_open++;
     *out = s;
@@ -339,7 +369,7 @@ int wenet_stream_next_segment(wenet_stream_t *s, hark_err_t *err)
         ctc_beam_reset(s->beam);
     s->greedy_score = 0;
     s->seg_tokens = 0;
-    s->seg_start = conformer_stream_offset(s->cs);
+    s->seg_start = s->te;
     ctc_endpoint_reset(&s->ep);
     s->endpoint = 0;
     s->segments++;
@@ -393,16 +423,26 @@ int wenet_stream_step(wenet_stream_pool_t *p, wenet_stream_t *const *ss, int n, 
         p->frames[b] = next_window(s);
         p->feats[b] = s->feats + (size_t)s->chunks * s->stride * p->in_dim;
         p->cs[b] = s->cs;
+        p->slot_of[b] = (int)(s - p->slots);
     }
     conformer_opts_t co = conformer_default_opts();
     co.n_threads = ss[0]->o.n_threads;
-    int rc = conformer_forward_chunks(p->state, p->cs, &co, p->enc, p->n_out, p->feats, p->frames,
-                                      n, err);
-    int total = 0;
-    for (int b = 0; b < n && !rc; b++)
-        total += p->n_out[b];
-    if (!rc && total > 0)
-        rc = conformer_ctc_log_probs(p->m, &co, p->logp, p->enc, &total, 1, total, err);
+    int rc;
+    if (p->gpu) { /* encoder and CTC log-probs on the device, the searches here */
+#ifdef HARK_CUDA
+        cudaSetDevice(p->device);
+#endif
+        rc = conformer_gpu_forward_chunks(p->gpu, p->slot_of, &co, p->enc, p->logp, p->n_out,
+                                          p->feats, p->frames, n, err);
+    } else {
+        rc = conformer_forward_chunks(p->state, p->cs, &co, p->enc, p->n_out, p->feats,
+                                      p->frames, n, err);
+        int total = 0;
+        for (int b = 0; b < n && !rc; b++)
+            total += p->n_out[b];
+        if (!rc && total > 0)
+            rc = conformer_ctc_log_probs(p->m, &co, p->logp, p->enc, &total, 1, total, err);
+    }
     const float *enc = p->enc, *lp = p->logp;
     for (int b = 0; b < n; b++) {
         wenet_stream_t *s = ss[b];
@@ -410,7 +450,8 @@ int wenet_stream_step(wenet_stream_pool_t *p, wenet_stream_t *const *ss, int n, 
             s->failed = rc;
             continue;
         }
-        int rows = p->n_out[b], t0 = conformer_stream_offset(s->cs) - rows;
+        int rows = p->n_out[b], t0 = s->te;
+        s->te += rows;
         HARK_ASSERT(t0 >= 0 && t0 + rows <= p->max_te);
         memcpy(s->enc + (size_t)t0 * p->D, enc, (size_t)rows * p->D * sizeof(float));
         if (s->beam) {
@@ -437,7 +478,7 @@ static int stream_nbest(const wenet_stream_t *s, ctc_nbest_t *nb, hark_err_t *er
     if (s->beam)
         return ctc_beam_nbest(s->beam, nb, err);
     return ctc_greedy_from_argmax(s->arg + s->seg_start,
-                                  conformer_stream_offset(s->cs) - s->seg_start,
+                                  s->te - s->seg_start,
                                   wenet_asr_config(s->pool->asr)->blank, s->greedy_score, nb, err);
 }
 
@@ -459,7 +500,7 @@ static int segment_result(wenet_stream_t *s, const wenet_decode_opts_t *o, wenet
         return rc;
     const wenet_stream_pool_t *p = s->pool;
     rc = wenet_result_from_ctc(p->asr, o, &nb, s->enc + (size_t)s->seg_start * p->D,
-                               conformer_stream_offset(s->cs) - s->seg_start, r, err);
+                               s->te - s->seg_start, r, err);
     if (rc)
         return rc;
     shift_times(&r->best, s->seg_start);
@@ -501,7 +542,7 @@ const float *wenet_stream_features(const wenet_stream_t *s, int *frames)
 
 const float *wenet_stream_encoder_out(const wenet_stream_t *s, int *rows)
 {
-    *rows = conformer_stream_offset(s->cs);
+    *rows = s->te;
     return s->enc;
 }
 

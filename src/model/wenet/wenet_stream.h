@@ -4,7 +4,10 @@
  * frames every chunk * subsampling frames -> one batched encoder forward for all the streams that
  * have a chunk ready (each over its own attention / conv caches at its own offset) -> CTC -> the
  * prefix beam (or greedy) search continued per stream -> partial results; at the end attention
- * rescoring of the n-best over the stream's whole encoder output.
+ * rescoring of the n-best over the stream's whole encoder output. On a GPU-loaded model the
+ * encoder step runs on the device (conformer_gpu_chunks: every slot's attention and conv caches
+ * kept there, sized at pool creation; max_sequences <= 512), its encoder rows and CTC log-probs
+ * come back to the host, and the searches continue here.
  * Tests: tests/model/wenet/test_wenet_stream.c (goldens: per-chunk encoder output and caches, streaming
  * texts of every method; alone vs batched at other offsets; chunk mask offline = streaming).
  *
@@ -94,6 +97,7 @@ int wenet_stream_segments(const wenet_stream_t *s);
  * output so far, (*rows, D); the encoder stream (offset, caches: conformer_stream_cache). */
 const float *wenet_stream_features(const wenet_stream_t *s, int *frames);
 const float *wenet_stream_encoder_out(const wenet_stream_t *s, int *rows);
+/* NULL on a GPU-loaded model (its caches live on the device) */
 const conformer_stream_t *wenet_stream_encoder(const wenet_stream_t *s);
 /* Chunks stepped so far. */
 int wenet_stream_chunks(const wenet_stream_t *s);

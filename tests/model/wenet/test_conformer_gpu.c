@@ -627,3 +627,192 @@ GPU_TEST(conformer_gpu_fp16_refuses_unsupported_sizes)
     bank_free(&bank);
 }
 #endif
+
+/* ---- chunk streaming on the device vs conformer_forward_chunks ----------------------------- */
+
+enum { CK_NS = 3, CK_GUARD = 16 };
+
+/* Streams the NS synthetic utterances chunk by chunk, batched (stream s joins at step start[s])
+ * or (alone >= 0) that stream only; GPU pool (gp, precision) or CPU (cm). Writes each stream's
+ * encoder rows and CTC log-probs into enc[s], logp[s] (each followed by CK_GUARD NaN guards the
+ * run must not touch). Returns the number of steps that batched more than one stream, -1 on a
+ * failure (reported). */
+static int ck_run(test_ctx_t *t, const wenet_config_t *c, conformer_model_t *cm,
+                  conformer_gpu_chunks_t *gp, float *const *fb, const int *frames,
+                  const int *chunk, const int *left, const int *start, int alone,
+                  float *const *enc, float *const *logp, int *n_rows)
+{
+    int rate = (int)c->subsample, rc = wenet_right_context(c), d = c->d_model, v = c->vocab_size;
+    int max_window = 0, cur[CK_NS] = {0}, mixed = 0;
+    for (int s = 0; s < CK_NS; s++) {
+        int w = (chunk[s] - 1) * rate + rc + 1;
+        max_window = w > max_window ? w : max_window;
+        n_rows[s] = 0;
+    }
+    hark_err_t err = {0};
+    conformer_stream_t *sts[CK_NS] = {NULL};
+    conformer_state_t *state = NULL;
+    float *e_step = hark_malloc(sizeof(float) * CK_NS * (size_t)max_window * d);
+    float *l_step = hark_malloc(sizeof(float) * CK_NS * (size_t)max_window * v);
+    int ok = 1;
+    for (int s = 0; s < CK_NS; s++) {
+        int cache = left[s] < 0 ? -1 : chunk[s] * left[s];
+        if (gp)
+            conformer_gpu_chunks_reset(gp, s, cache);
+        else if (conformer_stream_create(cm, cache, &sts[s], &err))
+            ok = 0;
+    }
+    if (!gp && conformer_state_create(cm, CK_NS, max_window, &state, &err))
+        ok = 0;
+    for (int step = 0; ok; step++) {
+        const float *f[CK_NS];
+        conformer_stream_t *cs[CK_NS];
+        int fr[CK_NS], who[CK_NS], n = 0, n_out[CK_NS];
+        for (int s = 0; s < CK_NS; s++) {
+            if ((alone >= 0 && s != alone) || (alone < 0 && step < start[s]) ||
+                cur[s] >= frames[s] - rc)
+                continue;
+            int w = (chunk[s] - 1) * rate + rc + 1;
+            fr[n] = cur[s] + w < frames[s] ? w : frames[s] - cur[s];
+            f[n] = fb[s] + (size_t)cur[s] * c->input_dim;
+            cs[n] = sts[s];
+            who[n++] = s;
+            cur[s] += chunk[s] * rate;
+        }
+        if (!n)
+            break;
+        mixed += n > 1;
+        int total = 0;
+        if (gp) {
+            ok = conformer_gpu_forward_chunks(gp, who, NULL, e_step, l_step, n_out, f, fr, n,
+                                              &err) == HARK_OK;
+            for (int j = 0; ok && j < n; j++)
+                total += n_out[j];
+        } else {
+            ok = conformer_forward_chunks(state, cs, NULL, e_step, n_out, f, fr, n, &err) ==
+                 HARK_OK;
+            for (int j = 0; ok && j < n; j++)
+                total += n_out[j];
+            if (ok && total > 0)
+                ok = conformer_ctc_log_probs(cm, NULL, l_step, e_step, &total, 1, total, &err) ==
+                     HARK_OK;
+        }
+        const float *e = e_step, *l = l_step;
+        for (int j = 0; ok && j < n; j++) {
+            int s = who[j];
+            memcpy(enc[s] + (size_t)n_rows[s] * d, e, sizeof(float) * (size_t)n_out[j] * d);
+            memcpy(logp[s] + (size_t)n_rows[s] * v, l, sizeof(float) * (size_t)n_out[j] * v);
+            n_rows[s] += n_out[j];
+            e += (size_t)n_out[j] * d;
+            l += (size_t)n_out[j] * v;
+        }
+    }
+    if (!ok)
+        test_fail(t, __FILE__, __LINE__, "chunk run (%s): %s", gp ? "gpu" : "cpu", err.msg);
+    for (int s = 0; s < CK_NS; s++)
+        conformer_stream_destroy(sts[s]);
+    conformer_state_destroy(state);
+    hark_free(e_step), hark_free(l_step);
+    return ok ? mixed : -1;
+}
+
+static int ck_guards_ok(const float *p, size_t n)
+{
+    for (int i = 0; i < CK_GUARD; i++)
+        if (p[n + i] == p[n + i]) /* still NaN */
+            return 0;
+    return 1;
+}
+
+GPU_TEST(gpu_conformer_forward_chunks_matches_cpu)
+{
+    wenet_config_t cfgs[] = {
+        synth_config(SUBSAMPLE_CONV2D8, POS_ABS, 1, CNN_NORM_BATCH, ACT_GELU, 1, 1),
+        synth_config(SUBSAMPLE_CONV2D6, POS_REL, 1, CNN_NORM_LAYER, ACT_SWISH, 1, 1),
+        synth_config(SUBSAMPLE_CONV2D, POS_REL, 0, CNN_NORM_BATCH, ACT_RELU, 0, 0),
+        synth_config(SUBSAMPLE_CONV2D6, POS_ABS, 1, CNN_NORM_LAYER, ACT_SWISH, 0, 1),
+    };
+    static const int chunk[CK_NS] = {3, 5, 7}, left[CK_NS] = {-1, 0, 2}, start[CK_NS] = {0, 2, 1};
+    static const int frames[CK_NS] = {211, 173, 97};
+    static const int precs[2] = {CONFORMER_GPU_FP32, CONFORMER_GPU_FP16};
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
+        const wenet_config_t *c = &cfgs[ci];
+        bank_t bank = {.seed = 1900 + (unsigned)ci};
+        conformer_model_t *cm = NULL;
+        conformer_gpu_model_t *gm = NULL;
+        hark_err_t err = {0};
+        CHECK_OK(conformer_model_create(c, bank_get, &bank, &cm, &err));
+        CHECK_OK(conformer_gpu_model_create(c, bank_get, &bank,
+                                            CONFORMER_GPU_FP32 | CONFORMER_GPU_FP16, &gm, &err));
+        int rate = (int)c->subsample, rc = wenet_right_context(c), d = c->d_model;
+        int v = c->vocab_size, max_window = 0;
+        float *fb[CK_NS], *ce[CK_NS], *cl[CK_NS], *ge[CK_NS], *gl[CK_NS], *ae[CK_NS], *al_[CK_NS];
+        size_t ne[CK_NS], nl[CK_NS];
+        unsigned r = 23 + (unsigned)ci;
+        for (int s = 0; s < CK_NS; s++) {
+            int w = (chunk[s] - 1) * rate + rc + 1;
+            max_window = w > max_window ? w : max_window;
+            fb[s] = hark_malloc(sizeof(float) * frames[s] * c->input_dim);
+            for (int i = 0; i < frames[s] * c->input_dim; i++)
+                fb[s][i] = 2.0f * test_randf(&r);
+            int te = frames[s] / rate + 8;
+            ne[s] = (size_t)te * d, nl[s] = (size_t)te * v;
+            float **bufs[6] = {&ce[s], &cl[s], &ge[s], &gl[s], &ae[s], &al_[s]};
+            for (int k = 0; k < 6; k++) {
+                size_t nn = (k % 2 ? nl[s] : ne[s]) + CK_GUARD;
+                *bufs[k] = hark_malloc(sizeof(float) * nn);
+                for (size_t i = 0; i < nn; i++)
+                    (*bufs[k])[i] = NAN;
+            }
+        }
+        int n_cpu[CK_NS], n_gpu[CK_NS], n_al[CK_NS];
+        CHECK(ck_run(t, c, cm, NULL, fb, frames, chunk, left, start, -1, ce, cl, n_cpu) > 3);
+        for (int pi = 0; pi < 2; pi++) {
+            int prec = precs[pi];
+            conformer_gpu_chunks_t *gp = NULL;
+            /* cap: every key of the longest stream (its cache keeps all history) */
+            CHECK_OK(conformer_gpu_chunks_create(gm, prec, CK_NS, max_window, frames[0] / rate + 8,
+                                                 &gp, &err));
+            CHECK(ck_run(t, c, NULL, gp, fb, frames, chunk, left, start, -1, ge, gl, n_gpu) > 3);
+            double tol = prec == CONFORMER_GPU_FP32 ? CPU_TOL : FP16_SANITY;
+            double btol = prec == CONFORMER_GPU_FP32 ? BATCH_TOL : BATCH_TOL16;
+            for (int s = 0; s < CK_NS; s++) {
+                CHECK_EQ_INT(n_gpu[s], n_cpu[s]);
+                CHECK_EQ_INT(conformer_gpu_chunks_offset(gp, s), n_cpu[s]);
+                double ee = test_rel_rms(ge[s], ce[s], (size_t)n_cpu[s] * d);
+                double el = test_rel_rms(gl[s], cl[s], (size_t)n_cpu[s] * v);
+                CHECKF(ee <= tol && el <= tol, "case %zu %s stream %d: enc %g ctc %g vs cpu", ci,
+                       prec_name(prec), s, ee, el);
+                CHECK(ck_guards_ok(ge[s], ne[s]) && ck_guards_ok(gl[s], nl[s]));
+            }
+            /* each stream alone on the pool = batched with the others at other offsets */
+            for (int s = 0; s < CK_NS; s++) {
+                float *aes[CK_NS], *als[CK_NS];
+                for (int k = 0; k < CK_NS; k++)
+                    aes[k] = ae[s], als[k] = al_[s];
+                CHECK(ck_run(t, c, NULL, gp, fb, frames, chunk, left, start, s, aes, als, n_al) >=
+                      0);
+                CHECK_EQ_INT(n_al[s], n_gpu[s]);
+                double ee = test_rel_rms(ae[s], ge[s], (size_t)n_gpu[s] * d);
+                double el = test_rel_rms(al_[s], gl[s], (size_t)n_gpu[s] * v);
+                CHECKF(ee <= btol && el <= btol, "case %zu %s stream %d alone vs batched: %g %g",
+                       ci, prec_name(prec), s, ee, el);
+                CHECK(ck_guards_ok(ae[s], ne[s]) && ck_guards_ok(al_[s], nl[s]));
+            }
+            /* a chunk past the pool's window is refused, and nothing changes */
+            int big = max_window + 1, n_out = -1, sl = 0, off = conformer_gpu_chunks_offset(gp, 0);
+            const float *fp = fb[0];
+            CHECK(conformer_gpu_forward_chunks(gp, &sl, NULL, NULL, NULL, &n_out, &fp, &big, 1,
+                                               &err) == HARK_ERR_TOO_LARGE);
+            CHECK_EQ_INT(conformer_gpu_chunks_offset(gp, 0), off);
+            conformer_gpu_chunks_destroy(gp);
+        }
+        for (int s = 0; s < CK_NS; s++) {
+            hark_free(fb[s]), hark_free(ce[s]), hark_free(cl[s]), hark_free(ge[s]);
+            hark_free(gl[s]), hark_free(ae[s]), hark_free(al_[s]);
+        }
+        conformer_model_destroy(cm);
+        conformer_gpu_model_destroy(gm);
+        bank_free(&bank);
+    }
+}

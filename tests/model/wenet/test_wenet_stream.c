@@ -749,3 +749,115 @@ TEST(wenet_stream_family)
     f->unload(m);
     fixture_close(&fx);
 }
+
+/* ---- a GPU-loaded model: the streams step on the device --------------------------------------
+ * FP32: every method gives the golden streaming result; FP16: the golden greedy tokens; both:
+ * three streams batched at other offsets give what each gives alone. */
+GPU_TEST(wenet_stream_gpu_golden)
+{
+    fixture_t fx;
+    OPEN_FIXTURE(fx);
+    hark_err_t err = {0};
+    char path[1024];
+    snprintf(path, sizeof path, "%s/m", golden_wenet_model_dir(why_, sizeof why_));
+    static const wenet_precision_t precs[2] = {WENET_FP32, WENET_FP16};
+    for (int pi = 0; pi < 2; pi++) {
+        wenet_load_opts_t lo = {.device = 0, .precision = precs[pi]};
+        wenet_asr_t *asr = NULL;
+        CHECKF(wenet_asr_load_opts(path, &lo, &asr, &err) == HARK_OK, "%s", err.msg);
+        wenet_stream_pool_t *p;
+        CHECKF(wenet_stream_pool_create(asr, 3, 12.0, 16, &p, &err) == HARK_OK, "%s", err.msg);
+        double worst_nb = 0, worst_resc = 0;
+        wenet_result_t alone[NU][2];
+        memset(alone, 0, sizeof alone);
+        int m_of = pi == 0 ? DECODE_ATTENTION_RESCORING : DECODE_CTC_GREEDY;
+        for (int u = 0; u < NU; u++)
+            for (int li = 0; li < 2; li++)
+                for (int m = 0; m < 3; m++) {
+                    if (pi == 1 && m != DECODE_CTC_GREEDY)
+                        continue;
+                    char mode[48];
+                    snprintf(mode, sizeof mode, "stream_chunk16_left%d", lefts[li]);
+                    wenet_decode_opts_t o = stream_opts(asr, m, 16, lefts[li]);
+                    wenet_stream_t *s;
+                    CHECKF(wenet_stream_open(p, &o, &s, &err) == HARK_OK, "%s", err.msg);
+                    CHECKF(feed_alone(p, s, fx.audio[u].samples, fx.audio[u].n, NULL, NULL,
+                                      &err) == HARK_OK,
+                           "%s", err.msg);
+                    CHECK(wenet_stream_encoder(s) == NULL);
+                    wenet_result_t r;
+                    CHECKF(wenet_stream_final(s, &r, &err) == HARK_OK, "%s", err.msg);
+                    if (pi == 0)
+                        check_result(t, &fx, u, mode, m, &r, &worst_nb, &worst_resc);
+                    else
+                        CHECKF(same_tokens(golden(&fx, u, mode, wenet_method_name(DECODE_CTC_GREEDY), "tokens"),
+                                           r.best.tokens, r.best.n_tokens),
+                               "fp16 %s %s: greedy tokens differ", utts[u], mode);
+                    if (test_failed(t))
+                        return;
+                    if (m == m_of)
+                        alone[u][li] = r;
+                    else
+                        wenet_result_free(&r);
+                    wenet_stream_close(s);
+                }
+        if (pi == 0) {
+            printf("    gpu fp32 streaming n-best scores: max abs diff %.3g; rescoring %.3g\n",
+                   worst_nb, worst_resc);
+            CHECKF(worst_nb <= 1e-3, "n-best scores differ by %.3g > 1e-3", worst_nb);
+            CHECKF(worst_resc <= 1e-2, "rescoring scores differ by %.3g", worst_resc);
+        }
+        /* three streams, joined at other times, stepped together whenever ready */
+        static const int su[3] = {0, 1, 3}, sl[3] = {1, 0, 1}, delay[3] = {0, 3, 7};
+        wenet_stream_t *ss[3];
+        size_t at[3] = {0, 0, 0};
+        for (int k = 0; k < 3; k++) {
+            wenet_decode_opts_t o = stream_opts(asr, m_of, 16, lefts[sl[k]]);
+            CHECKF(wenet_stream_open(p, &o, &ss[k], &err) == HARK_OK, "%s", err.msg);
+        }
+        int batched = 0;
+        for (int round = 0;; round++) {
+            int busy = 0;
+            for (int k = 0; k < 3; k++) {
+                const audio_t *a = &fx.audio[su[k]];
+                if (round < delay[k] || wenet_stream_finished(ss[k]))
+                    continue;
+                busy = 1;
+                size_t n = 3200 < a->n - at[k] ? 3200 : a->n - at[k];
+                if (n)
+                    CHECK_OK(wenet_stream_accept(ss[k], a->samples + at[k], n, &err));
+                at[k] += n;
+                if (at[k] == a->n)
+                    CHECK_OK(wenet_stream_input_done(ss[k], &err));
+            }
+            wenet_stream_t *ready[3];
+            int nr = 0;
+            for (int k = 0; k < 3; k++)
+                if (wenet_stream_ready(ss[k]))
+                    ready[nr++] = ss[k];
+            if (nr)
+                CHECKF(wenet_stream_step(p, ready, nr, &err) == HARK_OK, "%s", err.msg);
+            batched += nr > 1;
+            if (!busy && !nr)
+                break;
+        }
+        CHECK(batched > 3);
+        for (int k = 0; k < 3; k++) {
+            wenet_result_t r;
+            CHECKF(wenet_stream_final(ss[k], &r, &err) == HARK_OK, "%s", err.msg);
+            const wenet_result_t *a = &alone[su[k]][sl[k]];
+            CHECKF(r.best.n_tokens == a->best.n_tokens &&
+                       !memcmp(r.best.tokens, a->best.tokens, sizeof(int) * r.best.n_tokens),
+                   "%s stream %d: batched tokens differ from alone", wenet_precision_name(precs[pi]),
+                   k);
+            wenet_result_free(&r);
+            wenet_stream_close(ss[k]);
+        }
+        for (int u = 0; u < NU; u++)
+            for (int li = 0; li < 2; li++)
+                wenet_result_free(&alone[u][li]);
+        wenet_stream_pool_destroy(p);
+        wenet_asr_destroy(asr);
+    }
+    fixture_close(&fx);
+}
