@@ -128,8 +128,8 @@ __global__ void __launch_bounds__(CA_THREADS)
     const float *vb = vc + (size_t)mt.slot[b] * slot_stride + (size_t)h * dk;
     for (int i = tid; i < dk; i += CA_THREADS) {
         float x = q[(size_t)r * ldq + h * dk + i] + (bq ? bq[h * dk + i] : 0.0f);
-        qu[i] = x + (bu ? bu[h * dk + i] : 0.0f);
-        qv[i] = x + (bvp ? bvp[h * dk + i] : 0.0f);
+        qu[i] = x + (pt && bu ? bu[h * dk + i] : 0.0f); /* pos_bias_u/v: rel-pos only */
+        qv[i] = x + (pt && bvp ? bvp[h * dk + i] : 0.0f);
     }
     __syncthreads();
     int warp = tid / 32, lane = tid % 32;
