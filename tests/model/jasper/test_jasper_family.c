@@ -1,5 +1,5 @@
-/* Tests for src/model/jasper/jasper_family.c through the family table: the registry entry, a GPU
- * load refused with a clear message, options, and execute on a batch (texts as DLE's, words,
+/* Tests for src/model/jasper/jasper_family.c through the family table: the registry entry, a bad
+ * precision and (without a GPU) a GPU load refused, options, and execute on a batch (texts as DLE's, words,
  * frame ids, a bad item failing alone). */
 #include "test.h"
 
@@ -46,8 +46,14 @@ TEST(jasper_family_execute)
     family_model_t *m = NULL;
     hark_err_t err = {0};
     family_load_opts_t gpu = {.device = 0};
-    CHECK_EQ_INT(f->load(dir, &gpu, NULL, &m, &err), HARK_ERR_UNSUPPORTED);
-    CHECK(strstr(err.msg, "not yet on GPU"));
+    family_param_t pp = {"precision", "fp8"};
+    family_params_t bad_prec = {&pp, 1};
+    CHECK_EQ_INT(f->load(dir, &gpu, &bad_prec, &m, &err), HARK_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "precision \"fp8\""));
+    if (!test_have_gpu()) { /* a GPU load needs a device (test_jasper_gpu.c runs it on one) */
+        CHECK(f->load(dir, &gpu, NULL, &m, &err) != HARK_OK);
+        CHECK(m == NULL);
+    }
     family_load_opts_t fp16 = {.device = -1, .precision = "fp16"};
     CHECK_EQ_INT(f->load(dir, &fp16, NULL, &m, &err), HARK_ERR_UNSUPPORTED);
     family_load_opts_t cpu = {.device = -1};
