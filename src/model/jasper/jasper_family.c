@@ -15,6 +15,7 @@
 #include "hark.h"
 #include "model/jasper/jasper.h"
 #include "model/jasper/jasper_gpu.h"
+#include "model/jasper/jasper_tools.h"
 #include "ops/ops.h"
 
 #include <errno.h>
@@ -465,8 +466,8 @@ const family_t jasper_family = {
     .stream_open = NULL,
     .stream_close = NULL,
     .execute = jf_execute,
-    .bench = NULL,
+    .bench = jasper_bench_main,
     .inspect = NULL,
-    .bench_synthetic = NULL,
+    .bench_synthetic = jasper_synthetic_names,
     .io = jasper_io,
 };
