@@ -198,10 +198,67 @@ __global__ void depthwise_kernel(T *out, const T *in, const float *w, const int 
     }
 }
 
+/* The same with the block's input rows (masked, as float) and taps staged in shared memory: a
+ * block of 32 channels x DW_TILE output frames reads its (DW_TILE - 1)·stride + (k - 1)·dil + 1
+ * input rows once instead of k times from L1 / L2 (QuartzNet's k = 33..87). The sum runs over
+ * the taps in the same order. */
+#define DW_TILE 64
+
+static int dw_tile_rows(int k, int stride, int dil)
+{
+    return (DW_TILE - 1) * stride + (k - 1) * dil + 1;
+}
+
+template <typename T>
+__global__ void depthwise_tiled_kernel(T *out, const T *in, const float *w, const int *lens, int t,
+                                       int c, int k, int stride, int dil, int pad, int t_out,
+                                       int rows)
+{
+    extern __shared__ float dw_sm[];
+    float *xs = dw_sm, *ws = dw_sm + (size_t)rows * 32; /* (rows, 32), (k, 32) */
+    const int tx = threadIdx.x, ty = threadIdx.y, b = blockIdx.z;
+    const int ch = blockIdx.x * 32 + tx, s0 = blockIdx.y * DW_TILE;
+    const int v = lens && lens[b] < t ? lens[b] : t;
+    const int span = v + 2 * pad - dil * (k - 1) - 1;
+    const int v_out = span < 0 ? 0 : span / stride + 1;
+    const int r0 = s0 * stride - pad;
+    const T *x = in + (long long)b * t * c;
+    for (int i = ty; i < rows; i += 8) {
+        int r = r0 + i;
+        xs[i * 32 + tx] = ch < c && r >= 0 && r < v ? ld_f(x + (long long)r * c + ch) : 0.0f;
+    }
+    for (int j = ty; j < k; j += 8)
+        ws[j * 32 + tx] = ch < c ? w[(long long)j * c + ch] : 0.0f;
+    __syncthreads();
+    if (ch >= c)
+        return;
+    for (int i = ty; i < DW_TILE; i += 8) {
+        int s = s0 + i;
+        if (s >= t_out)
+            break;
+        float sum = 0.0f;
+        if (s < v_out) {
+            const float *xr = xs + (size_t)i * stride * 32 + tx;
+            for (int j = 0; j < k; j++)
+                sum += ws[j * 32 + tx] * xr[(size_t)j * dil * 32];
+        }
+        st_f(out + ((long long)b * t_out + s) * c + ch, sum);
+    }
+}
+
 template <typename T>
 static void depthwise_go(void *out, const void *in, const float *w, const int *lens, int batch,
                          int t, int c, int k, int stride, int dil, int t_out, cudaStream_t st)
 {
+    int rows = dw_tile_rows(k, stride, dil);
+    size_t smem = ((size_t)rows + (size_t)k) * 32 * sizeof(float);
+    if (smem <= 48 * 1024) {
+        dim3 grid((unsigned)((c + 31) / 32), (unsigned)((t_out + DW_TILE - 1) / DW_TILE),
+                  (unsigned)batch);
+        depthwise_tiled_kernel<T><<<grid, dim3(32, 8), smem, st>>>(
+            (T *)out, (const T *)in, w, lens, t, c, k, stride, dil, (k / 2) * dil, t_out, rows);
+        return;
+    }
     dim3 grid((unsigned)((c + 31) / 32), (unsigned)((t_out + DW_ROWS - 1) / DW_ROWS),
               (unsigned)batch);
     depthwise_kernel<T><<<grid, dim3(32, 8), 0, st>>>((T *)out, (const T *)in, w, lens, t, c, k,

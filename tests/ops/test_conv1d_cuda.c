@@ -254,8 +254,10 @@ GPU_TEST(cuda_conv1d_depthwise_matches_ref)
         int t, c, k, stride, dil;
     } dw_case_t;
     const dw_case_t cases[] = {
-        {41, 20, 5, 1, 1},  {41, 20, 13, 2, 1}, {70, 37, 9, 1, 2},
-        {33, 64, 87, 1, 2}, {1, 8, 3, 1, 1},
+        /* shared-memory tiles of 64 frames: one tile and a partial one, stride 2, QuartzNet's
+         * k 87 dilation 2; past 48 KiB of staged rows (k 201, dilation 2) the direct kernel */
+        {41, 20, 5, 1, 1},   {141, 20, 13, 2, 1}, {70, 37, 9, 1, 2},
+        {133, 64, 87, 1, 2}, {1, 8, 3, 1, 1},     {50, 24, 201, 1, 2},
     };
     const int batch = 3;
     int lens[3], *d_lens = NULL;

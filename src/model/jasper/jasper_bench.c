@@ -116,13 +116,13 @@ static void usage(FILE *f)
             "(--seed, default 1: bench/jasper_peer.py --seed makes the same ones for PyTorch).\n");
 }
 
+#ifdef HARK_CUDA
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
 
-#ifdef HARK_CUDA
 static int bench_one(const jasper_model_t *m, const jasper_gpu_model_t *g, const char *dev_name,
                      const char *prec, double peak, const char *name, double seconds, int B,
                      double min_time, int graphs)
