@@ -3,16 +3,17 @@
  * frame, DLE's on the valid frames, DLE's text, log-probs within the CPU test's end-to-end
  * tolerance; FP16: DLE's text; BF16: the FP32 ids on at least 95% of the valid frames (printed
  * with its text); a batch of the four utterances equal to each alone (FP32: ids on every frame;
- * FP16: the text, id differences printed); and
- * generated models with awkward sizes (odd channel counts, a strided prologue, dilation, a
- * separable block, hardtanh, dense panes) against the CPU path (jasper.c): ids on every frame and
- * log-probs (FP32: 1e-3 absolute), batch = alone (FP32), graph replay = direct; 16-bit
- * figures printed. */
+ * FP16: the text, id differences printed); the family's GPU execute (FP16, bad items failing
+ * alone); and generated models with awkward sizes (odd channel counts, a strided prologue,
+ * dilation, a separable block, hardtanh, dense panes) against the CPU path (jasper.c): ids on
+ * every frame and log-probs (FP32: 1e-3 absolute), batch = alone (FP32), graph replay = direct;
+ * 16-bit figures printed. */
 #include "test.h"
 
 #ifdef HARK_CUDA
 #include "core/npy.h"
 #include "hark.h"
+#include "model/family.h"
 #include "model/jasper/jasper.h"
 #include "model/jasper/jasper_gpu.h"
 #include "model/synth_weights.h"
@@ -435,6 +436,103 @@ GPU_TEST(jasper_gpu_synthetic_matches_cpu)
 GPU_TEST(jasper_gpu_synthetic_separable_hardtanh_matches_cpu)
 {
     synth_vs_cpu(t, 1, JASPER_ACT_HARDTANH);
+}
+
+/* ---- through the family table: KIND_GPU in config.pbtxt's precision ------------------------- */
+
+typedef struct {
+    int status, n_done;
+    char error[256];
+    asr_result_t r;
+} got_t;
+
+static void on_emit(family_item_t *it, const family_event_t *ev)
+{
+    got_t *g = it->user;
+    if (ev->kind != FAMILY_EV_DONE)
+        return;
+    g->n_done++;
+    g->status = ev->status;
+    if (ev->error)
+        snprintf(g->error, sizeof g->error, "%s", ev->error);
+    if (ev->asr)
+        asr_result_take(&g->r, ev->asr);
+}
+
+GPU_TEST(jasper_gpu_family_execute_fp16)
+{
+    char why[512], dir[600];
+    const char *d = golden_jasper_model_dir(why, sizeof why);
+    if (!d)
+        SKIP(why);
+    snprintf(dir, sizeof dir, "%s/m", d);
+    const family_t *f = family_find("jasper");
+    family_param_t pp = {"precision", "fp16"};
+    family_params_t cfg = {&pp, 1};
+    family_load_opts_t lo = {.device = 0};
+    family_model_t *m = NULL;
+    hark_err_t err = {0};
+    CHECK_OK(f->load(dir, &lo, &cfg, &m, &err));
+    if (!m)
+        return;
+    family_info_t info;
+    f->info(m, &info);
+    CHECK_EQ_INT(info.device, 0);
+    CHECK(strstr(info.kind, "fp16") != NULL);
+    char opts[64];
+    CHECK_OK(f->parse_opts(m, &cfg, NULL, opts, &err));
+    family_worker_t *w = NULL;
+    family_worker_opts_t wo = {.max_batch = 4, .max_seconds = 12};
+    CHECK_OK(f->worker_create(m, &wo, &w, &err));
+    utts_t u;
+    CHECK_OK(utts_load(&u));
+    float bad[4000] = {0};
+    bad[10] = NAN;
+    got_t g[4];
+    memset(g, 0, sizeof g);
+    family_item_t it[4] = {
+        {.opts = opts,
+         .pcm = u.wav[1].data,
+         .n = u.wav[1].count,
+         .want_frame_ids = 1,
+         .emit = on_emit,
+         .user = &g[0]},
+        {.opts = opts, .pcm = bad, .n = 4000, .emit = on_emit, .user = &g[1]},
+        {.opts = opts,
+         .pcm = u.wav[3].data,
+         .n = u.wav[3].count,
+         .want_words = 1,
+         .emit = on_emit,
+         .user = &g[2]},
+        {.opts = opts,
+         .pcm = u.wav[0].data,
+         .n = u.wav[0].count,
+         .dump_dir = "/nonexistent",
+         .emit = on_emit,
+         .user = &g[3]},
+    };
+    family_item_t *items[4] = {&it[0], &it[1], &it[2], &it[3]};
+    CHECK_OK(f->execute(w, items, 4, NULL, &err));
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ_INT(g[i].n_done, 1);
+    CHECK_OK(g[0].status);
+    CHECK_OK(g[2].status);
+    const char *t1 = json_str(u.res[1], "text_inference_py"),
+               *t3 = json_str(u.res[3], "text_inference_py");
+    CHECKF(g[0].r.best.text && !strcmp(g[0].r.best.text, t1), "'%s' vs DLE '%s'", g[0].r.best.text,
+           t1);
+    CHECKF(g[2].r.best.text && !strcmp(g[2].r.best.text, t3), "'%s' vs DLE '%s'", g[2].r.best.text,
+           t3);
+    CHECK(g[0].r.frame_ids != NULL && g[0].r.n_frames > 0 && g[2].r.frame_ids == NULL);
+    CHECK(g[2].r.n_words > 5);
+    CHECK_EQ_INT(g[1].status, HARK_ERR_INVALID_ARG);
+    CHECK(strstr(g[1].error, "NaN"));
+    CHECK_EQ_INT(g[3].status, HARK_ERR_UNSUPPORTED); /* no stage dumps on the GPU */
+    for (int i = 0; i < 4; i++)
+        asr_result_free(&g[i].r);
+    utts_free(&u);
+    f->worker_destroy(w);
+    f->unload(m);
 }
 
 #endif
