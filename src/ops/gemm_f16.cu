@@ -731,10 +731,19 @@ static int hgemm_run(const gemm_a_t<T> &A, const T *W, int M, int N, int K, cons
 {
     if (M <= 0 || N <= 0)
         return HARK_OK;
-    if (A.conv) { /* the subsampling convs: bias + ReLU */
+    if (A.conv) { /* the subsampling convs: bias + ReLU; Jasper's 1-D convs: also RESID32 */
+        int whole_taps = A.cin % (wg ? WG_BK : BK) == 0;
+        if (E.mode == CUDA_EPI_RESID32 && !E.has_norm) {
+            if (whole_taps)
+                return hgemm_tiles<T, CUDA_EPI_RESID32, CUDA_ACT_NONE, 1>(A, W, M, N, K, E, st, wg,
+                                                                          err);
+            return hgemm_tiles<T, CUDA_EPI_RESID32, CUDA_ACT_NONE, 2>(A, W, M, N, K, E, st, wg,
+                                                                      err);
+        }
         if (E.mode != CUDA_EPI_F16 || E.act != CUDA_ACT_RELU)
-            return err_set(err, HARK_ERR_INVALID_ARG, "hconv2d: only the F16 + ReLU epilogue");
-        if (A.cin % (wg ? WG_BK : BK) == 0)
+            return err_set(err, HARK_ERR_INVALID_ARG,
+                           "hconv2d: only the F16 + ReLU and RESID32 (no norms) epilogues");
+        if (whole_taps)
             return hgemm_tiles<T, CUDA_EPI_F16, CUDA_ACT_RELU, 1>(A, W, M, N, K, E, st, wg, err);
         return hgemm_tiles<T, CUDA_EPI_F16, CUDA_ACT_RELU, 2>(A, W, M, N, K, E, st, wg, err);
     }

@@ -301,7 +301,9 @@ int cuda_ffn_f16(float *x, const void *a, const void *w1, const float *b1, const
  * kh·kw·cin) half with column (i·kw + j)·cin + ci (torch's (cout, cin, kh, kw) permuted), no
  * padding; output position (b, ho, wo) is GEMM row (b·h_out + ho)·w_out + wo, so CUDA_EPI_F16 with
  * ldo = cout writes the channel-last (batch, h_out, w_out, cout) image. cin a multiple of 8.
- * Reference: conv2d_ref (time-major, channel-major rows) after the layout change. */
+ * Epilogues: CUDA_EPI_F16 with ReLU, or CUDA_EPI_RESID32 without norms (a 1-D conv as w_in = kw =
+ * 1 accumulating into FP32: src/ops/conv1d.h). Reference: conv2d_ref (time-major, channel-major
+ * rows) after the layout change. */
 int cuda_hconv2d(const cuda_epi_t *epi, const void *in, const void *w, int batch, int cin, int h,
                  int w_in, int cout, int kh, int kw, int stride, ops_cuda_t *g, hark_err_t *err);
 

@@ -4,6 +4,7 @@
  * dense / single-pane residuals, the CTC head and DLE's greedy decoding.
  * Tests: tests/model/jasper/test_jasper.c */
 #include "model/jasper/jasper.h"
+#include "model/jasper/jasper_impl.h"
 
 #include "core/alloc.h"
 #include "dsp/features.h"
@@ -281,30 +282,6 @@ void jasper_config_free(jasper_config_t *cfg)
 
 /* ---- model ---------------------------------------------------------------------------------- */
 
-typedef struct {
-    int cin, cout, k, stride, dil, pad;
-    float *dw; /* (k, cin) depthwise taps, tap-major; separable only, else NULL */
-    float *w;  /* (k, cout, cin) tap-major, batch norm folded (pointwise: k = 1) */
-    float *b;  /* (cout) batch norm folded */
-    int kw;    /* taps of w: k, or 1 for a separable conv's pointwise half */
-} jconv_t;
-
-typedef struct {
-    jconv_t *sub; /* (repeat) */
-    jconv_t *res; /* (n_panes) 1x1 */
-} jlayer_t;
-
-struct jasper_model {
-    jasper_config_t cfg;
-    feat_plan_t *feat;
-    jlayer_t layers[JASPER_MAX_BLOCKS];
-    jconv_t *convs;     /* every conv (layers point into it) */
-    float *wmem;        /* every folded weight */
-    const float *dec_w; /* (vocab, C) */
-    const float *dec_b; /* (vocab) */
-    int vocab, enc_dim;
-};
-
 const jasper_config_t *jasper_config(const jasper_model_t *m)
 {
     return &m->cfg;
@@ -324,8 +301,8 @@ static int finite_tensor(const char *name, const float *x, size_t n, hark_err_t 
 }
 
 /* batch norm `prefix` -> scale, shift (cout) */
-static int load_bn(safetensors_t *st, const char *prefix, int c, double *scale, double *shift,
-                   hark_err_t *err)
+static int load_bn(jasper_tensor_fn get, void *st, const char *prefix, int c, double *scale,
+                   double *shift, hark_err_t *err)
 {
     static const char *const nm[4] = {"weight", "bias", "running_mean", "running_var"};
     const float *t[4];
@@ -333,7 +310,7 @@ static int load_bn(safetensors_t *st, const char *prefix, int c, double *scale, 
     char name[160];
     for (int i = 0; i < 4; i++) {
         snprintf(name, sizeof name, "%s.%s", prefix, nm[i]);
-        TRY(st_get_f32(st, name, 1, shape, &t[i], err));
+        TRY(get(st, name, 1, shape, &t[i], err));
         TRY(finite_tensor(name, t[i], (size_t)c, err));
     }
     for (int o = 0; o < c; o++) {
@@ -348,14 +325,14 @@ static int load_bn(safetensors_t *st, const char *prefix, int c, double *scale, 
 }
 
 /* conv weight `name` (cout, cin, k) with batch norm `bn` folded -> c->w (k, cout, cin), c->b */
-static int load_conv(safetensors_t *st, const char *name, const char *bn, jconv_t *c, double *scale,
-                     double *shift, hark_err_t *err)
+static int load_conv(jasper_tensor_fn get, void *st, const char *name, const char *bn, jconv_t *c,
+                     double *scale, double *shift, hark_err_t *err)
 {
     const float *w;
     int64_t shape[3] = {c->cout, c->cin, c->kw};
-    TRY(st_get_f32(st, name, 3, shape, &w, err));
+    TRY(get(st, name, 3, shape, &w, err));
     TRY(finite_tensor(name, w, (size_t)c->cout * c->cin * c->kw, err));
-    TRY(load_bn(st, bn, c->cout, scale, shift, err));
+    TRY(load_bn(get, st, bn, c->cout, scale, shift, err));
     for (int o = 0; o < c->cout; o++) {
         c->b[o] = (float)shift[o];
         for (int i = 0; i < c->cin; i++)
@@ -366,7 +343,7 @@ static int load_conv(safetensors_t *st, const char *name, const char *bn, jconv_
     return HARK_OK;
 }
 
-static int load_weights(jasper_model_t *m, safetensors_t *st, hark_err_t *err)
+static int load_weights(jasper_model_t *m, jasper_tensor_fn get, void *st, hark_err_t *err)
 {
     const jasper_config_t *cfg = &m->cfg;
     const char *mod = cfg->arch == JASPER_ARCH_JASPER ? "conv" : "mconv";
@@ -424,7 +401,7 @@ static int load_weights(jasper_model_t *m, safetensors_t *st, hark_err_t *err)
                 const float *dw;
                 int64_t shape[3] = {c->cin, 1, c->k};
                 snprintf(name, sizeof name, "encoder.layers.%d.%s.%d.weight", l, mod, step * r);
-                if ((rc = st_get_f32(st, name, 3, shape, &dw, err)) ||
+                if ((rc = get(st, name, 3, shape, &dw, err)) ||
                     (rc = finite_tensor(name, dw, (size_t)c->cin * c->k, err)))
                     break;
                 for (int i = 0; i < c->cin; i++)
@@ -438,7 +415,7 @@ static int load_weights(jasper_model_t *m, safetensors_t *st, hark_err_t *err)
             int wi = step * r + (b->separable ? 1 : 0);
             snprintf(name, sizeof name, "encoder.layers.%d.%s.%d.weight", l, mod, wi);
             snprintf(bn, sizeof bn, "encoder.layers.%d.%s.%d", l, mod, wi + 1);
-            rc = load_conv(st, name, bn, c, scale, shift, err);
+            rc = load_conv(get, st, name, bn, c, scale, shift, err);
         }
         L->res = cp;
         for (int p = 0; p < b->n_panes && !rc; p++, cp++) {
@@ -456,15 +433,15 @@ static int load_weights(jasper_model_t *m, safetensors_t *st, hark_err_t *err)
             wp += c->cout;
             snprintf(name, sizeof name, "encoder.layers.%d.res.%d.0.weight", l, p);
             snprintf(bn, sizeof bn, "encoder.layers.%d.res.%d.1", l, p);
-            rc = load_conv(st, name, bn, c, scale, shift, err);
+            rc = load_conv(get, st, name, bn, c, scale, shift, err);
         }
         cin = b->filters;
     }
     if (!rc) {
         const float *dw, *db;
         int64_t ws[3] = {m->vocab, m->enc_dim, 1}, bs[1] = {m->vocab};
-        if (!(rc = st_get_f32(st, "decoder.layers.0.weight", 3, ws, &dw, err)) &&
-            !(rc = st_get_f32(st, "decoder.layers.0.bias", 1, bs, &db, err)) &&
+        if (!(rc = get(st, "decoder.layers.0.weight", 3, ws, &dw, err)) &&
+            !(rc = get(st, "decoder.layers.0.bias", 1, bs, &db, err)) &&
             !(rc = finite_tensor("decoder.layers.0.weight", dw, (size_t)m->vocab * m->enc_dim,
                                  err)) &&
             !(rc = finite_tensor("decoder.layers.0.bias", db, (size_t)m->vocab, err))) {
@@ -508,11 +485,53 @@ int jasper_load(const char *dir, int version, jasper_model_t **out, hark_err_t *
     if (!(rc = feat_plan_create(&fo, &m->feat, err))) {
         snprintf(path, sizeof path, "%s/%d/model.safetensors", dir, v);
         if (!(rc = st_open(path, &st, err)))
-            rc = load_weights(m, st, err);
+            rc = load_weights(m, st_get_f32, st, err);
         if (rc && st)
             err_prefix(err, rc, "%s", path);
     }
     st_close(st); /* the folded weights are copies */
+    if (rc) {
+        jasper_destroy(m);
+        return rc;
+    }
+    *out = m;
+    return HARK_OK;
+}
+
+int jasper_create(const jasper_config_t *cfg, jasper_tensor_fn get, void *user,
+                  jasper_model_t **out, hark_err_t *err)
+{
+    *out = NULL;
+    if (cfg->n_blocks < 1 || cfg->n_blocks > JASPER_MAX_BLOCKS || cfg->n_labels < 1 ||
+        !cfg->labels || cfg->in_feats != cfg->n_filt)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "jasper: a config of %d blocks, %d labels, in_feats %d, n_filt %d",
+                       cfg->n_blocks, cfg->n_labels, cfg->in_feats, cfg->n_filt);
+    jasper_model_t *m = hark_calloc(1, sizeof *m);
+    if (!m)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    m->cfg = *cfg;
+    m->cfg.labels = hark_calloc((size_t)cfg->n_labels, sizeof *m->cfg.labels);
+    int rc = m->cfg.labels ? HARK_OK : HARK_ERR_NOMEM;
+    for (int i = 0; i < cfg->n_labels && !rc; i++)
+        if (!(m->cfg.labels[i] = hark_strdup(cfg->labels[i])))
+            rc = HARK_ERR_NOMEM;
+    if (rc) {
+        if (!m->cfg.labels)
+            m->cfg.n_labels = 0;
+        jasper_destroy(m);
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    }
+    m->cfg.stride = 1;
+    for (int l = 0; l < cfg->n_blocks; l++) /* as jasper_config_load counts it */
+        m->cfg.stride *= cfg->blocks[l].stride;
+    m->vocab = m->cfg.n_labels + 1;
+    feat_opts_t fo;
+    feat_default_opts(&fo, FEAT_NEMO_MEL);
+    fo.sample_rate = m->cfg.sample_rate;
+    fo.num_mel_bins = m->cfg.n_filt;
+    if (!(rc = feat_plan_create(&fo, &m->feat, err)))
+        rc = load_weights(m, get, user, err);
     if (rc) {
         jasper_destroy(m);
         return rc;
@@ -855,38 +874,61 @@ int jasper_run(jasper_worker_t *w, const float *x, size_t n, const jasper_run_op
                             o ? o->stage_user : NULL, err);
     if (rc)
         return rc;
-    const int V = m->vocab, blank = m->cfg.n_labels;
+    const int V = m->vocab;
     const int T = jasper_frames_out(m, t_in);
-    const int n_dec = o && o->valid_frames_only ? len_out : T;
+    int *ids = hark_malloc(sizeof(int) * (size_t)(T ? T : 1));
+    float *best = hark_malloc(sizeof(float) * (size_t)(T ? T : 1));
+    if (!ids || !best) {
+        hark_free(ids);
+        hark_free(best);
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    }
+    for (int s = 0; s < T; s++) { /* argmax per frame, the first index on ties */
+        const float *row = w->logp + (size_t)s * V;
+        int b = 0;
+        for (int v = 1; v < V; v++)
+            if (row[v] > row[b])
+                b = v;
+        ids[s] = b;
+        best[s] = row[b];
+    }
+    rc = jasper_decode(m, ids, best, T, len_out, o && o->valid_frames_only, res, err);
+    hark_free(ids);
+    hark_free(best);
+    return rc;
+}
+
+int jasper_decode(const jasper_model_t *m, const int *ids, const float *best, int T, int len_out,
+                  int valid_frames_only, jasper_result_t *res, hark_err_t *err)
+{
+    const int blank = m->cfg.n_labels;
+    const int n_dec = valid_frames_only ? (len_out < T ? len_out : T) : T;
+    memset(res, 0, sizeof *res);
     res->n_frames = T;
     res->len_out = len_out;
-    res->frame_ids = hark_malloc(sizeof(int) * (size_t)T);
+    res->frame_ids = hark_malloc(sizeof(int) * (size_t)(T ? T : 1));
     res->tokens = hark_malloc(sizeof(int) * (size_t)(n_dec ? n_dec : 1));
     res->times = hark_malloc(sizeof(int) * (size_t)(n_dec ? n_dec : 1));
     if (!res->frame_ids || !res->tokens || !res->times) {
         jasper_result_free(res);
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
     }
-    /* argmax per frame (first index on ties), then DLE's collapse: emit a label when it is not
-     * the blank and differs from the previous frame's id, or that id was the blank */
+    /* DLE's collapse: emit a label when it is not the blank and differs from the previous
+     * frame's id, or that id was the blank */
     size_t text_len = 0;
     int prev = blank;
     for (int s = 0; s < T; s++) {
-        const float *row = w->logp + (size_t)s * V;
-        int best = 0;
-        for (int v = 1; v < V; v++)
-            if (row[v] > row[best])
-                best = v;
-        res->frame_ids[s] = best;
+        int id = ids[s];
+        res->frame_ids[s] = id;
         if (s >= n_dec)
             continue;
-        res->score += row[best];
-        if (best != blank && (best != prev || prev == blank)) {
-            res->tokens[res->n_tokens] = best;
+        res->score += best[s];
+        if (id != blank && (id != prev || prev == blank)) {
+            res->tokens[res->n_tokens] = id;
             res->times[res->n_tokens++] = s;
-            text_len += strlen(m->cfg.labels[best]);
+            text_len += strlen(m->cfg.labels[id]);
         }
-        prev = best;
+        prev = id;
     }
     if (!(res->text = hark_malloc(text_len + 1))) {
         jasper_result_free(res);

@@ -17,6 +17,7 @@
 #include "core/error.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define JASPER_MAX_BLOCKS 64
 #define JASPER_MAX_PANES 64
@@ -56,6 +57,14 @@ typedef struct jasper_worker jasper_worker_t;
  * shape and finiteness, folds each batch norm into the conv before it. HARK_ERR_IO,
  * HARK_ERR_FORMAT (naming the tensor and both shapes), HARK_ERR_NOMEM. */
 int jasper_load(const char *dir, int version, jasper_model_t **out, hark_err_t *err);
+/* A model from a config (copied) and a tensor source: get(user, name, ndim, shape, &data, err)
+ * lends each tensor of the file's names and shapes (st_get_f32 over a safetensors file, or
+ * synth_weights_get for generated weights); the folded weights are copies. cfg must be valid
+ * (as jasper_config_load leaves it). Errors as jasper_load. */
+typedef int (*jasper_tensor_fn)(void *user, const char *name, int ndim, const int64_t *shape,
+                                const float **data, hark_err_t *err);
+int jasper_create(const jasper_config_t *cfg, jasper_tensor_fn get, void *user,
+                  jasper_model_t **out, hark_err_t *err);
 void jasper_destroy(jasper_model_t *m); /* accepts NULL */
 const jasper_config_t *jasper_config(const jasper_model_t *m);
 int jasper_vocab(const jasper_model_t *m); /* n_labels + 1 */
@@ -114,6 +123,14 @@ typedef struct {
  * HARK_ERR_TOO_LARGE (longer than the worker's max_seconds), HARK_ERR_NOMEM. */
 int jasper_run(jasper_worker_t *w, const float *x, size_t n, const jasper_run_opts_t *o,
                jasper_result_t *res, hark_err_t *err);
+
+/* DLE's greedy CTC over per-frame argmax ids (T) and their log-probabilities best (T): res gets
+ * a copy of the ids, the collapsed tokens (blank dropped, repeats merged unless a blank
+ * separates them) over every frame, or over the first len_out with valid_frames_only, their
+ * start frames, the text and the score (the sum of best over the decoded frames). Shared by
+ * jasper_run and the GPU path (jasper_gpu.h). HARK_ERR_NOMEM (res left empty). */
+int jasper_decode(const jasper_model_t *m, const int *ids, const float *best, int T, int len_out,
+                  int valid_frames_only, jasper_result_t *res, hark_err_t *err);
 
 /* Milliseconds from the start of the audio to output frame t (pad_leading taken off). */
 int jasper_frame_ms(const jasper_model_t *m, int t);

@@ -3,8 +3,10 @@
  * DLE's Triton ensemble contract (AUDIO_SIGNAL + NUM_SAMPLES -> TRANSCRIPT, the per-frame argmax
  * ids jasper-client.py collapses itself). Options (config.pbtxt parameters, then the request's):
  * ctc_frames "all" (decode every output frame, as DLE's inference.py) or "valid" (only the
- * frames of the audio's own length). The GPU path is not written yet: a GPU load is refused.
- * Tests: tests/model/jasper/test_jasper_family.c */
+ * frames of the audio's own length). On a GPU (load device >= 0) the model is uploaded in the
+ * precision of config.pbtxt's `parameters precision` (fp32, fp16 or bf16; jasper_gpu.h) and a
+ * worker runs each execute as one padded batch (items of bad audio fail alone first).
+ * Tests: tests/model/jasper/test_jasper_family.c, tests/model/jasper/test_jasper_gpu.c */
 #include "model/family.h"
 
 #include "core/alloc.h"
@@ -12,9 +14,12 @@
 #include "core/npy.h"
 #include "hark.h"
 #include "model/jasper/jasper.h"
+#include "model/jasper/jasper_gpu.h"
+#include "model/jasper/jasper_tools.h"
 #include "ops/ops.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -25,38 +30,69 @@ typedef struct {
 
 struct family_model {
     jasper_model_t *m;
+    jasper_gpu_model_t *gm; /* NULL: a CPU model */
+    int device;             /* -1: CPU */
     char kind[96];
 };
 
 struct family_worker {
     const family_model_t *fm;
-    jasper_worker_t *w;
+    jasper_worker_t *w;      /* CPU */
+    jasper_gpu_worker_t *gw; /* GPU */
     int max_batch;
+    double max_seconds;
 };
+
+static int parse_precision(const char *name, ops_dtype_t *dt)
+{
+    if (!strcmp(name, "fp32"))
+        *dt = OPS_F32;
+    else if (!strcmp(name, "fp16"))
+        *dt = OPS_F16;
+    else if (!strcmp(name, "bf16"))
+        *dt = OPS_BF16;
+    else
+        return -1;
+    return 0;
+}
 
 static int jf_load(const char *dir, const family_load_opts_t *lo, const family_params_t *cfg,
                    family_model_t **out, hark_err_t *err)
 {
     family_load_opts_t l = lo ? *lo : (family_load_opts_t){.device = -1};
-    if (l.device >= 0)
-        return err_set(err, HARK_ERR_UNSUPPORTED,
-                       "jasper: not yet on GPU (the CPU path only for now): use instance_group "
-                       "kind KIND_CPU, or --device cpu");
-    const char *prec = l.precision ? l.precision : family_param(cfg, "precision");
-    if (prec && strcmp(prec, "fp32"))
+    ops_dtype_t dt = OPS_F32;
+    /* config.pbtxt's precision must be a known one wherever the model is loaded */
+    const char *cname = family_param(cfg, "precision");
+    if (cname && parse_precision(cname, &dt))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "jasper: parameters precision \"%s\": expected fp32, fp16 or bf16", cname);
+    const char *prec = l.precision ? l.precision : l.device >= 0 ? cname : NULL;
+    dt = OPS_F32;
+    if (prec && parse_precision(prec, &dt))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "jasper: precision \"%s\": expected fp32, fp16 or bf16", prec);
+    if (l.device < 0 && dt != OPS_F32)
         return err_set(err, HARK_ERR_UNSUPPORTED, "jasper: precision \"%s\": the CPU path is fp32",
                        prec);
     family_model_t *fm = hark_calloc(1, sizeof *fm);
     if (!fm)
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    fm->device = l.device < 0 ? -1 : l.device;
     int rc = jasper_load(dir, l.version, &fm->m, err);
+    if (!rc && l.device >= 0)
+        rc = jasper_gpu_model_create(fm->m, l.device, dt, &fm->gm, err);
     if (rc) {
+        jasper_destroy(fm->m);
         hark_free(fm);
         return rc;
     }
     const jasper_config_t *c = jasper_config(fm->m);
-    snprintf(fm->kind, sizeof fm->kind, "%s %d blocks, %d labels, fp32",
-             c->arch == JASPER_ARCH_JASPER ? "jasper" : "quartznet", c->n_blocks, c->n_labels);
+    snprintf(fm->kind, sizeof fm->kind, "%s %d blocks, %d labels, %s%s",
+             c->arch == JASPER_ARCH_JASPER ? "jasper" : "quartznet", c->n_blocks, c->n_labels,
+             dt == OPS_F16    ? "fp16"
+             : dt == OPS_BF16 ? "bf16"
+                              : "fp32",
+             l.device >= 0 ? " (gpu)" : "");
     *out = fm;
     return HARK_OK;
 }
@@ -65,6 +101,7 @@ static void jf_unload(family_model_t *fm)
 {
     if (!fm)
         return;
+    jasper_gpu_model_destroy(fm->gm);
     jasper_destroy(fm->m);
     hark_free(fm);
 }
@@ -75,7 +112,7 @@ static void jf_info(const family_model_t *fm, family_info_t *out)
     *out = (family_info_t){.sample_rate = c->sample_rate,
                            .frame_ms = jasper_frame_ms(fm->m, 1 + c->pad_leading) -
                                        jasper_frame_ms(fm->m, c->pad_leading),
-                           .device = -1,
+                           .device = fm->device,
                            .kind = fm->kind,
                            .frame_pad_id = c->n_labels};
 }
@@ -117,6 +154,7 @@ static void jf_worker_destroy(family_worker_t *w)
     if (!w)
         return;
     jasper_worker_destroy(w->w);
+    jasper_gpu_worker_destroy(w->gw);
     hark_free(w);
 }
 
@@ -131,9 +169,15 @@ static int jf_worker_create(const family_model_t *fm, const family_worker_opts_t
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
     w->fm = fm;
     w->max_batch = wo->max_batch;
-    if (wo->n_threads > 0)
-        ops_set_threads(wo->n_threads);
-    int rc = jasper_worker_create(fm->m, wo->max_seconds, &w->w, err);
+    w->max_seconds = wo->max_seconds;
+    int rc;
+    if (fm->gm) {
+        rc = jasper_gpu_worker_create(fm->gm, wo->max_batch, wo->max_seconds, &w->gw, err);
+    } else {
+        if (wo->n_threads > 0)
+            ops_set_threads(wo->n_threads);
+        rc = jasper_worker_create(fm->m, wo->max_seconds, &w->w, err);
+    }
     if (rc) {
         jf_worker_destroy(w);
         return rc;
@@ -245,11 +289,109 @@ static void emit_error(family_item_t *it, int rc, const hark_err_t *e)
     it->emit(it, &ev);
 }
 
+/* The GPU path: items of bad audio (or asking for a dump) fail alone, the rest run as one padded
+ * batch; every item's result is that of its utterance alone (jasper_gpu.h). */
+static int jf_execute_gpu(family_worker_t *w, family_item_t *const *items, int n,
+                          family_exec_times_t *times, hark_err_t *err)
+{
+    family_exec_times_t tm = {0};
+    const jasper_model_t *m = w->fm->m;
+    const jasper_config_t *c = jasper_config(m);
+    const size_t min = jasper_min_samples(m);
+    const size_t max_n = (size_t)ceil(w->max_seconds * c->sample_rate);
+    int worst = HARK_OK, n_failed = 0, nb = 0, valid_only = -1;
+    family_item_t **run = hark_calloc((size_t)(n ? n : 1), sizeof *run);
+    const float **pcm = hark_calloc((size_t)(n ? n : 1), sizeof *pcm);
+    size_t *lens = hark_calloc((size_t)(n ? n : 1), sizeof *lens);
+    jasper_result_t *res = hark_calloc((size_t)(n ? n : 1), sizeof *res);
+    uint64_t t0 = clock_now_ns();
+    for (int i = 0; i < n; i++) {
+        family_item_t *it = items[i];
+        const jasper_family_opts_t *o = it->opts;
+        hark_err_t e = {0};
+        int rc = HARK_OK;
+        if (!run || !pcm || !lens || !res)
+            rc = err_set(&e, HARK_ERR_NOMEM, "out of memory");
+        else if (i >= w->max_batch)
+            rc = err_set(&e, HARK_ERR_TOO_LARGE, "batch of %d exceeds the worker's %d", n,
+                         w->max_batch);
+        else if (it->dump_dir)
+            rc =
+                err_set(&e, HARK_ERR_UNSUPPORTED,
+                        "dump_dir needs a CPU model (the GPU path keeps its stages on the device)");
+        else if (it->n == 0)
+            rc = err_set(&e, HARK_ERR_INVALID_ARG, "empty audio");
+        else if (it->n < min)
+            rc = err_set(&e, HARK_ERR_INVALID_ARG,
+                         "audio of %zu samples is too short: the STFT needs at least %zu (%.1f ms)",
+                         it->n, min, 1000.0 * (double)min / c->sample_rate);
+        else if (it->n > max_n)
+            rc = err_set(&e, HARK_ERR_TOO_LARGE,
+                         "audio of %.2f s is longer than the worker's maximum (%.2f s)",
+                         (double)it->n / c->sample_rate, w->max_seconds);
+        for (size_t k = 0; !rc && k < it->n; k++)
+            if (!isfinite(it->pcm[k]))
+                rc = err_set(&e, HARK_ERR_INVALID_ARG, "sample %zu of the audio is %s", k,
+                             isnan(it->pcm[k]) ? "NaN" : "infinite");
+        if (!rc) {
+            /* one batch key: every item shares valid_frames_only */
+            valid_only = o ? o->valid_frames_only : 0;
+            run[nb] = it;
+            pcm[nb] = it->pcm;
+            lens[nb++] = it->n;
+            continue;
+        }
+        emit_error(it, rc, &e);
+        worst = worst ? worst : rc;
+        n_failed++;
+    }
+    uint64_t t1 = clock_now_ns();
+    tm.input_ns = t1 - t0;
+    if (nb > 0) {
+        hark_err_t e = {0};
+        jasper_gpu_run_opts_t ro = {.valid_frames_only = valid_only > 0};
+        int rc = jasper_gpu_run(w->gw, pcm, lens, nb, &ro, res, &e);
+        uint64_t t2 = clock_now_ns();
+        tm.infer_ns = t2 - t1;
+        for (int i = 0; i < nb; i++) {
+            asr_result_t r;
+            memset(&r, 0, sizeof r);
+            int irc = rc;
+            hark_err_t ie = e;
+            if (!irc)
+                irc = result_convert(m, &res[i], run[i]->n, run[i], &r, &ie);
+            jasper_result_free(&res[i]);
+            if (irc) {
+                asr_result_free(&r);
+                emit_error(run[i], irc, &ie);
+                worst = worst ? worst : irc;
+                n_failed++;
+            } else {
+                family_event_t ev = {.kind = FAMILY_EV_DONE, .status = HARK_OK, .asr = &r};
+                run[i]->emit(run[i], &ev);
+                asr_result_free(&r);
+            }
+        }
+        tm.output_ns = clock_now_ns() - t2;
+    }
+    hark_free(run);
+    hark_free(pcm);
+    hark_free(lens);
+    hark_free(res);
+    if (times)
+        *times = tm;
+    if (n_failed == n && n > 0)
+        return err_set(err, worst, "every item failed (the items carry the messages)");
+    return HARK_OK;
+}
+
 /* Items run one at a time on the CPU (each at its own length: hark's result for an utterance does
  * not depend on its batch, unlike a zero-padded batch in DLE; docs/features.md says why). */
 static int jf_execute(family_worker_t *w, family_item_t *const *items, int n,
                       family_exec_times_t *times, hark_err_t *err)
 {
+    if (w->gw)
+        return jf_execute_gpu(w, items, n, times, err);
     family_exec_times_t tm = {0};
     int worst = HARK_OK, n_failed = 0;
     for (int i = 0; i < n; i++) {
@@ -324,8 +466,8 @@ const family_t jasper_family = {
     .stream_open = NULL,
     .stream_close = NULL,
     .execute = jf_execute,
-    .bench = NULL,
+    .bench = jasper_bench_main,
     .inspect = NULL,
-    .bench_synthetic = NULL,
+    .bench_synthetic = jasper_synthetic_names,
     .io = jasper_io,
 };

@@ -1,11 +1,14 @@
-/* Tests for src/model/jasper/jasper_family.c through the family table: the registry entry, a GPU
- * load refused with a clear message, options, and execute on a batch (texts as DLE's, words,
- * frame ids, a bad item failing alone). */
+/* Tests for src/model/jasper/jasper_family.c through the family table: the registry entry, a bad
+ * precision and (without a GPU) a GPU load refused, options, and execute on a batch (texts as
+ * DLE's, words, frame ids, a bad item failing alone). */
 #include "test.h"
 
 #include "core/npy.h"
 #include "hark.h"
 #include "model/family.h"
+#include "model/jasper/jasper.h"
+#include "model/jasper/jasper_tools.h"
+#include "model/synth_weights.h"
 #include "support/golden_jasper.h"
 
 #include <cjson/cJSON.h>
@@ -46,8 +49,14 @@ TEST(jasper_family_execute)
     family_model_t *m = NULL;
     hark_err_t err = {0};
     family_load_opts_t gpu = {.device = 0};
-    CHECK_EQ_INT(f->load(dir, &gpu, NULL, &m, &err), HARK_ERR_UNSUPPORTED);
-    CHECK(strstr(err.msg, "not yet on GPU"));
+    family_param_t pp = {"precision", "fp8"};
+    family_params_t bad_prec = {&pp, 1};
+    CHECK_EQ_INT(f->load(dir, &gpu, &bad_prec, &m, &err), HARK_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "precision \"fp8\""));
+    if (!test_have_gpu()) { /* a GPU load needs a device (test_jasper_gpu.c runs it on one) */
+        CHECK(f->load(dir, &gpu, NULL, &m, &err) != HARK_OK);
+        CHECK(m == NULL);
+    }
     family_load_opts_t fp16 = {.device = -1, .precision = "fp16"};
     CHECK_EQ_INT(f->load(dir, &fp16, NULL, &m, &err), HARK_ERR_UNSUPPORTED);
     family_load_opts_t cpu = {.device = -1};
@@ -131,4 +140,46 @@ TEST(jasper_family_execute)
     npy_free(&a3);
     f->worker_destroy(w);
     f->unload(m);
+}
+
+/* `hark bench --synthetic`: DLE's full-width configs (built as its JasperEncoder builds the
+ * panes), a model from generated weights, the family's bench hook and its argument errors */
+TEST(jasper_bench_synthetic_configs)
+{
+    jasper_config_t c;
+    CHECK_EQ_INT(jasper_synthetic_config("nope", &c), -1);
+    CHECK_OK(jasper_synthetic_config("jasper10x5dr", &c));
+    CHECK_EQ_INT(c.n_blocks, 13);
+    CHECK_EQ_INT(c.pad_leading, 16);
+    CHECK(c.blocks[0].stride == 2 && c.blocks[0].n_panes == 0 && !c.blocks[0].dense);
+    /* block l of the ten dense ones has l panes: the input channels of every dense block so far */
+    static const int want10[10] = {256, 256, 256, 384, 384, 512, 512, 640, 640, 768};
+    CHECK_EQ_INT(c.blocks[10].n_panes, 10);
+    for (int p = 0; p < 10; p++)
+        CHECK_EQ_INT(c.blocks[10].pane_ch[p], want10[p]);
+    CHECK(c.blocks[10].dense && c.blocks[11].dilation == 2 && c.blocks[11].kernel == 29);
+    CHECK(c.blocks[12].filters == 1024 && c.blocks[12].kernel == 1);
+    CHECK_OK(jasper_synthetic_config("quartznet15x5", &c));
+    CHECK_EQ_INT(c.n_blocks, 18);
+    CHECK_EQ_INT(c.pad_leading, 0);
+    CHECK(c.blocks[1].n_panes == 1 && c.blocks[1].pane_ch[0] == 256 && !c.blocks[1].dense);
+    CHECK(c.blocks[7].pane_ch[0] == 256 && c.blocks[7].filters == 512 && c.blocks[7].kernel == 51 &&
+          c.blocks[7].separable);
+    CHECK(c.blocks[16].kernel == 87 && c.blocks[16].dilation == 2 && c.blocks[16].separable);
+    CHECK(!c.blocks[17].separable && c.blocks[17].filters == 1024);
+    /* QuartzNet's 19M generated weights load (Jasper's 333M would be slow here) */
+    synth_weights_t sw = {.seed = 1};
+    jasper_model_t *m = NULL;
+    hark_err_t err = {0};
+    CHECK_OK(jasper_create(&c, synth_weights_get, &sw, &m, &err));
+    synth_weights_free(&sw);
+    CHECK(m && jasper_vocab(m) == 29);
+    CHECK(jasper_frames_out(m, jasper_frames_in(m, 16000)) == 56); /* 112 frames, stride 2 */
+    jasper_destroy(m);
+    const family_t *f = family_find("jasper");
+    CHECK(f && f->bench && f->bench_synthetic && !strcmp(f->bench_synthetic[0], "jasper10x5dr"));
+    char *bad[] = {"bench", "--synthetic", "nope", NULL};
+    CHECK_EQ_INT(f->bench(3, bad), 2);
+    char *badp[] = {"bench", "--synthetic", "quartznet15x5", "--precision", "fp8", NULL};
+    CHECK_EQ_INT(f->bench(5, badp), 2);
 }

@@ -1,0 +1,84 @@
+/* conv1d.c — CPU references of the masked 1-D conv launchers (conv1d.h), plain loops in the order
+ * the GPU kernels accumulate. Tests: tests/ops/test_conv1d.c */
+#include "ops/conv1d.h"
+
+#include <string.h>
+
+int conv1d_len(int len, int k, int stride, int dil)
+{
+    int pad = (k / 2) * dil;
+    int n = len + 2 * pad - dil * (k - 1) - 1;
+    return n < 0 ? 0 : n / stride + 1;
+}
+
+void conv1d_pad_mask_ref(float *out, const float *in, const int *lens, int batch, int t, int c,
+                         int ld_in, int ld_out, int pad_l, int pad_r)
+{
+    int tp = pad_l + t + pad_r;
+    for (int b = 0; b < batch; b++) {
+        int v = lens && lens[b] < t ? lens[b] : t;
+        for (int r = 0; r < tp; r++) {
+            float *o = out + ((size_t)b * tp + r) * ld_out;
+            int s = r - pad_l;
+            memset(o, 0, sizeof(float) * (size_t)ld_out);
+            if (s >= 0 && s < v)
+                memcpy(o, in + ((size_t)b * t + s) * ld_in, sizeof(float) * (size_t)c);
+        }
+    }
+}
+
+void conv1d_ref(float *acc, float beta, const float *xp, const float *w, int batch, int t_pad,
+                int cin, int cout, int k, int stride, int dil)
+{
+    int span = dil * (k - 1) + 1;
+    int t_out = t_pad < span ? 0 : (t_pad - span) / stride + 1;
+    for (int b = 0; b < batch; b++)
+        for (int s = 0; s < t_out; s++)
+            for (int o = 0; o < cout; o++) {
+                float sum = 0;
+                for (int j = 0; j < k; j++) {
+                    const float *x =
+                        xp + ((size_t)b * t_pad + (size_t)s * stride + (size_t)j * dil) * cin;
+                    const float *wr = w + ((size_t)o * k + j) * cin;
+                    for (int i = 0; i < cin; i++)
+                        sum += x[i] * wr[i];
+                }
+                float *a = acc + ((size_t)b * t_out + s) * cout + o;
+                *a = beta == 0.0f ? sum : beta * *a + sum;
+            }
+}
+
+void conv1d_depthwise_ref(float *out, const float *in, const float *w, const int *lens, int batch,
+                          int t, int c, int k, int stride, int dil)
+{
+    int pad = (k / 2) * dil, t_out = conv1d_len(t, k, stride, dil);
+    for (int b = 0; b < batch; b++) {
+        int v = lens && lens[b] < t ? lens[b] : t;
+        int v_out = conv1d_len(v, k, stride, dil);
+        for (int s = 0; s < t_out; s++) {
+            float *o = out + ((size_t)b * t_out + s) * c;
+            for (int ch = 0; ch < c; ch++) {
+                float sum = 0;
+                for (int j = 0; j < k && s < v_out; j++) {
+                    int r = s * stride + j * dil - pad;
+                    if (r >= 0 && r < v)
+                        sum += w[(size_t)j * c + ch] * in[((size_t)b * t + r) * c + ch];
+                }
+                o[ch] = sum;
+            }
+        }
+    }
+}
+
+void conv1d_act_ref(float *y, const float *x, const float *b, int n, int c, conv1d_act_t act)
+{
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < c; i++) {
+            float v = x[(size_t)r * c + i] + (b ? b[i] : 0.0f);
+            if (act == CONV1D_ACT_RELU)
+                v = v > 0.0f ? v : 0.0f;
+            else if (act == CONV1D_ACT_HARDTANH)
+                v = v < -1.0f ? -1.0f : v > 1.0f ? 1.0f : v;
+            y[(size_t)r * c + i] = v;
+        }
+}

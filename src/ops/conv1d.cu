@@ -1,0 +1,326 @@
+/* conv1d.cu — the GPU launchers of conv1d.h: the masked, zero-padded copy a conv reads (with the
+ * dtype change of the model input), the conv itself as GEMMs (an implicit GEMM over all taps on
+ * the tensor cores, or one strided-batched GEMM per tap), the depthwise conv with its input and
+ * output masks, and bias + activation from the FP32 accumulator. Each kernel is a template over
+ * float, __half and __nv_bfloat16 with FP32 arithmetic. CPU references: conv1d.c.
+ * Tests: tests/ops/test_conv1d_cuda.c */
+#include "ops/conv1d.h"
+
+#include "hark.h"
+#include "ops/ops_cuda_impl.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+__device__ __forceinline__ float ld_f(const float *p)
+{
+    return *p;
+}
+__device__ __forceinline__ float ld_f(const __half *p)
+{
+    return __half2float(*p);
+}
+__device__ __forceinline__ float ld_f(const __nv_bfloat16 *p)
+{
+    return __bfloat162float(*p);
+}
+__device__ __forceinline__ void st_f(float *p, float v)
+{
+    *p = v;
+}
+__device__ __forceinline__ void st_f(__half *p, float v)
+{
+    *p = __float2half_rn(v);
+}
+__device__ __forceinline__ void st_f(__nv_bfloat16 *p, float v)
+{
+    *p = __float2bfloat16_rn(v);
+}
+
+static int launched(hark_err_t *err, const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    return e != cudaSuccess
+               ? err_set(err, HARK_ERR_CUDA, "cuda: %s: %s", what, cudaGetErrorString(e))
+               : HARK_OK;
+}
+
+static unsigned grid_for(long long n, int threads)
+{
+    long long b = (n + threads - 1) / threads;
+    return (unsigned)(b > 65535LL * 16 ? 65535LL * 16 : b < 1 ? 1 : b);
+}
+
+static bool dtype_ok(ops_dtype_t t)
+{
+    return t == OPS_F32 || t == OPS_F16 || t == OPS_BF16;
+}
+
+/* ---- pad + mask ----------------------------------------------------------------------------- */
+
+/* one thread per output element (grid-stride) */
+template <typename TO, typename TI>
+__global__ void pad_mask_kernel(TO *out, const TI *in, const int *lens, int batch, int t, int c,
+                                int ld_in, int ld_out, int pad_l, int tp)
+{
+    long long n = (long long)batch * tp * ld_out;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        int col = (int)(i % ld_out);
+        long long row = i / ld_out;
+        int r = (int)(row % tp), b = (int)(row / tp);
+        int v = lens && lens[b] < t ? lens[b] : t;
+        int s = r - pad_l;
+        float x = 0.0f;
+        if (col < c && s >= 0 && s < v)
+            x = ld_f(in + ((long long)b * t + s) * ld_in + col);
+        st_f(out + i, x);
+    }
+}
+
+template <typename TO, typename TI>
+static void pad_mask_go(void *out, const void *in, const int *lens, int batch, int t, int c,
+                        int ld_in, int ld_out, int pad_l, int tp, cudaStream_t st)
+{
+    long long n = (long long)batch * tp * ld_out;
+    pad_mask_kernel<TO, TI><<<grid_for(n, 256), 256, 0, st>>>(
+        (TO *)out, (const TI *)in, lens, batch, t, c, ld_in, ld_out, pad_l, tp);
+}
+
+template <typename TO>
+static void pad_mask_in(void *out, const void *in, ops_dtype_t in_t, const int *lens, int batch,
+                        int t, int c, int ld_in, int ld_out, int pad_l, int tp, cudaStream_t st)
+{
+    if (in_t == OPS_F16)
+        pad_mask_go<TO, __half>(out, in, lens, batch, t, c, ld_in, ld_out, pad_l, tp, st);
+    else if (in_t == OPS_BF16)
+        pad_mask_go<TO, __nv_bfloat16>(out, in, lens, batch, t, c, ld_in, ld_out, pad_l, tp, st);
+    else
+        pad_mask_go<TO, float>(out, in, lens, batch, t, c, ld_in, ld_out, pad_l, tp, st);
+}
+
+extern "C" int cuda_conv1d_pad_mask(void *out, ops_dtype_t out_t, const void *in, ops_dtype_t in_t,
+                                    const int *lens, int batch, int t, int c, int ld_in, int ld_out,
+                                    int pad_l, int pad_r, void *stream, hark_err_t *err)
+{
+    if (!dtype_ok(out_t) || !dtype_ok(in_t) || batch < 0 || t < 0 || c < 0 || ld_in < c ||
+        ld_out < c || pad_l < 0 || pad_r < 0)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "conv1d_pad_mask: batch %d, t %d, c %d, ld %d -> %d, pad %d + %d", batch, t,
+                       c, ld_in, ld_out, pad_l, pad_r);
+    if (out == in && (pad_l || pad_r || ld_in != ld_out || in_t != out_t))
+        return err_set(err, HARK_ERR_INVALID_ARG, "conv1d_pad_mask: in place only as a plain mask");
+    int tp = pad_l + t + pad_r;
+    if (batch == 0 || tp == 0 || ld_out == 0)
+        return HARK_OK;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (out_t == OPS_F16)
+        pad_mask_in<__half>(out, in, in_t, lens, batch, t, c, ld_in, ld_out, pad_l, tp, st);
+    else if (out_t == OPS_BF16)
+        pad_mask_in<__nv_bfloat16>(out, in, in_t, lens, batch, t, c, ld_in, ld_out, pad_l, tp, st);
+    else
+        pad_mask_in<float>(out, in, in_t, lens, batch, t, c, ld_in, ld_out, pad_l, tp, st);
+    return launched(err, "conv1d_pad_mask_kernel");
+}
+
+/* ---- the conv as GEMMs ---------------------------------------------------------------------- */
+
+extern "C" int cuda_conv1d(float *acc, float beta, const void *xp, const void *w, ops_dtype_t dt,
+                           int batch, int t_pad, int cin, int cout, int k, int stride, int dil,
+                           ops_cuda_t *g, hark_err_t *err)
+{
+    if (!dtype_ok(dt) || batch < 0 || cin < 1 || cout < 1 || k < 1 || stride < 1 || dil < 1)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "conv1d: batch %d, cin %d, cout %d, k %d, stride %d, dil %d", batch, cin,
+                       cout, k, stride, dil);
+    int span = dil * (k - 1) + 1;
+    int t_out = t_pad < span ? 0 : (t_pad - span) / stride + 1;
+    if (batch == 0 || t_out == 0)
+        return HARK_OK;
+    if (dt != OPS_F32 && dil == 1 && cin % 8 == 0) {
+        /* one implicit GEMM: the padded input as a (t_pad x 1) image of cin channels, the taps
+         * as a k x 1 kernel, w (cout, k·cin) the channel-last order hconv2d reads */
+        cuda_epi_t e = {};
+        e.mode = CUDA_EPI_RESID32;
+        e.out = acc;
+        e.ldo = cout;
+        e.alpha = 1.0f;
+        e.beta = beta;
+        e.dt = dt;
+        return cuda_hconv2d(&e, xp, w, batch, cin, t_pad, 1, cout, k, 1, stride, g, err);
+    }
+    /* tap j: rows s·stride + j·dil of the padded input, a strided view (lda = stride·cin), times
+     * w[:, j, :] (rows of k·cin); every tap after the first adds to acc */
+    size_t es = ops_dtype_size(dt);
+    for (int j = 0; j < k; j++) {
+        const char *a = (const char *)xp + (size_t)j * dil * cin * es;
+        const char *b = (const char *)w + (size_t)j * cin * es;
+        int rc = cuda_gemm(acc, OPS_F32, a, b, dt, t_out, cout, cin, stride * cin, k * cin, cout, 1,
+                           1.0f, j ? 1.0f : beta, batch, (long long)t_pad * cin, 0,
+                           (long long)t_out * cout, g, err);
+        if (rc != HARK_OK)
+            return rc;
+    }
+    return HARK_OK;
+}
+
+/* ---- depthwise ------------------------------------------------------------------------------ */
+
+/* a block: 32 channels x DW_ROWS output frames of one utterance; each thread one channel and
+ * DW_ROWS / 8 frames (threads (32, 8)) */
+#define DW_ROWS 32
+
+template <typename T>
+__global__ void depthwise_kernel(T *out, const T *in, const float *w, const int *lens, int t, int c,
+                                 int k, int stride, int dil, int pad, int t_out)
+{
+    int ch = blockIdx.x * 32 + threadIdx.x, b = blockIdx.z;
+    if (ch >= c)
+        return;
+    int v = lens && lens[b] < t ? lens[b] : t;
+    /* the masked conv's output length for v input frames */
+    int span = v + 2 * pad - dil * (k - 1) - 1;
+    int v_out = span < 0 ? 0 : span / stride + 1;
+    const T *x = in + (long long)b * t * c + ch;
+    for (int s = blockIdx.y * DW_ROWS + threadIdx.y; s < t_out && s < (blockIdx.y + 1) * DW_ROWS;
+         s += 8) {
+        float sum = 0.0f;
+        if (s < v_out) {
+            int r0 = s * stride - pad;
+            for (int j = 0; j < k; j++) {
+                int r = r0 + j * dil;
+                if (r >= 0 && r < v)
+                    sum += w[(long long)j * c + ch] * ld_f(x + (long long)r * c);
+            }
+        }
+        st_f(out + ((long long)b * t_out + s) * c + ch, sum);
+    }
+}
+
+/* The same with the block's input rows (masked, as float) and taps staged in shared memory: a
+ * block of 32 channels x DW_TILE output frames reads its (DW_TILE - 1)·stride + (k - 1)·dil + 1
+ * input rows once instead of k times from L1 / L2 (QuartzNet's k = 33..87). The sum runs over
+ * the taps in the same order. */
+#define DW_TILE 64
+
+static int dw_tile_rows(int k, int stride, int dil)
+{
+    return (DW_TILE - 1) * stride + (k - 1) * dil + 1;
+}
+
+template <typename T>
+__global__ void depthwise_tiled_kernel(T *out, const T *in, const float *w, const int *lens, int t,
+                                       int c, int k, int stride, int dil, int pad, int t_out,
+                                       int rows)
+{
+    extern __shared__ float dw_sm[];
+    float *xs = dw_sm, *ws = dw_sm + (size_t)rows * 32; /* (rows, 32), (k, 32) */
+    const int tx = threadIdx.x, ty = threadIdx.y, b = blockIdx.z;
+    const int ch = blockIdx.x * 32 + tx, s0 = blockIdx.y * DW_TILE;
+    const int v = lens && lens[b] < t ? lens[b] : t;
+    const int span = v + 2 * pad - dil * (k - 1) - 1;
+    const int v_out = span < 0 ? 0 : span / stride + 1;
+    const int r0 = s0 * stride - pad;
+    const T *x = in + (long long)b * t * c;
+    for (int i = ty; i < rows; i += 8) {
+        int r = r0 + i;
+        xs[i * 32 + tx] = ch < c && r >= 0 && r < v ? ld_f(x + (long long)r * c + ch) : 0.0f;
+    }
+    for (int j = ty; j < k; j += 8)
+        ws[j * 32 + tx] = ch < c ? w[(long long)j * c + ch] : 0.0f;
+    __syncthreads();
+    if (ch >= c)
+        return;
+    for (int i = ty; i < DW_TILE; i += 8) {
+        int s = s0 + i;
+        if (s >= t_out)
+            break;
+        float sum = 0.0f;
+        if (s < v_out) {
+            const float *xr = xs + (size_t)i * stride * 32 + tx;
+            for (int j = 0; j < k; j++)
+                sum += ws[j * 32 + tx] * xr[(size_t)j * dil * 32];
+        }
+        st_f(out + ((long long)b * t_out + s) * c + ch, sum);
+    }
+}
+
+template <typename T>
+static void depthwise_go(void *out, const void *in, const float *w, const int *lens, int batch,
+                         int t, int c, int k, int stride, int dil, int t_out, cudaStream_t st)
+{
+    int rows = dw_tile_rows(k, stride, dil);
+    size_t smem = ((size_t)rows + (size_t)k) * 32 * sizeof(float);
+    if (smem <= 48 * 1024) {
+        dim3 grid((unsigned)((c + 31) / 32), (unsigned)((t_out + DW_TILE - 1) / DW_TILE),
+                  (unsigned)batch);
+        depthwise_tiled_kernel<T><<<grid, dim3(32, 8), smem, st>>>(
+            (T *)out, (const T *)in, w, lens, t, c, k, stride, dil, (k / 2) * dil, t_out, rows);
+        return;
+    }
+    dim3 grid((unsigned)((c + 31) / 32), (unsigned)((t_out + DW_ROWS - 1) / DW_ROWS),
+              (unsigned)batch);
+    depthwise_kernel<T><<<grid, dim3(32, 8), 0, st>>>((T *)out, (const T *)in, w, lens, t, c, k,
+                                                      stride, dil, (k / 2) * dil, t_out);
+}
+
+extern "C" int cuda_conv1d_depthwise(void *out, const void *in, ops_dtype_t dt, const float *w,
+                                     const int *lens, int batch, int t, int c, int k, int stride,
+                                     int dil, void *stream, hark_err_t *err)
+{
+    if (!dtype_ok(dt) || batch < 0 || batch > 65535 || t < 0 || c < 0 || k < 1 || stride < 1 ||
+        dil < 1)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "conv1d_depthwise: batch %d, t %d, c %d, k %d, stride %d, dil %d", batch, t,
+                       c, k, stride, dil);
+    int t_out = conv1d_len(t, k, stride, dil);
+    if (batch == 0 || t_out == 0 || c == 0)
+        return HARK_OK;
+    if ((t_out + DW_ROWS - 1) / DW_ROWS > 65535)
+        return err_set(err, HARK_ERR_TOO_LARGE, "conv1d_depthwise: %d output frames", t_out);
+    cudaStream_t st = (cudaStream_t)stream;
+    if (dt == OPS_F16)
+        depthwise_go<__half>(out, in, w, lens, batch, t, c, k, stride, dil, t_out, st);
+    else if (dt == OPS_BF16)
+        depthwise_go<__nv_bfloat16>(out, in, w, lens, batch, t, c, k, stride, dil, t_out, st);
+    else
+        depthwise_go<float>(out, in, w, lens, batch, t, c, k, stride, dil, t_out, st);
+    return launched(err, "conv1d_depthwise_kernel");
+}
+
+/* ---- bias + activation ---------------------------------------------------------------------- */
+
+template <typename T>
+__global__ void act_kernel(T *y, const float *x, const float *b, int n, int c, int act)
+{
+    long long total = (long long)n * c;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        float v = x[i] + (b ? b[i % c] : 0.0f);
+        if (act == CONV1D_ACT_RELU)
+            v = v > 0.0f ? v : 0.0f;
+        else if (act == CONV1D_ACT_HARDTANH)
+            v = v < -1.0f ? -1.0f : v > 1.0f ? 1.0f : v;
+        st_f(y + i, v);
+    }
+}
+
+extern "C" int cuda_conv1d_act(void *y, ops_dtype_t y_t, const float *x, const float *b, int n,
+                               int c, conv1d_act_t act, void *stream, hark_err_t *err)
+{
+    if (!dtype_ok(y_t) || n < 0 || c < 0 || act < CONV1D_ACT_NONE || act > CONV1D_ACT_HARDTANH)
+        return err_set(err, HARK_ERR_INVALID_ARG, "conv1d_act: n %d, c %d, act %d", n, c, (int)act);
+    long long total = (long long)n * c;
+    if (total == 0)
+        return HARK_OK;
+    cudaStream_t st = (cudaStream_t)stream;
+    unsigned gr = grid_for(total, 256);
+    if (y_t == OPS_F16)
+        act_kernel<__half><<<gr, 256, 0, st>>>((__half *)y, x, b, n, c, (int)act);
+    else if (y_t == OPS_BF16)
+        act_kernel<__nv_bfloat16><<<gr, 256, 0, st>>>((__nv_bfloat16 *)y, x, b, n, c, (int)act);
+    else
+        act_kernel<float><<<gr, 256, 0, st>>>((float *)y, x, b, n, c, (int)act);
+    return launched(err, "conv1d_act_kernel");
+}

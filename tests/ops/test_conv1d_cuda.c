@@ -1,0 +1,346 @@
+/* GPU tests for src/ops/conv1d.cu: every launcher against its CPU reference (conv1d.c) on random
+ * data with awkward sizes (odd channel counts, time lengths that are no multiple of a tile, a
+ * batch of different lengths, one of them 0 or 1), in FP32, FP16 and BF16, with poisoned outputs
+ * (NaN bytes: an unwritten element fails) and guard elements after every output (they must stay
+ * poisoned). The reference is fed the same (16-bit rounded) inputs. Tolerances (relative RMS):
+ * the copies exact; the convs, whose outputs are FP32 and whose products of 16-bit operands are
+ * exact in FP32, 1e-5 in every type (only the order of the FP32 sums differs); outputs rounded to
+ * 16 bits 1e-2 (FP16), 8e-2 (BF16: 8x FP16's unit roundoff), 1e-5 FP32. */
+#include "test.h"
+
+#ifdef HARK_CUDA
+#include "hark.h"
+#include "ops/conv1d.h"
+#include "ops/ops_cuda.h"
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GUARD 64
+
+static const ops_dtype_t ALL[3] = {OPS_F32, OPS_F16, OPS_BF16};
+
+static const char *dt_name(ops_dtype_t t)
+{
+    return t == OPS_F16 ? "fp16" : t == OPS_BF16 ? "bf16" : "fp32";
+}
+
+static double tol_out(ops_dtype_t t)
+{
+    return t == OPS_F32 ? 1e-5 : t == OPS_F16 ? 1e-2 : 8e-2;
+}
+
+/* n elements + GUARD of dtype t, every byte 0xff (a NaN in all three dtypes) */
+static void *dalloc(size_t n, ops_dtype_t t)
+{
+    void *p = NULL;
+    size_t bytes = (n + GUARD) * ops_dtype_size(t);
+    if (cudaMalloc(&p, bytes) != cudaSuccess)
+        return NULL;
+    cudaMemset(p, 0xff, bytes);
+    return p;
+}
+
+static void *dup_to(const float *h, size_t n, ops_dtype_t t)
+{
+    void *d = dalloc(n, t);
+    float *tmp = NULL;
+    if (!d || cudaMalloc((void **)&tmp, (n ? n : 1) * sizeof(float)) != cudaSuccess)
+        return NULL;
+    cudaMemcpy(tmp, h, n * sizeof(float), cudaMemcpyHostToDevice);
+    cuda_cast(d, t, tmp, OPS_F32, n, NULL, NULL);
+    cudaDeviceSynchronize();
+    cudaFree(tmp);
+    return d;
+}
+
+/* h (n floats) = device d (n elements of t); 0 on success */
+static int dup_from(float *h, const void *d, size_t n, ops_dtype_t t)
+{
+    float *tmp = NULL;
+    if (cudaMalloc((void **)&tmp, (n ? n : 1) * sizeof(float)) != cudaSuccess)
+        return -1;
+    int rc = cuda_cast(tmp, OPS_F32, d, t, n, NULL, NULL);
+    if (cudaDeviceSynchronize() != cudaSuccess)
+        rc = -1;
+    cudaMemcpy(h, tmp, n * sizeof(float), cudaMemcpyDeviceToHost);
+    cudaFree(tmp);
+    return rc;
+}
+
+/* the GUARD elements after n of d are still poisoned (all bytes 0xff) */
+static int guard_ok(const void *d, size_t n, ops_dtype_t t)
+{
+    size_t es = ops_dtype_size(t);
+    unsigned char g[GUARD * 4];
+    cudaMemcpy(g, (const char *)d + n * es, GUARD * es, cudaMemcpyDeviceToHost);
+    for (size_t i = 0; i < GUARD * es; i++)
+        if (g[i] != 0xff)
+            return 0;
+    return 1;
+}
+
+/* h rounded through dtype t (the values a 16-bit tensor holds) */
+static void round_to(float *h, size_t n, ops_dtype_t t)
+{
+    void *d = dup_to(h, n, t);
+    dup_from(h, d, n, t);
+    cudaFree(d);
+}
+
+static float *rnd(size_t n, unsigned *seed, float scale)
+{
+    float *p = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        p[i] = scale * test_randf(seed);
+    return p;
+}
+
+static int all_finite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return 0;
+    return 1;
+}
+
+/* ---- pad + mask ----------------------------------------------------------------------------- */
+
+GPU_TEST(cuda_conv1d_pad_mask_matches_ref)
+{
+    const int batch = 3, tl = 37, c = 13, ld_in = 16, ld_out = 24, pl = 5, pr = 4;
+    int lens[3] = {37, 20, 0}, *d_lens = NULL;
+    unsigned seed = 11;
+    size_t n_in = (size_t)batch * tl * ld_in, tp = (size_t)(pl + tl + pr),
+           n_out = (size_t)batch * tp * ld_out;
+    float *in = rnd(n_in, &seed, 3.0f), *ref = malloc(n_out * 4), *got = malloc(n_out * 4);
+    cudaMalloc((void **)&d_lens, sizeof lens);
+    cudaMemcpy(d_lens, lens, sizeof lens, cudaMemcpyHostToDevice);
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++) {
+            ops_dtype_t it = ALL[a], ot = ALL[b];
+            float *hin = malloc(n_in * 4);
+            memcpy(hin, in, n_in * 4);
+            round_to(hin, n_in, it);
+            void *din = dup_to(hin, n_in, it), *dout = dalloc(n_out, ot);
+            hark_err_t err = {0};
+            CHECK_OK(cuda_conv1d_pad_mask(dout, ot, din, it, d_lens, batch, tl, c, ld_in, ld_out,
+                                          pl, pr, NULL, &err));
+            CHECK_OK(dup_from(got, dout, n_out, ot));
+            conv1d_pad_mask_ref(ref, hin, d_lens ? lens : NULL, batch, tl, c, ld_in, ld_out, pl,
+                                pr);
+            round_to(ref, n_out, ot);
+            CHECKF(!memcmp(got, ref, n_out * 4), "%s -> %s: the copy differs", dt_name(it),
+                   dt_name(ot));
+            CHECKF(guard_ok(dout, n_out, ot), "%s -> %s: wrote past the end", dt_name(it),
+                   dt_name(ot));
+            /* in place: a plain mask */
+            if (it == ot) {
+                CHECK_OK(cuda_conv1d_pad_mask(din, it, din, it, d_lens, batch, tl, c, ld_in, ld_in,
+                                              0, 0, NULL, &err));
+                float *g2 = malloc(n_in * 4), *r2 = malloc(n_in * 4);
+                CHECK_OK(dup_from(g2, din, n_in, it));
+                conv1d_pad_mask_ref(r2, hin, lens, batch, tl, c, ld_in, ld_in, 0, 0);
+                CHECKF(!memcmp(g2, r2, n_in * 4), "%s in place: differs", dt_name(it));
+                free(g2);
+                free(r2);
+            }
+            CHECK_EQ_INT(cuda_conv1d_pad_mask(din, it, din, it, d_lens, batch, tl, c, ld_in, ld_in,
+                                              1, 0, NULL, &err),
+                         HARK_ERR_INVALID_ARG);
+            cudaFree(din);
+            cudaFree(dout);
+            free(hin);
+        }
+    cudaFree(d_lens);
+    free(in);
+    free(ref);
+    free(got);
+}
+
+/* ---- the conv as GEMMs ---------------------------------------------------------------------- */
+
+typedef struct {
+    int batch, t_pad, cin, cout, k, stride, dil;
+} conv_case_t;
+
+GPU_TEST(cuda_conv1d_matches_ref)
+{
+    ops_cuda_t *g = NULL;
+    hark_err_t err = {0};
+    CHECK_OK(ops_cuda_create(NULL, &g, &err));
+    /* implicit GEMM (16-bit, dil 1, cin % 8 == 0; cin 24 and 40: taps not whole 32-wide k
+     * tiles), per-tap GEMMs (cin 13, dilation 2), strides 1 and 2, k 1 (a pointwise conv) */
+    const conv_case_t cases[] = {
+        {3, 55, 24, 40, 11, 1, 1},  {2, 38, 13, 19, 5, 2, 1}, {2, 61, 16, 24, 7, 1, 2},
+        {1, 29, 64, 136, 29, 1, 1}, {4, 33, 40, 8, 1, 1, 1},  {3, 70, 32, 96, 11, 2, 1},
+    };
+    unsigned seed = 5;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int d = 0; d < 3; d++)
+            for (int beta1 = 0; beta1 < 2; beta1++) {
+                const conv_case_t *c = &cases[ci];
+                ops_dtype_t dt = ALL[d];
+                int span = c->dil * (c->k - 1) + 1, t_out = (c->t_pad - span) / c->stride + 1;
+                size_t nx = (size_t)c->batch * c->t_pad * c->cin,
+                       nw = (size_t)c->cout * c->k * c->cin,
+                       no = (size_t)c->batch * t_out * c->cout;
+                float *x = rnd(nx, &seed, 1.0f), *w = rnd(nw, &seed, 0.3f);
+                float *acc0 = rnd(no, &seed, 1.0f), *ref = malloc(no * 4), *got = malloc(no * 4);
+                round_to(x, nx, dt);
+                round_to(w, nw, dt);
+                void *dx = dup_to(x, nx, dt), *dw = dup_to(w, nw, dt);
+                float *dacc = beta1 ? dup_to(acc0, no, OPS_F32) : dalloc(no, OPS_F32);
+                memcpy(ref, acc0, no * 4);
+                conv1d_ref(ref, beta1 ? 1.0f : 0.0f, x, w, c->batch, c->t_pad, c->cin, c->cout,
+                           c->k, c->stride, c->dil);
+                CHECK_OK(cuda_conv1d(dacc, beta1 ? 1.0f : 0.0f, dx, dw, dt, c->batch, c->t_pad,
+                                     c->cin, c->cout, c->k, c->stride, c->dil, g, &err));
+                CHECK_OK(dup_from(got, dacc, no, OPS_F32));
+                double e = test_rel_rms(got, ref, no);
+                printf("conv1d %s b%d t%d %d->%d k%d s%d d%d beta %d: rel rms %.2g\n", dt_name(dt),
+                       c->batch, c->t_pad, c->cin, c->cout, c->k, c->stride, c->dil, beta1, e);
+                CHECKF(all_finite(got, no) && e <= 1e-5, "%s case %zu beta %d: rel rms %.3g",
+                       dt_name(dt), ci, beta1, e);
+                CHECKF(guard_ok(dacc, no, OPS_F32), "%s case %zu: wrote past the end", dt_name(dt),
+                       ci);
+                /* the fused 16-bit path of jasper_gpu.c: bias + ReLU in hconv2d's epilogue */
+                if (dt != OPS_F32 && c->dil == 1 && c->cin % 8 == 0 && !beta1) {
+                    float *b = rnd((size_t)c->cout, &seed, 0.5f), *r2 = malloc(no * 4),
+                          *g2 = malloc(no * 4);
+                    float *db = dup_to(b, (size_t)c->cout, OPS_F32);
+                    void *dy = dalloc(no, dt);
+                    cuda_epi_t ep = {.mode = CUDA_EPI_F16,
+                                     .act = CUDA_ACT_RELU,
+                                     .bias = db,
+                                     .out = dy,
+                                     .ldo = c->cout,
+                                     .alpha = 1.0f,
+                                     .dt = dt};
+                    CHECK_OK(cuda_hconv2d(&ep, dx, dw, c->batch, c->cin, c->t_pad, 1, c->cout, c->k,
+                                          1, c->stride, g, &err));
+                    CHECK_OK(dup_from(g2, dy, no, dt));
+                    conv1d_act_ref(r2, ref, b, (int)(no / c->cout), c->cout, CONV1D_ACT_RELU);
+                    double e2 = test_rel_rms(g2, r2, no);
+                    CHECKF(all_finite(g2, no) && e2 <= tol_out(dt),
+                           "%s case %zu fused ReLU: rel rms %.3g", dt_name(dt), ci, e2);
+                    CHECK(guard_ok(dy, no, dt));
+                    cudaFree(db);
+                    cudaFree(dy);
+                    free(b);
+                    free(r2);
+                    free(g2);
+                }
+                cudaFree(dx);
+                cudaFree(dw);
+                cudaFree(dacc);
+                free(x);
+                free(w);
+                free(acc0);
+                free(ref);
+                free(got);
+            }
+    ops_cuda_destroy(g);
+}
+
+/* ---- depthwise ------------------------------------------------------------------------------ */
+
+GPU_TEST(cuda_conv1d_depthwise_matches_ref)
+{
+    typedef struct {
+        int t, c, k, stride, dil;
+    } dw_case_t;
+    const dw_case_t cases[] = {
+        /* shared-memory tiles of 64 frames: one tile and a partial one, stride 2, QuartzNet's
+         * k 87 dilation 2; past 48 KiB of staged rows (k 201, dilation 2) the direct kernel */
+        {41, 20, 5, 1, 1},   {141, 20, 13, 2, 1}, {70, 37, 9, 1, 2},
+        {133, 64, 87, 1, 2}, {1, 8, 3, 1, 1},     {50, 24, 201, 1, 2},
+    };
+    const int batch = 3;
+    int lens[3], *d_lens = NULL;
+    cudaMalloc((void **)&d_lens, sizeof lens);
+    unsigned seed = 9;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int d = 0; d < 3; d++) {
+            const dw_case_t *c = &cases[ci];
+            ops_dtype_t dt = ALL[d];
+            lens[0] = c->t;
+            lens[1] = c->t / 2 + 1;
+            lens[2] = 1;
+            cudaMemcpy(d_lens, lens, sizeof lens, cudaMemcpyHostToDevice);
+            int t_out = conv1d_len(c->t, c->k, c->stride, c->dil);
+            size_t nx = (size_t)batch * c->t * c->c, no = (size_t)batch * t_out * c->c;
+            float *x = rnd(nx, &seed, 1.0f), *w = rnd((size_t)c->k * c->c, &seed, 0.5f);
+            float *ref = malloc(no * 4), *got = malloc(no * 4);
+            round_to(x, nx, dt);
+            void *dx = dup_to(x, nx, dt), *dy = dalloc(no, dt);
+            float *dw = dup_to(w, (size_t)c->k * c->c, OPS_F32);
+            hark_err_t err = {0};
+            for (int masked = 0; masked < 2; masked++) {
+                cudaMemset(dy, 0xff, (no + GUARD) * ops_dtype_size(dt));
+                CHECK_OK(cuda_conv1d_depthwise(dy, dx, dt, dw, masked ? d_lens : NULL, batch, c->t,
+                                               c->c, c->k, c->stride, c->dil, NULL, &err));
+                CHECK_OK(dup_from(got, dy, no, dt));
+                conv1d_depthwise_ref(ref, x, w, masked ? lens : NULL, batch, c->t, c->c, c->k,
+                                     c->stride, c->dil);
+                double e = test_rel_rms(got, ref, no);
+                printf("depthwise %s t%d c%d k%d s%d d%d masked %d: rel rms %.2g\n", dt_name(dt),
+                       c->t, c->c, c->k, c->stride, c->dil, masked, e);
+                CHECKF(all_finite(got, no) && e <= tol_out(dt), "%s case %zu: rel rms %.3g",
+                       dt_name(dt), ci, e);
+                /* masked rows exactly 0 */
+                for (int b = 0; masked && b < batch; b++)
+                    for (int s = conv1d_len(lens[b], c->k, c->stride, c->dil); s < t_out; s++)
+                        for (int ch = 0; ch < c->c; ch++)
+                            CHECK(got[((size_t)b * t_out + s) * c->c + ch] == 0.0f);
+                CHECK(guard_ok(dy, no, dt));
+            }
+            cudaFree(dx);
+            cudaFree(dy);
+            cudaFree(dw);
+            free(x);
+            free(w);
+            free(ref);
+            free(got);
+        }
+    cudaFree(d_lens);
+}
+
+/* ---- bias + activation ---------------------------------------------------------------------- */
+
+GPU_TEST(cuda_conv1d_act_matches_ref)
+{
+    const int n = 37, c = 13;
+    unsigned seed = 3;
+    float *x = rnd((size_t)n * c, &seed, 2.0f), *b = rnd((size_t)c, &seed, 0.5f);
+    float *ref = malloc((size_t)n * c * 4), *got = malloc((size_t)n * c * 4);
+    float *dx = dup_to(x, (size_t)n * c, OPS_F32), *db = dup_to(b, (size_t)c, OPS_F32);
+    for (int d = 0; d < 3; d++)
+        for (int a = 0; a < 3; a++) {
+            ops_dtype_t dt = ALL[d];
+            void *dy = dalloc((size_t)n * c, dt);
+            hark_err_t err = {0};
+            CHECK_OK(
+                cuda_conv1d_act(dy, dt, dx, a == 1 ? NULL : db, n, c, (conv1d_act_t)a, NULL, &err));
+            CHECK_OK(dup_from(got, dy, (size_t)n * c, dt));
+            conv1d_act_ref(ref, x, a == 1 ? NULL : b, n, c, (conv1d_act_t)a);
+            round_to(ref, (size_t)n * c, dt); /* one rounding of the same float value */
+            CHECKF(!memcmp(got, ref, (size_t)n * c * 4), "%s act %d differs", dt_name(dt), a);
+            CHECK(guard_ok(dy, (size_t)n * c, dt));
+            cudaFree(dy);
+        }
+    hark_err_t err = {0};
+    CHECK_EQ_INT(cuda_conv1d_act(dx, OPS_F32, dx, NULL, n, c, (conv1d_act_t)7, NULL, &err),
+                 HARK_ERR_INVALID_ARG);
+    cudaFree(dx);
+    cudaFree(db);
+    free(x);
+    free(b);
+    free(ref);
+    free(got);
+}
+
+#endif
