@@ -30,6 +30,7 @@ int grpc_status_of(int st)
     case HARK_ERR_CLOSED:
         return GRPC_STATUS_UNAVAILABLE;
     case HARK_ERR_AGAIN:
+    case HARK_ERR_EXHAUSTED:
         return GRPC_STATUS_RESOURCE_EXHAUSTED;
     case HARK_ERR_TIMEOUT:
         return GRPC_STATUS_DEADLINE_EXCEEDED;
