@@ -1,5 +1,7 @@
 /* instance.c — model instances: worker threads that take batches from the batcher, run the
- * family and complete the requests. Tests: tests/sched/test_instance.c */
+ * family and complete the requests; under sequence_batching each instance has a queue of its own
+ * and the sequences (streams) bound to it, a table of the active ones and an idle reaper.
+ * Tests: tests/sched/test_instance.c, tests/server/test_sequence.py */
 #include "sched/instance.h"
 
 #include "core/alloc.h"
@@ -408,8 +410,13 @@ static void *reaper_main(void *arg)
                 *p = q->next;
                 q->next = NULL;
                 q->ended = 1;
-                LOG_INFO("sequence %s%" PRIu64 " idle for %.1f s: ended", q->id_str ? q->id_str : "",
-                         q->id_str ? 0 : q->id, (double)(now - q->last_ns) * 1e-9);
+                char id[300];
+                if (q->id_str)
+                    snprintf(id, sizeof id, "'%s'", q->id_str);
+                else
+                    snprintf(id, sizeof id, "%" PRIu64, q->id);
+                LOG_INFO("sequence %s idle for %.1f s: ended", id,
+                         (double)(now - q->last_ns) * 1e-9);
             } else {
                 p = &q->next;
             }
