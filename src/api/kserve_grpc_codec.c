@@ -351,7 +351,8 @@ static int request_from_pb(const Inference__ModelInferRequest *pb, kserve_reques
         const Inference__ModelInferRequest__ParametersEntry *e = pb->parameters[i];
         if (!e || !e->key || !e->value || strcmp(e->key, "sequence_id"))
             continue;
-        if (e->value->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM)
+        if (e->value->parameter_choice_case ==
+            INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM)
             r->sequence_id = (uint64_t)e->value->int64_param; /* >= 0: checked above */
         else if (e->value->parameter_choice_case ==
                  INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM)

@@ -221,7 +221,7 @@ struct job {
     family_param_t *params; /* (n_params) the request's options, owned strings */
     int n_params;
     char **param_strs;
-    int seq;               /* a chunk of a sequence (the model serves sequence_batching) */
+    int seq; /* a chunk of a sequence (the model serves sequence_batching) */
     served_seq_ctl_t ctl;
     const family_io_t *io; /* the family's contract the request used; NULL: the generic one */
     int frame_pad_id;      /* FRAME_IDS outputs: pads shorter rows */

@@ -76,7 +76,7 @@ typedef struct {
     /* the client, for the sequences it starts (a gRPC stream; 0: none): service_abandon ends
      * them when it goes away */
     uint64_t owner;
-    uv_loop_t *loop;      /* the caller's loop (encoded audio is decoded on its thread pool) */
+    uv_loop_t *loop; /* the caller's loop (encoded audio is decoded on its thread pool) */
     service_infer_fn done;
     void *user;
 } service_infer_t;

@@ -460,8 +460,8 @@ int served_model_create(const char *dir, const served_opts_t *o, served_model_t 
         return err_set(err, HARK_ERR_INVALID_ARG, "max_batch_size %d exceeds hark's 512",
                        o->batching.max_batch_size);
     if (o->seq.enabled && (!o->family->stream_open || !o->family->stream_close))
-        return err_set(err, HARK_ERR_UNSUPPORTED,
-                       "sequence_batching: family '%s' does not stream", o->family->name);
+        return err_set(err, HARK_ERR_UNSUPPORTED, "sequence_batching: family '%s' does not stream",
+                       o->family->name);
     if (o->seq.enabled && (o->seq.max_sequences < 1 || o->seq.max_sequences > 4096))
         return err_set(err, HARK_ERR_INVALID_ARG,
                        "sequence_batching: %d sequences per instance (1 .. 4096)",
@@ -518,8 +518,8 @@ int served_model_create(const char *dir, const served_opts_t *o, served_model_t 
     o->family->info(m->model[0], &fi);
     m->sample_rate = fi.sample_rate;
     if (o->seq.enabled) { /* each instance takes its own sequences' chunks */
-        batcher_opts_t bo = {.max_batch_size = o->seq.max_sequences < 512 ? o->seq.max_sequences
-                                                                           : 512,
+        batcher_opts_t bo = {.max_batch_size =
+                                 o->seq.max_sequences < 512 ? o->seq.max_sequences : 512,
                              .max_queue_delay_us = o->seq.max_queue_delay_us};
         for (int i = 0; i < o->seq.n_preferred && i < 8; i++)
             if (o->seq.preferred[i] <= bo.max_batch_size)
@@ -703,8 +703,9 @@ int served_model_submit_seq(served_model_t *m, served_request_t *req, const serv
     q->last_ns = clock_now_ns();
     if (!q->in_flight) {
         if ((rc = batcher_submit(inst_batcher(m, q->inst), &req->item))) {
-            rc = err_set(err, rc, rc == HARK_ERR_CLOSED ? "the model is unloading"
-                                                        : "cannot queue the request");
+            rc = err_set(err, rc,
+                         rc == HARK_ERR_CLOSED ? "the model is unloading"
+                                               : "cannot queue the request");
             if (c->start) { /* never opened: undone at once */
                 seq_unlink(m, q);
                 m->inst[q->inst].seq_used--;

@@ -68,9 +68,9 @@ typedef struct {
  * together in one execute. */
 typedef struct {
     int enabled;
-    int max_sequences;       /* per instance (family_worker_opts_t.max_sequences), >= 1 */
-    uint64_t idle_us;        /* a sequence with no request for this long is ended; 0: never */
-    int preferred[8];        /* the per-instance batcher's preferred sizes (ascending) */
+    int max_sequences; /* per instance (family_worker_opts_t.max_sequences), >= 1 */
+    uint64_t idle_us;  /* a sequence with no request for this long is ended; 0: never */
+    int preferred[8];  /* the per-instance batcher's preferred sizes (ascending) */
     int n_preferred;
     uint64_t max_queue_delay_us;
 } served_seq_opts_t;

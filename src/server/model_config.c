@@ -85,12 +85,10 @@ static const field_t F_DYNAMIC[] = {{"preferred_batch_size", F_INT32, 1, NULL},
 static const char *const CONTROL_KINDS[] = {"CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_READY",
                                             "CONTROL_SEQUENCE_END", "CONTROL_SEQUENCE_CORRID",
                                             NULL};
-static const field_t F_CONTROL[] = {{"kind", F_ENUM, 0, CONTROL_KINDS},
-                                    {"int32_false_true", F_INT32, 1, NULL},
-                                    {"fp32_false_true", F_IGNORED, 1, NULL},
-                                    {"bool_false_true", F_IGNORED, 1, NULL},
-                                    {"data_type", F_ENUM, 0, DATA_TYPES},
-                                    END};
+static const field_t F_CONTROL[] = {
+    {"kind", F_ENUM, 0, CONTROL_KINDS},      {"int32_false_true", F_INT32, 1, NULL},
+    {"fp32_false_true", F_IGNORED, 1, NULL}, {"bool_false_true", F_IGNORED, 1, NULL},
+    {"data_type", F_ENUM, 0, DATA_TYPES},    END};
 static const field_t F_CONTROL_INPUT[] = {
     {"name", F_STRING, 0, NULL}, {"control", F_MSG, 1, F_CONTROL}, END};
 static const field_t F_SEQ_DIRECT[] = {{"max_queue_delay_microseconds", F_UINT64, 0, NULL},
@@ -573,7 +571,8 @@ static int map_sequence(vctx_t *c, model_config_t *cfg, const pbtxt_node_t *sb)
                         "sequence_batching.oldest.max_candidate_sequences",
                         "must be given and >= 1, got %" PRId64, n);
         if (n > 4096)
-            return verr(c, HARK_ERR_INVALID_ARG, mc, "sequence_batching.oldest.max_candidate_sequences",
+            return verr(c, HARK_ERR_INVALID_ARG, mc,
+                        "sequence_batching.oldest.max_candidate_sequences",
                         "%" PRId64 " exceeds hark's 4096", n);
         q->max_candidate_sequences = (int)n;
         const pbtxt_node_t **v;
@@ -596,9 +595,9 @@ static int map_sequence(vctx_t *c, model_config_t *cfg, const pbtxt_node_t *sb)
     const pbtxt_node_t **ci;
     if ((rc = collect(&cfg->arena, sb, "control_input", &ci, &q->n_controls)))
         return rc;
-    q->controls = q->n_controls ? arena_calloc(&cfg->arena, (size_t)q->n_controls,
-                                               sizeof *q->controls)
-                                : NULL;
+    q->controls = q->n_controls
+                      ? arena_calloc(&cfg->arena, (size_t)q->n_controls, sizeof *q->controls)
+                      : NULL;
     if (q->n_controls && !q->controls)
         return HARK_ERR_NOMEM;
     for (int i = 0; i < q->n_controls; i++) {
@@ -1057,8 +1056,7 @@ static cJSON *config_json(const model_config_t *cfg)
         ADD(x, "state", cJSON_CreateArray());
         if (cfg->seq.oldest) {
             ADD(x, "oldest", y = cJSON_CreateObject());
-            ADD(y, "max_candidate_sequences",
-                cJSON_CreateNumber(cfg->seq.max_candidate_sequences));
+            ADD(y, "max_candidate_sequences", cJSON_CreateNumber(cfg->seq.max_candidate_sequences));
             ADD(y, "preferred_batch_size",
                 int32_array(cfg->seq.preferred_batch_size, cfg->seq.n_preferred));
         } else {

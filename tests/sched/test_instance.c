@@ -626,8 +626,8 @@ TEST(served_sequences_bound_ordered_batched)
     /* every chunk of every sequence submitted at once: later chunks wait for earlier ones */
     for (int c = 0; c < NC; c++)
         for (int s = 0; s < NS; s++)
-            CHECKF(seq_chunk(m, &reqs[s][c], 100 + s, c == 0, c == NC - 1, (size_t)(s + 1),
-                             0, &lock, &done, &err) == HARK_OK,
+            CHECKF(seq_chunk(m, &reqs[s][c], 100 + s, c == 0, c == NC - 1, (size_t)(s + 1), 0,
+                             &lock, &done, &err) == HARK_OK,
                    "%s", err.msg);
     /* the pool (2 instances x 2) is full: a fifth sequence is refused, a chunk of none too */
     static my_req_t extra;

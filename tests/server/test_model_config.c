@@ -343,20 +343,23 @@ TEST(model_config_streaming_sequence_batching)
           c.seq.preferred_batch_size[3] == 256);
     CHECK(c.seq.n_controls == 1 && !strcmp(c.seq.controls[0].name, "START") &&
           c.seq.controls[0].kind == MODEL_CONTROL_START);
-    CHECK(has_notice(&ns, "ignoring field 'sequence_batching.control_input.control.fp32_false_true'"));
+    CHECK(has_notice(&ns,
+                     "ignoring field 'sequence_batching.control_input.control.fp32_false_true'"));
     CHECK_EQ_INT(ns.n, 1);
     char *js = model_config_to_json(&c);
     cJSON *j = cJSON_Parse(js);
     hark_free(js);
     cJSON *sb = cJSON_GetObjectItemCaseSensitive(j, "sequence_batching");
     cJSON *old = cJSON_GetObjectItemCaseSensitive(sb, "oldest");
-    CHECK(old && cJSON_GetObjectItemCaseSensitive(old, "max_candidate_sequences")->valueint == 1024);
+    CHECK(old &&
+          cJSON_GetObjectItemCaseSensitive(old, "max_candidate_sequences")->valueint == 1024);
     cJSON *ci = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(sb, "control_input"), 0);
     CHECK(ci && !strcmp(cJSON_GetObjectItemCaseSensitive(ci, "name")->valuestring, "START"));
-    CHECK(!strcmp(cJSON_GetObjectItemCaseSensitive(
-                      cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(ci, "control"), 0), "kind")
-                      ->valuestring,
-                  "CONTROL_SEQUENCE_START"));
+    CHECK(
+        !strcmp(cJSON_GetObjectItemCaseSensitive(
+                    cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(ci, "control"), 0), "kind")
+                    ->valuestring,
+                "CONTROL_SEQUENCE_START"));
     cJSON_Delete(j);
     model_config_free(&c);
 
