@@ -471,8 +471,8 @@ static void job_submit(job_t *j)
     if ((rc = served_model_parse_opts(m->served, &req, j->opts, &err)))
         goto fail;
     j->remaining = j->batch;
-    int queued = 0;
-    for (int i = 0; i < j->batch; i++) {
+    int queued = 0, B = j->batch; /* once the last item is queued the job may be gone */
+    for (int i = 0; i < B; i++) {
         job_item_t *it = &j->items[i];
         it->job = j;
         it->index = i;
