@@ -826,3 +826,22 @@ void service_abandon(server_t *s, uint64_t owner)
     }
     repository_unlock(r);
 }
+
+int service_stream_model(server_t *s, char *name, size_t cap, hark_err_t *err)
+{
+    repository_t *r = server_repository(s);
+    int rc = err_set(err, HARK_ERR_NOT_FOUND,
+                     "no model serving sequences (sequence_batching) "
+                     "is ready");
+    repository_rdlock(r);
+    for (int i = 0; i < repository_count(r); i++) {
+        repo_model_t *m = repository_at(r, i);
+        if (m->state == M_READY && m->served && served_model_sequential(m->served)) {
+            snprintf(name, cap, "%s", m->name);
+            rc = HARK_OK;
+            break;
+        }
+    }
+    repository_unlock(r);
+    return rc;
+}

@@ -89,6 +89,10 @@ typedef struct {
  * of no active sequence). */
 void service_infer(server_t *s, const service_infer_t *in);
 
+/* The name of a READY model that serves sequences (the first one), for clients that name none
+ * (WebSocket). HARK_ERR_NOT_FOUND when there is none. */
+int service_stream_model(server_t *s, char *name, size_t cap, hark_err_t *err);
+
 /* A new client id for service_infer_t.owner (never 0). */
 uint64_t service_new_owner(void);
 /* The client `owner` went away: its sequences end (any thread but an instance's). */
