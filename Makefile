@@ -10,7 +10,7 @@ SAN      ?=
 CFLAGS   ?=
 CFLAGS   += -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
             -fPIC -Iinclude -Isrc -I$(BUILD)/gen -MMD -MP -pthread $(shell pkg-config --cflags cairo 2>/dev/null)
-LDLIBS   := -lsndfile -lsoxr -lfftw3f -lsleef -lopenblas -lcjson -luv -lhttp_parser -lnghttp2 -lprotobuf-c -lz -lcairo -lm -lpthread
+LDLIBS   := -lsndfile -lsoxr -lfftw3f -lsleef -lopenblas -lcjson -luv -lhttp_parser -lnghttp2 -lwslay -lprotobuf-c -lz -lcairo -lm -lpthread
 LDFLAGS  ?=
 PREFIX   ?= /usr/local
 DESTDIR  ?=

@@ -54,6 +54,7 @@ typedef enum {
     HARK_ERR_INTERNAL = -13,   /* a bug in hark */
     HARK_ERR_CANCELLED = -14,  /* the caller or client gave up on the work */
     HARK_ERR_UNAVAILABLE = -15, /* not ready now (loading, draining, unhealthy) */
+    HARK_ERR_EXHAUSTED = -16,   /* every slot of a pool is taken (sequences): retry later */
 } hark_status_t;
 
 /* A static, human-readable name for a status ("invalid argument", ...). Never NULL. */

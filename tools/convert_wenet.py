@@ -560,7 +560,24 @@ def write_safetensors(path, tensors, metadata):
             f.write(a.tobytes(order="C"))
 
 
-def config_pbtxt(name, cfg, max_batch=64):
+def sequence_batching(max_sequences):
+    """WeNet's streaming_wenet scheduling (model_repo_stateful): sequences of chunks, each sequence
+    bound to an instance; max_candidate_sequences open at once per instance."""
+    preferred = sorted({max(1, max_sequences // 2), max_sequences})
+    ctl = [("START", "CONTROL_SEQUENCE_START"), ("READY", "CONTROL_SEQUENCE_READY"),
+           ("CORRID", "CONTROL_SEQUENCE_CORRID"), ("END", "CONTROL_SEQUENCE_END")]
+    out = ["sequence_batching {", "  max_sequence_idle_microseconds: 5000000", "  oldest {",
+           f"    max_candidate_sequences: {max_sequences}",
+           f"    preferred_batch_size: [ {', '.join(map(str, preferred))} ]",
+           "    max_queue_delay_microseconds: 2000", "  }", "  control_input ["]
+    for i, (n, k) in enumerate(ctl):
+        val = "data_type: TYPE_UINT64" if n == "CORRID" else "fp32_false_true: [ 0, 1 ]"
+        out.append(f'    {{ name: "{n}" control [ {{ kind: {k} {val} }} ] }}'
+                   + ("," if i < len(ctl) - 1 else ""))
+    return out + ["  ]", "}"]
+
+
+def config_pbtxt(name, cfg, max_batch=64, max_sequences=0):
     """Triton config. Preferred batch sizes [max/2, max]: a free instance takes a full batch when
     max_batch_size requests wait, else half of one (so two instances, or one instance and the
     requests coming back, keep the GPU busy), else waits max_queue_delay for more."""
@@ -575,8 +592,9 @@ def config_pbtxt(name, cfg, max_batch=64):
            "  }", "]",
            "output [", "  {", '    name: "TRANSCRIPTS"', "    data_type: TYPE_STRING",
            "    dims: [ 1 ]", "  }", "]",
-           "dynamic_batching {", f"  preferred_batch_size: [ {', '.join(map(str, preferred))} ]",
-           "  max_queue_delay_microseconds: 2000", "}",
+           *(sequence_batching(max_sequences) if max_sequences else
+             ["dynamic_batching {", f"  preferred_batch_size: [ {', '.join(map(str, preferred))} ]",
+              "  max_queue_delay_microseconds: 2000", "}"]),
            "instance_group [", "  {", "    count: 1", "    kind: KIND_GPU", "  }", "]"]
     for k, v in params:
         out.append(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}')
@@ -584,6 +602,8 @@ def config_pbtxt(name, cfg, max_batch=64):
 
 
 def convert(args):
+    if not 0 <= args.streaming <= 4096:
+        fail(f"--streaming {args.streaming}: must be in [0, 4096] sequences per instance")
     if not 1 <= args.max_batch_size <= 512:
         fail(f"--max-batch-size {args.max_batch_size}: must be in [1, 512] (hark's limit)")
     try:
@@ -621,7 +641,7 @@ def convert(args):
             f.write("\n")
         shutil.copyfile(args.units, os.path.join(tmp, "1", "units.txt"))
         with open(os.path.join(tmp, "config.pbtxt"), "w", encoding="utf-8") as f:
-            f.write(config_pbtxt(name, cfg, args.max_batch_size))
+            f.write(config_pbtxt(name, cfg, args.max_batch_size, args.streaming))
         if os.path.isdir(out):
             for rel in ("config.pbtxt", "1/model.safetensors", "1/model.json", "1/units.txt"):
                 if os.path.exists(os.path.join(out, rel)):
@@ -648,6 +668,10 @@ def main(argv=None):
     ap.add_argument("--output", required=True, help="model directory to write")
     ap.add_argument("--max-batch-size", type=int, default=64,
                     help="config.pbtxt max_batch_size (preferred sizes: half of it and it)")
+    ap.add_argument("--streaming", type=int, default=0, metavar="N",
+                    help="serve chunk streams: config.pbtxt gets sequence_batching (WeNet's "
+                         "streaming_wenet) with N sequences per instance instead of "
+                         "dynamic_batching (the model must be trained with dynamic chunks)")
     args = ap.parse_args(argv)
     try:
         convert(args)

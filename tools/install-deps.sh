@@ -10,7 +10,7 @@ $SUDO apt-get install -y -qq --no-install-recommends \
     build-essential pkg-config \
     libsndfile1-dev libsoxr-dev libfftw3-dev libsleef-dev libopenblas-dev libcjson-dev \
     libuv1-dev libhttp-parser-dev zlib1g-dev libcairo2-dev \
-    libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler \
+    libnghttp2-dev libwslay-dev libprotobuf-c-dev protobuf-c-compiler \
     python3-grpcio python3-grpc-tools python3-protobuf \
     python3 python3-numpy python3-yaml python3-torch python3-torchaudio python3-requests curl \
     clang libclang-rt-14-dev cppcheck clang-format \

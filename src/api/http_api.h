@@ -7,11 +7,13 @@
 #define HARK_API_HTTP_API_H
 
 #include "net/http_server.h"
+#include "net/websocket.h"
 #include "server/server.h"
 
 typedef struct {
     server_t *s;
     uv_loop_t *loop; /* the loop these handlers run on */
+    ws_hub_t *ws;    /* its WebSocket connections (NULL: no upgrades) */
 } http_api_ctx_t;
 
 /* http_server handler of the API port; user: an http_api_ctx_t that outlives the server. */
@@ -23,6 +25,11 @@ size_t http_api_body_align(const http_req_t *req, void *user);
 void http_metrics_handler(http_req_t *req, void *user);
 /* POST /v1/audio/transcriptions (openai.c). */
 void openai_transcriptions(const http_api_ctx_t *c, http_req_t *req);
+
+/* WeNet's WebSocket streaming protocol (asr_ws.c): an Upgrade: websocket request on any path
+ * (?model=NAME, else the first model serving sequences). */
+int asr_ws_is_upgrade(const http_req_t *req);
+void asr_ws_upgrade(const http_api_ctx_t *c, http_req_t *req);
 
 /* shared by the HTTP handlers */
 void http_api_respond_json(http_req_t *req, int status, char *json); /* takes json (hark_malloc) */

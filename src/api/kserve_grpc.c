@@ -104,6 +104,7 @@ typedef struct {
     /* streaming: 1 while the client may still send + 1 per inference in flight; whoever takes it
      * to 0 ends the RPC */
     atomic_int open_work;
+    uint64_t owner; /* ModelStreamInfer: the sequences started on this stream (service.h) */
     /* request bytes (loop) */
     uint8_t *buf;
     size_t len, cap;
@@ -296,6 +297,7 @@ static void start_infer(call_t *c, const uint8_t *msg, size_t len)
                           .body_user = in,
                           .cancelled = http2_stream_cancelled_flag(c->st),
                           .deadline_ns = c->deadline_ns,
+                          .owner = c->owner,
                           .loop = c->g->loop,
                           .done = infer_done,
                           .user = in};
@@ -511,8 +513,10 @@ static int on_headers(http2_stream_t *st, void *user)
         if (!c->deadline_ns)
             c->deadline_ns = 1;
     }
-    if (c->rpc == RPC_MODEL_STREAM_INFER)
+    if (c->rpc == RPC_MODEL_STREAM_INFER) {
+        c->owner = service_new_owner();
         send_headers(c);
+    }
     return 0;
 }
 
@@ -580,6 +584,8 @@ static void on_close(http2_stream_t *st, void *user)
 {
     call_t *c = http2_stream_user(st);
     http2_stream_set_user(st, NULL);
+    if (c && c->owner && c->g->s) /* the client went away or finished: its open sequences end */
+        service_abandon(c->g->s, c->owner);
     if (c)
         call_unref(c);
 }

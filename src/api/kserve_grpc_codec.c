@@ -30,6 +30,7 @@ int grpc_status_of(int st)
     case HARK_ERR_CLOSED:
         return GRPC_STATUS_UNAVAILABLE;
     case HARK_ERR_AGAIN:
+    case HARK_ERR_EXHAUSTED:
         return GRPC_STATUS_RESOURCE_EXHAUSTED;
     case HARK_ERR_TIMEOUT:
         return GRPC_STATUS_DEADLINE_EXCEEDED;
@@ -345,6 +346,18 @@ static int request_from_pb(const Inference__ModelInferRequest *pb, kserve_reques
     int rc = kserve_request_finish_params(r, params, err);
     if (rc)
         return rc;
+    /* an integer sequence_id exactly (the JSON number above holds 53 bits) */
+    for (size_t i = 0; r->has_sequence_id && !r->sequence_id_str && i < pb->n_parameters; i++) {
+        const Inference__ModelInferRequest__ParametersEntry *e = pb->parameters[i];
+        if (!e || !e->key || !e->value || strcmp(e->key, "sequence_id"))
+            continue;
+        if (e->value->parameter_choice_case ==
+            INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM)
+            r->sequence_id = (uint64_t)e->value->int64_param; /* >= 0: checked above */
+        else if (e->value->parameter_choice_case ==
+                 INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM)
+            r->sequence_id = e->value->uint64_param;
+    }
     r->binary_data_output = 1; /* gRPC outputs are always raw */
     size_t n = pb->n_inputs;
     if (pb->n_raw_input_contents && pb->n_raw_input_contents != n)

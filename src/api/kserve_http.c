@@ -231,6 +231,10 @@ void http_api_handler(http_req_t *req, void *user)
     int get = req->method == HTTP_GET || req->method == HTTP_HEAD, post = req->method == HTTP_POST;
     hark_err_t err = {0};
     char *json = NULL;
+    if (asr_ws_is_upgrade(req)) {
+        asr_ws_upgrade(c, req);
+        return;
+    }
     if (!strcmp(p, "/v2/health/live")) {
         http_respond(req, service_live(s) ? 200 : 503, NULL, "", 0);
         return;

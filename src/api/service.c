@@ -32,6 +32,8 @@ int service_status_http(int rc)
         return 503;
     case HARK_ERR_TOO_LARGE:
         return 413;
+    case HARK_ERR_EXHAUSTED:
+        return 429;
     case HARK_ERR_TIMEOUT:
         return 504;
     case HARK_ERR_NOT_FOUND:
@@ -219,6 +221,8 @@ struct job {
     family_param_t *params; /* (n_params) the request's options, owned strings */
     int n_params;
     char **param_strs;
+    int seq; /* a chunk of a sequence (the model serves sequence_batching) */
+    served_seq_ctl_t ctl;
     const family_io_t *io; /* the family's contract the request used; NULL: the generic one */
     int frame_pad_id;      /* FRAME_IDS outputs: pads shorter rows */
 };
@@ -338,11 +342,11 @@ static void job_finish(job_t *j)
     }
     if (!packed) {
         j->in.done(j->in.user, HARK_ERR_NOMEM, "out of memory", j->model, j->version, NULL, 0);
-    } else {
+    } else { /* a sequence's answers are [B], as WeNet's streaming client reads them */
         int64_t shape[2] = {B, 1};
         kserve_output_t out = {.name = j->io ? j->io->output : "TRANSCRIPTS",
                                .dtype = KSERVE_BYTES,
-                               .ndim = 2,
+                               .ndim = j->seq ? 1 : 2,
                                .shape = shape,
                                .data = packed,
                                .size = packed_size};
@@ -467,8 +471,8 @@ static void job_submit(job_t *j)
     if ((rc = served_model_parse_opts(m->served, &req, j->opts, &err)))
         goto fail;
     j->remaining = j->batch;
-    int queued = 0;
-    for (int i = 0; i < j->batch; i++) {
+    int queued = 0, B = j->batch; /* once the last item is queued the job may be gone */
+    for (int i = 0; i < B; i++) {
         job_item_t *it = &j->items[i];
         it->job = j;
         it->index = i;
@@ -480,7 +484,8 @@ static void job_submit(job_t *j)
         it->req.cancelled = j->kind == JOB_KSERVE ? j->in.cancelled : j->tin.cancelled;
         it->req.done = item_done;
         it->req.item.deadline_ns = j->deadline_ns;
-        if ((rc = served_model_submit(m->served, &it->req, &err)))
+        if ((rc = j->seq ? served_model_submit_seq(m->served, &it->req, &j->ctl, &err)
+                         : served_model_submit(m->served, &it->req, &err)))
             break;
         queued++;
     }
@@ -564,7 +569,7 @@ void service_infer(server_t *s, const service_infer_t *in)
     job_t *j = NULL;
     int rc = HARK_OK;
     char model[128], version[16];
-    int maxb = 0, rate = 0, pad_id = 0;
+    int maxb = 0, rate = 0, pad_id = 0, seq = 0;
     const family_io_t *fio = NULL; /* the family's extra contracts (static tables) */
     if (!in->model || strlen(in->model) >= sizeof model ||
         (in->version && strlen(in->version) >= sizeof version)) {
@@ -589,10 +594,19 @@ void service_infer(server_t *s, const service_infer_t *in)
         rate = fi.sample_rate;
         pad_id = fi.frame_pad_id;
         fio = served_model_family(m->served)->io;
+        seq = served_model_sequential(m->served);
     }
     repository_unlock(r);
     if (rc)
         goto fail;
+    if (seq && !kr->has_sequence_id) {
+        rc = err_set(&err, HARK_ERR_INVALID_ARG,
+                     "model '%s' serves sequences (sequence_batching): the request needs "
+                     "parameters sequence_id, with sequence_start on a sequence's first request "
+                     "and sequence_end on its last",
+                     model);
+        goto fail;
+    }
     const kserve_tensor_t *wav = kserve_request_input(kr, "WAV");
     const kserve_tensor_t *lens = kserve_request_input(kr, "WAV_LENS");
     const kserve_tensor_t *audio = kserve_request_input(kr, "AUDIO");
@@ -713,6 +727,19 @@ void service_infer(server_t *s, const service_infer_t *in)
     snprintf(j->model, sizeof j->model, "%s", model);
     snprintf(j->version, sizeof j->version, "%s", version);
     j->rate = rate;
+    if (seq) {
+        if (B != 1) {
+            rc = err_set(&err, HARK_ERR_INVALID_ARG,
+                         "a sequence request carries one chunk: batch size 1, got %d", B);
+            goto fail;
+        }
+        j->seq = 1;
+        j->ctl = (served_seq_ctl_t){.id = kr->sequence_id,
+                                    .id_str = kr->sequence_id_str,
+                                    .start = kr->sequence_start,
+                                    .end = kr->sequence_end,
+                                    .owner = in->owner};
+    }
     uint64_t timeout_us = kr->has_timeout ? kr->timeout_us : 0;
     j->deadline_ns = timeout_us ? clock_now_ns() + timeout_us * 1000 : 0;
     if (in->deadline_ns && (!j->deadline_ns || in->deadline_ns < j->deadline_ns))
@@ -778,4 +805,43 @@ void service_transcribe(server_t *s, const service_transcribe_t *in)
         return;
     }
     decode_then_submit(j, in->loop);
+}
+
+uint64_t service_new_owner(void)
+{
+    static atomic_uint_fast64_t next = 1;
+    return atomic_fetch_add(&next, 1);
+}
+
+void service_abandon(server_t *s, uint64_t owner)
+{
+    if (!owner)
+        return;
+    repository_t *r = server_repository(s);
+    repository_rdlock(r);
+    for (int i = 0; i < repository_count(r); i++) {
+        repo_model_t *m = repository_at(r, i);
+        if (m->state == M_READY && m->served)
+            served_model_abandon(m->served, owner);
+    }
+    repository_unlock(r);
+}
+
+int service_stream_model(server_t *s, char *name, size_t cap, hark_err_t *err)
+{
+    repository_t *r = server_repository(s);
+    int rc = err_set(err, HARK_ERR_NOT_FOUND,
+                     "no model serving sequences (sequence_batching) "
+                     "is ready");
+    repository_rdlock(r);
+    for (int i = 0; i < repository_count(r); i++) {
+        repo_model_t *m = repository_at(r, i);
+        if (m->state == M_READY && m->served && served_model_sequential(m->served)) {
+            snprintf(name, cap, "%s", m->name);
+            rc = HARK_OK;
+            break;
+        }
+    }
+    repository_unlock(r);
+    return rc;
 }

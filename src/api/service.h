@@ -73,13 +73,30 @@ typedef struct {
      * still queued are dropped and answered HARK_ERR_CANCELLED */
     const atomic_int *cancelled;
     uint64_t deadline_ns; /* clock_now_ns() deadline from the transport (grpc-timeout); 0: none */
-    uv_loop_t *loop;      /* the caller's loop (encoded audio is decoded on its thread pool) */
+    /* the client, for the sequences it starts (a gRPC stream; 0: none): service_abandon ends
+     * them when it goes away */
+    uint64_t owner;
+    uv_loop_t *loop; /* the caller's loop (encoded audio is decoded on its thread pool) */
     service_infer_fn done;
     void *user;
 } service_infer_t;
 
-/* Starts an inference; done is always called exactly once (see OWNERSHIP). */
+/* Starts an inference; done is always called exactly once (see OWNERSHIP). A model served
+ * under sequence_batching takes requests of batch 1 with parameters sequence_id (number or
+ * string), sequence_start on a sequence's first request and sequence_end on its last; each is
+ * answered with the partial result (TRANSCRIPTS [1]), the last with the final one. Errors:
+ * HARK_ERR_EXHAUSTED (every sequence slot taken), HARK_ERR_INVALID_ARG (no sequence_id, a chunk
+ * of no active sequence). */
 void service_infer(server_t *s, const service_infer_t *in);
+
+/* The name of a READY model that serves sequences (the first one), for clients that name none
+ * (WebSocket). HARK_ERR_NOT_FOUND when there is none. */
+int service_stream_model(server_t *s, char *name, size_t cap, hark_err_t *err);
+
+/* A new client id for service_infer_t.owner (never 0). */
+uint64_t service_new_owner(void);
+/* The client `owner` went away: its sequences end (any thread but an instance's). */
+void service_abandon(server_t *s, uint64_t owner);
 
 /* One recognition of an encoded audio file (OpenAI's transcriptions): result lent for the call
  * (asr_result_take keeps it); duration_s of the decoded audio. */

@@ -21,6 +21,7 @@ const char *hark_status_str(int status)
     case HARK_ERR_INTERNAL: return "internal error";
     case HARK_ERR_CANCELLED: return "cancelled";
     case HARK_ERR_UNAVAILABLE: return "unavailable";
+    case HARK_ERR_EXHAUSTED: return "resource exhausted";
     }
     return "unknown status";
 }

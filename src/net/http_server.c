@@ -802,6 +802,21 @@ static void conn_flush(conn_t *c)
     conn_update_timer(c, 0);
 }
 
+int http_req_takeover(http_req_t *req)
+{
+    sreq_t *r = (sreq_t *)req;
+    conn_t *c = r->conn;
+    int fd = -1;
+    if (!c || c->closing || !req->upgrade || c->fifo_head != r || c->fifo_tail != r ||
+        uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
+        return -1;
+    int nfd = dup(fd);
+    if (nfd < 0)
+        return -1;
+    conn_close(c); /* r becomes an orphan: freed when the caller answers it */
+    return nfd;
+}
+
 static void conn_dispatch(conn_t *c, http_req_t *req)
 {
     http_server_t *s = c->srv;

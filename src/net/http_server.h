@@ -73,6 +73,13 @@ const char *http_req_header(const http_req_t *req, const char *name);
 /* 1 once the client has gone (or the server gave up on the request); any thread. */
 int http_req_cancelled(const http_req_t *req);
 
+/* Takes the connection of an Upgrade request away from the server (loop thread, in the handler,
+ * when it is the connection's only unanswered request): returns a new descriptor of the socket,
+ * the caller's from now on; the server closes its side without a FIN. The request must still be
+ * answered (the answer is dropped). Bytes the client sent after the request head, before the
+ * takeover, are lost (WebSocket clients wait for the 101). -1 when it cannot. */
+int http_req_takeover(http_req_t *req);
+
 /* ---- responses (any thread, exactly once per request) ------------------------------------- */
 
 /* Adds a response header (name and value copied; no CR/LF allowed). Call before the answer,

@@ -1,5 +1,7 @@
 /* instance.c — model instances: worker threads that take batches from the batcher, run the
- * family and complete the requests. Tests: tests/sched/test_instance.c */
+ * family and complete the requests; under sequence_batching each instance has a queue of its own
+ * and the sequences (streams) bound to it, a table of the active ones and an idle reaper.
+ * Tests: tests/sched/test_instance.c, tests/server/test_sequence.py */
 #include "sched/instance.h"
 
 #include "core/alloc.h"
@@ -7,6 +9,7 @@
 #include "core/log.h"
 #include "hark.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -20,7 +23,27 @@ typedef struct {
     int n_threads;
     pthread_t thread;
     int started;
+    batcher_t *own; /* sequence models: this instance's own queue (its sequences' chunks) */
+    int seq_used;   /* sequence slots taken (under m->seq_lock) */
 } instance_t;
+
+enum { SEQ_START = 1, SEQ_END = 2, SEQ_CLOSE = 4 };
+
+/* One sequence: bound to an instance, whose worker holds its stream. */
+struct served_seq {
+    uint64_t id;
+    char *id_str; /* NULL: numeric id */
+    uint64_t owner;
+    int inst;
+    void *stream;                  /* the family's; touched on the instance's thread only */
+    served_request_t *head, *tail; /* chunks waiting for the one in flight */
+    int in_flight;                 /* a chunk queued or running */
+    int ended;                     /* out of the table: no more chunks */
+    int cancel;                    /* abandoned: waiting chunks fail as cancelled */
+    uint64_t last_ns;              /* last request or completion */
+    served_seq_t *next;            /* the table */
+    served_request_t close;        /* the SEQ_CLOSE item that frees it on its instance */
+};
 
 struct served_model {
     served_opts_t o;
@@ -35,6 +58,13 @@ struct served_model {
     pthread_mutex_t lock;
     served_stats_t st;
     int unhealthy;
+    /* sequences (o.seq.enabled) */
+    pthread_mutex_t seq_lock;
+    served_seq_t *seqs; /* active sequences */
+    int n_seqs;         /* records alive (active or closing) */
+    pthread_t reaper;
+    int reaper_started, stopping;
+    pthread_cond_t reaper_cond;
 };
 
 static int hist_bucket(int b)
@@ -50,6 +80,11 @@ static int hist_bucket(int b)
 static void on_emit(family_item_t *fi, const family_event_t *ev)
 {
     served_request_t *r = fi->user;
+    if (ev->kind == FAMILY_EV_PARTIAL && fi->stream && ev->asr) { /* a chunk's answer */
+        asr_result_free(&r->result_);
+        asr_result_take(&r->result_, ev->asr);
+        return;
+    }
     if (ev->kind != FAMILY_EV_DONE)
         return;
     r->status_ = ev->status;
@@ -58,6 +93,105 @@ static void on_emit(family_item_t *fi, const family_event_t *ev)
                  ev->error ? ev->error : hark_status_str(ev->status));
     else if (ev->asr)
         asr_result_take(&r->result_, ev->asr);
+}
+
+/* ---- sequences ------------------------------------------------------------------------------ */
+
+static void seq_free(served_seq_t *q)
+{
+    hark_free(q->id_str);
+    hark_free(q);
+}
+
+/* under seq_lock: takes q out of the table */
+static void seq_unlink(served_model_t *m, served_seq_t *q)
+{
+    for (served_seq_t **p = &m->seqs; *p; p = &(*p)->next)
+        if (*p == q) {
+            *p = q->next;
+            break;
+        }
+    q->next = NULL;
+    q->ended = 1;
+}
+
+static batcher_t *inst_batcher(served_model_t *m, int i)
+{
+    return m->inst[i].own ? m->inst[i].own : m->batcher;
+}
+
+/* On q's instance: closes its stream, gives its slot back, frees it (q out of the table). */
+static void seq_close(instance_t *in, family_worker_t *w, served_seq_t *q)
+{
+    served_model_t *m = in->m;
+    if (q->stream && w && m->o.family->stream_close)
+        m->o.family->stream_close(w, q->stream);
+    pthread_mutex_lock(&m->seq_lock);
+    in->seq_used--;
+    m->n_seqs--;
+    pthread_mutex_unlock(&m->seq_lock);
+    seq_free(q);
+}
+
+static void seq_fail_list(served_request_t *r, int status, const char *msg)
+{
+    while (r) {
+        served_request_t *next = r->seq_next_;
+        r->done(r, status, msg, NULL, NULL); /* may free r */
+        r = next;
+    }
+}
+
+/* A chunk of q is complete (status st), before its done callback: the next waiting chunk goes to
+ * the instance's queue; after the END chunk, an error or abandonment the sequence is closed here
+ * (on its instance's thread) and its slot given back, so that a client answered can start a new
+ * sequence at once. */
+static void seq_chunk_done(instance_t *in, family_worker_t *w, served_request_t *r, int st)
+{
+    served_model_t *m = in->m;
+    served_seq_t *q = r->seq_;
+    served_request_t *fail = NULL;
+    int close = 0;
+    pthread_mutex_lock(&m->seq_lock);
+    q->in_flight = 0;
+    q->last_ns = clock_now_ns();
+    if ((r->seq_flags_ & SEQ_END) || st != HARK_OK || q->cancel) {
+        if (!q->ended)
+            seq_unlink(m, q);
+        fail = q->head;
+        q->head = q->tail = NULL;
+        close = 1;
+    } else {
+        while (q->head) {
+            served_request_t *next = q->head;
+            q->head = next->seq_next_;
+            if (!q->head)
+                q->tail = NULL;
+            next->seq_next_ = NULL;
+            if (batcher_submit(in->own, &next->item) == HARK_OK) {
+                q->in_flight = 1;
+                break;
+            }
+            next->seq_next_ = fail; /* unloading: fails, the sequence ends */
+            fail = next;
+            if (!q->ended)
+                seq_unlink(m, q);
+            close = !q->head;
+        }
+    }
+    int cancel = q->cancel;
+    pthread_mutex_unlock(&m->seq_lock);
+    if (close && !q->in_flight)
+        seq_close(in, w, q);
+    if (fail) {
+        pthread_mutex_lock(&m->lock);
+        for (served_request_t *x = fail; x; x = x->seq_next_)
+            m->st.failure++;
+        pthread_mutex_unlock(&m->lock);
+        seq_fail_list(fail, cancel ? HARK_ERR_CANCELLED : HARK_ERR_INVALID_ARG,
+                      cancel ? "the client cancelled the sequence"
+                             : "the sequence ended before this request ran");
+    }
 }
 
 /* Runs `n` requests of one batch key as one execute and completes them. */
@@ -117,6 +251,8 @@ static void run_group(instance_t *in, family_worker_t *w, served_request_t **req
         if (st)
             memcpy(error, r->error_, sizeof error);
         uint64_t t3 = clock_now_ns();
+        if (r->seq_)
+            seq_chunk_done(in, w, r, st);
         r->done(r, st, st ? error : NULL, st ? NULL : &res, &tm); /* may free r */
         uint64_t t4 = clock_now_ns();
         asr_result_free(&res); /* what the callback did not take */
@@ -154,7 +290,9 @@ static void *instance_main(void *arg)
     pthread_setname_np(pthread_self(), name);
     family_worker_opts_t wo = {.max_batch = m->o.batching.max_batch_size,
                                .max_seconds = m->o.max_seconds,
-                               .n_threads = in->n_threads};
+                               .n_threads = in->n_threads,
+                               .max_sequences = m->o.seq.enabled ? m->o.seq.max_sequences : 0};
+    batcher_t *queue = in->own ? in->own : m->batcher;
     family_worker_t *w = NULL;
     hark_err_t err = {0};
     if (fam->worker_create(in->model, &wo, &w, &err)) {
@@ -166,34 +304,56 @@ static void *instance_main(void *arg)
     batcher_item_t *items[512], *expired[64];
     served_request_t *group[512];
     int n, ne;
-    while (batcher_next(m->batcher, items, &n, expired, 64, &ne) == HARK_OK) {
+    while (batcher_next(queue, items, &n, expired, 64, &ne) == HARK_OK) {
         uint64_t t_dequeue = clock_now_ns();
         for (int i = 0; i < ne; i++) {
             served_request_t *r = (served_request_t *)expired[i];
             pthread_mutex_lock(&m->lock);
             m->st.failure++;
             pthread_mutex_unlock(&m->lock);
+            if (r->seq_)
+                seq_chunk_done(in, w, r, HARK_ERR_TIMEOUT);
             r->done(r, HARK_ERR_TIMEOUT, "request timed out before it was scheduled", NULL, NULL);
         }
-        /* requests whose client went away are dropped before they cost anything */
+        /* sequences' closings; requests whose client went away are dropped before they cost
+         * anything; a sequence's first chunk opens its stream */
         for (int i = 0; i < n;) {
             served_request_t *r = (served_request_t *)items[i];
-            if (r->cancelled && atomic_load(r->cancelled)) {
+            int st = HARK_OK;
+            const char *msg = NULL;
+            hark_err_t e = {0};
+            if (r->seq_flags_ & SEQ_CLOSE) {
                 items[i] = items[--n];
-                pthread_mutex_lock(&m->lock);
-                m->st.failure++;
-                pthread_mutex_unlock(&m->lock);
-                r->done(r, HARK_ERR_CANCELLED, "the client cancelled the request", NULL, NULL);
-            } else {
+                seq_close(in, w, r->seq_);
+                continue;
+            }
+            if (r->cancelled && atomic_load(r->cancelled)) {
+                st = HARK_ERR_CANCELLED;
+                msg = "the client cancelled the request";
+            } else if (!w) {
+                st = HARK_ERR_UNAVAILABLE;
+                msg = "model instance failed to start";
+            } else if (r->seq_ && (r->seq_flags_ & SEQ_START) &&
+                       (st = fam->stream_open(w, &r->seq_->stream, &e))) {
+                msg = e.msg;
+            }
+            if (r->seq_ && !st) {
+                r->fi.stream = r->seq_->stream;
+                r->fi.stream_end = (r->seq_flags_ & SEQ_END) != 0;
+            }
+            if (!st) {
                 i++;
+                continue;
             }
-        }
-        if (!w) { /* no scratch: fail what comes */
-            for (int i = 0; i < n; i++) {
-                served_request_t *r = (served_request_t *)items[i];
-                r->done(r, HARK_ERR_UNAVAILABLE, "model instance failed to start", NULL, NULL);
-            }
-            continue;
+            items[i] = items[--n];
+            pthread_mutex_lock(&m->lock);
+            m->st.failure++;
+            pthread_mutex_unlock(&m->lock);
+            char buf[sizeof e.msg];
+            snprintf(buf, sizeof buf, "%s", msg ? msg : hark_status_str(st));
+            if (r->seq_)
+                seq_chunk_done(in, w, r, st);
+            r->done(r, st, buf, NULL, NULL);
         }
         /* requests of one batch key run together, oldest first */
         int left = n;
@@ -213,7 +373,59 @@ static void *instance_main(void *arg)
             run_group(in, w, group, g, t_dequeue);
         }
     }
+    /* unloading: the sequences still open on this instance */
+    for (;;) {
+        served_seq_t *q = NULL;
+        pthread_mutex_lock(&m->seq_lock);
+        for (served_seq_t *x = m->seqs; x && !q; x = x->next)
+            if (x->inst == (int)(in - m->inst))
+                q = x;
+        if (q)
+            seq_unlink(m, q);
+        pthread_mutex_unlock(&m->seq_lock);
+        if (!q)
+            break;
+        seq_close(in, w, q);
+    }
     fam->worker_destroy(w);
+    return NULL;
+}
+
+/* Ends the sequences idle past idle_us: out of the table, their stream closed by their instance. */
+static void *reaper_main(void *arg)
+{
+    served_model_t *m = arg;
+    pthread_setname_np(pthread_self(), "seq-idle");
+    uint64_t idle_ns = m->o.seq.idle_us * 1000;
+    uint64_t tick = idle_ns / 4 < 50000000ull ? idle_ns / 4 : 50000000ull;
+    if (tick < 1000000)
+        tick = 1000000;
+    pthread_mutex_lock(&m->seq_lock);
+    while (!m->stopping) {
+        uint64_t now = clock_now_ns();
+        for (served_seq_t **p = &m->seqs; *p;) {
+            served_seq_t *q = *p;
+            if (!q->in_flight && now - q->last_ns > idle_ns &&
+                batcher_submit(inst_batcher(m, q->inst), &q->close.item) == HARK_OK) {
+                *p = q->next;
+                q->next = NULL;
+                q->ended = 1;
+                char id[300];
+                if (q->id_str)
+                    snprintf(id, sizeof id, "'%s'", q->id_str);
+                else
+                    snprintf(id, sizeof id, "%" PRIu64, q->id);
+                LOG_INFO("sequence %s idle for %.1f s: ended", id,
+                         (double)(now - q->last_ns) * 1e-9);
+            } else {
+                p = &q->next;
+            }
+        }
+        uint64_t wake = clock_now_ns() + tick;
+        struct timespec ts = {(time_t)(wake / 1000000000ull), (long)(wake % 1000000000ull)};
+        pthread_cond_timedwait(&m->reaper_cond, &m->seq_lock, &ts);
+    }
+    pthread_mutex_unlock(&m->seq_lock);
     return NULL;
 }
 
@@ -247,6 +459,13 @@ int served_model_create(const char *dir, const served_opts_t *o, served_model_t 
     if (o->batching.max_batch_size > 512)
         return err_set(err, HARK_ERR_INVALID_ARG, "max_batch_size %d exceeds hark's 512",
                        o->batching.max_batch_size);
+    if (o->seq.enabled && (!o->family->stream_open || !o->family->stream_close))
+        return err_set(err, HARK_ERR_UNSUPPORTED, "sequence_batching: family '%s' does not stream",
+                       o->family->name);
+    if (o->seq.enabled && (o->seq.max_sequences < 1 || o->seq.max_sequences > 4096))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "sequence_batching: %d sequences per instance (1 .. 4096)",
+                       o->seq.max_sequences);
     served_model_t *m = hark_calloc(1, sizeof *m);
     if (!m)
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
@@ -255,6 +474,12 @@ int served_model_create(const char *dir, const served_opts_t *o, served_model_t 
     if (m->o.max_seconds <= 0)
         m->o.max_seconds = 60;
     pthread_mutex_init(&m->lock, NULL);
+    pthread_mutex_init(&m->seq_lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&m->reaper_cond, &ca);
+    pthread_condattr_destroy(&ca);
     int rc = copy_params(m, &o->cfg, err);
     if (rc)
         goto fail;
@@ -292,6 +517,24 @@ int served_model_create(const char *dir, const served_opts_t *o, served_model_t 
     family_info_t fi = {0};
     o->family->info(m->model[0], &fi);
     m->sample_rate = fi.sample_rate;
+    if (o->seq.enabled) { /* each instance takes its own sequences' chunks */
+        batcher_opts_t bo = {.max_batch_size =
+                                 o->seq.max_sequences < 512 ? o->seq.max_sequences : 512,
+                             .max_queue_delay_us = o->seq.max_queue_delay_us};
+        for (int i = 0; i < o->seq.n_preferred && i < 8; i++)
+            if (o->seq.preferred[i] <= bo.max_batch_size)
+                bo.preferred[bo.n_preferred++] = o->seq.preferred[i];
+        for (int i = 0; i < m->n_inst; i++)
+            if ((rc = batcher_create(&bo, &m->inst[i].own, err)))
+                goto fail;
+        if (o->seq.idle_us) {
+            if (pthread_create(&m->reaper, NULL, reaper_main, m) != 0) {
+                rc = err_set(err, HARK_ERR_INTERNAL, "cannot start the sequence idle thread");
+                goto fail;
+            }
+            m->reaper_started = 1;
+        }
+    }
     for (int i = 0; i < m->n_inst; i++) {
         if (pthread_create(&m->inst[i].thread, NULL, instance_main, &m->inst[i]) != 0) {
             rc = err_set(err, HARK_ERR_INTERNAL, "cannot start instance thread %d", i);
@@ -310,12 +553,32 @@ void served_model_destroy(served_model_t *m)
 {
     if (!m)
         return;
+    if (m->reaper_started) {
+        pthread_mutex_lock(&m->seq_lock);
+        m->stopping = 1;
+        pthread_cond_signal(&m->reaper_cond);
+        pthread_mutex_unlock(&m->seq_lock);
+        pthread_join(m->reaper, NULL);
+    }
     if (m->batcher)
         batcher_close(m->batcher);
+    for (int i = 0; i < m->n_inst; i++)
+        if (m->inst[i].own)
+            batcher_close(m->inst[i].own);
     for (int i = 0; i < m->n_inst; i++)
         if (m->inst[i].started)
             pthread_join(m->inst[i].thread, NULL);
     batcher_destroy(m->batcher);
+    for (int i = 0; i < m->n_inst; i++)
+        batcher_destroy(m->inst[i].own);
+    /* instances never started: their sequences (none can be open without a thread) */
+    while (m->seqs) {
+        served_seq_t *q = m->seqs;
+        m->seqs = q->next;
+        seq_free(q);
+    }
+    pthread_mutex_destroy(&m->seq_lock);
+    pthread_cond_destroy(&m->reaper_cond);
     for (int k = 0; k < m->n_models; k++)
         m->o.family->unload(m->model[k]);
     for (int i = 0; i < m->o.cfg.n; i++) {
@@ -344,8 +607,156 @@ int served_model_parse_opts(const served_model_t *m, const family_params_t *req,
     return m->o.family->parse_opts(m->model[0], &m->o.cfg, req, opts, err);
 }
 
+int served_model_sequential(const served_model_t *m)
+{
+    return m->o.seq.enabled;
+}
+
+static int seq_is(const served_seq_t *q, const served_seq_ctl_t *c)
+{
+    return c->id_str ? q->id_str && !strcmp(q->id_str, c->id_str) : !q->id_str && q->id == c->id;
+}
+
+/* under seq_lock: q leaves the table as abandoned; closed now when nothing of it is in flight */
+static void seq_abandon_locked(served_model_t *m, served_seq_t *q)
+{
+    seq_unlink(m, q);
+    q->cancel = 1;
+    if (!q->in_flight && batcher_submit(inst_batcher(m, q->inst), &q->close.item) != HARK_OK)
+        LOG_WARN("sequence closing could not be queued (unloading)");
+}
+
+int served_model_submit_seq(served_model_t *m, served_request_t *req, const served_seq_ctl_t *c,
+                            hark_err_t *err)
+{
+    if (!m->o.seq.enabled)
+        return err_set(err, HARK_ERR_INVALID_ARG, "this model does not serve sequences");
+    if (!c->id_str ? c->id == 0 : !c->id_str[0])
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "a sequence request needs a non-zero or non-empty sequence_id");
+    if (c->id_str && strlen(c->id_str) > 255)
+        return err_set(err, HARK_ERR_INVALID_ARG, "sequence_id of more than 255 bytes");
+    if (m->sample_rate > 0 && (double)req->fi.n > m->o.max_seconds * m->sample_rate)
+        return err_set(err, HARK_ERR_TOO_LARGE,
+                       "audio of %.1f s exceeds the model's limit of %.0f s",
+                       (double)req->fi.n / m->sample_rate, m->o.max_seconds);
+    char idbuf[300];
+    if (c->id_str)
+        snprintf(idbuf, sizeof idbuf, "'%s'", c->id_str);
+    else
+        snprintf(idbuf, sizeof idbuf, "%" PRIu64, c->id);
+    req->key_ = m->o.family->batch_key(req->fi.opts);
+    req->item.length = req->fi.n;
+    req->seq_next_ = NULL;
+    req->seq_flags_ = (c->start ? SEQ_START : 0) | (c->end ? SEQ_END : 0);
+    int rc = HARK_OK;
+    served_seq_t *fresh = NULL;
+    if (c->start) { /* allocated outside the lock */
+        fresh = hark_calloc(1, sizeof *fresh);
+        if (!fresh || (c->id_str && !(fresh->id_str = hark_strdup(c->id_str)))) {
+            hark_free(fresh);
+            return err_set(err, HARK_ERR_NOMEM, "out of memory");
+        }
+    }
+    pthread_mutex_lock(&m->seq_lock);
+    served_seq_t *q = m->seqs;
+    while (q && !seq_is(q, c))
+        q = q->next;
+    if (c->start) {
+        if (q) { /* a new START for an active id ends the old sequence */
+            LOG_INFO("sequence %s restarted: the active one is ended", idbuf);
+            seq_abandon_locked(m, q);
+        }
+        int best = -1;
+        for (int i = 0; i < m->n_inst; i++)
+            if (m->inst[i].seq_used < m->o.seq.max_sequences &&
+                (best < 0 || m->inst[i].seq_used < m->inst[best].seq_used))
+                best = i;
+        if (best < 0) {
+            rc = err_set(err, HARK_ERR_EXHAUSTED,
+                         "sequence %s: all %d sequence slots are in use (max_candidate_sequences "
+                         "%d x %d instances); retry later",
+                         idbuf, m->o.seq.max_sequences * m->n_inst, m->o.seq.max_sequences,
+                         m->n_inst);
+            goto out;
+        }
+        q = fresh;
+        fresh = NULL;
+        q->id = c->id;
+        q->owner = c->owner;
+        q->inst = best;
+        q->close.seq_ = q;
+        q->close.seq_flags_ = SEQ_CLOSE;
+        q->next = m->seqs;
+        m->seqs = q;
+        m->inst[best].seq_used++;
+        m->n_seqs++;
+    } else if (!q) {
+        rc = err_set(err, HARK_ERR_INVALID_ARG,
+                     "sequence %s is not active (never started with sequence_start, ended, or "
+                     "idle past max_sequence_idle_microseconds): its first request must set "
+                     "sequence_start",
+                     idbuf);
+        goto out;
+    }
+    req->seq_ = q;
+    q->last_ns = clock_now_ns();
+    if (!q->in_flight) {
+        if ((rc = batcher_submit(inst_batcher(m, q->inst), &req->item))) {
+            rc = err_set(err, rc,
+                         rc == HARK_ERR_CLOSED ? "the model is unloading"
+                                               : "cannot queue the request");
+            if (c->start) { /* never opened: undone at once */
+                seq_unlink(m, q);
+                m->inst[q->inst].seq_used--;
+                m->n_seqs--;
+                fresh = q;
+            }
+            goto out;
+        }
+        q->in_flight = 1;
+    } else if (q->tail) {
+        q->tail->seq_next_ = req;
+        q->tail = req;
+    } else {
+        q->head = q->tail = req;
+    }
+    if (c->end) /* no more chunks: a later one is of an unknown sequence */
+        seq_unlink(m, q);
+out:
+    pthread_mutex_unlock(&m->seq_lock);
+    if (fresh)
+        seq_free(fresh);
+    return rc;
+}
+
+void served_model_abandon(served_model_t *m, uint64_t owner)
+{
+    if (!m->o.seq.enabled || !owner)
+        return;
+    pthread_mutex_lock(&m->seq_lock);
+    for (served_seq_t *q = m->seqs, *next; q; q = next) {
+        next = q->next;
+        if (q->owner == owner)
+            seq_abandon_locked(m, q);
+    }
+    pthread_mutex_unlock(&m->seq_lock);
+}
+
+int served_model_sequences(served_model_t *m)
+{
+    pthread_mutex_lock(&m->seq_lock);
+    int n = m->n_seqs;
+    pthread_mutex_unlock(&m->seq_lock);
+    return n;
+}
+
 int served_model_submit(served_model_t *m, served_request_t *req, hark_err_t *err)
 {
+    if (m->o.seq.enabled)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "this model serves sequences (sequence_batching): requests need "
+                       "parameters sequence_id, with sequence_start on the first");
     if (m->sample_rate > 0 && (double)req->fi.n > m->o.max_seconds * m->sample_rate)
         return err_set(err, HARK_ERR_TOO_LARGE,
                        "audio of %.1f s exceeds the model's limit of %.0f s",
@@ -366,10 +777,16 @@ void served_model_stats(served_model_t *m, served_stats_t *out)
 {
     batcher_stats_t bs;
     batcher_stats(m->batcher, &bs);
+    size_t pending = bs.pending;
+    for (int i = 0; i < m->n_inst; i++)
+        if (m->inst[i].own) {
+            batcher_stats(m->inst[i].own, &bs);
+            pending += bs.pending;
+        }
     pthread_mutex_lock(&m->lock);
     *out = m->st;
     pthread_mutex_unlock(&m->lock);
-    out->pending = bs.pending;
+    out->pending = pending;
 }
 
 int served_model_ready(const served_model_t *m)

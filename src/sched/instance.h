@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 typedef struct served_request served_request_t;
+typedef struct served_seq served_seq_t;
 
 /* Durations of one request, in nanoseconds (Triton's statistics: queue, compute input (padding +
  * features), compute infer (encoder + search), compute output (results)). */
@@ -50,6 +51,9 @@ struct served_request {
     int status_;
     char error_[256];
     asr_result_t result_;
+    served_seq_t *seq_;          /* a chunk of this sequence (served_model_submit_seq) */
+    int seq_flags_;              /* SEQ_START / SEQ_END / SEQ_CLOSE (instance.c) */
+    served_request_t *seq_next_; /* the sequence's queue of chunks */
 };
 
 typedef struct {
@@ -57,6 +61,19 @@ typedef struct {
     int device;    /* -1: CPU, else the CUDA device of these instances */
     int n_threads; /* CPU instances: BLAS threads each (0: leave the setting) */
 } served_group_t;
+
+/* sequence_batching: every request is a chunk of a sequence (a stream of the family), bound at
+ * its START to the instance with the most free slots and kept there; one chunk of a sequence is
+ * queued or running at a time (later ones wait in order), so chunks of different sequences batch
+ * together in one execute. */
+typedef struct {
+    int enabled;
+    int max_sequences; /* per instance (family_worker_opts_t.max_sequences), >= 1 */
+    uint64_t idle_us;  /* a sequence with no request for this long is ended; 0: never */
+    int preferred[8];  /* the per-instance batcher's preferred sizes (ascending) */
+    int n_preferred;
+    uint64_t max_queue_delay_us;
+} served_seq_opts_t;
 
 typedef struct {
     const family_t *family; /* required */
@@ -67,6 +84,7 @@ typedef struct {
     const char *precision; /* GPU instances: "fp16", "bf16" (NULL: fp32) */
     double max_seconds;    /* longest request accepted (worker buffers are sized for it) */
     int version;           /* model version directory to load; 0 means 1 */
+    served_seq_opts_t seq;
     /* Optional, called on the instance thread around the `done` callbacks of one batch of n
      * requests (a transport wakes its loops once per batch). */
     void (*completions_begin)(int n);
@@ -101,6 +119,29 @@ int served_model_parse_opts(const served_model_t *m, const family_params_t *req,
 /* Queues a request: HARK_ERR_AGAIN when the queue is full, HARK_ERR_CLOSED when unloading,
  * HARK_ERR_TOO_LARGE for audio longer than max_seconds. On error `done` is not called. */
 int served_model_submit(served_model_t *m, served_request_t *req, hark_err_t *err);
+/* A sequence's controls, from the request's parameters. */
+typedef struct {
+    uint64_t id;        /* sequence_id as a number (when id_str is NULL); 0 is no id */
+    const char *id_str; /* sequence_id as a string, or NULL */
+    int start, end;     /* sequence_start / sequence_end */
+    uint64_t owner;     /* the transport's client (a gRPC stream), 0: none (see abandon) */
+} served_seq_ctl_t;
+
+/* 1 when the model serves sequences (then every request goes through served_model_submit_seq). */
+int served_model_sequential(const served_model_t *m);
+/* Queues one chunk of a sequence (req->fi as for served_model_submit; fi.stream is the
+ * instance's). START opens the sequence (a START for an active id ends that one first);
+ * HARK_ERR_EXHAUSTED when every instance's slots are taken; HARK_ERR_INVALID_ARG for a chunk of
+ * no active sequence (never started, ended, idle past idle_us or abandoned). The chunk's done
+ * gets the partial result (the final one with END). On error `done` is not called. Loop thread;
+ * never blocks. */
+int served_model_submit_seq(served_model_t *m, served_request_t *req, const served_seq_ctl_t *c,
+                            hark_err_t *err);
+/* Ends every sequence started by `owner` (its client went away): chunks still waiting fail with
+ * HARK_ERR_CANCELLED, the slots are freed once the chunk in flight (if any) completes. */
+void served_model_abandon(served_model_t *m, uint64_t owner);
+/* Sequences open now (all instances). */
+int served_model_sequences(served_model_t *m);
 void served_model_stats(served_model_t *m, served_stats_t *out);
 /* 1 while every instance is healthy (a sticky CUDA error marks the model not ready). */
 int served_model_ready(const served_model_t *m);

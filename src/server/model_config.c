@@ -82,11 +82,28 @@ static const field_t F_DYNAMIC[] = {{"preferred_batch_size", F_INT32, 1, NULL},
                                     {"default_queue_policy", F_MSG, 0, F_QUEUE_POLICY},
                                     {"priority_queue_policy", F_IGNORED, 1, NULL},
                                     END};
+static const char *const CONTROL_KINDS[] = {"CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_READY",
+                                            "CONTROL_SEQUENCE_END", "CONTROL_SEQUENCE_CORRID",
+                                            NULL};
+static const field_t F_CONTROL[] = {
+    {"kind", F_ENUM, 0, CONTROL_KINDS},      {"int32_false_true", F_INT32, 1, NULL},
+    {"fp32_false_true", F_IGNORED, 1, NULL}, {"bool_false_true", F_IGNORED, 1, NULL},
+    {"data_type", F_ENUM, 0, DATA_TYPES},    END};
+static const field_t F_CONTROL_INPUT[] = {
+    {"name", F_STRING, 0, NULL}, {"control", F_MSG, 1, F_CONTROL}, END};
+static const field_t F_SEQ_DIRECT[] = {{"max_queue_delay_microseconds", F_UINT64, 0, NULL},
+                                       {"minimum_slot_utilization", F_IGNORED, 0, NULL},
+                                       END};
+static const field_t F_SEQ_OLDEST[] = {{"max_candidate_sequences", F_INT32, 0, NULL},
+                                       {"preferred_batch_size", F_INT32, 1, NULL},
+                                       {"max_queue_delay_microseconds", F_UINT64, 0, NULL},
+                                       {"preserve_ordering", F_BOOL, 0, NULL},
+                                       END};
 static const field_t F_SEQUENCE[] = {{"max_sequence_idle_microseconds", F_UINT64, 0, NULL},
-                                     {"control_input", F_IGNORED, 1, NULL},
+                                     {"control_input", F_MSG, 1, F_CONTROL_INPUT},
                                      {"state", F_IGNORED, 1, NULL},
-                                     {"direct", F_IGNORED, 0, NULL},
-                                     {"oldest", F_IGNORED, 0, NULL},
+                                     {"direct", F_MSG, 0, F_SEQ_DIRECT},
+                                     {"oldest", F_MSG, 0, F_SEQ_OLDEST},
                                      {"iterative_sequence", F_IGNORED, 0, NULL},
                                      END};
 static const field_t F_INSTANCE[] = {
@@ -530,6 +547,75 @@ static int map_dynamic(vctx_t *c, model_config_t *cfg, const pbtxt_node_t *db)
     return HARK_OK;
 }
 
+/* sequence_batching: the strategy (direct, the default, or oldest), its batch sizes and delay,
+ * and the control inputs (kept for the config document: hark passes sequence controls to the
+ * scheduler, not as tensors) */
+static int map_sequence(vctx_t *c, model_config_t *cfg, const pbtxt_node_t *sb)
+{
+    model_sequence_batching_t *q = &cfg->seq;
+    const pbtxt_node_t *direct = get(sb, "direct"), *oldest = get(sb, "oldest");
+    if (direct && oldest)
+        return verr(c, HARK_ERR_FORMAT, oldest, "sequence_batching.oldest",
+                    "cannot be combined with 'direct' (line %d): Triton's strategy_choice is one "
+                    "of direct, oldest",
+                    direct->line);
+    q->oldest = oldest != NULL;
+    const pbtxt_node_t *st = oldest ? oldest : direct;
+    q->max_queue_delay_microseconds = get_u64(st, "max_queue_delay_microseconds", 0);
+    int rc;
+    if (oldest) {
+        const pbtxt_node_t *mc = get(oldest, "max_candidate_sequences");
+        int64_t n = get_i64(oldest, "max_candidate_sequences", 0);
+        if (!mc || n < 1)
+            return verr(c, HARK_ERR_INVALID_ARG, mc ? mc : oldest,
+                        "sequence_batching.oldest.max_candidate_sequences",
+                        "must be given and >= 1, got %" PRId64, n);
+        if (n > 4096)
+            return verr(c, HARK_ERR_INVALID_ARG, mc,
+                        "sequence_batching.oldest.max_candidate_sequences",
+                        "%" PRId64 " exceeds hark's 4096", n);
+        q->max_candidate_sequences = (int)n;
+        const pbtxt_node_t **v;
+        if ((rc = collect(&cfg->arena, oldest, "preferred_batch_size", &v, &q->n_preferred)))
+            return rc;
+        q->preferred_batch_size =
+            q->n_preferred ? arena_alloc(&cfg->arena, (size_t)q->n_preferred * 4, 4) : NULL;
+        if (q->n_preferred && !q->preferred_batch_size)
+            return HARK_ERR_NOMEM;
+        for (int i = 0; i < q->n_preferred; i++) {
+            int64_t b;
+            pbtxt_to_i64(v[i], &b);
+            if (b < 1 || (i && b <= q->preferred_batch_size[i - 1]))
+                return verr(c, HARK_ERR_INVALID_ARG, v[i],
+                            "sequence_batching.oldest.preferred_batch_size",
+                            "must be >= 1 and ascending, got %" PRId64, b);
+            q->preferred_batch_size[i] = (int32_t)b;
+        }
+    }
+    const pbtxt_node_t **ci;
+    if ((rc = collect(&cfg->arena, sb, "control_input", &ci, &q->n_controls)))
+        return rc;
+    q->controls = q->n_controls
+                      ? arena_calloc(&cfg->arena, (size_t)q->n_controls, sizeof *q->controls)
+                      : NULL;
+    if (q->n_controls && !q->controls)
+        return HARK_ERR_NOMEM;
+    for (int i = 0; i < q->n_controls; i++) {
+        model_seq_control_t *k = &q->controls[i];
+        if (!(k->name = dup_str(cfg, get_str(ci[i], "name"))))
+            return HARK_ERR_NOMEM;
+        const pbtxt_node_t *ctl = get(ci[i], "control");
+        if (ctl && ctl->kind == PBTXT_LIST)
+            ctl = ctl->child;
+        if (!ctl || !get(ctl, "kind"))
+            return verr(c, HARK_ERR_INVALID_ARG, ci[i], "sequence_batching.control_input",
+                        "'%s' needs a control with a kind", k->name);
+        k->kind = (model_seq_control_kind_t)get_enum(ctl, "kind", CONTROL_KINDS);
+        k->data_type = (model_data_type_t)get_enum(ctl, "data_type", DATA_TYPES);
+    }
+    return HARK_OK;
+}
+
 static int map_instance_groups(vctx_t *c, model_config_t *cfg, const pbtxt_node_t *root)
 {
     const pbtxt_node_t **v;
@@ -685,6 +771,8 @@ static int map_config(vctx_t *c, model_config_t *cfg, const pbtxt_node_t *root,
     const pbtxt_node_t *sb = get(root, "sequence_batching");
     cfg->sequence_batching = sb != NULL;
     cfg->max_sequence_idle_microseconds = get_u64(sb, "max_sequence_idle_microseconds", 1000000);
+    if (sb && (rc = map_sequence(c, cfg, sb)))
+        return rc;
     if ((rc = map_instance_groups(c, cfg, root)) || (rc = map_params(c, cfg, root)) ||
         (rc = map_version_policy(c, cfg, get(root, "version_policy"))))
         return rc;
@@ -951,8 +1039,31 @@ static cJSON *config_json(const model_config_t *cfg)
         ADD(o, "sequence_batching", x = cJSON_CreateObject());
         ADD(x, "max_sequence_idle_microseconds",
             cJSON_CreateNumber((double)cfg->max_sequence_idle_microseconds));
-        ADD(x, "control_input", cJSON_CreateArray());
+        ADD(x, "control_input", y = cJSON_CreateArray());
+        for (int i = 0; i < cfg->seq.n_controls; i++) {
+            const model_seq_control_t *k = &cfg->seq.controls[i];
+            cJSON *e = cJSON_CreateObject(), *ca, *ce;
+            if (!cJSON_AddItemToArray(y, e))
+                goto oom;
+            ADD(e, "name", cJSON_CreateString(k->name));
+            ADD(e, "control", ca = cJSON_CreateArray());
+            if (!cJSON_AddItemToArray(ca, ce = cJSON_CreateObject()))
+                goto oom;
+            ADD(ce, "kind", cJSON_CreateString(CONTROL_KINDS[k->kind]));
+            if (k->kind == MODEL_CONTROL_CORRID)
+                ADD(ce, "data_type", cJSON_CreateString(DATA_TYPES[k->data_type]));
+        }
         ADD(x, "state", cJSON_CreateArray());
+        if (cfg->seq.oldest) {
+            ADD(x, "oldest", y = cJSON_CreateObject());
+            ADD(y, "max_candidate_sequences", cJSON_CreateNumber(cfg->seq.max_candidate_sequences));
+            ADD(y, "preferred_batch_size",
+                int32_array(cfg->seq.preferred_batch_size, cfg->seq.n_preferred));
+        } else {
+            ADD(x, "direct", y = cJSON_CreateObject());
+        }
+        ADD(y, "max_queue_delay_microseconds",
+            cJSON_CreateNumber((double)cfg->seq.max_queue_delay_microseconds));
         ADD(x, "iterative_sequence", cJSON_CreateFalse());
     }
     ADD(o, "instance_group", x = cJSON_CreateArray());

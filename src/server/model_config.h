@@ -69,6 +69,30 @@ typedef struct {
     model_queue_policy_t default_queue_policy;
 } model_dynamic_batching_t;
 
+typedef enum {
+    MODEL_CONTROL_START = 0,
+    MODEL_CONTROL_READY,
+    MODEL_CONTROL_END,
+    MODEL_CONTROL_CORRID
+} model_seq_control_kind_t;
+
+typedef struct {
+    const char *name; /* the input Triton would fill with the control */
+    model_seq_control_kind_t kind;
+    model_data_type_t data_type; /* CORRID's */
+} model_seq_control_t;
+
+/* sequence_batching's strategy (direct { } when none is given, as Triton) and controls */
+typedef struct {
+    int oldest;                  /* 1: oldest { }; 0: direct { } */
+    int max_candidate_sequences; /* oldest: sequences open at once per instance (>= 1) */
+    int n_preferred;
+    int32_t *preferred_batch_size; /* (n_preferred) oldest, ascending */
+    uint64_t max_queue_delay_microseconds;
+    int n_controls;
+    model_seq_control_t *controls; /* (n_controls) */
+} model_sequence_batching_t;
+
 typedef struct {
     const char *name; /* "<model>_<index>" when the file gives none */
     int count;        /* >= 1 (0 or absent means 1, as in Triton) */
@@ -101,6 +125,7 @@ typedef struct {
     int64_t *specific_versions;              /* SPECIFIC: (n_specific_versions) each >= 1 */
     int sequence_batching;                   /* a `sequence_batching { }` block was given */
     uint64_t max_sequence_idle_microseconds; /* Triton's default 1000000 when not given */
+    model_sequence_batching_t seq;           /* when sequence_batching */
     int decoupled;                           /* model_transaction_policy.decoupled */
     int response_cache;                      /* response_cache.enable */
     arena_t arena;                           /* owns every pointer above */

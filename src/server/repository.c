@@ -138,12 +138,18 @@ static int prepare(repository_t *r, repo_model_t *m, served_opts_t *so, family_p
                        "%s: model family '%s' is not served by hark "
                        "(set backend: \"hark\" and parameters family)",
                        path, m->cfg.family ? m->cfg.family : "(none)");
-    if (fam->streaming || fam->task != FAMILY_TASK_ASR)
+    if (fam->task != FAMILY_TASK_ASR)
         return err_set(err, HARK_ERR_UNSUPPORTED,
-                       "%s: family '%s' (%s%s) cannot be served yet: the server serves offline "
-                       "ASR models",
-                       path, fam->name, family_task_name(fam->task),
-                       fam->streaming ? ", streaming" : "");
+                       "%s: family '%s' (%s) cannot be served yet: the server serves ASR models",
+                       path, fam->name, family_task_name(fam->task));
+    if (fam->streaming && !m->cfg.sequence_batching)
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "%s: family '%s' streams only: give the model sequence_batching { }", path,
+                       fam->name);
+    if (m->cfg.sequence_batching && !fam->stream_open)
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "%s: family '%s' does not stream: sequence_batching cannot serve it", path,
+                       fam->name);
     m->version = latest_version(m->dir);
     if (!m->version)
         return err_set(err, HARK_ERR_NOT_FOUND, "%s: no version directory with a model.json",
@@ -171,6 +177,15 @@ static int prepare(repository_t *r, repo_model_t *m, served_opts_t *so, family_p
         b->max_queue_size = (int)db->default_queue_policy.max_queue_size;
     }
     b->length_aware = r->o.length_aware;
+    if (m->cfg.sequence_batching) { /* Triton's: oldest's candidates, direct's batch slots */
+        const model_sequence_batching_t *q = &m->cfg.seq;
+        so->seq.enabled = 1;
+        so->seq.max_sequences = q->oldest ? q->max_candidate_sequences : b->max_batch_size;
+        so->seq.idle_us = m->cfg.max_sequence_idle_microseconds;
+        so->seq.max_queue_delay_us = q->max_queue_delay_microseconds;
+        for (int i = 0; i < q->n_preferred && i < 8; i++)
+            so->seq.preferred[so->seq.n_preferred++] = q->preferred_batch_size[i];
+    }
     int ngpu = gpu_device_count();
     for (int g = 0; g < m->cfg.n_instance_groups && so->n_groups < 8; g++) {
         const model_instance_group_t *ig = &m->cfg.instance_groups[g];

@@ -13,6 +13,7 @@
 #include "hark.h"
 #include "net/http_server.h"
 #include "net/listen.h"
+#include "net/websocket.h"
 #include "server/repository.h"
 
 #include <pthread.h>
@@ -36,6 +37,7 @@ typedef struct {
     int own_init;
     http_server_t *api;
     kserve_grpc_t *grpc; /* KServe v2 over gRPC on this loop (SO_REUSEPORT); NULL: off */
+    ws_hub_t *ws;        /* WebSocket connections upgraded on this loop */
     http_api_ctx_t ctx;  /* the handlers' view of this loop */
     pthread_t th;
     int started;
@@ -109,6 +111,7 @@ static void begin_drain(server_t *s)
         if (s->hl[i].api)
             http_server_shutdown(s->hl[i].api, (unsigned)s->o.drain_timeout_ms);
         kserve_grpc_shutdown(s->hl[i].grpc, (unsigned)s->o.drain_timeout_ms);
+        ws_hub_shutdown(s->hl[i].ws);
     }
     if (s->metrics)
         http_server_shutdown(s->metrics, (unsigned)s->o.drain_timeout_ms);
@@ -217,7 +220,9 @@ int server_create(const server_opts_t *o, server_t **out, hark_err_t *err)
             l->loop = &l->own;
         }
         s->n_loops = i + 1;
-        l->ctx = (http_api_ctx_t){.s = s, .loop = l->loop};
+        if ((rc = ws_hub_create(l->loop, &l->ws, err)))
+            goto fail;
+        l->ctx = (http_api_ctx_t){.s = s, .loop = l->loop, .ws = l->ws};
         http_server_opts_t ho = {.host = s->o.host,
                                  .port = port,
                                  .handler = http_api_handler,
@@ -314,6 +319,7 @@ void server_destroy(server_t *s)
                 if (s->hl[i].api)
                     http_server_shutdown(s->hl[i].api, 0);
                 kserve_grpc_shutdown(s->hl[i].grpc, 0);
+                ws_hub_shutdown(s->hl[i].ws);
             }
             if (s->metrics)
                 http_server_shutdown(s->metrics, 0);
@@ -328,6 +334,7 @@ void server_destroy(server_t *s)
                 uv_run(&l->own, UV_RUN_DEFAULT);
             http_server_destroy(l->api);
             kserve_grpc_destroy(l->grpc);
+            ws_hub_destroy(l->ws);
             if (l->own_init)
                 uv_loop_close(&l->own);
         }

@@ -240,6 +240,18 @@ TEST(grpc_request_from_pb_errors)
     CHECK_OK(kserve_grpc_request_from_pb(pb, &req, &err));
     CHECK(req.sequence_id_str && !strcmp(req.sequence_id_str, "corr-7"));
     kserve_request_free(&req);
+    pb = make_request(); /* an integer id past 2^53 is kept exactly, int64 or uint64 */
+    pb->parameters[0]->value->int64_param = (1ll << 53) + 1;
+    CHECK_OK(kserve_grpc_request_from_pb(pb, &req, &err));
+    CHECK(req.sequence_id == (1ull << 53) + 1 && !req.sequence_id_str);
+    kserve_request_free(&req);
+    pb = make_request();
+    pb->parameters[0]->value->parameter_choice_case =
+        INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM;
+    pb->parameters[0]->value->uint64_param = (1ull << 62) + 3;
+    CHECK_OK(kserve_grpc_request_from_pb(pb, &req, &err));
+    CHECK(req.sequence_id == (1ull << 62) + 3);
+    kserve_request_free(&req);
     /* allocation failures: every one fails cleanly */
     for (long n = 1; n < 40; n++) {
         pb = make_request();

@@ -440,6 +440,273 @@ TEST(served_model_unload_drains_the_queue)
     CHECK_EQ_INT(g_items_run, NR);
 }
 
+/* ---- sequences: a streaming test family ------------------------------------------------------
+ * A stream sums its chunks' sample counts; each item reports "sum=<total> chunks=<k>" (PARTIAL,
+ * or the final result with DONE at stream_end). It checks the scheduler's promises: a stream is
+ * used by the worker that opened it, on that worker's thread, at most once per execute, never
+ * more streams open than max_sequences. */
+typedef struct {
+    family_worker_t *w;
+    pthread_t thread;
+    size_t sum;
+    int chunks;
+} ctr_stream_t;
+
+static struct {
+    pthread_mutex_t lock;
+    int opens, closes, open_now, max_open_seen, wrong_worker, twice, executes, multi;
+} g_seq;
+static pthread_once_t g_seq_once = PTHREAD_ONCE_INIT;
+static void g_seq_init(void)
+{
+    pthread_mutex_init(&g_seq.lock, NULL);
+}
+
+struct ctr_worker {
+    int max_sequences, open;
+};
+
+static int ctr_worker_create(const family_model_t *m, const family_worker_opts_t *wo,
+                             family_worker_t **out, hark_err_t *err)
+{
+    struct ctr_worker *w = hark_calloc(1, sizeof *w);
+    if (!w)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    w->max_sequences = wo->max_sequences;
+    *out = (family_worker_t *)w;
+    return HARK_OK;
+}
+
+static void ctr_worker_destroy(family_worker_t *w)
+{
+    hark_free(w);
+}
+
+static int ctr_stream_open(family_worker_t *fw, void **stream, hark_err_t *err)
+{
+    struct ctr_worker *w = (struct ctr_worker *)fw;
+    if (w->open >= w->max_sequences)
+        return err_set(err, HARK_ERR_TOO_LARGE, "test: all stream slots taken");
+    ctr_stream_t *s = hark_calloc(1, sizeof *s);
+    if (!s)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    s->w = fw;
+    s->thread = pthread_self();
+    w->open++;
+    pthread_mutex_lock(&g_seq.lock);
+    g_seq.opens++;
+    if (++g_seq.open_now > g_seq.max_open_seen)
+        g_seq.max_open_seen = g_seq.open_now;
+    pthread_mutex_unlock(&g_seq.lock);
+    *stream = s;
+    return HARK_OK;
+}
+
+static void ctr_stream_close(family_worker_t *fw, void *stream)
+{
+    ctr_stream_t *s = stream;
+    if (!s)
+        return;
+    ((struct ctr_worker *)fw)->open--;
+    pthread_mutex_lock(&g_seq.lock);
+    g_seq.closes++;
+    g_seq.open_now--;
+    if (s->w != fw || !pthread_equal(s->thread, pthread_self()))
+        g_seq.wrong_worker++;
+    pthread_mutex_unlock(&g_seq.lock);
+    hark_free(s);
+}
+
+static int ctr_execute(family_worker_t *w, family_item_t *const *items, int n,
+                       family_exec_times_t *times, hark_err_t *err)
+{
+    pthread_mutex_lock(&g_seq.lock);
+    g_seq.executes++;
+    g_seq.multi += n > 1;
+    for (int i = 0; i < n; i++) {
+        ctr_stream_t *s = items[i]->stream;
+        if (!s || s->w != w || !pthread_equal(s->thread, pthread_self()))
+            g_seq.wrong_worker++;
+        for (int j = 0; j < i; j++)
+            g_seq.twice += items[j]->stream == s;
+    }
+    pthread_mutex_unlock(&g_seq.lock);
+    usleep(3000);
+    for (int i = 0; i < n; i++) {
+        ctr_stream_t *s = items[i]->stream;
+        if (!s)
+            continue;
+        s->sum += items[i]->n;
+        s->chunks++;
+        char text[64];
+        snprintf(text, sizeof text, "sum=%zu chunks=%d", s->sum, s->chunks);
+        asr_result_t r = {0};
+        r.best.text = hark_strdup(text);
+        family_event_t ev = {.kind = items[i]->stream_end ? FAMILY_EV_DONE : FAMILY_EV_PARTIAL,
+                             .asr = &r};
+        items[i]->emit(items[i], &ev);
+        asr_result_free(&r);
+        if (!items[i]->stream_end) {
+            family_event_t done = {.kind = FAMILY_EV_DONE};
+            items[i]->emit(items[i], &done);
+        }
+    }
+    return HARK_OK;
+}
+
+static const family_t ctr_family = {
+    .name = "test_counter",
+    .task = FAMILY_TASK_ASR,
+    .opts_size = sizeof(echo_opts_t),
+    .load = echo_load,
+    .unload = echo_unload,
+    .info = echo_info,
+    .parse_opts = echo_parse,
+    .batch_key = echo_key,
+    .worker_create = ctr_worker_create,
+    .worker_destroy = ctr_worker_destroy,
+    .stream_open = ctr_stream_open,
+    .stream_close = ctr_stream_close,
+    .execute = ctr_execute,
+};
+
+static served_model_t *seq_model(test_ctx_t *t, int instances, int per_instance, uint64_t idle_us)
+{
+    served_opts_t so;
+    opts_for(&so, instances);
+    so.family = &ctr_family;
+    so.seq = (served_seq_opts_t){.enabled = 1,
+                                 .max_sequences = per_instance,
+                                 .idle_us = idle_us,
+                                 .preferred = {4},
+                                 .n_preferred = 1,
+                                 .max_queue_delay_us = 2000};
+    pthread_once(&g_seq_once, g_seq_init);
+    pthread_mutex_lock(&g_seq.lock);
+    g_seq.opens = g_seq.closes = g_seq.open_now = g_seq.max_open_seen = 0;
+    g_seq.wrong_worker = g_seq.twice = g_seq.executes = g_seq.multi = 0;
+    pthread_mutex_unlock(&g_seq.lock);
+    served_model_t *m = NULL;
+    hark_err_t err = {0};
+    if (served_model_create("unused", &so, &m, &err) != HARK_OK)
+        test_fail(t, __FILE__, __LINE__, "served_model_create: %s", err.msg);
+    return m;
+}
+
+/* one chunk of n samples of sequence id */
+static int seq_chunk(served_model_t *m, my_req_t *q, uint64_t id, int start, int end, size_t n,
+                     uint64_t owner, pthread_mutex_t *lock, int *done, hark_err_t *err)
+{
+    memset(q, 0, sizeof *q);
+    family_params_t none = {0};
+    int rc = served_model_parse_opts(m, &none, &q->opts, err);
+    if (rc)
+        return rc;
+    q->req.fi.opts = &q->opts;
+    q->req.fi.n = n;
+    q->req.cancelled = &q->cancel;
+    q->req.done = on_done;
+    q->lock = lock;
+    q->done_count = done;
+    served_seq_ctl_t c = {.id = id, .start = start, .end = end, .owner = owner};
+    return served_model_submit_seq(m, &q->req, &c, err);
+}
+
+TEST(served_sequences_bound_ordered_batched)
+{
+    served_model_t *m = seq_model(t, 2, 2, 0);
+    if (!m)
+        return;
+    enum { NS = 4, NC = 5 };
+    static my_req_t reqs[NS][NC];
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static int done;
+    done = 0;
+    hark_err_t err = {0};
+    /* every chunk of every sequence submitted at once: later chunks wait for earlier ones */
+    for (int c = 0; c < NC; c++)
+        for (int s = 0; s < NS; s++)
+            CHECKF(seq_chunk(m, &reqs[s][c], 100 + s, c == 0, c == NC - 1, (size_t)(s + 1), 0,
+                             &lock, &done, &err) == HARK_OK,
+                   "%s", err.msg);
+    /* the pool (2 instances x 2) is full: a fifth sequence is refused, a chunk of none too */
+    static my_req_t extra;
+    CHECK_EQ_INT(seq_chunk(m, &extra, 999, 1, 0, 1, 0, &lock, &done, &err), HARK_ERR_EXHAUSTED);
+    CHECK_EQ_INT(seq_chunk(m, &extra, 998, 0, 0, 1, 0, &lock, &done, &err), HARK_ERR_INVALID_ARG);
+    CHECK_EQ_INT(seq_chunk(m, &extra, 0, 1, 0, 1, 0, &lock, &done, &err), HARK_ERR_INVALID_ARG);
+    wait_done(&lock, &done, NS * NC, 20);
+    CHECK_EQ_INT(done, NS * NC);
+    for (int s = 0; s < NS; s++)
+        for (int c = 0; c < NC; c++) {
+            char want[64];
+            snprintf(want, sizeof want, "sum=%d chunks=%d", (s + 1) * (c + 1), c + 1);
+            CHECKF(reqs[s][c].status == HARK_OK && !strcmp(reqs[s][c].text, want),
+                   "sequence %d chunk %d: '%s' (want '%s')", s, c, reqs[s][c].text, want);
+        }
+    pthread_mutex_lock(&g_seq.lock);
+    CHECK_EQ_INT(g_seq.wrong_worker, 0);
+    CHECK_EQ_INT(g_seq.twice, 0);
+    CHECKF(g_seq.multi > 0, "chunks of different sequences never shared an execute");
+    CHECK_EQ_INT(g_seq.opens, NS);
+    CHECK_EQ_INT(g_seq.closes, NS);
+    CHECK(g_seq.max_open_seen <= NS);
+    pthread_mutex_unlock(&g_seq.lock);
+    CHECK_EQ_INT(served_model_sequences(m), 0);
+    /* the slots are back: a new sequence starts; a chunk after END is of no sequence */
+    done = 0;
+    CHECK_EQ_INT(seq_chunk(m, &extra, 100, 0, 0, 1, 0, &lock, &done, &err), HARK_ERR_INVALID_ARG);
+    CHECK_EQ_INT(seq_chunk(m, &extra, 999, 1, 1, 7, 0, &lock, &done, &err), HARK_OK);
+    wait_done(&lock, &done, 1, 10);
+    CHECK(!strcmp(extra.text, "sum=7 chunks=1"));
+    served_stats_t st;
+    served_model_stats(m, &st);
+    CHECK(st.success == NS * NC + 1 && st.inference_count == NS * NC + 1);
+    served_model_destroy(m);
+}
+
+TEST(served_sequences_idle_abandon_unload)
+{
+    served_model_t *m = seq_model(t, 1, 2, 100000); /* 0.1 s idle */
+    if (!m)
+        return;
+    static my_req_t r[8];
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* static: alive for the instances
+                                                                 even when a check returns early */
+    static int done;
+    done = 0;
+    hark_err_t err = {0};
+    CHECK_EQ_INT(seq_chunk(m, &r[0], 1, 1, 0, 3, 0, &lock, &done, &err), HARK_OK);
+    CHECK_EQ_INT(seq_chunk(m, &r[1], 2, 1, 0, 3, 42, &lock, &done, &err), HARK_OK);
+    CHECK_EQ_INT(seq_chunk(m, &r[2], 3, 1, 0, 3, 0, &lock, &done, &err), HARK_ERR_EXHAUSTED);
+    wait_done(&lock, &done, 2, 10);
+    served_model_abandon(m, 42); /* sequence 2's client went away */
+    CHECK_EQ_INT(seq_chunk(m, &r[2], 2, 0, 0, 3, 42, &lock, &done, &err), HARK_ERR_INVALID_ARG);
+    usleep(400000); /* sequence 1 idles past 0.1 s */
+    CHECK_EQ_INT(seq_chunk(m, &r[2], 1, 0, 0, 3, 0, &lock, &done, &err), HARK_ERR_INVALID_ARG);
+    CHECK_EQ_INT(served_model_sequences(m), 0);
+    pthread_mutex_lock(&g_seq.lock);
+    CHECK_EQ_INT(g_seq.closes, 2);
+    pthread_mutex_unlock(&g_seq.lock);
+    /* a restart of an active id ends the old sequence; unloading closes what is open */
+    CHECK_EQ_INT(seq_chunk(m, &r[3], 5, 1, 0, 1, 0, &lock, &done, &err), HARK_OK);
+    CHECK_EQ_INT(seq_chunk(m, &r[4], 5, 1, 0, 2, 0, &lock, &done, &err), HARK_OK);
+    wait_done(&lock, &done, 4, 10);
+    usleep(50000); /* the old sequence's slot comes back once its instance closed it */
+    CHECK_EQ_INT(seq_chunk(m, &r[5], 6, 1, 0, 2, 0, &lock, &done, &err), HARK_OK);
+    wait_done(&lock, &done, 5, 10);
+    CHECK(!strcmp(r[4].text, "sum=2 chunks=1"));
+    /* plain requests are refused by a sequence model */
+    memset(&r[6], 0, sizeof r[6]);
+    r[6].req.fi.opts = &r[6].opts;
+    r[6].req.done = on_done;
+    CHECK_EQ_INT(served_model_submit(m, &r[6].req, &err), HARK_ERR_INVALID_ARG);
+    served_model_destroy(m);
+    pthread_mutex_lock(&g_seq.lock);
+    CHECK_EQ_INT(g_seq.opens, g_seq.closes);
+    CHECK_EQ_INT(g_seq.wrong_worker, 0);
+    pthread_mutex_unlock(&g_seq.lock);
+}
+
 /* ---- the WeNet family served: concurrent requests each get the transcript the recognizer gives
  * the utterance alone (CPU), and two instances on one GPU both complete batches ---------------- */
 #include "audio/audio.h"

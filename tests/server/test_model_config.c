@@ -337,9 +337,39 @@ TEST(model_config_streaming_sequence_batching)
     CHECK(c.version_policy == MODEL_VERSIONS_ALL);
     CHECK(c.n_instance_groups == 1 && c.instance_groups[0].kind == MODEL_KIND_AUTO &&
           c.instance_groups[0].count == 1);
-    CHECK(has_notice(&ns, "s.pbtxt:6: ignoring field 'sequence_batching.oldest'"));
-    CHECK(has_notice(&ns, "s.pbtxt:10: ignoring field 'sequence_batching.control_input'"));
-    CHECK_EQ_INT(ns.n, 2);
+    /* oldest and the control inputs are read; the FP32 control values are Triton's tensors */
+    CHECK(c.seq.oldest && c.seq.max_candidate_sequences == 1024);
+    CHECK(c.seq.n_preferred == 4 && c.seq.preferred_batch_size[0] == 32 &&
+          c.seq.preferred_batch_size[3] == 256);
+    CHECK(c.seq.n_controls == 1 && !strcmp(c.seq.controls[0].name, "START") &&
+          c.seq.controls[0].kind == MODEL_CONTROL_START);
+    CHECK(has_notice(&ns,
+                     "ignoring field 'sequence_batching.control_input.control.fp32_false_true'"));
+    CHECK_EQ_INT(ns.n, 1);
+    char *js = model_config_to_json(&c);
+    cJSON *j = cJSON_Parse(js);
+    hark_free(js);
+    cJSON *sb = cJSON_GetObjectItemCaseSensitive(j, "sequence_batching");
+    cJSON *old = cJSON_GetObjectItemCaseSensitive(sb, "oldest");
+    CHECK(old &&
+          cJSON_GetObjectItemCaseSensitive(old, "max_candidate_sequences")->valueint == 1024);
+    cJSON *ci = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(sb, "control_input"), 0);
+    CHECK(ci && !strcmp(cJSON_GetObjectItemCaseSensitive(ci, "name")->valuestring, "START"));
+    CHECK(
+        !strcmp(cJSON_GetObjectItemCaseSensitive(
+                    cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(ci, "control"), 0), "kind")
+                    ->valuestring,
+                "CONTROL_SEQUENCE_START"));
+    cJSON_Delete(j);
+    model_config_free(&c);
+
+    /* direct { } (Triton's default strategy) */
+    static const char d[] = "max_batch_size: 4 sequence_batching { max_sequence_idle_microseconds: "
+                            "7 direct { max_queue_delay_microseconds: 100 } }";
+    CHECKF(model_config_parse(d, sizeof d - 1, "d.pbtxt", NULL, &c, &err) == HARK_OK, "%s",
+           err.msg);
+    CHECK(!c.seq.oldest && c.seq.max_queue_delay_microseconds == 100 &&
+          c.max_sequence_idle_microseconds == 7);
     model_config_free(&c);
 }
 
@@ -389,6 +419,16 @@ TEST(model_config_errors)
          "c.pbtxt:2:1: field 'max_batch_size': given twice (first at line 1)"},
         {"max_batch_size: [1, 2]\n", HARK_ERR_FORMAT,
          "c.pbtxt:1:1: field 'max_batch_size': is not a repeated field"},
+        {"max_batch_size: 2\nsequence_batching { oldest { } }\n", HARK_ERR_INVALID_ARG,
+         "c.pbtxt:2:21: field 'sequence_batching.oldest.max_candidate_sequences': must be given"},
+        {"max_batch_size: 2\nsequence_batching { direct { } oldest { max_candidate_sequences: 1 } }"
+         "\n",
+         HARK_ERR_FORMAT, "field 'sequence_batching.oldest': cannot be combined with 'direct'"},
+        {"max_batch_size: 2\nsequence_batching { oldest { max_candidate_sequences: 2 "
+         "preferred_batch_size: [4, 2] } }\n",
+         HARK_ERR_INVALID_ARG, "preferred_batch_size': must be >= 1 and ascending, got 2"},
+        {"max_batch_size: 2\nsequence_batching { control_input { name: \"S\" } }\n",
+         HARK_ERR_INVALID_ARG, "'S' needs a control with a kind"},
         {"max_batch_size: 2\ndynamic_batching { }\nsequence_batching { }\n", HARK_ERR_FORMAT,
          "c.pbtxt:3:1: field 'sequence_batching': cannot be combined with 'dynamic_batching' "
          "(line 2)"},

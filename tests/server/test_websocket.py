@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Integration test of WeNet's WebSocket streaming protocol on the HTTP port (run by
+tests/server/test_websocket_integration.c): a real `hark serve` with the golden WeNet U2++ model
+under sequence_batching, a raw-socket RFC 6455 client sending {"signal":"start"}, 16-bit PCM
+frames and {"signal":"end"} as WeNet's websocket client does; partial results, the final result
+equal to WeNet's streaming golden, speech_end; protocol errors; HTTP still served beside it; a
+client that goes away frees its sequence; SIGTERM with a connection open.
+Usage: test_websocket.py HARK_BIN MODEL_DIR GOLDEN_DIR. Exit 0 = pass."""
+import base64, hashlib, json, os, re, shutil, signal, socket, struct, subprocess, sys, tempfile
+import threading, time, wave
+
+import requests
+
+hark, model_dir, golden = sys.argv[1:4]
+tmp = tempfile.mkdtemp(prefix="hark-ws-")
+R = json.load(open(os.path.join(golden, "results.json")))
+MODE = "stream_chunk16_left-1"
+base_cfg = open(os.path.join(model_dir, "config.pbtxt")).read()
+repo = os.path.join(tmp, "repo")
+d = os.path.join(repo, "streaming_wenet")
+os.makedirs(d)
+os.symlink(os.path.join(os.path.abspath(model_dir), "1"), os.path.join(d, "1"))
+seq = "sequence_batching {\n  max_sequence_idle_microseconds: 30000000\n" \
+      "  oldest { max_candidate_sequences: 1 }\n}"
+txt = re.sub(r"dynamic_batching \{[^}]*\}", seq, base_cfg).replace("KIND_GPU", "KIND_CPU")
+open(os.path.join(d, "config.pbtxt"), "w").write(re.sub(r'name: "[^"]*"', 'name: "streaming_wenet"', txt, count=1))
+
+proc = subprocess.Popen([hark, "serve", "--model-repository", repo, "--http-port", "0",
+                         "--grpc-port", "-1", "--metrics-port", "-1", "--drain-timeout-ms", "3000"],
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+line = proc.stdout.readline()
+m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+assert m, "no startup line: " + line
+port = int(m.group(1))
+base = "http://127.0.0.1:%d" % port
+log = []
+threading.Thread(target=lambda: [log.append(l) for l in proc.stdout], daemon=True).start()
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+class WS:
+    def __init__(self, path="/"):
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=60)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                        "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n" % (path, key)).encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            b = self.s.recv(1)
+            if not b:
+                break
+            head += b
+        self.head = head.decode(errors="replace")
+        want = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+        self.ok = self.head.startswith("HTTP/1.1 101") and ("Sec-WebSocket-Accept: " + want) in self.head
+
+    def send(self, op, payload):
+        n, mask = len(payload), os.urandom(4)
+        h = bytes([0x80 | op])
+        if n < 126:
+            h += bytes([0x80 | n])
+        elif n < 65536:
+            h += bytes([0x80 | 126]) + struct.pack(">H", n)
+        else:
+            h += bytes([0x80 | 127]) + struct.pack(">Q", n)
+        k = (mask * (n // 4 + 1))[:n]
+        body = (int.from_bytes(payload, "little") ^ int.from_bytes(k, "little")).to_bytes(n, "little")
+        self.s.sendall(h + mask + body)
+
+    def text(self, obj):
+        self.send(1, json.dumps(obj).encode())
+
+    def _read(self, n):
+        b = b""
+        while len(b) < n:
+            x = self.s.recv(n - len(b))
+            if not x:
+                raise EOFError
+            b += x
+        return b
+
+    def recv(self):
+        """(opcode, payload) of the next frame; (None, None) when the connection closed."""
+        try:
+            b0, b1 = self._read(2)
+            n = b1 & 0x7F
+            if n == 126:
+                n = struct.unpack(">H", self._read(2))[0]
+            elif n == 127:
+                n = struct.unpack(">Q", self._read(8))[0]
+            return b0 & 0x0F, self._read(n)
+        except (EOFError, ConnectionError, socket.timeout):
+            return None, None
+
+    def messages(self, until):
+        out = []
+        while True:
+            op, p = self.recv()
+            if op is None or op == 8:
+                return out, op
+            if op == 1:
+                out.append(json.loads(p))
+                if out[-1].get("type") == until or out[-1].get("status") == "failed":
+                    return out, op
+
+
+def pcm16(u):
+    raw = open(os.path.join(golden, "wavs", u + ".wav"), "rb").read()
+    n = wave.open(os.path.join(golden, "wavs", u + ".wav")).getnframes()
+    return raw[raw.index(b"data") + 8:][:2 * n]
+
+
+try:
+    t0 = time.time()
+    while requests.get(base + "/v2/health/ready").status_code != 200:
+        assert time.time() - t0 < 120, "not ready within 120 s"
+        time.sleep(0.1)
+    u = "sense_and_sensibility_01_austen_64kb-0880"
+    gold = R[u][MODE]["attention_rescoring"]["text"]
+    audio = pcm16(u)
+    ws = WS("/?model=streaming_wenet")
+    check(ws.ok, "handshake: 101 with the right Sec-WebSocket-Accept (%r)" % ws.head[:60])
+    ws.text({"signal": "start", "nbest": 1, "continuous_decoding": False})
+    msgs, _ = ws.messages("server_ready")
+    check(msgs and msgs[-1] == {"status": "ok", "type": "server_ready"}, "start: server_ready")
+    step = 2 * 5120  # 0.32 s frames, as WeNet's client sends
+    for i in range(0, len(audio), step):
+        ws.send(2, audio[i:i + step])
+    ws.text({"signal": "end"})
+    msgs, _ = ws.messages("speech_end")
+    types = [x.get("type") for x in msgs]
+    check(types[-2:] == ["final_result", "speech_end"], "final_result then speech_end (%s)" % types)
+    check("partial_result" in types, "partial results before the end")
+    fin = [x for x in msgs if x.get("type") == "final_result"]
+    best = json.loads(fin[0]["nbest"])[0]["sentence"] if fin else None
+    check(best == gold, "final sentence = WeNet streaming golden (%r)" % best)
+    part = [json.loads(x["nbest"])[0]["sentence"] for x in msgs if x.get("type") == "partial_result"]
+    check(all(p for p in part), "partial results carry text")
+    ws.s.close()
+    check(requests.get(base + "/v2/health/live").status_code == 200, "HTTP served beside WebSocket")
+
+    # the one slot came back: a second session works; a client that goes away frees its slot
+    ws = WS("/")
+    ws.text({"signal": "start"})
+    ws.messages("server_ready")
+    ws.send(2, audio[:step])
+    ws.send(2, audio[step:2 * step])
+    time.sleep(0.5)
+    ws.s.close()  # gone mid-utterance
+    time.sleep(0.5)
+    ws = WS("/")
+    ws.text({"signal": "start"})
+    ws.messages("server_ready")
+    ws.send(2, audio)
+    ws.text({"signal": "end"})
+    msgs, _ = ws.messages("speech_end")
+    fin = [x for x in msgs if x.get("type") == "final_result"]
+    check(fin and json.loads(fin[0]["nbest"])[0]["sentence"] == gold,
+          "after a client went away its slot is free: whole audio in one frame = golden (%s)" %
+          [x.get("message") for x in msgs if x.get("status") == "failed"])
+    ws.s.close()
+
+    # protocol errors: a failed status, then the close
+    ws = WS("/")
+    ws.send(2, audio[:100])
+    msgs, op = ws.messages("none")
+    check(msgs and msgs[0].get("status") == "failed" and "Start signal" in msgs[0].get("message", ""),
+          "binary before start: failed (%s)" % msgs)
+    ws = WS("/")
+    ws.send(1, b"not json")
+    msgs, op = ws.messages("none")
+    check(msgs and msgs[0].get("status") == "failed", "bad text: failed")
+    ws = WS("/?model=nope")
+    ws.text({"signal": "start"})
+    ws.messages("server_ready")
+    ws.send(2, audio[:step])
+    ws.text({"signal": "end"})
+    msgs, op = ws.messages("speech_end")
+    check(msgs and msgs[-1].get("status") == "failed" and "nope" in msgs[-1].get("message", ""),
+          "unknown model: failed naming it")
+    r = requests.get(base + "/", headers={"Upgrade": "websocket", "Connection": "Upgrade"})
+    check(r.status_code == 400, "upgrade without a key: 400")
+
+    # SIGTERM with a session open: the server closes it and exits
+    ws = WS("/")
+    ws.text({"signal": "start"})
+    ws.messages("server_ready")
+    proc.send_signal(signal.SIGTERM)
+    check(proc.wait(timeout=30) == 0, "SIGTERM with a WebSocket open: exit 0")
+except Exception as e:  # noqa: BLE001
+    import traceback
+    traceback.print_exc()
+    failures.append("exception: %r" % e)
+finally:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    if failures:
+        print("".join(log[-40:]))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+print("%d failure(s)" % len(failures))
+sys.exit(1 if failures else 0)
