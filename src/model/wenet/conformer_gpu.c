@@ -887,6 +887,7 @@ typedef struct {
 
 static int chunk_mhsa(const gfwd_t *F, const gblock_t *bk);
 static int chunk_conv_module(const gfwd_t *F, const gblock_t *bk);
+static int chunk_trace(const gfwd_t *F, const float *d_x, int cols, const char *fmt, int i);
 
 /* profiling: the time since the previous mark is charged to `stage` (a no-op unless profiling) */
 static void mark(conformer_gpu_state_t *s, int stage)
@@ -1011,31 +1012,38 @@ static int block_forward(const gfwd_t *F, int i)
     if (c->macaron) {
         TRY(ffn(F, &bk->ffm1, bk->ffm1_b, &bk->ffm2));
         TRY(add_norm(F, bk->ffm2_b, ff_scale, &bk->norm_ff_macaron, &bk->norm_mha));
+        TRY(chunk_trace(F, s->x, m->d, "block %d ffn_macaron", i));
     }
     TRY(mhsa(F, bk));
     TRY(add_norm(F, bk->o_b, 1.0f, &bk->norm_mha, cnn ? &bk->norm_conv : &bk->norm_ff));
+    TRY(chunk_trace(F, s->x, m->d, "block %d mhsa", i));
     if (cnn) {
         TRY(conv_module(F, bk));
         TRY(add_norm(F, bk->pw2_b, 1.0f, &bk->norm_conv, &bk->norm_ff));
+        TRY(chunk_trace(F, s->x, m->d, "block %d conv", i));
     }
     TRY(ffn(F, &bk->ff1, bk->ff1_b, &bk->ff2));
     const dnorm_t *next = first_norm(m, i + 1);
-    if (!cnn)
-        return add_norm(F, bk->ff2_b, ff_scale, &bk->norm_ff, next);
+    if (!cnn) {
+        TRY(add_norm(F, bk->ff2_b, ff_scale, &bk->norm_ff, next));
+        return chunk_trace(F, s->x, m->d, "block %d ffn", i);
+    }
     if (c->normalize_before) {
         /* x = norm_final(x + ½ffn), then the next block's pre-norm */
         TRY(cuda_residual_layer_norm(s->x, NULL, s->dt, s->x, s->a, bk->ff2_b, ff_scale, NULL, 0,
                                      bk->norm_final.g, bk->norm_final.b, 1, 1, F->rows, m->d,
                                      NORM_EPS, s->stream, F->err));
+        TRY(chunk_trace(F, s->x, m->d, "block %d ffn", i));
         if (!next)
             return HARK_OK;
         return cuda_layer_norm(s->hn, s->dt, s->x, next->g, next->b, F->rows, m->d, NORM_EPS,
                                s->stream, F->err);
     }
     TRY(add_norm(F, bk->ff2_b, ff_scale, &bk->norm_ff, NULL));
-    return cuda_residual_layer_norm(s->x, s->hn, s->dt, s->x, NULL, NULL, 0.0f, NULL, 0,
-                                    bk->norm_final.g, bk->norm_final.b, 1, 1, F->rows, m->d,
-                                    NORM_EPS, s->stream, F->err);
+    TRY(cuda_residual_layer_norm(s->x, s->hn, s->dt, s->x, NULL, NULL, 0.0f, NULL, 0,
+                                 bk->norm_final.g, bk->norm_final.b, 1, 1, F->rows, m->d, NORM_EPS,
+                                 s->stream, F->err));
+    return chunk_trace(F, s->x, m->d, "block %d ffn", i);
 }
 
 /* ---- FP16 forward ---------------------------------------------------------------------------
@@ -1564,6 +1572,9 @@ struct conformer_gpu_chunks {
     float *h_feats, *h_enc, *h_logp; /* pinned, as feats, enc, logp */
     int meta_n;
     int *offset, *cache_t, *cache_frames; /* (slots) host bookkeeping per slot */
+    conformer_gpu_chunks_trace_fn trace;  /* conformer_gpu_chunks_set_trace; NULL: off */
+    void *trace_user;
+    int *trace_stage; /* the next stage's number in the step being traced */
 };
 
 /* slot, row0 (n + 1), pos0, ctx, fresh, lens (slots each), chunk (max_rows) in one int block */
@@ -1724,6 +1735,34 @@ size_t conformer_gpu_chunks_bytes(const conformer_gpu_chunks_t *p)
     return conformer_gpu_state_bytes(p->s);
 }
 
+void conformer_gpu_chunks_set_trace(conformer_gpu_chunks_t *p, conformer_gpu_chunks_trace_fn fn,
+                                    void *user)
+{
+    p->trace = fn;
+    p->trace_user = user;
+}
+
+/* the trace of one stage (conformer_gpu_chunks_set_trace): waits for the step so far, copies
+ * d_x (rows, cols) float32 through h_logp or h_enc and hands it to the hook; a no-op unless this
+ * is a traced chunk step */
+static int chunk_trace(const gfwd_t *F, const float *d_x, int cols, const char *fmt, int i)
+{
+    const conformer_gpu_chunks_t *p = F->ck;
+    if (!p || !p->trace)
+        return HARK_OK;
+    char name[64];
+    snprintf(name, sizeof name, fmt, i);
+    float *h = cols == p->m->d ? p->h_enc : p->h_logp; /* (rows, D), (rows, V) */
+    cudaError_t e = cudaMemcpyAsync(h, d_x, (size_t)F->rows * cols * sizeof(float),
+                                    cudaMemcpyDeviceToHost, F->s->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(F->s->stream);
+    if (e != cudaSuccess)
+        return cuda_err(F->err, e, "chunk trace");
+    p->trace(p->trace_user, (*p->trace_stage)++, name, h, F->rows, cols);
+    return HARK_OK;
+}
+
 static int chunk_mhsa(const gfwd_t *F, const gblock_t *bk)
 {
     conformer_gpu_state_t *s = F->s;
@@ -1743,13 +1782,34 @@ static int chunk_mhsa(const gfwd_t *F, const gblock_t *bk)
     return gemm_w(F, s->a, ctx, &bk->o, F->rows, d, d);
 }
 
+/* big32 (rows, 2D) = pointwise_conv1(hn) without its bias, the value columns [0, D) then the gate
+ * columns [D, 2D), as cuda_glu reads them. The 16-bit copies of pw1 have their rows interleaved
+ * (row 2j value j, row 2j + 1 gate j: PERM_GLU, for the FP16 forward's GLU epilogue), so in FP16
+ * and BF16 the value rows and the gate rows are each read at a stride of two rows, and each half
+ * is written at a row stride of 2D. (A plain (2D, D) GEMM over the 16-bit copy would hand cuda_glu
+ * interleaved columns: value j·gate j pairs scrambled, the bug this replaces.) */
+static int pw1_gemm(const gfwd_t *F, const gblock_t *bk)
+{
+    conformer_gpu_state_t *s = F->s;
+    int d = s->m->d;
+    if (s->dt == OPS_F32)
+        return gemm_w(F, s->big32, s->hn, &bk->pw1, F->rows, 2 * d, d);
+    const char *w = wmat(F, &bk->pw1);
+    size_t es = ops_dtype_size(s->dt);
+    for (int half = 0; half < 2; half++) /* 0: value rows 2j, 1: gate rows 2j + 1 */
+        TRY(cuda_gemm(s->big32 + (size_t)half * d, OPS_F32, s->hn, w + (size_t)half * d * es,
+                      s->dt, F->rows, d, d, d, 2 * d, 2 * d, 1, 1.0f, 0.0f, 1, 0, 0, 0, s->g,
+                      F->err));
+    return HARK_OK;
+}
+
 static int chunk_conv_module(const gfwd_t *F, const gblock_t *bk)
 {
     conformer_gpu_state_t *s = F->s;
     const conformer_gpu_model_t *m = s->m;
     const conformer_gpu_chunks_t *p = F->ck;
     int d = m->d, kk = m->kernel, l = (int)(bk - m->blocks), causal = m->cfg.causal;
-    TRY(gemm_w(F, s->big32, s->hn, &bk->pw1, F->rows, 2 * d, d));
+    TRY(pw1_gemm(F, bk));
     TRY(cuda_glu(s->u, OPS_F32, s->big32, bk->pw1_b, F->rows, d, s->stream, F->err));
     float *cache = p->lc ? p->cnn + (size_t)l * p->lc * d : NULL;
     TRY(cuda_chunk_dwconv(s->a, s->u, cache, (long long)p->layers * p->lc * d, bk->causal_left,
@@ -1893,10 +1953,12 @@ int conformer_gpu_forward_chunks(conformer_gpu_chunks_t *p, const int *slots,
         return cuda_err(err, e, "chunk upload");
     cuda_chunk_meta_t mt = chunk_meta_views(p->d_meta, S, nk, rows);
     gfwd_t F = {s, nk, t_pad, rows, 0, -1, err, p, &mt, max_keys};
-    int d = m->d;
+    int d = m->d, stage = 0;
+    p->trace_stage = &stage;
     TRY(chunk_subsample(&F, o, p->feats, nk, t_max, t_pad));
     TRY(cuda_chunk_embed(s->x, s->a, t_pad, m->embed_b, m->xscale,
                          c->pos == POS_ABS ? m->pe32 : NULL, &mt, d, s->stream, err));
+    TRY(chunk_trace(&F, s->x, d, "subsampling", 0));
     const dnorm_t *n0 = c->normalize_before ? first_norm(m, 0) : NULL;
     if (n0)
         TRY(cuda_layer_norm(s->hn, s->dt, s->x, n0->g, n0->b, rows, d, NORM_EPS, s->stream, err));
@@ -1909,11 +1971,13 @@ int conformer_gpu_forward_chunks(conformer_gpu_chunks_t *p, const int *slots,
                             NORM_EPS, s->stream, err));
     else
         TRY(cuda_cast(p->enc, OPS_F32, s->x, OPS_F32, (size_t)rows * d, s->stream, err));
+    TRY(chunk_trace(&F, p->enc, d, "encoder", 0));
     if (logp) { /* the CTC head */
         TRY(cuda_cast(s->hn, s->dt, p->enc, OPS_F32, (size_t)rows * d, s->stream, err));
         TRY(gemm_w(&F, p->logp, s->hn, &m->ctc, rows, m->vocab, d));
         TRY(cuda_log_softmax(p->logp, p->logp, m->ctc_b, NULL, rows, rows, m->vocab, s->stream,
                              err));
+        TRY(chunk_trace(&F, p->logp, m->vocab, "ctc", 0));
         e = cudaMemcpyAsync(p->h_logp, p->logp, (size_t)rows * m->vocab * 4,
                             cudaMemcpyDeviceToHost, s->stream);
         if (e != cudaSuccess)
@@ -2050,6 +2114,11 @@ int conformer_gpu_chunks_create(const conformer_gpu_model_t *m, int precision, i
 void conformer_gpu_chunks_destroy(conformer_gpu_chunks_t *p) {}
 
 void conformer_gpu_chunks_reset(conformer_gpu_chunks_t *p, int slot, int cache_frames) {}
+
+void conformer_gpu_chunks_set_trace(conformer_gpu_chunks_t *p, conformer_gpu_chunks_trace_fn fn,
+                                    void *user)
+{
+}
 
 int conformer_gpu_chunks_offset(const conformer_gpu_chunks_t *p, int slot)
 {

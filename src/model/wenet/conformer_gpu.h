@@ -25,7 +25,7 @@
  * context or WeNet's chunk mask (opts->chunk_size, left_chunks, as conformer_forward). The padded
  * batch stays padded on the GPU: each utterance sees only its own frames (keys masked, the
  * depthwise conv reads zeros past its end), so it gets its single-utterance result. Streaming:
- * conformer_gpu_chunks below. No debug hook here.
+ * conformer_gpu_chunks below. No debug hook here (the chunk pool has one: its trace).
  */
 #ifndef HARK_MODEL_CONFORMER_GPU_H
 #define HARK_MODEL_CONFORMER_GPU_H
@@ -168,6 +168,23 @@ int conformer_gpu_forward_chunks(conformer_gpu_chunks_t *p, const int *slots,
                                  const conformer_opts_t *opts, float *enc, float *logp, int *n_out,
                                  const float *const *feats, const int *frames, int n,
                                  hark_err_t *err);
+
+/* Debugging: with fn set, each conformer_gpu_forward_chunks step waits after every stage and
+ * calls fn(user, stage, name, x, rows, cols) with that stage's output on the host (float32, valid
+ * only during the call), the step's packed rows (chunk b's after chunk b-1's):
+ *   stage 0             "subsampling"          the residual stream after the embedding (+ pe)
+ *   then per block i    "block i ffn_macaron"  the residual stream after each sub-module's
+ *                       "block i mhsa"         residual update (post-norm: and its norm; the
+ *                       "block i conv"         last one of a block after norm_final, where the
+ *                       "block i ffn"          block has a conv module)
+ *   then                "encoder"              enc (after after_norm)
+ *                       "ctc"                  the log-probs (only when the step asks for logp)
+ * (cols: D, or V for "ctc"; stage counts up from 0 in that order.) The same stages in FP32 and
+ * FP16 / BF16 pools over the same steps locate where a 16-bit forward departs. NULL: off. */
+typedef void (*conformer_gpu_chunks_trace_fn)(void *user, int stage, const char *name,
+                                              const float *x, int rows, int cols);
+void conformer_gpu_chunks_set_trace(conformer_gpu_chunks_t *p, conformer_gpu_chunks_trace_fn fn,
+                                    void *user);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,8 @@
  * FP16 (errors reported; greedy tokens identical) and BF16 (errors reported, tokens reported),
  * the padded batch vs each utterance alone, and GPU vs CPU (conformer.c) on synthetic
  * configurations (conv2d6 non-causal batch_norm, conv2d8, abs_pos, post-norm, chunk masks) in
- * FP32, FP16 and BF16. The golden model comes from
+ * FP32, FP16 and BF16; the chunk-streaming pool vs conformer_forward_chunks, and its FP16 / BF16
+ * forward against its FP32 one stage by stage (the pool's trace). The golden model comes from
  * $HARK_SHARED/data/golden/wenet_u2pp_conformer_small/converted/m when present (the device
  * machine), else from tests/support/golden_model.c's conversion cache. */
 #include "test.h"
@@ -21,6 +22,7 @@
 
 #include <cjson/cJSON.h>
 #include <cuda_runtime_api.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -812,6 +814,159 @@ GPU_TEST(gpu_conformer_forward_chunks_matches_cpu)
             hark_free(gl[s]), hark_free(ae[s]), hark_free(al_[s]);
         }
         conformer_model_destroy(cm);
+        conformer_gpu_model_destroy(gm);
+        bank_free(&bank);
+    }
+}
+
+/* ---- chunk streaming: where a 16-bit pool departs from FP32, stage by stage ------------------
+ * The same chunk steps through an FP32 pool and an FP16 (BF16) pool of one model, every stage of
+ * every step traced (conformer_gpu_chunks_set_trace): subsampling, each block's sub-modules,
+ * encoder, ctc. Prints per stage the relative RMS of the 16-bit output against FP32's at the first
+ * step (no cache yet: only this step's roundings) and the worst over the steps (the caches'
+ * errors included), and the first stage past 1e-2; one GPU run tells where a divergence begins.
+ * Fails when a stage passes the FP16 sanity bound (BF16: 8 times it). */
+
+typedef struct {
+    int stage, rows, cols;
+    char name[64];
+    float *x;
+} ck_rec_t;
+
+typedef struct {
+    ck_rec_t *r;
+    int n, cap, bad; /* bad: out of memory */
+} ck_trace_t;
+
+static void ck_trace_fn(void *user, int stage, const char *name, const float *x, int rows,
+                        int cols)
+{
+    ck_trace_t *tr = user;
+    if (tr->bad)
+        return;
+    if (tr->n == tr->cap) {
+        int cap = tr->cap ? 2 * tr->cap : 256;
+        ck_rec_t *r = realloc(tr->r, sizeof *r * (size_t)cap);
+        if (!r) {
+            tr->bad = 1;
+            return;
+        }
+        tr->r = r, tr->cap = cap;
+    }
+    ck_rec_t *e = &tr->r[tr->n];
+    e->x = malloc(sizeof(float) * (size_t)rows * cols + 1);
+    if (!e->x) {
+        tr->bad = 1;
+        return;
+    }
+    memcpy(e->x, x, sizeof(float) * (size_t)rows * cols);
+    e->stage = stage, e->rows = rows, e->cols = cols;
+    snprintf(e->name, sizeof e->name, "%s", name);
+    tr->n++;
+}
+
+static void ck_trace_free(ck_trace_t *tr)
+{
+    for (int i = 0; i < tr->n; i++)
+        free(tr->r[i].x);
+    free(tr->r);
+    memset(tr, 0, sizeof *tr);
+}
+
+GPU_TEST(gpu_conformer_chunks_fp16_stage_trace)
+{
+    /* the configurations of gpu_conformer_forward_chunks_matches_cpu (case 0 first) */
+    wenet_config_t cfgs[] = {
+        synth_config(SUBSAMPLE_CONV2D8, POS_ABS, 1, CNN_NORM_BATCH, ACT_GELU, 1, 1),
+        synth_config(SUBSAMPLE_CONV2D6, POS_REL, 1, CNN_NORM_LAYER, ACT_SWISH, 1, 1),
+        synth_config(SUBSAMPLE_CONV2D, POS_REL, 0, CNN_NORM_BATCH, ACT_RELU, 0, 0),
+        synth_config(SUBSAMPLE_CONV2D6, POS_ABS, 1, CNN_NORM_LAYER, ACT_SWISH, 0, 1),
+    };
+    static const int chunk[CK_NS] = {3, 5, 7}, left[CK_NS] = {-1, 0, 2}, start[CK_NS] = {0, 2, 1};
+    static const int frames[CK_NS] = {211, 173, 97};
+    static const int precs[2] = {CONFORMER_GPU_FP16, CONFORMER_GPU_BF16};
+    int all = CONFORMER_GPU_FP32 | CONFORMER_GPU_FP16 | CONFORMER_GPU_BF16;
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
+        const wenet_config_t *c = &cfgs[ci];
+        bank_t bank = {.seed = 1900 + (unsigned)ci}; /* the matches_cpu case's seed */
+        conformer_gpu_model_t *gm = NULL;
+        hark_err_t err = {0};
+        CHECK_OK(conformer_gpu_model_create(c, bank_get, &bank, all, &gm, &err));
+        int rate = (int)c->subsample, rc = wenet_right_context(c), max_window = 0;
+        float *fb[CK_NS], *ge[CK_NS], *gl[CK_NS];
+        unsigned r = 23 + (unsigned)ci;
+        for (int s = 0; s < CK_NS; s++) {
+            int w = (chunk[s] - 1) * rate + rc + 1;
+            max_window = w > max_window ? w : max_window;
+            fb[s] = hark_malloc(sizeof(float) * frames[s] * c->input_dim);
+            for (int i = 0; i < frames[s] * c->input_dim; i++)
+                fb[s][i] = 2.0f * test_randf(&r);
+            size_t te = (size_t)frames[s] / rate + 8;
+            ge[s] = hark_malloc(sizeof(float) * (te * c->d_model + CK_GUARD));
+            gl[s] = hark_malloc(sizeof(float) * (te * c->vocab_size + CK_GUARD));
+        }
+        int n_rows[CK_NS], cap = frames[0] / rate + 8;
+        ck_trace_t ref = {0};
+        conformer_gpu_chunks_t *gp = NULL;
+        CHECK_OK(conformer_gpu_chunks_create(gm, CONFORMER_GPU_FP32, CK_NS, max_window, cap, &gp,
+                                             &err));
+        conformer_gpu_chunks_set_trace(gp, ck_trace_fn, &ref);
+        CHECK(ck_run(t, c, NULL, gp, fb, frames, chunk, left, start, -1, ge, gl, n_rows) > 3);
+        conformer_gpu_chunks_destroy(gp);
+        CHECK(!ref.bad && ref.n > 0);
+        /* the stages of one step: stage numbers count up from 0 within each step */
+        int per_step = 1;
+        while (per_step < ref.n && ref.r[per_step].stage != 0)
+            per_step++;
+        CHECK(ref.n % per_step == 0);
+        int steps = ref.n / per_step;
+        for (int pi = 0; pi < 2; pi++) {
+            int prec = precs[pi];
+            double bound = tol_prec(prec, FP16_SANITY);
+            ck_trace_t tr = {0};
+            gp = NULL;
+            CHECK_OK(conformer_gpu_chunks_create(gm, prec, CK_NS, max_window, cap, &gp, &err));
+            conformer_gpu_chunks_set_trace(gp, ck_trace_fn, &tr);
+            CHECK(ck_run(t, c, NULL, gp, fb, frames, chunk, left, start, -1, ge, gl, n_rows) > 3);
+            conformer_gpu_chunks_destroy(gp);
+            CHECK(!tr.bad);
+            CHECK_EQ_INT(tr.n, ref.n);
+            printf("    case %zu %s: %d steps of %d stages, rel RMS vs fp32 (first step, worst "
+                   "step):\n",
+                   ci, prec_name(prec), steps, per_step);
+            int first_bad = -1, worst_stage = 0, worst_at = 0;
+            double worst = 0;
+            for (int k = 0; k < per_step; k++) {
+                double e0 = -1, emax = -1;
+                int at = 0;
+                for (int st = 0; st < steps; st++) {
+                    const ck_rec_t *a = &tr.r[st * per_step + k], *b = &ref.r[st * per_step + k];
+                    CHECK(a->stage == k && b->stage == k && !strcmp(a->name, b->name) &&
+                          a->rows == b->rows && a->cols == b->cols);
+                    double e = test_rel_rms(a->x, b->x, (size_t)a->rows * a->cols);
+                    if (e != e) /* NaN: worse than any bound */
+                        e = INFINITY;
+                    if (st == 0)
+                        e0 = e;
+                    if (e > emax)
+                        emax = e, at = st;
+                    if (e > 1e-2 && first_bad < 0)
+                        first_bad = k;
+                }
+                printf("      %2d %-22s %.3g  %.3g (step %d)\n", k, ref.r[k].name, e0, emax, at);
+                if (emax > worst)
+                    worst = emax, worst_stage = k, worst_at = at;
+            }
+            if (first_bad >= 0)
+                printf("    case %zu %s: first stage past 1e-2: %s\n", ci, prec_name(prec),
+                       ref.r[first_bad].name);
+            ck_trace_free(&tr);
+            CHECKF(worst <= bound, "case %zu %s: stage %s step %d: %g vs fp32 (bound %g)", ci,
+                   prec_name(prec), ref.r[worst_stage].name, worst_at, worst, bound);
+        }
+        ck_trace_free(&ref);
+        for (int s = 0; s < CK_NS; s++)
+            hark_free(fb[s]), hark_free(ge[s]), hark_free(gl[s]);
         conformer_gpu_model_destroy(gm);
         bank_free(&bank);
     }
