@@ -1,7 +1,7 @@
 /* fastspeech.h — NVIDIA DeepLearningExamples' FastSpeech (CUDA-Optimized/FastSpeech) on the CPU:
  * symbol embedding, sinusoid positions, post-LN FFT blocks (fused-QKV self-attention, conv-1D
  * feed-forward), the duration predictor, the length regulator and the mel linear. The model files
- * are those of tools/convert_fastspeech.py (docs/model-format.md); text goes through
+ * are those of tools/convert_fastspeech.py (docs/tts.md); text goes through
  * text/tts_text.h first.
  * Tests: tests/model/fastspeech/test_fastspeech.c (every stage against DLE's goldens, the padded
  * batch)

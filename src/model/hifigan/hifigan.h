@@ -1,7 +1,7 @@
 /* hifigan.h — jik876/hifi-gan's generator (V1/V2/V3: conv_pre, transposed-conv upsampling stages,
  * multi-receptive-field ResBlock1/ResBlock2 fusion, conv_post, tanh) on the CPU, and its mel
  * recipe for resynthesis. The model files are those of tools/convert_hifigan.py (weight norm
- * already removed; docs/model-format.md).
+ * already removed; docs/tts.md).
  * Tests: tests/model/hifigan/test_hifigan.c (every stage against the upstream goldens)
  *
  * OWNERSHIP AND THREADS
