@@ -667,8 +667,9 @@ hark_status_t hark_synthesize(hark_model_t *m, const char *text, const hark_tts_
     if (!m || !text || !pcm || !n)
         return fail(HARK_ERR_INVALID_ARG, "hark_synthesize: model, text, pcm and n are required");
     if (m->f->task != FAMILY_TASK_TTS)
-        return fail(HARK_ERR_UNSUPPORTED, "hark_synthesize: model family %s is an %s model, not a TTS model",
-                    m->f->name, family_task_name(m->f->task));
+        return fail(HARK_ERR_UNSUPPORTED,
+                    "hark_synthesize: model family %s is an %s model, not a TTS model", m->f->name,
+                    family_task_name(m->f->task));
     hark_tts_opts_t o = opts ? *opts : (hark_tts_opts_t){0};
     if (o.voice && *o.voice)
         return fail(HARK_ERR_UNSUPPORTED,

@@ -87,8 +87,9 @@ static int resolve_vocoder(const char *model_dir, char *out, size_t n)
     const char *v = model_config_param(&cfg, "vocoder");
     int rc = 0;
     if (!v || !*v) {
-        fprintf(stderr, "hark speak: %s names no vocoder (parameters { key: \"vocoder\" }): give "
-                        "--vocoder DIR\n",
+        fprintf(stderr,
+                "hark speak: %s names no vocoder (parameters { key: \"vocoder\" }): give "
+                "--vocoder DIR\n",
                 path);
         rc = -1;
     } else if (v[0] == '/') {
@@ -284,8 +285,9 @@ int cli_speak(int argc, char **argv)
         return 2;
     char fam[64], vdir[1200];
     if (model_family(model, fam, sizeof fam) || strcmp(fam, "fastspeech") != 0) {
-        fprintf(stderr, "hark speak: %s/1/model.json is not a FastSpeech model "
-                        "(tools/convert_fastspeech.py)\n",
+        fprintf(stderr,
+                "hark speak: %s/1/model.json is not a FastSpeech model "
+                "(tools/convert_fastspeech.py)\n",
                 model);
         return 1;
     }
@@ -359,11 +361,12 @@ int cli_speak(int argc, char **argv)
 
 static void vocode_usage(FILE *f)
 {
-    fprintf(f, "usage: hark vocode --model VOCODER_DIR (--mel MEL.npy | --wav IN.wav) -o OUT.wav\n"
-               "                   [--device cpu] [--precision fp32] [--dump-dir D]\n\n"
-               "Runs a HiFi-GAN vocoder (tools/convert_hifigan.py) on a log-mel (.npy of shape\n"
-               "(1, n_mels, T) or (n_mels, T), as hifi-gan's inference_e2e.py reads) or resynthesises\n"
-               "an audio file through the vocoder's own mel recipe (resampled to its rate).\n");
+    fprintf(
+        f, "usage: hark vocode --model VOCODER_DIR (--mel MEL.npy | --wav IN.wav) -o OUT.wav\n"
+           "                   [--device cpu] [--precision fp32] [--dump-dir D]\n\n"
+           "Runs a HiFi-GAN vocoder (tools/convert_hifigan.py) on a log-mel (.npy of shape\n"
+           "(1, n_mels, T) or (n_mels, T), as hifi-gan's inference_e2e.py reads) or resynthesises\n"
+           "an audio file through the vocoder's own mel recipe (resampled to its rate).\n");
 }
 
 int cli_vocode(int argc, char **argv)

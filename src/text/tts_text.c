@@ -86,57 +86,83 @@ static int is_word(char c) /* re's \w on ASCII */
  * punctuation; other non-ASCII characters are dropped) ------------------------------------- */
 
 static const char *const LATIN[0x180 - 0xa0] = {
-    " ", "!", "C/", "PS", "$?", "Y=", "|", "SS",
-    "\"", "(c)", "a", "<<", "!", "", "(r)", "-",
-    "deg", "+-", "2", "3", "'", "u", "P", "*",
-    ",", "1", "o", ">>", " 1/4", " 1/2", " 3/4", "?",
-    "A", "A", "A", "A", "A", "A", "AE", "C",
-    "E", "E", "E", "E", "I", "I", "I", "I",
-    "D", "N", "O", "O", "O", "O", "O", "x",
-    "O", "U", "U", "U", "U", "Y", "Th", "ss",
-    "a", "a", "a", "a", "a", "a", "ae", "c",
-    "e", "e", "e", "e", "i", "i", "i", "i",
-    "d", "n", "o", "o", "o", "o", "o", "/",
-    "o", "u", "u", "u", "u", "y", "th", "y",
-    "A", "a", "A", "a", "A", "a", "C", "c",
-    "C", "c", "C", "c", "C", "c", "D", "d",
-    "D", "d", "E", "e", "E", "e", "E", "e",
-    "E", "e", "E", "e", "G", "g", "G", "g",
-    "G", "g", "G", "g", "H", "h", "H", "h",
-    "I", "i", "I", "i", "I", "i", "I", "i",
-    "I", "i", "IJ", "ij", "J", "j", "K", "k",
-    "k", "L", "l", "L", "l", "L", "l", "L",
-    "l", "L", "l", "N", "n", "N", "n", "N",
-    "n", "'n", "ng", "NG", "O", "o", "O", "o",
-    "O", "o", "OE", "oe", "R", "r", "R", "r",
-    "R", "r", "S", "s", "S", "s", "S", "s",
-    "S", "s", "T", "t", "T", "t", "T", "t",
-    "U", "u", "U", "u", "U", "u", "U", "u",
-    "U", "u", "U", "u", "W", "w", "Y", "y",
-    "Y", "Z", "z", "Z", "z", "Z", "z", "s",
+    " ",    "!",    "C/",   "PS", "$?", "Y=", "|",  "SS", "\"", "(c)", "a",  "<<", "!", "",
+    "(r)",  "-",    "deg",  "+-", "2",  "3",  "'",  "u",  "P",  "*",   ",",  "1",  "o", ">>",
+    " 1/4", " 1/2", " 3/4", "?",  "A",  "A",  "A",  "A",  "A",  "A",   "AE", "C",  "E", "E",
+    "E",    "E",    "I",    "I",  "I",  "I",  "D",  "N",  "O",  "O",   "O",  "O",  "O", "x",
+    "O",    "U",    "U",    "U",  "U",  "Y",  "Th", "ss", "a",  "a",   "a",  "a",  "a", "a",
+    "ae",   "c",    "e",    "e",  "e",  "e",  "i",  "i",  "i",  "i",   "d",  "n",  "o", "o",
+    "o",    "o",    "o",    "/",  "o",  "u",  "u",  "u",  "u",  "y",   "th", "y",  "A", "a",
+    "A",    "a",    "A",    "a",  "C",  "c",  "C",  "c",  "C",  "c",   "C",  "c",  "D", "d",
+    "D",    "d",    "E",    "e",  "E",  "e",  "E",  "e",  "E",  "e",   "E",  "e",  "G", "g",
+    "G",    "g",    "G",    "g",  "G",  "g",  "H",  "h",  "H",  "h",   "I",  "i",  "I", "i",
+    "I",    "i",    "I",    "i",  "I",  "i",  "IJ", "ij", "J",  "j",   "K",  "k",  "k", "L",
+    "l",    "L",    "l",    "L",  "l",  "L",  "l",  "L",  "l",  "N",   "n",  "N",  "n", "N",
+    "n",    "'n",   "ng",   "NG", "O",  "o",  "O",  "o",  "O",  "o",   "OE", "oe", "R", "r",
+    "R",    "r",    "R",    "r",  "S",  "s",  "S",  "s",  "S",  "s",   "S",  "s",  "T", "t",
+    "T",    "t",    "T",    "t",  "U",  "u",  "U",  "u",  "U",  "u",   "U",  "u",  "U", "u",
+    "U",    "u",    "W",    "w",  "Y",  "y",  "Y",  "Z",  "z",  "Z",   "z",  "Z",  "z", "s",
 };
 
 static const char *punct(uint32_t cp)
 {
     switch (cp) {
-    case 0x2010: case 0x2011: case 0x2012: case 0x2013: case 0x2212: return "-";
-    case 0x2014: case 0x2015: return "--";
-    case 0x2018: case 0x2019: case 0x201b: case 0x2032: return "'";
-    case 0x201a: return ",";
-    case 0x201c: case 0x201d: case 0x201f: return "\"";
-    case 0x201e: return ",,";
-    case 0x2026: return "...";
-    case 0x2022: return "*";
-    case 0x2039: return "<";
-    case 0x203a: return ">";
-    case 0x20ac: return "EUR";
-    case 0x2122: return "(tm)";
-    case 0x2000: case 0x2001: case 0x2002: case 0x2003: case 0x2004: case 0x2005: case 0x2006:
-    case 0x2007: case 0x2008: case 0x2009: case 0x200a: case 0x202f: case 0x205f: case 0x3000:
-    case 0x200b: return " ";
-    case 0x2028: return "\n";
-    case 0x2029: return "\n\n";
-    default: return "";
+    case 0x2010:
+    case 0x2011:
+    case 0x2012:
+    case 0x2013:
+    case 0x2212:
+        return "-";
+    case 0x2014:
+    case 0x2015:
+        return "--";
+    case 0x2018:
+    case 0x2019:
+    case 0x201b:
+    case 0x2032:
+        return "'";
+    case 0x201a:
+        return ",";
+    case 0x201c:
+    case 0x201d:
+    case 0x201f:
+        return "\"";
+    case 0x201e:
+        return ",,";
+    case 0x2026:
+        return "...";
+    case 0x2022:
+        return "*";
+    case 0x2039:
+        return "<";
+    case 0x203a:
+        return ">";
+    case 0x20ac:
+        return "EUR";
+    case 0x2122:
+        return "(tm)";
+    case 0x2000:
+    case 0x2001:
+    case 0x2002:
+    case 0x2003:
+    case 0x2004:
+    case 0x2005:
+    case 0x2006:
+    case 0x2007:
+    case 0x2008:
+    case 0x2009:
+    case 0x200a:
+    case 0x202f:
+    case 0x205f:
+    case 0x3000:
+    case 0x200b:
+        return " ";
+    case 0x2028:
+        return "\n";
+    case 0x2029:
+        return "\n\n";
+    default:
+        return "";
     }
 }
 
@@ -182,17 +208,17 @@ static int to_ascii(const char *s, size_t n, sb_t *out, hark_err_t *err)
 
 /* ---- inflect's number_to_words ------------------------------------------------------------ */
 
-static const char *const UNIT[10] = {"",     "one",   "two",   "three", "four",
-                                     "five", "six",   "seven", "eight", "nine"};
+static const char *const UNIT[10] = {"",     "one", "two",   "three", "four",
+                                     "five", "six", "seven", "eight", "nine"};
 static const char *const TEEN[10] = {"ten",     "eleven",  "twelve",    "thirteen", "fourteen",
                                      "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"};
 static const char *const TEN[10] = {"",      "",      "twenty",  "thirty", "forty",
                                     "fifty", "sixty", "seventy", "eighty", "ninety"};
 #define N_MILL 12
-static const char *const MILL[N_MILL] = {" ",           " thousand",    " million",
-                                         " billion",    " trillion",    " quadrillion",
-                                         " quintillion", " sextillion", " septillion",
-                                         " octillion",  " nonillion",   " decillion"};
+static const char *const MILL[N_MILL] = {
+    " ",           " thousand",    " million",     " billion",
+    " trillion",   " quadrillion", " quintillion", " sextillion",
+    " septillion", " octillion",   " nonillion",   " decillion"};
 
 static void tenfn(sb_t *b, int t, int u, int m)
 {
@@ -357,8 +383,10 @@ static void chunk_tidy(const char *s, int group0, const char *andword, sb_t *out
 /* inflect's ordinal(): the last word's suffix */
 static void ordinalize(sb_t *b)
 {
-    static const char *const from[] = {"ty", "one", "two", "three", "five", "eight", "nine", "twelve"};
-    static const char *const to[] = {"tieth", "first", "second", "third", "fifth", "eighth", "ninth", "twelfth"};
+    static const char *const from[] = {"ty",   "one",   "two",  "three",
+                                       "five", "eight", "nine", "twelve"};
+    static const char *const to[] = {"tieth", "first",  "second", "third",
+                                     "fifth", "eighth", "ninth",  "twelfth"};
     const char *s = sb_str(b);
     /* the leftmost alternative that ends the text: at most one can */
     size_t best = b->n + 1;
@@ -388,8 +416,7 @@ int tts_number_words(const char *digits, const char *andword, char **out, hark_e
         n -= 2;
     for (size_t i = 0; i < n; i++)
         if (!is_digit(digits[i]))
-            return err_set(err, HARK_ERR_INVALID_ARG, "number words: '%s' is not a number",
-                           digits);
+            return err_set(err, HARK_ERR_INVALID_ARG, "number words: '%s' is not a number", digits);
     if (!n)
         return err_set(err, HARK_ERR_INVALID_ARG, "number words: empty number");
     sb_t raw = {0}, b = {0};
@@ -413,8 +440,7 @@ int tts_number_words(const char *digits, const char *andword, char **out, hark_e
     return HARK_OK;
 }
 
-static int put_number_words(sb_t *o, const char *d, size_t n, const char *andword,
-                            hark_err_t *err)
+static int put_number_words(sb_t *o, const char *d, size_t n, const char *andword, hark_err_t *err)
 {
     char buf[128];
     if (n + 3 > sizeof buf)
@@ -654,11 +680,11 @@ static int expand_numbers(const char *s, sb_t *o, hark_err_t *err)
 /* ---- abbreviations and whitespace ----------------------------------------------------------- */
 
 static const char *const ABBR[18][2] = {
-    {"mrs", "misess"}, {"mr", "mister"},    {"dr", "doctor"},     {"st", "saint"},
-    {"co", "company"}, {"jr", "junior"},    {"maj", "major"},     {"gen", "general"},
-    {"drs", "doctors"}, {"rev", "reverend"}, {"lt", "lieutenant"}, {"hon", "honorable"},
-    {"sgt", "sergeant"}, {"capt", "captain"}, {"esq", "esquire"}, {"ltd", "limited"},
-    {"col", "colonel"}, {"ft", "fort"}};
+    {"mrs", "misess"},   {"mr", "mister"},    {"dr", "doctor"},     {"st", "saint"},
+    {"co", "company"},   {"jr", "junior"},    {"maj", "major"},     {"gen", "general"},
+    {"drs", "doctors"},  {"rev", "reverend"}, {"lt", "lieutenant"}, {"hon", "honorable"},
+    {"sgt", "sergeant"}, {"capt", "captain"}, {"esq", "esquire"},   {"ltd", "limited"},
+    {"col", "colonel"},  {"ft", "fort"}};
 
 static char lower(char c)
 {
@@ -741,13 +767,12 @@ done:
 /* ---- symbols -------------------------------------------------------------------------------- */
 
 static const char *const ARPABET[84] = {
-    "AA", "AA0", "AA1", "AA2", "AE", "AE0", "AE1", "AE2", "AH", "AH0", "AH1", "AH2",
-    "AO", "AO0", "AO1", "AO2", "AW", "AW0", "AW1", "AW2", "AY", "AY0", "AY1", "AY2",
-    "B",  "CH",  "D",   "DH",  "EH", "EH0", "EH1", "EH2", "ER", "ER0", "ER1", "ER2",
-    "EY", "EY0", "EY1", "EY2", "F",  "G",   "HH",  "IH",  "IH0", "IH1", "IH2", "IY",
-    "IY0", "IY1", "IY2", "JH", "K",  "L",   "M",   "N",   "NG",  "OW",  "OW0", "OW1",
-    "OW2", "OY",  "OY0", "OY1", "OY2", "P",  "R",   "S",   "SH",  "T",   "TH",  "UH",
-    "UH0", "UH1", "UH2", "UW", "UW0", "UW1", "UW2", "V",   "W",   "Y",   "Z",   "ZH"};
+    "AA",  "AA0", "AA1", "AA2", "AE",  "AE0", "AE1", "AE2", "AH",  "AH0", "AH1", "AH2", "AO", "AO0",
+    "AO1", "AO2", "AW",  "AW0", "AW1", "AW2", "AY",  "AY0", "AY1", "AY2", "B",   "CH",  "D",  "DH",
+    "EH",  "EH0", "EH1", "EH2", "ER",  "ER0", "ER1", "ER2", "EY",  "EY0", "EY1", "EY2", "F",  "G",
+    "HH",  "IH",  "IH0", "IH1", "IH2", "IY",  "IY0", "IY1", "IY2", "JH",  "K",   "L",   "M",  "N",
+    "NG",  "OW",  "OW0", "OW1", "OW2", "OY",  "OY0", "OY1", "OY2", "P",   "R",   "S",   "SH", "T",
+    "TH",  "UH",  "UH0", "UH1", "UH2", "UW",  "UW0", "UW1", "UW2", "V",   "W",   "Y",   "Z",  "ZH"};
 static const char CHARS[] = "_-!'(),.:;? ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 #define N_CHARS 64
 

@@ -19,14 +19,15 @@
 #define TTS_FIRST_LETTER 12 /* ids below are '_', '-', punctuation and space */
 
 typedef struct {
-    int *ids;      /* (n) symbol ids, hark_malloc'ed */
+    int *ids; /* (n) symbol ids, hark_malloc'ed */
     int n;
     char *cleaned; /* the cleaned text of the non-ARPAbet parts, joined (for logs and dumps) */
 } tts_text_t;
 
 /* utf8 (NUL-terminated) -> *out. HARK_ERR_INVALID_ARG: not valid UTF-8, or no letter or phone
- * left (only punctuation and spaces: nothing to speak; the message says so); HARK_ERR_UNSUPPORTED: text the original pipeline cannot read
- * either (it raises: "$,5", numbers of more than 36 digits); HARK_ERR_NOMEM. */
+ * left (only punctuation and spaces: nothing to speak; the message says so); HARK_ERR_UNSUPPORTED:
+ * text the original pipeline cannot read either (it raises: "$,5", numbers of more than 36 digits);
+ * HARK_ERR_NOMEM. */
 int tts_text_to_ids(const char *utf8, tts_text_t *out, hark_err_t *err);
 void tts_text_free(tts_text_t *t); /* NULL-safe; zeroes *t */
 

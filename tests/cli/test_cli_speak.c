@@ -35,9 +35,9 @@ static int run_cmd(test_ctx_t *t, const char *cmd, char *out, size_t nout)
 /* tmp/repo/{fs,voc}: the golden FastSpeech naming "voc" as its vocoder, and the real V3 */
 static int make_repo(test_ctx_t *t, char *why, size_t nwhy)
 {
-    const char *fs = golden_tts_model("fastspeech", "convert_fastspeech.py",
-                                      "fastspeech/checkpoint_000000.pt", "fastspeech/config.json",
-                                      why, nwhy);
+    const char *fs =
+        golden_tts_model("fastspeech", "convert_fastspeech.py", "fastspeech/checkpoint_000000.pt",
+                         "fastspeech/config.json", why, nwhy);
     if (!fs)
         return -1;
     char fsd[600];
@@ -49,12 +49,13 @@ static int make_repo(test_ctx_t *t, char *why, size_t nwhy)
         return -1;
     char cmd[4096];
     const char *tmp = test_tmpdir(t);
-    snprintf(cmd, sizeof cmd,
-             "mkdir -p '%s/repo/fs' && cp -r '%s/m/1' '%s/repo/fs/' && ln -s '%s/m' '%s/repo/voc' "
-             "&& sed 's/^name: .*/name: \"fs\"/' '%s/m/config.pbtxt' > '%s/repo/fs/config.pbtxt' && "
-             "echo 'parameters { key: \"vocoder\" value { string_value: \"voc\" } }' >> "
-             "'%s/repo/fs/config.pbtxt'",
-             tmp, fsd, tmp, voc, tmp, fsd, tmp, tmp);
+    snprintf(
+        cmd, sizeof cmd,
+        "mkdir -p '%s/repo/fs' && cp -r '%s/m/1' '%s/repo/fs/' && ln -s '%s/m' '%s/repo/voc' "
+        "&& sed 's/^name: .*/name: \"fs\"/' '%s/m/config.pbtxt' > '%s/repo/fs/config.pbtxt' && "
+        "echo 'parameters { key: \"vocoder\" value { string_value: \"voc\" } }' >> "
+        "'%s/repo/fs/config.pbtxt'",
+        tmp, fsd, tmp, voc, tmp, fsd, tmp, tmp);
     if (system(cmd) != 0) {
         snprintf(why, nwhy, "cannot build the test repository");
         return -1;
@@ -85,8 +86,8 @@ TEST(cli_vocode_resynthesis)
     const char *tmp = test_tmpdir(t);
     char cmd[4096], out[8192], path[600];
     snprintf(path, sizeof path, "%s/r.wav", tmp);
-    snprintf(cmd, sizeof cmd, "%s vocode --model %s/repo/voc --wav %s -o %s", test_hark_bin(),
-             tmp, wav, path);
+    snprintf(cmd, sizeof cmd, "%s vocode --model %s/repo/voc --wav %s -o %s", test_hark_bin(), tmp,
+             wav, path);
     CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
     audio_t a = {0}, g = {0};
     CHECK(read_wav(path, &a) == HARK_OK);
@@ -99,8 +100,8 @@ TEST(cli_vocode_resynthesis)
     audio_free(&g);
     CHECK(d <= 1.0);
     /* --mel: the golden mel gives the same audio */
-    snprintf(cmd, sizeof cmd, "%s vocode --model %s/repo/voc --mel %s -o %s/m.wav",
-             test_hark_bin(), tmp, test_shared("golden/tts/hifigan_v3_real/mel_input.npy"), tmp);
+    snprintf(cmd, sizeof cmd, "%s vocode --model %s/repo/voc --mel %s -o %s/m.wav", test_hark_bin(),
+             tmp, test_shared("golden/tts/hifigan_v3_real/mel_input.npy"), tmp);
     CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
 }
 
@@ -142,8 +143,9 @@ TEST(cli_speak_text_file)
     CHECK(f);
     fputs("LJ001-0002\tin being comparatively modern.\nHello there.\n\n", f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "%s speak --model %s/repo/fs --vocoder %s/repo/voc --text-file %s "
-                              "--output-dir %s/wavs",
+    snprintf(cmd, sizeof cmd,
+             "%s speak --model %s/repo/fs --vocoder %s/repo/voc --text-file %s "
+             "--output-dir %s/wavs",
              test_hark_bin(), tmp, tmp, path, tmp);
     int st = run_cmd(t, cmd, out, sizeof out);
     CHECKF(st == 1 && strstr(out, "nothing speakable") && strstr(out, "2 WAVs written"), "%d %s",
@@ -177,13 +179,13 @@ TEST(cli_speak_vocode_errors)
     snprintf(p, sizeof p, "%s/nan.npy", tmp);
     int64_t shape[3] = {1, 80, 3};
     CHECK(npy_save_f32(p, bad, 3, shape) == 0);
-    snprintf(cmd, sizeof cmd, "%s vocode --model %s/repo/voc --mel %s -o %s/e.wav",
-             test_hark_bin(), tmp, p, tmp);
+    snprintf(cmd, sizeof cmd, "%s vocode --model %s/repo/voc --mel %s -o %s/e.wav", test_hark_bin(),
+             tmp, p, tmp);
     CHECKF(run_cmd(t, cmd, out, sizeof out) == 1 && strstr(out, "NaN"), "%s", out);
     int64_t shape2[2] = {3, 80};
     CHECK(npy_save_f32(p, bad, 2, shape2) == 0);
     CHECKF(run_cmd(t, cmd, out, sizeof out) == 1 && strstr(out, "expected a mel"), "%s", out);
-    snprintf(cmd, sizeof cmd, "%s vocode --model %s/repo/fs --mel %s -o %s/e.wav",
-             test_hark_bin(), tmp, p, tmp);
+    snprintf(cmd, sizeof cmd, "%s vocode --model %s/repo/fs --mel %s -o %s/e.wav", test_hark_bin(),
+             tmp, p, tmp);
     CHECKF(run_cmd(t, cmd, out, sizeof out) == 1 && strstr(out, "family"), "%s", out);
 }

@@ -1,6 +1,6 @@
 /* Tests for src/text/tts_text.c (DLE FastSpeech's English front end): the golden sentences'
- * ids (../shared/data/golden/tts/fastspeech/s{0,1,2}/ids.npy), every line of a reference file made by
- * tools/tts_text_reference.py from the ORIGINAL Python (all 13,100 LJSpeech transcripts and
+ * ids (../shared/data/golden/tts/fastspeech/s{0,1,2}/ids.npy), every line of a reference file made
+ * by tools/tts_text_reference.py from the ORIGINAL Python (all 13,100 LJSpeech transcripts and
  * generated number / currency / abbreviation / brace lines; $HARK_TTS_TEXT_REF, default
  * /tmp/hark-tts-text-ref.tsv; skipped when absent), number words, and bad input. */
 #include "test.h"
@@ -155,11 +155,10 @@ TEST(tts_text_reference_file)
             ok = ok && !*p;
         }
         if (!ok && !bad++)
-            snprintf(first, sizeof first, "%.40s \"%.200s\": rc %d, cleaned \"%.200s\"", key,
-                     text, rc, rc ? err.msg : tt.cleaned);
+            snprintf(first, sizeof first, "%.40s \"%.200s\": rc %d, cleaned \"%.200s\"", key, text,
+                     rc, rc ? err.msg : tt.cleaned);
         if (!ok && bad <= 20)
-            printf("    MISMATCH %s: \"%s\" -> \"%s\"\n", key, text,
-                   rc ? err.msg : tt.cleaned);
+            printf("    MISMATCH %s: \"%s\" -> \"%s\"\n", key, text, rc ? err.msg : tt.cleaned);
         tts_text_free(&tt);
         n++;
     }

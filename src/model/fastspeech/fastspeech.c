@@ -38,8 +38,8 @@ typedef struct {
 
 struct fastspeech_model {
     fastspeech_config_t cfg;
-    safetensors_t *st; /* kept mapped: the plain tensors point into it */
-    const float *emb;  /* (n_symbols, d) */
+    safetensors_t *st;              /* kept mapped: the plain tensors point into it */
+    const float *emb;               /* (n_symbols, d) */
     const float *pos_enc, *pos_dec; /* (max_seq_len + 1, d) */
     fft_layer_t *enc, *dec;
     conv_t dp1, dp2;
@@ -315,8 +315,8 @@ static void conv1d(float *y, float *xp, const float *x, const conv_t *c, int t)
     for (int r = 0; r < t; r++)
         memcpy(y + (size_t)r * c->cout, c->b, sizeof(float) * (size_t)c->cout);
     for (int tap = 0; tap < c->k; tap++)
-        matmul_ref(y, xp + (size_t)tap * c->cin, c->w + (size_t)tap * c->cout * c->cin, t,
-                   c->cout, c->cin, c->cin, c->cin, c->cout, 1, 1.0f, 1.0f);
+        matmul_ref(y, xp + (size_t)tap * c->cin, c->w + (size_t)tap * c->cout * c->cin, t, c->cout,
+                   c->cin, c->cin, c->cin, c->cout, 1, 1.0f, 1.0f);
 }
 
 static void zero_rows(float *x, int from, int t, int d)
@@ -390,7 +390,8 @@ static int scratch_alloc(scratch_t *s, const fastspeech_config_t *c, int t)
 
 static void scratch_free(scratch_t *s)
 {
-    float **p[] = {&s->x, &s->a, &s->b, &s->h, &s->qkv, &s->q, &s->k, &s->v, &s->ctx, &s->xp, &s->att};
+    float **p[] = {&s->x, &s->a, &s->b,   &s->h,  &s->qkv, &s->q,
+                   &s->k, &s->v, &s->ctx, &s->xp, &s->att};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) {
         hark_free(*p[i]);
         *p[i] = NULL;

@@ -45,9 +45,9 @@ typedef void (*fastspeech_stage_fn)(void *user, const char *name, const float *d
                                     int cols);
 
 typedef struct {
-    float alpha;      /* duration scale (DLE's alpha; 0 means 1) */
-    int pad_to;       /* DLE's padded batch: run the row as padded to this many symbols (0: n) */
-    int pad_frames;   /* ... and its mel side as padded to this many frames (0: its own T) */
+    float alpha;    /* duration scale (DLE's alpha; 0 means 1) */
+    int pad_to;     /* DLE's padded batch: run the row as padded to this many symbols (0: n) */
+    int pad_frames; /* ... and its mel side as padded to this many frames (0: its own T) */
     fastspeech_stage_fn stage;
     void *stage_user;
 } fastspeech_opts_t;

@@ -82,9 +82,9 @@ static int ff_load(const char *dir, const family_load_opts_t *lo, const family_p
         return rc;
     }
     const fastspeech_config_t *c = fastspeech_config(fm->fs);
-    snprintf(fm->kind, sizeof fm->kind, "fastspeech d_model %d, %d+%d FFT blocks + hifi-gan V%s, fp32",
-             c->d_model, c->enc_layers, c->dec_layers,
-             hifigan_config(fm->voc)->resblock == 1 ? "1/V2" : "3");
+    snprintf(fm->kind, sizeof fm->kind,
+             "fastspeech d_model %d, %d+%d FFT blocks + hifi-gan V%s, fp32", c->d_model,
+             c->enc_layers, c->dec_layers, hifigan_config(fm->voc)->resblock == 1 ? "1/V2" : "3");
     *out = fm;
     return HARK_OK;
 }
@@ -234,8 +234,8 @@ static int ff_execute(family_worker_t *w, family_item_t *const *items, int n,
         size_t na = 0;
         int rc = synth_one(w->fm, it, &audio, &na, &ierr);
         if (!rc) {
-            family_event_t ev = {.kind = FAMILY_EV_AUDIO, .pcm = audio, .n = na,
-                                 .sample_rate = rate};
+            family_event_t ev = {
+                .kind = FAMILY_EV_AUDIO, .pcm = audio, .n = na, .sample_rate = rate};
             it->emit(it, &ev);
         } else {
             n_failed++;
@@ -244,8 +244,10 @@ static int ff_execute(family_worker_t *w, family_item_t *const *items, int n,
                 *err = ierr;
         }
         hark_free(audio);
-        family_event_t done = {.kind = FAMILY_EV_DONE, .status = rc,
-                               .error = rc ? ierr.msg : NULL, .sample_rate = rate};
+        family_event_t done = {.kind = FAMILY_EV_DONE,
+                               .status = rc,
+                               .error = rc ? ierr.msg : NULL,
+                               .sample_rate = rate};
         it->emit(it, &done);
     }
     if (times)

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LRELU_SLOPE 0.1f      /* models.py LRELU_SLOPE */
+#define LRELU_SLOPE 0.1f       /* models.py LRELU_SLOPE */
 #define LRELU_SLOPE_POST 0.01f /* the bare F.leaky_relu before conv_post: torch's default */
 #define MAX_FRAMES 1000000
 #define MAX_MODEL_JSON (1u << 20)
@@ -35,7 +35,7 @@ struct hifigan_model {
     conv_t conv_pre, conv_post;
     conv_t ups[HIFIGAN_MAX_UPS];
     conv_t rb[HIFIGAN_MAX_UPS][HIFIGAN_MAX_KERNELS][2][HIFIGAN_MAX_DIL]; /* [stage][j][c1|c2][d] */
-    float *block; /* every weight */
+    float *block;                                                        /* every weight */
     feat_plan_t *mel_plan;
 };
 
@@ -88,8 +88,8 @@ static int json_ints(const char *path, const cJSON *arr, const char *what, int m
                        what, max);
     for (int i = 0; i < cnt; i++) {
         const cJSON *v = cJSON_GetArrayItem(arr, i);
-        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
-            v->valuedouble < lo || v->valuedouble > hi)
+        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo ||
+            v->valuedouble > hi)
             return err_set(err, HARK_ERR_FORMAT, "%s: %s[%d] must be an integer in [%ld, %ld]",
                            path, what, i, lo, hi);
         out[i] = (int)v->valuedouble;
@@ -135,26 +135,27 @@ static int parse_config(const char *path, const cJSON *j, hifigan_config_t *c, h
                            "even and >= 0)",
                            path, i, c->up_kernel[i], c->up_rate[i]);
     if (c->ch0 % (1 << c->n_ups))
-        return err_set(err, HARK_ERR_FORMAT, "%s: upsample_initial_channel %d does not halve %d times",
-                       path, c->ch0, c->n_ups);
+        return err_set(err, HARK_ERR_FORMAT,
+                       "%s: upsample_initial_channel %d does not halve %d times", path, c->ch0,
+                       c->n_ups);
     TRY(json_ints(path, cJSON_GetObjectItemCaseSensitive(j, "resblock_kernel_sizes"),
-                  "resblock_kernel_sizes", HIFIGAN_MAX_KERNELS, 1, 255, c->rb_kernel,
-                  &c->n_kernels, err));
+                  "resblock_kernel_sizes", HIFIGAN_MAX_KERNELS, 1, 255, c->rb_kernel, &c->n_kernels,
+                  err));
     const cJSON *dl = cJSON_GetObjectItemCaseSensitive(j, "resblock_dilation_sizes");
     if (!cJSON_IsArray(dl) || cJSON_GetArraySize(dl) != c->n_kernels)
-        return err_set(err, HARK_ERR_FORMAT, "%s: resblock_dilation_sizes must hold %d lists",
-                       path, c->n_kernels);
+        return err_set(err, HARK_ERR_FORMAT, "%s: resblock_dilation_sizes must hold %d lists", path,
+                       c->n_kernels);
     for (int k = 0; k < c->n_kernels; k++) {
         if (c->rb_kernel[k] % 2 == 0)
             return err_set(err, HARK_ERR_UNSUPPORTED, "%s: resblock kernel %d: only odd kernels",
                            path, c->rb_kernel[k]);
         char what[48];
         snprintf(what, sizeof what, "resblock_dilation_sizes[%d]", k);
-        TRY(json_ints(path, cJSON_GetArrayItem(dl, k), what, HIFIGAN_MAX_DIL, 1, 1024,
-                      c->rb_dil[k], &n2, err));
+        TRY(json_ints(path, cJSON_GetArrayItem(dl, k), what, HIFIGAN_MAX_DIL, 1, 1024, c->rb_dil[k],
+                      &n2, err));
         if (n2 != c->n_dil)
-            return err_set(err, HARK_ERR_FORMAT, "%s: %s must hold %d dilations (ResBlock%d)",
-                           path, what, c->n_dil, c->resblock);
+            return err_set(err, HARK_ERR_FORMAT, "%s: %s must hold %d dilations (ResBlock%d)", path,
+                           what, c->n_dil, c->resblock);
     }
     TRY(json_int(path, j, "sampling_rate", 1000, 192000, &c->sample_rate, err));
     TRY(json_int(path, j, "n_fft", 16, 1 << 16, &c->n_fft, err));
@@ -369,8 +370,8 @@ static void conv1d(float *y, const float *xp, const conv_t *c, int t)
         for (int s = 0; s < t; s++)
             y[(size_t)o * t + s] = c->b[o];
     for (int tap = 0; tap < c->k; tap++)
-        matmul_ref(y, c->w + (size_t)tap * c->cout * c->cin, xp + (size_t)tap * c->dil, c->cout,
-                   t, c->cin, c->cin, ld, t, 0, 1.0f, 1.0f);
+        matmul_ref(y, c->w + (size_t)tap * c->cout * c->cin, xp + (size_t)tap * c->dil, c->cout, t,
+                   c->cin, c->cin, ld, t, 0, 1.0f, 1.0f);
 }
 
 /* y (cout, ups_len) = ConvTranspose1d(x (cin, t)); z scratch (k · cout, t). */

@@ -29,8 +29,8 @@ static const char *const SENTENCES[3] = {
 
 static const char *fs_model(char *why, size_t nwhy)
 {
-    return golden_tts_model("fastspeech", "convert_fastspeech.py", "fastspeech/checkpoint_000000.pt",
-                            "fastspeech/config.json", why, nwhy);
+    return golden_tts_model("fastspeech", "convert_fastspeech.py",
+                            "fastspeech/checkpoint_000000.pt", "fastspeech/config.json", why, nwhy);
 }
 
 #define LOAD_MODEL(m)                                                                              \
@@ -82,13 +82,15 @@ static void on_stage(void *user, const char *name, const float *data, int rows, 
            strcmp(name, "dur_rounded") ? "rel" : "abs", e);
     s->n_checked++;
     if (!ok && !s->n_bad++)
-        snprintf(s->first_bad, sizeof s->first_bad, "%s/%s: diff %.3g (golden %zu values, got "
-                 "%d x %d)", s->dir, name, e, g.count, rows, cols);
+        snprintf(s->first_bad, sizeof s->first_bad,
+                 "%s/%s: diff %.3g (golden %zu values, got "
+                 "%d x %d)",
+                 s->dir, name, e, g.count, rows, cols);
     npy_free(&g);
 }
 
-static void run_sentence(test_ctx_t *t, fastspeech_model_t *m, int si, float alpha,
-                         const char *dir, int expect_checked)
+static void run_sentence(test_ctx_t *t, fastspeech_model_t *m, int si, float alpha, const char *dir,
+                         int expect_checked)
 {
     tts_text_t tt;
     hark_err_t err = {0};

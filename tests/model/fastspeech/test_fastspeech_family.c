@@ -23,9 +23,9 @@ static const char *SENTENCE =
 static int make_repo(test_ctx_t *t, int with_vocoder, char *fsdir, char *vocdir, char *why,
                      size_t nwhy)
 {
-    const char *fs = golden_tts_model("fastspeech", "convert_fastspeech.py",
-                                      "fastspeech/checkpoint_000000.pt", "fastspeech/config.json",
-                                      why, nwhy);
+    const char *fs =
+        golden_tts_model("fastspeech", "convert_fastspeech.py", "fastspeech/checkpoint_000000.pt",
+                         "fastspeech/config.json", why, nwhy);
     if (!fs)
         return -1;
     char fsd[600];
@@ -104,8 +104,8 @@ TEST(fastspeech_family_synthesize)
     NEED_REPO(1);
     hark_model_t *m = NULL;
     CHECKF(hark_model_load(fsdir, NULL, &m) == HARK_OK, "%s", hark_last_error());
-    int task_ok = !strcmp(hark_model_task(m), "tts") && !strcmp(hark_model_family(m), "fastspeech")
-                  && hark_model_sample_rate(m) == 22050;
+    int task_ok = !strcmp(hark_model_task(m), "tts") &&
+                  !strcmp(hark_model_family(m), "fastspeech") && hark_model_sample_rate(m) == 22050;
     float *pcm = NULL, *ref = NULL;
     size_t n = 0, nref = 0;
     int rate = 0;

@@ -67,8 +67,10 @@ static void on_stage(void *user, const char *name, const float *data, int rows, 
     s->n_checked++;
     if (!(rel_err <= TOL_REL)) {
         if (!s->n_bad++)
-            snprintf(s->first_bad, sizeof s->first_bad, "%s: rel diff %.3g (golden %zu values, "
-                     "got %d x %d)", name, rel_err, g.count, rows, cols);
+            snprintf(s->first_bad, sizeof s->first_bad,
+                     "%s: rel diff %.3g (golden %zu values, "
+                     "got %d x %d)",
+                     name, rel_err, g.count, rows, cols);
     }
     s->worst = fmax(s->worst, rel_err);
     npy_free(&g);
