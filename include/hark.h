@@ -179,11 +179,12 @@ hark_status_t hark_stream_result(hark_stream_t *s, hark_asr_result_t **out);
 void hark_stream_destroy(hark_stream_t *s); /* accepts NULL */
 
 /* ---- synthesis (task "tts") -----------------------------------------------------------------
- * No TTS family exists in hark yet: hark_synthesize returns HARK_ERR_UNSUPPORTED on every model
- * today. */
+ * TTS families: "fastspeech" (DLE FastSpeech + the HiFi-GAN vocoder its config.pbtxt names, CPU,
+ * English text through DLE's cleaners). Other models: HARK_ERR_UNSUPPORTED. Text with nothing
+ * to speak: HARK_ERR_INVALID_ARG. */
 typedef struct {
-    const char *voice; /* NULL: the model's */
-    double speed;      /* 0: 1.0 */
+    const char *voice; /* NULL: the model's (one-voice models refuse any other) */
+    double speed;      /* 0: 1.0; FastSpeech: durations scaled by 1 / speed */
 } hark_tts_opts_t;
 /* *pcm (hark_pcm_free) gets *n samples at *sample_rate. */
 hark_status_t hark_synthesize(hark_model_t *m, const char *text, const hark_tts_opts_t *opts,

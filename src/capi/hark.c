@@ -627,6 +627,36 @@ void hark_stream_destroy(hark_stream_t *s)
     hark_free(s);
 }
 
+typedef struct {
+    float *pcm;
+    size_t n;
+    int rate, done, status;
+    char error[512];
+} tts_slot_t;
+
+static void on_tts_emit(family_item_t *item, const family_event_t *ev)
+{
+    tts_slot_t *s = item->user;
+    if (ev->kind == FAMILY_EV_AUDIO && ev->n && !s->status) {
+        float *p = hark_realloc(s->pcm, sizeof(float) * (s->n + ev->n));
+        if (!p) {
+            s->status = HARK_ERR_NOMEM;
+            snprintf(s->error, sizeof s->error, "out of memory for %zu samples", s->n + ev->n);
+            return;
+        }
+        memcpy(p + s->n, ev->pcm, sizeof(float) * ev->n);
+        s->pcm = p;
+        s->n += ev->n;
+        s->rate = ev->sample_rate;
+    } else if (ev->kind == FAMILY_EV_DONE) {
+        s->done = 1;
+        if (ev->status && !s->status) {
+            s->status = ev->status;
+            snprintf(s->error, sizeof s->error, "%s", ev->error ? ev->error : "");
+        }
+    }
+}
+
 hark_status_t hark_synthesize(hark_model_t *m, const char *text, const hark_tts_opts_t *opts,
                               float **pcm, size_t *n, int *sample_rate)
 {
@@ -636,9 +666,58 @@ hark_status_t hark_synthesize(hark_model_t *m, const char *text, const hark_tts_
         *n = 0;
     if (!m || !text || !pcm || !n)
         return fail(HARK_ERR_INVALID_ARG, "hark_synthesize: model, text, pcm and n are required");
-    return fail(HARK_ERR_UNSUPPORTED,
-                "hark_synthesize: model family %s is a %s model; hark has no TTS family yet",
-                m->f->name, family_task_name(m->f->task));
+    if (m->f->task != FAMILY_TASK_TTS)
+        return fail(HARK_ERR_UNSUPPORTED,
+                    "hark_synthesize: model family %s is an %s model, not a TTS model", m->f->name,
+                    family_task_name(m->f->task));
+    hark_tts_opts_t o = opts ? *opts : (hark_tts_opts_t){0};
+    if (o.voice && *o.voice)
+        return fail(HARK_ERR_UNSUPPORTED,
+                    "hark_synthesize: voice \"%s\": %s models have one voice (leave it NULL)",
+                    o.voice, m->f->name);
+    if (o.speed < 0)
+        return fail(HARK_ERR_INVALID_ARG, "hark_synthesize: speed must not be negative");
+    family_param_t p[1];
+    char buf[40];
+    int np = 0;
+    if (o.speed > 0) {
+        snprintf(buf, sizeof buf, "%.9g", o.speed);
+        p[np++] = (family_param_t){"speed", buf};
+    }
+    family_params_t req = {p, np};
+    hark_err_t err = {0};
+    void *fopts = hark_calloc(1, m->f->opts_size ? m->f->opts_size : 1);
+    if (!fopts)
+        return fail(HARK_ERR_NOMEM, "out of memory");
+    tts_slot_t slot = {0};
+    pooled_t *w = NULL;
+    int rc = m->f->parse_opts(m->fm, &m->cfg_params, &req, fopts, &err);
+    if (!rc)
+        rc = worker_get(m, 1, 0, &w, &err);
+    if (rc) {
+        hark_free(fopts);
+        return fail_err(rc, &err);
+    }
+    family_item_t item = {.opts = fopts, .text = text, .emit = on_tts_emit, .user = &slot};
+    family_item_t *ip = &item;
+    int xrc = m->f->execute(w->w, &ip, 1, NULL, &err);
+    worker_put(m, w);
+    hark_free(fopts);
+    if (!slot.done)
+        rc = fail(HARK_ERR_INTERNAL, "%s: execute gave the text no result", m->f->name);
+    else if (slot.status)
+        rc = fail(slot.status, "%s", slot.error);
+    else if (xrc)
+        rc = fail_err(xrc, &err);
+    if (rc) {
+        hark_free(slot.pcm);
+        return (hark_status_t)rc;
+    }
+    *pcm = slot.pcm;
+    *n = slot.n;
+    if (sample_rate)
+        *sample_rate = slot.rate;
+    return HARK_OK;
 }
 
 /* ---- audio files ---------------------------------------------------------------------------- */

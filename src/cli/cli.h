@@ -8,5 +8,7 @@ int cli_transcribe(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 int cli_perf(int argc, char **argv);
+int cli_speak(int argc, char **argv);
+int cli_vocode(int argc, char **argv);
 
 #endif

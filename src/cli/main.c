@@ -45,6 +45,8 @@ static const struct {
     {"transcribe", cli_transcribe, "recognize audio files with a converted model (text/JSON)"},
     {"inspect", cli_inspect, "print a converted model's architecture and sizes"},
     {"perf", cli_perf, "load-test a KServe v2 server (perf_analyzer style: throughput, latency)"},
+    {"speak", cli_speak, "synthesise speech from text (FastSpeech + HiFi-GAN, WAV output)"},
+    {"vocode", cli_vocode, "run a vocoder on a mel .npy, or resynthesise a WAV through it"},
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,457 @@
+/* cmd_speak.c — `hark speak` (text -> FastSpeech mel -> HiFi-GAN audio -> WAV) and `hark vocode`
+ * (a mel .npy, or a WAV resynthesised through the vocoder's own mel recipe -> WAV), on the CPU.
+ * WAVs are 16-bit PCM as hifi-gan's inference.py writes them (samples · 32768 truncated toward
+ * zero; the one value tanh can reach, +1.0, is kept at 32767).
+ * Tests: tests/cli/test_cli_speak.c */
+#include "audio/audio.h"
+#include "cli/cli.h"
+#include "core/alloc.h"
+#include "core/npy.h"
+#include "hark.h"
+#include "model/fastspeech/fastspeech.h"
+#include "model/hifigan/hifigan.h"
+#include "server/model_config.h"
+#include "text/tts_text.h"
+
+#include <errno.h>
+#include <math.h>
+#include <sndfile.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int write_wav(const char *path, const float *x, size_t n, int rate)
+{
+    SF_INFO info = {.samplerate = rate, .channels = 1, .format = SF_FORMAT_WAV | SF_FORMAT_PCM_16};
+    SNDFILE *f = sf_open(path, SFM_WRITE, &info);
+    if (!f) {
+        fprintf(stderr, "hark: cannot write %s: %s\n", path, sf_strerror(NULL));
+        return -1;
+    }
+    short buf[4096];
+    size_t done = 0;
+    int rc = 0;
+    while (done < n && !rc) {
+        size_t k = n - done < 4096 ? n - done : 4096;
+        for (size_t i = 0; i < k; i++) {
+            float v = x[done + i] * 32768.0f;
+            buf[i] = v >= 32767.0f ? 32767 : v <= -32768.0f ? -32768 : (short)v;
+        }
+        if (sf_write_short(f, buf, (sf_count_t)k) != (sf_count_t)k)
+            rc = -1;
+        done += k;
+    }
+    if (sf_close(f) || rc) {
+        fprintf(stderr, "hark: cannot write %s\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* model.json's "family" of DIR/1 (a small scan: the file is ours) into fam */
+static int model_family(const char *dir, char *fam, size_t n)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/1/model.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    char buf[4096];
+    size_t got = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[got] = 0;
+    const char *p = strstr(buf, "\"family\"");
+    if (!p || !(p = strchr(p + 8, '"')))
+        return -1;
+    const char *e = strchr(p + 1, '"');
+    if (!e || (size_t)(e - p - 1) >= n)
+        return -1;
+    memcpy(fam, p + 1, (size_t)(e - p - 1));
+    fam[e - p - 1] = 0;
+    return 0;
+}
+
+/* the vocoder a TTS model names in config.pbtxt (parameters `vocoder`): a directory, absolute
+ * or relative to the model repository (the model directory's parent) */
+static int resolve_vocoder(const char *model_dir, char *out, size_t n)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/config.pbtxt", model_dir);
+    model_config_t cfg = {0};
+    hark_err_t err = {0};
+    if (model_config_load(path, NULL, &cfg, &err)) {
+        fprintf(stderr, "hark speak: %s\n", err.msg);
+        return -1;
+    }
+    const char *v = model_config_param(&cfg, "vocoder");
+    int rc = 0;
+    if (!v || !*v) {
+        fprintf(stderr,
+                "hark speak: %s names no vocoder (parameters { key: \"vocoder\" }): give "
+                "--vocoder DIR\n",
+                path);
+        rc = -1;
+    } else if (v[0] == '/') {
+        snprintf(out, n, "%s", v);
+    } else {
+        char tmp[1200];
+        snprintf(tmp, sizeof tmp, "%s", model_dir);
+        size_t l = strlen(tmp);
+        while (l > 1 && tmp[l - 1] == '/')
+            tmp[--l] = 0;
+        char *slash = strrchr(tmp, '/');
+        if (slash)
+            *slash = 0;
+        snprintf(out, n, "%s/%s", slash ? tmp : ".", v);
+    }
+    model_config_free(&cfg);
+    return rc;
+}
+
+/* --dump-dir: every stage as DIR/<name>.npy */
+typedef struct {
+    const char *dir;
+    int failed;
+} dump_t;
+
+static void dump_stage(void *user, const char *name, const float *data, int rows, int cols)
+{
+    dump_t *d = user;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s.npy", d->dir, name);
+    int64_t shape[2] = {rows, cols};
+    if (npy_save_f32(path, data, 2, shape))
+        d->failed = 1;
+}
+
+static int check_device(const char *cmd, const char *device, const char *precision)
+{
+    if (strcmp(device, "cpu") != 0) {
+        fprintf(stderr, "hark %s: --device %s: the TTS models run on the CPU only for now\n", cmd,
+                device);
+        return -1;
+    }
+    if (strcmp(precision, "fp32") != 0) {
+        fprintf(stderr, "hark %s: --precision %s: the CPU path computes in fp32 only\n", cmd,
+                precision);
+        return -1;
+    }
+    return 0;
+}
+
+/* mel (n_mels, T) -> WAV through the vocoder */
+static int vocode_to_wav(const hifigan_model_t *voc, const float *mel, int nf, const char *out,
+                         const char *dump_dir)
+{
+    size_t n = hifigan_samples(voc, nf);
+    float *audio = hark_malloc(sizeof(float) * n);
+    if (!audio) {
+        fprintf(stderr, "hark: out of memory for %zu samples\n", n);
+        return -1;
+    }
+    dump_t d = {dump_dir, 0};
+    hark_err_t err = {0};
+    int rc = hifigan_forward(voc, mel, nf, audio, dump_dir ? dump_stage : NULL, &d, &err);
+    if (rc)
+        fprintf(stderr, "hark: %s\n", err.msg);
+    else if (dump_dir) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/audio.npy", dump_dir);
+        int64_t shape[1] = {(int64_t)n};
+        if (npy_save_f32(path, audio, 1, shape) || d.failed)
+            fprintf(stderr, "hark: cannot write every stage into %s\n", dump_dir), rc = -1;
+    }
+    if (!rc)
+        rc = write_wav(out, audio, n, hifigan_config(voc)->sample_rate);
+    hark_free(audio);
+    return rc ? -1 : 0;
+}
+
+static void speak_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: hark speak --model DIR [--vocoder DIR] \"TEXT\" -o OUT.wav\n"
+            "       hark speak --model DIR [--vocoder DIR] --text-file FILE --output-dir DIR\n"
+            "                  [--alpha A] [--device cpu] [--precision fp32] [--dump-dir D]\n\n"
+            "Synthesises English text with a FastSpeech model (tools/convert_fastspeech.py) and a\n"
+            "HiFi-GAN vocoder (tools/convert_hifigan.py; by default the one the model's\n"
+            "config.pbtxt names in parameters `vocoder`). --text-file writes one WAV per line\n"
+            "(KEY<TAB>TEXT lines give KEY.wav, other lines NNNN.wav by line number). --alpha\n"
+            "scales the durations (1: as trained). --dump-dir writes the ids and every stage as\n"
+            ".npy (one sub-directory per line with --text-file).\n");
+}
+
+static int speak_one(const fastspeech_model_t *fs, const hifigan_model_t *voc, const char *text,
+                     float alpha, const char *out, const char *dump_dir)
+{
+    tts_text_t tt;
+    hark_err_t err = {0};
+    if (tts_text_to_ids(text, &tt, &err)) {
+        fprintf(stderr, "hark speak: %s\n", err.msg);
+        return -1;
+    }
+    dump_t d = {dump_dir, 0};
+    if (dump_dir) {
+        mkdir(dump_dir, 0755);
+        char path[1200];
+        snprintf(path, sizeof path, "%s/ids.npy", dump_dir);
+        int64_t shape[1] = {tt.n};
+        if (npy_save(path, NPY_I32, tt.ids, 1, shape))
+            d.failed = 1;
+    }
+    fastspeech_opts_t o = {alpha, 0, 0, dump_dir ? dump_stage : NULL, &d};
+    float *mel = NULL, *mt = NULL;
+    int nf = 0, rc = fastspeech_forward(fs, tt.ids, tt.n, &o, &mel, &nf, &err);
+    tts_text_free(&tt);
+    if (rc) {
+        fprintf(stderr, "hark speak: %s\n", err.msg);
+        return -1;
+    }
+    int nm = fastspeech_config(fs)->n_mels;
+    if (nm != hifigan_config(voc)->num_mels) {
+        fprintf(stderr, "hark speak: the model makes %d mel bins, the vocoder reads %d\n", nm,
+                hifigan_config(voc)->num_mels);
+        hark_free(mel);
+        return -1;
+    }
+    mt = hark_malloc(sizeof(float) * (size_t)nf * nm);
+    if (!mt) {
+        hark_free(mel);
+        fprintf(stderr, "hark speak: out of memory\n");
+        return -1;
+    }
+    for (int t = 0; t < nf; t++) /* (T, n_mels) -> (n_mels, T), as DLE's inferencer transposes */
+        for (int b = 0; b < nm; b++)
+            mt[(size_t)b * nf + t] = mel[(size_t)t * nm + b];
+    hark_free(mel);
+    if (d.failed)
+        fprintf(stderr, "hark speak: cannot write every stage into %s\n", dump_dir);
+    rc = vocode_to_wav(voc, mt, nf, out, dump_dir);
+    hark_free(mt);
+    return rc || d.failed ? -1 : 0;
+}
+
+int cli_speak(int argc, char **argv)
+{
+    const char *model = NULL, *vocoder = NULL, *text = NULL, *text_file = NULL, *out = NULL,
+               *out_dir = NULL, *device = "cpu", *precision = "fp32", *dump = NULL;
+    float alpha = 1.0f;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has = i + 1 < argc;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            speak_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--model") && has)
+            model = argv[++i];
+        else if (!strcmp(a, "--vocoder") && has)
+            vocoder = argv[++i];
+        else if (!strcmp(a, "--text-file") && has)
+            text_file = argv[++i];
+        else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && has)
+            out = argv[++i];
+        else if (!strcmp(a, "--output-dir") && has)
+            out_dir = argv[++i];
+        else if (!strcmp(a, "--device") && has)
+            device = argv[++i];
+        else if (!strcmp(a, "--precision") && has)
+            precision = argv[++i];
+        else if (!strcmp(a, "--dump-dir") && has)
+            dump = argv[++i];
+        else if (!strcmp(a, "--alpha") && has) {
+            char *e;
+            alpha = strtof(argv[++i], &e);
+            if (*e || !(alpha > 0.05f && alpha <= 20.0f)) {
+                fprintf(stderr, "hark speak: --alpha must be a number in (0.05, 20]\n");
+                return 2;
+            }
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "hark speak: unknown or incomplete option '%s'\n", a);
+            speak_usage(stderr);
+            return 2;
+        } else if (!text)
+            text = a;
+        else {
+            fprintf(stderr, "hark speak: give the text as one argument (quote it)\n");
+            return 2;
+        }
+    }
+    if (!model || (!text == !text_file) || (text && !out) || (text_file && !out_dir)) {
+        speak_usage(stderr);
+        return 2;
+    }
+    if (check_device("speak", device, precision))
+        return 2;
+    char fam[64], vdir[1200];
+    if (model_family(model, fam, sizeof fam) || strcmp(fam, "fastspeech") != 0) {
+        fprintf(stderr,
+                "hark speak: %s/1/model.json is not a FastSpeech model "
+                "(tools/convert_fastspeech.py)\n",
+                model);
+        return 1;
+    }
+    if (!vocoder) {
+        if (resolve_vocoder(model, vdir, sizeof vdir))
+            return 1;
+        vocoder = vdir;
+    }
+    fastspeech_model_t *fs = NULL;
+    hifigan_model_t *voc = NULL;
+    hark_err_t err = {0};
+    if (fastspeech_load(model, 1, &fs, &err) || hifigan_load(vocoder, 1, &voc, &err)) {
+        fprintf(stderr, "hark speak: %s\n", err.msg);
+        fastspeech_destroy(fs);
+        return 1;
+    }
+    int status = 0;
+    if (text) {
+        status = speak_one(fs, voc, text, alpha, out, dump) ? 1 : 0;
+    } else {
+        FILE *f = fopen(text_file, "r");
+        if (!f) {
+            fprintf(stderr, "hark speak: cannot open %s: %s\n", text_file, strerror(errno));
+            status = 1;
+        } else {
+            mkdir(out_dir, 0755);
+            char *line = NULL;
+            size_t cap = 0;
+            ssize_t len;
+            int ln = 0, n_ok = 0, n_bad = 0;
+            while ((len = getline(&line, &cap, f)) >= 0) {
+                ln++;
+                while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+                    line[--len] = 0;
+                char name[256];
+                const char *body = line;
+                char *tab = strchr(line, '\t');
+                snprintf(name, sizeof name, "%04d", ln);
+                if (tab && tab > line && tab - line < 200) {
+                    int ok = 1;
+                    for (char *p = line; p < tab; p++)
+                        ok &= (*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') ||
+                              (*p >= 'A' && *p <= 'Z') || *p == '-' || *p == '_' || *p == '.';
+                    if (ok && line[0] != '.') {
+                        snprintf(name, sizeof name, "%.*s", (int)(tab - line), line);
+                        body = tab + 1;
+                    }
+                }
+                char wav[1400], dd[1400];
+                snprintf(wav, sizeof wav, "%s/%s.wav", out_dir, name);
+                if (dump) {
+                    mkdir(dump, 0755);
+                    snprintf(dd, sizeof dd, "%s/%s", dump, name);
+                }
+                fprintf(stderr, "line %d -> %s\n", ln, wav);
+                if (speak_one(fs, voc, body, alpha, wav, dump ? dd : NULL))
+                    n_bad++;
+                else
+                    n_ok++;
+            }
+            free(line);
+            fclose(f);
+            fprintf(stderr, "hark speak: %d WAVs written, %d lines failed\n", n_ok, n_bad);
+            status = n_bad ? 1 : 0;
+        }
+    }
+    fastspeech_destroy(fs);
+    hifigan_destroy(voc);
+    return status;
+}
+
+static void vocode_usage(FILE *f)
+{
+    fprintf(
+        f, "usage: hark vocode --model VOCODER_DIR (--mel MEL.npy | --wav IN.wav) -o OUT.wav\n"
+           "                   [--device cpu] [--precision fp32] [--dump-dir D]\n\n"
+           "Runs a HiFi-GAN vocoder (tools/convert_hifigan.py) on a log-mel (.npy of shape\n"
+           "(1, n_mels, T) or (n_mels, T), as hifi-gan's inference_e2e.py reads) or resynthesises\n"
+           "an audio file through the vocoder's own mel recipe (resampled to its rate).\n");
+}
+
+int cli_vocode(int argc, char **argv)
+{
+    const char *model = NULL, *mel_path = NULL, *wav = NULL, *out = NULL, *device = "cpu",
+               *precision = "fp32", *dump = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has = i + 1 < argc;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            vocode_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--model") && has)
+            model = argv[++i];
+        else if (!strcmp(a, "--mel") && has)
+            mel_path = argv[++i];
+        else if (!strcmp(a, "--wav") && has)
+            wav = argv[++i];
+        else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && has)
+            out = argv[++i];
+        else if (!strcmp(a, "--device") && has)
+            device = argv[++i];
+        else if (!strcmp(a, "--precision") && has)
+            precision = argv[++i];
+        else if (!strcmp(a, "--dump-dir") && has)
+            dump = argv[++i];
+        else {
+            fprintf(stderr, "hark vocode: unknown or incomplete option '%s'\n", a);
+            vocode_usage(stderr);
+            return 2;
+        }
+    }
+    if (!model || !out || (!mel_path == !wav)) {
+        vocode_usage(stderr);
+        return 2;
+    }
+    if (check_device("vocode", device, precision))
+        return 2;
+    hifigan_model_t *voc = NULL;
+    hark_err_t err = {0};
+    if (hifigan_load(model, 1, &voc, &err)) {
+        fprintf(stderr, "hark vocode: %s\n", err.msg);
+        return 1;
+    }
+    const hifigan_config_t *c = hifigan_config(voc);
+    float *mel = NULL;
+    int nf = 0, status = 1;
+    npy_array_t a = {0};
+    audio_t au = {0};
+    if (dump)
+        mkdir(dump, 0755);
+    if (mel_path) {
+        if (npy_load_f32(mel_path, &a)) {
+            fprintf(stderr, "hark vocode: cannot read %s as a .npy array\n", mel_path);
+            goto done;
+        }
+        int ok = (a.ndim == 3 && a.shape[0] == 1 && a.shape[1] == c->num_mels) ||
+                 (a.ndim == 2 && a.shape[0] == c->num_mels);
+        if (!ok || a.shape[a.ndim - 1] < 1 || a.shape[a.ndim - 1] > 1000000) {
+            fprintf(stderr, "hark vocode: %s: expected a mel of shape (1, %d, T) or (%d, T)\n",
+                    mel_path, c->num_mels, c->num_mels);
+            goto done;
+        }
+        nf = (int)a.shape[a.ndim - 1];
+        mel = a.data;
+    } else {
+        audio_opts_t ao = {.target_rate = c->sample_rate};
+        if (audio_decode_file(wav, &ao, &au, &err) ||
+            hifigan_mel(voc, au.samples, au.n, &mel, &nf, &err)) {
+            fprintf(stderr, "hark vocode: %s\n", err.msg);
+            goto done;
+        }
+        if (dump) {
+            char path[1200];
+            snprintf(path, sizeof path, "%s/mel.npy", dump);
+            int64_t shape[3] = {1, c->num_mels, nf};
+            npy_save_f32(path, mel, 3, shape);
+        }
+    }
+    status = vocode_to_wav(voc, mel, nf, out, dump) ? 1 : 0;
+done:
+    if (mel != a.data)
+        hark_free(mel);
+    npy_free(&a);
+    audio_free(&au);
+    hifigan_destroy(voc);
+    return status;
+}

@@ -1,0 +1,282 @@
+/* fastspeech_family.c — DLE FastSpeech + a HiFi-GAN vocoder as a model family (family.h):
+ * "fastspeech", task TTS on the CPU: item->text -> text/tts_text ids -> fastspeech.h mel ->
+ * hifigan.h audio, reported as one AUDIO event then DONE. The vocoder is the model directory
+ * config.pbtxt names in parameters { key: "vocoder" } (absolute, or relative to the model
+ * repository: the model directory's parent). Options (config.pbtxt parameters, then the
+ * request's): alpha (DLE's duration scale) or speed (1 / alpha). GPU loads are refused.
+ * Tests: tests/model/fastspeech/test_fastspeech_family.c */
+#include "model/family.h"
+
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/npy.h"
+#include "hark.h"
+#include "model/fastspeech/fastspeech.h"
+#include "model/hifigan/hifigan.h"
+#include "text/tts_text.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct {
+    float alpha;
+} fs_opts_t;
+
+struct family_model {
+    fastspeech_model_t *fs;
+    hifigan_model_t *voc;
+    char kind[160];
+};
+
+struct family_worker {
+    const family_model_t *fm;
+};
+
+static int ff_load(const char *dir, const family_load_opts_t *lo, const family_params_t *cfg,
+                   family_model_t **out, hark_err_t *err)
+{
+    family_load_opts_t l = lo ? *lo : (family_load_opts_t){.device = -1};
+    if (l.device >= 0)
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "fastspeech: not yet on GPU (the CPU path only for now): use "
+                       "instance_group kind KIND_CPU, or --device cpu");
+    const char *prec = l.precision ? l.precision : family_param(cfg, "precision");
+    if (prec && strcmp(prec, "fp32"))
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "fastspeech: precision \"%s\": the CPU path is fp32", prec);
+    const char *v = family_param(cfg, "vocoder");
+    if (!v || !*v)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "fastspeech: %s/config.pbtxt names no vocoder (parameters { key: "
+                       "\"vocoder\" value { string_value: \"NAME\" } })",
+                       dir);
+    char vdir[4200];
+    if (v[0] == '/') {
+        snprintf(vdir, sizeof vdir, "%s", v);
+    } else {
+        char parent[4096];
+        snprintf(parent, sizeof parent, "%s", dir);
+        size_t n = strlen(parent);
+        while (n > 1 && parent[n - 1] == '/')
+            parent[--n] = 0;
+        char *slash = strrchr(parent, '/');
+        if (slash)
+            *slash = 0;
+        snprintf(vdir, sizeof vdir, "%s/%s", slash ? (parent[0] ? parent : "/") : ".", v);
+    }
+    family_model_t *fm = hark_calloc(1, sizeof *fm);
+    if (!fm)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    int rc = fastspeech_load(dir, l.version, &fm->fs, err);
+    if (!rc && (rc = hifigan_load(vdir, 1, &fm->voc, err)))
+        err_prefix(err, rc, "fastspeech: vocoder \"%s\": ", v);
+    if (!rc && fastspeech_config(fm->fs)->n_mels != hifigan_config(fm->voc)->num_mels)
+        rc = err_set(err, HARK_ERR_FORMAT,
+                     "fastspeech: the model makes %d mel bins, its vocoder %s reads %d",
+                     fastspeech_config(fm->fs)->n_mels, vdir, hifigan_config(fm->voc)->num_mels);
+    if (rc) {
+        hifigan_destroy(fm->voc);
+        fastspeech_destroy(fm->fs);
+        hark_free(fm);
+        return rc;
+    }
+    const fastspeech_config_t *c = fastspeech_config(fm->fs);
+    snprintf(fm->kind, sizeof fm->kind,
+             "fastspeech d_model %d, %d+%d FFT blocks + hifi-gan V%s, fp32", c->d_model,
+             c->enc_layers, c->dec_layers, hifigan_config(fm->voc)->resblock == 1 ? "1/V2" : "3");
+    *out = fm;
+    return HARK_OK;
+}
+
+static void ff_unload(family_model_t *fm)
+{
+    if (!fm)
+        return;
+    hifigan_destroy(fm->voc);
+    fastspeech_destroy(fm->fs);
+    hark_free(fm);
+}
+
+static void ff_info(const family_model_t *fm, family_info_t *out)
+{
+    memset(out, 0, sizeof *out);
+    out->sample_rate = hifigan_config(fm->voc)->sample_rate;
+    out->device = -1;
+    out->kind = fm->kind;
+}
+
+static int opts_from(const family_params_t *p, fs_opts_t *o, hark_err_t *err)
+{
+    double v;
+    int rc = family_param_double(p, "alpha", &v, err);
+    if (rc == HARK_OK) {
+        if (!(v > 0.05 && v <= 20))
+            return err_set(err, HARK_ERR_INVALID_ARG, "alpha %g: must be in (0.05, 20]", v);
+        o->alpha = (float)v;
+    } else if (rc != HARK_ERR_NOT_FOUND) {
+        return rc;
+    }
+    rc = family_param_double(p, "speed", &v, err);
+    if (rc == HARK_OK) {
+        if (!(v >= 0.05 && v < 20))
+            return err_set(err, HARK_ERR_INVALID_ARG, "speed %g: must be in [0.05, 20)", v);
+        o->alpha = (float)(1.0 / v);
+    } else if (rc != HARK_ERR_NOT_FOUND) {
+        return rc;
+    }
+    return HARK_OK;
+}
+
+static int ff_parse_opts(const family_model_t *m, const family_params_t *cfg,
+                         const family_params_t *req, void *opts, hark_err_t *err)
+{
+    fs_opts_t *o = opts;
+    o->alpha = 1.0f;
+    int rc = opts_from(cfg, o, err);
+    return rc ? rc : opts_from(req, o, err);
+}
+
+static uint64_t ff_batch_key(const void *opts)
+{
+    return 0; /* items run one by one: any mix fits one execute */
+}
+
+static int ff_worker_create(const family_model_t *m, const family_worker_opts_t *wo,
+                            family_worker_t **out, hark_err_t *err)
+{
+    family_worker_t *w = hark_calloc(1, sizeof *w);
+    if (!w)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    w->fm = m;
+    *out = w;
+    return HARK_OK;
+}
+
+static void ff_worker_destroy(family_worker_t *w)
+{
+    hark_free(w);
+}
+
+typedef struct {
+    const char *dir;
+    const char *prefix;
+} dump_t;
+
+static void dump_stage(void *user, const char *name, const float *data, int rows, int cols)
+{
+    const dump_t *d = user;
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s%s.npy", d->dir, d->prefix, name);
+    int64_t shape[2] = {rows, cols};
+    npy_save_f32(path, data, 2, shape);
+}
+
+/* one item: text -> audio (hark_malloc'ed) */
+static int synth_one(const family_model_t *fm, const family_item_t *it, float **audio,
+                     size_t *n_audio, hark_err_t *err)
+{
+    const fs_opts_t *o = it->opts;
+    tts_text_t tt;
+    if (!it->text)
+        return err_set(err, HARK_ERR_INVALID_ARG, "fastspeech: the request has no text");
+    int rc = tts_text_to_ids(it->text, &tt, err);
+    if (rc)
+        return rc;
+    dump_t d = {it->dump_dir, ""};
+    if (it->dump_dir) {
+        mkdir(it->dump_dir, 0755);
+        char path[4200];
+        snprintf(path, sizeof path, "%s/ids.npy", it->dump_dir);
+        int64_t shape[1] = {tt.n};
+        npy_save(path, NPY_I32, tt.ids, 1, shape);
+    }
+    fastspeech_opts_t fo = {o ? o->alpha : 1.0f, 0, 0, it->dump_dir ? dump_stage : NULL, &d};
+    float *mel = NULL, *mt = NULL;
+    int nf = 0;
+    rc = fastspeech_forward(fm->fs, tt.ids, tt.n, &fo, &mel, &nf, err);
+    tts_text_free(&tt);
+    if (rc)
+        return rc;
+    int nm = fastspeech_config(fm->fs)->n_mels;
+    size_t ns = hifigan_samples(fm->voc, nf);
+    mt = hark_malloc(sizeof(float) * (size_t)nf * nm);
+    float *out = hark_malloc(sizeof(float) * ns);
+    if (!mt || !out) {
+        rc = err_set(err, HARK_ERR_NOMEM, "fastspeech: out of memory for %d frames", nf);
+    } else {
+        for (int t = 0; t < nf; t++)
+            for (int b = 0; b < nm; b++)
+                mt[(size_t)b * nf + t] = mel[(size_t)t * nm + b];
+        dump_t dv = {it->dump_dir, "vocoder_"};
+        rc = hifigan_forward(fm->voc, mt, nf, out, it->dump_dir ? dump_stage : NULL, &dv, err);
+    }
+    hark_free(mel);
+    hark_free(mt);
+    if (rc) {
+        hark_free(out);
+        return rc;
+    }
+    *audio = out;
+    *n_audio = ns;
+    return HARK_OK;
+}
+
+static int ff_execute(family_worker_t *w, family_item_t *const *items, int n,
+                      family_exec_times_t *times, hark_err_t *err)
+{
+    uint64_t t0 = clock_now_ns();
+    int rate = hifigan_config(w->fm->voc)->sample_rate, n_failed = 0, last_rc = HARK_OK;
+    for (int i = 0; i < n; i++) {
+        family_item_t *it = items[i];
+        hark_err_t ierr = {0};
+        float *audio = NULL;
+        size_t na = 0;
+        int rc = synth_one(w->fm, it, &audio, &na, &ierr);
+        if (!rc) {
+            family_event_t ev = {
+                .kind = FAMILY_EV_AUDIO, .pcm = audio, .n = na, .sample_rate = rate};
+            it->emit(it, &ev);
+        } else {
+            n_failed++;
+            last_rc = rc;
+            if (n == 1)
+                *err = ierr;
+        }
+        hark_free(audio);
+        family_event_t done = {.kind = FAMILY_EV_DONE,
+                               .status = rc,
+                               .error = rc ? ierr.msg : NULL,
+                               .sample_rate = rate};
+        it->emit(it, &done);
+    }
+    if (times)
+        *times = (family_exec_times_t){0, clock_now_ns() - t0, 0};
+    if (n_failed == n && n > 0) {
+        if (n > 1)
+            err_set(err, last_rc, "fastspeech: all %d items failed", n);
+        return last_rc;
+    }
+    return HARK_OK;
+}
+
+const family_t fastspeech_family = {
+    .name = "fastspeech",
+    .task = FAMILY_TASK_TTS,
+    .streaming = 0,
+    .opts_size = sizeof(fs_opts_t),
+    .load = ff_load,
+    .unload = ff_unload,
+    .info = ff_info,
+    .parse_opts = ff_parse_opts,
+    .batch_key = ff_batch_key,
+    .worker_create = ff_worker_create,
+    .worker_destroy = ff_worker_destroy,
+    .stream_open = NULL,
+    .stream_close = NULL,
+    .execute = ff_execute,
+    .bench = NULL,
+    .inspect = NULL,
+    .bench_synthetic = NULL,
+    .io = NULL,
+};

@@ -1,0 +1,162 @@
+/* Tests for src/model/fastspeech/fastspeech_family.c through the public C API (hark.h): a
+ * FastSpeech model naming its vocoder in config.pbtxt loads as a "tts" model, hark_synthesize
+ * gives exactly what fastspeech.h + hifigan.h give for DLE's golden sentence (frame count from
+ * the golden, speed = 1 / alpha), and the error paths (no vocoder, nothing speakable, a voice,
+ * recognition on a TTS model). */
+#include "test.h"
+
+#include "core/alloc.h"
+#include "hark.h"
+#include "model/fastspeech/fastspeech.h"
+#include "model/hifigan/hifigan.h"
+#include "support/golden_tts.h"
+#include "text/tts_text.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *SENTENCE =
+    "Dr. Smith paid $12.50 for 3 books on Jan. 2nd, 1999 \xe2\x80\x94 at 4:30 p.m.!";
+
+/* tmp/repo/{fs,voc}; with_vocoder 0 leaves the parameter out */
+static int make_repo(test_ctx_t *t, int with_vocoder, char *fsdir, char *vocdir, char *why,
+                     size_t nwhy)
+{
+    const char *fs =
+        golden_tts_model("fastspeech", "convert_fastspeech.py", "fastspeech/checkpoint_000000.pt",
+                         "fastspeech/config.json", why, nwhy);
+    if (!fs)
+        return -1;
+    char fsd[600];
+    snprintf(fsd, sizeof fsd, "%s", fs);
+    const char *voc = golden_tts_model("hifigan_v3_real", "convert_hifigan.py",
+                                       "hifigan_v3_real/generator_v3_ljspeech_wn_removed_fp16.pt",
+                                       "hifigan_v3/config.json", why, nwhy);
+    if (!voc)
+        return -1;
+    const char *tmp = test_tmpdir(t);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%s/repo' && mkdir -p '%s/repo/fs' && cp -r '%s/m/1' '%s/repo/fs/' && "
+             "ln -s '%s/m' '%s/repo/voc' && sed 's/^name: .*/name: \"fs\"/' '%s/m/config.pbtxt' "
+             "> '%s/repo/fs/config.pbtxt'",
+             tmp, tmp, fsd, tmp, voc, tmp, fsd, tmp);
+    if (system(cmd) != 0)
+        return snprintf(why, nwhy, "cannot build the repository"), -1;
+    if (with_vocoder) {
+        snprintf(cmd, sizeof cmd,
+                 "echo 'parameters { key: \"vocoder\" value { string_value: \"voc\" } }' >> "
+                 "'%s/repo/fs/config.pbtxt'",
+                 tmp);
+        if (system(cmd) != 0)
+            return snprintf(why, nwhy, "cannot write config.pbtxt"), -1;
+    }
+    snprintf(fsdir, 600, "%s/repo/fs", tmp);
+    snprintf(vocdir, 600, "%s/m", voc);
+    return 0;
+}
+
+#define NEED_REPO(with)                                                                            \
+    char fsdir[600], vocdir[600];                                                                  \
+    do {                                                                                           \
+        char why_[512];                                                                            \
+        if (!test_shared("golden/tts"))                                                            \
+            SKIP("../shared/data/golden/tts is absent");                                           \
+        CHECKF(make_repo(t, with, fsdir, vocdir, why_, sizeof why_) == 0, "%s", why_);             \
+    } while (0)
+
+/* the engines called directly, for comparison */
+static int direct(const char *fsdir, const char *vocdir, float alpha, float **audio, size_t *n)
+{
+    fastspeech_model_t *fs = NULL;
+    hifigan_model_t *voc = NULL;
+    hark_err_t err = {0};
+    tts_text_t tt = {0};
+    float *mel = NULL, *mt = NULL;
+    int nf = 0, rc = fastspeech_load(fsdir, 1, &fs, &err);
+    if (!rc)
+        rc = hifigan_load(vocdir, 1, &voc, &err);
+    if (!rc)
+        rc = tts_text_to_ids(SENTENCE, &tt, &err);
+    fastspeech_opts_t o = {alpha, 0, 0, NULL, NULL};
+    if (!rc)
+        rc = fastspeech_forward(fs, tt.ids, tt.n, &o, &mel, &nf, &err);
+    if (!rc) {
+        mt = malloc(sizeof(float) * (size_t)nf * 80);
+        for (int f = 0; f < nf; f++)
+            for (int b = 0; b < 80; b++)
+                mt[(size_t)b * nf + f] = mel[(size_t)f * 80 + b];
+        *n = hifigan_samples(voc, nf);
+        *audio = malloc(sizeof(float) * *n);
+        rc = hifigan_forward(voc, mt, nf, *audio, NULL, NULL, &err);
+    }
+    free(mt);
+    hark_free(mel);
+    tts_text_free(&tt);
+    hifigan_destroy(voc);
+    fastspeech_destroy(fs);
+    return rc;
+}
+
+TEST(fastspeech_family_synthesize)
+{
+    NEED_REPO(1);
+    hark_model_t *m = NULL;
+    CHECKF(hark_model_load(fsdir, NULL, &m) == HARK_OK, "%s", hark_last_error());
+    int task_ok = !strcmp(hark_model_task(m), "tts") &&
+                  !strcmp(hark_model_family(m), "fastspeech") && hark_model_sample_rate(m) == 22050;
+    float *pcm = NULL, *ref = NULL;
+    size_t n = 0, nref = 0;
+    int rate = 0;
+    hark_status_t st = hark_synthesize(m, SENTENCE, NULL, &pcm, &n, &rate);
+    int rc_direct = direct(fsdir, vocdir, 1.0f, &ref, &nref);
+    double d = (st == HARK_OK && !rc_direct && n == nref) ? test_max_abs_diff(pcm, ref, n) : 1;
+    hark_pcm_free(pcm);
+    free(ref);
+    /* speed 1/1.3 = DLE's alpha 1.3: the golden's 754 frames */
+    hark_tts_opts_t o = {NULL, 1.0 / 1.3};
+    size_t n13 = 0;
+    hark_status_t st13 = hark_synthesize(m, SENTENCE, &o, &pcm, &n13, &rate);
+    hark_pcm_free(pcm);
+    hark_model_destroy(m);
+    CHECK(task_ok);
+    CHECKF(st == HARK_OK, "%s", hark_last_error());
+    CHECK(rate == 22050 && n == 579 * 256);
+    CHECKF(d == 0, "hark_synthesize differs from the engines by %g", d);
+    CHECKF(st13 == HARK_OK && n13 == 754 * 256, "%d %zu", st13, n13);
+}
+
+TEST(fastspeech_family_errors)
+{
+    NEED_REPO(1);
+    hark_model_t *m = NULL;
+    CHECKF(hark_model_load(fsdir, NULL, &m) == HARK_OK, "%s", hark_last_error());
+    float *pcm = NULL;
+    size_t n = 0;
+    int rate = 0;
+    hark_status_t s1 = hark_synthesize(m, "  ...  ", NULL, &pcm, &n, &rate);
+    int s1_msg = strstr(hark_last_error(), "speakable") != NULL;
+    hark_tts_opts_t o = {"alice", 0};
+    hark_status_t s2 = hark_synthesize(m, "hello", &o, &pcm, &n, &rate);
+    hark_asr_result_t *r = NULL;
+    float x[16000] = {0};
+    const float *xs[1] = {x};
+    size_t ns[1] = {16000};
+    hark_status_t s3 = hark_recognize(m, xs, ns, 1, 22050, NULL, &r);
+    hark_model_destroy(m);
+    CHECK(s1 == HARK_ERR_INVALID_ARG && s1_msg && pcm == NULL && n == 0);
+    CHECK(s2 == HARK_ERR_UNSUPPORTED);
+    CHECK(s3 == HARK_ERR_UNSUPPORTED && r == NULL);
+    /* GPU and fp16 are refused */
+    hark_model_opts_t mo = {.precision = "fp16"};
+    CHECK(hark_model_load(fsdir, &mo, &m) == HARK_ERR_UNSUPPORTED && !m);
+}
+
+TEST(fastspeech_family_needs_vocoder)
+{
+    NEED_REPO(0);
+    hark_model_t *m = NULL;
+    CHECK(hark_model_load(fsdir, NULL, &m) == HARK_ERR_INVALID_ARG && !m);
+    CHECKF(strstr(hark_last_error(), "vocoder"), "%s", hark_last_error());
+}

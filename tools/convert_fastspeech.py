@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""Convert an NVIDIA DeepLearningExamples FastSpeech checkpoint into a hark TTS model directory.
+
+    DIR/config.pbtxt          Triton-style model config (backend "hark", family "fastspeech";
+                              parameters `vocoder` when --vocoder is given)
+    DIR/1/model.safetensors   every weight as float32, DLE's key names without `module.`
+    DIR/1/model.json          the hyper-parameters (d_model, FFT blocks, duration predictor, ...)
+
+--checkpoint: `{'step', 'model': nn.DataParallel(model).state_dict()}` as DLE's trainer saves it
+(a bare state dict is accepted too). --config: DLE's hparams yaml (base.yaml / infer.yaml: the
+model keys are read, the rest ignored) or a JSON file with those keys under "hparams". Every
+tensor the config implies must be present with its exact shape and finite values; the
+positional tables must be the sinusoid DLE builds (checked to 1e-6).
+Needs Debian's python3-torch, python3-numpy, python3-yaml.
+Tests: tests/model/fastspeech/test_fastspeech.c
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import struct
+import sys
+import tempfile
+
+import numpy as np
+
+FAMILY = "fastspeech"
+MODEL_JSON_VERSION = 1
+CONVERTER_VERSION = "1"
+N_SYMBOLS = 148  # DLE's text_norm symbols; the embedding has one more row (padding_idx 0)
+
+
+class ConvertError(Exception):
+    pass
+
+
+def fail(msg):
+    raise ConvertError(msg)
+
+
+def _int(h, key, lo, hi, default=None):
+    v = h.get(key, default)
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        fail(f"config: {key} must be an integer in [{lo}, {hi}] (got {v!r})")
+    return v
+
+
+def parse_config(y):
+    if isinstance(y, dict) and isinstance(y.get("hparams"), dict):
+        h = dict(y["hparams"])
+        audio = y.get("audio", {})
+        for k_src, k_dst in (("sr", "sr"), ("hop_len", "hop_len")):
+            if k_src in audio and k_dst not in h:
+                h[k_dst] = audio[k_src]
+    elif isinstance(y, dict):
+        h = y
+    else:
+        fail("config: not a mapping")
+    cfg = {"format_version": MODEL_JSON_VERSION, "family": FAMILY,
+           "d_model": _int(h, "d_model", 2, 8192),
+           "d_k": 64, "d_v": 64,  # hard-coded in DLE's Fastspeech
+           "enc_layers": _int(h, "phoneme_side_n_layer", 1, 64),
+           "enc_heads": _int(h, "phoneme_side_head", 1, 64),
+           "enc_filter": _int(h, "phoneme_side_conv1d_filter_size", 1, 1 << 16),
+           "dec_layers": _int(h, "mel_side_n_layer", 1, 64),
+           "dec_heads": _int(h, "mel_side_head", 1, 64),
+           "dec_filter": _int(h, "mel_side_conv1d_filter_size", 1, 1 << 16),
+           "conv_kernel": _int(h, "fft_conv1d_kernel", 1, 31),
+           "conv_padding": _int(h, "fft_conv1d_padding", 0, 15),
+           "dp_filter": _int(h, "duration_predictor_filter_size", 1, 1 << 16),
+           "dp_kernel": _int(h, "duration_predictor_kernel_size", 3, 3),
+           "n_mels": _int(h, "n_mels", 1, 1024, h.get("num_mels", 80)),
+           "max_seq_len": _int(h, "max_seq_len", 1, 1 << 20),
+           "n_symbols": N_SYMBOLS + 1,
+           "sample_rate": _int(h, "sr", 1000, 192000, 22050),
+           "hop": _int(h, "hop_len", 1, 1 << 16, 256),
+           "text_cleaners": "english_cleaners"}
+    if 2 * cfg["conv_padding"] != cfg["conv_kernel"] - 1:
+        fail(f"config: fft_conv1d_padding {cfg['conv_padding']} does not keep the length with "
+             f"kernel {cfg['conv_kernel']}")
+    for side in ("phoneme_side", "mel_side"):
+        if h.get(f"{side}_output_size", cfg["d_model"]) != cfg["d_model"]:
+            fail(f"config: {side}_output_size must equal d_model")
+    cl = h.get("text_cleaners", ["english_cleaners"])
+    if cl not in (["english_cleaners"], "english_cleaners"):
+        fail(f"config: text_cleaners {cl!r}: hark implements english_cleaners only")
+    return cfg
+
+
+def expected_tensors(cfg):
+    d, exp = cfg["d_model"], {}
+    exp["word_emb.weight"] = (cfg["n_symbols"], d)
+    for side, pre in (("enc", "phoneme_side"), ("dec", "mel_side")):
+        exp[f"{pre}.position.weight"] = (cfg["max_seq_len"] + 1, d)
+        nh, f, k = cfg[f"{side}_heads"], cfg[f"{side}_filter"], cfg["conv_kernel"]
+        for i in range(cfg[f"{side}_layers"]):
+            b = f"{pre}.layer_stack.{i}"
+            exp[f"{b}.slf_attn.linear.weight"] = (nh * 192, d)
+            exp[f"{b}.slf_attn.linear.bias"] = (nh * 192,)
+            exp[f"{b}.slf_attn.layer_norm.weight"] = (d,)
+            exp[f"{b}.slf_attn.layer_norm.bias"] = (d,)
+            exp[f"{b}.slf_attn.fc.weight"] = (d, nh * 64)
+            exp[f"{b}.slf_attn.fc.bias"] = (d,)
+            exp[f"{b}.pos_ffn.w_1.weight"] = (f, d, k)
+            exp[f"{b}.pos_ffn.w_1.bias"] = (f,)
+            exp[f"{b}.pos_ffn.w_2.weight"] = (d, f, k)
+            exp[f"{b}.pos_ffn.w_2.bias"] = (d,)
+            exp[f"{b}.pos_ffn.layer_norm.weight"] = (d,)
+            exp[f"{b}.pos_ffn.layer_norm.bias"] = (d,)
+    dp, fd, kd = "length_regulator.duration_predictor", cfg["dp_filter"], cfg["dp_kernel"]
+    exp[f"{dp}.conv1d_1.weight"] = (fd, d, kd)
+    exp[f"{dp}.conv1d_1.bias"] = (fd,)
+    exp[f"{dp}.layer_norm_1.weight"] = (fd,)
+    exp[f"{dp}.layer_norm_1.bias"] = (fd,)
+    exp[f"{dp}.conv1d_2.weight"] = (fd, fd, kd)
+    exp[f"{dp}.conv1d_2.bias"] = (fd,)
+    exp[f"{dp}.layer_norm_2.weight"] = (fd,)
+    exp[f"{dp}.layer_norm_2.bias"] = (fd,)
+    exp[f"{dp}.linear_layer.weight"] = (1, fd)
+    exp[f"{dp}.linear_layer.bias"] = (1,)
+    exp["mel_linear.weight"] = (cfg["n_mels"], d)
+    exp["mel_linear.bias"] = (cfg["n_mels"],)
+    return exp
+
+
+def sinusoid_table(n, d):
+    pos = np.arange(n, dtype=np.float64)[:, None]
+    i = np.arange(d)[None, :]
+    t = pos / np.power(10000, 2 * (i // 2) / d)
+    t[:, 0::2] = np.sin(t[:, 0::2])
+    t[:, 1::2] = np.cos(t[:, 1::2])
+    t[0] = 0.0
+    return t.astype(np.float32)
+
+
+def load_state_dict(path):
+    import torch
+    try:
+        ck = torch.load(path, map_location="cpu")
+    except Exception as ex:  # torch raises many types for a bad file
+        fail(f"{path}: cannot load checkpoint: {ex}")
+    key = None
+    sd = ck
+    if isinstance(ck, dict) and "model" in ck:
+        key, sd = "model", ck["model"]
+    if not isinstance(sd, dict) or not sd or not all(
+            isinstance(v, torch.Tensor) for v in sd.values()):
+        fail(f"{path}: {key or 'the file'} is not a state dict")
+    return {re.sub(r"^module\.", "", k): v for k, v in sd.items()}, key
+
+
+def check_tensors(sd, cfg):
+    exp = expected_tensors(cfg)
+    for name, t in sd.items():
+        if name not in exp:
+            fail(f"tensor {name}: unexpected for this config (shape {list(t.shape)})")
+    out = {}
+    for name, shape in exp.items():
+        if name not in sd:
+            fail(f"tensor {name}: missing from the checkpoint (expected shape {list(shape)})")
+        t = sd[name]
+        if tuple(t.shape) != tuple(shape):
+            fail(f"tensor {name}: expected shape {list(shape)}, checkpoint has {list(t.shape)}")
+        if not t.is_floating_point():
+            fail(f"tensor {name}: dtype {t.dtype} is not a floating-point type")
+        a = t.detach().float().contiguous().numpy().astype("<f4", copy=False)
+        if not np.all(np.isfinite(a)):
+            fail(f"tensor {name}: holds NaN or infinite values")
+        out[name] = a
+    ref = sinusoid_table(cfg["max_seq_len"] + 1, cfg["d_model"])
+    for pre in ("phoneme_side", "mel_side"):
+        diff = float(np.max(np.abs(out[f"{pre}.position.weight"] - ref)))
+        if diff > 1e-6:
+            fail(f"tensor {pre}.position.weight: not DLE's sinusoid table (max diff {diff:g})")
+    return out
+
+
+def write_safetensors(path, tensors, metadata):
+    header = {"__metadata__": metadata}
+    off = 0
+    for name, a in tensors.items():
+        header[name] = {"dtype": "F32", "shape": list(a.shape),
+                        "data_offsets": [off, off + a.nbytes]}
+        off += a.nbytes
+    hj = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    hj += b" " * ((8 - len(hj) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hj)))
+        f.write(hj)
+        for a in tensors.values():
+            f.write(a.tobytes(order="C"))
+
+
+def config_pbtxt(name, max_batch, vocoder):
+    out = [f'name: "{name}"', 'backend: "hark"', f"max_batch_size: {max_batch}",
+           "input [", "  {", '    name: "TEXT"', "    data_type: TYPE_STRING",
+           "    dims: [ 1 ]", "  }", "]",
+           "output [", "  {", '    name: "AUDIO"', "    data_type: TYPE_FP32",
+           "    dims: [ -1 ]", "  }", "]",
+           "instance_group [", "  {", "    count: 1", "    kind: KIND_CPU", "  }", "]",
+           f'parameters {{ key: "family" value {{ string_value: "{FAMILY}" }} }}']
+    if vocoder:
+        out.append(f'parameters {{ key: "vocoder" value {{ string_value: "{vocoder}" }} }}')
+    return "\n".join(out) + "\n"
+
+
+def convert(args):
+    import yaml
+    if not 1 <= args.max_batch_size <= 512:
+        fail(f"--max-batch-size {args.max_batch_size}: must be in [1, 512]")
+    if args.vocoder and not re.fullmatch(r"[A-Za-z0-9_.\-/]+", args.vocoder):
+        fail(f"--vocoder {args.vocoder!r}: use a model name or path of A-Z a-z 0-9 _ . - /")
+    try:
+        with open(args.config, encoding="utf-8") as f:
+            y = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as ex:
+        fail(f"{args.config}: cannot read the config: {ex}")
+    cfg = parse_config(y)
+    sd, key = load_state_dict(args.checkpoint)
+    tensors = check_tensors(sd, cfg)
+
+    out = os.path.normpath(args.output)
+    name = os.path.basename(os.path.abspath(out))
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
+        fail(f"--output {args.output}: the model name {name!r} must use only A-Z a-z 0-9 _ . -")
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{name}.", dir=parent)
+    os.chmod(tmp, 0o755)
+    files = ("1/model.safetensors", "1/model.json", "config.pbtxt")
+    try:
+        os.makedirs(os.path.join(tmp, "1"))
+        meta = {"format": "hark", "family": FAMILY, "converter": "tools/convert_fastspeech.py",
+                "converter_version": CONVERTER_VERSION,
+                "source": os.path.basename(args.checkpoint), "state_dict": key or "(bare)"}
+        write_safetensors(os.path.join(tmp, "1", "model.safetensors"), tensors, meta)
+        with open(os.path.join(tmp, "1", "model.json"), "w", encoding="utf-8") as f:
+            json.dump(cfg, f, indent=2)
+            f.write("\n")
+        with open(os.path.join(tmp, "config.pbtxt"), "w", encoding="utf-8") as f:
+            f.write(config_pbtxt(name, args.max_batch_size, args.vocoder))
+        if os.path.isdir(out):
+            os.makedirs(os.path.join(out, "1"), exist_ok=True)
+            for rel in files:
+                os.replace(os.path.join(tmp, rel), os.path.join(out, rel))
+            shutil.rmtree(tmp)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    n = sum(a.size for a in tensors.values())
+    print(f"wrote {out}: fastspeech d_model {cfg['d_model']}, {cfg['enc_layers']}+"
+          f"{cfg['dec_layers']} FFT blocks, {len(tensors)} tensors, {n} values")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--checkpoint", required=True, help="DLE FastSpeech checkpoint (.pt)")
+    ap.add_argument("--config", required=True, help="DLE hparams yaml (or golden config.json)")
+    ap.add_argument("--output", required=True, help="model directory to write")
+    ap.add_argument("--vocoder", help="vocoder model (name in the repository, or a directory)")
+    ap.add_argument("--max-batch-size", type=int, default=8, help="config.pbtxt max_batch_size")
+    args = ap.parse_args(argv)
+    try:
+        convert(args)
+    except ConvertError as ex:
+        print(f"convert_fastspeech: error: {ex}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""Convert a jik876/hifi-gan generator checkpoint into a hark vocoder model directory.
+
+    DIR/config.pbtxt          Triton-style model config (backend "hark", family "hifigan")
+    DIR/1/model.safetensors   the generator's weights as float32 with weight norm removed
+                              (w = g * v / |v|, norm over every dim but 0), upstream key names
+    DIR/1/model.json          the generator and mel-recipe hyper-parameters (config_vN.json)
+
+Accepted checkpoints:
+  * `g_XXXXXXXX` as hifi-gan's train.py writes it: {'generator': state_dict} with
+    weight_g / weight_v pairs;
+  * a plain state dict whose weight norm is already removed (`*.weight`), any float dtype
+    (e.g. the fp16 LJSpeech V3 weights taken from the TFLite file); fp16 is widened exactly.
+
+Every tensor the config implies must be present with its exact shape and finite values.
+Needs Debian's python3-torch and python3-numpy. Tests: tests/model/hifigan/test_hifigan.c.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import struct
+import sys
+import tempfile
+
+import numpy as np
+
+FAMILY = "hifigan"
+MODEL_JSON_VERSION = 1
+CONVERTER_VERSION = "1"
+
+
+class ConvertError(Exception):
+    pass
+
+
+def fail(msg):
+    raise ConvertError(msg)
+
+
+# ---- config ----------------------------------------------------------------------------------
+
+def _int(h, key, lo, hi):
+    v = h.get(key)
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        fail(f"config: {key} must be an integer in [{lo}, {hi}] (got {v!r})")
+    return v
+
+
+def _int_list(h, key, lo, hi):
+    v = h.get(key)
+    if not isinstance(v, list) or not v or not all(
+            isinstance(x, int) and not isinstance(x, bool) and lo <= x <= hi for x in v):
+        fail(f"config: {key} must be a non-empty list of integers in [{lo}, {hi}] (got {v!r})")
+    return v
+
+
+def parse_config(h):
+    if not isinstance(h, dict):
+        fail("config: not a JSON object")
+    rb = str(h.get("resblock"))
+    if rb not in ("1", "2"):
+        fail(f"config: resblock must be \"1\" or \"2\" (got {h.get('resblock')!r})")
+    ups = _int_list(h, "upsample_rates", 1, 64)
+    upk = _int_list(h, "upsample_kernel_sizes", 1, 256)
+    if len(ups) != len(upk):
+        fail("config: upsample_rates and upsample_kernel_sizes differ in length")
+    for u, k in zip(ups, upk):
+        if k < u:
+            fail(f"config: upsample kernel {k} is shorter than its rate {u}")
+    ch = _int(h, "upsample_initial_channel", 2, 1 << 14)
+    if ch % (1 << len(ups)):
+        fail(f"config: upsample_initial_channel {ch} does not halve {len(ups)} times")
+    rk = _int_list(h, "resblock_kernel_sizes", 1, 255)
+    rd = h.get("resblock_dilation_sizes")
+    n_d = 3 if rb == "1" else 2
+    if not isinstance(rd, list) or len(rd) != len(rk) or not all(
+            isinstance(d, list) and len(d) >= n_d and all(
+                isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 1024 for x in d)
+            for d in rd):
+        fail(f"config: resblock_dilation_sizes must hold {len(rk)} lists of at least {n_d} "
+             f"dilations (got {rd!r})")
+    for k in rk:
+        if k % 2 == 0:
+            fail(f"config: resblock kernel {k}: only odd kernels keep the length")
+    cfg = {
+        "format_version": MODEL_JSON_VERSION, "family": FAMILY,
+        "resblock": rb,
+        "num_mels": h.get("num_mels", 80),
+        "upsample_rates": ups, "upsample_kernel_sizes": upk,
+        "upsample_initial_channel": ch,
+        "resblock_kernel_sizes": rk,
+        "resblock_dilation_sizes": [list(d[:n_d]) for d in rd],
+        "sampling_rate": _int(h, "sampling_rate", 1000, 192000),
+        "n_fft": _int(h, "n_fft", 16, 1 << 16),
+        "hop_size": _int(h, "hop_size", 1, 1 << 16),
+        "win_size": _int(h, "win_size", 1, 1 << 16),
+        "fmin": h.get("fmin", 0),
+        "fmax": h.get("fmax", 8000),
+    }
+    _int(cfg, "num_mels", 1, 1024)
+    hop = 1
+    for u in ups:
+        hop *= u
+    if hop != cfg["hop_size"]:
+        fail(f"config: the upsample rates multiply to {hop}, not hop_size {cfg['hop_size']}")
+    return cfg
+
+
+def expected_tensors(cfg):
+    """{name: shape} of every weight of jik876's Generator(h) after remove_weight_norm()."""
+    exp = {}
+    ch = cfg["upsample_initial_channel"]
+    exp["conv_pre.weight"] = (ch, cfg["num_mels"], 7)
+    exp["conv_pre.bias"] = (ch,)
+    nk = len(cfg["resblock_kernel_sizes"])
+    for i, k in enumerate(cfg["upsample_kernel_sizes"]):
+        cin, cout = ch >> i, ch >> (i + 1)
+        exp[f"ups.{i}.weight"] = (cin, cout, k)
+        exp[f"ups.{i}.bias"] = (cout,)
+        for j, kr in enumerate(cfg["resblock_kernel_sizes"]):
+            base = f"resblocks.{i * nk + j}"
+            names = ["convs"] if cfg["resblock"] == "2" else ["convs1", "convs2"]
+            n = len(cfg["resblock_dilation_sizes"][j])
+            for nm in names:
+                for c in range(n):
+                    exp[f"{base}.{nm}.{c}.weight"] = (cout, cout, kr)
+                    exp[f"{base}.{nm}.{c}.bias"] = (cout,)
+    cout = ch >> len(cfg["upsample_rates"])
+    exp["conv_post.weight"] = (1, cout, 7)
+    exp["conv_post.bias"] = (1,)
+    return exp
+
+
+# ---- weights ---------------------------------------------------------------------------------
+
+def load_state_dict(path):
+    import torch
+    try:
+        ck = torch.load(path, map_location="cpu")
+    except Exception as ex:  # torch raises many types for a bad file
+        fail(f"{path}: cannot load checkpoint: {ex}")
+    key = None
+    if isinstance(ck, dict) and "generator" in ck:
+        key, sd = "generator", ck["generator"]
+    else:
+        sd = ck
+    if not isinstance(sd, dict) or not sd or not all(
+            isinstance(v, torch.Tensor) for v in sd.values()):
+        fail(f"{path}: {key or 'the file'} is not a state dict (a mapping of tensor names to "
+             f"tensors)")
+    return sd, key
+
+
+def remove_weight_norm(sd):
+    """weight_g / weight_v pairs -> weight, computed by torch as remove_weight_norm does."""
+    import torch
+    out, wn = {}, 0
+    for k, v in sd.items():
+        if k.endswith(".weight_v"):
+            continue
+        if k.endswith(".weight_g"):
+            base = k[:-len(".weight_g")]
+            vk = base + ".weight_v"
+            if vk not in sd:
+                fail(f"tensor {k}: its weight_v is missing")
+            g, vv = v.float(), sd[vk].float()
+            if g.dim() != vv.dim() or g.shape[0] != vv.shape[0]:
+                fail(f"tensor {k}: shape {list(g.shape)} does not fit {vk} {list(vv.shape)}")
+            out[base + ".weight"] = torch._weight_norm(vv, g, 0)
+            wn += 1
+        else:
+            out[k] = v
+    for k in sd:
+        if k.endswith(".weight_v") and k[:-1] + "g" not in sd:
+            fail(f"tensor {k}: its weight_g is missing")
+    return out, wn
+
+
+def check_tensors(sd, cfg):
+    exp = expected_tensors(cfg)
+    for name, t in sd.items():
+        if name not in exp:
+            fail(f"tensor {name}: unexpected for this config (shape {list(t.shape)}); the config "
+                 f"does not describe this generator")
+    out = {}
+    for name, shape in exp.items():
+        if name not in sd:
+            fail(f"tensor {name}: missing from the checkpoint (expected shape {list(shape)})")
+        t = sd[name]
+        if tuple(t.shape) != tuple(shape):
+            fail(f"tensor {name}: expected shape {list(shape)}, checkpoint has {list(t.shape)}")
+        if not t.is_floating_point():
+            fail(f"tensor {name}: dtype {t.dtype} is not a floating-point type")
+        a = t.detach().float().contiguous().numpy().astype("<f4", copy=False)
+        if not np.all(np.isfinite(a)):
+            fail(f"tensor {name}: holds NaN or infinite values")
+        out[name] = a
+    return out
+
+
+# ---- writers ---------------------------------------------------------------------------------
+
+def write_safetensors(path, tensors, metadata):
+    """safetensors: u64 LE header length, JSON header, tensor bytes (contiguous, in order)."""
+    header = {"__metadata__": metadata}
+    off = 0
+    for name, a in tensors.items():
+        header[name] = {"dtype": "F32", "shape": list(a.shape),
+                        "data_offsets": [off, off + a.nbytes]}
+        off += a.nbytes
+    hj = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    hj += b" " * ((8 - len(hj) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hj)))
+        f.write(hj)
+        for a in tensors.values():
+            f.write(a.tobytes(order="C"))
+
+
+def config_pbtxt(name, max_batch, cfg):
+    out = [f'name: "{name}"', 'backend: "hark"', f"max_batch_size: {max_batch}",
+           "input [", "  {", '    name: "MEL"', "    data_type: TYPE_FP32",
+           f"    dims: [ {cfg['num_mels']}, -1 ]", "  }", "]",
+           "output [", "  {", '    name: "AUDIO"', "    data_type: TYPE_FP32",
+           "    dims: [ -1 ]", "  }", "]",
+           "instance_group [", "  {", "    count: 1", "    kind: KIND_CPU", "  }", "]",
+           f'parameters {{ key: "family" value {{ string_value: "{FAMILY}" }} }}']
+    return "\n".join(out) + "\n"
+
+
+def convert(args):
+    if not 1 <= args.max_batch_size <= 512:
+        fail(f"--max-batch-size {args.max_batch_size}: must be in [1, 512]")
+    try:
+        with open(args.config, encoding="utf-8") as f:
+            h = json.load(f)
+    except (OSError, ValueError) as ex:
+        fail(f"{args.config}: cannot read the config: {ex}")
+    cfg = parse_config(h)
+    sd, key = load_state_dict(args.checkpoint)
+    sd, n_wn = remove_weight_norm(sd)
+    tensors = check_tensors(sd, cfg)
+
+    out = os.path.normpath(args.output)
+    name = os.path.basename(os.path.abspath(out))
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
+        fail(f"--output {args.output}: the model name {name!r} must use only A-Z a-z 0-9 _ . -")
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{name}.", dir=parent)
+    os.chmod(tmp, 0o755)
+    files = ("1/model.safetensors", "1/model.json", "config.pbtxt")
+    try:
+        os.makedirs(os.path.join(tmp, "1"))
+        meta = {"format": "hark", "family": FAMILY, "converter": "tools/convert_hifigan.py",
+                "converter_version": CONVERTER_VERSION,
+                "source": os.path.basename(args.checkpoint),
+                "weight_norm_removed": str(n_wn)}
+        write_safetensors(os.path.join(tmp, "1", "model.safetensors"), tensors, meta)
+        with open(os.path.join(tmp, "1", "model.json"), "w", encoding="utf-8") as f:
+            json.dump(cfg, f, indent=2)
+            f.write("\n")
+        with open(os.path.join(tmp, "config.pbtxt"), "w", encoding="utf-8") as f:
+            f.write(config_pbtxt(name, args.max_batch_size, cfg))
+        if os.path.isdir(out):
+            os.makedirs(os.path.join(out, "1"), exist_ok=True)
+            for rel in files:
+                os.replace(os.path.join(tmp, rel), os.path.join(out, rel))
+            shutil.rmtree(tmp)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    n = sum(a.size for a in tensors.values())
+    print(f"wrote {out}: hifi-gan (resblock {cfg['resblock']}, upsample "
+          f"{cfg['upsample_rates']}), {len(tensors)} tensors, {n} values, "
+          f"{n_wn} weight norms removed ({key or 'bare state dict'})")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--checkpoint", required=True, help="g_XXXXXXXX or a plain state dict")
+    ap.add_argument("--config", required=True, help="hifi-gan config_vN.json")
+    ap.add_argument("--output", required=True, help="model directory to write")
+    ap.add_argument("--max-batch-size", type=int, default=8, help="config.pbtxt max_batch_size")
+    args = ap.parse_args(argv)
+    try:
+        convert(args)
+    except ConvertError as ex:
+        print(f"convert_hifigan: error: {ex}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
