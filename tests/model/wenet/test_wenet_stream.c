@@ -789,10 +789,24 @@ GPU_TEST(wenet_stream_gpu_golden)
                     CHECKF(wenet_stream_final(s, &r, &err) == HARK_OK, "%s", err.msg);
                     if (pi == 0)
                         check_result(t, &fx, u, mode, m, &r, &worst_nb, &worst_resc);
-                    else
-                        CHECKF(same_tokens(golden(&fx, u, mode, wenet_method_name(DECODE_CTC_GREEDY), "tokens"),
-                                           r.best.tokens, r.best.n_tokens),
+                    else {
+                        const cJSON *gt = golden(&fx, u, mode,
+                                                 wenet_method_name(DECODE_CTC_GREEDY), "tokens");
+                        if (!same_tokens(gt, r.best.tokens, r.best.n_tokens)) {
+                            int ng = cJSON_GetArraySize(gt), k = 0;
+                            while (k < ng && k < r.best.n_tokens &&
+                                   cJSON_GetArrayItem(gt, k)->valueint == r.best.tokens[k])
+                                k++;
+                            printf("    fp16 %s %s: %d golden tokens, %d here, first difference at "
+                                   "token %d (golden %d, here %d, frame %d); text '%s'\n",
+                                   utts[u], mode, ng, r.best.n_tokens, k,
+                                   k < ng ? cJSON_GetArrayItem(gt, k)->valueint : -1,
+                                   k < r.best.n_tokens ? r.best.tokens[k] : -1,
+                                   k < r.best.n_tokens ? r.best.times[k] : -1, r.best.text);
+                        }
+                        CHECKF(same_tokens(gt, r.best.tokens, r.best.n_tokens),
                                "fp16 %s %s: greedy tokens differ", utts[u], mode);
+                    }
                     if (test_failed(t))
                         return;
                     if (m == m_of)
