@@ -98,7 +98,7 @@ int hark_model_sample_rate(const hark_model_t *m); /* Hz of the PCM it takes (AS
 const char *hark_model_family(const hark_model_t *m); /* the family's name, as model.json gives it */
 const char *hark_model_task(const hark_model_t *m);   /* "asr", "tts", "vad" */
 int hark_model_device(const hark_model_t *m);         /* -1: CPU, else the CUDA device */
-int hark_model_is_streaming(const hark_model_t *m);   /* 1: hark_stream_* works on it */
+int hark_model_is_streaming(const hark_model_t *m);   /* 1: its family streams (hark_stream_*) */
 const char *hark_model_description(const hark_model_t *m); /* human-readable, for logs */
 
 /* ---- offline recognition (task "asr") ------------------------------------------------------ */
@@ -165,10 +165,16 @@ int hark_asr_result_nbest_tokens(const hark_asr_result_t *r, int i, int k, const
                                  const int **times_ms);
 
 /* ---- streaming recognition ------------------------------------------------------------------
- * The loop: create -> accept_waveform (chunks as they arrive) -> decode -> result (partial, then
- * final after accept_waveform with n == 0 marks the end) -> destroy.
- * No streaming family exists in hark yet: on every model today hark_stream_create returns
- * HARK_ERR_UNSUPPORTED (hark_last_error names the model's family), and so do the others. */
+ * The loop: create -> accept_waveform (chunks as they arrive, at the model's rate) -> decode ->
+ * result (partial, then final after accept_waveform with n == 0 marks the end) -> destroy.
+ * Families with streams (WeNet U2/U2++ models trained with chunks: chunk-by-chunk decoding with
+ * per-stream caches; hark_asr_opts_t's decoding_chunk_size, default 16, and
+ * num_decoding_left_chunks apply). accept_waveform decodes every chunk the audio completes
+ * (decode has nothing left to do and reports the stream's state); result is a snapshot of the
+ * latest partial or final result (one utterance: index 0). A stream holds a worker of its own
+ * sized for the model's max_seconds (10 minutes when 0). Other models: HARK_ERR_UNSUPPORTED from
+ * create (hark_last_error names the family); a model without chunk training: the family's
+ * error; another sample rate: HARK_ERR_UNSUPPORTED; audio after the end: HARK_ERR_CLOSED. */
 typedef struct hark_stream hark_stream_t;
 hark_status_t hark_stream_create(hark_model_t *m, const hark_asr_opts_t *opts,
                                  hark_stream_t **out);

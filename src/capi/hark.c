@@ -191,7 +191,7 @@ int hark_model_device(const hark_model_t *m)
 
 int hark_model_is_streaming(const hark_model_t *m)
 {
-    return m ? m->f->streaming : 0;
+    return m && m->f->task == FAMILY_TASK_ASR && m->f->stream_open;
 }
 
 const char *hark_model_description(const hark_model_t *m)
@@ -587,9 +587,32 @@ int hark_asr_result_nbest_tokens(const hark_asr_result_t *r, int i, int k, const
 
 /* ---- streaming and synthesis: no family yet ------------------------------------------------- */
 
+/* A stream: a worker of its own (one stream slot) over the family's streams (family.h
+ * stream_open / stream items); each accept_waveform is one execute of one stream item, whose
+ * PARTIAL / DONE result is kept as the stream's latest. */
 struct hark_stream {
-    int unused; /* no streaming family exists yet; nothing ever creates one */
+    hark_model_t *m;
+    family_worker_t *w;
+    void *st;       /* the family's stream */
+    void *fopts;    /* parse_opts of the create's options */
+    asr_result_t last;
+    int ended;      /* the input ended (accept_waveform with n == 0) */
+    int status;     /* the last item's error, or 0 */
+    char error[400];
 };
+
+static void stream_emit(family_item_t *it, const family_event_t *ev)
+{
+    hark_stream_t *s = it->user;
+    if (ev->kind == FAMILY_EV_DONE && ev->status) {
+        s->status = ev->status;
+        snprintf(s->error, sizeof s->error, "%s", ev->error ? ev->error : "");
+    }
+    if ((ev->kind == FAMILY_EV_PARTIAL || ev->kind == FAMILY_EV_DONE) && ev->asr && !ev->status) {
+        asr_result_free(&s->last);
+        asr_result_take(&s->last, ev->asr);
+    }
+}
 
 hark_status_t hark_stream_create(hark_model_t *m, const hark_asr_opts_t *opts, hark_stream_t **out)
 {
@@ -597,33 +620,102 @@ hark_status_t hark_stream_create(hark_model_t *m, const hark_asr_opts_t *opts, h
         *out = NULL;
     if (!m || !out)
         return fail(HARK_ERR_INVALID_ARG, "hark_stream_create: model and out are required");
-    return fail(HARK_ERR_UNSUPPORTED,
-                "hark_stream_create: model family %s is not a streaming family (hark has none "
-                "yet)",
-                m->f->name);
+    if (m->f->task != FAMILY_TASK_ASR || !m->f->stream_open)
+        return fail(HARK_ERR_UNSUPPORTED,
+                    "hark_stream_create: model family %s has no streaming recognition",
+                    m->f->name);
+    hark_asr_opts_t o = opts ? *opts : (hark_asr_opts_t){0};
+    family_param_t p[8];
+    char buf[6][40];
+    family_params_t req = {p, asr_params(&o, p, buf)};
+    hark_err_t err = {0};
+    hark_stream_t *s = hark_calloc(1, sizeof *s);
+    if (!s || !(s->fopts = hark_calloc(1, m->f->opts_size ? m->f->opts_size : 1))) {
+        hark_free(s);
+        return fail(HARK_ERR_NOMEM, "out of memory");
+    }
+    s->m = m;
+    /* one slot, for as long a stream as the model takes (max_seconds), 10 minutes otherwise */
+    family_worker_opts_t wo = {.max_batch = 1,
+                               .max_seconds = m->o.max_seconds > 0 ? m->o.max_seconds : 600,
+                               .n_threads = m->o.n_threads,
+                               .max_sequences = 1};
+    int rc = m->f->parse_opts(m->fm, &m->cfg_params, &req, s->fopts, &err);
+    if (!rc)
+        rc = m->f->worker_create(m->fm, &wo, &s->w, &err);
+    if (!rc)
+        rc = m->f->stream_open(s->w, &s->st, &err);
+    if (rc) {
+        fail_err(rc, &err);
+        hark_stream_destroy(s);
+        return (hark_status_t)rc;
+    }
+    *out = s;
+    return HARK_OK;
 }
 
 hark_status_t hark_stream_accept_waveform(hark_stream_t *s, const float *pcm, size_t n,
                                           int sample_rate)
 {
-    return fail(HARK_ERR_UNSUPPORTED, "hark_stream_accept_waveform: hark has no streaming family "
-                                      "yet");
+    if (!s || (n > 0 && !pcm))
+        return fail(HARK_ERR_INVALID_ARG, "hark_stream_accept_waveform: stream and pcm required");
+    if (s->ended)
+        return fail(HARK_ERR_CLOSED, "hark_stream_accept_waveform: the input already ended");
+    if (s->status)
+        return fail(s->status, "hark_stream_accept_waveform: the stream failed: %s", s->error);
+    if (sample_rate && sample_rate != s->m->info.sample_rate)
+        return fail(HARK_ERR_UNSUPPORTED,
+                    "hark_stream_accept_waveform: streams take the model's rate, %d Hz, not %d",
+                    s->m->info.sample_rate, sample_rate);
+    hark_err_t err = {0};
+    family_item_t it = {.opts = s->fopts, .pcm = pcm, .n = n, .want_words = 1,
+                        .emit = stream_emit, .user = s, .stream = s->st, .stream_end = n == 0};
+    family_item_t *ip[1] = {&it};
+    s->ended = n == 0;
+    int rc = s->m->f->execute(s->w, ip, 1, NULL, &err);
+    if (rc)
+        return fail_err(rc, &err);
+    if (s->status)
+        return fail(s->status, "%s", s->error);
+    return HARK_OK;
 }
 
 hark_status_t hark_stream_decode(hark_stream_t *s)
 {
-    return fail(HARK_ERR_UNSUPPORTED, "hark_stream_decode: hark has no streaming family yet");
+    if (!s)
+        return fail(HARK_ERR_INVALID_ARG, "hark_stream_decode: no stream");
+    return s->status ? fail(s->status, "%s", s->error) : HARK_OK; /* accept_waveform decoded */
 }
 
 hark_status_t hark_stream_result(hark_stream_t *s, hark_asr_result_t **out)
 {
     if (out)
         *out = NULL;
-    return fail(HARK_ERR_UNSUPPORTED, "hark_stream_result: hark has no streaming family yet");
+    if (!s || !out)
+        return fail(HARK_ERR_INVALID_ARG, "hark_stream_result: stream and out are required");
+    hark_asr_result_t *r = hark_calloc(1, sizeof *r);
+    asr_result_t *a = hark_calloc(1, sizeof *a);
+    if (!r || !a || asr_result_copy(a, &s->last)) {
+        hark_free(r);
+        hark_free(a);
+        return fail(HARK_ERR_NOMEM, "out of memory");
+    }
+    r->n = 1;
+    r->r = a;
+    *out = r;
+    return HARK_OK;
 }
 
 void hark_stream_destroy(hark_stream_t *s)
 {
+    if (!s)
+        return;
+    if (s->st)
+        s->m->f->stream_close(s->w, s->st);
+    if (s->w)
+        s->m->f->worker_destroy(s->w);
+    asr_result_free(&s->last);
+    hark_free(s->fopts);
     hark_free(s);
 }
 

@@ -11,6 +11,8 @@
 #include "model/wenet/wenet_asr.h"
 #include "support/golden_model.h"
 
+#include <cjson/cJSON.h>
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,7 +101,7 @@ TEST(capi_golden_every_method)
     CHECK(!strcmp(hark_model_family(m), "wenet_u2") && !strcmp(hark_model_task(m), "asr"));
     CHECK_EQ_INT(hark_model_sample_rate(m), 16000);
     CHECK_EQ_INT(hark_model_device(m), -1);
-    CHECK_EQ_INT(hark_model_is_streaming(m), 0);
+    CHECK_EQ_INT(hark_model_is_streaming(m), 1); /* the family streams (capi_stream_golden) */
     CHECK(strstr(hark_model_description(m), "wenet_u2") != NULL);
     wenet_asr_t *ref;
     hark_err_t err = {0};
@@ -234,15 +236,11 @@ TEST(capi_errors_and_unsupported)
     o = (hark_asr_opts_t){.dump_dir = "/tmp/x"};
     CHECK_EQ_INT(hark_recognize(m, pz, nz, 2, 0, &o, &r), HARK_ERR_INVALID_ARG);
     hark_free(zeros);
-    /* streaming and TTS: declared for the families to come, honest until then */
-    hark_stream_t *s = (hark_stream_t *)1;
-    CHECK_EQ_INT(hark_stream_create(m, NULL, &s), HARK_ERR_UNSUPPORTED);
-    CHECK(s == NULL);
-    CHECKF(strstr(hark_last_error(), "wenet_u2") && strstr(hark_last_error(), "streaming"), "%s",
-           hark_last_error());
-    CHECK_EQ_INT(hark_stream_accept_waveform(NULL, NULL, 0, 16000), HARK_ERR_UNSUPPORTED);
-    CHECK_EQ_INT(hark_stream_decode(NULL), HARK_ERR_UNSUPPORTED);
-    CHECK_EQ_INT(hark_stream_result(NULL, &r), HARK_ERR_UNSUPPORTED);
+    /* TTS on an ASR model, streams: bad arguments */
+    CHECK_EQ_INT(hark_stream_accept_waveform(NULL, NULL, 0, 16000), HARK_ERR_INVALID_ARG);
+    CHECK_EQ_INT(hark_stream_decode(NULL), HARK_ERR_INVALID_ARG);
+    CHECK_EQ_INT(hark_stream_result(NULL, &r), HARK_ERR_INVALID_ARG);
+    CHECK_EQ_INT(hark_stream_create(NULL, NULL, NULL), HARK_ERR_INVALID_ARG);
     float *out = NULL;
     size_t nout = 1;
     int rate = 0;
@@ -456,6 +454,68 @@ TEST(capi_every_allocation_failing)
         }
         hark_asr_result_destroy(ref);
     }
+    hark_model_destroy(m);
+    fx_close(&fx);
+}
+
+/* A stream through the C API: jfk in 0.64 s pieces gives growing partial results and, after the
+ * end, WeNet's streaming result (chunk 16, all history, attention rescoring) of the goldens;
+ * a second stream with left context 4 and greedy search gives that golden's; another rate and
+ * audio after the end are refused. */
+TEST(capi_stream_golden)
+{
+    fx_t fx;
+    OPEN_FX(fx);
+    hark_model_t *m;
+    CHECKF(hark_model_load(fx.dir, NULL, &m) == HARK_OK, "%s", hark_last_error());
+    CHECK(hark_model_is_streaming(m));
+    cJSON *res = golden_wenet_results();
+    CHECK(res != NULL);
+    static const struct {
+        const char *mode, *method;
+        hark_asr_opts_t o;
+    } runs[2] = {{"stream_chunk16_left-1", "attention_rescoring", {0}},
+                 {"stream_chunk16_left4", "ctc_greedy_search",
+                  {.decoding_method = "ctc_greedy_search", .decoding_chunk_size = 16,
+                   .num_decoding_left_chunks = 4}}};
+    for (int k = 0; k < 2; k++) {
+        hark_stream_t *s;
+        CHECKF(hark_stream_create(m, &runs[k].o, &s) == HARK_OK, "%s", hark_last_error());
+        int partials = 0;
+        const float *pcm = fx.pcm[1];
+        size_t n = fx.n[1];
+        for (size_t at = 0; at < n; at += 10240) {
+            size_t c = n - at < 10240 ? n - at : 10240;
+            CHECKF(hark_stream_accept_waveform(s, pcm + at, c, 16000) == HARK_OK, "%s",
+                   hark_last_error());
+            CHECK_OK(hark_stream_decode(s));
+            hark_asr_result_t *r;
+            CHECK_OK(hark_stream_result(s, &r));
+            partials += hark_asr_result_text(r, 0)[0] != 0;
+            hark_asr_result_destroy(r);
+        }
+        CHECK_OK(hark_stream_accept_waveform(s, NULL, 0, 0));
+        hark_asr_result_t *r;
+        CHECK_OK(hark_stream_result(s, &r));
+        const cJSON *g = cJSON_GetObjectItem(
+            cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(res, "jfk"), runs[k].mode),
+                                runs[k].method),
+            "text");
+        CHECKF(cJSON_IsString(g) && !strcmp(hark_asr_result_text(r, 0), g->valuestring),
+               "%s %s: '%s', golden '%s'", runs[k].mode, runs[k].method, hark_asr_result_text(r, 0),
+               cJSON_IsString(g) ? g->valuestring : "?");
+        printf("    %s %s: %d partial results with text, final = WeNet's\n", runs[k].mode,
+               runs[k].method, partials);
+        CHECK(partials >= 5);
+        hark_asr_result_destroy(r);
+        CHECK_EQ_INT(hark_stream_accept_waveform(s, pcm, 100, 16000), HARK_ERR_CLOSED);
+        hark_stream_destroy(s);
+    }
+    hark_stream_t *s;
+    CHECK_OK(hark_stream_create(m, NULL, &s));
+    CHECK_EQ_INT(hark_stream_accept_waveform(s, fx.pcm[1], 100, 8000), HARK_ERR_UNSUPPORTED);
+    hark_stream_destroy(s);
+    cJSON_Delete(res);
     hark_model_destroy(m);
     fx_close(&fx);
 }
