@@ -45,7 +45,7 @@ static pid_t serve_start(const char *repo, const char *log, int *port, char *msg
             dup2(fileno(lf), 2);
         close(fds[0]);
         execl(test_hark_bin(), test_hark_bin(), "serve", "--model-repository", repo, "--http-port",
-              "0", "--metrics-port", "0", (char *)NULL);
+              "0", "--metrics-port", "0", "--grpc-port", "-1", (char *)NULL);
         _exit(127);
     }
     close(fds[1]);

@@ -18,7 +18,7 @@ shutil.copytree(model_dir, os.path.join(repo, "wenet_badprec"))
 with open(os.path.join(repo, "wenet_badprec", "config.pbtxt"), "a") as f:
     f.write('parameters { key: "precision" value { string_value: "fp64" } }\n')
 proc = subprocess.Popen([hark, "serve", "--model-repository", repo, "--http-port", "0",
-                         "--metrics-port", "0", "--max-body-bytes", "8000000",
+                         "--metrics-port", "0", "--grpc-port", "-1", "--max-body-bytes", "8000000",
                          "--request-timeout-ms", "1500", "--http-threads", "3"],
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 line = proc.stdout.readline()

@@ -31,7 +31,7 @@ with open(os.path.join(dle, "config.pbtxt"), "w") as f:  # as convert_jasper.py 
             'dynamic_batching { }\ninstance_group [ { count: 1 kind: KIND_CPU } ]\n'
             'parameters { key: "family" value { string_value: "jasper" } }\n')
 proc = subprocess.Popen([hark, "serve", "--model-repository", repo, "--http-port", "0",
-                         "--metrics-port", "0", "--http-threads", "1"],
+                         "--metrics-port", "0", "--grpc-port", "-1", "--http-threads", "1"],
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 line = proc.stdout.readline()
 m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
