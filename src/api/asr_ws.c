@@ -1,8 +1,12 @@
 /* asr_ws.c — WeNet runtime's WebSocket streaming ASR protocol on the HTTP port: a client sends
  * {"signal":"start","nbest":N,"continuous_decoding":B}, binary frames of 16-bit little-endian
  * PCM at the model's rate, then {"signal":"end"}; it gets {"status":"ok","type":"server_ready"},
- * {"status":"ok","type":"partial_result","nbest":"[{\"sentence\":...}]"} as chunks decode,
- * {"status":"ok","type":"final_result","nbest":...} and {"status":"ok","type":"speech_end"};
+ * {"status":"ok","type":"partial_result","nbest":"[{\"sentence\":...}]"} as chunks decode
+ * something, {"status":"ok","type":"final_result","nbest":"[{\"sentence\":...,\"word_pieces\":
+ * [{\"word\",\"start\",\"end\"}]}]"} (times in ms of the stream) at each endpoint (endpointing
+ * is always on, as in WeNet's server) and at the end, and {"status":"ok","type":"speech_end"}
+ * after the end's final result, or after the first endpoint's without continuous decoding (then
+ * recognition stops: later audio or the end signal closes the connection, as WeNet's does);
  * errors as {"status":"failed","message":...} and the connection closes. The session is one
  * sequence of the service (the audio of each frame one chunk), so the scheduler, statistics and
  * limits are those of sequence batching. Tests: tests/server/test_websocket.py */
@@ -30,10 +34,11 @@ typedef struct {
     uint64_t owner;
     char seq_id[40];
     /* loop thread */
-    int started, ended, sent_any, nbest;
+    int started, ended, sent_any, nbest, continuous;
     int16_t *held; /* the last frame's samples, sent with the next frame or as the END chunk */
     size_t n_held, cap_held;
     atomic_int failed;
+    atomic_int stopped; /* speech_end sent (an instance thread): later answers are dropped */
 } session_t;
 
 typedef struct {
@@ -81,14 +86,39 @@ static void send_error(session_t *ss, const char *msg)
     ws_close(ss->c);
 }
 
-/* {"status":"ok","type":type,"nbest":"[{\"sentence\":text}]"} (WeNet sends nbest as a JSON text) */
-static void send_result(session_t *ss, const char *type, const char *text, int final)
+/* one path of the n-best: {"sentence":text} (+ "word_pieces" in a final result) */
+static void add_path(cJSON *arr, const char *text, const asr_word_t *w, int n_w, int final)
 {
-    cJSON *arr = cJSON_CreateArray(), *p = cJSON_CreateObject();
-    cJSON_AddStringToObject(p, "sentence", text);
-    if (final)
-        cJSON_AddItemToObject(p, "word_pieces", cJSON_CreateArray());
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "sentence", text ? text : "");
+    if (final) {
+        cJSON *wp = cJSON_AddArrayToObject(p, "word_pieces");
+        for (int i = 0; i < n_w; i++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "word", w[i].text ? w[i].text : "");
+            cJSON_AddNumberToObject(o, "start", w[i].start_ms);
+            cJSON_AddNumberToObject(o, "end", w[i].end_ms);
+            cJSON_AddItemToArray(wp, o);
+        }
+    }
     cJSON_AddItemToArray(arr, p);
+}
+
+/* {"status":"ok","type":type,"nbest":"[{\"sentence\":...},...]"} (WeNet sends nbest as a JSON
+ * text): the best path (with its words when final), then the method's other paths, up to the
+ * session's nbest. r NULL: one empty sentence. */
+static void send_result(session_t *ss, const char *type, const asr_result_t *r, int final)
+{
+    cJSON *arr = cJSON_CreateArray();
+    const char *best = r ? r->best.text : "";
+    add_path(arr, best, r ? r->words : NULL, r ? r->n_words : 0, final);
+    for (int i = 0, k = 1; r && i < r->n_nbest && k < ss->nbest; i++) {
+        const char *t = r->nbest[i].text ? r->nbest[i].text : "";
+        if (i == 0 && !strcmp(t, best ? best : "")) /* the best path again */
+            continue;
+        add_path(arr, t, NULL, 0, final);
+        k++;
+    }
     char *nb = cJSON_PrintUnformatted(arr);
     cJSON_Delete(arr);
     cJSON *o = cJSON_CreateObject();
@@ -108,53 +138,53 @@ static void chunk_free(void *user)
     session_unref(ss);
 }
 
-/* the service's answer to one chunk (an instance thread, or the loop for early errors) */
+/* The recognition of one chunk (an instance thread): each segment an endpoint ended is a
+ * final result (and without continuous decoding the end of recognition); then the chunk's own
+ * result: the final one with the END chunk, else a partial one when something was decoded. */
+static void chunk_asr(void *user, int segment, asr_result_t *r, double start_s, double end_s)
+{
+    chunk_t *ck = user;
+    session_t *ss = ck->ss;
+    (void)start_s, (void)end_s;
+    if (atomic_load(&ss->stopped) || atomic_load(&ss->failed))
+        return;
+    if (segment || ck->end) {
+        send_result(ss, "final_result", r, 1);
+        if (ck->end || !ss->continuous) {
+            atomic_store(&ss->stopped, 1);
+            send_status(ss, "speech_end");
+        }
+    } else if (r->best.text && r->best.text[0]) {
+        send_result(ss, "partial_result", r, 0);
+    }
+}
+
+/* the service's answer to one chunk (the results went through chunk_asr): errors only */
 static void chunk_done(void *user, int status, const char *error, const char *model,
                        const char *version, const kserve_output_t *outs, int n_outs)
 {
     chunk_t *ck = user;
     session_t *ss = ck->ss;
-    if (status) {
+    (void)model, (void)version, (void)outs, (void)n_outs;
+    if (status && !atomic_load(&ss->stopped))
         send_error(ss, error && error[0] ? error : hark_status_str(status));
-        return;
-    }
-    const uint8_t *txt = NULL; /* TRANSCRIPTS [1]: a 4-byte little-endian length, the text */
-    size_t tl = 0;
-    if (n_outs >= 1 && outs[0].size >= 4) {
-        const uint8_t *d = outs[0].data;
-        tl = (size_t)d[0] | (size_t)d[1] << 8 | (size_t)d[2] << 16 | (size_t)d[3] << 24;
-        txt = d + 4;
-        if (tl > outs[0].size - 4)
-            tl = 0;
-    }
-    char *text = hark_malloc(tl + 1);
-    if (!text) {
-        send_error(ss, "out of memory");
-        return;
-    }
-    if (tl)
-        memcpy(text, txt, tl);
-    text[tl] = 0;
-    if (ck->end) {
-        send_result(ss, "final_result", text, 1);
-        send_status(ss, "speech_end");
-    } else if (tl) {
-        send_result(ss, "partial_result", text, 0);
-    }
-    hark_free(text);
 }
 
 /* One chunk of the session's sequence: a KServe request as the transports make them. */
 static void submit(session_t *ss, const int16_t *pcm, size_t n, int end)
 {
     chunk_t *ck = hark_calloc(1, sizeof *ck);
-    char hdr[512];
+    char hdr[640], opts[128] = "";
+    if (!ss->sent_any) /* the sequence's options, WeNet server's: endpointing always on */
+        snprintf(opts, sizeof opts,
+                 ",\"endpointing\":\"true\",\"continuous_decoding\":\"%s\"%s",
+                 ss->continuous ? "true" : "false", ss->nbest > 1 ? ",\"nbest\":\"all\"" : "");
     int hl = snprintf(hdr, sizeof hdr,
                       "{\"inputs\":[{\"name\":\"WAV\",\"shape\":[1,%zu],\"datatype\":\"FP32\","
                       "\"parameters\":{\"binary_data_size\":%zu}}],\"parameters\":{"
-                      "\"sequence_id\":\"%s\",\"sequence_start\":%s,\"sequence_end\":%s}}",
+                      "\"sequence_id\":\"%s\",\"sequence_start\":%s,\"sequence_end\":%s%s}}",
                       n, n * sizeof(float), ss->seq_id, ss->sent_any ? "false" : "true",
-                      end ? "true" : "false");
+                      end ? "true" : "false", opts);
     size_t len = (size_t)hl + n * sizeof(float);
     if (!ck || !(ck->body = hark_malloc(len + 64))) {
         hark_free(ck);
@@ -186,7 +216,9 @@ static void submit(session_t *ss, const int16_t *pcm, size_t n, int end)
                           .owner = ss->owner,
                           .loop = ss->loop,
                           .done = chunk_done,
-                          .user = ck};
+                          .user = ck,
+                          .asr = chunk_asr,
+                          .want_words = 1};
     service_infer(ss->s, &in);
 }
 
@@ -207,18 +239,22 @@ static void on_text(session_t *ss, const uint8_t *data, size_t len)
             send_error(ss, "the session has started already");
         else {
             ss->nbest = nb ? nb->valueint : 1;
+            ss->continuous = cd && cJSON_IsTrue(cd);
             ss->started = 1;
             send_status(ss, "server_ready");
         }
     } else if (!strcmp(sig->valuestring, "end")) {
-        if (!ss->started || ss->ended) {
+        if (atomic_load(&ss->stopped)) { /* recognition stopped at an endpoint: WeNet closes */
+            ss->ended = 1;
+            ws_close(ss->c);
+        } else if (!ss->started || ss->ended) {
             send_error(ss, ss->ended ? "the session has ended" : "Start signal is expected");
         } else {
             ss->ended = 1;
             if (ss->n_held)
                 submit(ss, ss->held, ss->n_held, 1);
             else if (!ss->sent_any) { /* no audio at all */
-                send_result(ss, "final_result", "", 1);
+                send_result(ss, "final_result", NULL, 1);
                 send_status(ss, "speech_end");
             } else
                 send_error(ss, "internal: the last audio was not held back");
@@ -237,6 +273,12 @@ static void on_message(ws_conn_t *c, int text, const uint8_t *data, size_t len, 
         return;
     if (text) {
         on_text(ss, data, len);
+        return;
+    }
+    if (ss->started && atomic_load(&ss->stopped)) { /* after speech_end: WeNet closes */
+        if (!ss->ended)
+            ws_close(ss->c);
+        ss->ended = 1;
         return;
     }
     if (!ss->started || ss->ended) {

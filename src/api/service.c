@@ -325,6 +325,8 @@ static void job_finish(job_t *j)
         return;
     }
     int B = j->batch;
+    if (j->in.asr && B == 1)
+        j->in.asr(j->in.user, 0, &j->results[0], 0, j->results[0].duration_s);
     if (j->io && j->io->out == FAMILY_OUT_FRAME_IDS) {
         finish_frame_ids(j);
         return;
@@ -363,6 +365,13 @@ static void job_fail(job_t *j, int rc, const char *msg)
     j->status = rc;
     snprintf(j->error, sizeof j->error, "%s", msg && msg[0] ? msg : hark_status_str(rc));
     job_finish(j);
+}
+
+/* a segment an endpoint ended (a sequence's chunk of a caller that wants the results) */
+static void item_segment(served_request_t *r, asr_result_t *res, double start_s, double end_s)
+{
+    job_t *j = ((job_item_t *)r)->job;
+    j->in.asr(j->in.user, 1, res, start_s, end_s);
 }
 
 static void item_done(served_request_t *r, int status, const char *error, asr_result_t *res,
@@ -479,7 +488,8 @@ static void job_submit(job_t *j)
         it->req.fi.opts = j->opts;
         it->req.fi.pcm = j->pcm[i];
         it->req.fi.n = j->n[i];
-        it->req.fi.want_words = j->kind == JOB_TRANSCRIBE && j->tin.want_words;
+        it->req.fi.want_words = j->kind == JOB_TRANSCRIBE ? j->tin.want_words : j->in.want_words;
+        it->req.segment = j->kind == JOB_KSERVE && j->in.asr && B == 1 ? item_segment : NULL;
         it->req.fi.want_frame_ids = j->io && j->io->out == FAMILY_OUT_FRAME_IDS;
         it->req.cancelled = j->kind == JOB_KSERVE ? j->in.cancelled : j->tin.cancelled;
         it->req.done = item_done;

@@ -63,6 +63,14 @@ void service_repository_load(server_t *s, const char *model, int load, service_d
 typedef void (*service_infer_fn)(void *user, int status, const char *error, const char *model,
                                  const char *version, const kserve_output_t *outs, int n_outs);
 
+/* A batch-1 ASR request's recognition itself, lent for the call (asr_result_take keeps it), on
+ * the thread that then answers: segment = 1 for each segment an endpoint ended while a
+ * sequence's chunk ran (start_s .. end_s its span in the stream, seconds), before the chunk's
+ * answer; segment = 0 for the request's own result (start_s 0, end_s its audio's duration),
+ * just before done. Not called for a request that failed. */
+typedef void (*service_asr_fn)(void *user, int segment, asr_result_t *result, double start_s,
+                               double end_s);
+
 typedef struct {
     const char *model, *version; /* version NULL or "": the served one */
     kserve_request_t *req;       /* taken: freed by the service after done */
@@ -79,6 +87,10 @@ typedef struct {
     uv_loop_t *loop; /* the caller's loop (encoded audio is decoded on its thread pool) */
     service_infer_fn done;
     void *user;
+    /* optional (the WebSocket; KServe transports leave them 0 and keep one answer per request):
+     * the results themselves through asr (batch 1 only), with word times when want_words */
+    service_asr_fn asr;
+    int want_words;
 } service_infer_t;
 
 /* Starts an inference; done is always called exactly once (see OWNERSHIP). A model served

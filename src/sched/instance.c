@@ -75,11 +75,30 @@ static int hist_bucket(int b)
     return k;
 }
 
-/* the family's events for one item: the final result is kept in the request until the batch's
- * completions (partial events are for streaming, which submits through its own path) */
+struct served_seg {
+    asr_result_t result;
+    double start_s, end_s;
+};
+
+/* the family's events for one item: the final result (a stream chunk's partial one) and the
+ * segments an endpoint ended are kept in the request until the batch's completions */
 static void on_emit(family_item_t *fi, const family_event_t *ev)
 {
     served_request_t *r = fi->user;
+    if (ev->kind == FAMILY_EV_SEGMENT && fi->stream && ev->asr && r->segment) {
+        struct served_seg *g = hark_realloc(r->segs_, (size_t)(r->n_segs_ + 1) * sizeof *g);
+        if (!g) { /* defensive: the segment is lost, the chunk's own answer still goes */
+            LOG_WARN("out of memory keeping an endpoint's segment");
+            return;
+        }
+        r->segs_ = g;
+        g += r->n_segs_++;
+        memset(&g->result, 0, sizeof g->result);
+        asr_result_take(&g->result, ev->asr);
+        g->start_s = ev->seg_start_s;
+        g->end_s = ev->seg_end_s;
+        return;
+    }
     if (ev->kind == FAMILY_EV_PARTIAL && fi->stream && ev->asr) { /* a chunk's answer */
         asr_result_free(&r->result_);
         asr_result_take(&r->result_, ev->asr);
@@ -208,6 +227,8 @@ static void run_group(instance_t *in, family_worker_t *w, served_request_t **req
         r->status_ = HARK_ERR_INTERNAL;
         snprintf(r->error_, sizeof r->error_, "the model gave no result");
         memset(&r->result_, 0, sizeof r->result_);
+        r->segs_ = NULL;
+        r->n_segs_ = 0;
         items[i] = &r->fi;
         total += r->fi.n;
         if (r->fi.n > maxn)
@@ -250,9 +271,17 @@ static void run_group(instance_t *in, family_worker_t *w, served_request_t **req
         char error[sizeof r->error_];
         if (st)
             memcpy(error, r->error_, sizeof error);
+        struct served_seg *segs = r->segs_;
+        int n_segs = r->n_segs_;
         uint64_t t3 = clock_now_ns();
         if (r->seq_)
             seq_chunk_done(in, w, r, st);
+        for (int k = 0; k < n_segs; k++) {
+            if (!st)
+                r->segment(r, &segs[k].result, segs[k].start_s, segs[k].end_s);
+            asr_result_free(&segs[k].result);
+        }
+        hark_free(segs);
         r->done(r, st, st ? error : NULL, st ? NULL : &res, &tm); /* may free r */
         uint64_t t4 = clock_now_ns();
         asr_result_free(&res); /* what the callback did not take */

@@ -46,11 +46,17 @@ struct served_request {
     const atomic_int *cancelled; /* optional: non-zero drops the request before it runs */
     served_done_fn done;
     void *user;
+    /* optional (asr sequences): each segment an endpoint ended while this chunk ran, with its
+     * final result (lent: asr_result_take keeps it) and its span in seconds of the stream; called
+     * in order on the worker thread just before done, never for a request that failed */
+    void (*segment)(served_request_t *req, asr_result_t *result, double start_s, double end_s);
     /* private to the instance */
     uint64_t key_;
     int status_;
     char error_[256];
     asr_result_t result_;
+    struct served_seg *segs_; /* (n_segs_) SEGMENT events kept for `segment` */
+    int n_segs_;
     served_seq_t *seq_;          /* a chunk of this sequence (served_model_submit_seq) */
     int seq_flags_;              /* SEQ_START / SEQ_END / SEQ_CLOSE (instance.c) */
     served_request_t *seq_next_; /* the sequence's queue of chunks */

@@ -145,6 +145,58 @@ try:
     ws.s.close()
     check(requests.get(base + "/v2/health/live").status_code == 200, "HTTP served beside WebSocket")
 
+    # endpointing (always on, as in WeNet's server): jfk, 2 s of low noise, LJ001-0002
+    rng = __import__("random").Random(7)
+    gap = struct.pack("<%dh" % 32000, *[rng.randint(-24, 24) for _ in range(32000)])
+    long_audio = pcm16("jfk") + gap + pcm16("LJ001-0002")
+
+    def session(cont):
+        w = WS("/")
+        w.text({"signal": "start", "nbest": 1, "continuous_decoding": cont})
+        w.messages("server_ready")
+        try:  # without continuous decoding the server closes once recognition stopped
+            for i in range(0, len(long_audio), step):
+                w.send(2, long_audio[i:i + step])
+            w.text({"signal": "end"})
+        except OSError:
+            pass
+        out = []
+        while True:  # every message up to the close
+            op, p = w.recv()
+            if op is None or op == 8:
+                break
+            if op == 1:
+                out.append(json.loads(p))
+        w.s.close()
+        return out
+
+    msgs = session(True)
+    types = [x.get("type") for x in msgs]
+    fins = [json.loads(x["nbest"])[0] for x in msgs if x.get("type") == "final_result"]
+    said = [f for f in fins if f["sentence"]]
+    check(len(said) >= 2 and all(f["word_pieces"] for f in said),
+          "continuous: >= 2 final results with word_pieces (%s)" % [f["sentence"] for f in fins])
+    starts = [wp["start"] for f in said for wp in f["word_pieces"]]
+    check(starts == sorted(starts) and all(wp["end"] >= wp["start"] for f in said for wp in f["word_pieces"])
+          and len(said) >= 2 and said[-1]["word_pieces"][-1]["end"] > 13000,
+          "continuous: word times (ms of the stream) increase across segments, the last one "
+          "reaching the utterance after the gap (%s)" %
+          [(f["word_pieces"][0]["start"], f["word_pieces"][-1]["end"]) for f in said])
+    check(types[-2:] == ["final_result", "speech_end"] and types.count("speech_end") == 1,
+          "continuous: final_result, speech_end at the end (%s)" % types)
+    check(all(json.loads(x["nbest"])[0]["sentence"] and "word_pieces" not in json.loads(x["nbest"])[0]
+              for x in msgs if x.get("type") == "partial_result"),
+          "continuous: partial results carry text, no word_pieces")
+
+    msgs = session(False)
+    types = [x.get("type") for x in msgs]
+    check(types.count("final_result") == 1 and types[-2:] == ["final_result", "speech_end"],
+          "not continuous: one final_result then speech_end, nothing after (%s)" % types)
+    fin = [json.loads(x["nbest"])[0] for x in msgs if x.get("type") == "final_result"]
+    check(fin and fin[0]["sentence"] and fin[0]["word_pieces"] and
+          fin[0]["word_pieces"][-1]["end"] <= 11500,
+          "not continuous: the first segment's words, within jfk (%s)" % fin)
+
     # the one slot came back: a second session works; a client that goes away frees its slot
     ws = WS("/")
     ws.text({"signal": "start"})

@@ -10,8 +10,8 @@
  * of the worker's pool (family_worker_opts_t.max_sequences), stepped in batches. Endpointing
  * (parameters endpointing, continuous_decoding: true|false; endpoint_silence_no_speech_ms,
  * endpoint_silence_after_speech_ms, endpoint_max_utterance_ms, endpoint_blank_threshold: WeNet's
- * three rules, search/ctc_endpoint.h): at an endpoint a continuous stream emits a SEGMENT event
- * with the segment's final result and goes on with a fresh search; a stream without continuous
+ * three rules, search/ctc_endpoint.h): at an endpoint a stream emits a SEGMENT event with the
+ * segment's final result; a continuous stream goes on with a fresh search, one without continuous
  * decoding ends there (its items' results are that segment's final one).
  * Tests: tests/model/wenet/test_wenet_family.c, tests/model/wenet/test_wenet_stream.c,
  * tests/model/wenet/test_wenet_endpoint.c */
@@ -60,6 +60,8 @@ typedef struct {
     int ended;         /* an endpoint without continuous decoding: the stream's result is the
                           segment's final one, later audio is not decoded */
     int seg_start_frame; /* encoder frame where the current segment starts */
+    int continuous;      /* continuous_decoding of the first item's opts (later items' are not
+                            the stream's: a sequence gives its options at START) */
 } wf_stream_t;
 
 struct family_worker {
@@ -622,17 +624,14 @@ static void stream_item_failed(family_item_t *it, int rc, const hark_err_t *e, i
 }
 
 /* An endpoint (WeNet's rules, when the stream's options turn them on) ended the segment of the
- * stream that `it` feeds: with continuous decoding a SEGMENT event carries the segment's final
- * result and the stream goes on with a fresh search; without, the stream has ended there (its
+ * stream that `it` feeds: a SEGMENT event carries the segment's final result; with continuous
+ * decoding the stream goes on with a fresh search; without, the stream has ended there (its
  * items' results are that final one; later audio is not decoded). */
 static void segment_ended(const family_model_t *m, family_item_t *it)
 {
     wf_stream_t *ws = it->stream;
-    const wenet_family_opts_t *fo = it->opts;
-    if (!fo->d.continuous_decoding) {
-        ws->ended = 1;
+    if (ws->ended)
         return;
-    }
     hark_err_t e = {0};
     wenet_result_t wr;
     asr_result_t r;
@@ -652,6 +651,10 @@ static void segment_ended(const family_model_t *m, family_item_t *it)
         wenet_result_free(&wr);
     }
     asr_result_free(&r);
+    if (!ws->continuous) {
+        ws->ended = 1;
+        return;
+    }
     ws->seg_start_frame = rows;
     wenet_stream_next_segment(ws->s, &e); /* cannot fail: the stream is open, at an endpoint */
 }
@@ -679,6 +682,7 @@ static void run_streams(family_worker_t *w, family_item_t *const *items, int n,
             const wenet_family_opts_t *fo = it->opts;
             wenet_decode_opts_t o = fo->d;
             o.chunk_size = fo->stream_chunk;
+            ws->continuous = fo->d.continuous_decoding;
             o.n_threads = w->n_threads;
             if ((rc = wenet_stream_open(w->pool, &o, &ws->s, &e)))
                 ws->failed = rc;
