@@ -6,6 +6,7 @@
 #include "hark.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -166,4 +167,34 @@ void asr_result_take(asr_result_t *dst, asr_result_t *src)
 {
     *dst = *src;
     memset(src, 0, sizeof *src);
+}
+
+#define MAX_MODEL_JSON (16u << 20)
+
+int family_read_model_json(const char *path, char **out, hark_err_t *err)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return err_set(err, HARK_ERR_IO, "%s: cannot open (not a converted model directory?)",
+                       path);
+    long n = -1;
+    int rc = HARK_OK;
+    char *buf = NULL;
+    if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET))
+        rc = err_set(err, HARK_ERR_IO, "%s: cannot read", path);
+    else if ((unsigned long)n > MAX_MODEL_JSON)
+        rc = err_set(err, HARK_ERR_FORMAT, "%s: %ld bytes is too large for a model.json", path, n);
+    else if (!(buf = hark_malloc((size_t)n + 1)))
+        rc = err_set(err, HARK_ERR_NOMEM, "out of memory reading %s", path);
+    else if (fread(buf, 1, (size_t)n, f) != (size_t)n)
+        rc = err_set(err, HARK_ERR_IO, "%s: cannot read", path);
+    fclose(f);
+    if (rc) {
+        hark_free(buf);
+        return rc;
+    }
+    buf[n] = 0;
+    *out = buf;
+    return HARK_OK;
 }

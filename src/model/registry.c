@@ -16,7 +16,6 @@ extern const family_t fastspeech_family;
 
 #define MAX_TEST_FAMILIES 8
 #define DEFAULT_FAMILY "wenet_u2" /* models converted before model.json named its family */
-#define MAX_MODEL_JSON (16u << 20)
 
 /* built-in families first, then the tests' (NULL-terminated) */
 #define N_BUILTIN 3
@@ -53,28 +52,11 @@ int family_of_dir(const char *dir, int version, const family_t **out, hark_err_t
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/%d/model.json", dir, version > 0 ? version : 1);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return err_set(err, HARK_ERR_IO, "%s: cannot open (not a converted model directory?)",
-                       path);
     char *buf = NULL;
-    long n = -1;
-    int rc = HARK_OK;
-    if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET))
-        rc = err_set(err, HARK_ERR_IO, "%s: cannot read", path);
-    else if ((unsigned long)n > MAX_MODEL_JSON)
-        rc = err_set(err, HARK_ERR_FORMAT, "%s: %ld bytes is too large for a model.json", path, n);
-    else if (!(buf = hark_malloc((size_t)n + 1)))
-        rc = err_set(err, HARK_ERR_NOMEM, "out of memory reading %s", path);
-    else if (fread(buf, 1, (size_t)n, f) != (size_t)n)
-        rc = err_set(err, HARK_ERR_IO, "%s: cannot read", path);
-    fclose(f);
-    if (rc) {
-        hark_free(buf);
+    int rc = family_read_model_json(path, &buf, err);
+    if (rc)
         return rc;
-    }
-    buf[n] = 0;
-    cJSON *j = cJSON_ParseWithLength(buf, (size_t)n);
+    cJSON *j = cJSON_Parse(buf);
     hark_free(buf);
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);

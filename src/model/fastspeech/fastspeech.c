@@ -7,6 +7,7 @@
 #include "model/fastspeech/fastspeech.h"
 
 #include "core/alloc.h"
+#include "model/family.h"
 #include "hark.h"
 #include "model/safetensors.h"
 #include "ops/ops.h"
@@ -18,7 +19,6 @@
 #include <string.h>
 
 #define LN_EPS 1e-5f
-#define MAX_MODEL_JSON (1u << 20)
 #define MAXI(a, b) ((a) > (b) ? (a) : (b))
 
 typedef struct {
@@ -50,31 +50,6 @@ struct fastspeech_model {
 
 /* ---- model.json ----------------------------------------------------------------------------- */
 
-static int read_text(const char *path, char **out, hark_err_t *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return err_set(err, HARK_ERR_IO, "%s: cannot open", path);
-    long n = -1;
-    int rc = HARK_OK;
-    char *buf = NULL;
-    if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET))
-        rc = err_set(err, HARK_ERR_IO, "%s: cannot read", path);
-    else if ((unsigned long)n > MAX_MODEL_JSON)
-        rc = err_set(err, HARK_ERR_FORMAT, "%s: %ld bytes is too large for a model.json", path, n);
-    else if (!(buf = hark_malloc((size_t)n + 1)))
-        rc = err_set(err, HARK_ERR_NOMEM, "out of memory reading %s", path);
-    else if (fread(buf, 1, (size_t)n, f) != (size_t)n)
-        rc = err_set(err, HARK_ERR_IO, "%s: cannot read", path);
-    fclose(f);
-    if (rc) {
-        hark_free(buf);
-        return rc;
-    }
-    buf[n] = 0;
-    *out = buf;
-    return HARK_OK;
-}
 
 #define TRY(x)                                                                                     \
     do {                                                                                           \
@@ -245,7 +220,7 @@ int fastspeech_load(const char *dir, int version, fastspeech_model_t **out, hark
     char path[1200];
     snprintf(path, sizeof path, "%s/%d/model.json", dir, version);
     char *text = NULL;
-    TRY(read_text(path, &text, err));
+    TRY(family_read_model_json(path, &text, err));
     cJSON *j = cJSON_Parse(text);
     hark_free(text);
     if (!j)

@@ -6,6 +6,7 @@
 #include "model/hifigan/hifigan.h"
 
 #include "core/alloc.h"
+#include "model/family.h"
 #include "dsp/features.h"
 #include "hark.h"
 #include "model/safetensors.h"
@@ -20,7 +21,6 @@
 #define LRELU_SLOPE 0.1f       /* models.py LRELU_SLOPE */
 #define LRELU_SLOPE_POST 0.01f /* the bare F.leaky_relu before conv_post: torch's default */
 #define MAX_FRAMES 1000000
-#define MAX_MODEL_JSON (1u << 20)
 #define MAXZ(a, b) ((a) > (b) ? (a) : (b))
 
 /* One conv: w (k, cout, cin) per tap (Conv1d) or (k · cout, cin) (ConvTranspose1d). */
@@ -41,31 +41,6 @@ struct hifigan_model {
 
 /* ---- model.json ----------------------------------------------------------------------------- */
 
-static int read_text(const char *path, char **out, hark_err_t *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return err_set(err, HARK_ERR_IO, "%s: cannot open", path);
-    long n = -1;
-    int rc = HARK_OK;
-    char *buf = NULL;
-    if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET))
-        rc = err_set(err, HARK_ERR_IO, "%s: cannot read", path);
-    else if ((unsigned long)n > MAX_MODEL_JSON)
-        rc = err_set(err, HARK_ERR_FORMAT, "%s: %ld bytes is too large for a model.json", path, n);
-    else if (!(buf = hark_malloc((size_t)n + 1)))
-        rc = err_set(err, HARK_ERR_NOMEM, "out of memory reading %s", path);
-    else if (fread(buf, 1, (size_t)n, f) != (size_t)n)
-        rc = err_set(err, HARK_ERR_IO, "%s: cannot read", path);
-    fclose(f);
-    if (rc) {
-        hark_free(buf);
-        return rc;
-    }
-    buf[n] = 0;
-    *out = buf;
-    return HARK_OK;
-}
 
 static int json_int(const char *path, const cJSON *o, const char *key, long lo, long hi, int *out,
                     hark_err_t *err)
@@ -254,7 +229,7 @@ int hifigan_load(const char *dir, int version, hifigan_model_t **out, hark_err_t
     char path[1200];
     snprintf(path, sizeof path, "%s/%d/model.json", dir, version);
     char *text = NULL;
-    TRY(read_text(path, &text, err));
+    TRY(family_read_model_json(path, &text, err));
     cJSON *j = cJSON_Parse(text);
     hark_free(text);
     if (!j)

@@ -7,6 +7,7 @@
 #include "model/jasper/jasper_impl.h"
 
 #include "core/alloc.h"
+#include "model/family.h"
 #include "dsp/features.h"
 #include "hark.h"
 #include "model/safetensors.h"
@@ -19,35 +20,9 @@
 #include <string.h>
 
 #define BN_EPS 1e-3 /* DLE's BatchNorm1d(eps=1e-3) */
-#define MAX_MODEL_JSON (1u << 20)
 
 /* ---- model.json ----------------------------------------------------------------------------- */
 
-static int read_text(const char *path, char **out, hark_err_t *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return err_set(err, HARK_ERR_IO, "%s: cannot open", path);
-    long n = -1;
-    int rc = HARK_OK;
-    char *buf = NULL;
-    if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET))
-        rc = err_set(err, HARK_ERR_IO, "%s: cannot read", path);
-    else if ((unsigned long)n > MAX_MODEL_JSON)
-        rc = err_set(err, HARK_ERR_FORMAT, "%s: %ld bytes is too large for a model.json", path, n);
-    else if (!(buf = hark_malloc((size_t)n + 1)))
-        rc = err_set(err, HARK_ERR_NOMEM, "out of memory reading %s", path);
-    else if (fread(buf, 1, (size_t)n, f) != (size_t)n)
-        rc = err_set(err, HARK_ERR_IO, "%s: cannot read", path);
-    fclose(f);
-    if (rc) {
-        hark_free(buf);
-        return rc;
-    }
-    buf[n] = 0;
-    *out = buf;
-    return HARK_OK;
-}
 
 typedef struct {
     const char *path;
@@ -254,7 +229,7 @@ int jasper_config_load(const char *path, jasper_config_t *cfg, hark_err_t *err)
 {
     memset(cfg, 0, sizeof *cfg);
     char *text = NULL;
-    int rc = read_text(path, &text, err);
+    int rc = family_read_model_json(path, &text, err);
     if (rc)
         return rc;
     cJSON *root = cJSON_Parse(text);
