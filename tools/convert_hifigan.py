@@ -18,13 +18,11 @@ Needs Debian's python3-torch and python3-numpy. Tests: tests/model/hifigan/test_
 import argparse
 import json
 import os
-import re
-import shutil
-import struct
 import sys
-import tempfile
 
 import numpy as np
+
+from hark_entry import entry_name, write_entry
 
 FAMILY = "hifigan"
 MODEL_JSON_VERSION = 1
@@ -202,23 +200,6 @@ def check_tensors(sd, cfg):
 
 # ---- writers ---------------------------------------------------------------------------------
 
-def write_safetensors(path, tensors, metadata):
-    """safetensors: u64 LE header length, JSON header, tensor bytes (contiguous, in order)."""
-    header = {"__metadata__": metadata}
-    off = 0
-    for name, a in tensors.items():
-        header[name] = {"dtype": "F32", "shape": list(a.shape),
-                        "data_offsets": [off, off + a.nbytes]}
-        off += a.nbytes
-    hj = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    hj += b" " * ((8 - len(hj) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hj)))
-        f.write(hj)
-        for a in tensors.values():
-            f.write(a.tobytes(order="C"))
-
-
 def config_pbtxt(name, max_batch, cfg):
     out = [f'name: "{name}"', 'backend: "hark"', f"max_batch_size: {max_batch}",
            "input [", "  {", '    name: "MEL"', "    data_type: TYPE_FP32",
@@ -243,37 +224,13 @@ def convert(args):
     sd, n_wn = remove_weight_norm(sd)
     tensors = check_tensors(sd, cfg)
 
-    out = os.path.normpath(args.output)
-    name = os.path.basename(os.path.abspath(out))
-    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
-        fail(f"--output {args.output}: the model name {name!r} must use only A-Z a-z 0-9 _ . -")
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{name}.", dir=parent)
-    os.chmod(tmp, 0o755)
-    files = ("1/model.safetensors", "1/model.json", "config.pbtxt")
-    try:
-        os.makedirs(os.path.join(tmp, "1"))
-        meta = {"format": "hark", "family": FAMILY, "converter": "tools/convert_hifigan.py",
-                "converter_version": CONVERTER_VERSION,
-                "source": os.path.basename(args.checkpoint),
-                "weight_norm_removed": str(n_wn)}
-        write_safetensors(os.path.join(tmp, "1", "model.safetensors"), tensors, meta)
-        with open(os.path.join(tmp, "1", "model.json"), "w", encoding="utf-8") as f:
-            json.dump(cfg, f, indent=2)
-            f.write("\n")
-        with open(os.path.join(tmp, "config.pbtxt"), "w", encoding="utf-8") as f:
-            f.write(config_pbtxt(name, args.max_batch_size, cfg))
-        if os.path.isdir(out):
-            os.makedirs(os.path.join(out, "1"), exist_ok=True)
-            for rel in files:
-                os.replace(os.path.join(tmp, rel), os.path.join(out, rel))
-            shutil.rmtree(tmp)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    name = entry_name(args.output, fail)
+    meta = {"format": "hark", "family": FAMILY, "converter": "tools/convert_hifigan.py",
+            "converter_version": CONVERTER_VERSION,
+            "source": os.path.basename(args.checkpoint),
+            "weight_norm_removed": str(n_wn)}
+    out = write_entry(args.output, tensors, meta, cfg,
+                      config_pbtxt(name, args.max_batch_size, cfg))
     n = sum(a.size for a in tensors.values())
     print(f"wrote {out}: hifi-gan (resblock {cfg['resblock']}, upsample "
           f"{cfg['upsample_rates']}), {len(tensors)} tensors, {n} values, "

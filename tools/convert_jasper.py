@@ -26,16 +26,14 @@ does not implement are refused by name; nothing is written unless every check pa
 """
 
 import argparse
-import json
 import math
 import os
 import re
-import shutil
-import struct
 import sys
-import tempfile
 
 import numpy as np
+
+from hark_entry import entry_name, write_entry
 import yaml
 
 CONVERTER_VERSION = "1"
@@ -362,23 +360,6 @@ def check_tensors(sd, cfg):
 
 # ---- writers -----------------------------------------------------------------------------------
 
-def write_safetensors(path, tensors, metadata):
-    """safetensors: u64 LE header length, JSON header, tensor bytes (contiguous, in order)."""
-    header = {"__metadata__": metadata}
-    off = 0
-    for name, a in tensors.items():
-        header[name] = {"dtype": "F32", "shape": list(a.shape),
-                        "data_offsets": [off, off + a.nbytes]}
-        off += a.nbytes
-    hj = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    hj += b" " * ((8 - len(hj) % 8) % 8)  # data starts 8-byte aligned
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hj)))
-        f.write(hj)
-        for a in tensors.values():
-            f.write(a.tobytes(order="C"))
-
-
 def config_pbtxt(name, max_batch, dle):
     preferred = sorted({max(1, max_batch // 2), max_batch})
     if dle:  # DLE's jasper-*-ensemble: jasper-client.py reads input[0], input[1], output[0]
@@ -413,36 +394,12 @@ def convert(args):
     sd, key = load_state_dict(args.checkpoint, not args.no_ema)
     tensors = check_tensors(sd, cfg)
 
-    out = os.path.normpath(args.output)
-    name = os.path.basename(os.path.abspath(out))
-    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
-        fail(f"--output {args.output}: the model name {name!r} must use only A-Z a-z 0-9 _ . -")
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{name}.", dir=parent)
-    os.chmod(tmp, 0o755)
-    files = ("1/model.safetensors", "1/model.json", "config.pbtxt")
-    try:
-        os.makedirs(os.path.join(tmp, "1"))
-        meta = {"format": "hark", "family": FAMILY, "converter": "tools/convert_jasper.py",
-                "converter_version": CONVERTER_VERSION,
-                "source": os.path.basename(args.checkpoint), "state_dict": key or "(bare)"}
-        write_safetensors(os.path.join(tmp, "1", "model.safetensors"), tensors, meta)
-        with open(os.path.join(tmp, "1", "model.json"), "w", encoding="utf-8") as f:
-            json.dump(cfg, f, indent=2)
-            f.write("\n")
-        with open(os.path.join(tmp, "config.pbtxt"), "w", encoding="utf-8") as f:
-            f.write(config_pbtxt(name, args.max_batch_size, args.triton_dle))
-        if os.path.isdir(out):
-            os.makedirs(os.path.join(out, "1"), exist_ok=True)
-            for rel in files:
-                os.replace(os.path.join(tmp, rel), os.path.join(out, rel))
-            shutil.rmtree(tmp)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    name = entry_name(args.output, fail)
+    meta = {"format": "hark", "family": FAMILY, "converter": "tools/convert_jasper.py",
+            "converter_version": CONVERTER_VERSION,
+            "source": os.path.basename(args.checkpoint), "state_dict": key or "(bare)"}
+    out = write_entry(args.output, tensors, meta, cfg,
+                      config_pbtxt(name, args.max_batch_size, args.triton_dle))
     n = sum(a.size for a in tensors.values())
     print(f"wrote {out}: {cfg['arch']}, {len(cfg['encoder']['blocks'])} blocks, "
           f"{len(tensors)} tensors, {n} values ({key or 'bare state dict'})")

@@ -1,0 +1,67 @@
+"""hark_entry.py — what every converter in tools/ writes the same way: the weights as safetensors
+and a model-repository entry (DIR/config.pbtxt, DIR/1/model.json, DIR/1/model.safetensors)
+written next to DIR first and moved into place, so that a failed conversion leaves nothing
+half-written. Imported by convert_jasper.py, convert_fastspeech.py and convert_hifigan.py."""
+
+import json
+import os
+import re
+import shutil
+import struct
+import tempfile
+
+
+def write_safetensors(path, tensors, metadata):
+    """safetensors: u64 LE header length, JSON header, tensor bytes (contiguous, in order)."""
+    header = {"__metadata__": metadata}
+    off = 0
+    for name, a in tensors.items():
+        header[name] = {"dtype": "F32", "shape": list(a.shape),
+                        "data_offsets": [off, off + a.nbytes]}
+        off += a.nbytes
+    hj = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    hj += b" " * ((8 - len(hj) % 8) % 8)  # data starts 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hj)))
+        f.write(hj)
+        for a in tensors.values():
+            f.write(a.tobytes(order="C"))
+
+
+def entry_name(output, fail):
+    """The model name an --output directory gives (its last component), checked."""
+    name = os.path.basename(os.path.abspath(os.path.normpath(output)))
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
+        fail(f"--output {output}: the model name {name!r} must use only A-Z a-z 0-9 _ . -")
+    return name
+
+
+def write_entry(output, tensors, meta, model_json, config_text):
+    """Writes the entry: tensors (name -> float32 array) with safetensors metadata meta, the
+    model.json dict and the config.pbtxt text; an existing DIR keeps its other files."""
+    out = os.path.normpath(output)
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    name = os.path.basename(os.path.abspath(out))
+    tmp = tempfile.mkdtemp(prefix=f".{name}.", dir=parent)
+    os.chmod(tmp, 0o755)
+    files = ("1/model.safetensors", "1/model.json", "config.pbtxt")
+    try:
+        os.makedirs(os.path.join(tmp, "1"))
+        write_safetensors(os.path.join(tmp, "1", "model.safetensors"), tensors, meta)
+        with open(os.path.join(tmp, "1", "model.json"), "w", encoding="utf-8") as f:
+            json.dump(model_json, f, indent=2)
+            f.write("\n")
+        with open(os.path.join(tmp, "config.pbtxt"), "w", encoding="utf-8") as f:
+            f.write(config_text)
+        if os.path.isdir(out):
+            os.makedirs(os.path.join(out, "1"), exist_ok=True)
+            for rel in files:
+                os.replace(os.path.join(tmp, rel), os.path.join(out, rel))
+            shutil.rmtree(tmp)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
