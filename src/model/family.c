@@ -5,6 +5,7 @@
 #include "core/alloc.h"
 #include "hark.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,7 +172,7 @@ void asr_result_take(asr_result_t *dst, asr_result_t *src)
 
 #define MAX_MODEL_JSON (16u << 20)
 
-int family_read_model_json(const char *path, char **out, hark_err_t *err)
+int family_read_model_json(const char *path, cJSON **out, hark_err_t *err)
 {
     *out = NULL;
     FILE *f = fopen(path, "rb");
@@ -195,6 +196,12 @@ int family_read_model_json(const char *path, char **out, hark_err_t *err)
         return rc;
     }
     buf[n] = 0;
-    *out = buf;
+    cJSON *j = cJSON_Parse(buf);
+    hark_free(buf);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return err_set(err, HARK_ERR_FORMAT, "%s: not a JSON object", path);
+    }
+    *out = j;
     return HARK_OK;
 }

@@ -85,10 +85,11 @@ typedef struct {
     int n_frames;
 } asr_result_t;
 
-/* A family's model.json (at most 16 MiB) as a NUL-terminated string (*out: hark_free). HARK_ERR_IO
- * naming the file (missing: "not a converted model directory?"), HARK_ERR_FORMAT when too
- * large, HARK_ERR_NOMEM. */
-int family_read_model_json(const char *path, char **out, hark_err_t *err);
+/* A family's model.json (at most 16 MiB), parsed: *out is its top-level object (cJSON_Delete).
+ * HARK_ERR_IO naming the file (missing: "not a converted model directory?"), HARK_ERR_FORMAT
+ * when too large or not a JSON object, HARK_ERR_NOMEM. */
+struct cJSON;
+int family_read_model_json(const char *path, struct cJSON **out, hark_err_t *err);
 
 void asr_result_free(asr_result_t *r); /* frees what r owns and zeroes it; NULL-safe */
 /* Deep copy; HARK_ERR_NOMEM leaves *dst zeroed. */

@@ -52,16 +52,10 @@ int family_of_dir(const char *dir, int version, const family_t **out, hark_err_t
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/%d/model.json", dir, version > 0 ? version : 1);
-    char *buf = NULL;
-    int rc = family_read_model_json(path, &buf, err);
+    cJSON *j = NULL;
+    int rc = family_read_model_json(path, &j, err);
     if (rc)
         return rc;
-    cJSON *j = cJSON_Parse(buf);
-    hark_free(buf);
-    if (!cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        return err_set(err, HARK_ERR_FORMAT, "%s: not a JSON object", path);
-    }
     const cJSON *fam = cJSON_GetObjectItemCaseSensitive(j, "family");
     if (fam && !cJSON_IsString(fam)) {
         cJSON_Delete(j);

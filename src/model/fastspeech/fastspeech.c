@@ -219,12 +219,8 @@ int fastspeech_load(const char *dir, int version, fastspeech_model_t **out, hark
         version = 1;
     char path[1200];
     snprintf(path, sizeof path, "%s/%d/model.json", dir, version);
-    char *text = NULL;
-    TRY(family_read_model_json(path, &text, err));
-    cJSON *j = cJSON_Parse(text);
-    hark_free(text);
-    if (!j)
-        return err_set(err, HARK_ERR_FORMAT, "%s: not valid JSON", path);
+    cJSON *j = NULL;
+    TRY(family_read_model_json(path, &j, err));
     fastspeech_model_t *m = hark_calloc(1, sizeof *m);
     int rc = m ? parse_config(path, j, &m->cfg, err)
                : err_set(err, HARK_ERR_NOMEM, "out of memory loading %s", dir);

@@ -228,14 +228,10 @@ static int parse_root(jctx_t *c, const cJSON *root, jasper_config_t *cfg)
 int jasper_config_load(const char *path, jasper_config_t *cfg, hark_err_t *err)
 {
     memset(cfg, 0, sizeof *cfg);
-    char *text = NULL;
-    int rc = family_read_model_json(path, &text, err);
+    cJSON *root = NULL;
+    int rc = family_read_model_json(path, &root, err);
     if (rc)
         return rc;
-    cJSON *root = cJSON_Parse(text);
-    hark_free(text);
-    if (!root)
-        return err_set(err, HARK_ERR_FORMAT, "%s: not valid JSON", path);
     jctx_t c = {path, err};
     rc = parse_root(&c, root, cfg);
     cJSON_Delete(root);
