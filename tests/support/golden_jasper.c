@@ -1,6 +1,7 @@
 /* golden_jasper.c — converts DLE's Jasper golden checkpoint once and caches it for the tests
  * (tests/model/jasper/, tests/server/). */
 #include "support/golden_jasper.h"
+#include "support/golden_model.h"
 
 #include "test.h"
 
@@ -20,11 +21,6 @@ const char *const golden_jasper_utts[4] = {
     "utt0_lj-LJ001-0013-crop28037", "utt1_deepspeech-LDC93S1",
     "utt2_librivox-sense_and_sensibility_01_austen_64kb-0890", "utt3_jfk"};
 
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    return remove(p);
-}
-
 const char *golden_jasper_model_dir(char *why, size_t nwhy)
 {
     static char dir[512];
@@ -38,51 +34,12 @@ const char *golden_jasper_model_dir(char *why, size_t nwhy)
         snprintf(why, nwhy, "../shared/data/" GOLDEN_JASPER " is absent");
         return NULL;
     }
-    char conv[1024];
-    if (!realpath("tools/convert_jasper.py", conv)) {
-        snprintf(why, nwhy, "tools/convert_jasper.py is absent (run from the repository root)");
-        return NULL;
-    }
-    struct stat sc, sp;
-    char ckpt[1024];
+    char args[3000], ckpt[1024];
     snprintf(ckpt, sizeof ckpt, "%s/" GOLDEN_JASPER_CKPT, gdir);
-    if (stat(conv, &sc) != 0 || stat(ckpt, &sp) != 0) {
-        snprintf(why, nwhy, "cannot stat the converter or %.400s", ckpt);
-        return NULL;
-    }
-    unsigned long long key =
-        (unsigned long long)sc.st_size * 1000003ull ^ (unsigned long long)sc.st_mtime * 7919ull ^
-        (unsigned long long)sp.st_size * 31ull ^ (unsigned long long)sp.st_mtime;
-    char root[256];
-    snprintf(root, sizeof root, "/tmp/hark-test-cache-%u", (unsigned)getuid());
-    mkdir(root, 0700);
-    snprintf(dir, sizeof dir, "%s/jasper_j1-%llx", root, key);
-    char probe[600];
-    snprintf(probe, sizeof probe, "%s/m/1/model.safetensors", dir);
-    if (access(probe, R_OK) == 0)
-        return dir;
-    if (system("/usr/bin/python3 -c 'import torch, yaml, numpy' >/dev/null 2>&1") != 0) {
-        snprintf(why, nwhy, "/usr/bin/python3 with torch, yaml and numpy is missing");
-        return NULL;
-    }
-    char tmp[300];
-    snprintf(tmp, sizeof tmp, "%s/tmp-XXXXXX", root);
-    if (!mkdtemp(tmp)) {
-        snprintf(why, nwhy, "mkdtemp %s: %s", tmp, strerror(errno));
-        return NULL;
-    }
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd,
-             "/usr/bin/python3 '%s' --checkpoint '%s/" GOLDEN_JASPER_CKPT
-             "' --config '%s/" GOLDEN_JASPER_YAML "' --output '%s/m' >'%s/log' 2>&1",
-             conv, gdir, gdir, tmp, tmp);
-    if (system(cmd) != 0) {
-        snprintf(why, nwhy, "convert_jasper.py failed (log in %s/log)", tmp);
-        return NULL;
-    }
-    if (rename(tmp, dir) != 0) /* another process won the race: use its copy */
-        nftw(tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-    return dir;
+    snprintf(args, sizeof args, "--checkpoint '%s' --config '%s/" GOLDEN_JASPER_YAML "'", ckpt,
+             gdir);
+    return golden_convert_cached("jasper_j1", "convert_jasper.py", ckpt, args, dir, sizeof dir,
+                                 why, nwhy);
 }
 
 int golden_jasper_npy(npy_array_t *a, const char *sub, const char *file)

@@ -43,14 +43,28 @@ const char *golden_wenet_model_dir(char *why, size_t nwhy)
         snprintf(why, nwhy, "../shared/data/" GOLDEN_WENET " is absent");
         return NULL;
     }
-    char conv[1024];
-    if (!realpath("tools/convert_wenet.py", conv)) {
-        snprintf(why, nwhy, "tools/convert_wenet.py is absent (run from the repository root)");
+    char args[3000];
+    snprintf(args, sizeof args,
+             "--checkpoint '%s/final.pt' --config '%s/train.yaml' --units '%s/units.txt' "
+             "--cmvn '%s/global_cmvn'",
+             gdir, gdir, gdir, gdir);
+    char ckpt[1024];
+    snprintf(ckpt, sizeof ckpt, "%s/final.pt", gdir);
+    return golden_convert_cached("wenet_small", "convert_wenet.py", ckpt, args, dir, sizeof dir,
+                                 why, nwhy);
+}
+
+const char *golden_convert_cached(const char *tag, const char *converter, const char *ckpt,
+                                  const char *args, char *dir, size_t ndir, char *why,
+                                  size_t nwhy)
+{
+    char conv[1024], rel[300];
+    snprintf(rel, sizeof rel, "tools/%s", converter);
+    if (!realpath(rel, conv)) {
+        snprintf(why, nwhy, "%s is absent (run from the repository root)", rel);
         return NULL;
     }
     struct stat sc, sp;
-    char ckpt[1024];
-    snprintf(ckpt, sizeof ckpt, "%s/final.pt", gdir);
     if (stat(conv, &sc) != 0 || stat(ckpt, &sp) != 0) {
         snprintf(why, nwhy, "cannot stat the converter or %.400s", ckpt);
         return NULL;
@@ -61,8 +75,8 @@ const char *golden_wenet_model_dir(char *why, size_t nwhy)
     char root[256];
     snprintf(root, sizeof root, "/tmp/hark-test-cache-%u", (unsigned)getuid());
     mkdir(root, 0700);
-    snprintf(dir, sizeof dir, "%s/wenet_small-%llx", root, key);
-    char probe[600];
+    snprintf(dir, ndir, "%s/%s-%llx", root, tag, key);
+    char probe[700];
     snprintf(probe, sizeof probe, "%s/m/1/model.safetensors", dir);
     if (access(probe, R_OK) == 0)
         return dir;
@@ -76,13 +90,11 @@ const char *golden_wenet_model_dir(char *why, size_t nwhy)
         snprintf(why, nwhy, "mkdtemp %s: %s", tmp, strerror(errno));
         return NULL;
     }
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd,
-             "/usr/bin/python3 '%s' --checkpoint '%s/final.pt' --config '%s/train.yaml' "
-             "--units '%s/units.txt' --cmvn '%s/global_cmvn' --output '%s/m' >'%s/log' 2>&1",
-             conv, gdir, gdir, gdir, gdir, tmp, tmp);
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' %s --output '%s/m' >'%s/log' 2>&1", conv,
+             args, tmp, tmp);
     if (system(cmd) != 0) {
-        snprintf(why, nwhy, "convert_wenet.py failed (log in %s/log)", tmp);
+        snprintf(why, nwhy, "%s failed (log in %s/log)", converter, tmp);
         return NULL;
     }
     if (rename(tmp, dir) != 0) /* another process won the race: use its copy */

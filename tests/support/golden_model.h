@@ -14,6 +14,17 @@
  * to convert with). */
 const char *golden_wenet_model_dir(char *why, size_t nwhy);
 
+/* What every golden model of the tests is: tools/<converter> run once per (converter,
+ * checkpoint) version — sizes and mtimes of both — into /tmp/hark-test-cache-<uid>/<tag>-<key>/m
+ * by /usr/bin/python3 with `args --output DIR/m` (args: the converter's other arguments, paths
+ * quoted by the caller), in a private directory renamed into place so that parallel test
+ * processes never see a half-written model. dir (ndir >= 512) receives the directory; returns
+ * dir, or NULL with a reason in why (the converter, the checkpoint or python3 with torch, yaml
+ * and numpy missing, or the conversion failed: its log is named). */
+const char *golden_convert_cached(const char *tag, const char *converter, const char *ckpt,
+                                  const char *args, char *dir, size_t ndir, char *why,
+                                  size_t nwhy);
+
 struct cJSON;
 struct safetensors;
 #include "core/npy.h"
