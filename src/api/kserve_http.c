@@ -259,6 +259,13 @@ void http_api_handler(http_req_t *req, void *user)
             openai_transcriptions(c, req);
         return;
     }
+    if (!strcmp(p, "/v1/audio/speech")) {
+        if (!post)
+            http_respond_error(req, 405, "use POST");
+        else
+            openai_speech(c, req);
+        return;
+    }
     if (!strncmp(p, "/v2/repository/", 15)) {
         if (!post)
             http_respond_error(req, 405, "use POST");

@@ -99,6 +99,11 @@ static void on_emit(family_item_t *fi, const family_event_t *ev)
         g->end_s = ev->seg_end_s;
         return;
     }
+    if (ev->kind == FAMILY_EV_AUDIO) { /* tts: streamed to the caller as it comes */
+        if (r->audio && ev->pcm && ev->n)
+            r->audio(r, ev->pcm, ev->n, ev->sample_rate);
+        return;
+    }
     if (ev->kind == FAMILY_EV_PARTIAL && fi->stream && ev->asr) { /* a chunk's answer */
         asr_result_free(&r->result_);
         asr_result_take(&r->result_, ev->asr);

@@ -50,6 +50,10 @@ struct served_request {
      * final result (lent: asr_result_take keeps it) and its span in seconds of the stream; called
      * in order on the worker thread just before done, never for a request that failed */
     void (*segment)(served_request_t *req, asr_result_t *result, double start_s, double end_s);
+    /* optional (tts): each chunk of audio as the family produces it (pcm lent for the call),
+     * called on the worker thread during the execute, in order, before done; without it the
+     * audio is dropped */
+    void (*audio)(served_request_t *req, const float *pcm, size_t n, int sample_rate);
     /* private to the instance */
     uint64_t key_;
     int status_;

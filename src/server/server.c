@@ -273,7 +273,8 @@ fail:
 
 int server_run(server_t *s)
 {
-    printf("hark serving %s: http://%s:%d (KServe v2, OpenAI /v1/audio/transcriptions)",
+    printf("hark serving %s: http://%s:%d (KServe v2, OpenAI /v1/audio/transcriptions and "
+           "/v1/audio/speech)",
            s->o.model_repository, s->o.host, http_server_port(s->hl[0].api));
     if (s->hl[0].grpc)
         printf(", gRPC grpc://%s:%d", s->o.host, kserve_grpc_port(s->hl[0].grpc));
