@@ -28,9 +28,11 @@ typedef struct {
     size_t chunk; /* samples */
     int n_chunks;
     atomic_int stop;
+    atomic_int connected;   /* streams whose connection is up (or failed) */
+    _Atomic uint64_t go_ns; /* t0_ns once every stream is connected; UINT64_MAX before */
     pthread_mutex_t mu;
     vec_t lat, fin;
-    int64_t errors, sequences;
+    int64_t errors, sequences, warm_errors; /* warm_errors: before the window (connects too) */
     double audio_s; /* answered chunks' audio */
     char first_error[512];
 } level_t;
@@ -76,6 +78,7 @@ static void record(level_t *L, int ok, int final, double lat_us, double audio_s,
     if (!ok && err && !L->first_error[0]) /* kept from the warm-up too */
         snprintf(L->first_error, sizeof L->first_error, "%s", err);
     if (when < L->from_ns || when > L->to_ns) {
+        L->warm_errors += !ok && when < L->from_ns;
         pthread_mutex_unlock(&L->mu);
         return;
     }
@@ -138,10 +141,32 @@ static void *stream_main(void *arg)
     http_client_opts_t co = {.timeout_ms = o->timeout_ms};
     http_client_t *c = NULL;
     grpc_client_t *gc = NULL;
-    if (o->grpc ? grpc_client_create(o->host, o->port, o->timeout_ms, &gc, &err)
-                : http_client_create(o->host, o->port, &co, &c, &err)) {
-        record(L, 0, 0, 0, 0, L->from_ns, err.msg);
+    /* connected before the level's clock starts (thousands of connects at once would otherwise
+     * be measured as chunk latency) */
+    int rc = o->grpc ? grpc_client_create(o->host, o->port, o->timeout_ms, &gc, &err)
+                     : http_client_create(o->host, o->port, &co, &c, &err);
+    if (!rc && gc) {
+        uint8_t *resp = NULL;
+        size_t rlen = 0;
+        int st = 0;
+        char gmsg[200];
+        rc = grpc_client_call(gc, "/inference.GRPCInferenceService/ServerLive", NULL, 0, &resp,
+                              &rlen, &st, gmsg, sizeof gmsg, &err);
+        hark_free(resp);
+    } else if (!rc) {
+        http_response_t resp;
+        rc = http_client_request(c, "GET", "/v2/health/live", NULL, 0, NULL, 0, &resp, &err);
+    }
+    atomic_fetch_add(&L->connected, 1);
+    if (rc) {
+        record(L, 0, 0, 0, 0, 0, err.msg); /* a warm-up error */
+        http_client_destroy(c);
+        grpc_client_destroy(gc);
         return NULL;
+    }
+    while (atomic_load(&L->go_ns) == UINT64_MAX && !atomic_load(&L->stop)) {
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
     }
     /* streams start staggered over one chunk period, as real callers do not arrive in step */
     uint64_t base = L->t0_ns + L->chunk_ns * (uint64_t)S->idx / (uint64_t)L->n_streams;
@@ -149,6 +174,7 @@ static void *stream_main(void *arg)
         uint64_t id = ((uint64_t)(L->level + 1) << 44) | ((uint64_t)S->idx << 24) | seq;
         if (o->fast)
             base = clock_now_ns();
+        int failed = 0;
         for (int i = 0; i < L->n_chunks; i++) {
             uint64_t due = base + (uint64_t)(i + 1) * L->chunk_ns;
             if (!o->fast)
@@ -171,11 +197,11 @@ static void *stream_main(void *arg)
                 int st = 0;
                 char gmsg[400] = "";
                 t0 = clock_now_ns();
-                int rc = grpc_client_call(gc, "/inference.GRPCInferenceService/ModelInfer", msg,
+                int xrc = grpc_client_call(gc, "/inference.GRPCInferenceService/ModelInfer", msg,
                                           msg_len, &resp, &rlen, &st, gmsg, sizeof gmsg, &err);
                 t1 = clock_now_ns();
-                ok = !rc && st == 0;
-                if (rc)
+                ok = !xrc && st == 0;
+                if (xrc)
                     snprintf(emsg, sizeof emsg, "%s", err.msg);
                 else if (st)
                     snprintf(emsg, sizeof emsg, "gRPC status %d: %s", st, gmsg);
@@ -187,11 +213,11 @@ static void *stream_main(void *arg)
                                     {"Inference-Header-Content-Length", hl}};
                 http_response_t resp;
                 t0 = clock_now_ns();
-                int rc = http_client_request(c, "POST", L->infer_path, hdr, 2, body.body, body.len,
-                                             &resp, &err);
+                int xrc = http_client_request(c, "POST", L->infer_path, hdr, 2, body.body,
+                                              body.len, &resp, &err);
                 t1 = clock_now_ns();
-                ok = !rc && resp.status == 200;
-                if (rc)
+                ok = !xrc && resp.status == 200;
+                if (xrc)
                     snprintf(emsg, sizeof emsg, "%s", err.msg);
                 else if (!ok)
                     snprintf(emsg, sizeof emsg, "HTTP %d: %.*s", resp.status,
@@ -205,11 +231,12 @@ static void *stream_main(void *arg)
             double secs = (double)(o->n - off < L->chunk ? o->n - off : L->chunk) / o->rate;
             if (!stopping)
                 record(L, ok, end, (double)(t1 - from) / 1000.0, secs, from, ok ? NULL : emsg);
+            failed = !ok;
             if (stopping || !ok)
                 break; /* a failed chunk ends its sequence (the server ends it too) */
         }
-        if (!o->fast) /* the next sequence follows on without a gap */
-            base += (uint64_t)L->n_chunks * L->chunk_ns;
+        if (!o->fast) /* the next sequence follows on without a gap (after a failure: now) */
+            base = failed ? clock_now_ns() : base + (uint64_t)L->n_chunks * L->chunk_ns;
     }
     http_client_destroy(c);
     grpc_client_destroy(gc);
@@ -256,7 +283,8 @@ static void summarise(level_t *L, stream_perf_row_t *R)
     R->final_p50_us = L->fin.n ? perf_percentile(L->fin.v, L->fin.n, 50) : -1;
     R->final_p99_us = L->fin.n ? perf_percentile(L->fin.v, L->fin.n, 99) : -1;
     R->sequences = L->sequences;
-    R->sustained = L->lat.n > 0 && L->errors == 0 && !o->fast &&
+    R->warm_errors = L->warm_errors;
+    R->sustained = L->lat.n > 0 && L->errors == 0 && L->warm_errors == 0 && !o->fast &&
                    r->latency_p99_us <= o->latency_limit_ms * 1000.0;
 }
 
@@ -274,9 +302,9 @@ static int run_level(const stream_perf_opts_t *o, int level, int n, stream_perf_
     L.chunk = (size_t)((int64_t)o->rate * o->chunk_ms / 1000);
     L.n_chunks = (int)((o->n + L.chunk - 1) / L.chunk);
     L.chunk_ns = (uint64_t)o->chunk_ms * 1000000u;
-    L.t0_ns = clock_now_ns() + 50000000u; /* 50 ms for the threads to start */
-    L.from_ns = L.t0_ns + 2 * L.chunk_ns;
-    L.to_ns = L.from_ns + (uint64_t)o->window_ms * 1000000u;
+    atomic_store(&L.go_ns, UINT64_MAX);
+    L.from_ns = UINT64_MAX; /* errors before the clock starts are warm-up errors */
+    L.to_ns = UINT64_MAX;
     pthread_mutex_init(&L.mu, NULL);
     stream_t *S = hark_calloc((size_t)n, sizeof *S);
     if (!S)
@@ -301,6 +329,18 @@ static int run_level(const stream_perf_opts_t *o, int level, int n, stream_perf_
                  n - started, n);
         pthread_mutex_unlock(&L.mu);
     }
+    /* every stream connected (or failed to), at most 120 s; then the clock starts */
+    uint64_t give_up = clock_now_ns() + 120000000000ull;
+    while (atomic_load(&L.connected) < started && clock_now_ns() < give_up) {
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    pthread_mutex_lock(&L.mu);
+    L.t0_ns = clock_now_ns() + 20000000u;
+    L.from_ns = L.t0_ns + 2 * L.chunk_ns;
+    L.to_ns = L.from_ns + (uint64_t)o->window_ms * 1000000u;
+    pthread_mutex_unlock(&L.mu);
+    atomic_store(&L.go_ns, L.t0_ns);
     for (uint64_t now; (now = clock_now_ns()) < L.to_ns;) {
         uint64_t d = L.to_ns - now > 100000000u ? 100000000u : L.to_ns - now;
         struct timespec ts = {0, (long)d};
@@ -397,6 +437,9 @@ void stream_perf_print_level(FILE *f, const stream_perf_row_t *R, double limit_m
     fprintf(f, "  Chunks: %lld answered (%lld failed) over %.2f s: %.1f chunks/s, %.1f audio s/s\n",
             (long long)r->requests, (long long)r->errors, r->window_s, r->throughput_infer_per_sec,
             r->throughput_audio_sec_per_sec);
+    if (R->warm_errors)
+        fprintf(f, "  Failed during the warm-up (connections, first chunks): %lld\n",
+                (long long)R->warm_errors);
     fprintf(f, "  Chunk latency: avg %.1f ms, p50 %.1f, p90 %.1f, p95 %.1f, p99 %.1f, max %.1f\n",
             r->latency_avg_us / 1000, r->latency_p50_us / 1000, r->latency_p90_us / 1000,
             r->latency_p95_us / 1000, r->latency_p99_us / 1000, r->latency_max_us / 1000);

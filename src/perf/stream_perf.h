@@ -8,8 +8,11 @@
  *
  * Latency of a chunk: real-time pace, from the moment its last sample would have been spoken
  * (its due time) to its answer — so a stream that falls behind real time shows it; as fast as
- * possible, from sending to the answer. Chunks due in the first two chunk periods of a level
- * (the streams start staggered over one period) are not measured.
+ * possible, from sending to the answer. Every stream connects first (a liveness call); the
+ * level's clock starts once all are connected. Chunks due in the first two chunk periods (the
+ * streams start staggered over one period) are not measured; their failures are counted as
+ * warm-up errors, and a level with any error is not sustained. A failed chunk ends its sequence;
+ * the stream starts the next one at once.
  */
 #ifndef HARK_PERF_STREAM_PERF_H
 #define HARK_PERF_STREAM_PERF_H
@@ -41,6 +44,7 @@ typedef struct {
     perf_row_t row; /* concurrency = streams; latency_* = chunk latency; requests = chunks */
     double final_p50_us, final_p99_us; /* END chunk: its answer (the final result); -1: none */
     int64_t sequences;                 /* sequences finished in the window */
+    int64_t warm_errors; /* failures before the window (connections, warm-up chunks) */
     int sustained;
 } stream_perf_row_t;
 
