@@ -25,6 +25,9 @@ typedef struct {
     int started;
     batcher_t *own; /* sequence models: this instance's own queue (its sequences' chunks) */
     int seq_used;   /* sequence slots taken (under m->seq_lock) */
+    int up;         /* 0: creating its worker; 1: running; -1: the worker failed (m->lock) */
+    int up_rc;
+    char up_err[512];
 } instance_t;
 
 enum { SEQ_START = 1, SEQ_END = 2, SEQ_CLOSE = 4 };
@@ -58,6 +61,7 @@ struct served_model {
     pthread_mutex_t lock;
     served_stats_t st;
     int unhealthy;
+    pthread_cond_t up_cond; /* an instance's worker was created, or failed (m->lock) */
     /* sequences (o.seq.enabled) */
     pthread_mutex_t seq_lock;
     served_seq_t *seqs; /* active sequences */
@@ -329,12 +333,16 @@ static void *instance_main(void *arg)
     batcher_t *queue = in->own ? in->own : m->batcher;
     family_worker_t *w = NULL;
     hark_err_t err = {0};
-    if (fam->worker_create(in->model, &wo, &w, &err)) {
-        LOG_ERROR("model instance: %s", err.msg);
-        pthread_mutex_lock(&m->lock);
+    int wrc = fam->worker_create(in->model, &wo, &w, &err);
+    pthread_mutex_lock(&m->lock);
+    in->up = wrc ? -1 : 1;
+    in->up_rc = wrc;
+    if (wrc) {
+        snprintf(in->up_err, sizeof in->up_err, "%s", err.msg);
         m->unhealthy = 1;
-        pthread_mutex_unlock(&m->lock);
     }
+    pthread_cond_broadcast(&m->up_cond);
+    pthread_mutex_unlock(&m->lock);
     batcher_item_t *items[512], *expired[64];
     served_request_t *group[512];
     int n, ne;
@@ -514,6 +522,7 @@ int served_model_create(const char *dir, const served_opts_t *o, served_model_t 
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&m->reaper_cond, &ca);
     pthread_condattr_destroy(&ca);
+    pthread_cond_init(&m->up_cond, NULL);
     int rc = copy_params(m, &o->cfg, err);
     if (rc)
         goto fail;
@@ -576,6 +585,22 @@ int served_model_create(const char *dir, const served_opts_t *o, served_model_t 
         }
         m->inst[i].started = 1;
     }
+    /* ready only when every instance has its worker (scratch, device memory, stream pool): a
+     * model that cannot run all its instances fails to load, with the reason */
+    int bad = -1;
+    pthread_mutex_lock(&m->lock);
+    for (int i = 0; i < m->n_inst; i++) {
+        while (m->inst[i].up == 0)
+            pthread_cond_wait(&m->up_cond, &m->lock);
+        if (m->inst[i].up < 0 && bad < 0)
+            bad = i;
+    }
+    pthread_mutex_unlock(&m->lock);
+    if (bad >= 0) {
+        rc = err_set(err, m->inst[bad].up_rc, "model instance %d of %d: %s", bad + 1, m->n_inst,
+                     m->inst[bad].up_err);
+        goto fail;
+    }
     *out = m;
     return HARK_OK;
 fail:
@@ -613,6 +638,7 @@ void served_model_destroy(served_model_t *m)
     }
     pthread_mutex_destroy(&m->seq_lock);
     pthread_cond_destroy(&m->reaper_cond);
+    pthread_cond_destroy(&m->up_cond);
     for (int k = 0; k < m->n_models; k++)
         m->o.family->unload(m->model[k]);
     for (int i = 0; i < m->o.cfg.n; i++) {
