@@ -273,6 +273,18 @@ try:
           st.execution_count >= 1, "statistics: queue / compute counted (%d)" % st.inference_stats.queue.count)
     check(any("idle" in l for l in log), "the idle timeout is logged")
 
+    # hark transcribe --streaming: partials as they come, the final one = WeNet's streaming text
+    for proto, url in (("http", base), ("grpc", "grpc://" + target)):
+        p = subprocess.run([hark, "transcribe", "--url", url, "-m", "streaming_wenet",
+                            "--streaming", "--format", "json"] +
+                           [os.path.join(golden, "wavs", u + ".wav") for u in us],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        js = json.loads(p.stdout) if p.returncode == 0 else []
+        check(p.returncode == 0 and [j["text"] for j in js] == gold and
+              all(len(j["partials"]) >= 1 for j in js) and "partial: " in p.stderr,
+              "hark transcribe --streaming over %s: finals = WeNet's streaming texts (%s)" %
+              (proto, p.stderr[-200:]))
+
     # hark perf --streaming against it: real-time pace over HTTP, as fast as possible over gRPC
     import csv
     wav = os.path.join(golden, "wavs", sorted(R)[0] + ".wav")
