@@ -235,6 +235,10 @@ void http_api_handler(http_req_t *req, void *user)
         asr_ws_upgrade(c, req);
         return;
     }
+    if ((!strcmp(p, "/") || !strcmp(p, "/index.html")) && get) {
+        live_page(req);
+        return;
+    }
     if (!strcmp(p, "/v2/health/live")) {
         http_respond(req, service_live(s) ? 200 : 503, NULL, "", 0);
         return;
