@@ -273,6 +273,7 @@ fail:
 
 int server_run(server_t *s)
 {
+    signal(SIGPIPE, SIG_IGN); /* for embedders too: a client's reset is an EPIPE, not a kill */
     printf("hark serving %s: http://%s:%d (KServe v2, OpenAI /v1/audio/transcriptions and "
            "/v1/audio/speech)",
            s->o.model_repository, s->o.host, http_server_port(s->hl[0].api));

@@ -51,6 +51,28 @@ try:
         assert time.time() - t0 < 60, "not ready within 60 s"
         time.sleep(0.1)
     check(requests.get(base + "/v2/health/live").status_code == 200, "live")
+    # a client that resets a connection with answers pending costs an EPIPE, never the process
+    sigign = [l for l in open("/proc/%d/status" % proc.pid) if l.startswith("SigIgn:")]
+    check(sigign and int(sigign[0].split()[1], 16) & (1 << 12), "SIGPIPE is ignored")
+
+    def reset_storm(k):
+        import socket
+        req = b"GET /v2/models/wenet/config HTTP/1.1\r\nHost: x\r\n\r\n" * 40
+        for i in range(40):
+            try:
+                c = socket.create_connection(("127.0.0.1", int(m.group(1))))
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                c.sendall(req)
+                if i % 2:
+                    c.recv(100)
+                c.close()
+            except OSError:
+                pass
+    ths = [threading.Thread(target=reset_storm, args=(k,)) for k in range(8)]
+    [t.start() for t in ths]
+    [t.join() for t in ths]
+    check(proc.poll() is None and requests.get(base + "/v2/health/live").status_code == 200,
+          "alive after 320 connections reset with pipelined answers pending")
     check(any("HTTP: 3 event loops" in l for l in log), "three HTTP event loops")
     meta = requests.get(base + "/v2/models/wenet").json()
     check(meta["inputs"][0]["shape"] == [-1, -1] and meta["outputs"][0]["name"] == "TRANSCRIPTS",
