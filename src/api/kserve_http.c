@@ -132,6 +132,7 @@ static void handle_infer(const http_api_ctx_t *c, http_req_t *req, const char *m
                           .body_free = infer_free, /* after done: the context itself */
                           .body_user = hi,
                           .loop = c->loop,
+                          .cancelled = http_req_cancelled_flag(req), /* left: dropped unrun */
                           .done = infer_done,
                           .user = hi};
     service_infer(c->s, &in);

@@ -236,6 +236,7 @@ void openai_speech(const http_api_ctx_t *hc, http_req_t *req)
     service_speak_t in = {.model = cJSON_IsString(model) ? model->valuestring : "",
                           .text = input->valuestring,
                           .params = {p, np},
+                          .cancelled = http_req_cancelled_flag(req),
                           .audio = on_audio,
                           .done = on_done,
                           .user = c};

@@ -194,6 +194,41 @@ try:
     got = s.recv(4096).decode(errors="replace")
     check(" 408 " in got.split("\r\n")[0], "stalled client: 408")
     s.close()
+    # clients that leave while their requests wait behind a long one: dropped, never computed
+    def stats():
+        x = requests.get(base + "/v2/models/wenet/stats").json()["model_stats"][0]
+        return x["inference_stats"]["success"]["count"], x["inference_stats"]["fail"]["count"]
+    s0, f0 = stats()
+    NL, SL = 8, 16000 * 15  # the long request: 8 x 15 s (within --max-body-bytes)
+    zl = bytes(4 * NL * SL)
+    hl_ = json.dumps({"inputs": [
+        {"name": "WAV", "shape": [NL, SL], "datatype": "FP32", "parameters": {"binary_data_size": len(zl)}},
+        {"name": "WAV_LENS", "shape": [NL, 1], "datatype": "INT32", "parameters": {"binary_data_size": 4 * NL}}],
+        "parameters": {"decoding_method": "ctc_greedy_search"}}).encode()
+    long_r = []
+    lt = threading.Thread(target=lambda: long_r.append(requests.post(
+        base + "/v2/models/wenet/infer", data=hl_ + zl + struct.pack("<%di" % NL, *([SL] * NL)),
+        headers={"Inference-Header-Content-Length": str(len(hl_))}, timeout=300)))
+    lt.start()
+    time.sleep(0.3)  # it runs; the next ones wait in the queue
+    one = struct.pack("<%df" % 16000, *([0.0] * 16000))
+    h1 = json.dumps({"inputs": [
+        {"name": "WAV", "shape": [1, 16000], "datatype": "FP32", "parameters": {"binary_data_size": len(one)}},
+        {"name": "WAV_LENS", "shape": [1, 1], "datatype": "INT32", "parameters": {"binary_data_size": 4}}]}).encode()
+    body1 = hl1 = None
+    for i in range(10):
+        c = socket.create_connection(("127.0.0.1", int(m.group(1))))
+        c.sendall(b"POST /v2/models/wenet/infer HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                  b"application/octet-stream\r\nInference-Header-Content-Length: %d\r\n"
+                  b"Content-Length: %d\r\n\r\n" % (len(h1), len(h1) + len(one) + 4) +
+                  h1 + one + struct.pack("<i", 16000))
+        c.close()
+    lt.join()
+    time.sleep(1.0)
+    s1, f1 = stats()
+    check(long_r and long_r[0].status_code == 200 and s1 - s0 == NL and f1 - f0 == 10,
+          "10 requests of clients that left were dropped unrun (success +%d, fail +%d)" %
+          (s1 - s0, f1 - f0))
     # statistics (what perf_analyzer polls)
     st = requests.get(base + "/v2/models/wenet/stats").json()["model_stats"][0]
     check(isinstance(st["version"], str) and st["inference_count"] >= 7 and
