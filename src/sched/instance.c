@@ -560,6 +560,19 @@ int served_model_create(const char *dir, const served_opts_t *o, served_model_t 
     family_info_t fi = {0};
     o->family->info(m->model[0], &fi);
     m->sample_rate = fi.sample_rate;
+    { /* the config's options must parse on their own: a bad value fails the load, not every
+         request later */
+        void *opts = hark_calloc(1, o->family->opts_size ? o->family->opts_size : 1);
+        family_params_t none = {NULL, 0};
+        rc = opts ? o->family->parse_opts(m->model[0], &m->o.cfg, &none, opts, err)
+                  : err_set(err, HARK_ERR_NOMEM, "out of memory");
+        hark_free(opts);
+        if (rc) {
+            if (!strstr(err->msg, "config.pbtxt"))
+                err_prefix(err, rc, "config.pbtxt parameters");
+            goto fail;
+        }
+    }
     if (o->seq.enabled) { /* each instance takes its own sequences' chunks */
         batcher_opts_t bo = {.max_batch_size =
                                  o->seq.max_sequences < 512 ? o->seq.max_sequences : 512,

@@ -17,6 +17,13 @@ shutil.copytree(model_dir, os.path.join(repo, "wenet"))
 shutil.copytree(model_dir, os.path.join(repo, "wenet_badprec"))
 with open(os.path.join(repo, "wenet_badprec", "config.pbtxt"), "a") as f:
     f.write('parameters { key: "precision" value { string_value: "fp64" } }\n')
+# config values a family refuses: UNAVAILABLE with the reason, not READY and failing every request
+for name, key, val in (("wenet_badmethod", "decoding_method", "magic_search"),
+                       ("wenet_badbeam", "beam_size", "-5")):
+    shutil.copytree(model_dir, os.path.join(repo, name))
+    cp = os.path.join(repo, name, "config.pbtxt")
+    txt = re.sub(r'parameters \{ key: "%s"[^\n]*\n' % key, "", open(cp).read())
+    open(cp, "w").write(txt + 'parameters { key: "%s" value { string_value: "%s" } }\n' % (key, val))
 proc = subprocess.Popen([hark, "serve", "--model-repository", repo, "--http-port", "0",
                          "--metrics-port", "0", "--grpc-port", "-1", "--max-body-bytes", "8000000",
                          "--request-timeout-ms", "1500", "--http-threads", "3"],
@@ -272,6 +279,10 @@ try:
     bad = idx.get("wenet_badprec", {})
     check(bad.get("state") == "UNAVAILABLE" and "precision" in bad.get("reason", "") and
           "fp64" in bad.get("reason", ""), "bad precision parameter: UNAVAILABLE with the reason (%r)" % bad)
+    for name, word in (("wenet_badmethod", "magic_search"), ("wenet_badbeam", "beam_size")):
+        bad = idx.get(name, {})
+        check(bad.get("state") == "UNAVAILABLE" and word in bad.get("reason", ""),
+              "config %s: UNAVAILABLE naming it (%r)" % (word, bad.get("reason")))
     check(requests.post(base + "/v2/repository/models/wenet/unload").status_code == 200 and
           requests.get(base + "/v2/models/wenet/ready").status_code == 400, "unload")
     check(requests.post(base + "/v2/repository/models/wenet/load").status_code == 200 and
