@@ -836,6 +836,8 @@ int served_model_submit(served_model_t *m, served_request_t *req, hark_err_t *er
                        (double)req->fi.n / m->sample_rate, m->o.max_seconds);
     req->key_ = m->o.family->batch_key(req->fi.opts);
     req->item.length = req->fi.text ? strlen(req->fi.text) : req->fi.n;
+    if (!req->item.deadline_ns && m->o.default_timeout_us)
+        req->item.deadline_ns = clock_now_ns() + m->o.default_timeout_us * 1000;
     int rc = batcher_submit(m->batcher, &req->item);
     if (rc == HARK_ERR_AGAIN)
         return err_set(err, rc, "the model's queue is full");

@@ -172,11 +172,14 @@ static int prepare(repository_t *r, repo_model_t *m, served_opts_t *so, family_p
     batcher_opts_t *b = &so->batching;
     b->max_batch_size = m->cfg.max_batch_size > 0 ? m->cfg.max_batch_size : 1;
     const model_dynamic_batching_t *db = &m->cfg.dynamic_batching;
+    b->max_queue_size = r->o.max_queue_size; /* unless the config sets one */
     if (db->present) {
         for (int i = 0; i < db->n_preferred && i < 8; i++)
             b->preferred[b->n_preferred++] = db->preferred_batch_size[i];
         b->max_queue_delay_us = db->max_queue_delay_microseconds;
-        b->max_queue_size = (int)db->default_queue_policy.max_queue_size;
+        if (db->default_queue_policy.max_queue_size)
+            b->max_queue_size = (int)db->default_queue_policy.max_queue_size;
+        so->default_timeout_us = db->default_queue_policy.default_timeout_microseconds;
     }
     b->length_aware = r->o.length_aware;
     if (m->cfg.sequence_batching) { /* Triton's: oldest's candidates, direct's batch slots */

@@ -38,6 +38,7 @@ typedef struct {
     double max_seconds; /* longest request a model accepts */
     int cpu_threads;    /* BLAS threads per CPU instance */
     int length_aware;   /* length-aware batching */
+    int max_queue_size; /* the queue bound of a config that sets none (0: unbounded) */
     /* optional, around each batch's completions on an instance thread */
     void (*completions_begin)(int n);
     void (*completions_end)(int n);

@@ -190,6 +190,7 @@ int server_create(const server_opts_t *o, server_t **out, hark_err_t *err)
                             .max_seconds = s->o.max_audio_seconds,
                             .cpu_threads = s->o.cpu_threads,
                             .length_aware = s->o.length_aware,
+                            .max_queue_size = s->o.max_queue_size,
                             .completions_begin = completions_begin,
                             .completions_end = completions_end};
     int rc = repository_create(&ro, &s->repo, err);

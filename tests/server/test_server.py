@@ -17,6 +17,14 @@ shutil.copytree(model_dir, os.path.join(repo, "wenet"))
 shutil.copytree(model_dir, os.path.join(repo, "wenet_badprec"))
 with open(os.path.join(repo, "wenet_badprec", "config.pbtxt"), "a") as f:
     f.write('parameters { key: "precision" value { string_value: "fp64" } }\n')
+# a small queue with a default timeout (Triton's default_queue_policy)
+shutil.copytree(model_dir, os.path.join(repo, "wenet_q"))
+cq = os.path.join(repo, "wenet_q", "config.pbtxt")
+txt = re.sub(r"dynamic_batching \{[^}]*\}", "dynamic_batching {\n"
+             "  max_queue_delay_microseconds: 0\n  default_queue_policy {\n"
+             "    max_queue_size: 2\n    default_timeout_microseconds: 300000\n  }\n}",
+             open(cq).read())
+open(cq, "w").write(re.sub(r'name: "[^"]*"', 'name: "wenet_q"', txt, count=1))
 # config values a family refuses: UNAVAILABLE with the reason, not READY and failing every request
 for name, key, val in (("wenet_badmethod", "decoding_method", "magic_search"),
                        ("wenet_badbeam", "beam_size", "-5")):
@@ -236,6 +244,40 @@ try:
     check(long_r and long_r[0].status_code == 200 and s1 - s0 == NL and f1 - f0 == 10,
           "10 requests of clients that left were dropped unrun (success +%d, fail +%d)" %
           (s1 - s0, f1 - f0))
+    # the queue bound and the default timeout: behind a long request, 2 of 5 wait (then expire
+    # after 300 ms: 504), 3 are shed at once (503 with Retry-After)
+    # (the queue counts batch items: the long request is 2 x 59 s, so it fits the queue)
+    QN, QS = 2, 16000 * 59
+    hq = json.dumps({"inputs": [
+        {"name": "WAV", "shape": [QN, QS], "datatype": "FP32", "parameters": {"binary_data_size": 4 * QN * QS}},
+        {"name": "WAV_LENS", "shape": [QN, 1], "datatype": "INT32", "parameters": {"binary_data_size": 4 * QN}}],
+        "parameters": {"decoding_method": "ctc_greedy_search"}}).encode()
+    lq, long_body = [], hq + bytes(4 * QN * QS) + struct.pack("<%di" % QN, *([QS] * QN))
+    t_long = time.time()
+    lt = threading.Thread(target=lambda: lq.append(requests.post(
+        base + "/v2/models/wenet_q/infer", data=long_body,
+        headers={"Inference-Header-Content-Length": str(len(hq))}, timeout=300)))
+    lt.start()
+    time.sleep(0.6)  # uploaded, parsed and running (it runs for seconds)
+    qr = [None] * 5
+
+    def qone(i):
+        qr[i] = requests.post(base + "/v2/models/wenet_q/infer", data=h1 + one + struct.pack("<i", 16000),
+                              headers={"Inference-Header-Content-Length": str(len(h1))})
+    qt = [threading.Thread(target=qone, args=(i,)) for i in range(5)]
+    for t_ in qt:
+        t_.start()
+        time.sleep(0.02)
+    [t_.join() for t_ in qt]
+    lt.join()
+    codes = sorted(r_.status_code for r_ in qr)
+    check(lq and lq[0].status_code == 200 and codes == [503, 503, 503, 504, 504] and
+          all(r_.headers.get("Retry-After") for r_ in qr if r_.status_code == 503),
+          "max_queue_size 2: 3 shed with 503 + Retry-After, 2 expire after 300 ms: %s %s" %
+          (codes, [lq[0].status_code, lq[0].text[:150], time.time() - t_long] if lq else None))
+    # (OpenAI's "whisper-1" below stands for the one ready recognizer)
+    check(requests.post(base + "/v2/repository/models/wenet_q/unload").status_code == 200,
+          "wenet_q unloaded")
     # statistics (what perf_analyzer polls)
     st = requests.get(base + "/v2/models/wenet/stats").json()["model_stats"][0]
     check(isinstance(st["version"], str) and st["inference_count"] >= 7 and
