@@ -188,3 +188,39 @@ TEST(tts_text_bad_input)
     tts_text_free(&tt);
     CHECK(!strcmp(tts_symbol(11), " ") && !strcmp(tts_symbol(147), "@ZH") && !tts_symbol(148));
 }
+
+/* DLE Tacotron2's transliteration (its own unidecoder): umlauts as two letters, the em dash and
+ * the ellipsis dropped, typographic quotes and dashes by their homoglyphs; the rest of the
+ * pipeline is FastSpeech's. The golden sentences' ids are checked in
+ * tests/model/tacotron2/test_tacotron2.c. */
+TEST(tts_text_dle_tacotron2_transliteration)
+{
+    static const struct {
+        const char *in, *want;
+    } cases[] = {
+        {"M\xc3\xbcller \xc3\x84rger \xc3\x9f", "mueller aerger ss"},
+        {"a \xe2\x80\x94 b\xe2\x80\xa6", "a b"}, /* dropped; whitespace then collapsed */
+        {"\xe2\x80\x9cit\xe2\x80\x99s\xe2\x80\x9d \xe2\x80\x93 ok", "\"it's\" - ok"},
+        {"Dvo\xc5\x99\xc3\xa1k \xc5\x81\xc3\xb3" "d\xc5\xba \xc3\x85", "dvorak lodz a"},
+        {"\xc2\xa9 \xc2\xbfx? \xe2\x82\xac" "5", " x? efive"}, /* © ¿ dropped, € -> E */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL;
+        hark_err_t err = {0};
+        CHECK_OK(tts_text_clean_variant(cases[i].in, strlen(cases[i].in), TTS_TEXT_DLE_TACOTRON2,
+                                        &out, &err));
+        int ok = !strcmp(out, cases[i].want);
+        if (!ok)
+            printf("    %s -> '%s' (want '%s')\n", cases[i].in, out, cases[i].want);
+        hark_free(out);
+        CHECK(ok);
+    }
+    tts_text_t a = {0}, b = {0};
+    hark_err_t err = {0};
+    CHECK_OK(tts_text_to_ids_variant("M\xc3\xbcller", TTS_TEXT_DLE_TACOTRON2, &a, &err));
+    CHECK_OK(tts_text_to_ids("M\xc3\xbcller", &b, &err));
+    CHECK_EQ_INT(a.n, 7); /* mueller */
+    CHECK_EQ_INT(b.n, 6); /* muller */
+    tts_text_free(&a);
+    tts_text_free(&b);
+}
