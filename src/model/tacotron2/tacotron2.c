@@ -678,9 +678,9 @@ int tacotron2_infer(const tacotron2_model_t *m, const int *const *ids, const int
     const tacotron2_config_t *c = &m->cfg;
     tacotron2_opts_t o0 = {0};
     const tacotron2_opts_t *o = opts ? opts : &o0;
-    memset(res, 0, sizeof *res * (size_t)(batch > 0 ? batch : 0));
     if (batch < 1)
         return err_set(err, HARK_ERR_INVALID_ARG, "tacotron2: an empty batch");
+    memset(res, 0, sizeof *res * (size_t)batch);
     for (int b = 0; b < batch; b++) {
         if (n_ids[b] < 1)
             return err_set(err, HARK_ERR_INVALID_ARG, "tacotron2: row %d has no symbols", b);

@@ -75,10 +75,11 @@ typedef struct {
     int n_ids;
 } tacotron2_result_t;
 
-/* Batched inference: row b speaks ids[b] (n_ids[b] symbol ids in [0, n_symbols)). Each row
- * decodes until its own gate fires (or max_decoder_steps): finished rows leave the batch, so a
- * row's result equals its batch-1 result. res (batch) receives the results. HARK_ERR_INVALID_ARG
- * (no ids, an id out of range), HARK_ERR_NOMEM. On an error every res[b] is zeroed. */
+/* Batched inference: row b speaks ids[b] (n_ids[b] symbol ids in [0, n_symbols)); batch >= 1.
+ * Each row decodes until its own gate fires (or max_decoder_steps): finished rows leave the
+ * batch, so a row's result equals its batch-1 result. res (batch) receives the results.
+ * HARK_ERR_INVALID_ARG (an empty batch, no ids, an id out of range), HARK_ERR_TOO_LARGE,
+ * HARK_ERR_NOMEM. On an error every res[b] is zeroed. */
 int tacotron2_infer(const tacotron2_model_t *m, const int *const *ids, const int *n_ids,
                     int batch, const tacotron2_opts_t *o, tacotron2_result_t *res,
                     hark_err_t *err);
