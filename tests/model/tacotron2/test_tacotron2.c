@@ -485,3 +485,89 @@ TEST(tacotron2_convert_rejects_missing_tensor)
     struct stat st;
     CHECK(stat(p, &st) != 0); /* nothing half-written */
 }
+
+/* Every row stops on its own gate: with gate_threshold 0.4918 and early stopping, DLE's
+ * recorded gates (sigmoid 0.47-0.49) fire first at step 11 (s1) and 15 (s2), never for s0 (40
+ * steps) — 2.9e-4 away from the threshold at the closest. In one batch each row runs exactly
+ * its own steps, its alignments equal the golden's over them, and its mel equals its single run. */
+TEST(tacotron2_batch_rows_stop_on_own_gate)
+{
+    NEED_SHARED(GOLDEN_TTS "/tacotron2");
+    char why[512];
+    const char *dir = t2_model_dir(why, sizeof why);
+    if (!dir) {
+        if (strstr(why, "python3"))
+            SKIP(why);
+        CHECKF(0, "%s", why);
+    }
+    const char *tmp = test_tmpdir(t);
+    char cmd[2400], p[700];
+    snprintf(cmd, sizeof cmd,
+             "cp -r '%s/m' '%s/t2' && sed -i 's/\"gate_threshold\": 0.5/\"gate_threshold\": "
+             "0.4918/; s/\"decoder_no_early_stopping\": true/\"decoder_no_early_stopping\": "
+             "false/' '%s/t2/1/model.json' && grep -q '0.4918' '%s/t2/1/model.json' && grep -q "
+             "'stopping\": false' '%s/t2/1/model.json'",
+             dir, tmp, tmp, tmp, tmp);
+    CHECK(system(cmd) == 0);
+    snprintf(p, sizeof p, "%s/t2", tmp);
+    tacotron2_model_t *m = NULL;
+    hark_err_t err = {0};
+    CHECKF(tacotron2_load(p, 1, &m, &err) == HARK_OK, "%s", err.msg);
+    masks_t mk = {0};
+    int row_sentence[3] = {0, 1, 2};
+    mk.row_sentence = row_sentence;
+    CHECK(masks_load(&mk) == 0);
+    tts_text_t tt[3] = {{0}};
+    const int *ids[3];
+    int n[3], ok = 1;
+    for (int b = 0; b < 3 && ok; b++) {
+        ok = sentence_ids(b, &tt[b], why, sizeof why) == 0;
+        ids[b] = tt[b].ids;
+        n[b] = tt[b].n;
+    }
+    tacotron2_opts_t o = {.mask = on_mask, .mask_user = &mk};
+    tacotron2_result_t r[3] = {{0}}, single[3] = {{0}};
+    int rc = ok ? tacotron2_infer(m, ids, n, 3, &o, r, &err) : -1;
+    int frames[3] = {0}, lens[3] = {0};
+    double ea = 0, es = 0;
+    for (int b = 0; b < 3 && rc == HARK_OK; b++) {
+        frames[b] = r[b].n_frames;
+        lens[b] = r[b].mel_length;
+        npy_array_t g = {0};
+        char rel[96];
+        snprintf(rel, sizeof rel, "tacotron2/s%d/alignments.npy", b);
+        if (golden_tts_npy(&g, rel) == HARK_OK && g.count == (size_t)N_STEPS * r[b].n_ids) {
+            for (int s = 0; s < r[b].n_frames; s++) {
+                const float *gs = (const float *)g.data + (size_t)s * r[b].n_ids;
+                ea = fmax(ea, test_max_abs_diff(r[b].alignments + (size_t)s * r[b].n_ids, gs,
+                                                (size_t)r[b].n_ids) /
+                                  max_abs(gs, (size_t)r[b].n_ids));
+            }
+        } else
+            ea = INFINITY;
+        npy_free(&g);
+        row_sentence[0] = b; /* the single run reads sentence b's masks as its row 0 */
+        rc = tacotron2_infer(m, &ids[b], &n[b], 1, &o, &single[b], &err);
+        row_sentence[0] = 0;
+        if (!rc && single[b].n_frames == r[b].n_frames)
+            es = fmax(es, test_max_abs_diff(single[b].mel, r[b].mel, (size_t)r[b].n_frames * 80));
+        else
+            es = INFINITY;
+    }
+    for (int b = 0; b < 3; b++) {
+        tacotron2_result_free(&r[b]);
+        tacotron2_result_free(&single[b]);
+        tts_text_free(&tt[b]);
+    }
+    masks_free(&mk);
+    tacotron2_destroy(m);
+    CHECKF(ok, "%s", why);
+    CHECKF(rc == HARK_OK, "infer: %s", err.msg);
+    printf("    steps %d / %d / %d, mel_lengths %d / %d / %d; alignments (worst step) %.3g; "
+           "batch vs single %.3g\n",
+           frames[0], frames[1], frames[2], lens[0], lens[1], lens[2], ea, es);
+    CHECK(frames[0] == 40 && frames[1] == 12 && frames[2] == 16);
+    CHECK(lens[0] == 40 && lens[1] == 11 && lens[2] == 15);
+    CHECK(ea <= TOL_REL);
+    CHECK(es <= 1e-5);
+}
