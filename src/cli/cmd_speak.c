@@ -214,13 +214,71 @@ static int vocoder_mels(const pipe_t *p)
     return p->hg ? hifigan_config(p->hg)->num_mels : waveglow_config(p->wg)->n_mels;
 }
 
-/* Tacotron 2 stages for --dump-dir: the ones outside the decoder loop (its per-step states
- * are in the goldens' layout only through the tests' capture) */
+/* Tacotron 2 stages for --dump-dir: those outside the decoder loop as they come; the per-step
+ * ones gathered and written after the loop as dec_<name>.npy (steps, 1, cols), the goldens'
+ * layout (mel_frame: dec_mel_frames) */
+#define T2_STEP_NAMES 12
+typedef struct {
+    dump_t *d;
+    struct {
+        char name[40];
+        float *data; /* (steps, cols) */
+        int cols, steps, cap;
+    } s[T2_STEP_NAMES];
+    int n;
+} t2dump_t;
+
 static void dump_t2_stage(void *user, int row, const char *name, int step, const float *data,
                           int rows, int cols)
 {
-    if (step < 0)
-        dump_stage(user, name, data, rows, cols);
+    t2dump_t *td = user;
+    if (step < 0) {
+        dump_stage(td->d, name, data, rows, cols);
+        return;
+    }
+    int k = 0;
+    while (k < td->n && strcmp(td->s[k].name, name))
+        k++;
+    if (k == td->n) {
+        if (td->n == T2_STEP_NAMES) {
+            td->d->failed = 1;
+            return;
+        }
+        snprintf(td->s[k].name, sizeof td->s[k].name, "%s", name);
+        td->s[k].cols = rows * cols;
+        td->n++;
+    }
+    if (rows * cols != td->s[k].cols || step != td->s[k].steps) {
+        td->d->failed = 1;
+        return;
+    }
+    if (td->s[k].steps == td->s[k].cap) {
+        int cap = td->s[k].cap ? 2 * td->s[k].cap : 64;
+        float *q = hark_realloc(td->s[k].data, sizeof(float) * (size_t)cap * td->s[k].cols);
+        if (!q) {
+            td->d->failed = 1;
+            return;
+        }
+        td->s[k].data = q;
+        td->s[k].cap = cap;
+    }
+    memcpy(td->s[k].data + (size_t)step * td->s[k].cols, data,
+           sizeof(float) * (size_t)td->s[k].cols);
+    td->s[k].steps++;
+}
+
+static void t2dump_finish(t2dump_t *td)
+{
+    for (int k = 0; k < td->n; k++) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/dec_%s.npy", td->d->dir,
+                 strcmp(td->s[k].name, "mel_frame") ? td->s[k].name : "mel_frames");
+        int64_t shape[3] = {td->s[k].steps, 1, td->s[k].cols};
+        if (npy_save_f32(path, td->s[k].data, 3, shape))
+            td->d->failed = 1;
+        hark_free(td->s[k].data);
+    }
+    td->n = 0;
 }
 
 /* mel (n_mels, T) -> WAV through WaveGlow (+ the denoiser), cut to keep samples (0: all) and
@@ -289,11 +347,14 @@ static int acoustic(const pipe_t *p, const tts_text_t *tt, float **mel_out, int 
     hark_err_t err = {0};
     *keep = 0;
     if (p->t2) {
+        t2dump_t td = {.d = d};
         tacotron2_opts_t o = {.seed = p->seed, .max_decoder_steps = p->max_steps,
-                              .stage = d->dir ? dump_t2_stage : NULL, .stage_user = d};
+                              .stage = d->dir ? dump_t2_stage : NULL, .stage_user = &td};
         const int *ids = tt->ids;
         tacotron2_result_t r = {0};
-        if (tacotron2_infer(p->t2, &ids, &tt->n, 1, &o, &r, &err)) {
+        int rc = tacotron2_infer(p->t2, &ids, &tt->n, 1, &o, &r, &err);
+        t2dump_finish(&td);
+        if (rc) {
             fprintf(stderr, "hark speak: %s\n", err.msg);
             return -1;
         }

@@ -1,6 +1,7 @@
 /* Integration tests of `hark speak` with Tacotron 2 + WaveGlow (+ denoiser) through the built
  * binary, on the TTS goldens (../shared/data/golden/tts): the encoder stage equal to DLE's
- * golden (--dump-dir; it runs before any dropout), the decoder's length and DLE's audio cut,
+ * golden (--dump-dir; it runs before any dropout), the per-step dumps' layout, the decoder's
+ * length and DLE's audio cut,
  * --seed reproducibility, and the error paths (exit status + message). */
 #include "test.h"
 
@@ -101,6 +102,20 @@ TEST(cli_speak_tacotron2_waveglow)
     CHECK_OK(npy_load_f32(p, &a));
     CHECK(a.ndim == 2 && a.shape[0] == 80 && a.shape[1] == 40);
     npy_free(&a);
+    /* the decoder's per-step states in the goldens' layout (steps, 1, cols) */
+    static const struct {
+        const char *name;
+        int cols;
+    } dec[4] = {{"dec_attention_weights", 119}, {"dec_mel_frames", 80}, {"dec_gate", 1},
+                {"dec_decoder_hidden", 256}};
+    for (int k = 0; k < 4; k++) {
+        snprintf(p, sizeof p, "%s/d/%s.npy", tmp, dec[k].name);
+        CHECKF(npy_load_f32(p, &a) == HARK_OK, "%s", p);
+        int shape_ok = a.ndim == 3 && a.shape[0] == 40 && a.shape[1] == 1 &&
+                       a.shape[2] == dec[k].cols;
+        npy_free(&a);
+        CHECKF(shape_ok, "%s: shape", dec[k].name);
+    }
     /* 40 frames, the gate never fired: DLE keeps mel_lengths (40) · 256 samples, peak 1 */
     snprintf(p, sizeof p, "%s/a.wav", tmp);
     audio_t au = {0};
