@@ -217,8 +217,10 @@ static int to_ascii(const char *s, size_t n, tts_text_variant_t v, sb_t *out, ha
 /* DLE Tacotron2's own `unidecoder` (tacotron2/text/unidecoder): characters below U+007F are
  * kept; any other is looked up in its replacement table (German umlauts as two letters, ü ->
  * ue), then in its homoglyph table; what neither has is dropped (the original warns). Here:
- * that behaviour for Latin-1, Latin Extended-A, the common punctuation, spaces and currency
- * signs; other scripts (Cyrillic, Greek, mathematical letters) are dropped (docs/tts.md). */
+ * that behaviour for Latin-1, Latin Extended-A, General Punctuation, the currency signs and the
+ * fullwidth forms (identical to the original over U+007F-U+017F, U+2000-U+20CF and
+ * U+FF00-U+FFEF: tools/tts_text_reference.py --tacotron2 --sweep); other scripts (Latin
+ * Extended-B, Greek, Cyrillic, mathematical letters, ...) are dropped (docs/tts.md). */
 static const char *const DLE_LATIN1[0x100 - 0xa0] = {
     " ", "",   "c",  "",   "",   "Y",  "",   "",   "\"", "",   "",   "",   "",   "",   "",   "",
     "",  "",   "",   "",   "'",  "",   "",   "",   ",",  "",   "",   "",   "",   "",   "",   "",
@@ -250,7 +252,58 @@ static const char *dle_unidecoder(uint32_t cp, char one[2])
         one[1] = 0;
         return one;
     }
+    if (cp >= 0xff01 && cp <= 0xff5e) { /* fullwidth forms: mostly their ASCII homoglyph */
+        switch (cp) {
+        case 0xff02:
+        case 0xff03:
+        case 0xff0d:
+        case 0xff3e:
+        case 0xff5c:
+        case 0xff5e:
+            return "";
+        case 0xff10:
+            return "o"; /* the homoglyph table lists it under 'o', not '0' */
+        case 0xff11:
+        case 0xff29:
+            return "l"; /* and these under 'l' */
+        case 0xff3b:
+            return "(";
+        case 0xff3d:
+            return ")";
+        case 0xff40:
+            return "'";
+        default:
+            one[0] = (char)(cp - 0xfee0);
+            one[1] = 0;
+            return one;
+        }
+    }
+    if (cp >= 0x20a0 && cp <= 0x20bf) { /* currency signs: the replacement table's readings */
+        static const char *const CUR[0x20c0 - 0x20a0] = {
+            "CE", "C", "Cr", "F", "",  "m", "N", "Pt", "Rs", "W",  "",  "s", "E", "K", "T", "Dp",
+            "S",  "P", "G",  "A", "S", "C", "tt", "S", "T",  "R", "L", "",  "",  "P", "",  "B"};
+        return CUR[cp - 0x20a0];
+    }
     switch (cp) {
+    case 0x203d:
+        return "?!";
+    case 0x2041:
+    case 0x2044:
+        return "/";
+    case 0x204e:
+        return "*";
+    case 0x2053:
+        return "~";
+    case 0x205a:
+        return ":";
+    case 0xffe0:
+        return "c";
+    case 0xffe5:
+        return "Y";
+    case 0xffe6:
+        return "W";
+    case 0xffe8:
+        return "l";
     case 0x1680:
     case 0x2000:
     case 0x2001:
@@ -327,8 +380,6 @@ static const char *dle_unidecoder(uint32_t cp, char one[2])
     case 0x2dc:
     case 0x223c:
         return "~";
-    case 0x20ac:
-        return "E";
     default:
         return ""; /* U+007F, U+2014 (em dash), U+2026 (ellipsis), ...: dropped */
     }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *const SENTENCES[3] = {
     "Printing, in the only sense with which we are at present concerned, differs from most if "
@@ -102,15 +103,11 @@ static void unescape(char *s)
     *o = 0;
 }
 
-TEST(tts_text_reference_file)
+/* Every line of a tools/tts_text_reference.py file against hark's ids with `variant`. */
+static void check_reference_file(test_ctx_t *t, const char *path, tts_text_variant_t variant)
 {
-    const char *path = getenv("HARK_TTS_TEXT_REF");
-    if (!path || !*path)
-        path = "/tmp/hark-tts-text-ref.tsv";
     FILE *f = fopen(path, "r");
-    if (!f)
-        SKIP("no reference ids (make them with tools/tts_text_reference.py --output "
-             "/tmp/hark-tts-text-ref.tsv, or set HARK_TTS_TEXT_REF)");
+    CHECKF(f != NULL, "cannot open %s", path);
     size_t cap = 1 << 16;
     char *line = malloc(cap);
     int n = 0, bad = 0;
@@ -128,7 +125,7 @@ TEST(tts_text_reference_file)
         unescape(text);
         tts_text_t tt;
         hark_err_t err = {0};
-        int rc = tts_text_to_ids(text, &tt, &err);
+        int rc = tts_text_to_ids_variant(text, variant, &tt, &err);
         int ok;
         if (!strncmp(ref, "ERROR", 5)) {
             ok = rc == HARK_ERR_UNSUPPORTED;
@@ -167,6 +164,32 @@ TEST(tts_text_reference_file)
     printf("    %d lines of %s, %d differ\n", n, path, bad);
     CHECKF(n > 0, "%s is empty", path);
     CHECKF(bad == 0, "%d of %d lines differ; first %s", bad, n, first);
+}
+
+TEST(tts_text_reference_file)
+{
+    const char *path = getenv("HARK_TTS_TEXT_REF");
+    if (!path || !*path)
+        path = "/tmp/hark-tts-text-ref.tsv";
+    if (access(path, R_OK) != 0)
+        SKIP("no reference ids (make them with tools/tts_text_reference.py --output "
+             "/tmp/hark-tts-text-ref.tsv, or set HARK_TTS_TEXT_REF)");
+    check_reference_file(t, path, TTS_TEXT_FASTSPEECH);
+}
+
+/* DLE Tacotron2's front end: the LJSpeech transcripts, the generated lines and every code point
+ * of the transliteration ranges hark reproduces (tools/tts_text_reference.py --tacotron2
+ * --synthetic --sweep). */
+TEST(tts_text_reference_file_tacotron2)
+{
+    const char *path = getenv("HARK_TTS_TEXT_REF_TACOTRON2");
+    if (!path || !*path)
+        path = "/tmp/hark-tts-text-ref-tacotron2.tsv";
+    if (access(path, R_OK) != 0)
+        SKIP("no reference ids (make them with tools/tts_text_reference.py --tacotron2 --sweep "
+             "--output /tmp/hark-tts-text-ref-tacotron2.tsv, or set "
+             "HARK_TTS_TEXT_REF_TACOTRON2)");
+    check_reference_file(t, path, TTS_TEXT_DLE_TACOTRON2);
 }
 
 TEST(tts_text_bad_input)
