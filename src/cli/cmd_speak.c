@@ -173,24 +173,23 @@ static int vocode_to_wav(const hifigan_model_t *voc, const float *mel, int nf, c
 
 static void speak_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: hark speak --model DIR [--vocoder DIR] \"TEXT\" -o OUT.wav\n"
-            "       hark speak --model DIR [--vocoder DIR] --text-file FILE --output-dir DIR\n"
-            "                  [--alpha A] [--seed N] [--sigma S] [--denoiser-strength X]\n"
-            "                  [--max-decoder-steps N] [--device cpu] [--precision fp32]\n"
-            "                  [--dump-dir D]\n\n"
-            "Synthesises English text with a FastSpeech (tools/convert_fastspeech.py) or\n"
-            "Tacotron 2 model (tools/convert_tacotron2.py) and a HiFi-GAN\n"
-            "(tools/convert_hifigan.py) or WaveGlow vocoder (tools/convert_waveglow.py; by\n"
-            "default the one the model's config.pbtxt names in parameters `vocoder`).\n"
-            "--text-file writes one WAV per line (KEY<TAB>TEXT lines give KEY.wav, other lines\n"
-            "NNNN.wav by line number). --alpha scales FastSpeech's durations (1: as trained).\n"
-            "Tacotron 2 keeps its prenet dropout on at inference, as DLE does: --seed N makes\n"
-            "the output reproducible (it seeds WaveGlow's noise too; default 0). WaveGlow:\n"
-            "--sigma (default the model's, 0.9) and --denoiser-strength (default the model's,\n"
-            "0.01; 0 turns the denoiser off); its audio is peak-normalised as DLE's\n"
-            "inference.py does. --dump-dir writes the ids and every stage as .npy (one\n"
-            "sub-directory per line with --text-file).\n");
+    fprintf(f, "usage: hark speak --model DIR [--vocoder DIR] \"TEXT\" -o OUT.wav\n"
+               "       hark speak --model DIR [--vocoder DIR] --text-file FILE --output-dir DIR\n"
+               "                  [--alpha A] [--seed N] [--sigma S] [--denoiser-strength X]\n"
+               "                  [--max-decoder-steps N] [--device cpu] [--precision fp32]\n"
+               "                  [--dump-dir D]\n\n"
+               "Synthesises English text with a FastSpeech (tools/convert_fastspeech.py) or\n"
+               "Tacotron 2 model (tools/convert_tacotron2.py) and a HiFi-GAN\n"
+               "(tools/convert_hifigan.py) or WaveGlow vocoder (tools/convert_waveglow.py; by\n"
+               "default the one the model's config.pbtxt names in parameters `vocoder`).\n"
+               "--text-file writes one WAV per line (KEY<TAB>TEXT lines give KEY.wav, other lines\n"
+               "NNNN.wav by line number). --alpha scales FastSpeech's durations (1: as trained).\n"
+               "Tacotron 2 keeps its prenet dropout on at inference, as DLE does: --seed N makes\n"
+               "the output reproducible (it seeds WaveGlow's noise too; default 0). WaveGlow:\n"
+               "--sigma (default the model's, 0.9) and --denoiser-strength (default the model's,\n"
+               "0.01; 0 turns the denoiser off); its audio is peak-normalised as DLE's\n"
+               "inference.py does. --dump-dir writes the ids and every stage as .npy (one\n"
+               "sub-directory per line with --text-file).\n");
 }
 
 /* the loaded pipeline: one acoustic model, one vocoder, and the options */
@@ -283,8 +282,8 @@ static void t2dump_finish(t2dump_t *td)
 
 /* mel (n_mels, T) -> WAV through WaveGlow (+ the denoiser), cut to keep samples (0: all) and
  * peak-normalised, as DLE's inference.py writes Tacotron 2 + WaveGlow output */
-static int waveglow_to_wav(const pipe_t *p, const float *mel, int nf, size_t keep,
-                           const char *out, const char *dump_dir)
+static int waveglow_to_wav(const pipe_t *p, const float *mel, int nf, size_t keep, const char *out,
+                           const char *dump_dir)
 {
     const waveglow_config_t *c = waveglow_config(p->wg);
     size_t n = waveglow_samples(p->wg, nf);
@@ -295,8 +294,10 @@ static int waveglow_to_wav(const pipe_t *p, const float *mel, int nf, size_t kee
     }
     dump_t d = {dump_dir, 0};
     hark_err_t err = {0};
-    waveglow_opts_t o = {.sigma = p->sigma, .seed = p->seed ^ 0x5741564547ull,
-                         .stage = dump_dir ? dump_stage : NULL, .stage_user = &d};
+    waveglow_opts_t o = {.sigma = p->sigma,
+                         .seed = p->seed ^ 0x5741564547ull,
+                         .stage = dump_dir ? dump_stage : NULL,
+                         .stage_user = &d};
     int rc = waveglow_infer(p->wg, mel, nf, &o, audio, &err);
     float strength = p->strength >= 0 ? p->strength : c->denoiser_strength;
     if (!rc && dump_dir) {
@@ -348,8 +349,10 @@ static int acoustic(const pipe_t *p, const tts_text_t *tt, float **mel_out, int 
     *keep = 0;
     if (p->t2) {
         t2dump_t td = {.d = d};
-        tacotron2_opts_t o = {.seed = p->seed, .max_decoder_steps = p->max_steps,
-                              .stage = d->dir ? dump_t2_stage : NULL, .stage_user = &td};
+        tacotron2_opts_t o = {.seed = p->seed,
+                              .max_decoder_steps = p->max_steps,
+                              .stage = d->dir ? dump_t2_stage : NULL,
+                              .stage_user = &td};
         const int *ids = tt->ids;
         tacotron2_result_t r = {0};
         int rc = tacotron2_infer(p->t2, &ids, &tt->n, 1, &o, &r, &err);
@@ -364,11 +367,13 @@ static int acoustic(const pipe_t *p, const tts_text_t *tt, float **mel_out, int 
             dump_stage(d, "mel_lengths", &ml, 1, 1);
         }
         if (r.mel_length == r.n_frames)
-            fprintf(stderr, "hark speak: the gate never fired in %d decoder steps (raise "
-                            "--max-decoder-steps?)\n", r.n_frames);
+            fprintf(stderr,
+                    "hark speak: the gate never fired in %d decoder steps (raise "
+                    "--max-decoder-steps?)\n",
+                    r.n_frames);
         /* DLE's inference.py cuts the audio to mel_lengths · hop */
-        *keep = (size_t)(r.mel_length > 0 ? r.mel_length : 1) *
-                (size_t)tacotron2_config(p->t2)->hop;
+        *keep =
+            (size_t)(r.mel_length > 0 ? r.mel_length : 1) * (size_t)tacotron2_config(p->t2)->hop;
         *mel_out = r.mel;
         *nf_out = r.n_frames;
         r.mel = NULL;
@@ -533,8 +538,8 @@ int cli_speak(int argc, char **argv)
                 vocoder);
         return 1;
     }
-    pipe_t pipe = {.alpha = alpha, .sigma = sigma, .strength = strength, .seed = seed,
-                   .max_steps = max_steps};
+    pipe_t pipe = {
+        .alpha = alpha, .sigma = sigma, .strength = strength, .seed = seed, .max_steps = max_steps};
     hark_err_t err = {0};
     int lrc = !strcmp(fam, "fastspeech") ? fastspeech_load(model, 1, &pipe.fs, &err)
                                          : tacotron2_load(model, 1, &pipe.t2, &err);

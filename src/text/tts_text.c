@@ -222,12 +222,12 @@ static int to_ascii(const char *s, size_t n, tts_text_variant_t v, sb_t *out, ha
  * U+FF00-U+FFEF: tools/tts_text_reference.py --tacotron2 --sweep); other scripts (Latin
  * Extended-B, Greek, Cyrillic, mathematical letters, ...) are dropped (docs/tts.md). */
 static const char *const DLE_LATIN1[0x100 - 0xa0] = {
-    " ", "",   "c",  "",   "",   "Y",  "",   "",   "\"", "",   "",   "",   "",   "",   "",   "",
-    "",  "",   "",   "",   "'",  "",   "",   "",   ",",  "",   "",   "",   "",   "",   "",   "",
-    "A", "A",  "A",  "A",  "Ae", "A",  "AE", "C",  "E",  "E",  "E",  "E",  "I",  "I",  "I",  "I",
-    "D", "N",  "O",  "O",  "O",  "O",  "Oe", "x",  "O",  "U",  "U",  "U",  "Ue", "Y",  "TH", "ss",
-    "a", "a",  "a",  "a",  "ae", "a",  "ae", "c",  "e",  "e",  "e",  "e",  "i",  "i",  "i",  "i",
-    "d", "n",  "o",  "o",  "o",  "o",  "oe", "",   "o",  "u",  "u",  "u",  "ue", "y",  "th", "y",
+    " ", "",  "c", "",  "",   "Y", "",   "",  "\"", "",  "",  "",  "",   "",  "",   "",
+    "",  "",  "",  "",  "'",  "",  "",   "",  ",",  "",  "",  "",  "",   "",  "",   "",
+    "A", "A", "A", "A", "Ae", "A", "AE", "C", "E",  "E", "E", "E", "I",  "I", "I",  "I",
+    "D", "N", "O", "O", "O",  "O", "Oe", "x", "O",  "U", "U", "U", "Ue", "Y", "TH", "ss",
+    "a", "a", "a", "a", "ae", "a", "ae", "c", "e",  "e", "e", "e", "i",  "i", "i",  "i",
+    "d", "n", "o", "o", "o",  "o", "oe", "",  "o",  "u", "u", "u", "ue", "y", "th", "y",
 };
 /* U+0100..U+017F: the base letter of the characters the table's language lists have ('.':
  * none; '*': U+0132/U+0133, IJ and ij) */
@@ -280,8 +280,8 @@ static const char *dle_unidecoder(uint32_t cp, char one[2])
     }
     if (cp >= 0x20a0 && cp <= 0x20bf) { /* currency signs: the replacement table's readings */
         static const char *const CUR[0x20c0 - 0x20a0] = {
-            "CE", "C", "Cr", "F", "",  "m", "N", "Pt", "Rs", "W",  "",  "s", "E", "K", "T", "Dp",
-            "S",  "P", "G",  "A", "S", "C", "tt", "S", "T",  "R", "L", "",  "",  "P", "",  "B"};
+            "CE", "C", "Cr", "F", "",  "m", "N",  "Pt", "Rs", "W", "",  "s", "E", "K", "T", "Dp",
+            "S",  "P", "G",  "A", "S", "C", "tt", "S",  "T",  "R", "L", "",  "",  "P", "",  "B"};
         return CUR[cp - 0x20a0];
     }
     switch (cp) {

@@ -106,13 +106,15 @@ TEST(cli_speak_tacotron2_waveglow)
     static const struct {
         const char *name;
         int cols;
-    } dec[4] = {{"dec_attention_weights", 119}, {"dec_mel_frames", 80}, {"dec_gate", 1},
+    } dec[4] = {{"dec_attention_weights", 119},
+                {"dec_mel_frames", 80},
+                {"dec_gate", 1},
                 {"dec_decoder_hidden", 256}};
     for (int k = 0; k < 4; k++) {
         snprintf(p, sizeof p, "%s/d/%s.npy", tmp, dec[k].name);
         CHECKF(npy_load_f32(p, &a) == HARK_OK, "%s", p);
-        int shape_ok = a.ndim == 3 && a.shape[0] == 40 && a.shape[1] == 1 &&
-                       a.shape[2] == dec[k].cols;
+        int shape_ok =
+            a.ndim == 3 && a.shape[0] == 40 && a.shape[1] == 1 && a.shape[2] == dec[k].cols;
         npy_free(&a);
         CHECKF(shape_ok, "%s: shape", dec[k].name);
     }

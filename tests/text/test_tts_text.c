@@ -224,8 +224,12 @@ TEST(tts_text_dle_tacotron2_transliteration)
         {"M\xc3\xbcller \xc3\x84rger \xc3\x9f", "mueller aerger ss"},
         {"a \xe2\x80\x94 b\xe2\x80\xa6", "a b"}, /* dropped; whitespace then collapsed */
         {"\xe2\x80\x9cit\xe2\x80\x99s\xe2\x80\x9d \xe2\x80\x93 ok", "\"it's\" - ok"},
-        {"Dvo\xc5\x99\xc3\xa1k \xc5\x81\xc3\xb3" "d\xc5\xba \xc3\x85", "dvorak lodz a"},
-        {"\xc2\xa9 \xc2\xbfx? \xe2\x82\xac" "5", " x? efive"}, /* © ¿ dropped, € -> E */
+        {"Dvo\xc5\x99\xc3\xa1k \xc5\x81\xc3\xb3"
+         "d\xc5\xba \xc3\x85",
+         "dvorak lodz a"},
+        {"\xc2\xa9 \xc2\xbfx? \xe2\x82\xac"
+         "5",
+         " x? efive"}, /* © ¿ dropped, € -> E */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out = NULL;

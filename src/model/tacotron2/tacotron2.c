@@ -36,10 +36,10 @@ typedef struct {
     const float *b, *bn_g, *bn_b, *bn_m, *bn_v;
 } convbn_t;
 
-typedef struct {           /* torch LSTMCell / one LSTM direction, gates i, f, g, o */
+typedef struct { /* torch LSTMCell / one LSTM direction, gates i, f, g, o */
     int in, hid;
-    const float *w_ih;     /* (4·hid, in) */
-    const float *w_hh;     /* (4·hid, hid) */
+    const float *w_ih;        /* (4·hid, in) */
+    const float *w_hh;        /* (4·hid, hid) */
     const float *b_ih, *b_hh; /* (4·hid) */
 } lstm_t;
 
@@ -55,21 +55,21 @@ typedef struct {
 
 struct tacotron2_model {
     tacotron2_config_t cfg;
-    double *dblock;      /* the encoder's weights in double */
+    double *dblock; /* the encoder's weights in double */
     convd_t encd[MAX_CONVS];
     lstmd_t encd_fwd, encd_bwd;
-    double *memory_wd;   /* (att_dim, enc_dim) */
-    safetensors_t *st;  /* the mapped weights the const pointers below point into */
-    float *block;       /* re-laid-out conv weights */
-    const float *emb;   /* (n_symbols, emb_dim) */
+    double *memory_wd; /* (att_dim, enc_dim) */
+    safetensors_t *st; /* the mapped weights the const pointers below point into */
+    float *block;      /* re-laid-out conv weights */
+    const float *emb;  /* (n_symbols, emb_dim) */
     convbn_t enc[MAX_CONVS];
     lstm_t enc_fwd, enc_bwd;
     const float *prenet0, *prenet1; /* (prenet_dim, n_mels), (prenet_dim, prenet_dim) */
     lstm_t att_rnn, dec_rnn;
-    const float *query_w;  /* (att_dim, att_rnn_dim) */
-    const float *memory_w; /* (att_dim, enc_dim) */
-    const float *v_w;      /* (att_dim) */
-    const float *loc_conv; /* (loc_filters, 2, loc_kernel) */
+    const float *query_w;   /* (att_dim, att_rnn_dim) */
+    const float *memory_w;  /* (att_dim, enc_dim) */
+    const float *v_w;       /* (att_dim) */
+    const float *loc_conv;  /* (loc_filters, 2, loc_kernel) */
     const float *loc_dense; /* (att_dim, loc_filters) */
     float *proj_w;          /* (n_mels + 1, dec_rnn_dim + enc_dim): mel projection, gate row */
     float *proj_b;          /* (n_mels + 1) */
@@ -118,8 +118,7 @@ static int parse_config(const char *path, const cJSON *j, tacotron2_config_t *c,
     TRY(json_int(path, j, "hop_length", 1, 1 << 16, &c->hop, err));
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(j, "gate_threshold");
     if (!cJSON_IsNumber(g) || g->valuedouble < 0 || g->valuedouble > 1)
-        return err_set(err, HARK_ERR_FORMAT, "%s: gate_threshold must be a number in [0, 1]",
-                       path);
+        return err_set(err, HARK_ERR_FORMAT, "%s: gate_threshold must be a number in [0, 1]", path);
     c->gate_threshold = (float)g->valuedouble;
     c->no_early_stopping =
         cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "decoder_no_early_stopping"));
@@ -173,8 +172,7 @@ static int load_convbn(wload_t *L, const char *pre, convbn_t *c, int cin, int co
     }
     for (int o = 0; o < cout; o++)
         if (c->bn_v[o] < 0)
-            return err_set(L->err, HARK_ERR_FORMAT, "tensor %s: negative variance at %d", name,
-                           o);
+            return err_set(L->err, HARK_ERR_FORMAT, "tensor %s: negative variance at %d", name, o);
     c->cin = cin;
     c->cout = cout;
     c->k = k;
@@ -231,8 +229,7 @@ static int load_weights(tacotron2_model_t *m, wload_t *L)
             &m->prenet0));
     TRY(get(L, "decoder.prenet.layers.1.linear_layer.weight", 2, c->prenet_dim, c->prenet_dim, 0,
             &m->prenet1));
-    TRY(load_lstm(L, "decoder.attention_rnn", "", &m->att_rnn, c->prenet_dim + e,
-                  c->att_rnn_dim));
+    TRY(load_lstm(L, "decoder.attention_rnn", "", &m->att_rnn, c->prenet_dim + e, c->att_rnn_dim));
     TRY(get(L, "decoder.attention_layer.query_layer.linear_layer.weight", 2, c->att_dim,
             c->att_rnn_dim, 0, &m->query_w));
     TRY(get(L, "decoder.attention_layer.memory_layer.linear_layer.weight", 2, c->att_dim, e, 0,
@@ -423,7 +420,8 @@ static void lstm_cell(float *h, float *cst, const float *g, int hid)
     }
 }
 
-/* Gates (n, 4·hid) = x (n, in) · W_ihᵀ + b_ih + (h (n, hid) · W_hhᵀ + b_hh); hg scratch (n, 4·hid). */
+/* Gates (n, 4·hid) = x (n, in) · W_ihᵀ + b_ih + (h (n, hid) · W_hhᵀ + b_hh); hg scratch (n, 4·hid).
+ */
 static void lstm_gates(float *g, float *hg, const lstm_t *l, const float *x, const float *h, int n)
 {
     linear_ref(g, x, l->w_ih, l->b_ih, n, l->in, 4 * l->hid);
@@ -454,13 +452,13 @@ static void seeded_mask(uint64_t *state, uint8_t *keep, int n)
 
 /* ---- inference ------------------------------------------------------------------------------ */
 
-typedef struct { /* one utterance's state across the decoder loop */
-    int n;                 /* symbols */
-    float *memory;         /* (n, enc_dim) encoder output */
-    float *pmem;           /* (n, att_dim) processed memory */
-    float *w, *wcum;       /* (n) attention weights, cumulative */
-    float *frames;         /* (max_steps, n_mels) decoded mel frames, time-major */
-    float *align;          /* (max_steps, n) */
+typedef struct {     /* one utterance's state across the decoder loop */
+    int n;           /* symbols */
+    float *memory;   /* (n, enc_dim) encoder output */
+    float *pmem;     /* (n, att_dim) processed memory */
+    float *w, *wcum; /* (n) attention weights, cumulative */
+    float *frames;   /* (max_steps, n_mels) decoded mel frames, time-major */
+    float *align;    /* (max_steps, n) */
     uint64_t rng;
     int steps, mel_length, done;
 } row_t;
@@ -488,8 +486,8 @@ static void lstm_dir_d(double *out, int ld, const lstmd_t *l, int in, int hid, c
     int G = 4 * hid;
     for (int s = 0; s < t; s++)
         memcpy(xg + (size_t)s * G, l->b_ih, sizeof(double) * (size_t)G);
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, G, in, 1.0, x, in, l->w_ih, in, 1.0,
-                xg, G);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, G, in, 1.0, x, in, l->w_ih, in, 1.0, xg,
+                G);
     memset(h, 0, sizeof(double) * (size_t)hid);
     memset(c, 0, sizeof(double) * (size_t)hid);
     for (int s = 0; s < t; s++) {
@@ -545,8 +543,8 @@ static int encode(const tacotron2_model_t *m, const int *ids, row_t *r, int b,
         for (int s = 0; s < n; s++)
             memcpy(y + (size_t)s * e, cv->b, sizeof(double) * (size_t)e);
         for (int tap = 0; tap < K; tap++)
-            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, e, e, 1.0,
-                        x + (size_t)tap * e, e, cv->w + (size_t)tap * e * e, e, 1.0, y, e);
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, e, e, 1.0, x + (size_t)tap * e,
+                        e, cv->w + (size_t)tap * e * e, e, 1.0, y, e);
         for (int s = 0; s < n; s++) /* BatchNorm (eval) and ReLU, back into the padded x */
             for (int q = 0; q < e; q++) {
                 double v = y[(size_t)s * e + q] * cv->scale[q] + cv->shift[q];
@@ -671,9 +669,8 @@ static int postnet(const tacotron2_model_t *m, row_t *r, int b, const tacotron2_
     return HARK_OK;
 }
 
-int tacotron2_infer(const tacotron2_model_t *m, const int *const *ids, const int *n_ids,
-                    int batch, const tacotron2_opts_t *opts, tacotron2_result_t *res,
-                    hark_err_t *err)
+int tacotron2_infer(const tacotron2_model_t *m, const int *const *ids, const int *n_ids, int batch,
+                    const tacotron2_opts_t *opts, tacotron2_result_t *res, hark_err_t *err)
 {
     const tacotron2_config_t *c = &m->cfg;
     tacotron2_opts_t o0 = {0};
@@ -703,10 +700,10 @@ int tacotron2_infer(const tacotron2_model_t *m, const int *const *ids, const int
     row_t *rows = hark_calloc((size_t)batch, sizeof *rows);
     /* packed per-row decoder state (B rows) and step scratch */
     size_t B = (size_t)batch, G = 4 * (size_t)(AR > DR ? AR : DR);
-    float *prev = hark_calloc(B * nm, sizeof(float));     /* (B, n_mels) previous frame */
-    float *p1 = hark_malloc(sizeof(float) * B * P);       /* (B, prenet) */
+    float *prev = hark_calloc(B * nm, sizeof(float)); /* (B, n_mels) previous frame */
+    float *p1 = hark_malloc(sizeof(float) * B * P);   /* (B, prenet) */
     float *xin = hark_malloc(sizeof(float) * B * (P + e > AR + e ? P + e : AR + e));
-    float *ctx = hark_calloc(B * e, sizeof(float));       /* (B, enc_dim) attention context */
+    float *ctx = hark_calloc(B * e, sizeof(float)); /* (B, enc_dim) attention context */
     float *h_att = hark_calloc(B * AR, sizeof(float)), *c_att = hark_calloc(B * AR, sizeof(float));
     float *h_dec = hark_calloc(B * DR, sizeof(float)), *c_dec = hark_calloc(B * DR, sizeof(float));
     float *gates = hark_malloc(sizeof(float) * B * G), *hg = hark_malloc(sizeof(float) * B * G);
@@ -803,7 +800,8 @@ int tacotron2_infer(const tacotron2_model_t *m, const int *const *ids, const int
             STAGE(act[i], "decoder_hidden", step, h_dec + (size_t)i * DR, 1, DR);
             STAGE(act[i], "decoder_cell", step, c_dec + (size_t)i * DR, 1, DR);
             memcpy(dcat + (size_t)i * (DR + e), h_dec + (size_t)i * DR, sizeof(float) * (size_t)DR);
-            memcpy(dcat + (size_t)i * (DR + e) + DR, ctx + (size_t)i * e, sizeof(float) * (size_t)e);
+            memcpy(dcat + (size_t)i * (DR + e) + DR, ctx + (size_t)i * e,
+                   sizeof(float) * (size_t)e);
         }
         /* mel frame and gate */
         linear_ref(proj, dcat, m->proj_w, m->proj_b, na, DR + e, nm + 1);
@@ -828,7 +826,8 @@ int tacotron2_infer(const tacotron2_model_t *m, const int *const *ids, const int
             int last = na - 1;
             if (i != last) {
                 act[i] = act[last];
-#define MOVE(buf, w) memcpy((buf) + (size_t)i * (w), (buf) + (size_t)last * (w), sizeof(float) * (size_t)(w))
+#define MOVE(buf, w)                                                                               \
+    memcpy((buf) + (size_t)i * (w), (buf) + (size_t)last * (w), sizeof(float) * (size_t)(w))
                 MOVE(prev, nm);
                 MOVE(ctx, e);
                 MOVE(h_att, AR);

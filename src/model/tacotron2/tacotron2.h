@@ -56,8 +56,8 @@ typedef void (*tacotron2_stage_fn)(void *user, int row, const char *name, int st
                                    const float *data, int rows, int cols);
 
 typedef struct {
-    uint64_t seed;         /* the seeded prenet dropout generator: row b uses seeds[b] when */
-    const uint64_t *seeds; /* given, seed otherwise (a row's masks never depend on the batch) */
+    uint64_t seed;          /* the seeded prenet dropout generator: row b uses seeds[b] when */
+    const uint64_t *seeds;  /* given, seed otherwise (a row's masks never depend on the batch) */
     tacotron2_mask_fn mask; /* overrides the generator (recorded masks) */
     void *mask_user;
     int max_decoder_steps; /* 0: the model's */
@@ -67,10 +67,10 @@ typedef struct {
 } tacotron2_opts_t;
 
 typedef struct {
-    float *mel;      /* (n_mels, n_frames) channel-major, after the postnet; hark_malloc'ed */
-    int n_frames;    /* decoder steps run for this row (the step whose gate fired included) */
-    int mel_length;  /* DLE's mel_lengths: the steps before sigmoid(gate) first exceeded the
-                        threshold (n_frames when it never did); audio is cut to mel_length · hop */
+    float *mel;        /* (n_mels, n_frames) channel-major, after the postnet; hark_malloc'ed */
+    int n_frames;      /* decoder steps run for this row (the step whose gate fired included) */
+    int mel_length;    /* DLE's mel_lengths: the steps before sigmoid(gate) first exceeded the
+                          threshold (n_frames when it never did); audio is cut to mel_length · hop */
     float *alignments; /* (n_frames, n_ids) attention weights per step; hark_malloc'ed */
     int n_ids;
 } tacotron2_result_t;
@@ -80,9 +80,8 @@ typedef struct {
  * batch, so a row's result equals its batch-1 result. res (batch) receives the results.
  * HARK_ERR_INVALID_ARG (an empty batch, no ids, an id out of range), HARK_ERR_TOO_LARGE,
  * HARK_ERR_NOMEM. On an error every res[b] is zeroed. */
-int tacotron2_infer(const tacotron2_model_t *m, const int *const *ids, const int *n_ids,
-                    int batch, const tacotron2_opts_t *o, tacotron2_result_t *res,
-                    hark_err_t *err);
+int tacotron2_infer(const tacotron2_model_t *m, const int *const *ids, const int *n_ids, int batch,
+                    const tacotron2_opts_t *o, tacotron2_result_t *res, hark_err_t *err);
 void tacotron2_result_free(tacotron2_result_t *r); /* frees what r owns, zeroes it; NULL-safe */
 
 #endif

@@ -204,8 +204,8 @@ static int vocode(const family_model_t *fm, const t2_opts_t *o, const tacotron2_
         hark_free(a);
         return rc;
     }
-    size_t keep = (size_t)(r->mel_length > 0 ? r->mel_length : 1) *
-                  (size_t)tacotron2_config(fm->t2)->hop;
+    size_t keep =
+        (size_t)(r->mel_length > 0 ? r->mel_length : 1) * (size_t)tacotron2_config(fm->t2)->hop;
     if (keep < n)
         n = keep;
     float peak = 0;

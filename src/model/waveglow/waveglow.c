@@ -34,12 +34,12 @@
 #define UP_BLOCK 16 /* mel frames per upsampler sgemm */
 
 typedef struct {
-    int ch; /* channels this flow works on */
-    const float *w_inv;   /* (ch, ch) the inverse of the 1x1 convolution */
-    const float *start_w; /* (C, ch/2) */
-    const float *start_b; /* (C) */
-    float *in_w[WAVEGLOW_MAX_LAYERS];       /* (k, 2C, C) per tap */
-    const float *in_b[WAVEGLOW_MAX_LAYERS]; /* (2C) */
+    int ch;                                   /* channels this flow works on */
+    const float *w_inv;                       /* (ch, ch) the inverse of the 1x1 convolution */
+    const float *start_w;                     /* (C, ch/2) */
+    const float *start_b;                     /* (C) */
+    float *in_w[WAVEGLOW_MAX_LAYERS];         /* (k, 2C, C) per tap */
+    const float *in_b[WAVEGLOW_MAX_LAYERS];   /* (2C) */
     const float *cond_w[WAVEGLOW_MAX_LAYERS]; /* (2C, n_mels · n_group) */
     const float *cond_b[WAVEGLOW_MAX_LAYERS];
     const float *rs_w[WAVEGLOW_MAX_LAYERS]; /* (2C or C, C) */
@@ -51,12 +51,12 @@ typedef struct {
 struct waveglow_model {
     waveglow_config_t cfg;
     safetensors_t *st;
-    float *block;       /* re-laid-out weights */
-    float *up_w;        /* (up_kernel · n_mels, n_mels): row tap · n_mels + out, col in */
-    const float *up_b;  /* (n_mels) */
+    float *block;      /* re-laid-out weights */
+    float *up_w;       /* (up_kernel · n_mels, n_mels): row tap · n_mels + out, col in */
+    const float *up_b; /* (n_mels) */
     flow_t flow[WAVEGLOW_MAX_FLOWS];
-    float *window;      /* (filter_length) periodic Hann */
-    float *bias_spec;   /* (filter_length / 2 + 1) */
+    float *window;       /* (filter_length) periodic Hann */
+    float *bias_spec;    /* (filter_length / 2 + 1) */
     fftwf_plan fwd, inv; /* planned once at load; executed on per-call buffers (new-array API) */
 };
 
@@ -254,9 +254,9 @@ int waveglow_load(const char *dir, int version, waveglow_model_t **out, hark_err
                      flow_channels(c, c->n_flows - 1));
         goto fail;
     }
-    size_t n = (size_t)c->up_kernel * c->n_mels * c->n_mels +
-               (size_t)c->n_flows * c->wn_layers * c->wn_kernel * 2 * c->wn_channels *
-                   c->wn_channels;
+    size_t n = (size_t)c->up_kernel * c->n_mels * c->n_mels + (size_t)c->n_flows * c->wn_layers *
+                                                                  c->wn_kernel * 2 *
+                                                                  c->wn_channels * c->wn_channels;
     m->block = hark_malloc(sizeof(float) * n);
     m->window = hark_malloc(sizeof(float) * (size_t)c->filter_length);
     m->bias_spec = hark_calloc((size_t)c->filter_length / 2 + 1, sizeof(float));
@@ -393,8 +393,8 @@ static void wn_forward(const waveglow_model_t *m, const flow_t *f, float *out, c
                 row[t] = bsum;
         }
         for (int tap = 0; tap < K; tap++)
-            matmul_ref(s->a, f->in_w[i] + (size_t)tap * 2 * C * C, s->hp + (size_t)tap * d,
-                       2 * C, L, C, C, ld, L, 0, 1.0f, 1.0f);
+            matmul_ref(s->a, f->in_w[i] + (size_t)tap * 2 * C * C, s->hp + (size_t)tap * d, 2 * C,
+                       L, C, C, ld, L, 0, 1.0f, 1.0f);
         conv1x1(s->rs, f->cond_w[i], f->cond_b[i], cond, 2 * C, nc, L);
         for (size_t q = 0; q < (size_t)2 * C * L; q++)
             s->a[q] += s->rs[q];
@@ -614,8 +614,8 @@ static int bias_spectrum(waveglow_model_t *m, hark_err_t *err)
     float *mel = hark_calloc((size_t)c->n_mels * T, sizeof(float));
     float *audio = hark_malloc(sizeof(float) * n);
     float *mag = hark_malloc(sizeof(float) * (size_t)nb); /* frame 0 only */
-    int rc = mel && audio && mag ? HARK_OK
-                                 : err_set(err, HARK_ERR_NOMEM, "waveglow: out of memory");
+    int rc =
+        mel && audio && mag ? HARK_OK : err_set(err, HARK_ERR_NOMEM, "waveglow: out of memory");
     waveglow_opts_t o = {.sigma = 0.0f}; /* DLE: infer(zeros(1, 80, 88), sigma=0.0) */
     if (!rc)
         rc = waveglow_infer(m, mel, T, &o, audio, err);
@@ -637,12 +637,10 @@ int waveglow_denoise(const waveglow_model_t *m, const float *audio, size_t n, fl
     *n_out = 0;
     if (n <= (size_t)half)
         return err_set(err, HARK_ERR_INVALID_ARG,
-                       "waveglow: %zu samples is too short for the denoiser (needs > %d)", n,
-                       half);
+                       "waveglow: %zu samples is too short for the denoiser (needs > %d)", n, half);
     for (size_t i = 0; i < n; i++)
         if (!isfinite(audio[i]))
-            return err_set(err, HARK_ERR_INVALID_ARG, "waveglow: sample %zu is NaN or infinite",
-                           i);
+            return err_set(err, HARK_ERR_INVALID_ARG, "waveglow: sample %zu is NaN or infinite", i);
     int F = (int)(n / (size_t)hop) + 1;
     size_t full = (size_t)(F - 1) * hop + N; /* the conv_transpose output */
     float *mag = hark_malloc(sizeof(float) * (size_t)F * nb);

@@ -30,8 +30,8 @@ typedef struct {
     int wn_layers, wn_kernel, wn_channels;
     int up_kernel, up_stride; /* the upsampler: ConvTranspose1d(n_mels, n_mels, k, stride) */
     int sample_rate;
-    float sigma;             /* default sigma (DLE inference.py: 0.9) */
-    float denoiser_strength; /* default strength (inference.py: 0.01; 0: off) */
+    float sigma;                        /* default sigma (DLE inference.py: 0.9) */
+    float denoiser_strength;            /* default strength (inference.py: 0.01; 0: off) */
     int filter_length, hop, win_length; /* the denoiser's STFT (1024, 1024 / n_overlap, 1024) */
     int bias_frames;                    /* mel frames of the zero input (DLE: 88) */
 } waveglow_config_t;

@@ -269,8 +269,8 @@ TEST(tacotron2_stages_every_step)
         }
         row_sentence[0] = si;
         caps_t cs = {.want_row = 0};
-        tacotron2_opts_t o = {.mask = on_mask, .mask_user = &mk, .stage = on_stage,
-                              .stage_user = &cs};
+        tacotron2_opts_t o = {
+            .mask = on_mask, .mask_user = &mk, .stage = on_stage, .stage_user = &cs};
         const int *idp = tt.ids;
         tacotron2_result_t r = {0};
         hark_err_t err = {0};
@@ -280,8 +280,8 @@ TEST(tacotron2_stages_every_step)
             snprintf(first, sizeof first, "s%d: infer: %.300s", si, err.msg);
         } else {
             for (size_t k = 0; k < sizeof CHECKS / sizeof CHECKS[0]; k++) {
-                double e = compare(si, CHECKS[k].file, cap_find(&cs, CHECKS[k].stage),
-                                   CHECKS[k].per_step);
+                double e =
+                    compare(si, CHECKS[k].file, cap_find(&cs, CHECKS[k].stage), CHECKS[k].per_step);
                 printf("    s%d/%-26s max rel diff %.3g%s\n", si, CHECKS[k].file, e,
                        CHECKS[k].per_step ? " (worst step)" : "");
                 if (!(e <= TOL_REL) && !bad++)
@@ -302,8 +302,7 @@ TEST(tacotron2_stages_every_step)
             npy_free(&g);
             printf("    s%d/alignments, mel (result) max rel diff %.3g, %.3g\n", si, e, e2);
             if (!(e <= TOL_REL && e2 <= TOL_REL) && !bad++)
-                snprintf(first, sizeof first, "s%d: result alignments %.3g / mel %.3g", si, e,
-                         e2);
+                snprintf(first, sizeof first, "s%d: result alignments %.3g / mel %.3g", si, e, e2);
             if (r.n_frames != N_STEPS && !bad++)
                 snprintf(first, sizeof first, "s%d: %d steps (want %d)", si, r.n_frames, N_STEPS);
         }
@@ -406,8 +405,8 @@ TEST(tacotron2_early_stop_and_seed)
     tacotron2_result_free(&again);
     tacotron2_destroy(m);
     CHECKF(rc == HARK_OK, "infer: %s", err.msg);
-    printf("    frames %d / %d (mel_length %d); batch vs single %.3g / %.3g; rerun %.3g\n", f0,
-           f1, l0, d0, d1, dr);
+    printf("    frames %d / %d (mel_length %d); batch vs single %.3g / %.3g; rerun %.3g\n", f0, f1,
+           l0, d0, d1, dr);
     CHECK(same_len);
     CHECK(f0 >= 1 && f0 <= 60 && f1 >= 1 && f1 <= 60);
     CHECK(l0 == f0 || l0 == f0 - 1);
@@ -438,8 +437,9 @@ TEST(tacotron2_bad_input_and_files)
     CHECK(dir != NULL);
     const char *tmp = test_tmpdir(t);
     char cmd[2400], p[700];
-    snprintf(cmd, sizeof cmd, "cp -r '%s/m' '%s/t2' && truncate -s 100000 '%s/t2/1/model.safetensors'",
-             dir, tmp, tmp);
+    snprintf(cmd, sizeof cmd,
+             "cp -r '%s/m' '%s/t2' && truncate -s 100000 '%s/t2/1/model.safetensors'", dir, tmp,
+             tmp);
     CHECK(system(cmd) == 0);
     snprintf(p, sizeof p, "%s/t2", tmp);
     CHECK_EQ_INT(tacotron2_load(p, 1, &m, &err), HARK_ERR_FORMAT);

@@ -130,8 +130,8 @@ static int run_items(const family_t *f, family_worker_t *w, const family_model_t
         family_params_t req = {&p, 1};
         if (f->parse_opts(fm, NULL, &req, opts[i], &err))
             return -1;
-        it[i] = (family_item_t){.opts = opts[i], .text = texts[i], .emit = on_emit,
-                                .user = &slots[i]};
+        it[i] =
+            (family_item_t){.opts = opts[i], .text = texts[i], .emit = on_emit, .user = &slots[i]};
         ip[i] = &it[i];
     }
     return f->execute(w, ip, n, NULL, &err);

@@ -177,8 +177,8 @@ TEST(waveglow_flows_audio_and_denoiser)
     CHECK(golden_tts_npy(&mel, "waveglow/mel_input.npy") == HARK_OK && mel.count == 80 * 40);
     CHECK(golden_tts_npy(&gaudio, "waveglow/audio.npy") == HARK_OK && gaudio.count == 10240);
     stages_t s = {0};
-    waveglow_opts_t o = {.sigma = 0.9f, .noise = on_noise, .noise_user = &nz, .stage = on_stage,
-                         .stage_user = &s};
+    waveglow_opts_t o = {
+        .sigma = 0.9f, .noise = on_noise, .noise_user = &nz, .stage = on_stage, .stage_user = &s};
     size_t n = waveglow_samples(m, 40);
     float *audio = hark_malloc(sizeof(float) * n), *den = hark_malloc(sizeof(float) * n);
     hark_err_t err = {0};
@@ -213,8 +213,8 @@ TEST(waveglow_flows_audio_and_denoiser)
     CHECK(ea <= TOL_REL);
     CHECK(eb <= TOL_REL);
     for (int i = 0; i < 2; i++)
-        CHECKF(ed[i][0] <= TOL_REL && ed[i][1] <= TOL_REL, "denoised %g: %.3g / %.3g",
-               strengths[i], ed[i][0], ed[i][1]);
+        CHECKF(ed[i][0] <= TOL_REL && ed[i][1] <= TOL_REL, "denoised %g: %.3g / %.3g", strengths[i],
+               ed[i][0], ed[i][1]);
 }
 
 /* The seeded Gaussian: the same seed gives the same audio, another seed another; sigma 0 makes
@@ -275,8 +275,8 @@ TEST(waveglow_bad_input_and_files)
     char cmd[2400], q[700];
     CHECK(waveglow_load("/nonexistent/wg", 1, &m, &err) != HARK_OK);
     CHECK(m == NULL);
-    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s/wg' && truncate -s 1000000 '%s/wg/1/model.safetensors'",
-             p, tmp, tmp);
+    snprintf(cmd, sizeof cmd,
+             "cp -r '%s' '%s/wg' && truncate -s 1000000 '%s/wg/1/model.safetensors'", p, tmp, tmp);
     CHECK(system(cmd) == 0);
     snprintf(q, sizeof q, "%s/wg", tmp);
     CHECK_EQ_INT(waveglow_load(q, 1, &m, &err), HARK_ERR_FORMAT);
