@@ -159,7 +159,6 @@ def remove_weight_norm(sd):
 
 
 def check_tensors(sd, cfg):
-    import torch
     exp = expected_tensors(cfg)
     for name, t in sd.items():
         if name not in exp:
