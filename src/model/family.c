@@ -73,9 +73,9 @@ int family_param_bool(const family_params_t *params, const char *key, int *out, 
     const char *v = family_param(params, key);
     if (!v)
         return HARK_ERR_NOT_FOUND;
-    if (!strcasecmp(v, "true") || !strcmp(v, "1"))
-        *out = 1;
-    else if (!strcasecmp(v, "false") || !strcmp(v, "0"))
+    if (!strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcmp(v, "1"))
+        *out = 1; /* yes/no too: DLE's Triton configs say use_denoiser "no" */
+    else if (!strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcmp(v, "0"))
         *out = 0;
     else
         return err_set(err, HARK_ERR_INVALID_ARG, "%s \"%s\" is not a boolean (true/false)", key,

@@ -52,7 +52,7 @@ int family_param_int(const family_params_t *params, const char *key, long lo, lo
                      hark_err_t *err);
 int family_param_double(const family_params_t *params, const char *key, double *out,
                         hark_err_t *err);
-/* "true"/"false" (any case) or "1"/"0". */
+/* "true"/"false" or "yes"/"no" (any case), or "1"/"0". */
 int family_param_bool(const family_params_t *params, const char *key, int *out, hark_err_t *err);
 
 /* ---- results ---------------------------------------------------------------------------- */

@@ -9,6 +9,7 @@ import numpy as np
 import requests
 
 hark, fs_dir, voc_dir = sys.argv[1:4]
+t2_dir, wg_dir = (sys.argv[4:6] + [None, None])[:2]  # Tacotron 2 + WaveGlow (optional)
 S1 = "Dr. Smith paid $12.50 for 3 books on Jan. 2nd, 1999 \u2014 at 4:30 p.m.!"
 S2 = "Printing, in the only sense with which we are at present concerned."
 
@@ -203,6 +204,42 @@ try:
           "after a client left mid-stream, the next request is served")
     st = requests.get(base + "/v2/models/fastspeech/stats").json()["model_stats"][0]
     check(st["inference_count"] >= 15, "statistics count the syntheses (%d)" % st["inference_count"])
+
+    if t2_dir:  # the seed's own model: Tacotron 2 + WaveGlow, loaded into the running server
+        d = os.path.join(repo, "tacotron2waveglow")
+        os.makedirs(d)
+        shutil.copytree(os.path.join(t2_dir, "1"), os.path.join(d, "1"))
+        c2 = re.sub(r'name: "[^"]*"', 'name: "tacotron2waveglow"',
+                    open(os.path.join(t2_dir, "config.pbtxt")).read(), count=1)
+        c2 += 'parameters { key: "vocoder" value { string_value: "%s" } }\n' % os.path.abspath(wg_dir)
+        c2 += 'parameters { key: "use_denoiser" value { string_value: "no" } }\n'  # as DLE's
+        open(os.path.join(d, "config.pbtxt"), "w").write(c2)
+        r = requests.post(base + "/v2/repository/models/tacotron2waveglow/load")
+        check(r.status_code == 200, "Tacotron 2 + WaveGlow loaded at run time (%s)" % r.text[:200])
+        T2 = "Printing, in the only sense."
+        out = os.path.join(tmp, "t2.wav")
+        subprocess.run([hark, "speak", "--model", d, T2, "-o", out, "--denoiser-strength", "0"],
+                       check=True, stdout=subprocess.DEVNULL)  # use_denoiser "no" is strength 0
+        w = wave.open(out)
+        t2ref = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float64) / 32768.0
+        body = {"inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "BYTES", "data": [T2]}],
+                "parameters": {"use_denoiser": "no"}}
+        r = requests.post(base + "/v2/models/tacotron2waveglow/infer", data=json.dumps(body))
+        ok = r.status_code == 200
+        if ok:
+            o = {x["name"]: x for x in r.json()["outputs"]}
+            a = np.array(o["OUTPUT"]["data"], dtype=np.float64)
+            n2 = o["OUTPUT_LENGTH"]["data"][0]
+            # hark speak peak-normalises as DLE's inference.py does: compare shapes
+            ok = n2 == len(t2ref) and n2 > 0 and np.max(np.abs(
+                a[:n2] / np.max(np.abs(a[:n2])) - t2ref / np.max(np.abs(t2ref)))) < 4.0 / 32768
+        check(ok, "KServe tacotron2waveglow: OUTPUT = hark speak's audio (%s)" % r.text[:160])
+        r = speech({"model": "tacotron2waveglow", "input": T2, "response_format": "wav"})
+        check(r.status_code == 200 and r.content[:4] == b"RIFF" and
+              (len(r.content) - 44) // 2 == len(t2ref), "speech with Tacotron 2 + WaveGlow")
+        r = speech({"input": T2})  # two TTS models: "tts-1" stands for neither
+        check(r.status_code == 404 and "single TTS model" in r.json()["error"],
+              "two TTS models: an unknown model name is a 404 (%s)" % r.text[:120])
 finally:
     proc.terminate()
     try:
