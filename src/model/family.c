@@ -205,3 +205,37 @@ int family_read_model_json(const char *path, cJSON **out, hark_err_t *err)
     *out = j;
     return HARK_OK;
 }
+
+int family_tts_vocoder_dir(const char *name, const char *dir, const family_load_opts_t *lo,
+                           const family_params_t *cfg, char *vdir, size_t cap, hark_err_t *err)
+{
+    if (lo && lo->device >= 0)
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "%s: not yet on GPU (the CPU path only for now): use instance_group kind "
+                       "KIND_CPU, or --device cpu",
+                       name);
+    const char *prec = lo && lo->precision ? lo->precision : family_param(cfg, "precision");
+    if (prec && strcmp(prec, "fp32"))
+        return err_set(err, HARK_ERR_UNSUPPORTED, "%s: precision \"%s\": the CPU path is fp32",
+                       name, prec);
+    const char *v = family_param(cfg, "vocoder");
+    if (!v || !*v)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "%s: %s/config.pbtxt names no vocoder (parameters { key: \"vocoder\" value "
+                       "{ string_value: \"NAME\" } })",
+                       name, dir);
+    if (v[0] == '/') {
+        snprintf(vdir, cap, "%s", v);
+        return HARK_OK;
+    }
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", dir);
+    size_t n = strlen(parent);
+    while (n > 1 && parent[n - 1] == '/')
+        parent[--n] = 0;
+    char *slash = strrchr(parent, '/');
+    if (slash)
+        *slash = 0;
+    snprintf(vdir, cap, "%s/%s", slash ? (parent[0] ? parent : "/") : ".", v);
+    return HARK_OK;
+}

@@ -184,6 +184,13 @@ typedef struct {
     int version;           /* model version directory DIR/<version>/; 0 means 1 */
 } family_load_opts_t;
 
+/* A text-to-mel family's load checks (CPU-only families for now): refuses a GPU device or a
+ * precision other than fp32 (HARK_ERR_UNSUPPORTED naming `name`), and finds the vocoder its
+ * config.pbtxt names in parameters { key: "vocoder" } — absolute, or relative to the model
+ * repository (dir's parent) — into vdir[cap] (HARK_ERR_INVALID_ARG when none is named). */
+int family_tts_vocoder_dir(const char *name, const char *dir, const family_load_opts_t *lo,
+                           const family_params_t *cfg, char *vdir, size_t cap, hark_err_t *err);
+
 typedef struct {
     int max_batch;      /* items in one execute */
     double max_seconds; /* longest audio of one item */

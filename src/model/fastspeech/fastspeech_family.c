@@ -45,34 +45,11 @@ static int ff_load(const char *dir, const family_load_opts_t *lo, const family_p
                    family_model_t **out, hark_err_t *err)
 {
     family_load_opts_t l = lo ? *lo : (family_load_opts_t){.device = -1};
-    if (l.device >= 0)
-        return err_set(err, HARK_ERR_UNSUPPORTED,
-                       "fastspeech: not yet on GPU (the CPU path only for now): use "
-                       "instance_group kind KIND_CPU, or --device cpu");
-    const char *prec = l.precision ? l.precision : family_param(cfg, "precision");
-    if (prec && strcmp(prec, "fp32"))
-        return err_set(err, HARK_ERR_UNSUPPORTED,
-                       "fastspeech: precision \"%s\": the CPU path is fp32", prec);
-    const char *v = family_param(cfg, "vocoder");
-    if (!v || !*v)
-        return err_set(err, HARK_ERR_INVALID_ARG,
-                       "fastspeech: %s/config.pbtxt names no vocoder (parameters { key: "
-                       "\"vocoder\" value { string_value: \"NAME\" } })",
-                       dir);
     char vdir[4200];
-    if (v[0] == '/') {
-        snprintf(vdir, sizeof vdir, "%s", v);
-    } else {
-        char parent[4096];
-        snprintf(parent, sizeof parent, "%s", dir);
-        size_t n = strlen(parent);
-        while (n > 1 && parent[n - 1] == '/')
-            parent[--n] = 0;
-        char *slash = strrchr(parent, '/');
-        if (slash)
-            *slash = 0;
-        snprintf(vdir, sizeof vdir, "%s/%s", slash ? (parent[0] ? parent : "/") : ".", v);
-    }
+    int vrc = family_tts_vocoder_dir("fastspeech", dir, &l, cfg, vdir, sizeof vdir, err);
+    if (vrc)
+        return vrc;
+    const char *v = family_param(cfg, "vocoder");
     family_model_t *fm = hark_calloc(1, sizeof *fm);
     if (!fm)
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
