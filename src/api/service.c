@@ -7,6 +7,7 @@
 #include "api/service.h"
 
 #include "api/req_params.h"
+#include "api/service_impl.h"
 #include "api/service_tts.h"
 #include "audio/audio.h"
 #include "core/alloc.h"
@@ -208,10 +209,7 @@ struct job {
     float **own;       /* (batch) decoded sample buffers (AUDIO, transcriptions), owned */
     size_t *n;
     asr_result_t *results;
-    pthread_mutex_t lock;
-    int remaining;
-    int status; /* first failure */
-    char error[512];
+    svc_tally_t t; /* the items' tally: the first failure is the job's */
     double duration;
     /* encoded inputs (decoded on the loop's thread pool) */
     uv_work_t work;
@@ -249,7 +247,7 @@ static void job_free(job_t *j)
         if (j->in.body_free)
             j->in.body_free(j->in.body_user);
     }
-    pthread_mutex_destroy(&j->lock);
+    svc_tally_destroy(&j->t);
     hark_free(j);
 }
 
@@ -261,7 +259,7 @@ static job_t *job_new(server_t *s, int kind, int batch)
     j->s = s;
     j->kind = kind;
     j->batch = batch;
-    pthread_mutex_init(&j->lock, NULL);
+    svc_tally_init(&j->t);
     j->items = hark_calloc((size_t)batch, sizeof *j->items);
     j->pcm = hark_calloc((size_t)batch, sizeof *j->pcm);
     j->own = hark_calloc((size_t)batch, sizeof *j->own);
@@ -309,15 +307,15 @@ static void finish_frame_ids(job_t *j)
 static void job_finish(job_t *j)
 {
     if (j->kind == JOB_TRANSCRIBE) {
-        if (j->status)
-            j->tin.done(j->tin.user, j->status, j->error, NULL, 0);
+        if (j->t.status)
+            j->tin.done(j->tin.user, j->t.status, j->t.error, NULL, 0);
         else
             j->tin.done(j->tin.user, HARK_OK, NULL, &j->results[0], j->duration);
         job_free(j);
         return;
     }
-    if (j->status) {
-        j->in.done(j->in.user, j->status, j->error, j->model, j->version, NULL, 0);
+    if (j->t.status) {
+        j->in.done(j->in.user, j->t.status, j->t.error, j->model, j->version, NULL, 0);
         job_free(j);
         return;
     }
@@ -359,8 +357,7 @@ static void job_finish(job_t *j)
 
 static void job_fail(job_t *j, int rc, const char *msg)
 {
-    j->status = rc;
-    snprintf(j->error, sizeof j->error, "%s", msg && msg[0] ? msg : hark_status_str(rc));
+    svc_tally_fail(&j->t, rc, msg);
     job_finish(j);
 }
 
@@ -376,84 +373,114 @@ static void item_done(served_request_t *r, int status, const char *error, asr_re
 {
     job_item_t *it = (job_item_t *)r;
     job_t *j = it->job;
-    pthread_mutex_lock(&j->lock);
-    if (res)
+    if (res) /* its own slot; the tally's lock publishes it to the last completion */
         asr_result_take(&j->results[it->index], res);
-    if (status && !j->status) {
-        j->status = status;
-        snprintf(j->error, sizeof j->error, "%s", error ? error : hark_status_str(status));
-    }
-    int last = --j->remaining == 0;
-    pthread_mutex_unlock(&j->lock);
-    if (last)
+    if (svc_tally_done(&j->t, 1, status, error))
         job_finish(j);
 }
 
-/* Finds the model again (it may have been unloaded since the request arrived), parses the
- * options through its family and queues every item. Table read-locked inside; the job is
- * answered (and freed) by the last completion, or here on an error. */
+/* ---- shared with service_tts.c (service_impl.h) --------------------------------------------- */
+
+void svc_tally_init(svc_tally_t *t)
+{
+    memset(t, 0, sizeof *t);
+    pthread_mutex_init(&t->lock, NULL);
+}
+
+void svc_tally_destroy(svc_tally_t *t)
+{
+    pthread_mutex_destroy(&t->lock);
+}
+
+int svc_tally_done(svc_tally_t *t, int n, int status, const char *error)
+{
+    pthread_mutex_lock(&t->lock);
+    if (status && !t->status) {
+        t->status = status;
+        snprintf(t->error, sizeof t->error, "%s",
+                 error && error[0] ? error : hark_status_str(status));
+    }
+    t->remaining -= n;
+    int last = t->remaining == 0;
+    pthread_mutex_unlock(&t->lock);
+    return last;
+}
+
+void svc_tally_fail(svc_tally_t *t, int status, const char *error)
+{
+    t->status = status;
+    snprintf(t->error, sizeof t->error, "%s", error && error[0] ? error : hark_status_str(status));
+}
+
+int svc_queue(server_t *s, const char *model, const char *version, const req_params_t *params,
+              int n, const served_seq_ctl_t *ctl, svc_item_fn item, void *user, void **opts,
+              int *rc, hark_err_t *err)
+{
+    repository_t *r = server_repository(s);
+    int queued = 0;
+    *rc = HARK_OK;
+    repository_rdlock(r);
+    repo_model_t *m = repository_find(r, model, strlen(model), version, err);
+    if (!m) {
+        *rc = HARK_ERR_NOT_FOUND;
+    } else if (m->state != M_READY || server_draining(s)) {
+        *rc = err_set(err, HARK_ERR_UNAVAILABLE, "model '%s' is not ready (%s)", m->name,
+                      server_draining(s) ? "draining" : repo_state_name(m->state));
+    } else {
+        const family_t *fam = served_model_family(m->served);
+        family_params_t req = req_params_view(params);
+        if (!(*opts = hark_calloc(1, fam->opts_size ? fam->opts_size : 1)))
+            *rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+        else
+            *rc = served_model_parse_opts(m->served, &req, *opts, err);
+        for (int i = 0; i < n && !*rc; i++) { /* once the last is queued the caller may be gone */
+            served_request_t *q = item(user, i, *opts);
+            q->fi.opts = *opts;
+            if ((*rc = ctl ? served_model_submit_seq(m->served, q, ctl, err)
+                           : served_model_submit(m->served, q, err)))
+                break;
+            queued++;
+        }
+    }
+    repository_unlock(r);
+    return queued;
+}
+
+/* request i of a recognition job */
+static served_request_t *job_item(void *user, int i, void *opts)
+{
+    job_t *j = user;
+    job_item_t *it = &j->items[i];
+    it->job = j;
+    it->index = i;
+    it->req.fi.pcm = j->pcm[i];
+    it->req.fi.n = j->n[i];
+    it->req.fi.want_words = j->kind == JOB_TRANSCRIBE ? j->tin.want_words : j->in.want_words;
+    it->req.segment = j->kind == JOB_KSERVE && j->in.asr && j->batch == 1 ? item_segment : NULL;
+    it->req.fi.want_frame_ids = j->io && j->io->out == FAMILY_OUT_FRAME_IDS;
+    it->req.cancelled = j->kind == JOB_KSERVE ? j->in.cancelled : j->tin.cancelled;
+    it->req.done = item_done;
+    it->req.item.deadline_ns = j->deadline_ns;
+    return &it->req;
+}
+
+/* Queues every item; the job is answered (and freed) by the last completion, or here on an
+ * error before any item was queued. */
 static void job_submit(job_t *j)
 {
-    repository_t *r = server_repository(j->s);
     hark_err_t err = {0};
-    int rc = HARK_OK;
-    repository_rdlock(r);
-    repo_model_t *m = repository_find(r, j->model, strlen(j->model), j->version, &err);
-    if (!m) {
-        rc = HARK_ERR_NOT_FOUND;
-        goto fail;
-    }
-    if (m->state != M_READY || server_draining(j->s)) {
-        rc = err_set(&err, HARK_ERR_UNAVAILABLE, "model '%s' is not ready (%s)", m->name,
-                     server_draining(j->s) ? "draining" : repo_state_name(m->state));
-        goto fail;
-    }
-    const family_t *fam = served_model_family(m->served);
-    if (!(j->opts = hark_calloc(1, fam->opts_size ? fam->opts_size : 1))) {
-        rc = err_set(&err, HARK_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
-    family_params_t req = req_params_view(&j->params);
-    if ((rc = served_model_parse_opts(m->served, &req, j->opts, &err)))
-        goto fail;
-    j->remaining = j->batch;
-    int queued = 0, B = j->batch; /* once the last item is queued the job may be gone */
-    for (int i = 0; i < B; i++) {
-        job_item_t *it = &j->items[i];
-        it->job = j;
-        it->index = i;
-        it->req.fi.opts = j->opts;
-        it->req.fi.pcm = j->pcm[i];
-        it->req.fi.n = j->n[i];
-        it->req.fi.want_words = j->kind == JOB_TRANSCRIBE ? j->tin.want_words : j->in.want_words;
-        it->req.segment = j->kind == JOB_KSERVE && j->in.asr && B == 1 ? item_segment : NULL;
-        it->req.fi.want_frame_ids = j->io && j->io->out == FAMILY_OUT_FRAME_IDS;
-        it->req.cancelled = j->kind == JOB_KSERVE ? j->in.cancelled : j->tin.cancelled;
-        it->req.done = item_done;
-        it->req.item.deadline_ns = j->deadline_ns;
-        if ((rc = j->seq ? served_model_submit_seq(m->served, &it->req, &j->ctl, &err)
-                         : served_model_submit(m->served, &it->req, &err)))
-            break;
-        queued++;
-    }
-    repository_unlock(r);
+    int rc, B = j->batch;
+    j->t.remaining = B;
+    int queued = svc_queue(j->s, j->model, j->version, &j->params, B, j->seq ? &j->ctl : NULL,
+                           job_item, j, &j->opts, &rc, &err);
     if (!rc)
         return;
-    /* the items not queued are counted off; the last completion (or this) answers */
-    pthread_mutex_lock(&j->lock);
-    if (!j->status) {
-        j->status = rc;
-        snprintf(j->error, sizeof j->error, "%s", err.msg);
+    if (!queued) {
+        job_fail(j, rc, err.msg);
+        return;
     }
-    j->remaining -= j->batch - queued;
-    int last = j->remaining == 0;
-    pthread_mutex_unlock(&j->lock);
-    if (last)
+    if (svc_tally_done(&j->t, B - queued, rc, err.msg)) /* the others were counted off */
         job_finish(j);
-    return;
-fail:
-    repository_unlock(r);
-    job_fail(j, rc, err.msg);
 }
 
 /* Encoded audio is decoded on libuv's thread pool, not on the loop. */
@@ -462,7 +489,7 @@ static void decode_work(uv_work_t *w)
     job_t *j = w->data;
     hark_err_t err = {0};
     double max_seconds = server_options(j->s)->max_audio_seconds;
-    for (int b = 0; b < j->batch && !j->status; b++) {
+    for (int b = 0; b < j->batch && !j->t.status; b++) {
         audio_opts_t ao = {.target_rate = j->rate, .max_seconds = max_seconds};
         audio_t au;
         int rc = audio_decode_memory(j->src[b], j->src_len[b], &ao, &au, &err);
@@ -471,22 +498,22 @@ static void decode_work(uv_work_t *w)
                 err_prefix(&err, rc, "%s[%d]", j->what, b);
             else
                 err_prefix(&err, rc, "%s", j->what);
-            j->status = rc;
-            snprintf(j->error, sizeof j->error, "%s", err.msg);
+            j->t.status = rc;
+            snprintf(j->t.error, sizeof j->t.error, "%s", err.msg);
             break;
         }
         j->pcm[b] = j->own[b] = au.samples; /* taken over; audio_t holds nothing else */
         j->n[b] = au.n;
     }
-    if (!j->status)
+    if (!j->t.status)
         j->duration = j->rate > 0 ? (double)j->n[0] / j->rate : 0;
 }
 
 static void decode_after(uv_work_t *w, int status)
 {
     job_t *j = w->data;
-    if (j->status || status) {
-        if (!j->status)
+    if (j->t.status || status) {
+        if (!j->t.status)
             job_fail(j, HARK_ERR_INTERNAL, "decoding was cancelled");
         else
             job_finish(j);

@@ -5,13 +5,13 @@
 #include "api/service_tts.h"
 
 #include "api/req_params.h"
+#include "api/service_impl.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "hark.h"
 #include "server/repository.h"
 #include "server/server.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -38,9 +38,8 @@ struct tts_job {
     void *opts;
     req_params_t params;
     uint64_t deadline_ns;
-    pthread_mutex_t lock;
-    int remaining, status, rate;
-    char error[512];
+    svc_tally_t t; /* the items' tally: the first failure is the job's */
+    int rate;
 };
 
 static void job_free(tts_job_t *j)
@@ -60,7 +59,7 @@ static void job_free(tts_job_t *j)
         if (j->in.body_free)
             j->in.body_free(j->in.body_user);
     }
-    pthread_mutex_destroy(&j->lock);
+    svc_tally_destroy(&j->t);
     hark_free(j);
 }
 
@@ -72,7 +71,7 @@ static tts_job_t *job_new(server_t *s, int speak, int batch)
     j->s = s;
     j->speak = speak;
     j->batch = batch;
-    pthread_mutex_init(&j->lock, NULL);
+    svc_tally_init(&j->t);
     j->items = hark_calloc((size_t)batch, sizeof *j->items);
     j->texts = hark_calloc((size_t)batch, sizeof *j->texts);
     if (!j->items || !j->texts) {
@@ -124,9 +123,9 @@ static void answer_kserve(tts_job_t *j)
 static void job_finish(tts_job_t *j)
 {
     if (j->speak)
-        j->sin.done(j->sin.user, j->status, j->status ? j->error : NULL);
-    else if (j->status)
-        j->in.done(j->in.user, j->status, j->error, j->model, j->version, NULL, 0);
+        j->sin.done(j->sin.user, j->t.status, j->t.status ? j->t.error : NULL);
+    else if (j->t.status)
+        j->in.done(j->in.user, j->t.status, j->t.error, j->model, j->version, NULL, 0);
     else
         answer_kserve(j);
     job_free(j);
@@ -134,8 +133,7 @@ static void job_finish(tts_job_t *j)
 
 static void job_fail(tts_job_t *j, int rc, const char *msg)
 {
-    j->status = rc;
-    snprintf(j->error, sizeof j->error, "%s", msg && msg[0] ? msg : hark_status_str(rc));
+    svc_tally_fail(&j->t, rc, msg);
     job_finish(j);
 }
 
@@ -175,75 +173,38 @@ static void item_done(served_request_t *r, int status, const char *error, asr_re
         status = HARK_ERR_NOMEM;
         error = "out of memory gathering the audio";
     }
-    pthread_mutex_lock(&j->lock);
-    if (status && !j->status) {
-        j->status = status;
-        snprintf(j->error, sizeof j->error, "%s", error ? error : hark_status_str(status));
-    }
-    int last = --j->remaining == 0;
-    pthread_mutex_unlock(&j->lock);
-    if (last)
+    if (svc_tally_done(&j->t, 1, status, error))
         job_finish(j);
 }
 
-/* Finds the model again (under the lock), parses the options and queues every item. */
+/* item i of a synthesis job */
+static served_request_t *tts_item(void *user, int i, void *opts)
+{
+    tts_job_t *j = user;
+    tts_item_t *it = &j->items[i];
+    it->job = j;
+    it->req.fi.text = j->texts[i];
+    it->req.cancelled = j->speak ? j->sin.cancelled : j->in.cancelled;
+    it->req.audio = item_audio;
+    it->req.done = item_done;
+    it->req.item.deadline_ns = j->deadline_ns;
+    return &it->req;
+}
+
+/* Queues every item; answered by the last completion, or here when none was queued. */
 static void job_submit(tts_job_t *j)
 {
-    repository_t *r = server_repository(j->s);
     hark_err_t err = {0};
-    int rc = HARK_OK;
-    repository_rdlock(r);
-    repo_model_t *m = repository_find(r, j->model, strlen(j->model), j->version, &err);
-    if (!m) {
-        rc = HARK_ERR_NOT_FOUND;
-        goto fail;
-    }
-    if (m->state != M_READY || server_draining(j->s)) {
-        rc = err_set(&err, HARK_ERR_UNAVAILABLE, "model '%s' is not ready (%s)", m->name,
-                     server_draining(j->s) ? "draining" : repo_state_name(m->state));
-        goto fail;
-    }
-    const family_t *fam = served_model_family(m->served);
-    if (!(j->opts = hark_calloc(1, fam->opts_size ? fam->opts_size : 1))) {
-        rc = err_set(&err, HARK_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
-    family_params_t req = req_params_view(&j->params);
-    if ((rc = served_model_parse_opts(m->served, &req, j->opts, &err)))
-        goto fail;
-    j->remaining = j->batch;
-    int queued = 0, B = j->batch; /* once the last item is queued the job may be gone */
-    const atomic_int *cancelled = j->speak ? j->sin.cancelled : j->in.cancelled;
-    for (int i = 0; i < B; i++) {
-        tts_item_t *it = &j->items[i];
-        it->job = j;
-        it->req.fi.opts = j->opts;
-        it->req.fi.text = j->texts[i];
-        it->req.cancelled = cancelled;
-        it->req.audio = item_audio;
-        it->req.done = item_done;
-        it->req.item.deadline_ns = j->deadline_ns;
-        if ((rc = served_model_submit(m->served, &it->req, &err)))
-            break;
-        queued++;
-    }
-    repository_unlock(r);
+    int rc, B = j->batch;
+    j->t.remaining = B;
+    int queued = svc_queue(j->s, j->model, j->version, &j->params, B, NULL, tts_item, j, &j->opts,
+                           &rc, &err);
     if (!rc)
         return;
-    pthread_mutex_lock(&j->lock);
-    if (!j->status) {
-        j->status = rc;
-        snprintf(j->error, sizeof j->error, "%s", err.msg);
-    }
-    j->remaining -= B - queued;
-    int last = j->remaining == 0;
-    pthread_mutex_unlock(&j->lock);
-    if (last)
+    if (!queued)
+        job_fail(j, rc, err.msg);
+    else if (svc_tally_done(&j->t, B - queued, rc, err.msg))
         job_finish(j);
-    return;
-fail:
-    repository_unlock(r);
-    job_fail(j, rc, err.msg);
 }
 
 /* a NUL-terminated copy of one text, refused when too long or holding a NUL */

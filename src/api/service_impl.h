@@ -1,0 +1,39 @@
+/* service_impl.h — what the service's recognition jobs (service.c) and synthesis jobs
+ * (service_tts.c) share: the tally of a request's items (the last completion answers) and the
+ * queueing of the items through the model's family. Internal to src/api. */
+#ifndef HARK_API_SERVICE_IMPL_H
+#define HARK_API_SERVICE_IMPL_H
+
+#include "api/req_params.h"
+#include "api/service.h"
+#include "sched/instance.h"
+
+#include <pthread.h>
+
+/* The items of one request in flight: the first failure is the request's. */
+typedef struct {
+    pthread_mutex_t lock;
+    int remaining; /* items not yet completed */
+    int status;    /* first failure */
+    char error[512];
+} svc_tally_t;
+
+void svc_tally_init(svc_tally_t *t);
+void svc_tally_destroy(svc_tally_t *t);
+/* One item done (or `n` items that will never run, with status): 1 when it was the last. */
+int svc_tally_done(svc_tally_t *t, int n, int status, const char *error);
+/* The request's failure before any item was queued (no lock needed: nothing runs yet). */
+void svc_tally_fail(svc_tally_t *t, int status, const char *error);
+
+/* Finds the model (it may have been unloaded since the request arrived), parses the request's
+ * options through its family into *opts (hark_calloc'd, the caller's), and queues n items: item(i)
+ * fills request i (everything but fi.opts, set here) and returns it. Sequence models take ctl
+ * (batch 1). Returns how many were queued; on an error err holds it and *rc its status: when 0
+ * were queued the caller answers with it, else the last completion does (the caller first counts
+ * the others off with svc_tally_done). */
+typedef served_request_t *(*svc_item_fn)(void *user, int i, void *opts);
+int svc_queue(server_t *s, const char *model, const char *version, const req_params_t *params,
+              int n, const served_seq_ctl_t *ctl, svc_item_fn item, void *user, void **opts,
+              int *rc, hark_err_t *err);
+
+#endif
