@@ -15,6 +15,9 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harkserve import Checks, Server  # noqa: E402
+
 hark, model_dir, wav = sys.argv[1:4]
 tmp = tempfile.mkdtemp(prefix="hark-live-")
 repo = os.path.join(tmp, "repo")
@@ -39,23 +42,10 @@ rate, n = w.getframerate(), w.getnframes()
 speech = np.frombuffer(w.readframes(n), "<i2").astype(np.float64) / 32768.0
 dur = n / rate
 
-proc = subprocess.Popen([hark, "serve", "--model-repository", repo, "--http-port", "0",
-                         "--grpc-port", "-1", "--metrics-port", "-1"],
-                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-line = proc.stdout.readline()
-m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
-assert m, "no startup line: " + line
-port = int(m.group(1))
-base = "http://127.0.0.1:%d" % port
-log = []
-threading.Thread(target=lambda: [log.append(l) for l in proc.stdout], daemon=True).start()
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
+srv = Server(hark, repo)
+port, base, log = srv.port, srv.base, srv.log
+check = Checks()
+failures = check.failures
 
 
 def wait(fn, secs, what):
@@ -157,14 +147,9 @@ except Exception as e:  # noqa: BLE001
 finally:
     if driver:
         driver.quit()
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    srv.stop()
     if failures:
         print("".join(log[-30:]))
     shutil.rmtree(tmp, ignore_errors=True)
 
-print("%d failure(s)" % len(failures))
-sys.exit(1 if failures else 0)
+check.exit()

@@ -8,6 +8,9 @@ import json, os, re, shutil, struct, subprocess, sys, tempfile, threading, time
 import numpy as np
 import requests
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harkserve import Checks, Server  # noqa: E402
+
 hark, model_dir, golden, wavs = sys.argv[1:5]
 UTTS = ["utt0_lj-LJ001-0013-crop28037", "utt1_deepspeech-LDC93S1",
         "utt2_librivox-sense_and_sensibility_01_austen_64kb-0890", "utt3_jfk"]
@@ -30,22 +33,9 @@ with open(os.path.join(dle, "config.pbtxt"), "w") as f:  # as convert_jasper.py 
             'output [ { name: "TRANSCRIPT" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
             'dynamic_batching { }\ninstance_group [ { count: 1 kind: KIND_CPU } ]\n'
             'parameters { key: "family" value { string_value: "jasper" } }\n')
-proc = subprocess.Popen([hark, "serve", "--model-repository", repo, "--http-port", "0",
-                         "--metrics-port", "0", "--grpc-port", "-1", "--http-threads", "1"],
-                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-line = proc.stdout.readline()
-m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
-assert m, "no startup line: " + line
-base = f"http://127.0.0.1:{m.group(1)}"
-log = []
-threading.Thread(target=lambda: [log.append(l) for l in proc.stdout], daemon=True).start()
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
+srv = Server(hark, repo, args=["--http-threads", "1"])
+base, log = srv.base, srv.log
+check = Checks()
 
 
 def collapse(ids):  # DLE's ctc_decoder_predictions_tensor
@@ -193,14 +183,9 @@ try:
     check(st == 400 and "ctc_frames" in js.get("error", ""), f"bad ctc_frames: 400 ({js})")
     check(requests.get(base + "/v2/health/ready").status_code == 200, "still ready")
 finally:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    srv.stop()
     shutil.rmtree(tmp, ignore_errors=True)
 
-print(f"{len(failures)} failure(s)")
-if failures:
+if check.failures:
     print("".join(log[-30:]))
-sys.exit(1 if failures else 0)
+check.exit()

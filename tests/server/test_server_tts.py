@@ -8,6 +8,9 @@ import base64, json, os, re, shutil, struct, subprocess, sys, tempfile, threadin
 import numpy as np
 import requests
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harkserve import Checks, Server  # noqa: E402
+
 hark, fs_dir, voc_dir = sys.argv[1:4]
 t2_dir, wg_dir = (sys.argv[4:6] + [None, None])[:2]  # Tacotron 2 + WaveGlow (optional)
 S1 = "Dr. Smith paid $12.50 for 3 books on Jan. 2nd, 1999 \u2014 at 4:30 p.m.!"
@@ -32,22 +35,9 @@ for i, s in enumerate([S1, S2]):
     ref[s] = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float64) / 32768.0
     rate = w.getframerate()
 
-proc = subprocess.Popen([hark, "serve", "--model-repository", repo, "--http-port", "0",
-                         "--metrics-port", "0", "--grpc-port", "-1", "--http-threads", "2"],
-                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-line = proc.stdout.readline()
-m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
-assert m, "no startup line: " + line
-base = f"http://127.0.0.1:{m.group(1)}"
-log = []
-threading.Thread(target=lambda: [log.append(l) for l in proc.stdout], daemon=True).start()
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
+srv = Server(hark, repo, args=["--http-threads", "2"])
+base, log = srv.base, srv.log
+check = Checks()
 
 
 def close(a, b, tol):
@@ -241,13 +231,8 @@ try:
         check(r.status_code == 404 and "single TTS model" in r.json()["error"],
               "two TTS models: an unknown model name is a 404 (%s)" % r.text[:120])
 finally:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    rc = srv.stop()
     shutil.rmtree(tmp, ignore_errors=True)
 
-check(proc.returncode == 0, "exit 0 on SIGTERM (%s)" % proc.returncode)
-print("%d failure(s)" % len(failures))
-sys.exit(1 if failures else 0)
+check(rc == 0, "exit 0 on SIGTERM (%s)" % rc)
+check.exit()
