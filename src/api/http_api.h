@@ -27,6 +27,11 @@ void http_metrics_handler(http_req_t *req, void *user);
 void openai_transcriptions(const http_api_ctx_t *c, http_req_t *req);
 /* GET / and /index.html: the live transcription page (live_page.c). */
 void live_page(http_req_t *req);
+/* OpenAI's error object {"error": {"message", "type", "param", "code"}} with an HTTP status
+ * (openai.c; param may be NULL), or from a hark status. */
+void openai_error(http_req_t *req, int status, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void openai_error_rc(http_req_t *req, int rc, const char *msg);
 /* POST /v1/audio/speech (openai_speech.c). */
 void openai_speech(const http_api_ctx_t *c, http_req_t *req);
 

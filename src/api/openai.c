@@ -1,6 +1,9 @@
 /* openai.c — OpenAI's POST /v1/audio/transcriptions over HTTP: a multipart upload recognised by
  * service_transcribe, answered as json, text, srt, vtt or verbose_json (segments are the subtitle
- * cues; words with timestamp_granularities[]=word). Tests: tests/server/test_server.py */
+ * cues; words with timestamp_granularities[]=word), or with stream=true as server-sent events
+ * (transcript.text.delta per word, then transcript.text.done; the recognition itself is
+ * offline, so the deltas come together at its end). Errors are OpenAI's error object.
+ * Tests: tests/server/test_server.py */
 #include "api/http_api.h"
 
 #include "api/service.h"
@@ -10,6 +13,7 @@
 #include "text/words.h"
 
 #include <cjson/cJSON.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +23,7 @@ typedef struct {
     char format[32];
     char language[32];
     int want_words;
+    int stream; /* stream=true: server-sent events */
 } openai_ctx_t;
 
 static void respond_cjson(http_req_t *req, cJSON *j)
@@ -30,6 +35,44 @@ static void respond_cjson(http_req_t *req, cJSON *j)
         return;
     }
     http_respond_owned(req, 200, "application/json", s, strlen(s), free, s);
+}
+
+void openai_error(http_req_t *req, int status, const char *param, const char *fmt, ...)
+{
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (status == 503)
+        http_res_header(req, "Retry-After", "1");
+    cJSON *j = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(j, "error");
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddStringToObject(e, "type",
+                            status == 429   ? "rate_limit_exceeded"
+                            : status >= 500 ? "server_error"
+                                            : "invalid_request_error");
+    if (param)
+        cJSON_AddStringToObject(e, "param", param);
+    else
+        cJSON_AddNullToObject(e, "param");
+    if (status == 404)
+        cJSON_AddStringToObject(e, "code", "model_not_found");
+    else
+        cJSON_AddNullToObject(e, "code");
+    char *s = j && e ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    if (!s) {
+        http_respond_error(req, 500, "out of memory");
+        return;
+    }
+    http_respond_owned(req, status, "application/json", s, strlen(s), free, s);
+}
+
+void openai_error_rc(http_req_t *req, int rc, const char *msg)
+{
+    openai_error(req, service_status_http(rc), NULL, "%s",
+                 msg && msg[0] ? msg : hark_status_str(rc));
 }
 
 static void verbose_json(openai_ctx_t *c, const asr_result_t *r, const word_time_t *w, int nw,
@@ -78,16 +121,53 @@ static void verbose_json(openai_ctx_t *c, const asr_result_t *r, const word_time
     respond_cjson(c->http, j);
 }
 
+static void sse(http_req_t *req, cJSON *j)
+{
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!s)
+        return;
+    http_respond_chunk(req, "data: ", 6);
+    http_respond_chunk(req, s, strlen(s));
+    http_respond_chunk(req, "\n\n", 2);
+    free(s);
+}
+
+/* stream=true: a delta per word (the whole text when there are no words), then done */
+static void stream_events(http_req_t *req, const asr_result_t *r)
+{
+    const char *text = r->best.text ? r->best.text : "";
+    http_respond_start(req, 200, "text/event-stream");
+    for (int i = 0; i < (r->n_words ? r->n_words : 1); i++) {
+        char buf[512];
+        if (r->n_words)
+            snprintf(buf, sizeof buf, "%s%s", i && r->word_sep ? " " : "", r->words[i].text);
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "type", "transcript.text.delta");
+        cJSON_AddStringToObject(j, "delta", r->n_words ? buf : text);
+        sse(req, j);
+    }
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "type", "transcript.text.done");
+    cJSON_AddStringToObject(j, "text", text);
+    sse(req, j);
+    http_respond_end(req);
+}
+
 /* the service's answer (inference thread): the response goes to the connection's loop */
 static void transcribed(void *user, int status, const char *error, asr_result_t *r, double duration)
 {
     openai_ctx_t *c = user;
     http_req_t *req = c->http;
     if (status) {
-        http_api_respond_error(req, status, error);
+        openai_error_rc(req, status, error);
         goto done;
     }
     const char *text = r->best.text ? r->best.text : "";
+    if (c->stream) {
+        stream_events(req, r);
+        goto done;
+    }
     if (!strcmp(c->format, "text")) {
         http_respond(req, 200, "text/plain; charset=utf-8", text, strlen(text));
         goto done;
@@ -119,7 +199,7 @@ static void transcribed(void *user, int status, const char *error, asr_result_t 
         if (f)
             fclose(f);
         if (rc)
-            http_respond_error(req, 500, "%s", err.msg[0] ? err.msg : "out of memory");
+            openai_error(req, 500, NULL, "%s", err.msg[0] ? err.msg : "out of memory");
         else
             http_respond(req, 200, !strcmp(c->format, "srt") ? "application/x-subrip" : "text/vtt",
                          buf, len);
@@ -139,12 +219,12 @@ void openai_transcriptions(const http_api_ctx_t *hc, http_req_t *req)
     multipart_t mp;
     if (multipart_boundary(http_req_header(req, "Content-Type"), boundary, sizeof boundary, &err) ||
         multipart_parse(req->body, req->body_len, boundary, &mp, &err)) {
-        http_respond_error(req, 400, "%s", err.msg);
+        openai_error(req, 400, NULL, "%s", err.msg);
         return;
     }
     const multipart_part_t *file = multipart_get(&mp, "file");
     if (!file) {
-        http_respond_error(req, 400, "missing the 'file' part");
+        openai_error(req, 400, "file", "missing the 'file' part");
         return;
     }
     openai_ctx_t *c = hark_calloc(1, sizeof *c);
@@ -160,9 +240,9 @@ void openai_transcriptions(const http_api_ctx_t *hc, http_req_t *req)
         snprintf(c->format, sizeof c->format, "%.*s", (int)(p->len < 31 ? p->len : 31), p->data);
     if (strcmp(c->format, "json") && strcmp(c->format, "text") && strcmp(c->format, "srt") &&
         strcmp(c->format, "vtt") && strcmp(c->format, "verbose_json")) {
-        http_respond_error(req, 400,
-                           "response_format '%s' is not one of json, text, srt, vtt, verbose_json",
-                           c->format);
+        openai_error(req, 400, "response_format",
+                     "response_format '%s' is not one of json, text, srt, vtt, verbose_json",
+                     c->format);
         hark_free(c);
         return;
     }
@@ -175,7 +255,9 @@ void openai_transcriptions(const http_api_ctx_t *hc, http_req_t *req)
         if (!strcmp(mp.parts[i].name, "timestamp_granularities[]") && mp.parts[i].len == 4 &&
             !memcmp(mp.parts[i].data, "word", 4))
             c->want_words = 1;
-    int need_words = strcmp(c->format, "json") && strcmp(c->format, "text");
+    if ((p = multipart_get(&mp, "stream")) && p->len == 4 && !memcmp(p->data, "true", 4))
+        c->stream = 1;
+    int need_words = c->stream || (strcmp(c->format, "json") && strcmp(c->format, "text"));
     service_transcribe_t in = {.model = name,
                                .audio = (const uint8_t *)file->data,
                                .len = file->len,

@@ -94,7 +94,7 @@ static int start(speech_ctx_t *c, int rate)
         if (streamed)
             http_respond_end(c->http);
         else
-            http_api_respond_error(c->http, err.status, err.msg);
+            openai_error_rc(c->http, err.status, err.msg);
         return -1;
     }
     c->started = 1;
@@ -117,7 +117,7 @@ static void on_done(void *user, int status, const char *error)
     http_req_t *req = c->http;
     if (!c->enc && !c->gone) { /* no audio came */
         if (status) {
-            http_api_respond_error(req, status, error);
+            openai_error_rc(req, status, error);
             goto out;
         }
         start(c, 24000); /* an empty file */
@@ -155,7 +155,7 @@ static void on_done(void *user, int status, const char *error)
     } else if (audio_enc_streams(c->format)) {
         http_respond_end(req); /* an error after audio left: the stream just ends short */
     } else if (rc) {
-        http_api_respond_error(req, rc, error);
+        openai_error_rc(req, rc, error);
     } else {
         http_respond_owned(req, 200, audio_enc_content_type(c->format), c->whole, c->whole_n,
                            hark_free, c->whole);
@@ -171,9 +171,9 @@ void openai_speech(const http_api_ctx_t *hc, http_req_t *req)
     cJSON *j = cJSON_ParseWithLength(req->body, req->body_len);
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
-        http_respond_error(req, 400,
-                           "the body must be a JSON object: {\"model\", \"input\", "
-                           "\"voice\", \"response_format\", \"speed\"}");
+        openai_error(req, 400, NULL,
+                     "the body must be a JSON object: {\"model\", \"input\", \"voice\", "
+                     "\"response_format\", \"speed\"}");
         return;
     }
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
@@ -190,16 +190,18 @@ void openai_speech(const http_api_ctx_t *hc, http_req_t *req)
     if (cJSON_IsString(input))
         for (const unsigned char *p = (const unsigned char *)input->valuestring; *p; p++)
             chars += (*p & 0xC0) != 0x80;
+    const char *bad_param = NULL; /* OpenAI's error names the parameter */
     if (!c)
         bad = "out of memory";
     else if (model && !cJSON_IsString(model))
-        bad = "'model' must be a string";
+        bad = "'model' must be a string", bad_param = "model";
     else if (!cJSON_IsString(input) || !input->valuestring[0])
-        bad = "'input' (the text to speak) must be a non-empty string";
+        bad = "'input' (the text to speak) must be a non-empty string", bad_param = "input";
     else if (chars > MAX_INPUT_CHARS)
         bad = (snprintf(msg, sizeof msg, "'input' has %zu characters; at most %d", chars,
                         MAX_INPUT_CHARS),
-               msg);
+               msg),
+        bad_param = "input";
     else if (voice &&
              (!cJSON_IsString(voice) ||
               !voice_ok(voice->valuestring, cJSON_IsString(model) ? model->valuestring : NULL)))
@@ -207,18 +209,20 @@ void openai_speech(const http_api_ctx_t *hc, http_req_t *req)
                         "voice '%s' is not supported: hark's models have one voice each (OpenAI's "
                         "voice names, \"default\" or the model's name select it)",
                         cJSON_IsString(voice) ? voice->valuestring : "?"),
-               msg);
+               msg),
+        bad_param = "voice";
     else if (fmt &&
              (!cJSON_IsString(fmt) || audio_enc_format_parse(fmt->valuestring, &c->format, &err)))
-        bad = cJSON_IsString(fmt) ? err.msg : "'response_format' must be a string";
+        bad = cJSON_IsString(fmt) ? err.msg : "'response_format' must be a string",
+        bad_param = "response_format";
     else if (speed && (!cJSON_IsNumber(speed) || !(speed->valuedouble >= 0.25) ||
                        !(speed->valuedouble <= 4.0)))
-        bad = "'speed' must be a number in [0.25, 4.0]";
+        bad = "'speed' must be a number in [0.25, 4.0]", bad_param = "speed";
     else if (sf && (!cJSON_IsString(sf) ||
                     (strcmp(sf->valuestring, "audio") && strcmp(sf->valuestring, "sse"))))
-        bad = "'stream_format' must be \"audio\" or \"sse\"";
+        bad = "'stream_format' must be \"audio\" or \"sse\"", bad_param = "stream_format";
     if (bad) {
-        http_respond_error(req, c ? 400 : 500, "%s", bad);
+        openai_error(req, c ? 400 : 500, bad_param, "%s", bad);
         hark_free(c);
         cJSON_Delete(j);
         return;

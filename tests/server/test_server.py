@@ -299,7 +299,16 @@ try:
                           files={"file": ("c.wav", data, "audio/wav")}, data={"response_format": fmt})
         check(r.status_code == 200 and r.text.startswith(head), f"OpenAI {fmt}")
     r = requests.post(base + "/v1/audio/transcriptions", files={"file": ("c.wav", b"garbage", "audio/wav")})
-    check(r.status_code == 400 and "error" in r.json(), "OpenAI corrupt file: 400")
+    e = r.json().get("error") if r.status_code == 400 else None
+    check(isinstance(e, dict) and e.get("type") == "invalid_request_error" and e.get("message"),
+          "OpenAI corrupt file: 400 with OpenAI's error object (%s)" % r.text[:160])
+    r = requests.post(base + "/v1/audio/transcriptions", files={"file": ("c.wav", data, "audio/wav")},
+                      data={"stream": "true"})
+    evs = [json.loads(l[6:]) for l in r.text.split("\n") if l.startswith("data: ")]
+    want = R["cards-001"]["full"]["attention_rescoring"]["text"]
+    check(r.status_code == 200 and r.headers.get("Content-Type") == "text/event-stream" and
+          [e["type"] for e in evs][-1] == "transcript.text.done" and evs[-1]["text"] == want and
+          "".join(e["delta"] for e in evs[:-1]) == want, "OpenAI stream=true: deltas, then done")
     check(requests.get(base + "/v1/models").json()["data"][0]["id"] == "wenet", "/v1/models")
     # concurrency: 24 requests at once are batched and all answered correctly
     import concurrent.futures as cf

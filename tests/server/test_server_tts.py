@@ -163,7 +163,9 @@ try:
            ({"input": "  ...  "}, "speakable")]
     for b, word in bad:
         r = speech(b)
-        check(r.status_code == 400 and word in r.json().get("error", ""),
+        e = r.json().get("error", {}) if r.status_code == 400 else {}
+        check(r.status_code == 400 and word in e.get("message", "") and
+              e.get("type") == "invalid_request_error" and "code" in e and "param" in e,
               "speech %s -> 400 naming %s (%d %s)" % (json.dumps(b)[:40], word, r.status_code,
                                                       r.text[:120]))
     r = requests.post(base + "/v1/audio/speech", data=b"not json")
@@ -182,7 +184,7 @@ try:
     files = {"file": ("a.wav", open(os.path.join(tmp, "ref0.wav"), "rb"))}
     r = requests.post(base + "/v1/audio/transcriptions", files=files,
                       data={"model": "fastspeech"})
-    check(r.status_code == 400 and "not a recognizer" in r.json()["error"],
+    check(r.status_code == 400 and "not a recognizer" in r.json()["error"]["message"],
           "transcriptions with a TTS model -> 400")
 
     # a client that leaves mid-stream: the server goes on serving
@@ -228,7 +230,8 @@ try:
         check(r.status_code == 200 and r.content[:4] == b"RIFF" and
               (len(r.content) - 44) // 2 == len(t2ref), "speech with Tacotron 2 + WaveGlow")
         r = speech({"input": T2})  # two TTS models: "tts-1" stands for neither
-        check(r.status_code == 404 and "single TTS model" in r.json()["error"],
+        check(r.status_code == 404 and "single TTS model" in r.json()["error"]["message"] and
+              r.json()["error"]["code"] == "model_not_found",
               "two TTS models: an unknown model name is a 404 (%s)" % r.text[:120])
 finally:
     rc = srv.stop()
