@@ -109,8 +109,8 @@ static int apply_params(const family_params_t *p, const char *where, icefall_fam
         int rc = family_param_int(p, beam_keys[k], 1, 64, &b, err);
         if (rc == HARK_OK)
             o->beam_size = b;
-        else if (rc != HARK_ERR_NOT_FOUND)
-            return err_prefix(err, rc, "%s%s", where, beam_keys[k]);
+        else if (rc != HARK_ERR_NOT_FOUND) /* the message names the key */
+            return *where ? err_prefix(err, rc, "%.*s", (int)strlen(where) - 1, where) : rc;
     }
     return HARK_OK;
 }
