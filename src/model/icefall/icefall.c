@@ -203,75 +203,76 @@ static int weights_get(safetensors_t *st, const float **out, hark_err_t *err, in
         n *= (size_t)shape[i];
     for (size_t i = 0; i < n; i++)
         if (!isfinite((*out)[i]))
-            return err_set(err, HARK_ERR_FORMAT, "model weights: tensor '%s' holds %s at %zu",
-                           name, isnan((*out)[i]) ? "NaN" : "an infinite value", i);
+            return err_set(err, HARK_ERR_FORMAT, "model weights: tensor '%s' holds %s at %zu", name,
+                           isnan((*out)[i]) ? "NaN" : "an infinite value", i);
     return HARK_OK;
 }
 
-#define GET(ptr, nd, ...)                                                                          \
-    do {                                                                                           \
-        const int64_t shp_[] = {__VA_ARGS__};                                                     \
-        if ((rc = weights_get(st, &(ptr), err, nd, shp_, "%s", name_)))                          \
-            return rc;                                                                             \
-    } while (0)
+/* Chained look-ups: each runs only while rc is still HARK_OK. */
+#define SH(...) ((const int64_t[]){__VA_ARGS__})
+#define W(ptr, nd, shape, ...) (rc = rc ? rc : weights_get(st, &(ptr), err, nd, shape, __VA_ARGS__))
 
 static int load_weights(icefall_model_t *m, safetensors_t *st, hark_err_t *err)
 {
     const icefall_config_t *c = &m->cfg;
     const int64_t d = c->d, ff = c->ff, k = c->kernel, h = c->nhead, D = c->decoder_dim,
-                  J = c->joiner_dim, V = c->vocab;
-    char name_[256];
-    int rc;
-    const float *eps;
-#define N(...) snprintf(name_, sizeof name_, __VA_ARGS__)
-    N("encoder.encoder_embed.conv.0.weight"); GET(m->conv0_w, 4, 8, 1, 3, 3);
-    N("encoder.encoder_embed.conv.0.bias"); GET(m->conv0_b, 1, 8);
-    N("encoder.encoder_embed.conv.3.weight"); GET(m->conv1_w, 4, 32, 8, 3, 3);
-    N("encoder.encoder_embed.conv.3.bias"); GET(m->conv1_b, 1, 32);
-    N("encoder.encoder_embed.conv.6.weight"); GET(m->conv2_w, 4, 128, 32, 3, 3);
-    N("encoder.encoder_embed.conv.6.bias"); GET(m->conv2_b, 1, 128);
-    N("encoder.encoder_embed.out.weight"); GET(m->embed_w, 2, d, 128 * (int64_t)m->w2);
-    N("encoder.encoder_embed.out.bias"); GET(m->embed_b, 1, d);
-    N("encoder.encoder_embed.out_norm.eps"); GET(eps, 1, 1);
+                  J = c->joiner_dim, V = c->vocab, cs = c->context_size;
+    int rc = HARK_OK;
+    const float *eps = NULL;
+    const char *e = "encoder.encoder_embed";
+    W(m->conv0_w, 4, SH(8, 1, 3, 3), "%s.conv.0.weight", e);
+    W(m->conv0_b, 1, SH(8), "%s.conv.0.bias", e);
+    W(m->conv1_w, 4, SH(32, 8, 3, 3), "%s.conv.3.weight", e);
+    W(m->conv1_b, 1, SH(32), "%s.conv.3.bias", e);
+    W(m->conv2_w, 4, SH(128, 32, 3, 3), "%s.conv.6.weight", e);
+    W(m->conv2_b, 1, SH(128), "%s.conv.6.bias", e);
+    W(m->embed_w, 2, SH(d, 128 * (int64_t)m->w2), "%s.out.weight", e);
+    W(m->embed_b, 1, SH(d), "%s.out.bias", e);
+    W(eps, 1, SH(1), "%s.out_norm.eps", e);
+    if (rc)
+        return rc;
     m->embed_eps = eps[0];
     for (int i = 0; i < c->n_layers; i++) {
         icefall_layer_t *L = &m->layers[i];
         const char *p = "encoder.encoder.layers";
-        N("%s.%d.feed_forward_macaron.0.weight", p, i); GET(L->ffm_w1, 2, ff, d);
-        N("%s.%d.feed_forward_macaron.0.bias", p, i); GET(L->ffm_b1, 1, ff);
-        N("%s.%d.feed_forward_macaron.4.weight", p, i); GET(L->ffm_w2, 2, d, ff);
-        N("%s.%d.feed_forward_macaron.4.bias", p, i); GET(L->ffm_b2, 1, d);
-        N("%s.%d.self_attn.in_proj.weight", p, i); GET(L->in_w, 2, 3 * d, d);
-        N("%s.%d.self_attn.in_proj.bias", p, i); GET(L->in_b, 1, 3 * d);
-        N("%s.%d.self_attn.out_proj.weight", p, i); GET(L->out_w, 2, d, d);
-        N("%s.%d.self_attn.out_proj.bias", p, i); GET(L->out_b, 1, d);
-        N("%s.%d.self_attn.linear_pos.weight", p, i); GET(L->pos_w, 2, d, d);
-        N("%s.%d.self_attn.pos_bias_u", p, i); GET(L->bu, 2, h, d / h);
-        N("%s.%d.self_attn.pos_bias_v", p, i); GET(L->bv, 2, h, d / h);
-        N("%s.%d.conv_module.pointwise_conv1.weight", p, i); GET(L->pw1_w, 3, 2 * d, d, 1);
-        N("%s.%d.conv_module.pointwise_conv1.bias", p, i); GET(L->pw1_b, 1, 2 * d);
-        N("%s.%d.conv_module.depthwise_conv.weight", p, i); GET(L->dw_w, 3, d, 1, k);
-        N("%s.%d.conv_module.depthwise_conv.bias", p, i); GET(L->dw_b, 1, d);
-        N("%s.%d.conv_module.pointwise_conv2.weight", p, i); GET(L->pw2_w, 3, d, d, 1);
-        N("%s.%d.conv_module.pointwise_conv2.bias", p, i); GET(L->pw2_b, 1, d);
-        N("%s.%d.feed_forward.0.weight", p, i); GET(L->ff_w1, 2, ff, d);
-        N("%s.%d.feed_forward.0.bias", p, i); GET(L->ff_b1, 1, ff);
-        N("%s.%d.feed_forward.4.weight", p, i); GET(L->ff_w2, 2, d, ff);
-        N("%s.%d.feed_forward.4.bias", p, i); GET(L->ff_b2, 1, d);
-        N("%s.%d.norm_final.eps", p, i); GET(eps, 1, 1);
+        W(L->ffm_w1, 2, SH(ff, d), "%s.%d.feed_forward_macaron.0.weight", p, i);
+        W(L->ffm_b1, 1, SH(ff), "%s.%d.feed_forward_macaron.0.bias", p, i);
+        W(L->ffm_w2, 2, SH(d, ff), "%s.%d.feed_forward_macaron.4.weight", p, i);
+        W(L->ffm_b2, 1, SH(d), "%s.%d.feed_forward_macaron.4.bias", p, i);
+        W(L->in_w, 2, SH(3 * d, d), "%s.%d.self_attn.in_proj.weight", p, i);
+        W(L->in_b, 1, SH(3 * d), "%s.%d.self_attn.in_proj.bias", p, i);
+        W(L->out_w, 2, SH(d, d), "%s.%d.self_attn.out_proj.weight", p, i);
+        W(L->out_b, 1, SH(d), "%s.%d.self_attn.out_proj.bias", p, i);
+        W(L->pos_w, 2, SH(d, d), "%s.%d.self_attn.linear_pos.weight", p, i);
+        W(L->bu, 2, SH(h, d / h), "%s.%d.self_attn.pos_bias_u", p, i);
+        W(L->bv, 2, SH(h, d / h), "%s.%d.self_attn.pos_bias_v", p, i);
+        W(L->pw1_w, 3, SH(2 * d, d, 1), "%s.%d.conv_module.pointwise_conv1.weight", p, i);
+        W(L->pw1_b, 1, SH(2 * d), "%s.%d.conv_module.pointwise_conv1.bias", p, i);
+        W(L->dw_w, 3, SH(d, 1, k), "%s.%d.conv_module.depthwise_conv.weight", p, i);
+        W(L->dw_b, 1, SH(d), "%s.%d.conv_module.depthwise_conv.bias", p, i);
+        W(L->pw2_w, 3, SH(d, d, 1), "%s.%d.conv_module.pointwise_conv2.weight", p, i);
+        W(L->pw2_b, 1, SH(d), "%s.%d.conv_module.pointwise_conv2.bias", p, i);
+        W(L->ff_w1, 2, SH(ff, d), "%s.%d.feed_forward.0.weight", p, i);
+        W(L->ff_b1, 1, SH(ff), "%s.%d.feed_forward.0.bias", p, i);
+        W(L->ff_w2, 2, SH(d, ff), "%s.%d.feed_forward.4.weight", p, i);
+        W(L->ff_b2, 1, SH(d), "%s.%d.feed_forward.4.bias", p, i);
+        W(eps, 1, SH(1), "%s.%d.norm_final.eps", p, i);
+        if (rc)
+            return rc;
         L->eps = eps[0];
     }
-    N("decoder.embedding.weight"); GET(m->dec_emb, 2, V, D);
-    N("decoder.conv.weight"); GET(m->dec_conv, 3, D, 1, (int64_t)c->context_size);
-    N("joiner.encoder_proj.weight"); GET(m->enc_proj_w, 2, J, d);
-    N("joiner.encoder_proj.bias"); GET(m->enc_proj_b, 1, J);
-    N("joiner.decoder_proj.weight"); GET(m->dec_proj_w, 2, J, D);
-    N("joiner.decoder_proj.bias"); GET(m->dec_proj_b, 1, J);
-    N("joiner.output_linear.weight"); GET(m->out_w, 2, V, J);
-    N("joiner.output_linear.bias"); GET(m->out_b, 1, V);
-#undef N
-    return HARK_OK;
+    W(m->dec_emb, 2, SH(V, D), "decoder.embedding.weight");
+    W(m->dec_conv, 3, SH(D, 1, cs), "decoder.conv.weight");
+    W(m->enc_proj_w, 2, SH(J, d), "joiner.encoder_proj.weight");
+    W(m->enc_proj_b, 1, SH(J), "joiner.encoder_proj.bias");
+    W(m->dec_proj_w, 2, SH(J, D), "joiner.decoder_proj.weight");
+    W(m->dec_proj_b, 1, SH(J), "joiner.decoder_proj.bias");
+    W(m->out_w, 2, SH(V, J), "joiner.output_linear.weight");
+    W(m->out_b, 1, SH(V), "joiner.output_linear.bias");
+    return rc;
 }
+#undef W
+#undef SH
 
 int icefall_load(const char *dir, int version, icefall_model_t **out, hark_err_t *err)
 {
@@ -413,7 +414,9 @@ int icefall_worker_create(const icefall_model_t *m, double max_seconds, icefall_
     int tp = icefall_frames_out(w->max_t_in);
     w->scratch = hark_malloc(sizeof(float) * n);
     w->hi = hark_malloc(sizeof(int) * (size_t)tp);
-    if (!w->scratch || !w->hi) {
+    w->feats = hark_malloc(sizeof(float) * (size_t)w->max_t_in * (size_t)m->cfg.feature_dim);
+    w->enc = hark_malloc(sizeof(float) * (size_t)tp * (size_t)m->cfg.d);
+    if (!w->scratch || !w->hi || !w->feats || !w->enc) {
         icefall_worker_destroy(w);
         return err_set(err, HARK_ERR_NOMEM, "icefall: out of memory for %.1f s of scratch",
                        max_seconds);
@@ -428,6 +431,8 @@ void icefall_worker_destroy(icefall_worker_t *w)
         return;
     hark_free(w->scratch);
     hark_free(w->hi);
+    hark_free(w->feats);
+    hark_free(w->enc);
     hark_free(w);
 }
 
@@ -471,9 +476,9 @@ static void add_rows(float *x, const float *y, size_t n)
 
 /* Rel-pos multi-head attention (icefall RelPositionMultiheadAttention) over Tp frames of which
  * len are keys: y (Tp, d) = out_proj(attn) */
-static void rel_attention(icefall_worker_t *w, const icefall_layer_t *L, float *y,
-                          const float *x, const float *pe, int Tp, int len, float *qkv, float *pp,
-                          float *qu, float *qv, float *ac, float *bd, float *ctx)
+static void rel_attention(icefall_worker_t *w, const icefall_layer_t *L, float *y, const float *x,
+                          const float *pe, int Tp, int len, float *qkv, float *pp, float *qu,
+                          float *qv, float *ac, float *bd, float *ctx)
 {
     const icefall_config_t *c = &w->m->cfg;
     const int d = c->d, H = c->nhead, dk = d / H, P = 2 * Tp - 1;
@@ -532,8 +537,8 @@ int icefall_encode(icefall_worker_t *w, const float *feats, int t_in, int len_in
                        len_in);
     if (t_in > w->max_t_in)
         return err_set(err, HARK_ERR_TOO_LARGE,
-                       "icefall: %d feature frames exceed the worker's %d (max_seconds %.2f)",
-                       t_in, w->max_t_in, w->max_seconds);
+                       "icefall: %d feature frames exceed the worker's %d (max_seconds %.2f)", t_in,
+                       w->max_t_in, w->max_seconds);
     const int F = c->feature_dim, d = c->d, T1 = (t_in - 1) / 2, Tp = icefall_frames_out(t_in);
     const int len = icefall_frames_out(len_in), P = 2 * Tp - 1;
     enc_sizes_t s;

@@ -29,9 +29,9 @@ typedef struct {
     int subsampling_factor; /* 4 */
     int d;                  /* encoder_dim */
     int nhead;
-    int ff;                 /* dim_feedforward */
+    int ff; /* dim_feedforward */
     int n_layers;
-    int kernel;             /* cnn_module_kernel (odd, symmetric padding) */
+    int kernel; /* cnn_module_kernel (odd, symmetric padding) */
     /* decoder and joiner */
     int decoder_dim;
     int context_size; /* >= 2 */
@@ -119,8 +119,8 @@ void icefall_hyp_free(icefall_hyp_t *h); /* frees what h owns and zeroes it; NUL
  * on ties), a non-blank appended (<unk> is an ordinary token, as in icefall) and its decoder
  * output recomputed; at most one symbol per frame. out (B) receives the hypotheses.
  * HARK_ERR_NOMEM (out left empty). */
-int icefall_greedy_search(const icefall_model_t *m, const float *const *ep, const int *lens,
-                          int B, icefall_hyp_t *out, hark_err_t *err);
+int icefall_greedy_search(const icefall_model_t *m, const float *const *ep, const int *lens, int B,
+                          icefall_hyp_t *out, hark_err_t *err);
 
 /* icefall's modified_beam_search (one symbol per frame) on one utterance: ep (T, joiner_dim).
  * best gets the hypothesis of the largest log_prob / len(ys) (len counting the context_size
@@ -139,7 +139,7 @@ int icefall_text(const icefall_model_t *m, const icefall_hyp_t *h, char **text, 
  * utterance does not depend on its batch), then the search (greedy batched over all B). */
 typedef struct {
     icefall_method_t method;
-    int beam_size;         /* modified_beam_search; 0: the model's default */
+    int beam_size;          /* modified_beam_search; 0: the model's default */
     icefall_stage_fn stage; /* B == 1 only; NULL: none */
     void *stage_user;
 } icefall_run_opts_t;

@@ -367,8 +367,7 @@ static int if_execute(family_worker_t *w, family_item_t *const *items, int n,
                 rc = icefall_run(w->w, &it->pcm, &it->n, 1, &one, &r1, &e);
             if (!rc && dctx.failed) {
                 icefall_result_free(&r1);
-                rc = err_set(&e, HARK_ERR_IO, "could not write every stage under %s",
-                             it->dump_dir);
+                rc = err_set(&e, HARK_ERR_IO, "could not write every stage under %s", it->dump_dir);
             }
             if (!rc) {
                 emit_result(w, it, &r1, &worst, &n_failed);

@@ -34,9 +34,9 @@ struct icefall_model {
     const float *conv2_w, *conv2_b; /* (128, 32, 3, 3), (128) */
     const float *embed_w, *embed_b; /* (d, 128 * w2), (d) */
     float embed_eps;
-    icefall_layer_t *layers;           /* (n_layers) */
-    const float *dec_emb;              /* (vocab, decoder_dim) */
-    const float *dec_conv;             /* (decoder_dim, 1, context_size) */
+    icefall_layer_t *layers;              /* (n_layers) */
+    const float *dec_emb;                 /* (vocab, decoder_dim) */
+    const float *dec_conv;                /* (decoder_dim, 1, context_size) */
     const float *enc_proj_w, *enc_proj_b; /* (joiner_dim, d), (joiner_dim) */
     const float *dec_proj_w, *dec_proj_b; /* (joiner_dim, decoder_dim), (joiner_dim) */
     const float *out_w, *out_b;           /* (vocab, joiner_dim), (vocab) */
@@ -48,6 +48,8 @@ struct icefall_worker {
     int max_t_in;   /* feature frames the scratch holds */
     float *scratch; /* one block for the encoder's activations (enc_sizes) */
     int *hi;        /* (T') key ranges of the attention's softmax */
+    float *feats;   /* (max_t_in, feature_dim) icefall_run's features of one utterance */
+    float *enc;     /* (T'max, d) icefall_run's encoder output of one utterance */
 };
 
 #endif

@@ -35,8 +35,8 @@ void icefall_result_free(icefall_result_t *r)
 
 /* ---- greedy_search_batch -------------------------------------------------------------------- */
 
-int icefall_greedy_search(const icefall_model_t *m, const float *const *ep, const int *lens,
-                          int B, icefall_hyp_t *out, hark_err_t *err)
+int icefall_greedy_search(const icefall_model_t *m, const float *const *ep, const int *lens, int B,
+                          icefall_hyp_t *out, hark_err_t *err)
 {
     const icefall_config_t *c = &m->cfg;
     const int J = c->joiner_dim, V = c->vocab, D = c->decoder_dim, cs = c->context_size;
@@ -48,11 +48,11 @@ int icefall_greedy_search(const icefall_model_t *m, const float *const *ep, cons
     size_t nb = (size_t)(B > 0 ? B : 1);
     int *ctx = hark_malloc(sizeof(int) * nb * (size_t)cs);
     int *rows = hark_malloc(sizeof(int) * nb), *emit = hark_malloc(sizeof(int) * nb);
-    float *dp = hark_malloc(sizeof(float) * nb * (size_t)J);   /* (B, J) per utterance */
-    float *dec = hark_malloc(sizeof(float) * nb * (size_t)D);  /* (B, D) */
-    float *dpn = hark_malloc(sizeof(float) * nb * (size_t)J);  /* (B, J) recomputed rows */
-    float *e = hark_malloc(sizeof(float) * nb * (size_t)J);    /* (nact, J) this frame */
-    float *d2 = hark_malloc(sizeof(float) * nb * (size_t)J);   /* (nact, J) */
+    float *dp = hark_malloc(sizeof(float) * nb * (size_t)J);  /* (B, J) per utterance */
+    float *dec = hark_malloc(sizeof(float) * nb * (size_t)D); /* (B, D) */
+    float *dpn = hark_malloc(sizeof(float) * nb * (size_t)J); /* (B, J) recomputed rows */
+    float *e = hark_malloc(sizeof(float) * nb * (size_t)J);   /* (nact, J) this frame */
+    float *d2 = hark_malloc(sizeof(float) * nb * (size_t)J);  /* (nact, J) */
     float *hid = hark_malloc(sizeof(float) * nb * (size_t)J);
     float *logits = hark_malloc(sizeof(float) * nb * (size_t)V);
     int *ctx2 = hark_malloc(sizeof(int) * nb * (size_t)cs);
@@ -343,10 +343,9 @@ int icefall_run(icefall_worker_t *w, const float *const *pcm, const size_t *n, i
     size_t nb = (size_t)(B > 0 ? B : 1);
     float **ep = hark_calloc(nb, sizeof *ep);
     int *lens = hark_calloc(nb, sizeof *lens);
-    float *feats = hark_malloc(sizeof(float) * (size_t)w->max_t_in * F);
-    float *enc = hark_malloc(sizeof(float) * (size_t)icefall_frames_out(w->max_t_in) * c->d + 1);
+    float *feats = w->feats, *enc = w->enc;
     icefall_hyp_t *hyps = hark_calloc(nb, sizeof *hyps);
-    if (!ep || !lens || !feats || !enc || !hyps) {
+    if (!ep || !lens || !hyps) {
         rc = err_set(err, HARK_ERR_NOMEM, "icefall: out of memory");
         goto done;
     }
@@ -402,8 +401,8 @@ int icefall_run(icefall_worker_t *w, const float *const *pcm, const size_t *n, i
         }
     } else {
         for (int b = 0; b < B && !rc; b++)
-            rc = icefall_modified_beam_search(m, ep[b], lens[b], beam, &res[b].best,
-                                              &res[b].nbest, &res[b].n_nbest, err);
+            rc = icefall_modified_beam_search(m, ep[b], lens[b], beam, &res[b].best, &res[b].nbest,
+                                              &res[b].n_nbest, err);
     }
     for (int b = 0; b < B && !rc; b++)
         rc = icefall_text(m, &res[b].best, &res[b].text, err);
@@ -412,8 +411,6 @@ done:
         hark_free(ep[b]);
     hark_free(ep);
     hark_free(lens);
-    hark_free(feats);
-    hark_free(enc);
     hark_free(hyps);
     if (rc)
         for (int b = 0; b < B; b++)

@@ -53,8 +53,7 @@ static int fixture_open(fixture_t *fx, char *why, size_t nwhy)
     char path[1024];
     snprintf(path, sizeof path, "%s/m", dir);
     hark_err_t err = {0};
-    if (icefall_load(path, 1, &fx->m, &err) ||
-        icefall_worker_create(fx->m, 12.0, &fx->w, &err)) {
+    if (icefall_load(path, 1, &fx->m, &err) || icefall_worker_create(fx->m, 12.0, &fx->w, &err)) {
         snprintf(why, nwhy, "%.400s", err.msg);
         fixture_close(fx);
         return -1;
@@ -76,8 +75,8 @@ static int fixture_open(fixture_t *fx, char *why, size_t nwhy)
 
 static const cJSON *utt_json(const cJSON *res, const char *utt, const char *method)
 {
-    const cJSON *u = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(res, "utterances"), utt);
+    const cJSON *u =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "utterances"), utt);
     return method ? cJSON_GetObjectItemCaseSensitive(u, method) : u;
 }
 
@@ -161,8 +160,8 @@ TEST(icefall_fbank_golden)
             printf("  %s %s: max |diff| %.2e (bins above -10), %.2e (near-silent bins)\n", utt,
                    file, d, ds);
             CHECKF(d <= TOL_FBANK, "%s %s: max |diff| %.3g > %g", utt, file, d, TOL_FBANK);
-            CHECKF(ds <= TOL_FBANK_SILENT, "%s %s: near-silent max |diff| %.3g > %g", utt, file,
-                   ds, TOL_FBANK_SILENT);
+            CHECKF(ds <= TOL_FBANK_SILENT, "%s %s: near-silent max |diff| %.3g > %g", utt, file, ds,
+                   TOL_FBANK_SILENT);
             hark_free(f);
             npy_free(&wav);
             npy_free(&ref);
@@ -225,11 +224,17 @@ TEST(icefall_encoder_stages_golden)
     hark_err_t err = {0};
     CHECK_OK(icefall_encode(fx.w, fb.data, T, T, enc, &len, capture, &cap, &err));
     CHECK_EQ_INT(len, 40);
-    static const char *const names[] = {
-        "embed_linear_out",   "embed_out",         "pos_emb",
-        "layer0_feed_forward_macaron", "layer0_self_attn", "layer0_conv_module",
-        "layer0_feed_forward", "layer0_norm_final", "layer0_out",
-        "layer1_out",         "layer2_out"};
+    static const char *const names[] = {"embed_linear_out",
+                                        "embed_out",
+                                        "pos_emb",
+                                        "layer0_feed_forward_macaron",
+                                        "layer0_self_attn",
+                                        "layer0_conv_module",
+                                        "layer0_feed_forward",
+                                        "layer0_norm_final",
+                                        "layer0_out",
+                                        "layer1_out",
+                                        "layer2_out"};
     char sub[128];
     snprintf(sub, sizeof sub, "%s/intermediates", utt);
     /* embed_conv_out: golden (1, 128, T', W) NCHW; ours (T', 128 * W) channel-major rows */
@@ -526,16 +531,18 @@ TEST(icefall_padded_batch_golden)
     float *enc = hark_malloc(sizeof(float) * (size_t)Tpm * d);
     float *ep[4];
     int lens[4];
-    const cJSON *order = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "batch"), "order");
-    const cJSON *per = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "batch"), "per_utt");
+    const cJSON *order =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "batch"), "order");
+    const cJSON *per =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "batch"), "per_utt");
     CHECK(B == 4 && cJSON_GetArraySize(order) == 4);
     for (int b = 0; b < B; b++) {
         int len_in = (int)((const float *)fl.data)[b], len = 0;
         CHECK_OK(icefall_encode(fx.w, (const float *)fp.data + (size_t)b * Tmax * F, Tmax, len_in,
                                 enc, &len, NULL, NULL, &err));
         CHECK_EQ_INT(len, (int)((const float *)el.data)[b]);
-        double md = test_max_abs_diff(enc, (const float *)eo.data + (size_t)b * Tpm * d,
-                                      (size_t)len * d);
+        double md =
+            test_max_abs_diff(enc, (const float *)eo.data + (size_t)b * Tpm * d, (size_t)len * d);
         printf("  batch row %d (%s): T %d, encoder_out max |diff| %.2e\n", b,
                cJSON_GetArrayItem(order, b)->valuestring, len_in, md);
         CHECKF(md <= TOL_ENC, "batch row %d: encoder_out max |diff| %.3g", b, md);

@@ -41,8 +41,8 @@ static void on_emit(family_item_t *it, const family_event_t *ev)
 
 static const char *golden_text(const cJSON *res, const char *utt, const char *method)
 {
-    const cJSON *u = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(res, "utterances"), utt);
+    const cJSON *u =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "utterances"), utt);
     const cJSON *t =
         cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(u, method), "text");
     return cJSON_IsString(t) ? t->valuestring : "";
@@ -115,7 +115,11 @@ TEST(icefall_family_execute)
         got_t g[5];
         memset(g, 0, sizeof g);
         family_item_t it[5] = {
-            {.opts = opts, .pcm = a[0].data, .n = a[0].count, .want_words = 1, .emit = on_emit,
+            {.opts = opts,
+             .pcm = a[0].data,
+             .n = a[0].count,
+             .want_words = 1,
+             .emit = on_emit,
              .user = &g[0]},
             {.opts = opts, .pcm = bad, .n = 4000, .emit = on_emit, .user = &g[1]},
             {.opts = opts, .pcm = a[1].data, .n = a[1].count, .emit = on_emit, .user = &g[2]},
@@ -194,8 +198,8 @@ TEST(icefall_cli_transcribe)
     size_t n = fread(out, 1, sizeof out - 1, p);
     out[n] = 0;
     CHECK(pclose(p) != 0);
-    CHECKF(strstr(out, "decoding_method 'attention_rescoring' is not one of greedy_search"),
-           "%s", out);
+    CHECKF(strstr(out, "decoding_method 'attention_rescoring' is not one of greedy_search"), "%s",
+           out);
     cJSON_Delete(res);
 }
 
@@ -260,8 +264,9 @@ TEST(icefall_model_file_errors)
     CHECK_EQ_INT(system(cmd), 0);
     CHECK_EQ_INT(load_err(root, &err), HARK_ERR_FORMAT);
     CHECKF(strstr(err.msg, "nhead 3"), "%s", err.msg);
-    snprintf(cmd, sizeof cmd, "sed 's/\"num_encoder_layers\": 3/\"num_encoder_layers\": 4/' '%s' > '%s'",
-             moved, path);
+    snprintf(cmd, sizeof cmd,
+             "sed 's/\"num_encoder_layers\": 3/\"num_encoder_layers\": 4/' '%s' > '%s'", moved,
+             path);
     CHECK_EQ_INT(system(cmd), 0);
     CHECK(load_err(root, &err) != HARK_OK);
     CHECKF(strstr(err.msg, "encoder.encoder.layers.3.") && strstr(err.msg, "missing"), "%s",
@@ -351,8 +356,8 @@ TEST(icefall_convert_errors)
         size_t n = fread(buf, 1, sizeof buf - 1, p);
         buf[n] = 0;
         int st = pclose(p);
-        CHECKF(st != 0 && strstr(buf, cases[i].msg), "%s: status %d, output %s", cases[i].args,
-               st, buf);
+        CHECKF(st != 0 && strstr(buf, cases[i].msg), "%s: status %d, output %s", cases[i].args, st,
+               buf);
         CHECKF(access(out, F_OK) != 0, "%s: wrote %s", cases[i].args, out);
     }
 }
