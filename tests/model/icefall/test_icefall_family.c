@@ -361,3 +361,58 @@ TEST(icefall_convert_errors)
         CHECKF(access(out, F_OK) != 0, "%s: wrote %s", cases[i].args, out);
     }
 }
+
+/* an item's dump_dir gets every stage as .npy, and they are icefall's */
+TEST(icefall_family_dump_dir)
+{
+    NEED_SHARED(GOLDEN_ICEFALL);
+    const family_t *f = family_find("icefall_transducer");
+    char why[512], dir[600];
+    const char *d = golden_icefall_model_dir(why, sizeof why);
+    if (!d)
+        SKIP(why);
+    snprintf(dir, sizeof dir, "%s/m", d);
+    family_model_t *m = NULL;
+    family_worker_t *w = NULL;
+    hark_err_t err = {0};
+    family_load_opts_t cpu = {.device = -1};
+    CHECK_OK(f->load(dir, &cpu, NULL, &m, &err));
+    family_worker_opts_t wo = {.max_batch = 2, .max_seconds = 5};
+    CHECK_OK(f->worker_create(m, &wo, &w, &err));
+    char opts[64];
+    CHECK_OK(f->parse_opts(m, NULL, NULL, opts, &err));
+    npy_array_t a = {0};
+    CHECK_OK(golden_icefall_npy(&a, GOLDEN_ICEFALL_DEBUG_UTT, "waveform.npy"));
+    char dump[700];
+    snprintf(dump, sizeof dump, "%s/dump/utt", test_tmpdir(t));
+    got_t g;
+    memset(&g, 0, sizeof g);
+    family_item_t it = {
+        .opts = opts, .pcm = a.data, .n = a.count, .dump_dir = dump, .emit = on_emit, .user = &g};
+    family_item_t *items[1] = {&it};
+    CHECK_OK(f->execute(w, items, 1, NULL, &err));
+    CHECK_OK(g.status);
+    static const char *const stages[] = {"fbank",      "embed_conv_out",   "embed_out",
+                                         "pos_emb",    "layer0_self_attn", "layer2_out",
+                                         "encoder_out"};
+    for (size_t i = 0; i < sizeof stages / sizeof *stages; i++) {
+        char p[800];
+        snprintf(p, sizeof p, "%s/%s.npy", dump, stages[i]);
+        npy_array_t s = {0};
+        CHECKF(npy_load_f32(p, &s) == 0, "%s not written", p);
+        npy_free(&s);
+    }
+    char p[800];
+    snprintf(p, sizeof p, "%s/encoder_out.npy", dump);
+    npy_array_t mine = {0}, ref = {0};
+    CHECK_OK(npy_load_f32(p, &mine));
+    CHECK_OK(golden_icefall_npy(&ref, GOLDEN_ICEFALL_DEBUG_UTT, "encoder_out.npy"));
+    CHECK(mine.count == ref.count);
+    CHECK(test_max_abs_diff(mine.data, ref.data, ref.count) <= 2e-5);
+    npy_free(&mine);
+    npy_free(&ref);
+    npy_free(&a);
+    asr_result_free(&g.r);
+    f->worker_destroy(w);
+    f->unload(m);
+}
