@@ -8,6 +8,7 @@
 
 #include "core/alloc.h"
 #include "hark.h"
+#include "ops/ops.h"
 
 #include <math.h>
 #include <string.h>
@@ -148,20 +149,6 @@ static float logaddexpf_(float a, float b)
     return mx + log1pf(expf(-fabsf(a - b)));
 }
 
-/* log_softmax of one row in float32 (max, then log of the sum of exp) */
-static void log_softmax_row(float *x, int n)
-{
-    float mx = x[0];
-    for (int i = 1; i < n; i++)
-        mx = x[i] > mx ? x[i] : mx;
-    double s = 0;
-    for (int i = 0; i < n; i++)
-        s += expf(x[i] - mx);
-    float ls = logf((float)s);
-    for (int i = 0; i < n; i++)
-        x[i] = x[i] - mx - ls;
-}
-
 int icefall_modified_beam_search(const icefall_model_t *m, const float *ep, int T, int beam,
                                  icefall_hyp_t *best, icefall_hyp_t **nbest, int *n_nbest,
                                  hark_err_t *err)
@@ -210,9 +197,9 @@ int icefall_modified_beam_search(const icefall_model_t *m, const float *ep, int 
         icefall_decoder(m, ctx, na, dec);
         icefall_decoder_proj(m, dec, na, dp);
         icefall_joiner(m, e, dp, na, hid, lp);
+        log_softmax_ref(lp, lp, na, V);
         for (int i = 0; i < na; i++) {
             float *row = lp + (size_t)i * V;
-            log_softmax_row(row, V);
             for (int v = 0; v < V; v++)
                 row[v] += A[i].log_prob;
         }
