@@ -3,7 +3,8 @@
  * WAV/WAV_LENS (or AUDIO) -> TRANSCRIPTS contract. Options (config.pbtxt parameters, then the
  * request's): decoding_method greedy_search | modified_beam_search (icefall's names; the model's
  * default from the converter's --method), beam_size (modified_beam_search's width, icefall's
- * --beam-size; `beam` is taken as the same), other keys ignored. An execute runs its items'
+ * --beam-size; `beam` is taken as the same), nbest (1..64 or "all": hypotheses of the final beam
+ * returned, best first), other keys ignored. An execute runs its items'
  * encoders one by one and greedy search over all of them at once (greedy_search_batch).
  * Tests: tests/model/icefall/test_icefall_family.c */
 #include "model/family.h"
@@ -25,6 +26,7 @@
 typedef struct {
     int method; /* icefall_method_t */
     int beam_size;
+    int nbest; /* modified_beam_search: hypotheses of the final beam returned, best first; 0 all */
 } icefall_family_opts_t;
 
 struct family_model {
@@ -103,6 +105,16 @@ static int apply_params(const family_params_t *p, const char *where, icefall_fam
         }
         o->method = (int)mt;
     }
+    v = family_param(p, "nbest");
+    if (v && !strcmp(v, "all")) {
+        o->nbest = 0;
+    } else if (v) {
+        int nb;
+        int rc = family_param_int(p, "nbest", 1, 64, &nb, err);
+        if (rc)
+            return *where ? err_prefix(err, rc, "%.*s", (int)strlen(where) - 1, where) : rc;
+        o->nbest = nb;
+    }
     static const char *const beam_keys[] = {"beam", "beam_size"}; /* beam_size wins */
     for (int k = 0; k < 2; k++) {
         int b;
@@ -122,6 +134,7 @@ static int if_parse_opts(const family_model_t *fm, const family_params_t *cfg,
     const icefall_config_t *c = icefall_config(fm->m);
     o->method = c->method;
     o->beam_size = c->beam_size;
+    o->nbest = 0;
     int rc = apply_params(cfg, "config.pbtxt parameters ", o, err);
     if (!rc)
         rc = apply_params(req, "", o, err);
@@ -131,7 +144,8 @@ static int if_parse_opts(const family_model_t *fm, const family_params_t *cfg,
 static uint64_t if_batch_key(const void *opts)
 {
     const icefall_family_opts_t *o = opts;
-    return 0x696365666c6cull ^ ((uint64_t)o->method << 8) ^ (uint64_t)o->beam_size;
+    return 0x696365666c6cull ^ ((uint64_t)o->method << 8) ^ (uint64_t)o->beam_size ^
+           ((uint64_t)o->nbest << 16);
 }
 
 static void if_worker_destroy(family_worker_t *w)
@@ -219,9 +233,17 @@ static int hyp_convert(const icefall_model_t *m, icefall_hyp_t *h, asr_hyp_t *o,
     return HARK_OK;
 }
 
+static void asr_hyp_free_(asr_hyp_t *h)
+{
+    hark_free(h->text);
+    hark_free(h->tokens);
+    hark_free(h->times_ms);
+    memset(h, 0, sizeof *h);
+}
+
 /* icefall_result_t -> asr_result_t (r zeroed first; on error the caller frees it) */
 static int result_convert(const icefall_model_t *m, icefall_result_t *s, size_t n_samples,
-                          const family_item_t *it, asr_result_t *r, hark_err_t *err)
+                          const family_item_t *it, int nbest, asr_result_t *r, hark_err_t *err)
 {
     memset(r, 0, sizeof *r);
     const icefall_config_t *c = icefall_config(m);
@@ -255,6 +277,8 @@ static int result_convert(const icefall_model_t *m, icefall_result_t *s, size_t 
             }
             r->nbest[j] = h;
         }
+        while (!rc && nbest > 0 && r->n_nbest > nbest) /* the n best of the beam */
+            asr_hyp_free_(&r->nbest[--r->n_nbest]);
     }
     if (!rc && frames) {
         word_time_t *wt = NULL;
@@ -291,7 +315,8 @@ static void emit_result(family_worker_t *w, family_item_t *it, icefall_result_t 
 {
     hark_err_t e = {0};
     asr_result_t r;
-    int rc = result_convert(w->fm->m, res, it->n, it, &r, &e);
+    const icefall_family_opts_t *o = it->opts;
+    int rc = result_convert(w->fm->m, res, it->n, it, o ? o->nbest : 0, &r, &e);
     if (rc) {
         asr_result_free(&r);
         emit_error(it, rc, &e);

@@ -157,6 +157,27 @@ TEST(icefall_family_execute)
         for (int i = 0; i < 5; i++)
             asr_result_free(&g[i].r);
     }
+    /* nbest: the best n of the final beam; "all" the whole beam; a bad value named */
+    {
+        family_param_t pn[2] = {{"decoding_method", "modified_beam_search"}, {"nbest", "1"}};
+        family_param_t pnb = {"nbest", "x"};
+        family_params_t req_n = {pn, 2}, req_nb = {&pnb, 1};
+        char o_n[64];
+        CHECK_OK(f->parse_opts(m, NULL, &req_n, o_n, &err));
+        CHECK(f->batch_key(o_n) != f->batch_key(o_beam));
+        CHECK_EQ_INT(f->parse_opts(m, NULL, &req_nb, o_x, &err), HARK_ERR_INVALID_ARG);
+        CHECKF(strstr(err.msg, "nbest"), "%s", err.msg);
+        got_t g1;
+        memset(&g1, 0, sizeof g1);
+        family_item_t it1 = {
+            .opts = o_n, .pcm = a[2].data, .n = a[2].count, .emit = on_emit, .user = &g1};
+        family_item_t *one[1] = {&it1};
+        CHECK_OK(f->execute(w, one, 1, NULL, &err));
+        CHECK_OK(g1.status);
+        CHECK_EQ_INT(g1.r.n_nbest, 1);
+        CHECK(!strcmp(g1.r.nbest[0].text, g1.r.best.text));
+        asr_result_free(&g1.r);
+    }
     for (int i = 0; i < 3; i++)
         npy_free(&a[i]);
     cJSON_Delete(res);
