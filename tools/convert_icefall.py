@@ -271,8 +271,12 @@ def convert(args):
         fail(f"--beam-size {args.beam_size}: must be in [1, 64]")
     if args.simulate_streaming:
         fail("--simulate-streaming True: not supported yet (offline decoding only)")
-    if args.causal_convolution:
-        fail("--causal-convolution True: not supported yet (the non-causal Conformer only)")
+    if args.dynamic_chunk_training and not args.causal_convolution:
+        fail("--dynamic-chunk-training True needs --causal-convolution True (icefall asserts it)")
+    if args.dynamic_chunk_training:
+        fail("--dynamic-chunk-training True: not supported yet (icefall's offline encoder then "
+             "masks attention with a chunk size drawn at random on every call; hark has no "
+             "chunk-masked Conformer decoding yet)")
     if not os.path.isfile(args.tokens):
         fail(f"--tokens {args.tokens}: no such file")
 
@@ -291,7 +295,8 @@ def convert(args):
         "recipe": args.recipe,
         "encoder": {"type": "conformer", **{k: arch[k] for k in (
             "feature_dim", "subsampling_factor", "encoder_dim", "nhead", "dim_feedforward",
-            "num_encoder_layers", "cnn_module_kernel")}, "causal_convolution": False},
+            "num_encoder_layers", "cnn_module_kernel")},
+            "causal_convolution": bool(args.causal_convolution)},
         "decoder": {"decoder_dim": arch["decoder_dim"], "context_size": arch["context_size"],
                     "vocab_size": arch["vocab_size"], "blank_id": 0},
         "joiner": {"joiner_dim": arch["joiner_dim"]},

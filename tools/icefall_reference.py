@@ -8,7 +8,7 @@
     icefall_reference.py --icefall-root SRC --wav FILE.wav --out DIR
         [--encoder-dim 192] [--nhead 6] [--dim-feedforward 384] [--num-encoder-layers 2]
         [--decoder-dim 96] [--joiner-dim 128] [--context-size 3] [--seed 7] [--blank-shift 11]
-        [--logit-scale 2] [--encoder-proj-scale 8]
+        [--logit-scale 2] [--encoder-proj-scale 8] [--causal-convolution]
         [--shims ../shared/tools/icefall]
 
 SRC is an icefall source tree (`icefall/` and `egs/librispeech/ASR/`, as the T1 README's
@@ -47,6 +47,7 @@ def main():
     ap.add_argument("--joiner-dim", type=int, default=128)
     ap.add_argument("--context-size", type=int, default=3)
     ap.add_argument("--vocab-size", type=int, default=500)
+    ap.add_argument("--causal-convolution", action="store_true")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--blank-shift", type=float, default=11.0)
     ap.add_argument("--logit-scale", type=float, default=2.0)
@@ -88,7 +89,8 @@ def main():
                        num_encoder_layers=a.num_encoder_layers, decoder_dim=a.decoder_dim,
                        joiner_dim=a.joiner_dim, context_size=a.context_size,
                        vocab_size=a.vocab_size, blank_id=0, dynamic_chunk_training=False,
-                       short_chunk_size=25, num_left_chunks=4, causal_convolution=False))
+                       short_chunk_size=25, num_left_chunks=4,
+                       causal_convolution=a.causal_convolution))
     model = train.get_transducer_model(params, enable_giga=False)
     g = torch.Generator().manual_seed(a.seed + 1)
     with torch.no_grad():
@@ -123,7 +125,7 @@ def main():
     np.save(os.path.join(out, "encoder_out.npy"), enc[0].numpy())
     ref = {"config": {k: getattr(a, k) for k in (
                "encoder_dim", "nhead", "dim_feedforward", "num_encoder_layers", "decoder_dim",
-               "joiner_dim", "context_size", "vocab_size", "seed", "blank_shift", "logit_scale", "encoder_proj_scale")},
+               "joiner_dim", "context_size", "vocab_size", "causal_convolution", "seed", "blank_shift", "logit_scale", "encoder_proj_scale")},
            "wav": os.path.basename(wav_path), "encoder_out_len": int(enc_lens[0]),
            "greedy_search": {"tokens": list(gr.hyps[0]), "timestamps": list(gr.timestamps[0])},
            "modified_beam_search": {"tokens": list(mb.hyps[0]),

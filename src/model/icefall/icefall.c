@@ -120,11 +120,12 @@ static int config_parse(const char *path, icefall_config_t *c, hark_err_t *err)
         goto done;
     }
     const cJSON *causal = cJSON_GetObjectItemCaseSensitive(e, "causal_convolution");
-    if (cJSON_IsTrue(causal)) {
-        rc = err_set(err, HARK_ERR_UNSUPPORTED,
-                     "%s: encoder.causal_convolution true is not supported yet", path);
+    if (causal && !cJSON_IsBool(causal)) {
+        rc = err_set(err, HARK_ERR_FORMAT, "%s: encoder.causal_convolution must be true or false",
+                     path);
         goto done;
     }
+    c->causal = cJSON_IsTrue(causal);
     if ((rc = get_int(&x, e, "encoder", "feature_dim", 7, 1024, &c->feature_dim)) ||
         (rc = get_int(&x, e, "encoder", "subsampling_factor", 4, 4, &c->subsampling_factor)) ||
         (rc = get_int(&x, e, "encoder", "encoder_dim", 1, 8192, &c->d)) ||
@@ -520,8 +521,10 @@ static void conv_module(const icefall_model_t *m, const icefall_layer_t *L, floa
     const int d = m->cfg.d, k = m->cfg.kernel;
     linear_ref(h, x, L->pw1_w, L->pw1_b, Tp, d, 2 * d);
     glu_ref(g, h, Tp, d);
-    /* frames at or past len read as zeros: icefall's masked_fill of the padded frames */
-    depthwise_conv1d_ref(h, g, NULL, L->dw_w, L->dw_b, Tp, d, k, (k - 1) / 2, len);
+    /* frames at or past len read as zeros: icefall's masked_fill of the padded frames; a causal
+     * conv pads kernel - 1 zero frames on the left only */
+    depthwise_conv1d_ref(h, g, NULL, L->dw_w, L->dw_b, Tp, d, k,
+                         m->cfg.causal ? k - 1 : (k - 1) / 2, len);
     double_swish(h, (size_t)Tp * d);
     linear_ref(y, h, L->pw2_w, L->pw2_b, Tp, d, d);
 }

@@ -31,7 +31,9 @@ typedef struct {
     int nhead;
     int ff; /* dim_feedforward */
     int n_layers;
-    int kernel; /* cnn_module_kernel (odd, symmetric padding) */
+    int kernel; /* cnn_module_kernel (odd) */
+    int causal; /* causal_convolution: the depthwise conv sees kernel - 1 frames of left context
+                   and none of right (else (kernel - 1) / 2 on each side) */
     /* decoder and joiner */
     int decoder_dim;
     int context_size; /* >= 2 */

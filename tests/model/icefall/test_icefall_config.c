@@ -73,6 +73,10 @@ TEST(icefall_other_configs_vs_icefall)
         {"--encoder-dim 144 --nhead 4 --dim-feedforward 576 --num-encoder-layers 4 "
          "--decoder-dim 64 --joiner-dim 80 --context-size 2 --seed 11 --blank-shift 5",
          "librivox-sense_and_sensibility_01_austen_64kb-0890.wav"},
+        {"--encoder-dim 128 --nhead 2 --dim-feedforward 256 --num-encoder-layers 2 "
+         "--decoder-dim 64 --joiner-dim 64 --context-size 2 --seed 13 --blank-shift 5 "
+         "--causal-convolution",
+         "lj-LJ001-0013.wav"},
     };
     for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) {
         char out[700], wav[1024], cmd[6000];
@@ -87,8 +91,9 @@ TEST(icefall_other_configs_vs_icefall)
         snprintf(cmd, sizeof cmd,
                  "/usr/bin/python3 tools/convert_icefall.py --recipe pruned_transducer_stateless3 "
                  "--checkpoint '%s/pretrained.pt' --tokens '%s/tokens.txt' --output '%s/m' "
-                 "--context-size %c > /dev/null",
-                 out, g, out, cs[15]);
+                 "--context-size %c%s > /dev/null",
+                 out, g, out, cs[15],
+                 strstr(cfgs[c].flags, "--causal") ? " --causal-convolution True" : "");
         CHECKF(system(cmd) == 0, "convert_icefall.py failed on config %zu", c);
         char path[800];
         snprintf(path, sizeof path, "%s/m", out);
@@ -116,9 +121,10 @@ TEST(icefall_other_configs_vs_icefall)
         CHECK_OK(icefall_encode(w, fb, T, T, enc, &len, NULL, NULL, &err));
         CHECK_EQ_INT((size_t)len * cf->d, want.count);
         double md = test_max_abs_diff(enc, want.data, want.count);
-        printf("  config %zu (d %d, %d heads, %d layers, context %d): encoder_out max |diff| "
+        printf("  config %zu (d %d, %d heads, %d layers, context %d%s): encoder_out max |diff| "
                "%.2e\n",
-               c, cf->d, cf->nhead, cf->n_layers, cf->context_size, md);
+               c, cf->d, cf->nhead, cf->n_layers, cf->context_size,
+               cf->causal ? ", causal conv" : "", md);
         CHECKF(md <= TOL_ENC, "config %zu: encoder_out max |diff| %.3g", c, md);
         float *ep = hark_malloc(sizeof(float) * (size_t)len * cf->joiner_dim);
         icefall_encoder_proj(m, enc, len, ep);

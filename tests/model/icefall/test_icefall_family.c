@@ -353,8 +353,11 @@ TEST(icefall_convert_errors)
         {"--recipe zipformer", "--recipe zipformer: not yet converted"},
         {"--recipe conformer_ctc", "--recipe conformer_ctc: not an icefall recipe"},
         {"--recipe pruned_transducer_stateless3 --context-size 3", "--context-size 3"},
-        {"--recipe pruned_transducer_stateless3 --causal-convolution True",
-         "--causal-convolution True"},
+        {"--recipe pruned_transducer_stateless3 --dynamic-chunk-training True",
+         "--dynamic-chunk-training True needs --causal-convolution True"},
+        {"--recipe pruned_transducer_stateless3 --dynamic-chunk-training True "
+         "--causal-convolution True",
+         "--dynamic-chunk-training True: not supported yet"},
         {"--recipe pruned_transducer_stateless3 --method fast_beam_search",
          "--method fast_beam_search: not implemented"},
         {"--recipe pruned_transducer_stateless3 --max-sym-per-frame 2", "--max-sym-per-frame 2"},
