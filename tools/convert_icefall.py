@@ -269,8 +269,15 @@ def convert(args):
              "per frame (icefall's greedy_search_batch); only 1 is supported")
     if not 1 <= args.beam_size <= 64:
         fail(f"--beam-size {args.beam_size}: must be in [1, 64]")
-    if args.simulate_streaming:
-        fail("--simulate-streaming True: not supported yet (offline decoding only)")
+    if args.simulate_streaming and not args.causal_convolution:
+        fail("--simulate-streaming True needs --causal-convolution True (as icefall's "
+             "pretrained.py asserts)")
+    if args.simulate_streaming and args.decode_chunk_size == 0:
+        fail("--decode-chunk-size 0: must be >= 1 (or < 0 for full attention)")
+    if (args.simulate_streaming and args.decode_chunk_size > 0 and args.left_context >= 0 and
+            args.left_context % args.decode_chunk_size):
+        fail(f"--left-context {args.left_context} must be a multiple of --decode-chunk-size "
+             f"{args.decode_chunk_size} (icefall asserts it)")
     if args.dynamic_chunk_training and not args.causal_convolution:
         fail("--dynamic-chunk-training True needs --causal-convolution True (icefall asserts it)")
     if args.dynamic_chunk_training:
@@ -306,7 +313,10 @@ def convert(args):
                      "pad_value": LOG_EPS_PAD},
         "decoding": {"method": args.method, "beam_size": args.beam_size,
                      "max_sym_per_frame": 1, "beam": args.beam,
-                     "max_contexts": args.max_contexts, "max_states": args.max_states},
+                     "max_contexts": args.max_contexts, "max_states": args.max_states,
+                     "simulate_streaming": bool(args.simulate_streaming),
+                     "decode_chunk_size": args.decode_chunk_size,
+                     "left_context": args.left_context},
         "tokens": "tokens.txt",
         "unk_id": syms.index("<unk>") if "<unk>" in syms else -1,
         "training": {"dynamic_chunk_training": args.dynamic_chunk_training,

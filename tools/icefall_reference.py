@@ -9,6 +9,7 @@
         [--encoder-dim 192] [--nhead 6] [--dim-feedforward 384] [--num-encoder-layers 2]
         [--decoder-dim 96] [--joiner-dim 128] [--context-size 3] [--seed 7] [--blank-shift 11]
         [--logit-scale 2] [--encoder-proj-scale 8] [--causal-convolution]
+        [--simulate-streaming [--decode-chunk-size 16] [--left-context 64]]
         [--shims ../shared/tools/icefall]
 
 SRC is an icefall source tree (`icefall/` and `egs/librispeech/ASR/`, as the T1 README's
@@ -48,6 +49,10 @@ def main():
     ap.add_argument("--context-size", type=int, default=3)
     ap.add_argument("--vocab-size", type=int, default=500)
     ap.add_argument("--causal-convolution", action="store_true")
+    ap.add_argument("--simulate-streaming", action="store_true",
+                    help="encode as pretrained.py --simulate-streaming (needs causal convolution)")
+    ap.add_argument("--decode-chunk-size", type=int, default=16)
+    ap.add_argument("--left-context", type=int, default=64)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--blank-shift", type=float, default=11.0)
     ap.add_argument("--logit-scale", type=float, default=2.0)
@@ -117,7 +122,12 @@ def main():
     np.save(os.path.join(out, "fbank.npy"), feats.numpy())
     x = feats.unsqueeze(0)
     with torch.no_grad():
-        enc, enc_lens = model.encoder(x, torch.tensor([x.shape[1]]))
+        if a.simulate_streaming:
+            enc, enc_lens, _ = model.encoder.streaming_forward(
+                x=x, x_lens=torch.tensor([x.shape[1]]), chunk_size=a.decode_chunk_size,
+                left_context=a.left_context, simulate_streaming=True)
+        else:
+            enc, enc_lens = model.encoder(x, torch.tensor([x.shape[1]]))
         gr = greedy_search_batch(model=model, encoder_out=enc, encoder_out_lens=enc_lens,
                                  return_timestamps=True)
         mb = modified_beam_search(model=model, encoder_out=enc, encoder_out_lens=enc_lens,
@@ -125,7 +135,8 @@ def main():
     np.save(os.path.join(out, "encoder_out.npy"), enc[0].numpy())
     ref = {"config": {k: getattr(a, k) for k in (
                "encoder_dim", "nhead", "dim_feedforward", "num_encoder_layers", "decoder_dim",
-               "joiner_dim", "context_size", "vocab_size", "causal_convolution", "seed", "blank_shift", "logit_scale", "encoder_proj_scale")},
+               "joiner_dim", "context_size", "vocab_size", "causal_convolution", "simulate_streaming",
+               "decode_chunk_size", "left_context", "seed", "blank_shift", "logit_scale", "encoder_proj_scale")},
            "wav": os.path.basename(wav_path), "encoder_out_len": int(enc_lens[0]),
            "greedy_search": {"tokens": list(gr.hyps[0]), "timestamps": list(gr.timestamps[0])},
            "modified_beam_search": {"tokens": list(mb.hyps[0]),

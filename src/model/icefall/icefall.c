@@ -177,6 +177,24 @@ static int config_parse(const char *path, icefall_config_t *c, hark_err_t *err)
         goto done;
     }
     c->method = (int)mt;
+    c->left_chunks = -1;
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(dc, "simulate_streaming"))) {
+        int cs = 0, lc = 0;
+        if ((rc = get_int(&x, dc, "decoding", "decode_chunk_size", -1, 1 << 20, &cs)) ||
+            (rc = get_int(&x, dc, "decoding", "left_context", -1, 1 << 20, &lc)))
+            goto done;
+        if (cs == 0 || (cs > 0 && lc >= 0 && lc % cs) || !c->causal) {
+            rc = err_set(err, HARK_ERR_FORMAT,
+                         "%s: simulate_streaming needs causal_convolution, decode_chunk_size >= 1 "
+                         "(or < 0) and left_context a multiple of it",
+                         path);
+            goto done;
+        }
+        if (cs > 0) { /* icefall: a negative chunk size means full attention */
+            c->chunk_size = cs;
+            c->left_chunks = lc >= 0 ? lc / cs : -1;
+        }
+    }
 done:
     cJSON_Delete(root);
     return rc;
@@ -414,10 +432,11 @@ int icefall_worker_create(const icefall_model_t *m, double max_seconds, icefall_
     size_t n = enc_sizes(m, w->max_t_in, &s);
     int tp = icefall_frames_out(w->max_t_in);
     w->scratch = hark_malloc(sizeof(float) * n);
+    w->lo = hark_malloc(sizeof(int) * (size_t)tp);
     w->hi = hark_malloc(sizeof(int) * (size_t)tp);
     w->feats = hark_malloc(sizeof(float) * (size_t)w->max_t_in * (size_t)m->cfg.feature_dim);
     w->enc = hark_malloc(sizeof(float) * (size_t)tp * (size_t)m->cfg.d);
-    if (!w->scratch || !w->hi || !w->feats || !w->enc) {
+    if (!w->scratch || !w->lo || !w->hi || !w->feats || !w->enc) {
         icefall_worker_destroy(w);
         return err_set(err, HARK_ERR_NOMEM, "icefall: out of memory for %.1f s of scratch",
                        max_seconds);
@@ -431,6 +450,7 @@ void icefall_worker_destroy(icefall_worker_t *w)
     if (!w)
         return;
     hark_free(w->scratch);
+    hark_free(w->lo);
     hark_free(w->hi);
     hark_free(w->feats);
     hark_free(w->enc);
@@ -486,8 +506,19 @@ static void rel_attention(icefall_worker_t *w, const icefall_layer_t *L, float *
     const float scale = 1.0f / sqrtf((float)dk);
     linear_ref(qkv, x, L->in_w, L->in_b, Tp, d, 3 * d);
     linear_ref(pp, pe, L->pos_w, NULL, P, d, d);
-    for (int t = 0; t < Tp; t++)
-        w->hi[t] = len;
+    /* keys: the valid frames; with simulated streaming only the query's chunk and left chunks */
+    const int cs = c->chunk_size, nlc = c->left_chunks;
+    for (int t = 0; t < Tp; t++) {
+        int lo = 0, hi = len;
+        if (cs > 0) {
+            int end = (t / cs + 1) * cs;
+            lo = nlc < 0 ? 0 : (t / cs - nlc) * cs;
+            lo = lo > 0 ? lo : 0;
+            hi = end < len ? end : len;
+        }
+        w->lo[t] = lo;
+        w->hi[t] = hi;
+    }
     for (int hd = 0; hd < H; hd++) {
         const float *u = L->bu + (size_t)hd * dk, *vb = L->bv + (size_t)hd * dk;
         for (int t = 0; t < Tp; t++) {
@@ -508,7 +539,7 @@ static void rel_attention(icefall_worker_t *w, const icefall_layer_t *L, float *
             for (int j = 0; j < Tp; j++)
                 a[j] += b[j];
         }
-        softmax_masked_ref(ac, NULL, w->hi, Tp, Tp, Tp);
+        softmax_masked_ref(ac, w->lo, w->hi, Tp, Tp, Tp);
         matmul_ref(ctx + (size_t)hd * dk, ac, v, Tp, dk, Tp, Tp, 3 * d, d, 0, 1.0f, 0.0f);
     }
     linear_ref(y, ctx, L->out_w, L->out_b, Tp, d, d);

@@ -44,6 +44,10 @@ typedef struct {
     int sample_rate;
     feat_fbank_variant_t fbank; /* FBANK_ICEFALL (high_freq -400) or FBANK_SHERPA (0) */
     float pad_value;            /* batch padding of the features: log(1e-10) */
+    /* pretrained.py --simulate-streaming: attention of query frame i limited to the chunks
+     * [max((i / chunk - left_chunks) * chunk, 0), (i / chunk + 1) * chunk) of encoder frames */
+    int chunk_size;  /* decode_chunk_size; 0: full attention (offline) */
+    int left_chunks; /* left_context / decode_chunk_size; -1: every chunk to the left */
     /* defaults of the decoding options */
     int method;    /* icefall_method_t */
     int beam_size; /* modified_beam_search */

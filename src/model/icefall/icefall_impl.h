@@ -47,7 +47,7 @@ struct icefall_worker {
     double max_seconds;
     int max_t_in;   /* feature frames the scratch holds */
     float *scratch; /* one block for the encoder's activations (enc_sizes) */
-    int *hi;        /* (T') key ranges of the attention's softmax */
+    int *lo, *hi;   /* (T') key ranges of the attention's softmax */
     float *feats;   /* (max_t_in, feature_dim) icefall_run's features of one utterance */
     float *enc;     /* (T'max, d) icefall_run's encoder output of one utterance */
 };

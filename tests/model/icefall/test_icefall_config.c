@@ -64,19 +64,26 @@ TEST(icefall_other_configs_vs_icefall)
     if (system("/usr/bin/python3 -c 'import torch, torchaudio, numpy, packaging' >/dev/null 2>&1"))
         SKIP("/usr/bin/python3 with torch, torchaudio, numpy and packaging is absent");
     const char *g = test_shared(GOLDEN_ICEFALL);
+    /* icefall_reference.py's flags, convert_icefall.py's (the recipe's spelling), the wav */
     static const struct {
-        const char *flags, *wav;
+        const char *flags, *conv, *wav;
     } cfgs[] = {
         {"--encoder-dim 192 --nhead 6 --dim-feedforward 384 --num-encoder-layers 2 "
          "--decoder-dim 96 --joiner-dim 128 --context-size 3",
-         "jfk.wav"},
+         "--context-size 3", "jfk.wav"},
         {"--encoder-dim 144 --nhead 4 --dim-feedforward 576 --num-encoder-layers 4 "
          "--decoder-dim 64 --joiner-dim 80 --context-size 2 --seed 11 --blank-shift 5",
-         "librivox-sense_and_sensibility_01_austen_64kb-0890.wav"},
+         "", "librivox-sense_and_sensibility_01_austen_64kb-0890.wav"},
         {"--encoder-dim 128 --nhead 2 --dim-feedforward 256 --num-encoder-layers 2 "
          "--decoder-dim 64 --joiner-dim 64 --context-size 2 --seed 13 --blank-shift 5 "
          "--causal-convolution",
-         "lj-LJ001-0013.wav"},
+         "--causal-convolution True", "lj-LJ001-0013.wav"},
+        {"--encoder-dim 128 --nhead 2 --dim-feedforward 256 --num-encoder-layers 2 "
+         "--decoder-dim 64 --joiner-dim 64 --context-size 2 --seed 13 --blank-shift 5 "
+         "--causal-convolution --simulate-streaming --decode-chunk-size 8 --left-context 16",
+         "--causal-convolution True --simulate-streaming True --decode-chunk-size 8 "
+         "--left-context 16",
+         "jfk.wav"},
     };
     for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) {
         char out[700], wav[1024], cmd[6000];
@@ -87,13 +94,11 @@ TEST(icefall_other_configs_vs_icefall)
                  "--wav '%s' --out '%s' %s > '%s/ref.log' 2>&1",
                  src, shims, wav, out, cfgs[c].flags, test_tmpdir(t));
         CHECKF(system(cmd) == 0, "icefall_reference.py failed (see %s/ref.log)", test_tmpdir(t));
-        const char *cs = strstr(cfgs[c].flags, "--context-size ");
         snprintf(cmd, sizeof cmd,
                  "/usr/bin/python3 tools/convert_icefall.py --recipe pruned_transducer_stateless3 "
-                 "--checkpoint '%s/pretrained.pt' --tokens '%s/tokens.txt' --output '%s/m' "
-                 "--context-size %c%s > /dev/null",
-                 out, g, out, cs[15],
-                 strstr(cfgs[c].flags, "--causal") ? " --causal-convolution True" : "");
+                 "--checkpoint '%s/pretrained.pt' --tokens '%s/tokens.txt' --output '%s/m' %s "
+                 "> /dev/null",
+                 out, g, out, cfgs[c].conv);
         CHECKF(system(cmd) == 0, "convert_icefall.py failed on config %zu", c);
         char path[800];
         snprintf(path, sizeof path, "%s/m", out);
@@ -124,7 +129,10 @@ TEST(icefall_other_configs_vs_icefall)
         printf("  config %zu (d %d, %d heads, %d layers, context %d%s): encoder_out max |diff| "
                "%.2e\n",
                c, cf->d, cf->nhead, cf->n_layers, cf->context_size,
-               cf->causal ? ", causal conv" : "", md);
+               cf->chunk_size ? ", causal conv, simulated streaming"
+               : cf->causal   ? ", causal conv"
+                              : "",
+               md);
         CHECKF(md <= TOL_ENC, "config %zu: encoder_out max |diff| %.3g", c, md);
         float *ep = hark_malloc(sizeof(float) * (size_t)len * cf->joiner_dim);
         icefall_encoder_proj(m, enc, len, ep);

@@ -361,6 +361,11 @@ TEST(icefall_convert_errors)
         {"--recipe pruned_transducer_stateless3 --method fast_beam_search",
          "--method fast_beam_search: not implemented"},
         {"--recipe pruned_transducer_stateless3 --max-sym-per-frame 2", "--max-sym-per-frame 2"},
+        {"--recipe pruned_transducer_stateless3 --simulate-streaming True",
+         "--simulate-streaming True needs --causal-convolution True"},
+        {"--recipe pruned_transducer_stateless3 --simulate-streaming True --causal-convolution "
+         "True --decode-chunk-size 16 --left-context 40",
+         "--left-context 40 must be a multiple of --decode-chunk-size 16"},
         {"--recipe pruned_transducer_stateless3 --tokens SHORT", "400 tokens"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
