@@ -576,3 +576,52 @@ TEST(icefall_padded_batch_golden)
     cJSON_Delete(res);
     fixture_close(&fx);
 }
+
+/* the shortest audio (7 feature frames, one encoder frame) and awkward lengths: no error, each
+ * utterance's result the same alone and in a batch with the others; one sample less is refused */
+TEST(icefall_short_and_awkward_lengths)
+{
+    NEED_SHARED(GOLDEN_ICEFALL);
+    fixture_t fx;
+    OPEN_FIXTURE(&fx);
+    npy_array_t wav = {0};
+    LOAD(wav, "jfk", "waveform.npy");
+    hark_err_t err = {0};
+    const size_t lens[] = {1040, 1041, 1199, 1200, 1681, 2000, 4321, 16000 + 79};
+    enum { NL = sizeof lens / sizeof *lens };
+    const float *pcm[NL];
+    for (int i = 0; i < NL; i++) {
+        pcm[i] = (const float *)wav.data + 3000 * (size_t)i; /* speech, not the leading silence */
+        CHECK_EQ_INT(icefall_num_frames(fx.m, lens[i]) >= 7, 1);
+    }
+    CHECK_EQ_INT(icefall_frames_out(icefall_num_frames(fx.m, 1040)), 1);
+    for (int meth = 0; meth < 2; meth++) {
+        icefall_run_opts_t o = {.method = meth ? ICEFALL_MODIFIED_BEAM : ICEFALL_GREEDY};
+        icefall_result_t all[NL], one;
+        CHECK_OK(icefall_run(fx.w, pcm, lens, NL, &o, all, &err));
+        for (int i = 0; i < NL; i++) {
+            CHECK_EQ_INT(all[i].n_frames, icefall_frames_out(icefall_num_frames(fx.m, lens[i])));
+            CHECK_OK(icefall_run(fx.w, &pcm[i], &lens[i], 1, &o, &one, &err));
+            int at;
+            CHECKF(same_ints(one.best.tokens, one.best.n, all[i].best.tokens, all[i].best.n, &at),
+                   "%zu samples: alone vs batch part at %d", lens[i], at);
+            CHECK(!strcmp(one.text, all[i].text));
+            for (int k = 0; k < one.best.n; k++)
+                CHECK(one.best.times[k] >= 0 && one.best.times[k] < one.n_frames);
+            icefall_result_free(&one);
+            icefall_result_free(&all[i]);
+        }
+    }
+    size_t short_n = 1039;
+    icefall_result_t r;
+    CHECK_EQ_INT(icefall_run(fx.w, &pcm[0], &short_n, 1, NULL, &r, &err), HARK_ERR_INVALID_ARG);
+    CHECKF(strstr(err.msg, "too short"), "%s", err.msg);
+    size_t long_n = wav.count; /* 11 s against a 12 s worker: fine; a 3 s worker refuses it */
+    icefall_worker_t *w3 = NULL;
+    CHECK_OK(icefall_worker_create(fx.m, 3.0, &w3, &err));
+    const float *p0 = wav.data;
+    CHECK_EQ_INT(icefall_run(w3, &p0, &long_n, 1, NULL, &r, &err), HARK_ERR_TOO_LARGE);
+    icefall_worker_destroy(w3);
+    npy_free(&wav);
+    fixture_close(&fx);
+}
