@@ -6,6 +6,11 @@
  * already the effective ones (docs/model-format.md, "icefall transducers").
  * Tests: tests/model/icefall/test_icefall.c (every stage against icefall's T1 goldens)
  *
+ * A GPU path goes beside this one as icefall_gpu.c (as src/model/jasper/jasper_gpu.c does), with
+ * these functions as its CPU reference: icefall_encode on a padded row (t_in > len_in) is what a
+ * padded batch row must give; the decoder, joiner and searches are separate so that the joiner
+ * and greedy search can move to the device while modified beam search keeps this bookkeeping.
+ *
  * OWNERSHIP AND THREADS
  * - icefall_model_t: made by icefall_load, immutable afterwards (the weights are views into the
  *   mmap'ed safetensors file), shared by any number of workers; icefall_destroy once no worker is
