@@ -29,6 +29,8 @@ typedef struct {
     int nbest; /* modified_beam_search: hypotheses of the final beam returned, best first; 0 all */
 } icefall_family_opts_t;
 
+int icefall_inspect_main(int argc, char **argv); /* icefall_inspect.c */
+
 struct family_model {
     icefall_model_t *m;
     char kind[128];
@@ -452,7 +454,7 @@ const family_t icefall_transducer_family = {
     .stream_close = NULL,
     .execute = if_execute,
     .bench = NULL,
-    .inspect = NULL,
+    .inspect = icefall_inspect_main,
     .bench_synthetic = NULL,
     .io = NULL,
 };

@@ -445,3 +445,27 @@ TEST(icefall_family_dump_dir)
     f->worker_destroy(w);
     f->unload(m);
 }
+
+/* `hark inspect` on a converted icefall model: the architecture read back, the parameter count
+ * (icefall's 6,130,594 less simple_am_proj / simple_lm_proj and the folded scalar scales) */
+TEST(icefall_cli_inspect)
+{
+    NEED_SHARED(GOLDEN_ICEFALL);
+    char why[512];
+    const char *d = golden_icefall_model_dir(why, sizeof why);
+    if (!d)
+        SKIP(why);
+    char cmd[2048], out[8192] = "";
+    snprintf(cmd, sizeof cmd, "%s inspect %s/m 2>&1", test_hark_bin(), d);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    CHECK_EQ_INT(pclose(p), 0);
+    CHECKF(strstr(out, "3 layers, encoder_dim 256, 4 heads, dim_feedforward 1024, "
+                       "cnn_module_kernel 31") &&
+               strstr(out, "decoder_dim 256, context_size 2, vocab 500") &&
+               strstr(out, "joiner_dim 320") && strstr(out, "high_freq -400") &&
+               strstr(out, "parameters           5873512 "),
+           "%s", out);
+}
