@@ -1,7 +1,8 @@
 """hark_entry.py — what every converter in tools/ writes the same way: the weights as safetensors
 and a model-repository entry (DIR/config.pbtxt, DIR/1/model.json, DIR/1/model.safetensors)
 written next to DIR first and moved into place, so that a failed conversion leaves nothing
-half-written. Imported by convert_jasper.py, convert_fastspeech.py and convert_hifigan.py."""
+half-written. Imported by convert_jasper.py, convert_fastspeech.py, convert_hifigan.py and
+convert_icefall.py."""
 
 import json
 import os
@@ -36,16 +37,18 @@ def entry_name(output, fail):
     return name
 
 
-def write_entry(output, tensors, meta, model_json, config_text):
+def write_entry(output, tensors, meta, model_json, config_text, copies=None):
     """Writes the entry: tensors (name -> float32 array) with safetensors metadata meta, the
-    model.json dict and the config.pbtxt text; an existing DIR keeps its other files."""
+    model.json dict and the config.pbtxt text, and copies ({path in DIR: source file}, e.g.
+    {"1/tokens.txt": "tokens.txt"}); an existing DIR keeps its other files."""
     out = os.path.normpath(output)
     parent = os.path.dirname(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)
     name = os.path.basename(os.path.abspath(out))
     tmp = tempfile.mkdtemp(prefix=f".{name}.", dir=parent)
     os.chmod(tmp, 0o755)
-    files = ("1/model.safetensors", "1/model.json", "config.pbtxt")
+    copies = copies or {}
+    files = ("1/model.safetensors", "1/model.json", "config.pbtxt") + tuple(copies)
     try:
         os.makedirs(os.path.join(tmp, "1"))
         write_safetensors(os.path.join(tmp, "1", "model.safetensors"), tensors, meta)
@@ -54,6 +57,8 @@ def write_entry(output, tensors, meta, model_json, config_text):
             f.write("\n")
         with open(os.path.join(tmp, "config.pbtxt"), "w", encoding="utf-8") as f:
             f.write(config_text)
+        for rel, src in copies.items():
+            shutil.copyfile(src, os.path.join(tmp, rel))
         if os.path.isdir(out):
             os.makedirs(os.path.join(out, "1"), exist_ok=True)
             for rel in files:

@@ -17,11 +17,14 @@ static void features_usage(FILE *f)
 {
     fprintf(f, "usage: hark features FILE --kind fbank|nemo-mel|tts-mel --npy OUT.npy\n"
                "                        [--num-mel-bins N] [--cmvn global_cmvn.json]\n"
-               "                        [--variant hifigan|tacotron2] [--dither D]\n\n"
+               "                        [--variant wenet|icefall|sherpa|hifigan|tacotron2]\n"
+               "                        [--dither D]\n\n"
                "Computes the features of one audio file (WAV, FLAC, OGG/Vorbis, MP3; any rate,\n"
                "resampled to the front end's rate: 16 kHz for fbank and nemo-mel, 22.05 kHz for\n"
                "tts-mel) and writes them as a float32 .npy of shape (frames, bins).\n"
-               "  fbank     Kaldi fbank as WeNet/icefall compute it (80 bins, 25/10 ms, povey)\n"
+               "  fbank     Kaldi fbank (80 bins, 25/10 ms, povey) as WeNet (default) computes it;\n"
+               "            --variant icefall: snip_edges false, input in [-1, 1), high_freq -400\n"
+               "            (icefall pretrained.py); sherpa: the same with high_freq 0 (sherpa triton)\n"
                "  nemo-mel  Jasper/NeMo log-mel (n_fft 512, hann 320/160, 64 bins, normalised)\n"
                "  tts-mel   HiFi-GAN (default) or Tacotron2 log-mel (n_fft 1024, hop 256, 80 bins)\n"
                "  --cmvn    apply WeNet's JSON global CMVN after the features\n");
@@ -32,6 +35,8 @@ int cli_features(int argc, char **argv)
     const char *in = NULL, *npy = NULL, *cmvn_path = NULL, *kind_name = "fbank";
     int mel_bins = 0;
     feat_tts_variant_t variant = TTS_MEL_HIFIGAN;
+    feat_fbank_variant_t fbank_variant = FBANK_WENET;
+    const char *variant_name = NULL;
     float dither = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -54,13 +59,22 @@ int cli_features(int argc, char **argv)
             }
             mel_bins = (int)v;
         } else if (!strcmp(a, "--variant") && has_val) {
-            const char *v = argv[++i];
+            const char *v = variant_name = argv[++i];
             if (!strcmp(v, "hifigan"))
                 variant = TTS_MEL_HIFIGAN;
             else if (!strcmp(v, "tacotron2"))
                 variant = TTS_MEL_TACOTRON2;
+            else if (!strcmp(v, "wenet"))
+                fbank_variant = FBANK_WENET;
+            else if (!strcmp(v, "icefall"))
+                fbank_variant = FBANK_ICEFALL;
+            else if (!strcmp(v, "sherpa"))
+                fbank_variant = FBANK_SHERPA;
             else {
-                fprintf(stderr, "hark features: unknown --variant '%s' (hifigan|tacotron2)\n", v);
+                fprintf(stderr,
+                        "hark features: unknown --variant '%s' "
+                        "(wenet|icefall|sherpa for fbank, hifigan|tacotron2 for tts-mel)\n",
+                        v);
                 return 2;
             }
         } else if (!strcmp(a, "--dither") && has_val) {
@@ -89,7 +103,16 @@ int cli_features(int argc, char **argv)
     feat_default_opts(&o, kind);
     if (mel_bins)
         o.num_mel_bins = mel_bins;
+    int is_fbank_variant = variant_name && (!strcmp(variant_name, "wenet") ||
+                                            !strcmp(variant_name, "icefall") ||
+                                            !strcmp(variant_name, "sherpa"));
+    if (is_fbank_variant && kind != FEAT_FBANK) {
+        fprintf(stderr, "hark features: --variant %s applies to --kind fbank only\n",
+                variant_name);
+        return 2;
+    }
     o.tts_variant = variant;
+    o.fbank_variant = fbank_variant;
     o.dither = dither;
 
     int rc = 1;

@@ -155,14 +155,25 @@ int feat_plan_create(const feat_opts_t *opts, feat_plan_t **out, hark_err_t *err
     p->n_mels = opts->num_mel_bins;
     double rate = opts->sample_rate;
     switch (opts->kind) {
-    case FEAT_FBANK: /* kaldi.fbank, 25 ms / 10 ms, povey window, snip edges, 512-point FFT */
+    case FEAT_FBANK: /* kaldi.fbank, 25 ms / 10 ms, povey window, 512-point FFT */
+        if ((unsigned)opts->fbank_variant > FBANK_SHERPA) {
+            hark_free(p);
+            return err_set(err, HARK_ERR_INVALID_ARG, "features: unknown fbank variant %d",
+                           (int)opts->fbank_variant);
+        }
         p->win_length = (int)(rate * 0.025);
         p->hop = (int)(rate * 0.010);
         for (p->n_fft = 1; p->n_fft < p->win_length; p->n_fft <<= 1)
             ;
         p->frame_span = p->win_length;
-        p->pad = FEAT_PAD_NONE;
-        p->input_scale = 32768.0f;
+        if (opts->fbank_variant == FBANK_WENET) { /* snip edges, int16 range */
+            p->pad = FEAT_PAD_NONE;
+            p->input_scale = 32768.0f;
+        } else { /* snip_edges=false: frame t centred on sample hop * t + hop / 2 */
+            p->pad = FEAT_PAD_KALDI;
+            p->pad_left = p->win_length / 2 - p->hop / 2;
+            p->input_scale = 1.0f;
+        }
         p->frame_dc_preemph = 1;
         p->preemph = 0.97f;
         p->log_mode = FEAT_LOG_MAX;
@@ -217,7 +228,9 @@ int feat_plan_create(const feat_opts_t *opts, feat_plan_t **out, hark_err_t *err
     else
         torch_window(p->window, W, 1, 1.0f); /* periodic hann (torch default, scipy fftbins) */
     if (opts->kind == FEAT_FBANK) {
-        mel_kaldi(p->mel, p->n_mels, p->n_fft, (float)rate, 20.0f, (float)rate / 2);
+        /* Kaldi's high_freq <= 0 is an offset from Nyquist: icefall's -400 */
+        float high = (float)rate / 2 + (opts->fbank_variant == FBANK_ICEFALL ? -400.0f : 0.0f);
+        mel_kaldi(p->mel, p->n_mels, p->n_fft, (float)rate, 20.0f, high);
     } else {
         double fmax = opts->kind == FEAT_TTS_MEL ? 8000.0 : rate / 2;
         if (fmax > rate / 2)
@@ -281,7 +294,9 @@ int feat_num_frames(const feat_plan_t *p, size_t n)
     if (n == 0)
         return 0;
     switch (p->opts.kind) {
-    case FEAT_FBANK: /* snip_edges */
+    case FEAT_FBANK:
+        if (p->pad == FEAT_PAD_KALDI) /* snip_edges=false */
+            return (int)((n + (size_t)p->hop / 2) / (size_t)p->hop);
         return n < (size_t)p->win_length ? 0 : (int)(1 + (n - (size_t)p->win_length) / (size_t)p->hop);
     case FEAT_NEMO_MEL: /* valid frames: ceil(n / hop) (Jasper get_seq_len) */
         return (int)((n + (size_t)p->hop - 1) / (size_t)p->hop);
@@ -294,6 +309,14 @@ int feat_num_frames(const feat_plan_t *p, size_t n)
 }
 
 /* ---- compute ------------------------------------------------------------------------------ */
+
+/* Kaldi's ExtractWindow reflection (snip_edges=false): the edge sample is repeated. */
+static inline long reflect_index_kaldi(long i, long n)
+{
+    while (i < 0 || i >= n)
+        i = i < 0 ? -i - 1 : 2 * n - 1 - i;
+    return i;
+}
 
 /* torch's 'reflect' padding (edge sample not repeated), folded again for very short signals. */
 static inline long reflect_index(long i, long n)
@@ -412,6 +435,9 @@ int feat_compute_padded(const feat_plan_t *p, const float *x, size_t n, size_t n
             long start = (long)t * p->hop - p->pad_left;
             if (p->pad == FEAT_PAD_NONE) {
                 memcpy(frame, sig + start, sizeof(float) * (size_t)S);
+            } else if (p->pad == FEAT_PAD_KALDI) {
+                for (int j = 0; j < S; j++)
+                    frame[j] = sig[reflect_index_kaldi(start + j, (long)n)];
             } else {
                 for (int j = 0; j < S; j++)
                     frame[j] = sig[reflect_index(start + j, (long)n)];

@@ -282,6 +282,9 @@ extern "C" int feat_gpu_create(const feat_plan_t *pl, feat_gpu_t **out, hark_err
     *out = NULL;
     if (pl->opts.dither > 0)
         return err_set(err, HARK_ERR_UNSUPPORTED, "features (gpu): dither is CPU-only");
+    if (pl->pad == FEAT_PAD_KALDI)
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "features (gpu): the icefall/sherpa fbank (snip_edges=false) is CPU-only");
     if (!pl->torch_fft || pl->n_fft > FEAT_MAX_FFT || pl->frame_span > FEAT_MAX_FFT)
         return err_set(err, HARK_ERR_UNSUPPORTED,
                        "features (gpu): n_fft %d must be a power of two <= %d", pl->n_fft, FEAT_MAX_FFT);

@@ -12,6 +12,12 @@
 
 typedef enum { FEAT_FBANK = 0, FEAT_NEMO_MEL = 1, FEAT_TTS_MEL = 2 } feat_kind_t;
 typedef enum { TTS_MEL_HIFIGAN = 0, TTS_MEL_TACOTRON2 = 1 } feat_tts_variant_t;
+/* Kaldi fbank as each recipe calls it (docs/features.md):
+ * WENET: snip_edges, int16-range input (x 32768), mel bins 20 Hz .. Nyquist (WeNet's kaldi.fbank);
+ * ICEFALL: snip_edges false (Kaldi's reflection at both ends), input in [-1, 1), high_freq -400
+ *   (20 .. 7600 Hz at 16 kHz): icefall pretrained.py's kaldifeat options;
+ * SHERPA: as ICEFALL with high_freq 0 (Nyquist): sherpa triton's feature extractor. */
+typedef enum { FBANK_WENET = 0, FBANK_ICEFALL = 1, FBANK_SHERPA = 2 } feat_fbank_variant_t;
 
 /* Options; feat_default_opts fills the values each original recipe uses. */
 typedef struct {
@@ -21,6 +27,7 @@ typedef struct {
     float dither;     /* fbank / nemo-mel; 0 = off (always 0 in tests). CPU only. */
     unsigned dither_seed;
     feat_tts_variant_t tts_variant;
+    feat_fbank_variant_t fbank_variant; /* fbank only; 0 = WeNet's */
 } feat_opts_t;
 
 void feat_default_opts(feat_opts_t *o, feat_kind_t kind);
@@ -28,7 +35,9 @@ void feat_default_opts(feat_opts_t *o, feat_kind_t kind);
 int feat_parse_kind(const char *name, feat_kind_t *out);
 const char *feat_kind_name(feat_kind_t kind);
 
-typedef enum { FEAT_PAD_NONE = 0, FEAT_PAD_REFLECT = 1 } feat_pad_t;
+/* REFLECT: torch's (edge not repeated); KALDI: Kaldi's snip_edges=false (edge repeated:
+ * x[-1 - i] = x[i], x[n + i] = x[n - 1 - i]) */
+typedef enum { FEAT_PAD_NONE = 0, FEAT_PAD_REFLECT = 1, FEAT_PAD_KALDI = 2 } feat_pad_t;
 typedef enum { FEAT_LOG_MAX = 0, FEAT_LOG_ADD = 1 } feat_log_t; /* log(max(x,f)) | log(x+g) */
 
 /* An immutable plan, shared by all threads: every derived constant of one front end.
@@ -44,7 +53,7 @@ typedef struct feat_plan {
     int win_offset;    /* where the window sits inside the n_fft frame (torch.stft centres it) */
     feat_pad_t pad;    /* padding of the whole signal before framing */
     int pad_left;      /* samples of padding at each end */
-    float input_scale; /* 32768 for fbank (int16 range, as WeNet feeds kaldi.fbank) */
+    float input_scale; /* 32768 for WeNet's fbank (int16 range, as WeNet feeds kaldi.fbank) */
     int frame_dc_preemph; /* kaldi: per frame DC removal, then pre-emphasis with x[-1] = x[0] */
     int signal_preemph;   /* nemo: pre-emphasis of the whole signal, x[0] kept */
     float preemph;

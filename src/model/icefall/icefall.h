@@ -1,0 +1,174 @@
+/* icefall.h — icefall's pruned stateless transducers on the CPU: pruned_transducer_stateless3
+ * (Conformer encoder with Conv2dSubsampling, BasicNorm, rel-pos attention and the convolution
+ * module; stateless decoder; joiner), icefall's fbank, greedy search (greedy_search_batch: at most
+ * one symbol per frame, with timestamps) and modified beam search, BPE pieces joined as icefall's
+ * pretrained.py does. The model files are those of tools/convert_icefall.py, whose weights are
+ * already the effective ones (docs/model-format.md, "icefall transducers").
+ * Tests: tests/model/icefall/test_icefall.c (every stage against icefall's T1 goldens)
+ *
+ * A GPU path goes beside this one as icefall_gpu.c (as src/model/jasper/jasper_gpu.c does), with
+ * these functions as its CPU reference: icefall_encode on a padded row (t_in > len_in) is what a
+ * padded batch row must give; the decoder, joiner and searches are separate so that the joiner
+ * and greedy search can move to the device while modified beam search keeps this bookkeeping.
+ *
+ * OWNERSHIP AND THREADS
+ * - icefall_model_t: made by icefall_load, immutable afterwards (the weights are views into the
+ *   mmap'ed safetensors file), shared by any number of workers; icefall_destroy once no worker is
+ *   left.
+ * - icefall_worker_t: one thread's encoder scratch, sized at creation for (max_seconds).
+ *   icefall_encode uses it; the searches allocate their own (small) state per call.
+ * - results (icefall_hyp_t) own their arrays: icefall_hyp_free.
+ */
+#ifndef HARK_MODEL_ICEFALL_H
+#define HARK_MODEL_ICEFALL_H
+
+#include "core/error.h"
+#include "dsp/features.h"
+#include "text/units.h"
+
+#include <stddef.h>
+
+typedef struct {
+    /* encoder (Conformer) */
+    int feature_dim;        /* 80 fbank bins */
+    int subsampling_factor; /* 4 */
+    int d;                  /* encoder_dim */
+    int nhead;
+    int ff; /* dim_feedforward */
+    int n_layers;
+    int kernel; /* cnn_module_kernel (odd) */
+    int causal; /* causal_convolution: the depthwise conv sees kernel - 1 frames of left context
+                   and none of right (else (kernel - 1) / 2 on each side) */
+    /* decoder and joiner */
+    int decoder_dim;
+    int context_size; /* >= 2 */
+    int vocab;
+    int blank_id;
+    int joiner_dim;
+    /* front end */
+    int sample_rate;
+    feat_fbank_variant_t fbank; /* FBANK_ICEFALL (high_freq -400) or FBANK_SHERPA (0) */
+    float pad_value;            /* batch padding of the features: log(1e-10) */
+    /* pretrained.py --simulate-streaming: attention of query frame i limited to the chunks
+     * [max((i / chunk - left_chunks) * chunk, 0), (i / chunk + 1) * chunk) of encoder frames */
+    int chunk_size;  /* decode_chunk_size; 0: full attention (offline) */
+    int left_chunks; /* left_context / decode_chunk_size; -1: every chunk to the left */
+    /* defaults of the decoding options */
+    int method;    /* icefall_method_t */
+    int beam_size; /* modified_beam_search */
+} icefall_config_t;
+
+typedef enum { ICEFALL_GREEDY = 0, ICEFALL_MODIFIED_BEAM = 1 } icefall_method_t;
+/* "greedy_search" | "modified_beam_search" -> *out; -1 when unknown. */
+int icefall_method_parse(const char *name, icefall_method_t *out);
+const char *icefall_method_name(icefall_method_t m);
+
+typedef struct icefall_model icefall_model_t;
+typedef struct icefall_worker icefall_worker_t;
+
+/* Loads DIR/<version>/model.json, model.safetensors and tokens.txt (version 0 means 1): every
+ * tensor's name and shape is checked against model.json, every value must be finite.
+ * HARK_ERR_IO (a missing file, named), HARK_ERR_FORMAT (naming the field, the tensor and both
+ * shapes), HARK_ERR_UNSUPPORTED (a recipe or option hark lacks), HARK_ERR_NOMEM. */
+int icefall_load(const char *dir, int version, icefall_model_t **out, hark_err_t *err);
+void icefall_destroy(icefall_model_t *m); /* accepts NULL */
+const icefall_config_t *icefall_config(const icefall_model_t *m);
+const units_t *icefall_units(const icefall_model_t *m);
+const feat_plan_t *icefall_feat_plan(const icefall_model_t *m);
+
+/* Encoder frames of t_in feature frames: ((t_in - 1) / 2 - 1) / 2 (0 when t_in < 7; the encoder
+ * needs at least 7 feature frames, i.e. 1040 samples at 16 kHz). */
+int icefall_frames_out(int t_in);
+/* Feature frames of n samples (snip_edges=false: (n + 80) / 160). */
+int icefall_num_frames(const icefall_model_t *m, size_t n);
+/* Milliseconds from the start of the audio to encoder frame t (t x 4 x 10 ms). */
+int icefall_frame_ms(const icefall_model_t *m, int t);
+
+/* Intermediate stages for tests and --dump-dir: name, (rows, cols) row-major, lent. */
+typedef void (*icefall_stage_fn)(void *user, const char *name, const float *data, int rows,
+                                 int cols);
+
+int icefall_worker_create(const icefall_model_t *m, double max_seconds, icefall_worker_t **out,
+                          hark_err_t *err);
+void icefall_worker_destroy(icefall_worker_t *w); /* accepts NULL */
+
+/* The Conformer encoder on one row: feats (t_in, feature_dim), of which the first len_in frames
+ * are the utterance and the rest padding as the caller filled it (icefall pads a batch with
+ * log(1e-10); the first conv then sees those values, not zeros) -> enc (icefall_frames_out(t_in),
+ * d); *len_out = icefall_frames_out(len_in) frames are valid (the attention's keys and the
+ * convolution module's input are masked past it, as icefall's key-padding mask does).
+ * HARK_ERR_TOO_LARGE (t_in past the worker's max_seconds), HARK_ERR_INVALID_ARG (fewer than 7
+ * valid frames). stage may be NULL; it gets embed_conv_out (T', 128*W channel-major),
+ * embed_linear_out, embed_out, pos_emb (2T'-1, d), layer0's feed_forward_macaron, self_attn,
+ * conv_module, feed_forward (each before its residual add), norm_final, and layer{i}_out. */
+int icefall_encode(icefall_worker_t *w, const float *feats, int t_in, int len_in, float *enc,
+                   int *len_out, icefall_stage_fn stage, void *user, hark_err_t *err);
+
+/* Joiner pieces. n rows each; outputs row-major.
+ * encoder_proj: enc (n, d) -> out (n, joiner_dim).
+ * decoder: ctx (n, context_size) token ids, oldest first, -1 = none (a zero embedding) -> out
+ *   (n, decoder_dim) (embedding, depthwise conv over the context, ReLU).
+ * decoder_proj: dec (n, decoder_dim) -> out (n, joiner_dim).
+ * joiner: logits (n, vocab) = output_linear(tanh(ep + dp)); hidden: (n, joiner_dim) scratch. */
+void icefall_encoder_proj(const icefall_model_t *m, const float *enc, int n, float *out);
+void icefall_decoder(const icefall_model_t *m, const int *ctx, int n, float *out);
+void icefall_decoder_proj(const icefall_model_t *m, const float *dec, int n, float *out);
+void icefall_joiner(const icefall_model_t *m, const float *ep, const float *dp, int n,
+                    float *hidden, float *logits);
+
+/* One hypothesis: tokens with the encoder frame that emitted each. */
+typedef struct {
+    int *tokens; /* (n) */
+    int *times;  /* (n) encoder frames */
+    int n;
+    double score; /* greedy: sum of the emitted tokens' raw logits; beam: the log-probability */
+} icefall_hyp_t;
+void icefall_hyp_free(icefall_hyp_t *h); /* frees what h owns and zeroes it; NULL-safe */
+
+/* icefall's greedy_search_batch over B utterances: ep[b] (lens[b], joiner_dim) encoder_proj
+ * outputs; context [-1]*(cs-1) + [blank] at the start; per frame the joiner's argmax (first index
+ * on ties), a non-blank appended (<unk> is an ordinary token, as in icefall) and its decoder
+ * output recomputed; at most one symbol per frame. out (B) receives the hypotheses.
+ * HARK_ERR_NOMEM (out left empty). */
+int icefall_greedy_search(const icefall_model_t *m, const float *const *ep, const int *lens, int B,
+                          icefall_hyp_t *out, hark_err_t *err);
+
+/* icefall's modified_beam_search (one symbol per frame) on one utterance: ep (T, joiner_dim).
+ * best gets the hypothesis of the largest log_prob / len(ys) (len counting the context_size
+ * initial entries, as icefall does); nbest (when not NULL) gets the final beam in icefall's order
+ * (*n_nbest entries, caller frees each and the array with hark_free). HARK_ERR_INVALID_ARG
+ * (beam < 1), HARK_ERR_NOMEM. */
+int icefall_modified_beam_search(const icefall_model_t *m, const float *ep, int T, int beam,
+                                 icefall_hyp_t *best, icefall_hyp_t **nbest, int *n_nbest,
+                                 hark_err_t *err);
+
+/* Text of a hypothesis: the pieces joined, U+2581 -> ' ', stripped (pretrained.py's
+ * token_ids_to_words); *text from hark_malloc. */
+int icefall_text(const icefall_model_t *m, const icefall_hyp_t *h, char **text, hark_err_t *err);
+
+/* End to end over B utterances: features and encoder each at its own length (the result of an
+ * utterance does not depend on its batch), then the search (greedy batched over all B). */
+typedef struct {
+    icefall_method_t method;
+    int beam_size;          /* modified_beam_search; 0: the model's default */
+    icefall_stage_fn stage; /* B == 1 only; NULL: none */
+    void *stage_user;
+} icefall_run_opts_t;
+
+typedef struct {
+    icefall_hyp_t best;
+    icefall_hyp_t *nbest; /* (n_nbest) modified_beam_search's final beam; NULL for greedy */
+    int n_nbest;
+    char *text;
+    int n_frames; /* encoder frames */
+} icefall_result_t;
+void icefall_result_free(icefall_result_t *r); /* NULL-safe */
+
+/* pcm[b] (n[b] samples in [-1, 1] at the model's rate, finite) -> res[b] (zeroed first).
+ * HARK_ERR_INVALID_ARG (too short: fewer than 7 feature frames, or not finite),
+ * HARK_ERR_TOO_LARGE (longer than the worker's max_seconds), HARK_ERR_NOMEM; on error every
+ * res[b] is left empty. */
+int icefall_run(icefall_worker_t *w, const float *const *pcm, const size_t *n, int B,
+                const icefall_run_opts_t *o, icefall_result_t *res, hark_err_t *err);
+
+#endif

@@ -1,0 +1,460 @@
+/* icefall_family.c — icefall's pruned stateless transducers as a model family (family.h):
+ * "icefall_transducer", offline ASR over icefall.h on the CPU, served under the generic
+ * WAV/WAV_LENS (or AUDIO) -> TRANSCRIPTS contract. Options (config.pbtxt parameters, then the
+ * request's): decoding_method greedy_search | modified_beam_search (icefall's names; the model's
+ * default from the converter's --method), beam_size (modified_beam_search's width, icefall's
+ * --beam-size; `beam` is taken as the same), nbest (1..64 or "all": hypotheses of the final beam
+ * returned, best first), other keys ignored. An execute runs its items'
+ * encoders one by one and greedy search over all of them at once (greedy_search_batch).
+ * Tests: tests/model/icefall/test_icefall_family.c */
+#include "model/family.h"
+
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/npy.h"
+#include "hark.h"
+#include "model/icefall/icefall.h"
+#include "ops/ops.h"
+#include "text/words.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct {
+    int method; /* icefall_method_t */
+    int beam_size;
+    int nbest; /* modified_beam_search: hypotheses of the final beam returned, best first; 0 all */
+} icefall_family_opts_t;
+
+int icefall_inspect_main(int argc, char **argv); /* icefall_inspect.c */
+
+struct family_model {
+    icefall_model_t *m;
+    char kind[128];
+};
+
+struct family_worker {
+    const family_model_t *fm;
+    icefall_worker_t *w;
+    int max_batch;
+    double max_seconds;
+};
+
+static int if_load(const char *dir, const family_load_opts_t *lo, const family_params_t *cfg,
+                   family_model_t **out, hark_err_t *err)
+{
+    family_load_opts_t l = lo ? *lo : (family_load_opts_t){.device = -1};
+    if (l.device >= 0)
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "icefall_transducer: no GPU path yet (load it on the CPU)");
+    if (l.precision && strcmp(l.precision, "fp32"))
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "icefall_transducer: precision \"%s\": the CPU path is fp32", l.precision);
+    family_model_t *fm = hark_calloc(1, sizeof *fm);
+    if (!fm)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    int rc = icefall_load(dir, l.version, &fm->m, err);
+    if (rc) {
+        hark_free(fm);
+        return rc;
+    }
+    const icefall_config_t *c = icefall_config(fm->m);
+    snprintf(fm->kind, sizeof fm->kind,
+             "icefall pruned_transducer_stateless3: conformer %d layers d %d, vocab %d, fp32",
+             c->n_layers, c->d, c->vocab);
+    (void)cfg;
+    *out = fm;
+    return HARK_OK;
+}
+
+static void if_unload(family_model_t *fm)
+{
+    if (!fm)
+        return;
+    icefall_destroy(fm->m);
+    hark_free(fm);
+}
+
+static void if_info(const family_model_t *fm, family_info_t *out)
+{
+    const icefall_config_t *c = icefall_config(fm->m);
+    *out = (family_info_t){.sample_rate = c->sample_rate,
+                           .frame_ms = icefall_frame_ms(fm->m, 1),
+                           .device = -1,
+                           .kind = fm->kind,
+                           .frame_pad_id = c->blank_id};
+}
+
+static int apply_params(const family_params_t *p, const char *where, icefall_family_opts_t *o,
+                        hark_err_t *err)
+{
+    const char *v = family_param(p, "decoding_method");
+    if (v) {
+        icefall_method_t mt;
+        if (icefall_method_parse(v, &mt)) {
+            if (!strncmp(v, "fast_beam_search", 16))
+                return err_set(err, HARK_ERR_INVALID_ARG,
+                               "%sdecoding_method '%s' is not implemented yet (greedy_search, "
+                               "modified_beam_search)",
+                               where, v);
+            return err_set(err, HARK_ERR_INVALID_ARG,
+                           "%sdecoding_method '%s' is not one of greedy_search, "
+                           "modified_beam_search",
+                           where, v);
+        }
+        o->method = (int)mt;
+    }
+    v = family_param(p, "nbest");
+    if (v && !strcmp(v, "all")) {
+        o->nbest = 0;
+    } else if (v) {
+        int nb;
+        int rc = family_param_int(p, "nbest", 1, 64, &nb, err);
+        if (rc)
+            return *where ? err_prefix(err, rc, "%.*s", (int)strlen(where) - 1, where) : rc;
+        o->nbest = nb;
+    }
+    static const char *const beam_keys[] = {"beam", "beam_size"}; /* beam_size wins */
+    for (int k = 0; k < 2; k++) {
+        int b;
+        int rc = family_param_int(p, beam_keys[k], 1, 64, &b, err);
+        if (rc == HARK_OK)
+            o->beam_size = b;
+        else if (rc != HARK_ERR_NOT_FOUND) /* the message names the key */
+            return *where ? err_prefix(err, rc, "%.*s", (int)strlen(where) - 1, where) : rc;
+    }
+    return HARK_OK;
+}
+
+static int if_parse_opts(const family_model_t *fm, const family_params_t *cfg,
+                         const family_params_t *req, void *opts, hark_err_t *err)
+{
+    icefall_family_opts_t *o = opts;
+    const icefall_config_t *c = icefall_config(fm->m);
+    o->method = c->method;
+    o->beam_size = c->beam_size;
+    o->nbest = 0;
+    int rc = apply_params(cfg, "config.pbtxt parameters ", o, err);
+    if (!rc)
+        rc = apply_params(req, "", o, err);
+    return rc;
+}
+
+static uint64_t if_batch_key(const void *opts)
+{
+    const icefall_family_opts_t *o = opts;
+    return 0x696365666c6cull ^ ((uint64_t)o->method << 8) ^ (uint64_t)o->beam_size ^
+           ((uint64_t)o->nbest << 16);
+}
+
+static void if_worker_destroy(family_worker_t *w)
+{
+    if (!w)
+        return;
+    icefall_worker_destroy(w->w);
+    hark_free(w);
+}
+
+static int if_worker_create(const family_model_t *fm, const family_worker_opts_t *wo,
+                            family_worker_t **out, hark_err_t *err)
+{
+    if (!wo || wo->max_batch < 1 || !(wo->max_seconds > 0))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "worker needs max_batch >= 1 and max_seconds > 0");
+    family_worker_t *w = hark_calloc(1, sizeof *w);
+    if (!w)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    w->fm = fm;
+    w->max_batch = wo->max_batch;
+    w->max_seconds = wo->max_seconds;
+    if (wo->n_threads > 0)
+        ops_set_threads(wo->n_threads);
+    int rc = icefall_worker_create(fm->m, wo->max_seconds, &w->w, err);
+    if (rc) {
+        if_worker_destroy(w);
+        return rc;
+    }
+    *out = w;
+    return HARK_OK;
+}
+
+/* ---- the debug dump (item->dump_dir) ------------------------------------------------------- */
+
+typedef struct {
+    const char *dir;
+    int failed;
+} dump_ctx_t;
+
+static void dump_stage(void *user, const char *name, const float *data, int rows, int cols)
+{
+    dump_ctx_t *d = user;
+    char path[4300];
+    snprintf(path, sizeof path, "%s/%s.npy", d->dir, name);
+    int64_t shape[2] = {rows, cols};
+    if (npy_save_f32(path, data, 2, shape))
+        d->failed = 1;
+}
+
+static int mkdir_p(const char *dir, hark_err_t *err)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) && errno != EEXIST)
+                return err_set(err, HARK_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+            *p = '/';
+        }
+    if (mkdir(tmp, 0755) && errno != EEXIST)
+        return err_set(err, HARK_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    return HARK_OK;
+}
+
+/* ---- execute -------------------------------------------------------------------------------- */
+
+static int hyp_convert(const icefall_model_t *m, icefall_hyp_t *h, asr_hyp_t *o, hark_err_t *err)
+{
+    memset(o, 0, sizeof *o);
+    o->score = h->score;
+    o->n_tokens = h->n;
+    int rc = icefall_text(m, h, &o->text, err);
+    if (rc)
+        return rc;
+    if (h->n > 0) {
+        o->tokens = h->tokens;
+        h->tokens = NULL;
+        if (!(o->times_ms = hark_malloc(sizeof(int) * (size_t)h->n)))
+            return err_set(err, HARK_ERR_NOMEM, "out of memory");
+        for (int i = 0; i < h->n; i++)
+            o->times_ms[i] = icefall_frame_ms(m, h->times[i]);
+    }
+    return HARK_OK;
+}
+
+static void asr_hyp_free_(asr_hyp_t *h)
+{
+    hark_free(h->text);
+    hark_free(h->tokens);
+    hark_free(h->times_ms);
+    memset(h, 0, sizeof *h);
+}
+
+/* icefall_result_t -> asr_result_t (r zeroed first; on error the caller frees it) */
+static int result_convert(const icefall_model_t *m, icefall_result_t *s, size_t n_samples,
+                          const family_item_t *it, int nbest, asr_result_t *r, hark_err_t *err)
+{
+    memset(r, 0, sizeof *r);
+    const icefall_config_t *c = icefall_config(m);
+    r->duration_s = (double)n_samples / c->sample_rate;
+    r->word_sep = 1;
+    int *frames = NULL;
+    if (it->want_words && s->best.n > 0) {
+        if (!(frames = hark_malloc(sizeof(int) * (size_t)s->best.n)))
+            return err_set(err, HARK_ERR_NOMEM, "out of memory");
+        memcpy(frames, s->best.times, sizeof(int) * (size_t)s->best.n);
+    }
+    int rc = hyp_convert(m, &s->best, &r->best, err);
+    if (!rc && s->n_nbest > 0) {
+        if (!(r->nbest = hark_calloc((size_t)s->n_nbest, sizeof *r->nbest)))
+            rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+        for (int i = 0; !rc && i < s->n_nbest; i++) {
+            rc = hyp_convert(m, &s->nbest[i], &r->nbest[i], err);
+            r->n_nbest = i + 1;
+        }
+        /* best first: by the length-normalised log-probability that picked the best
+         * (log_prob / (tokens + context_size)), icefall's beam order among equals */
+        for (int i = 1; !rc && i < r->n_nbest; i++) {
+            asr_hyp_t h = r->nbest[i];
+            double key = h.score / (h.n_tokens + c->context_size);
+            int j = i;
+            for (; j > 0; j--) {
+                const asr_hyp_t *p = &r->nbest[j - 1];
+                if (!(key > p->score / (p->n_tokens + c->context_size)))
+                    break;
+                r->nbest[j] = r->nbest[j - 1];
+            }
+            r->nbest[j] = h;
+        }
+        while (!rc && nbest > 0 && r->n_nbest > nbest) /* the n best of the beam */
+            asr_hyp_free_(&r->nbest[--r->n_nbest]);
+    }
+    if (!rc && frames) {
+        word_time_t *wt = NULL;
+        int nw = 0;
+        rc = words_from_tokens(icefall_units(m), UNITS_STYLE_BPE, r->best.tokens, frames,
+                               r->best.n_tokens, icefall_frame_ms(m, 1), &wt, &nw, err);
+        if (!rc && nw > 0) {
+            if (!(r->words = hark_calloc((size_t)nw, sizeof *r->words)))
+                rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+            for (int i = 0; !rc && i < nw; i++) {
+                r->words[i].text = wt[i].text;
+                wt[i].text = NULL;
+                r->words[i].start_ms = wt[i].start_ms;
+                r->words[i].end_ms = wt[i].end_ms;
+                r->n_words = i + 1;
+            }
+        }
+        words_free(wt, nw);
+    }
+    hark_free(frames);
+    return rc;
+}
+
+static void emit_error(family_item_t *it, int rc, const hark_err_t *e)
+{
+    family_event_t ev = {.kind = FAMILY_EV_DONE,
+                         .status = rc,
+                         .error = e && e->msg[0] ? e->msg : hark_status_str(rc)};
+    it->emit(it, &ev);
+}
+
+static void emit_result(family_worker_t *w, family_item_t *it, icefall_result_t *res, int *worst,
+                        int *n_failed)
+{
+    hark_err_t e = {0};
+    asr_result_t r;
+    const icefall_family_opts_t *o = it->opts;
+    int rc = result_convert(w->fm->m, res, it->n, it, o ? o->nbest : 0, &r, &e);
+    if (rc) {
+        asr_result_free(&r);
+        emit_error(it, rc, &e);
+        *worst = *worst ? *worst : rc;
+        (*n_failed)++;
+        return;
+    }
+    family_event_t ev = {.kind = FAMILY_EV_DONE, .status = HARK_OK, .asr = &r};
+    it->emit(it, &ev);
+    asr_result_free(&r);
+}
+
+/* Items of bad audio fail alone first; an item asking for a dump runs alone (its stages); the
+ * rest run as one icefall_run (greedy search batched over them). */
+static int if_execute(family_worker_t *w, family_item_t *const *items, int n,
+                      family_exec_times_t *times, hark_err_t *err)
+{
+    family_exec_times_t tm = {0};
+    const icefall_model_t *m = w->fm->m;
+    const icefall_config_t *c = icefall_config(m);
+    const size_t max_n = (size_t)floor(w->max_seconds * c->sample_rate);
+    int worst = HARK_OK, n_failed = 0, nb = 0;
+    size_t cap = (size_t)(n > 0 ? n : 1);
+    family_item_t **run = hark_calloc(cap, sizeof *run);
+    const float **pcm = hark_calloc(cap, sizeof *pcm);
+    size_t *lens = hark_calloc(cap, sizeof *lens);
+    icefall_result_t *res = hark_calloc(cap, sizeof *res);
+    icefall_run_opts_t ro = {0};
+    uint64_t t0 = clock_now_ns();
+    for (int i = 0; i < n; i++) {
+        family_item_t *it = items[i];
+        const icefall_family_opts_t *o = it->opts;
+        hark_err_t e = {0};
+        int rc = HARK_OK;
+        if (!run || !pcm || !lens || !res)
+            rc = err_set(&e, HARK_ERR_NOMEM, "out of memory");
+        else if (i >= w->max_batch)
+            rc = err_set(&e, HARK_ERR_TOO_LARGE, "batch of %d exceeds the worker's %d", n,
+                         w->max_batch);
+        else if (it->n == 0)
+            rc = err_set(&e, HARK_ERR_INVALID_ARG, "empty audio");
+        else if (icefall_num_frames(m, it->n) < 7)
+            rc = err_set(&e, HARK_ERR_INVALID_ARG,
+                         "audio of %zu samples is too short: the encoder needs at least 7 feature "
+                         "frames (%d samples)",
+                         it->n, 7 * 160 - 80);
+        else if (it->n > max_n)
+            rc = err_set(&e, HARK_ERR_TOO_LARGE,
+                         "audio of %.2f s is longer than the worker's maximum (%.2f s)",
+                         (double)it->n / c->sample_rate, w->max_seconds);
+        for (size_t k = 0; !rc && k < it->n; k++)
+            if (!isfinite(it->pcm[k]))
+                rc = err_set(&e, HARK_ERR_INVALID_ARG, "sample %zu of the audio is %s", k,
+                             isnan(it->pcm[k]) ? "NaN" : "infinite");
+        if (!rc) {
+            /* one batch key: every item shares method and beam */
+            ro.method = o ? (icefall_method_t)o->method : (icefall_method_t)c->method;
+            ro.beam_size = o ? o->beam_size : c->beam_size;
+            if (!it->dump_dir) {
+                run[nb] = it;
+                pcm[nb] = it->pcm;
+                lens[nb++] = it->n;
+                continue;
+            }
+            /* the dump: this item alone, with its stages */
+            dump_ctx_t dctx = {.dir = it->dump_dir};
+            icefall_run_opts_t one = ro;
+            one.stage = dump_stage;
+            one.stage_user = &dctx;
+            icefall_result_t r1;
+            rc = mkdir_p(it->dump_dir, &e);
+            if (!rc)
+                rc = icefall_run(w->w, &it->pcm, &it->n, 1, &one, &r1, &e);
+            if (!rc && dctx.failed) {
+                icefall_result_free(&r1);
+                rc = err_set(&e, HARK_ERR_IO, "could not write every stage under %s", it->dump_dir);
+            }
+            if (!rc) {
+                emit_result(w, it, &r1, &worst, &n_failed);
+                icefall_result_free(&r1);
+                continue;
+            }
+        }
+        emit_error(it, rc, &e);
+        worst = worst ? worst : rc;
+        n_failed++;
+    }
+    uint64_t t1 = clock_now_ns();
+    tm.input_ns = 0;
+    if (nb > 0) {
+        hark_err_t e = {0};
+        int rc = icefall_run(w->w, pcm, lens, nb, &ro, res, &e);
+        uint64_t t2 = clock_now_ns();
+        tm.infer_ns = t2 - t0;
+        for (int i = 0; i < nb; i++) {
+            if (rc) {
+                emit_error(run[i], rc, &e);
+                worst = worst ? worst : rc;
+                n_failed++;
+            } else {
+                emit_result(w, run[i], &res[i], &worst, &n_failed);
+            }
+            icefall_result_free(&res[i]);
+        }
+        tm.output_ns = clock_now_ns() - t2;
+    } else {
+        tm.infer_ns = t1 - t0;
+    }
+    hark_free(run);
+    hark_free(pcm);
+    hark_free(lens);
+    hark_free(res);
+    if (times)
+        *times = tm;
+    if (n_failed == n && n > 0)
+        return err_set(err, worst, "every item failed (the items carry the messages)");
+    return HARK_OK;
+}
+
+const family_t icefall_transducer_family = {
+    .name = "icefall_transducer",
+    .task = FAMILY_TASK_ASR,
+    .streaming = 0,
+    .opts_size = sizeof(icefall_family_opts_t),
+    .load = if_load,
+    .unload = if_unload,
+    .info = if_info,
+    .parse_opts = if_parse_opts,
+    .batch_key = if_batch_key,
+    .worker_create = if_worker_create,
+    .worker_destroy = if_worker_destroy,
+    .stream_open = NULL,
+    .stream_close = NULL,
+    .execute = if_execute,
+    .bench = NULL,
+    .inspect = icefall_inspect_main,
+    .bench_synthetic = NULL,
+    .io = NULL,
+};

@@ -1,0 +1,98 @@
+/* icefall_inspect.c — `hark inspect` for the icefall_transducer family: the architecture of a
+ * converted model (model.json as hark reads it), its tensor and parameter counts per part and
+ * its file size. Tests: tests/model/icefall/test_icefall_family.c (icefall_cli_inspect) */
+#include "model/icefall/icefall.h"
+
+#include "model/safetensors.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int icefall_inspect_main(int argc, char **argv);
+
+int icefall_inspect_main(int argc, char **argv)
+{
+    if (argc != 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        FILE *o = argc == 2 ? stdout : stderr;
+        fprintf(o, "usage: hark inspect MODEL_DIR\n\n"
+                   "Prints a converted icefall transducer's architecture, tensor and parameter "
+                   "counts and file size.\nMODEL_DIR is a model-repository entry (with "
+                   "1/model.json) or its version directory.\n");
+        return argc == 2 ? 0 : 2;
+    }
+    /* an entry DIR (DIR/1/...) or a version directory DIR/<v> */
+    char entry[4096], st_path[4200];
+    int version = 1;
+    struct stat sb;
+    snprintf(entry, sizeof entry, "%s", argv[1]);
+    snprintf(st_path, sizeof st_path, "%s/1/model.json", entry);
+    if (stat(st_path, &sb) != 0) {
+        char *slash = strrchr(entry, '/');
+        version = atoi(slash ? slash + 1 : entry);
+        if (slash)
+            *slash = 0;
+        else
+            snprintf(entry, sizeof entry, ".");
+        if (version < 1)
+            version = 1;
+    }
+    hark_err_t err = {0};
+    icefall_model_t *m = NULL;
+    if (icefall_load(entry, version, &m, &err)) {
+        fprintf(stderr, "hark inspect: %s\n", err.msg);
+        return 1;
+    }
+    const icefall_config_t *c = icefall_config(m);
+    snprintf(st_path, sizeof st_path, "%s/%d/model.safetensors", entry, version);
+    safetensors_t *st = NULL;
+    if (st_open(st_path, &st, &err)) {
+        fprintf(stderr, "hark inspect: %s\n", err.msg);
+        icefall_destroy(m);
+        return 1;
+    }
+    const char *ver = st_metadata(st, "converter_version");
+    const char *src = st_metadata(st, "source");
+    printf("model                %s (version %d)\n", entry, version);
+    printf("family               icefall_transducer (converter version %s, from %s)\n",
+           ver ? ver : "?", src ? src : "?");
+    printf("recipe               pruned_transducer_stateless3 (Conformer)\n");
+    printf("encoder              %d layers, encoder_dim %d, %d heads, dim_feedforward %d, "
+           "cnn_module_kernel %d%s\n",
+           c->n_layers, c->d, c->nhead, c->ff, c->kernel, c->causal ? " (causal)" : "");
+    printf("subsampling          Conv2dSubsampling x%d, %d fbank bins\n", c->subsampling_factor,
+           c->feature_dim);
+    printf("decoder              stateless, decoder_dim %d, context_size %d, vocab %d, blank %d\n",
+           c->decoder_dim, c->context_size, c->vocab, c->blank_id);
+    printf("joiner               joiner_dim %d\n", c->joiner_dim);
+    printf("features             kaldi fbank, %d Hz, high_freq %s\n", c->sample_rate,
+           c->fbank == FBANK_ICEFALL ? "-400 (icefall)" : "0 (sherpa triton)");
+    if (c->chunk_size > 0)
+        printf("simulate streaming   chunks of %d encoder frames, %d left chunks\n", c->chunk_size,
+               c->left_chunks);
+    printf("decoding default     %s, beam_size %d\n",
+           icefall_method_name((icefall_method_t)c->method), c->beam_size);
+    unsigned long long n_enc = 0, n_dec = 0, n_join = 0, n_other = 0;
+    size_t n = st_count(st);
+    for (size_t i = 0; i < n; i++) {
+        const st_tensor_t *t = st_at(st, i);
+        unsigned long long k = (unsigned long long)t->count;
+        if (!strncmp(t->name, "encoder.", 8))
+            n_enc += k;
+        else if (!strncmp(t->name, "decoder.", 8))
+            n_dec += k;
+        else if (!strncmp(t->name, "joiner.", 7))
+            n_join += k;
+        else
+            n_other += k;
+    }
+    printf("tensors              %zu\n", n);
+    printf("parameters           %llu (encoder %llu, decoder %llu, joiner %llu%s)\n",
+           n_enc + n_dec + n_join + n_other, n_enc, n_dec, n_join, n_other ? ", other" : "");
+    if (stat(st_path, &sb) == 0)
+        printf("file size            %.1f MiB\n", (double)sb.st_size / 1048576.0);
+    st_close(st);
+    icefall_destroy(m);
+    return 0;
+}

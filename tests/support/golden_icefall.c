@@ -1,0 +1,68 @@
+/* golden_icefall.c — converts icefall's T1 golden checkpoint once and caches it for the tests
+ * (tests/model/icefall/). */
+#include "support/golden_icefall.h"
+#include "support/golden_model.h"
+
+#include "test.h"
+
+#include "hark.h"
+
+#include <cjson/cJSON.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const golden_icefall_utts[4] = {"jfk",
+                                            "librivox-sense_and_sensibility_01_austen_64kb-0890",
+                                            "lj-LJ001-0013", GOLDEN_ICEFALL_DEBUG_UTT};
+
+const char *golden_icefall_model_dir(char *why, size_t nwhy)
+{
+    static char dir[512];
+    const char *pre = getenv("HARK_GOLDEN_ICEFALL");
+    if (pre && *pre) {
+        snprintf(dir, sizeof dir, "%s", pre);
+        return dir;
+    }
+    const char *gdir = test_shared(GOLDEN_ICEFALL);
+    if (!gdir) {
+        snprintf(why, nwhy, "../shared/data/" GOLDEN_ICEFALL " is absent");
+        return NULL;
+    }
+    char args[3000], ckpt[1024];
+    snprintf(ckpt, sizeof ckpt, "%s/pretrained.pt", gdir);
+    snprintf(args, sizeof args,
+             "--recipe pruned_transducer_stateless3 --checkpoint '%s' --tokens '%s/tokens.txt'",
+             ckpt, gdir);
+    return golden_convert_cached("icefall_t1", "convert_icefall.py", ckpt, args, dir, sizeof dir,
+                                 why, nwhy);
+}
+
+int golden_icefall_npy(npy_array_t *a, const char *sub, const char *file)
+{
+    char rel[640];
+    snprintf(rel, sizeof rel, GOLDEN_ICEFALL "/goldens/%s/%s", sub, file);
+    const char *p = test_shared(rel);
+    return p ? npy_load_f32(p, a) : HARK_ERR_IO;
+}
+
+cJSON *golden_icefall_results(void)
+{
+    const char *p = test_shared(GOLDEN_ICEFALL "/results.json");
+    FILE *f = p ? fopen(p, "rb") : NULL;
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
+    fclose(f);
+    if (!buf)
+        return NULL;
+    buf[got] = 0;
+    cJSON *j = cJSON_Parse(buf);
+    free(buf);
+    return j;
+}
