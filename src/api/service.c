@@ -606,12 +606,12 @@ void service_infer(server_t *s, const service_infer_t *in)
             goto fail;
         }
     if (wav) {
-        /* the generic contract takes FP32; a family contract FP32 or FP16 (converted here) */
-        int fp16 = io && wav->dtype == KSERVE_FP16;
+        /* FP32, or FP16 (sherpa's Triton configs declare WAV TYPE_FP16; converted here) */
+        int fp16 = wav->dtype == KSERVE_FP16;
         if ((wav->dtype != KSERVE_FP32 && !fp16) || (maxb > 0 ? wav->ndim != 2 : wav->ndim != 1)) {
             rc = err_set(&err, HARK_ERR_INVALID_ARG,
                          "input '%s' must be %s with shape %s, got %s with %d dimensions", wav_name,
-                         io ? "FP32 or FP16" : "FP32", maxb > 0 ? "[batch, samples]" : "[samples]",
+                         "FP32 or FP16", maxb > 0 ? "[batch, samples]" : "[samples]",
                          kserve_dtype_name(wav->dtype), wav->ndim);
             goto fail;
         }

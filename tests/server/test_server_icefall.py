@@ -96,6 +96,15 @@ try:
     check(st == 200 and got == BEAM, f"config.pbtxt decoding_method modified_beam_search ({got})")
     st, js, blob = infer("transducer_mbs", ins, "TRANSCRIPTS", {"decoding_method": "greedy_search"})
     check(st == 200 and texts_of(blob) == GREEDY, "the request's method over the config's")
+    # sherpa's Triton client sends WAV as FP16 (its configs declare TYPE_FP16): the same texts as
+    # the FP16-rounded audio gives through FP32
+    b16 = batch.astype("<f2")
+    st, js, blob = infer("transducer", [("WAV", "FP16", b16), ("WAV_LENS", "INT32", lens)],
+                         "TRANSCRIPTS")
+    st2, js2, blob2 = infer("transducer", [("WAV", "FP32", b16.astype("<f4")),
+                                           ("WAV_LENS", "INT32", lens)], "TRANSCRIPTS")
+    check(st == 200 and st2 == 200 and texts_of(blob) == texts_of(blob2),
+          "WAV as FP16 = the same samples as FP32 (%s)" % ("ok" if st == 200 else js))
 
     wav = os.path.join(golden, "wavs", UTTS[2] + ".wav")
     with open(wav, "rb") as fh:
