@@ -10,5 +10,6 @@ int cli_inspect(int argc, char **argv);
 int cli_perf(int argc, char **argv);
 int cli_speak(int argc, char **argv);
 int cli_vocode(int argc, char **argv);
+int cli_vad(int argc, char **argv);
 
 #endif
