@@ -98,4 +98,21 @@ int silero_segments(const float *probs, size_t n_probs, size_t n_samples, int sa
                     int window, const silero_seg_opts_t *o, silero_segment_t **segs, size_t *n_segs,
                     hark_err_t *err);
 
+/* The same rules incrementally, for audio of any length: push the probabilities as the windows
+ * come, pop the segments that are final (a segment is final once the next one has started, or
+ * once the audio is 2 · speech_pad past its end without one), finish with the audio's length
+ * to get the rest. The segments equal silero_segments' over the whole audio. The stream owns
+ * its state; one thread at a time. */
+typedef struct silero_seg_stream silero_seg_stream_t;
+/* HARK_ERR_INVALID_ARG (bad options), HARK_ERR_NOMEM. */
+int silero_seg_stream_create(const silero_seg_opts_t *o, int sample_rate, int window,
+                             silero_seg_stream_t **out, hark_err_t *err);
+void silero_seg_stream_destroy(silero_seg_stream_t *s); /* accepts NULL */
+/* The next n windows' probabilities. HARK_ERR_INVALID_ARG after finish, HARK_ERR_NOMEM. */
+int silero_seg_stream_push(silero_seg_stream_t *s, const float *probs, size_t n, hark_err_t *err);
+/* The audio ended after n_samples samples (the windows pushed: ceil(n_samples / window)). */
+int silero_seg_stream_finish(silero_seg_stream_t *s, size_t n_samples, hark_err_t *err);
+/* Moves up to max final segments, in order, into out; returns how many. */
+size_t silero_seg_stream_pop(silero_seg_stream_t *s, silero_segment_t *out, size_t max);
+
 #endif

@@ -477,3 +477,92 @@ TEST(convert_silero_vad_refuses)
     snprintf(cmd, sizeof cmd, "%s/out", tmp);
     CHECK(access(cmd, F_OK) != 0);
 }
+
+/* The incremental segmenter in random chunks gives the batch segments, and hands each one out
+ * soon after its end (bounded memory for long audio). */
+static void check_stream(test_ctx_t *t, int rate, double max_speech_s)
+{
+    char why[600];
+    silero_vad_t *m;
+    run_t r;
+    int rc = run_rate(rate, 0, &m, &r, why, sizeof why);
+    if (rc != 0) {
+        silero_vad_destroy(m);
+        run_free(&r);
+        if (rc == 1)
+            SKIP(why);
+        CHECKF(0, "%s", why);
+    }
+    silero_seg_opts_t o;
+    silero_seg_default_opts(&o);
+    o.max_speech_duration_s = max_speech_s;
+    const silero_rate_t *sr = silero_vad_rate(m, rate);
+    unsigned seed = 1234u + (unsigned)rate;
+    int bad = 0, total = 0;
+    char msg[600] = "";
+    for (int i = 0; i < r.n_files && !bad; i++) {
+        silero_segment_t *want, got[256];
+        size_t n_want, n_got = 0;
+        hark_err_t err = {0};
+        CHECK_OK(silero_segments(r.probs[i], r.n_win[i], r.n[i], rate, sr->window, &o, &want,
+                                 &n_want, &err));
+        silero_seg_stream_t *s;
+        CHECK_OK(silero_seg_stream_create(&o, rate, sr->window, &s, &err));
+        double pad = (double)rate * o.speech_pad_ms / 1000.0;
+        for (size_t k = 0; k < r.n_win[i] && !bad;) {
+            size_t c = 1 + test_rand(&seed) % 17;
+            c = c < r.n_win[i] - k ? c : r.n_win[i] - k;
+            CHECK_OK(silero_seg_stream_push(s, r.probs[i] + k, c, &err));
+            k += c;
+            n_got += silero_seg_stream_pop(s, got + n_got, 256 - n_got);
+            /* with max_speech_duration_s set, a segment is out once the audio is this far past
+             * its end: whatever follows is found or dropped within max_speech (+ min_silence),
+             * and a dropped candidate leaves a gap of min_silence. (Without it a candidate can
+             * hover between the thresholds for any time, and silero-vad's padding waits.) */
+            double lag = max_speech_s > 0
+                             ? max_speech_s * rate + 3 * pad +
+                                   rate * o.min_silence_duration_ms / 1000.0 + 3.0 * sr->window
+                             : INFINITY;
+            for (size_t q = n_got; q < n_want && !bad; q++)
+                if ((double)want[q].end + lag < (double)k * sr->window) {
+                    snprintf(msg, sizeof msg, "%s: segment %zu [%lld, %lld] still held at %zu",
+                             r.name[i], q, want[q].start, want[q].end, k * sr->window);
+                    bad = 1;
+                }
+        }
+        CHECK_OK(silero_seg_stream_finish(s, r.n[i], &err));
+        n_got += silero_seg_stream_pop(s, got + n_got, 256 - n_got);
+        silero_seg_stream_destroy(s);
+        if (!bad && n_got != n_want) {
+            snprintf(msg, sizeof msg, "%s: %zu segments streamed, %zu in one go", r.name[i], n_got,
+                     n_want);
+            bad = 1;
+        }
+        for (size_t q = 0; !bad && q < n_want; q++)
+            if (got[q].start != want[q].start || got[q].end != want[q].end) {
+                snprintf(msg, sizeof msg, "%s: segment %zu [%lld, %lld] streamed, [%lld, %lld]",
+                         r.name[i], q, got[q].start, got[q].end, want[q].start, want[q].end);
+                bad = 1;
+            }
+        total += (int)n_want;
+        free(want);
+    }
+    printf("  %d Hz, max speech %g s: %d segments streamed in random chunks\n", rate, max_speech_s,
+           total);
+    silero_vad_destroy(m);
+    run_free(&r);
+    CHECKF(!bad, "%s", msg);
+}
+
+TEST(silero_segments_stream_16k)
+{
+    check_stream(t, 16000, 0);
+}
+TEST(silero_segments_stream_16k_split)
+{
+    check_stream(t, 16000, 1.5);
+}
+TEST(silero_segments_stream_8k_split)
+{
+    check_stream(t, 8000, 2.0);
+}
