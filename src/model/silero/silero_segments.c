@@ -290,6 +290,20 @@ int silero_seg_stream_finish(silero_seg_stream_t *s, size_t n_samples, hark_err_
     return HARK_OK;
 }
 
+long long silero_seg_stream_keep_from(const silero_seg_stream_t *s)
+{
+    double lo;
+    if (s->head < s->n_ready)
+        lo = (double)s->ready[s->head].start;
+    else if (s->have_pending)
+        lo = (double)s->pending.start;
+    else if (s->have_cur) /* its padded start is start - pad, or less padding */
+        lo = s->cur_paired ? (double)s->cur_padded_start : (double)s->cur_start - s->pad;
+    else /* a segment yet to start starts at a window still to come */
+        lo = (double)s->window * (double)s->i - s->pad;
+    return lo > 0 ? (long long)lo : 0;
+}
+
 size_t silero_seg_stream_pop(silero_seg_stream_t *s, silero_segment_t *out, size_t max)
 {
     size_t k = 0;

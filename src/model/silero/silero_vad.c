@@ -479,3 +479,109 @@ done:
     free(scratch);
     return rc;
 }
+
+/* ---- one stream --------------------------------------------------------------------------------
+ */
+
+struct silero_vad_stream {
+    const silero_rate_t *r;
+    silero_seg_stream_t *seg;
+    float *state;   /* (silero_vad_state_floats) */
+    float *scratch; /* (silero_vad_scratch_floats, batch 1) */
+    float *win;     /* (window) the window being filled */
+    size_t fill;    /* samples in win */
+    size_t n;       /* samples fed */
+    int finished;
+};
+
+int silero_vad_stream_create(const silero_vad_t *m, int sample_rate, const silero_seg_opts_t *o,
+                             silero_vad_stream_t **out, hark_err_t *err)
+{
+    *out = NULL;
+    const silero_rate_t *r = silero_vad_rate(m, sample_rate);
+    if (!r)
+        return err_set(err, HARK_ERR_UNSUPPORTED, "the VAD model has no %d Hz network",
+                       sample_rate);
+    silero_vad_stream_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    s->r = r;
+    int rc = silero_seg_stream_create(o, sample_rate, r->window, &s->seg, err);
+    if (rc == HARK_OK) {
+        s->state = calloc(silero_vad_state_floats(r), sizeof(float));
+        s->scratch = malloc(silero_vad_scratch_floats(r, 1) * sizeof(float));
+        s->win = malloc((size_t)r->window * sizeof(float));
+        if (!s->state || !s->scratch || !s->win)
+            rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+    }
+    if (rc != HARK_OK) {
+        silero_vad_stream_destroy(s);
+        return rc;
+    }
+    *out = s;
+    return HARK_OK;
+}
+
+void silero_vad_stream_destroy(silero_vad_stream_t *s)
+{
+    if (!s)
+        return;
+    silero_seg_stream_destroy(s->seg);
+    free(s->state);
+    free(s->scratch);
+    free(s->win);
+    free(s);
+}
+
+static int run_window(silero_vad_stream_t *s, hark_err_t *err)
+{
+    float p;
+    silero_vad_step(s->r, &p, s->state, s->win, (size_t)s->r->window, 1, s->scratch);
+    s->fill = 0;
+    return silero_seg_stream_push(s->seg, &p, 1, err);
+}
+
+int silero_vad_stream_feed(silero_vad_stream_t *s, const float *pcm, size_t n, hark_err_t *err)
+{
+    if (s->finished)
+        return err_set(err, HARK_ERR_INVALID_ARG, "VAD stream: fed after it ended");
+    const size_t W = (size_t)s->r->window;
+    while (n > 0) {
+        size_t k = W - s->fill < n ? W - s->fill : n;
+        memcpy(s->win + s->fill, pcm, k * sizeof *pcm);
+        s->fill += k;
+        s->n += k;
+        pcm += k;
+        n -= k;
+        if (s->fill == W)
+            TRY(run_window(s, err));
+    }
+    return HARK_OK;
+}
+
+int silero_vad_stream_finish(silero_vad_stream_t *s, hark_err_t *err)
+{
+    if (s->finished)
+        return HARK_OK;
+    if (s->fill > 0) {
+        memset(s->win + s->fill, 0, ((size_t)s->r->window - s->fill) * sizeof(float));
+        TRY(run_window(s, err));
+    }
+    s->finished = 1;
+    return silero_seg_stream_finish(s->seg, s->n, err);
+}
+
+size_t silero_vad_stream_pop(silero_vad_stream_t *s, silero_segment_t *out, size_t max)
+{
+    return silero_seg_stream_pop(s->seg, out, max);
+}
+
+long long silero_vad_stream_keep_from(const silero_vad_stream_t *s)
+{
+    return silero_seg_stream_keep_from(s->seg);
+}
+
+size_t silero_vad_stream_samples(const silero_vad_stream_t *s)
+{
+    return s->n;
+}

@@ -114,5 +114,27 @@ int silero_seg_stream_push(silero_seg_stream_t *s, const float *probs, size_t n,
 int silero_seg_stream_finish(silero_seg_stream_t *s, size_t n_samples, hark_err_t *err);
 /* Moves up to max final segments, in order, into out; returns how many. */
 size_t silero_seg_stream_pop(silero_seg_stream_t *s, silero_segment_t *out, size_t max);
+/* The first sample any segment not yet popped may cover: audio before it can be dropped. */
+long long silero_seg_stream_keep_from(const silero_seg_stream_t *s);
+
+/* ---- one stream of audio: the network and the segmenter together (silero_vad.c) ---------- */
+typedef struct silero_vad_stream silero_vad_stream_t;
+/* A stream of audio at sample_rate (the model must have that network) segmented with o.
+ * HARK_ERR_UNSUPPORTED (rate), HARK_ERR_INVALID_ARG (options), HARK_ERR_NOMEM. The model must
+ * outlive the stream. */
+int silero_vad_stream_create(const silero_vad_t *m, int sample_rate, const silero_seg_opts_t *o,
+                             silero_vad_stream_t **out, hark_err_t *err);
+void silero_vad_stream_destroy(silero_vad_stream_t *s); /* accepts NULL */
+/* The next n samples (any n): every window they complete is run. HARK_ERR_NOMEM,
+ * HARK_ERR_INVALID_ARG after finish. */
+int silero_vad_stream_feed(silero_vad_stream_t *s, const float *pcm, size_t n, hark_err_t *err);
+/* The audio ended: the last partial window is zero-padded and run, the segments completed. */
+int silero_vad_stream_finish(silero_vad_stream_t *s, hark_err_t *err);
+/* Final segments (samples from the stream's start), as silero_seg_stream_pop. */
+size_t silero_vad_stream_pop(silero_vad_stream_t *s, silero_segment_t *out, size_t max);
+/* As silero_seg_stream_keep_from. */
+long long silero_vad_stream_keep_from(const silero_vad_stream_t *s);
+/* Samples fed so far. */
+size_t silero_vad_stream_samples(const silero_vad_stream_t *s);
 
 #endif

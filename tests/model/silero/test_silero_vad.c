@@ -566,3 +566,83 @@ TEST(silero_segments_stream_8k_split)
 {
     check_stream(t, 8000, 2.0);
 }
+
+/* silero_vad_stream fed in random chunks: the segments of the batch path (batch 1, so the same
+ * arithmetic), and keep_from never passes the start of a segment still to come. */
+TEST(silero_vad_stream_matches_batch)
+{
+    char why[600];
+    silero_vad_t *m;
+    run_t r;
+    int rc = run_rate(16000, 1, &m, &r, why, sizeof why);
+    if (rc != 0) {
+        silero_vad_destroy(m);
+        run_free(&r);
+        if (rc == 1)
+            SKIP(why);
+        CHECKF(0, "%s", why);
+    }
+    silero_seg_opts_t o;
+    silero_seg_default_opts(&o);
+    o.max_speech_duration_s = 2.0;
+    unsigned seed = 99;
+    int bad = 0, total = 0;
+    char msg[600] = "";
+    for (int i = 0; i < r.n_files && !bad; i++) {
+        silero_segment_t *want, got[256];
+        size_t n_want, n_got = 0;
+        long long keep[256];
+        hark_err_t err = {0};
+        CHECK_OK(
+            silero_segments(r.probs[i], r.n_win[i], r.n[i], 16000, 512, &o, &want, &n_want, &err));
+        silero_vad_stream_t *s;
+        CHECK_OK(silero_vad_stream_create(m, 16000, &o, &s, &err));
+        long long keep_now = 0;
+        for (size_t k = 0; k < r.n[i];) {
+            size_t c = 1 + test_rand(&seed) % 3000;
+            c = c < r.n[i] - k ? c : r.n[i] - k;
+            CHECK_OK(silero_vad_stream_feed(s, r.pcm[i] + k, c, &err));
+            k += c;
+            size_t before = n_got;
+            n_got += silero_vad_stream_pop(s, got + n_got, 256 - n_got);
+            for (size_t q = before; q < n_got; q++)
+                keep[q] = keep_now; /* what the caller kept when this segment came out */
+            long long kf = silero_vad_stream_keep_from(s);
+            if (kf < keep_now) {
+                snprintf(msg, sizeof msg, "%s: keep_from went back from %lld to %lld", r.name[i],
+                         keep_now, kf);
+                bad = 1;
+            }
+            keep_now = kf;
+        }
+        CHECK_EQ_INT(silero_vad_stream_samples(s), r.n[i]);
+        CHECK_OK(silero_vad_stream_finish(s, &err));
+        size_t before = n_got;
+        n_got += silero_vad_stream_pop(s, got + n_got, 256 - n_got);
+        for (size_t q = before; q < n_got; q++)
+            keep[q] = keep_now;
+        silero_vad_stream_destroy(s);
+        if (!bad && n_got != n_want) {
+            snprintf(msg, sizeof msg, "%s: %zu segments streamed, %zu in one go", r.name[i], n_got,
+                     n_want);
+            bad = 1;
+        }
+        for (size_t q = 0; !bad && q < n_want; q++) {
+            if (got[q].start != want[q].start || got[q].end != want[q].end) {
+                snprintf(msg, sizeof msg, "%s: segment %zu [%lld, %lld] streamed, [%lld, %lld]",
+                         r.name[i], q, got[q].start, got[q].end, want[q].start, want[q].end);
+                bad = 1;
+            } else if (keep[q] > got[q].start) {
+                snprintf(msg, sizeof msg, "%s: segment %zu starts at %lld, audio kept from %lld",
+                         r.name[i], q, got[q].start, keep[q]);
+                bad = 1;
+            }
+        }
+        total += (int)n_want;
+        free(want);
+    }
+    printf("  %d segments from the audio fed in random chunks\n", total);
+    silero_vad_destroy(m);
+    run_free(&r);
+    CHECKF(!bad, "%s", msg);
+}
