@@ -40,6 +40,7 @@ static void transcribe_usage(FILE *f)
         "    [--beam-size 10] [--ctc-weight W] [--reverse-weight W] [--nbest N] [--threads N]",
         "    [--chunk-size N [--left-chunks N]]",
         "    [--format text|json|srt|vtt] [--dump-dir D] FILE...",
+        "    [--vad DIR [--vad-threshold T] [--vad-max-speech-s S] [--batch-size B]]",
         "  or: hark transcribe --model DIR [decoding options] --wavscp wav.scp [--trans text]",
         "    [--data-dir D] [--output-dir OUT] [--jobs N] [--batch-size B] [--format text|json]",
         "Recognizes each audio file (WAV/FLAC/OGG/MP3, any rate) with a model converted by",
@@ -59,6 +60,12 @@ static void transcribe_usage(FILE *f)
         "to that KServe v2 server (hark serve, Triton) as AUDIO bytes, --jobs connections at a",
         "time for --wavscp (--url grpc://host:port, or -i grpc: over KServe v2 gRPC, port 8001),",
         "time for --wavscp, with the decoding options as request parameters; --format text|json.",
+        "--vad DIR segments long audio with a Silero VAD model (tools/convert_silero_vad.py):",
+        "files of any length are read in blocks, cut by silero-vad's get_speech_timestamps",
+        "rules (--vad-threshold 0.5, --vad-min-silence-ms 100, --vad-speech-pad-ms 30,",
+        "--vad-max-speech-s 20: longer speech is split), the segments recognised --batch-size",
+        "(8) at a time; json gives per file text, duration_s and segments with start/end in",
+        "seconds, text and words; srt/vtt cues carry the times in the file.",
         "Exit status: 0 all decoded (and scored), 1 something failed, 2 bad usage or lists.",
     };
     for (size_t i = 0; i < sizeof text / sizeof text[0]; i++)
@@ -130,8 +137,9 @@ static int write_subtitles(const hark_asr_result_t *r, subtitle_format_t fmt, ha
 
 typedef struct {
     const char *model, *device, *precision, *format, *method, *dump, *url, *iface;
-    const char *wavscp, *trans, *data_dir, *out_dir;
+    const char *wavscp, *trans, *data_dir, *out_dir, *vad;
     double beam, ctc_w, rev_w, nbest, threads, jobs, batch, chunk, left;
+    double vad_thr, vad_max_s, vad_min_sil, vad_pad;
 } transcribe_args_t;
 
 /* ---- FILE... mode --------------------------------------------------------------------------- */
@@ -785,7 +793,11 @@ int cli_transcribe(int argc, char **argv)
                            .ctc_w = -1,
                            .rev_w = -1,
                            .nbest = -1,
-                           .left = -2};
+                           .left = -2,
+                           .vad_thr = -1,
+                           .vad_max_s = -1,
+                           .vad_min_sil = -1,
+                           .vad_pad = -1};
     const char **files = hark_calloc((size_t)argc, sizeof *files);
     int nfiles = 0, status = 0;
     if (!files)
@@ -823,6 +835,16 @@ int cli_transcribe(int argc, char **argv)
             str = &A.data_dir;
         else if (!strcmp(a, "--output-dir"))
             str = &A.out_dir;
+        else if (!strcmp(a, "--vad"))
+            str = &A.vad;
+        else if (!strcmp(a, "--vad-threshold"))
+            num = &A.vad_thr;
+        else if (!strcmp(a, "--vad-max-speech-s"))
+            num = &A.vad_max_s;
+        else if (!strcmp(a, "--vad-min-silence-ms"))
+            num = &A.vad_min_sil;
+        else if (!strcmp(a, "--vad-speech-pad-ms"))
+            num = &A.vad_pad;
         else if (!strcmp(a, "--beam-size"))
             num = &A.beam;
         else if (!strcmp(a, "--ctc-weight"))
@@ -876,8 +898,17 @@ int cli_transcribe(int argc, char **argv)
         bad = "takes FILE... or --wavscp, not both";
     else if (A.wavscp && (subtitles || A.dump))
         bad = "--wavscp takes --format text or json, and no --dump-dir";
-    else if (!A.wavscp && (A.trans || A.data_dir || A.out_dir || A.jobs > 0 || A.batch > 0))
-        bad = "--trans, --data-dir, --output-dir, --jobs and --batch-size go with --wavscp";
+    else if (A.vad && (A.wavscp || A.url || A.dump))
+        bad = "--vad takes FILE... (no --wavscp, --url or --dump-dir)";
+    else if (!A.vad && (A.vad_thr >= 0 || A.vad_max_s >= 0 || A.vad_min_sil >= 0 || A.vad_pad >= 0))
+        bad = "--vad-* options go with --vad";
+    else if (A.vad && A.vad_thr > 1)
+        bad = "--vad-threshold must be in [0, 1]";
+    else if (A.vad && A.vad_max_s >= 0 && A.vad_max_s < 0.5)
+        bad = "--vad-max-speech-s must be at least 0.5";
+    else if (!A.wavscp && (A.trans || A.data_dir || A.out_dir || A.jobs > 0 || (A.batch > 0 && !A.vad)))
+        bad = "--trans, --data-dir, --output-dir, --jobs and --batch-size go with --wavscp "
+              "(--batch-size with --vad too)";
     else if (subtitles && nfiles != 1)
         bad = "--format srt|vtt takes one FILE";
     else if (A.url && (subtitles || A.dump || A.nbest >= 0 || A.batch > 0))
@@ -949,10 +980,23 @@ int cli_transcribe(int argc, char **argv)
         goto done;
     }
     hark_asr_result_destroy(none);
-    if (A.wavscp)
+    if (A.wavscp) {
         status = transcribe_list(model, &o, &A);
-    else
+    } else if (A.vad) {
+        silero_seg_opts_t so;
+        silero_seg_default_opts(&so);
+        so.max_speech_duration_s = A.vad_max_s >= 0 ? A.vad_max_s : 20.0;
+        if (A.vad_thr >= 0)
+            so.threshold = A.vad_thr;
+        if (A.vad_min_sil >= 0)
+            so.min_silence_duration_ms = (int)A.vad_min_sil;
+        if (A.vad_pad >= 0)
+            so.speech_pad_ms = (int)A.vad_pad;
+        status = transcribe_vad_files(model, &o, A.vad, &so, A.batch > 0 ? (int)A.batch : 8,
+                                      A.format, files, nfiles);
+    } else {
         status = transcribe_files(model, o, &A, files, nfiles);
+    }
 done:
     hark_model_destroy(model);
     hark_free(files);
