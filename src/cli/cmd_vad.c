@@ -1,7 +1,9 @@
 /* cmd_vad.c — `hark vad`: speech segments of audio files with a Silero VAD model
- * (tools/convert_silero_vad.py), the files of a group stepped together as one batch; text (one
- * "FILE START END" line per segment, seconds) or JSON (per file: file, sample_rate, duration_s,
- * segments [{start, end}] in seconds, probs: every window's probability).
+ * (tools/convert_silero_vad.py), the files of a group read block by block and stepped together
+ * window by window as one batch (memory: a window and a state per file, whatever the length),
+ * segmented as they go (silero_seg_stream); text (one "FILE START END" line per segment,
+ * seconds) or JSON (per file: file, sample_rate, duration_s, segments [{start, end}] in seconds,
+ * probs: every window's probability).
  * Tests: tests/cli/test_cli_vad.c */
 #include "audio/audio.h"
 #include "cli/cli.h"
@@ -49,45 +51,135 @@ static int parse_num(const char *opt, const char *s, double lo, double hi, doubl
 
 typedef struct {
     const char *path;
-    audio_t a;        /* the decoded file */
-    float *resampled; /* hark_free; when the model runs it at another rate */
-    const float *pcm; /* a.samples or resampled */
-    size_t n;
+    audio_reader_t *rd;
     int rate;
+    size_t n; /* samples read */
     float *probs;
-    size_t n_win;
+    size_t n_win, cap_win;
+    silero_seg_stream_t *seg;
     int failed;
 } vad_file_t;
 
-/* decodes f at the rate the model runs it: `want` (> 0), or its own when the model has it */
-static int load_file(const silero_vad_t *m, int want, vad_file_t *f)
+/* opens f at the rate the model runs it: `want` (> 0), or its own when the model has it, else
+ * the model's first */
+static int open_file(const silero_vad_t *m, int want, const silero_seg_opts_t *so, vad_file_t *f)
 {
-    audio_opts_t o = {.target_rate = want, .max_seconds = 1e9};
-    audio_t a = {0};
     hark_err_t err = {0};
-    if (audio_decode_file(f->path, &o, &a, &err) != HARK_OK) {
-        fprintf(stderr, "hark vad: %s\n", err.msg);
-        return -1;
-    }
-    if (!want && !silero_vad_rate(m, a.rate)) {
+    int rc = audio_reader_open(f->path, want, &f->rd, &err);
+    if (!rc && !silero_vad_rate(m, audio_reader_rate(f->rd))) {
         int rates[4];
         silero_vad_rates(m, rates);
-        if (audio_resample(a.samples, a.n, a.rate, rates[0], &f->resampled, &f->n, &err) !=
-            HARK_OK) {
-            fprintf(stderr, "hark vad: %s: %s\n", f->path, err.msg);
-            audio_free(&a);
-            return -1;
-        }
-        audio_free(&a);
-        f->pcm = f->resampled;
-        f->rate = rates[0];
-        return 0;
+        audio_reader_close(f->rd);
+        f->rd = NULL;
+        rc = audio_reader_open(f->path, rates[0], &f->rd, &err);
     }
-    f->a = a;
-    f->pcm = a.samples;
-    f->n = a.n;
-    f->rate = a.rate;
-    return 0;
+    if (!rc) {
+        f->rate = audio_reader_rate(f->rd);
+        rc = silero_seg_stream_create(so, f->rate, silero_vad_rate(m, f->rate)->window, &f->seg,
+                                      &err);
+    }
+    if (rc)
+        fprintf(stderr, "hark vad: %s\n", err.msg);
+    return rc ? -1 : 0;
+}
+
+static void close_file(vad_file_t *f)
+{
+    audio_reader_close(f->rd);
+    silero_seg_stream_destroy(f->seg);
+    free(f->probs);
+    memset(f, 0, sizeof *f);
+}
+
+/* the files g[idx[0..n)] (one rate, r) stepped together window by window, each read as it goes:
+ * memory is a window and a state per file, and the probabilities */
+static void run_lockstep(const silero_rate_t *r, vad_file_t *g, int *idx, int n)
+{
+    const size_t W = (size_t)r->window, sf = silero_vad_state_floats(r);
+    float *state = calloc((size_t)n * sf, sizeof(float));
+    float *x = malloc((size_t)n * W * sizeof(float));
+    float *p = malloc((size_t)n * sizeof(float));
+    float *scratch = malloc(silero_vad_scratch_floats(r, n) * sizeof(float));
+    hark_err_t err = {0};
+    if (!state || !x || !p || !scratch) {
+        fprintf(stderr, "hark vad: out of memory\n");
+        for (int i = 0; i < n; i++)
+            g[idx[i]].failed = 1;
+        n = 0;
+    }
+    while (n > 0) {
+        int keep = 0;
+        for (int b = 0; b < n; b++) { /* the next window of every file, dropping those at the end */
+            vad_file_t *f = &g[idx[b]];
+            size_t got = 0, k;
+            while (got < W) {
+                if (audio_reader_read(f->rd, x + (size_t)keep * W + got, W - got, &k, &err)) {
+                    fprintf(stderr, "hark vad: %s\n", err.msg);
+                    f->failed = 1;
+                    break;
+                }
+                if (!k)
+                    break;
+                got += k;
+            }
+            f->n += got;
+            if (!f->failed && got == 0 && silero_seg_stream_finish(f->seg, f->n, &err)) {
+                fprintf(stderr, "hark vad: %s: %s\n", f->path, err.msg);
+                f->failed = 1;
+            }
+            if (f->failed || got == 0)
+                continue;
+            memset(x + (size_t)keep * W + got, 0, (W - got) * sizeof(float));
+            if (keep != b)
+                memcpy(state + (size_t)keep * sf, state + (size_t)b * sf, sf * sizeof(float));
+            idx[keep++] = idx[b];
+        }
+        n = keep;
+        if (!n)
+            break;
+        silero_vad_step(r, p, state, x, W, n, scratch);
+        for (int b = 0; b < n; b++) {
+            vad_file_t *f = &g[idx[b]];
+            if (f->n_win == f->cap_win) {
+                size_t cap = f->cap_win ? 2 * f->cap_win : 1024;
+                float *q = realloc(f->probs, cap * sizeof *q);
+                if (!q) {
+                    f->failed = 1;
+                    continue;
+                }
+                f->probs = q;
+                f->cap_win = cap;
+            }
+            f->probs[f->n_win++] = p[b];
+            if (silero_seg_stream_push(f->seg, &p[b], 1, &err))
+                f->failed = 1;
+        }
+    }
+    free(state);
+    free(x);
+    free(p);
+    free(scratch);
+}
+
+/* the file's segments so far (all of them once finished): malloc'ed, *ns of them */
+static silero_segment_t *take_segments(vad_file_t *f, size_t *ns)
+{
+    size_t cap = 16;
+    silero_segment_t *s = malloc(cap * sizeof *s);
+    *ns = 0;
+    while (s) {
+        *ns += silero_seg_stream_pop(f->seg, s + *ns, cap - *ns);
+        if (*ns < cap)
+            break;
+        silero_segment_t *t = realloc(s, 2 * cap * sizeof *t);
+        if (!t) {
+            free(s);
+            return NULL;
+        }
+        s = t;
+        cap *= 2;
+    }
+    return s;
 }
 
 static cJSON *file_json(const vad_file_t *f, const silero_segment_t *s, size_t ns)
@@ -198,11 +290,8 @@ int cli_vad(int argc, char **argv)
         printf("[");
     int first = 1;
     vad_file_t *g = calloc((size_t)batch, sizeof *g);
-    const float **pcm = calloc((size_t)batch, sizeof *pcm);
-    size_t *n = calloc((size_t)batch, sizeof *n);
-    float **probs = calloc((size_t)batch, sizeof *probs);
     int *idx = calloc((size_t)batch, sizeof *idx);
-    if (!g || !pcm || !n || !probs || !idx) {
+    if (!g || !idx) {
         fprintf(stderr, "hark vad: out of memory\n");
         failures = nfiles;
         nfiles = 0;
@@ -212,47 +301,27 @@ int cli_vad(int argc, char **argv)
         memset(g, 0, (size_t)gn * sizeof *g);
         for (int i = 0; i < gn; i++) {
             g[i].path = files[g0 + i];
-            g[i].failed = load_file(m, want_rate, &g[i]) != 0;
-            if (!g[i].failed) {
-                g[i].n_win = silero_vad_n_windows(silero_vad_rate(m, g[i].rate), g[i].n);
-                g[i].probs = malloc((g[i].n_win + 1) * sizeof(float));
-                if (!g[i].probs) {
-                    fprintf(stderr, "hark vad: %s: out of memory\n", g[i].path);
-                    g[i].failed = 1;
-                }
-            }
+            g[i].failed = open_file(m, want_rate, &so, &g[i]) != 0;
         }
         /* one batch per sample rate of the group */
         for (int i = 0; i < gn; i++) {
-            if (g[i].failed)
-                continue;
-            int seen = 0;
+            int seen = g[i].failed;
             for (int k = 0; k < i && !seen; k++)
                 seen = !g[k].failed && g[k].rate == g[i].rate;
             if (seen)
                 continue;
             int bn = 0;
             for (int k = i; k < gn; k++)
-                if (!g[k].failed && g[k].rate == g[i].rate) {
-                    pcm[bn] = g[k].pcm;
-                    n[bn] = g[k].n;
-                    probs[bn] = g[k].probs;
+                if (!g[k].failed && g[k].rate == g[i].rate)
                     idx[bn++] = k;
-                }
-            if (silero_vad_probs(m, g[i].rate, pcm, n, bn, 0, probs, &err) != HARK_OK) {
-                fprintf(stderr, "hark vad: %s\n", err.msg);
-                for (int k = 0; k < bn; k++)
-                    g[idx[k]].failed = 1;
-            }
+            run_lockstep(silero_vad_rate(m, g[i].rate), g, idx, bn);
         }
         for (int i = 0; i < gn; i++) {
             vad_file_t *f = &g[i];
-            silero_segment_t *s = NULL;
             size_t ns = 0;
-            if (!f->failed &&
-                silero_segments(f->probs, f->n_win, f->n, f->rate,
-                                silero_vad_rate(m, f->rate)->window, &so, &s, &ns, &err)) {
-                fprintf(stderr, "hark vad: %s: %s\n", f->path, err.msg);
+            silero_segment_t *s = f->failed ? NULL : take_segments(f, &ns);
+            if (!f->failed && !s) {
+                fprintf(stderr, "hark vad: %s: out of memory\n", f->path);
                 f->failed = 1;
             }
             if (f->failed) {
@@ -281,17 +350,12 @@ int cli_vad(int argc, char **argv)
             }
             fflush(stdout);
             free(s);
-            audio_free(&f->a);
-            hark_free(f->resampled);
-            free(f->probs);
+            close_file(f);
         }
     }
     if (json)
         printf("\n]\n");
     free(g);
-    free(pcm);
-    free(n);
-    free(probs);
     free(idx);
     silero_vad_destroy(m);
     free(files);
