@@ -623,6 +623,12 @@ int audio_reader_rate(const audio_reader_t *r)
     return r->rate;
 }
 
+double audio_reader_duration(const audio_reader_t *r)
+{
+    sf_count_t f = r->info.frames;
+    return f > 0 && f != SF_COUNT_MAX ? (double)f / r->info.samplerate : 0.0;
+}
+
 /* the next chunk of the file, mixed down into r->mono (r->mono_n = 0 at the end) */
 static int reader_fill(audio_reader_t *r, hark_err_t *err)
 {

@@ -5,11 +5,13 @@
  * Segments are recognised in batches of --batch-size, and the text is stitched in order with each
  * segment's start and end (text: 'FILE TEXT'; json: per file text, duration_s and segments
  * [{start, end, text, words}] with times in seconds from the file's start; srt/vtt: cues from
- * the words at their times in the file).
+ * the words at their times in the file). Progress on stderr: a bar with the audio done, the
+ * real-time factor and the ETA on a terminal, a line every 30 s otherwise.
  * Tests: tests/cli/test_cli_transcribe_vad.c */
 #include "audio/audio.h"
 #include "cli/cli.h"
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "hark.h"
 #include "model/silero/silero_vad.h"
 #include "text/words.h"
@@ -18,8 +20,57 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define BLOCK_SAMPLES 16000
+#define PROGRESS_TTY_NS 250000000ull   /* a terminal's bar: redrawn at most 4 times a second */
+#define PROGRESS_LOG_NS 30000000000ull /* otherwise a line every 30 s */
+
+/* progress of long work on stderr: a bar on a terminal, else a line now and then */
+typedef struct {
+    const char *path;
+    double total_s; /* 0: unknown */
+    uint64_t t0, last;
+    int tty, drawn;
+} progress_t;
+
+static void fmt_time(char *b, size_t n, double s)
+{
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(b, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(b, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+static void progress_update(progress_t *p, double done_s, int final)
+{
+    uint64_t now = clock_now_ns();
+    if (!final && now - p->last < (p->tty ? PROGRESS_TTY_NS : PROGRESS_LOG_NS))
+        return;
+    if (final && !p->drawn)
+        return; /* short work: nothing was shown, nothing to close */
+    p->last = now;
+    double el = (double)(now - p->t0) / 1e9, rtfx = el > 0 ? done_s / el : 0;
+    char d[32], tot[32], eta[32] = "?";
+    fmt_time(d, sizeof d, done_s);
+    fmt_time(tot, sizeof tot, p->total_s);
+    if (p->total_s > 0 && rtfx > 0)
+        fmt_time(eta, sizeof eta, (p->total_s - done_s > 0 ? p->total_s - done_s : 0) / rtfx);
+    if (p->tty) {
+        char bar[21] = "";
+        int fill = p->total_s > 0 ? (int)(20 * done_s / p->total_s) : 0;
+        for (int i = 0; i < 20; i++)
+            bar[i] = i < fill ? '#' : '-';
+        bar[20] = 0;
+        fprintf(stderr, "\r%s %s / %s [%s] RTFx %.1f ETA %s\033[K%s", p->path, d,
+                p->total_s > 0 ? tot : "?", bar, rtfx, final ? "0:00" : eta, final ? "\n" : "");
+    } else {
+        fprintf(stderr, "hark transcribe: %s: %s of %s audio done, RTFx %.1f, ETA %s\n", p->path, d,
+                p->total_s > 0 ? tot : "?", rtfx, final ? "0:00" : eta);
+    }
+    p->drawn = 1;
+}
 
 typedef struct {
     long long start, end; /* samples at the VAD's rate */
@@ -144,6 +195,11 @@ static int vad_one_file(hark_model_t *model, const hark_asr_opts_t *o, const sil
         fprintf(stderr, "hark transcribe: %s\n", q ? err.msg : "out of memory");
         rc = -1;
     }
+    progress_t pg = {.path = path,
+                     .total_s = rd ? audio_reader_duration(rd) : 0,
+                     .t0 = clock_now_ns(),
+                     .tty = isatty(2)};
+    pg.last = pg.t0;
     while (!rc && !done) {
         if (buf_n + BLOCK_SAMPLES > buf_cap) {
             size_t cap = 2 * (buf_n + BLOCK_SAMPLES);
@@ -184,6 +240,7 @@ static int vad_one_file(hark_model_t *model, const hark_asr_opts_t *o, const sil
                 nq = 0;
             }
         }
+        progress_update(&pg, (double)silero_vad_stream_samples(vs) / rate, 0);
         /* drop what no segment still to come can cover; move the rest down now and then */
         long long keep = silero_vad_stream_keep_from(vs);
         if (keep - buf_start > (long long)(buf_n / 2) && keep > buf_start) {
@@ -195,6 +252,8 @@ static int vad_one_file(hark_model_t *model, const hark_asr_opts_t *o, const sil
     }
     if (!rc)
         rc = flush_segments(model, o, rate, q, nq, fo, path);
+    if (!rc)
+        progress_update(&pg, (double)silero_vad_stream_samples(vs) / rate, 1);
     else
         for (int i = 0; i < nq; i++)
             hark_free(q[i].pcm);
