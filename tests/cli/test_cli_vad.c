@@ -6,6 +6,7 @@
  * statuses. */
 #include "test.h"
 
+#include "model/safetensors.h"
 #include "support/golden_model.h"
 
 #include <cjson/cJSON.h>
@@ -276,4 +277,29 @@ TEST(cli_vad_errors)
              cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(j, 1), "segments")) >= 1;
     cJSON_Delete(j);
     CHECK(ok);
+}
+
+/* `hark inspect` on a Silero VAD: both networks, and the parameter total of the file */
+TEST(cli_vad_inspect)
+{
+    char why[600];
+    const char *m = vad_model(why, sizeof why);
+    if (!m)
+        SKIP(why);
+    char path[700], cmd[1400], *out;
+    snprintf(path, sizeof path, "%s/1/model.safetensors", m);
+    safetensors_t *st = NULL;
+    CHECK_OK(st_open(path, &st, NULL));
+    unsigned long long total = 0;
+    for (size_t i = 0; i < st_count(st); i++)
+        total += st_at(st, i)->count;
+    st_close(st);
+    snprintf(cmd, sizeof cmd, "'%s' inspect '%s'", test_hark_bin(), m);
+    CHECK_EQ_INT(run_cmd(t, cmd, &out), 0);
+    char want[64];
+    snprintf(want, sizeof want, "parameters           %llu\n", total);
+    int ok = out && strstr(out, "16000 Hz: window") && strstr(out, "8000 Hz: window") &&
+             strstr(out, want);
+    free(out);
+    CHECKF(ok, "expected both rates and '%s'", want);
 }

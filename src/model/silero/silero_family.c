@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 struct family_model {
     silero_vad_t *vad;
@@ -223,6 +224,55 @@ static int sv_execute(family_worker_t *w, family_item_t *const *items, int n,
     return HARK_OK;
 }
 
+/* `hark inspect MODEL_DIR`: the networks of each rate and the file's size */
+static int sv_inspect(int argc, char **argv)
+{
+    if (argc != 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        FILE *o = argc == 2 ? stdout : stderr;
+        fprintf(o, "usage: hark inspect MODEL_DIR\n\nPrints a converted Silero VAD's networks "
+                   "(one per sample rate), parameter counts and file size.\n");
+        return argc == 2 ? 0 : 2;
+    }
+    silero_vad_t *m = NULL;
+    hark_err_t err = {0};
+    if (silero_vad_load(argv[1], 1, &m, &err)) {
+        fprintf(stderr, "hark inspect: %s\n", err.msg);
+        return 1;
+    }
+    char path[4200];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/1/model.safetensors", argv[1]);
+    printf("model                %s\n", argv[1]);
+    printf("family               silero_vad (Silero VAD v5/v6, CPU fp32)\n");
+    int rates[4], nr = silero_vad_rates(m, rates);
+    unsigned long long total = 0;
+    for (int i = 0; i < nr; i++) {
+        const silero_rate_t *r = silero_vad_rate(m, rates[i]);
+        unsigned long long n = (unsigned long long)2 * r->n_bins * r->n_fft;
+        printf("%d Hz: window        %d samples (%g ms) after %d of context\n", r->sample_rate,
+               r->window, 1000.0 * r->window / r->sample_rate, r->context);
+        printf("%d Hz: stft          n_fft %d, hop %d, right reflect pad %d: %d frames x %d "
+               "bins\n",
+               r->sample_rate, r->n_fft, r->hop, r->pad, r->frames, r->n_bins);
+        printf("%d Hz: encoder       ", r->sample_rate);
+        for (int k = 0; k < SILERO_N_CONV; k++) {
+            printf("%s%d->%d/s%d", k ? ", " : "", r->cin[k], r->cout[k], r->stride[k]);
+            n += (unsigned long long)r->cout[k] * (3ull * r->cin[k] + 1);
+        }
+        n +=
+            2ull * 4 * SILERO_HIDDEN * SILERO_HIDDEN + 2ull * 4 * SILERO_HIDDEN + SILERO_HIDDEN + 1;
+        printf(" (k3, ReLU)\n%d Hz: decoder       LSTM cell %d, ReLU, 1x1 conv, sigmoid\n",
+               r->sample_rate, SILERO_HIDDEN);
+        printf("%d Hz: parameters    %llu\n", r->sample_rate, n);
+        total += n;
+    }
+    printf("parameters           %llu\n", total);
+    if (stat(path, &sb) == 0)
+        printf("file                 %s (%.2f MB)\n", path, (double)sb.st_size / 1e6);
+    silero_vad_destroy(m);
+    return 0;
+}
+
 const family_t silero_vad_family = {
     .name = "silero_vad",
     .task = FAMILY_TASK_VAD,
@@ -239,7 +289,7 @@ const family_t silero_vad_family = {
     .stream_close = NULL,
     .execute = sv_execute,
     .bench = NULL,
-    .inspect = NULL,
+    .inspect = sv_inspect,
     .bench_synthetic = NULL,
     .io = NULL,
 };
