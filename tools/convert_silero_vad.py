@@ -394,6 +394,11 @@ def main(argv=None):
     except ConvertError as ex:
         print(f"convert_silero_vad: error: {ex}", file=sys.stderr)
         return 1
+    except (UnicodeDecodeError, ValueError, KeyError, IndexError, TypeError,
+            struct.error) as ex:  # a damaged file the checks above did not name
+        print(f"convert_silero_vad: error: {args.onnx}: not a readable Silero VAD ONNX file "
+              f"({type(ex).__name__}: {ex})", file=sys.stderr)
+        return 1
     return 0
 
 
