@@ -31,7 +31,7 @@ static void vad_usage(FILE *f)
            "by silero-vad's get_speech_timestamps rules; the options are its parameters\n"
            "(--neg-threshold: default threshold - 0.15; --max-speech-duration-s: default no\n"
            "limit). --sample-rate auto runs a file at its own rate when the model has a network\n"
-           "for it, else resampled to the model's first rate (16000). Up to --batch-size files\n"
+           "for it, else resampled to the model's first rate (16000). Up to --batch-size (<= 256) files\n"
            "are read and run together. Text: one line per segment, FILE START END in seconds.\n"
            "JSON: an array with, per file, file, sample_rate, duration_s, segments [{start,\n"
            "end}] in seconds and probs (one per window of 512 samples at 16 kHz, 256 at 8 kHz).\n");
@@ -252,7 +252,7 @@ int cli_vad(int argc, char **argv)
                 want_rate = (int)v;
             }
         } else if (!strcmp(a, "--batch-size") && has) {
-            if (parse_num(a, argv[++i], 1, 4096, &v))
+            if (parse_num(a, argv[++i], 1, 256, &v)) /* files open at once */
                 goto usage_err;
             batch = (int)v;
         } else if (!strcmp(a, "--threads") && has) {
