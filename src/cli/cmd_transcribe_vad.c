@@ -2,12 +2,12 @@
  * read block by block (audio_reader), segmented by a Silero VAD stream as it comes
  * (silero_vad_stream: silero-vad's get_speech_timestamps rules, with max_speech_duration_s so no
  * segment outgrows the model), and only the audio a segment still to come may need is kept.
- * Segments are recognised in batches of --batch-size, and the text is stitched in order with each
- * segment's start and end (text: 'FILE TEXT'; json: per file text, duration_s and segments
- * [{start, end, text, words}] with times in seconds from the file's start; srt/vtt: cues from
- * the words at their times in the file). Progress on stderr: a bar with the audio done, the
- * real-time factor and the ETA on a terminal, a line every 30 s otherwise.
- * Tests: tests/cli/test_cli_transcribe_vad.c */
+ * Segments are recognised in batches of --batch-size, across files (short files fill a batch
+ * together), and each file's text is stitched in order with each segment's start and end (text:
+ * 'FILE TEXT'; json: per file text, duration_s and segments [{start, end, text, words}] with
+ * times in seconds from the file's start; srt/vtt: cues from the words at their file times).
+ * Progress on stderr: a bar with the audio done, the real-time factor and the ETA on a terminal, a
+ * line every 30 s otherwise. Tests: tests/cli/test_cli_transcribe_vad.c */
 #include "audio/audio.h"
 #include "cli/cli.h"
 #include "core/alloc.h"
@@ -75,6 +75,7 @@ static void progress_update(progress_t *p, double done_s, int final)
 typedef struct {
     long long start, end; /* samples at the VAD's rate */
     float *pcm;           /* (end - start) */
+    int file;             /* index of its file */
 } seg_t;
 
 /* what one file collects: its segments' texts and words in order */
@@ -85,7 +86,28 @@ typedef struct {
     cJSON *segs; /* json */
     word_time_t *words;
     int n_words, cap_words;
+    double duration_s;
+    int queued;    /* its segments waiting in the queue */
+    int read_done; /* all its audio read and segmented */
+    int failed;
 } file_out_t;
+
+/* the run: the segment queue shared by the files, recognised `batch` at a time, so short files
+ * fill batches together; a file is written once it is read and none of its segments waits */
+typedef struct {
+    hark_model_t *model;
+    const hark_asr_opts_t *o;
+    const silero_vad_t *vad;
+    const silero_seg_opts_t *so;
+    int rate, batch, json, subtitles;
+    const char *format;
+    const char **files;
+    int nfiles, next_out, failures;
+    file_out_t *fo; /* (nfiles) */
+    seg_t *q;       /* (batch) */
+    int nq;
+    cJSON *out;
+} run_t;
 
 static int append_text(file_out_t *fo, const char *t, int sep)
 {
@@ -107,92 +129,170 @@ static int append_text(file_out_t *fo, const char *t, int sep)
     return 0;
 }
 
-/* recognises q[0..n) and appends their results to fo; frees their audio */
-static int flush_segments(hark_model_t *model, const hark_asr_opts_t *o, int rate, seg_t *q, int n,
-                          file_out_t *fo, const char *path)
+/* one recognised segment into its file's output */
+static int add_result(file_out_t *fo, const hark_asr_result_t *r, int i, const seg_t *sg, int rate)
 {
-    if (n == 0)
-        return 0;
-    const float **pcm = calloc((size_t)n, sizeof *pcm);
-    size_t *lens = calloc((size_t)n, sizeof *lens);
-    int rc = pcm && lens ? 0 : -1;
-    for (int i = 0; !rc && i < n; i++) {
-        pcm[i] = q[i].pcm;
-        lens[i] = (size_t)(q[i].end - q[i].start);
+    double t0 = (double)sg->start / rate, t1 = (double)sg->end / rate;
+    const char *text = hark_asr_result_text(r, i);
+    fo->word_sep = hark_asr_result_word_sep(r, i);
+    if (append_text(fo, text, fo->word_sep))
+        return -1;
+    int nw = hark_asr_result_word_count(r, i), off_ms = (int)(t0 * 1000.0 + 0.5);
+    cJSON *jw = NULL;
+    if (fo->segs) {
+        cJSON *js = cJSON_CreateObject();
+        cJSON_AddNumberToObject(js, "start", t0);
+        cJSON_AddNumberToObject(js, "end", t1);
+        cJSON_AddStringToObject(js, "text", text);
+        if (nw > 0)
+            jw = cJSON_AddArrayToObject(js, "words");
+        cJSON_AddItemToArray(fo->segs, js);
     }
-    hark_asr_result_t *r = NULL;
-    if (!rc && hark_recognize(model, pcm, lens, n, rate, o, &r)) {
-        fprintf(stderr, "hark transcribe: %s: %s\n", path, hark_last_error());
-        rc = -1;
-    }
-    for (int i = 0; !rc && i < n; i++) {
-        double t0 = (double)q[i].start / rate, t1 = (double)q[i].end / rate;
-        const char *text = hark_asr_result_text(r, i);
-        fo->word_sep = hark_asr_result_word_sep(r, i);
-        if (append_text(fo, text, fo->word_sep)) {
-            rc = -1;
-            break;
+    for (int k = 0; k < nw; k++) {
+        int s0 = 0, s1 = 0;
+        const char *w = hark_asr_result_word(r, i, k, &s0, &s1);
+        if (jw) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "word", w);
+            cJSON_AddNumberToObject(e, "start", (s0 + off_ms) / 1000.0);
+            cJSON_AddNumberToObject(e, "end", (s1 + off_ms) / 1000.0);
+            cJSON_AddItemToArray(jw, e);
         }
-        int nw = hark_asr_result_word_count(r, i), off_ms = (int)(t0 * 1000.0 + 0.5);
-        cJSON *js = NULL, *jw = NULL;
-        if (fo->segs) {
-            js = cJSON_CreateObject();
-            cJSON_AddNumberToObject(js, "start", t0);
-            cJSON_AddNumberToObject(js, "end", t1);
-            cJSON_AddStringToObject(js, "text", text);
-            if (nw > 0)
-                jw = cJSON_AddArrayToObject(js, "words");
-            cJSON_AddItemToArray(fo->segs, js);
+        if (fo->n_words == fo->cap_words) {
+            int cap = fo->cap_words ? 2 * fo->cap_words : 64;
+            word_time_t *p = realloc(fo->words, (size_t)cap * sizeof *p);
+            if (!p)
+                return -1;
+            fo->words = p;
+            fo->cap_words = cap;
         }
-        for (int k = 0; k < nw; k++) {
-            int s0 = 0, s1 = 0;
-            const char *w = hark_asr_result_word(r, i, k, &s0, &s1);
-            if (jw) {
-                cJSON *e = cJSON_CreateObject();
-                cJSON_AddStringToObject(e, "word", w);
-                cJSON_AddNumberToObject(e, "start", (s0 + off_ms) / 1000.0);
-                cJSON_AddNumberToObject(e, "end", (s1 + off_ms) / 1000.0);
-                cJSON_AddItemToArray(jw, e);
-            }
-            if (fo->n_words == fo->cap_words) {
-                int cap = fo->cap_words ? 2 * fo->cap_words : 64;
-                word_time_t *p = realloc(fo->words, (size_t)cap * sizeof *p);
-                if (!p) {
-                    rc = -1;
-                    break;
-                }
-                fo->words = p;
-                fo->cap_words = cap;
-            }
-            fo->words[fo->n_words++] = (word_time_t){strdup(w ? w : ""), s0 + off_ms, s1 + off_ms};
-        }
+        fo->words[fo->n_words++] = (word_time_t){strdup(w ? w : ""), s0 + off_ms, s1 + off_ms};
     }
-    hark_asr_result_destroy(r);
-    for (int i = 0; i < n; i++) {
-        hark_free(q[i].pcm);
-        q[i].pcm = NULL;
-    }
-    free(pcm);
-    free(lens);
-    return rc;
+    return 0;
 }
 
-/* one file: read, segment, recognise; fills fo and *duration_s */
-static int vad_one_file(hark_model_t *model, const hark_asr_opts_t *o, const silero_vad_t *vad,
-                        int rate, const silero_seg_opts_t *so, int batch, const char *path,
-                        file_out_t *fo, double *duration_s)
+/* recognises the queue in one call and hands each result to its file; frees the audio. A
+ * failed call fails every file with a segment in it. */
+static void flush_queue(run_t *R)
 {
+    int n = R->nq;
+    if (n == 0)
+        return;
+    const float **pcm = calloc((size_t)n, sizeof *pcm);
+    size_t *lens = calloc((size_t)n, sizeof *lens);
+    hark_asr_result_t *r = NULL;
+    int rc = pcm && lens ? 0 : -1;
+    for (int i = 0; !rc && i < n; i++) {
+        pcm[i] = R->q[i].pcm;
+        lens[i] = (size_t)(R->q[i].end - R->q[i].start);
+    }
+    if (!rc && hark_recognize(R->model, pcm, lens, n, R->rate, R->o, &r)) {
+        fprintf(stderr, "hark transcribe: %s\n", hark_last_error());
+        rc = -1;
+    }
+    for (int i = 0; i < n; i++) {
+        file_out_t *fo = &R->fo[R->q[i].file];
+        if (!fo->failed && (rc || add_result(fo, r, i, &R->q[i], R->rate))) {
+            if (!rc)
+                fprintf(stderr, "hark transcribe: %s: out of memory\n", R->files[R->q[i].file]);
+            fo->failed = 1;
+        }
+        fo->queued--;
+        hark_free(R->q[i].pcm);
+        R->q[i].pcm = NULL;
+    }
+    R->nq = 0;
+    hark_asr_result_destroy(r);
+    free(pcm);
+    free(lens);
+}
+
+static void free_out(file_out_t *fo)
+{
+    for (int i = 0; i < fo->n_words; i++)
+        free(fo->words[i].text);
+    free(fo->words);
+    free(fo->text);
+    cJSON_Delete(fo->segs);
+    fo->words = NULL;
+    fo->n_words = fo->cap_words = 0;
+    fo->text = NULL;
+    fo->len = fo->cap = 0;
+    fo->segs = NULL;
+}
+
+/* writes the files that are complete, in order */
+static void write_ready(run_t *R)
+{
+    hark_err_t err = {0};
+    while (R->next_out < R->nfiles && R->fo[R->next_out].read_done &&
+           R->fo[R->next_out].queued == 0) {
+        file_out_t *fo = &R->fo[R->next_out];
+        const char *path = R->files[R->next_out];
+        R->next_out++;
+        if (fo->failed) {
+            R->failures++;
+            if (R->json) {
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddStringToObject(e, "file", path);
+                cJSON_AddStringToObject(e, "error", "cannot read or recognise the file");
+                cJSON_AddItemToArray(R->out, e);
+            }
+        } else if (R->json) {
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddStringToObject(j, "file", path);
+            cJSON_AddStringToObject(j, "text", fo->text ? fo->text : "");
+            cJSON_AddNumberToObject(j, "duration_s", fo->duration_s);
+            cJSON_AddItemToObject(j, "segments", fo->segs);
+            fo->segs = NULL;
+            cJSON_AddItemToArray(R->out, j);
+        } else if (R->subtitles) {
+            units_style_t st = fo->word_sep ? UNITS_STYLE_BPE : UNITS_STYLE_CHAR;
+            if (subtitle_write(stdout, !strcmp(R->format, "vtt") ? SUBTITLE_VTT : SUBTITLE_SRT,
+                               fo->words, fo->n_words, st, NULL, (int)(fo->duration_s * 1000.0),
+                               &err)) {
+                fprintf(stderr, "hark transcribe: %s: %s\n", path, err.msg);
+                R->failures++;
+            }
+        } else {
+            printf("%s %s\n", path, fo->text ? fo->text : "");
+            fflush(stdout);
+        }
+        free_out(fo);
+    }
+}
+
+/* drops file f's segments from the queue (it failed) */
+static void unqueue_file(run_t *R, int f)
+{
+    int k = 0;
+    for (int i = 0; i < R->nq; i++) {
+        if (R->q[i].file == f) {
+            hark_free(R->q[i].pcm);
+            R->fo[f].queued--;
+        } else {
+            R->q[k++] = R->q[i];
+        }
+    }
+    R->nq = k;
+}
+
+/* file f: read, segment, queue its segments (recognised as the queue fills) */
+static void vad_one_file(run_t *R, int f)
+{
+    const char *path = R->files[f];
+    file_out_t *fo = &R->fo[f];
+    const int rate = R->rate;
     audio_reader_t *rd = NULL;
     silero_vad_stream_t *vs = NULL;
     hark_err_t err = {0};
     float *buf = NULL; /* audio from buf_start on, the part segments still to come may need */
     long long buf_start = 0;
     size_t buf_n = 0, buf_cap = 0;
-    seg_t *q = calloc((size_t)batch, sizeof *q);
-    int nq = 0, rc = 0, done = 0;
-    if (!q || audio_reader_open(path, rate, &rd, &err) ||
-        silero_vad_stream_create(vad, rate, so, &vs, &err)) {
-        fprintf(stderr, "hark transcribe: %s\n", q ? err.msg : "out of memory");
+    int rc = 0, done = 0;
+    if (audio_reader_open(path, rate, &rd, &err) ||
+        silero_vad_stream_create(R->vad, rate, R->so, &vs, &err)) {
+        fprintf(stderr, "hark transcribe: %s\n", err.msg);
         rc = -1;
     }
     progress_t pg = {.path = path,
@@ -234,10 +334,11 @@ static int vad_one_file(hark_model_t *model, const hark_asr_opts_t *o, const sil
                 break;
             }
             memcpy(x, buf + (s.start - buf_start), len * sizeof *x);
-            q[nq++] = (seg_t){s.start, s.end, x};
-            if (nq == batch) {
-                rc = flush_segments(model, o, rate, q, nq, fo, path);
-                nq = 0;
+            R->q[R->nq++] = (seg_t){s.start, s.end, x, f};
+            fo->queued++;
+            if (R->nq == R->batch) {
+                flush_queue(R);
+                write_ready(R); /* files before this one may be complete now */
             }
         }
         progress_update(&pg, (double)silero_vad_stream_samples(vs) / rate, 0);
@@ -250,19 +351,17 @@ static int vad_one_file(hark_model_t *model, const hark_asr_opts_t *o, const sil
             buf_start += (long long)drop;
         }
     }
-    if (!rc)
-        rc = flush_segments(model, o, rate, q, nq, fo, path);
-    if (!rc)
+    if (rc) {
+        fo->failed = 1;
+        unqueue_file(R, f);
+    } else {
         progress_update(&pg, (double)silero_vad_stream_samples(vs) / rate, 1);
-    else
-        for (int i = 0; i < nq; i++)
-            hark_free(q[i].pcm);
-    *duration_s = vs ? (double)silero_vad_stream_samples(vs) / rate : 0;
-    free(q);
+    }
+    fo->duration_s = vs ? (double)silero_vad_stream_samples(vs) / rate : 0;
+    fo->read_done = 1;
     hark_free(buf);
     silero_vad_stream_destroy(vs);
     audio_reader_close(rd);
-    return rc;
 }
 
 int transcribe_vad_files(hark_model_t *model, const hark_asr_opts_t *opts, const char *vad_dir,
@@ -279,56 +378,48 @@ int transcribe_vad_files(hark_model_t *model, const hark_asr_opts_t *opts, const
     for (int i = 0; i < nr; i++)
         if (rates[i] == 16000)
             rate = 16000;
-    int json = !strcmp(format, "json"),
-        subtitles = !strcmp(format, "srt") || !strcmp(format, "vtt");
     hark_asr_opts_t o = *opts;
-    o.want_words = json || subtitles;
-    int failures = 0;
-    cJSON *out = json ? cJSON_CreateArray() : NULL;
-    for (int f = 0; f < nfiles; f++) {
-        file_out_t fo = {0};
-        fo.segs = json ? cJSON_CreateArray() : NULL;
-        double dur = 0;
-        int rc = vad_one_file(model, &o, vad, rate, so, batch, files[f], &fo, &dur);
-        if (rc) {
-            failures++;
-            if (json) {
-                cJSON *e = cJSON_CreateObject();
-                cJSON_AddStringToObject(e, "file", files[f]);
-                cJSON_AddStringToObject(e, "error", "cannot read or recognise the file");
-                cJSON_AddItemToArray(out, e);
-            }
-            cJSON_Delete(fo.segs);
-        } else if (json) {
-            cJSON *j = cJSON_CreateObject();
-            cJSON_AddStringToObject(j, "file", files[f]);
-            cJSON_AddStringToObject(j, "text", fo.text ? fo.text : "");
-            cJSON_AddNumberToObject(j, "duration_s", dur);
-            cJSON_AddItemToObject(j, "segments", fo.segs);
-            cJSON_AddItemToArray(out, j);
-        } else if (subtitles) {
-            units_style_t st = fo.word_sep ? UNITS_STYLE_BPE : UNITS_STYLE_CHAR;
-            if (subtitle_write(stdout, !strcmp(format, "vtt") ? SUBTITLE_VTT : SUBTITLE_SRT,
-                               fo.words, fo.n_words, st, NULL, (int)(dur * 1000.0), &err)) {
-                fprintf(stderr, "hark transcribe: %s: %s\n", files[f], err.msg);
-                failures++;
-            }
-        } else {
-            printf("%s %s\n", files[f], fo.text ? fo.text : "");
-            fflush(stdout);
-        }
-        for (int i = 0; i < fo.n_words; i++)
-            free(fo.words[i].text);
-        free(fo.words);
-        free(fo.text);
+    run_t R = {.model = model,
+               .o = &o,
+               .vad = vad,
+               .so = so,
+               .rate = rate,
+               .batch = batch,
+               .format = format,
+               .files = files,
+               .nfiles = nfiles};
+    R.json = !strcmp(format, "json");
+    R.subtitles = !strcmp(format, "srt") || !strcmp(format, "vtt");
+    o.want_words = R.json || R.subtitles;
+    R.fo = calloc((size_t)(nfiles > 0 ? nfiles : 1), sizeof *R.fo);
+    R.q = calloc((size_t)batch, sizeof *R.q);
+    R.out = R.json ? cJSON_CreateArray() : NULL;
+    if (!R.fo || !R.q) {
+        fprintf(stderr, "hark transcribe: out of memory\n");
+        free(R.fo);
+        free(R.q);
+        cJSON_Delete(R.out);
+        silero_vad_destroy(vad);
+        return 1;
     }
-    if (json) {
-        char *s = cJSON_Print(out);
+    for (int f = 0; f < nfiles; f++) {
+        R.fo[f].segs = R.json ? cJSON_CreateArray() : NULL;
+        vad_one_file(&R, f);
+        write_ready(&R);
+    }
+    flush_queue(&R);
+    write_ready(&R);
+    if (R.json) {
+        char *s = cJSON_Print(R.out);
         if (s)
             printf("%s\n", s);
         free(s);
-        cJSON_Delete(out);
+        cJSON_Delete(R.out);
     }
+    for (int f = 0; f < nfiles; f++)
+        free_out(&R.fo[f]);
+    free(R.fo);
+    free(R.q);
     silero_vad_destroy(vad);
-    return failures ? 1 : 0;
+    return R.failures ? 1 : 0;
 }

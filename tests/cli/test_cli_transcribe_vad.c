@@ -292,3 +292,43 @@ TEST(cli_transcribe_vad_errors)
     cJSON_Delete(j);
     CHECK(ok);
 }
+
+/* several files: segments batched across files give each file what it gets alone, in order */
+TEST(cli_transcribe_vad_across_files)
+{
+    SETUP();
+    free(pcm);
+    const char *a = test_shared("audio/en/wav/sb-spk1_snt1.wav");
+    const char *b = test_shared("audio/en/wav/lj-LJ001-0013.wav");
+    CHECK(a && b);
+    char cmd[8192], *batched, *alone[3];
+    const char *files[3] = {a, wav, b};
+    snprintf(cmd, sizeof cmd,
+             "'%s' transcribe --model '%s' --vad '%s' --decoding-method ctc_greedy_search "
+             "--batch-size 5 --format json '%s' '%s' '%s'",
+             test_hark_bin(), W, V, a, wav, b);
+    CHECK_EQ_INT(run_cmd(t, cmd, &batched), 0);
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd,
+                 "'%s' transcribe --model '%s' --vad '%s' --decoding-method ctc_greedy_search "
+                 "--batch-size 1 --format json '%s'",
+                 test_hark_bin(), W, V, files[i]);
+        CHECK_EQ_INT(run_cmd(t, cmd, &alone[i]), 0);
+    }
+    cJSON *j = cJSON_Parse(batched);
+    free(batched);
+    int ok = cJSON_GetArraySize(j) == 3;
+    char msg[600] = "";
+    for (int i = 0; i < 3; i++) {
+        cJSON *one = cJSON_Parse(alone[i]);
+        free(alone[i]);
+        const cJSON *x = cJSON_GetArrayItem(j, i), *y = cJSON_GetArrayItem(one, 0);
+        if (ok && !cJSON_Compare(x, y, 1)) {
+            snprintf(msg, sizeof msg, "file %d (%s) differs batched across files", i, files[i]);
+            ok = 0;
+        }
+        cJSON_Delete(one);
+    }
+    cJSON_Delete(j);
+    CHECKF(ok, "%s", msg);
+}
