@@ -12,6 +12,11 @@ int cli_speak(int argc, char **argv);
 int cli_vocode(int argc, char **argv);
 int cli_vad(int argc, char **argv);
 
+/* `-` on a command line: standard input spooled to a temporary file (removed at exit); its
+ * path, or NULL after a message. cli_file_name gives "-" for that path, the path otherwise. */
+const char *cli_spool_stdin(void);
+const char *cli_file_name(const char *path);
+
 #include "hark.h"
 #include "model/silero/silero_vad.h"
 

@@ -66,6 +66,7 @@ static void transcribe_usage(FILE *f)
         "--vad-max-speech-s 20: longer speech is split), the segments recognised --batch-size",
         "(8) at a time; json gives per file text, duration_s and segments with start/end in",
         "seconds, text and words; srt/vtt cues carry the times in the file.",
+        "FILE - reads standard input (any length: spooled to $TMPDIR, not to memory).",
         "Exit status: 0 all decoded (and scored), 1 something failed, 2 bad usage or lists.",
     };
     for (size_t i = 0; i < sizeof text / sizeof text[0]; i++)
@@ -181,20 +182,20 @@ static int transcribe_files(hark_model_t *model, hark_asr_opts_t o, const transc
             rc = write_subtitles(r, sfmt, &err);
         if (rc) {
             failures++;
-            fprintf(stderr, "hark transcribe: %s: %s\n", files[f],
+            fprintf(stderr, "hark transcribe: %s: %s\n", cli_file_name(files[f]),
                     err.msg[0] ? err.msg : hark_status_str(rc));
             if (!strcmp(format, "json")) {
                 cJSON *e = cJSON_CreateObject();
-                cJSON_AddStringToObject(e, "file", files[f]);
+                cJSON_AddStringToObject(e, "file", cli_file_name(files[f]));
                 cJSON_AddStringToObject(e, "error", err.msg[0] ? err.msg : hark_status_str(rc));
                 cJSON_AddItemToArray(out, e);
             }
         } else if (!strcmp(format, "text")) {
-            printf("%s %s\n", files[f], hark_asr_result_text(r, 0));
+            printf("%s %s\n", cli_file_name(files[f]), hark_asr_result_text(r, 0));
             fflush(stdout);
         } else if (!strcmp(format, "json")) {
             cJSON *j = hyp_json(r, -1);
-            cJSON_AddStringToObject(j, "file", files[f]);
+            cJSON_AddStringToObject(j, "file", cli_file_name(files[f]));
             if (A->method)
                 cJSON_AddStringToObject(j, "decoding_method", A->method);
             cJSON_AddNumberToObject(j, "duration_s", hark_asr_result_duration(r, 0));
@@ -429,12 +430,12 @@ static int remote_files(const transcribe_args_t *A, const char **files, int nfil
         int rc = remote_transcribe(c, &R, files[f], &text, &err);
         if (rc) {
             failures++;
-            fprintf(stderr, "hark transcribe: %s: %s\n", files[f],
+            fprintf(stderr, "hark transcribe: %s: %s\n", cli_file_name(files[f]),
                     err.msg[0] ? err.msg : hark_status_str(rc));
         }
         if (json) {
             cJSON *j = cJSON_CreateObject();
-            cJSON_AddStringToObject(j, "file", files[f]);
+            cJSON_AddStringToObject(j, "file", cli_file_name(files[f]));
             if (rc)
                 cJSON_AddStringToObject(j, "error", err.msg[0] ? err.msg : hark_status_str(rc));
             else
@@ -443,7 +444,7 @@ static int remote_files(const transcribe_args_t *A, const char **files, int nfil
                 cJSON_AddStringToObject(j, "decoding_method", A->method);
             cJSON_AddItemToArray(out, j);
         } else if (!rc) {
-            printf("%s %s\n", files[f], text);
+            printf("%s %s\n", cli_file_name(files[f]), text);
             fflush(stdout);
         }
         hark_free(text);
@@ -915,12 +916,20 @@ int cli_transcribe(int argc, char **argv)
         bad = "--url takes --format text or json, and no --dump-dir, --nbest or --batch-size";
     else if (A.iface && (!A.url || (strcmp(A.iface, "grpc") && strcmp(A.iface, "http"))))
         bad = "-i takes http or grpc, with --url";
+    for (int i = 0, seen = 0; !bad && i < nfiles; i++) /* `-`: standard input */
+        if (!strcmp(files[i], "-") && seen++)
+            bad = "standard input (-) can be given once";
     if (bad) {
         fprintf(stderr, "hark transcribe: %s\n", bad);
         transcribe_usage(stderr);
         hark_free(files);
         return 2;
     }
+    for (int i = 0; i < nfiles; i++)
+        if (!strcmp(files[i], "-") && !(files[i] = cli_spool_stdin())) {
+            hark_free(files);
+            return 1;
+        }
     if (A.url) { /* the server has the model: -m names it */
         if (A.wavscp) {
             hark_asr_opts_t none = {0};

@@ -228,7 +228,7 @@ static void write_ready(run_t *R)
     while (R->next_out < R->nfiles && R->fo[R->next_out].read_done &&
            R->fo[R->next_out].queued == 0) {
         file_out_t *fo = &R->fo[R->next_out];
-        const char *path = R->files[R->next_out];
+        const char *path = cli_file_name(R->files[R->next_out]);
         R->next_out++;
         if (fo->failed) {
             R->failures++;
@@ -280,7 +280,7 @@ static void unqueue_file(run_t *R, int f)
 /* file f: read, segment, queue its segments (recognised as the queue fills) */
 static void vad_one_file(run_t *R, int f)
 {
-    const char *path = R->files[f];
+    const char *path = R->files[f], *name = cli_file_name(path);
     file_out_t *fo = &R->fo[f];
     const int rate = R->rate;
     audio_reader_t *rd = NULL;
@@ -295,7 +295,7 @@ static void vad_one_file(run_t *R, int f)
         fprintf(stderr, "hark transcribe: %s\n", err.msg);
         rc = -1;
     }
-    progress_t pg = {.path = path,
+    progress_t pg = {.path = name,
                      .total_s = rd ? audio_reader_duration(rd) : 0,
                      .t0 = clock_now_ns(),
                      .tty = isatty(2)};
@@ -305,7 +305,7 @@ static void vad_one_file(run_t *R, int f)
             size_t cap = 2 * (buf_n + BLOCK_SAMPLES);
             float *p = hark_realloc(buf, cap * sizeof *p);
             if (!p) {
-                fprintf(stderr, "hark transcribe: %s: out of memory\n", path);
+                fprintf(stderr, "hark transcribe: %s: out of memory\n", name);
                 rc = -1;
                 break;
             }
@@ -327,7 +327,7 @@ static void vad_one_file(run_t *R, int f)
             size_t len = (size_t)(s.end - s.start);
             float *x = hark_malloc((len ? len : 1) * sizeof *x);
             if (!x || s.start < buf_start || s.end > buf_start + (long long)buf_n) {
-                fprintf(stderr, "hark transcribe: %s: %s\n", path,
+                fprintf(stderr, "hark transcribe: %s: %s\n", name,
                         x ? "a VAD segment outside the audio kept (a bug)" : "out of memory");
                 hark_free(x);
                 rc = -1;

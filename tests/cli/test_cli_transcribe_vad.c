@@ -332,3 +332,40 @@ TEST(cli_transcribe_vad_across_files)
     cJSON_Delete(j);
     CHECKF(ok, "%s", msg);
 }
+
+/* `-`: standard input from a pipe gives the file's own result, named "-" */
+TEST(cli_transcribe_stdin)
+{
+    SETUP();
+    free(pcm);
+    char cmd[8192], *file_out, *pipe_out, *plain_file, *plain_pipe;
+    snprintf(cmd, sizeof cmd,
+             "'%s' transcribe --model '%s' --vad '%s' --decoding-method ctc_greedy_search '%s'",
+             test_hark_bin(), W, V, wav);
+    CHECK_EQ_INT(run_cmd(t, cmd, &file_out), 0);
+    snprintf(cmd, sizeof cmd,
+             "cat '%s' | '%s' transcribe --model '%s' --vad '%s' --decoding-method "
+             "ctc_greedy_search -",
+             wav, test_hark_bin(), W, V);
+    CHECK_EQ_INT(run_cmd(t, cmd, &pipe_out), 0);
+    const char *jfk = test_shared("audio/en/wav/jfk.wav");
+    snprintf(cmd, sizeof cmd,
+             "'%s' transcribe --model '%s' --decoding-method ctc_greedy_search '%s'",
+             test_hark_bin(), W, jfk);
+    CHECK_EQ_INT(run_cmd(t, cmd, &plain_file), 0);
+    snprintf(cmd, sizeof cmd,
+             "cat '%s' | '%s' transcribe --model '%s' --decoding-method ctc_greedy_search -", jfk,
+             test_hark_bin(), W);
+    CHECK_EQ_INT(run_cmd(t, cmd, &plain_pipe), 0);
+    /* same text after the name */
+    int ok = !strncmp(pipe_out, "- ", 2) && !strcmp(pipe_out + 2, file_out + strlen(wav) + 1) &&
+             !strncmp(plain_pipe, "- ", 2) && !strcmp(plain_pipe + 2, plain_file + strlen(jfk) + 1);
+    free(file_out);
+    free(pipe_out);
+    free(plain_file);
+    free(plain_pipe);
+    CHECK(ok);
+    snprintf(cmd, sizeof cmd, "'%s' transcribe --model '%s' - - < /dev/null", test_hark_bin(), W);
+    CHECK_EQ_INT(run_cmd(t, cmd, &file_out), 2);
+    free(file_out);
+}
