@@ -52,7 +52,8 @@ static void transcribe_usage(FILE *f)
         "mask of N encoder frames (decoding_chunk_size; --left-chunks: num_decoding_left_chunks,",
         "-1 all, the default), which gives the streaming result of the same chunk settings.",
         "--wavscp decodes a Kaldi-style list ('<id> <path>' lines; relative paths are taken",
-        "from --data-dir, else from the list's folder) with --jobs threads (default: one per",
+        "from --data-dir, else from the list's folder; '<id> command |' runs the command there",
+        "and reads its output) with --jobs threads (default: one per",
         "core), --batch-size utterances per call, and with --trans ('<id> <words>' lines)",
         "prints WER and CER after the normalisation of docs/scoring.md. --output-dir gets",
         "hyp.txt, ref.txt (the scored, normalised texts), per_utt.tsv and summary.json.",
@@ -270,6 +271,10 @@ static int remote_init(remote_t *R, const transcribe_args_t *A, hark_err_t *err)
 
 static uint8_t *slurp(const char *path, size_t *n, hark_err_t *err)
 {
+    if (scp_is_command(path)) { /* a wav.scp "command |" entry */
+        void *data = NULL;
+        return scp_run_command(path, &data, n, (size_t)1 << 31, err) ? NULL : data;
+    }
     FILE *f = fopen(path, "rb");
     uint8_t *buf = NULL;
     long len = -1;
@@ -646,14 +651,24 @@ static int transcribe_list(hark_model_t *model, const hark_asr_opts_t *o,
     }
     for (int i = 0; i < wav.n; i++) {
         const char *v = wav.e[i].value;
-        size_t len = strlen(v) + strlen(base) + 2;
+        size_t len = 4 * strlen(base) + strlen(v) + 16;
         if (!(paths[i] = hark_malloc(len))) {
             fprintf(stderr, "hark transcribe: out of memory\n");
             status = 1;
             goto done;
         }
-        /* Kaldi's "command |" entries are not run: the path then fails to open and is reported */
-        snprintf(paths[i], len, "%s%s%s", v[0] == '/' ? "" : base, v[0] == '/' ? "" : "/", v);
+        if (scp_is_command(v)) { /* Kaldi's "command |": run in the folder relative paths use */
+            size_t k = (size_t)snprintf(paths[i], len, "cd '");
+            for (const char *c = base; *c; c++) { /* quoted for the shell */
+                if (*c == '\'')
+                    k += (size_t)snprintf(paths[i] + k, len - k, "'\\''");
+                else
+                    paths[i][k++] = *c;
+            }
+            snprintf(paths[i] + k, len - k, "' && %s", v);
+        } else {
+            snprintf(paths[i], len, "%s%s%s", v[0] == '/' ? "" : base, v[0] == '/' ? "" : "/", v);
+        }
         items[i].path = paths[i];
     }
     if (A->out_dir && mkdir_p(A->out_dir)) {

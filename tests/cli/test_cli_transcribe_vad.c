@@ -369,3 +369,36 @@ TEST(cli_transcribe_stdin)
     CHECK_EQ_INT(run_cmd(t, cmd, &file_out), 2);
     free(file_out);
 }
+
+/* wav.scp "command |" entries (Kaldi): run in the list's folder, their output decoded; a failing
+ * command fails its utterance alone */
+TEST(cli_transcribe_wavscp_pipe)
+{
+    char why[600], W[600];
+    const char *w_ = golden_wenet_model_dir(why, sizeof why);
+    if (!w_)
+        SKIP(why);
+    snprintf(W, sizeof W, "%s/m", w_);
+    NEED_SHARED("audio/en/wav/jfk.wav");
+    const char *tmp = test_tmpdir(t);
+    char cmd[8192], *out;
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s/d' && cp '%s' '%s/d/a b.wav' && printf 'u1 cat \"a b.wav\" |\\n"
+             "u2 a b.wav\\nu3 false |\\n' > '%s/d/wav.scp'",
+             tmp, test_shared("audio/en/wav/jfk.wav"), tmp, tmp);
+    CHECK_OK(system(cmd));
+    snprintf(cmd, sizeof cmd,
+             "'%s' transcribe --model '%s' --decoding-method ctc_greedy_search "
+             "--wavscp '%s/d/wav.scp'",
+             test_hark_bin(), W, tmp);
+    CHECK_EQ_INT(run_cmd(t, cmd, &out), 1); /* u3 failed */
+    char *u1 = out ? strstr(out, "u1 ") : NULL, *u2 = out ? strstr(out, "u2 ") : NULL;
+    int ok = u1 && u2 && !strstr(out, "u3 ");
+    if (ok) {
+        char *e1 = strchr(u1, '\n'), *e2 = strchr(u2, '\n');
+        ok = e1 && e2 && e1 - u1 == e2 - u2 && !strncmp(u1 + 3, u2 + 3, (size_t)(e1 - u1 - 3)) &&
+             e1 - u1 > 4;
+    }
+    free(out);
+    CHECK(ok);
+}
