@@ -28,7 +28,14 @@ static float *read_all(test_ctx_t *t, const char *path, int rate, size_t *n, uns
         size_t want = 1 + test_rand(&seed) % 5000;
         if (len + want > cap) {
             cap = 2 * (len + want);
-            x = realloc(x, cap * sizeof *x);
+            float *nx = realloc(x, cap * sizeof *x);
+            if (!nx) {
+                test_fail(t, __FILE__, __LINE__, "out of memory");
+                free(x);
+                audio_reader_close(r);
+                return NULL;
+            }
+            x = nx;
         }
         if (audio_reader_read(r, x + len, want, &got, &err) != HARK_OK) {
             test_fail(t, __FILE__, __LINE__, "audio_reader_read: %s", err.msg);

@@ -86,7 +86,13 @@ static int make_long(test_ctx_t *t, char *path, size_t npath, float **pcm, size_
         if (audio_decode_file(test_shared(rel), NULL, &a, NULL))
             return -1;
         cap = len + a.n + 32000;
-        x = realloc(x, cap * sizeof *x);
+        float *nx = realloc(x, cap * sizeof *x);
+        if (!nx) {
+            free(x);
+            audio_free(&a);
+            return -1;
+        }
+        x = nx;
         memcpy(x + len, a.samples, a.n * sizeof *x);
         memset(x + len + a.n, 0, 32000 * sizeof *x);
         len = cap;
