@@ -6,6 +6,7 @@ U2++ size: 12 blocks, d=256, 4 heads, FFN 2048, kernel 15, vocab 5002) with seed
   python3 bench/wenet_peer.py time --ckpt DIR/final.pt --device cuda --modes fp32,fp16,compile
                                    --batches 1,8,64,256 [--threads N]
   python3 bench/wenet_peer.py error --hark-model DIR --golden GOLDEN_DIR --modes fp32,fp16,bf16
+  python3 bench/wenet_peer.py chunk --device cuda --modes fp32,fp16 [--seconds 10]
 
 Modes: fp32; fp16 and bf16, eager under torch.autocast; compile and compile-bf16, torch.compile
 under autocast fp16 / bf16. `error` runs WeNet's encoder + CTC on a golden set's features
@@ -15,6 +16,11 @@ error of the encoder output and of the CTC log-probs against the set's FP32 outp
 PyTorch's own reduced precision makes, next to hark's (tests/model/wenet/test_conformer_gpu.c prints
 the same figures).
 
+`chunk` times WeNet's streaming step as its runtime runs it: BaseEncoder.forward_chunk, one
+stream at a time (WeNet asserts a batch of 1), 16-frame (640 ms) chunks with every earlier chunk
+as left context, plus the CTC log-softmax of each chunk, over a --seconds stream; it prints the
+average time per chunk and the streams one GPU keeps in real time that way (640 ms / that time).
+
 Times encoder + CTC log-softmax + argmax from 10 s of 80-bin features (998 frames), like
 ../shared/tools/pytorch-peer/bench_wenet_pytorch.py, and prints one JSON line per (mode, batch).
 WeNet's sources are not in hark: --wenet points at a folder holding the `wenet` package (fetched,
@@ -22,7 +28,7 @@ never committed) and --shims at stand-ins for packages WeNet imports but never c
 import argparse, json, os, sys, time, typing
 
 ap = argparse.ArgumentParser()
-ap.add_argument("cmd", choices=["export", "time", "error"])
+ap.add_argument("cmd", choices=["export", "time", "error", "chunk"])
 ap.add_argument("--golden", default=None)
 ap.add_argument("--decoder", action="store_true",
                 help="export: add U2++'s bitransformer attention decoder (3 + 3 blocks, 4 heads, "
@@ -213,6 +219,51 @@ def precision_error():
 
 if a.cmd == "error":
     precision_error()
+    sys.exit(0)
+
+
+def chunk_step():
+    enc, ctc = build()
+    enc, ctc = enc.to(a.device), ctc.to(a.device)
+    T = int(a.seconds * 100) - 2
+    chunk, sub, ctx = 16, enc.embed.subsampling_rate, enc.embed.right_context + 1
+    stride, window = sub * chunk, (chunk - 1) * sub + ctx
+    for mode in [m for m in a.modes.split(",") if not m.startswith("compile")]:
+        half = torch.bfloat16 if (mode == "bf16" or a.device != "cuda") else torch.float16
+        amp = torch.autocast(a.device, dtype=half, enabled=mode != "fp32")
+        sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
+        g = torch.Generator().manual_seed(7)
+        xs = torch.randn(1, T, 80, generator=g).to(a.device)
+
+        def stream():  # WeNet's forward_chunk_by_chunk loop, with the CTC head per chunk
+            att = torch.zeros((0, 0, 0, 0), device=a.device)
+            cnn = torch.zeros((0, 0, 0, 0), device=a.device)
+            off, n = 0, 0
+            for cur in range(0, T - ctx + 1, stride):
+                y, att, cnn = enc.forward_chunk(xs[:, cur:min(cur + window, T)], off, -1, att, cnn)
+                ctc.log_softmax(y)
+                off += y.size(1)
+                n += 1
+            return n
+        with torch.inference_mode(), amp:
+            stream()
+            sync()
+            runs, t0 = 0, time.perf_counter()
+            while True:
+                n = stream()
+                sync()
+                runs += 1
+                if time.perf_counter() - t0 > a.min_time and runs >= 2:
+                    break
+            ms = (time.perf_counter() - t0) / (runs * n) * 1e3
+        print(json.dumps({"impl": "wenet forward_chunk", "device": a.device, "mode": mode,
+                          "chunk_ms_audio": 640, "chunks_per_stream": n,
+                          "ms_per_chunk": round(ms, 3),
+                          "streams_real_time_one_at_a_time": int(640 / ms)}), flush=True)
+
+
+if a.cmd == "chunk":
+    chunk_step()
     sys.exit(0)
 
 

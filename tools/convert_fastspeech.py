@@ -176,10 +176,13 @@ def check_tensors(sd, cfg):
 
 def config_pbtxt(name, max_batch, vocoder):
     out = [f'name: "{name}"', 'backend: "hark"', f"max_batch_size: {max_batch}",
-           "input [", "  {", '    name: "TEXT"', "    data_type: TYPE_STRING",
-           "    dims: [ 1 ]", "  }", "]",
-           "output [", "  {", '    name: "AUDIO"', "    data_type: TYPE_FP32",
+           # the seed's Triton contract (DLE tacotron2waveglow): text in, samples and lengths out
+           "input [", "  {", '    name: "INPUT"', "    data_type: TYPE_STRING",
            "    dims: [ -1 ]", "  }", "]",
+           "output [", "  {", '    name: "OUTPUT"', "    data_type: TYPE_FP32",
+           "    dims: [ -1 ]", "  },", "  {", '    name: "OUTPUT_LENGTH"',
+           "    data_type: TYPE_INT32", "    dims: [ 1 ]", "  }", "]",
+           "dynamic_batching { }",
            "instance_group [", "  {", "    count: 1", "    kind: KIND_CPU", "  }", "]",
            f'parameters {{ key: "family" value {{ string_value: "{FAMILY}" }} }}']
     if vocoder:

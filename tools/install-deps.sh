@@ -13,6 +13,6 @@ $SUDO apt-get install -y -qq --no-install-recommends \
     libnghttp2-dev libwslay-dev libprotobuf-c-dev protobuf-c-compiler \
     python3-grpcio python3-grpc-tools python3-protobuf \
     python3 python3-numpy python3-yaml python3-torch python3-torchaudio python3-requests curl \
-    python3-unidecode python3-inflect \
+    python3-unidecode python3-inflect python3-websocket python3-selenium chromium chromium-driver \
     clang libclang-rt-14-dev cppcheck clang-format \
     > /dev/null

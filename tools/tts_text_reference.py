@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference symbol ids from DLE FastSpeech's ORIGINAL Python text front end.
+"""Reference symbol ids from DLE FastSpeech's (or Tacotron2's) ORIGINAL Python text front end.
 
 Runs `text_to_sequence(text, ['english_cleaners'])` of NVIDIA DeepLearningExamples'
 CUDA-Optimized/FastSpeech/fastspeech/text_norm, kept OUTSIDE the repository (extract it with
@@ -7,7 +7,12 @@ CUDA-Optimized/FastSpeech/fastspeech/text_norm, kept OUTSIDE the repository (ext
     * every line of --tsv (LJSpeech's `key<TAB>text` transcripts, or plain lines), and
     * with --synthetic, generated lines that exercise numbers, ordinals, years, dollars,
       decimals, abbreviations and braces (keys "syn-N"),
-and writes `key<TAB>id id ...<TAB>text` lines (the text with TAB/newline escaped as \\t, \\n) to
+With --tacotron2, DLE's PyTorch/SpeechSynthesis/Tacotron2/tacotron2/text instead (extract
+`PyTorch/SpeechSynthesis/Tacotron2/tacotron2/text` the same way; --dle names the directory
+holding `tacotron2/` or `PyTorch/SpeechSynthesis/Tacotron2/` under it): the same pipeline with
+DLE's own table-based transliteration; --sweep adds "a<c>b" for every code point c of the
+ranges hark's C front end reproduces (U+007F-U+017F, U+2000-U+20CF, U+FF00-U+FFEF).
+It writes `key<TAB>id id ...<TAB>text` lines (the text with TAB/newline escaped as \\t, \\n) to
 --output. tests/text/test_tts_text.c reads that file (HARK_TTS_TEXT_REF) and compares hark's ids.
 
 Needs Debian's python3-unidecode and python3-inflect (tools/install-deps.sh).
@@ -47,6 +52,13 @@ def synthetic_lines():
     return [(f"syn-{i}", t) for i, t in enumerate(out)]
 
 
+SWEEP_RANGES = ((0x7F, 0x180), (0x2000, 0x20D0), (0xFF00, 0xFFF0))
+
+
+def sweep_lines():
+    return [(f"cp-{cp:04X}", f"a{chr(cp)}b") for lo, hi in SWEEP_RANGES for cp in range(lo, hi)]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dle", required=True,
@@ -54,20 +66,39 @@ def main(argv=None):
                          "fastspeech/text_norm under it)")
     ap.add_argument("--tsv", help="key<TAB>text lines (e.g. ljspeech_transcripts.tsv)")
     ap.add_argument("--synthetic", action="store_true", help="add the generated lines")
+    ap.add_argument("--tacotron2", action="store_true",
+                    help="DLE Tacotron2's text package instead of FastSpeech's")
+    ap.add_argument("--sweep", action="store_true",
+                    help="add one line per code point of the transliteration ranges")
     ap.add_argument("--output", required=True, help="file to write (keep it outside the repo)")
     args = ap.parse_args(argv)
 
-    root = None
-    for cand in (args.dle, os.path.join(args.dle, "fastspeech"),
-                 os.path.join(args.dle, "CUDA-Optimized", "FastSpeech", "fastspeech")):
-        if os.path.isdir(os.path.join(cand, "text_norm")):
-            root = cand
-            break
-    if root is None:
-        print(f"tts_text_reference: no text_norm package under {args.dle}", file=sys.stderr)
-        return 1
-    sys.path.insert(0, root)
-    from text_norm import text_to_sequence  # the original, unmodified
+    if args.tacotron2:
+        root = None
+        for cand in (args.dle, os.path.join(args.dle, "PyTorch", "SpeechSynthesis", "Tacotron2")):
+            if os.path.isdir(os.path.join(cand, "tacotron2", "text")):
+                root = cand
+                break
+        if root is None:
+            print(f"tts_text_reference: no tacotron2/text package under {args.dle}",
+                  file=sys.stderr)
+            return 1
+        sys.path.insert(0, root)
+        import warnings
+        warnings.simplefilter("ignore")  # its unidecoder warns on every dropped character
+        from tacotron2.text import text_to_sequence  # the original, unmodified
+    else:
+        root = None
+        for cand in (args.dle, os.path.join(args.dle, "fastspeech"),
+                     os.path.join(args.dle, "CUDA-Optimized", "FastSpeech", "fastspeech")):
+            if os.path.isdir(os.path.join(cand, "text_norm")):
+                root = cand
+                break
+        if root is None:
+            print(f"tts_text_reference: no text_norm package under {args.dle}", file=sys.stderr)
+            return 1
+        sys.path.insert(0, root)
+        from text_norm import text_to_sequence  # the original, unmodified
 
     lines = []
     if args.tsv:
@@ -80,6 +111,8 @@ def main(argv=None):
                 lines.append((key, text))
     if args.synthetic:
         lines += synthetic_lines()
+    if args.sweep:
+        lines += sweep_lines()
     n_fail = 0
     with open(args.output, "w", encoding="utf-8") as f:
         for key, text in lines:

@@ -25,6 +25,10 @@ size_t http_api_body_align(const http_req_t *req, void *user);
 void http_metrics_handler(http_req_t *req, void *user);
 /* POST /v1/audio/transcriptions (openai.c). */
 void openai_transcriptions(const http_api_ctx_t *c, http_req_t *req);
+/* GET / and /index.html: the live transcription page (live_page.c). */
+void live_page(http_req_t *req);
+/* POST /v1/audio/speech (openai_speech.c). */
+void openai_speech(const http_api_ctx_t *c, http_req_t *req);
 
 /* WeNet's WebSocket streaming protocol (asr_ws.c): an Upgrade: websocket request on any path
  * (?model=NAME, else the first model serving sequences). */

@@ -1179,6 +1179,8 @@ int kserve_build_request(const kserve_request_spec_t *spec, kserve_response_t *o
             sb_put(&b, ":", 1);
             if (p->str)
                 sb_json_string(&b, (const uint8_t *)p->str, strlen(p->str));
+            else if (p->boolean)
+                sb_printf(&b, "%s", p->num != 0 ? "true" : "false");
             else if (p->num == floor(p->num) && fabs(p->num) < 9e15)
                 sb_printf(&b, "%.0f", p->num);
             else

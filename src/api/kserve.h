@@ -188,12 +188,13 @@ int kserve_parse_response(const uint8_t *body, size_t body_len, size_t header_le
 void kserve_parsed_response_free(kserve_parsed_response_t *resp);
 
 /* ---- client side: infer requests ----------------------------------------------------------- */
-/* A request parameter: a string when `str` is non-NULL, else the number `num` (written as an
- * integer when it is one). */
+/* A request parameter: a string when `str` is non-NULL, else a boolean (true when num != 0) when
+ * `boolean`, else the number `num` (written as an integer when it is one). */
 typedef struct {
     const char *name;
     const char *str;
     double num;
+    int boolean;
 } kserve_param_t;
 
 typedef struct {

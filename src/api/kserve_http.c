@@ -132,6 +132,7 @@ static void handle_infer(const http_api_ctx_t *c, http_req_t *req, const char *m
                           .body_free = infer_free, /* after done: the context itself */
                           .body_user = hi,
                           .loop = c->loop,
+                          .cancelled = http_req_cancelled_flag(req), /* left: dropped unrun */
                           .done = infer_done,
                           .user = hi};
     service_infer(c->s, &in);
@@ -235,6 +236,10 @@ void http_api_handler(http_req_t *req, void *user)
         asr_ws_upgrade(c, req);
         return;
     }
+    if ((!strcmp(p, "/") || !strcmp(p, "/index.html")) && get) {
+        live_page(req);
+        return;
+    }
     if (!strcmp(p, "/v2/health/live")) {
         http_respond(req, service_live(s) ? 200 : 503, NULL, "", 0);
         return;
@@ -257,6 +262,13 @@ void http_api_handler(http_req_t *req, void *user)
             http_respond_error(req, 405, "use POST");
         else
             openai_transcriptions(c, req);
+        return;
+    }
+    if (!strcmp(p, "/v1/audio/speech")) {
+        if (!post)
+            http_respond_error(req, 405, "use POST");
+        else
+            openai_speech(c, req);
         return;
     }
     if (!strncmp(p, "/v2/repository/", 15)) {

@@ -181,6 +181,7 @@ void openai_transcriptions(const http_api_ctx_t *hc, http_req_t *req)
                                .len = file->len,
                                .want_words = need_words,
                                .loop = hc->loop,
+                               .cancelled = http_req_cancelled_flag(req),
                                .done = transcribed,
                                .user = c};
     service_transcribe(hc->s, &in);

@@ -6,6 +6,8 @@
  * tests/server/test_grpc.py, tests/server/test_server_jasper.c (a family contract) */
 #include "api/service.h"
 
+#include "api/req_params.h"
+#include "api/service_tts.h"
 #include "audio/audio.h"
 #include "core/alloc.h"
 #include "core/clock.h"
@@ -218,10 +220,8 @@ struct job {
     const char *what;
     int rate;
     uint64_t deadline_ns;
-    family_param_t *params; /* (n_params) the request's options, owned strings */
-    int n_params;
-    char **param_strs;
-    int seq; /* a chunk of a sequence (the model serves sequence_batching) */
+    req_params_t params; /* the request's options */
+    int seq;             /* a chunk of a sequence (the model serves sequence_batching) */
     served_seq_ctl_t ctl;
     const family_io_t *io; /* the family's contract the request used; NULL: the generic one */
     int frame_pad_id;      /* FRAME_IDS outputs: pads shorter rows */
@@ -235,10 +235,7 @@ static void job_free(job_t *j)
         if (j->results)
             asr_result_free(&j->results[i]);
     }
-    for (int i = 0; i < 2 * j->n_params; i++)
-        hark_free(j->param_strs[i]);
-    hark_free(j->param_strs);
-    hark_free(j->params);
+    req_params_free(&j->params);
     hark_free(j->pcm);
     hark_free(j->own);
     hark_free(j->n);
@@ -392,66 +389,6 @@ static void item_done(served_request_t *r, int status, const char *error, asr_re
         job_finish(j);
 }
 
-/* The request's parameters as key/value strings for the family (numbers as written, booleans
- * "true"/"false"; objects and arrays are not options and are left out). */
-static int params_from_json(job_t *j, const cJSON *obj, hark_err_t *err)
-{
-    int n = 0;
-    for (const cJSON *c = obj ? obj->child : NULL; c; c = c->next)
-        n++;
-    if (!n)
-        return HARK_OK;
-    j->params = hark_calloc((size_t)n, sizeof *j->params);
-    j->param_strs = hark_calloc((size_t)n * 2, sizeof *j->param_strs);
-    if (!j->params || !j->param_strs)
-        return err_set(err, HARK_ERR_NOMEM, "out of memory");
-    for (const cJSON *c = obj->child; c; c = c->next) {
-        char num[64];
-        const char *v = NULL;
-        if (cJSON_IsString(c))
-            v = c->valuestring;
-        else if (cJSON_IsBool(c))
-            v = cJSON_IsTrue(c) ? "true" : "false";
-        else if (cJSON_IsNumber(c)) {
-            double d = c->valuedouble;
-            if (d == floor(d) && fabs(d) < 9e15)
-                snprintf(num, sizeof num, "%.0f", d);
-            else
-                snprintf(num, sizeof num, "%.17g", d);
-            v = num;
-        }
-        if (!v || !c->string)
-            continue;
-        int k = j->n_params;
-        j->param_strs[2 * k] = hark_strdup(c->string);
-        j->param_strs[2 * k + 1] = hark_strdup(v);
-        j->n_params++;
-        if (!j->param_strs[2 * k] || !j->param_strs[2 * k + 1])
-            return err_set(err, HARK_ERR_NOMEM, "out of memory");
-        j->params[k] = (family_param_t){j->param_strs[2 * k], j->param_strs[2 * k + 1]};
-    }
-    return HARK_OK;
-}
-
-static int params_copy(job_t *j, const family_params_t *p, hark_err_t *err)
-{
-    if (!p || p->n <= 0)
-        return HARK_OK;
-    j->params = hark_calloc((size_t)p->n, sizeof *j->params);
-    j->param_strs = hark_calloc((size_t)p->n * 2, sizeof *j->param_strs);
-    if (!j->params || !j->param_strs)
-        return err_set(err, HARK_ERR_NOMEM, "out of memory");
-    for (int k = 0; k < p->n; k++) {
-        j->param_strs[2 * k] = hark_strdup(p->p[k].key);
-        j->param_strs[2 * k + 1] = hark_strdup(p->p[k].value ? p->p[k].value : "");
-        j->n_params++;
-        if (!j->param_strs[2 * k] || !j->param_strs[2 * k + 1])
-            return err_set(err, HARK_ERR_NOMEM, "out of memory");
-        j->params[k] = (family_param_t){j->param_strs[2 * k], j->param_strs[2 * k + 1]};
-    }
-    return HARK_OK;
-}
-
 /* Finds the model again (it may have been unloaded since the request arrived), parses the
  * options through its family and queues every item. Table read-locked inside; the job is
  * answered (and freed) by the last completion, or here on an error. */
@@ -476,7 +413,7 @@ static void job_submit(job_t *j)
         rc = err_set(&err, HARK_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    family_params_t req = {j->params, j->n_params};
+    family_params_t req = req_params_view(&j->params);
     if ((rc = served_model_parse_opts(m->served, &req, j->opts, &err)))
         goto fail;
     j->remaining = j->batch;
@@ -579,7 +516,7 @@ void service_infer(server_t *s, const service_infer_t *in)
     job_t *j = NULL;
     int rc = HARK_OK;
     char model[128], version[16];
-    int maxb = 0, rate = 0, pad_id = 0, seq = 0;
+    int maxb = 0, rate = 0, pad_id = 0, seq = 0, tts = 0;
     const family_io_t *fio = NULL; /* the family's extra contracts (static tables) */
     if (!in->model || strlen(in->model) >= sizeof model ||
         (in->version && strlen(in->version) >= sizeof version)) {
@@ -605,10 +542,15 @@ void service_infer(server_t *s, const service_infer_t *in)
         pad_id = fi.frame_pad_id;
         fio = served_model_family(m->served)->io;
         seq = served_model_sequential(m->served);
+        tts = served_model_family(m->served)->task == FAMILY_TASK_TTS;
     }
     repository_unlock(r);
     if (rc)
         goto fail;
+    if (tts) {
+        service_tts_infer(s, in, model, version, maxb);
+        return;
+    }
     if (seq && !kr->has_sequence_id) {
         rc = err_set(&err, HARK_ERR_INVALID_ARG,
                      "model '%s' serves sequences (sequence_batching): the request needs "
@@ -754,7 +696,7 @@ void service_infer(server_t *s, const service_infer_t *in)
     j->deadline_ns = timeout_us ? clock_now_ns() + timeout_us * 1000 : 0;
     if (in->deadline_ns && (!j->deadline_ns || in->deadline_ns < j->deadline_ns))
         j->deadline_ns = in->deadline_ns;
-    if ((rc = params_from_json(j, kr->parameters, &err)))
+    if ((rc = req_params_from_json(&j->params, kr->parameters, &err)))
         goto fail;
     if (j->src)
         decode_then_submit(j, in->loop);
@@ -783,11 +725,14 @@ void service_transcribe(server_t *s, const service_transcribe_t *in)
     const char *name = in->model ? in->model : "";
     repo_model_t *m = repository_find(r, name, strlen(name), NULL, &err);
     if (!m) /* OpenAI clients name their own models ("whisper-1"): one ready model serves them */
-        m = repository_only_ready(r);
+        m = repository_only_ready(r, FAMILY_TASK_ASR);
     if (!m)
         rc = err_set(&err, HARK_ERR_NOT_FOUND, "model '%s' not found", name);
     else if (m->state != M_READY || server_draining(s))
         rc = err_set(&err, HARK_ERR_UNAVAILABLE, "model '%s' is not ready", m->name);
+    else if (served_model_family(m->served)->task != FAMILY_TASK_ASR)
+        rc = err_set(&err, HARK_ERR_INVALID_ARG, "model '%s' is a %s model, not a recognizer",
+                     m->name, family_task_name(served_model_family(m->served)->task));
     if (!rc) {
         snprintf(model, sizeof model, "%s", m->name);
         family_info_t fi;
@@ -810,7 +755,7 @@ void service_transcribe(server_t *s, const service_transcribe_t *in)
     j->src[0] = in->audio;
     j->src_len[0] = in->len;
     j->what = "file";
-    if ((rc = params_copy(j, &in->params, &err))) {
+    if ((rc = req_params_copy(&j->params, &in->params, &err))) {
         job_fail(j, rc, err.msg);
         return;
     }

@@ -127,4 +127,23 @@ typedef struct {
 } service_transcribe_t;
 void service_transcribe(server_t *s, const service_transcribe_t *in);
 
+/* ---- speech synthesis (OpenAI's /v1/audio/speech) ------------------------------------------ */
+/* Audio as the model produces it (pcm lent for the call), on an instance thread, in order. */
+typedef void (*service_audio_fn)(void *user, const float *pcm, size_t n, int sample_rate);
+/* The end: status HARK_OK after the last audio, or the error (audio may have come before). */
+typedef void (*service_speak_done_fn)(void *user, int status, const char *error);
+typedef struct {
+    const char *model; /* a TTS model's name; unknown or "" with exactly one READY TTS model:
+                          that one (OpenAI clients name "tts-1") */
+    const char *text;  /* UTF-8, lent until done */
+    family_params_t params; /* options (speed, ...), lent for the call */
+    const atomic_int *cancelled;
+    service_audio_fn audio;
+    service_speak_done_fn done;
+    void *user;
+} service_speak_t;
+/* done is always called exactly once (see OWNERSHIP). Errors as service_infer's, plus
+ * HARK_ERR_INVALID_ARG for a model that is not a TTS model. */
+void service_speak(server_t *s, const service_speak_t *in);
+
 #endif

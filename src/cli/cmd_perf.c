@@ -9,12 +9,14 @@
 #include "api/kserve.h"
 #include "perf/perf.h"
 #include "perf/plot.h"
+#include "perf/stream_perf.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 
 static void perf_usage(FILE *f)
 {
@@ -51,6 +53,17 @@ static void perf_usage(FILE *f)
         "  --timeout-ms MS             per request (default 60000)",
         "  -f FILE                     CSV, one row per level",
         "  --plot FILE.png|FILE.svg    latency breakdown and throughput per level",
+        "  --streaming                 sequences instead (a streaming model): every stream is",
+        "                              a thread and a connection sending the audio file chunk by",
+        "                              chunk with sequence_id/start/end; --concurrency-range",
+        "                              counts streams; -p is each level's measured time (default",
+        "                              10000); reports chunk latency percentiles, time to the",
+        "                              final result after END, and whether the level is",
+        "                              sustained in real time (default input: 8 s of noise)",
+        "  --chunk-ms MS               audio per chunk (default 640, WeNet's Triton client)",
+        "  --pace realtime|fast        chunks when their audio would have been spoken (default;",
+        "                              latency counted from then) or as fast as answers come",
+        "  --latency-limit-ms MS       sustained: p99 chunk latency within this (default 200)",
         "Throughput counts inferences and audio seconds per wall second (the latter is the",
         "real-time factor reported as 'rtf': 10 = ten times faster than real time). Server times",
         "come from the model's statistics endpoint. Exit: 0 ok, 1 failure, 2 bad usage.",
@@ -244,11 +257,88 @@ static int audio_input(const clip_t *clips, int nclips, int first, int batch, in
 
 typedef struct {
     const char *model, *version, *url, *protocol, *csv, *plot, *dist, *method;
-    const char *conc_range, *rate_range;
+    const char *conc_range, *rate_range, *pace;
+    double chunk_ms, limit_ms;
+    int streaming;
     double batch, window, stab, trials, percentile, max_threads, max_req, max_sec, timeout, beam,
         rate_hz, seed;
     int bytes_mode;
 } perf_args_t;
+
+/* --streaming: the levels of streams, their report, CSV and plot; the exit status */
+static int run_streaming(const perf_args_t *A, const http_url_t *url, const clip_t *clip,
+                         double window_ms, const double cr[3])
+{
+    stream_perf_opts_t so = {.host = url->host,
+                             .port = url->port,
+                             .prefix = url->prefix,
+                             .grpc = !strcmp(A->protocol, "grpc"),
+                             .model = A->model,
+                             .pcm = clip->pcm,
+                             .n = clip->n,
+                             .rate = (int)A->rate_hz,
+                             .chunk_ms = (int)A->chunk_ms,
+                             .fast = !strcmp(A->pace, "fast"),
+                             .streams_start = (int)cr[0],
+                             .streams_end = (int)cr[1],
+                             .streams_step = (int)cr[2],
+                             .window_ms = (unsigned)window_ms,
+                             .latency_limit_ms = A->limit_ms,
+                             .timeout_ms = (unsigned)A->timeout,
+                             .log = stdout};
+    /* a socket per stream: the soft limit on descriptors goes up to the hard one */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    printf("*** Streaming Measurement Settings ***\n  Server: %s:%d%s (%s)  Model: %s\n"
+           "  Audio: %s, %.2f s, in chunks of %d ms, %s\n"
+           "  Streams: %d to %d step %d; %u ms measured per level after two chunks of warm-up\n\n",
+           url->host, url->port, url->prefix, A->protocol, A->model,
+           clip->path ? clip->path : "synthetic noise", clip->seconds, so.chunk_ms,
+           so.fast ? "as fast as answers come" : "at real-time pace", so.streams_start,
+           so.streams_end, so.streams_step ? so.streams_step : 1, so.window_ms);
+    fflush(stdout);
+    stream_perf_row_t *rows = NULL;
+    int n = 0, status = 0;
+    hark_err_t err = {0};
+    if (stream_perf_run(&so, &rows, &n, &err)) {
+        fprintf(stderr, "hark perf: %s\n", err.msg);
+        status = 1;
+    }
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (rows[i].sustained)
+            best = rows[i].row.concurrency;
+    if (n && !so.fast)
+        printf("Most streams sustained in real time (p99 chunk latency <= %.0f ms, no errors): "
+               "%s%d\n",
+               so.latency_limit_ms, best < 0 ? "none of the levels; lowest tried " : "",
+               best < 0 ? rows[0].row.concurrency : best);
+    if (A->csv && n) {
+        FILE *f = fopen(A->csv, "w");
+        if (!f || stream_perf_csv_write(f, rows, n) | fclose(f)) {
+            fprintf(stderr, "hark perf: cannot write %s: %s\n", A->csv, strerror(errno));
+            status = 1;
+        }
+    }
+    if (A->plot && n) {
+        perf_row_t *pr = hark_calloc((size_t)n, sizeof *pr);
+        char title[300];
+        snprintf(title, sizeof title, "hark perf --streaming: %s, %d ms chunks (x: streams)",
+                 A->model, so.chunk_ms);
+        for (int i = 0; pr && i < n; i++)
+            pr[i] = rows[i].row;
+        if (!pr || perf_plot(A->plot, pr, n, title, &err)) {
+            fprintf(stderr, "hark perf: --plot %s\n", pr ? err.msg : "out of memory");
+            status = 1;
+        }
+        hark_free(pr);
+    }
+    hark_free(rows);
+    return status;
+}
 
 int cli_perf(int argc, char **argv)
 {
@@ -264,7 +354,11 @@ int cli_perf(int argc, char **argv)
                      .max_sec = 300,
                      .timeout = 60000,
                      .beam = -1,
-                     .rate_hz = 16000};
+                     .rate_hz = 16000,
+                     .pace = "realtime",
+                     .chunk_ms = 640,
+                     .limit_ms = 200};
+    int window_given = 0;
     const char **files = hark_calloc((size_t)argc, sizeof *files);
     int nfiles = 0;
     if (!files)
@@ -308,7 +402,7 @@ int cli_perf(int argc, char **argv)
         } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size"))
             num = &A.batch;
         else if (!strcmp(a, "-p") || !strcmp(a, "--measurement-interval"))
-            num = &A.window;
+            num = &A.window, window_given = 1;
         else if (!strcmp(a, "-s") || !strcmp(a, "--stability-percentage"))
             num = &A.stab;
         else if (!strcmp(a, "-r") || !strcmp(a, "--max-trials"))
@@ -334,7 +428,16 @@ int cli_perf(int argc, char **argv)
         else if (!strcmp(a, "--audio-bytes")) {
             A.bytes_mode = 1;
             continue;
-        } else {
+        } else if (!strcmp(a, "--streaming")) {
+            A.streaming = 1;
+            continue;
+        } else if (!strcmp(a, "--pace"))
+            str = &A.pace;
+        else if (!strcmp(a, "--chunk-ms"))
+            num = &A.chunk_ms;
+        else if (!strcmp(a, "--latency-limit-ms"))
+            num = &A.limit_ms;
+        else {
             fprintf(stderr, "hark perf: unknown option or argument '%s'\n", a);
             perf_usage(stderr);
             hark_free(files);
@@ -379,6 +482,13 @@ int cli_perf(int argc, char **argv)
               ">= 1000";
     else if (A.bytes_mode && !nfiles)
         bad = "--audio-bytes needs --input-data audio files";
+    else if (A.streaming && (A.rate_range || A.bytes_mode || A.batch != 1))
+        bad = "--streaming sends WAV chunks of one stream per request: no --request-rate-range, "
+              "--audio-bytes or -b";
+    else if (strcmp(A.pace, "realtime") && strcmp(A.pace, "fast"))
+        bad = "--pace is realtime or fast";
+    else if (A.streaming && (A.chunk_ms < 10 || A.chunk_ms > 60000 || A.limit_ms <= 0))
+        bad = "--chunk-ms must be in [10, 60000] and --latency-limit-ms > 0";
     if (bad) {
         fprintf(stderr, "hark perf: %s\n", bad);
         perf_usage(stderr);
@@ -441,10 +551,15 @@ int cli_perf(int argc, char **argv)
         }
         nclips++;
     }
-    if (!nfiles) { /* 1 s of quiet deterministic noise */
-        clips[0].n = (size_t)rate;
+    if (A.streaming && ninputs) {
+        fprintf(stderr, "hark perf: --streaming sends audio files, not JSON requests\n");
+        status = 1;
+        goto done;
+    }
+    if (!nfiles) { /* 1 s (streaming: 8 s) of quiet deterministic noise */
+        clips[0].n = (size_t)rate * (A.streaming ? 8 : 1);
         clips[0].pcm = hark_malloc(sizeof(float) * clips[0].n);
-        clips[0].seconds = 1.0;
+        clips[0].seconds = (double)clips[0].n / rate;
         unsigned s = 1;
         for (size_t k = 0; clips[0].pcm && k < clips[0].n; k++) {
             s = s * 1664525u + 1013904223u;
@@ -456,6 +571,10 @@ int cli_perf(int argc, char **argv)
             status = 1;
             goto done;
         }
+    }
+    if (A.streaming) {
+        status = run_streaming(&A, &url, &clips[0], window_given ? A.window : 10000, cr);
+        goto done;
     }
     for (int i = 0; i < nclips; i++, ninputs++)
         if (audio_input(clips, nclips, i, batch, A.bytes_mode, params, nparams, &inputs[ninputs],

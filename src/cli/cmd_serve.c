@@ -27,7 +27,8 @@ static const opt_t options[] = {
     {"model-repository", OPT_STR, OFF(model_repository), NULL, 0, 0,
      "directory of models, Triton's layout: <model>/config.pbtxt, <model>/<version>/"},
     {"host", OPT_STR, OFF(host), "127.0.0.1", 0, 0, "address to listen on"},
-    {"http-port", OPT_INT, OFF(http_port), "8000", 0, 65535, "KServe v2 + OpenAI HTTP port (0: any)"},
+    {"http-port", OPT_INT, OFF(http_port), "8000", 0, 65535,
+     "KServe v2 + OpenAI HTTP port (0: any)"},
     {"grpc-port", OPT_INT, OFF(grpc_port), "8001", -1, 65535,
      "KServe v2 gRPC port (inference.GRPCInferenceService; -1: off, 0: any)"},
     {"metrics-port", OPT_INT, OFF(metrics_port), "8002", -1, 65535,
@@ -45,6 +46,9 @@ static const opt_t options[] = {
     {"max-audio-seconds", OPT_DOUBLE, OFF(max_audio_seconds), "60", 1, 3600,
      "longest audio a request may carry"},
     {"cpu-threads", OPT_INT, OFF(cpu_threads), "1", 0, 256, "BLAS threads per CPU model instance"},
+    {"max-queue-size", OPT_INT, OFF(max_queue_size), "1024", 0, 1e7,
+     "requests a model queues when its config sets no max_queue_size (0: unbounded); beyond it "
+     "503 with Retry-After"},
     {"length-aware-batching", OPT_BOOL, OFF(length_aware), "true", 0, 1,
      "batch requests of similar audio length together"},
     {"log-level", OPT_LOGLEVEL, 0, "info", 0, 0, "error, warn, info, debug or trace"},
@@ -78,7 +82,8 @@ static int set_option(server_opts_t *o, const char *name, const char *value, con
         case OPT_LOGLEVEL: {
             log_level_t l;
             if (log_parse_level(value, &l)) {
-                fprintf(stderr, "hark serve: %s: log-level '%s' is not error|warn|info|debug|trace\n",
+                fprintf(stderr,
+                        "hark serve: %s: log-level '%s' is not error|warn|info|debug|trace\n",
                         where, value);
                 return -1;
             }
@@ -100,7 +105,8 @@ static int set_option(server_opts_t *o, const char *name, const char *value, con
             if (!*value || *end || v < op->min || v > op->max ||
                 (op->type != OPT_DOUBLE && v != (double)(long long)v)) {
                 fprintf(stderr, "hark serve: %s: %s = '%s' must be a %s in [%g, %g]\n", where, name,
-                        value, op->type == OPT_DOUBLE ? "number" : "whole number", op->min, op->max);
+                        value, op->type == OPT_DOUBLE ? "number" : "whole number", op->min,
+                        op->max);
                 return -1;
             }
             if (op->type == OPT_INT) {

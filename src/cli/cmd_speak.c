@@ -1,4 +1,5 @@
-/* cmd_speak.c — `hark speak` (text -> FastSpeech mel -> HiFi-GAN audio -> WAV) and `hark vocode`
+/* cmd_speak.c — `hark speak` (text -> FastSpeech or Tacotron 2 mel -> HiFi-GAN or WaveGlow
+ * (+ denoiser) audio -> WAV) and `hark vocode`
  * (a mel .npy, or a WAV resynthesised through the vocoder's own mel recipe -> WAV), on the CPU.
  * WAVs are 16-bit PCM as hifi-gan's inference.py writes them (samples · 32768 truncated toward
  * zero; the one value tanh can reach, +1.0, is kept at 32767).
@@ -10,6 +11,8 @@
 #include "hark.h"
 #include "model/fastspeech/fastspeech.h"
 #include "model/hifigan/hifigan.h"
+#include "model/tacotron2/tacotron2.h"
+#include "model/waveglow/waveglow.h"
 #include "server/model_config.h"
 #include "text/tts_text.h"
 
@@ -170,24 +173,242 @@ static int vocode_to_wav(const hifigan_model_t *voc, const float *mel, int nf, c
 
 static void speak_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: hark speak --model DIR [--vocoder DIR] \"TEXT\" -o OUT.wav\n"
-            "       hark speak --model DIR [--vocoder DIR] --text-file FILE --output-dir DIR\n"
-            "                  [--alpha A] [--device cpu] [--precision fp32] [--dump-dir D]\n\n"
-            "Synthesises English text with a FastSpeech model (tools/convert_fastspeech.py) and a\n"
-            "HiFi-GAN vocoder (tools/convert_hifigan.py; by default the one the model's\n"
-            "config.pbtxt names in parameters `vocoder`). --text-file writes one WAV per line\n"
-            "(KEY<TAB>TEXT lines give KEY.wav, other lines NNNN.wav by line number). --alpha\n"
-            "scales the durations (1: as trained). --dump-dir writes the ids and every stage as\n"
-            ".npy (one sub-directory per line with --text-file).\n");
+    fprintf(f, "usage: hark speak --model DIR [--vocoder DIR] \"TEXT\" -o OUT.wav\n"
+               "       hark speak --model DIR [--vocoder DIR] --text-file FILE --output-dir DIR\n"
+               "                  [--alpha A] [--seed N] [--sigma S] [--denoiser-strength X]\n"
+               "                  [--max-decoder-steps N] [--device cpu] [--precision fp32]\n"
+               "                  [--dump-dir D]\n\n"
+               "Synthesises English text with a FastSpeech (tools/convert_fastspeech.py) or\n"
+               "Tacotron 2 model (tools/convert_tacotron2.py) and a HiFi-GAN\n"
+               "(tools/convert_hifigan.py) or WaveGlow vocoder (tools/convert_waveglow.py; by\n"
+               "default the one the model's config.pbtxt names in parameters `vocoder`).\n"
+               "--text-file writes one WAV per line (KEY<TAB>TEXT lines give KEY.wav, other lines\n"
+               "NNNN.wav by line number). --alpha scales FastSpeech's durations (1: as trained).\n"
+               "Tacotron 2 keeps its prenet dropout on at inference, as DLE does: --seed N makes\n"
+               "the output reproducible (it seeds WaveGlow's noise too; default 0). WaveGlow:\n"
+               "--sigma (default the model's, 0.9) and --denoiser-strength (default the model's,\n"
+               "0.01; 0 turns the denoiser off); its audio is peak-normalised as DLE's\n"
+               "inference.py does. --dump-dir writes the ids and every stage as .npy (one\n"
+               "sub-directory per line with --text-file).\n");
 }
 
-static int speak_one(const fastspeech_model_t *fs, const hifigan_model_t *voc, const char *text,
-                     float alpha, const char *out, const char *dump_dir)
+/* the loaded pipeline: one acoustic model, one vocoder, and the options */
+typedef struct {
+    fastspeech_model_t *fs;
+    tacotron2_model_t *t2;
+    hifigan_model_t *hg;
+    waveglow_model_t *wg;
+    float alpha, sigma, strength; /* sigma, strength < 0: the model's */
+    uint64_t seed;
+    int max_steps;
+} pipe_t;
+
+static int pipe_mels(const pipe_t *p)
+{
+    return p->fs ? fastspeech_config(p->fs)->n_mels : tacotron2_config(p->t2)->n_mels;
+}
+
+static int vocoder_mels(const pipe_t *p)
+{
+    return p->hg ? hifigan_config(p->hg)->num_mels : waveglow_config(p->wg)->n_mels;
+}
+
+/* Tacotron 2 stages for --dump-dir: those outside the decoder loop as they come; the per-step
+ * ones gathered and written after the loop as dec_<name>.npy (steps, 1, cols), the goldens'
+ * layout (mel_frame: dec_mel_frames) */
+#define T2_STEP_NAMES 12
+typedef struct {
+    dump_t *d;
+    struct {
+        char name[40];
+        float *data; /* (steps, cols) */
+        int cols, steps, cap;
+    } s[T2_STEP_NAMES];
+    int n;
+} t2dump_t;
+
+static void dump_t2_stage(void *user, int row, const char *name, int step, const float *data,
+                          int rows, int cols)
+{
+    t2dump_t *td = user;
+    if (step < 0) {
+        dump_stage(td->d, name, data, rows, cols);
+        return;
+    }
+    int k = 0;
+    while (k < td->n && strcmp(td->s[k].name, name))
+        k++;
+    if (k == td->n) {
+        if (td->n == T2_STEP_NAMES) {
+            td->d->failed = 1;
+            return;
+        }
+        snprintf(td->s[k].name, sizeof td->s[k].name, "%s", name);
+        td->s[k].cols = rows * cols;
+        td->n++;
+    }
+    if (rows * cols != td->s[k].cols || step != td->s[k].steps) {
+        td->d->failed = 1;
+        return;
+    }
+    if (td->s[k].steps == td->s[k].cap) {
+        int cap = td->s[k].cap ? 2 * td->s[k].cap : 64;
+        float *q = hark_realloc(td->s[k].data, sizeof(float) * (size_t)cap * td->s[k].cols);
+        if (!q) {
+            td->d->failed = 1;
+            return;
+        }
+        td->s[k].data = q;
+        td->s[k].cap = cap;
+    }
+    memcpy(td->s[k].data + (size_t)step * td->s[k].cols, data,
+           sizeof(float) * (size_t)td->s[k].cols);
+    td->s[k].steps++;
+}
+
+static void t2dump_finish(t2dump_t *td)
+{
+    for (int k = 0; k < td->n; k++) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/dec_%s.npy", td->d->dir,
+                 strcmp(td->s[k].name, "mel_frame") ? td->s[k].name : "mel_frames");
+        int64_t shape[3] = {td->s[k].steps, 1, td->s[k].cols};
+        if (npy_save_f32(path, td->s[k].data, 3, shape))
+            td->d->failed = 1;
+        hark_free(td->s[k].data);
+    }
+    td->n = 0;
+}
+
+/* mel (n_mels, T) -> WAV through WaveGlow (+ the denoiser), cut to keep samples (0: all) and
+ * peak-normalised, as DLE's inference.py writes Tacotron 2 + WaveGlow output */
+static int waveglow_to_wav(const pipe_t *p, const float *mel, int nf, size_t keep, const char *out,
+                           const char *dump_dir)
+{
+    const waveglow_config_t *c = waveglow_config(p->wg);
+    size_t n = waveglow_samples(p->wg, nf);
+    float *audio = hark_malloc(sizeof(float) * n);
+    if (!audio) {
+        fprintf(stderr, "hark: out of memory for %zu samples\n", n);
+        return -1;
+    }
+    dump_t d = {dump_dir, 0};
+    hark_err_t err = {0};
+    waveglow_opts_t o = {.sigma = p->sigma,
+                         .seed = p->seed ^ 0x5741564547ull,
+                         .stage = dump_dir ? dump_stage : NULL,
+                         .stage_user = &d};
+    int rc = waveglow_infer(p->wg, mel, nf, &o, audio, &err);
+    float strength = p->strength >= 0 ? p->strength : c->denoiser_strength;
+    if (!rc && dump_dir) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/audio.npy", dump_dir);
+        int64_t shape[1] = {(int64_t)n};
+        if (npy_save_f32(path, audio, 1, shape))
+            d.failed = 1;
+    }
+    if (!rc && strength > 0) {
+        size_t n_out = 0;
+        rc = waveglow_denoise(p->wg, audio, n, strength, audio, &n_out, &err);
+        n = n_out;
+        if (!rc && dump_dir) {
+            char path[1200];
+            snprintf(path, sizeof path, "%s/audio_denoised.npy", dump_dir);
+            int64_t shape[1] = {(int64_t)n};
+            if (npy_save_f32(path, audio, 1, shape))
+                d.failed = 1;
+        }
+    }
+    if (rc)
+        fprintf(stderr, "hark: %s\n", err.msg);
+    if (!rc && keep && keep < n)
+        n = keep;
+    if (!rc) {
+        float peak = 0;
+        for (size_t i = 0; i < n; i++)
+            peak = fmaxf(peak, fabsf(audio[i]));
+        if (peak > 0)
+            for (size_t i = 0; i < n; i++)
+                audio[i] /= peak;
+        if (d.failed) {
+            fprintf(stderr, "hark: cannot write every stage into %s\n", dump_dir);
+            rc = -1;
+        }
+    }
+    if (!rc)
+        rc = write_wav(out, audio, n, c->sample_rate);
+    hark_free(audio);
+    return rc ? -1 : 0;
+}
+
+/* ids -> mel (n_mels, *nf) channel-major (hark_malloc'ed) and the samples to keep (0: all) */
+static int acoustic(const pipe_t *p, const tts_text_t *tt, float **mel_out, int *nf_out,
+                    size_t *keep, dump_t *d)
+{
+    hark_err_t err = {0};
+    *keep = 0;
+    if (p->t2) {
+        t2dump_t td = {.d = d};
+        tacotron2_opts_t o = {.seed = p->seed,
+                              .max_decoder_steps = p->max_steps,
+                              .stage = d->dir ? dump_t2_stage : NULL,
+                              .stage_user = &td};
+        const int *ids = tt->ids;
+        tacotron2_result_t r = {0};
+        int rc = tacotron2_infer(p->t2, &ids, &tt->n, 1, &o, &r, &err);
+        t2dump_finish(&td);
+        if (rc) {
+            fprintf(stderr, "hark speak: %s\n", err.msg);
+            return -1;
+        }
+        if (d->dir) {
+            dump_stage(d, "alignments", r.alignments, r.n_frames, r.n_ids);
+            float ml = (float)r.mel_length;
+            dump_stage(d, "mel_lengths", &ml, 1, 1);
+        }
+        if (r.mel_length == r.n_frames)
+            fprintf(stderr,
+                    "hark speak: the gate never fired in %d decoder steps (raise "
+                    "--max-decoder-steps?)\n",
+                    r.n_frames);
+        /* DLE's inference.py cuts the audio to mel_lengths · hop */
+        *keep =
+            (size_t)(r.mel_length > 0 ? r.mel_length : 1) * (size_t)tacotron2_config(p->t2)->hop;
+        *mel_out = r.mel;
+        *nf_out = r.n_frames;
+        r.mel = NULL;
+        tacotron2_result_free(&r);
+        return 0;
+    }
+    fastspeech_opts_t o = {p->alpha, 0, 0, d->dir ? dump_stage : NULL, d};
+    float *mel = NULL;
+    int nf = 0;
+    if (fastspeech_forward(p->fs, tt->ids, tt->n, &o, &mel, &nf, &err)) {
+        fprintf(stderr, "hark speak: %s\n", err.msg);
+        return -1;
+    }
+    int nm = pipe_mels(p);
+    float *mt = hark_malloc(sizeof(float) * (size_t)nf * nm);
+    if (!mt) {
+        hark_free(mel);
+        fprintf(stderr, "hark speak: out of memory\n");
+        return -1;
+    }
+    for (int t = 0; t < nf; t++) /* (T, n_mels) -> (n_mels, T), as DLE's inferencer transposes */
+        for (int b = 0; b < nm; b++)
+            mt[(size_t)b * nf + t] = mel[(size_t)t * nm + b];
+    hark_free(mel);
+    *mel_out = mt;
+    *nf_out = nf;
+    return 0;
+}
+
+static int speak_one(const pipe_t *p, const char *text, const char *out, const char *dump_dir)
 {
     tts_text_t tt;
     hark_err_t err = {0};
-    if (tts_text_to_ids(text, &tt, &err)) {
+    if (tts_text_to_ids_variant(text, p->t2 ? TTS_TEXT_DLE_TACOTRON2 : TTS_TEXT_FASTSPEECH, &tt,
+                                &err)) {
         fprintf(stderr, "hark speak: %s\n", err.msg);
         return -1;
     }
@@ -200,35 +421,18 @@ static int speak_one(const fastspeech_model_t *fs, const hifigan_model_t *voc, c
         if (npy_save(path, NPY_I32, tt.ids, 1, shape))
             d.failed = 1;
     }
-    fastspeech_opts_t o = {alpha, 0, 0, dump_dir ? dump_stage : NULL, &d};
-    float *mel = NULL, *mt = NULL;
-    int nf = 0, rc = fastspeech_forward(fs, tt.ids, tt.n, &o, &mel, &nf, &err);
+    float *mel = NULL;
+    int nf = 0;
+    size_t keep = 0;
+    int rc = acoustic(p, &tt, &mel, &nf, &keep, &d);
     tts_text_free(&tt);
-    if (rc) {
-        fprintf(stderr, "hark speak: %s\n", err.msg);
+    if (rc)
         return -1;
-    }
-    int nm = fastspeech_config(fs)->n_mels;
-    if (nm != hifigan_config(voc)->num_mels) {
-        fprintf(stderr, "hark speak: the model makes %d mel bins, the vocoder reads %d\n", nm,
-                hifigan_config(voc)->num_mels);
-        hark_free(mel);
-        return -1;
-    }
-    mt = hark_malloc(sizeof(float) * (size_t)nf * nm);
-    if (!mt) {
-        hark_free(mel);
-        fprintf(stderr, "hark speak: out of memory\n");
-        return -1;
-    }
-    for (int t = 0; t < nf; t++) /* (T, n_mels) -> (n_mels, T), as DLE's inferencer transposes */
-        for (int b = 0; b < nm; b++)
-            mt[(size_t)b * nf + t] = mel[(size_t)t * nm + b];
-    hark_free(mel);
     if (d.failed)
         fprintf(stderr, "hark speak: cannot write every stage into %s\n", dump_dir);
-    rc = vocode_to_wav(voc, mt, nf, out, dump_dir);
-    hark_free(mt);
+    rc = p->hg ? vocode_to_wav(p->hg, mel, nf, out, dump_dir)
+               : waveglow_to_wav(p, mel, nf, keep, out, dump_dir);
+    hark_free(mel);
     return rc || d.failed ? -1 : 0;
 }
 
@@ -236,10 +440,13 @@ int cli_speak(int argc, char **argv)
 {
     const char *model = NULL, *vocoder = NULL, *text = NULL, *text_file = NULL, *out = NULL,
                *out_dir = NULL, *device = "cpu", *precision = "fp32", *dump = NULL;
-    float alpha = 1.0f;
+    float alpha = 1.0f, sigma = -1.0f, strength = -1.0f;
+    uint64_t seed = 0;
+    int max_steps = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
+        char *e;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             speak_usage(stdout);
             return 0;
@@ -259,8 +466,34 @@ int cli_speak(int argc, char **argv)
             precision = argv[++i];
         else if (!strcmp(a, "--dump-dir") && has)
             dump = argv[++i];
-        else if (!strcmp(a, "--alpha") && has) {
-            char *e;
+        else if (!strcmp(a, "--seed") && has) {
+            errno = 0;
+            unsigned long long v = strtoull(argv[++i], &e, 10);
+            if (*e || errno || argv[i][0] == '-' || !argv[i][0]) {
+                fprintf(stderr, "hark speak: --seed must be a non-negative integer\n");
+                return 2;
+            }
+            seed = v;
+        } else if (!strcmp(a, "--sigma") && has) {
+            sigma = strtof(argv[++i], &e);
+            if (*e || !(sigma >= 0.0f && sigma <= 10.0f)) {
+                fprintf(stderr, "hark speak: --sigma must be a number in [0, 10]\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--denoiser-strength") && has) {
+            strength = strtof(argv[++i], &e);
+            if (*e || !(strength >= 0.0f && strength <= 10.0f)) {
+                fprintf(stderr, "hark speak: --denoiser-strength must be a number in [0, 10]\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--max-decoder-steps") && has) {
+            long v = strtol(argv[++i], &e, 10);
+            if (*e || v < 1 || v > 1000000) {
+                fprintf(stderr, "hark speak: --max-decoder-steps must be in [1, 1000000]\n");
+                return 2;
+            }
+            max_steps = (int)v;
+        } else if (!strcmp(a, "--alpha") && has) {
             alpha = strtof(argv[++i], &e);
             if (*e || !(alpha > 0.05f && alpha <= 20.0f)) {
                 fprintf(stderr, "hark speak: --alpha must be a number in (0.05, 20]\n");
@@ -283,11 +516,12 @@ int cli_speak(int argc, char **argv)
     }
     if (check_device("speak", device, precision))
         return 2;
-    char fam[64], vdir[1200];
-    if (model_family(model, fam, sizeof fam) || strcmp(fam, "fastspeech") != 0) {
+    char fam[64], vfam[64], vdir[1200];
+    if (model_family(model, fam, sizeof fam) ||
+        (strcmp(fam, "fastspeech") != 0 && strcmp(fam, "tacotron2") != 0)) {
         fprintf(stderr,
-                "hark speak: %s/1/model.json is not a FastSpeech model "
-                "(tools/convert_fastspeech.py)\n",
+                "hark speak: %s/1/model.json is not a FastSpeech or Tacotron 2 model "
+                "(tools/convert_fastspeech.py, tools/convert_tacotron2.py)\n",
                 model);
         return 1;
     }
@@ -296,17 +530,38 @@ int cli_speak(int argc, char **argv)
             return 1;
         vocoder = vdir;
     }
-    fastspeech_model_t *fs = NULL;
-    hifigan_model_t *voc = NULL;
+    if (model_family(vocoder, vfam, sizeof vfam) ||
+        (strcmp(vfam, "hifigan") != 0 && strcmp(vfam, "waveglow") != 0)) {
+        fprintf(stderr,
+                "hark speak: %s/1/model.json is not a HiFi-GAN or WaveGlow vocoder "
+                "(tools/convert_hifigan.py, tools/convert_waveglow.py)\n",
+                vocoder);
+        return 1;
+    }
+    pipe_t pipe = {
+        .alpha = alpha, .sigma = sigma, .strength = strength, .seed = seed, .max_steps = max_steps};
     hark_err_t err = {0};
-    if (fastspeech_load(model, 1, &fs, &err) || hifigan_load(vocoder, 1, &voc, &err)) {
+    int lrc = !strcmp(fam, "fastspeech") ? fastspeech_load(model, 1, &pipe.fs, &err)
+                                         : tacotron2_load(model, 1, &pipe.t2, &err);
+    if (!lrc)
+        lrc = !strcmp(vfam, "hifigan") ? hifigan_load(vocoder, 1, &pipe.hg, &err)
+                                       : waveglow_load(vocoder, 1, &pipe.wg, &err);
+    if (!lrc && pipe_mels(&pipe) != vocoder_mels(&pipe)) {
+        fprintf(stderr, "hark speak: the model makes %d mel bins, the vocoder reads %d\n",
+                pipe_mels(&pipe), vocoder_mels(&pipe));
+        lrc = -1;
+    } else if (lrc)
         fprintf(stderr, "hark speak: %s\n", err.msg);
-        fastspeech_destroy(fs);
+    if (lrc) {
+        fastspeech_destroy(pipe.fs);
+        tacotron2_destroy(pipe.t2);
+        hifigan_destroy(pipe.hg);
+        waveglow_destroy(pipe.wg);
         return 1;
     }
     int status = 0;
     if (text) {
-        status = speak_one(fs, voc, text, alpha, out, dump) ? 1 : 0;
+        status = speak_one(&pipe, text, out, dump) ? 1 : 0;
     } else {
         FILE *f = fopen(text_file, "r");
         if (!f) {
@@ -343,7 +598,7 @@ int cli_speak(int argc, char **argv)
                     snprintf(dd, sizeof dd, "%s/%s", dump, name);
                 }
                 fprintf(stderr, "line %d -> %s\n", ln, wav);
-                if (speak_one(fs, voc, body, alpha, wav, dump ? dd : NULL))
+                if (speak_one(&pipe, body, wav, dump ? dd : NULL))
                     n_bad++;
                 else
                     n_ok++;
@@ -354,8 +609,10 @@ int cli_speak(int argc, char **argv)
             status = n_bad ? 1 : 0;
         }
     }
-    fastspeech_destroy(fs);
-    hifigan_destroy(voc);
+    fastspeech_destroy(pipe.fs);
+    tacotron2_destroy(pipe.t2);
+    hifigan_destroy(pipe.hg);
+    waveglow_destroy(pipe.wg);
     return status;
 }
 

@@ -68,6 +68,9 @@ static void transcribe_usage(FILE *f)
         "(8) at a time; json gives per file text, duration_s and segments with start/end in",
         "seconds, text and words; srt/vtt cues carry the times in the file.",
         "FILE - reads standard input (any length: spooled to $TMPDIR, not to memory).",
+        "--streaming (with --url) sends each file as a sequence of --chunk-ms (640) chunks of",
+        "16 kHz WAV to a model served under sequence_batching, as WeNet's streaming client does,",
+        "and prints the partial results as they come (stderr); --format json adds 'partials'.",
         "Exit status: 0 all decoded (and scored), 1 something failed, 2 bad usage or lists.",
     };
     for (size_t i = 0; i < sizeof text / sizeof text[0]; i++)
@@ -140,8 +143,9 @@ static int write_subtitles(const hark_asr_result_t *r, subtitle_format_t fmt, ha
 typedef struct {
     const char *model, *device, *precision, *format, *method, *dump, *url, *iface;
     const char *wavscp, *trans, *data_dir, *out_dir, *vad;
-    double beam, ctc_w, rev_w, nbest, threads, jobs, batch, chunk, left;
+    double beam, ctc_w, rev_w, nbest, threads, jobs, batch, chunk, left, chunk_ms;
     double vad_thr, vad_max_s, vad_min_sil, vad_pad;
+    int streaming;
 } transcribe_args_t;
 
 /* ---- FILE... mode --------------------------------------------------------------------------- */
@@ -227,11 +231,14 @@ static int transcribe_files(hark_model_t *model, hark_asr_opts_t o, const transc
 
 /* ---- --url: through a KServe v2 server ------------------------------------------------------- */
 
+#define STREAM_RATE 16000 /* --streaming sends 16 kHz chunks, as WeNet's and sherpa's clients do   \
+                           */
+
 typedef struct {
     http_url_t url;
-    int grpc;               /* KServe v2 over gRPC (grpc://, -i grpc) */
-    const char *model;      /* for gRPC requests */
-    char path[1024]; /* prefix/v2/models/<m>/infer */
+    int grpc;          /* KServe v2 over gRPC (grpc://, -i grpc) */
+    const char *model; /* for gRPC requests */
+    char path[1024];   /* prefix/v2/models/<m>/infer */
     kserve_param_t params[6];
     int n_params;
 } remote_t;
@@ -337,35 +344,14 @@ static int remote_grpc_infer(grpc_client_t *c, const remote_t *R, const kserve_r
     return rc;
 }
 
-/* Sends one file as AUDIO [1]; *text (hark_malloc) gets TRANSCRIPTS[0]. Server errors come back
- * as HARK_ERR_IO with "HTTP <status>: <its error message>" (gRPC: "gRPC status <code>: ..."). */
-static int remote_transcribe(remote_conn_t *conn, const remote_t *R, const char *path,
-                             char **text, hark_err_t *err)
+/* Sends one request; *text (hark_malloc) gets TRANSCRIPTS[0]. Server errors come back as
+ * HARK_ERR_IO with "HTTP <status>: <its error message>" (gRPC: "gRPC status <code>: ..."). */
+static int remote_infer_text(remote_conn_t *conn, const remote_t *R,
+                             const kserve_request_spec_t *spec, char **text, hark_err_t *err)
 {
-    http_client_t *c = conn->http;
     *text = NULL;
-    size_t n = 0;
-    uint8_t *raw = slurp(path, &n, err);
-    if (!raw)
-        return HARK_ERR_IO;
-    const char *strs[1] = {(const char *)raw};
-    size_t packed_len;
-    uint8_t *packed = kserve_bytes_pack(strs, &n, 1, &packed_len);
-    hark_free(raw);
-    if (!packed)
-        return err_set(err, HARK_ERR_NOMEM, "out of memory");
-    int64_t shape[1] = {1};
-    kserve_output_t in = {"AUDIO", KSERVE_BYTES, 1, shape, packed, packed_len};
-    const char *outs[1] = {"TRANSCRIPTS"};
-    kserve_request_spec_t spec = {.inputs = &in,
-                                  .n_inputs = 1,
-                                  .outputs = outs,
-                                  .n_outputs = 1,
-                                  .params = R->params,
-                                  .n_params = R->n_params};
     kserve_response_t body;
-    int rc = kserve_build_request(&spec, &body, err);
-    hark_free(packed);
+    int rc = kserve_build_request(spec, &body, err);
     if (rc)
         return rc;
     kserve_parsed_response_t pr;
@@ -381,7 +367,7 @@ static int remote_transcribe(remote_conn_t *conn, const remote_t *R, const char 
     http_kv_t hdr[2] = {{"Content-Type", "application/octet-stream"},
                         {"Inference-Header-Content-Length", hl}};
     http_response_t resp;
-    rc = http_client_request(c, "POST", R->path, hdr, 2, body.body, body.len, &resp, err);
+    rc = http_client_request(conn->http, "POST", R->path, hdr, 2, body.body, body.len, &resp, err);
     kserve_response_free(&body);
     if (rc)
         return rc;
@@ -418,6 +404,97 @@ parsed:;
     return rc;
 }
 
+/* Sends one file as AUDIO [1]; *text (hark_malloc) gets TRANSCRIPTS[0]. */
+static int remote_transcribe(remote_conn_t *conn, const remote_t *R, const char *path, char **text,
+                             hark_err_t *err)
+{
+    *text = NULL;
+    size_t n = 0;
+    uint8_t *raw = slurp(path, &n, err);
+    if (!raw)
+        return HARK_ERR_IO;
+    const char *strs[1] = {(const char *)raw};
+    size_t packed_len;
+    uint8_t *packed = kserve_bytes_pack(strs, &n, 1, &packed_len);
+    hark_free(raw);
+    if (!packed)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    int64_t shape[1] = {1};
+    kserve_output_t in = {"AUDIO", KSERVE_BYTES, 1, shape, packed, packed_len};
+    const char *outs[1] = {"TRANSCRIPTS"};
+    kserve_request_spec_t spec = {.inputs = &in,
+                                  .n_inputs = 1,
+                                  .outputs = outs,
+                                  .n_outputs = 1,
+                                  .params = R->params,
+                                  .n_params = R->n_params};
+    int rc = remote_infer_text(conn, R, &spec, text, err);
+    hark_free(packed);
+    return rc;
+}
+
+/* --streaming: one file as a sequence of chunks (WAV [1, chunk] + WAV_LENS, sequence_id /
+ * sequence_start / sequence_end, as WeNet's streaming client sends them) to a model served
+ * under sequence_batching; partial results printed as they come (a line rewritten on a
+ * terminal, "partial: ..." lines otherwise, on stderr); *text gets the final one and, when
+ * partials is not NULL, each partial is added to it. */
+static int remote_stream(remote_conn_t *conn, const remote_t *R, const char *path, int chunk_ms,
+                         uint64_t seq_id, cJSON *partials, char **text, hark_err_t *err)
+{
+    *text = NULL;
+    audio_opts_t ao = {.target_rate = STREAM_RATE};
+    audio_t au;
+    int rc = audio_decode_file(path, &ao, &au, err);
+    if (rc)
+        return rc;
+    size_t chunk = (size_t)STREAM_RATE * (size_t)chunk_ms / 1000,
+           nchunks = (au.n + chunk - 1) / chunk;
+    if (!nchunks)
+        nchunks = 1; /* an empty file is one empty chunk: START and END at once */
+    int tty = isatty(2);
+    kserve_param_t params[12];
+    int np = 0;
+    for (int i = 0; i < R->n_params && np < 9; i++)
+        params[np++] = R->params[i];
+    params[np++] = (kserve_param_t){.name = "sequence_id", .num = (double)seq_id};
+    kserve_param_t *start = &params[np++], *end = &params[np++];
+    for (size_t i = 0; i < nchunks && !rc; i++) {
+        size_t off = i * chunk, m = off < au.n ? (au.n - off < chunk ? au.n - off : chunk) : 0;
+        int32_t len = (int32_t)m;
+        int64_t s_wav[2] = {1, (int64_t)m}, s_len[2] = {1, 1};
+        kserve_output_t in[2] = {
+            {"WAV", KSERVE_FP32, 2, s_wav, (const uint8_t *)(au.samples + off), m * sizeof(float)},
+            {"WAV_LENS", KSERVE_INT32, 2, s_len, (const uint8_t *)&len, sizeof len}};
+        *start = (kserve_param_t){.name = "sequence_start", .num = i == 0, .boolean = 1};
+        *end = (kserve_param_t){.name = "sequence_end", .num = i + 1 == nchunks, .boolean = 1};
+        const char *outs[1] = {"TRANSCRIPTS"};
+        kserve_request_spec_t spec = {.inputs = in,
+                                      .n_inputs = 2,
+                                      .outputs = outs,
+                                      .n_outputs = 1,
+                                      .params = params,
+                                      .n_params = np};
+        char *t = NULL;
+        if ((rc = remote_infer_text(conn, R, &spec, &t, err)))
+            break;
+        if (i + 1 < nchunks) {
+            if (tty)
+                fprintf(stderr, "\r\033[K%s", t);
+            else
+                fprintf(stderr, "partial: %s\n", t);
+            if (partials)
+                cJSON_AddItemToArray(partials, cJSON_CreateString(t));
+            hark_free(t);
+        } else {
+            *text = t;
+        }
+    }
+    if (tty)
+        fprintf(stderr, "\r\033[K");
+    audio_free(&au);
+    return rc;
+}
+
 static int remote_files(const transcribe_args_t *A, const char **files, int nfiles)
 {
     remote_t R;
@@ -432,7 +509,11 @@ static int remote_files(const transcribe_args_t *A, const char **files, int nfil
     for (int f = 0; f < nfiles; f++) {
         char *text = NULL;
         err.msg[0] = 0;
-        int rc = remote_transcribe(c, &R, files[f], &text, &err);
+        cJSON *partials = json && A->streaming ? cJSON_CreateArray() : NULL;
+        int rc = A->streaming ? remote_stream(c, &R, files[f], (int)A->chunk_ms,
+                                              ((uint64_t)getpid() << 24) + (uint64_t)f + 1,
+                                              partials, &text, &err)
+                              : remote_transcribe(c, &R, files[f], &text, &err);
         if (rc) {
             failures++;
             fprintf(stderr, "hark transcribe: %s: %s\n", cli_file_name(files[f]),
@@ -447,6 +528,8 @@ static int remote_files(const transcribe_args_t *A, const char **files, int nfil
                 cJSON_AddStringToObject(j, "text", text);
             if (A->method)
                 cJSON_AddStringToObject(j, "decoding_method", A->method);
+            if (partials)
+                cJSON_AddItemToObject(j, "partials", partials);
             cJSON_AddItemToArray(out, j);
         } else if (!rc) {
             printf("%s %s\n", cli_file_name(files[f]), text);
@@ -802,7 +885,8 @@ done:
 
 int cli_transcribe(int argc, char **argv)
 {
-    transcribe_args_t A = {.device = "cpu",
+    transcribe_args_t A = {.chunk_ms = 640,
+                           .device = "cpu",
                            .precision = "fp32",
                            .format = "text",
                            .beam = -1,
@@ -831,6 +915,11 @@ int cli_transcribe(int argc, char **argv)
             str = &A.model;
         else if (!strcmp(a, "--url"))
             str = &A.url;
+        else if (!strcmp(a, "--streaming")) {
+            A.streaming = 1;
+            continue;
+        } else if (!strcmp(a, "--chunk-ms"))
+            num = &A.chunk_ms;
         else if (!strcmp(a, "-i") || !strcmp(a, "--protocol"))
             str = &A.iface;
         else if (!strcmp(a, "--device"))
@@ -896,8 +985,7 @@ int cli_transcribe(int argc, char **argv)
         }
         if (num) {
             char *end = NULL;
-            if (!v || (*num = strtod(argv[++i], &end), *end) ||
-                *num < (num == &A.left ? -1 : 0)) {
+            if (!v || (*num = strtod(argv[++i], &end), *end) || *num < (num == &A.left ? -1 : 0)) {
                 fprintf(stderr, "hark transcribe: %s needs a non-negative number\n", a);
                 hark_free(files);
                 return 2;
@@ -931,6 +1019,11 @@ int cli_transcribe(int argc, char **argv)
         bad = "--url takes --format text or json, and no --dump-dir, --nbest or --batch-size";
     else if (A.iface && (!A.url || (strcmp(A.iface, "grpc") && strcmp(A.iface, "http"))))
         bad = "-i takes http or grpc, with --url";
+    else if (A.streaming && (!A.url || A.wavscp))
+        bad = "--streaming sends FILE... chunk by chunk to a server's streaming model: it needs "
+              "--url and -m";
+    else if (A.chunk_ms < 10 || A.chunk_ms > 60000)
+        bad = "--chunk-ms must be in [10, 60000]";
     for (int i = 0, seen = 0; !bad && i < nfiles; i++) /* `-`: standard input */
         if (!strcmp(files[i], "-") && seen++)
             bad = "standard input (-) can be given once";

@@ -4,6 +4,7 @@
 #include "core/log.h"
 #include "hark.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,9 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     blas_coretype_fixup(argv);
+    /* a peer that resets a connection must cost an EPIPE on that write, not the process (the
+     * server's loops and the clients of perf/transcribe --url write sockets with writev) */
+    signal(SIGPIPE, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return 2;

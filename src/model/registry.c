@@ -14,14 +14,16 @@ extern const family_t wenet_family;
 extern const family_t jasper_family;
 extern const family_t fastspeech_family;
 extern const family_t silero_vad_family;
+extern const family_t tacotron2_family;
 
 #define MAX_TEST_FAMILIES 8
 #define DEFAULT_FAMILY "wenet_u2" /* models converted before model.json named its family */
 
 /* built-in families first, then the tests' (NULL-terminated) */
-#define N_BUILTIN 4
+#define N_BUILTIN 5
 static const family_t *families[N_BUILTIN + MAX_TEST_FAMILIES + 1] = {
-    &wenet_family, &jasper_family, &fastspeech_family, &silero_vad_family};
+    &wenet_family, &jasper_family, &fastspeech_family, &tacotron2_family,
+    &silero_vad_family};
 static int n_families = N_BUILTIN;
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 

@@ -371,6 +371,11 @@ int http_req_cancelled(const http_req_t *req)
     return atomic_load(&((const sreq_t *)req)->cancelled);
 }
 
+const atomic_int *http_req_cancelled_flag(const http_req_t *req)
+{
+    return &((const sreq_t *)req)->cancelled;
+}
+
 int http_res_header(http_req_t *req, const char *name, const char *value)
 {
     sreq_t *r = (sreq_t *)req;

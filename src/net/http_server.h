@@ -72,6 +72,9 @@ typedef struct http_req {
 const char *http_req_header(const http_req_t *req, const char *name);
 /* 1 once the client has gone (or the server gave up on the request); any thread. */
 int http_req_cancelled(const http_req_t *req);
+/* The flag http_req_cancelled reads, for code that checks it without the request (a scheduler
+ * dropping queued work of a client that left); valid until the request is answered. */
+const _Atomic int *http_req_cancelled_flag(const http_req_t *req);
 
 /* Takes the connection of an Upgrade request away from the server (loop thread, in the handler,
  * when it is the connection's only unanswered request): returns a new descriptor of the socket,

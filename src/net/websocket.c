@@ -4,6 +4,7 @@
 #include "net/websocket.h"
 
 #include "core/alloc.h"
+#include "core/base64.h"
 #include "core/log.h"
 #include "hark.h"
 
@@ -56,7 +57,7 @@ struct ws_hub {
     int async_open;
 };
 
-/* ---- SHA-1 and base64 for the handshake (RFC 3174, RFC 4648) ------------------------------- */
+/* ---- SHA-1 for the handshake (RFC 3174) ------------------------------- */
 
 static uint32_t rol(uint32_t x, int n)
 {
@@ -113,7 +114,6 @@ static void sha1(const uint8_t *msg, size_t len, uint8_t out[20])
 void ws_accept_key(const char *key, char out[29])
 {
     static const char GUID[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
-    static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     uint8_t buf[256], d[20];
     size_t kl = strlen(key);
     if (kl > sizeof buf - sizeof GUID)
@@ -121,16 +121,7 @@ void ws_accept_key(const char *key, char out[29])
     memcpy(buf, key, kl);
     memcpy(buf + kl, GUID, sizeof GUID - 1);
     sha1(buf, kl + sizeof GUID - 1, d);
-    int o = 0;
-    for (int i = 0; i < 21; i += 3) {
-        uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < 20 ? (uint32_t)d[i + 1] << 8 : 0) |
-                     (i + 2 < 20 ? d[i + 2] : 0);
-        out[o++] = B64[v >> 18 & 63];
-        out[o++] = B64[v >> 12 & 63];
-        out[o++] = i + 1 < 20 ? B64[v >> 6 & 63] : '=';
-        out[o++] = i + 2 < 20 ? B64[v & 63] : '=';
-    }
-    out[28] = 0;
+    base64_encode(d, sizeof d, out); /* 28 characters and the NUL */
 }
 
 /* ---- connections (loop thread unless said) -------------------------------------------------- */

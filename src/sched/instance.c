@@ -25,6 +25,9 @@ typedef struct {
     int started;
     batcher_t *own; /* sequence models: this instance's own queue (its sequences' chunks) */
     int seq_used;   /* sequence slots taken (under m->seq_lock) */
+    int up;         /* 0: creating its worker; 1: running; -1: the worker failed (m->lock) */
+    int up_rc;
+    char up_err[512];
 } instance_t;
 
 enum { SEQ_START = 1, SEQ_END = 2, SEQ_CLOSE = 4 };
@@ -58,6 +61,7 @@ struct served_model {
     pthread_mutex_t lock;
     served_stats_t st;
     int unhealthy;
+    pthread_cond_t up_cond; /* an instance's worker was created, or failed (m->lock) */
     /* sequences (o.seq.enabled) */
     pthread_mutex_t seq_lock;
     served_seq_t *seqs; /* active sequences */
@@ -97,6 +101,11 @@ static void on_emit(family_item_t *fi, const family_event_t *ev)
         asr_result_take(&g->result, ev->asr);
         g->start_s = ev->seg_start_s;
         g->end_s = ev->seg_end_s;
+        return;
+    }
+    if (ev->kind == FAMILY_EV_AUDIO) { /* tts: streamed to the caller as it comes */
+        if (r->audio && ev->pcm && ev->n)
+            r->audio(r, ev->pcm, ev->n, ev->sample_rate);
         return;
     }
     if (ev->kind == FAMILY_EV_PARTIAL && fi->stream && ev->asr) { /* a chunk's answer */
@@ -324,12 +333,16 @@ static void *instance_main(void *arg)
     batcher_t *queue = in->own ? in->own : m->batcher;
     family_worker_t *w = NULL;
     hark_err_t err = {0};
-    if (fam->worker_create(in->model, &wo, &w, &err)) {
-        LOG_ERROR("model instance: %s", err.msg);
-        pthread_mutex_lock(&m->lock);
+    int wrc = fam->worker_create(in->model, &wo, &w, &err);
+    pthread_mutex_lock(&m->lock);
+    in->up = wrc ? -1 : 1;
+    in->up_rc = wrc;
+    if (wrc) {
+        snprintf(in->up_err, sizeof in->up_err, "%s", err.msg);
         m->unhealthy = 1;
-        pthread_mutex_unlock(&m->lock);
     }
+    pthread_cond_broadcast(&m->up_cond);
+    pthread_mutex_unlock(&m->lock);
     batcher_item_t *items[512], *expired[64];
     served_request_t *group[512];
     int n, ne;
@@ -509,6 +522,7 @@ int served_model_create(const char *dir, const served_opts_t *o, served_model_t 
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&m->reaper_cond, &ca);
     pthread_condattr_destroy(&ca);
+    pthread_cond_init(&m->up_cond, NULL);
     int rc = copy_params(m, &o->cfg, err);
     if (rc)
         goto fail;
@@ -546,6 +560,19 @@ int served_model_create(const char *dir, const served_opts_t *o, served_model_t 
     family_info_t fi = {0};
     o->family->info(m->model[0], &fi);
     m->sample_rate = fi.sample_rate;
+    { /* the config's options must parse on their own: a bad value fails the load, not every
+         request later */
+        void *opts = hark_calloc(1, o->family->opts_size ? o->family->opts_size : 1);
+        family_params_t none = {NULL, 0};
+        rc = opts ? o->family->parse_opts(m->model[0], &m->o.cfg, &none, opts, err)
+                  : err_set(err, HARK_ERR_NOMEM, "out of memory");
+        hark_free(opts);
+        if (rc) {
+            if (!strstr(err->msg, "config.pbtxt"))
+                err_prefix(err, rc, "config.pbtxt parameters");
+            goto fail;
+        }
+    }
     if (o->seq.enabled) { /* each instance takes its own sequences' chunks */
         batcher_opts_t bo = {.max_batch_size =
                                  o->seq.max_sequences < 512 ? o->seq.max_sequences : 512,
@@ -570,6 +597,22 @@ int served_model_create(const char *dir, const served_opts_t *o, served_model_t 
             goto fail;
         }
         m->inst[i].started = 1;
+    }
+    /* ready only when every instance has its worker (scratch, device memory, stream pool): a
+     * model that cannot run all its instances fails to load, with the reason */
+    int bad = -1;
+    pthread_mutex_lock(&m->lock);
+    for (int i = 0; i < m->n_inst; i++) {
+        while (m->inst[i].up == 0)
+            pthread_cond_wait(&m->up_cond, &m->lock);
+        if (m->inst[i].up < 0 && bad < 0)
+            bad = i;
+    }
+    pthread_mutex_unlock(&m->lock);
+    if (bad >= 0) {
+        rc = err_set(err, m->inst[bad].up_rc, "model instance %d of %d: %s", bad + 1, m->n_inst,
+                     m->inst[bad].up_err);
+        goto fail;
     }
     *out = m;
     return HARK_OK;
@@ -608,6 +651,7 @@ void served_model_destroy(served_model_t *m)
     }
     pthread_mutex_destroy(&m->seq_lock);
     pthread_cond_destroy(&m->reaper_cond);
+    pthread_cond_destroy(&m->up_cond);
     for (int k = 0; k < m->n_models; k++)
         m->o.family->unload(m->model[k]);
     for (int i = 0; i < m->o.cfg.n; i++) {
@@ -792,6 +836,8 @@ int served_model_submit(served_model_t *m, served_request_t *req, hark_err_t *er
                        (double)req->fi.n / m->sample_rate, m->o.max_seconds);
     req->key_ = m->o.family->batch_key(req->fi.opts);
     req->item.length = req->fi.text ? strlen(req->fi.text) : req->fi.n;
+    if (!req->item.deadline_ns && m->o.default_timeout_us)
+        req->item.deadline_ns = clock_now_ns() + m->o.default_timeout_us * 1000;
     int rc = batcher_submit(m->batcher, &req->item);
     if (rc == HARK_ERR_AGAIN)
         return err_set(err, rc, "the model's queue is full");

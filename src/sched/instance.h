@@ -50,6 +50,10 @@ struct served_request {
      * final result (lent: asr_result_take keeps it) and its span in seconds of the stream; called
      * in order on the worker thread just before done, never for a request that failed */
     void (*segment)(served_request_t *req, asr_result_t *result, double start_s, double end_s);
+    /* optional (tts): each chunk of audio as the family produces it (pcm lent for the call),
+     * called on the worker thread during the execute, in order, before done; without it the
+     * audio is dropped */
+    void (*audio)(served_request_t *req, const float *pcm, size_t n, int sample_rate);
     /* private to the instance */
     uint64_t key_;
     int status_;
@@ -89,6 +93,9 @@ typedef struct {
     int n_groups;
     const char *precision; /* GPU instances: "fp16", "bf16" (NULL: fp32) */
     double max_seconds;    /* longest request accepted (worker buffers are sized for it) */
+    uint64_t default_timeout_us; /* a request with no deadline of its own waits at most this
+                                    long in the queue (0: no limit; Triton's
+                                    default_queue_policy.default_timeout_microseconds) */
     int version;           /* model version directory to load; 0 means 1 */
     served_seq_opts_t seq;
     /* Optional, called on the instance thread around the `done` callbacks of one batch of n

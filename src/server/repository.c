@@ -78,12 +78,13 @@ repo_model_t *repository_find(repository_t *r, const char *name, size_t len, con
     return m;
 }
 
-repo_model_t *repository_only_ready(repository_t *r)
+repo_model_t *repository_only_ready(repository_t *r, int task)
 {
     repo_model_t *only = NULL;
     int ready = 0;
     for (int i = 0; i < r->n_models; i++)
-        if (r->models[i].state == M_READY) {
+        if (r->models[i].state == M_READY && r->models[i].served &&
+            (!task || (int)served_model_family(r->models[i].served)->task == task)) {
             only = &r->models[i];
             ready++;
         }
@@ -138,9 +139,10 @@ static int prepare(repository_t *r, repo_model_t *m, served_opts_t *so, family_p
                        "%s: model family '%s' is not served by hark "
                        "(set backend: \"hark\" and parameters family)",
                        path, m->cfg.family ? m->cfg.family : "(none)");
-    if (fam->task != FAMILY_TASK_ASR)
+    if (fam->task != FAMILY_TASK_ASR && fam->task != FAMILY_TASK_TTS)
         return err_set(err, HARK_ERR_UNSUPPORTED,
-                       "%s: family '%s' (%s) cannot be served yet: the server serves ASR models",
+                       "%s: family '%s' (%s) cannot be served yet: the server serves ASR and TTS "
+                       "models",
                        path, fam->name, family_task_name(fam->task));
     if (fam->streaming && !m->cfg.sequence_batching)
         return err_set(err, HARK_ERR_UNSUPPORTED,
@@ -170,11 +172,14 @@ static int prepare(repository_t *r, repo_model_t *m, served_opts_t *so, family_p
     batcher_opts_t *b = &so->batching;
     b->max_batch_size = m->cfg.max_batch_size > 0 ? m->cfg.max_batch_size : 1;
     const model_dynamic_batching_t *db = &m->cfg.dynamic_batching;
+    b->max_queue_size = r->o.max_queue_size; /* unless the config sets one */
     if (db->present) {
         for (int i = 0; i < db->n_preferred && i < 8; i++)
             b->preferred[b->n_preferred++] = db->preferred_batch_size[i];
         b->max_queue_delay_us = db->max_queue_delay_microseconds;
-        b->max_queue_size = (int)db->default_queue_policy.max_queue_size;
+        if (db->default_queue_policy.max_queue_size)
+            b->max_queue_size = (int)db->default_queue_policy.max_queue_size;
+        so->default_timeout_us = db->default_queue_policy.default_timeout_microseconds;
     }
     b->length_aware = r->o.length_aware;
     if (m->cfg.sequence_batching) { /* Triton's: oldest's candidates, direct's batch slots */

@@ -38,6 +38,7 @@ typedef struct {
     double max_seconds; /* longest request a model accepts */
     int cpu_threads;    /* BLAS threads per CPU instance */
     int length_aware;   /* length-aware batching */
+    int max_queue_size; /* the queue bound of a config that sets none (0: unbounded) */
     /* optional, around each batch's completions on an instance thread */
     void (*completions_begin)(int n);
     void (*completions_end)(int n);
@@ -58,8 +59,9 @@ repo_model_t *repository_at(repository_t *r, int i);
  * with err set (HARK_ERR_NOT_FOUND). Under the lock. */
 repo_model_t *repository_find(repository_t *r, const char *name, size_t len, const char *version,
                               hark_err_t *err);
-/* The one READY model, when exactly one is (OpenAI clients name models hark does not have). */
-repo_model_t *repository_only_ready(repository_t *r);
+/* The one READY model of a task (family_task_t; 0: of any task), when exactly one is (OpenAI
+ * clients name models hark does not have: "whisper-1", "tts-1"). Under the lock. */
+repo_model_t *repository_only_ready(repository_t *r, int task);
 
 /* Loads (or reloads) / unloads one model by name (a model added to the directory since the scan
  * is found too). Blocking; any thread but a loop. */

@@ -190,6 +190,7 @@ int server_create(const server_opts_t *o, server_t **out, hark_err_t *err)
                             .max_seconds = s->o.max_audio_seconds,
                             .cpu_threads = s->o.cpu_threads,
                             .length_aware = s->o.length_aware,
+                            .max_queue_size = s->o.max_queue_size,
                             .completions_begin = completions_begin,
                             .completions_end = completions_end};
     int rc = repository_create(&ro, &s->repo, err);
@@ -273,7 +274,9 @@ fail:
 
 int server_run(server_t *s)
 {
-    printf("hark serving %s: http://%s:%d (KServe v2, OpenAI /v1/audio/transcriptions)",
+    signal(SIGPIPE, SIG_IGN); /* for embedders too: a client's reset is an EPIPE, not a kill */
+    printf("hark serving %s: http://%s:%d (KServe v2, OpenAI /v1/audio/transcriptions and "
+           "/v1/audio/speech)",
            s->o.model_repository, s->o.host, http_server_port(s->hl[0].api));
     if (s->hl[0].grpc)
         printf(", gRPC grpc://%s:%d", s->o.host, kserve_grpc_port(s->hl[0].grpc));

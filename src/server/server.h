@@ -28,6 +28,8 @@ typedef struct {
     double max_audio_seconds;     /* longest request; default 60 */
     int cpu_threads;              /* BLAS threads per CPU instance; default 1 */
     int length_aware;             /* length-aware batching; default 1 */
+    int max_queue_size;           /* a model's queue when its config sets no max_queue_size
+                                     (0: unbounded); default 1024: beyond it 503 + Retry-After */
     int strict_model_config;      /* unknown model configs: refuse to start; default 0 */
     int http_threads;             /* event loops serving the HTTP port (SO_REUSEPORT when > 1);
                                      0: one per 4 cores, at most 4 */

@@ -187,14 +187,22 @@ static int64_t utf8_next(const char *s, size_t n, size_t *i)
     return cp;
 }
 
-static int to_ascii(const char *s, size_t n, sb_t *out, hark_err_t *err)
+static const char *dle_unidecoder(uint32_t cp, char one[2]);
+
+static int to_ascii(const char *s, size_t n, tts_text_variant_t v, sb_t *out, hark_err_t *err)
 {
     for (size_t i = 0; i < n;) {
         size_t at = i;
         int64_t cp = utf8_next(s, n, &i);
         if (cp < 0)
             return err_set(err, HARK_ERR_INVALID_ARG, "text: invalid UTF-8 at byte %zu", at);
-        if (cp < 0x80)
+        if (v == TTS_TEXT_DLE_TACOTRON2) {
+            char one[2];
+            if (cp < 0x7f)
+                sb_putc(out, (char)cp);
+            else
+                sb_puts(out, dle_unidecoder((uint32_t)cp, one));
+        } else if (cp < 0x80)
             sb_putc(out, (char)cp);
         else if (cp >= 0xa0 && cp < 0x180)
             sb_puts(out, LATIN[cp - 0xa0]);
@@ -204,6 +212,177 @@ static int to_ascii(const char *s, size_t n, sb_t *out, hark_err_t *err)
             sb_puts(out, punct((uint32_t)cp));
     }
     return HARK_OK;
+}
+
+/* DLE Tacotron2's own `unidecoder` (tacotron2/text/unidecoder): characters below U+007F are
+ * kept; any other is looked up in its replacement table (German umlauts as two letters, ü ->
+ * ue), then in its homoglyph table; what neither has is dropped (the original warns). Here:
+ * that behaviour for Latin-1, Latin Extended-A, General Punctuation, the currency signs and the
+ * fullwidth forms (identical to the original over U+007F-U+017F, U+2000-U+20CF and
+ * U+FF00-U+FFEF: tools/tts_text_reference.py --tacotron2 --sweep); other scripts (Latin
+ * Extended-B, Greek, Cyrillic, mathematical letters, ...) are dropped (docs/tts.md). */
+static const char *const DLE_LATIN1[0x100 - 0xa0] = {
+    " ", "",  "c", "",  "",   "Y", "",   "",  "\"", "",  "",  "",  "",   "",  "",   "",
+    "",  "",  "",  "",  "'",  "",  "",   "",  ",",  "",  "",  "",  "",   "",  "",   "",
+    "A", "A", "A", "A", "Ae", "A", "AE", "C", "E",  "E", "E", "E", "I",  "I", "I",  "I",
+    "D", "N", "O", "O", "O",  "O", "Oe", "x", "O",  "U", "U", "U", "Ue", "Y", "TH", "ss",
+    "a", "a", "a", "a", "ae", "a", "ae", "c", "e",  "e", "e", "e", "i",  "i", "i",  "i",
+    "d", "n", "o", "o", "o",  "o", "oe", "",  "o",  "u", "u", "u", "ue", "y", "th", "y",
+};
+/* U+0100..U+017F: the base letter of the characters the table's language lists have ('.':
+ * none; '*': U+0132/U+0133, IJ and ij) */
+static const char DLE_EXT_A[] = "AaAaAaCc....CcDd"
+                                "DdEe..EeEeEe..Gg"
+                                "..Gg....IiIi..Ii"
+                                "Ii**..Kk...Ll..."
+                                ".LlNnNnNn......."
+                                "Oo......RrSs..Ss"
+                                "SsTtTt..UuUu..Uu"
+                                "UuUu.....ZzZzZzf";
+
+static const char *dle_unidecoder(uint32_t cp, char one[2])
+{
+    if (cp >= 0xa0 && cp < 0x100)
+        return DLE_LATIN1[cp - 0xa0];
+    if (cp >= 0x100 && cp < 0x180) {
+        char c = DLE_EXT_A[cp - 0x100];
+        if (c == '*')
+            return cp == 0x132 ? "IJ" : "ij";
+        one[0] = c == '.' ? 0 : c;
+        one[1] = 0;
+        return one;
+    }
+    if (cp >= 0xff01 && cp <= 0xff5e) { /* fullwidth forms: mostly their ASCII homoglyph */
+        switch (cp) {
+        case 0xff02:
+        case 0xff03:
+        case 0xff0d:
+        case 0xff3e:
+        case 0xff5c:
+        case 0xff5e:
+            return "";
+        case 0xff10:
+            return "o"; /* the homoglyph table lists it under 'o', not '0' */
+        case 0xff11:
+        case 0xff29:
+            return "l"; /* and these under 'l' */
+        case 0xff3b:
+            return "(";
+        case 0xff3d:
+            return ")";
+        case 0xff40:
+            return "'";
+        default:
+            one[0] = (char)(cp - 0xfee0);
+            one[1] = 0;
+            return one;
+        }
+    }
+    if (cp >= 0x20a0 && cp <= 0x20bf) { /* currency signs: the replacement table's readings */
+        static const char *const CUR[0x20c0 - 0x20a0] = {
+            "CE", "C", "Cr", "F", "",  "m", "N",  "Pt", "Rs", "W", "",  "s", "E", "K", "T", "Dp",
+            "S",  "P", "G",  "A", "S", "C", "tt", "S",  "T",  "R", "L", "",  "",  "P", "",  "B"};
+        return CUR[cp - 0x20a0];
+    }
+    switch (cp) {
+    case 0x203d:
+        return "?!";
+    case 0x2041:
+    case 0x2044:
+        return "/";
+    case 0x204e:
+        return "*";
+    case 0x2053:
+        return "~";
+    case 0x205a:
+        return ":";
+    case 0xffe0:
+        return "c";
+    case 0xffe5:
+        return "Y";
+    case 0xffe6:
+        return "W";
+    case 0xffe8:
+        return "l";
+    case 0x1680:
+    case 0x2000:
+    case 0x2001:
+    case 0x2002:
+    case 0x2003:
+    case 0x2004:
+    case 0x2005:
+    case 0x2006:
+    case 0x2007:
+    case 0x2008:
+    case 0x2009:
+    case 0x200a:
+    case 0x2028:
+    case 0x2029:
+    case 0x202f:
+    case 0x205f:
+        return " ";
+    case 0x2b9:
+    case 0x2bb:
+    case 0x2bc:
+    case 0x2bd:
+    case 0x2be:
+    case 0x2c8:
+    case 0x2ca:
+    case 0x2cb:
+    case 0x2018:
+    case 0x2019:
+    case 0x201b:
+    case 0x2032:
+    case 0x2035:
+    case 0xff07:
+        return "'";
+    case 0x2ba:
+    case 0x2dd:
+    case 0x201c:
+    case 0x201d:
+    case 0x201f:
+        return "\"";
+    case 0x201a:
+    case 0xff0c:
+        return ",";
+    case 0x2d7:
+    case 0x2010:
+    case 0x2011:
+    case 0x2012:
+    case 0x2013:
+    case 0x2043:
+    case 0x2212:
+        return "-";
+    case 0x2024:
+    case 0xff0e:
+        return ".";
+    case 0x2d0:
+    case 0x2236:
+    case 0xff1a:
+        return ":";
+    case 0x37e:
+    case 0xff1b:
+        return ";";
+    case 0xff01:
+        return "!";
+    case 0xff1f:
+        return "?";
+    case 0x2039:
+        return "<";
+    case 0x203a:
+        return ">";
+    case 0xff08:
+    case 0xff3b:
+        return "(";
+    case 0xff09:
+    case 0xff3d:
+        return ")";
+    case 0x2dc:
+    case 0x223c:
+        return "~";
+    default:
+        return ""; /* U+007F, U+2014 (em dash), U+2026 (ellipsis), ...: dropped */
+    }
 }
 
 /* ---- inflect's number_to_words ------------------------------------------------------------ */
@@ -714,8 +893,14 @@ static void expand_abbr(const char *s, const char *abbr, const char *word, sb_t 
 
 int tts_text_clean(const char *utf8, size_t len, char **out, hark_err_t *err)
 {
+    return tts_text_clean_variant(utf8, len, TTS_TEXT_FASTSPEECH, out, err);
+}
+
+int tts_text_clean_variant(const char *utf8, size_t len, tts_text_variant_t v, char **out,
+                           hark_err_t *err)
+{
     sb_t a = {0}, b = {0};
-    int rc = to_ascii(utf8, len, &a, err);
+    int rc = to_ascii(utf8, len, v, &a, err);
     if (rc)
         goto done;
     sb_str(&a);
@@ -865,6 +1050,12 @@ static void arpabet_to_ids(const char *s, size_t n, ids_t *v)
 
 int tts_text_to_ids(const char *utf8, tts_text_t *out, hark_err_t *err)
 {
+    return tts_text_to_ids_variant(utf8, TTS_TEXT_FASTSPEECH, out, err);
+}
+
+int tts_text_to_ids_variant(const char *utf8, tts_text_variant_t variant, tts_text_t *out,
+                            hark_err_t *err)
+{
     memset(out, 0, sizeof *out);
     size_t n = strlen(utf8);
     for (size_t i = 0; i < n;) { /* one check up front, so every error names the whole text */
@@ -895,7 +1086,7 @@ int tts_text_to_ids(const char *utf8, tts_text_t *out, hark_err_t *err)
         }
         size_t seg = found ? open : len;
         char *c = NULL;
-        if ((rc = tts_text_clean(s, seg, &c, err)))
+        if ((rc = tts_text_clean_variant(s, seg, variant, &c, err)))
             break;
         chars_to_ids(c, &v);
         sb_puts(&cleaned, c);

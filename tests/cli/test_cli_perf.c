@@ -246,4 +246,16 @@ TEST(cli_perf_usage_errors)
              test_hark_bin());
     CHECK(run_cmd(t, cmd, "d", out, sizeof out) == 1);
     CHECKF(strstr(out, "connect") != NULL, "%s", out);
+    /* --streaming: its own option checks; nothing listening is exit 1 naming the connection */
+    snprintf(cmd, sizeof cmd, "%s perf -m x --streaming -b 4", test_hark_bin());
+    CHECK(run_cmd(t, cmd, "f", out, sizeof out) == 2);
+    CHECKF(strstr(out, "--streaming") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "%s perf -m x --streaming --pace slow", test_hark_bin());
+    CHECK(run_cmd(t, cmd, "g", out, sizeof out) == 2);
+    snprintf(cmd, sizeof cmd, "%s perf -m x --streaming --chunk-ms 5", test_hark_bin());
+    CHECK(run_cmd(t, cmd, "h", out, sizeof out) == 2);
+    snprintf(cmd, sizeof cmd, "%s perf -m x --streaming -u 127.0.0.1:1 -p 200 --chunk-ms 100",
+             test_hark_bin());
+    CHECK(run_cmd(t, cmd, "i", out, sizeof out) == 1);
+    CHECKF(strstr(out, "connect") != NULL, "%s", out);
 }

@@ -272,6 +272,38 @@ try:
           st.inference_stats.compute_infer.count == st.inference_stats.success.count and
           st.execution_count >= 1, "statistics: queue / compute counted (%d)" % st.inference_stats.queue.count)
     check(any("idle" in l for l in log), "the idle timeout is logged")
+
+    # hark transcribe --streaming: partials as they come, the final one = WeNet's streaming text
+    for proto, url in (("http", base), ("grpc", "grpc://" + target)):
+        p = subprocess.run([hark, "transcribe", "--url", url, "-m", "streaming_wenet",
+                            "--streaming", "--format", "json"] +
+                           [os.path.join(golden, "wavs", u + ".wav") for u in us],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        js = json.loads(p.stdout) if p.returncode == 0 else []
+        check(p.returncode == 0 and [j["text"] for j in js] == gold and
+              all(len(j["partials"]) >= 1 for j in js) and "partial: " in p.stderr,
+              "hark transcribe --streaming over %s: finals = WeNet's streaming texts (%s)" %
+              (proto, p.stderr[-200:]))
+
+    # hark perf --streaming against it: real-time pace over HTTP, as fast as possible over gRPC
+    import csv
+    wav = os.path.join(golden, "wavs", sorted(R)[0] + ".wav")
+    for proto, addr, pace in (("http", base[7:], "realtime"), ("grpc", target, "fast")):
+        out = os.path.join(tmp, "sp-%s.csv" % proto)
+        p = subprocess.run([hark, "perf", "--streaming", "-m", "streaming_wenet", "-u", addr,
+                            "-i", proto, "--pace", pace, "--concurrency-range", "1:2",
+                            "-p", "2500", "--input-data", wav, "-f", out],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        rows = list(csv.DictReader(open(out))) if os.path.exists(out) else []
+        ok = p.returncode == 0 and len(rows) == 2
+        for r in rows:
+            x = {k: float(v) for k, v in r.items()}
+            ok = ok and x["errors"] == 0 and x["chunks"] > 0 and x["sequences"] >= 1 and \
+                0 < x["latency_p50_us"] <= x["latency_p90_us"] <= x["latency_p99_us"] <= \
+                x["latency_max_us"] and x["final_p50_us"] > 0 and \
+                abs(x["chunks_per_sec"] * x["window_s"] - x["chunks"]) < 1.5
+        check(ok and ("sustained" in p.stdout or pace == "fast"),
+              "hark perf --streaming over %s (%s): %s" % (proto, pace, p.stdout[-300:]))
 except Exception as e:  # noqa: BLE001
     import traceback
     traceback.print_exc()

@@ -17,6 +17,21 @@ shutil.copytree(model_dir, os.path.join(repo, "wenet"))
 shutil.copytree(model_dir, os.path.join(repo, "wenet_badprec"))
 with open(os.path.join(repo, "wenet_badprec", "config.pbtxt"), "a") as f:
     f.write('parameters { key: "precision" value { string_value: "fp64" } }\n')
+# a small queue with a default timeout (Triton's default_queue_policy)
+shutil.copytree(model_dir, os.path.join(repo, "wenet_q"))
+cq = os.path.join(repo, "wenet_q", "config.pbtxt")
+txt = re.sub(r"dynamic_batching \{[^}]*\}", "dynamic_batching {\n"
+             "  max_queue_delay_microseconds: 0\n  default_queue_policy {\n"
+             "    max_queue_size: 2\n    default_timeout_microseconds: 300000\n  }\n}",
+             open(cq).read())
+open(cq, "w").write(re.sub(r'name: "[^"]*"', 'name: "wenet_q"', txt, count=1))
+# config values a family refuses: UNAVAILABLE with the reason, not READY and failing every request
+for name, key, val in (("wenet_badmethod", "decoding_method", "magic_search"),
+                       ("wenet_badbeam", "beam_size", "-5")):
+    shutil.copytree(model_dir, os.path.join(repo, name))
+    cp = os.path.join(repo, name, "config.pbtxt")
+    txt = re.sub(r'parameters \{ key: "%s"[^\n]*\n' % key, "", open(cp).read())
+    open(cp, "w").write(txt + 'parameters { key: "%s" value { string_value: "%s" } }\n' % (key, val))
 proc = subprocess.Popen([hark, "serve", "--model-repository", repo, "--http-port", "0",
                          "--metrics-port", "0", "--grpc-port", "-1", "--max-body-bytes", "8000000",
                          "--request-timeout-ms", "1500", "--http-threads", "3"],
@@ -51,6 +66,28 @@ try:
         assert time.time() - t0 < 60, "not ready within 60 s"
         time.sleep(0.1)
     check(requests.get(base + "/v2/health/live").status_code == 200, "live")
+    # a client that resets a connection with answers pending costs an EPIPE, never the process
+    sigign = [l for l in open("/proc/%d/status" % proc.pid) if l.startswith("SigIgn:")]
+    check(sigign and int(sigign[0].split()[1], 16) & (1 << 12), "SIGPIPE is ignored")
+
+    def reset_storm(k):
+        import socket
+        req = b"GET /v2/models/wenet/config HTTP/1.1\r\nHost: x\r\n\r\n" * 40
+        for i in range(40):
+            try:
+                c = socket.create_connection(("127.0.0.1", int(m.group(1))))
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                c.sendall(req)
+                if i % 2:
+                    c.recv(100)
+                c.close()
+            except OSError:
+                pass
+    ths = [threading.Thread(target=reset_storm, args=(k,)) for k in range(8)]
+    [t.start() for t in ths]
+    [t.join() for t in ths]
+    check(proc.poll() is None and requests.get(base + "/v2/health/live").status_code == 200,
+          "alive after 320 connections reset with pipelined answers pending")
     check(any("HTTP: 3 event loops" in l for l in log), "three HTTP event loops")
     meta = requests.get(base + "/v2/models/wenet").json()
     check(meta["inputs"][0]["shape"] == [-1, -1] and meta["outputs"][0]["name"] == "TRANSCRIPTS",
@@ -172,6 +209,75 @@ try:
     got = s.recv(4096).decode(errors="replace")
     check(" 408 " in got.split("\r\n")[0], "stalled client: 408")
     s.close()
+    # clients that leave while their requests wait behind a long one: dropped, never computed
+    def stats():
+        x = requests.get(base + "/v2/models/wenet/stats").json()["model_stats"][0]
+        return x["inference_stats"]["success"]["count"], x["inference_stats"]["fail"]["count"]
+    s0, f0 = stats()
+    NL, SL = 8, 16000 * 15  # the long request: 8 x 15 s (within --max-body-bytes)
+    zl = bytes(4 * NL * SL)
+    hl_ = json.dumps({"inputs": [
+        {"name": "WAV", "shape": [NL, SL], "datatype": "FP32", "parameters": {"binary_data_size": len(zl)}},
+        {"name": "WAV_LENS", "shape": [NL, 1], "datatype": "INT32", "parameters": {"binary_data_size": 4 * NL}}],
+        "parameters": {"decoding_method": "ctc_greedy_search"}}).encode()
+    long_r = []
+    lt = threading.Thread(target=lambda: long_r.append(requests.post(
+        base + "/v2/models/wenet/infer", data=hl_ + zl + struct.pack("<%di" % NL, *([SL] * NL)),
+        headers={"Inference-Header-Content-Length": str(len(hl_))}, timeout=300)))
+    lt.start()
+    time.sleep(0.3)  # it runs; the next ones wait in the queue
+    one = struct.pack("<%df" % 16000, *([0.0] * 16000))
+    h1 = json.dumps({"inputs": [
+        {"name": "WAV", "shape": [1, 16000], "datatype": "FP32", "parameters": {"binary_data_size": len(one)}},
+        {"name": "WAV_LENS", "shape": [1, 1], "datatype": "INT32", "parameters": {"binary_data_size": 4}}]}).encode()
+    body1 = hl1 = None
+    for i in range(10):
+        c = socket.create_connection(("127.0.0.1", int(m.group(1))))
+        c.sendall(b"POST /v2/models/wenet/infer HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                  b"application/octet-stream\r\nInference-Header-Content-Length: %d\r\n"
+                  b"Content-Length: %d\r\n\r\n" % (len(h1), len(h1) + len(one) + 4) +
+                  h1 + one + struct.pack("<i", 16000))
+        c.close()
+    lt.join()
+    time.sleep(1.0)
+    s1, f1 = stats()
+    check(long_r and long_r[0].status_code == 200 and s1 - s0 == NL and f1 - f0 == 10,
+          "10 requests of clients that left were dropped unrun (success +%d, fail +%d)" %
+          (s1 - s0, f1 - f0))
+    # the queue bound and the default timeout: behind a long request, 2 of 5 wait (then expire
+    # after 300 ms: 504), 3 are shed at once (503 with Retry-After)
+    # (the queue counts batch items: the long request is 2 x 59 s, so it fits the queue)
+    QN, QS = 2, 16000 * 59
+    hq = json.dumps({"inputs": [
+        {"name": "WAV", "shape": [QN, QS], "datatype": "FP32", "parameters": {"binary_data_size": 4 * QN * QS}},
+        {"name": "WAV_LENS", "shape": [QN, 1], "datatype": "INT32", "parameters": {"binary_data_size": 4 * QN}}],
+        "parameters": {"decoding_method": "ctc_greedy_search"}}).encode()
+    lq, long_body = [], hq + bytes(4 * QN * QS) + struct.pack("<%di" % QN, *([QS] * QN))
+    t_long = time.time()
+    lt = threading.Thread(target=lambda: lq.append(requests.post(
+        base + "/v2/models/wenet_q/infer", data=long_body,
+        headers={"Inference-Header-Content-Length": str(len(hq))}, timeout=300)))
+    lt.start()
+    time.sleep(0.6)  # uploaded, parsed and running (it runs for seconds)
+    qr = [None] * 5
+
+    def qone(i):
+        qr[i] = requests.post(base + "/v2/models/wenet_q/infer", data=h1 + one + struct.pack("<i", 16000),
+                              headers={"Inference-Header-Content-Length": str(len(h1))})
+    qt = [threading.Thread(target=qone, args=(i,)) for i in range(5)]
+    for t_ in qt:
+        t_.start()
+        time.sleep(0.02)
+    [t_.join() for t_ in qt]
+    lt.join()
+    codes = sorted(r_.status_code for r_ in qr)
+    check(lq and lq[0].status_code == 200 and codes == [503, 503, 503, 504, 504] and
+          all(r_.headers.get("Retry-After") for r_ in qr if r_.status_code == 503),
+          "max_queue_size 2: 3 shed with 503 + Retry-After, 2 expire after 300 ms: %s %s" %
+          (codes, [lq[0].status_code, lq[0].text[:150], time.time() - t_long] if lq else None))
+    # (OpenAI's "whisper-1" below stands for the one ready recognizer)
+    check(requests.post(base + "/v2/repository/models/wenet_q/unload").status_code == 200,
+          "wenet_q unloaded")
     # statistics (what perf_analyzer polls)
     st = requests.get(base + "/v2/models/wenet/stats").json()["model_stats"][0]
     check(isinstance(st["version"], str) and st["inference_count"] >= 7 and
@@ -215,6 +321,10 @@ try:
     bad = idx.get("wenet_badprec", {})
     check(bad.get("state") == "UNAVAILABLE" and "precision" in bad.get("reason", "") and
           "fp64" in bad.get("reason", ""), "bad precision parameter: UNAVAILABLE with the reason (%r)" % bad)
+    for name, word in (("wenet_badmethod", "magic_search"), ("wenet_badbeam", "beam_size")):
+        bad = idx.get(name, {})
+        check(bad.get("state") == "UNAVAILABLE" and word in bad.get("reason", ""),
+              "config %s: UNAVAILABLE naming it (%r)" % (word, bad.get("reason")))
     check(requests.post(base + "/v2/repository/models/wenet/unload").status_code == 200 and
           requests.get(base + "/v2/models/wenet/ready").status_code == 400, "unload")
     check(requests.post(base + "/v2/repository/models/wenet/load").status_code == 200 and

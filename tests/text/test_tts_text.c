@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *const SENTENCES[3] = {
     "Printing, in the only sense with which we are at present concerned, differs from most if "
@@ -102,15 +103,11 @@ static void unescape(char *s)
     *o = 0;
 }
 
-TEST(tts_text_reference_file)
+/* Every line of a tools/tts_text_reference.py file against hark's ids with `variant`. */
+static void check_reference_file(test_ctx_t *t, const char *path, tts_text_variant_t variant)
 {
-    const char *path = getenv("HARK_TTS_TEXT_REF");
-    if (!path || !*path)
-        path = "/tmp/hark-tts-text-ref.tsv";
     FILE *f = fopen(path, "r");
-    if (!f)
-        SKIP("no reference ids (make them with tools/tts_text_reference.py --output "
-             "/tmp/hark-tts-text-ref.tsv, or set HARK_TTS_TEXT_REF)");
+    CHECKF(f != NULL, "cannot open %s", path);
     size_t cap = 1 << 16;
     char *line = malloc(cap);
     int n = 0, bad = 0;
@@ -128,7 +125,7 @@ TEST(tts_text_reference_file)
         unescape(text);
         tts_text_t tt;
         hark_err_t err = {0};
-        int rc = tts_text_to_ids(text, &tt, &err);
+        int rc = tts_text_to_ids_variant(text, variant, &tt, &err);
         int ok;
         if (!strncmp(ref, "ERROR", 5)) {
             ok = rc == HARK_ERR_UNSUPPORTED;
@@ -169,6 +166,32 @@ TEST(tts_text_reference_file)
     CHECKF(bad == 0, "%d of %d lines differ; first %s", bad, n, first);
 }
 
+TEST(tts_text_reference_file)
+{
+    const char *path = getenv("HARK_TTS_TEXT_REF");
+    if (!path || !*path)
+        path = "/tmp/hark-tts-text-ref.tsv";
+    if (access(path, R_OK) != 0)
+        SKIP("no reference ids (make them with tools/tts_text_reference.py --output "
+             "/tmp/hark-tts-text-ref.tsv, or set HARK_TTS_TEXT_REF)");
+    check_reference_file(t, path, TTS_TEXT_FASTSPEECH);
+}
+
+/* DLE Tacotron2's front end: the LJSpeech transcripts, the generated lines and every code point
+ * of the transliteration ranges hark reproduces (tools/tts_text_reference.py --tacotron2
+ * --synthetic --sweep). */
+TEST(tts_text_reference_file_tacotron2)
+{
+    const char *path = getenv("HARK_TTS_TEXT_REF_TACOTRON2");
+    if (!path || !*path)
+        path = "/tmp/hark-tts-text-ref-tacotron2.tsv";
+    if (access(path, R_OK) != 0)
+        SKIP("no reference ids (make them with tools/tts_text_reference.py --tacotron2 --sweep "
+             "--output /tmp/hark-tts-text-ref-tacotron2.tsv, or set "
+             "HARK_TTS_TEXT_REF_TACOTRON2)");
+    check_reference_file(t, path, TTS_TEXT_DLE_TACOTRON2);
+}
+
 TEST(tts_text_bad_input)
 {
     tts_text_t tt;
@@ -187,4 +210,44 @@ TEST(tts_text_bad_input)
     CHECK(tts_text_to_ids("{AA1}", &tt, &err) == HARK_OK && tt.n == 1 && tt.ids[0] == 66);
     tts_text_free(&tt);
     CHECK(!strcmp(tts_symbol(11), " ") && !strcmp(tts_symbol(147), "@ZH") && !tts_symbol(148));
+}
+
+/* DLE Tacotron2's transliteration (its own unidecoder): umlauts as two letters, the em dash and
+ * the ellipsis dropped, typographic quotes and dashes by their homoglyphs; the rest of the
+ * pipeline is FastSpeech's. The golden sentences' ids are checked in
+ * tests/model/tacotron2/test_tacotron2.c. */
+TEST(tts_text_dle_tacotron2_transliteration)
+{
+    static const struct {
+        const char *in, *want;
+    } cases[] = {
+        {"M\xc3\xbcller \xc3\x84rger \xc3\x9f", "mueller aerger ss"},
+        {"a \xe2\x80\x94 b\xe2\x80\xa6", "a b"}, /* dropped; whitespace then collapsed */
+        {"\xe2\x80\x9cit\xe2\x80\x99s\xe2\x80\x9d \xe2\x80\x93 ok", "\"it's\" - ok"},
+        {"Dvo\xc5\x99\xc3\xa1k \xc5\x81\xc3\xb3"
+         "d\xc5\xba \xc3\x85",
+         "dvorak lodz a"},
+        {"\xc2\xa9 \xc2\xbfx? \xe2\x82\xac"
+         "5",
+         " x? efive"}, /* © ¿ dropped, € -> E */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL;
+        hark_err_t err = {0};
+        CHECK_OK(tts_text_clean_variant(cases[i].in, strlen(cases[i].in), TTS_TEXT_DLE_TACOTRON2,
+                                        &out, &err));
+        int ok = !strcmp(out, cases[i].want);
+        if (!ok)
+            printf("    %s -> '%s' (want '%s')\n", cases[i].in, out, cases[i].want);
+        hark_free(out);
+        CHECK(ok);
+    }
+    tts_text_t a = {0}, b = {0};
+    hark_err_t err = {0};
+    CHECK_OK(tts_text_to_ids_variant("M\xc3\xbcller", TTS_TEXT_DLE_TACOTRON2, &a, &err));
+    CHECK_OK(tts_text_to_ids("M\xc3\xbcller", &b, &err));
+    CHECK_EQ_INT(a.n, 7); /* mueller */
+    CHECK_EQ_INT(b.n, 6); /* muller */
+    tts_text_free(&a);
+    tts_text_free(&b);
 }

@@ -4,6 +4,9 @@
  * config.pbtxt names in parameters { key: "vocoder" } (absolute, or relative to the model
  * repository: the model directory's parent). Options (config.pbtxt parameters, then the
  * request's): alpha (DLE's duration scale) or speed (1 / alpha). GPU loads are refused.
+ * The vocoder streams: audio leaves in chunks of config.pbtxt's vocoder_chunk_frames mel frames
+ * (default 64; the first chunk half that; 0: the whole utterance at once), each vocoded with
+ * hifigan_context_frames of context on each side so the seams equal one-shot output.
  * Tests: tests/model/fastspeech/test_fastspeech_family.c */
 #include "model/family.h"
 
@@ -26,12 +29,17 @@ typedef struct {
 struct family_model {
     fastspeech_model_t *fs;
     hifigan_model_t *voc;
+    int chunk_frames; /* the vocoder streams chunks of this many mel frames (0: whole) */
     char kind[160];
 };
 
 struct family_worker {
     const family_model_t *fm;
 };
+
+#define DEFAULT_CHUNK_FRAMES 64 /* 0.74 s of 22.05 kHz audio; the first chunk half that */
+
+static void ff_unload(family_model_t *fm);
 
 static int ff_load(const char *dir, const family_load_opts_t *lo, const family_params_t *cfg,
                    family_model_t **out, hark_err_t *err)
@@ -81,6 +89,14 @@ static int ff_load(const char *dir, const family_load_opts_t *lo, const family_p
         hark_free(fm);
         return rc;
     }
+    fm->chunk_frames = DEFAULT_CHUNK_FRAMES;
+    rc = family_param_int(cfg, "vocoder_chunk_frames", 0, 100000, &fm->chunk_frames, err);
+    if (rc && rc != HARK_ERR_NOT_FOUND) {
+        ff_unload(fm);
+        return rc;
+    }
+    if (fm->chunk_frames == 1)
+        fm->chunk_frames = 2; /* the first chunk is half of one */
     const fastspeech_config_t *c = fastspeech_config(fm->fs);
     snprintf(fm->kind, sizeof fm->kind,
              "fastspeech d_model %d, %d+%d FFT blocks + hifi-gan V%s, fp32", c->d_model,
@@ -172,9 +188,36 @@ static void dump_stage(void *user, const char *name, const float *data, int rows
     npy_save_f32(path, data, 2, shape);
 }
 
-/* one item: text -> audio (hark_malloc'ed) */
-static int synth_one(const family_model_t *fm, const family_item_t *it, float **audio,
-                     size_t *n_audio, hark_err_t *err)
+/* frames [a, b) of mt (nm, nf) vocoded with `ctx` frames of context on each side: the samples
+ * of [a, b) exactly as the whole utterance gives them (hifigan_context_frames), emitted */
+static int vocode_span(const family_model_t *fm, family_item_t *it, const float *mt, int nm, int nf,
+                       int a, int b, int ctx, hark_err_t *err)
+{
+    int lo = a - ctx > 0 ? a - ctx : 0, hi = b + ctx < nf ? b + ctx : nf, w = hi - lo;
+    size_t hop = hifigan_samples(fm->voc, 1), ns = hifigan_samples(fm->voc, w);
+    float *sub = hark_malloc(sizeof(float) * (size_t)nm * w),
+          *out = hark_malloc(sizeof(float) * ns);
+    int rc = sub && out ? HARK_OK : err_set(err, HARK_ERR_NOMEM, "fastspeech: out of memory");
+    if (!rc) {
+        for (int r = 0; r < nm; r++)
+            memcpy(sub + (size_t)r * w, mt + (size_t)r * nf + lo, sizeof(float) * (size_t)w);
+        rc = hifigan_forward(fm->voc, sub, w, out, NULL, NULL, err);
+    }
+    if (!rc) {
+        family_event_t ev = {.kind = FAMILY_EV_AUDIO,
+                             .pcm = out + (size_t)(a - lo) * hop,
+                             .n = (size_t)(b - a) * hop,
+                             .sample_rate = hifigan_config(fm->voc)->sample_rate};
+        it->emit(it, &ev);
+    }
+    hark_free(sub);
+    hark_free(out);
+    return rc;
+}
+
+/* one item: text -> audio, emitted as AUDIO events: the whole utterance at once (chunk_frames 0,
+ * or a dump), else a first chunk of chunk_frames / 2 mel frames and then chunk_frames each */
+static int synth_one(const family_model_t *fm, family_item_t *it, hark_err_t *err)
 {
     const fs_opts_t *o = it->opts;
     tts_text_t tt;
@@ -199,27 +242,40 @@ static int synth_one(const family_model_t *fm, const family_item_t *it, float **
     if (rc)
         return rc;
     int nm = fastspeech_config(fm->fs)->n_mels;
-    size_t ns = hifigan_samples(fm->voc, nf);
     mt = hark_malloc(sizeof(float) * (size_t)nf * nm);
-    float *out = hark_malloc(sizeof(float) * ns);
-    if (!mt || !out) {
-        rc = err_set(err, HARK_ERR_NOMEM, "fastspeech: out of memory for %d frames", nf);
-    } else {
-        for (int t = 0; t < nf; t++)
-            for (int b = 0; b < nm; b++)
-                mt[(size_t)b * nf + t] = mel[(size_t)t * nm + b];
-        dump_t dv = {it->dump_dir, "vocoder_"};
-        rc = hifigan_forward(fm->voc, mt, nf, out, it->dump_dir ? dump_stage : NULL, &dv, err);
+    if (!mt) {
+        hark_free(mel);
+        return err_set(err, HARK_ERR_NOMEM, "fastspeech: out of memory for %d frames", nf);
     }
+    for (int t = 0; t < nf; t++)
+        for (int b = 0; b < nm; b++)
+            mt[(size_t)b * nf + t] = mel[(size_t)t * nm + b];
     hark_free(mel);
-    hark_free(mt);
-    if (rc) {
+    int chunk = fm->chunk_frames;
+    if (!chunk || it->dump_dir || nf <= chunk) {
+        size_t ns = hifigan_samples(fm->voc, nf);
+        float *out = hark_malloc(sizeof(float) * ns);
+        dump_t dv = {it->dump_dir, "vocoder_"};
+        rc = out ? hifigan_forward(fm->voc, mt, nf, out, it->dump_dir ? dump_stage : NULL, &dv, err)
+                 : err_set(err, HARK_ERR_NOMEM, "fastspeech: out of memory for %d frames", nf);
+        if (!rc) {
+            family_event_t ev = {.kind = FAMILY_EV_AUDIO,
+                                 .pcm = out,
+                                 .n = ns,
+                                 .sample_rate = hifigan_config(fm->voc)->sample_rate};
+            it->emit(it, &ev);
+        }
         hark_free(out);
-        return rc;
+    } else {
+        int ctx = hifigan_context_frames(fm->voc);
+        for (int a = 0, b; a < nf && !rc; a = b) {
+            b = a + (a ? chunk : chunk / 2);
+            b = b > nf ? nf : b;
+            rc = vocode_span(fm, it, mt, nm, nf, a, b, ctx, err);
+        }
     }
-    *audio = out;
-    *n_audio = ns;
-    return HARK_OK;
+    hark_free(mt);
+    return rc;
 }
 
 static int ff_execute(family_worker_t *w, family_item_t *const *items, int n,
@@ -230,20 +286,13 @@ static int ff_execute(family_worker_t *w, family_item_t *const *items, int n,
     for (int i = 0; i < n; i++) {
         family_item_t *it = items[i];
         hark_err_t ierr = {0};
-        float *audio = NULL;
-        size_t na = 0;
-        int rc = synth_one(w->fm, it, &audio, &na, &ierr);
-        if (!rc) {
-            family_event_t ev = {
-                .kind = FAMILY_EV_AUDIO, .pcm = audio, .n = na, .sample_rate = rate};
-            it->emit(it, &ev);
-        } else {
+        int rc = synth_one(w->fm, it, &ierr);
+        if (rc) {
             n_failed++;
             last_rc = rc;
             if (n == 1)
                 *err = ierr;
         }
-        hark_free(audio);
         family_event_t done = {.kind = FAMILY_EV_DONE,
                                .status = rc,
                                .error = rc ? ierr.msg : NULL,

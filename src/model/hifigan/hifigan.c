@@ -41,7 +41,6 @@ struct hifigan_model {
 
 /* ---- model.json ----------------------------------------------------------------------------- */
 
-
 static int json_int(const char *path, const cJSON *o, const char *key, long lo, long hi, int *out,
                     hark_err_t *err)
 {
@@ -307,6 +306,28 @@ size_t hifigan_samples(const hifigan_model_t *m, int n_frames)
     for (int i = 0; i < m->cfg.n_ups; i++)
         t = ups_len(&m->ups[i], t);
     return (size_t)t;
+}
+
+int hifigan_context_frames(const hifigan_model_t *m)
+{
+    const hifigan_config_t *c = &m->cfg;
+    double r = 3;    /* conv_pre, kernel 7, at the frame rate */
+    double rate = 1; /* samples per frame at the current stage */
+    for (int i = 0; i < c->n_ups; i++) {
+        /* a transposed convolution reads inputs within ceil(kernel / rate) + 1 of an output */
+        r += (double)((c->up_kernel[i] + c->up_rate[i] - 1) / c->up_rate[i] + 1) / rate;
+        rate *= c->up_rate[i];
+        int worst = 0; /* the fused resblocks run side by side: the widest counts */
+        for (int k = 0; k < c->n_kernels; k++) {
+            int h = (c->rb_kernel[k] - 1) / 2, w = 0;
+            for (int d = 0; d < c->n_dil; d++)
+                w += h * c->rb_dil[k][d] + (c->resblock == 1 ? h : 0);
+            worst = w > worst ? w : worst;
+        }
+        r += worst / rate;
+    }
+    r += 3 / rate; /* conv_post, kernel 7 */
+    return (int)ceil(r) + 1;
 }
 
 /* ---- forward -------------------------------------------------------------------------------- */

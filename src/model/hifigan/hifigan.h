@@ -46,6 +46,12 @@ const hifigan_config_t *hifigan_config(const hifigan_model_t *m);
 /* Samples produced for n_frames mel frames (n_frames · hop for the upstream configs). */
 size_t hifigan_samples(const hifigan_model_t *m, int n_frames);
 
+/* Mel frames on each side of a frame that its samples depend on (the receptive field, rounded
+ * up, plus one): vocoding frames [a, b) with this many frames of context on each side (where the
+ * utterance has them) gives the samples of [a, b) as the whole utterance at once does, so the
+ * vocoder can stream in chunks. */
+int hifigan_context_frames(const hifigan_model_t *m);
+
 /* Intermediate stages (tests, --dump-dir): name ("conv_pre", "ups0", "resblock0" (stage 0 only),
  * "mrf0", ..., "conv_post" before tanh), data (rows = channels, cols = time) row-major, lent. */
 typedef void (*hifigan_stage_fn)(void *user, const char *name, const float *data, int rows,

@@ -99,9 +99,21 @@ static int direct(const char *fsdir, const char *vocdir, float alpha, float **au
     return rc;
 }
 
+/* appends parameters { key: "vocoder_chunk_frames" value ... } to the model's config */
+static void set_chunk(test_ctx_t *t, const char *fsdir, int frames)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "echo 'parameters { key: \"vocoder_chunk_frames\" value { string_value: \"%d\" } "
+             "}' >> '%s/config.pbtxt'",
+             frames, fsdir);
+    CHECK(system(cmd) == 0);
+}
+
 TEST(fastspeech_family_synthesize)
 {
     NEED_REPO(1);
+    set_chunk(t, fsdir, 0); /* the whole utterance at once: exactly the engines' output */
     hark_model_t *m = NULL;
     CHECKF(hark_model_load(fsdir, NULL, &m) == HARK_OK, "%s", hark_last_error());
     int task_ok = !strcmp(hark_model_task(m), "tts") &&
@@ -125,6 +137,34 @@ TEST(fastspeech_family_synthesize)
     CHECK(rate == 22050 && n == 579 * 256);
     CHECKF(d == 0, "hark_synthesize differs from the engines by %g", d);
     CHECKF(st13 == HARK_OK && n13 == 754 * 256, "%d %zu", st13, n13);
+}
+
+/* the vocoder streaming in chunks (the default 64 frames, and 10 for many seams): the chunks
+ * join into what the whole utterance at once gives, to 1e-4 */
+TEST(fastspeech_family_chunked_vocoder_equals_one_shot)
+{
+    NEED_REPO(1);
+    float *ref = NULL;
+    size_t nref = 0;
+    CHECK_OK(direct(fsdir, vocdir, 1.0f, &ref, &nref));
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass)
+            set_chunk(t, fsdir, 10);
+        hark_model_t *m = NULL;
+        CHECKF(hark_model_load(fsdir, NULL, &m) == HARK_OK, "%s", hark_last_error());
+        float *pcm = NULL;
+        size_t n = 0;
+        int rate = 0;
+        hark_status_t st = hark_synthesize(m, SENTENCE, NULL, &pcm, &n, &rate);
+        hark_model_destroy(m);
+        CHECKF(st == HARK_OK && n == nref, "%s: %zu samples, one-shot %zu", hark_last_error(), n,
+               nref);
+        double d = test_max_abs_diff(pcm, ref, n);
+        printf("    chunks of %d frames: max |chunked - one-shot| = %.3g\n", pass ? 10 : 64, d);
+        CHECKF(d <= 1e-4, "chunks of %d frames differ from one-shot by %g", pass ? 10 : 64, d);
+        hark_pcm_free(pcm);
+    }
+    free(ref);
 }
 
 TEST(fastspeech_family_errors)

@@ -1,0 +1,350 @@
+/* tacotron2_family.c — DLE Tacotron 2 + WaveGlow (+ denoiser) as a model family (family.h):
+ * "tacotron2", task TTS on the CPU: the items of one execute are decoded as one batch
+ * (tacotron2_infer: every row stops on its own gate), then each row's mel goes through WaveGlow,
+ * the denoiser, DLE's mel_lengths cut and peak normalisation, reported as one AUDIO event then
+ * DONE. The vocoder is the WaveGlow directory config.pbtxt names in parameters { key: "vocoder" }
+ * (absolute, or relative to the model repository). Options (config.pbtxt parameters, then the
+ * request's): seed (the prenet dropout and WaveGlow noise; default 0), sigma, denoiser_strength
+ * or use_denoiser (DLE's Triton parameter: false = strength 0), max_decoder_steps; speed must
+ * be 1 (Tacotron 2 has no duration control). GPU loads are refused.
+ * Tests: tests/model/tacotron2/test_tacotron2_family.c */
+#include "model/family.h"
+
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "hark.h"
+#include "model/tacotron2/tacotron2.h"
+#include "model/waveglow/waveglow.h"
+#include "text/tts_text.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    long long seed;
+    float sigma;    /* < 0: the vocoder's */
+    float strength; /* < 0: the vocoder's */
+    int max_steps;  /* 0: the model's */
+} t2_opts_t;
+
+struct family_model {
+    tacotron2_model_t *t2;
+    waveglow_model_t *wg;
+    char kind[160];
+};
+
+struct family_worker {
+    const family_model_t *fm;
+};
+
+static void tf_unload(family_model_t *fm)
+{
+    if (!fm)
+        return;
+    waveglow_destroy(fm->wg);
+    tacotron2_destroy(fm->t2);
+    hark_free(fm);
+}
+
+static int tf_load(const char *dir, const family_load_opts_t *lo, const family_params_t *cfg,
+                   family_model_t **out, hark_err_t *err)
+{
+    family_load_opts_t l = lo ? *lo : (family_load_opts_t){.device = -1};
+    if (l.device >= 0)
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "tacotron2: not yet on GPU (the CPU path only for now): use "
+                       "instance_group kind KIND_CPU, or --device cpu");
+    const char *prec = l.precision ? l.precision : family_param(cfg, "precision");
+    if (prec && strcmp(prec, "fp32"))
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "tacotron2: precision \"%s\": the CPU path is fp32", prec);
+    const char *v = family_param(cfg, "vocoder");
+    if (!v || !*v)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "tacotron2: %s/config.pbtxt names no vocoder (parameters { key: "
+                       "\"vocoder\" value { string_value: \"NAME\" } })",
+                       dir);
+    char vdir[4200];
+    if (v[0] == '/') {
+        snprintf(vdir, sizeof vdir, "%s", v);
+    } else {
+        char parent[4096];
+        snprintf(parent, sizeof parent, "%s", dir);
+        size_t n = strlen(parent);
+        while (n > 1 && parent[n - 1] == '/')
+            parent[--n] = 0;
+        char *slash = strrchr(parent, '/');
+        if (slash)
+            *slash = 0;
+        snprintf(vdir, sizeof vdir, "%s/%s", slash ? (parent[0] ? parent : "/") : ".", v);
+    }
+    family_model_t *fm = hark_calloc(1, sizeof *fm);
+    if (!fm)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    int rc = tacotron2_load(dir, l.version, &fm->t2, err);
+    if (!rc)
+        rc = waveglow_load(vdir, 1, &fm->wg, err);
+    if (!rc && tacotron2_config(fm->t2)->n_mels != waveglow_config(fm->wg)->n_mels)
+        rc = err_set(err, HARK_ERR_INVALID_ARG,
+                     "tacotron2: the model makes %d mel bins, the vocoder %s reads %d",
+                     tacotron2_config(fm->t2)->n_mels, vdir, waveglow_config(fm->wg)->n_mels);
+    if (rc) {
+        tf_unload(fm);
+        return rc;
+    }
+    const tacotron2_config_t *c = tacotron2_config(fm->t2);
+    const waveglow_config_t *w = waveglow_config(fm->wg);
+    snprintf(fm->kind, sizeof fm->kind,
+             "tacotron2 encoder %d, decoder %d/%d + waveglow %d flows x %d, fp32", c->enc_dim,
+             c->att_rnn_dim, c->dec_rnn_dim, w->n_flows, w->wn_channels);
+    *out = fm;
+    return HARK_OK;
+}
+
+static void tf_info(const family_model_t *fm, family_info_t *out)
+{
+    memset(out, 0, sizeof *out);
+    out->sample_rate = waveglow_config(fm->wg)->sample_rate;
+    out->device = -1;
+    out->kind = fm->kind;
+}
+
+static int opts_from(const family_params_t *p, t2_opts_t *o, hark_err_t *err)
+{
+    double v;
+    int rc, b, steps;
+    if ((rc = family_param_double(p, "seed", &v, err)) == HARK_OK) {
+        if (!(v >= 0 && v <= 9007199254740992.0) || v != floor(v))
+            return err_set(err, HARK_ERR_INVALID_ARG, "seed %g: must be an integer >= 0", v);
+        o->seed = (long long)v;
+    } else if (rc != HARK_ERR_NOT_FOUND)
+        return rc;
+    if ((rc = family_param_double(p, "sigma", &v, err)) == HARK_OK) {
+        if (!(v >= 0 && v <= 10))
+            return err_set(err, HARK_ERR_INVALID_ARG, "sigma %g: must be in [0, 10]", v);
+        o->sigma = (float)v;
+    } else if (rc != HARK_ERR_NOT_FOUND)
+        return rc;
+    if ((rc = family_param_bool(p, "use_denoiser", &b, err)) == HARK_OK) {
+        if (!b)
+            o->strength = 0;
+    } else if (rc != HARK_ERR_NOT_FOUND)
+        return rc;
+    if ((rc = family_param_double(p, "denoiser_strength", &v, err)) == HARK_OK) {
+        if (!(v >= 0 && v <= 10))
+            return err_set(err, HARK_ERR_INVALID_ARG, "denoiser_strength %g: must be in [0, 10]",
+                           v);
+        o->strength = (float)v;
+    } else if (rc != HARK_ERR_NOT_FOUND)
+        return rc;
+    if ((rc = family_param_int(p, "max_decoder_steps", 1, 1000000, &steps, err)) == HARK_OK)
+        o->max_steps = steps;
+    else if (rc != HARK_ERR_NOT_FOUND)
+        return rc;
+    if ((rc = family_param_double(p, "speed", &v, err)) == HARK_OK) {
+        if (v != 1.0)
+            return err_set(err, HARK_ERR_UNSUPPORTED,
+                           "speed %g: Tacotron 2 has no duration control (only 1)", v);
+    } else if (rc != HARK_ERR_NOT_FOUND)
+        return rc;
+    return HARK_OK;
+}
+
+static int tf_parse_opts(const family_model_t *m, const family_params_t *cfg,
+                         const family_params_t *req, void *opts, hark_err_t *err)
+{
+    t2_opts_t *o = opts;
+    *o = (t2_opts_t){0, -1.0f, -1.0f, 0};
+    int rc = opts_from(cfg, o, err);
+    return rc ? rc : opts_from(req, o, err);
+}
+
+static uint64_t tf_batch_key(const void *opts)
+{
+    const t2_opts_t *o = opts; /* the seed is per row; the rest is shared by a batch */
+    uint32_t a, b;
+    memcpy(&a, &o->sigma, 4);
+    memcpy(&b, &o->strength, 4);
+    return ((uint64_t)a * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)b << 17) ^ (uint64_t)o->max_steps;
+}
+
+static int tf_worker_create(const family_model_t *m, const family_worker_opts_t *wo,
+                            family_worker_t **out, hark_err_t *err)
+{
+    family_worker_t *w = hark_calloc(1, sizeof *w);
+    if (!w)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    w->fm = m;
+    *out = w;
+    return HARK_OK;
+}
+
+static void tf_worker_destroy(family_worker_t *w)
+{
+    hark_free(w);
+}
+
+/* one row's mel -> audio (hark_malloc'ed): WaveGlow, the denoiser, the mel_lengths cut, peak
+ * normalisation (DLE's inference.py) */
+static int vocode(const family_model_t *fm, const t2_opts_t *o, const tacotron2_result_t *r,
+                  float **audio, size_t *n_audio, hark_err_t *err)
+{
+    const waveglow_config_t *c = waveglow_config(fm->wg);
+    size_t n = waveglow_samples(fm->wg, r->n_frames);
+    float *a = hark_malloc(sizeof(float) * n);
+    if (!a)
+        return err_set(err, HARK_ERR_NOMEM, "tacotron2: out of memory for %zu samples", n);
+    waveglow_opts_t wo = {.sigma = o->sigma, .seed = (uint64_t)o->seed ^ 0x5741564547ull};
+    int rc = waveglow_infer(fm->wg, r->mel, r->n_frames, &wo, a, err);
+    float strength = o->strength >= 0 ? o->strength : c->denoiser_strength;
+    if (!rc && strength > 0)
+        rc = waveglow_denoise(fm->wg, a, n, strength, a, &n, err);
+    if (rc) {
+        hark_free(a);
+        return rc;
+    }
+    size_t keep =
+        (size_t)(r->mel_length > 0 ? r->mel_length : 1) * (size_t)tacotron2_config(fm->t2)->hop;
+    if (keep < n)
+        n = keep;
+    float peak = 0;
+    for (size_t i = 0; i < n; i++)
+        peak = fmaxf(peak, fabsf(a[i]));
+    if (peak > 0)
+        for (size_t i = 0; i < n; i++)
+            a[i] /= peak;
+    *audio = a;
+    *n_audio = n;
+    return HARK_OK;
+}
+
+static int tf_execute(family_worker_t *w, family_item_t *const *items, int n,
+                      family_exec_times_t *times, hark_err_t *err)
+{
+    const family_model_t *fm = w->fm;
+    uint64_t t0 = clock_now_ns();
+    int rate = waveglow_config(fm->wg)->sample_rate, n_failed = 0, last_rc = HARK_OK;
+    tts_text_t *tt = hark_calloc((size_t)(n > 0 ? n : 1), sizeof *tt);
+    int *st = hark_calloc((size_t)(n > 0 ? n : 1), sizeof *st);
+    char(*msg)[256] = hark_calloc((size_t)(n > 0 ? n : 1), sizeof *msg);
+    const int **ids = hark_calloc((size_t)(n > 0 ? n : 1), sizeof *ids);
+    int *nid = hark_calloc((size_t)(n > 0 ? n : 1), sizeof *nid), *row = NULL;
+    uint64_t *seeds = hark_calloc((size_t)(n > 0 ? n : 1), sizeof *seeds);
+    tacotron2_result_t *res = hark_calloc((size_t)(n > 0 ? n : 1), sizeof *res);
+    row = hark_calloc((size_t)(n > 0 ? n : 1), sizeof *row);
+    int nb = 0, brc = HARK_OK;
+    hark_err_t berr = {0};
+    if (!tt || !st || !msg || !ids || !nid || !seeds || !res || !row) {
+        brc = err_set(&berr, HARK_ERR_NOMEM, "tacotron2: out of memory for a batch of %d", n);
+        for (int i = 0; i < n; i++)
+            if (st)
+                st[i] = brc;
+    }
+    for (int i = 0; i < n && !brc; i++) { /* the text of every item; the good ones batch */
+        hark_err_t e = {0};
+        const t2_opts_t *o = items[i]->opts;
+        if (!items[i]->text)
+            st[i] = err_set(&e, HARK_ERR_INVALID_ARG, "tacotron2: the request has no text");
+        else if (items[i]->dump_dir)
+            st[i] = err_set(&e, HARK_ERR_UNSUPPORTED,
+                            "tacotron2: no stage dumps in the family (use hark speak --dump-dir)");
+        else
+            st[i] = tts_text_to_ids_variant(items[i]->text, TTS_TEXT_DLE_TACOTRON2, &tt[i], &e);
+        if (st[i]) {
+            snprintf(msg[i], sizeof msg[i], "%.250s", e.msg);
+            continue;
+        }
+        ids[nb] = tt[i].ids;
+        nid[nb] = tt[i].n;
+        seeds[nb] = o ? (uint64_t)o->seed : 0;
+        row[nb++] = i;
+    }
+    const t2_opts_t *o0 = n > 0 ? items[0]->opts : NULL; /* one batch key: shared options */
+    t2_opts_t dflt = {0, -1.0f, -1.0f, 0};
+    if (!o0)
+        o0 = &dflt;
+    if (nb > 0) {
+        tacotron2_opts_t to = {.seeds = seeds, .max_decoder_steps = o0->max_steps};
+        brc = tacotron2_infer(fm->t2, ids, nid, nb, &to, res, &berr);
+    }
+    for (int i = 0; i < n; i++) {
+        family_item_t *it = items[i];
+        float *audio = NULL;
+        size_t na = 0;
+        int rc = st ? st[i] : HARK_ERR_NOMEM;
+        hark_err_t ierr = {0};
+        if (rc)
+            snprintf(ierr.msg, sizeof ierr.msg, "%s", msg ? msg[i] : "out of memory");
+        int b = -1;
+        for (int k = 0; k < nb && !rc; k++)
+            if (row[k] == i)
+                b = k;
+        if (!rc && brc) {
+            rc = brc;
+            ierr = berr;
+        } else if (!rc && b >= 0) {
+            const t2_opts_t *o = it->opts ? it->opts : &dflt;
+            rc = vocode(fm, o, &res[b], &audio, &na, &ierr);
+        }
+        if (!rc) {
+            family_event_t ev = {
+                .kind = FAMILY_EV_AUDIO, .pcm = audio, .n = na, .sample_rate = rate};
+            it->emit(it, &ev);
+        } else {
+            n_failed++;
+            last_rc = rc;
+            if (n == 1)
+                *err = ierr;
+        }
+        hark_free(audio);
+        family_event_t done = {.kind = FAMILY_EV_DONE,
+                               .status = rc,
+                               .error = rc ? ierr.msg : NULL,
+                               .sample_rate = rate};
+        it->emit(it, &done);
+    }
+    for (int i = 0; i < n; i++) {
+        if (tt)
+            tts_text_free(&tt[i]);
+        if (res)
+            tacotron2_result_free(&res[i]);
+    }
+    hark_free(tt);
+    hark_free(st);
+    hark_free(msg);
+    hark_free(ids);
+    hark_free(nid);
+    hark_free(seeds);
+    hark_free(res);
+    hark_free(row);
+    if (times)
+        *times = (family_exec_times_t){0, clock_now_ns() - t0, 0};
+    if (n_failed == n && n > 0) {
+        if (n > 1)
+            err_set(err, last_rc, "tacotron2: all %d items failed", n);
+        return last_rc;
+    }
+    return HARK_OK;
+}
+
+const family_t tacotron2_family = {
+    .name = "tacotron2",
+    .task = FAMILY_TASK_TTS,
+    .streaming = 0,
+    .opts_size = sizeof(t2_opts_t),
+    .load = tf_load,
+    .unload = tf_unload,
+    .info = tf_info,
+    .parse_opts = tf_parse_opts,
+    .batch_key = tf_batch_key,
+    .worker_create = tf_worker_create,
+    .worker_destroy = tf_worker_destroy,
+    .stream_open = NULL,
+    .stream_close = NULL,
+    .execute = tf_execute,
+    .bench = NULL,
+    .inspect = NULL,
+    .bench_synthetic = NULL,
+    .io = NULL,
+};
