@@ -196,6 +196,32 @@ typedef struct {
 hark_status_t hark_synthesize(hark_model_t *m, const char *text, const hark_tts_opts_t *opts,
                               float **pcm, size_t *n, int *sample_rate);
 
+/* ---- voice activity (task "vad") ------------------------------------------------------------
+ * VAD families: "silero_vad" (Silero VAD v5/v6, CPU). Segments follow silero-vad's
+ * get_speech_timestamps rules; options left 0 take the model's config.pbtxt parameters, else
+ * silero-vad's defaults. Other models: HARK_ERR_UNSUPPORTED. */
+#define HARK_VAD_ZERO (-1) /* hark_vad_opts_t durations: exactly 0 ms */
+typedef struct {
+    double threshold;     /* speech at or above; 0: the model's (0.5) */
+    double neg_threshold; /* speech ends below; 0: threshold - 0.15 */
+    int min_speech_ms;    /* shorter segments are dropped; 0: 250; HARK_VAD_ZERO */
+    int min_silence_ms;   /* silence that ends a segment; 0: 100; HARK_VAD_ZERO */
+    int speech_pad_ms;    /* padding each side; 0: 30; HARK_VAD_ZERO */
+    double max_speech_s;  /* longer segments are split; 0: no limit */
+} hark_vad_opts_t;
+typedef struct hark_vad_result hark_vad_result_t;
+/* The speech segments of n utterances (pcm[i]: n_samples[i] samples at sample_rate Hz; 0 means
+ * the model's rate; another rate is resampled first), stepped as one batch. *out holds n
+ * segment lists in order. HARK_ERR_INVALID_ARG (arguments, options), HARK_ERR_UNSUPPORTED. */
+hark_status_t hark_detect_speech(hark_model_t *m, const float *const *pcm, const size_t *n_samples,
+                                 int n, int sample_rate, const hark_vad_opts_t *opts,
+                                 hark_vad_result_t **out);
+void hark_vad_result_destroy(hark_vad_result_t *r);    /* accepts NULL */
+int hark_vad_result_count(const hark_vad_result_t *r); /* utterances */
+/* Utterance i's segments: returns how many; *start_end (lent, valid until destroy) gets their
+ * start and end in seconds from the utterance's start, interleaved (2 per segment). */
+int hark_vad_result_segments(const hark_vad_result_t *r, int i, const double **start_end);
+
 /* ---- audio files ---------------------------------------------------------------------------- */
 /* Decodes a WAV/FLAC/OGG/MP3 file to mono float PCM in [-1, 1] at sample_rate Hz (0: the file's
  * own; *out_rate, which may be NULL, gets the rate). *pcm is released with hark_pcm_free (NULL

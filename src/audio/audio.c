@@ -1,5 +1,6 @@
 /* audio.c — decoding with libsndfile over hark's own virtual I/O (a memory slice or a file
- * descriptor): container sniffing, WAV truncation check, limits, mono mixdown, resampling.
+ * descriptor): container sniffing, WAV truncation check, limits, mono mixdown, resampling; whole
+ * files (audio_decode_*) or block by block (audio_reader_*, for audio of any length).
  * Tests: tests/audio/test_audio.c; fuzz target: tests/fuzz/fuzz_audio_decode.c */
 #include "audio/audio.h"
 
@@ -11,7 +12,9 @@
 #include <fcntl.h>
 #include <math.h>
 #include <sndfile.h>
+#include <soxr.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -516,4 +519,217 @@ void audio_free(audio_t *a)
         return;
     hark_free(a->samples);
     *a = (audio_t){0};
+}
+
+/* ---- block reader --------------------------------------------------------------------------- */
+
+struct audio_reader {
+    audio_src_t src;
+    SNDFILE *sf;
+    SF_INFO info;
+    char *name;
+    int rate;     /* output rate */
+    soxr_t soxr;  /* NULL: the file's rate is the output rate */
+    float *chunk; /* (CHUNK_SAMPLES) interleaved frames */
+    float *mono;  /* (chunk frames) mixed down, waiting for the resampler */
+    size_t mono_n, mono_pos;
+    float *rs; /* (rs_cap) resampled, not yet handed out */
+    size_t rs_cap, rs_n, rs_pos;
+    sf_count_t frames_read;
+    int eof, flushed;
+};
+
+int audio_reader_open(const char *path, int target_rate, audio_reader_t **out, hark_err_t *err)
+{
+    *out = NULL;
+    if (target_rate != 0 && (target_rate < AUDIO_MIN_RATE || target_rate > AUDIO_MAX_RATE))
+        return err_set(err, HARK_ERR_INVALID_ARG, "target rate %d Hz is outside %d..%d Hz",
+                       target_rate, AUDIO_MIN_RATE, AUDIO_MAX_RATE);
+    audio_reader_t *r = hark_calloc(1, sizeof *r);
+    if (!r)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    r->src.fd = -1;
+    int rc = HARK_OK;
+    struct stat st;
+    unsigned char head[4];
+    if (!(r->name = strdup(path))) {
+        rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if ((r->src.fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+        rc = err_set(err, HARK_ERR_IO, "%s: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (fstat(r->src.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = err_set(err, HARK_ERR_IO, "%s: not a regular file", path);
+        goto fail;
+    }
+    r->src.len = (sf_count_t)st.st_size;
+    if (r->src.len == 0) {
+        rc = err_set(err, HARK_ERR_FORMAT, "%s: empty input (0 bytes)", path);
+        goto fail;
+    }
+    sf_count_t hn = src_pread(&r->src, 0, head, sizeof head);
+    if (!sniff_known(head, hn)) {
+        rc = err_set(err, HARK_ERR_FORMAT, "%s: unknown container; expected WAV, FLAC, Ogg or MP3",
+                     path);
+        goto fail;
+    }
+    if (!memcmp(head, "OggS", 4) && (rc = ogg_check_pages(&r->src, path, err)))
+        goto fail;
+    SF_VIRTUAL_IO vio = {vio_get_filelen, vio_seek, vio_read, vio_write, vio_tell};
+    r->src.pos = 0;
+    if (!(r->sf = sf_open_virtual(&vio, SFM_READ, &r->info, &r->src))) {
+        rc = err_set(err, r->src.io_errno ? HARK_ERR_IO : HARK_ERR_FORMAT, "%s: cannot decode",
+                     path);
+        goto fail;
+    }
+    if ((rc = check_info(&r->info, path, err)))
+        goto fail;
+    int major = r->info.format & SF_FORMAT_TYPEMASK;
+    if ((major == SF_FORMAT_WAV || major == SF_FORMAT_WAVEX) &&
+        (rc = wav_check_data(&r->src, path, err)))
+        goto fail;
+    r->rate = target_rate ? target_rate : r->info.samplerate;
+    r->chunk = hark_malloc(sizeof(float) * CHUNK_SAMPLES);
+    r->mono = hark_malloc(sizeof(float) * CHUNK_SAMPLES);
+    if (!r->chunk || !r->mono) {
+        rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if (r->rate != r->info.samplerate) {
+        soxr_io_spec_t io = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
+        soxr_quality_spec_t q = soxr_quality_spec(SOXR_HQ, 0);
+        soxr_error_t se = NULL;
+        r->soxr = soxr_create(r->info.samplerate, r->rate, 1, &se, &io, &q, NULL);
+        r->rs_cap = (size_t)((double)CHUNK_SAMPLES * r->rate / r->info.samplerate) + 64;
+        r->rs = hark_malloc(sizeof(float) * r->rs_cap);
+        if (!r->soxr || se || !r->rs) {
+            rc = err_set(err, r->rs ? HARK_ERR_INTERNAL : HARK_ERR_NOMEM,
+                         "%s: resampler %d -> %d Hz: %s", path, r->info.samplerate, r->rate,
+                         se ? se : "out of memory");
+            goto fail;
+        }
+    }
+    *out = r;
+    return HARK_OK;
+fail:
+    audio_reader_close(r);
+    return rc;
+}
+
+int audio_reader_rate(const audio_reader_t *r)
+{
+    return r->rate;
+}
+
+double audio_reader_duration(const audio_reader_t *r)
+{
+    sf_count_t f = r->info.frames;
+    return f > 0 && f != SF_COUNT_MAX ? (double)f / r->info.samplerate : 0.0;
+}
+
+/* the next chunk of the file, mixed down into r->mono (r->mono_n = 0 at the end) */
+static int reader_fill(audio_reader_t *r, hark_err_t *err)
+{
+    int ch = r->info.channels;
+    r->mono_n = r->mono_pos = 0;
+    if (r->eof)
+        return HARK_OK;
+    sf_count_t got = sf_readf_float(r->sf, r->chunk, CHUNK_SAMPLES / ch);
+    if (r->src.io_errno)
+        return err_set(err, HARK_ERR_IO, "%s: read failed: %s", r->name, strerror(r->src.io_errno));
+    if (got <= 0) {
+        r->eof = 1;
+        int major = r->info.format & SF_FORMAT_TYPEMASK;
+        if (major != SF_FORMAT_MPEG && r->info.frames > 0 && r->info.frames != SF_COUNT_MAX &&
+            r->frames_read < r->info.frames)
+            return err_set(err, HARK_ERR_FORMAT,
+                           "%s: truncated or corrupt: header declares %lld frames, decoded %lld",
+                           r->name, (long long)r->info.frames, (long long)r->frames_read);
+        return HARK_OK;
+    }
+    for (sf_count_t f = 0; f < got; f++) {
+        const float *fr = r->chunk + f * ch;
+        double sum = 0;
+        for (int c = 0; c < ch; c++) {
+            if (!isfinite(fr[c]))
+                return err_set(err, HARK_ERR_FORMAT, "%s: sample %s at frame %lld, channel %d",
+                               r->name, isnan(fr[c]) ? "NaN" : "Inf",
+                               (long long)(r->frames_read + f), c);
+            sum += fr[c];
+        }
+        float v = ch == 1 ? fr[0] : (float)(sum / ch);
+        r->mono[f] = v > 1.0f ? 1.0f : v < -1.0f ? -1.0f : v;
+    }
+    r->frames_read += got;
+    r->mono_n = (size_t)got;
+    return HARK_OK;
+}
+
+int audio_reader_read(audio_reader_t *r, float *out, size_t max, size_t *n, hark_err_t *err)
+{
+    *n = 0;
+    int rc;
+    while (*n < max) {
+        if (!r->soxr) {
+            if (r->mono_pos == r->mono_n) {
+                if ((rc = reader_fill(r, err)))
+                    return rc;
+                if (!r->mono_n)
+                    break;
+            }
+            size_t k = r->mono_n - r->mono_pos < max - *n ? r->mono_n - r->mono_pos : max - *n;
+            memcpy(out + *n, r->mono + r->mono_pos, k * sizeof *out);
+            r->mono_pos += k;
+            *n += k;
+            continue;
+        }
+        if (r->rs_pos < r->rs_n) {
+            size_t k = r->rs_n - r->rs_pos < max - *n ? r->rs_n - r->rs_pos : max - *n;
+            for (size_t i = 0; i < k; i++) { /* resampler overshoot is clamped, as decode does */
+                float v = r->rs[r->rs_pos + i];
+                out[*n + i] = v > 1.0f ? 1.0f : v < -1.0f ? -1.0f : v;
+            }
+            r->rs_pos += k;
+            *n += k;
+            continue;
+        }
+        if (r->flushed)
+            break;
+        if (r->mono_pos == r->mono_n && (rc = reader_fill(r, err)))
+            return rc;
+        size_t idone = 0, odone = 0;
+        soxr_error_t se;
+        if (r->mono_n > r->mono_pos)
+            se = soxr_process(r->soxr, r->mono + r->mono_pos, r->mono_n - r->mono_pos, &idone,
+                              r->rs, r->rs_cap, &odone);
+        else /* the end: drain what the filter holds */
+            se = soxr_process(r->soxr, NULL, 0, NULL, r->rs, r->rs_cap, &odone);
+        if (se)
+            return err_set(err, HARK_ERR_INTERNAL, "%s: libsoxr: %s", r->name, se);
+        r->mono_pos += idone;
+        r->rs_n = odone;
+        r->rs_pos = 0;
+        if (r->mono_n == 0 && odone == 0)
+            r->flushed = 1;
+    }
+    return HARK_OK;
+}
+
+void audio_reader_close(audio_reader_t *r)
+{
+    if (!r)
+        return;
+    if (r->sf)
+        sf_close(r->sf);
+    if (r->src.fd >= 0)
+        close(r->src.fd);
+    if (r->soxr)
+        soxr_delete(r->soxr);
+    hark_free(r->chunk);
+    hark_free(r->mono);
+    hark_free(r->rs);
+    free(r->name);
+    hark_free(r);
 }

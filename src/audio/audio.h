@@ -63,4 +63,17 @@ int audio_check_pcm(const float *x, size_t n, hark_err_t *err);
 /* Releases a->samples and zeroes *a. Accepts NULL. */
 void audio_free(audio_t *a);
 
+/* Reading a file block by block, for audio of any length in bounded memory: the checks and
+ * conversions of audio_decode_file (containers, codecs, truncation, NaN/Inf, mono mixdown,
+ * clamping), resampled to target_rate (0: the file's rate) by a streaming libsoxr of the same
+ * quality. No length limit: the caller decides what to keep. Errors as audio_decode_file's. */
+typedef struct audio_reader audio_reader_t;
+int audio_reader_open(const char *path, int target_rate, audio_reader_t **out, hark_err_t *err);
+int audio_reader_rate(const audio_reader_t *r); /* Hz of what read gives */
+/* Seconds of audio the header declares (an estimate for MP3), 0 when it does not say. */
+double audio_reader_duration(const audio_reader_t *r);
+/* Up to max samples into out; *n of them (0 only at the end of the file). */
+int audio_reader_read(audio_reader_t *r, float *out, size_t max, size_t *n, hark_err_t *err);
+void audio_reader_close(audio_reader_t *r); /* accepts NULL */
+
 #endif

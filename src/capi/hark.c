@@ -812,6 +812,198 @@ hark_status_t hark_synthesize(hark_model_t *m, const char *text, const hark_tts_
     return HARK_OK;
 }
 
+/* ---- voice activity -------------------------------------------------------------------------- */
+
+struct hark_vad_result {
+    int n;
+    double **seg; /* (n) each (2 * n_seg[i]) start, end */
+    int *n_seg;
+};
+
+typedef struct {
+    hark_vad_result_t *r;
+    int i, done, status;
+    char error[512];
+} vad_slot_t;
+
+static void on_vad_emit(family_item_t *item, const family_event_t *ev)
+{
+    vad_slot_t *s = item->user;
+    if (ev->kind == FAMILY_EV_SEGMENT && !s->status) {
+        int k = s->r->n_seg[s->i];
+        double *p = hark_realloc(s->r->seg[s->i], sizeof(double) * 2 * (size_t)(k + 1));
+        if (!p) {
+            s->status = HARK_ERR_NOMEM;
+            snprintf(s->error, sizeof s->error, "out of memory for %d segments", k + 1);
+            return;
+        }
+        p[2 * k] = ev->seg_start_s;
+        p[2 * k + 1] = ev->seg_end_s;
+        s->r->seg[s->i] = p;
+        s->r->n_seg[s->i] = k + 1;
+    } else if (ev->kind == FAMILY_EV_DONE) {
+        s->done = 1;
+        if (ev->status && !s->status) {
+            s->status = ev->status;
+            snprintf(s->error, sizeof s->error, "%s", ev->error ? ev->error : "");
+        }
+    }
+}
+
+/* the options that are set, as the family's parameters */
+static int vad_params(const hark_vad_opts_t *o, family_param_t *p, char (*buf)[40])
+{
+    int n = 0;
+#define VAD_NUM(key, val, fmt)                                                                     \
+    do {                                                                                           \
+        snprintf(buf[n], 40, fmt, val);                                                            \
+        p[n] = (family_param_t){key, buf[n]};                                                      \
+        n++;                                                                                       \
+    } while (0)
+    if (o->threshold != 0)
+        VAD_NUM("threshold", o->threshold, "%.17g");
+    if (o->neg_threshold != 0)
+        VAD_NUM("neg_threshold", o->neg_threshold, "%.17g");
+    if (o->max_speech_s != 0)
+        VAD_NUM("max_speech_duration_s", o->max_speech_s, "%.17g");
+    if (o->min_speech_ms != 0)
+        VAD_NUM("min_speech_duration_ms", o->min_speech_ms == HARK_VAD_ZERO ? 0 : o->min_speech_ms,
+                "%d");
+    if (o->min_silence_ms != 0)
+        VAD_NUM("min_silence_duration_ms",
+                o->min_silence_ms == HARK_VAD_ZERO ? 0 : o->min_silence_ms, "%d");
+    if (o->speech_pad_ms != 0)
+        VAD_NUM("speech_pad_ms", o->speech_pad_ms == HARK_VAD_ZERO ? 0 : o->speech_pad_ms, "%d");
+#undef VAD_NUM
+    return n;
+}
+
+hark_status_t hark_detect_speech(hark_model_t *m, const float *const *pcm, const size_t *n_samples,
+                                 int n, int sample_rate, const hark_vad_opts_t *opts,
+                                 hark_vad_result_t **out)
+{
+    if (out)
+        *out = NULL;
+    if (!m || !out || n < 0 || (n > 0 && (!pcm || !n_samples)))
+        return fail(HARK_ERR_INVALID_ARG,
+                    "hark_detect_speech: model, pcm, n_samples and out are required, n >= 0");
+    if (m->f->task != FAMILY_TASK_VAD)
+        return fail(HARK_ERR_UNSUPPORTED,
+                    "hark_detect_speech: model family %s is a %s model, not vad", m->f->name,
+                    family_task_name(m->f->task));
+    const int rate = m->info.sample_rate;
+    if (sample_rate == 0)
+        sample_rate = rate;
+    if (sample_rate < AUDIO_MIN_RATE || sample_rate > AUDIO_MAX_RATE)
+        return fail(HARK_ERR_INVALID_ARG, "hark_detect_speech: sample_rate %d outside [%d, %d]",
+                    sample_rate, AUDIO_MIN_RATE, AUDIO_MAX_RATE);
+    for (int i = 0; i < n; i++)
+        if (!pcm[i] && n_samples[i])
+            return fail(HARK_ERR_INVALID_ARG, "hark_detect_speech: pcm[%d] is NULL", i);
+    hark_vad_opts_t o = opts ? *opts : (hark_vad_opts_t){0};
+    family_param_t p[6];
+    char buf[6][40];
+    family_params_t req = {p, vad_params(&o, p, buf)};
+    hark_err_t err = {0};
+    int k = n ? n : 1, rc = HARK_OK;
+    void *fopts = hark_calloc(1, m->f->opts_size ? m->f->opts_size : 1);
+    hark_vad_result_t *r = hark_calloc(1, sizeof *r);
+    float **resampled = hark_calloc((size_t)k, sizeof *resampled);
+    vad_slot_t *slots = hark_calloc((size_t)k, sizeof *slots);
+    family_item_t *items = hark_calloc((size_t)k, sizeof *items);
+    family_item_t **ip = hark_calloc((size_t)k, sizeof *ip);
+    pooled_t *w = NULL;
+    if (r) {
+        r->seg = hark_calloc((size_t)k, sizeof *r->seg);
+        r->n_seg = hark_calloc((size_t)k, sizeof *r->n_seg);
+        r->n = n;
+    }
+    if (!fopts || !r || !r->seg || !r->n_seg || !resampled || !slots || !items || !ip) {
+        rc = fail(HARK_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if ((rc = m->f->parse_opts(m->fm, &m->cfg_params, &req, fopts, &err))) {
+        fail_err(rc, &err);
+        goto done;
+    }
+    double longest = 0;
+    for (int i = 0; i < n; i++) {
+        const float *x = pcm[i];
+        size_t len = n_samples[i];
+        if (sample_rate != rate && len) {
+            if ((rc = audio_resample(pcm[i], n_samples[i], sample_rate, rate, &resampled[i], &len,
+                                     &err))) {
+                fail(rc, "utterance %d: %s", i, err.msg);
+                goto done;
+            }
+            x = resampled[i];
+        }
+        longest = (double)len / rate > longest ? (double)len / rate : longest;
+        slots[i] = (vad_slot_t){.r = r, .i = i};
+        items[i] = (family_item_t){
+            .opts = fopts, .pcm = x, .n = len, .emit = on_vad_emit, .user = &slots[i]};
+        ip[i] = &items[i];
+    }
+    if (n > 0) {
+        if ((rc = worker_get(m, n, longest, &w, &err))) {
+            fail_err(rc, &err);
+            goto done;
+        }
+        int xrc = m->f->execute(w->w, ip, n, NULL, &err);
+        worker_put(m, w);
+        for (int i = 0; i < n && !rc; i++) {
+            if (!slots[i].done)
+                rc = fail(HARK_ERR_INTERNAL, "%s: execute gave utterance %d no result", m->f->name,
+                          i);
+            else if (slots[i].status)
+                rc = fail(slots[i].status, "utterance %d: %s", i, slots[i].error);
+        }
+        if (!rc && xrc)
+            rc = fail_err(xrc, &err);
+    }
+done:
+    for (int i = 0; resampled && i < n; i++)
+        hark_free(resampled[i]);
+    hark_free(resampled);
+    hark_free(slots);
+    hark_free(items);
+    hark_free(ip);
+    hark_free(fopts);
+    if (rc) {
+        hark_vad_result_destroy(r);
+        return (hark_status_t)rc;
+    }
+    *out = r;
+    return HARK_OK;
+}
+
+void hark_vad_result_destroy(hark_vad_result_t *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; r->seg && i < r->n; i++)
+        hark_free(r->seg[i]);
+    hark_free(r->seg);
+    hark_free(r->n_seg);
+    hark_free(r);
+}
+
+int hark_vad_result_count(const hark_vad_result_t *r)
+{
+    return r ? r->n : 0;
+}
+
+int hark_vad_result_segments(const hark_vad_result_t *r, int i, const double **start_end)
+{
+    if (start_end)
+        *start_end = NULL;
+    if (!r || i < 0 || i >= r->n)
+        return 0;
+    if (start_end)
+        *start_end = r->seg[i];
+    return r->n_seg[i];
+}
+
 /* ---- audio files ---------------------------------------------------------------------------- */
 
 hark_status_t hark_decode_audio_file(const char *path, int sample_rate, float **pcm, size_t *n,

@@ -10,5 +10,21 @@ int cli_inspect(int argc, char **argv);
 int cli_perf(int argc, char **argv);
 int cli_speak(int argc, char **argv);
 int cli_vocode(int argc, char **argv);
+int cli_vad(int argc, char **argv);
+
+/* `-` on a command line: standard input spooled to a temporary file (removed at exit); its
+ * path, or NULL after a message. cli_file_name gives "-" for that path, the path otherwise. */
+const char *cli_spool_stdin(void);
+const char *cli_file_name(const char *path);
+
+#include "hark.h"
+#include "model/silero/silero_vad.h"
+
+/* `hark transcribe --vad DIR` (cmd_transcribe_vad.c): files of any length read in blocks,
+ * segmented by the Silero VAD model DIR with so, recognised by model in batches of `batch`
+ * segments; format text, json, srt or vtt. Returns the exit status. */
+int transcribe_vad_files(hark_model_t *model, const hark_asr_opts_t *opts, const char *vad_dir,
+                         const silero_seg_opts_t *so, int batch, const char *format,
+                         const char **files, int nfiles);
 
 #endif

@@ -41,6 +41,7 @@ static void transcribe_usage(FILE *f)
         "    [--beam-size 10] [--ctc-weight W] [--reverse-weight W] [--nbest N] [--threads N]",
         "    [--chunk-size N [--left-chunks N]]",
         "    [--format text|json|srt|vtt] [--dump-dir D] FILE...",
+        "    [--vad DIR [--vad-threshold T] [--vad-max-speech-s S] [--batch-size B]]",
         "  or: hark transcribe --model DIR [decoding options] --wavscp wav.scp [--trans text]",
         "    [--data-dir D] [--output-dir OUT] [--jobs N] [--batch-size B] [--format text|json]",
         "Recognizes each audio file (WAV/FLAC/OGG/MP3, any rate) with a model converted by",
@@ -52,7 +53,8 @@ static void transcribe_usage(FILE *f)
         "mask of N encoder frames (decoding_chunk_size; --left-chunks: num_decoding_left_chunks,",
         "-1 all, the default), which gives the streaming result of the same chunk settings.",
         "--wavscp decodes a Kaldi-style list ('<id> <path>' lines; relative paths are taken",
-        "from --data-dir, else from the list's folder) with --jobs threads (default: one per",
+        "from --data-dir, else from the list's folder; '<id> command |' runs the command there",
+        "and reads its output) with --jobs threads (default: one per",
         "core), --batch-size utterances per call, and with --trans ('<id> <words>' lines)",
         "prints WER and CER after the normalisation of docs/scoring.md. --output-dir gets",
         "hyp.txt, ref.txt (the scored, normalised texts), per_utt.tsv and summary.json.",
@@ -60,6 +62,13 @@ static void transcribe_usage(FILE *f)
         "to that KServe v2 server (hark serve, Triton) as AUDIO bytes, --jobs connections at a",
         "time for --wavscp (--url grpc://host:port, or -i grpc: over KServe v2 gRPC, port 8001),",
         "time for --wavscp, with the decoding options as request parameters; --format text|json.",
+        "--vad DIR segments long audio with a Silero VAD model (tools/convert_silero_vad.py):",
+        "files of any length are read in blocks, cut by silero-vad's get_speech_timestamps",
+        "rules (--vad-threshold 0.5, --vad-min-silence-ms 100, --vad-speech-pad-ms 30,",
+        "--vad-max-speech-s 20: longer speech is split), the segments recognised --batch-size",
+        "(8) at a time; json gives per file text, duration_s and segments with start/end in",
+        "seconds, text and words; srt/vtt cues carry the times in the file.",
+        "FILE - reads standard input (any length: spooled to $TMPDIR, not to memory).",
         "--streaming (with --url) sends each file as a sequence of --chunk-ms (640) chunks of",
         "16 kHz WAV to a model served under sequence_batching, as WeNet's streaming client does,",
         "and prints the partial results as they come (stderr); --format json adds 'partials'.",
@@ -134,8 +143,9 @@ static int write_subtitles(const hark_asr_result_t *r, subtitle_format_t fmt, ha
 
 typedef struct {
     const char *model, *device, *precision, *format, *method, *dump, *url, *iface;
-    const char *wavscp, *trans, *data_dir, *out_dir;
+    const char *wavscp, *trans, *data_dir, *out_dir, *vad;
     double beam, ctc_w, rev_w, nbest, threads, jobs, batch, chunk, left, chunk_ms;
+    double vad_thr, vad_max_s, vad_min_sil, vad_pad;
     int streaming;
 } transcribe_args_t;
 
@@ -178,20 +188,20 @@ static int transcribe_files(hark_model_t *model, hark_asr_opts_t o, const transc
             rc = write_subtitles(r, sfmt, &err);
         if (rc) {
             failures++;
-            fprintf(stderr, "hark transcribe: %s: %s\n", files[f],
+            fprintf(stderr, "hark transcribe: %s: %s\n", cli_file_name(files[f]),
                     err.msg[0] ? err.msg : hark_status_str(rc));
             if (!strcmp(format, "json")) {
                 cJSON *e = cJSON_CreateObject();
-                cJSON_AddStringToObject(e, "file", files[f]);
+                cJSON_AddStringToObject(e, "file", cli_file_name(files[f]));
                 cJSON_AddStringToObject(e, "error", err.msg[0] ? err.msg : hark_status_str(rc));
                 cJSON_AddItemToArray(out, e);
             }
         } else if (!strcmp(format, "text")) {
-            printf("%s %s\n", files[f], hark_asr_result_text(r, 0));
+            printf("%s %s\n", cli_file_name(files[f]), hark_asr_result_text(r, 0));
             fflush(stdout);
         } else if (!strcmp(format, "json")) {
             cJSON *j = hyp_json(r, -1);
-            cJSON_AddStringToObject(j, "file", files[f]);
+            cJSON_AddStringToObject(j, "file", cli_file_name(files[f]));
             if (A->method)
                 cJSON_AddStringToObject(j, "decoding_method", A->method);
             cJSON_AddNumberToObject(j, "duration_s", hark_asr_result_duration(r, 0));
@@ -269,6 +279,10 @@ static int remote_init(remote_t *R, const transcribe_args_t *A, hark_err_t *err)
 
 static uint8_t *slurp(const char *path, size_t *n, hark_err_t *err)
 {
+    if (scp_is_command(path)) { /* a wav.scp "command |" entry */
+        void *data = NULL;
+        return scp_run_command(path, &data, n, (size_t)1 << 31, err) ? NULL : data;
+    }
     FILE *f = fopen(path, "rb");
     uint8_t *buf = NULL;
     long len = -1;
@@ -503,12 +517,12 @@ static int remote_files(const transcribe_args_t *A, const char **files, int nfil
                               : remote_transcribe(c, &R, files[f], &text, &err);
         if (rc) {
             failures++;
-            fprintf(stderr, "hark transcribe: %s: %s\n", files[f],
+            fprintf(stderr, "hark transcribe: %s: %s\n", cli_file_name(files[f]),
                     err.msg[0] ? err.msg : hark_status_str(rc));
         }
         if (json) {
             cJSON *j = cJSON_CreateObject();
-            cJSON_AddStringToObject(j, "file", files[f]);
+            cJSON_AddStringToObject(j, "file", cli_file_name(files[f]));
             if (rc)
                 cJSON_AddStringToObject(j, "error", err.msg[0] ? err.msg : hark_status_str(rc));
             else
@@ -519,7 +533,7 @@ static int remote_files(const transcribe_args_t *A, const char **files, int nfil
                 cJSON_AddItemToObject(j, "partials", partials);
             cJSON_AddItemToArray(out, j);
         } else if (!rc) {
-            printf("%s %s\n", files[f], text);
+            printf("%s %s\n", cli_file_name(files[f]), text);
             fflush(stdout);
         }
         hark_free(text);
@@ -721,14 +735,24 @@ static int transcribe_list(hark_model_t *model, const hark_asr_opts_t *o,
     }
     for (int i = 0; i < wav.n; i++) {
         const char *v = wav.e[i].value;
-        size_t len = strlen(v) + strlen(base) + 2;
+        size_t len = 4 * strlen(base) + strlen(v) + 16;
         if (!(paths[i] = hark_malloc(len))) {
             fprintf(stderr, "hark transcribe: out of memory\n");
             status = 1;
             goto done;
         }
-        /* Kaldi's "command |" entries are not run: the path then fails to open and is reported */
-        snprintf(paths[i], len, "%s%s%s", v[0] == '/' ? "" : base, v[0] == '/' ? "" : "/", v);
+        if (scp_is_command(v)) { /* Kaldi's "command |": run in the folder relative paths use */
+            size_t k = (size_t)snprintf(paths[i], len, "cd '");
+            for (const char *c = base; *c; c++) { /* quoted for the shell */
+                if (*c == '\'')
+                    k += (size_t)snprintf(paths[i] + k, len - k, "'\\''");
+                else
+                    paths[i][k++] = *c;
+            }
+            snprintf(paths[i] + k, len - k, "' && %s", v);
+        } else {
+            snprintf(paths[i], len, "%s%s%s", v[0] == '/' ? "" : base, v[0] == '/' ? "" : "/", v);
+        }
         items[i].path = paths[i];
     }
     if (A->out_dir && mkdir_p(A->out_dir)) {
@@ -870,7 +894,11 @@ int cli_transcribe(int argc, char **argv)
                            .ctc_w = -1,
                            .rev_w = -1,
                            .nbest = -1,
-                           .left = -2};
+                           .left = -2,
+                           .vad_thr = -1,
+                           .vad_max_s = -1,
+                           .vad_min_sil = -1,
+                           .vad_pad = -1};
     const char **files = hark_calloc((size_t)argc, sizeof *files);
     int nfiles = 0, status = 0;
     if (!files)
@@ -913,6 +941,16 @@ int cli_transcribe(int argc, char **argv)
             str = &A.data_dir;
         else if (!strcmp(a, "--output-dir"))
             str = &A.out_dir;
+        else if (!strcmp(a, "--vad"))
+            str = &A.vad;
+        else if (!strcmp(a, "--vad-threshold"))
+            num = &A.vad_thr;
+        else if (!strcmp(a, "--vad-max-speech-s"))
+            num = &A.vad_max_s;
+        else if (!strcmp(a, "--vad-min-silence-ms"))
+            num = &A.vad_min_sil;
+        else if (!strcmp(a, "--vad-speech-pad-ms"))
+            num = &A.vad_pad;
         else if (!strcmp(a, "--beam-size"))
             num = &A.beam;
         else if (!strcmp(a, "--ctc-weight"))
@@ -965,8 +1003,17 @@ int cli_transcribe(int argc, char **argv)
         bad = "takes FILE... or --wavscp, not both";
     else if (A.wavscp && (subtitles || A.dump))
         bad = "--wavscp takes --format text or json, and no --dump-dir";
-    else if (!A.wavscp && (A.trans || A.data_dir || A.out_dir || A.jobs > 0 || A.batch > 0))
-        bad = "--trans, --data-dir, --output-dir, --jobs and --batch-size go with --wavscp";
+    else if (A.vad && (A.wavscp || A.url || A.dump))
+        bad = "--vad takes FILE... (no --wavscp, --url or --dump-dir)";
+    else if (!A.vad && (A.vad_thr >= 0 || A.vad_max_s >= 0 || A.vad_min_sil >= 0 || A.vad_pad >= 0))
+        bad = "--vad-* options go with --vad";
+    else if (A.vad && A.vad_thr > 1)
+        bad = "--vad-threshold must be in [0, 1]";
+    else if (A.vad && A.vad_max_s >= 0 && A.vad_max_s < 0.5)
+        bad = "--vad-max-speech-s must be at least 0.5";
+    else if (!A.wavscp && (A.trans || A.data_dir || A.out_dir || A.jobs > 0 || (A.batch > 0 && !A.vad)))
+        bad = "--trans, --data-dir, --output-dir, --jobs and --batch-size go with --wavscp "
+              "(--batch-size with --vad too)";
     else if (subtitles && nfiles != 1)
         bad = "--format srt|vtt takes one FILE";
     else if (A.url && (subtitles || A.dump || A.nbest >= 0 || A.batch > 0))
@@ -978,12 +1025,20 @@ int cli_transcribe(int argc, char **argv)
               "--url and -m";
     else if (A.chunk_ms < 10 || A.chunk_ms > 60000)
         bad = "--chunk-ms must be in [10, 60000]";
+    for (int i = 0, seen = 0; !bad && i < nfiles; i++) /* `-`: standard input */
+        if (!strcmp(files[i], "-") && seen++)
+            bad = "standard input (-) can be given once";
     if (bad) {
         fprintf(stderr, "hark transcribe: %s\n", bad);
         transcribe_usage(stderr);
         hark_free(files);
         return 2;
     }
+    for (int i = 0; i < nfiles; i++)
+        if (!strcmp(files[i], "-") && !(files[i] = cli_spool_stdin())) {
+            hark_free(files);
+            return 1;
+        }
     if (A.url) { /* the server has the model: -m names it */
         if (A.wavscp) {
             hark_asr_opts_t none = {0};
@@ -1043,10 +1098,23 @@ int cli_transcribe(int argc, char **argv)
         goto done;
     }
     hark_asr_result_destroy(none);
-    if (A.wavscp)
+    if (A.wavscp) {
         status = transcribe_list(model, &o, &A);
-    else
+    } else if (A.vad) {
+        silero_seg_opts_t so;
+        silero_seg_default_opts(&so);
+        so.max_speech_duration_s = A.vad_max_s >= 0 ? A.vad_max_s : 20.0;
+        if (A.vad_thr >= 0)
+            so.threshold = A.vad_thr;
+        if (A.vad_min_sil >= 0)
+            so.min_silence_duration_ms = (int)A.vad_min_sil;
+        if (A.vad_pad >= 0)
+            so.speech_pad_ms = (int)A.vad_pad;
+        status = transcribe_vad_files(model, &o, A.vad, &so, A.batch > 0 ? (int)A.batch : 8,
+                                      A.format, files, nfiles);
+    } else {
         status = transcribe_files(model, o, &A, files, nfiles);
+    }
 done:
     hark_model_destroy(model);
     hark_free(files);

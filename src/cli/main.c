@@ -48,6 +48,7 @@ static const struct {
     {"perf", cli_perf, "load-test a KServe v2 server (perf_analyzer style: throughput, latency)"},
     {"speak", cli_speak, "synthesise speech from text (FastSpeech + HiFi-GAN, WAV output)"},
     {"vocode", cli_vocode, "run a vocoder on a mel .npy, or resynthesise a WAV through it"},
+    {"vad", cli_vad, "speech segments of audio files (Silero VAD; text or JSON with probabilities)"},
 };
 
 static void usage(FILE *f)

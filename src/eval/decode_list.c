@@ -2,6 +2,7 @@
  * hark_recognize (the model's pool gives each thread a worker). Tests:
  * tests/cli/test_cli_transcribe_eval.c */
 #include "eval/decode_list.h"
+#include "eval/scp.h"
 
 #include "audio/audio.h"
 #include "capi/hark_internal.h"
@@ -84,7 +85,17 @@ static void *pool_thread(void *arg)
             decode_item_t *it = &p->items[p->order[first + k]];
             hark_err_t e = {0};
             audio_opts_t ao = {.target_rate = rate};
-            int rc = audio_decode_file(it->path, &ao, &au[m], &e);
+            int rc;
+            if (scp_is_command(it->path)) { /* Kaldi's "command |": its output is the audio */
+                void *raw = NULL;
+                size_t nraw = 0;
+                rc = scp_run_command(it->path, &raw, &nraw, (size_t)1 << 31, &e);
+                if (!rc)
+                    rc = audio_decode_memory(raw, nraw, &ao, &au[m], &e);
+                hark_free(raw);
+            } else {
+                rc = audio_decode_file(it->path, &ao, &au[m], &e);
+            }
             if (rc) {
                 item_fail(it, rc, &e);
                 finish(p, it);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 void scp_free(scp_t *s)
 {
@@ -140,4 +141,71 @@ const scp_entry_t *scp_find(const scp_t *s, const char *id)
             hi = mid - 1;
     }
     return NULL;
+}
+
+int scp_is_command(const char *value)
+{
+    size_t n = value ? strlen(value) : 0;
+    while (n > 0 && (value[n - 1] == ' ' || value[n - 1] == '\t'))
+        n--;
+    return n > 0 && value[n - 1] == '|';
+}
+
+int scp_run_command(const char *value, void **data, size_t *len, size_t max_bytes,
+                    hark_err_t *err)
+{
+    *data = NULL;
+    *len = 0;
+    size_t n = strlen(value);
+    while (n > 0 && (value[n - 1] == ' ' || value[n - 1] == '\t'))
+        n--;
+    if (n == 0 || value[n - 1] != '|')
+        return err_set(err, HARK_ERR_INVALID_ARG, "%s: not a \"command |\" entry", value);
+    char *cmd = hark_malloc(n);
+    if (!cmd)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    memcpy(cmd, value, n - 1);
+    cmd[n - 1] = 0;
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        int rc = err_set(err, HARK_ERR_IO, "cannot run \"%.200s\": %s", cmd, strerror(errno));
+        hark_free(cmd);
+        return rc;
+    }
+    unsigned char *buf = NULL;
+    size_t cap = 0, got = 0;
+    int rc = HARK_OK;
+    for (;;) {
+        if (got == cap) {
+            size_t c = cap ? 2 * cap : 1 << 16;
+            unsigned char *b = hark_realloc(buf, c);
+            if (!b) {
+                rc = err_set(err, HARK_ERR_NOMEM, "out of memory for \"%.200s\"'s output", cmd);
+                break;
+            }
+            buf = b;
+            cap = c;
+        }
+        size_t k = fread(buf + got, 1, cap - got, p);
+        got += k;
+        if (got > max_bytes) {
+            rc = err_set(err, HARK_ERR_TOO_LARGE, "\"%.200s\" writes more than %zu bytes", cmd,
+                         max_bytes);
+            break;
+        }
+        if (k == 0)
+            break;
+    }
+    int st = pclose(p);
+    if (rc == HARK_OK && st != 0)
+        rc = err_set(err, HARK_ERR_IO, "\"%.200s\" failed (exit status %d)", cmd,
+                     WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    hark_free(cmd);
+    if (rc) {
+        hark_free(buf);
+        return rc;
+    }
+    *data = buf;
+    *len = got;
+    return HARK_OK;
 }

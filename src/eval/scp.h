@@ -9,6 +9,8 @@
 
 #include "core/error.h"
 
+#include <stddef.h>
+
 typedef struct {
     char *id;    /* first field */
     char *value; /* the rest of the line, leading/trailing blanks removed; "" when none */
@@ -30,5 +32,14 @@ int scp_load(const char *path, int need_value, scp_t *out, hark_err_t *err);
 void scp_free(scp_t *s);
 /* The entry with this id, or NULL. O(log n). */
 const scp_entry_t *scp_find(const scp_t *s, const char *id);
+
+/* Kaldi's "command |" wav.scp entries: 1 when value ends with '|' (blanks after it allowed). */
+int scp_is_command(const char *value);
+/* Runs such an entry's command through /bin/sh and takes its standard output: *data
+ * (hark_malloc'd, hark_free) of *len bytes, at most max_bytes. HARK_ERR_IO (cannot start, or the
+ * command failed: the message gives its exit status), HARK_ERR_TOO_LARGE, HARK_ERR_NOMEM. The
+ * value comes from a list the user gave: it runs with the user's rights, like Kaldi's. */
+int scp_run_command(const char *value, void **data, size_t *len, size_t max_bytes,
+                    hark_err_t *err);
 
 #endif

@@ -13,6 +13,7 @@
 extern const family_t wenet_family;
 extern const family_t jasper_family;
 extern const family_t fastspeech_family;
+extern const family_t silero_vad_family;
 extern const family_t tacotron2_family;
 extern const family_t icefall_transducer_family;
 
@@ -20,10 +21,13 @@ extern const family_t icefall_transducer_family;
 #define DEFAULT_FAMILY "wenet_u2" /* models converted before model.json named its family */
 
 /* built-in families first, then the tests' (NULL-terminated) */
-#define N_BUILTIN 5
-static const family_t *families[N_BUILTIN + MAX_TEST_FAMILIES + 1] = {
-    &wenet_family, &jasper_family, &fastspeech_family, &tacotron2_family,
-    &icefall_transducer_family};
+#define N_BUILTIN 6
+static const family_t *families[N_BUILTIN + MAX_TEST_FAMILIES + 1] = {&wenet_family,
+                                                                      &jasper_family,
+                                                                      &fastspeech_family,
+                                                                      &tacotron2_family,
+                                                                      &icefall_transducer_family,
+                                                                      &silero_vad_family};
 static int n_families = N_BUILTIN;
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 

@@ -1,0 +1,425 @@
+/* cmd_transcribe_vad.c — `hark transcribe --vad DIR`: long audio in bounded memory. Each file is
+ * read block by block (audio_reader), segmented by a Silero VAD stream as it comes
+ * (silero_vad_stream: silero-vad's get_speech_timestamps rules, with max_speech_duration_s so no
+ * segment outgrows the model), and only the audio a segment still to come may need is kept.
+ * Segments are recognised in batches of --batch-size, across files (short files fill a batch
+ * together), and each file's text is stitched in order with each segment's start and end (text:
+ * 'FILE TEXT'; json: per file text, duration_s and segments [{start, end, text, words}] with
+ * times in seconds from the file's start; srt/vtt: cues from the words at their file times).
+ * Progress on stderr: a bar with the audio done, the real-time factor and the ETA on a terminal, a
+ * line every 30 s otherwise. Tests: tests/cli/test_cli_transcribe_vad.c */
+#include "audio/audio.h"
+#include "cli/cli.h"
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "hark.h"
+#include "model/silero/silero_vad.h"
+#include "text/words.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define BLOCK_SAMPLES 16000
+#define PROGRESS_TTY_NS 250000000ull   /* a terminal's bar: redrawn at most 4 times a second */
+#define PROGRESS_LOG_NS 30000000000ull /* otherwise a line every 30 s */
+
+/* progress of long work on stderr: a bar on a terminal, else a line now and then */
+typedef struct {
+    const char *path;
+    double total_s; /* 0: unknown */
+    uint64_t t0, last;
+    int tty, drawn;
+} progress_t;
+
+static void fmt_time(char *b, size_t n, double s)
+{
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(b, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(b, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+static void progress_update(progress_t *p, double done_s, int final)
+{
+    uint64_t now = clock_now_ns();
+    if (!final && now - p->last < (p->tty ? PROGRESS_TTY_NS : PROGRESS_LOG_NS))
+        return;
+    if (final && !p->drawn)
+        return; /* short work: nothing was shown, nothing to close */
+    p->last = now;
+    double el = (double)(now - p->t0) / 1e9, rtfx = el > 0 ? done_s / el : 0;
+    char d[32], tot[32], eta[32] = "?";
+    fmt_time(d, sizeof d, done_s);
+    fmt_time(tot, sizeof tot, p->total_s);
+    if (p->total_s > 0 && rtfx > 0)
+        fmt_time(eta, sizeof eta, (p->total_s - done_s > 0 ? p->total_s - done_s : 0) / rtfx);
+    if (p->tty) {
+        char bar[21] = "";
+        int fill = p->total_s > 0 ? (int)(20 * done_s / p->total_s) : 0;
+        for (int i = 0; i < 20; i++)
+            bar[i] = i < fill ? '#' : '-';
+        bar[20] = 0;
+        fprintf(stderr, "\r%s %s / %s [%s] RTFx %.1f ETA %s\033[K%s", p->path, d,
+                p->total_s > 0 ? tot : "?", bar, rtfx, final ? "0:00" : eta, final ? "\n" : "");
+    } else {
+        fprintf(stderr, "hark transcribe: %s: %s of %s audio done, RTFx %.1f, ETA %s\n", p->path, d,
+                p->total_s > 0 ? tot : "?", rtfx, final ? "0:00" : eta);
+    }
+    p->drawn = 1;
+}
+
+typedef struct {
+    long long start, end; /* samples at the VAD's rate */
+    float *pcm;           /* (end - start) */
+    int file;             /* index of its file */
+} seg_t;
+
+/* what one file collects: its segments' texts and words in order */
+typedef struct {
+    char *text;
+    size_t len, cap;
+    int word_sep;
+    cJSON *segs; /* json */
+    word_time_t *words;
+    int n_words, cap_words;
+    double duration_s;
+    int queued;    /* its segments waiting in the queue */
+    int read_done; /* all its audio read and segmented */
+    int failed;
+} file_out_t;
+
+/* the run: the segment queue shared by the files, recognised `batch` at a time, so short files
+ * fill batches together; a file is written once it is read and none of its segments waits */
+typedef struct {
+    hark_model_t *model;
+    const hark_asr_opts_t *o;
+    const silero_vad_t *vad;
+    const silero_seg_opts_t *so;
+    int rate, batch, json, subtitles;
+    const char *format;
+    const char **files;
+    int nfiles, next_out, failures;
+    file_out_t *fo; /* (nfiles) */
+    seg_t *q;       /* (batch) */
+    int nq;
+    cJSON *out;
+} run_t;
+
+static int append_text(file_out_t *fo, const char *t, int sep)
+{
+    size_t n = strlen(t);
+    if (!n)
+        return 0;
+    if (fo->len + n + 2 > fo->cap) {
+        size_t cap = 2 * (fo->len + n + 2);
+        char *p = realloc(fo->text, cap);
+        if (!p)
+            return -1;
+        fo->text = p;
+        fo->cap = cap;
+    }
+    if (fo->len && sep)
+        fo->text[fo->len++] = ' ';
+    memcpy(fo->text + fo->len, t, n + 1);
+    fo->len += n;
+    return 0;
+}
+
+/* one recognised segment into its file's output */
+static int add_result(file_out_t *fo, const hark_asr_result_t *r, int i, const seg_t *sg, int rate)
+{
+    double t0 = (double)sg->start / rate, t1 = (double)sg->end / rate;
+    const char *text = hark_asr_result_text(r, i);
+    fo->word_sep = hark_asr_result_word_sep(r, i);
+    if (append_text(fo, text, fo->word_sep))
+        return -1;
+    int nw = hark_asr_result_word_count(r, i), off_ms = (int)(t0 * 1000.0 + 0.5);
+    cJSON *jw = NULL;
+    if (fo->segs) {
+        cJSON *js = cJSON_CreateObject();
+        cJSON_AddNumberToObject(js, "start", t0);
+        cJSON_AddNumberToObject(js, "end", t1);
+        cJSON_AddStringToObject(js, "text", text);
+        if (nw > 0)
+            jw = cJSON_AddArrayToObject(js, "words");
+        cJSON_AddItemToArray(fo->segs, js);
+    }
+    for (int k = 0; k < nw; k++) {
+        int s0 = 0, s1 = 0;
+        const char *w = hark_asr_result_word(r, i, k, &s0, &s1);
+        if (jw) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "word", w);
+            cJSON_AddNumberToObject(e, "start", (s0 + off_ms) / 1000.0);
+            cJSON_AddNumberToObject(e, "end", (s1 + off_ms) / 1000.0);
+            cJSON_AddItemToArray(jw, e);
+        }
+        if (fo->n_words == fo->cap_words) {
+            int cap = fo->cap_words ? 2 * fo->cap_words : 64;
+            word_time_t *p = realloc(fo->words, (size_t)cap * sizeof *p);
+            if (!p)
+                return -1;
+            fo->words = p;
+            fo->cap_words = cap;
+        }
+        fo->words[fo->n_words++] = (word_time_t){strdup(w ? w : ""), s0 + off_ms, s1 + off_ms};
+    }
+    return 0;
+}
+
+/* recognises the queue in one call and hands each result to its file; frees the audio. A
+ * failed call fails every file with a segment in it. */
+static void flush_queue(run_t *R)
+{
+    int n = R->nq;
+    if (n == 0)
+        return;
+    const float **pcm = calloc((size_t)n, sizeof *pcm);
+    size_t *lens = calloc((size_t)n, sizeof *lens);
+    hark_asr_result_t *r = NULL;
+    int rc = pcm && lens ? 0 : -1;
+    for (int i = 0; !rc && i < n; i++) {
+        pcm[i] = R->q[i].pcm;
+        lens[i] = (size_t)(R->q[i].end - R->q[i].start);
+    }
+    if (!rc && hark_recognize(R->model, pcm, lens, n, R->rate, R->o, &r)) {
+        fprintf(stderr, "hark transcribe: %s\n", hark_last_error());
+        rc = -1;
+    }
+    for (int i = 0; i < n; i++) {
+        file_out_t *fo = &R->fo[R->q[i].file];
+        if (!fo->failed && (rc || add_result(fo, r, i, &R->q[i], R->rate))) {
+            if (!rc)
+                fprintf(stderr, "hark transcribe: %s: out of memory\n", R->files[R->q[i].file]);
+            fo->failed = 1;
+        }
+        fo->queued--;
+        hark_free(R->q[i].pcm);
+        R->q[i].pcm = NULL;
+    }
+    R->nq = 0;
+    hark_asr_result_destroy(r);
+    free(pcm);
+    free(lens);
+}
+
+static void free_out(file_out_t *fo)
+{
+    for (int i = 0; i < fo->n_words; i++)
+        free(fo->words[i].text);
+    free(fo->words);
+    free(fo->text);
+    cJSON_Delete(fo->segs);
+    fo->words = NULL;
+    fo->n_words = fo->cap_words = 0;
+    fo->text = NULL;
+    fo->len = fo->cap = 0;
+    fo->segs = NULL;
+}
+
+/* writes the files that are complete, in order */
+static void write_ready(run_t *R)
+{
+    hark_err_t err = {0};
+    while (R->next_out < R->nfiles && R->fo[R->next_out].read_done &&
+           R->fo[R->next_out].queued == 0) {
+        file_out_t *fo = &R->fo[R->next_out];
+        const char *path = cli_file_name(R->files[R->next_out]);
+        R->next_out++;
+        if (fo->failed) {
+            R->failures++;
+            if (R->json) {
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddStringToObject(e, "file", path);
+                cJSON_AddStringToObject(e, "error", "cannot read or recognise the file");
+                cJSON_AddItemToArray(R->out, e);
+            }
+        } else if (R->json) {
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddStringToObject(j, "file", path);
+            cJSON_AddStringToObject(j, "text", fo->text ? fo->text : "");
+            cJSON_AddNumberToObject(j, "duration_s", fo->duration_s);
+            cJSON_AddItemToObject(j, "segments", fo->segs);
+            fo->segs = NULL;
+            cJSON_AddItemToArray(R->out, j);
+        } else if (R->subtitles) {
+            units_style_t st = fo->word_sep ? UNITS_STYLE_BPE : UNITS_STYLE_CHAR;
+            if (subtitle_write(stdout, !strcmp(R->format, "vtt") ? SUBTITLE_VTT : SUBTITLE_SRT,
+                               fo->words, fo->n_words, st, NULL, (int)(fo->duration_s * 1000.0),
+                               &err)) {
+                fprintf(stderr, "hark transcribe: %s: %s\n", path, err.msg);
+                R->failures++;
+            }
+        } else {
+            printf("%s %s\n", path, fo->text ? fo->text : "");
+            fflush(stdout);
+        }
+        free_out(fo);
+    }
+}
+
+/* drops file f's segments from the queue (it failed) */
+static void unqueue_file(run_t *R, int f)
+{
+    int k = 0;
+    for (int i = 0; i < R->nq; i++) {
+        if (R->q[i].file == f) {
+            hark_free(R->q[i].pcm);
+            R->fo[f].queued--;
+        } else {
+            R->q[k++] = R->q[i];
+        }
+    }
+    R->nq = k;
+}
+
+/* file f: read, segment, queue its segments (recognised as the queue fills) */
+static void vad_one_file(run_t *R, int f)
+{
+    const char *path = R->files[f], *name = cli_file_name(path);
+    file_out_t *fo = &R->fo[f];
+    const int rate = R->rate;
+    audio_reader_t *rd = NULL;
+    silero_vad_stream_t *vs = NULL;
+    hark_err_t err = {0};
+    float *buf = NULL; /* audio from buf_start on, the part segments still to come may need */
+    long long buf_start = 0;
+    size_t buf_n = 0, buf_cap = 0;
+    int rc = 0, done = 0;
+    if (audio_reader_open(path, rate, &rd, &err) ||
+        silero_vad_stream_create(R->vad, rate, R->so, &vs, &err)) {
+        fprintf(stderr, "hark transcribe: %s\n", err.msg);
+        rc = -1;
+    }
+    progress_t pg = {.path = name,
+                     .total_s = rd ? audio_reader_duration(rd) : 0,
+                     .t0 = clock_now_ns(),
+                     .tty = isatty(2)};
+    pg.last = pg.t0;
+    while (!rc && !done) {
+        if (buf_n + BLOCK_SAMPLES > buf_cap) {
+            size_t cap = 2 * (buf_n + BLOCK_SAMPLES);
+            float *p = hark_realloc(buf, cap * sizeof *p);
+            if (!p) {
+                fprintf(stderr, "hark transcribe: %s: out of memory\n", name);
+                rc = -1;
+                break;
+            }
+            buf = p;
+            buf_cap = cap;
+        }
+        size_t got = 0;
+        if (audio_reader_read(rd, buf + buf_n, BLOCK_SAMPLES, &got, &err) ||
+            (got ? silero_vad_stream_feed(vs, buf + buf_n, got, &err)
+                 : silero_vad_stream_finish(vs, &err))) {
+            fprintf(stderr, "hark transcribe: %s\n", err.msg);
+            rc = -1;
+            break;
+        }
+        buf_n += got;
+        done = got == 0;
+        silero_segment_t s;
+        while (!rc && silero_vad_stream_pop(vs, &s, 1)) {
+            size_t len = (size_t)(s.end - s.start);
+            float *x = hark_malloc((len ? len : 1) * sizeof *x);
+            if (!x || s.start < buf_start || s.end > buf_start + (long long)buf_n) {
+                fprintf(stderr, "hark transcribe: %s: %s\n", name,
+                        x ? "a VAD segment outside the audio kept (a bug)" : "out of memory");
+                hark_free(x);
+                rc = -1;
+                break;
+            }
+            memcpy(x, buf + (s.start - buf_start), len * sizeof *x);
+            R->q[R->nq++] = (seg_t){s.start, s.end, x, f};
+            fo->queued++;
+            if (R->nq == R->batch) {
+                flush_queue(R);
+                write_ready(R); /* files before this one may be complete now */
+            }
+        }
+        progress_update(&pg, (double)silero_vad_stream_samples(vs) / rate, 0);
+        /* drop what no segment still to come can cover; move the rest down now and then */
+        long long keep = silero_vad_stream_keep_from(vs);
+        if (keep - buf_start > (long long)(buf_n / 2) && keep > buf_start) {
+            size_t drop = (size_t)(keep - buf_start) < buf_n ? (size_t)(keep - buf_start) : buf_n;
+            memmove(buf, buf + drop, (buf_n - drop) * sizeof *buf);
+            buf_n -= drop;
+            buf_start += (long long)drop;
+        }
+    }
+    if (rc) {
+        fo->failed = 1;
+        unqueue_file(R, f);
+    } else {
+        progress_update(&pg, (double)silero_vad_stream_samples(vs) / rate, 1);
+    }
+    fo->duration_s = vs ? (double)silero_vad_stream_samples(vs) / rate : 0;
+    fo->read_done = 1;
+    hark_free(buf);
+    silero_vad_stream_destroy(vs);
+    audio_reader_close(rd);
+}
+
+int transcribe_vad_files(hark_model_t *model, const hark_asr_opts_t *opts, const char *vad_dir,
+                         const silero_seg_opts_t *so, int batch, const char *format,
+                         const char **files, int nfiles)
+{
+    silero_vad_t *vad = NULL;
+    hark_err_t err = {0};
+    if (silero_vad_load(vad_dir, 1, &vad, &err)) {
+        fprintf(stderr, "hark transcribe: --vad %s\n", err.msg);
+        return 1;
+    }
+    int rates[4], nr = silero_vad_rates(vad, rates), rate = rates[0];
+    for (int i = 0; i < nr; i++)
+        if (rates[i] == 16000)
+            rate = 16000;
+    hark_asr_opts_t o = *opts;
+    run_t R = {.model = model,
+               .o = &o,
+               .vad = vad,
+               .so = so,
+               .rate = rate,
+               .batch = batch,
+               .format = format,
+               .files = files,
+               .nfiles = nfiles};
+    R.json = !strcmp(format, "json");
+    R.subtitles = !strcmp(format, "srt") || !strcmp(format, "vtt");
+    o.want_words = R.json || R.subtitles;
+    R.fo = calloc((size_t)(nfiles > 0 ? nfiles : 1), sizeof *R.fo);
+    R.q = calloc((size_t)batch, sizeof *R.q);
+    R.out = R.json ? cJSON_CreateArray() : NULL;
+    if (!R.fo || !R.q) {
+        fprintf(stderr, "hark transcribe: out of memory\n");
+        free(R.fo);
+        free(R.q);
+        cJSON_Delete(R.out);
+        silero_vad_destroy(vad);
+        return 1;
+    }
+    for (int f = 0; f < nfiles; f++) {
+        R.fo[f].segs = R.json ? cJSON_CreateArray() : NULL;
+        vad_one_file(&R, f);
+        write_ready(&R);
+    }
+    flush_queue(&R);
+    write_ready(&R);
+    if (R.json) {
+        char *s = cJSON_Print(R.out);
+        if (s)
+            printf("%s\n", s);
+        free(s);
+        cJSON_Delete(R.out);
+    }
+    for (int f = 0; f < nfiles; f++)
+        free_out(&R.fo[f]);
+    free(R.fo);
+    free(R.q);
+    silero_vad_destroy(vad);
+    return R.failures ? 1 : 0;
+}
