@@ -171,6 +171,8 @@ int main(int argc, char **argv)
             cudaFree(d_lens);
             feat_gpu_destroy(g);
         }
+#else
+        (void)gpu, (void)batch; /* a build without CUDA times the CPU only */
 #endif
         free(out);
         free(x);

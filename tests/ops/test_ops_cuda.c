@@ -1834,7 +1834,6 @@ GPU_TEST(cuda_decoder_row_ops_match_ref)
     CHECK(cuda_lse_gather(NULL, NULL, 5, NULL, NULL, 1, 7, NULL, &err) == HARK_ERR_INVALID_ARG);
     printf("    segment attention rel rms %.3g, lse gather %.3g\n", worst, worst_l);
 }
-#endif
 
 /* ---- chunk streaming over a cache pool (chunk_cuda.cu) --------------------------------------- */
 
@@ -1966,3 +1965,4 @@ GPU_TEST(cuda_chunk_kernels_match_ref)
     for (int i = 0; i < 6; i++)
         cudaFree(dmi[i]);
 }
+#endif /* HARK_CUDA */

@@ -628,7 +628,6 @@ GPU_TEST(conformer_gpu_fp16_refuses_unsupported_sizes)
     conformer_gpu_model_destroy(m);
     bank_free(&bank);
 }
-#endif
 
 /* ---- chunk streaming on the device vs conformer_forward_chunks ----------------------------- */
 
@@ -971,3 +970,4 @@ GPU_TEST(gpu_conformer_chunks_fp16_stage_trace)
         bank_free(&bank);
     }
 }
+#endif /* HARK_CUDA */
