@@ -3,6 +3,7 @@
 #include "model/family.h"
 
 #include "core/alloc.h"
+#include "core/npy.h"
 #include "hark.h"
 
 #include <cjson/cJSON.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 const char *family_task_name(family_task_t t)
 {
@@ -237,5 +239,31 @@ int family_tts_vocoder_dir(const char *name, const char *dir, const family_load_
     if (slash)
         *slash = 0;
     snprintf(vdir, cap, "%s/%s", slash ? (parent[0] ? parent : "/") : ".", v);
+    return HARK_OK;
+}
+
+void family_dump_f32(void *user, const char *name, const float *data, int rows, int cols)
+{
+    family_dump_t *d = user;
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s%s.npy", d->dir, d->prefix ? d->prefix : "", name);
+    int64_t shape[2] = {rows, cols};
+    if (npy_save_f32(path, data, 2, shape))
+        d->failed = 1;
+}
+
+int family_mkdir_p(const char *dir, hark_err_t *err)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) && errno != EEXIST)
+                return err_set(err, HARK_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+            *p = '/';
+        }
+    if (mkdir(tmp, 0755) && errno != EEXIST)
+        return err_set(err, HARK_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
     return HARK_OK;
 }

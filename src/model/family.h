@@ -184,6 +184,18 @@ typedef struct {
     int version;           /* model version directory DIR/<version>/; 0 means 1 */
 } family_load_opts_t;
 
+/* Debug dumps (family_item_t.dump_dir): family_dump_f32 writes one stage as
+ * DIR/<prefix><name>.npy (rows x cols float32); a failed write sets `failed`. user: a
+ * family_dump_t. family_mkdir_p creates dir and its parents (HARK_ERR_IO naming the one it
+ * could not make). */
+typedef struct {
+    const char *dir;
+    const char *prefix; /* NULL: none */
+    int failed;
+} family_dump_t;
+void family_dump_f32(void *user, const char *name, const float *data, int rows, int cols);
+int family_mkdir_p(const char *dir, hark_err_t *err);
+
 /* A text-to-mel family's load checks (CPU-only families for now): refuses a GPU device or a
  * precision other than fp32 (HARK_ERR_UNSUPPORTED naming `name`), and finds the vocoder its
  * config.pbtxt names in parameters { key: "vocoder" } — absolute, or relative to the model

@@ -151,20 +151,6 @@ static void ff_worker_destroy(family_worker_t *w)
     hark_free(w);
 }
 
-typedef struct {
-    const char *dir;
-    const char *prefix;
-} dump_t;
-
-static void dump_stage(void *user, const char *name, const float *data, int rows, int cols)
-{
-    const dump_t *d = user;
-    char path[4400];
-    snprintf(path, sizeof path, "%s/%s%s.npy", d->dir, d->prefix, name);
-    int64_t shape[2] = {rows, cols};
-    npy_save_f32(path, data, 2, shape);
-}
-
 /* frames [a, b) of mt (nm, nf) vocoded with `ctx` frames of context on each side: the samples
  * of [a, b) exactly as the whole utterance gives them (hifigan_context_frames), emitted */
 static int vocode_span(const family_model_t *fm, family_item_t *it, const float *mt, int nm, int nf,
@@ -203,7 +189,7 @@ static int synth_one(const family_model_t *fm, family_item_t *it, hark_err_t *er
     int rc = tts_text_to_ids(it->text, &tt, err);
     if (rc)
         return rc;
-    dump_t d = {it->dump_dir, ""};
+    family_dump_t d = {it->dump_dir, "", 0};
     if (it->dump_dir) {
         mkdir(it->dump_dir, 0755);
         char path[4200];
@@ -211,7 +197,7 @@ static int synth_one(const family_model_t *fm, family_item_t *it, hark_err_t *er
         int64_t shape[1] = {tt.n};
         npy_save(path, NPY_I32, tt.ids, 1, shape);
     }
-    fastspeech_opts_t fo = {o ? o->alpha : 1.0f, 0, 0, it->dump_dir ? dump_stage : NULL, &d};
+    fastspeech_opts_t fo = {o ? o->alpha : 1.0f, 0, 0, it->dump_dir ? family_dump_f32 : NULL, &d};
     float *mel = NULL, *mt = NULL;
     int nf = 0;
     rc = fastspeech_forward(fm->fs, tt.ids, tt.n, &fo, &mel, &nf, err);
@@ -232,8 +218,9 @@ static int synth_one(const family_model_t *fm, family_item_t *it, hark_err_t *er
     if (!chunk || it->dump_dir || nf <= chunk) {
         size_t ns = hifigan_samples(fm->voc, nf);
         float *out = hark_malloc(sizeof(float) * ns);
-        dump_t dv = {it->dump_dir, "vocoder_"};
-        rc = out ? hifigan_forward(fm->voc, mt, nf, out, it->dump_dir ? dump_stage : NULL, &dv, err)
+        family_dump_t dv = {it->dump_dir, "vocoder_", 0};
+        rc = out ? hifigan_forward(fm->voc, mt, nf, out, it->dump_dir ? family_dump_f32 : NULL, &dv,
+                                   err)
                  : err_set(err, HARK_ERR_NOMEM, "fastspeech: out of memory for %d frames", nf);
         if (!rc) {
             family_event_t ev = {.kind = FAMILY_EV_AUDIO,

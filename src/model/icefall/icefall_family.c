@@ -181,39 +181,6 @@ static int if_worker_create(const family_model_t *fm, const family_worker_opts_t
     return HARK_OK;
 }
 
-/* ---- the debug dump (item->dump_dir) ------------------------------------------------------- */
-
-typedef struct {
-    const char *dir;
-    int failed;
-} dump_ctx_t;
-
-static void dump_stage(void *user, const char *name, const float *data, int rows, int cols)
-{
-    dump_ctx_t *d = user;
-    char path[4300];
-    snprintf(path, sizeof path, "%s/%s.npy", d->dir, name);
-    int64_t shape[2] = {rows, cols};
-    if (npy_save_f32(path, data, 2, shape))
-        d->failed = 1;
-}
-
-static int mkdir_p(const char *dir, hark_err_t *err)
-{
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", dir);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) && errno != EEXIST)
-                return err_set(err, HARK_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-            *p = '/';
-        }
-    if (mkdir(tmp, 0755) && errno != EEXIST)
-        return err_set(err, HARK_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-    return HARK_OK;
-}
-
 /* ---- execute -------------------------------------------------------------------------------- */
 
 static int hyp_convert(const icefall_model_t *m, icefall_hyp_t *h, asr_hyp_t *o, hark_err_t *err)
@@ -384,12 +351,12 @@ static int if_execute(family_worker_t *w, family_item_t *const *items, int n,
                 continue;
             }
             /* the dump: this item alone, with its stages */
-            dump_ctx_t dctx = {.dir = it->dump_dir};
+            family_dump_t dctx = {.dir = it->dump_dir};
             icefall_run_opts_t one = ro;
-            one.stage = dump_stage;
+            one.stage = family_dump_f32;
             one.stage_user = &dctx;
             icefall_result_t r1;
-            rc = mkdir_p(it->dump_dir, &e);
+            rc = family_mkdir_p(it->dump_dir, &e);
             if (!rc)
                 rc = icefall_run(w->w, &it->pcm, &it->n, 1, &one, &r1, &e);
             if (!rc && dctx.failed) {

@@ -186,39 +186,6 @@ static int jf_worker_create(const family_model_t *fm, const family_worker_opts_t
     return HARK_OK;
 }
 
-/* ---- the debug dump (item->dump_dir) ------------------------------------------------------- */
-
-typedef struct {
-    const char *dir;
-    int failed;
-} dump_ctx_t;
-
-static void dump_stage(void *user, const char *name, const float *data, int rows, int cols)
-{
-    dump_ctx_t *d = user;
-    char path[4300];
-    snprintf(path, sizeof path, "%s/%s.npy", d->dir, name);
-    int64_t shape[2] = {rows, cols};
-    if (npy_save_f32(path, data, 2, shape))
-        d->failed = 1;
-}
-
-static int mkdir_p(const char *dir, hark_err_t *err)
-{
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", dir);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) && errno != EEXIST)
-                return err_set(err, HARK_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-            *p = '/';
-        }
-    if (mkdir(tmp, 0755) && errno != EEXIST)
-        return err_set(err, HARK_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-    return HARK_OK;
-}
-
 /* ---- execute -------------------------------------------------------------------------------- */
 
 /* jasper_result_t -> asr_result_t (r zeroed first; on error the caller frees it). Words are the
@@ -398,15 +365,15 @@ static int jf_execute(family_worker_t *w, family_item_t *const *items, int n,
         family_item_t *it = items[i];
         const jasper_family_opts_t *o = it->opts;
         hark_err_t e = {0};
-        dump_ctx_t dctx = {.dir = it->dump_dir};
+        family_dump_t dctx = {.dir = it->dump_dir};
         jasper_run_opts_t ro = {.valid_frames_only = o ? o->valid_frames_only : 0};
         int rc = HARK_OK;
         if (i >= w->max_batch)
             rc = err_set(&e, HARK_ERR_TOO_LARGE, "batch of %d exceeds the worker's %d", n,
                          w->max_batch);
         if (!rc && it->dump_dir) {
-            rc = mkdir_p(it->dump_dir, &e);
-            ro.stage = dump_stage;
+            rc = family_mkdir_p(it->dump_dir, &e);
+            ro.stage = family_dump_f32;
             ro.stage_user = &dctx;
         }
         uint64_t t0 = clock_now_ns();

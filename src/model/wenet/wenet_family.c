@@ -35,8 +35,9 @@
 
 #define REQ_MAX_BEAM 100 /* request parameters: as the server has always limited them */
 #define STREAM_CHUNK 16  /* decoding_chunk_size of streams when no parameter gives one (WeNet's) */
-#define STREAM_MAX_CHUNK 64 /* the largest chunk a worker's streams take, unless config.pbtxt's
-                               decoding_chunk_size is larger (then that one) */
+#define STREAM_MAX_CHUNK                                                                           \
+    64 /* the largest chunk a worker's streams take, unless config.pbtxt's                         \
+          decoding_chunk_size is larger (then that one) */
 
 typedef struct {
     wenet_decode_opts_t d; /* debug hook and n_threads unset: execute sets them. chunk_size is
@@ -54,11 +55,11 @@ struct family_model {
 
 /* one stream (item->stream): its slot of the worker's pool, opened with its first item's opts */
 typedef struct {
-    wenet_stream_t *s; /* NULL until the first item */
-    size_t samples;    /* audio so far */
-    int failed;        /* the status that failed the stream's opening, or 0 */
-    int ended;         /* an endpoint without continuous decoding: the stream's result is the
-                          segment's final one, later audio is not decoded */
+    wenet_stream_t *s;   /* NULL until the first item */
+    size_t samples;      /* audio so far */
+    int failed;          /* the status that failed the stream's opening, or 0 */
+    int ended;           /* an endpoint without continuous decoding: the stream's result is the
+                            segment's final one, later audio is not decoded */
     int seg_start_frame; /* encoder frame where the current segment starts */
     int continuous;      /* continuous_decoding of the first item's opts (later items' are not
                             the stream's: a sequence gives its options at START) */
@@ -189,8 +190,7 @@ static int apply_params(const family_params_t *p, const char *where, wenet_decod
         d->chunk_size = chunk;
     else if (rc != HARK_ERR_NOT_FOUND)
         return err_set(err, rc, "%sdecoding_chunk_size must be in [1, %d]", where, max_chunk);
-    if ((rc = family_param_int(p, "num_decoding_left_chunks", -1, 1 << 20, &left, err)) ==
-        HARK_OK)
+    if ((rc = family_param_int(p, "num_decoding_left_chunks", -1, 1 << 20, &left, err)) == HARK_OK)
         d->left_chunks = left;
     else if (rc != HARK_ERR_NOT_FOUND)
         return err_set(err, rc, "%snum_decoding_left_chunks must be -1 (all) or >= 0", where);
@@ -402,35 +402,9 @@ static void wf_stream_close(family_worker_t *w, void *stream)
 
 /* ---- the debug dump (item->dump_dir) ------------------------------------------------------- */
 
-typedef struct {
-    const char *dir;
-    int failed;
-} dump_ctx_t;
-
 static void dump_stage(void *user, const conformer_stage_t *s)
 {
-    dump_ctx_t *d = user;
-    char path[4300];
-    snprintf(path, sizeof path, "%s/%s.npy", d->dir, s->name);
-    int64_t shape[2] = {s->rows, s->cols};
-    if (npy_save_f32(path, s->data, 2, shape))
-        d->failed = 1;
-}
-
-static int mkdir_p(const char *dir, hark_err_t *err)
-{
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", dir);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) && errno != EEXIST)
-                return err_set(err, HARK_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-            *p = '/';
-        }
-    if (mkdir(tmp, 0755) && errno != EEXIST)
-        return err_set(err, HARK_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-    return HARK_OK;
+    family_dump_f32(user, s->name, s->data, s->rows, s->cols);
 }
 
 /* features after CMVN, as the encoder sees them: DIR/feats_cmvn.npy */
@@ -550,7 +524,7 @@ static int run(family_worker_t *w, family_item_t *const *items, int k, family_ex
     wenet_decode_opts_t o = fo->d;
     o.n_threads = w->n_threads;
     hark_err_t err = {0};
-    dump_ctx_t dctx = {0};
+    family_dump_t dctx = {0};
     int rc = HARK_OK;
     const char *dump = items[w->idx[0]]->dump_dir;
     if (dump) { /* run() gets a dumping item alone */
@@ -559,7 +533,7 @@ static int run(family_worker_t *w, family_item_t *const *items, int k, family_ex
                 err_set(&err, HARK_ERR_UNSUPPORTED,
                         "dump_dir needs a CPU model (the GPU path keeps its stages on the device)");
         if (!rc)
-            rc = mkdir_p(dump, &err);
+            rc = family_mkdir_p(dump, &err);
         if (!rc)
             rc = dump_features(m->asr, w->pcm[0], w->n[0], dump, &err);
         dctx.dir = dump;
@@ -739,9 +713,8 @@ static void run_streams(family_worker_t *w, family_item_t *const *items, int n,
             stream_item_failed(it, rc, &e, worst, n_failed);
             continue;
         }
-        family_event_t ev = {.kind = fin ? FAMILY_EV_DONE : FAMILY_EV_PARTIAL,
-                             .status = HARK_OK,
-                             .asr = &r};
+        family_event_t ev = {
+            .kind = fin ? FAMILY_EV_DONE : FAMILY_EV_PARTIAL, .status = HARK_OK, .asr = &r};
         it->emit(it, &ev);
         asr_result_free(&r); /* what emit did not take */
         if (!fin) {
@@ -766,8 +739,8 @@ static int wf_execute(family_worker_t *w, family_item_t *const *items, int n,
     if (n_offline > w->max_batch || n_stream > w->max_sequences) {
         hark_err_t e = {0};
         err_set(&e, HARK_ERR_TOO_LARGE,
-                "batch of %d items and %d stream items exceeds the worker's %d and %d",
-                n_offline, n_stream, w->max_batch, w->max_sequences);
+                "batch of %d items and %d stream items exceeds the worker's %d and %d", n_offline,
+                n_stream, w->max_batch, w->max_sequences);
         for (int i = 0; i < n; i++)
             emit_error(items[i], e.status, &e);
         return err_set(err, e.status, "%s", e.msg);
