@@ -8,28 +8,11 @@
 #include "audio/audio.h"
 #include "hark.h"
 #include "model/silero/silero_vad.h"
-#include "support/golden_model.h"
+#include "support/golden_silero.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const char *vad_model(char *why, size_t nwhy)
-{
-    static char dir[512], m[600];
-    const char *onnx = test_shared("models/silero-vad/silero_vad.onnx");
-    if (!onnx) {
-        snprintf(why, nwhy, "../shared/data/models/silero-vad is absent");
-        return NULL;
-    }
-    char args[1200];
-    snprintf(args, sizeof args, "--onnx '%s'", onnx);
-    if (!golden_convert_cached("silero_vad", "convert_silero_vad.py", onnx, args, dir, sizeof dir,
-                               why, nwhy))
-        return NULL;
-    snprintf(m, sizeof m, "%s/m", dir);
-    return m;
-}
 
 /* the engine's own segments of x with o, in seconds */
 static int expected(const char *dir, const float *x, size_t n, const silero_seg_opts_t *o,
@@ -58,7 +41,7 @@ static int expected(const char *dir, const float *x, size_t n, const silero_seg_
 TEST(capi_detect_speech)
 {
     char why[600];
-    const char *dir = vad_model(why, sizeof why);
+    const char *dir = golden_silero_model(why, sizeof why);
     if (!dir)
         SKIP(why);
     NEED_SHARED("audio/en/wav/jfk.wav");

@@ -9,6 +9,7 @@
 
 #include "audio/audio.h"
 #include "support/golden_model.h"
+#include "support/golden_silero.h"
 
 #include <cjson/cJSON.h>
 
@@ -19,23 +20,6 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-static const char *vad_model(char *why, size_t nwhy)
-{
-    static char dir[512], m[600];
-    const char *onnx = test_shared("models/silero-vad/silero_vad.onnx");
-    if (!onnx) {
-        snprintf(why, nwhy, "../shared/data/models/silero-vad is absent");
-        return NULL;
-    }
-    char args[1200];
-    snprintf(args, sizeof args, "--onnx '%s'", onnx);
-    if (!golden_convert_cached("silero_vad", "convert_silero_vad.py", onnx, args, dir, sizeof dir,
-                               why, nwhy))
-        return NULL;
-    snprintf(m, sizeof m, "%s/m", dir);
-    return m;
-}
 
 static int run_cmd(test_ctx_t *t, const char *cmd, char **out)
 {
@@ -106,7 +90,7 @@ static int make_long(test_ctx_t *t, char *path, size_t npath, float **pcm, size_
 
 #define SETUP()                                                                                    \
     char why[600], W[600], V[600], wav[600];                                                       \
-    const char *v_ = vad_model(why, sizeof why);                                                   \
+    const char *v_ = golden_silero_model(why, sizeof why);                                         \
     if (!v_)                                                                                       \
         SKIP(why);                                                                                 \
     snprintf(V, sizeof V, "%s", v_);                                                               \

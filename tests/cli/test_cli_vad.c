@@ -7,7 +7,7 @@
 #include "test.h"
 
 #include "model/safetensors.h"
-#include "support/golden_model.h"
+#include "support/golden_silero.h"
 
 #include <cjson/cJSON.h>
 
@@ -19,23 +19,6 @@
 #include <unistd.h>
 
 #define TOL_PROB 1e-4
-
-static const char *vad_model(char *why, size_t nwhy)
-{
-    static char dir[512], m[600];
-    const char *onnx = test_shared("models/silero-vad/silero_vad.onnx");
-    if (!onnx) {
-        snprintf(why, nwhy, "../shared/data/models/silero-vad is absent");
-        return NULL;
-    }
-    char args[1200];
-    snprintf(args, sizeof args, "--onnx '%s'", onnx);
-    if (!golden_convert_cached("silero_vad", "convert_silero_vad.py", onnx, args, dir, sizeof dir,
-                               why, nwhy))
-        return NULL;
-    snprintf(m, sizeof m, "%s/m", dir);
-    return m;
-}
 
 /* Runs cmd; stdout into a malloc'ed *out (stderr to tmp/err). Returns the exit status. */
 static int run_cmd(test_ctx_t *t, const char *cmd, char **out)
@@ -108,7 +91,7 @@ static const cJSON *by_file(const cJSON *files, const char *base)
 TEST(cli_vad_json_matches_reference)
 {
     char why[600];
-    const char *m = vad_model(why, sizeof why);
+    const char *m = golden_silero_model(why, sizeof why);
     if (!m)
         SKIP(why);
     cJSON *probs = ref_json("probs_16000.json"), *segs = ref_json("segments_16000.json");
@@ -181,7 +164,7 @@ TEST(cli_vad_json_matches_reference)
 TEST(cli_vad_text_and_options)
 {
     char why[600];
-    const char *m = vad_model(why, sizeof why);
+    const char *m = golden_silero_model(why, sizeof why);
     if (!m)
         SKIP(why);
     const char *wav = test_shared("audio/en/wav/jfk.wav");
@@ -247,7 +230,7 @@ TEST(cli_vad_text_and_options)
 TEST(cli_vad_errors)
 {
     char why[600];
-    const char *m = vad_model(why, sizeof why);
+    const char *m = golden_silero_model(why, sizeof why);
     if (!m)
         SKIP(why);
     char cmd[4096], *out;
@@ -283,7 +266,7 @@ TEST(cli_vad_errors)
 TEST(cli_vad_inspect)
 {
     char why[600];
-    const char *m = vad_model(why, sizeof why);
+    const char *m = golden_silero_model(why, sizeof why);
     if (!m)
         SKIP(why);
     char path[700], cmd[1400], *out;

@@ -9,29 +9,12 @@
 #include "hark.h"
 #include "model/family.h"
 #include "model/silero/silero_vad.h"
-#include "support/golden_model.h"
+#include "support/golden_silero.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const char *vad_model(char *why, size_t nwhy)
-{
-    static char dir[512], m[600];
-    const char *onnx = test_shared("models/silero-vad/silero_vad.onnx");
-    if (!onnx) {
-        snprintf(why, nwhy, "../shared/data/models/silero-vad is absent");
-        return NULL;
-    }
-    char args[1200];
-    snprintf(args, sizeof args, "--onnx '%s'", onnx);
-    if (!golden_convert_cached("silero_vad", "convert_silero_vad.py", onnx, args, dir, sizeof dir,
-                               why, nwhy))
-        return NULL;
-    snprintf(m, sizeof m, "%s/m", dir);
-    return m;
-}
 
 typedef struct {
     double seg[64][2];
@@ -75,7 +58,7 @@ static float *load(const char *name, size_t *n)
 TEST(silero_family_execute)
 {
     char why[600];
-    const char *dir = vad_model(why, sizeof why);
+    const char *dir = golden_silero_model(why, sizeof why);
     if (!dir)
         SKIP(why);
     const family_t *f = NULL;
@@ -164,7 +147,7 @@ TEST(silero_family_execute)
 TEST(silero_family_refuses)
 {
     char why[600];
-    const char *dir = vad_model(why, sizeof why);
+    const char *dir = golden_silero_model(why, sizeof why);
     if (!dir)
         SKIP(why);
     const family_t *f = family_find("silero_vad");

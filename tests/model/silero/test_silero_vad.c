@@ -12,7 +12,7 @@
 #include "audio/audio.h"
 #include "hark.h"
 #include "model/silero/silero_vad.h"
-#include "support/golden_model.h"
+#include "support/golden_silero.h"
 
 #include <cjson/cJSON.h>
 
@@ -24,24 +24,6 @@
 
 #define TOL_PROB 1e-4
 #define SILERO_ONNX "models/silero-vad/silero_vad.onnx"
-
-static const char *vad_model(char *why, size_t nwhy)
-{
-    static char dir[512];
-    const char *onnx = test_shared(SILERO_ONNX);
-    if (!onnx) {
-        snprintf(why, nwhy, "../shared/data/" SILERO_ONNX " is absent");
-        return NULL;
-    }
-    char args[1200];
-    snprintf(args, sizeof args, "--onnx '%s'", onnx);
-    if (!golden_convert_cached("silero_vad", "convert_silero_vad.py", onnx, args, dir, sizeof dir,
-                               why, nwhy))
-        return NULL;
-    static char m[600];
-    snprintf(m, sizeof m, "%s/m", dir);
-    return m;
-}
 
 /* The reference file `name` under the reference directory, parsed, or NULL (skip). */
 static cJSON *ref_json(const char *name, char *why, size_t nwhy)
@@ -130,7 +112,7 @@ static int run_rate(int rate, int max_batch, silero_vad_t **mp, run_t *r, char *
 {
     memset(r, 0, sizeof *r);
     *mp = NULL;
-    const char *dir = vad_model(why, nwhy);
+    const char *dir = golden_silero_model(why, nwhy);
     if (!dir)
         return 1;
     char fname[64];
@@ -424,7 +406,7 @@ TEST(silero_segments_rules)
 TEST(silero_vad_load_errors)
 {
     char why[600];
-    const char *dir = vad_model(why, sizeof why);
+    const char *dir = golden_silero_model(why, sizeof why);
     if (!dir)
         SKIP(why);
     silero_vad_t *m = NULL;
