@@ -4,9 +4,12 @@ model under two names — the converter's config (greedy_search) and one whose c
 modified_beam_search — driven with KServe v2 binary tensors (WAV/WAV_LENS -> TRANSCRIPTS, the
 sherpa/WeNet contract), request parameters, OpenAI transcriptions and bad input.
 Usage: test_server_icefall.py HARK_BIN MODEL_DIR GOLDEN_T1_DIR. Exit 0 = pass."""
-import json, os, re, shutil, struct, subprocess, sys, tempfile, threading, time
+import json, os, shutil, sys, tempfile
 import numpy as np
 import requests
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harkserve import Checks, Server, texts_of  # noqa: E402
 
 hark, model_dir, golden = sys.argv[1:4]
 RES = json.load(open(os.path.join(golden, "results.json")))
@@ -25,59 +28,16 @@ cfg = open(os.path.join(mbs, "config.pbtxt")).read()
 cfg = cfg.replace('name: "m"', 'name: "transducer_mbs"').replace(
     'string_value: "greedy_search"', 'string_value: "modified_beam_search"')
 open(os.path.join(mbs, "config.pbtxt"), "w").write(cfg)
-proc = subprocess.Popen([hark, "serve", "--model-repository", repo, "--http-port", "0",
-                         "--metrics-port", "0", "--grpc-port", "-1", "--http-threads", "1"],
-                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-line = proc.stdout.readline()
-m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
-assert m, "no startup line: " + line
-base = f"http://127.0.0.1:{m.group(1)}"
-log = []
-threading.Thread(target=lambda: [log.append(l) for l in proc.stdout], daemon=True).start()
-failures = []
+srv = Server(hark, repo, args=["--http-threads", "1"])
+base, log = srv.base, srv.log
+check = Checks()
 
 
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
-
-
-def infer(model, inputs, output, params=None):
-    """KServe v2 binary request: inputs [(name, datatype, ndarray)] -> (status, json, blob)."""
-    blobs, hin = [], []
-    for name, dt, a in inputs:
-        b = a.tobytes()
-        blobs.append(b)
-        hin.append({"name": name, "shape": list(a.shape), "datatype": dt,
-                    "parameters": {"binary_data_size": len(b)}})
-    h = {"inputs": hin, "outputs": [{"name": output, "parameters": {"binary_data": True}}]}
-    if params:
-        h["parameters"] = params
-    hb = json.dumps(h).encode()
-    r = requests.post(f"{base}/v2/models/{model}/infer", data=hb + b"".join(blobs),
-                      headers={"Inference-Header-Content-Length": str(len(hb)),
-                               "Content-Type": "application/octet-stream"})
-    if r.status_code != 200:
-        return r.status_code, r.json(), b""
-    hl = int(r.headers["Inference-Header-Content-Length"])
-    return 200, json.loads(r.content[:hl]), r.content[hl:]
-
-
-def texts_of(blob):
-    out, o = [], 0
-    while o < len(blob):
-        k = struct.unpack("<I", blob[o:o + 4])[0]
-        out.append(blob[o + 4:o + 4 + k].decode())
-        o += 4 + k
-    return out
+infer = srv.infer
 
 
 try:
-    t0 = time.time()
-    while requests.get(base + "/v2/health/ready").status_code != 200:
-        assert time.time() - t0 < 60, "not ready within 60 s"
-        time.sleep(0.1)
+    srv.wait_ready()
     N = max(len(w) for w in WAV)
     batch = np.zeros((4, N), dtype="<f4")
     for i, w in enumerate(WAV):
@@ -130,12 +90,8 @@ try:
     check(st == 400 and "NaN" in js.get("error", ""), f"NaN audio: 400 ({js})")
     check(requests.get(base + "/v2/health/ready").status_code == 200, "still ready")
 finally:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    srv.stop()
     shutil.rmtree(tmp, ignore_errors=True)
-if failures:
+if check.failures:
     print("".join(log[-40:]))
-    sys.exit(1)
+check.exit()

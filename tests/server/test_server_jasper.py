@@ -4,12 +4,12 @@ generic WAV/WAV_LENS -> TRANSCRIPTS config, one with DLE's Triton ensemble confi
 (AUDIO_SIGNAL/NUM_SAMPLES -> TRANSCRIPT) — driven the way Triton's clients and DLE's
 jasper-client.py drive it (KServe v2 binary tensors), plus OpenAI transcriptions and bad input.
 Usage: test_server_jasper.py HARK_BIN MODEL_DIR GOLDEN_J1_DIR AUDIO_WAV_DIR. Exit 0 = pass."""
-import json, os, re, shutil, struct, subprocess, sys, tempfile, threading, time
+import json, os, shutil, sys, tempfile
 import numpy as np
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harkserve import Checks, Server  # noqa: E402
+from harkserve import Checks, Server, texts_of  # noqa: E402
 
 hark, model_dir, golden, wavs = sys.argv[1:5]
 UTTS = ["utt0_lj-LJ001-0013-crop28037", "utt1_deepspeech-LDC93S1",
@@ -47,41 +47,11 @@ def collapse(ids):  # DLE's ctc_decoder_predictions_tensor
     return "".join(out)
 
 
-def infer(model, inputs, output, params=None):
-    """KServe v2 binary request: inputs [(name, datatype, ndarray)] -> (status, json, blob)."""
-    blobs, hin = [], []
-    for name, dt, a in inputs:
-        b = a.tobytes()
-        blobs.append(b)
-        hin.append({"name": name, "shape": list(a.shape), "datatype": dt,
-                    "parameters": {"binary_data_size": len(b)}})
-    h = {"inputs": hin, "outputs": [{"name": output, "parameters": {"binary_data": True}}]}
-    if params:
-        h["parameters"] = params
-    hb = json.dumps(h).encode()
-    r = requests.post(f"{base}/v2/models/{model}/infer", data=hb + b"".join(blobs),
-                      headers={"Inference-Header-Content-Length": str(len(hb)),
-                               "Content-Type": "application/octet-stream"})
-    if r.status_code != 200:
-        return r.status_code, r.json(), b""
-    hl = int(r.headers["Inference-Header-Content-Length"])
-    return 200, json.loads(r.content[:hl]), r.content[hl:]
-
-
-def texts_of(blob):
-    out, o = [], 0
-    while o < len(blob):
-        k = struct.unpack("<I", blob[o:o + 4])[0]
-        out.append(blob[o + 4:o + 4 + k].decode())
-        o += 4 + k
-    return out
+infer = srv.infer
 
 
 try:
-    t0 = time.time()
-    while requests.get(base + "/v2/health/ready").status_code != 200:
-        assert time.time() - t0 < 60, "not ready within 60 s"
-        time.sleep(0.1)
+    srv.wait_ready()
 
     # generic contract: one padded batch of the four utterances; hark's answer per utterance does
     # not depend on the batch, so it is DLE's batch-of-1 (inference.py --transcribe_wav) text
