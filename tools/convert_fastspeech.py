@@ -21,20 +21,12 @@ import sys
 
 import numpy as np
 
-from hark_entry import entry_name, write_entry
+from hark_entry import entry_name, fail, run_convert, write_entry
 
 FAMILY = "fastspeech"
 MODEL_JSON_VERSION = 1
 CONVERTER_VERSION = "1"
 N_SYMBOLS = 148  # DLE's text_norm symbols; the embedding has one more row (padding_idx 0)
-
-
-class ConvertError(Exception):
-    pass
-
-
-def fail(msg):
-    raise ConvertError(msg)
 
 
 def _int(h, key, lo, hi, default=None):
@@ -224,12 +216,7 @@ def main(argv=None):
     ap.add_argument("--vocoder", help="vocoder model (name in the repository, or a directory)")
     ap.add_argument("--max-batch-size", type=int, default=8, help="config.pbtxt max_batch_size")
     args = ap.parse_args(argv)
-    try:
-        convert(args)
-    except ConvertError as ex:
-        print(f"convert_fastspeech: error: {ex}", file=sys.stderr)
-        return 1
-    return 0
+    return run_convert("convert_fastspeech", convert, args)
 
 
 if __name__ == "__main__":

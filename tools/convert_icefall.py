@@ -29,7 +29,7 @@ import sys
 
 import numpy as np
 
-from hark_entry import entry_name, write_entry
+from hark_entry import entry_name, fail, run_convert, write_entry
 
 CONVERTER_VERSION = "1"
 MODEL_JSON_VERSION = 1
@@ -37,14 +37,6 @@ FAMILY = "icefall_transducer"
 RECIPES = ("pruned_transducer_stateless3", "zipformer")
 METHODS = ("greedy_search", "modified_beam_search")
 LOG_EPS_PAD = -23.025850929940457  # math.log(1e-10): icefall's batch padding of the features
-
-
-class ConvertError(Exception):
-    pass
-
-
-def fail(msg):
-    raise ConvertError(msg)
 
 
 def str2bool(v):
@@ -364,12 +356,7 @@ def main(argv=None):
     ap.add_argument("--max-batch-size", type=int, default=64,
                     help="config.pbtxt max_batch_size (preferred sizes: half of it and it)")
     args = ap.parse_args(argv)
-    try:
-        convert(args)
-    except ConvertError as ex:
-        print(f"convert_icefall: error: {ex}", file=sys.stderr)
-        return 1
-    return 0
+    return run_convert("convert_icefall", convert, args)
 
 
 if __name__ == "__main__":

@@ -33,20 +33,12 @@ import sys
 
 import numpy as np
 
-from hark_entry import entry_name, write_entry
+from hark_entry import entry_name, fail, run_convert, write_entry
 import yaml
 
 CONVERTER_VERSION = "1"
 MODEL_JSON_VERSION = 1
 FAMILY = "jasper"
-
-
-class ConvertError(Exception):
-    pass
-
-
-def fail(msg):
-    raise ConvertError(msg)
 
 
 # ---- configuration -----------------------------------------------------------------------------
@@ -419,12 +411,7 @@ def main(argv=None):
     ap.add_argument("--triton-dle", action="store_true",
                     help="config.pbtxt declares DLE's AUDIO_SIGNAL/NUM_SAMPLES -> TRANSCRIPT")
     args = ap.parse_args(argv)
-    try:
-        convert(args)
-    except ConvertError as ex:
-        print(f"convert_jasper: error: {ex}", file=sys.stderr)
-        return 1
-    return 0
+    return run_convert("convert_jasper", convert, args)
 
 
 if __name__ == "__main__":

@@ -19,14 +19,13 @@ not those of `silero_vad.onnx` (every layer but the STFT basis differs). Needs p
 Tests: tests/model/silero/test_silero_vad.c (converted once per version, like the goldens).
 """
 import argparse
-import json
 import os
 import struct
 import sys
 
 import numpy as np
 
-from hark_entry import entry_name, write_entry
+from hark_entry import ConvertError, entry_name, fail, write_entry
 
 FAMILY = "silero_vad"
 MODEL_JSON_VERSION = 1
@@ -38,14 +37,6 @@ FEED = {16000: (512, 64), 8000: (256, 32)}
 HIDDEN = 128
 # the encoder (encoder.N.reparam_conv): stride of each k=3, pad=1 conv, ReLU after each
 ENC_STRIDES = (1, 2, 2, 1)
-
-
-class ConvertError(Exception):
-    pass
-
-
-def fail(msg):
-    raise ConvertError(msg)
 
 
 # ---- a minimal reader of the ONNX protobuf (only the fields used here) -----------------------

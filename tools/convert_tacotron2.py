@@ -25,20 +25,12 @@ import sys
 
 import numpy as np
 
-from hark_entry import entry_name, write_entry
+from hark_entry import entry_name, fail, run_convert, write_entry
 
 FAMILY = "tacotron2"
 MODEL_JSON_VERSION = 1
 CONVERTER_VERSION = "1"
 N_SYMBOLS = 148  # DLE's tacotron2/text symbols; the embedding has exactly this many rows
-
-
-class ConvertError(Exception):
-    pass
-
-
-def fail(msg):
-    raise ConvertError(msg)
 
 
 def _int(h, key, lo, hi):
@@ -243,12 +235,7 @@ def main(argv=None):
                     help="override the checkpoint's max_decoder_steps")
     ap.add_argument("--max-batch-size", type=int, default=8, help="config.pbtxt max_batch_size")
     args = ap.parse_args(argv)
-    try:
-        convert(args)
-    except ConvertError as ex:
-        print(f"convert_tacotron2: error: {ex}", file=sys.stderr)
-        return 1
-    return 0
+    return run_convert("convert_tacotron2", convert, args)
 
 
 if __name__ == "__main__":

@@ -28,19 +28,11 @@ import sys
 
 import numpy as np
 
-from hark_entry import entry_name, write_entry
+from hark_entry import entry_name, fail, run_convert, write_entry
 
 FAMILY = "waveglow"
 MODEL_JSON_VERSION = 1
 CONVERTER_VERSION = "1"
-
-
-class ConvertError(Exception):
-    pass
-
-
-def fail(msg):
-    raise ConvertError(msg)
 
 
 def _int(h, key, lo, hi):
@@ -245,12 +237,7 @@ def main(argv=None):
                     help="default denoiser strength (inference.py: 0.01; 0 = off)")
     ap.add_argument("--max-batch-size", type=int, default=8, help="config.pbtxt max_batch_size")
     args = ap.parse_args(argv)
-    try:
-        convert(args)
-    except ConvertError as ex:
-        print(f"convert_waveglow: error: {ex}", file=sys.stderr)
-        return 1
-    return 0
+    return run_convert("convert_waveglow", convert, args)
 
 
 if __name__ == "__main__":

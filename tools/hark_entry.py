@@ -1,15 +1,34 @@
-"""hark_entry.py — what every converter in tools/ writes the same way: the weights as safetensors
+"""hark_entry.py — what every converter in tools/ does the same way: the weights as safetensors
 and a model-repository entry (DIR/config.pbtxt, DIR/1/model.json, DIR/1/model.safetensors)
 written next to DIR first and moved into place, so that a failed conversion leaves nothing
-half-written. Imported by convert_jasper.py, convert_fastspeech.py, convert_hifigan.py and
-convert_icefall.py."""
+half-written; and the way a conversion fails (ConvertError: one line on stderr, exit status 1,
+no traceback). Imported by every convert_*.py but convert_wenet.py."""
 
 import json
 import os
 import re
 import shutil
 import struct
+import sys
 import tempfile
+
+
+class ConvertError(Exception):
+    """a conversion that cannot go on; the message says why"""
+
+
+def fail(msg):
+    raise ConvertError(msg)
+
+
+def run_convert(tool, convert, args):
+    """convert(args); a ConvertError becomes "<tool>: error: <why>" on stderr and status 1"""
+    try:
+        convert(args)
+    except ConvertError as ex:
+        print(f"{tool}: error: {ex}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def write_safetensors(path, tensors, metadata):
