@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -391,8 +392,8 @@ fail:
 }
 
 /* conformer_tensor_fn-shaped lookup: an F32 tensor of exactly `shape` (errors name it). */
-int st_get_f32(void *user, const char *name, int ndim, const int64_t *shape,
-                     const float **data, hark_err_t *err)
+int st_get_f32(void *user, const char *name, int ndim, const int64_t *shape, const float **data,
+               hark_err_t *err)
 {
     const st_tensor_t *t = st_find((const safetensors_t *)user, name);
     if (!t)
@@ -415,5 +416,19 @@ int st_get_f32(void *user, const char *name, int ndim, const int64_t *shape,
                        "model weights: tensor '%s' has shape [%s], expected [%s]", name, got, exp);
     }
     *data = (const float *)t->data;
+    return HARK_OK;
+}
+
+int st_get_f32_finite(safetensors_t *st, const char *name, int ndim, int64_t d0, int64_t d1,
+                      int64_t d2, const float **data, hark_err_t *err)
+{
+    int64_t shape[3] = {d0, d1, d2};
+    int rc = st_get_f32(st, name, ndim, shape, data, err);
+    if (rc)
+        return rc;
+    size_t n = (size_t)d0 * (size_t)(ndim > 1 ? d1 : 1) * (size_t)(ndim > 2 ? d2 : 1);
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite((*data)[i]))
+            return err_set(err, HARK_ERR_FORMAT, "tensor %s: holds NaN or infinite values", name);
     return HARK_OK;
 }

@@ -12,15 +12,26 @@
 
 #define ST_MAX_DIMS 8
 
-typedef enum { ST_F32, ST_F16, ST_BF16, ST_F64, ST_I64, ST_I32, ST_I16, ST_I8, ST_U8, ST_BOOL } st_dtype_t;
+typedef enum {
+    ST_F32,
+    ST_F16,
+    ST_BF16,
+    ST_F64,
+    ST_I64,
+    ST_I32,
+    ST_I16,
+    ST_I8,
+    ST_U8,
+    ST_BOOL
+} st_dtype_t;
 
 typedef struct {
-    const char *name;           /* owned by the file object */
+    const char *name; /* owned by the file object */
     st_dtype_t dtype;
     int ndim;
     int64_t shape[ST_MAX_DIMS];
-    size_t count;               /* product of shape */
-    const void *data;           /* points into the mapping; valid until st_close */
+    size_t count;     /* product of shape */
+    const void *data; /* points into the mapping; valid until st_close */
     size_t nbytes;
 } st_tensor_t;
 
@@ -43,5 +54,9 @@ size_t st_dtype_size(st_dtype_t t);
 int st_get_f32(void *user, const char *name, int ndim, const int64_t *shape, const float **data,
                hark_err_t *err);
 const char *st_dtype_name(st_dtype_t t);
+/* st_get_f32 with the shape given as ndim (1..3) sizes, and every value checked finite
+ * (HARK_ERR_FORMAT "tensor NAME: holds NaN or infinite values"). */
+int st_get_f32_finite(safetensors_t *st, const char *name, int ndim, int64_t d0, int64_t d1,
+                      int64_t d2, const float **data, hark_err_t *err);
 
 #endif

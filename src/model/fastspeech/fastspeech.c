@@ -50,7 +50,6 @@ struct fastspeech_model {
 
 /* ---- model.json ----------------------------------------------------------------------------- */
 
-
 #define TRY(x)                                                                                     \
     do {                                                                                           \
         int rc_ = (x);                                                                             \
@@ -112,13 +111,7 @@ typedef struct {
 static int get(wload_t *L, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2,
                const float **data)
 {
-    int64_t shape[3] = {d0, d1, d2};
-    TRY(st_get_f32(L->st, name, ndim, shape, data, L->err));
-    size_t n = (size_t)d0 * (size_t)(ndim > 1 ? d1 : 1) * (size_t)(ndim > 2 ? d2 : 1);
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite((*data)[i]))
-            return err_set(L->err, HARK_ERR_FORMAT, "tensor %s: holds NaN or infinite values",
-                           name);
+    TRY(st_get_f32_finite(L->st, name, ndim, d0, d1, d2, data, L->err));
     return HARK_OK;
 }
 
