@@ -344,8 +344,10 @@ def config_pbtxt(name, max_batch):
            "input [", "  {", '    name: "WAV"', "    data_type: TYPE_FP32", "    dims: [ -1 ]",
            "  },", "  {", '    name: "WAV_LENS"', "    data_type: TYPE_INT32", "    dims: [ 1 ]",
            "  }", "]",
-           "output [", "  {", '    name: "SEGMENTS"', "    data_type: TYPE_FP32",
+           # start and end ms of each speech segment; shorter rows padded with -1
+           "output [", "  {", '    name: "SEGMENTS"', "    data_type: TYPE_INT32",
            "    dims: [ -1, 2 ]", "  }", "]",
+           "dynamic_batching { }",
            "instance_group [", "  {", "    count: 1", "    kind: KIND_CPU", "  }", "]",
            f'parameters {{ key: "family" value {{ string_value: "{FAMILY}" }} }}']
     return "\n".join(out) + "\n"

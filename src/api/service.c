@@ -222,7 +222,10 @@ struct job {
     int seq;             /* a chunk of a sequence (the model serves sequence_batching) */
     served_seq_ctl_t ctl;
     const family_io_t *io; /* the family's contract the request used; NULL: the generic one */
-    int frame_pad_id;      /* FRAME_IDS outputs: pads shorter rows */
+    int vad;               /* a VAD model: SEGMENTS out */
+    int **segs;            /* (batch) vad: each item's segments, ms, start/end pairs */
+    int *n_segs, *cap_segs;
+    int frame_pad_id; /* FRAME_IDS outputs: pads shorter rows */
 };
 
 static void job_free(job_t *j)
@@ -247,6 +250,11 @@ static void job_free(job_t *j)
         if (j->in.body_free)
             j->in.body_free(j->in.body_user);
     }
+    for (int i = 0; j->segs && i < j->batch; i++)
+        hark_free(j->segs[i]);
+    hark_free(j->segs);
+    hark_free(j->n_segs);
+    hark_free(j->cap_segs);
     svc_tally_destroy(&j->t);
     hark_free(j);
 }
@@ -302,6 +310,33 @@ static void finish_frame_ids(job_t *j)
     job_free(j);
 }
 
+/* A VAD model's answer: SEGMENTS INT32 [B, S, 2] (start and end ms of each speech segment; an
+ * item with fewer than the most segments S is padded with -1). Then frees. */
+static void finish_segments(job_t *j)
+{
+    int B = j->batch, S = 0;
+    for (int i = 0; i < B; i++)
+        S = j->n_segs[i] > S ? j->n_segs[i] : S;
+    int32_t *v = hark_malloc(sizeof(int32_t) * ((size_t)B * S * 2 + 1));
+    if (!v) {
+        j->in.done(j->in.user, HARK_ERR_NOMEM, "out of memory", j->model, j->version, NULL, 0);
+    } else {
+        for (int i = 0; i < B; i++)
+            for (int k = 0; k < 2 * S; k++)
+                v[(size_t)i * S * 2 + k] = k < 2 * j->n_segs[i] ? j->segs[i][k] : -1;
+        int64_t shape[3] = {B, S, 2};
+        kserve_output_t out = {.name = "SEGMENTS",
+                               .dtype = KSERVE_INT32,
+                               .ndim = 3,
+                               .shape = shape,
+                               .data = (const uint8_t *)v,
+                               .size = sizeof(int32_t) * (size_t)B * S * 2};
+        j->in.done(j->in.user, HARK_OK, NULL, j->model, j->version, &out, 1);
+    }
+    hark_free(v);
+    job_free(j);
+}
+
 /* The answer: TRANSCRIPTS [B, 1] (or the contract's output) for KServe, the whole result for a
  * transcription. Then frees. */
 static void job_finish(job_t *j)
@@ -324,6 +359,10 @@ static void job_finish(job_t *j)
         j->in.asr(j->in.user, 0, &j->results[0], 0, j->results[0].duration_s);
     if (j->io && j->io->out == FAMILY_OUT_FRAME_IDS) {
         finish_frame_ids(j);
+        return;
+    }
+    if (j->vad) {
+        finish_segments(j);
         return;
     }
     const char **texts = hark_calloc((size_t)B, sizeof *texts);
@@ -446,6 +485,25 @@ int svc_queue(server_t *s, const char *model, const char *version, const req_par
     return queued;
 }
 
+/* a VAD item's speech segment (worker thread): kept in ms; out of memory fails the item */
+static void item_speech(served_request_t *r, double start_s, double end_s)
+{
+    job_item_t *it = (job_item_t *)r;
+    job_t *j = it->job;
+    int i = it->index;
+    if (j->n_segs[i] == j->cap_segs[i]) {
+        int cap = j->cap_segs[i] ? 2 * j->cap_segs[i] : 16;
+        int *g = hark_realloc(j->segs[i], sizeof(int) * 2 * (size_t)cap);
+        if (!g)
+            return; /* the segment is lost; counted below */
+        j->segs[i] = g;
+        j->cap_segs[i] = cap;
+    }
+    j->segs[i][2 * j->n_segs[i]] = (int)(start_s * 1000.0 + 0.5);
+    j->segs[i][2 * j->n_segs[i] + 1] = (int)(end_s * 1000.0 + 0.5);
+    j->n_segs[i]++;
+}
+
 /* request i of a recognition job */
 static served_request_t *job_item(void *user, int i, void *opts)
 {
@@ -460,6 +518,7 @@ static served_request_t *job_item(void *user, int i, void *opts)
     it->req.fi.want_frame_ids = j->io && j->io->out == FAMILY_OUT_FRAME_IDS;
     it->req.cancelled = j->kind == JOB_KSERVE ? j->in.cancelled : j->tin.cancelled;
     it->req.done = item_done;
+    it->req.speech = j->vad ? item_speech : NULL;
     it->req.item.deadline_ns = j->deadline_ns;
     return &it->req;
 }
@@ -543,7 +602,7 @@ void service_infer(server_t *s, const service_infer_t *in)
     job_t *j = NULL;
     int rc = HARK_OK;
     char model[128], version[16];
-    int maxb = 0, rate = 0, pad_id = 0, seq = 0, tts = 0;
+    int maxb = 0, rate = 0, pad_id = 0, seq = 0, tts = 0, vad = 0;
     const family_io_t *fio = NULL; /* the family's extra contracts (static tables) */
     if (!in->model || strlen(in->model) >= sizeof model ||
         (in->version && strlen(in->version) >= sizeof version)) {
@@ -570,6 +629,7 @@ void service_infer(server_t *s, const service_infer_t *in)
         fio = served_model_family(m->served)->io;
         seq = served_model_sequential(m->served);
         tts = served_model_family(m->served)->task == FAMILY_TASK_TTS;
+        vad = served_model_family(m->served)->task == FAMILY_TASK_VAD;
     }
     repository_unlock(r);
     if (rc)
@@ -597,7 +657,7 @@ void service_infer(server_t *s, const service_infer_t *in)
             lens = c->n_samples ? kserve_request_input(kr, c->n_samples) : NULL;
         }
     const char *wav_name = io ? io->audio : "WAV", *lens_name = io ? io->n_samples : "WAV_LENS";
-    const char *out_name = io ? io->output : "TRANSCRIPTS";
+    const char *out_name = io ? io->output : vad ? "SEGMENTS" : "TRANSCRIPTS";
     int B = 0;
     for (int i = 0; i < kr->n_outputs; i++)
         if (strcmp(kr->outputs[i].name, out_name) != 0) {
@@ -706,6 +766,16 @@ void service_infer(server_t *s, const service_infer_t *in)
     snprintf(j->model, sizeof j->model, "%s", model);
     snprintf(j->version, sizeof j->version, "%s", version);
     j->rate = rate;
+    if (vad) {
+        j->vad = 1;
+        j->segs = hark_calloc((size_t)B, sizeof *j->segs);
+        j->n_segs = hark_calloc((size_t)B, sizeof *j->n_segs);
+        j->cap_segs = hark_calloc((size_t)B, sizeof *j->cap_segs);
+        if (!j->segs || !j->n_segs || !j->cap_segs) {
+            rc = err_set(&err, HARK_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+    }
     if (seq) {
         if (B != 1) {
             rc = err_set(&err, HARK_ERR_INVALID_ARG,

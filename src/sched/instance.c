@@ -103,6 +103,11 @@ static void on_emit(family_item_t *fi, const family_event_t *ev)
         g->end_s = ev->seg_end_s;
         return;
     }
+    if (ev->kind == FAMILY_EV_SEGMENT && !fi->stream) { /* vad: a speech segment */
+        if (r->speech)
+            r->speech(r, ev->seg_start_s, ev->seg_end_s);
+        return;
+    }
     if (ev->kind == FAMILY_EV_AUDIO) { /* tts: streamed to the caller as it comes */
         if (r->audio && ev->pcm && ev->n)
             r->audio(r, ev->pcm, ev->n, ev->sample_rate);

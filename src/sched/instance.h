@@ -54,6 +54,9 @@ struct served_request {
      * called on the worker thread during the execute, in order, before done; without it the
      * audio is dropped */
     void (*audio)(served_request_t *req, const float *pcm, size_t n, int sample_rate);
+    /* optional (vad): each speech segment of the item's audio, seconds, in order, on the worker
+     * thread during the execute; without it segments are dropped */
+    void (*speech)(served_request_t *req, double start_s, double end_s);
     /* private to the instance */
     uint64_t key_;
     int status_;

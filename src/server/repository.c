@@ -139,10 +139,11 @@ static int prepare(repository_t *r, repo_model_t *m, served_opts_t *so, family_p
                        "%s: model family '%s' is not served by hark "
                        "(set backend: \"hark\" and parameters family)",
                        path, m->cfg.family ? m->cfg.family : "(none)");
-    if (fam->task != FAMILY_TASK_ASR && fam->task != FAMILY_TASK_TTS)
+    if (fam->task != FAMILY_TASK_ASR && fam->task != FAMILY_TASK_TTS &&
+        fam->task != FAMILY_TASK_VAD)
         return err_set(err, HARK_ERR_UNSUPPORTED,
-                       "%s: family '%s' (%s) cannot be served yet: the server serves ASR and TTS "
-                       "models",
+                       "%s: family '%s' (%s) cannot be served yet: the server serves ASR, TTS and "
+                       "VAD models",
                        path, fam->name, family_task_name(fam->task));
     if (fam->streaming && !m->cfg.sequence_batching)
         return err_set(err, HARK_ERR_UNSUPPORTED,
