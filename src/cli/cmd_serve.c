@@ -36,7 +36,8 @@ static const opt_t options[] = {
     {"max-body-bytes", OPT_SIZE, OFF(max_body_bytes), "67108864", 1024, 4e9,
      "largest request body; bigger ones get 413"},
     {"max-connections", OPT_INT, OFF(max_connections), "1024", 1, 1e6,
-     "simultaneous connections; beyond it 503"},
+     "simultaneous connections; beyond it the oldest idle one is closed, or 503 when none is "
+     "idle"},
     {"http-threads", OPT_INT, OFF(http_threads), "0", 0, 64,
      "event-loop threads sharing the HTTP port (0: one per 4 cores, at most 4)"},
     {"request-timeout-ms", OPT_INT, OFF(request_timeout_ms), "30000", 10, 3.6e6,

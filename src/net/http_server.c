@@ -131,7 +131,7 @@ struct http_server {
     sreq_t *ready_head, *ready_tail;
     atomic_int want_stop, want_shutdown, async_closed;
     atomic_uint deadline_ms;
-    atomic_long n_open, n_inflight, n_requests, n_accepted, n_rejected, n_bad;
+    atomic_long n_open, n_inflight, n_requests, n_accepted, n_rejected, n_bad, n_evicted;
 };
 
 static const char CONN_KEEP[] = "\r\n";
@@ -1026,6 +1026,18 @@ static void on_connection(uv_stream_t *ls, int status)
         s->conns->prev = c;
     s->conns = c;
     int over = (unsigned long)atomic_load(&s->n_open) >= s->o.max_connections;
+    if (over) { /* idle connections must not starve new ones: the oldest idle one makes room */
+        conn_t *idle = NULL;
+        for (conn_t *x = c->next; x; x = x->next) /* newest first: the last match is the oldest */
+            if (!x->rejected && !x->closing && !x->finishing && !x->parse_dead &&
+                x->tstate == T_IDLE && !x->fifo_head)
+                idle = x;
+        if (idle) {
+            atomic_fetch_add(&s->n_evicted, 1);
+            conn_close(idle); /* its count goes when its handles are closed */
+            over = 0;
+        }
+    }
     c->rejected = over;
     if (over)
         s->rejecting++;
@@ -1274,6 +1286,7 @@ void http_server_stats(const http_server_t *s, http_server_stats_t *o)
     o->requests_total = atomic_load(&m->n_requests);
     o->connections_total = atomic_load(&m->n_accepted);
     o->connections_rejected = atomic_load(&m->n_rejected);
+    o->connections_evicted = atomic_load(&m->n_evicted);
     o->bad_requests = atomic_load(&m->n_bad);
 }
 

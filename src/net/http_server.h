@@ -134,7 +134,9 @@ typedef struct {
     void *user;               /* passed to handler */
     size_t max_body;          /* decoded body limit, bytes (413); default 64 MiB */
     size_t max_header;        /* request line + headers, bytes (431); default 32 KiB, <= 80 KiB */
-    unsigned max_connections; /* beyond it: accept, answer 503, close; default 1024 */
+    unsigned max_connections; /* beyond it the oldest idle connection (no request arriving, no
+                                 answer owed) is closed to make room; with none idle: accept,
+                                 answer 503, close; default 1024 */
     unsigned request_timeout_ms; /* head not complete / body stalled this long: 408; default 30 s */
     unsigned idle_timeout_ms;    /* idle keep-alive connection closed; default 60 s */
     unsigned max_pipeline;       /* parsed, unanswered requests per connection; default 16 */
@@ -162,7 +164,8 @@ typedef struct {
     long requests_in_flight;   /* handed to the handler, answer not yet written out */
     long requests_total;       /* handed to the handler since start */
     long connections_total;    /* accepted since start */
-    long connections_rejected; /* over max_connections */
+    long connections_rejected; /* over max_connections with none idle to close */
+    long connections_evicted;  /* idle ones closed to make room for a new one */
     long bad_requests;         /* answered by the server itself with 4xx (400/408/413/417/431...) */
 } http_server_stats_t;
 

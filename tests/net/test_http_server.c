@@ -1223,6 +1223,7 @@ TEST(http_shutdown_deadline_drops_late_answers_safely)
     rd_free(&r);
 }
 
+/* connections over the limit that are all busy (a request arriving): 503 */
 TEST(http_too_many_connections_503)
 {
     http_server_opts_t o = {.max_connections = 2};
@@ -1232,10 +1233,9 @@ TEST(http_too_many_connections_503)
     rd_t a, b;
     rd_init(&a, cli_connect(ts.port));
     rd_init(&b, cli_connect(ts.port));
-    CHECK_OK(send_str(a.fd, "GET /echo HTTP/1.1\r\n\r\n"));
-    CHECK_OK(read_response(&a, rs));
-    CHECK_OK(send_str(b.fd, "GET /echo HTTP/1.1\r\n\r\n"));
-    CHECK_OK(read_response(&b, rs));
+    CHECK_OK(send_str(a.fd, "GET /echo HTTP/1.1\r\n")); /* requests on their way: not idle */
+    CHECK_OK(send_str(b.fd, "GET /echo HTTP/1.1\r\n"));
+    sleep_ms(50);
     CHECK_OK(roundtrip(ts.port, "GET /echo HTTP/1.1\r\n\r\n", rs));
     CHECK(rs->status == 503 && strstr(rs->body, "too many connections"));
     rd_free(&a);
@@ -1247,9 +1247,41 @@ TEST(http_too_many_connections_503)
             sleep_ms(10);
     }
     CHECK(ok);
+    CHECK_OK(send_str(b.fd, "\r\n")); /* b's request completes and is answered */
+    CHECK_OK(read_response(&b, rs));
+    CHECK(rs->status == 200);
     http_server_stats_t st;
     http_server_stats(ts.srv, &st);
     CHECK(st.connections_rejected >= 1);
+    rd_free(&b);
+    tsrv_stop(&ts, 1000);
+    free(rs);
+}
+
+/* idle connections do not starve new ones: at the limit, the oldest idle one is closed */
+TEST(http_idle_connection_evicted_at_the_limit)
+{
+    http_server_opts_t o = {.max_connections = 2};
+    tsrv_t ts;
+    CHECK_OK(tsrv_start(&ts, &o));
+    resp_t *rs = new_resp();
+    rd_t a, b;
+    rd_init(&a, cli_connect(ts.port));
+    CHECK_OK(send_str(a.fd, "GET /echo HTTP/1.1\r\n\r\n"));
+    CHECK_OK(read_response(&a, rs));
+    sleep_ms(20);
+    rd_init(&b, cli_connect(ts.port)); /* never sends a byte */
+    sleep_ms(20);
+    CHECK_OK(roundtrip(ts.port, "GET /echo HTTP/1.1\r\n\r\n", rs)); /* a third */
+    CHECK(rs->status == 200);
+    CHECK(rd_closed(&a));                                   /* the oldest idle one made room */
+    CHECK_OK(send_str(b.fd, "GET /echo HTTP/1.1\r\n\r\n")); /* the younger one still works */
+    CHECK_OK(read_response(&b, rs));
+    CHECK(rs->status == 200);
+    http_server_stats_t st;
+    http_server_stats(ts.srv, &st);
+    CHECK(st.connections_evicted == 1 && st.connections_rejected == 0);
+    rd_free(&a);
     rd_free(&b);
     tsrv_stop(&ts, 1000);
     free(rs);
