@@ -59,7 +59,8 @@ int service_ready(server_t *s)
 {
     if (server_draining(s) || server_loading(s))
         return 0;
-    return repository_healthy(server_repository(s));
+    return server_options(s)->strict_readiness ? repository_all_ready(server_repository(s))
+                                               : repository_healthy(server_repository(s));
 }
 
 int service_model_ready(server_t *s, const char *model, const char *version, hark_err_t *err)

@@ -50,6 +50,10 @@ static const opt_t options[] = {
     {"max-queue-size", OPT_INT, OFF(max_queue_size), "1024", 0, 1e7,
      "requests a model queues when its config sets no max_queue_size (0: unbounded); beyond it "
      "503 with Retry-After"},
+    {"strict-readiness", OPT_BOOL, OFF(strict_readiness), "true", 0, 1,
+     "ready only when no model is loading or failed to load (false: when the ready ones are)"},
+    {"exit-on-error", OPT_BOOL, OFF(exit_on_error), "true", 0, 1,
+     "a model that fails to load at start-up stops the server (status 1)"},
     {"length-aware-batching", OPT_BOOL, OFF(length_aware), "true", 0, 1,
      "batch requests of similar audio length together"},
     {"log-level", OPT_LOGLEVEL, 0, "info", 0, 0, "error, warn, info, debug or trace"},

@@ -351,6 +351,38 @@ int repository_healthy(repository_t *r)
     return ok;
 }
 
+static int load_failed(const repo_model_t *m)
+{
+    return m->state == M_UNAVAILABLE && m->reason[0] && strcmp(m->reason, "unloaded");
+}
+
+int repository_all_ready(repository_t *r)
+{
+    pthread_rwlock_rdlock(&r->lock);
+    int ok = 1;
+    for (int i = 0; i < r->n_models; i++) {
+        const repo_model_t *m = &r->models[i];
+        if (m->state == M_LOADING || load_failed(m) ||
+            (m->state == M_READY && !served_model_ready(m->served)))
+            ok = 0;
+    }
+    pthread_rwlock_unlock(&r->lock);
+    return ok;
+}
+
+int repository_failed(repository_t *r, char *name, size_t nname, char *why, size_t nwhy)
+{
+    pthread_rwlock_rdlock(&r->lock);
+    int n = 0;
+    for (int i = 0; i < r->n_models; i++)
+        if (load_failed(&r->models[i]) && n++ == 0) {
+            snprintf(name, nname, "%s", r->models[i].name);
+            snprintf(why, nwhy, "%s", r->models[i].reason);
+        }
+    pthread_rwlock_unlock(&r->lock);
+    return n;
+}
+
 int repository_create(const repository_opts_t *o, repository_t **out, hark_err_t *err)
 {
     *out = NULL;

@@ -72,6 +72,11 @@ void repository_load_all(repository_t *r);
 void repository_unload_all(repository_t *r);
 /* 1 when every READY model's instances are healthy. */
 int repository_healthy(repository_t *r);
+/* strict readiness (Triton's --strict-readiness): 1 when no model is loading or failed to load
+ * (an unloaded one does not count) and every READY one is healthy. */
+int repository_all_ready(repository_t *r);
+/* The models whose last load failed; the first one's name and reason into name/why. */
+int repository_failed(repository_t *r, char *name, size_t nname, char *why, size_t nwhy);
 
 /* JSON documents (hark_malloc'd); under the lock. */
 char *repository_index_json(repository_t *r, int ready_only);

@@ -48,6 +48,7 @@ typedef struct {
 
 struct server {
     server_opts_t o;
+    int exit_status;       /* server_run's: 1 when --exit-on-error stopped it */
     pinned_pool_t *bodies; /* request bodies, page-locked (a GPU is present), or NULL */
     uv_loop_t loop;
     int loop_init;
@@ -145,6 +146,19 @@ static void *startup_loads(void *p)
     int n = repository_count(s->repo);
     repository_unlock(s->repo);
     LOG_INFO("startup: %d model(s) in the repository processed", n);
+    if (!n)
+        LOG_WARN("the repository %s holds no model (a model is a folder with config.pbtxt and a "
+                 "version folder: was an entry given instead of its repository?)",
+                 s->o.model_repository);
+    char name[128], why[512];
+    int failed = repository_failed(s->repo, name, sizeof name, why, sizeof why);
+    if (failed && s->o.exit_on_error) {
+        LOG_ERROR("startup: %d model(s) failed to load (%s: %s); stopping (--exit-on-error "
+                  "false serves the others)",
+                  failed, name, why);
+        s->exit_status = 1;
+        server_stop(s);
+    }
     return NULL;
 }
 
@@ -308,7 +322,7 @@ int server_run(server_t *s)
         pthread_join(th, NULL);
     repository_unload_all(s->repo);
     LOG_INFO("stopped");
-    return 0;
+    return s->exit_status;
 }
 
 void server_destroy(server_t *s)

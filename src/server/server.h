@@ -20,19 +20,23 @@ typedef struct {
     const char *host;             /* default 127.0.0.1 */
     int http_port;                /* default 8000; 0: ephemeral (printed on stdout) */
     int metrics_port;             /* default 8002; -1: off; 0: ephemeral */
-    int grpc_port;                /* KServe v2 gRPC; default 8001 (cmd_serve); -1: off; 0: ephemeral */
-    size_t max_body_bytes;        /* 413 beyond; default 64 MiB */
-    int max_connections;          /* default 1024 */
-    int request_timeout_ms;       /* stalled client: 408; default 30000 */
-    int drain_timeout_ms;         /* graceful shutdown deadline; default 30000 */
-    double max_audio_seconds;     /* longest request; default 60 */
-    int cpu_threads;              /* BLAS threads per CPU instance; default 1 */
-    int length_aware;             /* length-aware batching; default 1 */
-    int max_queue_size;           /* a model's queue when its config sets no max_queue_size
-                                     (0: unbounded); default 1024: beyond it 503 + Retry-After */
-    int strict_model_config;      /* unknown model configs: refuse to start; default 0 */
-    int http_threads;             /* event loops serving the HTTP port (SO_REUSEPORT when > 1);
-                                     0: one per 4 cores, at most 4 */
+    int grpc_port;            /* KServe v2 gRPC; default 8001 (cmd_serve); -1: off; 0: ephemeral */
+    size_t max_body_bytes;    /* 413 beyond; default 64 MiB */
+    int max_connections;      /* default 1024 */
+    int request_timeout_ms;   /* stalled client: 408; default 30000 */
+    int drain_timeout_ms;     /* graceful shutdown deadline; default 30000 */
+    double max_audio_seconds; /* longest request; default 60 */
+    int cpu_threads;          /* BLAS threads per CPU instance; default 1 */
+    int length_aware;         /* length-aware batching; default 1 */
+    int max_queue_size;       /* a model's queue when its config sets no max_queue_size
+                                 (0: unbounded); default 1024: beyond it 503 + Retry-After */
+    int strict_model_config;  /* unknown model configs: refuse to start; default 0 */
+    int strict_readiness; /* ready only when no model is loading or failed (Triton's); cmd_serve: 1
+                           */
+    int exit_on_error;    /* a model that fails to load at start-up stops the server with status 1
+                             (Triton's --exit-on-error); cmd_serve: 1 */
+    int http_threads;     /* event loops serving the HTTP port (SO_REUSEPORT when > 1);
+                             0: one per 4 cores, at most 4 */
 } server_opts_t;
 
 typedef struct server server_t;

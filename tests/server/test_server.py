@@ -34,7 +34,9 @@ for name, key, val in (("wenet_badmethod", "decoding_method", "magic_search"),
     open(cp, "w").write(txt + 'parameters { key: "%s" value { string_value: "%s" } }\n' % (key, val))
 proc = subprocess.Popen([hark, "serve", "--model-repository", repo, "--http-port", "0",
                          "--metrics-port", "0", "--grpc-port", "-1", "--max-body-bytes", "8000000",
-                         "--request-timeout-ms", "1500", "--http-threads", "3"],
+                         "--request-timeout-ms", "1500", "--http-threads", "3",
+                         # the repository holds models that must fail to load (below)
+                         "--exit-on-error", "false", "--strict-readiness", "false"],
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 line = proc.stdout.readline()
 m = re.search(r"http://127\.0\.0\.1:(\d+) .*metrics http://127\.0\.0\.1:(\d+)", line)
@@ -345,6 +347,29 @@ try:
           requests.get(base + "/v2/models/wenet/ready").status_code == 400, "unload")
     check(requests.post(base + "/v2/repository/models/wenet/load").status_code == 200 and
           requests.get(base + "/v2/models/wenet/ready").status_code == 200, "load")
+    # Triton's defaults: a model that fails to load at start-up stops the server (status 1,
+    # naming it); with --exit-on-error false, strict readiness keeps /v2/health/ready at 503
+    p2 = subprocess.run([hark, "serve", "--model-repository", repo, "--http-port", "0",
+                         "--grpc-port", "-1", "--metrics-port", "-1"], stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, text=True, timeout=120)
+    check(p2.returncode == 1 and "failed to load" in p2.stdout and "wenet_bad" in p2.stdout,
+          "--exit-on-error (default): status 1 naming the model (%s)" % p2.stdout[-200:])
+    p3 = subprocess.Popen([hark, "serve", "--model-repository", repo, "--http-port", "0",
+                           "--grpc-port", "-1", "--metrics-port", "-1", "--exit-on-error", "false"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    b3 = "http://127.0.0.1:%s" % re.search(r"127\.0\.0\.1:(\d+)", p3.stdout.readline()).group(1)
+    t0 = time.time()
+    while requests.get(b3 + "/v2/models/wenet/ready").status_code != 200 and time.time() - t0 < 60:
+        time.sleep(0.1)
+    while time.time() - t0 < 60 and any(  # the failing ones are processed too
+            e.get("state") == "LOADING" for e in requests.post(b3 + "/v2/repository/index").json()):
+        time.sleep(0.1)
+    check(requests.get(b3 + "/v2/models/wenet/ready").status_code == 200 and
+          requests.get(b3 + "/v2/health/ready").status_code == 503 and
+          requests.get(b3 + "/v2/health/live").status_code == 200,
+          "--strict-readiness (default): not ready while models failed to load")
+    p3.terminate()
+    p3.wait(timeout=30)
     # graceful drain: an in-flight request still completes, then exit 0
     res = {}
     late_body = json.dumps({"inputs": [{"name": "WAV", "shape": [1, len(xs[2])], "datatype": "FP32",
