@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-from hark_entry import entry_name, fail, run_convert, write_entry
+from hark_entry import entry_name, fail, run_convert, tts_config_pbtxt, write_entry
 
 FAMILY = "fastspeech"
 MODEL_JSON_VERSION = 1
@@ -166,22 +166,6 @@ def check_tensors(sd, cfg):
     return out
 
 
-def config_pbtxt(name, max_batch, vocoder):
-    out = [f'name: "{name}"', 'backend: "hark"', f"max_batch_size: {max_batch}",
-           # the seed's Triton contract (DLE tacotron2waveglow): text in, samples and lengths out
-           "input [", "  {", '    name: "INPUT"', "    data_type: TYPE_STRING",
-           "    dims: [ -1 ]", "  }", "]",
-           "output [", "  {", '    name: "OUTPUT"', "    data_type: TYPE_FP32",
-           "    dims: [ -1 ]", "  },", "  {", '    name: "OUTPUT_LENGTH"',
-           "    data_type: TYPE_INT32", "    dims: [ 1 ]", "  }", "]",
-           "dynamic_batching { }",
-           "instance_group [", "  {", "    count: 1", "    kind: KIND_CPU", "  }", "]",
-           f'parameters {{ key: "family" value {{ string_value: "{FAMILY}" }} }}']
-    if vocoder:
-        out.append(f'parameters {{ key: "vocoder" value {{ string_value: "{vocoder}" }} }}')
-    return "\n".join(out) + "\n"
-
-
 def convert(args):
     import yaml
     if not 1 <= args.max_batch_size <= 512:
@@ -202,7 +186,7 @@ def convert(args):
             "converter_version": CONVERTER_VERSION,
             "source": os.path.basename(args.checkpoint), "state_dict": key or "(bare)"}
     out = write_entry(args.output, tensors, meta, cfg,
-                      config_pbtxt(name, args.max_batch_size, args.vocoder))
+                      tts_config_pbtxt(name, args.max_batch_size, FAMILY, args.vocoder))
     n = sum(a.size for a in tensors.values())
     print(f"wrote {out}: fastspeech d_model {cfg['d_model']}, {cfg['enc_layers']}+"
           f"{cfg['dec_layers']} FFT blocks, {len(tensors)} tensors, {n} values")

@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from hark_entry import entry_name, fail, run_convert, write_entry
+from hark_entry import entry_name, fail, run_convert, vocoder_config_pbtxt, write_entry
 
 FAMILY = "hifigan"
 MODEL_JSON_VERSION = 1
@@ -190,18 +190,7 @@ def check_tensors(sd, cfg):
     return out
 
 
-# ---- writers ---------------------------------------------------------------------------------
-
-def config_pbtxt(name, max_batch, cfg):
-    out = [f'name: "{name}"', 'backend: "hark"', f"max_batch_size: {max_batch}",
-           "input [", "  {", '    name: "MEL"', "    data_type: TYPE_FP32",
-           f"    dims: [ {cfg['num_mels']}, -1 ]", "  }", "]",
-           "output [", "  {", '    name: "AUDIO"', "    data_type: TYPE_FP32",
-           "    dims: [ -1 ]", "  }", "]",
-           "instance_group [", "  {", "    count: 1", "    kind: KIND_CPU", "  }", "]",
-           f'parameters {{ key: "family" value {{ string_value: "{FAMILY}" }} }}']
-    return "\n".join(out) + "\n"
-
+# ---- conversion ------------------------------------------------------------------------------
 
 def convert(args):
     if not 1 <= args.max_batch_size <= 512:
@@ -222,7 +211,7 @@ def convert(args):
             "source": os.path.basename(args.checkpoint),
             "weight_norm_removed": str(n_wn)}
     out = write_entry(args.output, tensors, meta, cfg,
-                      config_pbtxt(name, args.max_batch_size, cfg))
+                      vocoder_config_pbtxt(name, args.max_batch_size, FAMILY, cfg['num_mels']))
     n = sum(a.size for a in tensors.values())
     print(f"wrote {out}: hifi-gan (resblock {cfg['resblock']}, upsample "
           f"{cfg['upsample_rates']}), {len(tensors)} tensors, {n} values, "

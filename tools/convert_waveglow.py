@@ -28,7 +28,7 @@ import sys
 
 import numpy as np
 
-from hark_entry import entry_name, fail, run_convert, write_entry
+from hark_entry import entry_name, fail, run_convert, vocoder_config_pbtxt, write_entry
 
 FAMILY = "waveglow"
 MODEL_JSON_VERSION = 1
@@ -183,17 +183,6 @@ def check_tensors(sd, cfg):
     return out
 
 
-def config_pbtxt(name, max_batch, cfg):
-    out = [f'name: "{name}"', 'backend: "hark"', f"max_batch_size: {max_batch}",
-           "input [", "  {", '    name: "MEL"', "    data_type: TYPE_FP32",
-           f"    dims: [ {cfg['n_mel_channels']}, -1 ]", "  }", "]",
-           "output [", "  {", '    name: "AUDIO"', "    data_type: TYPE_FP32",
-           "    dims: [ -1 ]", "  }", "]",
-           "instance_group [", "  {", "    count: 1", "    kind: KIND_CPU", "  }", "]",
-           f'parameters {{ key: "family" value {{ string_value: "{FAMILY}" }} }}']
-    return "\n".join(out) + "\n"
-
-
 def convert(args):
     if not 1 <= args.max_batch_size <= 512:
         fail(f"--max-batch-size {args.max_batch_size}: must be in [1, 512]")
@@ -220,7 +209,7 @@ def convert(args):
             "source": os.path.basename(args.checkpoint),
             "weight_norm_removed": str(n_wn)}
     out = write_entry(args.output, tensors, meta, cfg,
-                      config_pbtxt(name, args.max_batch_size, cfg))
+                      vocoder_config_pbtxt(name, args.max_batch_size, FAMILY, cfg['n_mel_channels']))
     n = sum(a.size for a in tensors.values())
     print(f"wrote {out}: waveglow {cfg['n_flows']} flows, WN {cfg['WN_config']['n_layers']}x"
           f"{cfg['WN_config']['n_channels']}, {len(tensors)} tensors, {n} values, {n_wn} weight "

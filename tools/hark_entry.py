@@ -89,3 +89,33 @@ def write_entry(output, tensors, meta, model_json, config_text, copies=None):
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def tts_config_pbtxt(name, max_batch, family, vocoder=None):
+    """config.pbtxt of a text-to-speech entry: the seed's Triton contract (DLE
+    tacotron2waveglow) — INPUT text in, OUTPUT samples and OUTPUT_LENGTH out — on the CPU, with
+    the vocoder it names (a model name in the repository, or a directory)"""
+    out = [f'name: "{name}"', 'backend: "hark"', f"max_batch_size: {max_batch}",
+           "input [", "  {", '    name: "INPUT"', "    data_type: TYPE_STRING",
+           "    dims: [ -1 ]", "  }", "]",
+           "output [", "  {", '    name: "OUTPUT"', "    data_type: TYPE_FP32",
+           "    dims: [ -1 ]", "  },", "  {", '    name: "OUTPUT_LENGTH"',
+           "    data_type: TYPE_INT32", "    dims: [ 1 ]", "  }", "]",
+           "dynamic_batching { }",
+           "instance_group [", "  {", "    count: 1", "    kind: KIND_CPU", "  }", "]",
+           f'parameters {{ key: "family" value {{ string_value: "{family}" }} }}']
+    if vocoder:
+        out.append(f'parameters {{ key: "vocoder" value {{ string_value: "{vocoder}" }} }}')
+    return "\n".join(out) + "\n"
+
+
+def vocoder_config_pbtxt(name, max_batch, family, n_mels):
+    """config.pbtxt of a vocoder entry: MEL [n_mels, frames] in, AUDIO out, on the CPU"""
+    out = [f'name: "{name}"', 'backend: "hark"', f"max_batch_size: {max_batch}",
+           "input [", "  {", '    name: "MEL"', "    data_type: TYPE_FP32",
+           f"    dims: [ {n_mels}, -1 ]", "  }", "]",
+           "output [", "  {", '    name: "AUDIO"', "    data_type: TYPE_FP32",
+           "    dims: [ -1 ]", "  }", "]",
+           "instance_group [", "  {", "    count: 1", "    kind: KIND_CPU", "  }", "]",
+           f'parameters {{ key: "family" value {{ string_value: "{family}" }} }}']
+    return "\n".join(out) + "\n"
