@@ -4,6 +4,7 @@
 #include "api/kserve.h"
 
 #include "core/alloc.h"
+#include "core/dtype.h"
 #include "hark.h"
 
 #include <cjson/cJSON.h>
@@ -715,26 +716,6 @@ kserve_f32_find_nonfinite(const float *x, size_t n)
     return n;
 }
 
-static float half_to_float(uint16_t h)
-{
-    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f, m = h & 0x3ff, bits;
-    if (e == 0) {
-        if (!m) {
-            bits = s;
-        } else { /* subnormal */
-            float f = ldexpf((float)m, -24);
-            return s ? -f : f;
-        }
-    } else if (e == 31) {
-        bits = s | 0x7f800000u | (m << 13);
-    } else {
-        bits = s | ((e + 112) << 23) | (m << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 /* Element i of a fixed-size tensor as a double (unaligned-safe). */
 static double elem_double(kserve_dtype_t dt, const uint8_t *p)
 {
@@ -778,7 +759,7 @@ static double elem_double(kserve_dtype_t dt, const uint8_t *p)
     case KSERVE_FP16: {
         uint16_t v;
         memcpy(&v, p, 2);
-        return half_to_float(v);
+        return dtype_half_to_float(v);
     }
     case KSERVE_BF16: {
         uint16_t v;

@@ -1,6 +1,7 @@
 /* dtype.c — the element type table. Tests: tests/core/test_core.c */
 #include "core/dtype.h"
 
+#include <math.h>
 #include <string.h>
 
 static const struct {
@@ -40,4 +41,32 @@ const char *dtype_config_name(dtype_t t)
 size_t dtype_size(dtype_t t)
 {
     return (unsigned)t < DTYPE_COUNT ? T[t].size : 0;
+}
+
+float dtype_half_to_float(uint16_t h)
+{
+    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f, m = h & 0x3ff, bits;
+    if (e == 0) {
+        if (!m) {
+            bits = s;
+        } else { /* subnormal */
+            float f = ldexpf((float)m, -24);
+            return s ? -f : f;
+        }
+    } else if (e == 31) {
+        bits = s | 0x7f800000u | (m << 13);
+    } else {
+        bits = s | ((e + 112) << 23) | (m << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+float dtype_bf16_to_float(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
 }

@@ -6,6 +6,7 @@
 #define HARK_CORE_DTYPE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum { /* values as in Triton's model_config.proto DataType */
                DTYPE_INVALID = 0,
@@ -34,5 +35,8 @@ const char *dtype_config_name(dtype_t t); /* "TYPE_INVALID" out of range */
 size_t dtype_size(dtype_t t);
 /* The config.pbtxt names in enum order, NULL-terminated (for the schema's enum check). */
 extern const char *const dtype_config_names[];
+/* IEEE binary16 / bfloat16 bits -> float (exact: every value is representable). */
+float dtype_half_to_float(uint16_t h);
+float dtype_bf16_to_float(uint16_t h);
 
 #endif

@@ -4,6 +4,7 @@
 #include "model/safetensors.h"
 
 #include "core/alloc.h"
+#include "core/dtype.h"
 #include "hark.h"
 
 #include <cjson/cJSON.h>
@@ -11,6 +12,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -32,6 +34,8 @@ struct safetensors {
     size_t *by_name; /* (n) indices into tensors, sorted by name, for st_find */
     char **meta;     /* (2 * n_meta) key, value, key, value, ... */
     size_t n_meta;
+    float **wide;          /* (n) float32 copies of F16 / BF16 tensors, made by st_get_f32 */
+    pthread_mutex_t wide_lock;
 };
 
 static const struct {
@@ -81,6 +85,11 @@ void st_close(safetensors_t *st)
         for (size_t i = 0; i < 2 * st->n_meta; i++)
             hark_free(st->meta[i]);
     hark_free(st->meta);
+    if (st->wide)
+        for (size_t i = 0; i < st->n; i++)
+            hark_free(st->wide[i]);
+    hark_free(st->wide);
+    pthread_mutex_destroy(&st->wide_lock);
     hark_free(st->tensors);
     hark_free(st->by_name);
     if (st->map)
@@ -334,6 +343,8 @@ int st_open(const char *path, safetensors_t **out, hark_err_t *err)
     *out = NULL;
     int rc = HARK_OK, fd = -1;
     safetensors_t *st = hark_calloc(1, sizeof *st);
+    if (st)
+        pthread_mutex_init(&st->wide_lock, NULL);
     if (!st || !(st->path = hark_strdup(path))) {
         rc = err_set(err, HARK_ERR_NOMEM, "%s: out of memory", path);
         goto fail;
@@ -391,16 +402,47 @@ fail:
     return rc;
 }
 
-/* conformer_tensor_fn-shaped lookup: an F32 tensor of exactly `shape` (errors name it). */
+/* A float32 view of a 16-bit tensor: widened once (exactly), kept until st_close. */
+static int widen(safetensors_t *st, const st_tensor_t *t, const float **data, hark_err_t *err)
+{
+    size_t i = (size_t)(t - st->tensors);
+    pthread_mutex_lock(&st->wide_lock);
+    int rc = HARK_OK;
+    if (!st->wide && !(st->wide = hark_calloc(st->n, sizeof *st->wide)))
+        rc = err_set(err, HARK_ERR_NOMEM, "model weights: out of memory");
+    if (!rc && !st->wide[i]) {
+        float *w = hark_malloc((t->count ? t->count : 1) * sizeof *w);
+        if (!w) {
+            rc = err_set(err, HARK_ERR_NOMEM, "model weights: tensor '%s': out of memory (%zu "
+                         "values)", t->name, t->count);
+        } else {
+            const uint8_t *p = t->data;
+            for (size_t k = 0; k < t->count; k++) {
+                uint16_t h = (uint16_t)(p[2 * k] | p[2 * k + 1] << 8); /* little-endian */
+                w[k] = t->dtype == ST_F16 ? dtype_half_to_float(h) : dtype_bf16_to_float(h);
+            }
+            st->wide[i] = w;
+        }
+    }
+    if (!rc)
+        *data = st->wide[i];
+    pthread_mutex_unlock(&st->wide_lock);
+    return rc;
+}
+
+/* conformer_tensor_fn-shaped lookup: a tensor of exactly `shape` as float32 (F32 in place; F16
+ * and BF16, the converters' --dtype float16 / bfloat16, widened once); errors name it. */
 int st_get_f32(void *user, const char *name, int ndim, const int64_t *shape, const float **data,
                hark_err_t *err)
 {
-    const st_tensor_t *t = st_find((const safetensors_t *)user, name);
+    safetensors_t *st = user;
+    const st_tensor_t *t = st_find(st, name);
     if (!t)
         return err_set(err, HARK_ERR_NOT_FOUND, "model weights: tensor '%s' is missing", name);
-    if (t->dtype != ST_F32)
-        return err_set(err, HARK_ERR_UNSUPPORTED, "model weights: tensor '%s' is %s, expected F32",
-                       name, st_dtype_name(t->dtype));
+    if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "model weights: tensor '%s' is %s, expected F32 (or F16 / BF16)", name,
+                       st_dtype_name(t->dtype));
     int same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++)
         same = t->shape[i] == shape[i];
@@ -415,6 +457,8 @@ int st_get_f32(void *user, const char *name, int ndim, const int64_t *shape, con
         return err_set(err, HARK_ERR_FORMAT,
                        "model weights: tensor '%s' has shape [%s], expected [%s]", name, got, exp);
     }
+    if (t->dtype != ST_F32)
+        return widen(st, t, data, err);
     *data = (const float *)t->data;
     return HARK_OK;
 }

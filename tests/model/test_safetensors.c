@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 
 /* Writes a safetensors file: u64 LE length of `header` (padded with spaces to a multiple of 8
@@ -86,6 +87,38 @@ TEST(st_roundtrip)
     CHECK(st_metadata(st, "missing") == NULL);
     st_close(st);
     st_close(NULL);
+}
+
+/* F16 / BF16 weights (the converters' --dtype float16 / bfloat16) come out of st_get_f32 as
+ * exact float32 values; other types are refused by name */
+TEST(st_get_f32_widens_16_bit)
+{
+    /* F16: 1, -2, 65504 (max), 2^-24 (smallest subnormal), -0, inf; BF16: 1.5, -3.0e38ish */
+    static const char hdr[] =
+        "{\"h\":{\"dtype\":\"F16\",\"shape\":[2,3],\"data_offsets\":[0,12]},"
+        "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[12,16]},"
+        "\"i\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[16,24]}}";
+    unsigned char d[24] = {0x00, 0x3c, 0x00, 0xc0, 0xff, 0x7b, 0x01, 0x00, 0x00, 0x80, 0x00, 0x7c,
+                           0xc0, 0x3f, 0x61, 0xff, 1, 0, 0, 0, 0, 0, 0, 0};
+    const char *p = tmpfile_in(t, "half.safetensors");
+    write_st(p, hdr, d, sizeof d, 0);
+    safetensors_t *st = NULL;
+    hark_err_t err = {0};
+    CHECKF(st_open(p, &st, &err) == HARK_OK, "%s", err.msg);
+    const float *h = NULL, *h2 = NULL, *b = NULL;
+    int64_t s23[2] = {2, 3}, s2[1] = {2}, s1[1] = {1}, s32[2] = {3, 2};
+    CHECKF(st_get_f32(st, "h", 2, s23, &h, &err) == HARK_OK, "%s", err.msg);
+    CHECK(h[0] == 1.0f && h[1] == -2.0f && h[2] == 65504.0f && h[3] == ldexpf(1.0f, -24));
+    CHECK(h[4] == 0.0f && signbit(h[4]) && isinf(h[5]) && h[5] > 0);
+    CHECK(st_get_f32(st, "h", 2, s23, &h2, &err) == HARK_OK && h2 == h); /* widened once */
+    CHECKF(st_get_f32(st, "b", 1, s2, &b, &err) == HARK_OK, "%s", err.msg);
+    CHECK(b[0] == 1.5f && b[1] < -2.9e38f && b[1] > -3.0e38f);
+    CHECK(st_get_f32(st, "h", 2, s32, &h2, &err) == HARK_ERR_FORMAT);
+    CHECK(strstr(err.msg, "'h'") && strstr(err.msg, "[2,3]"));
+    CHECK(st_get_f32(st, "i", 1, s1, &h2, &err) == HARK_ERR_UNSUPPORTED);
+    CHECK(strstr(err.msg, "'i'") && strstr(err.msg, "I64"));
+    CHECK(st_get_f32_finite(st, "h", 2, 2, 3, 0, &h2, &err) == HARK_ERR_FORMAT); /* the inf */
+    st_close(st);
 }
 
 TEST(st_dtypes)
