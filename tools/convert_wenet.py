@@ -5,11 +5,12 @@
 """Convert a WeNet U2/U2++ Conformer checkpoint into a hark model directory.
 
     convert_wenet.py --checkpoint final.pt --config train.yaml --units units.txt \
-                     [--cmvn global_cmvn] [--max-batch-size 64] --output DIR
+                     [--cmvn global_cmvn] [--dtype float16] [--max-batch-size 64] --output DIR
 
 DIR receives a Triton-style model-repository entry:
     DIR/config.pbtxt          Triton model config (backend "hark", family "wenet_u2")
-    DIR/1/model.safetensors   every weight as float32, WeNet's key names
+    DIR/1/model.safetensors   the weights, WeNet's key names (float32, or with --dtype float16 the
+                              matrices as float16)
     DIR/1/model.json          the hyper-parameters, normalised (schema in docs/model-format.md)
     DIR/1/units.txt           the token table
 
@@ -23,12 +24,14 @@ import math
 import os
 import re
 import shutil
-import struct
 import sys
 import tempfile
 
 import numpy as np
 import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hark_entry import narrow_weights, write_safetensors  # noqa: E402
 
 CONVERTER_VERSION = "1"
 MODEL_JSON_VERSION = 1
@@ -544,22 +547,6 @@ def check_units(path, vocab):
 
 # ---- writers -----------------------------------------------------------------------------------
 
-def write_safetensors(path, tensors, metadata):
-    """safetensors: u64 LE header length, JSON header, tensor bytes (contiguous, in order)."""
-    header = {"__metadata__": metadata}
-    off = 0
-    for name, a in tensors.items():
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
-        off += a.nbytes
-    hj = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    hj += b" " * ((8 - len(hj) % 8) % 8)  # data starts 8-byte aligned
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hj)))
-        f.write(hj)
-        for a in tensors.values():
-            f.write(a.tobytes(order="C"))
-
-
 def sequence_batching(max_sequences):
     """WeNet's streaming_wenet scheduling (model_repo_stateful): sequences of chunks, each sequence
     bound to an instance; max_candidate_sequences open at once per instance."""
@@ -620,6 +607,7 @@ def convert(args):
         fail(f"tensor ctc.ctc_lo.weight: {vocab} rows, output_dim is {cfg['vocab']['size']}")
     check_units(args.units, vocab)
     apply_cmvn(tensors, cfg, args.cmvn, had_cmvn)
+    tensors = narrow_weights(tensors, args.dtype, fail)
 
     # Everything checked: write into a temporary directory beside DIR, then move into place.
     out = os.path.normpath(args.output)
@@ -666,6 +654,9 @@ def main(argv=None):
     ap.add_argument("--units", required=True, help="units.txt ('token id' per line)")
     ap.add_argument("--cmvn", help="global_cmvn (WeNet json or Kaldi text stats)")
     ap.add_argument("--output", required=True, help="model directory to write")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float16"],
+                    help="how the weight matrices are stored (float16 halves the file; hark "
+                         "computes in float32 from them on the CPU either way)")
     ap.add_argument("--max-batch-size", type=int, default=64,
                     help="config.pbtxt max_batch_size (preferred sizes: half of it and it)")
     ap.add_argument("--streaming", type=int, default=0, metavar="N",

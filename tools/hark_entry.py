@@ -2,7 +2,7 @@
 and a model-repository entry (DIR/config.pbtxt, DIR/1/model.json, DIR/1/model.safetensors)
 written next to DIR first and moved into place, so that a failed conversion leaves nothing
 half-written; and the way a conversion fails (ConvertError: one line on stderr, exit status 1,
-no traceback). Imported by every convert_*.py but convert_wenet.py."""
+no traceback). Imported by every convert_*.py (convert_wenet.py takes its safetensors writer)."""
 
 import json
 import os
@@ -11,6 +11,8 @@ import shutil
 import struct
 import sys
 import tempfile
+
+import numpy as np
 
 
 class ConvertError(Exception):
@@ -31,12 +33,16 @@ def run_convert(tool, convert, args):
     return 0
 
 
+ST_DTYPES = {"float32": "F32", "float16": "F16"}
+
+
 def write_safetensors(path, tensors, metadata):
-    """safetensors: u64 LE header length, JSON header, tensor bytes (contiguous, in order)."""
+    """safetensors: u64 LE header length, JSON header, tensor bytes (contiguous, in order);
+    float32 arrays as F32, float16 ones as F16 (hark widens those to float32 when it loads)."""
     header = {"__metadata__": metadata}
     off = 0
     for name, a in tensors.items():
-        header[name] = {"dtype": "F32", "shape": list(a.shape),
+        header[name] = {"dtype": ST_DTYPES[a.dtype.name], "shape": list(a.shape),
                         "data_offsets": [off, off + a.nbytes]}
         off += a.nbytes
     hj = json.dumps(header, separators=(",", ":")).encode("utf-8")
@@ -45,7 +51,7 @@ def write_safetensors(path, tensors, metadata):
         f.write(struct.pack("<Q", len(hj)))
         f.write(hj)
         for a in tensors.values():
-            f.write(a.tobytes(order="C"))
+            f.write(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes(order="C"))
 
 
 def entry_name(output, fail):
@@ -119,3 +125,22 @@ def vocoder_config_pbtxt(name, max_batch, family, n_mels):
            "instance_group [", "  {", "    count: 1", "    kind: KIND_CPU", "  }", "]",
            f'parameters {{ key: "family" value {{ string_value: "{family}" }} }}']
     return "\n".join(out) + "\n"
+
+
+def narrow_weights(tensors, dtype, fail):
+    """--dtype float16: the matrices and kernels (2 or more dimensions) stored as float16, which
+    halves the file; vectors (biases, norms, CMVN) stay float32. Refuses a weight float16 cannot
+    hold (beyond +-65504) by name."""
+    if dtype == "float32":
+        return tensors
+    if dtype != "float16":
+        fail(f"--dtype {dtype}: float32 or float16")
+    out = {}
+    for name, a in tensors.items():
+        if a.ndim >= 2:
+            big = float(np.abs(a).max()) if a.size else 0.0
+            if big > 65504.0:
+                fail(f"tensor {name}: |value| {big:g} does not fit float16 (use --dtype float32)")
+            a = a.astype(np.float16)
+        out[name] = a
+    return out
