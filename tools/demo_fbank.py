@@ -1,0 +1,63 @@
+"""demo_fbank.py — Kaldi fbank (WeNet's recipe: 80 bins, 25 ms / 10 ms frames, povey window,
+DC removal, pre-emphasis 0.97, power spectrum, 20 Hz .. Nyquist, log with float32 epsilon floor,
+snip_edges) for a batch of waveforms on the GPU, in PyTorch, for tools/train_demo.py.
+
+WeNet trains on torchaudio.compliance.kaldi.fbank and hark computes the same features in C
+(`hark features --kind fbank`); tests/model/wenet/test_demo_fbank.py checks this module against
+hark's output, so the demo model is trained on the features hark feeds it.
+"""
+import math
+
+import torch
+
+FRAME, SHIFT, NFFT = 400, 160, 512
+EPS = 1.1920928955078125e-07  # float32 epsilon, Kaldi's log floor
+
+
+def mel_banks(bins=80, rate=16000, low=20.0, high=0.0, device=None):
+    """(NFFT // 2 + 1, bins) triangular filters on Kaldi's mel scale (1127 ln(1 + f / 700)); the
+    Nyquist row is zero, as in Kaldi (it builds NFFT / 2 columns)."""
+    nyq = rate / 2
+    high = high if high > 0 else nyq + high
+    mel = lambda f: 1127.0 * math.log(1.0 + f / 700.0)
+    lo, hi = mel(low), mel(high)
+    step = (hi - lo) / (bins + 1)
+    fft_mel = 1127.0 * torch.log1p(torch.arange(NFFT // 2, dtype=torch.float64) * (rate / NFFT)
+                                   / 700.0)
+    w = torch.zeros(NFFT // 2 + 1, bins, dtype=torch.float64)
+    for m in range(bins):
+        left, center, right = lo + m * step, lo + (m + 1) * step, lo + (m + 2) * step
+        up = (fft_mel - left) / (center - left)
+        down = (right - fft_mel) / (right - center)
+        w[: NFFT // 2, m] = torch.clamp(torch.minimum(up, down), min=0.0)
+    return w.to(torch.float32).to(device)
+
+
+def povey(device=None):
+    n = torch.arange(FRAME, dtype=torch.float64)
+    return (0.5 - 0.5 * torch.cos(2 * math.pi * n / (FRAME - 1))).pow(0.85).to(torch.float32).to(
+        device)
+
+
+def num_frames(samples):
+    """frames of a waveform of `samples` samples (snip_edges): 0 when shorter than one frame"""
+    return 0 if samples < FRAME else 1 + (samples - FRAME) // SHIFT
+
+
+def fbank(wave, lengths, banks, window, dither=0.0):
+    """wave: (B, T) float32 in int16 scale; lengths: (B,) samples. Returns feats (B, F, bins)
+    and frame counts (B,). Frames past an utterance's end are zeroed."""
+    B, T = wave.shape
+    F = num_frames(T)
+    frames = wave.unfold(1, FRAME, SHIFT)[:, :F]  # (B, F, 400), a view
+    if dither > 0:
+        frames = frames + dither * torch.randn_like(frames)
+    frames = frames - frames.mean(dim=2, keepdim=True)
+    pre = torch.cat([frames[:, :, :1] * (1 - 0.97), frames[:, :, 1:] - 0.97 * frames[:, :, :-1]],
+                    dim=2)
+    spec = torch.fft.rfft(pre * window, n=NFFT)
+    power = spec.real.square() + spec.imag.square()
+    feats = torch.log(torch.clamp(power @ banks, min=EPS))
+    nf = torch.clamp((lengths - FRAME) // SHIFT + 1, min=0)
+    mask = torch.arange(F, device=wave.device)[None, :] < nf[:, None]
+    return feats * mask[:, :, None], nf
