@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Checks a folder made by tools/demo_engines.sh the way the GPU machine will use it: every library
+# the relocated espeak-ng and flite load resolves inside DIR (glibc apart), and each English voice
+# speaks to a 16-bit mono WAV from `env -i` with only DIR/env.sh sourced. As root, espeak-ng is
+# run once more with the system's espeak-ng-data hidden (a private mount namespace), so a silent
+# fall-back to /usr/lib/.../espeak-ng-data cannot pass. Usage: tools/demo_engines_test.sh DIR
+set -euo pipefail
+[ $# -eq 1 ] || { echo "usage: $0 DIR" >&2; exit 2; }
+DIR=$(cd "$1" && pwd)
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail=0
+clean() { env -i HOME="$TMP" bash -c ". '$DIR/env.sh'; $1"; }
+
+outside=$(clean 'ldd "$(command -v espeak-ng)" "$(command -v flite)"' |
+          grep '=>' | grep -v "$DIR/" |
+          grep -v -E '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+)\.so' || true)
+if [ -n "$outside" ]; then echo "FAIL: libraries from outside $DIR:"; echo "$outside"; fail=1; fi
+for b in espeak-ng flite; do
+    p=$(clean "command -v $b")
+    case $p in "$DIR"/*) ;; *) echo "FAIL: $b resolves to $p"; fail=1 ;; esac
+done
+
+# a WAV's rate, channels and bits (python3 -c: the wave module is enough)
+wavinfo() { python3 -c 'import sys,wave; w=wave.open(sys.argv[1]); print(w.getframerate(), w.getnchannels(), 8*w.getsampwidth(), w.getnframes())' "$1"; }
+check() { # name file rate
+    local info
+    info=$(wavinfo "$2" 2>/dev/null) || { echo "FAIL: $1 wrote no WAV"; fail=1; return; }
+    set -- "$1" "$2" "$3" $info
+    if [ "$4" != "$3" ] || [ "$5" != 1 ] || [ "$6" != 16 ] || [ "$7" -lt 8000 ]; then
+        echo "FAIL: $1: rate $4 ch $5 bits $6 frames $7"; fail=1
+    else echo "ok: $1 ($4 Hz, $7 frames)"; fi
+}
+T="the quick brown fox jumps over the lazy dog"
+for v in en-us en-gb en-gb-scotland en-gb-x-gbclan en-gb-x-rp en-gb-x-gbcwmd en-029 en-us-nyc; do
+    clean "espeak-ng -v $v+f2 -s 170 -p 60 -w '$TMP/$v.wav' '$T'" || true
+    check "espeak-ng $v+f2" "$TMP/$v.wav" 22050
+done
+# kal is flite's 8 kHz diphone voice; awb_time is a talking clock (limited domain), not tested
+for v in kal:8000 kal16:16000 awb:16000 rms:16000 slt:16000; do
+    clean "flite -voice ${v%:*} -t '$T' -o '$TMP/${v%:*}.wav'" || true
+    check "flite ${v%:*}" "$TMP/${v%:*}.wav" "${v#*:}"
+done
+if [ "$(id -u)" -eq 0 ] && command -v unshare >/dev/null && [ -d /usr/lib/x86_64-linux-gnu/espeak-ng-data ]; then
+    mkdir "$TMP/empty"
+    unshare -m bash -c "mount --bind '$TMP/empty' /usr/lib/x86_64-linux-gnu/espeak-ng-data &&
+        env -i bash -c \". '$DIR/env.sh'; espeak-ng -v en-gb-x-rp+m3 -w '$TMP/hidden.wav' '$T'\"" || true
+    check "espeak-ng, system data hidden" "$TMP/hidden.wav" 22050
+fi
+[ $fail -eq 0 ] && echo "demo engines in $DIR: all checks passed"
+exit $fail
