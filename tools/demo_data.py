@@ -183,7 +183,8 @@ def build(a):
     env = load_env(a.engines_env)
     train_v, held_v = voices(env)
     ids, texts = demo_text.load_real(a.real_scp, a.real_trans)
-    sp = demo_text.split_sentences(demo_text.load_transcripts(a.transcripts), ids, texts, a.seed)
+    sp = demo_text.split_sentences(demo_text.load_transcripts(a.transcripts), ids, texts, a.seed,
+                                   a.n_test, a.n_dev)
     if a.limit:
         sp = {k: (v[:a.limit] if isinstance(v, list) else v) for k, v in sp.items()}
     os.makedirs(a.out, exist_ok=True)
@@ -290,7 +291,8 @@ def examples(a):
     env = load_env(a.engines_env)
     _, held = voices(env)
     ids, texts = demo_text.load_real(a.real_scp, a.real_trans)
-    sp = demo_text.split_sentences(demo_text.load_transcripts(a.transcripts), ids, texts, a.seed)
+    sp = demo_text.split_sentences(demo_text.load_transcripts(a.transcripts), ids, texts, a.seed,
+                                   a.n_test, a.n_dev)
     short = sorted((s for s in sp['test'] if 5 <= len(s['target'].split()) <= 8),
                    key=lambda s: s['id'])
     os.makedirs(a.examples, exist_ok=True)
@@ -333,6 +335,8 @@ def main(argv=None):
     ap.add_argument('--engines-env', help="tools/demo_engines.sh's DIR/env.sh")
     ap.add_argument('--limit', type=int, default=0, help='at most K sentences per split')
     ap.add_argument('--chunk', type=int, default=2000, help='train jobs between hour checks')
+    ap.add_argument('--n-test', type=int, default=demo_text.N_TEST, help='test sentences')
+    ap.add_argument('--n-dev', type=int, default=demo_text.N_DEV, help='dev sentences')
     ap.add_argument('--transcripts', default=demo_text.TRANSCRIPTS)
     ap.add_argument('--real-scp', default=demo_text.REAL_SCP)
     ap.add_argument('--real-trans', default=demo_text.REAL_TRANS)
