@@ -8,6 +8,10 @@ Tested by tests/tools/test_demo_data.c (through tools/demo_data_test.py).
                      [--limit K] [--transcripts TSV]
   tools/demo_data.py --examples OUT [--engines-env ENV/env.sh]
 
+The LJSpeech transcripts and the real-speech test list are read from ../shared/data, or else from
+the text/ folder beside --engines-env (tools/demo_engines.sh copies them there for the GPU
+machine).
+
 Train: each train sentence is spoken by one more random training voice per round until the
 measured train audio reaches --hours. Dev: dev sentences, each by one training voice. Test: every
 test sentence by every held-out voice. Resumable: a WAV already written is measured, not redone;
@@ -178,6 +182,24 @@ def record(j, out):
                        'engine': j['engine'], 'tts': j['tts']}) + '\n'
 
 
+def resolve_text(a):
+    """Fills in --transcripts / --real-scp / --real-trans: ../shared/data when there, else the
+    copies tools/demo_engines.sh put in the engines folder's text/ (the GPU machine has no
+    ../shared). A missing real-speech list is an error, not a silent leak of its sentences into
+    training; --real-scp none opts out."""
+    alt = os.path.join(os.path.dirname(os.path.abspath(a.engines_env)), 'text') \
+        if a.engines_env else None
+    for name, shared in (('transcripts', demo_text.TRANSCRIPTS), ('real_scp', demo_text.REAL_SCP),
+                         ('real_trans', demo_text.REAL_TRANS)):
+        if getattr(a, name) is None:
+            p = shared
+            if not os.path.exists(p) and alt:
+                p = os.path.join(alt, os.path.basename(shared))
+            setattr(a, name, p)
+        if getattr(a, name) != 'none' and not os.path.exists(getattr(a, name)):
+            sys.exit(f'demo_data.py: {getattr(a, name)} is absent (--{name.replace("_", "-")})')
+
+
 def build(a):
     t0 = time.time()
     env = load_env(a.engines_env)
@@ -337,12 +359,13 @@ def main(argv=None):
     ap.add_argument('--chunk', type=int, default=2000, help='train jobs between hour checks')
     ap.add_argument('--n-test', type=int, default=demo_text.N_TEST, help='test sentences')
     ap.add_argument('--n-dev', type=int, default=demo_text.N_DEV, help='dev sentences')
-    ap.add_argument('--transcripts', default=demo_text.TRANSCRIPTS)
-    ap.add_argument('--real-scp', default=demo_text.REAL_SCP)
-    ap.add_argument('--real-trans', default=demo_text.REAL_TRANS)
+    ap.add_argument('--transcripts', help='id<TAB>text lines (default: LJSpeech, see below)')
+    ap.add_argument('--real-scp', help="real-speech test wav.scp: its lj- ids go to test")
+    ap.add_argument('--real-trans', help='real-speech test trans.txt: its texts never train')
     a = ap.parse_args(argv)
     if bool(a.out) == bool(a.examples):
         ap.error('give one of --out DIR or --examples OUT')
+    resolve_text(a)
     return examples(a) if a.examples else build(a)
 
 

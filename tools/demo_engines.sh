@@ -60,6 +60,16 @@ rm -rf "$ED"/mbrola_ph "$ED"/voices/mb
 find "$R"/usr/bin "$R"/bin -type f ! -name espeak-ng ! -name flite -delete 2>/dev/null || true
 find "$R" -type d -empty -delete
 
+# the text demo_data.py reads (the GPU machine has no ../shared): LJSpeech's transcripts and the
+# real-speech test list, whose sentences must stay out of training
+SH=$(dirname "$0")/../../shared/data
+if [ -f "$SH/text/ljspeech_transcripts.tsv" ]; then
+    mkdir -p "$DIR/text"
+    cp "$SH/text/ljspeech_transcripts.tsv" "$SH/audio/en/wav.scp" "$SH/audio/en/trans.txt" "$DIR/text/"
+else
+    echo "warning: $SH/text is absent: copy the transcripts into $DIR/text by hand" >&2
+fi
+
 cat > "$DIR/env.sh" <<'EOF'
 # source this: puts the relocated espeak-ng and flite first on PATH (written by tools/demo_engines.sh)
 HARK_ENGINES=$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)

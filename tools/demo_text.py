@@ -109,13 +109,13 @@ def load_transcripts(path=TRANSCRIPTS):
 def load_real(scp=REAL_SCP, trans=REAL_TRANS):
     """(LJSpeech ids of the real-speech test set, normalised texts of all its utterances)."""
     ids, texts = set(), set()
-    if os.path.exists(scp):
+    if scp and os.path.exists(scp):
         with open(scp) as f:
             for line in f:
                 k = line.split()[0] if line.strip() else ''
                 if k.startswith('lj-'):
                     ids.add(k[3:])
-    if os.path.exists(trans):
+    if trans and os.path.exists(trans):
         with open(trans, encoding='utf-8') as f:
             for line in f:
                 k, _, t = line.rstrip('\n').partition(' ')
