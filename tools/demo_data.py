@@ -210,7 +210,7 @@ def build(a):
     if a.limit:
         sp = {k: (v[:a.limit] if isinstance(v, list) else v) for k, v in sp.items()}
     os.makedirs(a.out, exist_ok=True)
-    failed = open(os.path.join(a.out, 'failed.txt'), 'a')
+    failed = open(os.path.join(a.out, 'failed.txt'), 'w')  # this run's failures (retried)
     stats = {'seed': a.seed, 'jobs': a.jobs, 'hours_target': a.hours,
              'voices': {'train': train_v, 'test': held_v},
              'sentences': {k: len(sp[k]) for k in ('train', 'dev', 'test')},
