@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Checks a folder made by tools/demo_engines.sh the way the GPU machine will use it: every library
 # the relocated espeak-ng and flite load resolves inside DIR (glibc apart), and each English voice
-# speaks to a 16-bit mono WAV from `env -i` with only DIR/env.sh sourced. As root, espeak-ng is
-# run once more with the system's espeak-ng-data hidden (a private mount namespace), so a silent
-# fall-back to /usr/lib/.../espeak-ng-data cannot pass. Usage: tools/demo_engines_test.sh DIR
+# speaks to a 16-bit mono WAV from `env -i` with only DIR/env.sh sourced. As root, both run once
+# more in a chroot holding only glibc and DIR, so neither a system library nor a silent fall-back
+# to /usr/lib/.../espeak-ng-data can pass. Usage: tools/demo_engines_test.sh DIR
 set -euo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 DIR" >&2; exit 2; }
 DIR=$(cd "$1" && pwd)
@@ -41,11 +41,20 @@ for v in kal:8000 kal16:16000 awb:16000 rms:16000 slt:16000; do
     clean "flite -voice ${v%:*} -t '$T' -o '$TMP/${v%:*}.wav'" || true
     check "flite ${v%:*}" "$TMP/${v%:*}.wav" "${v#*:}"
 done
-if [ "$(id -u)" -eq 0 ] && command -v unshare >/dev/null && [ -d /usr/lib/x86_64-linux-gnu/espeak-ng-data ]; then
-    mkdir "$TMP/empty"
-    unshare -m bash -c "mount --bind '$TMP/empty' /usr/lib/x86_64-linux-gnu/espeak-ng-data &&
-        env -i bash -c \". '$DIR/env.sh'; espeak-ng -v en-gb-x-rp+m3 -w '$TMP/hidden.wav' '$T'\"" || true
-    check "espeak-ng, system data hidden" "$TMP/hidden.wav" 22050
+# As root: both engines in a chroot that holds nothing but glibc (the dynamic loader, libc, libm)
+# and DIR, mounted at its own path in a private mount namespace: no library, no espeak-ng-data
+# from this system can be picked up, as on a bare GPU image.
+if [ "$(id -u)" -eq 0 ] && command -v unshare >/dev/null && command -v chroot >/dev/null; then
+    CR=$TMP/chroot
+    mkdir -p "$CR/lib64" "$CR/lib/x86_64-linux-gnu" "$CR$DIR" "$CR/out"
+    cp -L /lib64/ld-linux-x86-64.so.2 "$CR/lib64/"
+    cp -L /lib/x86_64-linux-gnu/libc.so.6 /lib/x86_64-linux-gnu/libm.so.6 "$CR/lib/x86_64-linux-gnu/"
+    vars=$(clean 'echo PATH=$PATH LD_LIBRARY_PATH=$LD_LIBRARY_PATH ESPEAK_DATA_PATH=$ESPEAK_DATA_PATH')
+    unshare -m bash -c "mount --bind '$DIR' '$CR$DIR' &&
+        env -i HOME=/out $vars chroot '$CR' espeak-ng -v en-gb-x-rp+m3 -w /out/espeak.wav '$T' &&
+        env -i HOME=/out $vars chroot '$CR' flite -voice slt -t '$T' -o /out/flite.wav" || true
+    check "espeak-ng in a glibc-only chroot" "$CR/out/espeak.wav" 22050
+    check "flite in a glibc-only chroot" "$CR/out/flite.wav" 16000
 fi
 [ $fail -eq 0 ] && echo "demo engines in $DIR: all checks passed"
 exit $fail
