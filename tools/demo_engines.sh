@@ -20,37 +20,37 @@ set -euo pipefail
 DIR=$1
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
-ENGINES="espeak-ng libespeak-ng1 espeak-ng-data libpcaudio0 libsonic0 flite libflite1"
+ENGINES=(espeak-ng libespeak-ng1 espeak-ng-data libpcaudio0 libsonic0 flite libflite1)
 # glibc and the compiler runtime: present (newer) on the target; data-only packages not needed
 SKIP_RE='^(libc6|libgcc-s1|gcc-[0-9]+-base|libstdc\+\+6|libcrypt1|libasound2-data|libx11-data)$'
 
-if ! apt-cache show $ENGINES >/dev/null 2>&1; then
+if ! apt-cache show "${ENGINES[@]}" >/dev/null 2>&1; then
     echo "updating the package lists" >&2
     $SUDO apt-get update -qq
 fi
-pkgs=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
-           --no-replaces --no-enhances --no-pre-depends $ENGINES |
-       grep -v '^ ' | grep -v '^<' | sort -u | grep -v -E "$SKIP_RE")
+mapfile -t pkgs < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
+                       --no-breaks --no-replaces --no-enhances --no-pre-depends "${ENGINES[@]}" |
+                     grep -v '^ ' | grep -v '^<' | sort -u | grep -v -E "$SKIP_RE")
 
 mkdir -p "$DIR"
 DIR=$(cd "$DIR" && pwd)
 rm -rf "$DIR/root" "$DIR/debs"
 mkdir -p "$DIR/debs" "$DIR/root"
 # as root, apt's sandbox user (_apt) could not write into DIR: download as root, quietly
-SANDBOX=
-[ -n "$SUDO" ] || SANDBOX="-o APT::Sandbox::User=root"
-(cd "$DIR/debs" && apt-get download $SANDBOX $pkgs >/dev/null)
+SANDBOX=()
+[ -n "$SUDO" ] || SANDBOX=(-o APT::Sandbox::User=root)
+(cd "$DIR/debs" && apt-get download "${SANDBOX[@]}" "${pkgs[@]}" >/dev/null)
 for d in "$DIR"/debs/*.deb; do
     dpkg -x "$d" "$DIR/root"
 done
-ls "$DIR/debs" | sed 's/_.*//' > "$DIR/packages.txt"
+printf '%s\n' "${pkgs[@]}" > "$DIR/packages.txt"
 rm -rf "$DIR/debs"
 
 # prune: docs, man pages, locale, headers, static libs, config, and every espeak-ng dictionary
 # but English (the voices, variants, phoneme tables and language definitions stay: small)
 R=$DIR/root
-rm -rf "$R"/usr/share "$R"/usr/include "$R"/etc "$R"/usr/lib/systemd "$R"/lib/systemd \
-       "$R"/usr/libexec "$R"/usr/sbin "$R"/sbin
+rm -rf "${R:?}"/usr/share "${R:?}"/usr/include "${R:?}"/etc "${R:?}"/usr/lib/systemd \
+       "${R:?}"/lib/systemd "${R:?}"/usr/libexec "${R:?}"/usr/sbin "${R:?}"/sbin
 find "$R" -name '*.a' -delete
 ED=$R/usr/lib/x86_64-linux-gnu/espeak-ng-data
 [ -d "$ED" ] || { echo "espeak-ng-data not found under $R" >&2; exit 1; }

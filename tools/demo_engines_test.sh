@@ -12,6 +12,7 @@ trap 'rm -rf "$TMP"' EXIT
 fail=0
 clean() { env -i HOME="$TMP" bash -c ". '$DIR/env.sh'; $1"; }
 
+# shellcheck disable=SC2016 # expanded by the clean shell
 outside=$(clean 'ldd "$(command -v espeak-ng)" "$(command -v flite)"' |
           grep '=>' | grep -v "$DIR/" |
           grep -v -E '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+)\.so' || true)
@@ -24,12 +25,12 @@ done
 # a WAV's rate, channels and bits (python3 -c: the wave module is enough)
 wavinfo() { python3 -c 'import sys,wave; w=wave.open(sys.argv[1]); print(w.getframerate(), w.getnchannels(), 8*w.getsampwidth(), w.getnframes())' "$1"; }
 check() { # name file rate
-    local info
+    local info rate ch bits n
     info=$(wavinfo "$2" 2>/dev/null) || { echo "FAIL: $1 wrote no WAV"; fail=1; return; }
-    set -- "$1" "$2" "$3" $info
-    if [ "$4" != "$3" ] || [ "$5" != 1 ] || [ "$6" != 16 ] || [ "$7" -lt 8000 ]; then
-        echo "FAIL: $1: rate $4 ch $5 bits $6 frames $7"; fail=1
-    else echo "ok: $1 ($4 Hz, $7 frames)"; fi
+    read -r rate ch bits n <<< "$info"
+    if [ "$rate" != "$3" ] || [ "$ch" != 1 ] || [ "$bits" != 16 ] || [ "$n" -lt 8000 ]; then
+        echo "FAIL: $1: rate $rate ch $ch bits $bits frames $n"; fail=1
+    else echo "ok: $1 ($rate Hz, $n frames)"; fi
 }
 T="the quick brown fox jumps over the lazy dog"
 for v in en-us en-gb en-gb-scotland en-gb-x-gbclan en-gb-x-rp en-gb-x-gbcwmd en-029 en-us-nyc; do
@@ -46,9 +47,10 @@ done
 # from this system can be picked up, as on a bare GPU image.
 if [ "$(id -u)" -eq 0 ] && command -v unshare >/dev/null && command -v chroot >/dev/null; then
     CR=$TMP/chroot
-    mkdir -p "$CR/lib64" "$CR/lib/x86_64-linux-gnu" "$CR$DIR" "$CR/out"
+    mkdir -p "$CR/lib64" "$CR/lib/x86_64-linux-gnu" "$CR$DIR" "$CR/out" "$CR/tmp"
     cp -L /lib64/ld-linux-x86-64.so.2 "$CR/lib64/"
     cp -L /lib/x86_64-linux-gnu/libc.so.6 /lib/x86_64-linux-gnu/libm.so.6 "$CR/lib/x86_64-linux-gnu/"
+    # shellcheck disable=SC2016 # expanded by the clean shell
     vars=$(clean 'echo PATH=$PATH LD_LIBRARY_PATH=$LD_LIBRARY_PATH ESPEAK_DATA_PATH=$ESPEAK_DATA_PATH')
     unshare -m bash -c "mount --bind '$DIR' '$CR$DIR' &&
         env -i HOME=/out $vars chroot '$CR' espeak-ng -v en-gb-x-rp+m3 -w /out/espeak.wav '$T' &&
