@@ -25,7 +25,8 @@ calls follows the same schedule as one long run.
 Features: Kaldi fbank computed on the GPU (tools/demo_fbank.py, checked against hark's own
 front end). Augmentation, on the GPU per batch: speed perturbation 0.9 / 1.0 / 1.1 (band-limited
 resampling), room reverberation (synthetic exponentially decaying impulse responses, RT60
-0.15-0.8 s), additive coloured noise (SNR 5-30 dB), dither, SpecAugment (2 frequency masks of at
+0.15-0.8 s; --reverb-p of the utterances), additive coloured noise (SNR 5-30 dB;
+--noise-p), dither, SpecAugment (2 frequency masks of at
 most 10 bins, 2 time masks of at most 50 frames; WeNet's defaults).
 """
 import argparse
@@ -464,8 +465,8 @@ def cmd_train(a):
                     pg["lr"] *= (step - rewarm + 1) / 100
             w, lens = train.wave_batch(idx, torch, device)
             w, lens = speed_perturb(torch, w, lens, rng.choice((0.9, 1.0, 1.1)))
-            w = reverb(torch, w, lens, g)
-            w = add_noise(torch, w, lens, g)
+            w = reverb(torch, w, lens, g, a.reverb_p)
+            w = add_noise(torch, w, lens, g, a.noise_p)
             w = torch.clamp(w, -32768, 32767)
             with torch.no_grad():
                 f, nf = fbank(w, lens, banks, window, dither=1.0)
@@ -604,6 +605,10 @@ def main():
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--max-samples", type=int, default=RATE * 1200,
                     help="padded samples per batch (16 kHz): 1200 s of audio by default")
+    ap.add_argument("--reverb-p", type=float, default=0.15,
+                    help="share of utterances reverberated")
+    ap.add_argument("--noise-p", type=float, default=0.25,
+                    help="share of utterances with noise added (SNR 5-30 dB)")
     ap.add_argument("--seed", type=int, default=22)
     ap.add_argument("--limit", type=int, default=0, help="first N utterances only (tests)")
     ap.add_argument("--dev-limit", type=int, default=2000)
