@@ -195,10 +195,10 @@ test: $(TESTBIN) $(BIN) $(SOLIB) $(EXAMPLES)
 test-gpu: $(TESTBIN) $(BIN) $(SOLIB) $(EXAMPLES)
 	HARK_BIN=$(abspath $(BIN)) HARK_BUILD=$(abspath $(BUILD)) ./$(TESTBIN) --gpu
 
-# The cubins and PTX the CUDA objects hold, against CUDA_ARCHS / CUDA_PTX (issue 24; cuobjdump from
+# The cubins and PTX build/hark holds, against CUDA_ARCHS / CUDA_PTX (issue 24; cuobjdump from
 # CUDA_HOME/bin or PATH, the check skipped without it). `make test` runs the same check.
-check-archs: $(TESTBIN)
-	HARK_BUILD=$(abspath $(BUILD)) CUDA_HOME=$(CUDA_HOME) ./$(TESTBIN) cuda_objects_hold_every_arch
+check-archs: $(TESTBIN) $(BIN)
+	HARK_BIN=$(abspath $(BIN)) CUDA_HOME=$(CUDA_HOME) ./$(TESTBIN) cuda_objects_hold_every_arch
 
 # libFuzzer target for the audio decoder (needs clang); corpus in tests/fuzz/corpus/
 # (tests/fuzz/make_corpus.sh). Run: ./$(BUILD)/fuzz_audio_decode -max_total_time=120 CORPUS_COPY

@@ -49,13 +49,13 @@ static pthread_mutex_t path_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     int known, logged;
     gpu_path_t path;
-    hark_err_t why;
+    hark_err_t why; /* the reason alone, when path is NONE */
+    char name[128];
 } dev_path[MAX_DEV];
 
 static gpu_path_t decide(int dev, hark_err_t *why)
 {
-    char name[256];
-    int cc = gpu_device_cc(dev, name, sizeof name);
+    int cc = gpu_device_cc(dev, NULL, 0);
     gpu_path_t p;
     if (gpu_path_choose(cc, getenv("HARK_GPU_ARCH"), gpu_compiled_archs(), &p, why) != HARK_OK)
         return GPU_PATH_NONE;
@@ -68,14 +68,15 @@ static gpu_path_t decide(int dev, hark_err_t *why)
         cudaSetDevice(cur);
     cudaGetLastError();
     if (e) {
-        err_set(why, HARK_ERR_UNSUPPORTED, "no usable code for it in this binary: %s",
+        err_set(why, HARK_ERR_UNSUPPORTED, "the driver finds no code for it in this binary: %s",
                 cudaGetErrorString((cudaError_t)e));
         return GPU_PATH_NONE;
     }
     return p;
 }
 
-static gpu_path_t lookup(int dev, int log, hark_err_t *err)
+/* full: *err names the device ("GPU 0 (Tesla T4) cannot be used: <reason>"), else the reason */
+static gpu_path_t lookup(int dev, int log, int full, hark_err_t *err)
 {
     int n = gpu_device_count();
     if (dev < 0 || dev >= n || dev >= MAX_DEV) {
@@ -84,25 +85,25 @@ static gpu_path_t lookup(int dev, int log, hark_err_t *err)
     }
     pthread_mutex_lock(&path_lock);
     if (!dev_path[dev].known) {
-        hark_err_t why = {0};
-        dev_path[dev].path = decide(dev, &why);
+        dev_path[dev].why.status = 0;
+        dev_path[dev].why.msg[0] = 0;
+        gpu_device_cc(dev, dev_path[dev].name, sizeof dev_path[dev].name);
+        dev_path[dev].path = decide(dev, &dev_path[dev].why);
+        if (dev_path[dev].path == GPU_PATH_NONE && !dev_path[dev].why.status)
+            dev_path[dev].why.status = HARK_ERR_UNSUPPORTED;
         dev_path[dev].known = 1;
-        if (dev_path[dev].path == GPU_PATH_NONE) {
-            char name[256];
-            int cc = gpu_device_cc(dev, name, sizeof name);
-            err_set(&dev_path[dev].why, why.status ? why.status : HARK_ERR_UNSUPPORTED,
-                    "GPU %d (%s, compute capability %d.%d) cannot be used: %s", dev,
-                    name[0] ? name : "?", cc / 10, cc % 10, why.msg);
-        }
     }
     gpu_path_t p = dev_path[dev].path;
     if (p == GPU_PATH_NONE) {
+        hark_err_t full_err;
+        err_set(&full_err, dev_path[dev].why.status, "GPU %d (%s) cannot be used: %s", dev,
+                dev_path[dev].name[0] ? dev_path[dev].name : "?", dev_path[dev].why.msg);
         if (log && !dev_path[dev].logged) {
             dev_path[dev].logged = 1;
-            LOG_WARN("%s", dev_path[dev].why.msg);
+            LOG_WARN("%s", full_err.msg);
         }
         if (err)
-            *err = dev_path[dev].why;
+            *err = full ? full_err : dev_path[dev].why;
     }
     pthread_mutex_unlock(&path_lock);
     return p;
@@ -110,12 +111,12 @@ static gpu_path_t lookup(int dev, int log, hark_err_t *err)
 
 gpu_path_t gpu_device_path(int dev, hark_err_t *err)
 {
-    return lookup(dev, 1, err);
+    return lookup(dev, 1, 1, err);
 }
 
 gpu_path_t gpu_device_path_quiet(int dev, hark_err_t *err)
 {
-    return lookup(dev, 0, err);
+    return lookup(dev, 0, 0, err);
 }
 
 int gpu_usable_count(void)

@@ -30,7 +30,8 @@ int gpu_device_cc(int dev, char *name, size_t n);
  * and process (thread-safe); the first call for an unusable device logs why, once, at WARN.
  * GPU_PATH_NONE with the reason in *err (may be NULL) when hark cannot use the device. */
 gpu_path_t gpu_device_path(int dev, hark_err_t *err);
-/* the same decision, never logged (hark --version prints it itself) */
+/* the same decision, never logged, *err holding the reason alone (hark --version prints it
+ * after the device's name) */
 gpu_path_t gpu_device_path_quiet(int dev, hark_err_t *err);
 
 /* Number of devices with a path (gpu_device_path != NONE). */

@@ -176,8 +176,8 @@ TEST(cli_version_lists_cuda_archs)
            out);
 }
 
-/* the objects hold a cubin for each sm_ of the build's list and PTX for each compute_ (the
- * default build: sm_80, sm_86, sm_89, sm_90a and compute_90) */
+/* the hark binary holds a cubin for each sm_ of the build's list and PTX for each compute_ (the
+ * default build: sm_80, sm_86, sm_89, sm_90a and compute_90) of every CUDA object */
 TEST(cuda_objects_hold_every_arch)
 {
     const char *archs = gpu_compiled_archs();
@@ -191,10 +191,10 @@ TEST(cuda_objects_hold_every_arch)
         if (system("command -v cuobjdump >/dev/null 2>&1") != 0)
             SKIP("cuobjdump is absent (CUDA_HOME/bin, PATH)");
     }
-    const char *build = getenv("HARK_BUILD");
-    snprintf(lib, sizeof lib, "%s/libhark.a", build ? build : "build");
+    /* the hark binary (HARK_BIN): it links every CUDA object, and travels to the device */
+    snprintf(lib, sizeof lib, "%s", test_hark_bin());
     if (access(lib, R_OK) != 0)
-        SKIP("libhark.a not found (HARK_BUILD)");
+        SKIP("the hark binary is absent (HARK_BIN)");
     for (int ptx = 0; ptx < 2; ptx++) {
         snprintf(cmd, sizeof cmd, "%s %s %s", tool, ptx ? "--list-ptx" : "--list-elf", lib);
         CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s: %s", cmd, out);
