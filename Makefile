@@ -71,10 +71,11 @@ CUDA_ARCH_LIST := $(subst $(eval) ,+,$(strip $(CUDA_ARCHS:%=sm_%) $(CUDA_PTX:%=c
 ifneq ($(NVCC),)
   CU_OBJS   := $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
   CFLAGS    += -DHARK_CUDA=1 -I$(CUDA_HOME)/include
-  # -compress-mode=size: the fatbins of four cubins and a PTX, zstd-compressed, take less room
-  # than the one sm_90a cubin did uncompressed (rows_f16.cu: 1.6 MB, against 17.9 MB with the
-  # default mode); the driver unpacks a module once, when it loads
-  NVFLAGS   ?= -O3 -std=c++17 -lineinfo $(CUDA_GENCODE) -compress-mode=size \
+  # -compress-mode=size (nvcc 12.8 on; left out where nvcc lacks it): the fatbins of four cubins
+  # and a PTX take less room than the one sm_90a cubin did uncompressed (rows_f16.cu: 1.6 MB,
+  # against 17.9 MB with the default mode); the driver unpacks a module once, when it loads
+  NV_COMPRESS := $(shell $(NVCC) --help 2>/dev/null | grep -q -- '--compress-mode' && echo -compress-mode=size)
+  NVFLAGS   ?= -O3 -std=c++17 -lineinfo $(CUDA_GENCODE) $(NV_COMPRESS) \
                -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter -Iinclude -Isrc
   NVFLAGS   += -Xcompiler -fPIC   # objects of libhark.so too
   LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcufft -lcublasLt -lcublas -lcudart -lstdc++
