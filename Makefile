@@ -46,10 +46,36 @@ OBJS      := $(SRCS:%.c=$(BUILD)/%.o) $(GEN_OBJS)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/%.o)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 
+# ---- CUDA architectures (issue 24) -----------------------------------------------------------
+# CUDA_ARCHS: the GPUs the objects carry machine code for, default every data-centre part since
+# Ampere: 80 (A100, A30), 86 (A10, A10G, A40, RTX 30xx), 89 (L4, L40S, RTX 40xx), 90a (H100,
+# H200: the only one with the Hopper kernels, wgmma). `make CUDA_ARCHS=90a` builds for one chip
+# (about a quarter of the time). CUDA_PTX: virtual architectures embedded as PTX, which the
+# driver compiles for chips newer than every cubin (Blackwell and on, which take the Ampere
+# path). compute_90, not compute_90a: PTX of an arch-specific target runs only on that exact chip
+# and never JITs forward; compute_90 is the newest target every kernel compiles for (the Hopper
+# kernels become traps there, never launched off the Hopper path). A narrowed CUDA_ARCHS embeds
+# no PTX unless CUDA_PTX is given too. The list reaches the code as HARK_CUDA_ARCH_LIST
+# (`hark --version`, and the path policy of src/gpu/gpu_arch.c); `make check-archs` lists what the
+# objects hold (cuobjdump).
+ifeq ($(origin CUDA_ARCHS),undefined)
+  CUDA_ARCHS := 80 86 89 90a
+  CUDA_PTX   ?= 90
+endif
+CUDA_PTX      ?=
+CUDA_GENCODE  := $(foreach a,$(CUDA_ARCHS),-gencode=arch=compute_$(a),code=sm_$(a)) \
+                 $(foreach a,$(CUDA_PTX),-gencode=arch=compute_$(a),code=compute_$(a))
+# "sm_80+sm_86+...+compute_90" (no spaces or commas: nvcc splits -D values at commas)
+CUDA_ARCH_LIST := $(subst $(eval) ,+,$(strip $(CUDA_ARCHS:%=sm_%) $(CUDA_PTX:%=compute_%)))
+
 ifneq ($(NVCC),)
   CU_OBJS   := $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
   CFLAGS    += -DHARK_CUDA=1 -I$(CUDA_HOME)/include
-  NVFLAGS   ?= -O3 -std=c++17 -lineinfo -gencode=arch=compute_90a,code=sm_90a \
+  # -compress-mode=size (nvcc 12.8 on; left out where nvcc lacks it): the fatbins of four cubins
+  # and a PTX take less room than the one sm_90a cubin did uncompressed (rows_f16.cu: 1.6 MB,
+  # against 17.9 MB with the default mode); the driver unpacks a module once, when it loads
+  NV_COMPRESS := $(shell $(NVCC) --help 2>/dev/null | grep -q -- '--compress-mode' && echo -compress-mode=size)
+  NVFLAGS   ?= -O3 -std=c++17 -lineinfo $(CUDA_GENCODE) $(NV_COMPRESS) \
                -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter -Iinclude -Isrc
   NVFLAGS   += -Xcompiler -fPIC   # objects of libhark.so too
   LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcufft -lcublasLt -lcublas -lcudart -lstdc++
@@ -63,7 +89,7 @@ BIN := $(BUILD)/hark
 TESTBIN := $(BUILD)/hark_tests
 EXAMPLES := $(BUILD)/examples/c/transcribe
 
-.PHONY: all test test-gpu bench fuzz fuzz-http clean format lint check-cuda install examples
+.PHONY: all test test-gpu bench fuzz fuzz-http clean format lint check-cuda check-archs install examples
 all: check-cuda $(BIN) $(SOLIB) $(EXAMPLES)
 
 check-cuda:
@@ -77,12 +103,18 @@ $(BUILD)/src/dsp/window_torch.o: CFLAGS += -mavx2 -mfma
 # hot DSP loops: -O3 vectorises across independent butterflies (no reassociation: same results)
 $(BUILD)/src/dsp/%.o: OPT = -O3
 # objects rebuild when the flags change (e.g. -fPIC came in for libhark.so). The text is taken
-# here, once (:=): target-specific additions (-Itests, OPT=-O3) must not make it flip-flop.
+# here, once (:=): target-specific additions (-Itests, OPT=-O3) must not make it flip-flop. C and
+# CUDA objects have a stamp each: a new CUDA_ARCHS rebuilds the .cu objects only.
 FLAGS_STAMP := $(BUILD)/.flags
-FLAGS_TEXT := $(CC) $(CFLAGS) | $(NVCC) $(NVFLAGS)
+FLAGS_TEXT := $(CC) $(CFLAGS)
+NV_STAMP := $(BUILD)/.nvflags
+NV_TEXT := $(NVCC) $(NVFLAGS) | $(CUDA_ARCH_LIST)
 $(FLAGS_STAMP): FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(FLAGS_TEXT)' | cmp -s - $@ || echo '$(FLAGS_TEXT)' > $@
+$(NV_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(NV_TEXT)' | cmp -s - $@ || echo '$(NV_TEXT)' > $@
 .PHONY: FORCE
 FORCE:
 
@@ -100,12 +132,15 @@ $(BUILD)/gen/%.pb-c.o: $(BUILD)/gen/%.pb-c.c $(FLAGS_STAMP)
 # everything may include the generated headers: generate them first
 $(filter-out $(GEN_OBJS),$(OBJS)) $(CLI_OBJS) $(TEST_OBJS): | $(GEN_HDRS)
 
-$(BUILD)/%.cu.o: %.cu $(FLAGS_STAMP)
+$(BUILD)/%.cu.o: %.cu $(NV_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) $(NVFLAGS_$(notdir $<)) -MMD -MP -c $< -o $@
 
 # the feature kernels reproduce the CPU's float32 operation order: no fused multiply-add
 NVFLAGS_features.cu := -fmad=false
+# the list the objects were compiled for, as `hark --version` and the path policy read it (keep it
+# in step with NVFLAGS: set CUDA_ARCHS / CUDA_PTX rather than -gencode flags)
+NVFLAGS_gpu_archs.cu := -DHARK_CUDA_ARCH_LIST=$(CUDA_ARCH_LIST)
 
 $(LIB): $(OBJS) $(CU_OBJS)
 	@mkdir -p $(dir $@)
@@ -155,11 +190,16 @@ bench: $(BENCH_SRCS:%.c=$(BUILD)/%)
 
 # The CPU suite; tests that need a GPU or ../shared skip with a reason when it is absent.
 test: $(TESTBIN) $(BIN) $(SOLIB) $(EXAMPLES)
-	HARK_BIN=$(abspath $(BIN)) HARK_BUILD=$(abspath $(BUILD)) ./$(TESTBIN)
+	HARK_BIN=$(abspath $(BIN)) HARK_BUILD=$(abspath $(BUILD)) CUDA_HOME=$(CUDA_HOME) ./$(TESTBIN)
 
 # Only the GPU tests (run on the device machine).
 test-gpu: $(TESTBIN) $(BIN) $(SOLIB) $(EXAMPLES)
 	HARK_BIN=$(abspath $(BIN)) HARK_BUILD=$(abspath $(BUILD)) ./$(TESTBIN) --gpu
+
+# The cubins and PTX build/hark holds, against CUDA_ARCHS / CUDA_PTX (issue 24; cuobjdump from
+# CUDA_HOME/bin or PATH, the check skipped without it). `make test` runs the same check.
+check-archs: $(TESTBIN) $(BIN)
+	HARK_BIN=$(abspath $(BIN)) CUDA_HOME=$(CUDA_HOME) ./$(TESTBIN) cuda_objects_hold_every_arch
 
 # libFuzzer target for the audio decoder (needs clang); corpus in tests/fuzz/corpus/
 # (tests/fuzz/make_corpus.sh). Run: ./$(BUILD)/fuzz_audio_decode -max_total_time=120 CORPUS_COPY

@@ -5,6 +5,9 @@
 # Usage: bench/conformer.sh cpu [BATCHES]        (both cores; PyTorch fp32 with 2 threads)
 #        bench/conformer.sh cuda [BATCHES]       (hark fp32, fp16, bf16; PyTorch eager fp32, fp16,
 #                                                 bf16, compile fp16 and bf16)
+# On the GPU hark runs once per path of GPU_PATHS (default "auto sm80": the device's own path —
+# Hopper on an H100 — then the Ampere path forced with HARK_GPU_ARCH=sm80, issue 24); each row
+# carries its gpu_path and peak GPU memory. GPU_PATHS=auto runs the device's path alone.
 # Needs WeNet's `wenet` package in .ext/ and the import shims in .ext/shims (never committed).
 set -euo pipefail
 dev=${1:-cpu}
@@ -25,9 +28,11 @@ if [ "$dev" = cpu ]; then
         --batches "$batches" --threads "$threads" 2>/dev/null | grep '^{' | tee "$out/peer.jsonl"
 else
     : > "$out/hark.jsonl"
-    for p in fp32 fp16 bf16; do
-        "$HARK" bench --model "$out/model" --batch "$batches" --device cuda:0 --precision $p \
-            | tee -a "$out/hark.jsonl"
+    for arch in ${GPU_PATHS:-auto sm80}; do
+        for p in ${HARK_MODES:-fp32 fp16 bf16}; do
+            HARK_GPU_ARCH=$arch "$HARK" bench --model "$out/model" --batch "$batches" \
+                --device cuda:0 --precision $p | tee -a "$out/hark.jsonl"
+        done
     done
     $PY bench/wenet_peer.py time --ckpt "$out/final.pt" --device cuda --modes ${PEER_MODES:-fp32,fp16,bf16,compile,compile-bf16} \
         --batches "$batches" --min-time "${PEER_MIN_TIME:-2}" 2>/dev/null | grep '^{' |
@@ -37,13 +42,23 @@ $PY - "$out/hark.jsonl" "$out/peer.jsonl" <<'PYEOF'
 import json, sys
 h = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 p = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{") and "ms" in l]
-print(f"{'impl':8} {'mode':8} {'batch':>5} {'ms/batch':>10} {'RTFx':>10} {'TFLOP/s':>8} {'mem MB':>8}")
+def name(r):  # hark's rows name their GPU path (hopper / ampere)
+    return r["impl"] + ("/" + r["gpu_path"] if "gpu_path" in r else "")
+print(f"{'impl':12} {'mode':8} {'batch':>5} {'ms/batch':>10} {'RTFx':>10} {'TFLOP/s':>8} {'mem MB':>8}")
 for r in h + p:
     mem = r.get("peak_mem_mb") or r.get("peak_rss_mb") or ""
     tf = f"{r['tflops']:.2f}" if "tflops" in r else ""
-    print(f"{r['impl']:8} {r['mode']:8} {r['batch']:5d} {r['ms']:10.2f} {r['rtfx']:10.1f} {tf:>8} {mem!s:>8}")
+    print(f"{name(r):12} {r['mode']:8} {r['batch']:5d} {r['ms']:10.2f} {r['rtfx']:10.1f} {tf:>8} {mem!s:>8}")
 for r in h:
     peers = [q for q in p if q["batch"] == r["batch"]]
     for q in peers:
-        print(f"hark {r['mode']} / pytorch {q['mode']} at batch {r['batch']}: {q['ms'] / r['ms']:.2f}x")
+        print(f"{name(r)} {r['mode']} / pytorch {q['mode']} at batch {r['batch']}: {q['ms'] / r['ms']:.2f}x")
+# the Ampere path against the Hopper path, same precision and batch (same run)
+for r in h:
+    if r.get("gpu_path") != "ampere":
+        continue
+    for q in h:
+        if q.get("gpu_path") == "hopper" and q["mode"] == r["mode"] and q["batch"] == r["batch"]:
+            print(f"hark ampere / hopper {r['mode']} at batch {r['batch']}: {r['ms'] / q['ms']:.2f}x "
+                  f"the time, {r.get('peak_mem_mb', 0):.0f} / {q.get('peak_mem_mb', 0):.0f} MB")
 PYEOF

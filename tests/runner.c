@@ -87,7 +87,7 @@ const char *test_hark_bin(void)
 
 int test_have_gpu(void)
 {
-    return gpu_device_count() > 0;
+    return gpu_usable_count() > 0; /* a device hark can use under HARK_GPU_ARCH (issue 24) */
 }
 
 unsigned test_rand(unsigned *s)
@@ -168,6 +168,14 @@ int main(int argc, char **argv)
         else
             filt[nfilt++] = argv[i];
     }
+    /* a mistyped HARK_GPU_ARCH would quietly skip every GPU test: refuse it up front */
+    gpu_force_t force;
+    hark_err_t ferr = {0};
+    if (gpu_force_parse(getenv("HARK_GPU_ARCH"), &force, &ferr) != 0) {
+        fprintf(stderr, "hark_tests: %s\n", ferr.msg);
+        free(filt);
+        return 2;
+    }
     int passed = 0, failed = 0, skipped = 0;
     for (test_case_t *tc = tests_head; tc; tc = tc->next) {
         if (gpu_only && !tc->gpu)
@@ -193,9 +201,17 @@ int main(int argc, char **argv)
             signal(SIGFPE, crash_handler);
             test_ctx_t ctx = {0};
             ctx.out_fd = pfd[1];
-            if (tc->gpu && !test_have_gpu())
-                test_skip(&ctx, "no CUDA device (or built without CUDA)");
-            else
+            if (tc->gpu && !test_have_gpu()) {
+                /* a GPU that is there but refused (HARK_GPU_ARCH, too old, no code): say why */
+                static char why[600];
+                hark_err_t e = {0};
+                if (gpu_device_count() > 0 && gpu_device_path_quiet(0, &e) == GPU_PATH_NONE)
+                    snprintf(why, sizeof why, "GPU 0 cannot be used: %s", e.msg);
+                else
+                    snprintf(why, sizeof why,
+                             "no CUDA device hark can use (or built without CUDA)");
+                test_skip(&ctx, why);
+            } else
                 tc->fn(&ctx);
             if (ctx.tmp[0] && !getenv("HARK_KEEP_TMP"))
                 nftw(ctx.tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS);

@@ -29,7 +29,7 @@ const char *test_shared(const char *rel);
 const char *test_tmpdir(test_ctx_t *t);
 /* Path of the hark binary (HARK_BIN or build/hark). */
 const char *test_hark_bin(void);
-/* 1 if a CUDA device is present and hark was built with CUDA. */
+/* 1 if hark was built with CUDA and a device it can use is present (gpu_usable_count). */
 int test_have_gpu(void);
 /* Deterministic pseudo-random numbers. */
 unsigned test_rand(unsigned *state);

@@ -2,6 +2,7 @@
  * Tests: tests/cli/ (integration, through the built binary). */
 #include "cli/cli.h"
 #include "core/log.h"
+#include "gpu/gpu.h"
 #include "hark.h"
 
 #include <signal.h>
@@ -76,6 +77,7 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "--version")) {
         printf("hark %s\n", hark_version());
+        gpu_print_report(stdout); /* the CUDA archs built in, each GPU's path (issue 24) */
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

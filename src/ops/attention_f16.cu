@@ -265,11 +265,18 @@ __global__ void __launch_bounds__(QT * 2, 2) flash_attention_kernel(fa_args<E> a
     }
 }
 
+/* shared memory of a block: the query tile and two stages of key, position and value tiles */
+static constexpr size_t fa_smem(int dkp, int rel)
+{
+    return ((size_t)QT * ((rel ? 2 * dkp : dkp) + 8) +
+            2 * ((size_t)KT * ((rel ? 2 * dkp : dkp) + 8) + KT * (dkp + 8))) *
+           2;
+}
+
 template <typename T, int DKP, int REL>
 static int fa_launch(const fa_args<T> &a, int batch, cudaStream_t st, hark_err_t *err)
 {
-    constexpr int W = REL ? 2 * DKP : DKP;
-    constexpr size_t smem = ((size_t)QT * (W + 8) + 2 * ((size_t)KT * (W + 8) + KT * (DKP + 8))) * 2;
+    constexpr size_t smem = fa_smem(DKP, REL);
     static bool set[64];
     cudaError_t e = ops_smem_opt_in((const void *)flash_attention_kernel<T, DKP, REL>, smem, set);
     if (e != cudaSuccess)
@@ -287,9 +294,21 @@ static bool al16(const void *p)
     return ((uintptr_t)p & 15u) == 0;
 }
 
+/* head widths past 64 take 104 KiB (166 KiB with positions) per block: the H100's 227 KiB holds
+ * them, the 99 KiB of sm_86 / sm_89 and the 163 KiB of the A100 not always (issue 24): asked of
+ * the current device, positions assumed */
 extern "C" int cuda_flash_attention_supported(int dk)
 {
-    return dk > 0 && dk <= 128;
+    if (dk <= 0 || dk > 128)
+        return 0;
+    int dev = 0, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+            cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return fa_smem(dk <= 32 ? 32 : dk <= 64 ? 64 : 128, 1) <= (size_t)optin;
 }
 
 template <typename T>
@@ -336,11 +355,13 @@ extern "C" int cuda_flash_attention(void *ctx, ops_dtype_t dt, long long ldo, co
 {
     if (batch <= 0 || t <= 0)
         return HARK_OK;
-    if (!cuda_flash_attention_supported(dk) || heads <= 0 || heads > 65535 || batch > 65535 ||
+    /* the range only: the shared-memory fit is the model's check (cuda_flash_attention_supported,
+     * at creation); a launch past it fails in fa_launch with CUDA's reason */
+    if (dk <= 0 || dk > 128 || heads <= 0 || heads > 65535 || batch > 65535 ||
         (dt != OPS_F16 && dt != OPS_BF16))
         return err_set(err, HARK_ERR_INVALID_ARG,
-                       "flash attention: head width %d (1..128), %d heads, batch %d, dtype %d "
-                       "(16-bit)",
+                       "flash attention: head width %d (1..128; past 64 only where a block's "
+                       "shared memory holds it: Hopper), %d heads, batch %d, dtype %d (16-bit)",
                        dk, heads, batch, (int)dt);
     cudaStream_t st = (cudaStream_t)stream;
     if (dt == OPS_BF16)

@@ -87,6 +87,7 @@ __global__ void __launch_bounds__(FF_THREADS, 1)
                      const float *__restrict__ b2, int M, int F, float alpha, int has_norm,
                      cuda_row_norms_t nm)
 {
+#if HARK_DEV_HOPPER
     extern __shared__ __align__(16) unsigned char smem_raw[];
     unsigned base = (unsigned)__cvta_generic_to_shared(smem_raw);
     unsigned pad = ((base + 1023u) & ~1023u) - base; /* the swizzle needs 1024-byte alignment */
@@ -205,6 +206,9 @@ __global__ void __launch_bounds__(FF_THREADS, 1)
     for (int i = 0; i < 128; i++)
         asm volatile("" : "+f"(o[i])::"memory");
     epi_resid_norms256<T>(o, x, b2, alpha, has_norm, nm, M, m0 + wg * 64 + wq * 16, lane);
+#else
+    __trap(); /* never launched off the Hopper path */
+#endif
 }
 
 template <typename T, int ACT>
@@ -230,7 +234,7 @@ static int ffn_launch(float *x, const void *a, const void *w1, const float *b1, 
 
 extern "C" int cuda_ffn_f16_fits(const ops_cuda_t *g, int d, int f)
 {
-    return g && g->sm >= 90 && g->sm < 100 && d == FF_D && f > 0 && f % FF_HC == 0;
+    return g && g->path == GPU_PATH_HOPPER && d == FF_D && f > 0 && f % FF_HC == 0;
 }
 
 /* A block holds an SM for the whole hidden walk, so the time goes in waves of g->sms blocks;
@@ -268,7 +272,7 @@ extern "C" int cuda_ffn(float *x, ops_dtype_t dt, const void *a, const void *w1,
     if (!x || !a || !w1 || !w2 || m < 0 || !cuda_ffn_f16_fits(g, d, f) ||
         (dt != OPS_F16 && dt != OPS_BF16) || (norm && (norm->x_sel < 0 || norm->x_sel > 2)))
         return err_set(err, HARK_ERR_INVALID_ARG,
-                       "cuda_ffn: needs a Hopper GPU, d = %d, f a multiple of %d and a 16-bit "
+                       "cuda_ffn: needs the Hopper path, d = %d, f a multiple of %d and a 16-bit "
                        "type (d %d, f %d, m %d, dtype %d)",
                        FF_D, FF_HC, d, f, m, (int)dt);
     if (m == 0)

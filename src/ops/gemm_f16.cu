@@ -511,6 +511,7 @@ template <typename T, int MODE, int ACT, int CONV, int STG, int BN>
 __global__ void __launch_bounds__(WG_THREADS, STG == 3 && BN == 128 ? 2 : 1)
     hgemm_wgmma_kernel(gemm_a_t<T> A, const T *__restrict__ W, int M, int N, int K, gemm_epi_t E)
 {
+#if HARK_DEV_HOPPER
     extern __shared__ __align__(16) unsigned char smem_raw[];
     unsigned base = (unsigned)__cvta_generic_to_shared(smem_raw);
     unsigned pad = ((base + 1023u) & ~1023u) - base; /* the swizzle needs 1024-byte alignment */
@@ -623,6 +624,9 @@ __global__ void __launch_bounds__(WG_THREADS, STG == 3 && BN == 128 ? 2 : 1)
         epi_slab<T, BN / 8, MODE, ACT>(E, M, N, m0 + wg * 64 + wq * 16, n0, (const float(*)[4])d,
                                        lane);
     }
+#else
+    __trap(); /* never launched off the Hopper path */
+#endif
 }
 
 static int launched(hark_err_t *err, const char *what)
@@ -711,7 +715,7 @@ static int hgemm_tiles(const gemm_a_t<T> &A, const T *W, int M, int N, int K, co
     return hgemm_launch<T, 64, 64, 32, 32, MODE, ACT, CONV>(A, W, M, N, K, E, st, err);
 }
 
-/* whether the wgmma kernel takes this GEMM under the context's policy: a Hopper GPU, enough
+/* whether the wgmma kernel takes this GEMM under the context's policy: the Hopper path, enough
  * 128 x 128 tiles to fill it, and (implicit conv) k tiles that stay inside one filter tap or the
  * generic addressing */
 static bool wgmma_takes(const ops_cuda_t *g, int M, int N, int K)
@@ -719,7 +723,7 @@ static bool wgmma_takes(const ops_cuda_t *g, int M, int N, int K)
     /* AUTO: the GEMMs cuBLASLt does not take (pe, the convs; swish/GELU with HARK_LT_ACT_PASS=0) */
     if (g->backend != OPS_GEMM_WGMMA && g->backend != OPS_GEMM_AUTO)
         return false;
-    if (g->sm < 90)
+    if (g->path != GPU_PATH_HOPPER)
         return false;
     long long tiles = (long long)((M + WG_BM - 1) / WG_BM) * ((N + WG_BN - 1) / WG_BN);
     return tiles >= 132;
@@ -1085,8 +1089,8 @@ extern "C" int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, c
          * batch 1 and 8 two blocks / the 2048-deep FFN GEMM are latency-bound there, cuBLASLt +
          * the norm pass faster) */
         long long blocks = (m + 127) / 128;
-        if ((g->backend == OPS_GEMM_AUTO || g->backend == OPS_GEMM_WGMMA) && g->sm >= 90 &&
-            g->sm < 100 && n == ROW_D && k <= 1024 && blocks * 2 >= g->sms) {
+        if ((g->backend == OPS_GEMM_AUTO || g->backend == OPS_GEMM_WGMMA) &&
+            g->path == GPU_PATH_HOPPER && n == ROW_D && k <= 1024 && blocks * 2 >= g->sms) {
             g->last = OPS_GEMM_WGMMA;
             return hgemm_rows_dt(epi, a, lda, w, m, n, k, g->stream, 1, err);
         }

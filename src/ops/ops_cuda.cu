@@ -5,6 +5,7 @@
 #include "ops/ops_cuda.h"
 
 #include "core/alloc.h"
+#include "gpu/gpu.h"
 #include "ops/ops_cuda_impl.h"
 #include "hark.h"
 
@@ -148,6 +149,17 @@ extern "C" int ops_cuda_create(void *stream, ops_cuda_t **out, hark_err_t *err)
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess)
         g->sm = major * 10 + minor;
+    cudaGetLastError();
+    /* the path, once for this context: every kernel choice below reads g->path, never the
+     * device again */
+    hark_err_t why;
+    why.status = 0;
+    why.msg[0] = 0;
+    g->path = (int)gpu_device_path(dev, &why);
+    if (g->path == GPU_PATH_NONE) {
+        hark_free(g);
+        return err_set(err, why.status ? why.status : HARK_ERR_UNSUPPORTED, "%s", why.msg);
+    }
     if (cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
         g->sms = 0;
     cudaGetLastError();
@@ -188,6 +200,11 @@ extern "C" void ops_cuda_destroy(ops_cuda_t *g)
         cublasLtDestroy(g->lt);
     cudaFree(g->workspace);
     hark_free(g);
+}
+
+extern "C" int ops_cuda_path(const ops_cuda_t *g)
+{
+    return g->path;
 }
 
 extern "C" void *ops_cuda_stream(const ops_cuda_t *g)

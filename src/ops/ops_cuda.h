@@ -37,8 +37,12 @@ typedef struct ops_cuda ops_cuda_t;
 
 /* stream: cudaStream_t (NULL = default). The handle runs FP32 GEMMs in true FP32 (TF32 off) and
  * FP16 / BF16 GEMMs on the tensor cores with FP32 accumulation. Allocates its workspace here, never
- * later. */
+ * later. Takes the current device's GPU path (gpu_device_path: Hopper or Ampere, HARK_GPU_ARCH),
+ * once, for the context's life; a device hark cannot use fails here with the reason
+ * (HARK_ERR_UNSUPPORTED / HARK_ERR_NO_DEVICE / HARK_ERR_INVALID_ARG for a bad HARK_GPU_ARCH). */
 int ops_cuda_create(void *stream, ops_cuda_t **out, hark_err_t *err);
+/* the path the context took: gpu_path_t (gpu/gpu_arch.h), GPU_PATH_HOPPER or GPU_PATH_AMPERE */
+int ops_cuda_path(const ops_cuda_t *g);
 void ops_cuda_destroy(ops_cuda_t *g); /* accepts NULL */
 void *ops_cuda_stream(const ops_cuda_t *g);
 size_t ops_cuda_workspace_bytes(void);
@@ -262,8 +266,9 @@ typedef struct {
  * the epilogues it can express — bias and ReLU (BIAS / RELU_BIAS), the residual update as
  * alpha/beta, F32; swish and GELU as its BIAS plus a second pass over the output
  * (HARK_LT_ACT_PASS=0 keeps those fused in hark's kernels) — and the rest (pe, LSE, the convs)
- * to the wgmma kernel on Hopper when the GEMM fills the GPU with 128 x 128 tiles, else to the
- * mma.sync kernel. MMA, LT and WGMMA force one (LT and WGMMA where they can, mma.sync otherwise).
+ * to the wgmma kernel on the Hopper path when the GEMM fills the GPU with 128 x 128 tiles, else
+ * to the mma.sync kernel. MMA, LT and WGMMA force one (LT and WGMMA where they can, mma.sync
+ * otherwise: WGMMA on the Ampere path runs mma.sync).
  * The default comes from HARK_HGEMM=auto|mma|lt|wgmma at ops_cuda_create; ops_cuda_last_gemm says
  * which ran last. */
 typedef enum { OPS_GEMM_AUTO = 0, OPS_GEMM_MMA, OPS_GEMM_LT, OPS_GEMM_WGMMA } ops_gemm_backend_t;
@@ -283,7 +288,7 @@ int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, const void *
  * a (m, d) half dense (may be h_out), x (m, d) float, w1 (f, d) and w2 (d, f) half (the PyTorch
  * Linear layouts), b1 (f) and b2 (d) float or NULL; norm NULL: x = r0 only. The hidden
  * activations are rounded to half (as the two-GEMM path stores them) but stay in registers.
- * cuda_ffn_f16_fits: it runs here (a Hopper GPU, d = 256, f a multiple of 64);
+ * cuda_ffn_f16_fits: it runs here (the Hopper path, d = 256, f a multiple of 64);
  * cuda_ffn_f16_prefers: it also beats the two-GEMM path at m rows (its 128-row blocks fill the
  * last wave of the GPU well enough). Reference: matmul_ref + activation_ref, rounded to half,
  * + matmul_ref + the update, then layer_norm_ref. */
@@ -342,7 +347,8 @@ int cuda_dwconv_f16(void *out, ops_dtype_t dt, const void *in, const float *left
  *   q, k, v (batch·t, ·) row stride ld (e.g. the thirds of a fused QKV output), head h at h·dk
  *   p (t, ·) row stride ldp: WeNet's projected positions (rel_selfattn: scores = scale ·
  *   ((q + bu)·kᵀ + (q + bvp)·pᵀ), bu/bvp (H, dk) float or NULL); p NULL: scale · q·kᵀ
- * masked as cuda_softmax_masked (lens, chunk, left). dk <= 128
+ * masked as cuda_softmax_masked (lens, chunk, left). dk <= 128 where the current device's shared
+ * memory holds its tiles: dk <= 64 everywhere, up to 128 on Hopper
  * (cuda_flash_attention_supported). Reference: attention_ref per utterance. */
 int cuda_flash_attention_supported(int dk);
 int cuda_flash_attention(void *ctx, ops_dtype_t dt, long long ldo, const void *q, const void *k,

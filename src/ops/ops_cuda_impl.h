@@ -5,6 +5,7 @@
 #ifndef HARK_OPS_OPS_CUDA_IMPL_H
 #define HARK_OPS_OPS_CUDA_IMPL_H
 
+#include "gpu/gpu_arch.h"
 #include "ops/ops_cuda.h"
 
 #include <cublasLt.h>
@@ -35,6 +36,7 @@ struct ops_cuda {
     int backend;     /* ops_gemm_backend_t */
     int last;        /* the backend the last cuda_hgemm ran on */
     int sm;          /* compute capability of the stream's device, major · 10 + minor */
+    int path;        /* gpu_path_t: HOPPER (wgmma kernels allowed) or AMPERE, fixed at create */
     int sms;         /* its multiprocessors */
     unsigned long long tick;
     struct lt_plan plans[LT_PLANS];
@@ -224,6 +226,18 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+/* ---- Hopper-only device code (issue 24) -----------------------------------------------------
+ * wgmma and the async-proxy fence exist only on sm_90a (nvcc defines __CUDA_ARCH_FEAT_SM90_ALL
+ * there). The builds for sm_80 / 86 / 89 and the compute_90 PTX compile the Hopper kernels
+ * (hgemm_wgmma_kernel, ffn_wgmma_kernel) to a trap instead, as does the host pass: the host
+ * launches them only on the Hopper path (ops_cuda_t.path, src/gpu/gpu_arch.h), which needs
+ * sm_90a code in the binary and a compute capability 9.0 device. */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define HARK_DEV_HOPPER 1
+#else
+#define HARK_DEV_HOPPER 0
+#endif
+
 /* wgmma: a shared-memory matrix descriptor for a K-major tile in the 128-byte-swizzled layout
  * (row r's 16-byte chunk c at c ^ (r mod 8), rows of 128 bytes, 1024-byte aligned groups of 8
  * rows), and the warpgroup fence / commit / wait */
@@ -239,15 +253,21 @@ __device__ __forceinline__ uint64_t wg_desc(unsigned smem_addr)
 
 __device__ __forceinline__ void wg_fence()
 {
+#if HARK_DEV_HOPPER
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
 }
 __device__ __forceinline__ void wg_commit()
 {
+#if HARK_DEV_HOPPER
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
 }
 template <int N> __device__ __forceinline__ void wg_wait()
 {
+#if HARK_DEV_HOPPER
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
 }
 
 /* ---- the residual update + layer norms over whole 256-wide rows, in a wgmma epilogue ---------

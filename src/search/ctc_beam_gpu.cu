@@ -606,6 +606,20 @@ static int cuda_fail(hark_err_t *err, cudaError_t e, const char *what)
     return err_set(err, HARK_ERR_CUDA, "ctc beam (gpu): %s: %s", what, cudaGetErrorString(e));
 }
 
+extern "C" int ctc_beam_gpu_beam_limit(int device)
+{
+    int optin = 0;
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+        cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    int b = CTC_GPU_MAX_BEAM;
+    while (b > 0 && search_smem(b, b) > (size_t)optin)
+        b--;
+    return b;
+}
+
 extern "C" int ctc_beam_gpu_create(int max_batch, int max_frames, int V, int beam, int blank,
                                    ctc_beam_gpu_t **out, hark_err_t *err)
 {
@@ -614,9 +628,13 @@ extern "C" int ctc_beam_gpu_create(int max_batch, int max_frames, int V, int bea
         return err_set(err, HARK_ERR_INVALID_ARG,
                        "ctc beam (gpu): batch %d, frames %d, vocabulary %d, beam %d, blank %d",
                        max_batch, max_frames, V, beam, blank);
-    if (beam > CTC_GPU_MAX_BEAM)
-        return err_set(err, HARK_ERR_TOO_LARGE, "ctc beam (gpu): beam %d > %d", beam,
-                       CTC_GPU_MAX_BEAM);
+    int dev = 0;
+    cudaGetDevice(&dev);
+    int limit = ctc_beam_gpu_beam_limit(dev);
+    if (beam > limit)
+        return err_set(err, HARK_ERR_TOO_LARGE,
+                       "ctc beam (gpu): beam %d > %d (this GPU's shared memory per block)", beam,
+                       limit);
     ctc_beam_gpu_t *g = (ctc_beam_gpu_t *)hark_calloc(1, sizeof *g);
     if (!g)
         return err_set(err, HARK_ERR_NOMEM, "ctc beam (gpu): out of memory");
@@ -644,10 +662,11 @@ extern "C" int ctc_beam_gpu_create(int max_batch, int max_frames, int V, int bea
         (e = cudaMallocHost((void **)&g->h_score, sizeof(double) * B * beam)) ||
         (e = cudaMallocHost((void **)&g->h_lens, sizeof(int) * B)) ||
         /* the cap is one per kernel and device, shared by every search of the process: set
-         * for the widest beam, so that creating a narrower one (another worker's) never lowers
-         * it under a wider one's launches */
+         * for the widest beam the device takes (sm_86 / sm_89 hold beam 31, not 32, in their
+         * 99 KiB), so that creating a narrower one (another worker's) never lowers it under a
+         * wider one's launches */
         (e = cudaFuncSetAttribute(search_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)search_smem(CTC_GPU_MAX_BEAM, CTC_GPU_MAX_BEAM)))) {
+                                  (int)search_smem(limit, limit)))) {
         int rc = cuda_fail(err, e, "scratch");
         ctc_beam_gpu_destroy(g);
         return rc;

@@ -31,9 +31,14 @@ extern "C" {
 
 typedef struct ctc_beam_gpu ctc_beam_gpu_t;
 
+/* The widest beam the search kernel runs at on device `device`: CTC_GPU_MAX_BEAM where a block's
+ * shared memory holds it (sm_80, sm_90: 163 / 227 KiB), less where it does not (sm_86, sm_89:
+ * 99 KiB, beam 31); 0 when the device cannot be queried. Wider beams run on the CPU. */
+int ctc_beam_gpu_beam_limit(int device);
+
 /* Scratch for up to max_batch utterances of up to max_frames frames each, beams up to `beam`,
  * on the current device. HARK_ERR_INVALID_ARG (sizes < 1, blank outside [0, V)),
- * HARK_ERR_TOO_LARGE (beam > CTC_GPU_MAX_BEAM), HARK_ERR_CUDA (out of device memory). */
+ * HARK_ERR_TOO_LARGE (beam > ctc_beam_gpu_beam_limit), HARK_ERR_CUDA (out of device memory). */
 int ctc_beam_gpu_create(int max_batch, int max_frames, int V, int beam, int blank,
                         ctc_beam_gpu_t **out, hark_err_t *err);
 void ctc_beam_gpu_destroy(ctc_beam_gpu_t *g); /* accepts NULL */

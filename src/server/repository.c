@@ -121,6 +121,15 @@ static void notice(void *user, const char *msg)
 /* Reads config.pbtxt and turns it into served options (cfg params point into m->cfg). Called
  * off the loop, table unlocked, the entry LOADING (no reader looks at it). *params: the
  * parameters as the family reads them (the caller hark_frees it once the model is created). */
+/* the load log's line for an instance group on a GPU: which device and which code path */
+static void log_gpu_group(const char *model, const char *group, int dev, gpu_path_t gp)
+{
+    char name[256];
+    int cc = gpu_device_cc(dev, name, sizeof name);
+    LOG_INFO("model %s: instance_group %s on GPU %d (%s, sm_%d): %s path", model, group, dev, name,
+             cc, gpu_path_name(gp));
+}
+
 static int prepare(repository_t *r, repo_model_t *m, served_opts_t *so, family_param_t **params,
                    hark_err_t *err)
 {
@@ -192,15 +201,20 @@ static int prepare(repository_t *r, repo_model_t *m, served_opts_t *so, family_p
         for (int i = 0; i < q->n_preferred && i < 8; i++)
             so->seq.preferred[so->seq.n_preferred++] = q->preferred_batch_size[i];
     }
-    int ngpu = gpu_device_count();
+    /* the GPUs hark can use, in order: a device too old for hark's code, or one this build has no
+     * code for, is logged once (gpu_device_path) and left out, as if absent (issue 24) */
+    int ngpu = gpu_device_count(), usable[64], nuse = 0;
+    for (int d = 0; d < ngpu && nuse < 64; d++)
+        if (gpu_device_path(d, NULL) != GPU_PATH_NONE)
+            usable[nuse++] = d;
     for (int g = 0; g < m->cfg.n_instance_groups && so->n_groups < 8; g++) {
         const model_instance_group_t *ig = &m->cfg.instance_groups[g];
         int count = ig->count > 0 ? ig->count : 1;
-        int want_gpu = ig->kind == MODEL_KIND_GPU || (ig->kind == MODEL_KIND_AUTO && ngpu > 0);
-        if (want_gpu && ngpu == 0) {
-            LOG_WARN("%s: instance_group %s asks for KIND_GPU but no GPU is available; running it "
+        int want_gpu = ig->kind == MODEL_KIND_GPU || (ig->kind == MODEL_KIND_AUTO && nuse > 0);
+        if (want_gpu && nuse == 0) {
+            LOG_WARN("%s: instance_group %s asks for KIND_GPU but no GPU %s available; running it "
                      "on the CPU",
-                     m->name, ig->name);
+                     m->name, ig->name, ngpu ? "hark can use is" : "is");
             want_gpu = 0;
         }
         if (!want_gpu) {
@@ -208,19 +222,29 @@ static int prepare(repository_t *r, repo_model_t *m, served_opts_t *so, family_p
                 (served_group_t){.count = count, .device = -1, .n_threads = r->o.cpu_threads};
             continue;
         }
-        int ndev = ig->n_gpus ? ig->n_gpus : ngpu;
+        int ndev = ig->n_gpus ? ig->n_gpus : nuse;
         for (int d = 0; d < ndev && so->n_groups < 8; d++) {
-            int dev = ig->n_gpus ? ig->gpus[d] : d;
+            int dev = ig->n_gpus ? ig->gpus[d] : usable[d];
             if (dev >= ngpu)
                 return err_set(err, HARK_ERR_NO_DEVICE,
                                "%s: instance_group %s names GPU %d; %d present", path, ig->name,
                                dev, ngpu);
+            hark_err_t why = {0};
+            gpu_path_t gp = gpu_device_path(dev, &why);
+            if (gp == GPU_PATH_NONE)
+                return err_set(err, why.status ? why.status : HARK_ERR_UNSUPPORTED,
+                               "%s: instance_group %s names GPU %d: %s", path, ig->name, dev,
+                               why.msg);
+            log_gpu_group(m->name, ig->name, dev, gp);
             so->groups[so->n_groups++] = (served_group_t){.count = count, .device = dev};
         }
     }
-    if (!so->n_groups)
-        so->groups[so->n_groups++] =
-            (served_group_t){.count = 1, .device = ngpu ? 0 : -1, .n_threads = r->o.cpu_threads};
+    if (!so->n_groups) {
+        so->groups[so->n_groups++] = (served_group_t){
+            .count = 1, .device = nuse ? usable[0] : -1, .n_threads = r->o.cpu_threads};
+        if (nuse)
+            log_gpu_group(m->name, "(default)", usable[0], gpu_device_path(usable[0], NULL));
+    }
     return HARK_OK;
 }
 

@@ -95,21 +95,42 @@ TEST(capi_make_install_pkg_config)
     if (system("command -v pkg-config >/dev/null 2>&1"))
         SKIP("pkg-config is not installed");
     const char *tmp = test_tmpdir(t);
-    /* build with the flags of the build directory (its stamp), so that make finds its objects up
-     * to date: the sanitizer, and whether CUDA was left out (no nvcc named) */
-    char stamp[1100], flags[4096] = "", san[128] = "";
-    snprintf(stamp, sizeof stamp, "%s/.flags", b);
-    FILE *sf = fopen(stamp, "r");
-    if (sf) {
-        size_t nf = fread(flags, 1, sizeof flags - 1, sf);
-        flags[nf] = 0;
-        fclose(sf);
+    /* build with the flags of the build directory (its stamps), so that make finds its objects
+     * up to date: the sanitizer (.flags), whether CUDA was left out (no nvcc named in .nvflags)
+     * and the CUDA architectures (the list ending .nvflags: "... | sm_80+...+compute_90") */
+    char stamp[1100], flags[4096] = "", nvflags[4096] = "", san[1024] = "";
+    for (int i = 0; i < 2; i++) {
+        snprintf(stamp, sizeof stamp, "%s/%s", b, i ? ".nvflags" : ".flags");
+        char *buf = i ? nvflags : flags;
+        FILE *sf = fopen(stamp, "r");
+        if (sf) {
+            size_t nf = fread(buf, 1, sizeof flags - 1, sf);
+            buf[nf] = 0;
+            fclose(sf);
+        }
     }
     const char *fs = strstr(flags, "-fsanitize=");
     if (fs)
         snprintf(san, sizeof san, "SAN=%.*s", (int)strcspn(fs + 11, " \n"), fs + 11);
-    if (!strstr(flags, "nvcc"))
+    const char *bar = strrchr(nvflags, '|');
+    if (!strstr(nvflags, "nvcc") || !bar) {
         snprintf(san + strlen(san), sizeof san - strlen(san), " NO_CUDA=1");
+    } else {
+        char archs[256] = "", ptx[256] = "";
+        for (const char *p = bar + 1; *p;) {
+            p += strspn(p, " +\n");
+            size_t n = strcspn(p, " +\n");
+            if (n > 3 && !strncmp(p, "sm_", 3))
+                snprintf(archs + strlen(archs), sizeof archs - strlen(archs), "%s%.*s",
+                         archs[0] ? " " : "", (int)(n - 3), p + 3);
+            else if (n > 8 && !strncmp(p, "compute_", 8))
+                snprintf(ptx + strlen(ptx), sizeof ptx - strlen(ptx), "%s%.*s", ptx[0] ? " " : "",
+                         (int)(n - 8), p + 8);
+            p += n;
+        }
+        snprintf(san + strlen(san), sizeof san - strlen(san), " CUDA_ARCHS='%s' CUDA_PTX='%s'",
+                 archs, ptx);
+    }
     const char *mk = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -s";
     snprintf(cmd, sizeof cmd, "%s BUILD=%s %s install PREFIX=%s/p", mk, b, san, tmp);
     CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);

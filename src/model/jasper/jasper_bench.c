@@ -173,12 +173,13 @@ static int bench_one(const jasper_model_t *m, const jasper_gpu_model_t *g, const
     qsort(times, (size_t)runs, sizeof *times, cmp_double);
     double med = times[runs / 2], flop = 2.0 * jasper_macs(m, t_in);
     double tflops = flop * B / med * 1e-12;
-    printf("{\"impl\": \"hark\", \"model\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", "
+    printf("{\"impl\": \"hark\", \"model\": \"%s\", \"device\": \"%s\", \"gpu_path\": \"%s\", "
+           "\"precision\": \"%s\", "
            "\"graphs\": %d, \"seconds\": %.1f, \"batch\": %d, \"ms\": %.3f, \"rtfx\": %.1f, "
            "\"runs\": %d, \"gflop_per_utt\": %.2f, \"tflops\": %.2f, \"fraction_of_peak\": %.4f, "
            "\"model_mb\": %.0f, \"worker_mb\": %.0f}\n",
-           name, dev_name, prec, graphs, seconds, B, med * 1e3, B * seconds / med, runs,
-           flop * 1e-9, tflops, peak > 0 ? tflops / peak : 0.0,
+           name, dev_name, jasper_gpu_path_name(w), prec, graphs, seconds, B, med * 1e3,
+           B * seconds / med, runs, flop * 1e-9, tflops, peak > 0 ? tflops / peak : 0.0,
            (double)jasper_gpu_model_bytes(g) / 1048576.0,
            (double)jasper_gpu_worker_bytes(w) / 1048576.0);
     fflush(stdout);

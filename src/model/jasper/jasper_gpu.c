@@ -49,6 +49,7 @@ double jasper_macs(const jasper_model_t *m, int t_in)
 #include "core/alloc.h"
 #include "core/assert.h"
 #include "dsp/features_gpu.h"
+#include "gpu/gpu_arch.h"
 #include "dsp/frontend_gpu.h"
 #include "hark.h"
 #include "ops/conv1d.h"
@@ -421,6 +422,11 @@ void jasper_gpu_set_graphs(jasper_gpu_worker_t *w, int on)
 size_t jasper_gpu_worker_bytes(const jasper_gpu_worker_t *w)
 {
     return w->bytes;
+}
+
+const char *jasper_gpu_path_name(const jasper_gpu_worker_t *w)
+{
+    return gpu_path_name((gpu_path_t)ops_cuda_path(w->ops));
 }
 
 int jasper_gpu_worker_create(const jasper_gpu_model_t *g, int max_batch, double max_seconds,
@@ -879,6 +885,10 @@ void jasper_gpu_worker_destroy(jasper_gpu_worker_t *w) {}
 size_t jasper_gpu_worker_bytes(const jasper_gpu_worker_t *w)
 {
     return 0;
+}
+const char *jasper_gpu_path_name(const jasper_gpu_worker_t *w)
+{
+    return "cpu";
 }
 void jasper_gpu_set_graphs(jasper_gpu_worker_t *w, int on) {}
 int jasper_gpu_run(jasper_gpu_worker_t *w, const float *const *pcm, const size_t *n, int batch,

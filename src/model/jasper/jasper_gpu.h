@@ -42,6 +42,8 @@ int jasper_gpu_worker_create(const jasper_gpu_model_t *g, int max_batch, double 
                              jasper_gpu_worker_t **out, hark_err_t *err);
 void jasper_gpu_worker_destroy(jasper_gpu_worker_t *w); /* accepts NULL */
 size_t jasper_gpu_worker_bytes(const jasper_gpu_worker_t *w);
+/* the GPU path its kernels take, fixed when it was created: "hopper" or "ampere" (gpu_arch.h) */
+const char *jasper_gpu_path_name(const jasper_gpu_worker_t *w);
 void jasper_gpu_set_graphs(jasper_gpu_worker_t *w, int on); /* default on; HARK_NO_GRAPHS=1 off */
 
 typedef struct {

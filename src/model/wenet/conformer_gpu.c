@@ -23,6 +23,7 @@
 
 #include "core/alloc.h"
 #include "core/assert.h"
+#include "gpu/gpu_arch.h"
 #include "hark.h"
 #include "ops/ops.h"
 #include "ops/ops_cuda.h"
@@ -525,7 +526,8 @@ static int check_fp16(const wenet_config_t *c, hark_err_t *err)
         !cuda_flash_attention_supported(dk) || (c->use_cnn_module && c->cnn_kernel > 64))
         return err_set(err, HARK_ERR_UNSUPPORTED,
                        "conformer (gpu): fp16 and bf16 need d_model and ffn_dim multiples of 8, "
-                       "d_model <= %d, a head width <= 128 and cnn_module_kernel <= 64 (d_model "
+                       "d_model <= %d, a head width <= 128 (<= 64 off Hopper: shared memory) and "
+                       "cnn_module_kernel <= 64 (d_model "
                        "%d, ffn_dim %d, head width %d, kernel %d); use fp32",
                        CUDA_ROWS_NORM_MAX_D, c->d_model, c->ffn_dim, dk, c->cnn_kernel);
     return HARK_OK;
@@ -863,6 +865,11 @@ void *conformer_gpu_stream(const conformer_gpu_state_t *s)
 size_t conformer_gpu_state_bytes(const conformer_gpu_state_t *s)
 {
     return s->bytes;
+}
+
+const char *conformer_gpu_path_name(const conformer_gpu_state_t *s)
+{
+    return gpu_path_name((gpu_path_t)ops_cuda_path(s->g));
 }
 
 int conformer_gpu_sync(conformer_gpu_state_t *s, hark_err_t *err)
@@ -2060,6 +2067,11 @@ void *conformer_gpu_stream(const conformer_gpu_state_t *s)
 size_t conformer_gpu_state_bytes(const conformer_gpu_state_t *s)
 {
     return 0;
+}
+
+const char *conformer_gpu_path_name(const conformer_gpu_state_t *s)
+{
+    return "cpu";
 }
 
 int conformer_gpu_sync(conformer_gpu_state_t *s, hark_err_t *err)

@@ -69,6 +69,8 @@ int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, in
 void conformer_gpu_state_destroy(conformer_gpu_state_t *s); /* accepts NULL; waits for its work */
 void *conformer_gpu_stream(const conformer_gpu_state_t *s); /* its cudaStream_t */
 size_t conformer_gpu_state_bytes(const conformer_gpu_state_t *s); /* device memory held */
+/* the GPU path its kernels take, fixed when it was created: "hopper" or "ampere" (gpu_arch.h) */
+const char *conformer_gpu_path_name(const conformer_gpu_state_t *s);
 /* Waits for the state's work; HARK_ERR_CUDA if any of it failed. */
 int conformer_gpu_sync(conformer_gpu_state_t *s, hark_err_t *err);
 

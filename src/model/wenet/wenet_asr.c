@@ -103,6 +103,7 @@ struct wenet_worker {
     ctc_beam_gpu_t *beam; /* prefix beam search on the GPU: WENET_RESERVE_BEAM at creation, re-
                              created by a request for a wider beam (beam_grows counts those) */
     int beam_grows;
+    int beam_limit; /* the widest beam the search kernel takes on this GPU (wider: the CPU) */
     wenet_decoder_gpu_state_t *gdec; /* attention rescoring on the GPU (with asr->gdec), its
                                         scratch reserved at creation (decoder_reserve) */
     int max_te;                      /* encoder frames of the longest utterance */
@@ -434,6 +435,7 @@ int wenet_worker_create(const wenet_asr_t *a, int max_batch, double max_seconds,
             goto fail;
         }
         /* the prefix beam search at WeNet's default beam (a request for a wider one grows it) */
+        w->beam_limit = ctc_beam_gpu_beam_limit(a->device);
         if ((rc = ctc_beam_gpu_create(max_batch, te, a->cfg.vocab_size, WENET_RESERVE_BEAM,
                                       a->cfg.blank, &w->beam, err))) {
             err_prefix(err, rc, "worker: prefix beam scratch for %d x %.1f s, beam %d", max_batch,
@@ -1125,7 +1127,8 @@ static int recognize(wenet_worker_t *w, const wenet_decode_opts_t *opts, const f
 #ifdef HARK_CUDA
     if (a->device >= 0) {
         int greedy = o.method == DECODE_CTC_GREEDY;
-        int gpu_beam = !greedy && !o.cpu_search && o.beam_size <= CTC_GPU_MAX_BEAM;
+        int gpu_beam = !greedy && !o.cpu_search && o.beam_size <= CTC_GPU_MAX_BEAM &&
+                       o.beam_size <= w->beam_limit;
         if (gpu_beam && ctc_beam_gpu_max_beam(w->beam) < o.beam_size &&
             (rc = grow_beam(w, o.beam_size, err)))
             return rc;

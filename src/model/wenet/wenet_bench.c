@@ -6,6 +6,7 @@
 #include "model/wenet/wenet_tools.h"
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "gpu/gpu.h"
 #include "gpu/pinned.h"
 #include "audio/audio.h"
 #include "model/wenet/conformer.h"
@@ -61,9 +62,9 @@ static void print_profile(conformer_gpu_state_t *s, const float *d_feats, float 
     double total = 0;
     for (int i = 0; i < CONFORMER_GPU_STAGES; i++)
         total += ms[i] / REPS;
-    printf("{\"impl\": \"hark\", \"device\": \"%s\", \"mode\": \"%s\", \"batch\": %d, "
-           "\"profile_ms\": {",
-           gpu, wenet_precision_name(prec), B);
+    printf("{\"impl\": \"hark\", \"device\": \"%s\", \"gpu_path\": \"%s\", \"mode\": \"%s\", "
+           "\"batch\": %d, \"profile_ms\": {",
+           gpu, conformer_gpu_path_name(s), wenet_precision_name(prec), B);
     for (int i = 0; i < CONFORMER_GPU_STAGES; i++)
         printf("%s\"%s\": %.3f", i ? ", " : "", conformer_gpu_stage_name(i), ms[i] / REPS);
     printf("}, \"profile_total_ms\": %.3f}\n", total);
@@ -172,12 +173,13 @@ static int bench_gpu(const wenet_config_t *cfg, conformer_tensor_fn get, void *u
                     ms_out[*n_out] = med * 1e3;
                     b_out[(*n_out)++] = B;
                 }
-                printf("{\"impl\": \"hark\", \"device\": \"%s\", \"mode\": \"%s\", \"batch\": %d, "
+                printf("{\"impl\": \"hark\", \"device\": \"%s\", \"gpu_path\": \"%s\", "
+                       "\"mode\": \"%s\", \"batch\": %d, "
                        "\"ms\": %.3f, \"rtfx\": %.1f, \"runs\": %d, \"peak_mem_mb\": %.0f, "
                        "\"model_mb\": %.0f, \"state_mb\": %.0f, \"gflop_per_utt\": %.2f, "
                        "\"tflops\": %.2f, \"fraction_of_peak\": %.4f}\n",
-                       prop.name, wenet_precision_name(wp), B, med * 1e3, B * seconds / med, n,
-                       (double)(free0 - free1) / 1048576.0,
+                       prop.name, conformer_gpu_path_name(s), wenet_precision_name(wp), B,
+                       med * 1e3, B * seconds / med, n, (double)(free0 - free1) / 1048576.0,
                        (double)conformer_gpu_model_bytes(gm) / 1048576.0,
                        (double)conformer_gpu_state_bytes(s) / 1048576.0, flops * 1e-9, tf,
                        peak > 0 ? tf / peak : 0.0);
@@ -585,12 +587,14 @@ static int bench_pipeline(const char *model_dir, int device, wenet_precision_t w
                                   : cpu_srch || bs->cpu_decoder          ? ", \"decoder\": \"cpu\""
                                                                          : ", \"decoder\": \"gpu\"";
                 printf("{\"impl\": \"hark\", \"path\": \"pcm->text\", \"device\": \"%s\", "
-                       "\"mode\": \"%s\", \"input\": \"%s\", \"method\": \"%s\"%s%s, \"beam\": %d, "
-                       "\"batch\": %d, \"seconds\": %.1f, \"ms\": %.3f, \"rtfx\": %.1f, "
-                       "\"utt_per_sec\": %.1f, \"upload_chunks\": %d, \"runs\": %d}\n",
-                       device < 0 ? "cpu" : "cuda", wenet_precision_name(wp), input,
-                       wenet_method_name(o.method), where, dec, o.beam_size, B, seconds, med * 1e3,
-                       B * seconds / med, B / med,
+                       "\"gpu_path\": \"%s\", \"mode\": \"%s\", \"input\": \"%s\", "
+                       "\"method\": \"%s\"%s%s, \"beam\": %d, \"batch\": %d, \"seconds\": %.1f, "
+                       "\"ms\": %.3f, \"rtfx\": %.1f, \"utt_per_sec\": %.1f, \"upload_chunks\": %d, "
+                       "\"runs\": %d}\n",
+                       device < 0 ? "cpu" : "cuda",
+                       device < 0 ? "cpu" : gpu_path_name(gpu_device_path_quiet(device, NULL)),
+                       wenet_precision_name(wp), input, wenet_method_name(o.method), where, dec,
+                       o.beam_size, B, seconds, med * 1e3, B * seconds / med, B / med,
                        bs->upload_chunks > 0 ? bs->upload_chunks : WENET_UPLOAD_CHUNKS, k);
                 fflush(stdout);
                 if (bs->profile)

@@ -12,6 +12,7 @@
 #ifdef HARK_CUDA
 #include "core/alloc.h"
 #include "core/npy.h"
+#include "gpu/gpu.h"
 #include "hark.h"
 #include "model/wenet/conformer.h"
 #include "model/wenet/conformer_gpu.h"
@@ -262,6 +263,8 @@ GPU_TEST(conformer_gpu_golden_bf16)
 /* the same with the fused feed-forward kernel forced (AUTO leaves these few rows to the GEMMs) */
 GPU_TEST(conformer_gpu_golden_fp16_fused_ffn)
 {
+    if (gpu_device_path_quiet(0, NULL) != GPU_PATH_HOPPER)
+        SKIP("the fused FFN kernel runs on the Hopper path only (this GPU, or HARK_GPU_ARCH=sm80)");
     run_ffn = CONFORMER_FFN_FUSED;
     golden_all(t, CONFORMER_GPU_FP16);
     run_ffn = CONFORMER_FFN_AUTO;
@@ -269,6 +272,8 @@ GPU_TEST(conformer_gpu_golden_fp16_fused_ffn)
 
 GPU_TEST(conformer_gpu_golden_bf16_fused_ffn)
 {
+    if (gpu_device_path_quiet(0, NULL) != GPU_PATH_HOPPER)
+        SKIP("the fused FFN kernel runs on the Hopper path only (this GPU, or HARK_GPU_ARCH=sm80)");
     run_ffn = CONFORMER_FFN_FUSED;
     golden_all(t, CONFORMER_GPU_BF16);
     run_ffn = CONFORMER_FFN_AUTO;
