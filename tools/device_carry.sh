@@ -6,9 +6,12 @@
 #   .devrun2/  the converted golden model (tests/support/golden_model.c's cache)
 # On the device: unpack .devrun1 into a stage folder, then run with LD_LIBRARY_PATH pointing at
 # the libraries, HARK_SHARED at the shared/ subset and HARK_GOLDEN_MODEL at the model; the
-# device-side commands are in docs/benchmarks.md. Usage: tools/device_carry.sh (after make).
+# device-side commands are in docs/benchmarks.md. Usage: tools/device_carry.sh (it brings the
+# binaries up to date first: `make` alone leaves build/hark_tests stale, and a stale test binary
+# once made a whole device run test old code).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+make -j"$(nproc)" build/hark build/hark_tests bench >/dev/null
 G=data/golden/wenet_u2pp_conformer_small
 rm -rf .devrun1 .devrun2 && mkdir -p .devrun1/bin .devrun1/devlib .devrun1/shared/$G .devrun2
 for f in $(ldd build/hark_tests build/hark | awk '/=>/ {print $3}' | sort -u |
