@@ -17,6 +17,12 @@ int cli_vad(int argc, char **argv);
 const char *cli_spool_stdin(void);
 const char *cli_file_name(const char *path);
 
+/* The bundled demo models (models/, issue #22): the repository's path into out (n bytes), 0;
+ * -1 when it cannot be found ($HARK_DEMO_MODELS, beside the built binary, or installed). */
+#define CLI_DEMO_ASR "demo-en-asr"
+#include <stddef.h>
+int cli_demo_models(char *out, size_t n);
+
 #include "hark.h"
 #include "model/silero/silero_vad.h"
 

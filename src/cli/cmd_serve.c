@@ -62,7 +62,8 @@ static const opt_t options[] = {
 
 static void serve_usage(FILE *f)
 {
-    fprintf(f, "usage: hark serve --model-repository DIR [options]\n\n"
+    fprintf(f, "usage: hark serve [--model-repository DIR] [options]\n\n"
+               "Without --model-repository, the bundled demo models (models/) are served.\n\n"
                "Every option may also be set in a file given with --config FILE, one\n"
                "'name = value' per line; options on the command line win.\n\n");
     for (int i = 0; i < N_OPTIONS; i++)
@@ -214,9 +215,19 @@ int cli_serve(int argc, char **argv)
         if (set_option(&o, name, value, "command line"))
             return 2;
     }
+    char demo[4096];
     if (!o.model_repository) {
-        serve_usage(stderr);
-        return 2;
+        if (cli_demo_models(demo, sizeof demo)) {
+            fprintf(stderr, "hark serve: no --model-repository given, and the bundled demo models "
+                            "(models/ beside the binary, or $HARK_DEMO_MODELS) are not there\n");
+            serve_usage(stderr);
+            return 2;
+        }
+        fprintf(stderr, "hark serve: no --model-repository given: serving the bundled demo models "
+                        "in %s (small models trained by hark on synthetic speech; see its "
+                        "README.md)\n",
+                demo);
+        o.model_repository = demo;
     }
     hark_err_t err = {0};
     server_t *s;

@@ -45,7 +45,8 @@ static void transcribe_usage(FILE *f)
         "  or: hark transcribe --model DIR [decoding options] --wavscp wav.scp [--trans text]",
         "    [--data-dir D] [--output-dir OUT] [--jobs N] [--batch-size B] [--format text|json]",
         "Recognizes each audio file (WAV/FLAC/OGG/MP3, any rate) with a model converted by",
-        "tools/convert_wenet.py. Defaults come from the model (attention_rescoring when it has",
+        "tools/convert_wenet.py (without --model: the bundled demo recogniser, models/demo-en-asr,",
+        "a small model trained on synthetic speech). Defaults come from the model (attention_rescoring when it has",
         "a decoder, its ctc_weight and reverse_weight). Text output: one 'FILE TEXT' line each;",
         "JSON adds tokens, times and words with start/end; srt and vtt (one FILE) give subtitle",
         "cues from the token times.",
@@ -991,6 +992,18 @@ int cli_transcribe(int argc, char **argv)
                 hark_free(files);
                 return 2;
             }
+        }
+    }
+    char demo[4096];
+    if (!A.model && !A.url && (nfiles || A.wavscp)) { /* the bundled demo recogniser */
+        size_t l;
+        if (cli_demo_models(demo, sizeof demo) == 0 &&
+            (l = strlen(demo)) + sizeof "/" CLI_DEMO_ASR < sizeof demo) {
+            memcpy(demo + l, "/" CLI_DEMO_ASR, sizeof "/" CLI_DEMO_ASR);
+            fprintf(stderr, "hark transcribe: no --model given: using the bundled demo recogniser "
+                            "%s (trained on synthetic speech; see its README.md)\n",
+                    demo);
+            A.model = demo;
         }
     }
     const char *fmt = A.format, *bad = NULL;

@@ -1,7 +1,7 @@
 """What the server integration scripts share: a `hark serve` started on loopback with ephemeral
 ports (its log collected), the ok/FAIL checks, and the exit. Imported by tests/server/test_*.py
 (they run from the repository root with this folder on sys.path)."""
-import json, re, struct, subprocess, sys, threading, time
+import base64, hashlib, json, os, re, socket, struct, subprocess, sys, threading, time
 
 
 class Server:
@@ -9,13 +9,20 @@ class Server:
     metrics too when asked); .base, .port, .grpc_port, .metrics_port, .log (lines), .proc."""
 
     def __init__(self, hark, repo, grpc=False, metrics=False, args=()):
-        cmd = [hark, "serve", "--model-repository", repo, "--http-port", "0",
-               "--grpc-port", "0" if grpc else "-1", "--metrics-port", "0" if metrics else "-1"]
+        """repo None: no --model-repository (the bundled demo models); the lines before the
+        startup line are kept in .early"""
+        cmd = [hark, "serve"] + (["--model-repository", repo] if repo else []) + [
+            "--http-port", "0", "--grpc-port", "0" if grpc else "-1",
+            "--metrics-port", "0" if metrics else "-1"]
         self.proc = subprocess.Popen(cmd + list(args), stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
+        self.early = []
         line = self.proc.stdout.readline()
+        while line and not line.startswith("hark serving"):
+            self.early.append(line)
+            line = self.proc.stdout.readline()
         m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
-        assert m, "no startup line: " + line
+        assert m, "no startup line: " + "".join(self.early) + line
         self.port = int(m.group(1))
         self.base = "http://127.0.0.1:%d" % self.port
         g = re.search(r"grpc://127\.0\.0\.1:(\d+)", line)
@@ -91,3 +98,72 @@ class Checks:
     def exit(self):
         print("%d failure(s)" % len(self.failures))
         sys.exit(1 if self.failures else 0)
+
+
+class WS:
+    """a raw-socket RFC 6455 client (masked frames), as WeNet's websocket client speaks to a
+    server: text(obj), send(opcode, payload), recv(), messages(until type)"""
+
+    def __init__(self, port, path="/"):
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=60)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                        "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n" % (path, key)).encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            b = self.s.recv(1)
+            if not b:
+                break
+            head += b
+        self.head = head.decode(errors="replace")
+        want = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+        self.ok = self.head.startswith("HTTP/1.1 101") and ("Sec-WebSocket-Accept: " + want) in self.head
+
+    def send(self, op, payload):
+        n, mask = len(payload), os.urandom(4)
+        h = bytes([0x80 | op])
+        if n < 126:
+            h += bytes([0x80 | n])
+        elif n < 65536:
+            h += bytes([0x80 | 126]) + struct.pack(">H", n)
+        else:
+            h += bytes([0x80 | 127]) + struct.pack(">Q", n)
+        k = (mask * (n // 4 + 1))[:n]
+        body = (int.from_bytes(payload, "little") ^ int.from_bytes(k, "little")).to_bytes(n, "little")
+        self.s.sendall(h + mask + body)
+
+    def text(self, obj):
+        self.send(1, json.dumps(obj).encode())
+
+    def _read(self, n):
+        b = b""
+        while len(b) < n:
+            x = self.s.recv(n - len(b))
+            if not x:
+                raise EOFError
+            b += x
+        return b
+
+    def recv(self):
+        """(opcode, payload) of the next frame; (None, None) when the connection closed."""
+        try:
+            b0, b1 = self._read(2)
+            n = b1 & 0x7F
+            if n == 126:
+                n = struct.unpack(">H", self._read(2))[0]
+            elif n == 127:
+                n = struct.unpack(">Q", self._read(8))[0]
+            return b0 & 0x0F, self._read(n)
+        except (EOFError, ConnectionError, socket.timeout):
+            return None, None
+
+    def messages(self, until):
+        out = []
+        while True:
+            op, p = self.recv()
+            if op is None or op == 8:
+                return out, op
+            if op == 1:
+                out.append(json.loads(p))
+                if out[-1].get("type") == until or out[-1].get("status") == "failed":
+                    return out, op

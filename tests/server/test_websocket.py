@@ -6,10 +6,13 @@ frames and {"signal":"end"} as WeNet's websocket client does; partial results, t
 equal to WeNet's streaming golden, speech_end; protocol errors; HTTP still served beside it; a
 client that goes away frees its sequence; SIGTERM with a connection open.
 Usage: test_websocket.py HARK_BIN MODEL_DIR GOLDEN_DIR. Exit 0 = pass."""
-import base64, hashlib, json, os, re, shutil, signal, socket, struct, subprocess, sys, tempfile
+import json, os, re, shutil, signal, socket, struct, subprocess, sys, tempfile
 import threading, time, wave
 
 import requests
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harkserve  # noqa: E402
 
 hark, model_dir, golden = sys.argv[1:4]
 tmp = tempfile.mkdtemp(prefix="hark-ws-")
@@ -44,70 +47,8 @@ def check(cond, what):
         failures.append(what)
 
 
-class WS:
-    def __init__(self, path="/"):
-        self.s = socket.create_connection(("127.0.0.1", port), timeout=60)
-        key = base64.b64encode(os.urandom(16)).decode()
-        self.s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                        "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n" % (path, key)).encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            b = self.s.recv(1)
-            if not b:
-                break
-            head += b
-        self.head = head.decode(errors="replace")
-        want = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
-        self.ok = self.head.startswith("HTTP/1.1 101") and ("Sec-WebSocket-Accept: " + want) in self.head
-
-    def send(self, op, payload):
-        n, mask = len(payload), os.urandom(4)
-        h = bytes([0x80 | op])
-        if n < 126:
-            h += bytes([0x80 | n])
-        elif n < 65536:
-            h += bytes([0x80 | 126]) + struct.pack(">H", n)
-        else:
-            h += bytes([0x80 | 127]) + struct.pack(">Q", n)
-        k = (mask * (n // 4 + 1))[:n]
-        body = (int.from_bytes(payload, "little") ^ int.from_bytes(k, "little")).to_bytes(n, "little")
-        self.s.sendall(h + mask + body)
-
-    def text(self, obj):
-        self.send(1, json.dumps(obj).encode())
-
-    def _read(self, n):
-        b = b""
-        while len(b) < n:
-            x = self.s.recv(n - len(b))
-            if not x:
-                raise EOFError
-            b += x
-        return b
-
-    def recv(self):
-        """(opcode, payload) of the next frame; (None, None) when the connection closed."""
-        try:
-            b0, b1 = self._read(2)
-            n = b1 & 0x7F
-            if n == 126:
-                n = struct.unpack(">H", self._read(2))[0]
-            elif n == 127:
-                n = struct.unpack(">Q", self._read(8))[0]
-            return b0 & 0x0F, self._read(n)
-        except (EOFError, ConnectionError, socket.timeout):
-            return None, None
-
-    def messages(self, until):
-        out = []
-        while True:
-            op, p = self.recv()
-            if op is None or op == 8:
-                return out, op
-            if op == 1:
-                out.append(json.loads(p))
-                if out[-1].get("type") == until or out[-1].get("status") == "failed":
-                    return out, op
+def WS(path="/"):
+    return harkserve.WS(port, path)
 
 
 def pcm16(u):
