@@ -175,6 +175,8 @@ install: $(BIN) $(LIB) $(SOLIB) $(BUILD)/hark.pc
 	install -m 755 $(SOLIB) $(DESTDIR)$(PREFIX)/lib/libhark.so
 	install -m 644 include/hark.h $(DESTDIR)$(PREFIX)/include/hark.h
 	install -m 644 $(BUILD)/hark.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/hark.pc
+	install -d $(DESTDIR)$(PREFIX)/share/hark
+	rm -rf $(DESTDIR)$(PREFIX)/share/hark/models && cp -a models $(DESTDIR)$(PREFIX)/share/hark/models
 
 $(BIN): $(CLI_OBJS) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(LIB) $(LDLIBS)
