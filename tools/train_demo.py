@@ -503,6 +503,8 @@ def cmd_train(a):
     log(f"step {step}: dev WER (CTC greedy) {100 * wer:.2f}%")
     save_resume(torch, rp, model, opt, step, epoch, hist, train.hours())
     write_experiment(torch, a.exp, model, train.hours(), step)
+    with open(os.path.join(a.exp, "history.json"), "w") as f:
+        json.dump(hist, f, indent=1)  # each call: step, epoch, dev WER, minutes
 
 
 def write_experiment(torch, exp, model, hours, step):

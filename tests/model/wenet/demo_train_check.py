@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Checks of tools/train_demo.py's pieces (run by tests/model/wenet/test_demo_train.c from the
+repository root):
+  fbank HARK_BIN   tools/demo_fbank.py's GPU-ready fbank against `hark features --kind fbank` on
+                   the bundled 16 kHz example (the features the demo model trains on are hark's)
+  resample         train_demo.resample against scipy's resample_poly (speed perturbation)
+  train HARK_BIN   two CPU training steps on the bundled examples, export, convert, and hark
+                   loads and runs the result (needs WeNet's package in .ext)
+Exit 0 = pass; 77 = skipped (the reason on stdout)."""
+import json, os, subprocess, sys, tempfile, wave
+
+import numpy as np
+import torch
+
+sys.path.insert(0, "tools")
+import demo_fbank  # noqa: E402
+import train_demo  # noqa: E402
+
+EX = "examples/demo-en"
+WAV16 = os.path.join(EX, "flite-rms-LJ041-0026.wav")
+
+
+def fbank(hark):
+    tmp = tempfile.mkdtemp(prefix="hark-demo-fbank-")
+    npy = os.path.join(tmp, "f.npy")
+    subprocess.run([hark, "features", WAV16, "--kind", "fbank", "--npy", npy], check=True,
+                   capture_output=True)
+    ref = np.load(npy)
+    w = wave.open(WAV16)
+    assert w.getframerate() == 16000
+    x = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16).astype(np.float32)
+    f, nf = demo_fbank.fbank(torch.from_numpy(x)[None], torch.tensor([len(x)]),
+                             demo_fbank.mel_banks(), demo_fbank.povey())
+    got = f[0].numpy()
+    print("frames", ref.shape, got.shape, int(nf[0]))
+    assert got.shape == ref.shape and int(nf[0]) == ref.shape[0]
+    err = float(np.abs(got - ref).max())
+    print("max abs error (log mel) %.2e" % err)
+    assert err < 2e-3, err
+
+
+def resample():
+    from scipy.signal import resample_poly
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 7001)).astype(np.float32)
+    for up, down in ((10, 11), (10, 9), (320, 441)):
+        y = train_demo.resample(torch, torch.from_numpy(x), up, down).numpy()
+        r = resample_poly(x, up, down, axis=1)
+        assert abs(y.shape[1] - r.shape[1]) <= 1, (y.shape, r.shape)
+        n = min(y.shape[1], r.shape[1])
+        s = slice(100, n - 100)  # the edges pad differently
+        rel = float(np.sqrt(((y[:, s] - r[:, s]) ** 2).mean() / (r[:, s] ** 2).mean()))
+        print("resample %d/%d: rel rms vs scipy %.3f" % (up, down, rel))
+        assert rel < 0.05, rel  # two different low-pass designs, white noise up to Nyquist
+
+
+def train(hark):
+    if not os.path.isdir(".ext/wenet"):
+        print("skip: WeNet's package is not in .ext/wenet")
+        sys.exit(77)
+    tmp = tempfile.mkdtemp(prefix="hark-demo-train-")
+    rows = []
+    for line in open(os.path.join(EX, "trans.txt")):
+        key, text = line.rstrip("\n").split(" ", 1)
+        wav = os.path.abspath(os.path.join(EX, key + ".wav"))
+        rows.append({"key": key, "wav": wav, "text": text})
+    for split in ("train", "dev"):
+        with open(os.path.join(tmp, split + ".jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+    exp = os.path.join(tmp, "exp")
+    py = sys.executable
+    common = ["--data", tmp, "--exp", exp, "--device", "cpu", "--jobs", "1"]
+    subprocess.run([py, "tools/train_demo.py", "train", *common, "--total-steps", "2",
+                    "--max-samples", str(16000 * 20), "--log-every", "1"], check=True)
+    subprocess.run([py, "tools/train_demo.py", "train", *common, "--total-steps", "3",
+                    "--max-samples", str(16000 * 20), "--resume"], check=True)
+    os.remove(os.path.join(exp, "final.pt"))
+    subprocess.run([py, "tools/train_demo.py", "export", *common], check=True)
+    model = os.path.join(tmp, "m")
+    subprocess.run([py, "tools/convert_wenet.py", "--checkpoint", exp + "/final.pt", "--config",
+                    exp + "/train.yaml", "--units", exp + "/units.txt", "--cmvn",
+                    exp + "/global_cmvn", "--dtype", "float16", "--output", model], check=True)
+    hist = json.load(open(os.path.join(exp, "history.json")))
+    assert [h["step"] for h in hist] == [2, 3], hist
+    out = subprocess.run([hark, "transcribe", "--model", model, WAV16], check=True,
+                         capture_output=True, text=True).stdout
+    print("untrained model:", out.strip())
+    assert out.startswith(WAV16)
+
+
+mode = sys.argv[1]
+{"fbank": lambda: fbank(sys.argv[2]), "resample": resample,
+ "train": lambda: train(sys.argv[2])}[mode]()
+print("ok")

@@ -1,0 +1,48 @@
+/* tools/train_demo.py's pieces (issue #22), through tests/model/wenet/demo_train_check.py: its
+ * fbank equals hark's front end, its speed-perturbation resampler agrees with scipy's, and a
+ * two-call CPU training run resumes, exports and converts into a model hark runs. Skips when
+ * /usr/bin/python3 lacks torch / scipy, or (training) WeNet's package is not in .ext. */
+#include "test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#define PY "/usr/bin/python3"
+
+static int run_check(test_ctx_t *t, const char *mode, const char *arg)
+{
+    (void)t;
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, PY " tests/model/wenet/demo_train_check.py %s %s", mode,
+             arg ? arg : "");
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+#define NEED_TORCH(mods)                                                                           \
+    do {                                                                                           \
+        if (system(PY " -c 'import " mods "' >/dev/null 2>&1") != 0)                               \
+            SKIP(PY " with " mods " is absent");                                                   \
+    } while (0)
+
+TEST(demo_fbank_matches_hark_features)
+{
+    NEED_TORCH("torch, numpy");
+    CHECK(run_check(t, "fbank", test_hark_bin()) == 0);
+}
+
+TEST(demo_speed_perturbation_matches_scipy)
+{
+    NEED_TORCH("torch, numpy, scipy");
+    CHECK(run_check(t, "resample", NULL) == 0);
+}
+
+TEST(demo_training_resumes_exports_and_converts)
+{
+    NEED_TORCH("torch, numpy, yaml");
+    int rc = run_check(t, "train", test_hark_bin());
+    if (rc == 77)
+        SKIP("WeNet's package is not in .ext/wenet (tools/train_demo.py builds WeNet's classes)");
+    CHECK(rc == 0);
+}
