@@ -25,7 +25,7 @@ Times encoder + CTC log-softmax + argmax from 10 s of 80-bin features (998 frame
 ../shared/tools/pytorch-peer/bench_wenet_pytorch.py, and prints one JSON line per (mode, batch).
 WeNet's sources are not in hark: --wenet points at a folder holding the `wenet` package (fetched,
 never committed) and --shims at stand-ins for packages WeNet imports but never calls here."""
-import argparse, json, os, sys, time, typing
+import argparse, json, os, sys, time
 
 ap = argparse.ArgumentParser()
 ap.add_argument("cmd", choices=["export", "time", "error", "chunk"])
@@ -47,14 +47,10 @@ ap.add_argument("--threads", type=int, default=0)
 ap.add_argument("--seconds", type=float, default=10.0)
 ap.add_argument("--min-time", type=float, default=2.0)
 a = ap.parse_args()
-sys.path[:0] = [a.shims, a.wenet]
-import torch
-import torch.nn.modules.conv as _conv
-for _n in ("Union", "Optional"):  # WeNet's squeezeformer imports these from an old torch
-    if not hasattr(_conv, _n):
-        setattr(_conv, _n, getattr(typing, _n))
-if not hasattr(_conv, "Tensor"):
-    _conv.Tensor = torch.Tensor
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from wenet_import import use_wenet  # noqa: E402
+use_wenet(a.wenet, a.shims)
+import torch  # noqa: E402
 try:
     from wenet.models.transformer.encoder import ConformerEncoder
     from wenet.models.transformer.ctc import CTC

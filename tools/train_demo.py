@@ -36,7 +36,6 @@ import os
 import random
 import sys
 import time
-import typing
 from multiprocessing import Pool
 
 import numpy as np
@@ -272,14 +271,8 @@ def spec_augment(torch, x, nf, rng_t):
 # ---- model -------------------------------------------------------------------------------------
 
 def import_wenet(a):
-    sys.path[:0] = [a.shims, a.wenet]
-    import torch
-    import torch.nn.modules.conv as _conv
-    for _n in ("Union", "Optional"):  # WeNet's squeezeformer imports these from an old torch
-        if not hasattr(_conv, _n):
-            setattr(_conv, _n, getattr(typing, _n))
-    if not hasattr(_conv, "Tensor"):
-        _conv.Tensor = torch.Tensor
+    from wenet_import import use_wenet
+    use_wenet(a.wenet, a.shims)
     from wenet.models.transformer.asr_model import ASRModel
     from wenet.models.transformer.cmvn import GlobalCMVN
     from wenet.models.transformer.ctc import CTC

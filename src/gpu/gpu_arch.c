@@ -65,25 +65,31 @@ static int parse_name(const char *s, size_t len, arch_name_t *a)
     return p == len;
 }
 
+/* the next entry of an arch list (separated by spaces, '+' or ','): its start; *end past it */
+static const char *next_entry(const char *p, const char **end)
+{
+    while (*p && strchr(" +,", *p))
+        p++;
+    const char *q = p;
+    while (*q && !strchr(" +,", *q))
+        q++;
+    *end = q;
+    return p;
+}
+
 /* calls fn on every readable entry of the list until it returns nonzero; returns that */
 static int each_arch(const char *archs, int (*fn)(const arch_name_t *, int), int cc)
 {
     if (!archs)
         return 0;
-    const char *p = archs;
-    while (*p) {
-        while (*p && strchr(" +,", *p))
-            p++;
-        const char *q = p;
-        while (*q && !strchr(" +,", *q))
-            q++;
+    const char *q;
+    for (const char *p = next_entry(archs, &q); *p; p = next_entry(q, &q)) {
         arch_name_t a;
         if (q > p && parse_name(p, (size_t)(q - p), &a)) {
             int r = fn(&a, cc);
             if (r)
                 return r;
         }
-        p = q;
     }
     return 0;
 }
@@ -132,13 +138,8 @@ void gpu_archs_describe(const char *archs, char *buf, size_t n)
     size_t len = 0;
     for (int pass = 0; pass < 2; pass++) { /* cubins, then PTX */
         int first = 1;
-        const char *p = archs;
-        while (*p) {
-            while (*p && strchr(" +,", *p))
-                p++;
-            const char *q = p;
-            while (*q && !strchr(" +,", *q))
-                q++;
+        const char *q;
+        for (const char *p = next_entry(archs, &q); *p; p = next_entry(q, &q)) {
             arch_name_t a;
             if (q > p && parse_name(p, (size_t)(q - p), &a) && (a.kind == 'p') == (pass == 1)) {
                 const char *sep = first ? (pass == 1 ? (len ? ", PTX " : "PTX ") : "") : " ";
@@ -148,7 +149,6 @@ void gpu_archs_describe(const char *archs, char *buf, size_t n)
                 len += (size_t)w;
                 first = 0;
             }
-            p = q;
         }
     }
 }
