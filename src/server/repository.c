@@ -118,9 +118,6 @@ static void notice(void *user, const char *msg)
     LOG_INFO("%s: %s", (const char *)user, msg);
 }
 
-/* Reads config.pbtxt and turns it into served options (cfg params point into m->cfg). Called
- * off the loop, table unlocked, the entry LOADING (no reader looks at it). *params: the
- * parameters as the family reads them (the caller hark_frees it once the model is created). */
 /* the load log's line for an instance group on a GPU: which device and which code path */
 static void log_gpu_group(const char *model, const char *group, int dev, gpu_path_t gp)
 {
@@ -130,6 +127,9 @@ static void log_gpu_group(const char *model, const char *group, int dev, gpu_pat
              cc, gpu_path_name(gp));
 }
 
+/* Reads config.pbtxt and turns it into served options (cfg params point into m->cfg). Called
+ * off the loop, table unlocked, the entry LOADING (no reader looks at it). *params: the
+ * parameters as the family reads them (the caller hark_frees it once the model is created). */
 static int prepare(repository_t *r, repo_model_t *m, served_opts_t *so, family_param_t **params,
                    hark_err_t *err)
 {
