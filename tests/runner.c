@@ -79,6 +79,27 @@ const char *test_tmpdir(test_ctx_t *t)
     return t->tmp;
 }
 
+int test_run_cmd(test_ctx_t *t, const char *cmd, char *out, size_t n)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/cmd-out", test_tmpdir(t));
+    size_t len = strlen(cmd) + strlen(path) + 16;
+    char *full = malloc(len);
+    if (!full) {
+        out[0] = 0;
+        return -1;
+    }
+    snprintf(full, len, "%s >%s 2>&1", cmd, path);
+    int st = system(full);
+    free(full);
+    FILE *f = fopen(path, "r");
+    size_t k = f ? fread(out, 1, n - 1, f) : 0;
+    out[k] = 0;
+    if (f)
+        fclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 const char *test_hark_bin(void)
 {
     const char *b = getenv("HARK_BIN");

@@ -27,6 +27,9 @@ int test_failed(test_ctx_t *t);
 const char *test_shared(const char *rel);
 /* A fresh temporary directory for this test (removed by the runner afterwards). */
 const char *test_tmpdir(test_ctx_t *t);
+/* Runs cmd through the shell with stdout and stderr into out (n bytes, NUL-terminated, cut to
+ * fit); returns its exit status (-1 when it did not exit). */
+int test_run_cmd(test_ctx_t *t, const char *cmd, char *out, size_t n);
 /* Path of the hark binary (HARK_BIN or build/hark). */
 const char *test_hark_bin(void);
 /* 1 if hark was built with CUDA and a device it can use is present (gpu_usable_count). */

@@ -15,20 +15,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int run_cmd(test_ctx_t *t, const char *cmd, char *out, size_t nout)
-{
-    char full[16384], path[512];
-    snprintf(path, sizeof path, "%s/out", test_tmpdir(t));
-    snprintf(full, sizeof full, "%s >%s 2>&1", cmd, path);
-    int st = system(full);
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(out, 1, nout - 1, f) : 0;
-    out[n] = 0;
-    if (f)
-        fclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* build dir of this test binary (HARK_BUILD from make test, else build) as an absolute path */
 static const char *build_dir(void)
 {
@@ -74,14 +60,14 @@ TEST(capi_example_transcribe_golden)
     CHECK_OK(golden_text(want, sizeof want));
     snprintf(cmd, sizeof cmd, "%s/examples/c/transcribe %s/m %s/wavs/cards-001.wav", b, dir,
              test_shared(GOLDEN_WENET));
-    CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
     CHECKF(!strcmp(out, want), "example printed '%s', WeNet '%s'", out, want);
     /* it links the shared library */
     snprintf(cmd, sizeof cmd, "ldd %s/examples/c/transcribe | grep -q libhark.so", b);
-    CHECK(run_cmd(t, cmd, out, sizeof out) == 0);
+    CHECK(test_run_cmd(t, cmd, out, sizeof out) == 0);
     snprintf(cmd, sizeof cmd, "%s/examples/c/transcribe /nonexistent %s/wavs/cards-001.wav", b,
              test_shared(GOLDEN_WENET));
-    CHECK(run_cmd(t, cmd, out, sizeof out) == 1);
+    CHECK(test_run_cmd(t, cmd, out, sizeof out) == 1);
     CHECKF(strstr(out, "/nonexistent"), "%s", out);
 }
 
@@ -133,7 +119,7 @@ TEST(capi_make_install_pkg_config)
     }
     const char *mk = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -s";
     snprintf(cmd, sizeof cmd, "%s BUILD=%s %s install PREFIX=%s/p", mk, b, san, tmp);
-    CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
     static const char *files[] = {"bin/hark", "lib/libhark.a", "lib/libhark.so", "include/hark.h",
                                   "lib/pkgconfig/hark.pc"};
     char path[1024];
@@ -144,12 +130,12 @@ TEST(capi_make_install_pkg_config)
     /* DESTDIR stages the same tree under it, the .pc still naming PREFIX */
     snprintf(cmd, sizeof cmd, "%s BUILD=%s %s install PREFIX=/opt/hark DESTDIR=%s/stage", mk, b,
              san, tmp);
-    CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
     snprintf(cmd, sizeof cmd,
              "test -x %s/stage/opt/hark/bin/hark && grep -q '^prefix=/opt/hark$' "
              "%s/stage/opt/hark/lib/pkgconfig/hark.pc",
              tmp, tmp);
-    CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
     /* the example against the installed copy: shared, then static */
     snprintf(cmd, sizeof cmd,
              "export PKG_CONFIG_PATH=%s/p/lib/pkgconfig; "
@@ -159,9 +145,9 @@ TEST(capi_make_install_pkg_config)
              "$(pkg-config --cflags hark) "
              "$(pkg-config --static --libs hark | sed 's|-lhark|%s/p/lib/libhark.a|')",
              tmp, tmp, tmp, tmp);
-    CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
     snprintf(cmd, sizeof cmd, "! ldd %s/ex_static | grep -q libhark.so", tmp);
-    CHECK(run_cmd(t, cmd, out, sizeof out) == 0);
+    CHECK(test_run_cmd(t, cmd, out, sizeof out) == 0);
     char why[512], want[4096], got[8192];
     const char *dir = golden_wenet_model_dir(why, sizeof why);
     if (!dir)
@@ -170,7 +156,7 @@ TEST(capi_make_install_pkg_config)
     for (int k = 0; k < 2; k++) {
         snprintf(cmd, sizeof cmd, "LD_LIBRARY_PATH=%s/p/lib %s/%s %s/m %s/wavs/cards-001.wav", tmp,
                  tmp, k ? "ex_static" : "ex_shared", dir, test_shared(GOLDEN_WENET));
-        CHECKF(run_cmd(t, cmd, got, sizeof got) == 0, "%s", got);
+        CHECKF(test_run_cmd(t, cmd, got, sizeof got) == 0, "%s", got);
         CHECKF(!strcmp(got, want), "%s printed '%s', WeNet '%s'", k ? "static" : "shared", got,
                want);
     }

@@ -12,21 +12,6 @@
 #include <string.h>
 #include <sys/wait.h>
 
-/* Runs cmd with stdout+stderr into <tmp>/out; returns the exit status; *out holds the text. */
-static int run_cmd(test_ctx_t *t, const char *cmd, char *out, size_t nout)
-{
-    char full[8192], path[512];
-    snprintf(path, sizeof path, "%s/out", test_tmpdir(t));
-    snprintf(full, sizeof full, "%s >%s 2>&1", cmd, path);
-    int st = system(full);
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(out, 1, nout - 1, f) : 0;
-    out[n] = 0;
-    if (f)
-        fclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 TEST(cli_features_fbank_matches_golden)
 {
     NEED_SHARED(GOLDEN_WENET "/wavs/jfk.wav");
@@ -34,7 +19,7 @@ TEST(cli_features_fbank_matches_golden)
     snprintf(npy, sizeof npy, "%s/f.npy", test_tmpdir(t));
     snprintf(cmd, sizeof cmd, "%s features %s/wavs/jfk.wav --kind fbank --cmvn %s/global_cmvn --npy %s",
              test_hark_bin(), test_shared(GOLDEN_WENET), test_shared(GOLDEN_WENET), npy);
-    CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
     npy_array_t a, ref;
     CHECK_OK(npy_load_f32(npy, &a));
     char rp[1024];
@@ -50,13 +35,13 @@ TEST(cli_features_errors)
 {
     char cmd[2048], out[8192];
     snprintf(cmd, sizeof cmd, "%s features /nonexistent.wav --kind fbank --npy /tmp/x.npy", test_hark_bin());
-    CHECK(run_cmd(t, cmd, out, sizeof out) == 1);
+    CHECK(test_run_cmd(t, cmd, out, sizeof out) == 1);
     CHECKF(strstr(out, "/nonexistent.wav") != NULL, "%s", out);
     snprintf(cmd, sizeof cmd, "%s features x.wav --kind mfcc --npy /tmp/x.npy", test_hark_bin());
-    CHECK(run_cmd(t, cmd, out, sizeof out) == 2);
+    CHECK(test_run_cmd(t, cmd, out, sizeof out) == 2);
     CHECKF(strstr(out, "mfcc") != NULL, "%s", out);
     snprintf(cmd, sizeof cmd, "%s features", test_hark_bin());
-    CHECK(run_cmd(t, cmd, out, sizeof out) == 2);
+    CHECK(test_run_cmd(t, cmd, out, sizeof out) == 2);
 }
 
 TEST(cli_transcribe_golden_json_and_dump)
@@ -71,7 +56,7 @@ TEST(cli_transcribe_golden_json_and_dump)
              "%s transcribe --model %s/m --format json --decoding-method attention_rescoring "
              "--dump-dir %s %s/wavs/cards-001.wav",
              test_hark_bin(), dir, dump, test_shared(GOLDEN_WENET));
-    CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
     CHECKF(strstr(out, "\"nbest\"") && strstr(out, "\"times_ms\"") && strstr(out, "\"confidence\""),
            "%s", out);
     /* the dumped stages equal WeNet's */
@@ -92,16 +77,16 @@ TEST(cli_transcribe_golden_json_and_dump)
         npy_free(&y);
     }
     snprintf(cmd, sizeof cmd, "ls %s/cards-001/layer0_out.npy %s/cards-001/embed_out.npy", dump, dump);
-    CHECK(run_cmd(t, cmd, out, sizeof out) == 0);
+    CHECK(test_run_cmd(t, cmd, out, sizeof out) == 0);
     /* text output; an unreadable file fails alone (exit 1), the good one is still decoded */
     snprintf(cmd, sizeof cmd, "%s transcribe --model %s/m --decoding-method ctc_greedy_search %s/wavs/cards-001.wav /nonexistent.wav",
              test_hark_bin(), dir, test_shared(GOLDEN_WENET));
-    CHECK(run_cmd(t, cmd, out, sizeof out) == 1);
+    CHECK(test_run_cmd(t, cmd, out, sizeof out) == 1);
     CHECKF(strstr(out, "cards-001.wav ") && strstr(out, "/nonexistent.wav"), "%s", out);
     snprintf(cmd, sizeof cmd, "%s transcribe --model /nonexistent x.wav", test_hark_bin());
-    CHECK(run_cmd(t, cmd, out, sizeof out) == 1);
+    CHECK(test_run_cmd(t, cmd, out, sizeof out) == 1);
     snprintf(cmd, sizeof cmd, "%s transcribe --model %s/m --decoding-method viterbi x.wav", test_hark_bin(), dir);
-    CHECK(run_cmd(t, cmd, out, sizeof out) != 0);
+    CHECK(test_run_cmd(t, cmd, out, sizeof out) != 0);
     CHECKF(strstr(out, "viterbi") != NULL, "%s", out);
 }
 
@@ -111,14 +96,14 @@ TEST(cli_bench_synthetic_and_errors)
     snprintf(cmd, sizeof cmd,
              "%s bench --synthetic conformer-librispeech --batch 1 --seconds 1 --min-time 0",
              test_hark_bin());
-    CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
     CHECKF(strstr(out, "\"batch\": 1") && strstr(out, "\"rtfx\"") && strstr(out, "\"tflops\""), "%s", out);
     snprintf(cmd, sizeof cmd, "%s bench --synthetic conformer-tiny", test_hark_bin());
-    CHECK(run_cmd(t, cmd, out, sizeof out) != 0);
+    CHECK(test_run_cmd(t, cmd, out, sizeof out) != 0);
     CHECKF(strstr(out, "conformer-librispeech") != NULL, "%s", out);
     snprintf(cmd, sizeof cmd, "%s bench --synthetic conformer-librispeech --compare-pytorch",
              test_hark_bin());
-    CHECK(run_cmd(t, cmd, out, sizeof out) == 2);
+    CHECK(test_run_cmd(t, cmd, out, sizeof out) == 2);
     CHECKF(strstr(out, "same weights") != NULL, "%s", out);
 }
 
@@ -143,7 +128,7 @@ TEST(cli_transcribe_chunk_mask)
         for (int u = 0; u < 5; u++)
             k += snprintf(cmd + k, sizeof cmd - (size_t)k, " %s/wavs/%s.wav",
                           test_shared(GOLDEN_WENET), utts[u]);
-        CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
+        CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
         char mode[48];
         snprintf(mode, sizeof mode, "masked_chunk16_left%d", lefts[li]);
         for (int u = 0; u < 5; u++) {
@@ -159,10 +144,10 @@ TEST(cli_transcribe_chunk_mask)
     cJSON_Delete(res);
     snprintf(cmd, sizeof cmd, "%s transcribe --model %s/m --chunk-size 16 --left-chunks -3 x.wav",
              test_hark_bin(), dir);
-    CHECK(run_cmd(t, cmd, out, sizeof out) == 2);
+    CHECK(test_run_cmd(t, cmd, out, sizeof out) == 2);
     CHECKF(strstr(out, "--left-chunks") != NULL, "%s", out);
     snprintf(cmd, sizeof cmd, "%s transcribe --model %s/m --chunk-size 5000 %s/wavs/jfk.wav",
              test_hark_bin(), dir, test_shared(GOLDEN_WENET));
-    CHECK(run_cmd(t, cmd, out, sizeof out) != 0);
+    CHECK(test_run_cmd(t, cmd, out, sizeof out) != 0);
     CHECKF(strstr(out, "decoding_chunk_size") != NULL, "%s", out);
 }

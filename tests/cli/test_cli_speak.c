@@ -18,20 +18,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int run_cmd(test_ctx_t *t, const char *cmd, char *out, size_t nout)
-{
-    char full[8192], path[512];
-    snprintf(path, sizeof path, "%s/out", test_tmpdir(t));
-    snprintf(full, sizeof full, "%s >%s 2>&1", cmd, path);
-    int st = system(full);
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(out, 1, nout - 1, f) : 0;
-    out[n] = 0;
-    if (f)
-        fclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* tmp/repo/{fs,voc}: the golden FastSpeech naming "voc" as its vocoder, and the real V3 */
 static int make_repo(test_ctx_t *t, char *why, size_t nwhy)
 {
@@ -88,7 +74,7 @@ TEST(cli_vocode_resynthesis)
     snprintf(path, sizeof path, "%s/r.wav", tmp);
     snprintf(cmd, sizeof cmd, "%s vocode --model %s/repo/voc --wav %s -o %s", test_hark_bin(), tmp,
              wav, path);
-    CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
     audio_t a = {0}, g = {0};
     CHECK(read_wav(path, &a) == HARK_OK);
     CHECK(read_wav(test_shared("golden/tts/hifigan_v3_real/resynth_LJ001-0002.wav"), &g) ==
@@ -102,7 +88,7 @@ TEST(cli_vocode_resynthesis)
     /* --mel: the golden mel gives the same audio */
     snprintf(cmd, sizeof cmd, "%s vocode --model %s/repo/voc --mel %s -o %s/m.wav", test_hark_bin(),
              tmp, test_shared("golden/tts/hifigan_v3_real/mel_input.npy"), tmp);
-    CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
 }
 
 TEST(cli_speak_matches_golden_mel)
@@ -114,7 +100,7 @@ TEST(cli_speak_matches_golden_mel)
              "%s speak --model %s/repo/fs 'Dr. Smith paid $12.50 for 3 books on Jan. 2nd, 1999 "
              "\xe2\x80\x94 at 4:30 p.m.!' -o %s/s.wav --dump-dir %s/d",
              test_hark_bin(), tmp, tmp, tmp);
-    CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
     npy_array_t mel = {0}, gm = {0};
     snprintf(path, sizeof path, "%s/d/mel.npy", tmp);
     CHECK(npy_load_f32(path, &mel) == HARK_OK);
@@ -147,7 +133,7 @@ TEST(cli_speak_text_file)
              "%s speak --model %s/repo/fs --vocoder %s/repo/voc --text-file %s "
              "--output-dir %s/wavs",
              test_hark_bin(), tmp, tmp, path, tmp);
-    int st = run_cmd(t, cmd, out, sizeof out);
+    int st = test_run_cmd(t, cmd, out, sizeof out);
     CHECKF(st == 1 && strstr(out, "nothing speakable") && strstr(out, "2 WAVs written"), "%d %s",
            st, out);
     snprintf(path, sizeof path, "%s/wavs/LJ001-0002.wav", tmp);
@@ -163,13 +149,13 @@ TEST(cli_speak_vocode_errors)
     char cmd[4096], out[8192];
     snprintf(cmd, sizeof cmd, "%s speak --model %s/repo/fs '' -o %s/e.wav", test_hark_bin(), tmp,
              tmp);
-    CHECKF(run_cmd(t, cmd, out, sizeof out) == 1 && strstr(out, "nothing speakable"), "%s", out);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 1 && strstr(out, "nothing speakable"), "%s", out);
     snprintf(cmd, sizeof cmd, "%s speak --model %s/repo/fs hi -o %s/e.wav --device cuda",
              test_hark_bin(), tmp, tmp);
-    CHECKF(run_cmd(t, cmd, out, sizeof out) == 2 && strstr(out, "CPU only"), "%s", out);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 2 && strstr(out, "CPU only"), "%s", out);
     snprintf(cmd, sizeof cmd, "%s speak --model %s/repo/voc hi -o %s/e.wav", test_hark_bin(), tmp,
              tmp);
-    CHECKF(run_cmd(t, cmd, out, sizeof out) == 1 && strstr(out, "not a FastSpeech"), "%s", out);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 1 && strstr(out, "not a FastSpeech"), "%s", out);
     /* a NaN mel and a mel of the wrong shape */
     float bad[80 * 3];
     for (int i = 0; i < 80 * 3; i++)
@@ -181,11 +167,11 @@ TEST(cli_speak_vocode_errors)
     CHECK(npy_save_f32(p, bad, 3, shape) == 0);
     snprintf(cmd, sizeof cmd, "%s vocode --model %s/repo/voc --mel %s -o %s/e.wav", test_hark_bin(),
              tmp, p, tmp);
-    CHECKF(run_cmd(t, cmd, out, sizeof out) == 1 && strstr(out, "NaN"), "%s", out);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 1 && strstr(out, "NaN"), "%s", out);
     int64_t shape2[2] = {3, 80};
     CHECK(npy_save_f32(p, bad, 2, shape2) == 0);
-    CHECKF(run_cmd(t, cmd, out, sizeof out) == 1 && strstr(out, "expected a mel"), "%s", out);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 1 && strstr(out, "expected a mel"), "%s", out);
     snprintf(cmd, sizeof cmd, "%s vocode --model %s/repo/fs --mel %s -o %s/e.wav", test_hark_bin(),
              tmp, p, tmp);
-    CHECKF(run_cmd(t, cmd, out, sizeof out) == 1 && strstr(out, "family"), "%s", out);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 1 && strstr(out, "family"), "%s", out);
 }

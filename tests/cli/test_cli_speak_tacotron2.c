@@ -17,20 +17,6 @@
 #include <string.h>
 #include <sys/wait.h>
 
-static int run_cmd(test_ctx_t *t, const char *cmd, char *out, size_t nout)
-{
-    char full[8192], path[512];
-    snprintf(path, sizeof path, "%s/out", test_tmpdir(t));
-    snprintf(full, sizeof full, "%s >%s 2>&1", cmd, path);
-    int st = system(full);
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(out, 1, nout - 1, f) : 0;
-    out[n] = 0;
-    if (f)
-        fclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* the converted golden Tacotron 2 and WaveGlow ("<dir>/m" each) */
 static int models(char *t2, char *wg, size_t n, char *why, size_t nwhy)
 {
@@ -80,7 +66,7 @@ TEST(cli_speak_tacotron2_waveglow)
              "%s speak --model '%s' --vocoder '%s' '%s' -o '%s/a.wav' --seed 1 "
              "--max-decoder-steps 40 --dump-dir '%s/d'",
              test_hark_bin(), t2, wg, S1, tmp, tmp);
-    int rc = run_cmd(t, cmd, out, sizeof out);
+    int rc = test_run_cmd(t, cmd, out, sizeof out);
     CHECKF(rc == 0, "exit %d: %s", rc, out);
     CHECK(strstr(out, "gate never fired") != NULL); /* the golden model's gate stays < 0.5 */
     /* the encoder runs before any dropout: equal to DLE's for the same text */
@@ -144,7 +130,7 @@ TEST(cli_speak_tacotron2_seed)
                  "%s speak --model '%s' --vocoder '%s' 'Hello there.' -o '%s/%d.wav' --seed %d "
                  "--max-decoder-steps 30",
                  test_hark_bin(), t2, wg, tmp, k, k < 2 ? 7 : 8);
-        int rc = run_cmd(t, cmd, out, sizeof out);
+        int rc = test_run_cmd(t, cmd, out, sizeof out);
         CHECKF(rc == 0, "exit %d: %s", rc, out);
     }
     snprintf(cmd, sizeof cmd, "cmp -s '%s/0.wav' '%s/1.wav'", tmp, tmp);
@@ -161,20 +147,20 @@ TEST(cli_speak_tacotron2_errors)
     char cmd[4096], out[8192];
     snprintf(cmd, sizeof cmd, "%s speak --model '%s' --vocoder '%s' hi -o '%s/x.wav' --seed -1",
              test_hark_bin(), t2, wg, tmp);
-    CHECK_EQ_INT(run_cmd(t, cmd, out, sizeof out), 2);
+    CHECK_EQ_INT(test_run_cmd(t, cmd, out, sizeof out), 2);
     CHECK(strstr(out, "--seed") != NULL);
     snprintf(cmd, sizeof cmd,
              "%s speak --model '%s' --vocoder '%s' hi -o '%s/x.wav' --denoiser-strength lots",
              test_hark_bin(), t2, wg, tmp);
-    CHECK_EQ_INT(run_cmd(t, cmd, out, sizeof out), 2);
+    CHECK_EQ_INT(test_run_cmd(t, cmd, out, sizeof out), 2);
     CHECK(strstr(out, "--denoiser-strength") != NULL);
     /* the acoustic model given as the vocoder */
     snprintf(cmd, sizeof cmd, "%s speak --model '%s' --vocoder '%s' hi -o '%s/x.wav'",
              test_hark_bin(), t2, t2, tmp);
-    CHECK_EQ_INT(run_cmd(t, cmd, out, sizeof out), 1);
+    CHECK_EQ_INT(test_run_cmd(t, cmd, out, sizeof out), 1);
     CHECK(strstr(out, "not a HiFi-GAN or WaveGlow vocoder") != NULL);
     /* no vocoder named in config.pbtxt and none given */
     snprintf(cmd, sizeof cmd, "%s speak --model '%s' hi -o '%s/x.wav'", test_hark_bin(), t2, tmp);
-    CHECK_EQ_INT(run_cmd(t, cmd, out, sizeof out), 1);
+    CHECK_EQ_INT(test_run_cmd(t, cmd, out, sizeof out), 1);
     CHECK(strstr(out, "names no vocoder") != NULL);
 }

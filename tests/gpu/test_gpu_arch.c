@@ -128,28 +128,13 @@ TEST(gpu_archs_describe_lists_cubins_then_ptx)
     CHECK_EQ_INT(strcmp(gpu_path_name(GPU_PATH_NONE), "cpu"), 0);
 }
 
-/* runs cmd with stdout+stderr into out[n]; returns the exit status */
-static int run_cmd(test_ctx_t *t, const char *cmd, char *out, size_t n)
-{
-    char full[4096], path[512];
-    snprintf(path, sizeof path, "%s/out", test_tmpdir(t));
-    snprintf(full, sizeof full, "%s >%s 2>&1", cmd, path);
-    int st = system(full);
-    FILE *f = fopen(path, "r");
-    size_t k = f ? fread(out, 1, n - 1, f) : 0;
-    out[k] = 0;
-    if (f)
-        fclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* `hark --version` names this build's CUDA architectures and each GPU's path, or says there is
  * no CUDA / no GPU; it works on a machine without either */
 TEST(cli_version_lists_cuda_archs)
 {
     char cmd[1024], out[8192], list[256];
     snprintf(cmd, sizeof cmd, "%s --version", test_hark_bin());
-    CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
     CHECKF(!strncmp(out, "hark ", 5), "%s", out);
     const char *archs = gpu_compiled_archs();
     if (!archs[0]) {
@@ -197,7 +182,7 @@ TEST(cuda_objects_hold_every_arch)
         SKIP("the hark binary is absent (HARK_BIN)");
     for (int ptx = 0; ptx < 2; ptx++) {
         snprintf(cmd, sizeof cmd, "%s %s %s", tool, ptx ? "--list-ptx" : "--list-elf", lib);
-        CHECKF(run_cmd(t, cmd, out, sizeof out) == 0, "%s: %s", cmd, out);
+        CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 0, "%s: %s", cmd, out);
         const char *p = archs;
         while (*p) {
             while (*p == '+')
