@@ -174,6 +174,18 @@ void asr_result_take(asr_result_t *dst, asr_result_t *src)
 
 #define MAX_MODEL_JSON (16u << 20)
 
+void family_version_path(const char *dir, int version, const char *name, char *path, size_t n)
+{
+    snprintf(path, n, "%s/%d/%s", dir, version > 0 ? version : 1, name);
+}
+
+int family_open_model_json(const char *dir, int version, char *path, size_t n, cJSON **out,
+                           hark_err_t *err)
+{
+    family_version_path(dir, version, "model.json", path, n);
+    return family_read_model_json(path, out, err);
+}
+
 int family_read_model_json(const char *path, cJSON **out, hark_err_t *err)
 {
     *out = NULL;

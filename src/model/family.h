@@ -90,6 +90,11 @@ typedef struct {
  * when too large or not a JSON object, HARK_ERR_NOMEM. */
 struct cJSON;
 int family_read_model_json(const char *path, struct cJSON **out, hark_err_t *err);
+/* "DIR/VERSION/NAME" into path (n bytes); a version <= 0 means 1, as Triton's default policy. */
+void family_version_path(const char *dir, int version, const char *name, char *path, size_t n);
+/* family_read_model_json of DIR/VERSION/model.json, that path left in path (for messages). */
+int family_open_model_json(const char *dir, int version, char *path, size_t n, struct cJSON **out,
+                           hark_err_t *err);
 
 void asr_result_free(asr_result_t *r); /* frees what r owns and zeroes it; NULL-safe */
 /* Deep copy; HARK_ERR_NOMEM leaves *dst zeroed. */

@@ -58,9 +58,8 @@ const family_t *family_find(const char *name)
 int family_of_dir(const char *dir, int version, const family_t **out, hark_err_t *err)
 {
     char path[4200];
-    snprintf(path, sizeof path, "%s/%d/model.json", dir, version > 0 ? version : 1);
     cJSON *j = NULL;
-    int rc = family_read_model_json(path, &j, err);
+    int rc = family_open_model_json(dir, version, path, sizeof path, &j, err);
     if (rc)
         return rc;
     const cJSON *fam = cJSON_GetObjectItemCaseSensitive(j, "family");

@@ -217,12 +217,9 @@ static size_t weight_floats(const hifigan_config_t *c)
 int hifigan_load(const char *dir, int version, hifigan_model_t **out, hark_err_t *err)
 {
     *out = NULL;
-    if (version <= 0)
-        version = 1;
     char path[1200];
-    snprintf(path, sizeof path, "%s/%d/model.json", dir, version);
     cJSON *j = NULL;
-    TRY(family_read_model_json(path, &j, err));
+    TRY(family_open_model_json(dir, version, path, sizeof path, &j, err));
     hifigan_model_t *m = hark_calloc(1, sizeof *m);
     int rc = m ? parse_config(path, j, &m->cfg, err)
                : err_set(err, HARK_ERR_NOMEM, "out of memory loading %s", dir);
@@ -235,7 +232,7 @@ int hifigan_load(const char *dir, int version, hifigan_model_t **out, hark_err_t
         rc = err_set(err, HARK_ERR_NOMEM, "out of memory for %s's weights", dir);
         goto fail;
     }
-    snprintf(path, sizeof path, "%s/%d/model.safetensors", dir, version);
+    family_version_path(dir, version, "model.safetensors", path, sizeof path);
     wload_t L = {NULL, m->block, err};
     if ((rc = st_open(path, &L.st, err)))
         goto fail;

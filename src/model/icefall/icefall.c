@@ -297,11 +297,10 @@ int icefall_load(const char *dir, int version, icefall_model_t **out, hark_err_t
 {
     *out = NULL;
     char path[4200];
-    int v = version > 0 ? version : 1;
     icefall_model_t *m = hark_calloc(1, sizeof *m);
     if (!m)
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
-    snprintf(path, sizeof path, "%s/%d/model.json", dir, v);
+    family_version_path(dir, version, "model.json", path, sizeof path);
     int rc = config_parse(path, &m->cfg, err);
     if (rc) {
         hark_free(m);
@@ -314,14 +313,14 @@ int icefall_load(const char *dir, int version, icefall_model_t **out, hark_err_t
         rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    snprintf(path, sizeof path, "%s/%d/model.safetensors", dir, v);
+    family_version_path(dir, version, "model.safetensors", path, sizeof path);
     if ((rc = st_open(path, &m->st, err)))
         goto fail;
     if ((rc = load_weights(m, m->st, err))) {
         err_prefix(err, rc, "%s", path);
         goto fail;
     }
-    snprintf(path, sizeof path, "%s/%d/tokens.txt", dir, v);
+    family_version_path(dir, version, "tokens.txt", path, sizeof path);
     if ((rc = units_load(path, &m->units, err)) ||
         (rc = units_check_vocab(m->units, c->vocab, err))) {
         err_prefix(err, rc, "%s", path);

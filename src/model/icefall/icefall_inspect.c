@@ -3,6 +3,7 @@
  * its file size. Tests: tests/model/icefall/test_icefall_family.c (icefall_cli_inspect) */
 #include "model/icefall/icefall.h"
 
+#include "model/family.h"
 #include "model/safetensors.h"
 
 #include <stdio.h>
@@ -45,7 +46,7 @@ int icefall_inspect_main(int argc, char **argv)
         return 1;
     }
     const icefall_config_t *c = icefall_config(m);
-    snprintf(st_path, sizeof st_path, "%s/%d/model.safetensors", entry, version);
+    family_version_path(entry, version, "model.safetensors", st_path, sizeof st_path);
     safetensors_t *st = NULL;
     if (st_open(st_path, &st, &err)) {
         fprintf(stderr, "hark inspect: %s\n", err.msg);

@@ -437,11 +437,10 @@ int jasper_load(const char *dir, int version, jasper_model_t **out, hark_err_t *
 {
     *out = NULL;
     char path[4200];
-    int v = version > 0 ? version : 1;
     jasper_model_t *m = hark_calloc(1, sizeof *m);
     if (!m)
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
-    snprintf(path, sizeof path, "%s/%d/model.json", dir, v);
+    family_version_path(dir, version, "model.json", path, sizeof path);
     int rc = jasper_config_load(path, &m->cfg, err);
     if (rc) {
         hark_free(m);
@@ -454,7 +453,7 @@ int jasper_load(const char *dir, int version, jasper_model_t **out, hark_err_t *
     fo.num_mel_bins = m->cfg.n_filt;
     safetensors_t *st = NULL;
     if (!(rc = feat_plan_create(&fo, &m->feat, err))) {
-        snprintf(path, sizeof path, "%s/%d/model.safetensors", dir, v);
+        family_version_path(dir, version, "model.safetensors", path, sizeof path);
         if (!(rc = st_open(path, &st, err)))
             rc = load_weights(m, st_get_f32, st, err);
         if (rc && st)

@@ -196,12 +196,9 @@ static size_t tensors_per_rate(void)
 int silero_vad_load(const char *dir, int version, silero_vad_t **out, hark_err_t *err)
 {
     *out = NULL;
-    if (version <= 0)
-        version = 1;
     char mj[1100], path[1100];
-    snprintf(mj, sizeof mj, "%s/%d/model.json", dir, version);
     cJSON *j = NULL;
-    TRY(family_read_model_json(mj, &j, err));
+    TRY(family_open_model_json(dir, version, mj, sizeof mj, &j, err));
     silero_vad_t *m = calloc(1, sizeof *m);
     wload_t L = {NULL, NULL, err};
     int rc = m ? HARK_OK : err_set(err, HARK_ERR_NOMEM, "out of memory loading %s", dir);
@@ -238,7 +235,7 @@ int silero_vad_load(const char *dir, int version, silero_vad_t **out, hark_err_t
     cJSON_Delete(j);
     if (rc == HARK_OK && !(m->block = malloc(floats * sizeof(float))))
         rc = err_set(err, HARK_ERR_NOMEM, "out of memory for %s's weights", dir);
-    snprintf(path, sizeof path, "%s/%d/model.safetensors", dir, version);
+    family_version_path(dir, version, "model.safetensors", path, sizeof path);
     if (rc == HARK_OK)
         rc = st_open(path, &L.st, err);
     L.next = m ? m->block : NULL;

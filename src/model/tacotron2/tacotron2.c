@@ -321,12 +321,9 @@ static int encoder_to_double(tacotron2_model_t *m, hark_err_t *err)
 int tacotron2_load(const char *dir, int version, tacotron2_model_t **out, hark_err_t *err)
 {
     *out = NULL;
-    if (version <= 0)
-        version = 1;
     char path[1200];
-    snprintf(path, sizeof path, "%s/%d/model.json", dir, version);
     cJSON *j = NULL;
-    TRY(family_read_model_json(path, &j, err));
+    TRY(family_open_model_json(dir, version, path, sizeof path, &j, err));
     tacotron2_model_t *m = hark_calloc(1, sizeof *m);
     int rc = m ? parse_config(path, j, &m->cfg, err)
                : err_set(err, HARK_ERR_NOMEM, "out of memory loading %s", dir);
@@ -338,7 +335,7 @@ int tacotron2_load(const char *dir, int version, tacotron2_model_t **out, hark_e
         rc = err_set(err, HARK_ERR_NOMEM, "out of memory for %s's weights", dir);
         goto fail;
     }
-    snprintf(path, sizeof path, "%s/%d/model.safetensors", dir, version);
+    family_version_path(dir, version, "model.safetensors", path, sizeof path);
     if ((rc = st_open(path, &m->st, err)))
         goto fail;
     wload_t L = {m->st, m->block, err, 0};

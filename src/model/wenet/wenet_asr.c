@@ -8,6 +8,7 @@
 #include "dsp/features.h"
 #include "dsp/frontend_gpu.h"
 #include "hark.h"
+#include "model/family.h"
 #include "model/wenet/decoder.h"
 #include "model/safetensors.h"
 #include "search/ctc.h"
@@ -221,19 +222,18 @@ int wenet_asr_load_opts(const char *dir, const wenet_load_opts_t *lo, wenet_asr_
     a->device = lo->device;
     a->precision = lo->precision;
     char path[4096];
-    const int ver = lo->version > 0 ? lo->version : 1;
-    snprintf(path, sizeof path, "%s/%d/model.json", dir, ver);
+    family_version_path(dir, lo->version, "model.json", path, sizeof path);
     int rc = wenet_config_load(path, &a->cfg, err);
     if (rc)
         goto fail;
-    snprintf(path, sizeof path, "%s/%d/model.safetensors", dir, ver);
+    family_version_path(dir, lo->version, "model.safetensors", path, sizeof path);
     if ((rc = st_open(path, &a->st, err)))
         goto fail;
     if ((rc = conformer_model_create_st(&a->cfg, a->st, &a->enc, err)))
         goto fail;
     if (a->cfg.decoder != DECODER_NONE && (rc = wenet_decoder_create(&a->cfg, a->st, &a->dec, err)))
         goto fail;
-    snprintf(path, sizeof path, "%s/%d/units.txt", dir, ver);
+    family_version_path(dir, lo->version, "units.txt", path, sizeof path);
     if ((rc = units_load(path, &a->units, err)))
         goto fail;
     if ((rc = units_check_vocab(a->units, a->cfg.vocab_size, err))) {
@@ -249,7 +249,7 @@ int wenet_asr_load_opts(const char *dir, const wenet_load_opts_t *lo, wenet_asr_
             rc = err_set(err, HARK_ERR_FORMAT,
                          "%s/%d/model.safetensors: encoder.global_cmvn.mean/istd "
                          "missing or not (%d,) float32",
-                         dir, ver, a->cfg.input_dim);
+                         dir, lo->version > 0 ? lo->version : 1, a->cfg.input_dim);
             goto fail;
         }
         a->cmvn_mean = m->data;
