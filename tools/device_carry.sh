@@ -1,19 +1,29 @@
 #!/usr/bin/env bash
-# Packs what a GPU run on the lent device machine needs into two git-ignored folders, each under
-# the device tool's 64 MiB carry limit (the machine has CUDA but none of Debian's libraries):
+# Packs what a GPU run on the lent device machine needs into git-ignored folders, each under the
+# device tool's 64 MiB carry limit together with the tracked tree (about 19 MB) (the machine has
+# CUDA but none of Debian's libraries):
 #   .devrun1/  devlib.tar.xz (the Debian shared libraries build/hark links, from ldd), bin/ (hark,
-#              hark_tests, bench_hgemm, bench_loopback, stripped of debug info), shared/ (the golden files the GPU tests read)
-#   .devrun2/  the converted golden model (tests/support/golden_model.c's cache)
-# On the device: unpack .devrun1 into a stage folder, then run with LD_LIBRARY_PATH pointing at
-# the libraries, HARK_SHARED at the shared/ subset and HARK_GOLDEN_MODEL at the model; the
-# device-side commands are in docs/benchmarks.md. Usage: tools/device_carry.sh (it brings the
-# binaries up to date first: `make` alone leaves build/hark_tests stale, and a stale test binary
-# once made a whole device run test old code).
+#              hark_tests, bench_hgemm, bench_loopback, stripped of debug info), shared/ (the
+#              WeNet golden files the GPU tests read)
+#   .devrun2/  the converted WeNet golden model (tests/support/golden_model.c's cache)
+#   .devrun3/  shared/: the Jasper J1 and the FastSpeech / HiFi-GAN golden sets without their
+#              checkpoints, and converted/: those checkpoints converted here (HARK_GOLDEN_CONVERTED;
+#              the device has no /usr/bin/python3 with torch to convert with)
+#   .devp1/ .devp2/ ...  .devrun2 and .devrun3 as one tar in 40 MiB parts: too big to travel whole
+#              beside the tree, they go one part per call to a machine kept warm (chain the calls;
+#              it goes back after 30 s idle)
+# On the device: unpack .devrun1 into a stage folder, copy each part there, untar them, then run
+# with LD_LIBRARY_PATH pointing at the libraries, HARK_SHARED at the shared/ subset,
+# HARK_GOLDEN_MODEL at .devrun2 and HARK_GOLDEN_CONVERTED at .devrun3/converted; the device-side
+# commands are in docs/benchmarks.md. Usage: tools/device_carry.sh (it brings the binaries up to
+# date first: `make` alone leaves build/hark_tests stale, and a stale test binary once made a
+# whole device run test old code).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -j"$(nproc)" build/hark build/hark_tests bench >/dev/null
 G=data/golden/wenet_u2pp_conformer_small
-rm -rf .devrun1 .devrun2 && mkdir -p .devrun1/bin .devrun1/devlib .devrun1/shared/$G .devrun2
+rm -rf .devrun1 .devrun2 .devrun3 .devp[0-9]* && mkdir -p .devrun1/bin .devrun1/devlib .devrun1/shared/$G .devrun2 \
+    .devrun3/shared/data/golden
 for f in $(ldd build/hark_tests build/hark | awk '/=>/ {print $3}' | sort -u |
            grep -v -E 'cuda|cublas|cufft|libc\.so|libm\.so|libstdc|libgcc_s|ld-linux|libpthread|libdl\.|librt\.'); do
     cp -L "$f" .devrun1/devlib/
@@ -35,4 +45,16 @@ done
 model=$(ls -td /tmp/hark-test-cache-$(id -u)/wenet_small-*/m 2>/dev/null | head -1)
 [ -n "$model" ] || { echo "no converted golden model: run make test first" >&2; exit 1; }
 cp -r "$model" .devrun2/m
-du -sh .devrun1 .devrun2
+# the checkpoints stay here: their conversions travel instead (HARK_GOLDEN_CONVERTED)
+(cd ../shared/data/golden && tar cf - --exclude='*.pt' --exclude='g_0*' jasper tts/README.md \
+    tts/fastspeech tts/hifigan_v3 tts/hifigan_v3_real) | tar xf - -C .devrun3/shared/data/golden
+for tag in jasper_j1 fastspeech hifigan_v3 hifigan_v3_real; do
+    c=$(ls -td /tmp/hark-test-cache-$(id -u)/$tag-*/m 2>/dev/null | head -1)
+    [ -n "$c" ] || { echo "no converted $tag: run make test first" >&2; exit 1; }
+    mkdir -p .devrun3/converted/$tag && cp -r "$c" .devrun3/converted/$tag/m
+done
+tar cf - .devrun2 .devrun3 | split -b 40M -d -a 1 - .devpart.
+for f in .devpart.*; do
+    d=.devp$((${f##*.} + 1)) && mkdir -p $d && mv "$f" $d/
+done
+du -sh .devrun1 .devrun2 .devrun3 .devp[0-9]*

@@ -536,15 +536,28 @@ static void residual(const fwd_t *F, const float *a, float scale, const norm_t *
     }
 }
 
+/* linear_ref over a packed (N, in) buffer, one GEMM per utterance on its own rows: OpenBLAS's sgemm
+ * rounds a row differently with the GEMM's row count and the row's place in it (its Haswell / Zen
+ * kernels for almost every count), so one GEMM over all N rows would make an utterance's result
+ * depend on what it was batched with. Per utterance it is the same in any batch. */
+static void packed_linear(const fwd_t *F, float *y, const float *x, const lin_t *l, int in, int out)
+{
+    const conformer_state_t *s = F->s;
+    for (int b = 0; b < F->batch; b++)
+        if (s->tl[b] > 0)
+            linear_ref(y + (size_t)s->off[b] * out, x + (size_t)s->off[b] * in, l->w, l->b,
+                       s->tl[b], in, out);
+}
+
 /* a (rows, D) = w2(act(w1(h))) */
 static void ffn(const fwd_t *F, float *a, const float *h, const lin_t *l1, const lin_t *l2,
                 int rows)
 {
     conformer_state_t *s = F->s;
     const conformer_model_t *m = s->m;
-    linear_ref(s->big, h, l1->w, l1->b, rows, m->d, m->ffn);
+    packed_linear(F, s->big, h, l1, m->d, m->ffn);
     activation_ref(s->big, s->big, (size_t)rows * m->ffn, act_of(&m->cfg));
-    linear_ref(a, s->big, l2->w, l2->b, rows, m->ffn, m->d);
+    packed_linear(F, a, s->big, l2, m->ffn, m->d);
 }
 
 /* Streaming attention of chunk b (its tl[b] rows of the packed q/k/v, at off[b]) over its
@@ -576,31 +589,30 @@ static void mhsa(const fwd_t *F, float *a, const float *h, const block_t *bk, in
     conformer_state_t *s = F->s;
     const conformer_model_t *m = s->m;
     int d = m->d, rel = m->cfg.pos == POS_REL;
-    linear_ref(s->q, h, bk->q.w, bk->q.b, rows, d, d);
-    linear_ref(s->k, h, bk->k.w, bk->k.b, rows, d, d);
-    linear_ref(s->v, h, bk->v.w, bk->v.b, rows, d, d);
+    packed_linear(F, s->q, h, &bk->q, d, d);
+    packed_linear(F, s->k, h, &bk->k, d, d);
+    packed_linear(F, s->v, h, &bk->v, d, d);
     if (F->sts) {
         for (int b = 0; b < F->batch; b++)
             if (s->tl[b] > 0)
                 mhsa_chunk(F, bk, layer, b);
-        linear_ref(a, s->ctx, bk->o.w, bk->o.b, rows, d, d);
+        packed_linear(F, a, s->ctx, &bk->o, d, d);
         return;
     }
-    int t_max = 0;
-    for (int b = 0; b < F->batch; b++)
-        t_max = s->tl[b] > t_max ? s->tl[b] : t_max;
-    if (rel) /* p = linear_pos(pe[0:t_max]): the key's absolute position (offset 0) */
-        linear_ref(s->p, m->pe, bk->pos_w, NULL, t_max, d, d);
     float scale = 1.0f / sqrtf((float)m->dk);
     for (int b = 0; b < F->batch; b++) {
         size_t r0 = (size_t)s->off[b] * d;
         if (s->tl[b] <= 0)
             continue;
+        /* p = linear_pos(pe[0:tl]): the key's absolute position (offset 0); per utterance, not
+         * once for the batch's longest, for packed_linear's reason */
+        if (rel)
+            linear_ref(s->p, m->pe, bk->pos_w, NULL, s->tl[b], d, d);
         attention_ref(s->ctx + r0, s->att, s->q + r0, s->k + r0, s->v + r0, rel ? s->p : NULL,
                       rel ? bk->pos_bias_u : NULL, rel ? bk->pos_bias_v : NULL, s->lo + s->off[b],
                       s->hi + s->off[b], s->tl[b], s->tl[b], m->h, m->dk, scale);
     }
-    linear_ref(a, s->ctx, bk->o.w, bk->o.b, rows, d, d);
+    packed_linear(F, a, s->ctx, &bk->o, d, d);
 }
 
 /* a (rows, D) = conv module(h): pw1 → GLU → depthwise (per utterance) → norm → act → pw2. */
@@ -611,7 +623,7 @@ static void conv_module(const fwd_t *F, float *a, const float *h, const block_t 
     const conformer_model_t *m = s->m;
     int d = m->d, kk = m->kernel, causal = m->cfg.causal;
     float *g = s->big, *u = s->q, *dw = s->k;
-    linear_ref(g, h, bk->pw1.w, bk->pw1.b, rows, d, 2 * d);
+    packed_linear(F, g, h, &bk->pw1, d, 2 * d);
     glu_ref(u, g, rows, d);
     int streamed = F->sts && causal && kk > 1;
     for (int b = 0; b < F->batch; b++) {
@@ -648,7 +660,7 @@ static void conv_module(const fwd_t *F, float *a, const float *h, const block_t 
     else
         layer_norm_ref(dw, dw, bk->cnn_norm.g, bk->cnn_norm.b, rows, d, NORM_EPS);
     activation_ref(dw, dw, (size_t)rows * d, act_of(&m->cfg));
-    linear_ref(a, dw, bk->pw2.w, bk->pw2.b, rows, d, d);
+    packed_linear(F, a, dw, &bk->pw2, d, d);
 }
 
 static void block_forward(const fwd_t *F, const block_t *bk, int layer, int rows)

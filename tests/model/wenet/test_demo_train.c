@@ -40,7 +40,7 @@ TEST(demo_speed_perturbation_matches_scipy)
 
 TEST(demo_training_resumes_exports_and_converts)
 {
-    NEED_TORCH("torch, numpy, yaml");
+    NEED_TORCH("torch, numpy, yaml, scipy");
     int rc = run_check(t, "train", test_hark_bin());
     if (rc == 77)
         SKIP("WeNet's package is not in .ext/wenet (tools/train_demo.py builds WeNet's classes)");
