@@ -11,6 +11,7 @@
 #include "api/service_tts.h"
 #include "audio/audio.h"
 #include "core/alloc.h"
+#include "core/assert.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "hark.h"
@@ -454,36 +455,41 @@ void svc_tally_fail(svc_tally_t *t, int status, const char *error)
 
 int svc_queue(server_t *s, const char *model, const char *version, const req_params_t *params,
               int n, const served_seq_ctl_t *ctl, svc_item_fn item, void *user, void **opts,
-              int *rc, hark_err_t *err)
+              hark_err_t *err)
 {
     repository_t *r = server_repository(s);
-    int queued = 0;
-    *rc = HARK_OK;
+    served_request_t *stack[16], **reqs = stack;
+    int rc = HARK_OK;
+    HARK_ASSERT(n >= 1 && (!ctl || n == 1));
     repository_rdlock(r);
     repo_model_t *m = repository_find(r, model, strlen(model), version, err);
     if (!m) {
-        *rc = HARK_ERR_NOT_FOUND;
+        rc = HARK_ERR_NOT_FOUND;
     } else if (m->state != M_READY || server_draining(s)) {
-        *rc = err_set(err, HARK_ERR_UNAVAILABLE, "model '%s' is not ready (%s)", m->name,
-                      server_draining(s) ? "draining" : repo_state_name(m->state));
+        rc = err_set(err, HARK_ERR_UNAVAILABLE, "model '%s' is not ready (%s)", m->name,
+                     server_draining(s) ? "draining" : repo_state_name(m->state));
     } else {
         const family_t *fam = served_model_family(m->served);
         family_params_t req = req_params_view(params);
         if (!(*opts = hark_calloc(1, fam->opts_size ? fam->opts_size : 1)))
-            *rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+            rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
         else
-            *rc = served_model_parse_opts(m->served, &req, *opts, err);
-        for (int i = 0; i < n && !*rc; i++) { /* once the last is queued the caller may be gone */
-            served_request_t *q = item(user, i, *opts);
-            q->fi.opts = *opts;
-            if ((*rc = ctl ? served_model_submit_seq(m->served, q, ctl, err)
-                           : served_model_submit(m->served, q, err)))
-                break;
-            queued++;
+            rc = served_model_parse_opts(m->served, &req, *opts, err);
+        if (!rc && n > 16 && !(reqs = hark_malloc(sizeof *reqs * (size_t)n)))
+            rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+        for (int i = 0; i < n && !rc; i++) {
+            reqs[i] = item(user, i, *opts);
+            reqs[i]->fi.opts = *opts;
         }
+        /* all or none (one place in the queue); once queued the caller may be gone */
+        if (!rc)
+            rc = ctl ? served_model_submit_seq(m->served, reqs[0], ctl, err)
+                     : served_model_submit_many(m->served, reqs, n, err);
     }
     repository_unlock(r);
-    return queued;
+    if (reqs != stack)
+        hark_free(reqs);
+    return rc;
 }
 
 /* a VAD item's speech segment (worker thread): kept in ms; out of memory fails the item */
@@ -524,23 +530,16 @@ static served_request_t *job_item(void *user, int i, void *opts)
     return &it->req;
 }
 
-/* Queues every item; the job is answered (and freed) by the last completion, or here on an
- * error before any item was queued. */
+/* Queues every item, all or none; the job is answered (and freed) by the last completion, or
+ * here when none was queued. */
 static void job_submit(job_t *j)
 {
     hark_err_t err = {0};
-    int rc, B = j->batch;
-    j->t.remaining = B;
-    int queued = svc_queue(j->s, j->model, j->version, &j->params, B, j->seq ? &j->ctl : NULL,
-                           job_item, j, &j->opts, &rc, &err);
-    if (!rc)
-        return;
-    if (!queued) {
+    j->t.remaining = j->batch;
+    int rc = svc_queue(j->s, j->model, j->version, &j->params, j->batch, j->seq ? &j->ctl : NULL,
+                       job_item, j, &j->opts, &err);
+    if (rc)
         job_fail(j, rc, err.msg);
-        return;
-    }
-    if (svc_tally_done(&j->t, B - queued, rc, err.msg)) /* the others were counted off */
-        job_finish(j);
 }
 
 /* Encoded audio is decoded on libuv's thread pool, not on the loop. */

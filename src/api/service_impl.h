@@ -26,14 +26,14 @@ int svc_tally_done(svc_tally_t *t, int n, int status, const char *error);
 void svc_tally_fail(svc_tally_t *t, int status, const char *error);
 
 /* Finds the model (it may have been unloaded since the request arrived), parses the request's
- * options through its family into *opts (hark_calloc'd, the caller's), and queues n items: item(i)
- * fills request i (everything but fi.opts, set here) and returns it. Sequence models take ctl
- * (batch 1). Returns how many were queued; on an error err holds it and *rc its status: when 0
- * were queued the caller answers with it, else the last completion does (the caller first counts
- * the others off with svc_tally_done). */
+ * options through its family into *opts (hark_calloc'd, the caller's), and queues the request's n
+ * items, all or none (served_model_submit_many: one place in the model's queue): item(i) fills
+ * item i (everything but fi.opts, set here) and returns it. Sequence models take ctl (n == 1).
+ * Returns HARK_OK when all were queued (then the last completion answers, and the caller may be
+ * gone already), else the status with err set and nothing queued (the caller answers). */
 typedef served_request_t *(*svc_item_fn)(void *user, int i, void *opts);
 int svc_queue(server_t *s, const char *model, const char *version, const req_params_t *params,
               int n, const served_seq_ctl_t *ctl, svc_item_fn item, void *user, void **opts,
-              int *rc, hark_err_t *err);
+              hark_err_t *err);
 
 #endif

@@ -191,20 +191,16 @@ static served_request_t *tts_item(void *user, int i, void *opts)
     return &it->req;
 }
 
-/* Queues every item; answered by the last completion, or here when none was queued. */
+/* Queues every item, all or none; answered by the last completion, or here when none was
+ * queued. */
 static void job_submit(tts_job_t *j)
 {
     hark_err_t err = {0};
-    int rc, B = j->batch;
-    j->t.remaining = B;
-    int queued = svc_queue(j->s, j->model, j->version, &j->params, B, NULL, tts_item, j, &j->opts,
-                           &rc, &err);
-    if (!rc)
-        return;
-    if (!queued)
+    j->t.remaining = j->batch;
+    int rc = svc_queue(j->s, j->model, j->version, &j->params, j->batch, NULL, tts_item, j,
+                       &j->opts, &err);
+    if (rc)
         job_fail(j, rc, err.msg);
-    else if (svc_tally_done(&j->t, B - queued, rc, err.msg))
-        job_finish(j);
 }
 
 /* a NUL-terminated copy of one text, refused when too long or holding a NUL */

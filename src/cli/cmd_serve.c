@@ -48,8 +48,8 @@ static const opt_t options[] = {
      "longest audio a request may carry"},
     {"cpu-threads", OPT_INT, OFF(cpu_threads), "1", 0, 256, "BLAS threads per CPU model instance"},
     {"max-queue-size", OPT_INT, OFF(max_queue_size), "1024", 0, 1e7,
-     "requests a model queues when its config sets no max_queue_size (0: unbounded); beyond it "
-     "503 with Retry-After"},
+     "requests (of any batch size: one place each) a model queues when its config sets no "
+     "max_queue_size (0: unbounded); beyond it 503 with Retry-After"},
     {"strict-readiness", OPT_BOOL, OFF(strict_readiness), "true", 0, 1,
      "ready only when no model is loading or failed to load (false: when the ready ones are)"},
     {"exit-on-error", OPT_BOOL, OFF(exit_on_error), "true", 0, 1,

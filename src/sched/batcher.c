@@ -3,6 +3,7 @@
 #include "sched/batcher.h"
 
 #include "core/alloc.h"
+#include "core/assert.h"
 #include "core/clock.h"
 #include "hark.h"
 
@@ -10,12 +11,19 @@
 #include <string.h>
 #include <time.h>
 
+/* The items of one request still queued (a request of one item has none). */
+struct batcher_group {
+    int left;    /* its items in the queue */
+    int expired; /* one of its items expired: the others leave expired too */
+};
+
 struct batcher {
     batcher_opts_t o;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     batcher_item_t **pending; /* unordered; size n, capacity cap */
     size_t n, cap;
+    size_t n_req; /* requests with an item queued: what max_queue_size bounds */
     uint64_t next_seq;
     int closed;
     batcher_stats_t st;
@@ -83,36 +91,67 @@ static int due_size(const batcher_t *b, size_t avail)
  * the delay clock, or with no delay takes the request), a batch size is now reachable, or the
  * request has a deadline (it may expire before the worker's current wake-up). Other requests
  * just wait for the batch to fill or the delay to pass, without waking anyone. The signal goes
- * after the unlock, so the woken worker does not block on the lock the submitter still holds. */
-int batcher_submit(batcher_t *b, batcher_item_t *it)
+ * after the unlock, so the woken worker does not block on the lock the submitter still holds.
+ * The request's group record is allocated before the lock and freed after it when unused. */
+int batcher_submit_many(batcher_t *b, batcher_item_t *const *items, int n)
 {
+    HARK_ASSERT(n >= 1);
+    struct batcher_group *g = NULL;
+    if (n > 1 && !(g = hark_malloc(sizeof *g)))
+        return HARK_ERR_NOMEM;
     int rc = HARK_OK, wake = 0;
     pthread_mutex_lock(&b->lock);
     if (b->closed) {
         rc = HARK_ERR_CLOSED;
-    } else if (b->o.max_queue_size && b->n >= (size_t)b->o.max_queue_size) {
+    } else if (b->o.max_queue_size && b->n_req >= (size_t)b->o.max_queue_size) {
         b->st.rejected++;
+        b->st.rejected_items += (uint64_t)n;
         rc = HARK_ERR_AGAIN;
     } else {
-        if (b->n == b->cap) {
-            batcher_item_t **np = hark_realloc(b->pending, sizeof *np * b->cap * 2);
-            if (!np) {
-                pthread_mutex_unlock(&b->lock);
-                return HARK_ERR_NOMEM;
+        size_t cap = b->cap;
+        while (cap < b->n + (size_t)n)
+            cap *= 2;
+        if (cap != b->cap) {
+            batcher_item_t **np = hark_realloc(b->pending, sizeof *np * cap);
+            if (np) {
+                b->pending = np;
+                b->cap = cap;
+            } else {
+                rc = HARK_ERR_NOMEM;
             }
-            b->pending = np;
-            b->cap *= 2;
         }
-        it->enqueue_ns = clock_now_ns();
-        it->seq = b->next_seq++;
-        b->pending[b->n++] = it;
-        b->st.submitted++;
-        wake = b->n == 1 || due_size(b, b->n) > 0 || it->deadline_ns;
+    }
+    if (!rc) {
+        uint64_t now = clock_now_ns();
+        wake = b->n == 0;
+        for (int i = 0; i < n; i++) {
+            batcher_item_t *it = items[i];
+            it->enqueue_ns = now;
+            it->seq = b->next_seq++;
+            it->group_ = g;
+            b->pending[b->n++] = it;
+            wake |= it->deadline_ns != 0;
+        }
+        if (g) {
+            g->left = n;
+            g->expired = 0;
+            g = NULL; /* the queue's now */
+        }
+        b->n_req++;
+        b->st.requests++;
+        b->st.submitted += (uint64_t)n;
+        wake |= due_size(b, b->n) > 0;
     }
     pthread_mutex_unlock(&b->lock);
+    hark_free(g);
     if (wake)
         pthread_cond_signal(&b->cond);
     return rc;
+}
+
+int batcher_submit(batcher_t *b, batcher_item_t *it)
+{
+    return batcher_submit_many(b, &it, 1);
 }
 
 /* index of the request served first: highest priority (lowest value), then oldest */
@@ -127,9 +166,41 @@ static size_t head_index(const batcher_t *b)
     return h;
 }
 
-static void take(batcher_t *b, size_t i)
+/* The item at i leaves the queue; its request's place is freed with its last item. */
+static batcher_item_t *take(batcher_t *b, size_t i)
 {
+    batcher_item_t *it = b->pending[i];
     b->pending[i] = b->pending[--b->n];
+    struct batcher_group *g = it->group_;
+    it->group_ = NULL;
+    if (!g || --g->left == 0) {
+        b->n_req--;
+        hark_free(g);
+    }
+    return it;
+}
+
+/* Moves the expired items to expired[] (up to max_exp in all): those past their deadline and the
+ * queued items of their requests. Two passes: the second finds a request's items the first had
+ * passed before one of theirs expired. */
+static void take_expired(batcher_t *b, uint64_t now, batcher_item_t **expired, int max_exp,
+                         int *n_expired)
+{
+    for (int pass = 0; pass < 2 && (pass == 0 || *n_expired); pass++)
+        for (size_t i = 0; i < b->n && *n_expired < max_exp;) {
+            batcher_item_t *x = b->pending[i];
+            struct batcher_group *g = x->group_;
+            if (!(x->deadline_ns && x->deadline_ns <= now) && !(g && g->expired)) {
+                i++;
+                continue;
+            }
+            if (!g || !g->expired)
+                b->st.expired_requests++;
+            if (g)
+                g->expired = 1;
+            b->st.expired++;
+            expired[(*n_expired)++] = take(b, i);
+        }
 }
 
 static uint64_t absdiff(uint64_t a, uint64_t c)
@@ -141,10 +212,8 @@ static uint64_t absdiff(uint64_t a, uint64_t c)
  * to it among the same priority, else the next in arrival order; out[] ends in arrival order. */
 static int form_batch(batcher_t *b, int k, batcher_item_t **out)
 {
-    size_t h = head_index(b);
-    batcher_item_t *head = b->pending[h];
+    batcher_item_t *head = take(b, head_index(b));
     out[0] = head;
-    take(b, h);
     int n = 1;
     while (n < k && b->n) {
         size_t best = 0;
@@ -164,8 +233,7 @@ static int form_batch(batcher_t *b, int k, batcher_item_t **out)
             if (closer)
                 best = i;
         }
-        out[n++] = b->pending[best];
-        take(b, best);
+        out[n++] = take(b, best);
     }
     for (int i = 1; i < n; i++) /* arrival order within the batch */
         for (int j = i; j > 0 && out[j]->seq < out[j - 1]->seq; j--) {
@@ -184,16 +252,7 @@ int batcher_next(batcher_t *b, batcher_item_t **items, int *n, batcher_item_t **
     pthread_mutex_lock(&b->lock);
     for (;;) {
         uint64_t now = clock_now_ns();
-        /* expired requests leave first */
-        for (size_t i = 0; i < b->n && *n_expired < max_exp;) {
-            if (b->pending[i]->deadline_ns && b->pending[i]->deadline_ns <= now) {
-                expired[(*n_expired)++] = b->pending[i];
-                b->st.expired++;
-                take(b, i);
-            } else {
-                i++;
-            }
-        }
+        take_expired(b, now, expired, max_exp, n_expired); /* expired requests leave first */
         if (*n_expired)
             break;
         if (b->n) {
@@ -243,5 +302,6 @@ void batcher_stats(batcher_t *b, batcher_stats_t *out)
     pthread_mutex_lock(&b->lock);
     *out = b->st;
     out->pending = b->n;
+    out->pending_requests = b->n_req;
     pthread_mutex_unlock(&b->lock);
 }

@@ -829,23 +829,42 @@ int served_model_sequences(served_model_t *m)
     return n;
 }
 
-int served_model_submit(served_model_t *m, served_request_t *req, hark_err_t *err)
+int served_model_submit_many(served_model_t *m, served_request_t *const *reqs, int n,
+                             hark_err_t *err)
 {
     if (m->o.seq.enabled)
         return err_set(err, HARK_ERR_INVALID_ARG,
                        "this model serves sequences (sequence_batching): requests need "
                        "parameters sequence_id, with sequence_start on the first");
-    if (m->sample_rate > 0 && (double)req->fi.n > m->o.max_seconds * m->sample_rate)
-        return err_set(err, HARK_ERR_TOO_LARGE,
-                       "audio of %.1f s exceeds the model's limit of %.0f s",
-                       (double)req->fi.n / m->sample_rate, m->o.max_seconds);
-    req->key_ = m->o.family->batch_key(req->fi.opts);
-    req->item.length = req->fi.text ? strlen(req->fi.text) : req->fi.n;
-    if (!req->item.deadline_ns && m->o.default_timeout_us)
-        req->item.deadline_ns = clock_now_ns() + m->o.default_timeout_us * 1000;
-    int rc = batcher_submit(m->batcher, &req->item);
+    if (n < 1)
+        return err_set(err, HARK_ERR_INVALID_ARG, "a request of no items");
+    for (int i = 0; i < n; i++) {
+        const served_request_t *req = reqs[i];
+        if (m->sample_rate > 0 && (double)req->fi.n > m->o.max_seconds * m->sample_rate)
+            return err_set(err, HARK_ERR_TOO_LARGE,
+                           "audio of %.1f s exceeds the model's limit of %.0f s",
+                           (double)req->fi.n / m->sample_rate, m->o.max_seconds);
+    }
+    batcher_item_t *stack[64] = {0}, **items = stack;
+    if (n > 64 && !(items = hark_malloc(sizeof *items * (size_t)n)))
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    /* one default deadline for the request: its items expire together */
+    uint64_t deadline =
+        m->o.default_timeout_us ? clock_now_ns() + m->o.default_timeout_us * 1000 : 0;
+    for (int i = 0; i < n; i++) {
+        served_request_t *req = reqs[i];
+        req->key_ = m->o.family->batch_key(req->fi.opts);
+        req->item.length = req->fi.text ? strlen(req->fi.text) : req->fi.n;
+        if (!req->item.deadline_ns)
+            req->item.deadline_ns = deadline;
+        items[i] = &req->item;
+    }
+    int rc = batcher_submit_many(m->batcher, items, n);
+    if (items != stack)
+        hark_free(items);
     if (rc == HARK_ERR_AGAIN)
-        return err_set(err, rc, "the model's queue is full");
+        return err_set(err, rc, "the model's queue is full (max_queue_size %d requests)",
+                       m->o.batching.max_queue_size);
     if (rc == HARK_ERR_CLOSED)
         return err_set(err, rc, "the model is unloading");
     if (rc)
@@ -853,20 +872,27 @@ int served_model_submit(served_model_t *m, served_request_t *req, hark_err_t *er
     return HARK_OK;
 }
 
+int served_model_submit(served_model_t *m, served_request_t *req, hark_err_t *err)
+{
+    return served_model_submit_many(m, &req, 1, err);
+}
+
 void served_model_stats(served_model_t *m, served_stats_t *out)
 {
     batcher_stats_t bs;
     batcher_stats(m->batcher, &bs);
-    size_t pending = bs.pending;
+    size_t pending = bs.pending_requests, items = bs.pending;
     for (int i = 0; i < m->n_inst; i++)
         if (m->inst[i].own) {
             batcher_stats(m->inst[i].own, &bs);
-            pending += bs.pending;
+            pending += bs.pending_requests;
+            items += bs.pending;
         }
     pthread_mutex_lock(&m->lock);
     *out = m->st;
     pthread_mutex_unlock(&m->lock);
     out->pending = pending;
+    out->pending_items = items;
 }
 
 int served_model_ready(const served_model_t *m)

@@ -115,7 +115,8 @@ typedef struct {
     double audio_seconds, compute_seconds, padded_samples, total_samples;
     uint64_t
         batch_hist[10]; /* batch sizes: 1, 2, 3-4, 5-8, 9-16, 17-32, 33-64, 65-128, 129-256, >256 */
-    uint64_t pending;
+    uint64_t pending;   /* requests queued now: what max_queue_size bounds (Triton's count) */
+    uint64_t pending_items; /* their items still queued */
 } served_stats_t;
 
 typedef struct served_model served_model_t;
@@ -132,8 +133,16 @@ void served_model_info(const served_model_t *m, family_info_t *out);
  * opts must hold served_model_family(m)->opts_size bytes. */
 int served_model_parse_opts(const served_model_t *m, const family_params_t *req, void *opts,
                             hark_err_t *err);
-/* Queues a request: HARK_ERR_AGAIN when the queue is full, HARK_ERR_CLOSED when unloading,
- * HARK_ERR_TOO_LARGE for audio longer than max_seconds. On error `done` is not called. */
+/* Queues the n items of one client request (its batch), all or none: HARK_ERR_AGAIN when
+ * max_queue_size requests are queued (the request counts once, until its last item has left the
+ * queue), HARK_ERR_CLOSED when unloading, HARK_ERR_TOO_LARGE for an item's audio longer than
+ * max_seconds. An item with no deadline_ns gets the request's default timeout (one deadline for
+ * all); once an item expires the request's items still queued expire with it. Each queued item
+ * gets its own `done`; on error none was queued and no `done` is called. Once it returns
+ * HARK_OK the requests may already be complete (and freed). */
+int served_model_submit_many(served_model_t *m, served_request_t *const *reqs, int n,
+                             hark_err_t *err);
+/* A request of one item. */
 int served_model_submit(served_model_t *m, served_request_t *req, hark_err_t *err);
 /* A sequence's controls, from the request's parameters. */
 typedef struct {

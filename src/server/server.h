@@ -28,8 +28,8 @@ typedef struct {
     double max_audio_seconds; /* longest request; default 60 */
     int cpu_threads;          /* BLAS threads per CPU instance; default 1 */
     int length_aware;         /* length-aware batching; default 1 */
-    int max_queue_size;       /* a model's queue when its config sets no max_queue_size
-                                 (0: unbounded); default 1024: beyond it 503 + Retry-After */
+    int max_queue_size;       /* a model's queue, in requests, when its config sets no
+                                 max_queue_size (0: unbounded); default 1024: beyond it 503 */
     int strict_model_config;  /* unknown model configs: refuse to start; default 0 */
     int strict_readiness; /* ready only when no model is loading or failed (Triton's); cmd_serve: 1
                            */

@@ -1,7 +1,9 @@
 /* Tests for src/sched/instance.c with a test family (no model): concurrent requests are batched
  * and each gets its own result; items of different batch keys never share an execute; statistics
  * add up; oversized audio is refused; cancelled requests never run; a failing execute marks the
- * model unhealthy; a worker that cannot start fails its requests; unloading drains the queue. */
+ * model unhealthy; a worker that cannot start fails its requests; unloading drains the queue; a
+ * request of several items takes one place in the queue, queued or refused whole, and times out
+ * whole. */
 #include "test.h"
 
 #include "core/alloc.h"
@@ -841,3 +843,95 @@ GPU_TEST(gpu_two_instances_share_one_gpu)
     served_wenet(t, 0, 2, 120);
 }
 #endif
+
+/* fills r[0..n) as requests of the default options (no submission) */
+static void prepare_n(test_ctx_t *t, served_model_t *m, my_req_t *r, int n, size_t samples,
+                      pthread_mutex_t *lock, int *done, served_request_t **ptr)
+{
+    hark_err_t err = {0};
+    family_params_t none = {NULL, 0};
+    for (int i = 0; i < n; i++) {
+        memset(&r[i], 0, sizeof r[i]);
+        CHECK_OK(served_model_parse_opts(m, &none, &r[i].opts, &err));
+        r[i].req.fi.opts = &r[i].opts;
+        r[i].req.fi.n = samples;
+        r[i].req.done = on_done;
+        r[i].lock = lock;
+        r[i].done_count = done;
+        ptr[i] = &r[i].req;
+    }
+}
+
+/* Issue 23: a client request of several items takes one place of max_queue_size and is queued
+ * or refused as a whole (no `done` for any item of a refused one); unloading runs what was
+ * queued. */
+TEST(served_model_submit_many_is_one_request)
+{
+    reset_log();
+    served_opts_t so;
+    opts_for(&so, 1);
+    so.batching.max_queue_delay_us = 10 * 1000000; /* nothing is due before the unload */
+    so.batching.n_preferred = 0;
+    so.batching.max_queue_size = 1;
+    served_model_t *m;
+    hark_err_t err = {0};
+    CHECKF(served_model_create("unused", &so, &m, &err) == HARK_OK, "%s", err.msg);
+    static my_req_t a[3], b[2];
+    served_request_t *pa[3], *pb[2];
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    int done = 0;
+    prepare_n(t, m, a, 3, 100, &lock, &done, pa);
+    prepare_n(t, m, b, 2, 100, &lock, &done, pb);
+    CHECKF(served_model_submit_many(m, pa, 3, &err) == HARK_OK, "%s", err.msg);
+    served_stats_t st;
+    served_model_stats(m, &st);
+    CHECK(st.pending == 1 && st.pending_items == 3);
+    CHECK_EQ_INT(served_model_submit_many(m, pb, 2, &err), HARK_ERR_AGAIN);
+    CHECKF(strstr(err.msg, "queue is full") && strstr(err.msg, "1 requests"), "%s", err.msg);
+    b[1].req.fi.n = 1000 * 11; /* too long: refused before the queue is looked at */
+    CHECK_EQ_INT(served_model_submit_many(m, pb, 2, &err), HARK_ERR_TOO_LARGE);
+    served_model_stats(m, &st);
+    CHECK(st.pending == 1 && st.pending_items == 3);
+    served_model_destroy(m); /* drains: the three run */
+    CHECK_EQ_INT(done, 3);
+    for (int i = 0; i < 3; i++)
+        CHECK(a[i].status == HARK_OK && a[i].timed && !strcmp(a[i].text, "n=100 key=0"));
+    CHECK_EQ_INT(g_items_run, 3);
+}
+
+/* The default timeout is one deadline for a request's items: they expire together, each failed
+ * once with the timeout, and none of them runs. */
+TEST(served_model_request_times_out_whole)
+{
+    reset_log();
+    served_opts_t so;
+    opts_for(&so, 1);
+    so.batching.max_queue_delay_us = 10 * 1000000;
+    so.batching.n_preferred = 0;
+    so.batching.max_queue_size = 1;
+    so.default_timeout_us = 30000;
+    served_model_t *m;
+    hark_err_t err = {0};
+    CHECKF(served_model_create("unused", &so, &m, &err) == HARK_OK, "%s", err.msg);
+    static my_req_t a[4], x;
+    served_request_t *pa[4], *px;
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    int done = 0;
+    prepare_n(t, m, a, 4, 100, &lock, &done, pa);
+    CHECKF(served_model_submit_many(m, pa, 4, &err) == HARK_OK, "%s", err.msg);
+    wait_done(&lock, &done, 4, 10);
+    CHECK_EQ_INT(done, 4);
+    for (int i = 0; i < 4; i++)
+        CHECKF(a[i].status == HARK_ERR_TIMEOUT && !a[i].timed && strstr(a[i].text, "timed out"),
+               "item %d: %d %s", i, a[i].status, a[i].text);
+    CHECK_EQ_INT(g_items_run, 0);
+    served_stats_t st;
+    served_model_stats(m, &st);
+    CHECK(st.pending == 0 && st.pending_items == 0 && st.failure == 4);
+    /* its place is free again */
+    prepare_n(t, m, &x, 1, 100, &lock, &done, &px);
+    x.req.item.deadline_ns = clock_now_ns() + 60ull * 1000000000ull; /* its own: not the default */
+    CHECK_OK(served_model_submit(m, px, &err));
+    served_model_destroy(m);
+    CHECK(done == 5 && x.status == HARK_OK);
+}

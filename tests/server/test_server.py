@@ -248,7 +248,7 @@ try:
           (s1 - s0, f1 - f0))
     # the queue bound and the default timeout: behind a long request, 2 of 5 wait (then expire
     # after 300 ms: 504), 3 are shed at once (503 with Retry-After)
-    # (the queue counts batch items: the long request is 2 x 59 s, so it fits the queue)
+    # (the queue counts requests: the long request of 2 x 59 s takes one place while it waits)
     QN, QS = 2, 16000 * 59
     hq = json.dumps({"inputs": [
         {"name": "WAV", "shape": [QN, QS], "datatype": "FP32", "parameters": {"binary_data_size": 4 * QN * QS}},
