@@ -28,8 +28,8 @@ int grpc_status_of(int st)
         return GRPC_STATUS_NOT_FOUND;
     case HARK_ERR_UNAVAILABLE:
     case HARK_ERR_CLOSED:
+    case HARK_ERR_AGAIN: /* a full queue: Triton's UNAVAILABLE, which its clients retry */
         return GRPC_STATUS_UNAVAILABLE;
-    case HARK_ERR_AGAIN:
     case HARK_ERR_EXHAUSTED:
         return GRPC_STATUS_RESOURCE_EXHAUSTED;
     case HARK_ERR_TIMEOUT:

@@ -278,7 +278,7 @@ try:
     codes = sorted(r_.status_code for r_ in qr)
     check(lq and lq[0].status_code == 200 and set(codes) == {503, 504} and
           codes.count(503) >= 3 and
-          all(r_.headers.get("Retry-After") and "queue is full" in r_.text for r_ in qr
+          all(r_.headers.get("Retry-After") and "Exceeds maximum queue size" in r_.text for r_ in qr
               if r_.status_code == 503) and
           all("timed out" in r_.text for r_ in qr if r_.status_code == 504),
           "max_queue_size 2: the rest shed with 503 + Retry-After, the queued expire after "

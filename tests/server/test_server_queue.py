@@ -95,7 +95,7 @@ try:
     tb = in_thread(B, rb)
     check(wait_pending(2), "a 5-item request is the second (8 items queued, 2 requests)")
     r = infer(names[:2])
-    check(r.status_code == 503 and r.headers.get("Retry-After") and "queue is full" in r.text,
+    check(r.status_code == 503 and r.headers.get("Retry-After") and "Exceeds maximum queue size" in r.text,
           "a third request, of 2 items, refused whole: 503 + Retry-After (%d %s)" %
           (r.status_code, r.text[:160]))
     r = requests.post(srv.base + "/v1/audio/transcriptions", data={"model": "demo_q"},
