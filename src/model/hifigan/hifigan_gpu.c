@@ -773,7 +773,7 @@ int hifigan_gpu_run(hifigan_gpu_worker_t *w, const float *const *mel, const int 
                     hark_err_t *err)
 {
     const hifigan_config_t *c = w->c;
-    int F, nm = c->num_mels;
+    int F = 0, nm = c->num_mels;
     int rc = check_batch(w, n_frames, batch, &F, err);
     if (rc)
         return rc;
@@ -806,23 +806,56 @@ int hifigan_gpu_run(hifigan_gpu_worker_t *w, const float *const *mel, const int 
     return HARK_OK;
 }
 
-int hifigan_gpu_run_device(hifigan_gpu_worker_t *w, const float *d_mel, int t, const int *n_frames,
-                           int batch, const float **d_audio, hark_err_t *err)
+int hifigan_gpu_run_device(hifigan_gpu_worker_t *w, const float *d_mel, int src_rows, int row0,
+                           int t, const int *n_frames, int batch, const float **d_audio,
+                           hark_err_t *err)
 {
-    int F;
-    int rc = check_batch(w, n_frames, batch, &F, err);
-    if (rc)
-        return rc;
-    if (t < F || t > w->max_frames)
-        return err_set(err, HARK_ERR_INVALID_ARG, "hifigan (gpu): %d mel rows for %d frames", t, F);
+    const hifigan_config_t *c = w->c;
+    *d_audio = NULL;
+    if (batch < 1 || batch > w->max_batch || t < 1 || t > w->max_frames || row0 < 0 ||
+        src_rows < row0 + t)
+        return err_set(err, HARK_ERR_TOO_LARGE,
+                       "hifigan (gpu): batch %d x %d frames at row %d of %d: the worker takes %d x "
+                       "%d",
+                       batch, t, row0, src_rows, w->max_batch, w->max_frames);
+    int any = 0;
+    for (int b = 0; b < batch; b++) {
+        if (n_frames[b] < 0 || n_frames[b] > t)
+            return err_set(err, HARK_ERR_INVALID_ARG, "hifigan (gpu): item %d: %d frames of %d",
+                           b, n_frames[b], t);
+        any |= n_frames[b] > 0;
+    }
+    if (!any)
+        return err_set(err, HARK_ERR_INVALID_ARG, "hifigan (gpu): no item has frames");
     cudaSetDevice(w->g->device);
     /* the lengths table is read by the previous run's graph: wait for it */
-    if ((rc = hifigan_gpu_sync(w, err)))
+    int rc = hifigan_gpu_sync(w, err);
+    if (rc)
         return rc;
     set_lens(w, n_frames, batch);
-    rc = forward(w, d_mel, 1, batch, t, NULL, err);
+    size_t row = (size_t)c->num_mels * sizeof(float);
+    cudaError_t e = cudaMemcpy2DAsync(w->mel, (size_t)t * row, d_mel + (size_t)row0 * c->num_mels,
+                                      (size_t)src_rows * row, (size_t)t * row, (size_t)batch,
+                                      cudaMemcpyDeviceToDevice, w->stream);
+    if (e != cudaSuccess)
+        return cuda_err(err, e, "mel window copy");
+    rc = forward(w, w->mel, 1, batch, t, NULL, err);
     *d_audio = rc ? NULL : w->audio;
     return rc;
+}
+
+int hifigan_gpu_audio_to_host(hifigan_gpu_worker_t *w, int batch, int t, float *host,
+                              hark_err_t *err)
+{
+    size_t n = (size_t)batch * hifigan_samples(w->g->m, t);
+    cudaError_t e = cudaMemcpyAsync(w->h_audio, w->audio, n * sizeof(float),
+                                    cudaMemcpyDeviceToHost, w->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(w->stream);
+    if (e != cudaSuccess)
+        return cuda_err(err, e, "audio copy");
+    memcpy(host, w->h_audio, n * sizeof(float));
+    return HARK_OK;
 }
 
 #else /* !HARK_CUDA */
@@ -879,10 +912,16 @@ int hifigan_gpu_run(hifigan_gpu_worker_t *w, const float *const *mel, const int 
 {
     return no_device(err);
 }
-int hifigan_gpu_run_device(hifigan_gpu_worker_t *w, const float *d_mel, int t, const int *n_frames,
-                           int batch, const float **d_audio, hark_err_t *err)
+int hifigan_gpu_run_device(hifigan_gpu_worker_t *w, const float *d_mel, int src_rows, int row0,
+                           int t, const int *n_frames, int batch, const float **d_audio,
+                           hark_err_t *err)
 {
     *d_audio = NULL;
+    return no_device(err);
+}
+int hifigan_gpu_audio_to_host(hifigan_gpu_worker_t *w, int batch, int t, float *host,
+                              hark_err_t *err)
+{
     return no_device(err);
 }
 int hifigan_gpu_sync(hifigan_gpu_worker_t *w, hark_err_t *err)

@@ -63,14 +63,20 @@ int hifigan_gpu_run(hifigan_gpu_worker_t *w, const float *const *mel, const int 
                     int batch, float *const *audio, hifigan_gpu_stage_fn stage, void *user,
                     hark_err_t *err);
 
-/* The same from a mel already on the device (the GPU FastSpeech's output): d_mel (batch, t,
- * num_mels) float time-major, rows past n_frames[b] (host ints) ignored; the audio stays on the
- * device, (batch, hifigan_samples(t)) rows (zeros past each item's own length), at *d_audio
- * (the worker's, valid until its next run); enqueued on the worker's stream, not waited for
- * (hifigan_gpu_sync). The stream is the worker's: a producer on another stream must be waited
- * for first (hifigan_gpu_stream). */
-int hifigan_gpu_run_device(hifigan_gpu_worker_t *w, const float *d_mel, int t, const int *n_frames,
-                           int batch, const float **d_audio, hark_err_t *err);
+/* The same from a mel already on the device (the GPU FastSpeech's output), a window of it: rows
+ * [row0, row0 + t) of each item of d_mel (batch, src_rows, num_mels) float time-major are copied
+ * into the worker (the source may be reused once this returns... after hifigan_gpu_sync) and
+ * vocoded, item b having n_frames[b] valid frames in the window (0..t: 0 gives silence; at least
+ * one item must have some). The audio stays on the device, (batch, hifigan_samples(t)) rows
+ * (zeros past each item's own length) at *d_audio (the worker's, valid until its next run);
+ * enqueued on the worker's stream, not waited for (hifigan_gpu_sync, hifigan_gpu_audio_to_host).
+ * d_mel must be complete before the call (the producer synchronised). */
+int hifigan_gpu_run_device(hifigan_gpu_worker_t *w, const float *d_mel, int src_rows, int row0,
+                           int t, const int *n_frames, int batch, const float **d_audio,
+                           hark_err_t *err);
+/* The last run_device's audio, (batch, hifigan_samples(t)) into host (waits for it). */
+int hifigan_gpu_audio_to_host(hifigan_gpu_worker_t *w, int batch, int t, float *host,
+                              hark_err_t *err);
 int hifigan_gpu_sync(hifigan_gpu_worker_t *w, hark_err_t *err);
 void *hifigan_gpu_stream(const hifigan_gpu_worker_t *w); /* cudaStream_t */
 
