@@ -21,6 +21,7 @@
 #include "hark.h"
 #include "model/fastspeech/fastspeech.h"
 #include "model/fastspeech/fastspeech_gpu.h"
+#include "model/fastspeech/fastspeech_tools.h"
 #include "model/hifigan/hifigan.h"
 #include "model/hifigan/hifigan_gpu.h"
 #include "text/tts_text.h"
@@ -470,7 +471,7 @@ const family_t fastspeech_family = {
     .stream_open = NULL,
     .stream_close = NULL,
     .execute = ff_execute,
-    .bench = NULL,
+    .bench = fastspeech_bench_main,
     .inspect = NULL,
     .bench_synthetic = NULL,
     .io = NULL,
