@@ -15,8 +15,8 @@ Accepted checkpoints:
 Every tensor the config implies must be present with its exact shape and finite values.
 
 Generated weights (benchmarks, tests; no checkpoint, no torch): `--random SEED` in place of
-`--checkpoint` fills every tensor with seeded uniform values of std 0.5/sqrt(fan_in) (biases
-0.05 that) — e.g. `--random 1 --config v1` for a full-size V1 (upstream's config_v1.json,
+`--checkpoint` fills every tensor with seeded uniform values of std 1/sqrt(fan_in) (biases
+0.05/sqrt(fan_in)) — e.g. `--random 1 --config v1` for a full-size V1 (upstream's config_v1.json,
 built in as `v1`; `v3` too).
 Needs Debian's python3-torch (checkpoints only) and python3-numpy. Tests: tests/model/hifigan/test_hifigan.c.
 """
@@ -223,7 +223,7 @@ def random_tensors(cfg, seed):
             scale = 0.05 / np.sqrt(fan)
         else:
             fan = shape[0] * shape[2] if name.startswith("ups.") else shape[1] * shape[2]
-            scale = 0.5 / np.sqrt(fan)
+            scale = 1.0 / np.sqrt(fan)
         a = rng.uniform(-np.sqrt(3.0), np.sqrt(3.0), size=shape) * scale
         out[name] = np.ascontiguousarray(a, dtype="<f4")
     return out
