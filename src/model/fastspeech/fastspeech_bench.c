@@ -29,12 +29,6 @@
 #include <cuda_runtime_api.h>
 #endif
 
-static const char *const SENTENCES[3] = {
-    "Printing, in the only sense with which we are at present concerned, differs from most if "
-    "not from all the arts.",
-    "Dr. Smith paid $12.50 for 3 books on Jan. 2nd, 1999 \xe2\x80\x94 at 4:30 p.m.!",
-    "Turn left on {HH AW1 S T AH0 N} Street, said Mrs. M\xc3\xbcller; OK?"};
-
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -48,6 +42,12 @@ static void usage(FILE *f)
 }
 
 #ifdef HARK_CUDA
+static const char *const SENTENCES[3] = {
+    "Printing, in the only sense with which we are at present concerned, differs from most if "
+    "not from all the arts.",
+    "Dr. Smith paid $12.50 for 3 books on Jan. 2nd, 1999 \xe2\x80\x94 at 4:30 p.m.!",
+    "Turn left on {HH AW1 S T AH0 N} Street, said Mrs. M\xc3\xbcller; OK?"};
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
