@@ -161,9 +161,12 @@ extern "C" int cuda_conv1d(float *acc, float beta, const void *xp, const void *w
     int t_out = t_pad < span ? 0 : (t_pad - span) / stride + 1;
     if (batch == 0 || t_out == 0)
         return HARK_OK;
-    if (dt != OPS_F32 && dil == 1 && cin % 8 == 0) {
-        /* one implicit GEMM: the padded input as a (t_pad x 1) image of cin channels, the taps
-         * as a k x 1 kernel, w (cout, k·cin) the channel-last order hconv2d reads */
+    if (dt != OPS_F32 && cin % 8 == 0 && (dil == 1 || (stride == 1 && t_pad % dil == 0))) {
+        /* one implicit GEMM: the padded input as a (t_pad / dil x dil) image of cin channels
+         * (row r, column c = frame r·dil + c), the taps as a k x 1 kernel — a dilated conv is an
+         * undilated one down the image's rows, and output (ho, wo) is frame ho·dil + wo, so the
+         * rows come out in time order, t_out per utterance; w (cout, k·cin) the channel-last
+         * order hconv2d reads */
         cuda_epi_t e = {};
         e.mode = CUDA_EPI_RESID32;
         e.out = acc;
@@ -171,7 +174,7 @@ extern "C" int cuda_conv1d(float *acc, float beta, const void *xp, const void *w
         e.alpha = 1.0f;
         e.beta = beta;
         e.dt = dt;
-        return cuda_hconv2d(&e, xp, w, batch, cin, t_pad, 1, cout, k, 1, stride, g, err);
+        return cuda_hconv2d(&e, xp, w, batch, cin, t_pad / dil, dil, cout, k, 1, stride, g, err);
     }
     /* tap j: rows s·stride + j·dil of the padded input, a strided view (lda = stride·cin), times
      * w[:, j, :] (rows of k·cin); every tap after the first adds to acc */

@@ -97,9 +97,9 @@ int cuda_conv1d_pad_mask(void *out, ops_dtype_t out_t, const void *in, ops_dtype
                          const int *lens, int batch, int t, int c, int ld_in, int ld_out, int pad_l,
                          int pad_r, void *stream, hark_err_t *err);
 
-/* conv1d_ref with xp and w of dt (acc float). 16-bit with dil 1 and cin a multiple of 8: one
- * implicit GEMM over all taps (cuda_hconv2d, RESID32 epilogue); otherwise one strided-batched
- * GEMM per tap (cuda_gemm, the CPU path's order). */
+/* conv1d_ref with xp and w of dt (acc float). 16-bit with cin a multiple of 8 and dil 1 (or
+ * stride 1 and t_pad a multiple of dil): one implicit GEMM over all taps (cuda_hconv2d, RESID32
+ * epilogue); otherwise one strided-batched GEMM per tap (cuda_gemm, the CPU path's order). */
 int cuda_conv1d(float *acc, float beta, const void *xp, const void *w, ops_dtype_t dt, int batch,
                 int t_pad, int cin, int cout, int k, int stride, int dil, ops_cuda_t *g,
                 hark_err_t *err);

@@ -177,6 +177,8 @@ GPU_TEST(cuda_conv1d_matches_ref)
     const conv_case_t cases[] = {
         {3, 55, 24, 40, 11, 1, 1},  {2, 38, 13, 19, 5, 2, 1}, {2, 61, 16, 24, 7, 1, 2},
         {1, 29, 64, 136, 29, 1, 1}, {4, 33, 40, 8, 1, 1, 1},  {3, 70, 32, 96, 11, 2, 1},
+        /* dilated, t_pad a multiple of dil: the implicit GEMM over a (t_pad / dil x dil) image */
+        {3, 66, 24, 40, 3, 1, 3},   {2, 60, 16, 24, 7, 1, 5}, {3, 72, 32, 8, 5, 1, 12},
     };
     unsigned seed = 5;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)

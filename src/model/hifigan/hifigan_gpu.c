@@ -59,6 +59,7 @@ static int pad8(int c)
     return (c + 7) & ~7;
 }
 
+
 static size_t al(size_t bytes)
 {
     return (bytes + 255) & ~(size_t)255;
@@ -78,6 +79,9 @@ struct hifigan_gpu_model {
     ops_dtype_t dt;
     int mel_p;
     int ch_p[HIFIGAN_MAX_UPS + 1]; /* padded channels per level */
+    int frame_mult; /* 16-bit: batches run padded to a multiple of this many frames, so that every
+                       level's length is a multiple of its dilations (cuda_conv1d's implicit GEMM
+                       then takes the dilated convs too); 1 in FP32 */
     gconv_t pre, post;
     float post_b;
     gconv_t ups[HIFIGAN_MAX_UPS];
@@ -90,6 +94,12 @@ struct hifigan_gpu_model {
     void *dmat, *dflt;
     size_t bytes;
 };
+
+/* frames a batch of F runs padded to */
+static int fpad(const hifigan_gpu_model_t *g, int F)
+{
+    return (F + g->frame_mult - 1) / g->frame_mult * g->frame_mult;
+}
 
 int hifigan_gpu_model_device(const hifigan_gpu_model_t *g)
 {
@@ -248,6 +258,30 @@ int hifigan_gpu_model_create(const hifigan_model_t *m, int device, ops_dtype_t d
     g->device = device;
     g->dt = dt;
     g->mel_p = pad8(c->num_mels);
+    g->frame_mult = 1;
+    if (dt != OPS_F32) {
+        long mult = 1, P = 1;
+        for (int i = 0; i < c->n_ups; i++) {
+            P *= c->up_rate[i];
+            for (int k = 0; k < c->n_kernels; k++)
+                for (int d = 0; d < c->n_dil; d++) {
+                    long dd = c->rb_dil[k][d], a = dd, b = P % dd;
+                    while (b) { /* gcd(d, P) */
+                        long r = a % b;
+                        a = b;
+                        b = r;
+                    }
+                    long need = dd / a, x = mult, y = need;
+                    while (y) { /* lcm(mult, need) */
+                        long r = x % y;
+                        x = y;
+                        y = r;
+                    }
+                    mult = mult / x * need;
+                }
+        }
+        g->frame_mult = mult <= 64 ? (int)mult : 1; /* else the per-tap GEMMs */
+    }
     for (int l = 0; l <= c->n_ups; l++)
         g->ch_p[l] = pad8(c->ch0 >> l);
     stage_t s = {.sizing = 1};
@@ -468,9 +502,10 @@ int hifigan_gpu_worker_create(const hifigan_gpu_model_t *g, int max_batch, int m
     const char *ng = getenv("HARK_NO_GRAPHS");
     w->graphs = !(ng && *ng && strcmp(ng, "0"));
     size_t B = (size_t)max_batch, es = ops_dtype_size(g->dt);
-    sizes_t z = sizes_for(g, (size_t)max_frames);
+    sizes_t z = sizes_for(g, (size_t)fpad(g, max_frames));
     w->max_samples = z.samples;
-    size_t n_mel = B * (size_t)max_frames * c->num_mels, n_lens = (size_t)(c->n_ups + 1) * B;
+    size_t n_mel = B * (size_t)fpad(g, max_frames) * c->num_mels,
+           n_lens = (size_t)(c->n_ups + 1) * B;
     size_t n_r = z.act > z.poly ? z.act : z.poly;
     size_t total = al(n_mel * 4) + al(B * z.xp * es) + 2 * al(B * z.act * 4) + al(B * n_r * 4) +
                    al(B * z.acc * 4) + 2 * al(B * z.samples * 4) + al(n_lens * 4);
@@ -783,6 +818,7 @@ int hifigan_gpu_run(hifigan_gpu_worker_t *w, const float *const *mel, const int 
                 return err_set(err, HARK_ERR_INVALID_ARG,
                                "hifigan (gpu): item %d: mel value %zu is NaN or infinite", b, i);
     cudaSetDevice(w->g->device);
+    F = fpad(w->g, F);
     /* the previous run's copies are done (runs are synchronous): refill the pinned staging */
     set_lens(w, n_frames, batch);
     for (int b = 0; b < batch; b++) {
@@ -834,12 +870,13 @@ int hifigan_gpu_run_device(hifigan_gpu_worker_t *w, const float *d_mel, int src_
         return rc;
     set_lens(w, n_frames, batch);
     size_t row = (size_t)c->num_mels * sizeof(float);
-    cudaError_t e = cudaMemcpy2DAsync(w->mel, (size_t)t * row, d_mel + (size_t)row0 * c->num_mels,
+    int tp = fpad(w->g, t); /* rows t..tp of each item are past every length: never read */
+    cudaError_t e = cudaMemcpy2DAsync(w->mel, (size_t)tp * row, d_mel + (size_t)row0 * c->num_mels,
                                       (size_t)src_rows * row, (size_t)t * row, (size_t)batch,
                                       cudaMemcpyDeviceToDevice, w->stream);
     if (e != cudaSuccess)
         return cuda_err(err, e, "mel window copy");
-    rc = forward(w, w->mel, 1, batch, t, NULL, err);
+    rc = forward(w, w->mel, 1, batch, tp, NULL, err);
     *d_audio = rc ? NULL : w->audio;
     return rc;
 }
@@ -847,14 +884,15 @@ int hifigan_gpu_run_device(hifigan_gpu_worker_t *w, const float *d_mel, int src_
 int hifigan_gpu_audio_to_host(hifigan_gpu_worker_t *w, int batch, int t, float *host,
                               hark_err_t *err)
 {
-    size_t n = (size_t)batch * hifigan_samples(w->g->m, t);
-    cudaError_t e = cudaMemcpyAsync(w->h_audio, w->audio, n * sizeof(float),
+    size_t ns = hifigan_samples(w->g->m, t), ld = hifigan_samples(w->g->m, fpad(w->g, t));
+    cudaError_t e = cudaMemcpyAsync(w->h_audio, w->audio, (size_t)batch * ld * sizeof(float),
                                     cudaMemcpyDeviceToHost, w->stream);
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(w->stream);
     if (e != cudaSuccess)
         return cuda_err(err, e, "audio copy");
-    memcpy(host, w->h_audio, n * sizeof(float));
+    for (int b = 0; b < batch; b++)
+        memcpy(host + (size_t)b * ns, w->h_audio + (size_t)b * ld, ns * sizeof(float));
     return HARK_OK;
 }
 

@@ -67,8 +67,9 @@ int hifigan_gpu_run(hifigan_gpu_worker_t *w, const float *const *mel, const int 
  * [row0, row0 + t) of each item of d_mel (batch, src_rows, num_mels) float time-major are copied
  * into the worker (the source may be reused once this returns... after hifigan_gpu_sync) and
  * vocoded, item b having n_frames[b] valid frames in the window (0..t: 0 gives silence; at least
- * one item must have some). The audio stays on the device, (batch, hifigan_samples(t)) rows
- * (zeros past each item's own length) at *d_audio (the worker's, valid until its next run);
+ * one item must have some). The audio stays on the device at *d_audio (the worker's, valid until
+ * its next run): rows of hifigan_samples(t') samples, t' = t rounded up to the model's frame
+ * multiple (16-bit: the dilations'), zeros past each item's own length;
  * enqueued on the worker's stream, not waited for (hifigan_gpu_sync, hifigan_gpu_audio_to_host).
  * d_mel must be complete before the call (the producer synchronised). */
 int hifigan_gpu_run_device(hifigan_gpu_worker_t *w, const float *d_mel, int src_rows, int row0,
