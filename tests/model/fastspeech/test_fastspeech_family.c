@@ -252,3 +252,22 @@ TEST(fastspeech_family_needs_vocoder)
     CHECK(hark_model_load(fsdir, NULL, &m) == HARK_ERR_INVALID_ARG && !m);
     CHECKF(strstr(hark_last_error(), "vocoder"), "%s", hark_last_error());
 }
+
+/* hark bench's argument errors (the timing itself needs a GPU: docs/tts.md) */
+TEST(fastspeech_bench_arguments)
+{
+    NEED_REPO(1);
+    char cmd[2048], out[4096];
+    snprintf(cmd, sizeof cmd, "%s bench --model %s --precision fp8", test_hark_bin(), fsdir);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 2 && strstr(out, "--precision"), "%s", out);
+    snprintf(cmd, sizeof cmd, "%s bench --model %s --device cpu", test_hark_bin(), fsdir);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 2 && strstr(out, "GPU path"), "%s", out);
+    snprintf(cmd, sizeof cmd, "%s bench --model %s --help", test_hark_bin(), fsdir);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 0 && strstr(out, "first audio"), "%s", out);
+    if (!test_have_gpu()) { /* no device: a clear failure, not a crash */
+        snprintf(cmd, sizeof cmd, "%s bench --model %s --batch 1 --min-time 0.1", test_hark_bin(),
+                 fsdir);
+        CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 1 && strstr(out, "hark bench:"), "%s",
+               out);
+    }
+}

@@ -187,7 +187,9 @@ static void v3_stages(test_ctx_t *t, ops_dtype_t dt)
     CHECKF(c.n_bad == 0, "%d stages over the bound: first %s", c.n_bad, c.first_bad);
     CHECKF(d_cpu <= tol_for(dt, "audio") && d_gold <= tol_for(dt, "audio"),
            "audio: vs CPU %g, vs golden %g", d_cpu, d_gold);
-    CHECKF(d_graph == 0, "the graph replay differs from the direct run by %g", d_graph);
+    /* the same kernels on the same shapes: equal but for a GEMM backend's own choices */
+    printf("    graph replay vs the staged run: max abs diff %.3g\n", d_graph);
+    CHECKF(d_graph <= 1e-6, "the graph replay differs from the direct run by %g", d_graph);
 }
 
 GPU_TEST(hifigan_gpu_v3_stages_fp32)
