@@ -31,6 +31,7 @@
 
 #define LN_EPS FASTSPEECH_LN_EPS
 #define DK 64
+#define FS_GRAPH_SLOTS 16
 
 static int cuda_err(hark_err_t *err, cudaError_t e, const char *what)
 {
@@ -364,6 +365,13 @@ struct fastspeech_gpu_worker {
     int *h_idx;   /* pinned, as d_idx */
     float *h_dlog; /* pinned (B · Nmax) */
     int rows_cap;
+    int graphs;
+    struct fslot {
+        int phase, batch, t;
+        cudaGraphExec_t exec; /* NULL: seen once */
+        unsigned long long used;
+    } slot[FS_GRAPH_SLOTS];
+    unsigned long long tick;
     /* the last run */
     int last_batch, last_t;
     int last_frames[CUDA_MAX_LENS];
@@ -376,6 +384,9 @@ void fastspeech_gpu_worker_destroy(fastspeech_gpu_worker_t *w)
     cudaSetDevice(w->g->device);
     if (w->stream)
         cudaStreamSynchronize(w->stream);
+    for (int i = 0; i < FS_GRAPH_SLOTS; i++)
+        if (w->slot[i].exec)
+            cudaGraphExecDestroy(w->slot[i].exec);
     ops_cuda_destroy(w->ops);
     cudaFree(w->mem);
     cudaFreeHost(w->h_idx);
@@ -439,6 +450,8 @@ int fastspeech_gpu_worker_create(const fastspeech_gpu_model_t *g, int max_batch,
     w->max_batch = max_batch;
     w->max_symbols = max_symbols;
     w->max_frames = max_frames;
+    const char *ng = getenv("HARK_NO_GRAPHS");
+    w->graphs = !(ng && *ng && strcmp(ng, "0"));
     size_t B = (size_t)max_batch, d = (size_t)c->d_model, H = (size_t)max_heads(c);
     size_t tmax = (size_t)maxi(max_symbols, max_frames), rows = B * tmax;
     size_t W = (size_t)max_width(c), P = (size_t)max_pad(g->m);
@@ -671,13 +684,138 @@ static fwd_t fwd_for(fastspeech_gpu_worker_t *w, int batch, int t, const int *h_
     return F;
 }
 
+/* phase 1 on the stream: the index upload, embedding + positions, the encoder, the duration
+ * predictor, its output into the pinned h_dlog (not waited for) */
+static int enqueue_phase1(fastspeech_gpu_worker_t *w, const fwd_t *F)
+{
+    const fastspeech_gpu_model_t *g = w->g;
+    const fastspeech_config_t *c = w->c;
+    const int d = c->d_model, fd = c->dp_filter;
+    hark_err_t *err = F->err;
+    cudaError_t e;
+    TRY(upload_idx(w, err));
+    float *x = w->enc;
+    TRY(cuda_embed_pos(x, g->emb, g->pos_enc, idx_tok(w, w->d_idx), idx_pos(w, w->d_idx), F->rows, d,
+                       1.0f, w->stream, err));
+    TRY(dump(F, "enc_add_pos_enc", x, F->t, d, d, F->h_lens));
+    if (w->h16)
+        TRY(cuda_cast(w->xh, w->dt, x, OPS_F32, (size_t)F->rows * d, w->stream, err));
+    for (int l = 0; l < c->enc_layers; l++)
+        TRY(fft_block(F, x, &g->enc[l], "enc", l));
+    TRY(dump(F, "encoder_out", x, F->t, d, d, F->h_lens));
+    /* the zero row the length regulator's padding reads */
+    if ((e = cudaMemsetAsync(x + (size_t)F->rows * d, 0, (size_t)d * 4, w->stream)) != cudaSuccess)
+        return cuda_err(err, e, "memset");
+    /* duration predictor, FP32: conv, ReLU, LN, conv, ReLU, LN, linear */
+    TRY(conv(F, w->acc, x, OPS_F32, &g->dp1, OPS_F32, g->dp1.b, w->h, OPS_F32));
+    TRY(cuda_layer_norm(w->a, OPS_F32, w->h, g->dp_ln1_g, g->dp_ln1_b, F->rows, fd, LN_EPS,
+                        w->stream, err));
+    TRY(conv(F, w->acc, w->a, OPS_F32, &g->dp2, OPS_F32, g->dp2.b, w->h, OPS_F32));
+    TRY(cuda_layer_norm(w->a, OPS_F32, w->h, g->dp_ln2_g, g->dp_ln2_b, F->rows, fd, LN_EPS,
+                        w->stream, err));
+    TRY(cuda_linear(w->dlog, w->a, g->dp_w, OPS_F32, g->dp_b, F->rows, fd, 1, CUDA_ACT_NONE, w->ops,
+                    err));
+    if ((e = cudaMemcpyAsync(w->h_dlog, w->dlog, (size_t)F->rows * 4, cudaMemcpyDeviceToHost,
+                             w->stream)) != cudaSuccess)
+        return cuda_err(err, e, "durations");
+    return HARK_OK;
+}
+
+/* phase 2 on the stream: the index upload, the length regulator's gather + positions, the mel
+ * side, the mel linear (not waited for) */
+static int enqueue_phase2(fastspeech_gpu_worker_t *w, const fwd_t *F)
+{
+    const fastspeech_gpu_model_t *g = w->g;
+    const fastspeech_config_t *c = w->c;
+    const int d = c->d_model;
+    hark_err_t *err = F->err;
+    TRY(upload_idx(w, err));
+    float *x = w->x;
+    TRY(cuda_embed_pos(x, w->enc, g->pos_dec, idx_tok(w, w->d_idx), idx_pos(w, w->d_idx), F->rows,
+                       d, 1.0f, w->stream, err));
+    TRY(dump(F, "mel_side_add_pos_enc", x, F->t, d, d, F->h_lens));
+    if (w->h16)
+        TRY(cuda_cast(w->xh, w->dt, x, OPS_F32, (size_t)F->rows * d, w->stream, err));
+    for (int l = 0; l < c->dec_layers; l++)
+        TRY(fft_block(F, x, &g->dec[l], "dec", l));
+    TRY(dump(F, "decoder_out", x, F->t, d, d, F->h_lens));
+    if (w->h16) {
+        cuda_epi_t em = {.mode = CUDA_EPI_F32, .bias = g->mel_b, .out = w->mel, .ldo = c->n_mels,
+                         .alpha = 1.0f, .dt = w->dt};
+        TRY(cuda_hgemm(&em, w->xh, d, g->mel_w, F->rows, c->n_mels, d, w->ops, err));
+    } else {
+        TRY(cuda_linear(w->mel, x, g->mel_w, OPS_F32, g->mel_b, F->rows, d, c->n_mels,
+                        CUDA_ACT_NONE, w->ops, err));
+    }
+    TRY(dump(F, "mel", w->mel, F->t, c->n_mels, c->n_mels, F->h_lens));
+    return HARK_OK;
+}
+
+static int enqueue_phase(fastspeech_gpu_worker_t *w, int phase, const fwd_t *F)
+{
+    return phase == 1 ? enqueue_phase1(w, F) : enqueue_phase2(w, F);
+}
+
+static int record(fastspeech_gpu_worker_t *w, int phase, const fwd_t *F, cudaGraphExec_t *exec)
+{
+    *exec = NULL;
+    cudaGraph_t graph = NULL;
+    if (cudaStreamBeginCapture(w->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        cudaGetLastError();
+        return HARK_OK;
+    }
+    int rc = enqueue_phase(w, phase, F);
+    cudaError_t e = cudaStreamEndCapture(w->stream, &graph);
+    if (rc == HARK_OK && e == cudaSuccess && graph)
+        e = cudaGraphInstantiate(exec, graph, 0);
+    if (graph)
+        cudaGraphDestroy(graph);
+    if (rc != HARK_OK || e != cudaSuccess) {
+        cudaGetLastError();
+        *exec = NULL;
+    }
+    return rc;
+}
+
+/* one phase, replayed from a graph when its shape (phase, batch, t) was seen before (no stage
+ * dumps: those synchronise) */
+static int run_phase(fastspeech_gpu_worker_t *w, int phase, const fwd_t *F)
+{
+    if (F->stage || !w->graphs)
+        return enqueue_phase(w, phase, F);
+    struct fslot *hit = NULL, *victim = &w->slot[0];
+    for (int i = 0; i < FS_GRAPH_SLOTS; i++) {
+        struct fslot *sl = &w->slot[i];
+        if (sl->used && sl->phase == phase && sl->batch == F->batch && sl->t == F->t) {
+            hit = sl;
+            break;
+        }
+        if (sl->used < victim->used)
+            victim = sl;
+    }
+    int rc;
+    if (hit && !hit->exec && (rc = record(w, phase, F, &hit->exec)))
+        return rc;
+    if (hit && hit->exec) {
+        hit->used = ++w->tick;
+        cudaError_t e = cudaGraphLaunch(hit->exec, w->stream);
+        return e == cudaSuccess ? HARK_OK : cuda_err(F->err, e, "graph launch");
+    }
+    rc = enqueue_phase(w, phase, F);
+    if (!rc && !hit) {
+        if (victim->exec)
+            cudaGraphExecDestroy(victim->exec);
+        *victim = (struct fslot){phase, F->batch, F->t, NULL, ++w->tick};
+    }
+    return rc;
+}
+
 int fastspeech_gpu_run(fastspeech_gpu_worker_t *w, const int *const *ids, const int *n, int batch,
                        const fastspeech_gpu_opts_t *o, int *n_frames, int *t_max,
                        const float **d_mel, hark_err_t *err)
 {
     const fastspeech_gpu_model_t *g = w->g;
     const fastspeech_config_t *c = w->c;
-    const int d = c->d_model, fd = c->dp_filter;
     *d_mel = NULL;
     *t_max = 0;
     if (batch < 1 || batch > w->max_batch)
@@ -712,32 +850,9 @@ int fastspeech_gpu_run(fastspeech_gpu_worker_t *w, const int *const *ids, const 
             pos[(size_t)b * N + r] = r < n[b] ? r + 1 : 0;
         }
     set_runs(w, n, batch, N);
-    TRY(upload_idx(w, err));
     fwd_t F = fwd_for(w, batch, N, n, o, err);
-    float *x = w->enc;
-    TRY(cuda_embed_pos(x, g->emb, g->pos_enc, idx_tok(w, w->d_idx), idx_pos(w, w->d_idx), F.rows, d,
-                       1.0f, w->stream, err));
-    TRY(dump(&F, "enc_add_pos_enc", x, N, d, d, n));
-    if (w->h16)
-        TRY(cuda_cast(w->xh, w->dt, x, OPS_F32, (size_t)F.rows * d, w->stream, err));
-    for (int l = 0; l < c->enc_layers; l++)
-        TRY(fft_block(&F, x, &g->enc[l], "enc", l));
-    TRY(dump(&F, "encoder_out", x, N, d, d, n));
-    /* the zero row the length regulator's padding reads */
-    if ((e = cudaMemsetAsync(x + (size_t)F.rows * d, 0, (size_t)d * 4, w->stream)) != cudaSuccess)
-        return cuda_err(err, e, "memset");
-    /* duration predictor, FP32: conv, ReLU, LN, conv, ReLU, LN, linear */
-    TRY(conv(&F, w->acc, x, OPS_F32, &g->dp1, OPS_F32, g->dp1.b, w->h, OPS_F32));
-    TRY(cuda_layer_norm(w->a, OPS_F32, w->h, g->dp_ln1_g, g->dp_ln1_b, F.rows, fd, LN_EPS,
-                        w->stream, err));
-    TRY(conv(&F, w->acc, w->a, OPS_F32, &g->dp2, OPS_F32, g->dp2.b, w->h, OPS_F32));
-    TRY(cuda_layer_norm(w->a, OPS_F32, w->h, g->dp_ln2_g, g->dp_ln2_b, F.rows, fd, LN_EPS,
-                        w->stream, err));
-    TRY(cuda_linear(w->dlog, w->a, g->dp_w, OPS_F32, g->dp_b, F.rows, fd, 1, CUDA_ACT_NONE, w->ops,
-                    err));
-    if ((e = cudaMemcpyAsync(w->h_dlog, w->dlog, (size_t)F.rows * 4, cudaMemcpyDeviceToHost,
-                             w->stream)) != cudaSuccess ||
-        (e = cudaStreamSynchronize(w->stream)) != cudaSuccess)
+    TRY(run_phase(w, 1, &F));
+    if ((e = cudaStreamSynchronize(w->stream)) != cudaSuccess)
         return cuda_err(err, e, "durations");
     /* the durations, by the CPU path's rule; the frame counts */
     int *rep = hark_malloc(sizeof(int) * (size_t)batch * N);
@@ -792,26 +907,8 @@ int fastspeech_gpu_run(fastspeech_gpu_worker_t *w, const int *const *ids, const 
     }
     hark_free(rep);
     set_runs(w, n_frames, batch, T);
-    TRY(upload_idx(w, err));
     F = fwd_for(w, batch, T, n_frames, o, err);
-    x = w->x;
-    TRY(cuda_embed_pos(x, w->enc, g->pos_dec, idx_tok(w, w->d_idx), idx_pos(w, w->d_idx), F.rows,
-                       d, 1.0f, w->stream, err));
-    TRY(dump(&F, "mel_side_add_pos_enc", x, T, d, d, n_frames));
-    if (w->h16)
-        TRY(cuda_cast(w->xh, w->dt, x, OPS_F32, (size_t)F.rows * d, w->stream, err));
-    for (int l = 0; l < c->dec_layers; l++)
-        TRY(fft_block(&F, x, &g->dec[l], "dec", l));
-    TRY(dump(&F, "decoder_out", x, T, d, d, n_frames));
-    if (w->h16) {
-        cuda_epi_t em = {.mode = CUDA_EPI_F32, .bias = g->mel_b, .out = w->mel, .ldo = c->n_mels,
-                         .alpha = 1.0f, .dt = w->dt};
-        TRY(cuda_hgemm(&em, w->xh, d, g->mel_w, F.rows, c->n_mels, d, w->ops, err));
-    } else {
-        TRY(cuda_linear(w->mel, x, g->mel_w, OPS_F32, g->mel_b, F.rows, d, c->n_mels,
-                        CUDA_ACT_NONE, w->ops, err));
-    }
-    TRY(dump(&F, "mel", w->mel, T, c->n_mels, c->n_mels, n_frames));
+    TRY(run_phase(w, 2, &F));
     if ((e = cudaStreamSynchronize(w->stream)) != cudaSuccess)
         return cuda_err(err, e, "forward");
     w->last_batch = batch;
