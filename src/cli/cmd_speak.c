@@ -728,11 +728,12 @@ int cli_speak(int argc, char **argv)
 static void vocode_usage(FILE *f)
 {
     fprintf(
-        f, "usage: hark vocode --model VOCODER_DIR (--mel MEL.npy | --wav IN.wav) -o OUT.wav\n"
-           "                   [--device cpu|cuda[:N]] [--precision fp32|fp16|bf16] [--dump-dir D]\n\n"
-           "Runs a HiFi-GAN vocoder (tools/convert_hifigan.py) on a log-mel (.npy of shape\n"
-           "(1, n_mels, T) or (n_mels, T), as hifi-gan's inference_e2e.py reads) or resynthesises\n"
-           "an audio file through the vocoder's own mel recipe (resampled to its rate).\n");
+        f,
+        "usage: hark vocode --model VOCODER_DIR (--mel MEL.npy | --wav IN.wav) -o OUT.wav\n"
+        "                   [--device cpu|cuda[:N]] [--precision fp32|fp16|bf16] [--dump-dir D]\n\n"
+        "Runs a HiFi-GAN vocoder (tools/convert_hifigan.py) on a log-mel (.npy of shape\n"
+        "(1, n_mels, T) or (n_mels, T), as hifi-gan's inference_e2e.py reads) or resynthesises\n"
+        "an audio file through the vocoder's own mel recipe (resampled to its rate).\n");
 }
 
 int cli_vocode(int argc, char **argv)

@@ -85,9 +85,9 @@ __global__ void pad_mask_kernel(TO *out, const TI *in, const float *bias, float 
 }
 
 template <typename TO, typename TI>
-static void pad_mask_go(void *out, const void *in, const float *bias, float slope,
-                        const int *lens, int batch, int t, int c, int ld_in, int ld_out, int pad_l,
-                        int tp, cudaStream_t st)
+static void pad_mask_go(void *out, const void *in, const float *bias, float slope, const int *lens,
+                        int batch, int t, int c, int ld_in, int ld_out, int pad_l, int tp,
+                        cudaStream_t st)
 {
     long long n = (long long)batch * tp * ld_out;
     pad_mask_kernel<TO, TI><<<grid_for(n, 256), 256, 0, st>>>(
@@ -95,9 +95,9 @@ static void pad_mask_go(void *out, const void *in, const float *bias, float slop
 }
 
 template <typename TO>
-static void pad_mask_in(void *out, const void *in, ops_dtype_t in_t, const float *bias,
-                        float slope, const int *lens, int batch, int t, int c, int ld_in,
-                        int ld_out, int pad_l, int tp, cudaStream_t st)
+static void pad_mask_in(void *out, const void *in, ops_dtype_t in_t, const float *bias, float slope,
+                        const int *lens, int batch, int t, int c, int ld_in, int ld_out, int pad_l,
+                        int tp, cudaStream_t st)
 {
     if (in_t == OPS_F16)
         pad_mask_go<TO, __half>(out, in, bias, slope, lens, batch, t, c, ld_in, ld_out, pad_l, tp,
@@ -382,13 +382,14 @@ extern "C" int cuda_conv1d_crop_bias(void *y, ops_dtype_t y_t, const float *x, c
     cudaStream_t st = (cudaStream_t)stream;
     unsigned gr = grid_for(n, 256);
     if (y_t == OPS_F16)
-        crop_bias_kernel<__half><<<gr, 256, 0, st>>>((__half *)y, x, bias, batch, t, c, ld, ld_b,
-                                                     off);
+        crop_bias_kernel<__half>
+            <<<gr, 256, 0, st>>>((__half *)y, x, bias, batch, t, c, ld, ld_b, off);
     else if (y_t == OPS_BF16)
-        crop_bias_kernel<__nv_bfloat16><<<gr, 256, 0, st>>>((__nv_bfloat16 *)y, x, bias, batch, t,
-                                                            c, ld, ld_b, off);
+        crop_bias_kernel<__nv_bfloat16>
+            <<<gr, 256, 0, st>>>((__nv_bfloat16 *)y, x, bias, batch, t, c, ld, ld_b, off);
     else
-        crop_bias_kernel<float><<<gr, 256, 0, st>>>((float *)y, x, bias, batch, t, c, ld, ld_b, off);
+        crop_bias_kernel<float>
+            <<<gr, 256, 0, st>>>((float *)y, x, bias, batch, t, c, ld, ld_b, off);
     return launched(err, "conv1d_crop_bias_kernel");
 }
 
@@ -442,6 +443,6 @@ extern "C" int cuda_conv1d_tanh_col(float *audio, float *pre, const float *x, fl
     if (n == 0)
         return HARK_OK;
     tanh_col_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(audio, pre, x, bias, lens,
-                                                                       batch, t, ld);
+                                                                        batch, t, ld);
     return launched(err, "conv1d_tanh_col_kernel");
 }

@@ -88,8 +88,8 @@ TEST(conv1d_pad_mask_act_ref_bias_then_leaky_relu)
 TEST(conv1d_transpose_as_polyphase_conv_matches_scatter)
 {
     const int cases[][5] = {/* cin, cout, k, stride, pad */
-                            {13, 11, 16, 8, 4}, {5, 7, 4, 2, 1},  {9, 3, 7, 3, 2},
-                            {8, 16, 8, 4, 2},   {3, 5, 5, 1, 2},  {6, 4, 11, 5, 3}};
+                            {13, 11, 16, 8, 4}, {5, 7, 4, 2, 1}, {9, 3, 7, 3, 2},
+                            {8, 16, 8, 4, 2},   {3, 5, 5, 1, 2}, {6, 4, 11, 5, 3}};
     unsigned seed = 7;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int cin = cases[ci][0], cout = cases[ci][1], k = cases[ci][2], u = cases[ci][3],
@@ -97,7 +97,8 @@ TEST(conv1d_transpose_as_polyphase_conv_matches_scatter)
         const int batch = 3, tl = 9, lens[3] = {9, 4, 1};
         int cin_p = (cin + 7) & ~7, cout_p = (cout + 7) & ~7, J = conv1d_transpose_taps(k, u),
             R = conv1d_transpose_pad_r(pad, u), nq = tl + R, t_out = (tl - 1) * u - 2 * pad + k;
-        float *x = malloc(sizeof(float) * batch * tl * cin), *wt = malloc(sizeof(float) * cin * cout * k);
+        float *x = malloc(sizeof(float) * batch * tl * cin),
+              *wt = malloc(sizeof(float) * cin * cout * k);
         float *b = malloc(sizeof(float) * cout_p);
         for (int i = 0; i < batch * tl * cin; i++)
             x[i] = test_randf(&seed);

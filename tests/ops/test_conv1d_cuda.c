@@ -175,10 +175,16 @@ GPU_TEST(cuda_conv1d_matches_ref)
     /* implicit GEMM (16-bit, dil 1, cin % 8 == 0; cin 24 and 40: taps not whole 32-wide k
      * tiles), per-tap GEMMs (cin 13, dilation 2), strides 1 and 2, k 1 (a pointwise conv) */
     const conv_case_t cases[] = {
-        {3, 55, 24, 40, 11, 1, 1},  {2, 38, 13, 19, 5, 2, 1}, {2, 61, 16, 24, 7, 1, 2},
-        {1, 29, 64, 136, 29, 1, 1}, {4, 33, 40, 8, 1, 1, 1},  {3, 70, 32, 96, 11, 2, 1},
+        {3, 55, 24, 40, 11, 1, 1},
+        {2, 38, 13, 19, 5, 2, 1},
+        {2, 61, 16, 24, 7, 1, 2},
+        {1, 29, 64, 136, 29, 1, 1},
+        {4, 33, 40, 8, 1, 1, 1},
+        {3, 70, 32, 96, 11, 2, 1},
         /* dilated, t_pad a multiple of dil: the implicit GEMM over a (t_pad / dil x dil) image */
-        {3, 66, 24, 40, 3, 1, 3},   {2, 60, 16, 24, 7, 1, 5}, {3, 72, 32, 8, 5, 1, 12},
+        {3, 66, 24, 40, 3, 1, 3},
+        {2, 60, 16, 24, 7, 1, 5},
+        {3, 72, 32, 8, 5, 1, 12},
     };
     unsigned seed = 5;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
@@ -393,8 +399,8 @@ GPU_TEST(cuda_conv1d_pad_mask_act_matches_ref)
  * weights, crop_bias) against the direct scatter, per item at its own length; batch 3 */
 GPU_TEST(cuda_conv1d_transpose_polyphase_matches_ref)
 {
-    const int cases[][5] = {{13, 11, 16, 8, 4}, {24, 12, 16, 8, 4}, {9, 3, 7, 3, 2},
-                            {40, 20, 4, 2, 1}};
+    const int cases[][5] = {
+        {13, 11, 16, 8, 4}, {24, 12, 16, 8, 4}, {9, 3, 7, 3, 2}, {40, 20, 4, 2, 1}};
     ops_cuda_t *g = NULL;
     hark_err_t err = {0};
     CHECK_OK(ops_cuda_create(NULL, &g, &err));
@@ -425,7 +431,8 @@ GPU_TEST(cuda_conv1d_transpose_polyphase_matches_ref)
                                      b, 1, lens[bb], cin, cout, k, u, pad);
             float *dx = dup_to(x, nx, OPS_F32), *db = dup_to(b, (size_t)cout_p, OPS_F32);
             void *dw = dup_to(w, nw, dt), *dxp = dalloc((size_t)batch * tp * cin_p, dt);
-            float *dyp = dalloc((size_t)batch * nq * u * cout_p, OPS_F32), *dy = dalloc(ny, OPS_F32);
+            float *dyp = dalloc((size_t)batch * nq * u * cout_p, OPS_F32),
+                  *dy = dalloc(ny, OPS_F32);
             CHECK_OK(cuda_conv1d_pad_mask_act(dxp, dt, dx, OPS_F32, NULL, 1.0f, d_lens, batch, tl,
                                               cin, cin, cin_p, J - 1, R, NULL, &err));
             CHECK_OK(cuda_conv1d(dyp, 0.0f, dxp, dw, dt, batch, tp, cin_p, u * cout_p, J, 1, 1, g,

@@ -56,8 +56,8 @@ static int cmp_double(const void *a, const void *b)
 
 typedef struct {
     fastspeech_gpu_worker_t *fw;
-    hifigan_gpu_worker_t *vw;  /* the whole mel at once */
-    hifigan_gpu_worker_t *cw;  /* one streamed chunk window */
+    hifigan_gpu_worker_t *vw; /* the whole mel at once */
+    hifigan_gpu_worker_t *cw; /* one streamed chunk window */
     const hifigan_model_t *voc;
     const int *const *ids;
     const int *n;
@@ -108,8 +108,8 @@ static int first_audio(run_t *r, double *t, hark_err_t *err)
 }
 
 static int bench_batch(const fastspeech_gpu_model_t *gf, const hifigan_gpu_model_t *gv,
-                       const fastspeech_model_t *fs, const hifigan_model_t *voc, int B,
-                       float alpha, int chunk, double min_time, int graphs, const char *dev_name,
+                       const fastspeech_model_t *fs, const hifigan_model_t *voc, int B, float alpha,
+                       int chunk, double min_time, int graphs, const char *dev_name,
                        const char *prec, const char *fs_name, const char *voc_name, int dev)
 {
     hark_err_t err = {0};
@@ -194,8 +194,7 @@ static int bench_batch(const fastspeech_gpu_model_t *gf, const hifigan_gpu_model
            "\"rtfx\": %.1f, \"runs\": %d, \"model_mb\": %.0f, \"worker_mb\": %.0f, "
            "\"gpu_used_mb\": %.0f}\n",
            fs_name, voc_name, dev_name, prec, graphs, B, alpha, ms, fs_ms, ms - fs_ms,
-           t_first[fruns / 2] * 1e3, chunk, audio_s, ms / 1e3 / audio_s, audio_s / (ms / 1e3),
-           runs,
+           t_first[fruns / 2] * 1e3, chunk, audio_s, ms / 1e3 / audio_s, audio_s / (ms / 1e3), runs,
            (double)(fastspeech_gpu_model_bytes(gf) + hifigan_gpu_model_bytes(gv)) / 1048576.0,
            (double)(fastspeech_gpu_worker_bytes(r.fw) + hifigan_gpu_worker_bytes(r.vw) +
                     hifigan_gpu_worker_bytes(r.cw)) /
@@ -290,8 +289,8 @@ int fastspeech_bench_main(int argc, char **argv)
                      : !strcmp(precision, "bf16") ? OPS_BF16
                      : !strcmp(precision, "fp32") ? OPS_F32
                                                   : (ops_dtype_t)-1;
-    if (!model_dir || (int)dt < 0 || strncmp(device, "cuda", 4) || !(alpha > 0.05f) ||
-        chunk < 2 || chunk > 100000) {
+    if (!model_dir || (int)dt < 0 || strncmp(device, "cuda", 4) || !(alpha > 0.05f) || chunk < 2 ||
+        chunk > 100000) {
         fprintf(stderr, "hark bench: fastspeech: --model DIR, --precision fp16|bf16|fp32, "
                         "--device cuda:N (the benchmark times the GPU path), --alpha > 0.05, "
                         "--chunk-frames >= 2\n");

@@ -122,7 +122,9 @@ static int ff_load(const char *dir, const family_load_opts_t *lo, const family_p
     snprintf(fm->kind, sizeof fm->kind,
              "fastspeech d_model %d, %d+%d FFT blocks + hifi-gan V%s, %s%s", c->d_model,
              c->enc_layers, c->dec_layers, hifigan_config(fm->voc)->resblock == 1 ? "1/V2" : "3",
-             dt == OPS_F16 ? "fp16" : dt == OPS_BF16 ? "bf16" : "fp32",
+             dt == OPS_F16    ? "fp16"
+             : dt == OPS_BF16 ? "bf16"
+                              : "fp32",
              fm->device >= 0 ? " (gpu)" : "");
     *out = fm;
     return HARK_OK;
@@ -344,7 +346,8 @@ static int execute_gpu(family_worker_t *w, family_item_t *const *items, int n, i
         family_item_t *it = items[i];
         const fs_opts_t *o = it->opts;
         hark_err_t ie = {0};
-        int rc = !it->text ? err_set(&ie, HARK_ERR_INVALID_ARG, "fastspeech: the request has no text")
+        int rc = !it->text
+                     ? err_set(&ie, HARK_ERR_INVALID_ARG, "fastspeech: the request has no text")
                  : it->dump_dir
                      ? err_set(&ie, HARK_ERR_UNSUPPORTED,
                                "fastspeech: dump_dir needs a CPU model (the GPU path keeps its "

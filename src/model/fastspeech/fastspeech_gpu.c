@@ -57,9 +57,9 @@ typedef struct {
 
 typedef struct {
     int heads, filter;
-    const void *qkv_w;   /* dt (3 · H · 64, d), rows [q | k | v] */
-    const float *qkv_b;  /* (3 · H · 64), same order */
-    const void *fc_w;    /* dt (d, H · 64) */
+    const void *qkv_w;  /* dt (3 · H · 64, d), rows [q | k | v] */
+    const float *qkv_b; /* (3 · H · 64), same order */
+    const void *fc_w;   /* dt (d, H · 64) */
     const float *fc_b, *ln1_g, *ln1_b, *ln2_g, *ln2_b;
     gconv_t c1, c2;
 } glayer_t;
@@ -284,7 +284,7 @@ int fastspeech_gpu_model_create(const fastspeech_model_t *m, int device, ops_dty
         rc = cuda_err(err, e, "weights upload");
         goto done;
     }
-#define MAT(off) ((const void *)((const char *)g->dmat + (off) * es))
+#define MAT(off) ((const void *)((const char *)g->dmat + (off)*es))
 #define FLT(off) ((const float *)g->dflt + (off))
     g->emb = FLT(o.emb);
     g->pos_enc = FLT(o.pos_enc);
@@ -305,10 +305,10 @@ int fastspeech_gpu_model_create(const fastspeech_model_t *m, int device, ops_dty
             gl->ln1_b = FLT(lo->ln1_b);
             gl->ln2_g = FLT(lo->ln2_g);
             gl->ln2_b = FLT(lo->ln2_b);
-            gl->c1 = (gconv_t){src->c1.cin, src->c1.cout, src->c1.k, src->c1.pad, MAT(lo->c1_w),
-                               FLT(lo->c1_b)};
-            gl->c2 = (gconv_t){src->c2.cin, src->c2.cout, src->c2.k, src->c2.pad, MAT(lo->c2_w),
-                               FLT(lo->c2_b)};
+            gl->c1 = (gconv_t){src->c1.cin, src->c1.cout,  src->c1.k,
+                               src->c1.pad, MAT(lo->c1_w), FLT(lo->c1_b)};
+            gl->c2 = (gconv_t){src->c2.cin, src->c2.cout,  src->c2.k,
+                               src->c2.pad, MAT(lo->c2_w), FLT(lo->c2_b)};
         }
     }
     g->dp1 = (gconv_t){m->dp1.cin, m->dp1.cout, m->dp1.k, m->dp1.pad, FLT(o.dp1_w), FLT(o.dp1_b)};
@@ -350,19 +350,19 @@ struct fastspeech_gpu_worker {
     ops_cuda_t *ops;
     void *mem;
     size_t bytes;
-    float *enc;   /* (B · Nmax + 1, d): the encoder's stream; its last row stays 0 */
-    float *x;     /* (B · Tmax, d): the mel side's stream */
-    void *xh;     /* dt (rows, d): the stream's 16-bit copy (16-bit only) */
-    void *qkv;    /* (rows, 3 · H · 64) float or dt */
-    void *ctx;    /* (rows, H · 64) float or dt */
-    float *a;     /* (rows, max(d, filter, dp_filter)) */
-    float *acc;   /* (rows, max(d, filter, dp_filter)) */
-    void *h;      /* (rows, max(filter, dp_filter)) float or dt */
-    void *xp;     /* padded conv input: (B, t + 2 pad, max(d, filter, dp_filter)) float */
-    float *dlog;  /* (B · Nmax) */
-    float *mel;   /* (B · Tmax, n_mels) */
-    int *d_idx;   /* tok, pos, kbeg, klen (4, B · max(Nmax, Tmax)); lens (2, B) */
-    int *h_idx;   /* pinned, as d_idx */
+    float *enc;    /* (B · Nmax + 1, d): the encoder's stream; its last row stays 0 */
+    float *x;      /* (B · Tmax, d): the mel side's stream */
+    void *xh;      /* dt (rows, d): the stream's 16-bit copy (16-bit only) */
+    void *qkv;     /* (rows, 3 · H · 64) float or dt */
+    void *ctx;     /* (rows, H · 64) float or dt */
+    float *a;      /* (rows, max(d, filter, dp_filter)) */
+    float *acc;    /* (rows, max(d, filter, dp_filter)) */
+    void *h;       /* (rows, max(filter, dp_filter)) float or dt */
+    void *xp;      /* padded conv input: (B, t + 2 pad, max(d, filter, dp_filter)) float */
+    float *dlog;   /* (B · Nmax) */
+    float *mel;    /* (B · Tmax, n_mels) */
+    int *d_idx;    /* tok, pos, kbeg, klen (4, B · max(Nmax, Tmax)); lens (2, B) */
+    int *h_idx;    /* pinned, as d_idx */
     float *h_dlog; /* pinned (B · Nmax) */
     int rows_cap;
     int graphs;
@@ -507,9 +507,9 @@ fail:
 typedef struct {
     fastspeech_gpu_worker_t *w;
     int batch, t, rows;
-    const int *lens;       /* device (batch) */
+    const int *lens;        /* device (batch) */
     const int *kbeg, *klen; /* device (rows): FP32 attention */
-    const int *h_lens;     /* host (batch) */
+    const int *h_lens;      /* host (batch) */
     fastspeech_gpu_stage_fn stage;
     void *user;
     hark_err_t *err;
@@ -555,8 +555,8 @@ static int conv(const fwd_t *F, float *y, const void *in, ops_dtype_t in_t, cons
     fastspeech_gpu_worker_t *w = F->w;
     TRY(cuda_conv1d_pad_mask(w->xp, dt, in, in_t, F->lens, F->batch, F->t, c->cin, c->cin, c->cin,
                              c->pad, c->pad, w->stream, F->err));
-    TRY(cuda_conv1d(y, 0.0f, w->xp, c->w, dt, F->batch, F->t + 2 * c->pad, c->cin, c->cout, c->k,
-                    1, 1, w->ops, F->err));
+    TRY(cuda_conv1d(y, 0.0f, w->xp, c->w, dt, F->batch, F->t + 2 * c->pad, c->cin, c->cout, c->k, 1,
+                    1, w->ops, F->err));
     if (act_out) /* bias + ReLU */
         TRY(cuda_conv1d_act(act_out, act_t, y, bias_act_b, F->rows, c->cout, CONV1D_ACT_RELU,
                             w->stream, F->err));
@@ -587,18 +587,29 @@ static int fft_block(const fwd_t *F, float *x, const glayer_t *l, const char *si
         TRY(cuda_residual_layer_norm(x, NULL, OPS_F32, w->a, w->acc, l->c2.b, 1.0f, NULL, 0,
                                      l->ln2_g, l->ln2_b, 1, 1, rows, d, LN_EPS, w->stream, F->err));
     } else {
-        /* qkv (half) = xh · Wᵀ + b; flash attention; x = LN1(x + ctx · fcᵀ + b) with its half copy */
-        cuda_epi_t e = {.mode = CUDA_EPI_F16, .bias = l->qkv_b, .out = w->qkv, .ldo = n3,
-                        .alpha = 1.0f, .dt = dt};
+        /* qkv (half) = xh · Wᵀ + b; flash attention; x = LN1(x + ctx · fcᵀ + b) with its half copy
+         */
+        cuda_epi_t e = {.mode = CUDA_EPI_F16,
+                        .bias = l->qkv_b,
+                        .out = w->qkv,
+                        .ldo = n3,
+                        .alpha = 1.0f,
+                        .dt = dt};
         TRY(cuda_hgemm(&e, w->xh, d, l->qkv_w, rows, n3, d, w->ops, F->err));
         size_t es = ops_dtype_size(dt);
         const char *q = w->qkv;
-        TRY(cuda_flash_attention(w->ctx, dt, hd, q, q + (size_t)hd * es, q + (size_t)2 * hd * es, n3,
-                                 NULL, 0, NULL, NULL, F->lens, 0, -1, F->batch, F->t, H, DK, 0.125f,
-                                 w->stream, F->err));
+        TRY(cuda_flash_attention(w->ctx, dt, hd, q, q + (size_t)hd * es, q + (size_t)2 * hd * es,
+                                 n3, NULL, 0, NULL, NULL, F->lens, 0, -1, F->batch, F->t, H, DK,
+                                 0.125f, w->stream, F->err));
         cuda_row_norms_t n1 = {1, l->ln1_g, l->ln1_b, NULL, NULL, 1, 0, w->xh, LN_EPS};
-        cuda_epi_t r = {.mode = CUDA_EPI_RESID32, .bias = l->fc_b, .out = x, .ldo = d,
-                        .alpha = 1.0f, .beta = 1.0f, .norm = &n1, .dt = dt};
+        cuda_epi_t r = {.mode = CUDA_EPI_RESID32,
+                        .bias = l->fc_b,
+                        .out = x,
+                        .ldo = d,
+                        .alpha = 1.0f,
+                        .beta = 1.0f,
+                        .norm = &n1,
+                        .dt = dt};
         TRY(cuda_hgemm(&r, w->ctx, hd, l->fc_w, rows, d, hd, w->ops, F->err));
         snprintf(nm, sizeof nm, "%s_layer%d_attn_ln", side, idx);
         TRY(dump(F, nm, x, F->t, d, d, F->h_lens));
@@ -607,14 +618,24 @@ static int fft_block(const fwd_t *F, float *x, const glayer_t *l, const char *si
         const gconv_t *c1 = &l->c1, *c2 = &l->c2;
         TRY(cuda_conv1d_pad_mask(w->xp, dt, w->xh, dt, F->lens, F->batch, F->t, d, d, d, c1->pad,
                                  c1->pad, w->stream, F->err));
-        cuda_epi_t e1 = {.mode = CUDA_EPI_F16, .act = CUDA_ACT_RELU, .bias = c1->b, .out = w->h,
-                         .ldo = c1->cout, .alpha = 1.0f, .dt = dt};
+        cuda_epi_t e1 = {.mode = CUDA_EPI_F16,
+                         .act = CUDA_ACT_RELU,
+                         .bias = c1->b,
+                         .out = w->h,
+                         .ldo = c1->cout,
+                         .alpha = 1.0f,
+                         .dt = dt};
         TRY(cuda_hconv2d(&e1, w->xp, c1->w, F->batch, d, F->t + 2 * c1->pad, 1, c1->cout, c1->k, 1,
                          1, w->ops, F->err));
         TRY(cuda_conv1d_pad_mask(w->xp, dt, w->h, dt, F->lens, F->batch, F->t, c2->cin, c2->cin,
                                  c2->cin, c2->pad, c2->pad, w->stream, F->err));
-        cuda_epi_t e2 = {.mode = CUDA_EPI_RESID32, .bias = c2->b, .out = x, .ldo = d,
-                         .alpha = 1.0f, .beta = 1.0f, .dt = dt};
+        cuda_epi_t e2 = {.mode = CUDA_EPI_RESID32,
+                         .bias = c2->b,
+                         .out = x,
+                         .ldo = d,
+                         .alpha = 1.0f,
+                         .beta = 1.0f,
+                         .dt = dt};
         TRY(cuda_hconv2d(&e2, w->xp, c2->w, F->batch, c2->cin, F->t + 2 * c2->pad, 1, d, c2->k, 1,
                          1, w->ops, F->err));
         TRY(cuda_rows_norm(x, 1, w->xh, dt, NULL, x, l->ln2_g, l->ln2_b, 1, NULL, NULL, 0, NULL, 0,
@@ -695,8 +716,8 @@ static int enqueue_phase1(fastspeech_gpu_worker_t *w, const fwd_t *F)
     cudaError_t e;
     TRY(upload_idx(w, err));
     float *x = w->enc;
-    TRY(cuda_embed_pos(x, g->emb, g->pos_enc, idx_tok(w, w->d_idx), idx_pos(w, w->d_idx), F->rows, d,
-                       1.0f, w->stream, err));
+    TRY(cuda_embed_pos(x, g->emb, g->pos_enc, idx_tok(w, w->d_idx), idx_pos(w, w->d_idx), F->rows,
+                       d, 1.0f, w->stream, err));
     TRY(dump(F, "enc_add_pos_enc", x, F->t, d, d, F->h_lens));
     if (w->h16)
         TRY(cuda_cast(w->xh, w->dt, x, OPS_F32, (size_t)F->rows * d, w->stream, err));
@@ -740,8 +761,12 @@ static int enqueue_phase2(fastspeech_gpu_worker_t *w, const fwd_t *F)
         TRY(fft_block(F, x, &g->dec[l], "dec", l));
     TRY(dump(F, "decoder_out", x, F->t, d, d, F->h_lens));
     if (w->h16) {
-        cuda_epi_t em = {.mode = CUDA_EPI_F32, .bias = g->mel_b, .out = w->mel, .ldo = c->n_mels,
-                         .alpha = 1.0f, .dt = w->dt};
+        cuda_epi_t em = {.mode = CUDA_EPI_F32,
+                         .bias = g->mel_b,
+                         .out = w->mel,
+                         .ldo = c->n_mels,
+                         .alpha = 1.0f,
+                         .dt = w->dt};
         TRY(cuda_hgemm(&em, w->xh, d, g->mel_w, F->rows, c->n_mels, d, w->ops, err));
     } else {
         TRY(cuda_linear(w->mel, x, g->mel_w, OPS_F32, g->mel_b, F->rows, d, c->n_mels,
@@ -819,8 +844,8 @@ int fastspeech_gpu_run(fastspeech_gpu_worker_t *w, const int *const *ids, const 
     *d_mel = NULL;
     *t_max = 0;
     if (batch < 1 || batch > w->max_batch)
-        return err_set(err, HARK_ERR_TOO_LARGE, "fastspeech (gpu): batch of %d, the worker takes %d",
-                       batch, w->max_batch);
+        return err_set(err, HARK_ERR_TOO_LARGE,
+                       "fastspeech (gpu): batch of %d, the worker takes %d", batch, w->max_batch);
     int N = 0;
     for (int b = 0; b < batch; b++) {
         if (n[b] < 1)
@@ -926,9 +951,9 @@ int fastspeech_gpu_mel_to_host(fastspeech_gpu_worker_t *w, int b, float *out, ha
         return err_set(err, HARK_ERR_INVALID_ARG, "fastspeech (gpu): item %d of %d", b,
                        w->last_batch);
     int nm = w->c->n_mels;
-    cudaError_t e = cudaMemcpy(out, w->mel + (size_t)b * w->last_t * nm,
-                               sizeof(float) * (size_t)w->last_frames[b] * nm,
-                               cudaMemcpyDeviceToHost);
+    cudaError_t e =
+        cudaMemcpy(out, w->mel + (size_t)b * w->last_t * nm,
+                   sizeof(float) * (size_t)w->last_frames[b] * nm, cudaMemcpyDeviceToHost);
     return e == cudaSuccess ? HARK_OK : cuda_err(err, e, "mel copy");
 }
 

@@ -6,16 +6,16 @@
  * flash attention, FP32 accumulation, residual stream and layer norms; the duration predictor stays
  * FP32). Each sentence's result is that of the sentence alone (the CPU path without pad_to): every
  * conv reads its input masked to the sentence's length, every attention its keys.
- * The durations are rounded on the host by the CPU path's own rule (fastspeech_round_durations) from
- * the predictor's output: the host needs the frame counts to size the mel side anyway.
- * Tests: tests/model/fastspeech/test_fastspeech_gpu.c (every stage against the CPU path and DLE's
- * goldens, FP32 and FP16, a batch of the three golden sentences)
+ * The durations are rounded on the host by the CPU path's own rule (fastspeech_round_durations)
+ * from the predictor's output: the host needs the frame counts to size the mel side anyway. Tests:
+ * tests/model/fastspeech/test_fastspeech_gpu.c (every stage against the CPU path and DLE's goldens,
+ * FP32 and FP16, a batch of the three golden sentences)
  *
  * OWNERSHIP AND THREADS
  * - fastspeech_gpu_model_t: the weights of one fastspeech_model_t (lent: it must outlive this) on
  *   one device in one precision, immutable, shared by any number of workers.
- * - fastspeech_gpu_worker_t: one thread's stream, GEMM context, pinned staging and scratch, sized at
- *   creation for (max_batch, max_symbols, max_frames); a run allocates nothing on the device.
+ * - fastspeech_gpu_worker_t: one thread's stream, GEMM context, pinned staging and scratch, sized
+ * at creation for (max_batch, max_symbols, max_frames); a run allocates nothing on the device.
  * Without HARK_CUDA every call returns HARK_ERR_NO_DEVICE.
  */
 #ifndef HARK_MODEL_FASTSPEECH_GPU_H

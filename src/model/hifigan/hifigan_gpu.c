@@ -59,7 +59,6 @@ static int pad8(int c)
     return (c + 7) & ~7;
 }
 
-
 static size_t al(size_t bytes)
 {
     return (bytes + 255) & ~(size_t)255;
@@ -364,17 +363,17 @@ struct hifigan_gpu_worker {
     ops_cuda_t *ops;
     void *mem;
     size_t bytes;
-    float *mel;   /* (B, F, num_mels) the model input */
-    void *xp;     /* dt: a conv's masked, activated, zero-padded input */
-    float *x;     /* (B, T_l, C_p) a stage's upsampled output */
-    float *r;     /* (B, T_l, C_p) a resblock's residual stream (and the polyphase output) */
-    float *xs;    /* (B, T_l, C_p) conv_pre's output, then each stage's MRF mean */
-    float *acc;   /* ResBlock1's inner conv, conv_post's (B, T, 8) */
-    float *audio; /* (B, T_L) */
-    float *pre;   /* (B, T_L) conv_post before tanh (dumps) */
-    int *d_lens;  /* (n_ups + 1, max_batch) */
-    int *h_lens;  /* pinned, as d_lens */
-    float *h_mel; /* pinned, as mel */
+    float *mel;     /* (B, F, num_mels) the model input */
+    void *xp;       /* dt: a conv's masked, activated, zero-padded input */
+    float *x;       /* (B, T_l, C_p) a stage's upsampled output */
+    float *r;       /* (B, T_l, C_p) a resblock's residual stream (and the polyphase output) */
+    float *xs;      /* (B, T_l, C_p) conv_pre's output, then each stage's MRF mean */
+    float *acc;     /* ResBlock1's inner conv, conv_post's (B, T, 8) */
+    float *audio;   /* (B, T_L) */
+    float *pre;     /* (B, T_L) conv_post before tanh (dumps) */
+    int *d_lens;    /* (n_ups + 1, max_batch) */
+    int *h_lens;    /* pinned, as d_lens */
+    float *h_mel;   /* pinned, as mel */
     float *h_audio; /* pinned, as audio */
     int graphs;
     struct hslot {
@@ -522,8 +521,8 @@ int hifigan_gpu_worker_create(const hifigan_gpu_model_t *g, int max_batch, int m
         goto fail;
     if ((e = cudaMalloc(&w->mem, total)) != cudaSuccess) {
         rc = err_set(err, HARK_ERR_NOMEM,
-                     "hifigan (gpu): %zu MiB of scratch for batch %d x %d frames: %s",
-                     total >> 20, max_batch, max_frames, cudaGetErrorString(e));
+                     "hifigan (gpu): %zu MiB of scratch for batch %d x %d frames: %s", total >> 20,
+                     max_batch, max_frames, cudaGetErrorString(e));
         goto fail;
     }
     w->bytes = total + ops_cuda_workspace_bytes() + n_mel * 4 + B * z.samples * 4;
@@ -563,8 +562,8 @@ static const int *lens_of(const hifigan_gpu_worker_t *w, int lvl)
 
 /* Stage dump (tests, --dump-dir): buf (batch, t, cp) on the device, + bias (host, or NULL) ->
  * each item's (ch, len) channel-major. Synchronises. */
-static int dump(hifigan_gpu_worker_t *w, const dump_t *d, const char *name, const float *buf,
-                int t, int cp, int ch, int lvl_mult, const float *bias, hark_err_t *err)
+static int dump(hifigan_gpu_worker_t *w, const dump_t *d, const char *name, const float *buf, int t,
+                int cp, int ch, int lvl_mult, const float *bias, hark_err_t *err)
 {
     if (!d || !d->fn)
         return HARK_OK;
@@ -583,8 +582,7 @@ static int dump(hifigan_gpu_worker_t *w, const dump_t *d, const char *name, cons
         int len = d->n_frames[b] * lvl_mult;
         for (int s = 0; s < len; s++)
             for (int i = 0; i < ch; i++)
-                o[(size_t)i * len + s] =
-                    h[((size_t)b * t + s) * cp + i] + (bias ? bias[i] : 0.0f);
+                o[(size_t)i * len + s] = h[((size_t)b * t + s) * cp + i] + (bias ? bias[i] : 0.0f);
         d->fn(d->user, b, name, o, ch, len);
     }
     hark_free(h);
@@ -663,8 +661,8 @@ static int enqueue_forward(hifigan_gpu_worker_t *w, const float *mel, int batch,
                 RUN(dump(w, d, nm, w->r, Tn, cp, ch, mult, g->h_pb[i][k][c->n_dil - 1], err));
             }
             RUN(cuda_conv1d_sum(w->xs, w->r, pend, k == 0,
-                                k == c->n_kernels - 1 ? (float)c->n_kernels : 1.0f,
-                                batch * Tn, cp, st, err));
+                                k == c->n_kernels - 1 ? (float)c->n_kernels : 1.0f, batch * Tn, cp,
+                                st, err));
         }
         snprintf(nm, sizeof nm, "mrf%d", i);
         RUN(dump(w, d, nm, w->xs, Tn, cp, ch, mult, NULL, err));
@@ -705,9 +703,9 @@ static int enqueue_all(hifigan_gpu_worker_t *w, const float *mel, int dev, int b
                        const dump_t *d, hark_err_t *err)
 {
     const hifigan_config_t *c = w->c;
-    cudaError_t e = cudaMemcpyAsync(w->d_lens, w->h_lens,
-                                    (size_t)(c->n_ups + 1) * w->max_batch * sizeof(int),
-                                    cudaMemcpyHostToDevice, w->stream);
+    cudaError_t e =
+        cudaMemcpyAsync(w->d_lens, w->h_lens, (size_t)(c->n_ups + 1) * w->max_batch * sizeof(int),
+                        cudaMemcpyHostToDevice, w->stream);
     if (e == cudaSuccess && !dev)
         e = cudaMemcpyAsync(w->mel, w->h_mel, (size_t)batch * F * c->num_mels * sizeof(float),
                             cudaMemcpyHostToDevice, w->stream);
@@ -786,8 +784,8 @@ static int check_batch(hifigan_gpu_worker_t *w, const int *n_frames, int batch, 
     *F = 0;
     for (int b = 0; b < batch; b++) {
         if (n_frames[b] < 1)
-            return err_set(err, HARK_ERR_INVALID_ARG, "hifigan (gpu): item %d: the mel has no frames",
-                           b);
+            return err_set(err, HARK_ERR_INVALID_ARG,
+                           "hifigan (gpu): item %d: the mel has no frames", b);
         if (n_frames[b] > w->max_frames)
             return err_set(err, HARK_ERR_TOO_LARGE,
                            "hifigan (gpu): item %d: %d mel frames, the worker takes %d", b,
@@ -857,8 +855,8 @@ int hifigan_gpu_run_device(hifigan_gpu_worker_t *w, const float *d_mel, int src_
     int any = 0;
     for (int b = 0; b < batch; b++) {
         if (n_frames[b] < 0 || n_frames[b] > t)
-            return err_set(err, HARK_ERR_INVALID_ARG, "hifigan (gpu): item %d: %d frames of %d",
-                           b, n_frames[b], t);
+            return err_set(err, HARK_ERR_INVALID_ARG, "hifigan (gpu): item %d: %d frames of %d", b,
+                           n_frames[b], t);
         any |= n_frames[b] > 0;
     }
     if (!any)

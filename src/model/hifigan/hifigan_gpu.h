@@ -44,7 +44,7 @@ const hifigan_model_t *hifigan_gpu_model_cpu(const hifigan_gpu_model_t *g);
  * names the scratch that did not fit. */
 int hifigan_gpu_worker_create(const hifigan_gpu_model_t *g, int max_batch, int max_frames,
                               hifigan_gpu_worker_t **out, hark_err_t *err);
-void hifigan_gpu_worker_destroy(hifigan_gpu_worker_t *w); /* accepts NULL */
+void hifigan_gpu_worker_destroy(hifigan_gpu_worker_t *w);       /* accepts NULL */
 size_t hifigan_gpu_worker_bytes(const hifigan_gpu_worker_t *w); /* scratch + pinned + workspace */
 int hifigan_gpu_worker_max_frames(const hifigan_gpu_worker_t *w);
 int hifigan_gpu_worker_max_batch(const hifigan_gpu_worker_t *w);
@@ -81,7 +81,8 @@ int hifigan_gpu_audio_to_host(hifigan_gpu_worker_t *w, int batch, int t, float *
 int hifigan_gpu_sync(hifigan_gpu_worker_t *w, hark_err_t *err);
 void *hifigan_gpu_stream(const hifigan_gpu_worker_t *w); /* cudaStream_t */
 
-/* Multiply-adds of the generator's convs for one utterance of n_frames frames (2 · this = FLOPs). */
+/* Multiply-adds of the generator's convs for one utterance of n_frames frames (2 · this = FLOPs).
+ */
 double hifigan_macs(const hifigan_model_t *m, int n_frames);
 
 #endif

@@ -8,7 +8,7 @@
 #include "model/hifigan/hifigan.h"
 
 #define HIFIGAN_LRELU_SLOPE 0.1f       /* models.py LRELU_SLOPE */
-#define HIFIGAN_LRELU_SLOPE_POST 0.01f /* the bare F.leaky_relu before conv_post: torch's default */
+#define HIFIGAN_LRELU_SLOPE_POST 0.01f /* F.leaky_relu before conv_post: torch's default */
 
 /* One conv: w (k, cout, cin) per tap (Conv1d) or (k · cout, cin) (ConvTranspose1d). */
 typedef struct {
@@ -21,8 +21,9 @@ struct hifigan_model {
     hifigan_config_t cfg;
     hg_conv_t conv_pre, conv_post;
     hg_conv_t ups[HIFIGAN_MAX_UPS];
-    hg_conv_t rb[HIFIGAN_MAX_UPS][HIFIGAN_MAX_KERNELS][2][HIFIGAN_MAX_DIL]; /* [stage][j][c1|c2][d] */
-    float *block;                                                           /* every weight */
+    /* [stage][j][c1|c2][d] */
+    hg_conv_t rb[HIFIGAN_MAX_UPS][HIFIGAN_MAX_KERNELS][2][HIFIGAN_MAX_DIL];
+    float *block; /* every weight */
     feat_plan_t *mel_plan;
 };
 

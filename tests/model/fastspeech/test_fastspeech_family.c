@@ -267,7 +267,6 @@ TEST(fastspeech_bench_arguments)
     if (!test_have_gpu()) { /* no device: a clear failure, not a crash */
         snprintf(cmd, sizeof cmd, "%s bench --model %s --batch 1 --min-time 0.1", test_hark_bin(),
                  fsdir);
-        CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 1 && strstr(out, "hark bench:"), "%s",
-               out);
+        CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 1 && strstr(out, "hark bench:"), "%s", out);
     }
 }

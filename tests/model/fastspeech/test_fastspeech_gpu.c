@@ -148,15 +148,14 @@ static void on_gpu_stage(void *user, int item, const char *name, const float *da
     c->n_checked++;
     int ok;
     if (rounded)
-        ok = c->dt == OPS_F32 ? d_cpu == 0 && (!have_gold || d_gold == 0)
-                              : c->dur_moved[item] <= 2;
+        ok = c->dt == OPS_F32 ? d_cpu == 0 && (!have_gold || d_gold == 0) : c->dur_moved[item] <= 2;
     else if (is_dur(name) && c->dt != OPS_F32)
         ok = 1; /* printed; judged through the rounded durations */
     else
         ok = d_cpu <= tol && (!have_gold || d_gold <= tol);
     if (!ok && !c->n_bad++)
-        snprintf(c->first_bad, sizeof c->first_bad, "item %d %s: vs CPU %.3g, vs golden %.3g",
-                 item, name, d_cpu, d_gold);
+        snprintf(c->first_bad, sizeof c->first_bad, "item %d %s: vs CPU %.3g, vs golden %.3g", item,
+                 name, d_cpu, d_gold);
 }
 
 static void run_batch(test_ctx_t *t, ops_dtype_t dt, const float *alpha)
@@ -170,8 +169,9 @@ static void run_batch(test_ctx_t *t, ops_dtype_t dt, const float *alpha)
     hark_err_t err = {0};
     check_t *c = calloc(1, sizeof *c);
     c->dt = dt;
-    static const char *const d1[3] = {"s0", "s1", "s2"},
-                             *const d13[3] = {"s0/alpha1.3", "s1/alpha1.3", "s2/alpha1.3"};
+    static const char *const d1[3] = {"s0", "s1", "s2"}, *const d13[3] = {"s0/alpha1.3",
+                                                                          "s1/alpha1.3",
+                                                                          "s2/alpha1.3"};
     for (int i = 0; i < 3; i++) {
         CHECKF(tts_text_to_ids(SENTENCES[i], &tt[i], &err) == HARK_OK, "%s", err.msg);
         ids[i] = tt[i].ids;
@@ -190,8 +190,8 @@ static void run_batch(test_ctx_t *t, ops_dtype_t dt, const float *alpha)
     CHECKF(fastspeech_gpu_run(w, ids, n, 3, &go, nf, &T, &d_mel, &err) == HARK_OK, "%s", err.msg);
     for (int i = 0; i < 3; i++) {
         c->frames_exact[i] = nf[i] == nf_cpu[i];
-        printf("    %s item %d: %d symbols, %d frames (CPU %d)\n",
-               dt == OPS_F32 ? "fp32" : "fp16", i, n[i], nf[i], nf_cpu[i]);
+        printf("    %s item %d: %d symbols, %d frames (CPU %d)\n", dt == OPS_F32 ? "fp32" : "fp16",
+               i, n[i], nf[i], nf_cpu[i]);
     }
     go.stage = on_gpu_stage;
     go.stage_user = c;

@@ -1,17 +1,16 @@
-/* GPU tests for src/model/hifigan/hifigan_gpu.c: the random-weight V3 golden's every stage (conv_pre,
- * ups, stage-0 resblocks, mrf, conv_post, audio) on the GPU against the goldens and the CPU path,
- * FP32 and FP16; the whole clip and the real V3 resynthesis; a batch of 3 mels of different lengths
- * against each alone on the CPU (padding never leaks into an item) and the graph replay; a generated
- * ResBlock1 model with awkward sizes (20 mels, 52 -> 26 -> 13 channels, rates 3 and 2 with kernels
- * 7 and 4) against the CPU.
- * Tolerances, max |diff| / max |ref| per stage: FP32 1e-4 (the README's deep-stack figure; only
- * the order of FP32 sums differs from the CPU). FP16 (operands rounded to half, unit roundoff
- * 2^-11 = 4.9e-4, FP32 accumulation and residual stream): a single conv's output errs by a few
- * roundoffs of its inputs relative to its largest value, and the stages add up ~20 convs
- * (V3: 3 stages x 3 resblocks x 2 convs + the upsamplers) whose relative errors add through the
- * residuals and the MRF mean, tanh never amplifying: bound 3e-3 for conv_pre (one conv), 3e-2 for
- * every later stage and the audio. These bounds are a priori; each test prints the measured value
- * per stage (the figures to tighten them by). */
+/* GPU tests for src/model/hifigan/hifigan_gpu.c: the random-weight V3 golden's every stage
+ * (conv_pre, ups, stage-0 resblocks, mrf, conv_post, audio) on the GPU against the goldens and the
+ * CPU path, FP32 and FP16; the whole clip and the real V3 resynthesis; a batch of 3 mels of
+ * different lengths against each alone on the CPU (padding never leaks into an item) and the graph
+ * replay; a generated ResBlock1 model with awkward sizes (20 mels, 52 -> 26 -> 13 channels, rates 3
+ * and 2 with kernels 7 and 4) against the CPU. Tolerances, max |diff| / max |ref| per stage: FP32
+ * 1e-4 (the README's deep-stack figure; only the order of FP32 sums differs from the CPU). FP16
+ * (operands rounded to half, unit roundoff 2^-11 = 4.9e-4, FP32 accumulation and residual stream):
+ * a single conv's output errs by a few roundoffs of its inputs relative to its largest value, and
+ * the stages add up ~20 convs (V3: 3 stages x 3 resblocks x 2 convs + the upsamplers) whose
+ * relative errors add through the residuals and the MRF mean, tanh never amplifying: bound 3e-3 for
+ * conv_pre (one conv), 3e-2 for every later stage and the audio. These bounds are a priori; each
+ * test prints the measured value per stage (the figures to tighten them by). */
 #include "test.h"
 
 #ifdef HARK_CUDA
@@ -78,7 +77,8 @@ static double rel_diff(const float *got, const float *ref, size_t n)
         CHECKF(hifigan_load(p_, 1, &m, &e_) == HARK_OK, "load: %s", e_.msg);                       \
     } while (0)
 
-/* ---- stages: the CPU's, kept by name, then the GPU's compared with them and the goldens ------- */
+/* ---- stages: the CPU's, kept by name, then the GPU's compared with them and the goldens -------
+ */
 
 #define MAX_STAGES 24
 typedef struct {
@@ -163,8 +163,7 @@ static void v3_stages(test_ctx_t *t, ops_dtype_t dt)
     gpu_check_t c = {&cs, dt, 1, 0, 0, ""};
     const float *mels[1] = {mel.data};
     float *outs[1] = {audio};
-    CHECKF(hifigan_gpu_run(w, mels, &nf, 1, outs, check_stage, &c, &err) == HARK_OK, "%s",
-           err.msg);
+    CHECKF(hifigan_gpu_run(w, mels, &nf, 1, outs, check_stage, &c, &err) == HARK_OK, "%s", err.msg);
     double d_cpu = rel_diff(audio, cpu_audio, ns), d_gold = rel_diff(audio, ga.data, ns);
     printf("    %s audio (1, %zu) max rel diff vs CPU %.3g, vs golden %.3g\n",
            dt == OPS_F32 ? "fp32" : "fp16", ns, d_cpu, d_gold);
@@ -235,8 +234,9 @@ static void batch_vs_cpu(test_ctx_t *t, hifigan_model_t *m, ops_dtype_t dt, cons
     for (int b = 0; b < batch; b++) {
         size_t ns = hifigan_samples(m, lens[b]);
         double d = rel_diff(outs[b], cpu[b], ns), d1 = rel_diff(outs[b], one[b], ns);
-        printf("    %s batch item %d (%d frames): max rel diff vs CPU %.3g, vs the GPU alone %.3g\n",
-               dt == OPS_F32 ? "fp32" : "fp16", b, lens[b], d, d1);
+        printf(
+            "    %s batch item %d (%d frames): max rel diff vs CPU %.3g, vs the GPU alone %.3g\n",
+            dt == OPS_F32 ? "fp32" : "fp16", b, lens[b], d, d1);
         if (!(d <= tol) && bad < 0)
             bad = b;
         worst = fmax(worst, d);
