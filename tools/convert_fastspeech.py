@@ -11,7 +11,13 @@
 model keys are read, the rest ignored) or a JSON file with those keys under "hparams". Every
 tensor the config implies must be present with its exact shape and finite values; the
 positional tables must be the sinusoid DLE builds (checked to 1e-6).
-Needs Debian's python3-torch, python3-numpy, python3-yaml.
+
+Generated weights (benchmarks; no checkpoint, no torch): `--random SEED` in place of
+`--checkpoint` fills the matrices with seeded uniform values of std 1/sqrt(fan_in), the layer
+norms with 1 / 0, the positional tables with DLE's sinusoid, and sets the duration predictor to
+about 5 frames per symbol (its linear weight small, its bias log(6)), LJSpeech's rate — e.g.
+`--random 1 --config base` for DLE's full-size base.yaml model (built in as `base`).
+Needs Debian's python3-torch (checkpoints only), python3-numpy, python3-yaml (yaml configs).
 Tests: tests/model/fastspeech/test_fastspeech.c
 """
 import argparse
@@ -114,6 +120,41 @@ def expected_tensors(cfg):
     return exp
 
 
+# DLE's fastspeech/hparams/base.yaml (the model keys)
+BUILTIN = {"base": {"max_seq_len": 2048, "d_model": 384, "phoneme_side_n_layer": 6,
+                    "phoneme_side_head": 2, "phoneme_side_conv1d_filter_size": 1536,
+                    "mel_side_n_layer": 6, "mel_side_head": 2,
+                    "mel_side_conv1d_filter_size": 1536, "fft_conv1d_kernel": 3,
+                    "fft_conv1d_padding": 1, "duration_predictor_filter_size": 256,
+                    "duration_predictor_kernel_size": 3, "n_mels": 80, "sr": 22050,
+                    "hop_len": 256}}
+
+
+def random_tensors(cfg, seed):
+    """{name: float32 array} for every tensor of the config: seeded, fan-in scaled matrices,
+    unit layer norms, DLE's sinusoid tables, ~5 frames per symbol from the duration predictor."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in expected_tensors(cfg).items():
+        if name.endswith("position.weight"):
+            a = sinusoid_table(shape[0], shape[1])
+        elif "layer_norm" in name:
+            a = np.ones(shape) if name.endswith(".weight") else np.zeros(shape)
+        elif name == "length_regulator.duration_predictor.linear_layer.bias":
+            a = np.full(shape, np.log(6.0))
+        elif name.endswith(".bias"):
+            a = rng.uniform(-0.02, 0.02, size=shape)
+        else:
+            fan = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+            scale = 0.05 if "linear_layer" in name else 1.0
+            if name == "word_emb.weight":
+                fan = 1
+                scale = 0.3
+            a = rng.uniform(-np.sqrt(3.0), np.sqrt(3.0), size=shape) * scale / np.sqrt(fan)
+        out[name] = np.ascontiguousarray(a, dtype="<f4")
+    return out
+
+
 def sinusoid_table(n, d):
     pos = np.arange(n, dtype=np.float64)[:, None]
     i = np.arange(d)[None, :]
@@ -167,24 +208,33 @@ def check_tensors(sd, cfg):
 
 
 def convert(args):
-    import yaml
     if not 1 <= args.max_batch_size <= 512:
         fail(f"--max-batch-size {args.max_batch_size}: must be in [1, 512]")
     if args.vocoder and not re.fullmatch(r"[A-Za-z0-9_.\-/]+", args.vocoder):
         fail(f"--vocoder {args.vocoder!r}: use a model name or path of A-Z a-z 0-9 _ . - /")
-    try:
-        with open(args.config, encoding="utf-8") as f:
-            y = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError) as ex:
-        fail(f"{args.config}: cannot read the config: {ex}")
+    if args.config in BUILTIN:
+        y = dict(BUILTIN[args.config])
+    else:
+        import yaml
+        try:
+            with open(args.config, encoding="utf-8") as f:
+                y = yaml.safe_load(f)
+        except (OSError, yaml.YAMLError) as ex:
+            fail(f"{args.config}: cannot read the config: {ex}")
     cfg = parse_config(y)
-    sd, key = load_state_dict(args.checkpoint)
-    tensors = check_tensors(sd, cfg)
+    if (args.checkpoint is None) == (args.random is None):
+        fail("give one of --checkpoint and --random")
+    if args.random is not None:
+        tensors, key = random_tensors(cfg, args.random), f"random seed {args.random}"
+    else:
+        sd, key = load_state_dict(args.checkpoint)
+        tensors = check_tensors(sd, cfg)
 
     name = entry_name(args.output, fail)
     meta = {"format": "hark", "family": FAMILY, "converter": "tools/convert_fastspeech.py",
             "converter_version": CONVERTER_VERSION,
-            "source": os.path.basename(args.checkpoint), "state_dict": key or "(bare)"}
+            "source": os.path.basename(args.checkpoint) if args.checkpoint else key,
+            "state_dict": key or "(bare)"}
     out = write_entry(args.output, tensors, meta, cfg,
                       tts_config_pbtxt(name, args.max_batch_size, FAMILY, args.vocoder))
     n = sum(a.size for a in tensors.values())
@@ -194,8 +244,11 @@ def convert(args):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--checkpoint", required=True, help="DLE FastSpeech checkpoint (.pt)")
-    ap.add_argument("--config", required=True, help="DLE hparams yaml (or golden config.json)")
+    ap.add_argument("--checkpoint", help="DLE FastSpeech checkpoint (.pt)")
+    ap.add_argument("--random", type=int, metavar="SEED",
+                    help="generated weights instead of a checkpoint (benchmarks)")
+    ap.add_argument("--config", required=True,
+                    help="DLE hparams yaml (or golden config.json), or base (DLE's base.yaml)")
     ap.add_argument("--output", required=True, help="model directory to write")
     ap.add_argument("--vocoder", help="vocoder model (name in the repository, or a directory)")
     ap.add_argument("--max-batch-size", type=int, default=8, help="config.pbtxt max_batch_size")

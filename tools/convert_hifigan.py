@@ -13,7 +13,12 @@ Accepted checkpoints:
     (e.g. the fp16 LJSpeech V3 weights taken from the TFLite file); fp16 is widened exactly.
 
 Every tensor the config implies must be present with its exact shape and finite values.
-Needs Debian's python3-torch and python3-numpy. Tests: tests/model/hifigan/test_hifigan.c.
+
+Generated weights (benchmarks, tests; no checkpoint, no torch): `--random SEED` in place of
+`--checkpoint` fills every tensor with seeded uniform values of std 1/sqrt(fan_in) (biases
+0.05/sqrt(fan_in)) — e.g. `--random 1 --config v1` for a full-size V1 (upstream's config_v1.json,
+built in as `v1`; `v3` too).
+Needs Debian's python3-torch (checkpoints only) and python3-numpy. Tests: tests/model/hifigan/test_hifigan.c.
 """
 import argparse
 import json
@@ -190,25 +195,67 @@ def check_tensors(sd, cfg):
     return out
 
 
+# upstream's config_v1.json / config_v3.json (the generator and mel-recipe keys)
+BUILTIN = {
+    "v1": {"resblock": "1", "upsample_rates": [8, 8, 2, 2],
+           "upsample_kernel_sizes": [16, 16, 4, 4], "upsample_initial_channel": 512,
+           "resblock_kernel_sizes": [3, 7, 11],
+           "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]]},
+    "v3": {"resblock": "2", "upsample_rates": [8, 8, 4], "upsample_kernel_sizes": [16, 16, 8],
+           "upsample_initial_channel": 256, "resblock_kernel_sizes": [3, 5, 7],
+           "resblock_dilation_sizes": [[1, 2], [2, 6], [3, 12]]},
+}
+for _h in BUILTIN.values():
+    _h.update({"num_mels": 80, "n_fft": 1024, "hop_size": 256, "win_size": 1024,
+               "sampling_rate": 22050, "fmin": 0, "fmax": 8000})
+
+
+def random_tensors(cfg, seed):
+    """{name: float32 array} for every tensor the config implies, seeded, fan-in scaled."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in expected_tensors(cfg).items():
+        if name.endswith(".bias"):
+            fan = 1
+            for nm2, sh2 in expected_tensors(cfg).items():
+                if nm2 == name[:-5] + ".weight":
+                    fan = sh2[0] * sh2[2] if nm2.startswith("ups.") else sh2[1] * sh2[2]
+            scale = 0.05 / np.sqrt(fan)
+        else:
+            fan = shape[0] * shape[2] if name.startswith("ups.") else shape[1] * shape[2]
+            scale = 1.0 / np.sqrt(fan)
+        a = rng.uniform(-np.sqrt(3.0), np.sqrt(3.0), size=shape) * scale
+        out[name] = np.ascontiguousarray(a, dtype="<f4")
+    return out
+
+
 # ---- conversion ------------------------------------------------------------------------------
 
 def convert(args):
     if not 1 <= args.max_batch_size <= 512:
         fail(f"--max-batch-size {args.max_batch_size}: must be in [1, 512]")
-    try:
-        with open(args.config, encoding="utf-8") as f:
-            h = json.load(f)
-    except (OSError, ValueError) as ex:
-        fail(f"{args.config}: cannot read the config: {ex}")
+    if args.config in BUILTIN:
+        h = dict(BUILTIN[args.config])
+    else:
+        try:
+            with open(args.config, encoding="utf-8") as f:
+                h = json.load(f)
+        except (OSError, ValueError) as ex:
+            fail(f"{args.config}: cannot read the config: {ex}")
     cfg = parse_config(h)
-    sd, key = load_state_dict(args.checkpoint)
-    sd, n_wn = remove_weight_norm(sd)
-    tensors = check_tensors(sd, cfg)
+    if (args.checkpoint is None) == (args.random is None):
+        fail("give one of --checkpoint and --random")
+    if args.random is not None:
+        tensors, n_wn, key = random_tensors(cfg, args.random), 0, f"random seed {args.random}"
+    else:
+        sd, key = load_state_dict(args.checkpoint)
+        sd, n_wn = remove_weight_norm(sd)
+        tensors = check_tensors(sd, cfg)
 
     name = entry_name(args.output, fail)
     meta = {"format": "hark", "family": FAMILY, "converter": "tools/convert_hifigan.py",
             "converter_version": CONVERTER_VERSION,
-            "source": os.path.basename(args.checkpoint),
+            "source": os.path.basename(args.checkpoint) if args.checkpoint else key,
             "weight_norm_removed": str(n_wn)}
     out = write_entry(args.output, tensors, meta, cfg,
                       vocoder_config_pbtxt(name, args.max_batch_size, FAMILY, cfg['num_mels']))
@@ -220,8 +267,11 @@ def convert(args):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--checkpoint", required=True, help="g_XXXXXXXX or a plain state dict")
-    ap.add_argument("--config", required=True, help="hifi-gan config_vN.json")
+    ap.add_argument("--checkpoint", help="g_XXXXXXXX or a plain state dict")
+    ap.add_argument("--random", type=int, metavar="SEED",
+                    help="generated weights instead of a checkpoint (benchmarks, tests)")
+    ap.add_argument("--config", required=True,
+                    help="hifi-gan config_vN.json, or v1 / v3 (upstream's, built in)")
     ap.add_argument("--output", required=True, help="model directory to write")
     ap.add_argument("--max-batch-size", type=int, default=8, help="config.pbtxt max_batch_size")
     args = ap.parse_args(argv)

@@ -1,6 +1,8 @@
 /* cmd_speak.c — `hark speak` (text -> FastSpeech or Tacotron 2 mel -> HiFi-GAN or WaveGlow
  * (+ denoiser) audio -> WAV) and `hark vocode`
- * (a mel .npy, or a WAV resynthesised through the vocoder's own mel recipe -> WAV), on the CPU.
+ * (a mel .npy, or a WAV resynthesised through the vocoder's own mel recipe -> WAV), on the CPU, or
+ * with --device cuda[:N] (--precision fp32 | fp16 | bf16) FastSpeech + HiFi-GAN on the GPU
+ * (fastspeech_gpu.h, hifigan_gpu.h).
  * WAVs are 16-bit PCM as hifi-gan's inference.py writes them (samples · 32768 truncated toward
  * zero; the one value tanh can reach, +1.0, is kept at 32767).
  * Tests: tests/cli/test_cli_speak.c */
@@ -10,7 +12,9 @@
 #include "core/npy.h"
 #include "hark.h"
 #include "model/fastspeech/fastspeech.h"
+#include "model/fastspeech/fastspeech_gpu.h"
 #include "model/hifigan/hifigan.h"
+#include "model/hifigan/hifigan_gpu.h"
 #include "model/tacotron2/tacotron2.h"
 #include "model/waveglow/waveglow.h"
 #include "server/model_config.h"
@@ -128,14 +132,35 @@ static void dump_stage(void *user, const char *name, const float *data, int rows
         d->failed = 1;
 }
 
-static int check_device(const char *cmd, const char *device, const char *precision)
+/* --device cpu | cuda | cuda:N and --precision -> *dev (-1: CPU) and *dt; -1 on a bad pair */
+static int check_device(const char *cmd, const char *device, const char *precision, int *dev,
+                        ops_dtype_t *dt)
 {
-    if (strcmp(device, "cpu") != 0) {
-        fprintf(stderr, "hark %s: --device %s: the TTS models run on the CPU only for now\n", cmd,
-                device);
+    *dev = -1;
+    *dt = OPS_F32;
+    if (!strcmp(device, "cuda")) {
+        *dev = 0;
+    } else if (!strncmp(device, "cuda:", 5)) {
+        char *e;
+        long v = strtol(device + 5, &e, 10);
+        if (*e || e == device + 5 || v < 0 || v > 64) {
+            fprintf(stderr, "hark %s: --device %s: expected cpu, cuda or cuda:N\n", cmd, device);
+            return -1;
+        }
+        *dev = (int)v;
+    } else if (strcmp(device, "cpu") != 0) {
+        fprintf(stderr, "hark %s: --device %s: expected cpu, cuda or cuda:N\n", cmd, device);
         return -1;
     }
-    if (strcmp(precision, "fp32") != 0) {
+    if (!strcmp(precision, "fp16"))
+        *dt = OPS_F16;
+    else if (!strcmp(precision, "bf16"))
+        *dt = OPS_BF16;
+    else if (strcmp(precision, "fp32") != 0) {
+        fprintf(stderr, "hark %s: --precision %s: expected fp32, fp16 or bf16\n", cmd, precision);
+        return -1;
+    }
+    if (*dev < 0 && *dt != OPS_F32) {
         fprintf(stderr, "hark %s: --precision %s: the CPU path computes in fp32 only\n", cmd,
                 precision);
         return -1;
@@ -143,9 +168,57 @@ static int check_device(const char *cmd, const char *device, const char *precisi
     return 0;
 }
 
+/* the GPU engines of --device cuda */
+typedef struct {
+    fastspeech_gpu_model_t *gfs;
+    fastspeech_gpu_worker_t *wfs;
+    hifigan_gpu_model_t *ghg;
+    hifigan_gpu_worker_t *whg;
+} gpu_t;
+
+static void gpu_free(gpu_t *g)
+{
+    hifigan_gpu_worker_destroy(g->whg);
+    hifigan_gpu_model_destroy(g->ghg);
+    fastspeech_gpu_worker_destroy(g->wfs);
+    fastspeech_gpu_model_destroy(g->gfs);
+    memset(g, 0, sizeof *g);
+}
+
+/* fs (or NULL) and hg uploaded to dev in dt, workers for one item of max_frames mel frames */
+static int gpu_open(const char *cmd, gpu_t *g, const fastspeech_model_t *fs,
+                    const hifigan_model_t *hg, int dev, ops_dtype_t dt, int max_frames)
+{
+    hark_err_t err = {0};
+    int rc = HARK_OK;
+    if (fs) {
+        int n = fastspeech_config(fs)->max_seq_len;
+        rc = fastspeech_gpu_model_create(fs, dev, dt, &g->gfs, &err);
+        if (!rc)
+            rc = fastspeech_gpu_worker_create(g->gfs, 1, n, n, &g->wfs, &err);
+    }
+    if (!rc)
+        rc = hifigan_gpu_model_create(hg, dev, dt, &g->ghg, &err);
+    if (!rc)
+        rc = hifigan_gpu_worker_create(g->ghg, 1, max_frames, &g->whg, &err);
+    if (rc) {
+        fprintf(stderr, "hark %s: --device cuda:%d: %s\n", cmd, dev, err.msg);
+        gpu_free(g);
+        return -1;
+    }
+    return 0;
+}
+
+/* the GPU engines' per-item stages into --dump-dir */
+static void dump_gpu_stage(void *user, int item, const char *name, const float *data, int rows,
+                           int cols)
+{
+    dump_stage(user, name, data, rows, cols);
+}
+
 /* mel (n_mels, T) -> WAV through the vocoder */
-static int vocode_to_wav(const hifigan_model_t *voc, const float *mel, int nf, const char *out,
-                         const char *dump_dir)
+static int vocode_to_wav(const hifigan_model_t *voc, const gpu_t *gpu, const float *mel, int nf,
+                         const char *out, const char *dump_dir)
 {
     size_t n = hifigan_samples(voc, nf);
     float *audio = hark_malloc(sizeof(float) * n);
@@ -155,7 +228,15 @@ static int vocode_to_wav(const hifigan_model_t *voc, const float *mel, int nf, c
     }
     dump_t d = {dump_dir, 0};
     hark_err_t err = {0};
-    int rc = hifigan_forward(voc, mel, nf, audio, dump_dir ? dump_stage : NULL, &d, &err);
+    int rc;
+    if (gpu && gpu->whg) {
+        const float *mels[1] = {mel};
+        float *outs[1] = {audio};
+        rc = hifigan_gpu_run(gpu->whg, mels, &nf, 1, outs, dump_dir ? dump_gpu_stage : NULL, &d,
+                             &err);
+    } else {
+        rc = hifigan_forward(voc, mel, nf, audio, dump_dir ? dump_stage : NULL, &d, &err);
+    }
     if (rc)
         fprintf(stderr, "hark: %s\n", err.msg);
     else if (dump_dir) {
@@ -176,7 +257,8 @@ static void speak_usage(FILE *f)
     fprintf(f, "usage: hark speak --model DIR [--vocoder DIR] \"TEXT\" -o OUT.wav\n"
                "       hark speak --model DIR [--vocoder DIR] --text-file FILE --output-dir DIR\n"
                "                  [--alpha A] [--seed N] [--sigma S] [--denoiser-strength X]\n"
-               "                  [--max-decoder-steps N] [--device cpu] [--precision fp32]\n"
+               "                  [--max-decoder-steps N] [--device cpu|cuda[:N]]\n"
+               "                  [--precision fp32|fp16|bf16]\n"
                "                  [--dump-dir D]\n\n"
                "Synthesises English text with a FastSpeech (tools/convert_fastspeech.py) or\n"
                "Tacotron 2 model (tools/convert_tacotron2.py) and a HiFi-GAN\n"
@@ -189,7 +271,8 @@ static void speak_usage(FILE *f)
                "--sigma (default the model's, 0.9) and --denoiser-strength (default the model's,\n"
                "0.01; 0 turns the denoiser off); its audio is peak-normalised as DLE's\n"
                "inference.py does. --dump-dir writes the ids and every stage as .npy (one\n"
-               "sub-directory per line with --text-file).\n");
+               "sub-directory per line with --text-file). --device cuda[:N] runs FastSpeech +\n"
+               "HiFi-GAN on that GPU, in --precision fp32, fp16 or bf16 (FP32 accumulation).\n");
 }
 
 /* the loaded pipeline: one acoustic model, one vocoder, and the options */
@@ -201,6 +284,7 @@ typedef struct {
     float alpha, sigma, strength; /* sigma, strength < 0: the model's */
     uint64_t seed;
     int max_steps;
+    gpu_t gpu; /* --device cuda: FastSpeech + HiFi-GAN */
 } pipe_t;
 
 static int pipe_mels(const pipe_t *p)
@@ -380,14 +464,28 @@ static int acoustic(const pipe_t *p, const tts_text_t *tt, float **mel_out, int 
         tacotron2_result_free(&r);
         return 0;
     }
-    fastspeech_opts_t o = {p->alpha, 0, 0, d->dir ? dump_stage : NULL, d};
     float *mel = NULL;
-    int nf = 0;
-    if (fastspeech_forward(p->fs, tt->ids, tt->n, &o, &mel, &nf, &err)) {
-        fprintf(stderr, "hark speak: %s\n", err.msg);
-        return -1;
+    int nf = 0, nm = pipe_mels(p);
+    if (p->gpu.wfs) {
+        const int *ids[1] = {tt->ids};
+        float alpha[1] = {p->alpha};
+        fastspeech_gpu_opts_t go = {alpha, d->dir ? dump_gpu_stage : NULL, d};
+        const float *d_mel = NULL;
+        int T = 0;
+        if (fastspeech_gpu_run(p->gpu.wfs, ids, &tt->n, 1, &go, &nf, &T, &d_mel, &err) ||
+            !(mel = hark_malloc(sizeof(float) * (size_t)nf * nm)) ||
+            fastspeech_gpu_mel_to_host(p->gpu.wfs, 0, mel, &err)) {
+            fprintf(stderr, "hark speak: %s\n", mel || err.msg[0] ? err.msg : "out of memory");
+            hark_free(mel);
+            return -1;
+        }
+    } else {
+        fastspeech_opts_t o = {p->alpha, 0, 0, d->dir ? dump_stage : NULL, d};
+        if (fastspeech_forward(p->fs, tt->ids, tt->n, &o, &mel, &nf, &err)) {
+            fprintf(stderr, "hark speak: %s\n", err.msg);
+            return -1;
+        }
     }
-    int nm = pipe_mels(p);
     float *mt = hark_malloc(sizeof(float) * (size_t)nf * nm);
     if (!mt) {
         hark_free(mel);
@@ -430,7 +528,7 @@ static int speak_one(const pipe_t *p, const char *text, const char *out, const c
         return -1;
     if (d.failed)
         fprintf(stderr, "hark speak: cannot write every stage into %s\n", dump_dir);
-    rc = p->hg ? vocode_to_wav(p->hg, mel, nf, out, dump_dir)
+    rc = p->hg ? vocode_to_wav(p->hg, &p->gpu, mel, nf, out, dump_dir)
                : waveglow_to_wav(p, mel, nf, keep, out, dump_dir);
     hark_free(mel);
     return rc || d.failed ? -1 : 0;
@@ -514,7 +612,9 @@ int cli_speak(int argc, char **argv)
         speak_usage(stderr);
         return 2;
     }
-    if (check_device("speak", device, precision))
+    int dev;
+    ops_dtype_t dt;
+    if (check_device("speak", device, precision, &dev, &dt))
         return 2;
     char fam[64], vfam[64], vdir[1200];
     if (model_family(model, fam, sizeof fam) ||
@@ -538,6 +638,11 @@ int cli_speak(int argc, char **argv)
                 vocoder);
         return 1;
     }
+    if (dev >= 0 && (strcmp(fam, "fastspeech") || strcmp(vfam, "hifigan"))) {
+        fprintf(stderr, "hark speak: --device %s: the GPU path is FastSpeech + HiFi-GAN only\n",
+                device);
+        return 2;
+    }
     pipe_t pipe = {
         .alpha = alpha, .sigma = sigma, .strength = strength, .seed = seed, .max_steps = max_steps};
     hark_err_t err = {0};
@@ -552,6 +657,9 @@ int cli_speak(int argc, char **argv)
         lrc = -1;
     } else if (lrc)
         fprintf(stderr, "hark speak: %s\n", err.msg);
+    if (!lrc && dev >= 0)
+        lrc = gpu_open("speak", &pipe.gpu, pipe.fs, pipe.hg, dev, dt,
+                       fastspeech_config(pipe.fs)->max_seq_len);
     if (lrc) {
         fastspeech_destroy(pipe.fs);
         tacotron2_destroy(pipe.t2);
@@ -609,6 +717,7 @@ int cli_speak(int argc, char **argv)
             status = n_bad ? 1 : 0;
         }
     }
+    gpu_free(&pipe.gpu);
     fastspeech_destroy(pipe.fs);
     tacotron2_destroy(pipe.t2);
     hifigan_destroy(pipe.hg);
@@ -619,11 +728,12 @@ int cli_speak(int argc, char **argv)
 static void vocode_usage(FILE *f)
 {
     fprintf(
-        f, "usage: hark vocode --model VOCODER_DIR (--mel MEL.npy | --wav IN.wav) -o OUT.wav\n"
-           "                   [--device cpu] [--precision fp32] [--dump-dir D]\n\n"
-           "Runs a HiFi-GAN vocoder (tools/convert_hifigan.py) on a log-mel (.npy of shape\n"
-           "(1, n_mels, T) or (n_mels, T), as hifi-gan's inference_e2e.py reads) or resynthesises\n"
-           "an audio file through the vocoder's own mel recipe (resampled to its rate).\n");
+        f,
+        "usage: hark vocode --model VOCODER_DIR (--mel MEL.npy | --wav IN.wav) -o OUT.wav\n"
+        "                   [--device cpu|cuda[:N]] [--precision fp32|fp16|bf16] [--dump-dir D]\n\n"
+        "Runs a HiFi-GAN vocoder (tools/convert_hifigan.py) on a log-mel (.npy of shape\n"
+        "(1, n_mels, T) or (n_mels, T), as hifi-gan's inference_e2e.py reads) or resynthesises\n"
+        "an audio file through the vocoder's own mel recipe (resampled to its rate).\n");
 }
 
 int cli_vocode(int argc, char **argv)
@@ -660,8 +770,11 @@ int cli_vocode(int argc, char **argv)
         vocode_usage(stderr);
         return 2;
     }
-    if (check_device("vocode", device, precision))
+    int dev;
+    ops_dtype_t dt;
+    if (check_device("vocode", device, precision, &dev, &dt))
         return 2;
+    gpu_t gpu = {0};
     hifigan_model_t *voc = NULL;
     hark_err_t err = {0};
     if (hifigan_load(model, 1, &voc, &err)) {
@@ -703,8 +816,11 @@ int cli_vocode(int argc, char **argv)
             npy_save_f32(path, mel, 3, shape);
         }
     }
-    status = vocode_to_wav(voc, mel, nf, out, dump) ? 1 : 0;
+    if (dev >= 0 && gpu_open("vocode", &gpu, NULL, voc, dev, dt, nf))
+        goto done;
+    status = vocode_to_wav(voc, &gpu, mel, nf, out, dump) ? 1 : 0;
 done:
+    gpu_free(&gpu);
     if (mel != a.data)
         hark_free(mel);
     npy_free(&a);

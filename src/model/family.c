@@ -232,6 +232,12 @@ int family_tts_vocoder_dir(const char *name, const char *dir, const family_load_
     if (prec && strcmp(prec, "fp32"))
         return err_set(err, HARK_ERR_UNSUPPORTED, "%s: precision \"%s\": the CPU path is fp32",
                        name, prec);
+    return family_tts_vocoder_path(name, dir, cfg, vdir, cap, err);
+}
+
+int family_tts_vocoder_path(const char *name, const char *dir, const family_params_t *cfg,
+                            char *vdir, size_t cap, hark_err_t *err)
+{
     const char *v = family_param(cfg, "vocoder");
     if (!v || !*v)
         return err_set(err, HARK_ERR_INVALID_ARG,

@@ -207,6 +207,10 @@ int family_mkdir_p(const char *dir, hark_err_t *err);
  * repository (dir's parent) — into vdir[cap] (HARK_ERR_INVALID_ARG when none is named). */
 int family_tts_vocoder_dir(const char *name, const char *dir, const family_load_opts_t *lo,
                            const family_params_t *cfg, char *vdir, size_t cap, hark_err_t *err);
+/* The vocoder lookup of family_tts_vocoder_dir alone (no device or precision checks), for the
+ * families that run on a GPU too. */
+int family_tts_vocoder_path(const char *name, const char *dir, const family_params_t *cfg,
+                            char *vdir, size_t cap, hark_err_t *err);
 
 typedef struct {
     int max_batch;      /* items in one execute */

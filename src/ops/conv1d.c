@@ -2,6 +2,7 @@
  * the GPU kernels accumulate. Tests: tests/ops/test_conv1d.c */
 #include "ops/conv1d.h"
 
+#include <math.h>
 #include <string.h>
 
 int conv1d_len(int len, int k, int stride, int dil)
@@ -81,4 +82,115 @@ void conv1d_act_ref(float *y, const float *x, const float *b, int n, int c, conv
                 v = v < -1.0f ? -1.0f : v > 1.0f ? 1.0f : v;
             y[(size_t)r * c + i] = v;
         }
+}
+
+void conv1d_pad_mask_act_ref(float *out, const float *in, const float *bias, float slope,
+                             const int *lens, int batch, int t, int c, int ld_in, int ld_out,
+                             int pad_l, int pad_r)
+{
+    int tp = pad_l + t + pad_r;
+    for (int b = 0; b < batch; b++) {
+        int v = lens && lens[b] < t ? lens[b] : t;
+        for (int r = 0; r < tp; r++) {
+            float *o = out + ((size_t)b * tp + r) * ld_out;
+            int s = r - pad_l;
+            memset(o, 0, sizeof(float) * (size_t)ld_out);
+            if (s < 0 || s >= v)
+                continue;
+            const float *x = in + ((size_t)b * t + s) * ld_in;
+            for (int i = 0; i < c; i++) {
+                float y = x[i] + (bias ? bias[i] : 0.0f);
+                o[i] = y > 0.0f ? y : y * slope;
+            }
+        }
+    }
+}
+
+int conv1d_transpose_taps(int k, int stride)
+{
+    return (k + stride - 1) / stride;
+}
+
+int conv1d_transpose_pad_r(int pad, int stride)
+{
+    return (pad + stride - 1) / stride;
+}
+
+void conv1d_transpose_weights(float *w, const float *wt, int cin, int cout, int k, int stride,
+                              int cin_p, int cout_p)
+{
+    int J = conv1d_transpose_taps(k, stride);
+    memset(w, 0, sizeof(float) * (size_t)stride * cout_p * J * cin_p);
+    /* output column r·cout_p + o, tap jj reads input row q - (J-1-jj): full position q·u + r
+     * takes kernel tap r + (J-1-jj)·u */
+    for (int r = 0; r < stride; r++)
+        for (int o = 0; o < cout; o++)
+            for (int jj = 0; jj < J; jj++) {
+                int tap = r + (J - 1 - jj) * stride;
+                if (tap >= k)
+                    continue;
+                float *dst = w + (((size_t)r * cout_p + o) * J + jj) * cin_p;
+                for (int i = 0; i < cin; i++)
+                    dst[i] = wt[((size_t)i * cout + o) * k + tap];
+            }
+}
+
+void conv1d_transpose_ref(float *y, const float *x, const float *wt, const float *b, int batch,
+                          int t, int cin, int cout, int k, int stride, int pad)
+{
+    int t_out = (t - 1) * stride - 2 * pad + k;
+    for (int bb = 0; bb < batch; bb++) {
+        float *yb = y + (size_t)bb * t_out * cout;
+        for (int p = 0; p < t_out; p++)
+            for (int o = 0; o < cout; o++)
+                yb[(size_t)p * cout + o] = b ? b[o] : 0.0f;
+        for (int s = 0; s < t; s++)
+            for (int tap = 0; tap < k; tap++) {
+                int p = s * stride + tap - pad;
+                if (p < 0 || p >= t_out)
+                    continue;
+                const float *xr = x + ((size_t)bb * t + s) * cin;
+                for (int o = 0; o < cout; o++) {
+                    float sum = 0;
+                    for (int i = 0; i < cin; i++)
+                        sum += xr[i] * wt[((size_t)i * cout + o) * k + tap];
+                    yb[(size_t)p * cout + o] += sum;
+                }
+            }
+    }
+}
+
+void conv1d_crop_bias_ref(float *y, const float *x, const float *bias, int batch, int t, int c,
+                          int ld, long long ld_b, int off)
+{
+    for (int b = 0; b < batch; b++)
+        for (int s = 0; s < t; s++)
+            for (int i = 0; i < c; i++)
+                y[((size_t)b * t + s) * c + i] =
+                    x[b * ld_b + (long long)(off + s) * ld + i] + (bias ? bias[i] : 0.0f);
+}
+
+void conv1d_sum_ref(float *y, const float *x, const float *b, int first, float div, int n, int c)
+{
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < c; i++) {
+            size_t q = (size_t)r * c + i;
+            float v = (first ? 0.0f : y[q]) + (x[q] + (b ? b[i] : 0.0f));
+            y[q] = div == 1.0f ? v : v / div;
+        }
+}
+
+void conv1d_tanh_col_ref(float *audio, float *pre, const float *x, float bias, const int *lens,
+                         int batch, int t, int ld)
+{
+    for (int b = 0; b < batch; b++) {
+        int v = lens && lens[b] < t ? lens[b] : t;
+        for (int s = 0; s < t; s++) {
+            size_t q = (size_t)b * t + s;
+            float z = s < v ? x[q * ld] + bias : 0.0f;
+            if (pre)
+                pre[q] = z;
+            audio[q] = s < v ? tanhf(z) : 0.0f;
+        }
+    }
 }

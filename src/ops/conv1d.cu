@@ -61,8 +61,9 @@ static bool dtype_ok(ops_dtype_t t)
 
 /* one thread per output element (grid-stride) */
 template <typename TO, typename TI>
-__global__ void pad_mask_kernel(TO *out, const TI *in, const int *lens, int batch, int t, int c,
-                                int ld_in, int ld_out, int pad_l, int tp)
+__global__ void pad_mask_kernel(TO *out, const TI *in, const float *bias, float slope,
+                                const int *lens, int batch, int t, int c, int ld_in, int ld_out,
+                                int pad_l, int tp)
 {
     long long n = (long long)batch * tp * ld_out;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
@@ -73,36 +74,47 @@ __global__ void pad_mask_kernel(TO *out, const TI *in, const int *lens, int batc
         int v = lens && lens[b] < t ? lens[b] : t;
         int s = r - pad_l;
         float x = 0.0f;
-        if (col < c && s >= 0 && s < v)
+        if (col < c && s >= 0 && s < v) {
             x = ld_f(in + ((long long)b * t + s) * ld_in + col);
+            if (bias)
+                x += bias[col];
+            x = x > 0.0f ? x : x * slope; /* slope 1: x itself, bit for bit */
+        }
         st_f(out + i, x);
     }
 }
 
 template <typename TO, typename TI>
-static void pad_mask_go(void *out, const void *in, const int *lens, int batch, int t, int c,
-                        int ld_in, int ld_out, int pad_l, int tp, cudaStream_t st)
+static void pad_mask_go(void *out, const void *in, const float *bias, float slope, const int *lens,
+                        int batch, int t, int c, int ld_in, int ld_out, int pad_l, int tp,
+                        cudaStream_t st)
 {
     long long n = (long long)batch * tp * ld_out;
     pad_mask_kernel<TO, TI><<<grid_for(n, 256), 256, 0, st>>>(
-        (TO *)out, (const TI *)in, lens, batch, t, c, ld_in, ld_out, pad_l, tp);
+        (TO *)out, (const TI *)in, bias, slope, lens, batch, t, c, ld_in, ld_out, pad_l, tp);
 }
 
 template <typename TO>
-static void pad_mask_in(void *out, const void *in, ops_dtype_t in_t, const int *lens, int batch,
-                        int t, int c, int ld_in, int ld_out, int pad_l, int tp, cudaStream_t st)
+static void pad_mask_in(void *out, const void *in, ops_dtype_t in_t, const float *bias, float slope,
+                        const int *lens, int batch, int t, int c, int ld_in, int ld_out, int pad_l,
+                        int tp, cudaStream_t st)
 {
     if (in_t == OPS_F16)
-        pad_mask_go<TO, __half>(out, in, lens, batch, t, c, ld_in, ld_out, pad_l, tp, st);
+        pad_mask_go<TO, __half>(out, in, bias, slope, lens, batch, t, c, ld_in, ld_out, pad_l, tp,
+                                st);
     else if (in_t == OPS_BF16)
-        pad_mask_go<TO, __nv_bfloat16>(out, in, lens, batch, t, c, ld_in, ld_out, pad_l, tp, st);
+        pad_mask_go<TO, __nv_bfloat16>(out, in, bias, slope, lens, batch, t, c, ld_in, ld_out,
+                                       pad_l, tp, st);
     else
-        pad_mask_go<TO, float>(out, in, lens, batch, t, c, ld_in, ld_out, pad_l, tp, st);
+        pad_mask_go<TO, float>(out, in, bias, slope, lens, batch, t, c, ld_in, ld_out, pad_l, tp,
+                               st);
 }
 
-extern "C" int cuda_conv1d_pad_mask(void *out, ops_dtype_t out_t, const void *in, ops_dtype_t in_t,
-                                    const int *lens, int batch, int t, int c, int ld_in, int ld_out,
-                                    int pad_l, int pad_r, void *stream, hark_err_t *err)
+extern "C" int cuda_conv1d_pad_mask_act(void *out, ops_dtype_t out_t, const void *in,
+                                        ops_dtype_t in_t, const float *bias, float slope,
+                                        const int *lens, int batch, int t, int c, int ld_in,
+                                        int ld_out, int pad_l, int pad_r, void *stream,
+                                        hark_err_t *err)
 {
     if (!dtype_ok(out_t) || !dtype_ok(in_t) || batch < 0 || t < 0 || c < 0 || ld_in < c ||
         ld_out < c || pad_l < 0 || pad_r < 0)
@@ -116,12 +128,23 @@ extern "C" int cuda_conv1d_pad_mask(void *out, ops_dtype_t out_t, const void *in
         return HARK_OK;
     cudaStream_t st = (cudaStream_t)stream;
     if (out_t == OPS_F16)
-        pad_mask_in<__half>(out, in, in_t, lens, batch, t, c, ld_in, ld_out, pad_l, tp, st);
+        pad_mask_in<__half>(out, in, in_t, bias, slope, lens, batch, t, c, ld_in, ld_out, pad_l, tp,
+                            st);
     else if (out_t == OPS_BF16)
-        pad_mask_in<__nv_bfloat16>(out, in, in_t, lens, batch, t, c, ld_in, ld_out, pad_l, tp, st);
+        pad_mask_in<__nv_bfloat16>(out, in, in_t, bias, slope, lens, batch, t, c, ld_in, ld_out,
+                                   pad_l, tp, st);
     else
-        pad_mask_in<float>(out, in, in_t, lens, batch, t, c, ld_in, ld_out, pad_l, tp, st);
+        pad_mask_in<float>(out, in, in_t, bias, slope, lens, batch, t, c, ld_in, ld_out, pad_l, tp,
+                           st);
     return launched(err, "conv1d_pad_mask_kernel");
+}
+
+extern "C" int cuda_conv1d_pad_mask(void *out, ops_dtype_t out_t, const void *in, ops_dtype_t in_t,
+                                    const int *lens, int batch, int t, int c, int ld_in, int ld_out,
+                                    int pad_l, int pad_r, void *stream, hark_err_t *err)
+{
+    return cuda_conv1d_pad_mask_act(out, out_t, in, in_t, NULL, 1.0f, lens, batch, t, c, ld_in,
+                                    ld_out, pad_l, pad_r, stream, err);
 }
 
 /* ---- the conv as GEMMs ---------------------------------------------------------------------- */
@@ -138,9 +161,12 @@ extern "C" int cuda_conv1d(float *acc, float beta, const void *xp, const void *w
     int t_out = t_pad < span ? 0 : (t_pad - span) / stride + 1;
     if (batch == 0 || t_out == 0)
         return HARK_OK;
-    if (dt != OPS_F32 && dil == 1 && cin % 8 == 0) {
-        /* one implicit GEMM: the padded input as a (t_pad x 1) image of cin channels, the taps
-         * as a k x 1 kernel, w (cout, k·cin) the channel-last order hconv2d reads */
+    if (dt != OPS_F32 && cin % 8 == 0 && (dil == 1 || (stride == 1 && t_pad % dil == 0))) {
+        /* one implicit GEMM: the padded input as a (t_pad / dil x dil) image of cin channels
+         * (row r, column c = frame r·dil + c), the taps as a k x 1 kernel — a dilated conv is an
+         * undilated one down the image's rows, and output (ho, wo) is frame ho·dil + wo, so the
+         * rows come out in time order, t_out per utterance; w (cout, k·cin) the channel-last
+         * order hconv2d reads */
         cuda_epi_t e = {};
         e.mode = CUDA_EPI_RESID32;
         e.out = acc;
@@ -148,7 +174,7 @@ extern "C" int cuda_conv1d(float *acc, float beta, const void *xp, const void *w
         e.alpha = 1.0f;
         e.beta = beta;
         e.dt = dt;
-        return cuda_hconv2d(&e, xp, w, batch, cin, t_pad, 1, cout, k, 1, stride, g, err);
+        return cuda_hconv2d(&e, xp, w, batch, cin, t_pad / dil, dil, cout, k, 1, stride, g, err);
     }
     /* tap j: rows s·stride + j·dil of the padded input, a strided view (lda = stride·cin), times
      * w[:, j, :] (rows of k·cin); every tap after the first adds to acc */
@@ -323,4 +349,100 @@ extern "C" int cuda_conv1d_act(void *y, ops_dtype_t y_t, const float *x, const f
     else
         act_kernel<float><<<gr, 256, 0, st>>>((float *)y, x, b, n, c, (int)act);
     return launched(err, "conv1d_act_kernel");
+}
+
+/* ---- HiFi-GAN's pieces: the transposed conv's crop, the MRF sum, the tanh head --------------- */
+
+template <typename T>
+__global__ void crop_bias_kernel(T *y, const float *x, const float *bias, int batch, int t, int c,
+                                 int ld, long long ld_b, int off)
+{
+    long long n = (long long)batch * t * c;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        int col = (int)(i % c);
+        long long row = i / c;
+        int s = (int)(row % t), b = (int)(row / t);
+        st_f(y + i, x[b * ld_b + (long long)(off + s) * ld + col] + (bias ? bias[col] : 0.0f));
+    }
+}
+
+extern "C" int cuda_conv1d_crop_bias(void *y, ops_dtype_t y_t, const float *x, const float *bias,
+                                     int batch, int t, int c, int ld, long long ld_b, int off,
+                                     void *stream, hark_err_t *err)
+{
+    if (!dtype_ok(y_t) || batch < 0 || t < 0 || c < 0 || ld < c || off < 0 ||
+        ld_b < (long long)(off + t) * ld)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "conv1d_crop_bias: batch %d, t %d, c %d, ld %d, ld_b %lld, off %d", batch, t,
+                       c, ld, ld_b, off);
+    long long n = (long long)batch * t * c;
+    if (n == 0)
+        return HARK_OK;
+    cudaStream_t st = (cudaStream_t)stream;
+    unsigned gr = grid_for(n, 256);
+    if (y_t == OPS_F16)
+        crop_bias_kernel<__half>
+            <<<gr, 256, 0, st>>>((__half *)y, x, bias, batch, t, c, ld, ld_b, off);
+    else if (y_t == OPS_BF16)
+        crop_bias_kernel<__nv_bfloat16>
+            <<<gr, 256, 0, st>>>((__nv_bfloat16 *)y, x, bias, batch, t, c, ld, ld_b, off);
+    else
+        crop_bias_kernel<float>
+            <<<gr, 256, 0, st>>>((float *)y, x, bias, batch, t, c, ld, ld_b, off);
+    return launched(err, "conv1d_crop_bias_kernel");
+}
+
+__global__ void sum_kernel(float *y, const float *x, const float *b, int first, float div, int n,
+                           int c)
+{
+    long long total = (long long)n * c;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        float v = (first ? 0.0f : y[i]) + (x[i] + (b ? b[i % c] : 0.0f));
+        y[i] = div == 1.0f ? v : v / div;
+    }
+}
+
+extern "C" int cuda_conv1d_sum(float *y, const float *x, const float *b, int first, float div,
+                               int n, int c, void *stream, hark_err_t *err)
+{
+    if (n < 0 || c < 0 || !(div != 0.0f) || y == x)
+        return err_set(err, HARK_ERR_INVALID_ARG, "conv1d_sum: n %d, c %d, div %g", n, c,
+                       (double)div);
+    long long total = (long long)n * c;
+    if (total == 0)
+        return HARK_OK;
+    sum_kernel<<<grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(y, x, b, first, div, n, c);
+    return launched(err, "conv1d_sum_kernel");
+}
+
+__global__ void tanh_col_kernel(float *audio, float *pre, const float *x, float bias,
+                                const int *lens, int batch, int t, int ld)
+{
+    long long n = (long long)batch * t;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        int s = (int)(i % t), b = (int)(i / t);
+        int v = lens && lens[b] < t ? lens[b] : t;
+        float z = s < v ? x[i * ld] + bias : 0.0f;
+        if (pre)
+            pre[i] = z;
+        audio[i] = s < v ? tanhf(z) : 0.0f;
+    }
+}
+
+extern "C" int cuda_conv1d_tanh_col(float *audio, float *pre, const float *x, float bias,
+                                    const int *lens, int batch, int t, int ld, void *stream,
+                                    hark_err_t *err)
+{
+    if (batch < 0 || t < 0 || ld < 1)
+        return err_set(err, HARK_ERR_INVALID_ARG, "conv1d_tanh_col: batch %d, t %d, ld %d", batch,
+                       t, ld);
+    long long n = (long long)batch * t;
+    if (n == 0)
+        return HARK_OK;
+    tanh_col_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(audio, pre, x, bias, lens,
+                                                                        batch, t, ld);
+    return launched(err, "conv1d_tanh_col_kernel");
 }

@@ -2,8 +2,9 @@
  * the CPU references (conv1d.c) and their GPU launchers (conv1d.cu). Tensors are time-major,
  * channels innermost: (batch, t, c), row stride given where it may differ from c. An utterance's
  * valid length lens[b] masks its input: rows at or past it read as zero (DLE's MaskedConv1d).
- * Tests: tests/ops/test_conv1d.c (the references), tests/ops/test_conv1d_cuda.c (each launcher
- * against its reference on awkward sizes, FP32 / FP16 / BF16).
+ * Tests: tests/ops/test_conv1d.c (the references; the transposed conv as a polyphase conv),
+ * tests/ops/test_conv1d_cuda.c (each launcher against its reference on awkward sizes, FP32 / FP16
+ * / BF16).
  *
  * The launchers follow ops_cuda.h: outputs, inputs, sizes, then the stream or the GEMM context,
  * then err; they enqueue, never synchronise or allocate; HARK_OK, HARK_ERR_CUDA or
@@ -49,6 +50,44 @@ void conv1d_depthwise_ref(float *out, const float *in, const float *w, const int
 /* y (n, c) = act(x (n, c) + b), b (c) or NULL; hardtanh clamps to [-1, 1] (nn.Hardtanh()). */
 void conv1d_act_ref(float *y, const float *x, const float *b, int n, int c, conv1d_act_t act);
 
+/* conv1d_pad_mask_ref fused with a bias and a leaky ReLU (HiFi-GAN): row pad_l + s of out =
+ * lrelu(in row s + bias) for 0 <= s < min(lens[b], t), lrelu(v) = v > 0 ? v : slope · v (slope 1:
+ * none); bias (c) or NULL. Every other row and column >= c zero. */
+void conv1d_pad_mask_act_ref(float *out, const float *in, const float *bias, float slope,
+                             const int *lens, int batch, int t, int c, int ld_in, int ld_out,
+                             int pad_l, int pad_r);
+
+/* ---- ConvTranspose1d as a conv (polyphase) ---------------------------------------------------
+ * A transposed conv of stride u, kernel k and padding pad (torch's, output length (t-1)·u - 2·pad
+ * + k) is the plain conv of its input, zero-padded by J - 1 = conv1d_transpose_taps(k, u) - 1
+ * rows on the left and conv1d_transpose_pad_r(pad, u) on the right, with J taps and u · cout_p
+ * output columns (phase r of output row q: full output position q·u + r), followed by a crop of
+ * pad positions (conv1d_crop_bias_ref with off = pad): no zero-stuffed input, no overlap-add. */
+int conv1d_transpose_taps(int k, int stride);
+int conv1d_transpose_pad_r(int pad, int stride);
+/* w (u · cout_p, J, cin_p), zeros where cout/cin are padded or a tap is past k, from wt (cin,
+ * cout, k), torch's ConvTranspose1d weight. */
+void conv1d_transpose_weights(float *w, const float *wt, int cin, int cout, int k, int stride,
+                              int cin_p, int cout_p);
+/* Plain ConvTranspose1d (the direct scatter; the tests' reference): y (batch, t_out, cout) =
+ * b + Σ x (batch, t, cin) · wt, t_out = (t - 1)·stride - 2·pad + k, b (cout) or NULL. */
+void conv1d_transpose_ref(float *y, const float *x, const float *wt, const float *b, int batch,
+                          int t, int cin, int cout, int k, int stride, int pad);
+
+/* y (batch, t, c) = x[b · ld_b + (off + s) · ld + col] + bias[col] (bias (c) or NULL): the crop
+ * of a transposed conv's polyphase output (ld = c_x >= c columns). */
+void conv1d_crop_bias_ref(float *y, const float *x, const float *bias, int batch, int t, int c,
+                          int ld, long long ld_b, int off);
+
+/* y (n, c) = ((first ? 0 : y) + x + b) / div, b (c) or NULL (div 1: no division): the MRF
+ * average of HiFi-GAN's resblocks, one resblock's output at a time. */
+void conv1d_sum_ref(float *y, const float *x, const float *b, int first, float div, int n, int c);
+
+/* audio (batch, t) = tanh(x[(b·t + s) · ld] + bias) (column 0) for s < lens[b] (lens NULL: t),
+ * 0 past it; pre (batch, t) or NULL: the value before tanh (0 past lens). */
+void conv1d_tanh_col_ref(float *audio, float *pre, const float *x, float bias, const int *lens,
+                         int batch, int t, int ld);
+
 /* ---- GPU launchers (HARK_CUDA) ---------------------------------------------------------------
  * dtypes: OPS_F32, OPS_F16, OPS_BF16; FP32 accumulation throughout. */
 
@@ -58,9 +97,9 @@ int cuda_conv1d_pad_mask(void *out, ops_dtype_t out_t, const void *in, ops_dtype
                          const int *lens, int batch, int t, int c, int ld_in, int ld_out, int pad_l,
                          int pad_r, void *stream, hark_err_t *err);
 
-/* conv1d_ref with xp and w of dt (acc float). 16-bit with dil 1 and cin a multiple of 8: one
- * implicit GEMM over all taps (cuda_hconv2d, RESID32 epilogue); otherwise one strided-batched
- * GEMM per tap (cuda_gemm, the CPU path's order). */
+/* conv1d_ref with xp and w of dt (acc float). 16-bit with cin a multiple of 8 and dil 1 (or
+ * stride 1 and t_pad a multiple of dil): one implicit GEMM over all taps (cuda_hconv2d, RESID32
+ * epilogue); otherwise one strided-batched GEMM per tap (cuda_gemm, the CPU path's order). */
 int cuda_conv1d(float *acc, float beta, const void *xp, const void *w, ops_dtype_t dt, int batch,
                 int t_pad, int cin, int cout, int k, int stride, int dil, ops_cuda_t *g,
                 hark_err_t *err);
@@ -73,6 +112,25 @@ int cuda_conv1d_depthwise(void *out, const void *in, ops_dtype_t dt, const float
 /* conv1d_act_ref with y of y_t (x float). */
 int cuda_conv1d_act(void *y, ops_dtype_t y_t, const float *x, const float *b, int n, int c,
                     conv1d_act_t act, void *stream, hark_err_t *err);
+
+/* conv1d_pad_mask_act_ref (bias float, device, or NULL) with in of in_t, out of out_t. */
+int cuda_conv1d_pad_mask_act(void *out, ops_dtype_t out_t, const void *in, ops_dtype_t in_t,
+                             const float *bias, float slope, const int *lens, int batch, int t,
+                             int c, int ld_in, int ld_out, int pad_l, int pad_r, void *stream,
+                             hark_err_t *err);
+
+/* conv1d_crop_bias_ref, float; y of y_t. */
+int cuda_conv1d_crop_bias(void *y, ops_dtype_t y_t, const float *x, const float *bias, int batch,
+                          int t, int c, int ld, long long ld_b, int off, void *stream,
+                          hark_err_t *err);
+
+/* conv1d_sum_ref, float; y must not alias x. */
+int cuda_conv1d_sum(float *y, const float *x, const float *b, int first, float div, int n, int c,
+                    void *stream, hark_err_t *err);
+
+/* conv1d_tanh_col_ref (lens device, or NULL). */
+int cuda_conv1d_tanh_col(float *audio, float *pre, const float *x, float bias, const int *lens,
+                         int batch, int t, int ld, void *stream, hark_err_t *err);
 
 #ifdef __cplusplus
 }

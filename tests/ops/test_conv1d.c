@@ -4,6 +4,8 @@
 
 #include "ops/conv1d.h"
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 TEST(conv1d_len_keeps_length_at_stride_1)
@@ -68,4 +70,93 @@ TEST(conv1d_act_ref_relu_hardtanh)
     CHECK(y[0] == -1 && y[1] == 0.5f && y[2] == 0.5f && y[3] == 1);
     conv1d_act_ref(y, x, NULL, 2, 2, CONV1D_ACT_NONE);
     CHECK(y[0] == -2 && y[3] == 2);
+}
+
+TEST(conv1d_pad_mask_act_ref_bias_then_leaky_relu)
+{
+    /* batch 1, t 3, c 2, pad 1 + 1, lens {2}: rows lrelu(x + b), slope 0.5 */
+    float in[6] = {1, -2, -3, 4, 5, 6}, b[2] = {0.5f, -1}, out[5 * 2];
+    int lens[1] = {2};
+    conv1d_pad_mask_act_ref(out, in, b, 0.5f, lens, 1, 3, 2, 2, 2, 1, 1);
+    float want[10] = {0, 0, 1.5f, -1.5f, -1.25f, 3, 0, 0, 0, 0};
+    CHECK(!memcmp(out, want, sizeof want));
+}
+
+/* ConvTranspose1d as the polyphase conv (zero-pad J-1 / pad_r, conv with the re-laid weights,
+ * crop + bias) == the direct scatter, on awkward sizes: odd channels, kernels that are and are not
+ * multiples of the stride, odd crops, a batch of 3 with per-item lengths masked */
+TEST(conv1d_transpose_as_polyphase_conv_matches_scatter)
+{
+    const int cases[][5] = {/* cin, cout, k, stride, pad */
+                            {13, 11, 16, 8, 4}, {5, 7, 4, 2, 1}, {9, 3, 7, 3, 2},
+                            {8, 16, 8, 4, 2},   {3, 5, 5, 1, 2}, {6, 4, 11, 5, 3}};
+    unsigned seed = 7;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        int cin = cases[ci][0], cout = cases[ci][1], k = cases[ci][2], u = cases[ci][3],
+            pad = cases[ci][4];
+        const int batch = 3, tl = 9, lens[3] = {9, 4, 1};
+        int cin_p = (cin + 7) & ~7, cout_p = (cout + 7) & ~7, J = conv1d_transpose_taps(k, u),
+            R = conv1d_transpose_pad_r(pad, u), nq = tl + R, t_out = (tl - 1) * u - 2 * pad + k;
+        float *x = malloc(sizeof(float) * batch * tl * cin),
+              *wt = malloc(sizeof(float) * cin * cout * k);
+        float *b = malloc(sizeof(float) * cout_p);
+        for (int i = 0; i < batch * tl * cin; i++)
+            x[i] = test_randf(&seed);
+        for (int i = 0; i < cin * cout * k; i++)
+            wt[i] = test_randf(&seed);
+        memset(b, 0, sizeof(float) * cout_p);
+        for (int i = 0; i < cout; i++)
+            b[i] = test_randf(&seed);
+        /* the reference: each item alone, its own length, zero past it */
+        float *ref = calloc((size_t)batch * t_out * cout, sizeof(float));
+        for (int bb = 0; bb < batch; bb++)
+            conv1d_transpose_ref(ref + (size_t)bb * t_out * cout, x + (size_t)bb * tl * cin, wt, b,
+                                 1, lens[bb], cin, cout, k, u, pad);
+        float *w = malloc(sizeof(float) * u * cout_p * J * cin_p);
+        conv1d_transpose_weights(w, wt, cin, cout, k, u, cin_p, cout_p);
+        int tp = J - 1 + tl + R;
+        float *xp = malloc(sizeof(float) * batch * tp * cin_p);
+        float *yp = malloc(sizeof(float) * batch * nq * u * cout_p);
+        float *y = malloc(sizeof(float) * batch * tl * u * cout_p);
+        conv1d_pad_mask_act_ref(xp, x, NULL, 1.0f, lens, batch, tl, cin, cin, cin_p, J - 1, R);
+        conv1d_ref(yp, 0.0f, xp, w, batch, tp, cin_p, u * cout_p, J, 1, 1);
+        conv1d_crop_bias_ref(y, yp, b, batch, tl * u, cout_p, cout_p, (long long)nq * u * cout_p,
+                             pad);
+        /* every item's own output length is lens·u when k - 2·pad = u; compare that span */
+        double worst = 0;
+        for (int bb = 0; bb < batch; bb++) {
+            int lo = (lens[bb] - 1) * u - 2 * pad + k;
+            for (int p = 0; p < lo && p < tl * u; p++)
+                for (int o = 0; o < cout; o++) {
+                    double d = fabs(y[((size_t)bb * tl * u + p) * cout_p + o] -
+                                    ref[((size_t)bb * t_out + p) * cout + o]);
+                    worst = d > worst ? d : worst;
+                }
+        }
+        free(x);
+        free(wt);
+        free(b);
+        free(ref);
+        free(w);
+        free(xp);
+        free(yp);
+        free(y);
+        CHECKF(worst < 1e-5, "case %zu (cin %d cout %d k %d u %d pad %d): max diff %g", ci, cin,
+               cout, k, u, pad, worst);
+    }
+}
+
+TEST(conv1d_sum_and_tanh_col_refs)
+{
+    float y[4] = {1, 2, 3, 4}, x[4] = {1, 1, 1, 1}, b[2] = {1, 2};
+    conv1d_sum_ref(y, x, b, 0, 2.0f, 2, 2); /* ((y + x + b) / 2 */
+    float want[4] = {1.5f, 2.5f, 2.5f, 3.5f};
+    CHECK(!memcmp(y, want, sizeof want));
+    conv1d_sum_ref(y, x, NULL, 1, 1.0f, 2, 2);
+    CHECK(y[0] == 1 && y[3] == 1);
+    float acc[3 * 2] = {0.5f, 9, -0.25f, 9, 2, 9}, audio[3], pre[3];
+    int lens[1] = {2};
+    conv1d_tanh_col_ref(audio, pre, acc, 0.25f, lens, 1, 3, 2);
+    CHECK(pre[0] == 0.75f && pre[1] == 0.0f && pre[2] == 0.0f);
+    CHECK(audio[0] == tanhf(0.75f) && audio[1] == 0.0f && audio[2] == 0.0f);
 }

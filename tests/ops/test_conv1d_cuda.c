@@ -175,8 +175,16 @@ GPU_TEST(cuda_conv1d_matches_ref)
     /* implicit GEMM (16-bit, dil 1, cin % 8 == 0; cin 24 and 40: taps not whole 32-wide k
      * tiles), per-tap GEMMs (cin 13, dilation 2), strides 1 and 2, k 1 (a pointwise conv) */
     const conv_case_t cases[] = {
-        {3, 55, 24, 40, 11, 1, 1},  {2, 38, 13, 19, 5, 2, 1}, {2, 61, 16, 24, 7, 1, 2},
-        {1, 29, 64, 136, 29, 1, 1}, {4, 33, 40, 8, 1, 1, 1},  {3, 70, 32, 96, 11, 2, 1},
+        {3, 55, 24, 40, 11, 1, 1},
+        {2, 38, 13, 19, 5, 2, 1},
+        {2, 61, 16, 24, 7, 1, 2},
+        {1, 29, 64, 136, 29, 1, 1},
+        {4, 33, 40, 8, 1, 1, 1},
+        {3, 70, 32, 96, 11, 2, 1},
+        /* dilated, t_pad a multiple of dil: the implicit GEMM over a (t_pad / dil x dil) image */
+        {3, 66, 24, 40, 3, 1, 3},
+        {2, 60, 16, 24, 7, 1, 5},
+        {3, 72, 32, 8, 5, 1, 12},
     };
     unsigned seed = 5;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
@@ -341,6 +349,186 @@ GPU_TEST(cuda_conv1d_act_matches_ref)
     free(b);
     free(ref);
     free(got);
+}
+
+/* ---- HiFi-GAN's pieces ---------------------------------------------------------------------- */
+
+GPU_TEST(cuda_conv1d_pad_mask_act_matches_ref)
+{
+    const int batch = 3, tl = 37, c = 13, ld_in = 13, ld_out = 16, pl = 6, pr = 3;
+    int lens[3] = {37, 20, 1}, *d_lens = NULL;
+    unsigned seed = 21;
+    size_t n_in = (size_t)batch * tl * ld_in, n_out = (size_t)batch * (pl + tl + pr) * ld_out;
+    float *in = rnd(n_in, &seed, 3.0f), *b = rnd((size_t)c, &seed, 1.0f);
+    float *ref = malloc(n_out * 4), *got = malloc(n_out * 4);
+    float *db = dup_to(b, (size_t)c, OPS_F32);
+    cudaMalloc((void **)&d_lens, sizeof lens);
+    cudaMemcpy(d_lens, lens, sizeof lens, cudaMemcpyHostToDevice);
+    for (int a = 0; a < 3; a++)
+        for (int o = 0; o < 3; o++)
+            for (int withb = 0; withb < 2; withb++) {
+                ops_dtype_t it = ALL[a], ot = ALL[o];
+                float *hin = malloc(n_in * 4);
+                memcpy(hin, in, n_in * 4);
+                round_to(hin, n_in, it);
+                void *din = dup_to(hin, n_in, it), *dout = dalloc(n_out, ot);
+                hark_err_t err = {0};
+                CHECK_OK(cuda_conv1d_pad_mask_act(dout, ot, din, it, withb ? db : NULL, 0.1f,
+                                                  d_lens, batch, tl, c, ld_in, ld_out, pl, pr, NULL,
+                                                  &err));
+                CHECK_OK(dup_from(got, dout, n_out, ot));
+                conv1d_pad_mask_act_ref(ref, hin, withb ? b : NULL, 0.1f, lens, batch, tl, c, ld_in,
+                                        ld_out, pl, pr);
+                round_to(ref, n_out, ot);
+                CHECKF(!memcmp(got, ref, n_out * 4), "%s -> %s (bias %d): differs", dt_name(it),
+                       dt_name(ot), withb);
+                CHECK(guard_ok(dout, n_out, ot));
+                cudaFree(din);
+                cudaFree(dout);
+                free(hin);
+            }
+    cudaFree(d_lens);
+    cudaFree(db);
+    free(in);
+    free(b);
+    free(ref);
+    free(got);
+}
+
+/* the whole transposed conv as the GPU runs it (pad_mask_act, cuda_conv1d with the polyphase
+ * weights, crop_bias) against the direct scatter, per item at its own length; batch 3 */
+GPU_TEST(cuda_conv1d_transpose_polyphase_matches_ref)
+{
+    const int cases[][5] = {
+        {13, 11, 16, 8, 4}, {24, 12, 16, 8, 4}, {9, 3, 7, 3, 2}, {40, 20, 4, 2, 1}};
+    ops_cuda_t *g = NULL;
+    hark_err_t err = {0};
+    CHECK_OK(ops_cuda_create(NULL, &g, &err));
+    int lens[3] = {29, 11, 1}, *d_lens = NULL;
+    cudaMalloc((void **)&d_lens, sizeof lens);
+    cudaMemcpy(d_lens, lens, sizeof lens, cudaMemcpyHostToDevice);
+    unsigned seed = 9;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int d = 0; d < 3; d++) {
+            ops_dtype_t dt = ALL[d];
+            int cin = cases[ci][0], cout = cases[ci][1], k = cases[ci][2], u = cases[ci][3],
+                pad = cases[ci][4];
+            const int batch = 3, tl = 29;
+            int cin_p = (cin + 7) & ~7, cout_p = (cout + 7) & ~7, J = conv1d_transpose_taps(k, u),
+                R = conv1d_transpose_pad_r(pad, u), nq = tl + R, tp = J - 1 + tl + R;
+            int t_out = (tl - 1) * u - 2 * pad + k;
+            size_t nx = (size_t)batch * tl * cin, nwt = (size_t)cin * cout * k,
+                   nw = (size_t)u * cout_p * J * cin_p, ny = (size_t)batch * tl * u * cout_p;
+            float *x = rnd(nx, &seed, 1.0f), *wt = rnd(nwt, &seed, 0.3f),
+                  *b = rnd((size_t)cout_p, &seed, 0.5f);
+            round_to(x, nx, dt);
+            round_to(wt, nwt, dt);
+            float *w = malloc(nw * 4), *ref = calloc((size_t)batch * t_out * cout, 4),
+                  *got = malloc(ny * 4);
+            conv1d_transpose_weights(w, wt, cin, cout, k, u, cin_p, cout_p);
+            for (int bb = 0; bb < batch; bb++)
+                conv1d_transpose_ref(ref + (size_t)bb * t_out * cout, x + (size_t)bb * tl * cin, wt,
+                                     b, 1, lens[bb], cin, cout, k, u, pad);
+            float *dx = dup_to(x, nx, OPS_F32), *db = dup_to(b, (size_t)cout_p, OPS_F32);
+            void *dw = dup_to(w, nw, dt), *dxp = dalloc((size_t)batch * tp * cin_p, dt);
+            float *dyp = dalloc((size_t)batch * nq * u * cout_p, OPS_F32),
+                  *dy = dalloc(ny, OPS_F32);
+            CHECK_OK(cuda_conv1d_pad_mask_act(dxp, dt, dx, OPS_F32, NULL, 1.0f, d_lens, batch, tl,
+                                              cin, cin, cin_p, J - 1, R, NULL, &err));
+            CHECK_OK(cuda_conv1d(dyp, 0.0f, dxp, dw, dt, batch, tp, cin_p, u * cout_p, J, 1, 1, g,
+                                 &err));
+            CHECK_OK(cuda_conv1d_crop_bias(dy, OPS_F32, dyp, db, batch, tl * u, cout_p, cout_p,
+                                           (long long)nq * u * cout_p, pad, NULL, &err));
+            CHECK_OK(dup_from(got, dy, ny, OPS_F32));
+            CHECK(guard_ok(dy, ny, OPS_F32));
+            double num = 0, den = 0;
+            for (int bb = 0; bb < batch; bb++)
+                for (int p = 0; p < lens[bb] * u; p++)
+                    for (int o = 0; o < cout; o++) {
+                        double r = ref[((size_t)bb * t_out + p) * cout + o],
+                               v = got[((size_t)bb * tl * u + p) * cout_p + o];
+                        num += (v - r) * (v - r);
+                        den += r * r;
+                    }
+            double rel = sqrt(num / (den > 0 ? den : 1));
+            cudaFree(dx);
+            cudaFree(db);
+            cudaFree(dw);
+            cudaFree(dxp);
+            cudaFree(dyp);
+            cudaFree(dy);
+            free(x);
+            free(wt);
+            free(b);
+            free(w);
+            free(ref);
+            free(got);
+            CHECKF(rel <= 1e-5, "case %zu %s: rel RMS %g", ci, dt_name(dt), rel);
+        }
+    cudaFree(d_lens);
+    ops_cuda_destroy(g);
+}
+
+GPU_TEST(cuda_conv1d_sum_and_tanh_col_match_ref)
+{
+    const int n = 41, c = 13, batch = 3, tl = 19, ld = 8;
+    unsigned seed = 4;
+    float *y0 = rnd((size_t)n * c, &seed, 1.0f), *x = rnd((size_t)n * c, &seed, 1.0f),
+          *b = rnd((size_t)c, &seed, 1.0f);
+    float *ref = malloc((size_t)n * c * 4), *got = malloc((size_t)n * c * 4);
+    float *dx = dup_to(x, (size_t)n * c, OPS_F32), *db = dup_to(b, (size_t)c, OPS_F32);
+    hark_err_t err = {0};
+    for (int first = 0; first < 2; first++) {
+        float *dy = dup_to(y0, (size_t)n * c, OPS_F32);
+        memcpy(ref, y0, (size_t)n * c * 4);
+        CHECK_OK(cuda_conv1d_sum(dy, dx, db, first, 3.0f, n, c, NULL, &err));
+        conv1d_sum_ref(ref, x, b, first, 3.0f, n, c);
+        CHECK_OK(dup_from(got, dy, (size_t)n * c, OPS_F32));
+        CHECKF(!memcmp(got, ref, (size_t)n * c * 4), "sum (first %d) differs", first);
+        CHECK(guard_ok(dy, (size_t)n * c, OPS_F32));
+        cudaFree(dy);
+    }
+    CHECK_EQ_INT(cuda_conv1d_sum(dx, dx, NULL, 0, 1.0f, n, c, NULL, &err), HARK_ERR_INVALID_ARG);
+    int lens[3] = {19, 7, 1}, *d_lens = NULL;
+    cudaMalloc((void **)&d_lens, sizeof lens);
+    cudaMemcpy(d_lens, lens, sizeof lens, cudaMemcpyHostToDevice);
+    size_t na = (size_t)batch * tl;
+    float *acc = rnd(na * ld, &seed, 2.0f), *dacc = dup_to(acc, na * ld, OPS_F32);
+    float *da = dalloc(na, OPS_F32), *dp = dalloc(na, OPS_F32);
+    float *ra = malloc(na * 4), *rp = malloc(na * 4), *ga = malloc(na * 4), *gp = malloc(na * 4);
+    CHECK_OK(cuda_conv1d_tanh_col(da, dp, dacc, 0.3f, d_lens, batch, tl, ld, NULL, &err));
+    conv1d_tanh_col_ref(ra, rp, acc, 0.3f, lens, batch, tl, ld);
+    CHECK_OK(dup_from(ga, da, na, OPS_F32));
+    CHECK_OK(dup_from(gp, dp, na, OPS_F32));
+    CHECK(!memcmp(gp, rp, na * 4));
+    CHECKF(test_max_abs_diff(ga, ra, na) <= 1e-6, "tanh diff %g", test_max_abs_diff(ga, ra, na));
+    CHECK(guard_ok(da, na, OPS_F32) && guard_ok(dp, na, OPS_F32));
+    /* crop + bias alone, into fp16 */
+    float *dh = dalloc((size_t)batch * 5 * 6, OPS_F16), hc[3 * 5 * 6], rc2[3 * 5 * 6];
+    CHECK_OK(cuda_conv1d_crop_bias(dh, OPS_F16, dacc, db, batch, 5, 6, ld, (long long)tl * ld, 3,
+                                   NULL, &err));
+    conv1d_crop_bias_ref(rc2, acc, b, batch, 5, 6, ld, (long long)tl * ld, 3);
+    round_to(rc2, sizeof rc2 / 4, OPS_F16);
+    CHECK_OK(dup_from(hc, dh, sizeof hc / 4, OPS_F16));
+    CHECK(!memcmp(hc, rc2, sizeof hc));
+    CHECK(guard_ok(dh, sizeof hc / 4, OPS_F16));
+    cudaFree(dh);
+    cudaFree(d_lens);
+    cudaFree(dacc);
+    cudaFree(da);
+    cudaFree(dp);
+    cudaFree(dx);
+    cudaFree(db);
+    free(y0);
+    free(x);
+    free(b);
+    free(ref);
+    free(got);
+    free(acc);
+    free(ra);
+    free(rp);
+    free(ga);
+    free(gp);
 }
 
 #endif

@@ -5,6 +5,7 @@
  * running a row at its padded length (pad_to / pad_frames), padding masked as DLE masks it.
  * Tests: tests/model/fastspeech/test_fastspeech.c */
 #include "model/fastspeech/fastspeech.h"
+#include "model/fastspeech/fastspeech_impl.h"
 
 #include "core/alloc.h"
 #include "model/family.h"
@@ -18,35 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LN_EPS 1e-5f
+#define LN_EPS FASTSPEECH_LN_EPS
 #define MAXI(a, b) ((a) > (b) ? (a) : (b))
-
-typedef struct {
-    int cin, cout, k, pad;
-    float *w; /* (k, cout, cin) */
-    const float *b;
-} conv_t;
-
-typedef struct {
-    int heads, filter;
-    const float *qkv_w, *qkv_b; /* (heads · 192, d), (heads · 192) */
-    const float *ln1_g, *ln1_b;
-    const float *fc_w, *fc_b; /* (d, heads · 64), (d) */
-    conv_t c1, c2;
-    const float *ln2_g, *ln2_b;
-} fft_layer_t;
-
-struct fastspeech_model {
-    fastspeech_config_t cfg;
-    safetensors_t *st;              /* kept mapped: the plain tensors point into it */
-    const float *emb;               /* (n_symbols, d) */
-    const float *pos_enc, *pos_dec; /* (max_seq_len + 1, d) */
-    fft_layer_t *enc, *dec;
-    conv_t dp1, dp2;
-    const float *dp_ln1_g, *dp_ln1_b, *dp_ln2_g, *dp_ln2_b, *dp_w, *dp_b;
-    const float *mel_w, *mel_b; /* (n_mels, d), (n_mels) */
-    float *block;               /* re-laid conv weights */
-};
 
 /* ---- model.json ----------------------------------------------------------------------------- */
 
@@ -261,6 +235,19 @@ const fastspeech_config_t *fastspeech_config(const fastspeech_model_t *m)
     return &m->cfg;
 }
 
+long fastspeech_round_durations(const float *dlog, int n, float alpha, float *dfl, int *rep)
+{
+    long total = 0;
+    for (int r = 0; r < n; r++) {
+        float f = fmaxf(expf(dlog[r]) - 1.0f, 0.0f);
+        if (dfl)
+            dfl[r] = f;
+        rep[r] = (int)rintf(f * alpha); /* torch.round: half to even */
+        total += rep[r];
+    }
+    return total;
+}
+
 /* ---- forward -------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -416,15 +403,11 @@ int fastspeech_forward(const fastspeech_model_t *m, const int *ids, int n,
     layer_norm_ref(s.b, s.b, m->dp_ln2_g, m->dp_ln2_b, np, fd, LN_EPS);
     float *dlog = dur, *dfl = dur + np, *drd = dur + 2 * np;
     linear_ref(dlog, s.b, m->dp_w, m->dp_b, np, fd, 1);
-    long total = 0;
-    for (int r = 0; r < np; r++) {
-        if (r >= n)
-            dlog[r] = 0;
-        dfl[r] = fmaxf(expf(dlog[r]) - 1.0f, 0.0f);
-        rep[r] = (int)rintf(dfl[r] * alpha); /* torch.round: half to even */
+    for (int r = n; r < np; r++)
+        dlog[r] = 0;
+    long total = fastspeech_round_durations(dlog, np, alpha, dfl, rep);
+    for (int r = 0; r < np; r++)
         drd[r] = (float)rep[r];
-        total += rep[r];
-    }
     stage_out(&o, "dur_log", dlog, 1, np);
     stage_out(&o, "dur_float", dfl, 1, np);
     stage_out(&o, "dur_rounded", drd, 1, np);

@@ -4,6 +4,7 @@
  * mean over resblocks, and the vocoder's own log-mel through dsp/features (tts-mel, hifigan).
  * Tests: tests/model/hifigan/test_hifigan.c */
 #include "model/hifigan/hifigan.h"
+#include "model/hifigan/hifigan_impl.h"
 
 #include "core/alloc.h"
 #include "model/family.h"
@@ -18,26 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LRELU_SLOPE 0.1f       /* models.py LRELU_SLOPE */
-#define LRELU_SLOPE_POST 0.01f /* the bare F.leaky_relu before conv_post: torch's default */
+#define LRELU_SLOPE HIFIGAN_LRELU_SLOPE
+#define LRELU_SLOPE_POST HIFIGAN_LRELU_SLOPE_POST
 #define MAX_FRAMES 1000000
 #define MAXZ(a, b) ((a) > (b) ? (a) : (b))
 
-/* One conv: w (k, cout, cin) per tap (Conv1d) or (k · cout, cin) (ConvTranspose1d). */
-typedef struct {
-    int cin, cout, k, dil, pad, stride;
-    float *w;
-    float *b; /* (cout) */
-} conv_t;
-
-struct hifigan_model {
-    hifigan_config_t cfg;
-    conv_t conv_pre, conv_post;
-    conv_t ups[HIFIGAN_MAX_UPS];
-    conv_t rb[HIFIGAN_MAX_UPS][HIFIGAN_MAX_KERNELS][2][HIFIGAN_MAX_DIL]; /* [stage][j][c1|c2][d] */
-    float *block;                                                        /* every weight */
-    feat_plan_t *mel_plan;
-};
+typedef hg_conv_t conv_t;
 
 /* ---- model.json ----------------------------------------------------------------------------- */
 

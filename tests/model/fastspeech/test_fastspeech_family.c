@@ -12,6 +12,7 @@
 #include "support/golden_tts.h"
 #include "text/tts_text.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,14 +100,15 @@ static int direct(const char *fsdir, const char *vocdir, float alpha, float **au
     return rc;
 }
 
-/* appends parameters { key: "vocoder_chunk_frames" value ... } to the model's config */
+/* sets parameters { key: "vocoder_chunk_frames" value ... } in the model's config (replacing
+ * an earlier one) */
 static void set_chunk(test_ctx_t *t, const char *fsdir, int frames)
 {
-    char cmd[1024];
+    char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "echo 'parameters { key: \"vocoder_chunk_frames\" value { string_value: \"%d\" } "
-             "}' >> '%s/config.pbtxt'",
-             frames, fsdir);
+             "sed -i '/vocoder_chunk_frames/d' '%s/config.pbtxt' && echo 'parameters { key: "
+             "\"vocoder_chunk_frames\" value { string_value: \"%d\" } }' >> '%s/config.pbtxt'",
+             fsdir, frames, fsdir);
     CHECK(system(cmd) == 0);
 }
 
@@ -167,6 +169,56 @@ TEST(fastspeech_family_chunked_vocoder_equals_one_shot)
     free(ref);
 }
 
+/* the GPU path through the family (instance on a GPU, as KIND_GPU loads it): one-shot FP32 ==
+ * the CPU engines to 1e-4 of the peak; chunks of 64 and 10 frames == the GPU's own one-shot, FP32
+ * to 1e-4, FP16 to 1e-3 (the same mel; the windows' GEMMs only sum in another order); FP16
+ * one-shot against the CPU printed */
+GPU_TEST(fastspeech_family_gpu_chunked_equals_one_shot)
+{
+    NEED_REPO(1);
+    float *ref = NULL;
+    size_t nref = 0;
+    CHECK_OK(direct(fsdir, vocdir, 1.0f, &ref, &nref));
+    double peak = 0;
+    for (size_t i = 0; i < nref; i++)
+        peak = fmax(peak, fabs(ref[i]));
+    static const char *const precs[2] = {"fp32", "fp16"};
+    for (int p = 0; p < 2; p++) {
+        float *one = NULL;
+        size_t n_one = 0;
+        for (int pass = 0; pass < 3; pass++) {
+            set_chunk(t, fsdir, pass == 0 ? 0 : pass == 1 ? 64 : 10);
+            hark_model_opts_t mo = {.device = "cuda", .precision = precs[p]};
+            hark_model_t *m = NULL;
+            CHECKF(hark_model_load(fsdir, &mo, &m) == HARK_OK, "%s", hark_last_error());
+            CHECK(hark_model_device(m) == 0);
+            float *pcm = NULL;
+            size_t n = 0;
+            int rate = 0;
+            hark_status_t st = hark_synthesize(m, SENTENCE, NULL, &pcm, &n, &rate);
+            hark_model_destroy(m);
+            CHECKF(st == HARK_OK && n == nref, "%s: %zu samples, CPU %zu", hark_last_error(), n,
+                   nref);
+            if (pass == 0) {
+                double d = test_max_abs_diff(pcm, ref, n) / peak;
+                printf("    gpu %s one-shot: max diff vs the CPU engines %.3g of the peak\n",
+                       precs[p], d);
+                CHECKF(p == 1 || d <= 1e-4, "fp32 one-shot differs from the CPU by %g", d);
+                one = pcm;
+                n_one = n;
+                continue;
+            }
+            double d = test_max_abs_diff(pcm, one, n_one);
+            printf("    gpu %s chunks of %d frames: max |chunked - one-shot| = %.3g\n", precs[p],
+                   pass == 1 ? 64 : 10, d);
+            hark_pcm_free(pcm);
+            CHECKF(d <= (p ? 1e-3 : 1e-4), "%s chunks differ from one-shot by %g", precs[p], d);
+        }
+        hark_pcm_free(one);
+    }
+    free(ref);
+}
+
 TEST(fastspeech_family_errors)
 {
     NEED_REPO(1);
@@ -199,4 +251,22 @@ TEST(fastspeech_family_needs_vocoder)
     hark_model_t *m = NULL;
     CHECK(hark_model_load(fsdir, NULL, &m) == HARK_ERR_INVALID_ARG && !m);
     CHECKF(strstr(hark_last_error(), "vocoder"), "%s", hark_last_error());
+}
+
+/* hark bench's argument errors (the timing itself needs a GPU: docs/tts.md) */
+TEST(fastspeech_bench_arguments)
+{
+    NEED_REPO(1);
+    char cmd[2048], out[4096];
+    snprintf(cmd, sizeof cmd, "%s bench --model %s --precision fp8", test_hark_bin(), fsdir);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 2 && strstr(out, "--precision"), "%s", out);
+    snprintf(cmd, sizeof cmd, "%s bench --model %s --device cpu", test_hark_bin(), fsdir);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 2 && strstr(out, "GPU path"), "%s", out);
+    snprintf(cmd, sizeof cmd, "%s bench --model %s --help", test_hark_bin(), fsdir);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 0 && strstr(out, "first audio"), "%s", out);
+    if (!test_have_gpu()) { /* no device: a clear failure, not a crash */
+        snprintf(cmd, sizeof cmd, "%s bench --model %s --batch 1 --min-time 0.1", test_hark_bin(),
+                 fsdir);
+        CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 1 && strstr(out, "hark bench:"), "%s", out);
+    }
 }
