@@ -172,7 +172,8 @@ TEST(fastspeech_family_chunked_vocoder_equals_one_shot)
 /* the GPU path through the family (instance on a GPU, as KIND_GPU loads it): one-shot FP32 ==
  * the CPU engines to 1e-4 of the peak; chunks of 64 and 10 frames == the GPU's own one-shot, FP32
  * to 1e-4, FP16 to 1e-3 (the same mel; the windows' GEMMs only sum in another order); FP16
- * one-shot against the CPU printed */
+ * one-shot against the CPU to 5e-2 of the peak (FastSpeech's FP16 mel error through the FP16
+ * vocoder; measured 1.5e-2 on the H100) */
 GPU_TEST(fastspeech_family_gpu_chunked_equals_one_shot)
 {
     NEED_REPO(1);
@@ -203,7 +204,8 @@ GPU_TEST(fastspeech_family_gpu_chunked_equals_one_shot)
                 double d = test_max_abs_diff(pcm, ref, n) / peak;
                 printf("    gpu %s one-shot: max diff vs the CPU engines %.3g of the peak\n",
                        precs[p], d);
-                CHECKF(p == 1 || d <= 1e-4, "fp32 one-shot differs from the CPU by %g", d);
+                CHECKF(d <= (p ? 5e-2 : 1e-4), "%s one-shot differs from the CPU by %g", precs[p],
+                       d);
                 one = pcm;
                 n_one = n;
                 continue;

@@ -5,9 +5,9 @@
  * Tolerances, max |diff| / max |ref| per stage: FP32 1e-4 (the README's deep-stack figure),
  * durations and frame counts exact (the host rounds them by the CPU's rule from the FP32 duration
  * predictor's output; the goldens keep >= 3e-3 from a tie). FP16 (half operands, unit roundoff
- * 4.9e-4, FP32 accumulation, residuals and layer norms, the duration predictor in FP32): a priori
- * 2e-2 for every stage (a few roundoffs per GEMM, post-LN renormalising each block), the mel
- * 3e-2; the durations may move by one frame where dur·alpha lies within the FP16 encoder's error
+ * 4.9e-4, FP32 accumulation, residuals and layer norms, the duration predictor in FP32): a few
+ * roundoffs per GEMM, post-LN renormalising each block; measured on the H100, both GPU paths
+ * alike (session 12), at most 5.4e-4 at any stage and the mel: bound 3e-3; the durations may move by one frame where dur·alpha lies within the FP16 encoder's error
  * of a .5 tie: at most 2 symbols of a sentence may differ by 1, and the mel side is compared only
  * where the frame count is exact. Each test prints the measured figures. */
 #include "test.h"
@@ -26,8 +26,8 @@
 #include <string.h>
 
 #define TOL32 1e-4
-#define TOL16 2e-2
-#define TOL16_MEL 3e-2
+#define TOL16 3e-3
+#define TOL16_MEL 3e-3
 
 static const char *const SENTENCES[3] = {
     "Printing, in the only sense with which we are at present concerned, differs from most if "

@@ -8,9 +8,11 @@
  * (operands rounded to half, unit roundoff 2^-11 = 4.9e-4, FP32 accumulation and residual stream):
  * a single conv's output errs by a few roundoffs of its inputs relative to its largest value, and
  * the stages add up ~20 convs (V3: 3 stages x 3 resblocks x 2 convs + the upsamplers) whose
- * relative errors add through the residuals and the MRF mean, tanh never amplifying: bound 3e-3 for
- * conv_pre (one conv), 3e-2 for every later stage and the audio. These bounds are a priori; each
- * test prints the measured value per stage (the figures to tighten them by). */
+ * relative errors add through the residuals and the MRF mean, tanh never amplifying. Measured on
+ * the H100, both GPU paths alike (session 12): conv_pre 3.6e-4, the later stages of the random V3
+ * golden and its batch of 3 lengths at most 1.2e-3, the real V3's whole clip 1.9e-2 (its trained
+ * weights drive the stack harder than random ones). Bounds: 1.5e-3 for conv_pre, 5e-3 for the
+ * random-weight stages and batches, 3e-2 for the real clip; each test prints the measured value. */
 #include "test.h"
 
 #ifdef HARK_CUDA
@@ -26,8 +28,9 @@
 #include <string.h>
 
 #define TOL32 1e-4
-#define TOL16_PRE 3e-3
-#define TOL16 3e-2
+#define TOL16_PRE 1.5e-3
+#define TOL16 5e-3
+#define TOL16_REAL 3e-2
 
 static double tol_for(ops_dtype_t dt, const char *stage)
 {
@@ -301,7 +304,7 @@ GPU_TEST(hifigan_gpu_v3_real_full_clip)
     npy_free(&ga);
     hifigan_destroy(m);
     CHECKF(d[0] <= TOL32, "fp32 %g", d[0]);
-    CHECKF(d[1] <= TOL16, "fp16 %g", d[1]);
+    CHECKF(d[1] <= TOL16_REAL, "fp16 %g", d[1]);
 }
 
 /* a generated ResBlock1 model whose channels are no multiple of 8 (tools/convert_hifigan.py
@@ -332,8 +335,9 @@ GPU_TEST(hifigan_gpu_awkward_resblock1_matches_cpu)
         mel[i] = 2.0f * test_randf(&seed) - 3.0f;
     const int starts[3] = {0, 4, 11}, lens[3] = {nf, 17, 1};
     batch_vs_cpu(t, m, OPS_F32, mel, nf, starts, lens, 3, TOL32);
-    if (!test_failed(t))
-        batch_vs_cpu(t, m, OPS_F16, mel, nf, starts, lens, 3, TOL16);
+    if (!test_failed(t)) /* the a-priori bound: not yet measured (the GPU machine's python3 has no
+                          * numpy to generate this model with) */
+        batch_vs_cpu(t, m, OPS_F16, mel, nf, starts, lens, 3, TOL16_REAL);
     free(mel);
     hifigan_destroy(m);
 }
