@@ -19,6 +19,7 @@
 
 #include "core/alloc.h"
 #include "core/assert.h"
+#include "gpu/graph_cache.h"
 #include "hark.h"
 #include "model/fastspeech/fastspeech_impl.h"
 #include "ops/conv1d.h"
@@ -366,12 +367,7 @@ struct fastspeech_gpu_worker {
     float *h_dlog; /* pinned (B · Nmax) */
     int rows_cap;
     int graphs;
-    struct fslot {
-        int phase, batch, t;
-        cudaGraphExec_t exec; /* NULL: seen once */
-        unsigned long long used;
-    } slot[FS_GRAPH_SLOTS];
-    unsigned long long tick;
+    graph_cache_t *gc; /* FS_GRAPH_SLOTS phases by (phase, batch, t) */
     /* the last run */
     int last_batch, last_t;
     int last_frames[CUDA_MAX_LENS];
@@ -384,9 +380,7 @@ void fastspeech_gpu_worker_destroy(fastspeech_gpu_worker_t *w)
     cudaSetDevice(w->g->device);
     if (w->stream)
         cudaStreamSynchronize(w->stream);
-    for (int i = 0; i < FS_GRAPH_SLOTS; i++)
-        if (w->slot[i].exec)
-            cudaGraphExecDestroy(w->slot[i].exec);
+    graph_cache_destroy(w->gc);
     ops_cuda_destroy(w->ops);
     cudaFree(w->mem);
     cudaFreeHost(w->h_idx);
@@ -467,6 +461,10 @@ int fastspeech_gpu_worker_create(const fastspeech_gpu_model_t *g, int max_batch,
         (e = cudaMallocHost((void **)&w->h_idx, n_idx * 4)) != cudaSuccess ||
         (e = cudaMallocHost((void **)&w->h_dlog, B * max_symbols * 4)) != cudaSuccess) {
         rc = cuda_err(err, e, "stream / pinned buffers");
+        goto fail;
+    }
+    if (!(w->gc = graph_cache_create(FS_GRAPH_SLOTS, w->stream))) {
+        rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
         goto fail;
     }
     if ((rc = ops_cuda_create(w->stream, &w->ops, err)) != HARK_OK)
@@ -781,25 +779,17 @@ static int enqueue_phase(fastspeech_gpu_worker_t *w, int phase, const fwd_t *F)
     return phase == 1 ? enqueue_phase1(w, F) : enqueue_phase2(w, F);
 }
 
-static int record(fastspeech_gpu_worker_t *w, int phase, const fwd_t *F, cudaGraphExec_t *exec)
+typedef struct {
+    fastspeech_gpu_worker_t *w;
+    int phase;
+    const fwd_t *F;
+} run_t;
+
+static int enqueue_run(void *user, hark_err_t *err)
 {
-    *exec = NULL;
-    cudaGraph_t graph = NULL;
-    if (cudaStreamBeginCapture(w->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
-        cudaGetLastError();
-        return HARK_OK;
-    }
-    int rc = enqueue_phase(w, phase, F);
-    cudaError_t e = cudaStreamEndCapture(w->stream, &graph);
-    if (rc == HARK_OK && e == cudaSuccess && graph)
-        e = cudaGraphInstantiate(exec, graph, 0);
-    if (graph)
-        cudaGraphDestroy(graph);
-    if (rc != HARK_OK || e != cudaSuccess) {
-        cudaGetLastError();
-        *exec = NULL;
-    }
-    return rc;
+    run_t *r = user; /* the phase reports into F->err, the err given */
+    (void)err;
+    return enqueue_phase(r->w, r->phase, r->F);
 }
 
 /* one phase, replayed from a graph when its shape (phase, batch, t) was seen before (no stage
@@ -808,31 +798,9 @@ static int run_phase(fastspeech_gpu_worker_t *w, int phase, const fwd_t *F)
 {
     if (F->stage || !w->graphs)
         return enqueue_phase(w, phase, F);
-    struct fslot *hit = NULL, *victim = &w->slot[0];
-    for (int i = 0; i < FS_GRAPH_SLOTS; i++) {
-        struct fslot *sl = &w->slot[i];
-        if (sl->used && sl->phase == phase && sl->batch == F->batch && sl->t == F->t) {
-            hit = sl;
-            break;
-        }
-        if (sl->used < victim->used)
-            victim = sl;
-    }
-    int rc;
-    if (hit && !hit->exec && (rc = record(w, phase, F, &hit->exec)))
-        return rc;
-    if (hit && hit->exec) {
-        hit->used = ++w->tick;
-        cudaError_t e = cudaGraphLaunch(hit->exec, w->stream);
-        return e == cudaSuccess ? HARK_OK : cuda_err(F->err, e, "graph launch");
-    }
-    rc = enqueue_phase(w, phase, F);
-    if (!rc && !hit) {
-        if (victim->exec)
-            cudaGraphExecDestroy(victim->exec);
-        *victim = (struct fslot){phase, F->batch, F->t, NULL, ++w->tick};
-    }
-    return rc;
+    run_t r = {w, phase, F};
+    graph_key_t key = {{phase, F->batch, F->t}};
+    return graph_cache_run(w->gc, &key, enqueue_run, &r, "fastspeech (gpu)", F->err);
 }
 
 int fastspeech_gpu_run(fastspeech_gpu_worker_t *w, const int *const *ids, const int *n, int batch,

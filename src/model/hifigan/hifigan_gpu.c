@@ -36,11 +36,13 @@ double hifigan_macs(const hifigan_model_t *m, int n_frames)
 
 #include "core/alloc.h"
 #include "core/assert.h"
+#include "gpu/graph_cache.h"
 #include "hark.h"
 #include "ops/conv1d.h"
 
 #include <cuda_runtime_api.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -376,23 +378,8 @@ struct hifigan_gpu_worker {
     float *h_mel;   /* pinned, as mel */
     float *h_audio; /* pinned, as audio */
     int graphs;
-    struct hslot {
-        int batch, t, dev;
-        const float *src;
-        cudaGraphExec_t exec; /* NULL: seen once */
-        unsigned long long used;
-    } slot[GRAPH_SLOTS];
-    unsigned long long tick;
+    graph_cache_t *gc; /* GRAPH_SLOTS forwards by (batch, frames, device input, its address) */
 };
-
-static void drop_graphs(hifigan_gpu_worker_t *w)
-{
-    for (int i = 0; i < GRAPH_SLOTS; i++) {
-        if (w->slot[i].exec)
-            cudaGraphExecDestroy(w->slot[i].exec);
-        memset(&w->slot[i], 0, sizeof w->slot[i]);
-    }
-}
 
 void hifigan_gpu_worker_destroy(hifigan_gpu_worker_t *w)
 {
@@ -401,7 +388,7 @@ void hifigan_gpu_worker_destroy(hifigan_gpu_worker_t *w)
     cudaSetDevice(w->g->device);
     if (w->stream)
         cudaStreamSynchronize(w->stream);
-    drop_graphs(w);
+    graph_cache_destroy(w->gc);
     ops_cuda_destroy(w->ops);
     cudaFree(w->mem);
     cudaFreeHost(w->h_lens);
@@ -415,7 +402,7 @@ void hifigan_gpu_worker_destroy(hifigan_gpu_worker_t *w)
 void hifigan_gpu_set_graphs(hifigan_gpu_worker_t *w, int on)
 {
     if (!on)
-        drop_graphs(w);
+        graph_cache_clear(w->gc);
     w->graphs = on != 0;
 }
 
@@ -514,6 +501,10 @@ int hifigan_gpu_worker_create(const hifigan_gpu_model_t *g, int max_batch, int m
         (e = cudaMallocHost((void **)&w->h_mel, n_mel * 4)) != cudaSuccess ||
         (e = cudaMallocHost((void **)&w->h_audio, B * z.samples * 4)) != cudaSuccess) {
         rc = cuda_err(err, e, "stream / pinned buffers");
+        goto fail;
+    }
+    if (!(w->gc = graph_cache_create(GRAPH_SLOTS, w->stream))) {
+        rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
         goto fail;
     }
     memset(w->h_lens, 0, n_lens * 4);
@@ -720,59 +711,28 @@ static int enqueue_all(hifigan_gpu_worker_t *w, const float *mel, int dev, int b
     return rc;
 }
 
-static int record(hifigan_gpu_worker_t *w, const float *mel, int dev, int batch, int F,
-                  cudaGraphExec_t *exec, hark_err_t *err)
+typedef struct {
+    hifigan_gpu_worker_t *w;
+    const float *mel;
+    int dev, batch, F;
+} run_t;
+
+static int enqueue_run(void *user, hark_err_t *err)
 {
-    *exec = NULL;
-    cudaGraph_t graph = NULL;
-    if (cudaStreamBeginCapture(w->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
-        cudaGetLastError();
-        return HARK_OK;
-    }
-    int rc = enqueue_all(w, mel, dev, batch, F, NULL, err);
-    cudaError_t e = cudaStreamEndCapture(w->stream, &graph);
-    if (rc == HARK_OK && e == cudaSuccess && graph)
-        e = cudaGraphInstantiate(exec, graph, 0);
-    if (graph)
-        cudaGraphDestroy(graph);
-    if (rc != HARK_OK || e != cudaSuccess) {
-        cudaGetLastError();
-        *exec = NULL;
-    }
-    return rc;
+    run_t *r = user;
+    return enqueue_all(r->w, r->mel, r->dev, r->batch, r->F, NULL, err);
 }
 
 /* one forward, through a graph when the shape was seen before (no dumps) */
 static int forward(hifigan_gpu_worker_t *w, const float *mel, int dev, int batch, int F,
                    const dump_t *d, hark_err_t *err)
 {
-    int rc;
     if (d && d->fn)
         return enqueue_all(w, mel, dev, batch, F, d, err);
-    struct hslot *hit = NULL, *victim = &w->slot[0];
-    for (int i = 0; i < GRAPH_SLOTS && w->graphs; i++) {
-        struct hslot *s = &w->slot[i];
-        if (s->used && s->batch == batch && s->t == F && s->dev == dev && s->src == mel) {
-            hit = s;
-            break;
-        }
-        if (s->used < victim->used)
-            victim = s;
-    }
-    if (hit && !hit->exec && (rc = record(w, mel, dev, batch, F, &hit->exec, err)))
-        return rc;
-    if (hit && hit->exec) {
-        hit->used = ++w->tick;
-        cudaError_t e = cudaGraphLaunch(hit->exec, w->stream);
-        return e == cudaSuccess ? HARK_OK : cuda_err(err, e, "graph launch");
-    }
-    rc = enqueue_all(w, mel, dev, batch, F, NULL, err);
-    if (!rc && w->graphs && !hit) {
-        if (victim->exec)
-            cudaGraphExecDestroy(victim->exec);
-        *victim = (struct hslot){batch, F, dev, mel, NULL, ++w->tick};
-    }
-    return rc;
+    run_t r = {w, mel, dev, batch, F};
+    graph_key_t key = {{batch, F, dev, (long long)(intptr_t)mel}};
+    return w->graphs ? graph_cache_run(w->gc, &key, enqueue_run, &r, "hifigan (gpu)", err)
+                     : enqueue_run(&r, err);
 }
 
 static int check_batch(hifigan_gpu_worker_t *w, const int *n_frames, int batch, int *F,

@@ -49,8 +49,9 @@ double jasper_macs(const jasper_model_t *m, int t_in)
 #include "core/alloc.h"
 #include "core/assert.h"
 #include "dsp/features_gpu.h"
-#include "gpu/gpu_arch.h"
 #include "dsp/frontend_gpu.h"
+#include "gpu/gpu_arch.h"
+#include "gpu/graph_cache.h"
 #include "hark.h"
 #include "ops/conv1d.h"
 
@@ -371,25 +372,10 @@ struct jasper_gpu_worker {
     float *h_best;                 /* pinned (B · T_out) */
     cudaEvent_t lens_ev;
     int graphs;
-    struct jslot {
-        int batch, t_in, want_logp;
-        const float *feats;
-        cudaGraphExec_t exec; /* NULL: seen once */
-        unsigned long long used;
-    } slot[GRAPH_SLOTS];
-    unsigned long long tick;
+    graph_cache_t *gc; /* GRAPH_SLOTS forwards by (batch, t_in, want_logp, feats) */
     /* the shape of the last encode, for the copy-back */
     int last_batch, last_t_out;
 };
-
-static void drop_graphs(jasper_gpu_worker_t *w)
-{
-    for (int i = 0; i < GRAPH_SLOTS; i++) {
-        if (w->slot[i].exec)
-            cudaGraphExecDestroy(w->slot[i].exec);
-        memset(&w->slot[i], 0, sizeof w->slot[i]);
-    }
-}
 
 void jasper_gpu_worker_destroy(jasper_gpu_worker_t *w)
 {
@@ -398,7 +384,7 @@ void jasper_gpu_worker_destroy(jasper_gpu_worker_t *w)
     cudaSetDevice(w->g->device);
     if (w->stream)
         cudaStreamSynchronize(w->stream);
-    drop_graphs(w);
+    graph_cache_destroy(w->gc);
     frontend_gpu_destroy(w->fe);
     ops_cuda_destroy(w->ops);
     cudaFree(w->mem);
@@ -415,7 +401,7 @@ void jasper_gpu_worker_destroy(jasper_gpu_worker_t *w)
 void jasper_gpu_set_graphs(jasper_gpu_worker_t *w, int on)
 {
     if (!on)
-        drop_graphs(w);
+        graph_cache_clear(w->gc);
     w->graphs = on != 0;
 }
 
@@ -486,6 +472,10 @@ int jasper_gpu_worker_create(const jasper_gpu_model_t *g, int max_batch, double 
         (e = cudaMallocHost((void **)&w->h_ids, rows_out * 4)) != cudaSuccess ||
         (e = cudaMallocHost((void **)&w->h_best, rows_out * 4)) != cudaSuccess) {
         rc = cuda_err(err, e, "stream / pinned buffers");
+        goto fail;
+    }
+    if (!(w->gc = graph_cache_create(GRAPH_SLOTS, w->stream))) {
+        rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
         goto fail;
     }
     if ((rc = ops_cuda_create(w->stream, &w->ops, err)) != HARK_OK)
@@ -678,26 +668,16 @@ static int enqueue_all(jasper_gpu_worker_t *w, const float *d_feats, int batch, 
     return enqueue_forward(w, d_feats, batch, t_in, want_logp, err);
 }
 
-static int record(jasper_gpu_worker_t *w, const float *d_feats, int batch, int t_in, int want_logp,
-                  cudaGraphExec_t *exec, hark_err_t *err)
+typedef struct {
+    jasper_gpu_worker_t *w;
+    const float *d_feats;
+    int batch, t_in, want_logp;
+} run_t;
+
+static int enqueue_run(void *user, hark_err_t *err)
 {
-    *exec = NULL;
-    cudaGraph_t graph = NULL;
-    if (cudaStreamBeginCapture(w->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
-        cudaGetLastError();
-        return HARK_OK;
-    }
-    int rc = enqueue_all(w, d_feats, batch, t_in, want_logp, err);
-    cudaError_t e = cudaStreamEndCapture(w->stream, &graph);
-    if (rc == HARK_OK && e == cudaSuccess && graph)
-        e = cudaGraphInstantiate(exec, graph, 0);
-    if (graph)
-        cudaGraphDestroy(graph);
-    if (rc != HARK_OK || e != cudaSuccess) {
-        cudaGetLastError();
-        *exec = NULL;
-    }
-    return rc;
+    run_t *r = user;
+    return enqueue_all(r->w, r->d_feats, r->batch, r->t_in, r->want_logp, err);
 }
 
 /* host lengths of every level (the previous forward's copy of them has run) */
@@ -738,33 +718,11 @@ static int encode(jasper_gpu_worker_t *w, const float *d_feats, const int *feat_
     int rc = set_lens(w, feat_lens, batch, err);
     if (rc)
         return rc;
-    struct jslot *hit = NULL, *victim = &w->slot[0];
-    for (int i = 0; i < GRAPH_SLOTS && w->graphs; i++) {
-        struct jslot *s = &w->slot[i];
-        if (s->used && s->batch == batch && s->t_in == t_in && s->want_logp == want_logp &&
-            s->feats == d_feats) {
-            hit = s;
-            break;
-        }
-        if (s->used < victim->used)
-            victim = s;
-    }
-    cudaError_t e = cudaSuccess;
-    if (hit && !hit->exec && (rc = record(w, d_feats, batch, t_in, want_logp, &hit->exec, err)))
-        return rc;
-    if (hit && hit->exec) {
-        e = cudaGraphLaunch(hit->exec, w->stream);
-        hit->used = ++w->tick;
-    } else {
-        rc = enqueue_all(w, d_feats, batch, t_in, want_logp, err);
-        if (!rc && w->graphs && !hit) {
-            if (victim->exec)
-                cudaGraphExecDestroy(victim->exec);
-            *victim = (struct jslot){batch, t_in, want_logp, d_feats, NULL, ++w->tick};
-        }
-    }
-    if (!rc && e != cudaSuccess)
-        rc = cuda_err(err, e, "graph launch");
+    run_t r = {w, d_feats, batch, t_in, want_logp};
+    graph_key_t key = {{batch, t_in, want_logp, (long long)(intptr_t)d_feats}};
+    rc = w->graphs ? graph_cache_run(w->gc, &key, enqueue_run, &r, "jasper (gpu)", err)
+                   : enqueue_run(&r, err);
+    cudaError_t e;
     if (!rc && (e = cudaEventRecord(w->lens_ev, w->stream)) != cudaSuccess)
         rc = cuda_err(err, e, "lengths event");
     w->last_batch = batch;

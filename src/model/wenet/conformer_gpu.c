@@ -24,6 +24,7 @@
 #include "core/alloc.h"
 #include "core/assert.h"
 #include "gpu/gpu_arch.h"
+#include "gpu/graph_cache.h"
 #include "hark.h"
 #include "ops/ops.h"
 #include "ops/ops_cuda.h"
@@ -126,14 +127,8 @@ struct conformer_gpu_state {
     cudaEvent_t lens_ev; /* the last forward's reads of h_lens are done */
     int graphs;          /* record and replay CUDA graphs */
     conformer_ffn_mode_t ffn; /* GEMMS where the fused kernel does not fit */
-    struct gslot {
-        int batch, t_max, chunk, left, skip_cmvn;
-        const void *feats;
-        void *enc;
-        cudaGraphExec_t exec; /* NULL: seen once, not recorded yet */
-        unsigned long long used;
-    } slot[GRAPH_SLOTS];
-    unsigned long long tick;
+    graph_cache_t *gc;        /* GRAPH_SLOTS forwards by (batch, t_max, chunk, left, skip_cmvn,
+                               * feats, enc) */
     /* stage profile (conformer_gpu_profile): events between stages, summed per stage */
     int prof, n_ev;
     cudaEvent_t ev[PROF_EVENTS];
@@ -758,6 +753,10 @@ int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, in
         hark_free(s);
         return cuda_err(err, e, "stream");
     }
+    if (!(s->gc = graph_cache_create(GRAPH_SLOTS, s->stream))) {
+        conformer_gpu_state_destroy(s);
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    }
     int rc = ops_cuda_create(s->stream, &s->g, err);
     if (rc != HARK_OK) {
         conformer_gpu_state_destroy(s);
@@ -813,22 +812,13 @@ int conformer_gpu_state_create(const conformer_gpu_model_t *m, int precision, in
     return HARK_OK;
 }
 
-static void drop_graphs(conformer_gpu_state_t *s)
-{
-    for (int i = 0; i < GRAPH_SLOTS; i++) {
-        if (s->slot[i].exec)
-            cudaGraphExecDestroy(s->slot[i].exec);
-        memset(&s->slot[i], 0, sizeof s->slot[i]);
-    }
-}
-
 void conformer_gpu_state_destroy(conformer_gpu_state_t *s)
 {
     if (!s)
         return;
     if (s->stream)
         cudaStreamSynchronize(s->stream);
-    drop_graphs(s);
+    graph_cache_destroy(s->gc);
     for (int i = 0; i < PROF_EVENTS; i++)
         if (s->ev[i])
             cudaEventDestroy(s->ev[i]);
@@ -845,13 +835,13 @@ void conformer_gpu_state_destroy(conformer_gpu_state_t *s)
 void conformer_gpu_set_graphs(conformer_gpu_state_t *s, int on)
 {
     if (!on)
-        drop_graphs(s);
+        graph_cache_clear(s->gc);
     s->graphs = on != 0;
 }
 
 void conformer_gpu_set_fused_ffn(conformer_gpu_state_t *s, conformer_ffn_mode_t mode)
 {
-    drop_graphs(s);
+    graph_cache_clear(s->gc);
     s->ffn = mode;
     if (s->dt == OPS_F32 || !cuda_ffn_f16_fits(s->g, s->m->d, s->m->ffn))
         s->ffn = CONFORMER_FFN_GEMMS;
@@ -1336,45 +1326,19 @@ static int enqueue_forward(const gfwd_t *F, const conformer_opts_t *o, float *d_
                             : forward_f32(F, o, d_enc, d_feats, t_max);
 }
 
-/* the graph slot for this forward: an exact match, or NULL with *victim the slot to reuse */
-static struct gslot *find_slot(conformer_gpu_state_t *s, const gfwd_t *F, int t_max, int skip,
-                               const void *feats, void *enc, struct gslot **victim)
-{
-    *victim = &s->slot[0];
-    for (int i = 0; i < GRAPH_SLOTS; i++) {
-        struct gslot *g = &s->slot[i];
-        if (g->used && g->batch == F->batch && g->t_max == t_max && g->chunk == F->chunk &&
-            g->left == F->left && g->skip_cmvn == skip && g->feats == feats && g->enc == enc)
-            return g;
-        if (g->used < (*victim)->used)
-            *victim = g;
-    }
-    return NULL;
-}
+typedef struct {
+    const gfwd_t *F;
+    const conformer_opts_t *o;
+    float *d_enc;
+    const float *d_feats;
+    int t_max;
+} run_t;
 
-/* records the forward into a graph; HARK_OK with *exec NULL when capture is not possible (the
- * caller then enqueues it directly) */
-static int record(const gfwd_t *F, const conformer_opts_t *o, float *d_enc, const float *d_feats,
-                  int t_max, cudaGraphExec_t *exec)
+static int enqueue_run(void *user, hark_err_t *err)
 {
-    conformer_gpu_state_t *s = F->s;
-    *exec = NULL;
-    cudaGraph_t graph = NULL;
-    if (cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
-        cudaGetLastError();
-        return HARK_OK;
-    }
-    int rc = enqueue_forward(F, o, d_enc, d_feats, t_max);
-    cudaError_t e = cudaStreamEndCapture(s->stream, &graph);
-    if (rc == HARK_OK && e == cudaSuccess && graph)
-        e = cudaGraphInstantiate(exec, graph, 0);
-    if (graph)
-        cudaGraphDestroy(graph);
-    if (rc != HARK_OK || e != cudaSuccess) {
-        cudaGetLastError();
-        *exec = NULL;
-    }
-    return rc;
+    run_t *r = user; /* the forward reports into F->err, the err given */
+    (void)err;
+    return enqueue_forward(r->F, r->o, r->d_enc, r->d_feats, r->t_max);
 }
 
 int conformer_gpu_forward(conformer_gpu_state_t *s, const conformer_opts_t *opts, float *d_enc,
@@ -1406,7 +1370,9 @@ int conformer_gpu_forward(conformer_gpu_state_t *s, const conformer_opts_t *opts
     int cs = c->use_dynamic_chunk       ? o->chunk_size
              : c->static_chunk_size > 0 ? c->static_chunk_size
                                         : -1;
-    gfwd_t F = {s, batch, t_out, batch * t_out, cs > 0 ? cs : 0, cs > 0 ? o->left_chunks : -1, err, NULL, NULL, 0};
+    gfwd_t F = {
+        s,    batch, t_out, batch * t_out, cs > 0 ? cs : 0, cs > 0 ? o->left_chunks : -1, err,
+        NULL, NULL,  0};
     for (int b = 0; b < batch; b++)
         enc_lens[b] = conformer_gpu_out_len(m, lens[b]);
     if (t_out <= 0) /* every utterance too short: an empty output */
@@ -1417,34 +1383,12 @@ int conformer_gpu_forward(conformer_gpu_state_t *s, const conformer_opts_t *opts
         return cuda_err(err, e, "lengths event");
     memcpy(s->h_lens, lens, (size_t)batch * sizeof(int));
     memcpy(s->h_lens + s->max_batch, enc_lens, (size_t)batch * sizeof(int));
-    int rc = HARK_OK;
-    struct gslot *g = NULL, *victim = NULL;
     int skip = o->skip_cmvn != 0;
-    if (s->graphs)
-        g = find_slot(s, &F, t_max, skip, d_feats, d_enc, &victim);
-    if (g && g->exec) {
-        e = cudaGraphLaunch(g->exec, s->stream);
-        if (e != cudaSuccess)
-            return cuda_err(err, e, "graph launch");
-        g->used = ++s->tick;
-    } else if (g) { /* seen before: record it and replay it from now on */
-        if ((rc = record(&F, o, d_enc, d_feats, t_max, &g->exec)) != HARK_OK)
-            return rc;
-        e = g->exec ? cudaGraphLaunch(g->exec, s->stream) : cudaSuccess;
-        if (e != cudaSuccess)
-            return cuda_err(err, e, "graph launch");
-        if (!g->exec)
-            rc = enqueue_forward(&F, o, d_enc, d_feats, t_max);
-        g->used = ++s->tick;
-    } else {
-        rc = enqueue_forward(&F, o, d_enc, d_feats, t_max);
-        if (rc == HARK_OK && s->graphs) { /* remember the shape */
-            if (victim->exec)
-                cudaGraphExecDestroy(victim->exec);
-            *victim = (struct gslot){batch,   t_max, F.chunk, F.left,   skip,
-                                     d_feats, d_enc, NULL,    ++s->tick};
-        }
-    }
+    run_t r = {&F, o, d_enc, d_feats, t_max};
+    graph_key_t key = {{batch, t_max, F.chunk, F.left, skip, (long long)(intptr_t)d_feats,
+                        (long long)(intptr_t)d_enc}};
+    int rc = s->graphs ? graph_cache_run(s->gc, &key, enqueue_run, &r, "conformer (gpu)", err)
+                       : enqueue_run(&r, err);
     if (rc == HARK_OK && (e = cudaEventRecord(s->lens_ev, s->stream)) != cudaSuccess)
         rc = cuda_err(err, e, "lengths event");
     return rc;
@@ -1804,9 +1748,8 @@ static int pw1_gemm(const gfwd_t *F, const gblock_t *bk)
     const char *w = wmat(F, &bk->pw1);
     size_t es = ops_dtype_size(s->dt);
     for (int half = 0; half < 2; half++) /* 0: value rows 2j, 1: gate rows 2j + 1 */
-        TRY(cuda_gemm(s->big32 + (size_t)half * d, OPS_F32, s->hn, w + (size_t)half * d * es,
-                      s->dt, F->rows, d, d, d, 2 * d, 2 * d, 1, 1.0f, 0.0f, 1, 0, 0, 0, s->g,
-                      F->err));
+        TRY(cuda_gemm(s->big32 + (size_t)half * d, OPS_F32, s->hn, w + (size_t)half * d * es, s->dt,
+                      F->rows, d, d, d, 2 * d, 2 * d, 1, 1.0f, 0.0f, 1, 0, 0, 0, s->g, F->err));
     return HARK_OK;
 }
 
@@ -1837,8 +1780,8 @@ static int chunk_conv_module(const gfwd_t *F, const gblock_t *bk)
 
 /* the subsampling of the step's nk windows (padded to t_max frames) into s->a (nk, t_pad, D),
  * before the embedding's bias and scale */
-static int chunk_subsample(const gfwd_t *F, const conformer_opts_t *o, const float *d_feats,
-                           int nk, int t_max, int t_pad)
+static int chunk_subsample(const gfwd_t *F, const conformer_opts_t *o, const float *d_feats, int nk,
+                           int t_max, int t_pad)
 {
     conformer_gpu_state_t *s = F->s;
     const conformer_gpu_model_t *m = s->m;
@@ -1853,9 +1796,9 @@ static int chunk_subsample(const gfwd_t *F, const conformer_opts_t *o, const flo
         hh = t_max, ww = m->in_dim;
         for (int i = 0; i < m->n_conv; i++) {
             const gconv_t *cv = &m->conv[i];
-            TRY(cuda_conv2d(s->cbuf[i], s->col, s->col_bytes, in, cv->w.f32, wmat(F, &cv->w),
-                            cv->b, s->dt, nk, cv->cin, hh, ww, cv->cout, cv->k, cv->k, cv->stride,
-                            1, s->g, err));
+            TRY(cuda_conv2d(s->cbuf[i], s->col, s->col_bytes, in, cv->w.f32, wmat(F, &cv->w), cv->b,
+                            s->dt, nk, cv->cin, hh, ww, cv->cout, cv->k, cv->k, cv->stride, 1, s->g,
+                            err));
             hh = conv_out(hh, cv->k, cv->stride);
             ww = conv_out(ww, cv->k, cv->stride);
             in = s->cbuf[i];
@@ -1985,13 +1928,13 @@ int conformer_gpu_forward_chunks(conformer_gpu_chunks_t *p, const int *slots,
         TRY(cuda_log_softmax(p->logp, p->logp, m->ctc_b, NULL, rows, rows, m->vocab, s->stream,
                              err));
         TRY(chunk_trace(&F, p->logp, m->vocab, "ctc", 0));
-        e = cudaMemcpyAsync(p->h_logp, p->logp, (size_t)rows * m->vocab * 4,
-                            cudaMemcpyDeviceToHost, s->stream);
+        e = cudaMemcpyAsync(p->h_logp, p->logp, (size_t)rows * m->vocab * 4, cudaMemcpyDeviceToHost,
+                            s->stream);
         if (e != cudaSuccess)
             return cuda_err(err, e, "chunk log-probs download");
     }
-    if (enc && (e = cudaMemcpyAsync(p->h_enc, p->enc, (size_t)rows * d * 4,
-                                    cudaMemcpyDeviceToHost, s->stream)) != cudaSuccess)
+    if (enc && (e = cudaMemcpyAsync(p->h_enc, p->enc, (size_t)rows * d * 4, cudaMemcpyDeviceToHost,
+                                    s->stream)) != cudaSuccess)
         return cuda_err(err, e, "chunk encoder download");
     TRY(conformer_gpu_sync(s, err));
     if (enc)
