@@ -9,7 +9,8 @@
 #   .devrun3/  shared/: the Jasper J1 and the FastSpeech / HiFi-GAN golden sets without their
 #              checkpoints, and converted/: those checkpoints converted here (HARK_GOLDEN_CONVERTED;
 #              the device has no /usr/bin/python3 with torch to convert with)
-#   .devp1/ .devp2/ ...  .devrun2 and .devrun3 as one tar in 40 MiB parts: too big to travel whole
+#   .devp1/ .devp2/ ...  .devrun2, .devrun3 and .ext (the PyTorch peers' sources, when present) as
+#              one tar in 40 MiB parts: too big to travel whole
 #              beside the tree, they go one part per call to a machine kept warm (chain the calls;
 #              it goes back after 30 s idle)
 # On the device: unpack .devrun1 into a stage folder, copy each part there, untar them, then run
@@ -53,7 +54,7 @@ for tag in jasper_j1 fastspeech hifigan_v3 hifigan_v3_real; do
     [ -n "$c" ] || { echo "no converted $tag: run make test first" >&2; exit 1; }
     mkdir -p .devrun3/converted/$tag && cp -r "$c" .devrun3/converted/$tag/m
 done
-tar cf - .devrun2 .devrun3 | split -b 40M -d -a 1 - .devpart.
+tar cf - .devrun2 .devrun3 $([ -d .ext ] && echo .ext) | split -b 40M -d -a 1 - .devpart.
 for f in .devpart.*; do
     d=.devp$((${f##*.} + 1)) && mkdir -p $d && mv "$f" $d/
 done
