@@ -205,12 +205,14 @@ enum { JOB_KSERVE = 0, JOB_TRANSCRIBE = 1 };
  * silero_cut into the model's vad_model's speech segments (silero-vad's rules, segments of at
  * most LF_VAD_MAX_S, as `hark transcribe --vad`), or without one into LF_WINDOW_S windows
  * overlapping by LF_OVERLAP_S; the pieces are kept as int16 (half of float; the audio decoded
- * from 16-bit files is exact) and queued LF_WINDOW_ITEMS at a time (one request in the queue
- * each: other requests batch in between), as float only while queued. Windows are stitched at
+ * from 16-bit files is exact) and queued up to 2 · max_batch_size pieces (at most 64, and at most
+ * LF_QUEUED_S of audio) at a time, one request in the queue each (other requests batch in
+ * between), as float only while queued. Windows are stitched at
  * the middle of each overlap: a word belongs to the window its midpoint falls in, by its times. */
 #define LF_VAD_MAX_S 20.0
 #define LF_WINDOW_S 30.0
 #define LF_OVERLAP_S 2.0
+#define LF_QUEUED_S 240.0 /* audio queued at a time, at most */
 
 typedef struct {
     long long start, end; /* samples at the model's rate */
@@ -223,11 +225,11 @@ struct longform {
     int vad_version;
     char vad_name[128];
     char vad_err[256]; /* the vad_model cannot serve (not ready, not a VAD): a long request fails */
-    double pass_s; /* the single-pass limit */
-    lf_piece_t *p; /* (n) in order */
+    double pass_s;     /* the single-pass limit */
+    lf_piece_t *p;     /* (n) in order */
     int n, cap;
-    int next;     /* the first piece not queued yet */
-    int max_win;  /* pieces queued at a time (the job's item arrays hold this many) */
+    int next;      /* the first piece not queued yet */
+    int max_win;   /* pieces queued at a time (the job's item arrays hold this many) */
     long long hop; /* windows: samples between window starts (0: VAD segments) */
     long long half_overlap;
     size_t n_samples;
@@ -711,7 +713,15 @@ out:
 static void lf_submit(job_t *j)
 {
     longform_t *lf = j->lf;
-    int w = lf->n - lf->next < lf->max_win ? lf->n - lf->next : lf->max_win;
+    int w = 0;
+    /* at most LF_QUEUED_S of audio as float at a time (one piece at least) */
+    long long samples = 0;
+    while (lf->next + w < lf->n && w < lf->max_win &&
+           (w == 0 || samples + (lf->p[lf->next + w].end - lf->p[lf->next + w].start) <=
+                          (long long)(LF_QUEUED_S * j->rate))) {
+        samples += lf->p[lf->next + w].end - lf->p[lf->next + w].start;
+        w++;
+    }
     for (int i = 0; i < w; i++) {
         lf_piece_t *p = &lf->p[lf->next + i];
         size_t n = (size_t)(p->end - p->start);
@@ -810,9 +820,8 @@ static int lf_stitch(job_t *j)
             if (r->n_words == 0 && r->best.text) /* no word times: the text as it is */
                 rc = lf_append(&seg, &slen, &scap, r->best.text, r->word_sep);
             for (int k = 0; k < r->n_words && !rc; k++) {
-                long long mid =
-                    p->start + (long long)(r->words[k].start_ms + r->words[k].end_ms) * j->rate /
-                                   2000;
+                long long mid = p->start + (long long)(r->words[k].start_ms + r->words[k].end_ms) *
+                                               j->rate / 2000;
                 if (mid < c0 || mid >= c1)
                     continue;
                 rc = lf_add_word(o, &wcap, &r->words[k], off_ms);
@@ -907,8 +916,8 @@ static void decode_work(uv_work_t *w)
     /* one pass at most --max-pass-seconds (the instances refuse longer items anyway); a long
      * single file is cut instead (j->lf) */
     const server_opts_t *so = server_options(j->s);
-    double max_seconds = so->max_pass_seconds < so->max_audio_seconds ? so->max_pass_seconds
-                                                                      : so->max_audio_seconds;
+    double max_seconds =
+        so->max_pass_seconds < so->max_audio_seconds ? so->max_pass_seconds : so->max_audio_seconds;
     for (int b = 0; b < j->batch && !j->t.status; b++) {
         audio_opts_t ao = {.target_rate = j->rate, .max_seconds = max_seconds};
         audio_t au;
@@ -976,7 +985,7 @@ void service_infer(server_t *s, const service_infer_t *in)
     char model[128], version[16];
     int maxb = 0, rate = 0, pad_id = 0, seq = 0, tts = 0, vad = 0;
     const family_io_t *fio = NULL; /* the family's extra contracts (static tables) */
-    longform_t *plan = NULL;        /* an ASR model's long-form plan (AUDIO of one file) */
+    longform_t *plan = NULL;       /* an ASR model's long-form plan (AUDIO of one file) */
     if (!in->model || strlen(in->model) >= sizeof model ||
         (in->version && strlen(in->version) >= sizeof version)) {
         rc = err_set(&err, HARK_ERR_NOT_FOUND, "model '%s' not found", in->model ? in->model : "");

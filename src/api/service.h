@@ -143,9 +143,9 @@ typedef void (*service_audio_fn)(void *user, const float *pcm, size_t n, int sam
 /* The end: status HARK_OK after the last audio, or the error (audio may have come before). */
 typedef void (*service_speak_done_fn)(void *user, int status, const char *error);
 typedef struct {
-    const char *model; /* a TTS model's name; unknown or "" with exactly one READY TTS model:
-                          that one (OpenAI clients name "tts-1") */
-    const char *text;  /* UTF-8, lent until done */
+    const char *model;      /* a TTS model's name; unknown or "" with exactly one READY TTS model:
+                               that one (OpenAI clients name "tts-1") */
+    const char *text;       /* UTF-8, lent until done */
     family_params_t params; /* options (speed, ...), lent for the call */
     const atomic_int *cancelled;
     service_audio_fn audio;

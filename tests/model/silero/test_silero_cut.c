@@ -85,8 +85,8 @@ TEST(silero_cut_windows)
     silero_cut_opts_t o = {.window_s = 1.0, .overlap_s = 0.25};
     /* 3.3 s: windows of 16000 every 12000, the last cut at the end */
     CHECK_OK(cut(52800, &o, &p, &err));
-    long long want[][2] = {{0, 16000}, {12000, 28000}, {24000, 40000}, {36000, 52000},
-                           {48000, 52800}};
+    long long want[][2] = {
+        {0, 16000}, {12000, 28000}, {24000, 40000}, {36000, 52000}, {48000, 52800}};
     CHECK_EQ_INT(p.n, 5);
     for (int i = 0; i < p.n && i < 5; i++)
         CHECK(p.start[i] == want[i][0] && p.end[i] == want[i][1]);
