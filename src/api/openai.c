@@ -75,8 +75,27 @@ void openai_error_rc(http_req_t *req, int rc, const char *msg)
                  msg && msg[0] ? msg : hark_status_str(rc));
 }
 
+/* one of verbose_json's segments, as OpenAI shapes them */
+static void add_segment(cJSON *segs, int id, double start, double end, const char *text)
+{
+    cJSON *sg = cJSON_CreateObject();
+    cJSON_AddNumberToObject(sg, "id", id);
+    cJSON_AddNumberToObject(sg, "seek", 0);
+    cJSON_AddNumberToObject(sg, "start", start);
+    cJSON_AddNumberToObject(sg, "end", end);
+    cJSON_AddStringToObject(sg, "text", text);
+    cJSON_AddItemToObject(sg, "tokens", cJSON_CreateArray());
+    cJSON_AddNumberToObject(sg, "temperature", 0);
+    cJSON_AddNumberToObject(sg, "avg_logprob", 0);
+    cJSON_AddNumberToObject(sg, "compression_ratio", 0);
+    cJSON_AddNumberToObject(sg, "no_speech_prob", 0);
+    cJSON_AddItemToArray(segs, sg);
+}
+
+/* segments: a long request's pieces (VAD segments or windows) when given, else the subtitle cues
+ * of the words */
 static void verbose_json(openai_ctx_t *c, const asr_result_t *r, const word_time_t *w, int nw,
-                         double duration)
+                         double duration, const service_segment_t *lsegs, int n_lsegs)
 {
     const char *text = r->best.text ? r->best.text : "";
     int dur_ms = (int)(duration * 1000);
@@ -85,27 +104,18 @@ static void verbose_json(openai_ctx_t *c, const asr_result_t *r, const word_time
     cJSON_AddStringToObject(j, "language", c->language[0] ? c->language : "english");
     cJSON_AddNumberToObject(j, "duration", duration);
     cJSON_AddStringToObject(j, "text", text);
-    cue_t *cues = hark_calloc((size_t)(nw ? nw : 1), sizeof *cues);
+    cue_t *cues = lsegs ? NULL : hark_calloc((size_t)(nw ? nw : 1), sizeof *cues);
     int nc = cues ? cues_build(w, nw, NULL, dur_ms, cues) : 0;
     cJSON *segs = cJSON_AddArrayToObject(j, "segments");
+    for (int i = 0; i < n_lsegs; i++)
+        add_segment(segs, i, lsegs[i].start_s, lsegs[i].end_s, lsegs[i].text);
     for (int i = 0; i < nc; i++) {
-        cJSON *sg = cJSON_CreateObject();
-        cJSON_AddNumberToObject(sg, "id", i);
-        cJSON_AddNumberToObject(sg, "seek", 0);
-        cJSON_AddNumberToObject(sg, "start", cues[i].start_ms / 1000.0);
-        cJSON_AddNumberToObject(sg, "end", cues[i].end_ms / 1000.0);
         char line[4096] = "";
         size_t off = 0;
         for (int k = 0; k < cues[i].count; k++)
             off += (size_t)snprintf(line + off, off < sizeof line ? sizeof line - off : 0, "%s%s",
                                     k && r->word_sep ? " " : "", w[cues[i].first + k].text);
-        cJSON_AddStringToObject(sg, "text", line);
-        cJSON_AddItemToObject(sg, "tokens", cJSON_CreateArray());
-        cJSON_AddNumberToObject(sg, "temperature", 0);
-        cJSON_AddNumberToObject(sg, "avg_logprob", 0);
-        cJSON_AddNumberToObject(sg, "compression_ratio", 0);
-        cJSON_AddNumberToObject(sg, "no_speech_prob", 0);
-        cJSON_AddItemToArray(segs, sg);
+        add_segment(segs, i, cues[i].start_ms / 1000.0, cues[i].end_ms / 1000.0, line);
     }
     if (c->want_words) {
         cJSON *ws = cJSON_AddArrayToObject(j, "words");
@@ -155,7 +165,8 @@ static void stream_events(http_req_t *req, const asr_result_t *r)
 }
 
 /* the service's answer (inference thread): the response goes to the connection's loop */
-static void transcribed(void *user, int status, const char *error, asr_result_t *r, double duration)
+static void transcribed(void *user, int status, const char *error, asr_result_t *r, double duration,
+                        const service_segment_t *segs, int n_segs)
 {
     openai_ctx_t *c = user;
     http_req_t *req = c->http;
@@ -205,7 +216,7 @@ static void transcribed(void *user, int status, const char *error, asr_result_t 
                          buf, len);
         free(buf);
     } else {
-        verbose_json(c, r, w, nw, duration);
+        verbose_json(c, r, w, nw, duration, segs, n_segs);
     }
     hark_free(w);
 done:

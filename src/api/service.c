@@ -15,13 +15,16 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "hark.h"
+#include "model/silero/silero_cut.h"
 #include "server/model_config.h"
 #include "server/repository.h"
 #include "server/server.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,6 +192,7 @@ void service_repository_load(server_t *s, const char *model, int load, service_d
 /* ---- inference ------------------------------------------------------------------------- */
 
 typedef struct job job_t;
+typedef struct longform longform_t;
 typedef struct {
     served_request_t req; /* first */
     job_t *job;
@@ -196,6 +200,44 @@ typedef struct {
 } job_item_t;
 
 enum { JOB_KSERVE = 0, JOB_TRANSCRIBE = 1 };
+
+/* ---- long-form requests: audio longer than the single-pass limit (--max-pass-seconds) is cut by
+ * silero_cut into the model's vad_model's speech segments (silero-vad's rules, segments of at
+ * most LF_VAD_MAX_S, as `hark transcribe --vad`), or without one into LF_WINDOW_S windows
+ * overlapping by LF_OVERLAP_S; the pieces are kept as int16 (half of float; the audio decoded
+ * from 16-bit files is exact) and queued up to 2 · max_batch_size pieces (at most 64, and at most
+ * LF_QUEUED_S of audio) at a time, one request in the queue each (other requests batch in
+ * between), as float only while queued. Windows are stitched at
+ * the middle of each overlap: a word belongs to the window its midpoint falls in, by its times. */
+#define LF_VAD_MAX_S 20.0
+#define LF_WINDOW_S 30.0
+#define LF_OVERLAP_S 2.0
+#define LF_QUEUED_S 240.0 /* audio queued at a time, at most */
+
+typedef struct {
+    long long start, end; /* samples at the model's rate */
+    int16_t *pcm;         /* (end - start) until queued */
+    asr_result_t res;
+} lf_piece_t;
+
+struct longform {
+    char vad_dir[4096]; /* the vad_model's directory; "": fixed windows */
+    int vad_version;
+    char vad_name[128];
+    char vad_err[256]; /* the vad_model cannot serve (not ready, not a VAD): a long request fails */
+    double pass_s;     /* the single-pass limit */
+    lf_piece_t *p;     /* (n) in order */
+    int n, cap;
+    int next;      /* the first piece not queued yet */
+    int max_win;   /* pieces queued at a time (the job's item arrays hold this many) */
+    long long hop; /* windows: samples between window starts (0: VAD segments) */
+    long long half_overlap;
+    size_t n_samples;
+    uv_async_t async; /* a window's last completion -> the loop */
+    int async_live;
+    service_segment_t *segs; /* (n_segs) the answer's segments */
+    int n_segs;
+};
 
 /* One request of B utterances in flight: freed when the last item completes. */
 struct job {
@@ -228,7 +270,16 @@ struct job {
     int **segs;            /* (batch) vad: each item's segments, ms, start/end pairs */
     int *n_segs, *cap_segs;
     int frame_pad_id; /* FRAME_IDS outputs: pads shorter rows */
+    int want_words;
+    longform_t *lf; /* audio over the single-pass limit may be cut (ASR, one file) */
 };
+
+static void lf_closed(uv_handle_t *h)
+{
+    job_t *j = h->data;
+    hark_free(j->lf);
+    hark_free(j);
+}
 
 static void job_free(job_t *j)
 {
@@ -258,6 +309,22 @@ static void job_free(job_t *j)
     hark_free(j->n_segs);
     hark_free(j->cap_segs);
     svc_tally_destroy(&j->t);
+    if (j->lf) {
+        for (int i = 0; i < j->lf->n; i++) {
+            hark_free(j->lf->p[i].pcm);
+            asr_result_free(&j->lf->p[i].res);
+        }
+        hark_free(j->lf->p);
+        for (int i = 0; i < j->lf->n_segs; i++)
+            hark_free(j->lf->segs[i].text);
+        hark_free(j->lf->segs);
+        if (j->lf->async_live) { /* on the loop's thread: freed once the handle is closed */
+            j->lf->async.data = j;
+            uv_close((uv_handle_t *)&j->lf->async, lf_closed);
+            return;
+        }
+        hark_free(j->lf);
+    }
     hark_free(j);
 }
 
@@ -345,9 +412,10 @@ static void job_finish(job_t *j)
 {
     if (j->kind == JOB_TRANSCRIBE) {
         if (j->t.status)
-            j->tin.done(j->tin.user, j->t.status, j->t.error, NULL, 0);
+            j->tin.done(j->tin.user, j->t.status, j->t.error, NULL, 0, NULL, 0);
         else
-            j->tin.done(j->tin.user, HARK_OK, NULL, &j->results[0], j->duration);
+            j->tin.done(j->tin.user, HARK_OK, NULL, &j->results[0], j->duration,
+                        j->lf ? j->lf->segs : NULL, j->lf ? j->lf->n_segs : 0);
         job_free(j);
         return;
     }
@@ -416,8 +484,12 @@ static void item_done(served_request_t *r, int status, const char *error, asr_re
     job_t *j = it->job;
     if (res) /* its own slot; the tally's lock publishes it to the last completion */
         asr_result_take(&j->results[it->index], res);
-    if (svc_tally_done(&j->t, 1, status, error))
-        job_finish(j);
+    if (svc_tally_done(&j->t, 1, status, error)) {
+        if (j->lf) /* a window of a long request: the loop queues the next one or answers */
+            uv_async_send(&j->lf->async);
+        else
+            job_finish(j);
+    }
 }
 
 /* ---- shared with service_tts.c (service_impl.h) --------------------------------------------- */
@@ -520,7 +592,7 @@ static served_request_t *job_item(void *user, int i, void *opts)
     it->index = i;
     it->req.fi.pcm = j->pcm[i];
     it->req.fi.n = j->n[i];
-    it->req.fi.want_words = j->kind == JOB_TRANSCRIBE ? j->tin.want_words : j->in.want_words;
+    it->req.fi.want_words = j->want_words;
     it->req.segment = j->kind == JOB_KSERVE && j->in.asr && j->batch == 1 ? item_segment : NULL;
     it->req.fi.want_frame_ids = j->io && j->io->out == FAMILY_OUT_FRAME_IDS;
     it->req.cancelled = j->kind == JOB_KSERVE ? j->in.cancelled : j->tin.cancelled;
@@ -542,16 +614,322 @@ static void job_submit(job_t *j)
         job_fail(j, rc, err.msg);
 }
 
+/* A long-form plan for a request to ASR model m (under the repository lock): its vad_model's
+ * directory, or windows. NULL when out of memory (then the audio gets one pass). */
+static longform_t *lf_plan(server_t *s, repository_t *r, const repo_model_t *m)
+{
+    longform_t *lf = hark_calloc(1, sizeof *lf);
+    if (!lf)
+        return NULL;
+    lf->pass_s = server_options(s)->max_pass_seconds;
+    int maxb = m->cfg.max_batch_size > 0 ? m->cfg.max_batch_size : 1;
+    lf->max_win = 2 * maxb < 64 ? 2 * maxb : 64;
+    const char *vn = model_config_param(&m->cfg, "vad_model");
+    if (!vn || !vn[0])
+        return lf;
+    snprintf(lf->vad_name, sizeof lf->vad_name, "%s", vn);
+    hark_err_t e = {0};
+    repo_model_t *v = repository_find(r, vn, strlen(vn), NULL, &e);
+    if (!v || v->state != M_READY || !v->served)
+        snprintf(lf->vad_err, sizeof lf->vad_err,
+                 "model '%s': its vad_model '%s' is not a ready model of the repository", m->name,
+                 vn);
+    else if (strcmp(served_model_family(v->served)->name, "silero_vad") != 0)
+        snprintf(lf->vad_err, sizeof lf->vad_err,
+                 "model '%s': its vad_model '%s' is a '%s' model, not silero_vad", m->name, vn,
+                 served_model_family(v->served)->name);
+    else {
+        snprintf(lf->vad_dir, sizeof lf->vad_dir, "%s", v->dir);
+        lf->vad_version = v->version;
+    }
+    return lf;
+}
+
+/* ---- long-form (see longform_t) ------------------------------------------------------------ */
+
+/* a piece from silero_cut (thread pool): kept as int16 */
+static int lf_piece(void *user, long long start, long long end, const float *pcm, hark_err_t *err)
+{
+    longform_t *lf = user;
+    if (lf->n == lf->cap) {
+        int cap = lf->cap ? 2 * lf->cap : 64;
+        lf_piece_t *p = hark_realloc(lf->p, sizeof *p * (size_t)cap);
+        if (!p)
+            return err_set(err, HARK_ERR_NOMEM, "out of memory");
+        lf->p = p;
+        lf->cap = cap;
+    }
+    size_t n = (size_t)(end - start);
+    int16_t *x = hark_malloc(sizeof *x * (n ? n : 1));
+    if (!x)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) { /* k / 32768 back to k exactly; clamped */
+        float v = pcm[i] * 32768.0f;
+        x[i] = (int16_t)(v >= 32767.0f ? 32767 : v <= -32768.0f ? -32768 : lrintf(v));
+    }
+    lf->p[lf->n++] = (lf_piece_t){.start = start, .end = end, .pcm = x};
+    return HARK_OK;
+}
+
+/* cuts the file (thread pool): the vad_model's segments or windows, at the model's rate */
+static int lf_cut(job_t *j, hark_err_t *err)
+{
+    longform_t *lf = j->lf;
+    silero_vad_t *vad = NULL;
+    audio_reader_t *rd = NULL;
+    silero_cut_opts_t co = {.max_seconds = server_options(j->s)->max_audio_seconds};
+    int rc = HARK_OK;
+    if (lf->vad_err[0]) {
+        rc = err_set(err, HARK_ERR_UNAVAILABLE, "%s", lf->vad_err);
+        goto out;
+    }
+    if (lf->vad_dir[0]) {
+        if ((rc = silero_vad_load(lf->vad_dir, lf->vad_version, &vad, err))) {
+            err_prefix(err, rc, "vad_model '%s'", lf->vad_name);
+            goto out;
+        }
+        silero_seg_default_opts(&co.seg);
+        co.seg.max_speech_duration_s = lf->pass_s < LF_VAD_MAX_S ? lf->pass_s : LF_VAD_MAX_S;
+        co.vad = vad;
+    } else {
+        co.window_s = lf->pass_s < LF_WINDOW_S ? lf->pass_s : LF_WINDOW_S;
+        co.overlap_s = LF_OVERLAP_S < co.window_s / 4 ? LF_OVERLAP_S : co.window_s / 4;
+        long long W = (long long)(co.window_s * j->rate + 0.5);
+        lf->hop = W - (long long)(co.overlap_s * j->rate + 0.5);
+        lf->half_overlap = (W - lf->hop) / 2;
+    }
+    if ((rc = audio_reader_open_memory(j->src[0], j->src_len[0], j->rate, &rd, err)))
+        goto out;
+    rc = silero_cut(rd, &co, lf_piece, NULL, lf, &lf->n_samples, err);
+    if (rc == HARK_ERR_UNSUPPORTED && vad)
+        err_prefix(err, rc, "vad_model '%s'", lf->vad_name);
+out:
+    audio_reader_close(rd);
+    silero_vad_destroy(vad);
+    return rc;
+}
+
+/* queues the next window of pieces (loop thread), as float while queued */
+static void lf_submit(job_t *j)
+{
+    longform_t *lf = j->lf;
+    int w = 0;
+    /* at most LF_QUEUED_S of audio as float at a time (one piece at least) */
+    long long samples = 0;
+    while (lf->next + w < lf->n && w < lf->max_win &&
+           (w == 0 || samples + (lf->p[lf->next + w].end - lf->p[lf->next + w].start) <=
+                          (long long)(LF_QUEUED_S * j->rate))) {
+        samples += lf->p[lf->next + w].end - lf->p[lf->next + w].start;
+        w++;
+    }
+    for (int i = 0; i < w; i++) {
+        lf_piece_t *p = &lf->p[lf->next + i];
+        size_t n = (size_t)(p->end - p->start);
+        float *x = hark_malloc(sizeof *x * (n ? n : 1));
+        if (!x) {
+            j->batch = i;
+            job_fail(j, HARK_ERR_NOMEM, "out of memory");
+            return;
+        }
+        for (size_t k = 0; k < n; k++)
+            x[k] = p->pcm[k] / 32768.0f;
+        hark_free(p->pcm);
+        p->pcm = NULL;
+        j->own[i] = x;
+        j->pcm[i] = x;
+        j->n[i] = n;
+        memset(&j->results[i], 0, sizeof j->results[i]);
+        memset(&j->items[i], 0, sizeof j->items[i]);
+    }
+    j->batch = w;
+    lf->next += w;
+    svc_tally_destroy(&j->t); /* a fresh tally per window; a failure ends the request */
+    svc_tally_init(&j->t);
+    job_submit(j);
+}
+
+static int lf_add_word(asr_result_t *o, int *cap, const asr_word_t *w, int off_ms)
+{
+    if (o->n_words == *cap) {
+        int c = *cap ? 2 * *cap : 256;
+        asr_word_t *p = hark_realloc(o->words, sizeof *p * (size_t)c);
+        if (!p)
+            return HARK_ERR_NOMEM;
+        o->words = p;
+        *cap = c;
+    }
+    char *t = hark_strdup(w->text ? w->text : "");
+    if (!t)
+        return HARK_ERR_NOMEM;
+    o->words[o->n_words++] = (asr_word_t){t, w->start_ms + off_ms, w->end_ms + off_ms};
+    return HARK_OK;
+}
+
+/* appends t to a growing string */
+static int lf_append(char **s, size_t *len, size_t *cap, const char *t, int sep)
+{
+    size_t n = strlen(t);
+    if (!n)
+        return HARK_OK;
+    if (*len + n + 2 > *cap) {
+        size_t c = 2 * (*len + n + 2);
+        char *p = hark_realloc(*s, c);
+        if (!p)
+            return HARK_ERR_NOMEM;
+        *s = p;
+        *cap = c;
+    }
+    if (*len && sep)
+        (*s)[(*len)++] = ' ';
+    memcpy(*s + *len, t, n + 1);
+    *len += n;
+    return HARK_OK;
+}
+
+/* the pieces' results into results[0] and the segments, in order (loop thread) */
+static int lf_stitch(job_t *j)
+{
+    longform_t *lf = j->lf;
+    asr_result_t *o = &j->results[0];
+    size_t len = 0, cap = 0;
+    int wcap = 0, rc = HARK_OK;
+    char *text = hark_strdup(""), *seg = NULL;
+    size_t slen = 0, scap = 0;
+    if (!text || !(lf->segs = hark_calloc((size_t)lf->n + 1, sizeof *lf->segs)))
+        rc = HARK_ERR_NOMEM;
+    cap = 1;
+    o->word_sep = 1;
+    for (int i = 0; i < lf->n && !rc; i++) {
+        const lf_piece_t *p = &lf->p[i];
+        const asr_result_t *r = &p->res;
+        int off_ms = (int)(p->start * 1000 / j->rate);
+        double t0 = (double)p->start / j->rate, t1 = (double)p->end / j->rate;
+        o->word_sep = r->word_sep;
+        if (!lf->hop) { /* a VAD segment: all of it */
+            const char *t = r->best.text ? r->best.text : "";
+            rc = lf_append(&text, &len, &cap, t, r->word_sep);
+            for (int k = 0; k < r->n_words && !rc; k++)
+                rc = lf_add_word(o, &wcap, &r->words[k], off_ms);
+            if (!rc && t[0] && !(seg = hark_strdup(t)))
+                rc = HARK_ERR_NOMEM;
+        } else { /* a window: the words whose midpoint is its own (the overlaps split halfway) */
+            long long c0 = i ? p->start + lf->half_overlap : 0;
+            long long c1 = i + 1 < lf->n ? lf->p[i + 1].start + lf->half_overlap : LLONG_MAX;
+            t0 = (double)c0 / j->rate;
+            t1 = c1 == LLONG_MAX ? t1 : (double)c1 / j->rate;
+            if (r->n_words == 0 && r->best.text) /* no word times: the text as it is */
+                rc = lf_append(&seg, &slen, &scap, r->best.text, r->word_sep);
+            for (int k = 0; k < r->n_words && !rc; k++) {
+                long long mid = p->start + (long long)(r->words[k].start_ms + r->words[k].end_ms) *
+                                               j->rate / 2000;
+                if (mid < c0 || mid >= c1)
+                    continue;
+                rc = lf_add_word(o, &wcap, &r->words[k], off_ms);
+                if (!rc)
+                    rc = lf_append(&seg, &slen, &scap, r->words[k].text, r->word_sep);
+            }
+            if (!rc && seg)
+                rc = lf_append(&text, &len, &cap, seg, r->word_sep);
+            slen = 0;
+        }
+        if (!rc && seg && seg[0]) {
+            lf->segs[lf->n_segs++] = (service_segment_t){t0, t1, seg};
+            seg = NULL;
+            scap = 0;
+        } else if (seg) {
+            hark_free(seg);
+            seg = NULL;
+            scap = 0;
+        }
+    }
+    hark_free(seg);
+    o->best.text = text;
+    o->duration_s = j->duration;
+    return rc;
+}
+
+/* a window's last completion (loop thread): keep its results, queue the next or answer */
+static void lf_window_done(uv_async_t *a)
+{
+    job_t *j = a->data;
+    longform_t *lf = j->lf;
+    int first = lf->next - j->batch;
+    for (int i = 0; i < j->batch; i++) {
+        asr_result_take(&lf->p[first + i].res, &j->results[i]);
+        hark_free(j->own[i]);
+        j->own[i] = NULL;
+    }
+    j->batch = 0;
+    if (!j->t.status && lf->next < lf->n) {
+        lf_submit(j);
+        return;
+    }
+    j->batch = 1;
+    if (!j->t.status && lf_stitch(j))
+        svc_tally_fail(&j->t, HARK_ERR_NOMEM, "out of memory");
+    job_finish(j);
+}
+
+/* after the cut (loop thread): the first window, or the answer for audio with no speech */
+static void lf_start(job_t *j, uv_loop_t *loop)
+{
+    longform_t *lf = j->lf;
+    j->duration = (double)lf->n_samples / j->rate;
+    if (uv_async_init(loop, &lf->async, lf_window_done) != 0) {
+        job_fail(j, HARK_ERR_INTERNAL, "cannot start a long request");
+        return;
+    }
+    lf->async.data = j;
+    lf->async_live = 1;
+    if (lf->n == 0) {
+        j->batch = 1;
+        if (lf_stitch(j))
+            svc_tally_fail(&j->t, HARK_ERR_NOMEM, "out of memory");
+        job_finish(j);
+        return;
+    }
+    /* the item arrays hold max_win pieces */
+    size_t W = (size_t)lf->max_win;
+    hark_free(j->items);
+    hark_free(j->pcm);
+    hark_free(j->own);
+    hark_free(j->n);
+    hark_free(j->results);
+    j->items = hark_calloc(W, sizeof *j->items);
+    j->pcm = hark_calloc(W, sizeof *j->pcm);
+    j->own = hark_calloc(W, sizeof *j->own);
+    j->n = hark_calloc(W, sizeof *j->n);
+    j->results = hark_calloc(W, sizeof *j->results);
+    if (!j->items || !j->pcm || !j->own || !j->n || !j->results) {
+        j->batch = 0;
+        job_fail(j, HARK_ERR_NOMEM, "out of memory");
+        return;
+    }
+    lf_submit(j);
+}
+
 /* Encoded audio is decoded on libuv's thread pool, not on the loop. */
 static void decode_work(uv_work_t *w)
 {
     job_t *j = w->data;
     hark_err_t err = {0};
-    double max_seconds = server_options(j->s)->max_audio_seconds;
+    /* one pass at most --max-pass-seconds (the instances refuse longer items anyway); a long
+     * single file is cut instead (j->lf) */
+    const server_opts_t *so = server_options(j->s);
+    double max_seconds =
+        so->max_pass_seconds < so->max_audio_seconds ? so->max_pass_seconds : so->max_audio_seconds;
     for (int b = 0; b < j->batch && !j->t.status; b++) {
         audio_opts_t ao = {.target_rate = j->rate, .max_seconds = max_seconds};
         audio_t au;
         int rc = audio_decode_memory(j->src[b], j->src_len[b], &ao, &au, &err);
+        if (rc == HARK_ERR_TOO_LARGE && j->lf) { /* longer than one pass: cut it */
+            j->lf->n = 0;
+            if (!(rc = lf_cut(j, &err)))
+                return;
+        } else if (j->lf) {
+            hark_free(j->lf); /* one pass */
+            j->lf = NULL;
+        }
         if (rc) {
             if (j->batch > 1)
                 err_prefix(&err, rc, "%s[%d]", j->what, b);
@@ -578,7 +956,10 @@ static void decode_after(uv_work_t *w, int status)
             job_finish(j);
         return;
     }
-    job_submit(j);
+    if (j->lf)
+        lf_start(j, w->loop);
+    else
+        job_submit(j);
 }
 
 static void decode_then_submit(job_t *j, uv_loop_t *loop)
@@ -604,6 +985,7 @@ void service_infer(server_t *s, const service_infer_t *in)
     char model[128], version[16];
     int maxb = 0, rate = 0, pad_id = 0, seq = 0, tts = 0, vad = 0;
     const family_io_t *fio = NULL; /* the family's extra contracts (static tables) */
+    longform_t *plan = NULL;       /* an ASR model's long-form plan (AUDIO of one file) */
     if (!in->model || strlen(in->model) >= sizeof model ||
         (in->version && strlen(in->version) >= sizeof version)) {
         rc = err_set(&err, HARK_ERR_NOT_FOUND, "model '%s' not found", in->model ? in->model : "");
@@ -630,6 +1012,8 @@ void service_infer(server_t *s, const service_infer_t *in)
         seq = served_model_sequential(m->served);
         tts = served_model_family(m->served)->task == FAMILY_TASK_TTS;
         vad = served_model_family(m->served)->task == FAMILY_TASK_VAD;
+        if (served_model_family(m->served)->task == FAMILY_TASK_ASR && !seq)
+            plan = lf_plan(s, r, m);
     }
     repository_unlock(r);
     if (rc)
@@ -751,6 +1135,10 @@ void service_infer(server_t *s, const service_infer_t *in)
         for (int b = 0; b < B && kserve_bytes_next(audio, &pos, &j->src[b], &j->src_len[b]); b++)
             ;
         j->what = "AUDIO";
+        if (B == 1) { /* one file may be longer than one pass */
+            j->lf = plan;
+            plan = NULL;
+        }
     } else {
         char also[160] = "";
         for (const family_io_t *c = fio; c && c->audio; c++)
@@ -795,12 +1183,15 @@ void service_infer(server_t *s, const service_infer_t *in)
         j->deadline_ns = in->deadline_ns;
     if ((rc = req_params_from_json(&j->params, kr->parameters, &err)))
         goto fail;
+    hark_free(plan);
+    j->want_words = in->want_words || (j->lf && !j->lf->vad_dir[0]); /* windows: by words */
     if (j->src)
         decode_then_submit(j, in->loop);
     else
         job_submit(j);
     return;
 fail:
+    hark_free(plan);
     if (j) { /* the job owns the request now: the answer, then job_free releases it */
         job_fail(j, rc ? rc : err.status, err.msg);
         return;
@@ -818,6 +1209,7 @@ void service_transcribe(server_t *s, const service_transcribe_t *in)
     char model[128];
     int rate = 0;
     int rc = HARK_OK;
+    longform_t *plan = NULL;
     repository_rdlock(r);
     const char *name = in->model ? in->model : "";
     repo_model_t *m = repository_find(r, name, strlen(name), NULL, &err);
@@ -835,6 +1227,8 @@ void service_transcribe(server_t *s, const service_transcribe_t *in)
         family_info_t fi;
         served_model_info(m->served, &fi);
         rate = fi.sample_rate;
+        if (!served_model_sequential(m->served))
+            plan = lf_plan(s, r, m);
     }
     repository_unlock(r);
     job_t *j = NULL;
@@ -843,10 +1237,13 @@ void service_transcribe(server_t *s, const service_transcribe_t *in)
     if (rc) {
         if (j)
             job_free(j);
-        in->done(in->user, rc, err.msg, NULL, 0);
+        hark_free(plan);
+        in->done(in->user, rc, err.msg, NULL, 0, NULL, 0);
         return;
     }
     j->tin = *in;
+    j->lf = plan;
+    j->want_words = in->want_words || (plan && !plan->vad_dir[0]); /* windows: stitched by words */
     snprintf(j->model, sizeof j->model, "%s", model);
     j->rate = rate;
     j->src[0] = in->audio;

@@ -110,10 +110,20 @@ uint64_t service_new_owner(void);
 /* The client `owner` went away: its sequences end (any thread but an instance's). */
 void service_abandon(server_t *s, uint64_t owner);
 
+/* A piece of a long-form request (audio longer than the single-pass limit, cut by the model's
+ * vad_model or into windows): its span in the audio, seconds, and its text. */
+typedef struct {
+    double start_s, end_s;
+    char *text;
+} service_segment_t;
+
 /* One recognition of an encoded audio file (OpenAI's transcriptions): result lent for the call
- * (asr_result_take keeps it); duration_s of the decoded audio. */
+ * (asr_result_take keeps it; a long request's is the pieces' texts and words stitched in order,
+ * word times from the audio's start); duration_s of the decoded audio; segs (n_segs) a long
+ * request's pieces in order, lent for the call (NULL, 0 for audio recognised in one pass). */
 typedef void (*service_transcribe_fn)(void *user, int status, const char *error,
-                                      asr_result_t *result, double duration_s);
+                                      asr_result_t *result, double duration_s,
+                                      const service_segment_t *segs, int n_segs);
 typedef struct {
     const char *model;    /* a model name; unknown or "" with exactly one READY model: that one */
     const uint8_t *audio; /* (len) an encoded file (WAV/FLAC/OGG/MP3), lent until done */
@@ -133,9 +143,9 @@ typedef void (*service_audio_fn)(void *user, const float *pcm, size_t n, int sam
 /* The end: status HARK_OK after the last audio, or the error (audio may have come before). */
 typedef void (*service_speak_done_fn)(void *user, int status, const char *error);
 typedef struct {
-    const char *model; /* a TTS model's name; unknown or "" with exactly one READY TTS model:
-                          that one (OpenAI clients name "tts-1") */
-    const char *text;  /* UTF-8, lent until done */
+    const char *model;      /* a TTS model's name; unknown or "" with exactly one READY TTS model:
+                               that one (OpenAI clients name "tts-1") */
+    const char *text;       /* UTF-8, lent until done */
     family_params_t params; /* options (speed, ...), lent for the call */
     const atomic_int *cancelled;
     service_audio_fn audio;

@@ -539,32 +539,12 @@ struct audio_reader {
     int eof, flushed;
 };
 
-int audio_reader_open(const char *path, int target_rate, audio_reader_t **out, hark_err_t *err)
+/* The reader over r->src (set up by the caller; path names it in messages): sniffing,
+ * container checks, libsndfile and the resampler. */
+static int reader_start(audio_reader_t *r, const char *path, int target_rate, hark_err_t *err)
 {
-    *out = NULL;
-    if (target_rate != 0 && (target_rate < AUDIO_MIN_RATE || target_rate > AUDIO_MAX_RATE))
-        return err_set(err, HARK_ERR_INVALID_ARG, "target rate %d Hz is outside %d..%d Hz",
-                       target_rate, AUDIO_MIN_RATE, AUDIO_MAX_RATE);
-    audio_reader_t *r = hark_calloc(1, sizeof *r);
-    if (!r)
-        return err_set(err, HARK_ERR_NOMEM, "out of memory");
-    r->src.fd = -1;
     int rc = HARK_OK;
-    struct stat st;
     unsigned char head[4];
-    if (!(r->name = strdup(path))) {
-        rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
-    if ((r->src.fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
-        rc = err_set(err, HARK_ERR_IO, "%s: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (fstat(r->src.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = err_set(err, HARK_ERR_IO, "%s: not a regular file", path);
-        goto fail;
-    }
-    r->src.len = (sf_count_t)st.st_size;
     if (r->src.len == 0) {
         rc = err_set(err, HARK_ERR_FORMAT, "%s: empty input (0 bytes)", path);
         goto fail;
@@ -611,6 +591,69 @@ int audio_reader_open(const char *path, int target_rate, audio_reader_t **out, h
             goto fail;
         }
     }
+    return HARK_OK;
+fail:
+    return rc;
+}
+
+static int reader_new(int target_rate, audio_reader_t **out, hark_err_t *err)
+{
+    *out = NULL;
+    if (target_rate != 0 && (target_rate < AUDIO_MIN_RATE || target_rate > AUDIO_MAX_RATE))
+        return err_set(err, HARK_ERR_INVALID_ARG, "target rate %d Hz is outside %d..%d Hz",
+                       target_rate, AUDIO_MIN_RATE, AUDIO_MAX_RATE);
+    if (!(*out = hark_calloc(1, sizeof **out)))
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    (*out)->src.fd = -1;
+    return HARK_OK;
+}
+
+int audio_reader_open(const char *path, int target_rate, audio_reader_t **out, hark_err_t *err)
+{
+    audio_reader_t *r = NULL;
+    int rc = reader_new(target_rate, &r, err);
+    if (rc)
+        return rc;
+    struct stat st;
+    if (!(r->name = strdup(path))) {
+        rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if ((r->src.fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+        rc = err_set(err, HARK_ERR_IO, "%s: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (fstat(r->src.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = err_set(err, HARK_ERR_IO, "%s: not a regular file", path);
+        goto fail;
+    }
+    r->src.len = (sf_count_t)st.st_size;
+    if ((rc = reader_start(r, path, target_rate, err)))
+        goto fail;
+    *out = r;
+    return HARK_OK;
+fail:
+    audio_reader_close(r);
+    return rc;
+}
+
+int audio_reader_open_memory(const void *data, size_t len, int target_rate, audio_reader_t **out,
+                             hark_err_t *err)
+{
+    audio_reader_t *r = NULL;
+    int rc = reader_new(target_rate, &r, err);
+    if (rc)
+        return rc;
+    char name[64];
+    snprintf(name, sizeof name, "audio buffer (%zu bytes)", len);
+    r->src.base = data ? data : (const void *)"";
+    r->src.len = (sf_count_t)len;
+    if (!(r->name = strdup(name))) {
+        rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if ((rc = reader_start(r, name, target_rate, err)))
+        goto fail;
     *out = r;
     return HARK_OK;
 fail:

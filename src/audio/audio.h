@@ -69,6 +69,9 @@ void audio_free(audio_t *a);
  * quality. No length limit: the caller decides what to keep. Errors as audio_decode_file's. */
 typedef struct audio_reader audio_reader_t;
 int audio_reader_open(const char *path, int target_rate, audio_reader_t **out, hark_err_t *err);
+/* The same over an encoded file in memory (data lent until audio_reader_close). */
+int audio_reader_open_memory(const void *data, size_t len, int target_rate, audio_reader_t **out,
+                             hark_err_t *err);
 int audio_reader_rate(const audio_reader_t *r); /* Hz of what read gives */
 /* Seconds of audio the header declares (an estimate for MP3), 0 when it does not say. */
 double audio_reader_duration(const audio_reader_t *r);

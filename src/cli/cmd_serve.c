@@ -44,8 +44,11 @@ static const opt_t options[] = {
      "a client stalled mid-request this long gets 408"},
     {"drain-timeout-ms", OPT_INT, OFF(drain_timeout_ms), "30000", 0, 3.6e6,
      "on SIGTERM/SIGINT, time given to in-flight requests"},
-    {"max-audio-seconds", OPT_DOUBLE, OFF(max_audio_seconds), "60", 1, 3600,
-     "longest audio a request may carry"},
+    {"max-audio-seconds", OPT_DOUBLE, OFF(max_audio_seconds), "14400", 1, 86400,
+     "longest audio a request may carry (413 beyond; longer than --max-pass-seconds is cut by "
+     "the model's vad_model, or into windows)"},
+    {"max-pass-seconds", OPT_DOUBLE, OFF(max_pass_seconds), "60", 1, 3600,
+     "longest audio recognised in one pass (model buffers are sized for it)"},
     {"cpu-threads", OPT_INT, OFF(cpu_threads), "1", 0, 256, "BLAS threads per CPU model instance"},
     {"max-queue-size", OPT_INT, OFF(max_queue_size), "1024", 0, 1e7,
      "requests (of any batch size: one place each) a model queues when its config sets no "

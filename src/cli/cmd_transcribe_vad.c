@@ -2,6 +2,7 @@
  * read block by block (audio_reader), segmented by a Silero VAD stream as it comes
  * (silero_vad_stream: silero-vad's get_speech_timestamps rules, with max_speech_duration_s so no
  * segment outgrows the model), and only the audio a segment still to come may need is kept.
+ * (The cutting is silero_cut, shared with the server's long-form requests.)
  * Segments are recognised in batches of --batch-size, across files (short files fill a batch
  * together), and each file's text is stitched in order with each segment's start and end (text:
  * 'FILE TEXT'; json: per file text, duration_s and segments [{start, end, text, words}] with
@@ -13,7 +14,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "hark.h"
-#include "model/silero/silero_vad.h"
+#include "model/silero/silero_cut.h"
 #include "text/words.h"
 
 #include <cjson/cJSON.h>
@@ -22,7 +23,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define BLOCK_SAMPLES 16000
 #define PROGRESS_TTY_NS 250000000ull   /* a terminal's bar: redrawn at most 4 times a second */
 #define PROGRESS_LOG_NS 30000000000ull /* otherwise a line every 30 s */
 
@@ -277,90 +277,66 @@ static void unqueue_file(run_t *R, int f)
     R->nq = k;
 }
 
-/* file f: read, segment, queue its segments (recognised as the queue fills) */
+typedef struct {
+    run_t *R;
+    int f;
+    progress_t pg;
+} one_file_t;
+
+/* a VAD segment of file f into the queue (recognised as the queue fills) */
+static int queue_segment(void *user, long long start, long long end, const float *pcm,
+                         hark_err_t *err)
+{
+    one_file_t *u = user;
+    run_t *R = u->R;
+    size_t len = (size_t)(end - start);
+    float *x = hark_malloc((len ? len : 1) * sizeof *x);
+    if (!x)
+        return err_set(err, HARK_ERR_NOMEM, "%s: out of memory", cli_file_name(R->files[u->f]));
+    memcpy(x, pcm, len * sizeof *x);
+    R->q[R->nq++] = (seg_t){start, end, x, u->f};
+    R->fo[u->f].queued++;
+    if (R->nq == R->batch) {
+        flush_queue(R);
+        write_ready(R); /* files before this one may be complete now */
+    }
+    return HARK_OK;
+}
+
+static void file_progress(void *user, size_t samples)
+{
+    one_file_t *u = user;
+    progress_update(&u->pg, (double)samples / u->R->rate, 0);
+}
+
+/* file f: read, segment (silero_cut), queue its segments */
 static void vad_one_file(run_t *R, int f)
 {
-    const char *path = R->files[f], *name = cli_file_name(path);
+    const char *path = R->files[f];
     file_out_t *fo = &R->fo[f];
-    const int rate = R->rate;
     audio_reader_t *rd = NULL;
-    silero_vad_stream_t *vs = NULL;
     hark_err_t err = {0};
-    float *buf = NULL; /* audio from buf_start on, the part segments still to come may need */
-    long long buf_start = 0;
-    size_t buf_n = 0, buf_cap = 0;
-    int rc = 0, done = 0;
-    if (audio_reader_open(path, rate, &rd, &err) ||
-        silero_vad_stream_create(R->vad, rate, R->so, &vs, &err)) {
-        fprintf(stderr, "hark transcribe: %s\n", err.msg);
-        rc = -1;
-    }
-    progress_t pg = {.path = name,
-                     .total_s = rd ? audio_reader_duration(rd) : 0,
-                     .t0 = clock_now_ns(),
-                     .tty = isatty(2)};
-    pg.last = pg.t0;
-    while (!rc && !done) {
-        if (buf_n + BLOCK_SAMPLES > buf_cap) {
-            size_t cap = 2 * (buf_n + BLOCK_SAMPLES);
-            float *p = hark_realloc(buf, cap * sizeof *p);
-            if (!p) {
-                fprintf(stderr, "hark transcribe: %s: out of memory\n", name);
-                rc = -1;
-                break;
-            }
-            buf = p;
-            buf_cap = cap;
-        }
-        size_t got = 0;
-        if (audio_reader_read(rd, buf + buf_n, BLOCK_SAMPLES, &got, &err) ||
-            (got ? silero_vad_stream_feed(vs, buf + buf_n, got, &err)
-                 : silero_vad_stream_finish(vs, &err))) {
-            fprintf(stderr, "hark transcribe: %s\n", err.msg);
-            rc = -1;
-            break;
-        }
-        buf_n += got;
-        done = got == 0;
-        silero_segment_t s;
-        while (!rc && silero_vad_stream_pop(vs, &s, 1)) {
-            size_t len = (size_t)(s.end - s.start);
-            float *x = hark_malloc((len ? len : 1) * sizeof *x);
-            if (!x || s.start < buf_start || s.end > buf_start + (long long)buf_n) {
-                fprintf(stderr, "hark transcribe: %s: %s\n", name,
-                        x ? "a VAD segment outside the audio kept (a bug)" : "out of memory");
-                hark_free(x);
-                rc = -1;
-                break;
-            }
-            memcpy(x, buf + (s.start - buf_start), len * sizeof *x);
-            R->q[R->nq++] = (seg_t){s.start, s.end, x, f};
-            fo->queued++;
-            if (R->nq == R->batch) {
-                flush_queue(R);
-                write_ready(R); /* files before this one may be complete now */
-            }
-        }
-        progress_update(&pg, (double)silero_vad_stream_samples(vs) / rate, 0);
-        /* drop what no segment still to come can cover; move the rest down now and then */
-        long long keep = silero_vad_stream_keep_from(vs);
-        if (keep - buf_start > (long long)(buf_n / 2) && keep > buf_start) {
-            size_t drop = (size_t)(keep - buf_start) < buf_n ? (size_t)(keep - buf_start) : buf_n;
-            memmove(buf, buf + drop, (buf_n - drop) * sizeof *buf);
-            buf_n -= drop;
-            buf_start += (long long)drop;
-        }
+    size_t n = 0;
+    one_file_t u = {.R = R, .f = f};
+    silero_cut_opts_t co = {.vad = R->vad, .seg = *R->so};
+    int rc = audio_reader_open(path, R->rate, &rd, &err);
+    if (!rc) {
+        u.pg = (progress_t){.path = cli_file_name(path),
+                            .total_s = audio_reader_duration(rd),
+                            .t0 = clock_now_ns(),
+                            .tty = isatty(2)};
+        u.pg.last = u.pg.t0;
+        rc = silero_cut(rd, &co, queue_segment, file_progress, &u, &n, &err);
     }
     if (rc) {
+        fprintf(stderr, "hark transcribe: %s\n", err.msg);
         fo->failed = 1;
         unqueue_file(R, f);
     } else {
-        progress_update(&pg, (double)silero_vad_stream_samples(vs) / rate, 1);
+        progress_update(&u.pg, (double)n / R->rate, 1);
     }
-    fo->duration_s = vs ? (double)silero_vad_stream_samples(vs) / rate : 0;
+    fo->duration_s = (double)n / R->rate;
     fo->read_done = 1;
-    hark_free(buf);
-    silero_vad_stream_destroy(vs);
     audio_reader_close(rd);
 }
 

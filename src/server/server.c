@@ -193,7 +193,9 @@ int server_create(const server_opts_t *o, server_t **out, hark_err_t *err)
     if (!s->o.drain_timeout_ms)
         s->o.drain_timeout_ms = 30000;
     if (!(s->o.max_audio_seconds > 0))
-        s->o.max_audio_seconds = 60;
+        s->o.max_audio_seconds = 14400;
+    if (!(s->o.max_pass_seconds > 0))
+        s->o.max_pass_seconds = 60;
     if (s->o.http_threads <= 0) /* a loop per 4 cores, at most 4 */
         s->o.http_threads = default_http_threads();
     if (s->o.http_threads > MAX_HTTP_LOOPS)
@@ -201,7 +203,7 @@ int server_create(const server_opts_t *o, server_t **out, hark_err_t *err)
     if (s->o.max_connections <= 0)
         s->o.max_connections = 1024;
     repository_opts_t ro = {.dir = s->o.model_repository,
-                            .max_seconds = s->o.max_audio_seconds,
+                            .max_seconds = s->o.max_pass_seconds,
                             .cpu_threads = s->o.cpu_threads,
                             .length_aware = s->o.length_aware,
                             .max_queue_size = s->o.max_queue_size,

@@ -25,7 +25,9 @@ typedef struct {
     int max_connections;      /* default 1024 */
     int request_timeout_ms;   /* stalled client: 408; default 30000 */
     int drain_timeout_ms;     /* graceful shutdown deadline; default 30000 */
-    double max_audio_seconds; /* longest request; default 60 */
+    double max_audio_seconds; /* longest request; default 14400 (4 h) */
+    double max_pass_seconds;  /* longest audio recognised in one pass (worker buffers are sized
+                                 for it); longer requests are cut (VAD or windows); default 60 */
     int cpu_threads;          /* BLAS threads per CPU instance; default 1 */
     int length_aware;         /* length-aware batching; default 1 */
     int max_queue_size;       /* a model's queue, in requests, when its config sets no
