@@ -216,9 +216,9 @@ static int api_group_of(const char *p, int ws)
         static const struct {
             const char *name;
             api_group_t g;
-        } act[] = {{"ready", API_HEALTH},          {"config", API_MODEL_CONFIG},
-                   {"stats", API_STATISTICS},      {"infer", API_INFERENCE},
-                   {"generate", API_INFERENCE},    {"generate_stream", API_INFERENCE},
+        } act[] = {{"ready", API_HEALTH},       {"config", API_MODEL_CONFIG},
+                   {"stats", API_STATISTICS},   {"infer", API_INFERENCE},
+                   {"generate", API_INFERENCE}, {"generate_stream", API_INFERENCE},
                    {"trace", API_TRACE}};
         for (size_t i = 0; sl && i < sizeof act / sizeof act[0]; i++)
             if (strlen(act[i].name) == sl && !strncmp(seg, act[i].name, sl))

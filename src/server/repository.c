@@ -491,10 +491,11 @@ int repository_poll(repository_t *r)
         if (access(cfg, R_OK) != 0)
             continue;
         repo_model_t *m = find_name(r, e->d_name, nl);
-        if (m && (m->state == M_LOADING || m->state == M_UNLOADING ||
-                  tree_stamp(m->dir, 3) == m->stamp))
+        if (m &&
+            (m->state == M_LOADING || m->state == M_UNLOADING || tree_stamp(m->dir, 3) == m->stamp))
             continue;
-        LOG_INFO("poll: model %s %s", e->d_name, m ? "changed: reloading it" : "is new: loading it");
+        LOG_INFO("poll: model %s %s", e->d_name,
+                 m ? "changed: reloading it" : "is new: loading it");
         if (!m && !(m = entry_for(r, e->d_name, &err)))
             continue;
         memset(&err, 0, sizeof err);

@@ -60,10 +60,10 @@ struct server {
     int n_loops;
     http_server_t *metrics;
     repository_t *repo;
-    access_t access;        /* restricted API groups of each transport */
+    access_t access;         /* restricted API groups of each transport */
     pthread_mutex_t poll_mu; /* the poll's sleep, cut short by a drain */
     pthread_cond_t poll_cv;
-    int poll_sync;          /* poll_mu and poll_cv initialised */
+    int poll_sync; /* poll_mu and poll_cv initialised */
     atomic_int draining;
     atomic_int loading; /* startup loads not finished */
 };

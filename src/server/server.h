@@ -47,10 +47,10 @@ typedef struct {
                              (Triton's --exit-on-error); cmd_serve: 1 */
     int http_threads;     /* event loops serving the HTTP port (SO_REUSEPORT when > 1);
                              0: one per 4 cores, at most 4 */
-    int model_control;        /* model_control_t: none (default) loads everything at start and
-                                 refuses the load/unload API; explicit loads load_models only and
-                                 allows the API; poll rescans the repository */
-    int repository_poll_secs; /* poll: seconds between scans; cmd_serve: 15 */
+    int model_control;    /* model_control_t: none (default) loads everything at start and
+                             refuses the load/unload API; explicit loads load_models only and
+                             allows the API; poll rescans the repository */
+    int repository_poll_secs;  /* poll: seconds between scans; cmd_serve: 15 */
     server_list_t load_models; /* explicit: the models loaded at start ("*": all) */
     /* Triton's restricted API groups, "api[,api...]:key=value" each: a request to one of those
      * APIs must carry header key (gRPC: metadata triton-grpc-protocol-key) = value */
