@@ -13,6 +13,7 @@
 #include "grpc_service.pb-c.h"
 #include "hark.h"
 #include "net/http2.h"
+#include "server/access.h"
 #include "server/server.h"
 
 #include <stdio.h>
@@ -36,25 +37,33 @@ typedef enum {
     RPC_REPOSITORY_UNLOAD,
 } rpc_t;
 
+/* each RPC with its request message and its restricted-API group (Triton's mapping) */
 static const struct {
     const char *name;
     rpc_t rpc;
     const ProtobufCMessageDescriptor *in;
+    api_group_t group;
 } RPCS[] = {
-    {"ServerLive", RPC_SERVER_LIVE, &inference__server_live_request__descriptor},
-    {"ServerReady", RPC_SERVER_READY, &inference__server_ready_request__descriptor},
-    {"ModelReady", RPC_MODEL_READY, &inference__model_ready_request__descriptor},
-    {"ServerMetadata", RPC_SERVER_METADATA, &inference__server_metadata_request__descriptor},
-    {"ModelMetadata", RPC_MODEL_METADATA, &inference__model_metadata_request__descriptor},
-    {"ModelInfer", RPC_MODEL_INFER, &inference__model_infer_request__descriptor},
-    {"ModelStreamInfer", RPC_MODEL_STREAM_INFER, &inference__model_infer_request__descriptor},
-    {"ModelConfig", RPC_MODEL_CONFIG, &inference__model_config_request__descriptor},
-    {"ModelStatistics", RPC_MODEL_STATISTICS, &inference__model_statistics_request__descriptor},
-    {"RepositoryIndex", RPC_REPOSITORY_INDEX, &inference__repository_index_request__descriptor},
+    {"ServerLive", RPC_SERVER_LIVE, &inference__server_live_request__descriptor, API_HEALTH},
+    {"ServerReady", RPC_SERVER_READY, &inference__server_ready_request__descriptor, API_HEALTH},
+    {"ModelReady", RPC_MODEL_READY, &inference__model_ready_request__descriptor, API_HEALTH},
+    {"ServerMetadata", RPC_SERVER_METADATA, &inference__server_metadata_request__descriptor,
+     API_METADATA},
+    {"ModelMetadata", RPC_MODEL_METADATA, &inference__model_metadata_request__descriptor,
+     API_METADATA},
+    {"ModelInfer", RPC_MODEL_INFER, &inference__model_infer_request__descriptor, API_INFERENCE},
+    {"ModelStreamInfer", RPC_MODEL_STREAM_INFER, &inference__model_infer_request__descriptor,
+     API_INFERENCE},
+    {"ModelConfig", RPC_MODEL_CONFIG, &inference__model_config_request__descriptor,
+     API_MODEL_CONFIG},
+    {"ModelStatistics", RPC_MODEL_STATISTICS, &inference__model_statistics_request__descriptor,
+     API_STATISTICS},
+    {"RepositoryIndex", RPC_REPOSITORY_INDEX, &inference__repository_index_request__descriptor,
+     API_MODEL_REPOSITORY},
     {"RepositoryModelLoad", RPC_REPOSITORY_LOAD,
-     &inference__repository_model_load_request__descriptor},
+     &inference__repository_model_load_request__descriptor, API_MODEL_REPOSITORY},
     {"RepositoryModelUnload", RPC_REPOSITORY_UNLOAD,
-     &inference__repository_model_unload_request__descriptor},
+     &inference__repository_model_unload_request__descriptor, API_MODEL_REPOSITORY},
 };
 
 struct kserve_grpc {
@@ -498,6 +507,16 @@ static int on_headers(http2_stream_t *st, void *user)
         char msg[300];
         snprintf(msg, sizeof msg, "method %.200s is not implemented by hark", path ? path : "");
         answer_code(c, GRPC_STATUS_UNIMPLEMENTED, msg);
+        c->failed = 1;
+        return 0;
+    }
+    /* Triton's restricted protocols: UNAVAILABLE before anything else is looked at */
+    const access_t *acc = g->s ? server_access(g->s) : NULL;
+    const char *rh = access_header(acc, ACCESS_GRPC, RPCS[c->idx].group);
+    char denied[300];
+    if (rh && !access_allows(acc, ACCESS_GRPC, RPCS[c->idx].group, http2_stream_header(st, rh),
+                             denied, sizeof denied)) {
+        answer_code(c, GRPC_STATUS_UNAVAILABLE, denied);
         c->failed = 1;
         return 0;
     }

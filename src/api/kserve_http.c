@@ -10,6 +10,7 @@
 #include "api/service.h"
 #include "core/alloc.h"
 #include "hark.h"
+#include "server/access.h"
 #include "server/repository.h"
 
 #include <cjson/cJSON.h>
@@ -177,7 +178,7 @@ static void handle_repository(const http_api_ctx_t *c, http_req_t *req)
     }
     char model[256];
     if (nl >= sizeof model) {
-        http_respond_error(req, 404, "model name too long");
+        http_respond_error(req, 400, "invalid model name: it is too long");
         return;
     }
     snprintf(model, sizeof model, "%.*s", (int)nl, name);
@@ -185,6 +186,59 @@ static void handle_repository(const http_api_ctx_t *c, http_req_t *req)
 }
 
 /* ---- routing ------------------------------------------------------------------------------ */
+
+/* Triton's restricted APIs: 0 when the request may use group g; else it is answered 403 */
+static int restricted(const http_api_ctx_t *c, http_req_t *req, api_group_t g)
+{
+    const access_t *a = server_access(c->s);
+    const char *h = access_header(a, ACCESS_HTTP, g);
+    char msg[300];
+    if (!h || access_allows(a, ACCESS_HTTP, g, http_req_header(req, h), msg, sizeof msg))
+        return 0;
+    http_respond_error(req, 403, "%s", msg);
+    return 1;
+}
+
+/* the API group of a request to the API port (Triton's mapping; hark's own endpoints where they
+ * belong: OpenAI's and the WebSocket's are inference, /v1/models metadata), or -1: open */
+static int api_group_of(const char *p, int ws)
+{
+    if (ws || !strncmp(p, "/v1/audio/", 10))
+        return API_INFERENCE;
+    if (!strcmp(p, "/v2/models/stats"))
+        return API_STATISTICS;
+    if (!strncmp(p, "/v2/models/", 11)) { /* /v2/models/<m>[/versions/<v>][/<action>] */
+        const char *seg;
+        size_t sl = segment(p, 3, &seg);
+        int at = 3;
+        if (sl == 8 && !strncmp(seg, "versions", 8))
+            sl = segment(p, at += 2, &seg);
+        static const struct {
+            const char *name;
+            api_group_t g;
+        } act[] = {{"ready", API_HEALTH},       {"config", API_MODEL_CONFIG},
+                   {"stats", API_STATISTICS},   {"infer", API_INFERENCE},
+                   {"generate", API_INFERENCE}, {"generate_stream", API_INFERENCE},
+                   {"trace", API_TRACE}};
+        for (size_t i = 0; sl && i < sizeof act / sizeof act[0]; i++)
+            if (strlen(act[i].name) == sl && !strncmp(seg, act[i].name, sl))
+                return act[i].g;
+        return API_METADATA;
+    }
+    if (!strncmp(p, "/v2/health/", 11))
+        return API_HEALTH;
+    if (!strncmp(p, "/v2/repository/", 15))
+        return API_MODEL_REPOSITORY;
+    if (!strcmp(p, "/v2") || !strcmp(p, "/v1/models"))
+        return API_METADATA;
+    if (!strncmp(p, "/v2/logging", 11))
+        return API_LOGGING;
+    if (!strncmp(p, "/v2/trace", 9))
+        return API_TRACE;
+    if (!strncmp(p, "/v2/systemsharedmemory", 22) || !strncmp(p, "/v2/cudasharedmemory", 20))
+        return API_SHARED_MEMORY;
+    return -1;
+}
 
 static void respond_doc(http_req_t *req, int rc, char *json, const hark_err_t *err)
 {
@@ -232,7 +286,10 @@ void http_api_handler(http_req_t *req, void *user)
     int get = req->method == HTTP_GET || req->method == HTTP_HEAD, post = req->method == HTTP_POST;
     hark_err_t err = {0};
     char *json = NULL;
-    if (asr_ws_is_upgrade(req)) {
+    int ws = asr_ws_is_upgrade(req), g = api_group_of(p, ws);
+    if (g >= 0 && restricted(c, req, (api_group_t)g))
+        return;
+    if (ws) {
         asr_ws_upgrade(c, req);
         return;
     }

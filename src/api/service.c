@@ -168,9 +168,15 @@ static void *repo_thread(void *p)
 void service_repository_load(server_t *s, const char *model, int load, service_done_fn done,
                              void *user)
 {
-    if (!model || !model[0] || strlen(model) >= sizeof((repo_job_t *)0)->model ||
-        strchr(model, '/')) {
-        done(user, HARK_ERR_NOT_FOUND, "no such model name");
+    if (server_options(s)->model_control != MODEL_CONTROL_EXPLICIT) {
+        /* Triton's answer in modes none and poll (UNAVAILABLE: HTTP 503, gRPC UNAVAILABLE) */
+        done(user, HARK_ERR_UNAVAILABLE,
+             "explicit model load / unload is not allowed if polling is enabled");
+        return;
+    }
+    hark_err_t err = {0};
+    if (repository_name_valid(model, model ? strlen(model) : 0, &err)) {
+        done(user, err.status, err.msg);
         return;
     }
     repo_job_t *j = hark_calloc(1, sizeof *j);

@@ -53,7 +53,8 @@ int service_model_stats(server_t *s, const char *model, const char *version, cha
 int service_repository_index(server_t *s, int ready_only, char **json, hark_err_t *err);
 
 /* Loads or unloads a model on a thread of its own; done(user, status, message) is called once,
- * from that thread (or from this call on an immediate error). */
+ * from that thread (or from this call on an immediate error: HARK_ERR_UNAVAILABLE unless
+ * --model-control-mode is explicit, HARK_ERR_INVALID_ARG for a name that is no folder name). */
 typedef void (*service_done_fn)(void *user, int status, const char *msg);
 void service_repository_load(server_t *s, const char *model, int load, service_done_fn done,
                              void *user);

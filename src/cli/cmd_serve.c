@@ -10,8 +10,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
-typedef enum { OPT_STR, OPT_INT, OPT_DOUBLE, OPT_SIZE, OPT_BOOL, OPT_LOGLEVEL } opt_type_t;
+typedef enum {
+    OPT_STR,
+    OPT_INT,
+    OPT_DOUBLE,
+    OPT_SIZE,
+    OPT_BOOL,
+    OPT_LOGLEVEL,
+    OPT_CHOICE, /* one of the option's choices ("a|b|c"), stored as its index (int) */
+    OPT_LIST    /* repeatable: each value is appended to a server_list_t */
+} opt_type_t;
 
 typedef struct {
     const char *name;
@@ -21,6 +31,19 @@ typedef struct {
     double min, max;
     const char *help;
 } opt_t;
+
+/* the words of each OPT_CHOICE option, '|'-separated; the value stored is the word's index */
+static const struct {
+    const char *option, *words;
+} choices[] = {{"model-control-mode", "none|explicit|poll"}};
+
+static const char *choices_of(const char *option)
+{
+    for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++)
+        if (!strcmp(choices[i].option, option))
+            return choices[i].words;
+    return "";
+}
 
 #define OFF(f) offsetof(server_opts_t, f)
 static const opt_t options[] = {
@@ -59,6 +82,25 @@ static const opt_t options[] = {
      "a model that fails to load at start-up stops the server (status 1)"},
     {"length-aware-batching", OPT_BOOL, OFF(length_aware), "true", 0, 1,
      "batch requests of similar audio length together"},
+    {"model-control-mode", OPT_CHOICE, OFF(model_control), "none", 0, 0,
+     "none: every model is loaded at start-up and the repository load/unload API is refused; "
+     "explicit: only the --load-model models are loaded at start-up, and the API loads and "
+     "unloads; poll: every model is loaded at start-up, the repository is rescanned every "
+     "--repository-poll-secs (new and changed models loaded, removed ones unloaded) and the API "
+     "is refused (Triton's)"},
+    {"repository-poll-secs", OPT_INT, OFF(repository_poll_secs), "15", 1, 86400,
+     "poll: seconds between scans of the repository"},
+    {"load-model", OPT_LIST, OFF(load_models), NULL, 0, 0,
+     "explicit: a model loaded at start-up (repeatable; '*' alone: every model)"},
+    {"http-restricted-api", OPT_LIST, OFF(http_restricted_api), NULL, 0, 0,
+     "API[,API...]:KEY=VALUE: those HTTP APIs answer 403 unless the request has header KEY: "
+     "VALUE (repeatable; an API in one group only). APIs: health, metadata, inference, "
+     "model-config, model-repository, statistics, shared-memory, trace, logging"},
+    {"grpc-restricted-protocol", OPT_LIST, OFF(grpc_restricted_api), NULL, 0, 0,
+     "API[,API...]:KEY=VALUE: those gRPC APIs answer UNAVAILABLE unless the call has metadata "
+     "triton-grpc-protocol-KEY: VALUE (Triton's; --grpc-restricted-api is the same)"},
+    {"grpc-restricted-api", OPT_LIST, OFF(grpc_restricted_api), NULL, 0, 0,
+     "the same as --grpc-restricted-protocol"},
     {"log-level", OPT_LOGLEVEL, 0, "info", 0, 0, "error, warn, info, debug or trace"},
 };
 #define N_OPTIONS (int)(sizeof options / sizeof options[0])
@@ -88,6 +130,31 @@ static int set_option(server_opts_t *o, const char *name, const char *value, con
         case OPT_STR:
             *(const char **)p = value;
             return 0;
+        case OPT_LIST: {
+            server_list_t *l = (server_list_t *)p;
+            if (l->n == SERVER_LIST_MAX) {
+                fprintf(stderr, "hark serve: %s: more than %d --%s\n", where, SERVER_LIST_MAX,
+                        name);
+                return -1;
+            }
+            l->v[l->n++] = value;
+            return 0;
+        }
+        case OPT_CHOICE: {
+            int k = 0;
+            for (const char *c = choices_of(op->name); c; k++) {
+                const char *bar = strchr(c, '|');
+                size_t len = bar ? (size_t)(bar - c) : strlen(c);
+                if (strlen(value) == len && !strncasecmp(c, value, len)) {
+                    memcpy(p, &k, sizeof k);
+                    return 0;
+                }
+                c = bar ? bar + 1 : NULL;
+            }
+            fprintf(stderr, "hark serve: %s: %s = '%s' must be one of %s\n", where, name, value,
+                    choices_of(op->name));
+            return -1;
+        }
         case OPT_LOGLEVEL: {
             log_level_t l;
             if (log_parse_level(value, &l)) {

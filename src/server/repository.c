@@ -13,9 +13,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MAX_MODELS 64
@@ -55,12 +57,97 @@ repo_model_t *repository_at(repository_t *r, int i)
     return i >= 0 && i < r->n_models ? &r->models[i] : NULL;
 }
 
-static repo_model_t *find_name(repository_t *r, const char *name, size_t len)
+/* the entry called name[len], removed ones too (any_removed) or not */
+static repo_model_t *find_entry(repository_t *r, const char *name, size_t len, int any_removed)
 {
     for (int i = 0; i < r->n_models; i++)
-        if (strlen(r->models[i].name) == len && !strncmp(r->models[i].name, name, len))
+        if (strlen(r->models[i].name) == len && !strncmp(r->models[i].name, name, len) &&
+            (any_removed || !r->models[i].removed))
             return &r->models[i];
     return NULL;
+}
+
+static repo_model_t *find_name(repository_t *r, const char *name, size_t len)
+{
+    return find_entry(r, name, len, 0);
+}
+
+int repository_name_valid(const char *name, size_t len, hark_err_t *err)
+{
+    const char *why = NULL;
+    if (!name || !len)
+        why = "is empty";
+    else if (len >= sizeof((repo_model_t *)0)->name)
+        why = "is too long (127 bytes at most)";
+    else if (name[0] == '.')
+        why = "starts with '.'";
+    for (size_t i = 0; !why && i < len; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (c == '/' || c == '\\')
+            why = "contains a path separator";
+        else if (c < 0x20 || c == 0x7f)
+            why = "contains a control character";
+    }
+    if (!why)
+        return HARK_OK;
+    /* the name itself is not echoed: it may hold anything */
+    return err_set(err, HARK_ERR_INVALID_ARG,
+                   "invalid model name: it %s (a model name is the name of a folder in the "
+                   "model repository)",
+                   why);
+}
+
+/* Removes the repository's own path from a message meant for clients (they see paths relative
+ * to the repository; the server's log keeps the whole message). */
+static void redact(const repository_t *r, char *msg, size_t cap)
+{
+    size_t dl = strlen(r->dir);
+    if (!dl || !msg)
+        return;
+    static const char with[] = "<model repository>";
+    char *p = msg;
+    while ((p = strstr(p, r->dir))) {
+        size_t tail = strlen(p + dl) + 1;
+        if (p[dl] == '/') {
+            memmove(p, p + dl + 1, tail - 1);
+        } else if ((size_t)(p - msg) + sizeof with - 1 + tail <= cap) {
+            memmove(p + sizeof with - 1, p + dl, tail);
+            memcpy(p, with, sizeof with - 1);
+            p += sizeof with - 1;
+        } else {
+            memmove(p, p + dl, tail);
+        }
+    }
+}
+
+/* a fingerprint of dir and what lies under it, depth levels down: each entry's name, size and
+ * modification time (the size too: a file rewritten within one tick of the file system's clock
+ * keeps its time, and a scan may catch it half written) */
+static uint64_t tree_stamp(const char *dir, int depth)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return 0;
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = strrchr(dir, '/') ? strrchr(dir, '/') : dir; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    h ^= ((uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec) * 31u;
+    h = (h ^ (uint64_t)st.st_size) * 1099511628211ull;
+    if (!S_ISDIR(st.st_mode) || depth <= 0)
+        return h;
+    DIR *d = opendir(dir);
+    if (!d)
+        return h;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        h += tree_stamp(p, depth - 1); /* a sum: the order entries are listed in does not count */
+    }
+    closedir(d);
+    return h;
 }
 
 repo_model_t *repository_find(repository_t *r, const char *name, size_t len, const char *version,
@@ -263,6 +350,7 @@ static int load_model(repository_t *r, repo_model_t *m, hark_err_t *err)
     m->state = M_LOADING;
     pthread_rwlock_unlock(&r->lock);
     served_model_destroy(old); /* drains what it had queued */
+    m->stamp = tree_stamp(m->dir, 3);
     served_opts_t so;
     uint64_t t0 = clock_now_ns();
     served_model_t *sm = NULL;
@@ -274,8 +362,9 @@ static int load_model(repository_t *r, repo_model_t *m, hark_err_t *err)
     pthread_rwlock_wrlock(&r->lock);
     if (rc) {
         m->state = M_UNAVAILABLE;
-        snprintf(m->reason, sizeof m->reason, "%s", err->msg);
         LOG_ERROR("model %s: %s", m->name, err->msg);
+        redact(r, err->msg, sizeof err->msg); /* clients see paths within the repository */
+        snprintf(m->reason, sizeof m->reason, "%s", err->msg);
     } else {
         m->served = sm;
         m->family = so.family;
@@ -306,26 +395,35 @@ static void unload_model(repository_t *r, repo_model_t *m)
     pthread_rwlock_unlock(&r->lock);
 }
 
-/* the entry of `name`, added when the directory has gained it since the scan; NULL when absent */
+/* the entry of `name`, added when the directory has gained it since the scan (or brought back
+ * when it had been removed); NULL when absent, with err set */
 static repo_model_t *entry_for(repository_t *r, const char *name, hark_err_t *err)
 {
     size_t nl = strlen(name);
+    if (repository_name_valid(name, nl, err))
+        return NULL;
+    char cfg[4400];
+    snprintf(cfg, sizeof cfg, "%s/%s/config.pbtxt", r->dir, name);
+    int on_disk = access(cfg, R_OK) == 0;
     pthread_rwlock_wrlock(&r->lock);
-    repo_model_t *m = find_name(r, name, nl);
-    if (!m && r->n_models < MAX_MODELS && nl < sizeof m->name && !strchr(name, '/') &&
-        strcmp(name, ".") && strcmp(name, "..")) {
-        char cfg[4400];
-        snprintf(cfg, sizeof cfg, "%s/%s/config.pbtxt", r->dir, name);
-        if (access(cfg, R_OK) == 0) {
-            m = &r->models[r->n_models++];
-            snprintf(m->name, sizeof m->name, "%s", name);
-            snprintf(m->dir, sizeof m->dir, "%s/%s", r->dir, name);
-            snprintf(m->version_str, sizeof m->version_str, "1");
-        }
+    repo_model_t *m = find_entry(r, name, nl, 1);
+    if (m && m->removed && on_disk) {
+        m->removed = 0;
+        m->reason[0] = 0;
+    } else if (m && m->removed) {
+        m = NULL;
+    } else if (!m && on_disk && r->n_models < MAX_MODELS) {
+        m = &r->models[r->n_models++];
+        memset(m, 0, sizeof *m);
+        snprintf(m->name, sizeof m->name, "%s", name);
+        snprintf(m->dir, sizeof m->dir, "%s/%s", r->dir, name);
+        snprintf(m->version_str, sizeof m->version_str, "1");
     }
     pthread_rwlock_unlock(&r->lock);
-    if (!m)
-        err_set(err, HARK_ERR_NOT_FOUND, "model '%s' not found in %s", name, r->dir);
+    if (!m) {
+        LOG_INFO("model '%s': no %s", name, cfg); /* the path stays in the server's log */
+        err_set(err, HARK_ERR_NOT_FOUND, "model '%s' not found in the model repository", name);
+    }
     return m;
 }
 
@@ -333,7 +431,7 @@ int repository_load(repository_t *r, const char *name, hark_err_t *err)
 {
     repo_model_t *m = entry_for(r, name, err);
     if (!m)
-        return HARK_ERR_NOT_FOUND;
+        return err->status ? err->status : HARK_ERR_NOT_FOUND;
     int rc = load_model(r, m, err);
     if (rc)
         err_prefix(err, rc, "failed to load '%s'", name);
@@ -344,7 +442,7 @@ int repository_unload(repository_t *r, const char *name, hark_err_t *err)
 {
     repo_model_t *m = entry_for(r, name, err);
     if (!m)
-        return HARK_ERR_NOT_FOUND;
+        return err->status ? err->status : HARK_ERR_NOT_FOUND;
     unload_model(r, m);
     return HARK_OK;
 }
@@ -356,6 +454,56 @@ void repository_load_all(repository_t *r)
         memset(&err, 0, sizeof err);
         load_model(r, &r->models[i], &err);
     }
+}
+
+int repository_poll(repository_t *r)
+{
+    int n = 0;
+    hark_err_t err;
+    /* gone: unloaded, and out of the index (only this thread adds entries, so no lock to read) */
+    for (int i = 0; i < r->n_models; i++) {
+        repo_model_t *m = &r->models[i];
+        char cfg[4400];
+        snprintf(cfg, sizeof cfg, "%s/config.pbtxt", m->dir);
+        if (m->removed || access(cfg, R_OK) == 0)
+            continue;
+        LOG_INFO("poll: model %s left the repository: unloading it", m->name);
+        unload_model(r, m);
+        pthread_rwlock_wrlock(&r->lock);
+        m->removed = 1;
+        m->reason[0] = 0;
+        pthread_rwlock_unlock(&r->lock);
+        n++;
+    }
+    DIR *d = opendir(r->dir);
+    if (!d) {
+        LOG_WARN("poll: cannot read the model repository %s: %s", r->dir, strerror(errno));
+        return n;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t nl = strlen(e->d_name);
+        memset(&err, 0, sizeof err);
+        if (repository_name_valid(e->d_name, nl, &err))
+            continue;
+        char cfg[4400];
+        snprintf(cfg, sizeof cfg, "%s/%s/config.pbtxt", r->dir, e->d_name);
+        if (access(cfg, R_OK) != 0)
+            continue;
+        repo_model_t *m = find_name(r, e->d_name, nl);
+        if (m &&
+            (m->state == M_LOADING || m->state == M_UNLOADING || tree_stamp(m->dir, 3) == m->stamp))
+            continue;
+        LOG_INFO("poll: model %s %s", e->d_name,
+                 m ? "changed: reloading it" : "is new: loading it");
+        if (!m && !(m = entry_for(r, e->d_name, &err)))
+            continue;
+        memset(&err, 0, sizeof err);
+        load_model(r, m, &err);
+        n++;
+    }
+    closedir(d);
+    return n;
 }
 
 void repository_unload_all(repository_t *r)
@@ -420,6 +568,8 @@ int repository_create(const repository_opts_t *o, repository_t **out, hark_err_t
     }
     r->o = *o;
     snprintf(r->dir, sizeof r->dir, "%s", o->dir);
+    for (size_t dl = strlen(r->dir); dl > 1 && r->dir[dl - 1] == '/';)
+        r->dir[--dl] = 0; /* "repo/" and "repo" alike */
     r->o.dir = r->dir;
     pthread_rwlockattr_t ra;
     pthread_rwlockattr_init(&ra);
@@ -434,8 +584,16 @@ int repository_create(const repository_opts_t *o, repository_t **out, hark_err_t
         snprintf(cfg, sizeof cfg, "%s/%s/config.pbtxt", r->dir, e->d_name);
         if (access(cfg, R_OK) != 0)
             continue;
-        if (r->n_models == MAX_MODELS || strlen(e->d_name) >= sizeof r->models[0].name)
+        hark_err_t why = {0};
+        if (repository_name_valid(e->d_name, strlen(e->d_name), &why)) {
+            LOG_WARN("model folder %s/%s left out: %s", r->dir, e->d_name, why.msg);
             continue;
+        }
+        if (r->n_models == MAX_MODELS) {
+            LOG_WARN("model folder %s/%s left out: more than %d models", r->dir, e->d_name,
+                     MAX_MODELS);
+            continue;
+        }
         repo_model_t *m = &r->models[r->n_models++];
         snprintf(m->name, sizeof m->name, "%s", e->d_name);
         snprintf(m->dir, sizeof m->dir, "%s/%s", r->dir, e->d_name);
@@ -465,7 +623,7 @@ char *repository_index_json(repository_t *r, int ready_only)
     cJSON *arr = cJSON_CreateArray();
     for (int i = 0; arr && i < r->n_models; i++) {
         const repo_model_t *m = &r->models[i];
-        if (ready_only && m->state != M_READY)
+        if (m->removed || (ready_only && m->state != M_READY))
             continue;
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "name", m->name);

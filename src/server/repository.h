@@ -31,6 +31,8 @@ typedef struct {
     int has_cfg;
     served_model_t *served; /* READY: the family's model, batcher and instances */
     const family_t *family; /* READY */
+    uint64_t stamp;         /* poll: a fingerprint of its files (names, sizes, times) at its load */
+    int removed;            /* poll: its folder left the repository (hidden from every lookup) */
 } repo_model_t;
 
 typedef struct {
@@ -63,12 +65,21 @@ repo_model_t *repository_find(repository_t *r, const char *name, size_t len, con
  * clients name models hark does not have: "whisper-1", "tts-1"). Under the lock. */
 repo_model_t *repository_only_ready(repository_t *r, int task);
 
+/* 0 when name[len] may name a model folder: not empty, shorter than 128 bytes, no '/' or '\\',
+ * not starting with '.' (".", "..", hidden folders), no control characters; else
+ * HARK_ERR_INVALID_ARG with the reason. */
+int repository_name_valid(const char *name, size_t len, hark_err_t *err);
+
 /* Loads (or reloads) / unloads one model by name (a model added to the directory since the scan
  * is found too). Blocking; any thread but a loop. */
 int repository_load(repository_t *r, const char *name, hark_err_t *err);
 int repository_unload(repository_t *r, const char *name, hark_err_t *err);
 /* Loads every model found by the scan (startup). */
 void repository_load_all(repository_t *r);
+/* Triton's poll: rescans the folder; a new model is loaded, one whose files changed since its
+ * load is reloaded, one whose folder is gone is unloaded and leaves the index. Returns how many
+ * models it loaded, reloaded or unloaded. Blocking; one caller at a time. */
+int repository_poll(repository_t *r);
 void repository_unload_all(repository_t *r);
 /* 1 when every READY model's instances are healthy. */
 int repository_healthy(repository_t *r);

@@ -14,6 +14,7 @@
 #include "net/http_server.h"
 #include "net/listen.h"
 #include "net/websocket.h"
+#include "server/access.h"
 #include "server/repository.h"
 
 #include <pthread.h>
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -58,6 +60,10 @@ struct server {
     int n_loops;
     http_server_t *metrics;
     repository_t *repo;
+    access_t access;         /* restricted API groups of each transport */
+    pthread_mutex_t poll_mu; /* the poll's sleep, cut short by a drain */
+    pthread_cond_t poll_cv;
+    int poll_sync; /* poll_mu and poll_cv initialised */
     atomic_int draining;
     atomic_int loading; /* startup loads not finished */
 };
@@ -80,6 +86,11 @@ int server_loading(const server_t *s)
 const server_opts_t *server_options(const server_t *s)
 {
     return &s->o;
+}
+
+const struct access *server_access(const server_t *s)
+{
+    return &s->access;
 }
 
 struct pinned_pool *server_body_pool(server_t *s)
@@ -106,6 +117,9 @@ static void begin_drain(server_t *s)
     if (s->draining)
         return;
     s->draining = 1;
+    pthread_mutex_lock(&s->poll_mu); /* the poll stops */
+    pthread_cond_broadcast(&s->poll_cv);
+    pthread_mutex_unlock(&s->poll_mu);
     LOG_INFO("draining: no new connections, finishing in-flight requests (deadline %d ms)",
              s->o.drain_timeout_ms);
     for (int i = 0; i < s->n_loops; i++) {
@@ -137,10 +151,59 @@ void server_stop(server_t *s)
     uv_async_send(&s->stop_async);
 }
 
+/* explicit: the --load-model models ("*": all); a name that cannot be loaded counts as a failed
+ * load (its reason logged); returns how many failed that way */
+static int load_named(server_t *s, char *name, size_t nname, char *why, size_t nwhy)
+{
+    int failed = 0;
+    for (int i = 0; i < s->o.load_models.n; i++) {
+        const char *m = s->o.load_models.v[i];
+        if (!strcmp(m, "*")) {
+            repository_load_all(s->repo);
+            continue;
+        }
+        hark_err_t err = {0};
+        if (repository_load(s->repo, m, &err) && err.status == HARK_ERR_NOT_FOUND) {
+            LOG_ERROR("--load-model %s: %s", m, err.msg); /* (a failed load logs itself) */
+            if (failed++ == 0) {
+                snprintf(name, nname, "%s", m);
+                snprintf(why, nwhy, "%s", err.msg);
+            }
+        }
+    }
+    return failed;
+}
+
+/* poll: rescans every repository_poll_secs until the drain */
+static void poll_repository(server_t *s)
+{
+    LOG_INFO("polling the model repository every %d s", s->o.repository_poll_secs);
+    pthread_mutex_lock(&s->poll_mu);
+    while (!atomic_load(&s->draining)) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += s->o.repository_poll_secs;
+        while (!atomic_load(&s->draining) &&
+               pthread_cond_timedwait(&s->poll_cv, &s->poll_mu, &until) == 0)
+            ;
+        if (atomic_load(&s->draining))
+            break;
+        pthread_mutex_unlock(&s->poll_mu);
+        repository_poll(s->repo);
+        pthread_mutex_lock(&s->poll_mu);
+    }
+    pthread_mutex_unlock(&s->poll_mu);
+}
+
 static void *startup_loads(void *p)
 {
     server_t *s = p;
-    repository_load_all(s->repo);
+    char name[128], why[512];
+    int missing = 0;
+    if (s->o.model_control == MODEL_CONTROL_EXPLICIT)
+        missing = load_named(s, name, sizeof name, why, sizeof why);
+    else
+        repository_load_all(s->repo);
     s->loading = 0;
     repository_rdlock(s->repo);
     int n = repository_count(s->repo);
@@ -150,15 +213,19 @@ static void *startup_loads(void *p)
         LOG_WARN("the repository %s holds no model (a model is a folder with config.pbtxt and a "
                  "version folder: was an entry given instead of its repository?)",
                  s->o.model_repository);
-    char name[128], why[512];
-    int failed = repository_failed(s->repo, name, sizeof name, why, sizeof why);
+    int failed = missing;
+    if (!missing)
+        failed = repository_failed(s->repo, name, sizeof name, why, sizeof why);
     if (failed && s->o.exit_on_error) {
         LOG_ERROR("startup: %d model(s) failed to load (%s: %s); stopping (--exit-on-error "
                   "false serves the others)",
                   failed, name, why);
         s->exit_status = 1;
         server_stop(s);
+        return NULL;
     }
+    if (s->o.model_control == MODEL_CONTROL_POLL)
+        poll_repository(s);
     return NULL;
 }
 
@@ -202,6 +269,25 @@ int server_create(const server_opts_t *o, server_t **out, hark_err_t *err)
         s->o.http_threads = MAX_HTTP_LOOPS;
     if (s->o.max_connections <= 0)
         s->o.max_connections = 1024;
+    if (s->o.repository_poll_secs <= 0)
+        s->o.repository_poll_secs = 15;
+    pthread_mutex_init(&s->poll_mu, NULL);
+    pthread_cond_init(&s->poll_cv, NULL);
+    s->poll_sync = 1;
+    int rc = HARK_OK;
+    for (int i = 0; !rc && i < s->o.http_restricted_api.n; i++)
+        rc = access_add(&s->access, ACCESS_HTTP, s->o.http_restricted_api.v[i], err);
+    for (int i = 0; !rc && i < s->o.grpc_restricted_api.n; i++)
+        rc = access_add(&s->access, ACCESS_GRPC, s->o.grpc_restricted_api.v[i], err);
+    if (!rc && s->o.load_models.n && s->o.model_control != MODEL_CONTROL_EXPLICIT)
+        rc = err_set(err, HARK_ERR_INVALID_ARG,
+                     "--load-model requires --model-control-mode explicit (as Triton's)");
+    for (int i = 0; !rc && i < s->o.load_models.n; i++)
+        if (!strcmp(s->o.load_models.v[i], "*") && s->o.load_models.n > 1)
+            rc = err_set(err, HARK_ERR_INVALID_ARG,
+                         "--load-model '*' loads every model: give it alone (as Triton)");
+    if (rc)
+        goto fail;
     repository_opts_t ro = {.dir = s->o.model_repository,
                             .max_seconds = s->o.max_pass_seconds,
                             .cpu_threads = s->o.cpu_threads,
@@ -209,7 +295,7 @@ int server_create(const server_opts_t *o, server_t **out, hark_err_t *err)
                             .max_queue_size = s->o.max_queue_size,
                             .completions_begin = completions_begin,
                             .completions_end = completions_end};
-    int rc = repository_create(&ro, &s->repo, err);
+    rc = repository_create(&ro, &s->repo, err);
     if (rc)
         goto fail;
     uv_loop_init(&s->loop);
@@ -362,5 +448,9 @@ void server_destroy(server_t *s)
     }
     repository_destroy(s->repo);
     pinned_pool_destroy(s->bodies);
+    if (s->poll_sync) {
+        pthread_cond_destroy(&s->poll_cv);
+        pthread_mutex_destroy(&s->poll_mu);
+    }
     hark_free(s);
 }

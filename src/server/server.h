@@ -15,6 +15,16 @@
 
 #include <stddef.h>
 
+/* Triton's --model-control-mode */
+typedef enum { MODEL_CONTROL_NONE = 0, MODEL_CONTROL_EXPLICIT, MODEL_CONTROL_POLL } model_control_t;
+
+/* a repeatable option's values (they point into argv or the config file's lines) */
+#define SERVER_LIST_MAX 32
+typedef struct {
+    const char *v[SERVER_LIST_MAX];
+    int n;
+} server_list_t;
+
 typedef struct {
     const char *model_repository; /* required */
     const char *host;             /* default 127.0.0.1 */
@@ -39,6 +49,15 @@ typedef struct {
                              (Triton's --exit-on-error); cmd_serve: 1 */
     int http_threads;     /* event loops serving the HTTP port (SO_REUSEPORT when > 1);
                              0: one per 4 cores, at most 4 */
+    int model_control;    /* model_control_t: none (default) loads everything at start and
+                             refuses the load/unload API; explicit loads load_models only and
+                             allows the API; poll rescans the repository */
+    int repository_poll_secs;  /* poll: seconds between scans; cmd_serve: 15 */
+    server_list_t load_models; /* explicit: the models loaded at start ("*": all) */
+    /* Triton's restricted API groups, "api[,api...]:key=value" each: a request to one of those
+     * APIs must carry header key (gRPC: metadata triton-grpc-protocol-key) = value */
+    server_list_t http_restricted_api;
+    server_list_t grpc_restricted_api;
 } server_opts_t;
 
 typedef struct server server_t;
@@ -58,5 +77,8 @@ const server_opts_t *server_options(const server_t *s);
 /* The page-locked pool request bodies are received into (a GPU is present), or NULL. */
 struct pinned_pool;
 struct pinned_pool *server_body_pool(server_t *s);
+/* The access rules of the API port's transports (server/access.h). */
+struct access;
+const struct access *server_access(const server_t *s);
 
 #endif

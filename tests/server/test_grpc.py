@@ -38,7 +38,8 @@ open(cfg, "w").write(txt)
 MAX_BODY = 8000000
 proc = subprocess.Popen([hark, "serve", "--model-repository", repo, "--http-port", "0",
                          "--grpc-port", "0", "--metrics-port", "-1", "--max-body-bytes",
-                         str(MAX_BODY), "--drain-timeout-ms", "20000"],
+                         str(MAX_BODY), "--drain-timeout-ms", "20000",
+                         "--model-control-mode", "explicit", "--load-model", "*"],
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 line = proc.stdout.readline()
 m = re.search(r"http://127\.0\.0\.1:(\d+) .*gRPC grpc://127\.0\.0\.1:(\d+)", line)

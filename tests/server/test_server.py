@@ -36,7 +36,9 @@ proc = subprocess.Popen([hark, "serve", "--model-repository", repo, "--http-port
                          "--metrics-port", "0", "--grpc-port", "-1", "--max-body-bytes", "8000000",
                          "--request-timeout-ms", "1500", "--http-threads", "3",
                          # the repository holds models that must fail to load (below)
-                         "--exit-on-error", "false", "--strict-readiness", "false"],
+                         "--exit-on-error", "false", "--strict-readiness", "false",
+                         # the repository API loads and unloads below (Triton's explicit mode)
+                         "--model-control-mode", "explicit", "--load-model", "*"],
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 line = proc.stdout.readline()
 m = re.search(r"http://127\.0\.0\.1:(\d+) .*metrics http://127\.0\.0\.1:(\d+)", line)

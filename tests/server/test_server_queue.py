@@ -84,7 +84,8 @@ def in_thread(us, out):
     return t
 
 
-srv = Server(hark, repo, metrics=True)
+srv = Server(hark, repo, metrics=True,  # (unloads through the API: explicit mode)
+             args=["--model-control-mode", "explicit", "--load-model", "*"])
 try:
     srv.wait_ready(120)
     check(pending() == 0, "demo_q ready, nothing pending")

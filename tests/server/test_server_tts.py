@@ -35,7 +35,8 @@ for i, s in enumerate([S1, S2]):
     ref[s] = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float64) / 32768.0
     rate = w.getframerate()
 
-srv = Server(hark, repo, args=["--http-threads", "2"])
+srv = Server(hark, repo, args=["--http-threads", "2",  # (loads through the API below)
+                               "--model-control-mode", "explicit", "--load-model", "*"])
 base, log = srv.base, srv.log
 check = Checks()
 
