@@ -20,6 +20,7 @@
 #include "core/alloc.h"
 #include "core/assert.h"
 #include "gpu/graph_cache.h"
+#include "gpu/weight_stage.h"
 #include "hark.h"
 #include "model/fastspeech/fastspeech_impl.h"
 #include "ops/conv1d.h"
@@ -103,32 +104,19 @@ void fastspeech_gpu_model_destroy(fastspeech_gpu_model_t *g)
 
 /* host images of the two blocks; a sizing pass first. Views are recorded as offsets and turned
  * into device pointers after the upload. */
-typedef struct {
-    float *mat, *flt;
-    size_t n_mat, n_flt;
-    int sizing;
-} stage_t;
-
-static size_t take(size_t *n, size_t count)
+static size_t put_flt(weight_stage_t *s, const float *src, size_t n)
 {
-    size_t at = *n;
-    *n += (count + 63) & ~(size_t)63;
-    return at;
-}
-
-static size_t put_flt(stage_t *s, const float *src, size_t n)
-{
-    size_t at = take(&s->n_flt, n);
+    size_t at = weight_stage_take(&s->n_flt, n);
     if (!s->sizing)
         memcpy(s->flt + at, src, n * sizeof(float));
     return at;
 }
 
 /* CPU conv (k, cout, cin) -> (cout, k, cin) into the mat (dt) or float block */
-static size_t put_conv(stage_t *s, const conv_t *c, int to_float)
+static size_t put_conv(weight_stage_t *s, const conv_t *c, int to_float)
 {
     size_t n = (size_t)c->cout * c->k * c->cin;
-    size_t at = to_float ? take(&s->n_flt, n) : take(&s->n_mat, n);
+    size_t at = to_float ? weight_stage_take(&s->n_flt, n) : weight_stage_take(&s->n_mat, n);
     if (s->sizing)
         return at;
     float *w = (to_float ? s->flt : s->mat) + at;
@@ -149,11 +137,11 @@ typedef struct {
     layer_off_t *enc, *dec;
 } offs_t;
 
-static void stage_layer(stage_t *s, const fft_layer_t *l, int d, layer_off_t *o)
+static void stage_layer(weight_stage_t *s, const fft_layer_t *l, int d, layer_off_t *o)
 {
     int H = l->heads, n = 3 * H * DK;
-    o->qkv_w = take(&s->n_mat, (size_t)n * d);
-    o->qkv_b = take(&s->n_flt, (size_t)n);
+    o->qkv_w = weight_stage_take(&s->n_mat, (size_t)n * d);
+    o->qkv_b = weight_stage_take(&s->n_flt, (size_t)n);
     if (!s->sizing) /* DLE row h·192 + part·64 + j -> part·H·64 + h·64 + j */
         for (int h = 0; h < H; h++)
             for (int part = 0; part < 3; part++)
@@ -163,7 +151,7 @@ static void stage_layer(stage_t *s, const fft_layer_t *l, int d, layer_off_t *o)
                            sizeof(float) * (size_t)d);
                     s->flt[o->qkv_b + dst] = l->qkv_b[src];
                 }
-    o->fc_w = take(&s->n_mat, (size_t)d * H * DK);
+    o->fc_w = weight_stage_take(&s->n_mat, (size_t)d * H * DK);
     if (!s->sizing)
         memcpy(s->mat + o->fc_w, l->fc_w, sizeof(float) * (size_t)d * H * DK);
     o->fc_b = put_flt(s, l->fc_b, (size_t)d);
@@ -177,7 +165,7 @@ static void stage_layer(stage_t *s, const fft_layer_t *l, int d, layer_off_t *o)
     o->c2_b = put_flt(s, l->c2.b, (size_t)l->c2.cout);
 }
 
-static void stage_all(stage_t *s, const fastspeech_model_t *m, offs_t *o)
+static void stage_all(weight_stage_t *s, const fastspeech_model_t *m, offs_t *o)
 {
     const fastspeech_config_t *c = &m->cfg;
     int d = c->d_model;
@@ -198,10 +186,21 @@ static void stage_all(stage_t *s, const fastspeech_model_t *m, offs_t *o)
     o->dp_ln2_b = put_flt(s, m->dp_ln2_b, (size_t)c->dp_filter);
     o->dp_w = put_flt(s, m->dp_w, (size_t)c->dp_filter);
     o->dp_b = put_flt(s, m->dp_b, 1);
-    o->mel_w = take(&s->n_mat, (size_t)c->n_mels * d);
+    o->mel_w = weight_stage_take(&s->n_mat, (size_t)c->n_mels * d);
     if (!s->sizing)
         memcpy(s->mat + o->mel_w, m->mel_w, sizeof(float) * (size_t)c->n_mels * d);
     o->mel_b = put_flt(s, m->mel_b, (size_t)c->n_mels);
+}
+
+typedef struct {
+    const fastspeech_model_t *m;
+    offs_t *o;
+} fill_t;
+
+static void fill(weight_stage_t *s, void *user)
+{
+    fill_t *f = user;
+    stage_all(s, f->m, f->o);
 }
 
 static int conv_ok(const conv_t *c)
@@ -252,39 +251,12 @@ int fastspeech_gpu_model_create(const fastspeech_model_t *m, int device, ops_dty
     g->m = m;
     g->device = device;
     g->dt = dt;
-    stage_t s = {.sizing = 1};
-    stage_all(&s, m, &o);
-    size_t n_mat = s.n_mat, n_flt = s.n_flt, es = ops_dtype_size(dt);
-    s = (stage_t){.mat = hark_malloc(sizeof(float) * n_mat),
-                  .flt = hark_malloc(sizeof(float) * n_flt)};
-    void *tmp = NULL;
-    int rc = HARK_OK;
-    if (!s.mat || !s.flt) {
-        rc = err_set(err, HARK_ERR_NOMEM, "out of memory staging the weights");
+    size_t es = ops_dtype_size(dt);
+    int rc;
+    fill_t fl = {m, &o};
+    if ((rc = weight_stage_upload(fill, &fl, dt, &g->dmat, &g->dflt, &g->bytes, NULL,
+                                  "fastspeech (gpu)", err)))
         goto done;
-    }
-    stage_all(&s, m, &o);
-    HARK_ASSERT(s.n_mat == n_mat && s.n_flt == n_flt);
-    if ((e = cudaMalloc(&g->dmat, n_mat * es)) != cudaSuccess ||
-        (e = cudaMalloc(&g->dflt, n_flt * sizeof(float))) != cudaSuccess ||
-        (e = cudaMemcpy(g->dflt, s.flt, n_flt * sizeof(float), cudaMemcpyHostToDevice)) !=
-            cudaSuccess) {
-        rc = cuda_err(err, e, "weights upload");
-        goto done;
-    }
-    if (dt == OPS_F32) {
-        e = cudaMemcpy(g->dmat, s.mat, n_mat * sizeof(float), cudaMemcpyHostToDevice);
-    } else if ((e = cudaMalloc(&tmp, n_mat * sizeof(float))) == cudaSuccess &&
-               (e = cudaMemcpy(tmp, s.mat, n_mat * sizeof(float), cudaMemcpyHostToDevice)) ==
-                   cudaSuccess) {
-        if ((rc = cuda_cast(g->dmat, dt, tmp, OPS_F32, n_mat, NULL, err)) != HARK_OK)
-            goto done;
-        e = cudaDeviceSynchronize();
-    }
-    if (e != cudaSuccess) {
-        rc = cuda_err(err, e, "weights upload");
-        goto done;
-    }
 #define MAT(off) ((const void *)((const char *)g->dmat + (off)*es))
 #define FLT(off) ((const float *)g->dflt + (off))
     g->emb = FLT(o.emb);
@@ -324,11 +296,7 @@ int fastspeech_gpu_model_create(const fastspeech_model_t *m, int device, ops_dty
     g->mel_b = FLT(o.mel_b);
 #undef MAT
 #undef FLT
-    g->bytes = n_mat * es + n_flt * sizeof(float);
 done:
-    cudaFree(tmp);
-    hark_free(s.mat);
-    hark_free(s.flt);
     hark_free(o.enc);
     hark_free(o.dec);
     if (rc) {

@@ -37,6 +37,7 @@ double hifigan_macs(const hifigan_model_t *m, int n_frames)
 #include "core/alloc.h"
 #include "core/assert.h"
 #include "gpu/graph_cache.h"
+#include "gpu/weight_stage.h"
 #include "hark.h"
 #include "ops/conv1d.h"
 
@@ -130,24 +131,11 @@ void hifigan_gpu_model_destroy(hifigan_gpu_model_t *g)
 
 /* host images: matrices (float, cast to dt on the device) and floats; a sizing pass first */
 typedef struct {
-    float *mat, *flt;
-    size_t n_mat, n_flt;
-    int sizing;
-} stage_t;
-
-static size_t take(size_t *n, size_t count)
-{
-    size_t at = *n;
-    *n += (count + 63) & ~(size_t)63; /* 256-byte aligned views */
-    return at;
-}
-
-typedef struct {
     size_t w, b;
 } goff_t;
 
 /* Conv1d: CPU (k, cout, cin) -> (cout_p, k, cin_p) */
-static void stage_conv(stage_t *s, gconv_t *g, goff_t *o, const hg_conv_t *c)
+static void stage_conv(weight_stage_t *s, gconv_t *g, goff_t *o, const hg_conv_t *c)
 {
     g->cin_p = pad8(c->cin);
     g->cout_p = pad8(c->cout);
@@ -156,8 +144,8 @@ static void stage_conv(stage_t *s, gconv_t *g, goff_t *o, const hg_conv_t *c)
     g->pad = c->pad;
     g->stride = 1;
     size_t nw = (size_t)g->cout_p * c->k * g->cin_p;
-    o->w = take(&s->n_mat, nw);
-    o->b = take(&s->n_flt, (size_t)g->cout_p);
+    o->w = weight_stage_take(&s->n_mat, nw);
+    o->b = weight_stage_take(&s->n_flt, (size_t)g->cout_p);
     if (s->sizing)
         return;
     float *w = s->mat + o->w, *b = s->flt + o->b;
@@ -172,7 +160,7 @@ static void stage_conv(stage_t *s, gconv_t *g, goff_t *o, const hg_conv_t *c)
 }
 
 /* ConvTranspose1d: CPU (k · cout, cin) per tap -> the polyphase conv's (u · cout_p, J, cin_p) */
-static void stage_convt(stage_t *s, gconv_t *g, goff_t *o, const hg_conv_t *c)
+static void stage_convt(weight_stage_t *s, gconv_t *g, goff_t *o, const hg_conv_t *c)
 {
     int cin_p = pad8(c->cin), cout_p = pad8(c->cout), u = c->stride;
     int J = conv1d_transpose_taps(c->k, u);
@@ -183,8 +171,8 @@ static void stage_convt(stage_t *s, gconv_t *g, goff_t *o, const hg_conv_t *c)
     g->pad = c->pad;
     g->stride = u;
     size_t nw = (size_t)u * cout_p * J * cin_p, nt = (size_t)c->cin * c->cout * c->k;
-    o->w = take(&s->n_mat, nw);
-    o->b = take(&s->n_flt, (size_t)cout_p);
+    o->w = weight_stage_take(&s->n_mat, nw);
+    o->b = weight_stage_take(&s->n_flt, (size_t)cout_p);
     if (s->sizing)
         return;
     float *wt = hark_malloc(sizeof(float) * nt); /* back to torch's (cin, cout, k) */
@@ -207,7 +195,7 @@ typedef struct {
     size_t pb[HIFIGAN_MAX_UPS][HIFIGAN_MAX_KERNELS][HIFIGAN_MAX_DIL];
 } offs_t;
 
-static void stage_all(stage_t *s, hifigan_gpu_model_t *g, offs_t *o)
+static void stage_all(weight_stage_t *s, hifigan_gpu_model_t *g, offs_t *o)
 {
     const hifigan_model_t *m = g->m;
     const hifigan_config_t *c = &m->cfg;
@@ -222,7 +210,7 @@ static void stage_all(stage_t *s, hifigan_gpu_model_t *g, offs_t *o)
             for (int d = 0; d < c->n_dil; d++) {
                 for (int h = 0; h < (c->resblock == 1 ? 2 : 1); h++)
                     stage_conv(s, &g->rb[i][k][h][d], &o->rb[i][k][h][d], &m->rb[i][k][h][d]);
-                o->pb[i][k][d] = take(&s->n_flt, (size_t)cp);
+                o->pb[i][k][d] = weight_stage_take(&s->n_flt, (size_t)cp);
                 if (s->sizing)
                     continue;
                 const hg_conv_t *last = &m->rb[i][k][c->resblock == 1 ? 1 : 0][d];
@@ -234,6 +222,17 @@ static void stage_all(stage_t *s, hifigan_gpu_model_t *g, offs_t *o)
         }
     }
     stage_conv(s, &g->post, &o->post, &m->conv_post);
+}
+
+typedef struct {
+    hifigan_gpu_model_t *g;
+    offs_t *o;
+} fill_t;
+
+static void fill(weight_stage_t *s, void *user)
+{
+    fill_t *f = user;
+    stage_all(s, f->g, f->o);
 }
 
 int hifigan_gpu_model_create(const hifigan_model_t *m, int device, ops_dtype_t dt,
@@ -285,39 +284,12 @@ int hifigan_gpu_model_create(const hifigan_model_t *m, int device, ops_dtype_t d
     }
     for (int l = 0; l <= c->n_ups; l++)
         g->ch_p[l] = pad8(c->ch0 >> l);
-    stage_t s = {.sizing = 1};
-    stage_all(&s, g, o);
-    size_t n_mat = s.n_mat, n_flt = s.n_flt, es = ops_dtype_size(dt);
-    s = (stage_t){.mat = hark_malloc(sizeof(float) * n_mat),
-                  .flt = hark_malloc(sizeof(float) * n_flt)};
-    void *tmp = NULL;
-    int rc = HARK_OK;
-    if (!s.mat || !s.flt) {
-        rc = err_set(err, HARK_ERR_NOMEM, "out of memory staging the weights");
+    size_t es = ops_dtype_size(dt);
+    int rc;
+    fill_t fl = {g, o};
+    if ((rc = weight_stage_upload(fill, &fl, dt, &g->dmat, &g->dflt, &g->bytes, &g->h_flt,
+                                  "hifigan (gpu)", err)))
         goto done;
-    }
-    stage_all(&s, g, o);
-    HARK_ASSERT(s.n_mat == n_mat && s.n_flt == n_flt);
-    if ((e = cudaMalloc(&g->dmat, n_mat * es)) != cudaSuccess ||
-        (e = cudaMalloc(&g->dflt, n_flt * sizeof(float))) != cudaSuccess ||
-        (e = cudaMemcpy(g->dflt, s.flt, n_flt * sizeof(float), cudaMemcpyHostToDevice)) !=
-            cudaSuccess) {
-        rc = cuda_err(err, e, "weights upload");
-        goto done;
-    }
-    if (dt == OPS_F32) {
-        e = cudaMemcpy(g->dmat, s.mat, n_mat * sizeof(float), cudaMemcpyHostToDevice);
-    } else if ((e = cudaMalloc(&tmp, n_mat * sizeof(float))) == cudaSuccess &&
-               (e = cudaMemcpy(tmp, s.mat, n_mat * sizeof(float), cudaMemcpyHostToDevice)) ==
-                   cudaSuccess) {
-        if ((rc = cuda_cast(g->dmat, dt, tmp, OPS_F32, n_mat, NULL, err)) != HARK_OK)
-            goto done;
-        e = cudaDeviceSynchronize();
-    }
-    if (e != cudaSuccess) {
-        rc = cuda_err(err, e, "weights upload");
-        goto done;
-    }
 #define VIEW(gc, off)                                                                              \
     do {                                                                                           \
         (gc).w = (const char *)g->dmat + (off).w * es;                                             \
@@ -333,17 +305,11 @@ int hifigan_gpu_model_create(const hifigan_model_t *m, int device, ops_dtype_t d
                 for (int h = 0; h < (c->resblock == 1 ? 2 : 1); h++)
                     VIEW(g->rb[i][k][h][d], o->rb[i][k][h][d]);
                 g->pb[i][k][d] = (const float *)g->dflt + o->pb[i][k][d];
-                g->h_pb[i][k][d] = s.flt + o->pb[i][k][d];
+                g->h_pb[i][k][d] = g->h_flt + o->pb[i][k][d];
             }
     }
 #undef VIEW
-    g->h_flt = s.flt;
-    s.flt = NULL;
-    g->bytes = n_mat * es + n_flt * sizeof(float);
 done:
-    cudaFree(tmp);
-    hark_free(s.mat);
-    hark_free(s.flt);
     hark_free(o);
     if (rc) {
         hifigan_gpu_model_destroy(g);

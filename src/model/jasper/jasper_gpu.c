@@ -52,6 +52,7 @@ double jasper_macs(const jasper_model_t *m, int t_in)
 #include "dsp/frontend_gpu.h"
 #include "gpu/gpu_arch.h"
 #include "gpu/graph_cache.h"
+#include "gpu/weight_stage.h"
 #include "hark.h"
 #include "ops/conv1d.h"
 
@@ -130,23 +131,9 @@ void jasper_gpu_model_destroy(jasper_gpu_model_t *g)
     hark_free(g);
 }
 
-/* host images of the weights: the matrices (float, cast to dt on the device) and the floats */
-typedef struct {
-    float *mat, *flt;
-    size_t n_mat, n_flt; /* used (elements) */
-    int sizing;          /* first pass: count only */
-} stage_t;
-
-static size_t take(size_t *n, size_t count)
-{
-    size_t at = *n;
-    *n += (count + 63) & ~(size_t)63; /* 256-byte aligned views in either block */
-    return at;
-}
-
 /* one conv's device layout from the folded CPU conv; pane_b: biases added into b (or NULL) */
-static void stage_conv(stage_t *s, gconv_t *g, const jconv_t *c, const jconv_t *panes, int n_panes,
-                       size_t *off_w, size_t *off_dw, size_t *off_b)
+static void stage_conv(weight_stage_t *s, gconv_t *g, const jconv_t *c, const jconv_t *panes,
+                       int n_panes, size_t *off_w, size_t *off_dw, size_t *off_b)
 {
     g->cin = c->cin;
     g->cout = c->cout;
@@ -157,9 +144,9 @@ static void stage_conv(stage_t *s, gconv_t *g, const jconv_t *c, const jconv_t *
     g->dil = c->dil;
     g->pad = c->pad;
     size_t nw = (size_t)g->cout_p * c->kw * g->cin_p;
-    *off_w = take(&s->n_mat, nw);
-    *off_dw = c->dw ? take(&s->n_flt, (size_t)c->k * g->cin_p) : (size_t)-1;
-    *off_b = take(&s->n_flt, (size_t)g->cout_p);
+    *off_w = weight_stage_take(&s->n_mat, nw);
+    *off_dw = c->dw ? weight_stage_take(&s->n_flt, (size_t)c->k * g->cin_p) : (size_t)-1;
+    *off_b = weight_stage_take(&s->n_flt, (size_t)g->cout_p);
     if (s->sizing)
         return;
     float *w = s->mat + *off_w;
@@ -191,7 +178,8 @@ typedef struct {
     size_t w, dw, b;
 } goff_t;
 
-static void stage_all(stage_t *s, jasper_gpu_model_t *g, goff_t *offs, size_t *dec_w, size_t *dec_b)
+static void stage_all(weight_stage_t *s, jasper_gpu_model_t *g, goff_t *offs, size_t *dec_w,
+                      size_t *dec_b)
 {
     const jasper_model_t *m = g->m;
     const jasper_config_t *c = &m->cfg;
@@ -208,8 +196,8 @@ static void stage_all(stage_t *s, jasper_gpu_model_t *g, goff_t *offs, size_t *d
             stage_conv(s, &g->convs[i], &L->res[p], NULL, 0, &offs[i].w, &offs[i].dw, &offs[i].b);
     }
     size_t nw = (size_t)m->vocab * g->enc_p;
-    *dec_w = take(&s->n_mat, nw);
-    *dec_b = take(&s->n_flt, (size_t)m->vocab);
+    *dec_w = weight_stage_take(&s->n_mat, nw);
+    *dec_b = weight_stage_take(&s->n_flt, (size_t)m->vocab);
     if (s->sizing)
         return;
     float *w = s->mat + *dec_w;
@@ -218,6 +206,18 @@ static void stage_all(stage_t *s, jasper_gpu_model_t *g, goff_t *offs, size_t *d
         memcpy(w + (size_t)v * g->enc_p, m->dec_w + (size_t)v * m->enc_dim,
                sizeof(float) * (size_t)m->enc_dim);
     memcpy(s->flt + *dec_b, m->dec_b, sizeof(float) * (size_t)m->vocab);
+}
+
+typedef struct {
+    jasper_gpu_model_t *g;
+    goff_t *offs;
+    size_t *dec_w, *dec_b;
+} fill_t;
+
+static void fill(weight_stage_t *s, void *user)
+{
+    fill_t *f = user;
+    stage_all(s, f->g, f->offs, f->dec_w, f->dec_b);
 }
 
 int jasper_gpu_model_create(const jasper_model_t *m, int device, ops_dtype_t dt,
@@ -282,43 +282,15 @@ int jasper_gpu_model_create(const jasper_model_t *m, int device, ops_dtype_t dt,
     }
     /* the weights: sizes, host images, one upload each, the matrices cast to dt */
     goff_t *offs = hark_calloc(n_convs, sizeof *offs);
-    stage_t s = {.sizing = 1};
-    size_t dec_w = 0, dec_b = 0;
+    size_t dec_w = 0, dec_b = 0, es = ops_dtype_size(dt);
     if (!offs) {
         jasper_gpu_model_destroy(g);
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
     }
-    stage_all(&s, g, offs, &dec_w, &dec_b);
-    size_t n_mat = s.n_mat, n_flt = s.n_flt, es = ops_dtype_size(dt);
-    s = (stage_t){.mat = hark_malloc(sizeof(float) * n_mat),
-                  .flt = hark_malloc(sizeof(float) * n_flt)};
-    void *tmp = NULL;
-    if (!s.mat || !s.flt) {
-        rc = err_set(err, HARK_ERR_NOMEM, "out of memory staging the weights");
+    fill_t fl = {g, offs, &dec_w, &dec_b};
+    if ((rc = weight_stage_upload(fill, &fl, dt, &g->dmat, &g->dflt, &g->bytes, NULL,
+                                  "jasper (gpu)", err)))
         goto done;
-    }
-    stage_all(&s, g, offs, &dec_w, &dec_b);
-    HARK_ASSERT(s.n_mat == n_mat && s.n_flt == n_flt);
-    if ((e = cudaMalloc(&g->dmat, n_mat * es)) != cudaSuccess ||
-        (e = cudaMalloc(&g->dflt, n_flt * sizeof(float))) != cudaSuccess ||
-        (e = cudaMemcpy(g->dflt, s.flt, n_flt * sizeof(float), cudaMemcpyHostToDevice)) !=
-            cudaSuccess) {
-        rc = cuda_err(err, e, "weights upload");
-        goto done;
-    }
-    if (dt == OPS_F32) {
-        e = cudaMemcpy(g->dmat, s.mat, n_mat * sizeof(float), cudaMemcpyHostToDevice);
-    } else if ((e = cudaMalloc(&tmp, n_mat * sizeof(float))) == cudaSuccess &&
-               (e = cudaMemcpy(tmp, s.mat, n_mat * sizeof(float), cudaMemcpyHostToDevice)) ==
-                   cudaSuccess) {
-        if ((rc = cuda_cast(g->dmat, dt, tmp, OPS_F32, n_mat, NULL, err)) != HARK_OK)
-            goto done;
-        e = cudaDeviceSynchronize();
-    }
-    if (e != cudaSuccess) {
-        rc = cuda_err(err, e, "weights upload");
-        goto done;
-    }
     for (size_t k = 0; k < n_convs; k++) {
         gconv_t *gc = &g->convs[k];
         gc->w = (const char *)g->dmat + offs[k].w * es;
@@ -327,12 +299,8 @@ int jasper_gpu_model_create(const jasper_model_t *m, int device, ops_dtype_t dt,
     }
     g->dec_w = (const char *)g->dmat + dec_w * es;
     g->dec_b = (const float *)g->dflt + dec_b;
-    g->bytes = n_mat * es + n_flt * sizeof(float);
     rc = feat_gpu_create(m->feat, &g->fgpu, err);
 done:
-    cudaFree(tmp);
-    hark_free(s.mat);
-    hark_free(s.flt);
     hark_free(offs);
     if (rc) {
         jasper_gpu_model_destroy(g);
