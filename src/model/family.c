@@ -238,14 +238,20 @@ int family_tts_vocoder_dir(const char *name, const char *dir, const family_load_
 int family_tts_vocoder_path(const char *name, const char *dir, const family_params_t *cfg,
                             char *vdir, size_t cap, hark_err_t *err)
 {
-    const char *v = family_param(cfg, "vocoder");
+    return family_model_path(name, dir, cfg, "vocoder", vdir, cap, err);
+}
+
+int family_model_path(const char *name, const char *dir, const family_params_t *cfg,
+                      const char *key, char *out, size_t cap, hark_err_t *err)
+{
+    const char *v = family_param(cfg, key);
     if (!v || !*v)
         return err_set(err, HARK_ERR_INVALID_ARG,
-                       "%s: %s/config.pbtxt names no vocoder (parameters { key: \"vocoder\" value "
+                       "%s: %s/config.pbtxt names no %s (parameters { key: \"%s\" value "
                        "{ string_value: \"NAME\" } })",
-                       name, dir);
+                       name, dir, key, key);
     if (v[0] == '/') {
-        snprintf(vdir, cap, "%s", v);
+        snprintf(out, cap, "%s", v);
         return HARK_OK;
     }
     char parent[4096];
@@ -256,7 +262,7 @@ int family_tts_vocoder_path(const char *name, const char *dir, const family_para
     char *slash = strrchr(parent, '/');
     if (slash)
         *slash = 0;
-    snprintf(vdir, cap, "%s/%s", slash ? (parent[0] ? parent : "/") : ".", v);
+    snprintf(out, cap, "%s/%s", slash ? (parent[0] ? parent : "/") : ".", v);
     return HARK_OK;
 }
 

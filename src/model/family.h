@@ -211,6 +211,11 @@ int family_tts_vocoder_dir(const char *name, const char *dir, const family_load_
  * families that run on a GPU too. */
 int family_tts_vocoder_path(const char *name, const char *dir, const family_params_t *cfg,
                             char *vdir, size_t cap, hark_err_t *err);
+/* The model named by config.pbtxt's parameter `key` (absolute, or relative to the repository:
+ * dir's parent) into out[cap]; HARK_ERR_INVALID_ARG when none is named (`name` prefixes the
+ * message). The vocoder of a TTS model, the endpoint VAD of a streaming recogniser. */
+int family_model_path(const char *name, const char *dir, const family_params_t *cfg,
+                      const char *key, char *out, size_t cap, hark_err_t *err);
 
 typedef struct {
     int max_batch;      /* items in one execute */

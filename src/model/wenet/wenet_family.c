@@ -12,7 +12,12 @@
  * endpoint_silence_after_speech_ms, endpoint_max_utterance_ms, endpoint_blank_threshold: WeNet's
  * three rules, search/ctc_endpoint.h): at an endpoint a stream emits a SEGMENT event with the
  * segment's final result; a continuous stream goes on with a fresh search, one without continuous
- * decoding ends there (its items' results are that segment's final one).
+ * decoding ends there (its items' results are that segment's final one). A fourth rule, the VAD's
+ * (config.pbtxt parameter endpoint_vad_model: a silero_vad model of the repository, or a path;
+ * endpoint_vad_silence_ms, default 500, and endpoint_vad_threshold, default 0.5): with
+ * endpointing on, Silero VAD runs on each stream's audio as it comes (silero-vad's rules, that
+ * silence as min_silence_duration_ms) and a speech segment it closes ends the recogniser's
+ * segment once the encoder has passed its end.
  * Tests: tests/model/wenet/test_wenet_family.c, tests/model/wenet/test_wenet_stream.c,
  * tests/model/wenet/test_wenet_endpoint.c */
 #include "model/family.h"
@@ -22,6 +27,7 @@
 #include "core/npy.h"
 #include "dsp/features.h"
 #include "hark.h"
+#include "model/silero/silero_vad.h"
 #include "model/wenet/wenet_asr.h"
 #include "model/wenet/wenet_stream.h"
 #include "model/wenet/wenet_tools.h"
@@ -51,6 +57,8 @@ struct family_model {
     int gpu_turns; /* config.pbtxt's gpu_turns: instances take turns on the GPU (wenet_asr.h) */
     char kind[96];
     int max_chunk; /* streams: the largest decoding_chunk_size (STREAM_MAX_CHUNK or config's) */
+    silero_vad_t *vad;       /* endpoint_vad_model's network, or NULL */
+    silero_seg_opts_t vad_o; /* its segment rules */
 };
 
 /* one stream (item->stream): its slot of the worker's pool, opened with its first item's opts */
@@ -63,6 +71,8 @@ typedef struct {
     int seg_start_frame; /* encoder frame where the current segment starts */
     int continuous;      /* continuous_decoding of the first item's opts (later items' are not
                             the stream's: a sequence gives its options at START) */
+    silero_vad_stream_t *vad; /* the VAD rule's stream (endpointing with endpoint_vad_model) */
+    long long vad_end;        /* a speech end (samples) the encoder has not reached yet, or -1 */
 } wf_stream_t;
 
 struct family_worker {
@@ -87,6 +97,43 @@ struct family_worker {
 /* ---- load ----------------------------------------------------------------------------------- */
 
 static void wf_unload(family_model_t *m);
+
+/* config.pbtxt's endpoint VAD: its network at the model's rate, its rules */
+static int load_vad_rule(family_model_t *m, const char *dir, const family_params_t *cfg,
+                         hark_err_t *err)
+{
+    if (!family_param(cfg, "endpoint_vad_model"))
+        return HARK_OK;
+    char vdir[4096];
+    int rc = family_model_path("wenet_u2", dir, cfg, "endpoint_vad_model", vdir, sizeof vdir, err);
+    if (rc == HARK_OK && (rc = silero_vad_load(vdir, 0, &m->vad, err)) != HARK_OK)
+        return err_prefix(err, rc, "endpoint_vad_model");
+    int rate = wenet_asr_sample_rate(m->asr);
+    if (rc == HARK_OK && !silero_vad_rate(m->vad, rate))
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "endpoint_vad_model %s: no network for the recogniser's %d Hz", vdir, rate);
+    silero_seg_default_opts(&m->vad_o);
+    m->vad_o.min_silence_duration_ms = 500;
+    int ms = 0;
+    double th = 0;
+    if (rc == HARK_OK) {
+        if ((rc = family_param_int(cfg, "endpoint_vad_silence_ms", 0, 1 << 20, &ms, err)) ==
+            HARK_OK)
+            m->vad_o.min_silence_duration_ms = ms;
+        else if (rc == HARK_ERR_NOT_FOUND)
+            rc = HARK_OK;
+    }
+    if (rc == HARK_OK) {
+        if ((rc = family_param_double(cfg, "endpoint_vad_threshold", &th, err)) == HARK_OK) {
+            if (!(th > 0.0 && th < 1.0))
+                rc = err_set(err, HARK_ERR_INVALID_ARG,
+                             "endpoint_vad_threshold must be in (0, 1) (got %g)", th);
+            m->vad_o.threshold = th;
+        } else if (rc == HARK_ERR_NOT_FOUND)
+            rc = HARK_OK;
+    }
+    return rc == HARK_OK ? rc : err_prefix(err, rc, "config.pbtxt parameters");
+}
 
 static int wf_load(const char *dir, const family_load_opts_t *lo, const family_params_t *cfg,
                    family_model_t **out, hark_err_t *err)
@@ -127,6 +174,10 @@ static int wf_load(const char *dir, const family_load_opts_t *lo, const family_p
         wf_unload(m);
         return err_prefix(err, rc, "config.pbtxt parameters");
     }
+    if ((rc = load_vad_rule(m, dir, cfg, err)) != HARK_OK) {
+        wf_unload(m);
+        return rc;
+    }
     const wenet_config_t *c = wenet_asr_config(m->asr);
     snprintf(m->kind, sizeof m->kind, "wenet_u2 conformer %d blocks%s, %s", c->n_blocks,
              c->decoder == DECODER_BITRANSFORMER ? " + bitransformer decoder"
@@ -142,6 +193,7 @@ static void wf_unload(family_model_t *m)
     if (!m)
         return;
     wenet_asr_destroy(m->asr);
+    silero_vad_destroy(m->vad);
     hark_free(m);
 }
 
@@ -396,6 +448,7 @@ static void wf_stream_close(family_worker_t *w, void *stream)
     if (!ws)
         return;
     wenet_stream_close(ws->s);
+    silero_vad_stream_destroy(ws->vad);
     hark_free(ws);
     w->n_streams--;
 }
@@ -633,6 +686,28 @@ static void segment_ended(const family_model_t *m, family_item_t *it)
     wenet_stream_next_segment(ws->s, &e); /* cannot fail: the stream is open, at an endpoint */
 }
 
+/* The VAD rule after a step: the next speech end the VAD has closed inside the current segment
+ * ends the segment once the encoder's frames cover it (a CTC rule that fired first wins). */
+static void vad_rule(const family_model_t *m, wf_stream_t *ws)
+{
+    if (!ws->vad || ws->ended || wenet_stream_endpoint(ws->s))
+        return;
+    const long long fs = (long long)wenet_asr_frame_ms(m->asr) * wenet_asr_sample_rate(m->asr) / 1000;
+    const long long seg0 = (long long)ws->seg_start_frame * fs;
+    silero_segment_t sg;
+    if (ws->vad_end >= 0 && ws->vad_end <= seg0)
+        ws->vad_end = -1; /* a CTC endpoint passed it */
+    while (ws->vad_end < 0 && silero_vad_stream_pop(ws->vad, &sg, 1) == 1)
+        if (sg.end > seg0)
+            ws->vad_end = sg.end;
+    int rows = 0;
+    wenet_stream_encoder_out(ws->s, &rows);
+    hark_err_t e = {0};
+    if (ws->vad_end >= 0 && (long long)rows * fs >= ws->vad_end &&
+        wenet_stream_set_endpoint(ws->s, WENET_ENDPOINT_VAD, &e) >= 0)
+        ws->vad_end = -1;
+}
+
 /* The stream items (item->stream) of an execute: each one's audio into its stream, then batched
  * steps of every stream with a chunk ready until none is, then per item a PARTIAL and DONE, or
  * the final result with DONE for the last item of a stream. Marks them done. */
@@ -658,12 +733,19 @@ static void run_streams(family_worker_t *w, family_item_t *const *items, int n,
             o.chunk_size = fo->stream_chunk;
             ws->continuous = fo->d.continuous_decoding;
             o.n_threads = w->n_threads;
-            if ((rc = wenet_stream_open(w->pool, &o, &ws->s, &e)))
+            ws->vad_end = -1;
+            if ((rc = wenet_stream_open(w->pool, &o, &ws->s, &e)) ||
+                (m->vad && o.endpointing &&
+                 (rc = silero_vad_stream_create(m->vad, wenet_asr_sample_rate(m->asr), &m->vad_o,
+                                                &ws->vad, &e))))
                 ws->failed = rc;
         }
         if (!rc && it->n > 0 && !ws->ended &&
-            (rc = wenet_stream_accept(ws->s, it->pcm, it->n, &e)) == HARK_OK)
+            (rc = wenet_stream_accept(ws->s, it->pcm, it->n, &e)) == HARK_OK) {
             ws->samples += it->n;
+            if (ws->vad)
+                rc = silero_vad_stream_feed(ws->vad, it->pcm, it->n, &e);
+        }
         if (!rc && it->stream_end)
             rc = wenet_stream_input_done(ws->s, &e);
         if (rc) {
@@ -689,9 +771,11 @@ static void run_streams(family_worker_t *w, family_item_t *const *items, int n,
         hark_err_t e = {0};
         if (!r || wenet_stream_step(w->pool, w->ready, r, &e) != HARK_OK)
             break; /* a failed step failed its streams: their items report it below */
-        for (int q = 0; q < r; q++)
+        for (int q = 0; q < r; q++) {
+            vad_rule(m, items[w->ready_item[q]]->stream);
             if (wenet_stream_endpoint(w->ready[q]))
                 segment_ended(m, items[w->ready_item[q]]);
+        }
     }
     uint64_t t2 = clock_now_ns();
     for (int j = 0; j < k; j++) {

@@ -358,6 +358,19 @@ int wenet_stream_endpoint(const wenet_stream_t *s)
     return s && s->state == SLOT_OPEN ? s->endpoint : 0;
 }
 
+int wenet_stream_set_endpoint(wenet_stream_t *s, int rule, hark_err_t *err)
+{
+    int rc = check_open(s, "stream set_endpoint", err);
+    if (rc)
+        return rc;
+    if (rule < 1)
+        return err_set(err, HARK_ERR_INVALID_ARG, "stream set_endpoint: rule %d", rule);
+    if (s->endpoint || wenet_stream_finished(s) || s->te <= s->seg_start)
+        return 0;
+    s->endpoint = rule;
+    return 1;
+}
+
 int wenet_stream_next_segment(wenet_stream_t *s, hark_err_t *err)
 {
     int rc = check_open(s, "stream next_segment", err);

@@ -90,6 +90,13 @@ int wenet_stream_final(wenet_stream_t *s, wenet_result_t *r, hark_err_t *err);
  * chunk (WeNet checks them only while features go on). HARK_ERR_INVALID_ARG without an
  * endpoint. wenet_stream_segments counts the segments ended so. */
 int wenet_stream_endpoint(const wenet_stream_t *s);
+/* An endpoint found by a rule outside the engine (the wenet_u2 family's VAD rule:
+ * WENET_ENDPOINT_VAD): the segment ends after the frames stepped so far, as if a CTC rule had
+ * fired there. Returns 1 when it took effect, 0 when the stream already has an endpoint, is
+ * finished (no endpoint on the input's last chunk, as for the CTC rules) or has no frame in the
+ * segment yet; HARK_ERR_CLOSED / the earlier failure otherwise. */
+#define WENET_ENDPOINT_VAD 4
+int wenet_stream_set_endpoint(wenet_stream_t *s, int rule, hark_err_t *err);
 int wenet_stream_next_segment(wenet_stream_t *s, hark_err_t *err);
 int wenet_stream_segments(const wenet_stream_t *s);
 

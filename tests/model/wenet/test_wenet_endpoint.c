@@ -8,8 +8,10 @@
 #include "hark.h"
 #include "model/family.h"
 #include "model/wenet/wenet_asr.h"
+#include "model/silero/silero_vad.h"
 #include "model/wenet/wenet_stream.h"
 #include "support/golden_model.h"
+#include "support/golden_silero.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -351,5 +353,154 @@ TEST(wenet_stream_endpoint_family)
     hark_free(pcm);
     f->worker_destroy(w);
     f->unload(m);
+    efx_close(&fx);
+}
+
+/* ---- the VAD rule (config.pbtxt endpoint_vad_model) ---------------------------------------- */
+
+typedef struct {
+    int n_segment, n_done, status;
+    double end_s[MAX_SEG];
+    char error[256];
+} vad_got_t;
+
+static void vad_emit(family_item_t *it, const family_event_t *ev)
+{
+    vad_got_t *g = it->user;
+    if (ev->kind == FAMILY_EV_SEGMENT && g->n_segment < MAX_SEG)
+        g->end_s[g->n_segment++] = ev->seg_end_s;
+    if (ev->kind == FAMILY_EV_DONE) {
+        g->n_done++;
+        g->status = ev->status;
+        if (ev->error)
+            snprintf(g->error, sizeof g->error, "%s", ev->error);
+    }
+}
+
+/* one stream of pcm through the family, 0.64 s per item; the events into g */
+static int vad_stream(test_ctx_t *t, const family_t *f, family_model_t *m, const float *pcm,
+                      size_t n, vad_got_t *g)
+{
+    hark_err_t err = {0};
+    family_worker_opts_t wo = {.max_batch = 1, .max_seconds = 40.0, .max_sequences = 1};
+    family_worker_t *w;
+    if (f->worker_create(m, &wo, &w, &err) != HARK_OK)
+        return test_fail(t, __FILE__, __LINE__, "%s", err.msg), -1;
+    char opts[512], later[512];
+    /* WeNet's CTC rules out of reach: the VAD's is the only one that can fire */
+    family_param_t rp[6] = {{"endpointing", "true"},
+                            {"continuous_decoding", "true"},
+                            {"decoding_method", "ctc_greedy_search"},
+                            {"endpoint_silence_no_speech_ms", "1000000000"},
+                            {"endpoint_silence_after_speech_ms", "1000000000"},
+                            {"endpoint_max_utterance_ms", "1000000000"}};
+    family_params_t rq = {rp, 6}, none = {NULL, 0};
+    void *st = NULL;
+    int rc = f->parse_opts(m, NULL, &rq, opts, &err);
+    if (rc == HARK_OK)
+        rc = f->parse_opts(m, NULL, &none, later, &err);
+    if (rc == HARK_OK)
+        rc = f->stream_open(w, &st, &err);
+    for (size_t at = 0; rc == HARK_OK && at < n;) {
+        size_t k = n - at < 10240 ? n - at : 10240;
+        family_item_t it = {.opts = at ? later : opts, .pcm = pcm + at, .n = k, .emit = vad_emit,
+                            .user = g, .stream = st, .stream_end = at + k == n};
+        family_item_t *list[1] = {&it};
+        at += k;
+        rc = f->execute(w, list, 1, NULL, &err);
+        if (rc == HARK_OK && g->status != HARK_OK)
+            rc = g->status, snprintf(err.msg, sizeof err.msg, "%s", g->error);
+    }
+    f->stream_close(w, st);
+    f->worker_destroy(w);
+    if (rc != HARK_OK)
+        test_fail(t, __FILE__, __LINE__, "%s", err.msg);
+    return rc == HARK_OK ? 0 : -1;
+}
+
+/* jfk, 3 s of silence, LJ001-0002 with WeNet's rules out of reach: without endpoint_vad_model no
+ * endpoint; with the real Silero VAD every SEGMENT ends at one of the speech ends Silero VAD
+ * itself finds in that audio (silero_vad_stream with the same rules), no later than the VAD can
+ * know it (the 0.5 s of silence) plus an item (0.64 s: the VAD hears audio an item at a time) and
+ * a chunk (0.64 s: the encoder's step) after it, each end at most once, one of them in the silence;
+ * bad endpoint_vad_* values fail the load. */
+TEST(wenet_stream_endpoint_vad_rule)
+{
+    efx_t fx;
+    OPEN_EFX(fx);
+    char why[512];
+    const char *vad = golden_silero_model(why, sizeof why);
+    if (!vad) {
+        efx_close(&fx);
+        SKIP(why);
+    }
+    const family_t *f = family_find("wenet_u2");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/m", golden_wenet_model_dir(why, sizeof why));
+    size_t n = fx.jfk.n + 16000 * 3 + fx.lj.n;
+    float *pcm = hark_calloc(n, sizeof(float));
+    CHECK(pcm != NULL);
+    memcpy(pcm, fx.jfk.samples, fx.jfk.n * sizeof(float));
+    memcpy(pcm + n - fx.lj.n, fx.lj.samples, fx.lj.n * sizeof(float));
+    hark_err_t err = {0};
+    family_load_opts_t lo = {.device = -1};
+    family_model_t *m;
+    /* without the VAD: nothing ends the segment */
+    CHECKF(f->load(path, &lo, NULL, &m, &err) == HARK_OK, "%s", err.msg);
+    vad_got_t g0 = {0};
+    CHECK(vad_stream(t, f, m, pcm, n, &g0) == 0);
+    f->unload(m);
+    CHECK_EQ_INT(g0.n_segment, 0);
+    /* with it */
+    family_param_t cp[2] = {{"endpoint_vad_model", vad}, {"endpoint_vad_silence_ms", "500"}};
+    family_params_t cfg = {cp, 2};
+    CHECKF(f->load(path, &lo, &cfg, &m, &err) == HARK_OK, "%s", err.msg);
+    vad_got_t g = {0};
+    CHECK(vad_stream(t, f, m, pcm, n, &g) == 0);
+    f->unload(m);
+    /* Silero VAD's own speech ends on that audio, same rules */
+    silero_vad_t *sv;
+    CHECKF(silero_vad_load(vad, 0, &sv, &err) == HARK_OK, "%s", err.msg);
+    silero_seg_opts_t so;
+    silero_seg_default_opts(&so);
+    so.min_silence_duration_ms = 500;
+    silero_vad_stream_t *vs;
+    CHECK(silero_vad_stream_create(sv, 16000, &so, &vs, &err) == HARK_OK);
+    CHECK(silero_vad_stream_feed(vs, pcm, n, &err) == HARK_OK);
+    CHECK(silero_vad_stream_finish(vs, &err) == HARK_OK);
+    silero_segment_t segs[MAX_SEG];
+    size_t nv = silero_vad_stream_pop(vs, segs, MAX_SEG);
+    silero_vad_stream_destroy(vs);
+    silero_vad_destroy(sv);
+    printf("    %zu VAD segments; %d SEGMENT events at", nv, g.n_segment);
+    for (int i = 0; i < g.n_segment; i++)
+        printf(" %.2f", g.end_s[i]);
+    printf(" s\n");
+    CHECK(g.n_segment >= 1 && (size_t)g.n_segment <= nv);
+    int in_gap = 0, used[MAX_SEG] = {0};
+    double gap0 = (double)fx.jfk.n / 16000, gap1 = gap0 + 3.0;
+    for (int i = 0; i < g.n_segment; i++) {
+        int match = -1;
+        for (size_t k = 0; k < nv && match < 0; k++) {
+            double e = (double)segs[k].end / 16000;
+            if (!used[k] && g.end_s[i] >= e - 1e-9 && g.end_s[i] <= e + 1.78 + 1e-9)
+                match = (int)k;
+        }
+        CHECKF(match >= 0, "SEGMENT %d at %.2f s follows no VAD speech end", i, g.end_s[i]);
+        used[match] = 1;
+        in_gap |= g.end_s[i] > gap0 && g.end_s[i] < gap1;
+    }
+    CHECK(in_gap);
+    static const char *const bad[][2] = {{"endpoint_vad_model", "/nonexistent-vad"},
+                                         {"endpoint_vad_threshold", "1.5"},
+                                         {"endpoint_vad_silence_ms", "-1"}};
+    for (int i = 0; i < 3; i++) {
+        family_param_t bp[2] = {{"endpoint_vad_model", vad}, {bad[i][0], bad[i][1]}};
+        family_params_t bc = {bp, 2};
+        CHECKF(f->load(path, &lo, &bc, &m, &err) != HARK_OK, "%s=%s accepted", bad[i][0],
+               bad[i][1]);
+        CHECKF(strstr(err.msg, bad[i][0]) != NULL, "%s", err.msg);
+    }
+    hark_free(pcm);
     efx_close(&fx);
 }
