@@ -4,15 +4,18 @@
 # thread pinned to the same core, in the same run; windows (32 ms of 16 kHz audio) per second and
 # the ratio. The streams of a size run as one batch (hark: stepped together; ORT: the batch
 # dimension of each call).
-# Usage: bench/silero_vad.sh [seconds=60] [streams=1,8,64]   (from the repository root, after
-#        `make bench`; ONNX Runtime comes from tools/silero_vad_reference.sh's cache)
+# MODES=cpu,gpu adds the GPU kernel (silero_vad_gpu.cu; one launch for all streams, host audio to
+# host probabilities) on the same files, and its ratio to hark's CPU path in the same run.
+# Usage: [MODES=cpu|cpu,gpu] bench/silero_vad.sh [seconds=60] [streams=1,8,64]   (from the
+#        repository root, after `make bench`; ONNX Runtime comes from tools/silero_vad_reference.sh's
+#        cache; MODEL_DIR=a converted model skips the conversion, as on the GPU machine)
 set -euo pipefail
 secs=${1:-60}
 streams=${2:-1,8,64}
 cache=/tmp/hark-test-cache-$(id -u)
 onnx=../shared/data/models/silero-vad/silero_vad.onnx
 wav=../shared/data/audio/en/wav/jfk.wav
-model=$cache/bench-silero_vad
+model=${MODEL_DIR:-$cache/bench-silero_vad}
 [ -f "$model/1/model.safetensors" ] ||
     /usr/bin/python3 tools/convert_silero_vad.py --onnx "$onnx" --output "$model" >/dev/null
 export HARK_ORT_DIR=${HARK_ORT_DIR:-$cache/ort}
@@ -21,7 +24,7 @@ pin=(taskset -c "${core:-0}")
 command -v taskset >/dev/null || pin=()
 out=$(mktemp -d)
 OPENBLAS_NUM_THREADS=1 "${pin[@]}" build/bench/bench_silero_vad "$model" "$wav" "$secs" "$streams" \
-    > "$out/hark.jsonl"
+    "${MODES:-cpu}" > "$out/hark.jsonl"
 if [ -d "$HARK_ORT_DIR/node_modules/onnxruntime-node" ]; then
     "${pin[@]}" node bench/silero_vad_ort.js "$onnx" "$wav" "$secs" "$streams" > "$out/ort.jsonl"
 else
@@ -30,14 +33,21 @@ else
 fi
 /usr/bin/python3 - "$out/hark.jsonl" "$out/ort.jsonl" <<'PYEOF'
 import json, sys
-h = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+h = [r for r in rows if r["impl"] == "hark"]
+g = {r["streams"]: r for r in rows if r["impl"] == "hark-gpu"}
 o = {j["streams"]: j for j in (json.loads(l) for l in open(sys.argv[2]) if l.startswith("{"))}
-print(f"{'streams':>7} {'hark win/s':>11} {'hark RTFx':>10} {'ORT win/s':>10} {'ORT RTFx':>9} {'hark/ORT':>9}")
-for r in h:
-    p = o.get(r["streams"])
-    ratio = f"{r['windows_per_s'] / p['windows_per_s']:8.2f}x" if p else f"{'-':>9}"
-    print(f"{r['streams']:7d} {r['windows_per_s']:11.0f} {r['rtfx']:10.0f} "
+def cell(r, w=11):
+    return f"{r['windows_per_s']:{w}.0f}" if r else f"{'-':>{w}}"
+print(f"{'streams':>7} {'hark win/s':>11} {'hark RTFx':>10} {'ORT win/s':>10} {'ORT RTFx':>9} "
+      f"{'hark/ORT':>9} {'GPU win/s':>11} {'GPU RTFx':>10} {'GPU/hark':>9}")
+for s in sorted({r["streams"] for r in rows}):
+    r = next((x for x in h if x["streams"] == s), None)
+    p, q = o.get(s), g.get(s)
+    ratio = lambda a, b: f"{a['windows_per_s'] / b['windows_per_s']:8.2f}x" if a and b else f"{'-':>9}"
+    print(f"{s:7d} {cell(r)} " + (f"{r['rtfx']:10.0f} " if r else f"{'-':>10} ")
           + (f"{p['windows_per_s']:10.0f} {p['rtfx']:9.0f} " if p else f"{'-':>10} {'-':>9} ")
-          + ratio)
+          + ratio(r, p) + f" {cell(q)} " + (f"{q['rtfx']:10.0f} " if q else f"{'-':>10} ")
+          + ratio(q, r))
 PYEOF
 echo "raw results: $out"

@@ -3,12 +3,13 @@
 # device tool's 64 MiB carry limit together with the tracked tree (about 19 MB) (the machine has
 # CUDA but none of Debian's libraries):
 #   .devrun1/  devlib.tar.xz (the Debian shared libraries build/hark links, from ldd), bin/ (hark,
-#              hark_tests, bench_hgemm, bench_loopback, stripped of debug info), shared/ (the
-#              WeNet golden files the GPU tests read)
+#              hark_tests, bench_hgemm, bench_loopback, bench_silero_vad, stripped of debug
+#              info), shared/ (the WeNet golden files the GPU tests read)
 #   .devrun2/  the converted WeNet golden model (tests/support/golden_model.c's cache)
 #   .devrun3/  shared/: the Jasper J1 and the FastSpeech / HiFi-GAN golden sets without their
-#              checkpoints, and converted/: those checkpoints converted here (HARK_GOLDEN_CONVERTED;
-#              the device has no /usr/bin/python3 with torch to convert with)
+#              checkpoints, the English audio and silero_vad.onnx, and converted/: those
+#              checkpoints and the Silero VAD converted here (HARK_GOLDEN_CONVERTED; the device has
+#              no /usr/bin/python3 with torch or onnx to convert with)
 #   .devp1/ .devp2/ ...  .devrun2, .devrun3 and .ext (the PyTorch peers' sources, when present) as
 #              one tar in 40 MiB parts: too big to travel whole
 #              beside the tree, they go one part per call to a machine kept warm (chain the calls;
@@ -30,7 +31,7 @@ for f in $(ldd build/hark_tests build/hark | awk '/=>/ {print $3}' | sort -u |
     cp -L "$f" .devrun1/devlib/
 done
 (cd .devrun1 && tar cJf devlib.tar.xz devlib && rm -rf devlib)
-for b in hark hark_tests bench/bench_hgemm bench/bench_loopback; do
+for b in hark hark_tests bench/bench_hgemm bench/bench_loopback bench/bench_silero_vad; do
     [ -f build/$b ] && strip --strip-debug -o .devrun1/bin/$(basename $b) build/$b
 done
 src=../shared/$G
@@ -49,7 +50,10 @@ cp -r "$model" .devrun2/m
 # the checkpoints stay here: their conversions travel instead (HARK_GOLDEN_CONVERTED)
 (cd ../shared/data/golden && tar cf - --exclude='*.pt' --exclude='g_0*' jasper tts/README.md \
     tts/fastspeech tts/hifigan_v3 tts/hifigan_v3_real) | tar xf - -C .devrun3/shared/data/golden
-for tag in jasper_j1 fastspeech hifigan_v3 hifigan_v3_real; do
+mkdir -p .devrun3/shared/data/models/silero-vad
+cp ../shared/data/models/silero-vad/silero_vad.onnx .devrun3/shared/data/models/silero-vad/
+cp -r ../shared/data/audio .devrun3/shared/data/
+for tag in jasper_j1 fastspeech hifigan_v3 hifigan_v3_real silero_vad; do
     c=$(ls -td /tmp/hark-test-cache-$(id -u)/$tag-*/m 2>/dev/null | head -1)
     [ -n "$c" ] || { echo "no converted $tag: run make test first" >&2; exit 1; }
     mkdir -p .devrun3/converted/$tag && cp -r "$c" .devrun3/converted/$tag/m

@@ -10,6 +10,7 @@
 #include "core/alloc.h"
 #include "hark.h"
 #include "model/silero/silero_vad.h"
+#include "model/silero/silero_vad_gpu.h"
 #include "ops/ops.h"
 
 #include <cjson/cJSON.h>
@@ -26,13 +27,15 @@ static void vad_usage(FILE *f)
            "                [--min-speech-duration-ms 250] [--max-speech-duration-s S]\n"
            "                [--min-silence-duration-ms 100] [--speech-pad-ms 30]\n"
            "                [--sample-rate auto|16000|8000] [--batch-size 32] [--threads N]\n"
-           "                [--format text|json] FILE...\n\n"
+           "                [--device cpu|cuda:N] [--format text|json] FILE...\n\n"
            "Finds the speech in audio files with a Silero VAD model (tools/convert_silero_vad.py)\n"
            "by silero-vad's get_speech_timestamps rules; the options are its parameters\n"
            "(--neg-threshold: default threshold - 0.15; --max-speech-duration-s: default no\n"
            "limit). --sample-rate auto runs a file at its own rate when the model has a network\n"
            "for it, else resampled to the model's first rate (16000). Up to --batch-size (<= 256) files\n"
-           "are read and run together. Text: one line per segment, FILE START END in seconds.\n"
+           "are read and run together; --device cuda:N runs them on that GPU, 4 s of each file per\n"
+           "step (same probabilities within 1e-5). Text: one line per segment, FILE START END in\n"
+           "seconds.\n"
            "JSON: an array with, per file, file, sample_rate, duration_s, segments [{start,\n"
            "end}] in seconds and probs (one per window of 512 samples at 16 kHz, 256 at 8 kHz).\n");
 }
@@ -161,6 +164,100 @@ static void run_lockstep(const silero_rate_t *r, vad_file_t *g, int *idx, int n)
     free(scratch);
 }
 
+/* the same on the GPU: every file's next GPU_CHUNK windows per step (its state on the device), so
+ * memory is a chunk per file whatever the length */
+#define GPU_CHUNK 125 /* windows: 4 s at 16 kHz */
+static void run_chunks_gpu(silero_vad_gpu_t *gm, const silero_rate_t *r, vad_file_t *g, int *idx,
+                           int n)
+{
+    const size_t W = (size_t)r->window, row = GPU_CHUNK * W;
+    silero_vad_gpu_batch_t *b = NULL;
+    hark_err_t err = {0};
+    int *nw = calloc((size_t)n, sizeof *nw), *live = calloc((size_t)n, sizeof *live);
+    if (!nw || !live || silero_vad_gpu_batch_create(gm, n, GPU_CHUNK, &b, &err) != HARK_OK) {
+        fprintf(stderr, "hark vad: %s\n", err.msg[0] ? err.msg : "out of memory");
+        for (int i = 0; i < n; i++)
+            g[idx[i]].failed = 1;
+        n = 0;
+    }
+    for (int i = 0; i < n; i++)
+        live[i] = 1; /* 1: reading, 2: its last chunk read, 0: ended (segments finished) */
+    int any = n > 0;
+    while (any) {
+        float *in = silero_vad_gpu_batch_input(b);
+        any = 0;
+        for (int i = 0; i < n; i++) { /* streams keep their slots: an ended one runs 0 windows */
+            vad_file_t *f = &g[idx[i]];
+            size_t got = 0, k;
+            nw[i] = 0;
+            if (!live[i])
+                continue;
+            while (got < row) {
+                if (audio_reader_read(f->rd, in + (size_t)i * row + got, row - got, &k, &err)) {
+                    fprintf(stderr, "hark vad: %s\n", err.msg);
+                    f->failed = 1;
+                    break;
+                }
+                if (!k)
+                    break;
+                got += k;
+            }
+            f->n += got;
+            if (f->failed) {
+                live[i] = 0;
+                continue;
+            }
+            nw[i] = (int)((got + W - 1) / W);
+            memset(in + (size_t)i * row + got, 0, ((size_t)nw[i] * W - got) * sizeof(float));
+            if (got < row)
+                live[i] = 2;
+            any = 1;
+        }
+        if (any && silero_vad_gpu_batch_run(b, nw, n, &err) != HARK_OK) {
+            fprintf(stderr, "hark vad: %s\n", err.msg);
+            for (int i = 0; i < n; i++)
+                g[idx[i]].failed = 1;
+            break;
+        }
+        const float *p = any ? silero_vad_gpu_batch_probs(b) : NULL;
+        for (int i = 0; i < n; i++) {
+            vad_file_t *f = &g[idx[i]];
+            if (!live[i])
+                continue;
+            int last = live[i] == 2;
+            if (nw[i] && f->n_win + (size_t)nw[i] > f->cap_win) {
+                size_t cap = f->cap_win ? f->cap_win : 1024;
+                while (cap < f->n_win + (size_t)nw[i])
+                    cap *= 2;
+                float *q = realloc(f->probs, cap * sizeof *q);
+                if (!q) {
+                    f->failed = 1;
+                    live[i] = 0;
+                    continue;
+                }
+                f->probs = q;
+                f->cap_win = cap;
+            }
+            if (nw[i]) {
+                memcpy(f->probs + f->n_win, p + (size_t)i * GPU_CHUNK,
+                       (size_t)nw[i] * sizeof(float));
+                f->n_win += (size_t)nw[i];
+            }
+            if ((nw[i] && silero_seg_stream_push(f->seg, p + (size_t)i * GPU_CHUNK,
+                                                 (size_t)nw[i], &err)) ||
+                (last && silero_seg_stream_finish(f->seg, f->n, &err))) {
+                fprintf(stderr, "hark vad: %s: %s\n", f->path, err.msg);
+                f->failed = 1;
+            }
+            if (last || f->failed)
+                live[i] = 0;
+        }
+    }
+    silero_vad_gpu_batch_destroy(b);
+    free(nw);
+    free(live);
+}
+
 /* the file's segments so far (all of them once finished): malloc'ed, *ns of them */
 static silero_segment_t *take_segments(vad_file_t *f, size_t *ns)
 {
@@ -206,7 +303,7 @@ int cli_vad(int argc, char **argv)
     const char *model = NULL, *format = "text";
     silero_seg_opts_t so;
     silero_seg_default_opts(&so);
-    int want_rate = 0, batch = 32, threads = 0;
+    int want_rate = 0, batch = 32, threads = 0, device = -1; /* -1: the CPU */
     const char **files = calloc((size_t)argc, sizeof *files);
     int nfiles = 0;
     if (!files)
@@ -255,6 +352,20 @@ int cli_vad(int argc, char **argv)
             if (parse_num(a, argv[++i], 1, 256, &v)) /* files open at once */
                 goto usage_err;
             batch = (int)v;
+        } else if (!strcmp(a, "--device") && has) {
+            const char *d = argv[++i];
+            char *e = NULL;
+            if (!strcmp(d, "cpu"))
+                device = -1;
+            else if (!strcmp(d, "cuda"))
+                device = 0;
+            else if (!strncmp(d, "cuda:", 5) && d[5] >= '0' && d[5] <= '9' &&
+                     (device = (int)strtol(d + 5, &e, 10), !*e))
+                ;
+            else {
+                fprintf(stderr, "hark vad: --device must be cpu or cuda:N (got '%s')\n", d);
+                goto usage_err;
+            }
         } else if (!strcmp(a, "--threads") && has) {
             if (parse_num(a, argv[++i], 1, 1024, &v))
                 goto usage_err;
@@ -285,6 +396,19 @@ int cli_vad(int argc, char **argv)
     }
     if (threads)
         ops_set_threads(threads);
+    silero_vad_gpu_t *gpu[4] = {0}; /* per rate, made when a batch at that rate needs it */
+    int rates[4], n_rates = silero_vad_rates(m, rates);
+    if (device >= 0) { /* every network up front: a GPU hark cannot use fails before any output */
+        for (int i = 0; i < n_rates; i++)
+            if (silero_vad_gpu_create(silero_vad_rate(m, rates[i]), device, &gpu[i], &err)) {
+                fprintf(stderr, "hark vad: --device cuda:%d: %s\n", device, err.msg);
+                for (int k = 0; k < i; k++)
+                    silero_vad_gpu_destroy(gpu[k]);
+                silero_vad_destroy(m);
+                free(files);
+                return 1;
+            }
+    }
     int json = !strcmp(format, "json"), failures = 0;
     if (json)
         printf("[");
@@ -314,7 +438,13 @@ int cli_vad(int argc, char **argv)
             for (int k = i; k < gn; k++)
                 if (!g[k].failed && g[k].rate == g[i].rate)
                     idx[bn++] = k;
-            run_lockstep(silero_vad_rate(m, g[i].rate), g, idx, bn);
+            int ri = 0;
+            while (ri < n_rates - 1 && rates[ri] != g[i].rate)
+                ri++;
+            if (device >= 0)
+                run_chunks_gpu(gpu[ri], silero_vad_rate(m, g[i].rate), g, idx, bn);
+            else
+                run_lockstep(silero_vad_rate(m, g[i].rate), g, idx, bn);
         }
         for (int i = 0; i < gn; i++) {
             vad_file_t *f = &g[i];
@@ -357,6 +487,8 @@ int cli_vad(int argc, char **argv)
         printf("\n]\n");
     free(g);
     free(idx);
+    for (int i = 0; i < n_rates; i++)
+        silero_vad_gpu_destroy(gpu[i]);
     silero_vad_destroy(m);
     free(files);
     return failures ? 1 : 0;

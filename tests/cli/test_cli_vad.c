@@ -260,6 +260,66 @@ TEST(cli_vad_errors)
              cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(j, 1), "segments")) >= 1;
     cJSON_Delete(j);
     CHECK(ok);
+    snprintf(cmd, sizeof cmd, "'%s' vad --model '%s' --device tpu '%s'", test_hark_bin(), m, wav);
+    CHECK_EQ_INT(run_cmd(t, cmd, &out), 2);
+    free(out);
+    if (!test_have_gpu()) { /* a GPU that is not there: a clear error before any output */
+        snprintf(cmd, sizeof cmd, "'%s' vad --model '%s' --device cuda:0 '%s'", test_hark_bin(),
+                 m, wav);
+        CHECK_EQ_INT(run_cmd(t, cmd, &out), 1);
+        CHECK(out && !*out);
+        free(out);
+    }
+}
+
+/* --device cuda:0 against the CPU on all the shared audio at both rates, 5 files per batch (so
+ * the GPU's batches hold files of different lengths that end in different chunks): the same
+ * segments, every window's probability within 1e-5 (both FP32; silero_vad_gpu.cu's tests). */
+GPU_TEST(cli_vad_gpu_matches_cpu)
+{
+    if (!test_have_gpu())
+        SKIP("no usable GPU");
+    char why[600];
+    const char *m = golden_silero_model(why, sizeof why);
+    if (!m)
+        SKIP(why);
+    for (int pass = 0; pass < 2; pass++) {
+        const char *rate = pass ? "8000" : "16000";
+        char cmd[4096], *out[2] = {0};
+        for (int dev = 0; dev < 2; dev++) {
+            snprintf(cmd, sizeof cmd,
+                     "'%s' vad --model '%s' --format json --batch-size 5 --sample-rate %s "
+                     "--device %s '%s'/*.wav",
+                     test_hark_bin(), m, rate, dev ? "cuda:0" : "cpu", test_shared("audio/en/wav"));
+            CHECK_EQ_INT(run_cmd(t, cmd, &out[dev]), 0);
+        }
+        cJSON *c = out[0] ? cJSON_Parse(out[0]) : NULL, *g = out[1] ? cJSON_Parse(out[1]) : NULL;
+        free(out[0]);
+        free(out[1]);
+        int n = cJSON_GetArraySize(c), same = n > 0 && n == cJSON_GetArraySize(g);
+        double worst = 0;
+        for (int i = 0; same && i < n; i++) {
+            const cJSON *a = cJSON_GetArrayItem(c, i), *b = cJSON_GetArrayItem(g, i);
+            char *sa = cJSON_PrintUnformatted(cJSON_GetObjectItem(a, "segments"));
+            char *sb = cJSON_PrintUnformatted(cJSON_GetObjectItem(b, "segments"));
+            same = sa && sb && !strcmp(sa, sb);
+            free(sa);
+            free(sb);
+            const cJSON *pa = cJSON_GetObjectItem(a, "probs"), *pb = cJSON_GetObjectItem(b, "probs");
+            same = same && cJSON_GetArraySize(pa) == cJSON_GetArraySize(pb);
+            for (int k = 0; same && k < cJSON_GetArraySize(pa); k++) {
+                double d = fabs(cJSON_GetArrayItem(pa, k)->valuedouble -
+                                cJSON_GetArrayItem(pb, k)->valuedouble);
+                worst = d > worst ? d : worst;
+            }
+        }
+        cJSON_Delete(c);
+        cJSON_Delete(g);
+        fprintf(stderr, "hark vad --device cuda:0 at %s Hz: %d files, max |gpu - cpu| %.3g\n",
+                rate, n, worst);
+        CHECK(same);
+        CHECK(worst <= 1e-5);
+    }
 }
 
 /* `hark inspect` on a Silero VAD: both networks, and the parameter total of the file */
