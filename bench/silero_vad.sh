@@ -13,8 +13,8 @@ set -euo pipefail
 secs=${1:-60}
 streams=${2:-1,8,64}
 cache=/tmp/hark-test-cache-$(id -u)
-onnx=../shared/data/models/silero-vad/silero_vad.onnx
-wav=../shared/data/audio/en/wav/jfk.wav
+onnx=${ONNX:-../shared/data/models/silero-vad/silero_vad.onnx}
+wav=${WAV:-../shared/data/audio/en/wav/jfk.wav}
 model=${MODEL_DIR:-$cache/bench-silero_vad}
 [ -f "$model/1/model.safetensors" ] ||
     /usr/bin/python3 tools/convert_silero_vad.py --onnx "$onnx" --output "$model" >/dev/null

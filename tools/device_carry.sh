@@ -2,7 +2,7 @@
 # Packs what a GPU run on the lent device machine needs into git-ignored folders, each under the
 # device tool's 64 MiB carry limit together with the tracked tree (about 19 MB) (the machine has
 # CUDA but none of Debian's libraries):
-#   .devrun1/  devlib.tar.xz (the Debian shared libraries build/hark links, from ldd), bin/ (hark,
+#   .devrun1/  devlib.tar.xz (the Debian shared libraries build/hark links, from ldd), bin.tar.xz (hark,
 #              hark_tests, bench_hgemm, bench_loopback, bench_silero_vad, stripped of debug
 #              info), shared/ (the WeNet golden files the GPU tests read)
 #   .devrun2/  the converted WeNet golden model (tests/support/golden_model.c's cache)
@@ -34,6 +34,7 @@ done
 for b in hark hark_tests bench/bench_hgemm bench/bench_loopback bench/bench_silero_vad; do
     [ -f build/$b ] && strip --strip-debug -o .devrun1/bin/$(basename $b) build/$b
 done
+(cd .devrun1 && tar cJf bin.tar.xz bin && rm -rf bin) # xz: the carry limit counts the tree too
 src=../shared/$G
 cp "$src/results.json" .devrun1/shared/$G/
 cp -r "$src/wavs" .devrun1/shared/$G/

@@ -89,6 +89,7 @@ __global__ void __launch_bounds__(SILERO_GPU_THREADS)
         for (int o = warp; o < 2 * nb; o += nwarp) {
             float acc[S][TM] = {};
             const float *b = net.basis + (size_t)o * nf;
+#pragma unroll 4
             for (int k = lane; k < nf; k += 32) {
                 float wv = __ldg(b + k);
 #pragma unroll
@@ -127,6 +128,7 @@ __global__ void __launch_bounds__(SILERO_GPU_THREADS)
                 float acc[S][TM] = {};
                 const float *wr = net.conv_w[l] + (size_t)o * 3 * ci;
                 for (int j = 0; j < 3; j++)
+#pragma unroll 4
                     for (int c = lane; c < ci; c += 32) {
                         float wv = __ldg(wr + j * ci + c);
 #pragma unroll
@@ -156,6 +158,7 @@ __global__ void __launch_bounds__(SILERO_GPU_THREADS)
         for (int g = warp; g < 4 * H; g += nwarp) {
             float acc[S] = {};
             const float *wi = net.w_ih + (size_t)g * H, *wh = net.w_hh + (size_t)g * H;
+#pragma unroll 4
             for (int k = lane; k < H; k += 32) {
                 float a = __ldg(wi + k), b = __ldg(wh + k);
 #pragma unroll

@@ -30,7 +30,9 @@ extern "C" {
 #endif
 
 #define SILERO_GPU_STREAMS 4   /* streams per thread block */
-#define SILERO_GPU_THREADS 256 /* threads per block */
+#ifndef SILERO_GPU_THREADS
+#define SILERO_GPU_THREADS 512 /* threads per block: 16 warps, each a row at a time */
+#endif
 #define SILERO_GPU_MAX_FRAMES 4
 
 /* One rate's network on the device: silero_rate_t's sizes and device pointers to its weights,
