@@ -294,6 +294,43 @@ static int get_u64(const cJSON *v, uint64_t *out)
     return 0;
 }
 
+/* Triton's shared memory parameters of an input or output (`params` may be NULL): *region NULL
+ * when there are none; else the region's name, the byte size (required) and the offset (0 when
+ * absent). HARK_OK or HARK_ERR_INVALID_ARG naming the parameter. */
+static int shm_params(const cJSON *params, const char *what, const char *nm, const char **region,
+                      uint64_t *offset, uint64_t *size, hark_err_t *err)
+{
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(params, "shared_memory_region");
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(params, "shared_memory_offset");
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(params, "shared_memory_byte_size");
+    *region = NULL;
+    *offset = *size = 0;
+    if (!r) {
+        if (o || b)
+            return bad(err,
+                       "%s '%s': parameters.shared_memory_%s without "
+                       "parameters.shared_memory_region",
+                       what, nm, o ? "offset" : "byte_size");
+        return HARK_OK;
+    }
+    if (!cJSON_IsString(r) || !r->valuestring[0])
+        return bad(err, "%s '%s': parameters.shared_memory_region must be a non-empty string", what,
+                   nm);
+    if (!b)
+        return bad(err,
+                   "%s '%s': parameters.shared_memory_region needs "
+                   "parameters.shared_memory_byte_size",
+                   what, nm);
+    if (get_u64(b, size))
+        return bad(err, "%s '%s': parameters.shared_memory_byte_size must be a non-negative integer",
+                   what, nm);
+    if (o && get_u64(o, offset))
+        return bad(err, "%s '%s': parameters.shared_memory_offset must be a non-negative integer",
+                   what, nm);
+    *region = r->valuestring;
+    return HARK_OK;
+}
+
 /* One entry of inputs[] (request) or outputs[] (response). */
 static int parse_tensor(tctx_t *c, const cJSON *j, int idx, kserve_tensor_t *t)
 {
@@ -345,13 +382,22 @@ static int parse_tensor(tctx_t *c, const cJSON *j, int idx, kserve_tensor_t *t)
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(j, "parameters");
     if (params && !cJSON_IsObject(params))
         return bad(c->err, "%s '%s': 'parameters' must be an object", c->what, nm);
-    if (cJSON_GetObjectItemCaseSensitive(params, "shared_memory_region"))
-        return err_set(c->err, HARK_ERR_UNSUPPORTED,
-                       "%s '%s': shared memory is not supported by hark; send the data in the "
-                       "request",
-                       c->what, nm);
     const cJSON *bds = cJSON_GetObjectItemCaseSensitive(params, "binary_data_size");
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(j, "data");
+    int rc = shm_params(params, c->what, nm, &t->shm_region, &t->shm_offset, &t->shm_byte_size,
+                        c->err);
+    if (rc)
+        return rc;
+    if (t->shm_region) {
+        if (data || bds)
+            return bad(c->err,
+                       "%s '%s' must set only one of 'data', parameters.binary_data_size and "
+                       "parameters.shared_memory_region",
+                       c->what, nm);
+        t->data = NULL; /* read from the region by the service */
+        t->size = 0;
+        return HARK_OK;
+    }
     if (bds && data)
         return bad(c->err, "%s '%s' has both 'data' and parameters.binary_data_size", c->what, nm);
     if (bds) {
@@ -434,7 +480,7 @@ static int parse_tensor(tctx_t *c, const cJSON *j, int idx, kserve_tensor_t *t)
     if (!out)
         return nomem(c->err);
     fill_t f = {t->dtype, out, 0, 0, nm, c};
-    int rc = cJSON_IsArray(data) ? fill_rec(&f, data) : fill_one(&f, data);
+    rc = cJSON_IsArray(data) ? fill_rec(&f, data) : fill_one(&f, data);
     if (rc)
         return rc;
     t->data = out;
@@ -600,9 +646,9 @@ static int parse_request_impl(const uint8_t *body, size_t body_len, size_t heade
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(e, "parameters");
         if (p && !cJSON_IsObject(p))
             return bad(err, "output '%s': 'parameters' must be an object", o->name);
-        if (cJSON_GetObjectItemCaseSensitive(p, "shared_memory_region"))
-            return err_set(err, HARK_ERR_UNSUPPORTED,
-                           "output '%s': shared memory is not supported by hark", o->name);
+        if ((rc = shm_params(p, "output", o->name, &o->shm_region, &o->shm_offset,
+                             &o->shm_byte_size, err)))
+            return rc;
         const cJSON *cc = cJSON_GetObjectItemCaseSensitive(p, "classification");
         if (cc && !(cJSON_IsNumber(cc) && cc->valuedouble == 0))
             return err_set(err, HARK_ERR_UNSUPPORTED,
@@ -615,6 +661,11 @@ static int parse_request_impl(const uint8_t *body, size_t body_len, size_t heade
                            o->name);
             o->binary_data = cJSON_IsTrue(bd);
         }
+        if (o->shm_region && o->binary_data == 1)
+            return bad(err,
+                       "output '%s' cannot set both parameters.shared_memory_region and "
+                       "binary_data: true",
+                       o->name);
         r->n_outputs = ++i;
     }
     return HARK_OK;
@@ -1021,7 +1072,7 @@ int kserve_build_response(const kserve_request_t *req, const char *model_name,
                 rc = bad(err, "unknown output '%s' requested", r->name);
                 goto done;
             }
-            bin[i] = r->binary_data >= 0 ? r->binary_data : dflt;
+            bin[i] = r->shm_region ? 0 : r->binary_data >= 0 ? r->binary_data : dflt;
         } else {
             sel[i] = &outs[i];
             bin[i] = dflt;
@@ -1048,7 +1099,15 @@ int kserve_build_response(const kserve_request_t *req, const char *model_name,
         for (int k = 0; k < o->ndim; k++)
             sb_printf(&b, k ? ",%" PRId64 : "%" PRId64, o->shape[k]);
         sb_put(&b, "]", 1);
-        if (bin[i]) {
+        const kserve_output_req_t *rq = req && req->n_outputs ? &req->outputs[i] : NULL;
+        if (rq && rq->shm_region) { /* the data went into the client's region */
+            sb_put(&b, ",\"parameters\":{\"shared_memory_region\":", 38);
+            sb_json_string(&b, (const uint8_t *)rq->shm_region, strlen(rq->shm_region));
+            sb_printf(&b, ",\"shared_memory_byte_size\":%" PRIu64, rq->shm_written);
+            if (rq->shm_offset)
+                sb_printf(&b, ",\"shared_memory_offset\":%" PRIu64, rq->shm_offset);
+            sb_put(&b, "}}", 2);
+        } else if (bin[i]) {
             sb_printf(&b, ",\"parameters\":{\"binary_data_size\":%zu}}", o->size);
             blobs += o->size;
             resp->binary = 1;

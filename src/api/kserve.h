@@ -62,11 +62,21 @@ typedef struct {
     const uint8_t *data;
     size_t size;
     int binary; /* 1: came as a binary blob after the JSON header; 0: from JSON `data` */
+    /* Triton's shared memory extension: shm_region non-NULL when the tensor lies in a registered
+     * region (parameters shared_memory_region, shared_memory_offset, shared_memory_byte_size);
+     * then data is NULL and size 0 until the service reads it (service_infer). */
+    const char *shm_region;
+    uint64_t shm_offset, shm_byte_size;
 } kserve_tensor_t;
 
 typedef struct {
     const char *name;
     int binary_data; /* -1: not given (use the request's binary_data_output), 0, 1 */
+    /* shared memory: the output is written into this region (NULL: none) at shm_offset, at most
+     * shm_byte_size bytes; shm_written says how many went there (set by the service before the
+     * response is built, which then names the region instead of carrying the data) */
+    const char *shm_region;
+    uint64_t shm_offset, shm_byte_size, shm_written;
 } kserve_output_req_t;
 
 typedef struct {
@@ -107,7 +117,10 @@ int kserve_parse_header_length(const char *value, size_t n, size_t body_len, siz
  * shape × datatype (JSON `data` nested or flat; BYTES elements well-formed), binary blobs in the
  * order of inputs[] consuming the rest of the body exactly. Returns HARK_OK, or
  * HARK_ERR_INVALID_ARG (malformed: the HTTP layer answers 400 {"error": err->msg}),
- * HARK_ERR_UNSUPPORTED (shared memory, classification: 400 too), HARK_ERR_NOMEM.
+ * HARK_ERR_UNSUPPORTED (classification: 400 too), HARK_ERR_NOMEM. Inputs and outputs in shared
+ * memory are taken (their parameters checked: a region name, byte size and optional offset, and
+ * neither data nor binary data nor binary_data: true beside them); reading and writing the
+ * regions is the service's.
  * On failure *req holds nothing to free (kserve_request_free is still harmless). */
 int kserve_parse_request(const uint8_t *body, size_t body_len, size_t header_len,
                          kserve_request_t *req, hark_err_t *err);
@@ -162,7 +175,10 @@ typedef struct {
  * When the request lists outputs, exactly those are returned in that order (an unknown name is
  * an HARK_ERR_INVALID_ARG error naming it); else all of `outs`. An output is binary when its
  * request entry says binary_data: true, or when it says nothing and the request has
- * binary_data_output: true — BYTES included (WeNet's client needs bytes, not str). JSON `data`
+ * binary_data_output: true — BYTES included (WeNet's client needs bytes, not str). An output the
+ * request put in shared memory carries "parameters": {"shared_memory_region",
+ * "shared_memory_byte_size" (the bytes written), "shared_memory_offset" (when not 0)} and no
+ * data. JSON `data`
  * is flat; BYTES elements that are not UTF-8 have the bad bytes replaced by U+FFFD. The shape ×
  * datatype must match `size` (checked: HARK_ERR_INTERNAL names the output). */
 int kserve_build_response(const kserve_request_t *req, const char *model_name,

@@ -16,6 +16,7 @@
 #include "server/access.h"
 #include "server/server.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -35,6 +36,14 @@ typedef enum {
     RPC_REPOSITORY_INDEX,
     RPC_REPOSITORY_LOAD,
     RPC_REPOSITORY_UNLOAD,
+    RPC_SHM_STATUS,
+    RPC_SHM_REGISTER,
+    RPC_SHM_UNREGISTER,
+    RPC_CUDA_SHM_STATUS,
+    RPC_CUDA_SHM_REGISTER,
+    RPC_CUDA_SHM_UNREGISTER,
+    RPC_TRACE_SETTING,
+    RPC_LOG_SETTINGS,
 } rpc_t;
 
 /* each RPC with its request message and its restricted-API group (Triton's mapping) */
@@ -64,6 +73,20 @@ static const struct {
      &inference__repository_model_load_request__descriptor, API_MODEL_REPOSITORY},
     {"RepositoryModelUnload", RPC_REPOSITORY_UNLOAD,
      &inference__repository_model_unload_request__descriptor, API_MODEL_REPOSITORY},
+    {"SystemSharedMemoryStatus", RPC_SHM_STATUS,
+     &inference__system_shared_memory_status_request__descriptor, API_SHARED_MEMORY},
+    {"SystemSharedMemoryRegister", RPC_SHM_REGISTER,
+     &inference__system_shared_memory_register_request__descriptor, API_SHARED_MEMORY},
+    {"SystemSharedMemoryUnregister", RPC_SHM_UNREGISTER,
+     &inference__system_shared_memory_unregister_request__descriptor, API_SHARED_MEMORY},
+    {"CudaSharedMemoryStatus", RPC_CUDA_SHM_STATUS,
+     &inference__cuda_shared_memory_status_request__descriptor, API_SHARED_MEMORY},
+    {"CudaSharedMemoryRegister", RPC_CUDA_SHM_REGISTER,
+     &inference__cuda_shared_memory_register_request__descriptor, API_SHARED_MEMORY},
+    {"CudaSharedMemoryUnregister", RPC_CUDA_SHM_UNREGISTER,
+     &inference__cuda_shared_memory_unregister_request__descriptor, API_SHARED_MEMORY},
+    {"TraceSetting", RPC_TRACE_SETTING, &inference__trace_setting_request__descriptor, API_TRACE},
+    {"LogSettings", RPC_LOG_SETTINGS, &inference__log_settings_request__descriptor, API_LOGGING},
 };
 
 struct kserve_grpc {
@@ -409,6 +432,71 @@ static void handle_unary(call_t *c, const uint8_t *msg, size_t len)
         }
         atomic_fetch_add(&c->refs, 1);
         service_repository_load(s, q->model_name, c->rpc == RPC_REPOSITORY_LOAD, load_done, c);
+        break;
+    }
+    case RPC_SHM_STATUS:
+    case RPC_CUDA_SHM_STATUS: {
+        /* both requests: name = 1 */
+        Inference__SystemSharedMemoryStatusRequest *q =
+            (Inference__SystemSharedMemoryStatusRequest *)m;
+        const char *name = str_or_empty(q->name);
+        int rc;
+        if (c->rpc == RPC_SHM_STATUS) {
+            rc = service_shm_status(s, name, &json, &err);
+        } else if (name[0]) {
+            rc = err_set(&err, HARK_ERR_NOT_FOUND,
+                         "Unable to find cuda shared memory region: '%.200s' (%s)", name,
+                         SERVICE_NO_CUDA_SHM);
+        } else {
+            rc = (json = hark_strdup("[]")) ? HARK_OK : err_set(&err, HARK_ERR_NOMEM, "oom");
+        }
+        answer_json(c, c->rpc == RPC_SHM_STATUS ? KSERVE_GRPC_SHM_STATUS
+                                                : KSERVE_GRPC_CUDA_SHM_STATUS,
+                    rc, json, &err);
+        break;
+    }
+    case RPC_SHM_REGISTER: {
+        Inference__SystemSharedMemoryRegisterRequest *q =
+            (Inference__SystemSharedMemoryRegisterRequest *)m;
+        int rc = service_shm_register(s, str_or_empty(q->name), str_or_empty(q->key), q->offset,
+                                      q->byte_size, &err);
+        Inference__SystemSharedMemoryRegisterResponse r =
+            INFERENCE__SYSTEM_SHARED_MEMORY_REGISTER_RESPONSE__INIT;
+        if (rc)
+            answer(c, rc, err.msg, NULL, 0);
+        else
+            answer_pb(c, &r.base);
+        break;
+    }
+    case RPC_SHM_UNREGISTER:
+    case RPC_CUDA_SHM_UNREGISTER: {
+        /* both requests: name = 1; both responses empty */
+        Inference__SystemSharedMemoryUnregisterRequest *q =
+            (Inference__SystemSharedMemoryUnregisterRequest *)m;
+        if (c->rpc == RPC_SHM_UNREGISTER)
+            service_shm_unregister(s, str_or_empty(q->name));
+        Inference__SystemSharedMemoryUnregisterResponse r =
+            INFERENCE__SYSTEM_SHARED_MEMORY_UNREGISTER_RESPONSE__INIT;
+        answer_pb(c, &r.base);
+        break;
+    }
+    case RPC_CUDA_SHM_REGISTER:
+        answer(c, HARK_ERR_UNSUPPORTED, SERVICE_NO_CUDA_SHM, NULL, 0);
+        break;
+    case RPC_TRACE_SETTING:
+    case RPC_LOG_SETTINGS: {
+        struct cJSON *upd = NULL;
+        int rc, trace = c->rpc == RPC_TRACE_SETTING;
+        if (trace) {
+            Inference__TraceSettingRequest *q = (Inference__TraceSettingRequest *)m;
+            if (!(rc = kserve_grpc_trace_update(q, &upd, &err)))
+                rc = service_trace_settings(s, str_or_empty(q->model_name), upd, &json, &err);
+        } else if (!(rc = kserve_grpc_log_update((Inference__LogSettingsRequest *)m, &upd, &err))) {
+            rc = service_log_settings(s, upd, &json, &err);
+        }
+        cJSON_Delete(upd);
+        answer_json(c, trace ? KSERVE_GRPC_TRACE_SETTING : KSERVE_GRPC_LOG_SETTINGS, rc, json,
+                    &err);
         break;
     }
     default:

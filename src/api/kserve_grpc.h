@@ -69,8 +69,11 @@ uint8_t *grpc_frame_pack(const struct ProtobufCMessage *m, size_t *len);
  * raw_input_contents (one per input, in order) or from each input's typed `contents`; parameters
  * (bool/int64/uint64/double/string) into a JSON object that kserve_request_finish_params reads
  * (sequence_id, sequence_start/end, priority, timeout, decoding parameters); requested output
- * names. Validates shapes, datatypes and sizes. HARK_OK, HARK_ERR_INVALID_ARG naming the input,
- * HARK_ERR_UNSUPPORTED (shared memory), HARK_ERR_NOMEM. On failure *req holds nothing. */
+ * names. Inputs and outputs in shared memory (Triton's shared_memory_region, _offset, _byte_size
+ * parameters) are taken with their regions named (raw_input_contents then hold the other inputs
+ * only, in order); the service reads and writes the regions. Validates shapes, datatypes and
+ * sizes. HARK_OK, HARK_ERR_INVALID_ARG naming the input, HARK_ERR_NOMEM. On failure *req holds
+ * nothing. */
 int kserve_grpc_request_from_pb(const struct Inference__ModelInferRequest *pb,
                                 kserve_request_t *req, hark_err_t *err);
 
@@ -84,7 +87,9 @@ typedef struct {
 } kserve_grpc_infer_answer_t;
 
 /* A framed ModelInferResponse (or ModelStreamInferResponse) holding every output as raw
- * contents, outputs[i] paired with raw_output_contents[i] (BYTES as 4-byte LE length + bytes).
+ * contents, outputs[i] paired with raw_output_contents[i] (BYTES as 4-byte LE length + bytes);
+ * an output the request put in shared memory has empty contents and the parameters
+ * shared_memory_region, shared_memory_byte_size (the bytes written) and shared_memory_offset.
  * HARK_OK; HARK_ERR_INVALID_ARG (an unknown requested output); HARK_ERR_NOMEM. */
 int kserve_grpc_infer_frame(const kserve_grpc_infer_answer_t *a, uint8_t **frame, size_t *len,
                             hark_err_t *err);
@@ -109,9 +114,26 @@ typedef enum {
     KSERVE_GRPC_MODEL_CONFIG,
     KSERVE_GRPC_MODEL_STATS,
     KSERVE_GRPC_REPOSITORY_INDEX,
+    KSERVE_GRPC_LOG_SETTINGS,    /* {"log_info": true, ...} → LogSettingsResponse */
+    KSERVE_GRPC_TRACE_SETTING,   /* {"trace_level": [...], "trace_rate": "1", ...} */
+    KSERVE_GRPC_SHM_STATUS,      /* [{"name", "key", "offset", "byte_size"}] → regions by name */
+    KSERVE_GRPC_CUDA_SHM_STATUS, /* [{"name", "device_id", "byte_size"}] */
 } kserve_grpc_doc_t;
 int kserve_grpc_json_frame(kserve_grpc_doc_t kind, const char *json, uint8_t **frame, size_t *len,
                            hark_err_t *err);
+
+/* The settings of a LogSettingsRequest / TraceSettingRequest as the JSON update the service
+ * takes (service_log_settings, service_trace_settings): log values as JSON booleans, numbers,
+ * strings (no value: null); trace values as strings, trace_level as an array, no value: null
+ * (clear). *update NULL when the request sets nothing (a query); else the caller's to
+ * cJSON_Delete. HARK_OK, HARK_ERR_INVALID_ARG (several values for a one-value trace setting),
+ * HARK_ERR_NOMEM. */
+struct Inference__LogSettingsRequest;
+struct Inference__TraceSettingRequest;
+int kserve_grpc_log_update(const struct Inference__LogSettingsRequest *q, struct cJSON **update,
+                           hark_err_t *err);
+int kserve_grpc_trace_update(const struct Inference__TraceSettingRequest *q,
+                             struct cJSON **update, hark_err_t *err);
 
 /* ---- client side -------------------------------------------------------------------------- */
 /* An HTTP infer body (as kserve_build_request makes it: JSON header + binary blobs) as a

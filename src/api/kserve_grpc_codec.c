@@ -306,13 +306,58 @@ static int contents_to_raw(const Inference__InferTensorContents *c, kserve_tenso
     return HARK_OK;
 }
 
-static int has_shm_param(Inference__ModelInferRequest__InferInputTensor__ParametersEntry **p,
-                         size_t n)
+/* the value of parameter `name` in a parameters map (entries of any of the generated map types),
+ * the last one given; NULL when absent */
+#define FIND_PARAM(list, n, name, out)                                                             \
+    do {                                                                                           \
+        (out) = NULL;                                                                              \
+        for (size_t k_ = 0; k_ < (n); k_++)                                                        \
+            if ((list)[k_] && (list)[k_]->key && !strcmp((list)[k_]->key, (name)))                 \
+                (out) = (list)[k_]->value;                                                         \
+    } while (0)
+
+static int pb_u64(const Inference__InferParameter *p, uint64_t *v)
 {
-    for (size_t i = 0; i < n; i++)
-        if (p[i] && p[i]->key && !strncmp(p[i]->key, "shared_memory", 13))
-            return 1;
-    return 0;
+    if (p && p->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM &&
+        p->int64_param >= 0) {
+        *v = (uint64_t)p->int64_param;
+        return 0;
+    }
+    if (p && p->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM) {
+        *v = p->uint64_param;
+        return 0;
+    }
+    return -1;
+}
+
+/* Triton's shared memory parameters of an input or output (as kserve.c reads them from JSON):
+ * *region NULL when there are none */
+static int shm_from_pb(const Inference__InferParameter *r, const Inference__InferParameter *o,
+                       const Inference__InferParameter *b, const char *what, const char *nm,
+                       const char **region, uint64_t *offset, uint64_t *size, hark_err_t *err)
+{
+    *region = NULL;
+    *offset = *size = 0;
+    if (!r) {
+        if (o || b)
+            return bad(err, "%s '%s': shared_memory_%s without shared_memory_region", what, nm,
+                       o ? "offset" : "byte_size");
+        return HARK_OK;
+    }
+    if (r->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM ||
+        !r->string_param || !r->string_param[0])
+        return bad(err, "%s '%s': shared_memory_region must be a non-empty string_param", what,
+                   nm);
+    if (!b)
+        return bad(err, "%s '%s': shared_memory_region needs shared_memory_byte_size", what, nm);
+    if (pb_u64(b, size))
+        return bad(err, "%s '%s': shared_memory_byte_size must be a non-negative int64_param",
+                   what, nm);
+    if (o && pb_u64(o, offset))
+        return bad(err, "%s '%s': shared_memory_offset must be a non-negative int64_param", what,
+                   nm);
+    *region = r->string_param;
+    return HARK_OK;
 }
 
 static int request_from_pb(const Inference__ModelInferRequest *pb, kserve_request_t *r,
@@ -359,10 +404,19 @@ static int request_from_pb(const Inference__ModelInferRequest *pb, kserve_reques
             r->sequence_id = e->value->uint64_param;
     }
     r->binary_data_output = 1; /* gRPC outputs are always raw */
-    size_t n = pb->n_inputs;
-    if (pb->n_raw_input_contents && pb->n_raw_input_contents != n)
-        return bad(err, "%zu raw_input_contents for %zu inputs (one per input, in order)",
-                   pb->n_raw_input_contents, n);
+    size_t n = pb->n_inputs, n_shm = 0, raw_at = 0;
+    for (size_t i = 0; i < n; i++) {
+        const Inference__InferParameter *reg = NULL;
+        if (pb->inputs[i])
+            FIND_PARAM(pb->inputs[i]->parameters, pb->inputs[i]->n_parameters,
+                       "shared_memory_region", reg);
+        n_shm += reg != NULL;
+    }
+    if (pb->n_raw_input_contents && pb->n_raw_input_contents != n - n_shm)
+        return bad(err,
+                   "%zu raw_input_contents for %zu inputs not in shared memory (one per input, "
+                   "in order)",
+                   pb->n_raw_input_contents, n - n_shm);
     if (n > 100000)
         return bad(err, "too many inputs (%zu)", n);
     r->inputs = arena_calloc(&r->arena, n ? n : 1, sizeof *r->inputs);
@@ -377,11 +431,13 @@ static int request_from_pb(const Inference__ModelInferRequest *pb, kserve_reques
         for (size_t j = 0; j < i; j++)
             if (!strcmp(r->inputs[j].name, t->name))
                 return bad(err, "input '%s' is given twice", t->name);
-        if (has_shm_param(in->parameters, in->n_parameters))
-            return err_set(err, HARK_ERR_UNSUPPORTED,
-                           "input '%s': shared memory is not supported by hark; send the data in "
-                           "raw_input_contents",
-                           t->name);
+        const Inference__InferParameter *pr, *po, *pbs;
+        FIND_PARAM(in->parameters, in->n_parameters, "shared_memory_region", pr);
+        FIND_PARAM(in->parameters, in->n_parameters, "shared_memory_offset", po);
+        FIND_PARAM(in->parameters, in->n_parameters, "shared_memory_byte_size", pbs);
+        if ((rc = shm_from_pb(pr, po, pbs, "input", t->name, &t->shm_region, &t->shm_offset,
+                              &t->shm_byte_size, err)))
+            return rc;
         t->dtype = kserve_dtype_parse(in->datatype ? in->datatype : "");
         if (t->dtype == KSERVE_INVALID)
             return bad(
@@ -404,11 +460,19 @@ static int request_from_pb(const Inference__ModelInferRequest *pb, kserve_reques
             t->count *= d;
         }
         t->binary = 1;
+        if (t->shm_region) {
+            if (in->contents)
+                return bad(err, "unexpected 'contents' for input '%s' in shared memory", t->name);
+            t->data = NULL; /* read from the region by the service */
+            t->size = 0;
+            r->n_inputs = (int)i + 1;
+            continue;
+        }
         if (pb->n_raw_input_contents) {
             if (in->contents)
                 return bad(err, "input '%s' has both contents and raw_input_contents", t->name);
-            t->data = pb->raw_input_contents[i].data;
-            t->size = pb->raw_input_contents[i].len;
+            t->data = pb->raw_input_contents[raw_at].data;
+            t->size = pb->raw_input_contents[raw_at++].len;
             if (!t->data)
                 t->data = (const uint8_t *)"";
         } else if (in->contents) {
@@ -438,11 +502,14 @@ static int request_from_pb(const Inference__ModelInferRequest *pb, kserve_reques
         for (size_t j = 0; j < i; j++)
             if (!strcmp(r->outputs[j].name, o->name))
                 return bad(err, "output '%s' is requested twice", o->name);
-        for (size_t k = 0; k < o->n_parameters; k++)
-            if (o->parameters[k] && o->parameters[k]->key &&
-                !strncmp(o->parameters[k]->key, "shared_memory", 13))
-                return err_set(err, HARK_ERR_UNSUPPORTED,
-                               "output '%s': shared memory is not supported by hark", o->name);
+        const Inference__InferParameter *pr, *po, *pbs;
+        FIND_PARAM(o->parameters, o->n_parameters, "shared_memory_region", pr);
+        FIND_PARAM(o->parameters, o->n_parameters, "shared_memory_offset", po);
+        FIND_PARAM(o->parameters, o->n_parameters, "shared_memory_byte_size", pbs);
+        kserve_output_req_t *q = &r->outputs[i];
+        if ((rc = shm_from_pb(pr, po, pbs, "output", o->name, &q->shm_region, &q->shm_offset,
+                              &q->shm_byte_size, err)))
+            return rc;
         r->outputs[i].name = o->name;
         r->outputs[i].binary_data = 1;
         r->n_outputs = (int)i + 1;
@@ -471,6 +538,9 @@ int kserve_grpc_infer_frame(const kserve_grpc_infer_answer_t *a, uint8_t **frame
     const kserve_output_t **sel = NULL;
     Inference__ModelInferResponse__InferOutputTensor *ot = NULL, **otp = NULL;
     ProtobufCBinaryData *raw = NULL;
+    /* an output in shared memory: its parameters (region, byte size, offset) */
+    Inference__InferParameter *pv = NULL;
+    Inference__ModelInferResponse__InferOutputTensor__ParametersEntry *pe = NULL, **pep = NULL;
     int rc = HARK_OK;
     if (a->req && a->req->n_outputs)
         n = a->req->n_outputs;
@@ -479,7 +549,10 @@ int kserve_grpc_infer_frame(const kserve_grpc_infer_answer_t *a, uint8_t **frame
     ot = hark_calloc(cnt, sizeof *ot);
     otp = hark_calloc(cnt, sizeof *otp);
     raw = hark_calloc(cnt, sizeof *raw);
-    if (!sel || !ot || !otp || !raw) {
+    pv = hark_calloc(3 * cnt, sizeof *pv);
+    pe = hark_calloc(3 * cnt, sizeof *pe);
+    pep = hark_calloc(3 * cnt, sizeof *pep);
+    if (!sel || !ot || !otp || !raw || !pv || !pe || !pep) {
         rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -505,6 +578,33 @@ int kserve_grpc_infer_frame(const kserve_grpc_infer_answer_t *a, uint8_t **frame
         otp[i] = &ot[i];
         raw[i].data = (uint8_t *)o->data;
         raw[i].len = o->size;
+        const kserve_output_req_t *q = a->req && a->req->n_outputs ? &a->req->outputs[i] : NULL;
+        if (q && q->shm_region) { /* the data went into the region: empty contents, as Triton */
+            raw[i].data = NULL;
+            raw[i].len = 0;
+            size_t at = 3 * (size_t)i, k = 0;
+            const char *keys[] = {"shared_memory_region", "shared_memory_byte_size",
+                                  "shared_memory_offset"};
+            for (; k < (q->shm_offset ? 3u : 2u); k++) {
+                inference__infer_parameter__init(&pv[at + k]);
+                inference__model_infer_response__infer_output_tensor__parameters_entry__init(
+                    &pe[at + k]);
+                pe[at + k].key = (char *)keys[k];
+                pe[at + k].value = &pv[at + k];
+                pep[at + k] = &pe[at + k];
+                if (k == 0) {
+                    pv[at].parameter_choice_case =
+                        INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+                    pv[at].string_param = (char *)q->shm_region;
+                } else {
+                    pv[at + k].parameter_choice_case =
+                        INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+                    pv[at + k].int64_param = (int64_t)(k == 1 ? q->shm_written : q->shm_offset);
+                }
+            }
+            ot[i].n_parameters = k;
+            ot[i].parameters = &pep[at];
+        }
     }
     Inference__ModelInferResponse r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
     r.model_name = (char *)(a->model ? a->model : "");
@@ -540,6 +640,9 @@ out:
     hark_free(ot);
     hark_free(otp);
     hark_free(raw);
+    hark_free(pv);
+    hark_free(pe);
+    hark_free(pep);
     return rc;
 }
 
@@ -784,6 +887,146 @@ int pb_from_json(const ProtobufCMessageDescriptor *d, const cJSON *j, arena_t *a
     return from_json_msg(d, j, a, out, 0, err);
 }
 
+/* The service's settings or region list as the JSON form of its protobuf message (for
+ * pb_from_json): log settings {k: v} → {"settings": {k: {"bool_param" | "uint32_param" |
+ * "string_param": v}}}; trace settings {k: "v" | ["v", ...]} → {"settings": {k: {"value":
+ * [...]}}}; regions [{"name", ...}] → {"regions": {name: {...}}}. NULL when out of memory. */
+static cJSON *settings_map(kserve_grpc_doc_t kind, const cJSON *j)
+{
+    int regions = kind == KSERVE_GRPC_SHM_STATUS || kind == KSERVE_GRPC_CUDA_SHM_STATUS;
+    cJSON *root = cJSON_CreateObject();
+    cJSON *map = root ? cJSON_AddObjectToObject(root, regions ? "regions" : "settings") : NULL;
+    if (!map) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    const cJSON *v;
+    cJSON_ArrayForEach(v, j)
+    {
+        cJSON *e = NULL;
+        const char *key = v->string;
+        if (regions) {
+            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(v, "name");
+            key = cJSON_IsString(nm) ? nm->valuestring : NULL;
+            e = cJSON_Duplicate(v, 1);
+        } else if (kind == KSERVE_GRPC_LOG_SETTINGS) {
+            e = cJSON_CreateObject();
+            cJSON *x = cJSON_IsBool(v)     ? cJSON_CreateBool(cJSON_IsTrue(v))
+                       : cJSON_IsNumber(v) ? cJSON_CreateNumber(v->valuedouble)
+                       : cJSON_IsString(v) ? cJSON_CreateString(v->valuestring)
+                                           : NULL;
+            if (e && x)
+                cJSON_AddItemToObject(e,
+                                      cJSON_IsBool(v)     ? "bool_param"
+                                      : cJSON_IsNumber(v) ? "uint32_param"
+                                                          : "string_param",
+                                      x);
+            else
+                cJSON_Delete(x);
+        } else {
+            e = cJSON_CreateObject();
+            cJSON *a = e ? cJSON_AddArrayToObject(e, "value") : NULL;
+            if (a && cJSON_IsString(v))
+                cJSON_AddItemToArray(a, cJSON_CreateString(v->valuestring));
+            const cJSON *x, *arr = cJSON_IsArray(v) ? v : NULL;
+            cJSON_ArrayForEach(x, arr)
+            {
+                if (a && cJSON_IsString(x))
+                    cJSON_AddItemToArray(a, cJSON_CreateString(x->valuestring));
+            }
+        }
+        if (!e || !key || !cJSON_AddItemToObject(map, key, e)) {
+            cJSON_Delete(e);
+            if (!key)
+                continue;
+            cJSON_Delete(root);
+            return NULL;
+        }
+    }
+    return root;
+}
+
+int kserve_grpc_log_update(const Inference__LogSettingsRequest *q, cJSON **update,
+                           hark_err_t *err)
+{
+    *update = NULL;
+    if (!q->n_settings)
+        return HARK_OK;
+    cJSON *u = cJSON_CreateObject();
+    if (!u)
+        return nomem(err);
+    for (size_t i = 0; i < q->n_settings; i++) {
+        const Inference__LogSettingsRequest__SettingsEntry *e = q->settings[i];
+        if (!e || !e->key)
+            continue;
+        const Inference__LogSettingsRequest__SettingValue *v = e->value;
+        cJSON *x;
+        switch (v ? v->parameter_choice_case
+                  : INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE__NOT_SET) {
+        case INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE_BOOL_PARAM:
+            x = cJSON_CreateBool(v->bool_param);
+            break;
+        case INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE_UINT32_PARAM:
+            x = cJSON_CreateNumber(v->uint32_param);
+            break;
+        case INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE_STRING_PARAM:
+            x = cJSON_CreateString(v->string_param ? v->string_param : "");
+            break;
+        default:
+            x = cJSON_CreateNull();
+            break;
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(u, e->key); /* the last one wins */
+        if (!x || !cJSON_AddItemToObject(u, e->key, x)) {
+            cJSON_Delete(x);
+            cJSON_Delete(u);
+            return nomem(err);
+        }
+    }
+    *update = u;
+    return HARK_OK;
+}
+
+int kserve_grpc_trace_update(const Inference__TraceSettingRequest *q, cJSON **update,
+                             hark_err_t *err)
+{
+    *update = NULL;
+    if (!q->n_settings)
+        return HARK_OK;
+    cJSON *u = cJSON_CreateObject();
+    if (!u)
+        return nomem(err);
+    for (size_t i = 0; i < q->n_settings; i++) {
+        const Inference__TraceSettingRequest__SettingsEntry *e = q->settings[i];
+        if (!e || !e->key)
+            continue;
+        size_t n = e->value ? e->value->n_value : 0;
+        cJSON *x = NULL;
+        if (!n) {
+            x = cJSON_CreateNull(); /* Triton: no value clears the setting */
+        } else if (!strcmp(e->key, "trace_level")) {
+            x = cJSON_CreateArray();
+            for (size_t k = 0; x && k < n; k++)
+                cJSON_AddItemToArray(x, cJSON_CreateString(e->value->value[k]
+                                                               ? e->value->value[k]
+                                                               : ""));
+        } else if (n == 1) {
+            x = cJSON_CreateString(e->value->value[0] ? e->value->value[0] : "");
+        } else {
+            cJSON_Delete(u);
+            return bad(err, "trace setting '%.100s' takes one value, got %zu", e->key, n);
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(u, e->key);
+        if (!x || !cJSON_AddItemToObject(u, e->key, x)) {
+            cJSON_Delete(x);
+            cJSON_Delete(u);
+            return nomem(err);
+        }
+    }
+    *update = u;
+    return HARK_OK;
+}
+
 int kserve_grpc_json_frame(kserve_grpc_doc_t kind, const char *json, uint8_t **frame, size_t *len,
                            hark_err_t *err)
 {
@@ -812,6 +1055,22 @@ int kserve_grpc_json_frame(kserve_grpc_doc_t kind, const char *json, uint8_t **f
         d = &inference__repository_index_response__descriptor;
         wrap_key = "models";
         break;
+    case KSERVE_GRPC_LOG_SETTINGS:
+    case KSERVE_GRPC_TRACE_SETTING:
+    case KSERVE_GRPC_SHM_STATUS:
+    case KSERVE_GRPC_CUDA_SHM_STATUS: {
+        d = kind == KSERVE_GRPC_LOG_SETTINGS    ? &inference__log_settings_response__descriptor
+            : kind == KSERVE_GRPC_TRACE_SETTING ? &inference__trace_setting_response__descriptor
+            : kind == KSERVE_GRPC_SHM_STATUS
+                ? &inference__system_shared_memory_status_response__descriptor
+                : &inference__cuda_shared_memory_status_response__descriptor;
+        cJSON *m = settings_map(kind, j);
+        cJSON_Delete(j);
+        if (!m)
+            return err_set(err, HARK_ERR_NOMEM, "out of memory");
+        j = m;
+        break;
+    }
     }
     const cJSON *src = j;
     if (wrap_key) {

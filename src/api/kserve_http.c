@@ -1,8 +1,9 @@
 /* kserve_http.c — KServe v2 / Triton over HTTP/1.1: routing of the API port, each endpoint
  * turned into a service call (service.h), answers as JSON or binary tensors; and the metrics
- * port. The loop parses the request body (outside the model table's lock); inference answers are
- * serialised on the inference thread and written by the connection's loop.
- * Tests: tests/server/test_server.py */
+ * port; Triton's logging, trace and shared memory extensions. The loop parses the request body
+ * (outside the model table's lock); inference answers are serialised on the inference thread
+ * and written by the connection's loop.
+ * Tests: tests/server/test_server.py, tests/server/test_triton_ext.py */
 #include "api/http_api.h"
 
 #include "api/kserve.h"
@@ -12,6 +13,7 @@
 #include "hark.h"
 #include "server/access.h"
 #include "server/repository.h"
+#include "server/shm.h"
 
 #include <cjson/cJSON.h>
 #include <http_parser.h>
@@ -185,6 +187,127 @@ static void handle_repository(const http_api_ctx_t *c, http_req_t *req)
     service_repository_load(c->s, model, load, repo_done, req);
 }
 
+/* ---- Triton's extensions: logging, trace, shared memory --------------------------------- */
+
+static void respond_doc(http_req_t *req, int rc, char *json, const hark_err_t *err);
+
+/* a POST body as a JSON object (empty: {}); NULL after answering 400 */
+static cJSON *body_object(http_req_t *req, const char *what)
+{
+    cJSON *j = req->body_len ? cJSON_ParseWithLength(req->body, req->body_len)
+                             : cJSON_CreateObject();
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        http_respond_error(req, 400, "the %s request body must be a JSON object", what);
+        return NULL;
+    }
+    return j;
+}
+
+/* GET or POST /v2/logging, /v2/trace/setting, /v2/models/<m>/trace/setting */
+static void handle_settings(const http_api_ctx_t *c, http_req_t *req, int trace, const char *model)
+{
+    int get = req->method == HTTP_GET || req->method == HTTP_HEAD;
+    if (!get && req->method != HTTP_POST) {
+        http_respond_error(req, 405, "use GET or POST");
+        return;
+    }
+    cJSON *upd = NULL;
+    if (!get && !(upd = body_object(req, trace ? "trace setting" : "log setting")))
+        return;
+    char *json = NULL;
+    hark_err_t err = {0};
+    int rc = trace ? service_trace_settings(c->s, model, upd, &json, &err)
+                   : service_log_settings(c->s, upd, &json, &err);
+    cJSON_Delete(upd);
+    respond_doc(req, rc, json, &err);
+}
+
+/* /v2/{system,cuda}sharedmemory[/region/<name>]/{status,register,unregister} */
+static void handle_shm(const http_api_ctx_t *c, http_req_t *req, int cuda)
+{
+    const char *seg = "", *name = "", *act = "";
+    size_t sl = segment(req->path, 2, &seg), nl = 0, al;
+    int at = 2;
+    if (sl == 6 && !strncmp(seg, "region", 6)) {
+        nl = segment(req->path, 3, &name);
+        at = 4;
+    }
+    al = segment(req->path, at, &act);
+    int status = al == 6 && !strncmp(act, "status", 6);
+    int reg = al == 8 && !strncmp(act, "register", 8);
+    int unreg = al == 10 && !strncmp(act, "unregister", 10);
+    const char *rest = "";
+    if ((at == 4 && !nl) || !(status || reg || unreg) || segment(req->path, at + 1, &rest) ||
+        (reg && !nl)) {
+        http_respond_error(req, 404,
+                           "unknown endpoint %s: use /v2/%ssharedmemory[/region/NAME]/status, "
+                           "/v2/%ssharedmemory/region/NAME/register or "
+                           "/v2/%ssharedmemory[/region/NAME]/unregister",
+                           req->path, cuda ? "cuda" : "system", cuda ? "cuda" : "system",
+                           cuda ? "cuda" : "system");
+        return;
+    }
+    int get = req->method == HTTP_GET || req->method == HTTP_HEAD;
+    if (status ? !get : req->method != HTTP_POST) {
+        http_respond_error(req, 405, status ? "use GET" : "use POST");
+        return;
+    }
+    char region[SHM_NAME_MAX];
+    if (nl >= sizeof region) {
+        http_respond_error(req, 400, "shared memory region name too long (at most %d bytes)",
+                           (int)sizeof region - 1);
+        return;
+    }
+    snprintf(region, sizeof region, "%.*s", (int)nl, name);
+    char *json = NULL;
+    hark_err_t err = {0};
+    int rc = HARK_OK;
+    if (cuda) { /* none can be registered: none to list or unregister */
+        if (reg)
+            rc = err_set(&err, HARK_ERR_UNSUPPORTED, "%s", SERVICE_NO_CUDA_SHM);
+        else if (status && region[0])
+            rc = err_set(&err, HARK_ERR_NOT_FOUND,
+                         "Unable to find cuda shared memory region: '%s' (%s)", region,
+                         SERVICE_NO_CUDA_SHM);
+        else if (status && !(json = hark_strdup("[]")))
+            rc = err_set(&err, HARK_ERR_NOMEM, "out of memory");
+    } else if (status) {
+        rc = service_shm_status(c->s, region, &json, &err);
+    } else if (unreg) {
+        service_shm_unregister(c->s, region);
+    } else {
+        cJSON *b = body_object(req, "shared memory register");
+        if (!b)
+            return;
+        const cJSON *key = cJSON_GetObjectItemCaseSensitive(b, "key");
+        const cJSON *off = cJSON_GetObjectItemCaseSensitive(b, "offset");
+        const cJSON *size = cJSON_GetObjectItemCaseSensitive(b, "byte_size");
+        double o = cJSON_IsNumber(off) ? off->valuedouble : 0, n = 0;
+        if (!cJSON_IsString(key))
+            rc = err_set(&err, HARK_ERR_INVALID_ARG,
+                         "Shared memory register request has no 'key' field (a string)");
+        else if (off && !(cJSON_IsNumber(off) && o >= 0 && o == (double)(uint64_t)o))
+            rc = err_set(&err, HARK_ERR_INVALID_ARG,
+                         "Shared memory register request: 'offset' must be an integer >= 0");
+        else if (!cJSON_IsNumber(size) || (n = size->valuedouble) < 0 ||
+                 n != (double)(uint64_t)n)
+            rc = err_set(&err, HARK_ERR_INVALID_ARG,
+                         "Shared memory register request has no 'byte_size' field (an integer "
+                         ">= 0)");
+        else
+            rc = service_shm_register(c->s, region, key->valuestring, (uint64_t)o, (uint64_t)n,
+                                      &err);
+        cJSON_Delete(b);
+    }
+    if (rc)
+        http_api_respond_error(req, rc, err.msg);
+    else if (json)
+        http_api_respond_json(req, 200, json);
+    else
+        http_respond(req, 200, "application/json", "{}", 2);
+}
+
 /* ---- routing ------------------------------------------------------------------------------ */
 
 /* Triton's restricted APIs: 0 when the request may use group g; else it is answered 403 */
@@ -335,6 +458,18 @@ void http_api_handler(http_req_t *req, void *user)
             handle_repository(c, req);
         return;
     }
+    if (!strcmp(p, "/v2/logging")) {
+        handle_settings(c, req, 0, NULL);
+        return;
+    }
+    if (!strcmp(p, "/v2/trace/setting")) {
+        handle_settings(c, req, 1, NULL);
+        return;
+    }
+    if (!strncmp(p, "/v2/systemsharedmemory/", 23) || !strncmp(p, "/v2/cudasharedmemory/", 21)) {
+        handle_shm(c, req, p[4] == 'c');
+        return;
+    }
     if (!strcmp(p, "/v2/models/stats") && get) {
         int rc = service_model_stats(s, NULL, NULL, &json, &err);
         respond_doc(req, rc, json, &err);
@@ -386,6 +521,16 @@ void http_api_handler(http_req_t *req, void *user)
     } else if (sl == 5 && !strncmp(seg, "stats", 5) && get) {
         int rc = service_model_stats(s, model, version, &json, &err);
         respond_doc(req, rc, json, &err);
+    } else if (sl == 5 && !strncmp(seg, "trace", 5)) {
+        const char *t = "", *rest = "";
+        size_t tl = segment(p, next + 1, &t);
+        if (ver || tl != 7 || strncmp(t, "setting", 7) || segment(p, next + 2, &rest))
+            http_respond_error(req, ver ? 400 : 404,
+                               "%s: trace settings are at /v2/models/<model>/trace/setting (no "
+                               "version)",
+                               p);
+        else
+            handle_settings(c, req, 1, model);
     } else if (sl == 5 && !strncmp(seg, "infer", 5)) {
         if (!post)
             http_respond_error(req, 405, "use POST");

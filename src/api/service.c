@@ -80,8 +80,9 @@ int service_model_ready(server_t *s, const char *model, const char *version, har
 int service_server_metadata(server_t *s, char **json, hark_err_t *err)
 {
     static const char *const ext[] = {"binary_tensor_data",  "parameters",       "statistics",
-                                      "model_configuration", "model_repository", "schedule_policy"};
-    if (!(*json = kserve_server_metadata_json("hark", HARK_VERSION, ext, 6)))
+                                      "model_configuration", "model_repository", "schedule_policy",
+                                      "system_shared_memory", "logging",         "trace"};
+    if (!(*json = kserve_server_metadata_json("hark", HARK_VERSION, ext, 9)))
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
     return HARK_OK;
 }
@@ -982,7 +983,24 @@ static int alloc_src(job_t *j)
     return j->src && j->src_len;
 }
 
+static void infer_start(server_t *s, const service_infer_t *in);
+
 void service_infer(server_t *s, const service_infer_t *in)
+{
+    service_infer_t w;
+    hark_err_t err = {0};
+    int rc = svc_shm_prepare(s, in, &w, &err);
+    if (!rc) {
+        infer_start(s, &w);
+        return;
+    }
+    in->done(in->user, rc, err.msg, in->model ? in->model : "", "", NULL, 0);
+    kserve_request_free(in->req);
+    if (in->body_free)
+        in->body_free(in->body_user);
+}
+
+static void infer_start(server_t *s, const service_infer_t *in)
 {
     hark_err_t err = {0};
     kserve_request_t *kr = in->req;

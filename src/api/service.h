@@ -94,7 +94,9 @@ typedef struct {
     int want_words;
 } service_infer_t;
 
-/* Starts an inference; done is always called exactly once (see OWNERSHIP). A model served
+/* Starts an inference; done is always called exactly once (see OWNERSHIP). Inputs in shared
+ * memory are read from their regions first, and outputs asked for in shared memory are written
+ * into them before done (which then builds a response naming the regions). A model served
  * under sequence_batching takes requests of batch 1 with parameters sequence_id (number or
  * string), sequence_start on a sequence's first request and sequence_end on its last; each is
  * answered with the partial result (TRANSCRIPTS [1]), the last with the final one. Errors:
@@ -137,6 +139,45 @@ typedef struct {
     void *user;
 } service_transcribe_t;
 void service_transcribe(server_t *s, const service_transcribe_t *in);
+
+/* ---- Triton's protocol extensions: logging, trace, system shared memory (service_ext.c) ---- */
+struct cJSON;
+/* The server's share of them (server.c owns one): the shared memory regions and the trace
+ * settings. service_ext_destroy unregisters (closes) every region; it accepts NULL. */
+typedef struct service_ext service_ext_t;
+service_ext_t *service_ext_create(void);
+void service_ext_destroy(service_ext_t *e);
+
+/* Triton's logging extension on hark's logger (core/log.h): applies `update` (NULL: none; a JSON
+ * object of log_info, log_warning, log_error (booleans), log_verbose_level (integer >= 0),
+ * log_format ("default" or "ISO8601"); log_file only as null: hark logs to stderr), all or none,
+ * then returns every setting as {"log_file", "log_info", "log_warning", "log_error",
+ * "log_verbose_level", "log_format"}. HARK_ERR_INVALID_ARG naming a bad or unknown setting,
+ * HARK_ERR_UNSUPPORTED for a log_file. */
+int service_log_settings(server_t *s, const struct cJSON *update, char **json, hark_err_t *err);
+/* Triton's trace extension: the global settings (model NULL or ""), or a READY model's (its own
+ * values over the global ones). `update` (NULL: none) sets trace_level (array of "OFF", or of
+ * "TIMESTAMPS" / "TENSORS"), trace_rate, log_frequency (uint32), trace_count (int32 >= -1) as
+ * strings or integers; null clears one (a model's falls back to the global value, a global one
+ * to its default); an empty update of a model drops its own settings. trace_file only as null.
+ * Returns {"trace_level": [...], "trace_rate", "trace_count", "log_frequency", "trace_file",
+ * "trace_mode": "triton"} (values as strings, as Triton). hark keeps and reports the settings but
+ * writes no traces. HARK_ERR_INVALID_ARG (a bad value, an unknown setting or model),
+ * HARK_ERR_UNSUPPORTED (a trace_file). */
+int service_trace_settings(server_t *s, const char *model, const struct cJSON *update, char **json,
+                           hark_err_t *err);
+/* System shared memory (server/shm.h): register, the status as Triton's JSON array
+ * [{"name", "key", "offset", "byte_size"}] (name NULL or "": every region; an unknown name:
+ * HARK_ERR_NOT_FOUND), unregister (name NULL or "": all; unknown names are no error). */
+int service_shm_register(server_t *s, const char *name, const char *key, uint64_t offset,
+                         uint64_t byte_size, hark_err_t *err);
+int service_shm_status(server_t *s, const char *name, char **json, hark_err_t *err);
+void service_shm_unregister(server_t *s, const char *name);
+/* CUDA shared memory: none can be registered (HARK_ERR_UNSUPPORTED with this message), so the
+ * status lists none and unregister has nothing to do. */
+#define SERVICE_NO_CUDA_SHM                                                                        \
+    "CUDA shared memory is not supported by hark: register a system shared memory region "        \
+    "instead (/v2/systemsharedmemory, SystemSharedMemoryRegister)"
 
 /* ---- speech synthesis (OpenAI's /v1/audio/speech) ------------------------------------------ */
 /* Audio as the model produces it (pcm lent for the call), on an instance thread, in order. */

@@ -6,6 +6,7 @@
 
 #include "api/http_api.h"
 #include "api/kserve_grpc.h"
+#include "api/service.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "gpu/gpu.h"
@@ -61,6 +62,7 @@ struct server {
     http_server_t *metrics;
     repository_t *repo;
     access_t access;         /* restricted API groups of each transport */
+    service_ext_t *ext;      /* shared memory regions, trace settings */
     pthread_mutex_t poll_mu; /* the poll's sleep, cut short by a drain */
     pthread_cond_t poll_cv;
     int poll_sync; /* poll_mu and poll_cv initialised */
@@ -86,6 +88,11 @@ int server_loading(const server_t *s)
 const server_opts_t *server_options(const server_t *s)
 {
     return &s->o;
+}
+
+struct service_ext *server_ext(server_t *s)
+{
+    return s->ext;
 }
 
 const struct access *server_access(const server_t *s)
@@ -274,6 +281,10 @@ int server_create(const server_opts_t *o, server_t **out, hark_err_t *err)
     pthread_mutex_init(&s->poll_mu, NULL);
     pthread_cond_init(&s->poll_cv, NULL);
     s->poll_sync = 1;
+    if (!(s->ext = service_ext_create())) {
+        server_destroy(s);
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    }
     int rc = HARK_OK;
     for (int i = 0; !rc && i < s->o.http_restricted_api.n; i++)
         rc = access_add(&s->access, ACCESS_HTTP, s->o.http_restricted_api.v[i], err);
@@ -447,6 +458,7 @@ void server_destroy(server_t *s)
         uv_loop_close(&s->loop);
     }
     repository_destroy(s->repo);
+    service_ext_destroy(s->ext); /* the regions still registered are closed */
     pinned_pool_destroy(s->bodies);
     if (s->poll_sync) {
         pthread_cond_destroy(&s->poll_cv);

@@ -77,6 +77,9 @@ const server_opts_t *server_options(const server_t *s);
 /* The page-locked pool request bodies are received into (a GPU is present), or NULL. */
 struct pinned_pool;
 struct pinned_pool *server_body_pool(server_t *s);
+/* Triton's protocol extensions' state: shared memory regions, trace settings (api/service.h). */
+struct service_ext;
+struct service_ext *server_ext(server_t *s);
 /* The access rules of the API port's transports (server/access.h). */
 struct access;
 const struct access *server_access(const server_t *s);

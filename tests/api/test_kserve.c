@@ -320,7 +320,30 @@ TEST(kserve_malformed_requests)
          NULL, 0, 0, HARK_ERR_INVALID_ARG, "input 'X' is given twice"},
         {"{\"inputs\":[{\"name\":\"X\",\"shape\":[1],\"datatype\":\"FP32\",\"parameters\":"
          "{\"shared_memory_region\":\"r\"}}]}",
-         NULL, 0, 0, HARK_ERR_UNSUPPORTED, "input 'X': shared memory is not supported by hark"},
+         NULL, 0, 0, HARK_ERR_INVALID_ARG,
+         "input 'X': parameters.shared_memory_region needs parameters.shared_memory_byte_size"},
+        {"{\"inputs\":[{\"name\":\"X\",\"shape\":[1],\"datatype\":\"FP32\",\"parameters\":"
+         "{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":4},\"data\":[1]}]}",
+         NULL, 0, 0, HARK_ERR_INVALID_ARG,
+         "input 'X' must set only one of 'data', parameters.binary_data_size and "
+         "parameters.shared_memory_region"},
+        {"{\"inputs\":[{\"name\":\"X\",\"shape\":[1],\"datatype\":\"FP32\",\"parameters\":"
+         "{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":4,"
+         "\"shared_memory_offset\":-8}}]}",
+         NULL, 0, 0, HARK_ERR_INVALID_ARG,
+         "input 'X': parameters.shared_memory_offset must be a non-negative integer"},
+        {"{\"inputs\":[{\"name\":\"X\",\"shape\":[1],\"datatype\":\"FP32\",\"parameters\":"
+         "{\"shared_memory_byte_size\":4},\"data\":[1]}]}",
+         NULL, 0, 0, HARK_ERR_INVALID_ARG,
+         "input 'X': parameters.shared_memory_byte_size without parameters.shared_memory_region"},
+        {"{\"inputs\":[{\"name\":\"X\",\"shape\":[1],\"datatype\":\"FP32\",\"parameters\":"
+         "{\"shared_memory_region\":\"\",\"shared_memory_byte_size\":4}}]}",
+         NULL, 0, 0, HARK_ERR_INVALID_ARG,
+         "input 'X': parameters.shared_memory_region must be a non-empty string"},
+        {"{\"inputs\":[],\"outputs\":[{\"name\":\"Y\",\"parameters\":{\"shared_memory_region\":"
+         "\"r\",\"shared_memory_byte_size\":8,\"binary_data\":true}}]}",
+         NULL, 0, 0, HARK_ERR_INVALID_ARG,
+         "output 'Y' cannot set both parameters.shared_memory_region and binary_data: true"},
         {"{\"inputs\":[],\"outputs\":[{\"name\":\"Y\",\"parameters\":{\"classification\":3}}]}",
          NULL, 0, 0, HARK_ERR_UNSUPPORTED,
          "output 'Y': the classification extension is not supported"},
@@ -471,6 +494,59 @@ TEST(kserve_response_json_and_binary)
 }
 
 /* perf_analyzer parses every field of the statistics as a number; versions are strings. */
+/* Triton's shared memory parameters: inputs and outputs named in regions are taken with their
+ * offsets and sizes (no data until the service reads them), and the response names the region
+ * an output went to instead of carrying its data. */
+TEST(kserve_shared_memory_request_and_response)
+{
+    const char *body = "{\"inputs\":[{\"name\":\"WAV\",\"shape\":[1,3],\"datatype\":\"FP32\","
+                       "\"parameters\":{\"shared_memory_region\":\"in0\",\"shared_memory_offset\":"
+                       "16,\"shared_memory_byte_size\":12}},{\"name\":\"L\",\"shape\":[1],"
+                       "\"datatype\":\"INT32\",\"data\":[3]}],\"outputs\":[{\"name\":\"T\","
+                       "\"parameters\":{\"shared_memory_region\":\"out0\",\"shared_memory_byte_size\""
+                       ":64,\"shared_memory_offset\":8}},{\"name\":\"U\"}]}";
+    kserve_request_t r;
+    hark_err_t err = {0};
+    CHECK_OK(kserve_parse_request((const uint8_t *)body, strlen(body), (size_t)-1, &r, &err));
+    CHECK_EQ_INT(r.n_inputs, 2);
+    CHECK(r.inputs[0].shm_region && !strcmp(r.inputs[0].shm_region, "in0"));
+    CHECK(r.inputs[0].shm_offset == 16 && r.inputs[0].shm_byte_size == 12);
+    CHECK(r.inputs[0].data == NULL && r.inputs[0].size == 0);
+    CHECK(r.inputs[1].shm_region == NULL && r.inputs[1].size == 4);
+    CHECK(r.outputs[0].shm_region && !strcmp(r.outputs[0].shm_region, "out0"));
+    CHECK(r.outputs[0].shm_offset == 8 && r.outputs[0].shm_byte_size == 64);
+    CHECK(r.outputs[1].shm_region == NULL);
+    /* the service wrote 9 bytes of T into out0: the response names it; U comes as data */
+    r.outputs[0].shm_written = 9;
+    const char *txt[1] = {"hello"};
+    size_t len;
+    uint8_t *packed = kserve_bytes_pack(txt, NULL, 1, &len);
+    int64_t shape[2] = {1, 1};
+    int32_t u = 7;
+    kserve_output_t outs[2] = {{"T", KSERVE_BYTES, 2, shape, packed, len},
+                               {"U", KSERVE_INT32, 1, shape, (const uint8_t *)&u, 4}};
+    kserve_response_t resp;
+    CHECK_OK(kserve_build_response(&r, "m", "1", outs, 2, &resp, &err));
+    CHECK(!resp.binary);
+    CHECKF(strstr((const char *)resp.body,
+                  "{\"name\":\"T\",\"datatype\":\"BYTES\",\"shape\":[1,1],\"parameters\":{"
+                  "\"shared_memory_region\":\"out0\",\"shared_memory_byte_size\":9,"
+                  "\"shared_memory_offset\":8}}") != NULL,
+           "%s", (const char *)resp.body);
+    CHECK(strstr((const char *)resp.body, "hello") == NULL);
+    CHECK(strstr((const char *)resp.body, "{\"name\":\"U\",\"datatype\":\"INT32\",\"shape\":[1],"
+                                          "\"data\":[7]}") != NULL);
+    /* the client side reads it back: T has no data, its region named */
+    kserve_parsed_response_t pr;
+    CHECK_OK(kserve_parse_response(resp.body, resp.len, (size_t)-1, &pr, &err));
+    CHECK(pr.n_outputs == 2 && pr.outputs[0].shm_region &&
+          !strcmp(pr.outputs[0].shm_region, "out0") && pr.outputs[0].shm_byte_size == 9);
+    kserve_parsed_response_free(&pr);
+    kserve_response_free(&resp);
+    hark_free(packed);
+    kserve_request_free(&r);
+}
+
 TEST(kserve_stats_json)
 {
     kserve_batch_stats_t bst[2] = {{1, {10, 100}, {10, 1000}, {10, 50}},
@@ -573,13 +649,15 @@ TEST(kserve_dtypes)
     CHECK(kserve_dtype_parse("fp32") == KSERVE_INVALID);
     /* FP16 / BF16 binary inputs convert to float */
     uint16_t h[3] = {0x3c00, 0xc000, 0x0001}; /* 1, -2, smallest subnormal */
-    kserve_tensor_t th = {"H", KSERVE_FP16, 1, {3}, 3, (const uint8_t *)h, 6, 1};
+    kserve_tensor_t th = {.name = "H", .dtype = KSERVE_FP16, .ndim = 1, .shape = {3}, .count = 3,
+                          .data = (const uint8_t *)h, .size = 6, .binary = 1};
     float f[3];
     hark_err_t err = {0};
     CHECK_OK(kserve_tensor_to_f32(&th, f, &err));
     CHECK(f[0] == 1.0f && f[1] == -2.0f && f[2] == ldexpf(1, -24));
     uint16_t bf[1] = {0x4040}; /* 3.0 */
-    kserve_tensor_t tb = {"B", KSERVE_BF16, 1, {1}, 1, (const uint8_t *)bf, 2, 1};
+    kserve_tensor_t tb = {.name = "B", .dtype = KSERVE_BF16, .ndim = 1, .shape = {1}, .count = 1,
+                          .data = (const uint8_t *)bf, .size = 2, .binary = 1};
     CHECK_OK(kserve_tensor_to_f32(&tb, f, &err));
     CHECK(f[0] == 3.0f);
 }

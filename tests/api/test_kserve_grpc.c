@@ -277,7 +277,7 @@ TEST(grpc_response_frame)
     kserve_output_t outs[2] = {{"LENS", KSERVE_INT32, 1, shape_l, lv, 8},
                                {"TRANSCRIPTS", KSERVE_BYTES, 2, shape_t, b, bsz}};
     /* the request asks for TRANSCRIPTS only */
-    kserve_output_req_t want[1] = {{"TRANSCRIPTS", 1}};
+    kserve_output_req_t want[1] = {{.name = "TRANSCRIPTS", .binary_data = 1}};
     kserve_request_t req = {0};
     req.outputs = want;
     req.n_outputs = 1;
@@ -395,4 +395,221 @@ TEST(grpc_json_documents)
     CHECK(strstr(err.msg, "extensions"));
     CHECK_EQ_INT(kserve_grpc_json_frame(KSERVE_GRPC_SERVER_METADATA, "{", &f, &len, &err),
                  HARK_ERR_INTERNAL);
+}
+
+/* Triton's shared memory parameters over gRPC: an input in a region takes no raw_input_contents
+ * (the others keep theirs, in order), requested outputs carry their regions, and the response
+ * names the region of an output written there (empty raw contents, as Triton). */
+TEST(grpc_shared_memory_request_and_response)
+{
+    Inference__InferParameter reg = INFERENCE__INFER_PARAMETER__INIT,
+                              size = INFERENCE__INFER_PARAMETER__INIT,
+                              off = INFERENCE__INFER_PARAMETER__INIT;
+    reg.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+    reg.string_param = "in0";
+    size.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+    size.int64_param = 24;
+    off.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM;
+    off.uint64_param = 4096;
+    Inference__ModelInferRequest__InferInputTensor__ParametersEntry e[3], *ep[3];
+    const char *keys[3] = {"shared_memory_region", "shared_memory_byte_size",
+                           "shared_memory_offset"};
+    Inference__InferParameter *vals[3] = {&reg, &size, &off};
+    for (int i = 0; i < 3; i++) {
+        inference__model_infer_request__infer_input_tensor__parameters_entry__init(&e[i]);
+        e[i].key = (char *)keys[i];
+        e[i].value = vals[i];
+        ep[i] = &e[i];
+    }
+    Inference__ModelInferRequest__InferInputTensor in[2], *inp[2] = {&in[0], &in[1]};
+    int64_t shp0[2] = {1, 6}, shp1[1] = {1};
+    for (int i = 0; i < 2; i++)
+        inference__model_infer_request__infer_input_tensor__init(&in[i]);
+    in[0].name = "WAV";
+    in[0].datatype = "FP32";
+    in[0].n_shape = 2;
+    in[0].shape = shp0;
+    in[0].n_parameters = 3;
+    in[0].parameters = ep;
+    in[1].name = "WAV_LENS";
+    in[1].datatype = "INT32";
+    in[1].n_shape = 1;
+    in[1].shape = shp1;
+    int32_t six = 6;
+    ProtobufCBinaryData raw = {4, (uint8_t *)&six};
+    Inference__ModelInferRequest__InferRequestedOutputTensor__ParametersEntry oe[2], *oep[2];
+    for (int i = 0; i < 2; i++) {
+        inference__model_infer_request__infer_requested_output_tensor__parameters_entry__init(
+            &oe[i]);
+        oe[i].key = (char *)keys[i];
+        oe[i].value = vals[i];
+        oep[i] = &oe[i];
+    }
+    Inference__ModelInferRequest__InferRequestedOutputTensor out, *outp = &out;
+    inference__model_infer_request__infer_requested_output_tensor__init(&out);
+    out.name = "TRANSCRIPTS";
+    out.n_parameters = 2;
+    out.parameters = oep;
+    Inference__ModelInferRequest r = INFERENCE__MODEL_INFER_REQUEST__INIT;
+    r.model_name = "m";
+    r.n_inputs = 2;
+    r.inputs = inp;
+    r.n_raw_input_contents = 1; /* WAV_LENS only */
+    r.raw_input_contents = &raw;
+    r.n_outputs = 1;
+    r.outputs = &outp;
+    kserve_request_t req;
+    hark_err_t err = {0};
+    CHECKF(kserve_grpc_request_from_pb(&r, &req, &err) == 0, "%s", err.msg);
+    CHECK(req.inputs[0].shm_region && !strcmp(req.inputs[0].shm_region, "in0"));
+    CHECK(req.inputs[0].shm_byte_size == 24 && req.inputs[0].shm_offset == 4096);
+    CHECK(req.inputs[0].data == NULL);
+    CHECK(req.inputs[1].shm_region == NULL && req.inputs[1].size == 4);
+    CHECK(req.outputs[0].shm_region && req.outputs[0].shm_byte_size == 24);
+    /* the response: TRANSCRIPTS went to in0 (9 bytes) */
+    req.outputs[0].shm_written = 9;
+    const char *strs[1] = {"hello"};
+    size_t bsz;
+    uint8_t *b = kserve_bytes_pack(strs, NULL, 1, &bsz);
+    int64_t one[2] = {1, 1};
+    kserve_output_t o = {"TRANSCRIPTS", KSERVE_BYTES, 2, one, b, bsz};
+    kserve_grpc_infer_answer_t a = {.model = "m", .version = "1", .req = &req, .outs = &o,
+                                    .n_outs = 1};
+    uint8_t *f;
+    size_t len;
+    CHECK_OK(kserve_grpc_infer_frame(&a, &f, &len, &err));
+    Inference__ModelInferResponse *resp =
+        inference__model_infer_response__unpack(NULL, len - 5, f + 5);
+    CHECK(resp && resp->n_outputs == 1 && resp->n_raw_output_contents == 1);
+    CHECK_EQ_INT(resp->raw_output_contents[0].len, 0);
+    CHECK_EQ_INT(resp->outputs[0]->n_parameters, 2);
+    CHECK(!strcmp(resp->outputs[0]->parameters[0]->key, "shared_memory_region") &&
+          !strcmp(resp->outputs[0]->parameters[0]->value->string_param, "in0"));
+    CHECK(!strcmp(resp->outputs[0]->parameters[1]->key, "shared_memory_byte_size") &&
+          resp->outputs[0]->parameters[1]->value->int64_param == 9);
+    inference__model_infer_response__free_unpacked(resp, NULL);
+    hark_free(f);
+    hark_free(b);
+    kserve_request_free(&req);
+    /* raw_input_contents must then count the inputs not in shared memory */
+    r.n_raw_input_contents = 2;
+    ProtobufCBinaryData two[2] = {raw, raw};
+    r.raw_input_contents = two;
+    CHECK_EQ_INT(kserve_grpc_request_from_pb(&r, &req, &err), HARK_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "2 raw_input_contents for 1 inputs not in shared memory"));
+    /* a region without its byte size */
+    r.n_raw_input_contents = 1;
+    in[0].n_parameters = 1;
+    CHECK_EQ_INT(kserve_grpc_request_from_pb(&r, &req, &err), HARK_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "input 'WAV': shared_memory_region needs shared_memory_byte_size"));
+}
+
+/* LogSettings / TraceSetting requests as the service's JSON updates, and the service's settings
+ * and region lists as their responses */
+TEST(grpc_settings_and_regions)
+{
+    Inference__LogSettingsRequest__SettingValue v[3];
+    Inference__LogSettingsRequest__SettingsEntry e[3], *ep[3];
+    const char *keys[3] = {"log_info", "log_verbose_level", "log_format"};
+    for (int i = 0; i < 3; i++) {
+        inference__log_settings_request__setting_value__init(&v[i]);
+        inference__log_settings_request__settings_entry__init(&e[i]);
+        e[i].key = (char *)keys[i];
+        e[i].value = &v[i];
+        ep[i] = &e[i];
+    }
+    v[0].parameter_choice_case =
+        INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE_BOOL_PARAM;
+    v[0].bool_param = 0;
+    v[1].parameter_choice_case =
+        INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE_UINT32_PARAM;
+    v[1].uint32_param = 2;
+    v[2].parameter_choice_case =
+        INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE_STRING_PARAM;
+    v[2].string_param = "ISO8601";
+    Inference__LogSettingsRequest lq = INFERENCE__LOG_SETTINGS_REQUEST__INIT;
+    cJSON *u = NULL;
+    hark_err_t err = {0};
+    CHECK_OK(kserve_grpc_log_update(&lq, &u, &err));
+    CHECK(u == NULL); /* nothing set: a query */
+    lq.n_settings = 3;
+    lq.settings = ep;
+    CHECK_OK(kserve_grpc_log_update(&lq, &u, &err));
+    char *txt = cJSON_PrintUnformatted(u);
+    CHECKF(!strcmp(txt, "{\"log_info\":false,\"log_verbose_level\":2,\"log_format\":\"ISO8601\"}"),
+           "%s", txt);
+    cJSON_free(txt);
+    cJSON_Delete(u);
+
+    char *lv[2] = {"TIMESTAMPS", "TENSORS"}, *rate[1] = {"10"};
+    Inference__TraceSettingRequest__SettingValue tv[3];
+    Inference__TraceSettingRequest__SettingsEntry te[3], *tep[3];
+    const char *tkeys[3] = {"trace_level", "trace_rate", "trace_count"};
+    for (int i = 0; i < 3; i++) {
+        inference__trace_setting_request__setting_value__init(&tv[i]);
+        inference__trace_setting_request__settings_entry__init(&te[i]);
+        te[i].key = (char *)tkeys[i];
+        te[i].value = &tv[i];
+        tep[i] = &te[i];
+    }
+    tv[0].n_value = 2;
+    tv[0].value = lv;
+    tv[1].n_value = 1;
+    tv[1].value = rate; /* trace_count: no value, cleared */
+    Inference__TraceSettingRequest tq = INFERENCE__TRACE_SETTING_REQUEST__INIT;
+    tq.n_settings = 3;
+    tq.settings = tep;
+    CHECK_OK(kserve_grpc_trace_update(&tq, &u, &err));
+    txt = cJSON_PrintUnformatted(u);
+    CHECKF(!strcmp(txt, "{\"trace_level\":[\"TIMESTAMPS\",\"TENSORS\"],\"trace_rate\":\"10\","
+                        "\"trace_count\":null}"),
+           "%s", txt);
+    cJSON_free(txt);
+    cJSON_Delete(u);
+    tv[1].n_value = 2;
+    tv[1].value = lv;
+    CHECK_EQ_INT(kserve_grpc_trace_update(&tq, &u, &err), HARK_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "trace setting 'trace_rate' takes one value, got 2"));
+
+    uint8_t *f;
+    size_t len;
+    CHECK_OK(kserve_grpc_json_frame(KSERVE_GRPC_LOG_SETTINGS,
+                                    "{\"log_file\":\"\",\"log_info\":true,\"log_verbose_level\":3}",
+                                    &f, &len, &err));
+    Inference__LogSettingsResponse *lr = inference__log_settings_response__unpack(NULL, len - 5, f + 5);
+    CHECK(lr && lr->n_settings == 3);
+    for (size_t i = 0; lr && i < lr->n_settings; i++) {
+        const Inference__LogSettingsResponse__SettingValue *x = lr->settings[i]->value;
+        if (!strcmp(lr->settings[i]->key, "log_info"))
+            CHECK(x->parameter_choice_case ==
+                      INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_BOOL_PARAM &&
+                  x->bool_param);
+        else if (!strcmp(lr->settings[i]->key, "log_verbose_level"))
+            CHECK(x->uint32_param == 3);
+        else
+            CHECK(!strcmp(lr->settings[i]->key, "log_file") && !strcmp(x->string_param, ""));
+    }
+    inference__log_settings_response__free_unpacked(lr, NULL);
+    hark_free(f);
+    CHECK_OK(kserve_grpc_json_frame(KSERVE_GRPC_TRACE_SETTING,
+                                    "{\"trace_level\":[\"OFF\"],\"trace_rate\":\"1000\"}", &f,
+                                    &len, &err));
+    Inference__TraceSettingResponse *tr =
+        inference__trace_setting_response__unpack(NULL, len - 5, f + 5);
+    CHECK(tr && tr->n_settings == 2 && !strcmp(tr->settings[0]->key, "trace_level") &&
+          tr->settings[0]->value->n_value == 1 &&
+          !strcmp(tr->settings[0]->value->value[0], "OFF") &&
+          !strcmp(tr->settings[1]->value->value[0], "1000"));
+    inference__trace_setting_response__free_unpacked(tr, NULL);
+    hark_free(f);
+    CHECK_OK(kserve_grpc_json_frame(KSERVE_GRPC_SHM_STATUS,
+                                    "[{\"name\":\"a\",\"key\":\"/ka\",\"offset\":8,\"byte_size\":64}]",
+                                    &f, &len, &err));
+    Inference__SystemSharedMemoryStatusResponse *sr =
+        inference__system_shared_memory_status_response__unpack(NULL, len - 5, f + 5);
+    CHECK(sr && sr->n_regions == 1 && !strcmp(sr->regions[0]->key, "a"));
+    CHECK(sr && !strcmp(sr->regions[0]->value->key, "/ka") && sr->regions[0]->value->offset == 8 &&
+          sr->regions[0]->value->byte_size == 64 && !strcmp(sr->regions[0]->value->name, "a"));
+    inference__system_shared_memory_status_response__free_unpacked(sr, NULL);
+    hark_free(f);
 }

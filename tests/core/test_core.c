@@ -56,6 +56,52 @@ TEST(log_sink_and_level)
     log_set_sink(NULL, NULL);
 }
 
+/* Triton's logging settings on the same logger: each of error / warning / info switched by
+ * itself, a verbose level that lets debug (1) and trace (2) lines through, and log_set_level
+ * setting them all at once. */
+TEST(log_severities_and_verbose_level)
+{
+    struct sink_capture c = {0};
+    log_level_t saved = log_get_level();
+    log_set_sink(capture_sink, &c);
+    log_set_level(LOG_LEVEL_INFO);
+    CHECK(log_enabled(LOG_LEVEL_INFO) && log_enabled(LOG_LEVEL_WARN) &&
+          log_enabled(LOG_LEVEL_ERROR) && log_get_verbose() == 0);
+    log_set_enabled(LOG_LEVEL_WARN, 0); /* warnings off, info and errors still on */
+    LOG_WARN("hidden");
+    CHECK_EQ_INT(c.calls, 0);
+    LOG_INFO("info");
+    LOG_ERROR("error");
+    CHECK_EQ_INT(c.calls, 2);
+    log_set_enabled(LOG_LEVEL_INFO, 0);
+    LOG_INFO("hidden");
+    CHECK_EQ_INT(c.calls, 2);
+    LOG_DEBUG("hidden");
+    CHECK_EQ_INT(c.calls, 2);
+    log_set_verbose(1); /* debug lines pass; info stays off */
+    LOG_DEBUG("debug");
+    CHECK_EQ_INT(c.calls, 3);
+    CHECK(c.level == LOG_LEVEL_DEBUG);
+    LOG_INFO("hidden");
+    LOG_AT(LOG_LEVEL_TRACE, "hidden");
+    CHECK_EQ_INT(c.calls, 3);
+    log_set_verbose(5);
+    CHECK_EQ_INT(log_get_verbose(), 5);
+    LOG_AT(LOG_LEVEL_TRACE, "trace");
+    CHECK_EQ_INT(c.calls, 4);
+    log_set_verbose(0);
+    log_set_enabled(LOG_LEVEL_ERROR, 0); /* everything off */
+    LOG_ERROR("hidden");
+    CHECK_EQ_INT(c.calls, 4);
+    log_set_level(LOG_LEVEL_DEBUG); /* all on again, verbose 1 */
+    CHECK(log_enabled(LOG_LEVEL_INFO) && log_enabled(LOG_LEVEL_WARN) && log_get_verbose() == 1);
+    log_set_format(LOG_FORMAT_ISO8601);
+    CHECK(log_get_format() == LOG_FORMAT_ISO8601);
+    log_set_format(LOG_FORMAT_DEFAULT);
+    log_set_sink(NULL, NULL);
+    log_set_level(saved);
+}
+
 TEST(alloc_fail_nth)
 {
     alloc_fail_after(3);

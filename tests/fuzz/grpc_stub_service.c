@@ -105,6 +105,8 @@ void service_infer(server_t *s, const service_infer_t *in)
         st = HARK_ERR_INVALID_ARG, msg = "model_name is required";
     else if (r->n_inputs < 1)
         st = HARK_ERR_INVALID_ARG, msg = "no input";
+    else if (r->inputs[0].shm_region) /* the stub has no regions: as an unknown one */
+        st = HARK_ERR_INVALID_ARG, msg = "unknown shared memory region";
     else if (in->cancelled && atomic_load(in->cancelled))
         st = HARK_ERR_CANCELLED, msg = "cancelled";
     if (st) {
@@ -125,6 +127,41 @@ void service_infer(server_t *s, const service_infer_t *in)
     kserve_request_free(r);
     if (in->body_free)
         in->body_free(in->body_user);
+}
+
+/* Triton's extensions: fixed settings, one region "r" that any register names again */
+int service_log_settings(server_t *s, const struct cJSON *update, char **json, hark_err_t *err)
+{
+    *json = dup("{\"log_file\":\"\",\"log_info\":true,\"log_warning\":true,\"log_error\":"
+                "true,\"log_verbose_level\":0,\"log_format\":\"default\"}");
+    return *json ? HARK_OK : err_set(err, HARK_ERR_NOMEM, "oom");
+}
+int service_trace_settings(server_t *s, const char *model, const struct cJSON *update, char **json,
+                           hark_err_t *err)
+{
+    int rc = need_m(model, err);
+    if (rc)
+        return rc;
+    *json = dup("{\"trace_level\":[\"OFF\"],\"trace_rate\":\"1000\",\"trace_count\":\"-1\","
+                "\"log_frequency\":\"0\",\"trace_file\":\"\",\"trace_mode\":\"triton\"}");
+    return *json ? HARK_OK : err_set(err, HARK_ERR_NOMEM, "oom");
+}
+int service_shm_register(server_t *s, const char *name, const char *key, uint64_t offset,
+                         uint64_t byte_size, hark_err_t *err)
+{
+    if (!name[0] || !byte_size)
+        return err_set(err, HARK_ERR_INVALID_ARG, "bad region");
+    return HARK_OK;
+}
+int service_shm_status(server_t *s, const char *name, char **json, hark_err_t *err)
+{
+    if (name && name[0] && strcmp(name, "r"))
+        return err_set(err, HARK_ERR_NOT_FOUND, "unknown region");
+    *json = dup("[{\"name\":\"r\",\"key\":\"/r\",\"offset\":0,\"byte_size\":64}]");
+    return *json ? HARK_OK : err_set(err, HARK_ERR_NOMEM, "oom");
+}
+void service_shm_unregister(server_t *s, const char *name)
+{
 }
 
 /* no page-locked body pool here: large protobuf fields go to the heap */
