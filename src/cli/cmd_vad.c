@@ -94,6 +94,26 @@ static void close_file(vad_file_t *f)
     memset(f, 0, sizeof *f);
 }
 
+/* up to want samples of f into x (fewer only at its end or on a read error, which marks it
+ * failed); counted in f->n */
+static size_t read_samples(vad_file_t *f, float *x, size_t want)
+{
+    hark_err_t err = {0};
+    size_t got = 0, k;
+    while (got < want) {
+        if (audio_reader_read(f->rd, x + got, want - got, &k, &err)) {
+            fprintf(stderr, "hark vad: %s\n", err.msg);
+            f->failed = 1;
+            break;
+        }
+        if (!k)
+            break;
+        got += k;
+    }
+    f->n += got;
+    return got;
+}
+
 /* the files g[idx[0..n)] (one rate, r) stepped together window by window, each read as it goes:
  * memory is a window and a state per file, and the probabilities */
 static void run_lockstep(const silero_rate_t *r, vad_file_t *g, int *idx, int n)
@@ -114,18 +134,7 @@ static void run_lockstep(const silero_rate_t *r, vad_file_t *g, int *idx, int n)
         int keep = 0;
         for (int b = 0; b < n; b++) { /* the next window of every file, dropping those at the end */
             vad_file_t *f = &g[idx[b]];
-            size_t got = 0, k;
-            while (got < W) {
-                if (audio_reader_read(f->rd, x + (size_t)keep * W + got, W - got, &k, &err)) {
-                    fprintf(stderr, "hark vad: %s\n", err.msg);
-                    f->failed = 1;
-                    break;
-                }
-                if (!k)
-                    break;
-                got += k;
-            }
-            f->n += got;
+            size_t got = read_samples(f, x + (size_t)keep * W, W);
             if (!f->failed && got == 0 && silero_seg_stream_finish(f->seg, f->n, &err)) {
                 fprintf(stderr, "hark vad: %s: %s\n", f->path, err.msg);
                 f->failed = 1;
@@ -188,21 +197,10 @@ static void run_chunks_gpu(silero_vad_gpu_t *gm, const silero_rate_t *r, vad_fil
         any = 0;
         for (int i = 0; i < n; i++) { /* streams keep their slots: an ended one runs 0 windows */
             vad_file_t *f = &g[idx[i]];
-            size_t got = 0, k;
             nw[i] = 0;
             if (!live[i])
                 continue;
-            while (got < row) {
-                if (audio_reader_read(f->rd, in + (size_t)i * row + got, row - got, &k, &err)) {
-                    fprintf(stderr, "hark vad: %s\n", err.msg);
-                    f->failed = 1;
-                    break;
-                }
-                if (!k)
-                    break;
-                got += k;
-            }
-            f->n += got;
+            size_t got = read_samples(f, in + (size_t)i * row, row);
             if (f->failed) {
                 live[i] = 0;
                 continue;
