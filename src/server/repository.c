@@ -506,6 +506,15 @@ int repository_poll(repository_t *r)
     return n;
 }
 
+void repository_hurry(repository_t *r)
+{
+    pthread_rwlock_rdlock(&r->lock);
+    for (int i = 0; i < r->n_models; i++)
+        if (r->models[i].served)
+            served_model_hurry(r->models[i].served);
+    pthread_rwlock_unlock(&r->lock);
+}
+
 void repository_unload_all(repository_t *r)
 {
     for (int i = 0; i < r->n_models; i++)
