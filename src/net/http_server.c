@@ -70,6 +70,7 @@ typedef struct sreq {
     struct sreq *next;       /* connection FIFO */
     struct sreq *ready_next; /* server ready list (under srv->ready_mu) */
     int counted;             /* counts in requests_in_flight */
+    int began;               /* some of its answer went to the socket (or a write) */
 } sreq_t;
 
 enum { T_NONE, T_IDLE, T_REQ, T_LINGER };
@@ -691,6 +692,8 @@ static void conn_flush(conn_t *c)
         r->out_tail = &r->out_head;
         int final = r->final, aborted = r->aborted;
         pthread_mutex_unlock(&r->mu);
+        if (got)
+            r->began = 1;
         int closes = !r->pub.keep_alive || (c->parse_dead && r == c->fifo_tail);
         int head_only = r->pub.method == HTTP_HEAD;
         for (piece_t *p = got; p; p = p->next) {
@@ -1164,12 +1167,33 @@ static void server_maybe_finish(http_server_t *s)
     uv_close((uv_handle_t *)&s->wake, on_server_handle_closed);
 }
 
+/* The drain's deadline: a request still waiting for its answer, none of which has been sent, is
+ * told 503 (best effort: what the socket takes now) before its connection closes, so that the
+ * client learns the server gave up rather than seeing the connection drop. */
+static void conn_deadline_503(conn_t *c)
+{
+    sreq_t *r = c->fifo_head;
+    if (c->closing || c->rejected || !r || r->began || c->writes)
+        return;
+    char body[160], head[400];
+    size_t n = http_error_json(body, sizeof body,
+                               "the server is shutting down: this request was not finished by "
+                               "the drain deadline");
+    int h = snprintf(head, sizeof head,
+                     "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\nRetry-After: 1\r\nConnection: close\r\n\r\n",
+                     n);
+    uv_buf_t b[2] = {uv_buf_init(head, (unsigned)h), uv_buf_init(body, (unsigned)n)};
+    uv_try_write((uv_stream_t *)&c->tcp, b, 2); /* what it does not take is lost with the close */
+}
+
 static void on_deadline(uv_timer_t *t)
 {
     http_server_t *s = t->data;
     conn_t *c = s->conns;
     while (c) {
         conn_t *n = c->next;
+        conn_deadline_503(c);
         conn_close(c);
         c = n;
     }
