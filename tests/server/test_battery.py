@@ -49,7 +49,8 @@ def add_model(repo, name, edit=None, batching=None):
     shutil.copytree(DEMO, d, ignore=shutil.ignore_patterns("README.md"))
     cp = os.path.join(d, "config.pbtxt")
     txt = open(cp).read()
-    txt = re.sub(r'name: "[^"]*"', 'name: "%s"' % name, txt, count=1).replace("KIND_GPU", "KIND_CPU")
+    txt = re.sub(r'name: "[^"]*"', 'name: "%s"' % name, txt, count=1)
+    txt = txt.replace("KIND_GPU", "KIND_CPU")
     if batching:
         txt = re.sub(r"dynamic_batching \{[^}]*\}", "dynamic_batching {\n%s\n}" % batching, txt)
     if edit:
@@ -401,7 +402,8 @@ def resets(srv, model):
         list(ex.map(one, range(80)))
     check(alive(srv), "80 connections reset mid-body (and after whole requests): the server lives")
     st, texts, _ = Client(srv).infer(model, wav_inputs(names[:1]))
-    check(st == 200 and texts == [ref_text[names[0]]], "and still transcribes (%s %r)" % (st, texts))
+    check(st == 200 and texts == [ref_text[names[0]]],
+          "and still transcribes (%s %r)" % (st, texts))
 
 
 def idle_connections(srv):
@@ -449,7 +451,8 @@ def keepalive_storm(srv, model):
     with cf.ThreadPoolExecutor(16) as ex:
         a = [x for codes in ex.map(session, range(32)) for x in codes]
         b = list(ex.map(short, range(400)))
-    check(a.count(200) == len(a), "32 keep-alive sessions of 60 requests: all 200 (%d)" % a.count(200))
+    check(a.count(200) == len(a),
+          "32 keep-alive sessions of 60 requests: all 200 (%d)" % a.count(200))
     check(b.count(200) == len(b), "400 connect-request-close: all 200 (%d)" % b.count(200))
 
 
@@ -457,20 +460,24 @@ def lying_sizes(srv, model):
     section("lying Content-Length and binary sizes")
     url = "/v2/models/%s/infer" % model
     # Content-Length longer than what comes, then the client's FIN: closed, no answer owed
-    got = raw_exchange(srv.port, b"POST %s HTTP/1.1\r\nContent-Length: 5000\r\n\r\n{\"in" % url.encode())
+    got = raw_exchange(srv.port, b"POST %s HTTP/1.1\r\nContent-Length: 5000\r\n\r\n{\"in"
+                       % url.encode())
     check(status_of(got) in (None, 400), "Content-Length longer than the body, then FIN: "
           "closed (%r)" % got[:40])
     # ... and the client waits: 408 once the request timeout passes
-    got = raw_exchange(srv.port, b"POST %s HTTP/1.1\r\nContent-Length: 5000\r\n\r\n{" % url.encode(),
+    got = raw_exchange(srv.port,
+                       b"POST %s HTTP/1.1\r\nContent-Length: 5000\r\n\r\n{" % url.encode(),
                        timeout=15, half_close=False)
     check(status_of(got) == 408, "Content-Length longer than the body: 408 (%r)" % got[:40])
     # shorter than the body: the rest is read as the next request, which is not one
-    got = raw_exchange(srv.port, b"POST %s HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}garbage here\r\n\r\n"
+    got = raw_exchange(srv.port,
+                       b"POST %s HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}garbage here\r\n\r\n"
                        % url.encode())
     sts = [int(x) for x in re.findall(rb"HTTP/1\.1 (\d{3})", got)]
     check(len(sts) == 2 and sts[0] == 400 and sts[1] == 400,
           "Content-Length shorter than the body: 400 for the request, 400 for the rest (%r)" % sts)
-    got = raw_exchange(srv.port, b"POST %s HTTP/1.1\r\nContent-Length: 100000000\r\n\r\n" % url.encode())
+    got = raw_exchange(srv.port,
+                       b"POST %s HTTP/1.1\r\nContent-Length: 100000000\r\n\r\n" % url.encode())
     check(status_of(got) == 413, "Content-Length over --max-body-bytes: 413 (%s)" % status_of(got))
     c = Client(srv)
     wav = wav_inputs(names[:1])
@@ -479,7 +486,6 @@ def lying_sizes(srv, model):
              ("Inference-Header-Content-Length inside the JSON", (hl // 2, body)),
              ("binary sizes beyond the body", (hl, body[:-100])),
              ("binary sizes short of the body", (hl, body + b"\0" * 64))]
-    h = json.loads(body[:hl])
     for name, size in (("binary_data_size not shape x 4", 12), ("negative binary_data_size", -4),
                        ("binary_data_size 2^62", 1 << 62)):
         hh = json.loads(body[:hl])
@@ -491,7 +497,6 @@ def lying_sizes(srv, model):
         hh["inputs"][0]["shape"] = shape
         hb = json.dumps(hh).encode()
         cases.append((name, (len(hb), hb + body[hl:])))
-    del h
     for name, raw in cases:
         st, msg, _ = c.infer(model, None, raw=raw)
         check(st == 400 and msg, "%s: 400 (%s %s)" % (name, st, str(msg)[:100]))
@@ -502,10 +507,12 @@ def strict_inputs(srv, model):
     section("NaN/Inf, empty and oversized audio, the KServe inputs (defect 7)")
     c = Client(srv)
     x = f32(audio[names[0]])
-    for bad, word in ((float("nan"), "NaN"), (float("inf"), "infinite"), (-float("inf"), "infinite")):
+    for bad, word in ((float("nan"), "NaN"), (float("inf"), "infinite"),
+                      (-float("inf"), "infinite")):
         y = list(x)
         y[1234] = bad
-        st, msg, _ = c.infer(model, [("WAV", "FP32", (1, len(y)), struct.pack("<%df" % len(y), *y))])
+        st, msg, _ = c.infer(model, [("WAV", "FP32", (1, len(y)),
+                                      struct.pack("<%df" % len(y), *y))])
         check(st == 400 and word in str(msg) and "1234" in str(msg),
               "a %s sample: 400 naming it (%s %s)" % (bad, st, str(msg)[:100]))
     # empty audio: 400 with a clear message, not 200 with ""
@@ -521,11 +528,13 @@ def strict_inputs(srv, model):
     r = requests.post(srv.base + "/v1/audio/transcriptions", data={"model": model},
                       files={"file": ("e.wav", wav_bytes([]), "audio/wav")})
     check(r.status_code == 400 and "no samples" in r.text,
-          "OpenAI transcription of a WAV with no samples: 400 (%s %s)" % (r.status_code, r.text[:120]))
+          "OpenAI transcription of a WAV with no samples: 400 (%s %s)" %
+          (r.status_code, r.text[:120]))
     # over --max-audio-seconds (30 here): 413, as samples or as a file
     long_pcm = [0] * (16000 * 31)
     st, msg, _ = c.infer(model, audio_inputs([wav_bytes(long_pcm)]))
-    check(st == 413, "31 s of AUDIO over --max-audio-seconds 30: 413 (%s %s)" % (st, str(msg)[:120]))
+    check(st == 413,
+          "31 s of AUDIO over --max-audio-seconds 30: 413 (%s %s)" % (st, str(msg)[:120]))
     st, msg, _ = c.infer(model, [("WAV", "FP32", (1, len(long_pcm)), b"\0" * 4 * len(long_pcm))])
     check(st == 413, "31 s of WAV samples: 413 (%s %s)" % (st, str(msg)[:120]))
     # unknown extra inputs, AUDIO with WAV, WAV_LENS with AUDIO: 400 naming the input
@@ -538,7 +547,8 @@ def strict_inputs(srv, model):
             ("AUDIO and WAV together", wav[:1] + audio_inputs([wav_files[names[0]]]), "'AUDIO'"),
             ("WAV_LENS with AUDIO", audio_inputs([wav_files[names[0]]]) + wav[1:], "'WAV_LENS'")):
         st, msg, _ = c.infer(model, inputs)
-        check(st == 400 and word in str(msg), "%s: 400 naming it (%s %s)" % (name, st, str(msg)[:140]))
+        check(st == 400 and word in str(msg),
+              "%s: 400 naming it (%s %s)" % (name, st, str(msg)[:140]))
     # beam_size out of range: one wording (as config.pbtxt's), over HTTP
     for v in (0, 101, -5):
         st, msg, _ = c.infer(model, wav, params={"beam_size": v})
@@ -546,6 +556,60 @@ def strict_inputs(srv, model):
               "beam_size %d: 400 in the one wording (%s %s)" % (v, st, str(msg)[:120]))
     st, texts, _ = c.infer(model, wav)
     check(st == 200 and texts == [ref_text[names[0]]], "a plain request still works (%s)" % st)
+
+
+def grpc_inputs(srv, model):
+    """the same refusals over gRPC, in the same words (INVALID_ARGUMENT)"""
+    section("the KServe inputs over gRPC")
+    try:
+        import grpc
+        from grpc_tools import protoc
+    except ImportError:
+        print("skip: no python3-grpcio / python3-grpc-tools")
+        return
+    gen = os.path.join(tmp, "gen")
+    os.makedirs(gen, exist_ok=True)
+    assert protoc.main(["protoc", "-Iproto", "--python_out=" + gen, "--grpc_python_out=" + gen,
+                        "proto/grpc_service.proto", "proto/model_config.proto"]) == 0
+    sys.path.insert(0, gen)
+    import grpc_service_pb2 as pb
+    import grpc_service_pb2_grpc as pbg
+    stub = pbg.GRPCInferenceServiceStub(grpc.insecure_channel("127.0.0.1:%d" % srv.grpc_port))
+
+    def call(inputs, params=None):
+        q = pb.ModelInferRequest(model_name=model)
+        for name, dt, shape, raw in inputs:
+            t = q.inputs.add()
+            t.name, t.datatype = name, dt
+            t.shape.extend(shape)
+            q.raw_input_contents.append(raw)
+        q.outputs.add().name = "TRANSCRIPTS"
+        for k, v in (params or {}).items():
+            q.parameters[k].int64_param = v
+        try:
+            r = stub.ModelInfer(q, timeout=60)
+            return grpc.StatusCode.OK, texts_of(r.raw_output_contents[0])
+        except grpc.RpcError as e:
+            return e.code(), e.details() or ""
+
+    wav = wav_inputs(names[:1])
+    code, got = call(wav)
+    check(code == grpc.StatusCode.OK and got == [ref_text[names[0]]],
+          "gRPC: a plain request (%s)" % code)
+    bad = grpc.StatusCode.INVALID_ARGUMENT
+    for v in (0, 101):
+        code, msg = call(wav, {"beam_size": v})
+        check(code == bad and "beam_size must be in [1, 100] (got %d)" % v in msg,
+              "gRPC beam_size %d: INVALID_ARGUMENT in the one wording (%s %s)" %
+              (v, code, msg[:100]))
+    for name, inputs, word in (
+            ("an unknown extra input", wav + [("SPEAKER", "INT32", (1, 1), struct.pack("<i", 7))],
+             "unknown input 'SPEAKER'"),
+            ("AUDIO and WAV together", wav[:1] + audio_inputs([wav_files[names[0]]]), "'AUDIO'"),
+            ("empty audio", [("WAV", "FP32", (1, 0), b"")], "no samples")):
+        code, msg = call(inputs)
+        check(code == bad and word in msg,
+              "gRPC %s: INVALID_ARGUMENT (%s %s)" % (name, code, msg[:100]))
 
 
 def corrupt_files(srv, model):
@@ -569,7 +633,8 @@ def corrupt_files(srv, model):
              ("sample rate 2^32-1", bytes(huge_rate)), ("0 bits per sample", bytes(bits)),
              ("a 2 GB fmt chunk", bytes(fmt_big)), ("a WAV header alone", good[:30]),
              ("FLAC magic then garbage", b"fLaC" + bytes(range(256)) * 4),
-             ("FLAC STREAMINFO of zeros", b"fLaC\x80\0\0\x22" + b"\0" * 34 + b"\xff\xf8" + b"\0" * 64),
+             ("FLAC STREAMINFO of zeros",
+              b"fLaC\x80\0\0\x22" + b"\0" * 34 + b"\xff\xf8" + b"\0" * 64),
              ("an ID3 tag claiming 256 MB", b"ID3\x04\0\0\x7f\x7f\x7f\x7f" + b"\0" * 200),
              ("MP3 frame syncs then garbage", (b"\xff\xfb\x90\x64" + bytes(range(200))) * 20),
              ("an MP3 frame of a bad layer", b"\xff\xf9\xff\xff" * 500),
@@ -610,8 +675,10 @@ def load_unload_under_traffic(srv, model, other):
         t.start()
     codes = []
     for i in range(SIZE["cycles"]):
-        codes.append(requests.post("%s/v2/repository/models/%s/unload" % (srv.base, other)).status_code)
-        codes.append(requests.post("%s/v2/repository/models/%s/load" % (srv.base, other)).status_code)
+        codes.append(requests.post("%s/v2/repository/models/%s/unload" %
+                                   (srv.base, other)).status_code)
+        codes.append(requests.post("%s/v2/repository/models/%s/load" %
+                                   (srv.base, other)).status_code)
     stop.set()
     for t in ts:
         t.join()
@@ -723,7 +790,8 @@ def bad_repositories(tmp):
         wrong = {}
         for name, (_, word) in bad.items():
             e = idx.get(name, {})
-            if not (e.get("state") == "UNAVAILABLE" and word.lower() in e.get("reason", "").lower()):
+            reason = e.get("reason", "").lower()
+            if not (e.get("state") == "UNAVAILABLE" and word.lower() in reason):
                 wrong[name] = (e.get("state"), e.get("reason", "")[:100])
         check(not wrong, "%d bad models: each UNAVAILABLE with a reason naming what is wrong "
               "(%r)" % (len(bad), wrong))
@@ -802,9 +870,12 @@ def sigterm_in_flight(tmp):
 
 
 SECTIONS = [("malformed", malformed), ("headers", big_headers), ("slowloris", slowloris),
-            ("pipelining", lambda s: pipelining(s, "demo")), ("resets", lambda s: resets(s, "demo")),
+            ("pipelining", lambda s: pipelining(s, "demo")),
+            ("resets", lambda s: resets(s, "demo")),
             ("idle", idle_connections), ("keepalive", lambda s: keepalive_storm(s, "demo")),
-            ("sizes", lambda s: lying_sizes(s, "demo")), ("inputs", lambda s: strict_inputs(s, "demo")),
+            ("sizes", lambda s: lying_sizes(s, "demo")),
+            ("inputs", lambda s: strict_inputs(s, "demo")),
+            ("grpc", lambda s: grpc_inputs(s, "demo")),
             ("files", lambda s: corrupt_files(s, "demo")),
             ("cycles", lambda s: load_unload_under_traffic(s, "demo", "demo_b")),
             ("overload", lambda s: overload(s, "demo_q")), ("soak", lambda s: soak(s, "demo"))]
@@ -821,7 +892,7 @@ try:
     add_model(repo, "demo_b")
     add_model(repo, "demo_q", batching="  max_queue_delay_microseconds: 2000\n"
               "  default_queue_policy { max_queue_size: 2 }")
-    srv = Server(hark, repo, metrics=True,
+    srv = Server(hark, repo, metrics=True, grpc=True,
                  args=["--model-control-mode", "explicit", "--load-model", "*",
                        "--max-connections", str(SIZE["idle"] - 50), "--request-timeout-ms", "2000",
                        "--max-audio-seconds", "30", "--max-body-bytes", "16000000"])
