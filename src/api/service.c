@@ -937,6 +937,10 @@ static void decode_work(uv_work_t *w)
             hark_free(j->lf); /* one pass */
             j->lf = NULL;
         }
+        if (!rc && au.n == 0 && !j->seq) { /* a valid header and no samples */
+            hark_free(au.samples);
+            rc = err_set(&err, HARK_ERR_INVALID_ARG, "no samples (empty audio)");
+        }
         if (rc) {
             if (j->batch > 1)
                 err_prefix(&err, rc, "%s[%d]", j->what, b);
@@ -1058,7 +1062,7 @@ static void infer_start(server_t *s, const service_infer_t *in)
     const kserve_tensor_t *lens = kserve_request_input(kr, "WAV_LENS");
     const kserve_tensor_t *audio = kserve_request_input(kr, "AUDIO");
     const family_io_t *io = NULL; /* a family contract, when the request names its audio input */
-    for (const family_io_t *c = fio; !wav && !audio && c && c->audio; c++)
+    for (const family_io_t *c = fio; !wav && c && c->audio; c++)
         if (kserve_request_input(kr, c->audio)) {
             io = c;
             wav = kserve_request_input(kr, c->audio);
@@ -1073,6 +1077,31 @@ static void infer_start(server_t *s, const service_infer_t *in)
                          kr->outputs[i].name, out_name);
             goto fail;
         }
+    if (wav && audio) {
+        rc = err_set(&err, HARK_ERR_INVALID_ARG,
+                     "inputs '%s' and 'AUDIO' were both given: send samples ('%s') or encoded "
+                     "files ('AUDIO'), not both",
+                     wav_name, wav_name);
+        goto fail;
+    }
+    for (int i = 0; (wav || audio) && i < kr->n_inputs; i++) { /* nothing is ignored */
+        const kserve_tensor_t *t = &kr->inputs[i];
+        if (t == wav || t == audio || (t == lens && wav))
+            continue;
+        if (audio && t == lens)
+            rc = err_set(&err, HARK_ERR_INVALID_ARG,
+                         "input 'WAV_LENS' goes with 'WAV', not with 'AUDIO' (encoded files "
+                         "carry their own length)");
+        else if (audio)
+            rc = err_set(&err, HARK_ERR_INVALID_ARG,
+                         "unknown input '%s' (a request with 'AUDIO' has no other input)", t->name);
+        else
+            rc = err_set(&err, HARK_ERR_INVALID_ARG,
+                         "unknown input '%s' (a request with '%s' has no other input%s%s%s)",
+                         t->name, wav_name, lens_name ? " but '" : "", lens_name ? lens_name : "",
+                         lens_name ? "'" : "");
+        goto fail;
+    }
     if (wav) {
         /* FP32, or FP16 (sherpa's Triton configs declare WAV TYPE_FP16; converted here) */
         int fp16 = wav->dtype == KSERVE_FP16;
@@ -1126,6 +1155,18 @@ static void infer_start(server_t *s, const service_infer_t *in)
             if (n < 0 || n > N) {
                 rc = err_set(&err, HARK_ERR_INVALID_ARG, "%s[%d] = %lld is outside [0, %lld]",
                              lens_name, b, (long long)n, (long long)N);
+                break;
+            }
+            if (n == 0 && !seq) { /* (a sequence may end with an empty chunk) */
+                rc = err_set(&err, HARK_ERR_INVALID_ARG,
+                             "input '%s': item %d has no samples (empty audio)", wav_name, b);
+                break;
+            }
+            if (rate > 0 && (double)n > server_options(s)->max_audio_seconds * rate) {
+                rc = err_set(&err, HARK_ERR_TOO_LARGE,
+                             "input '%s': item %d is %.1f s of audio, longer than %g s (the "
+                             "server's --max-audio-seconds)",
+                             wav_name, b, (double)n / rate, server_options(s)->max_audio_seconds);
                 break;
             }
             const float *x = j->pcm[b] = all + (size_t)b * (size_t)N;

@@ -1,6 +1,8 @@
 /* error.c — status + message records.  Tests: tests/core/test_core.c */
 #include "core/error.h"
 
+#include "hark.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -39,4 +41,10 @@ int err_prefix(hark_err_t *err, int status, const char *fmt, ...)
     if (!err->status)
         err->status = status;
     return err->status;
+}
+
+int err_range(hark_err_t *err, const char *what, long lo, long hi, long got)
+{
+    return err_set(err, HARK_ERR_INVALID_ARG, "%s must be in [%ld, %ld] (got %ld)", what, lo, hi,
+                   got);
 }

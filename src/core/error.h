@@ -18,6 +18,9 @@ typedef struct {
 int err_set(hark_err_t *err, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Prefixes an existing message: "ctx: <old message>". Returns err->status (or `status` if NULL). */
 int err_prefix(hark_err_t *err, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* HARK_ERR_INVALID_ARG with the one wording every range check uses, wherever the value came from
+ * (a request, config.pbtxt, a flag): "<what> must be in [lo, hi] (got v)". */
+int err_range(hark_err_t *err, const char *what, long lo, long hi, long got);
 
 #ifdef __cplusplus
 }

@@ -49,8 +49,7 @@ int family_param_int(const family_params_t *params, const char *key, long lo, lo
     if (end == v || *end || errno)
         return err_set(err, HARK_ERR_INVALID_ARG, "%s \"%s\" is not an integer", key, v);
     if (x < lo || x > hi)
-        return err_set(err, HARK_ERR_INVALID_ARG, "%s must be in [%ld, %ld] (got %ld)", key, lo, hi,
-                       x);
+        return err_range(err, key, lo, hi, x);
     *out = (int)x;
     return HARK_OK;
 }

@@ -70,6 +70,7 @@ typedef struct sreq {
     struct sreq *next;       /* connection FIFO */
     struct sreq *ready_next; /* server ready list (under srv->ready_mu) */
     int counted;             /* counts in requests_in_flight */
+    int began;               /* some of its answer went to the socket (or a write) */
 } sreq_t;
 
 enum { T_NONE, T_IDLE, T_REQ, T_LINGER };
@@ -87,6 +88,7 @@ struct conn {
     size_t rlen;
     int handles; /* open uv handles */
     int reading, paused, parse_dead, closing, finishing, read_eof, rejected, draining;
+    int out_full; /* over max_output: not read until the socket has taken most of it */
     int in_process, took_req, continue_sent;
     int in_window; /* the pending read goes straight into a request body (on_alloc) */
     int writes;    /* uv_writes in progress */
@@ -132,6 +134,7 @@ struct http_server {
     atomic_int want_stop, want_shutdown, async_closed;
     atomic_uint deadline_ms;
     atomic_long n_open, n_inflight, n_requests, n_accepted, n_rejected, n_bad, n_evicted;
+    atomic_long n_stalls;
 };
 
 static const char CONN_KEEP[] = "\r\n";
@@ -653,10 +656,16 @@ static void on_write(uv_write_t *w, int status)
     pthread_mutex_lock(&c->wmu);
     c->writes--;
     pthread_mutex_unlock(&c->wmu);
-    pieces_free(wr->pieces);
+    pieces_free(wr->pieces); /* the answer's memory goes back as soon as the socket took it */
     hark_free(wr);
     if (status < 0) {
         conn_close(c);
+        return;
+    }
+    if (c->out_full && !c->in_process &&
+        uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) <= c->srv->o.max_output / 4) {
+        c->out_full = 0; /* the client reads again: so do we */
+        conn_process(c);
         return;
     }
     conn_update_timer(c, 1);
@@ -683,6 +692,8 @@ static void conn_flush(conn_t *c)
         r->out_tail = &r->out_head;
         int final = r->final, aborted = r->aborted;
         pthread_mutex_unlock(&r->mu);
+        if (got)
+            r->began = 1;
         int closes = !r->pub.keep_alive || (c->parse_dead && r == c->fifo_tail);
         int head_only = r->pub.method == HTTP_HEAD;
         for (piece_t *p = got; p; p = p->next) {
@@ -850,6 +861,15 @@ static size_t conn_parse(conn_t *c, const char *data, size_t len)
             c->paused = 1;
             break;
         }
+        if (!c->out_full && !http_reqparser_in_request(c->parser) &&
+            uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > s->o.max_output) {
+            /* the client does not read its answers: stop taking requests from it (on_write
+             * resumes) rather than queue answers without bound */
+            c->out_full = 1;
+            atomic_fetch_add(&s->n_stalls, 1);
+        }
+        if (c->out_full)
+            break;
         if (off == len && !c->read_eof)
             break;
         size_t used = 0;
@@ -898,7 +918,8 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     conn_t *c = h->data;
     char *dst;
-    size_t due = c->rlen == 0 && !c->parse_dead && c->fifo_len < c->srv->o.max_pipeline
+    size_t due = c->rlen == 0 && !c->parse_dead && !c->out_full &&
+                         c->fifo_len < c->srv->o.max_pipeline
                      ? http_reqparser_body_window(c->parser, &dst)
                      : 0;
     c->in_window = due >= MIN_WINDOW;
@@ -958,7 +979,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 
 static void conn_set_reading(conn_t *c)
 {
-    int want = !c->closing && !c->read_eof && !c->paused && c->rlen < RBUF_SIZE;
+    int want = !c->closing && !c->read_eof && !c->paused && !c->out_full && c->rlen < RBUF_SIZE;
     if (want && !c->reading) {
         if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
             c->reading = 1;
@@ -1030,7 +1051,7 @@ static void on_connection(uv_stream_t *ls, int status)
         conn_t *idle = NULL;
         for (conn_t *x = c->next; x; x = x->next) /* newest first: the last match is the oldest */
             if (!x->rejected && !x->closing && !x->finishing && !x->parse_dead &&
-                x->tstate == T_IDLE && !x->fifo_head)
+                x->tstate == T_IDLE && !x->fifo_head && !x->writes)
                 idle = x;
         if (idle) {
             atomic_fetch_add(&s->n_evicted, 1);
@@ -1146,12 +1167,33 @@ static void server_maybe_finish(http_server_t *s)
     uv_close((uv_handle_t *)&s->wake, on_server_handle_closed);
 }
 
+/* The drain's deadline: a request still waiting for its answer, none of which has been sent, is
+ * told 503 (best effort: what the socket takes now) before its connection closes, so that the
+ * client learns the server gave up rather than seeing the connection drop. */
+static void conn_deadline_503(conn_t *c)
+{
+    sreq_t *r = c->fifo_head;
+    if (c->closing || c->rejected || !r || r->began || c->writes)
+        return;
+    char body[160], head[400];
+    size_t n = http_error_json(body, sizeof body,
+                               "the server is shutting down: this request was not finished by "
+                               "the drain deadline");
+    int h = snprintf(head, sizeof head,
+                     "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\nRetry-After: 1\r\nConnection: close\r\n\r\n",
+                     n);
+    uv_buf_t b[2] = {uv_buf_init(head, (unsigned)h), uv_buf_init(body, (unsigned)n)};
+    uv_try_write((uv_stream_t *)&c->tcp, b, 2); /* what it does not take is lost with the close */
+}
+
 static void on_deadline(uv_timer_t *t)
 {
     http_server_t *s = t->data;
     conn_t *c = s->conns;
     while (c) {
         conn_t *n = c->next;
+        conn_deadline_503(c);
         conn_close(c);
         c = n;
     }
@@ -1220,6 +1262,8 @@ int http_server_create(uv_loop_t *loop, const http_server_opts_t *opts, http_ser
         s->o.idle_timeout_ms = 60000;
     if (!s->o.max_pipeline)
         s->o.max_pipeline = 16;
+    if (!s->o.max_output)
+        s->o.max_output = (size_t)4 << 20;
     int fd = -1;
     int rc = net_listen(s->o.host, s->o.port, opts->reuse_port, "http", &fd, &s->port, err);
     if (rc != HARK_OK) {
@@ -1288,6 +1332,7 @@ void http_server_stats(const http_server_t *s, http_server_stats_t *o)
     o->connections_rejected = atomic_load(&m->n_rejected);
     o->connections_evicted = atomic_load(&m->n_evicted);
     o->bad_requests = atomic_load(&m->n_bad);
+    o->output_stalls = atomic_load(&m->n_stalls);
 }
 
 void http_server_destroy(http_server_t *s)

@@ -140,6 +140,10 @@ typedef struct {
     unsigned request_timeout_ms; /* head not complete / body stalled this long: 408; default 30 s */
     unsigned idle_timeout_ms;    /* idle keep-alive connection closed; default 60 s */
     unsigned max_pipeline;       /* parsed, unanswered requests per connection; default 16 */
+    size_t max_output; /* answer bytes queued on a connection and not yet taken by the socket:
+                          beyond it no further request is read from that connection until the
+                          client has taken all but a quarter of them (a client that pipelines
+                          and never reads holds this much, not all it asked for); default 4 MiB */
     /* Optional, called on the loop thread once a request's head is parsed: the offset into the
      * body that should land 64-byte aligned in memory (KServe's binary tensors follow a JSON
      * header of known length, so they can be used in place). Honoured for Content-Length bodies
@@ -167,6 +171,7 @@ typedef struct {
     long connections_rejected; /* over max_connections with none idle to close */
     long connections_evicted;  /* idle ones closed to make room for a new one */
     long bad_requests;         /* answered by the server itself with 4xx (400/408/413/417/431...) */
+    long output_stalls;        /* times a connection stopped being read over max_output */
 } http_server_stats_t;
 
 typedef struct http_server http_server_t;

@@ -26,6 +26,7 @@ struct batcher {
     size_t n_req; /* requests with an item queued: what max_queue_size bounds */
     uint64_t next_seq;
     int closed;
+    int hurry; /* batcher_hurry: no batch waits for a fuller one */
     batcher_stats_t st;
 };
 
@@ -259,7 +260,7 @@ int batcher_next(batcher_t *b, batcher_item_t **items, int *n, batcher_item_t **
             int k = due_size(b, b->n);
             uint64_t oldest = b->pending[head_index(b)]->enqueue_ns;
             uint64_t due_at = oldest + b->o.max_queue_delay_us * 1000;
-            if (!k && (now >= due_at || b->closed))
+            if (!k && (now >= due_at || b->closed || b->hurry))
                 k = (int)(b->n < (size_t)b->o.max_batch_size ? b->n : (size_t)b->o.max_batch_size);
             if (k) {
                 *n = form_batch(b, k, items);
@@ -293,6 +294,14 @@ void batcher_close(batcher_t *b)
 {
     pthread_mutex_lock(&b->lock);
     b->closed = 1;
+    pthread_cond_broadcast(&b->cond);
+    pthread_mutex_unlock(&b->lock);
+}
+
+void batcher_hurry(batcher_t *b)
+{
+    pthread_mutex_lock(&b->lock);
+    b->hurry = 1;
     pthread_cond_broadcast(&b->cond);
     pthread_mutex_unlock(&b->lock);
 }

@@ -82,6 +82,9 @@ int batcher_next(batcher_t *b, batcher_item_t **items, int *n, batcher_item_t **
 
 /* Stops accepting; pending items are still handed out, then workers get HARK_ERR_CLOSED. */
 void batcher_close(batcher_t *b);
+/* From now on no batch waits for a fuller one (max_queue_delay_microseconds is over for every
+ * item, queued or to come); requests are still taken. The server calls it when it drains. */
+void batcher_hurry(batcher_t *b);
 void batcher_stats(batcher_t *b, batcher_stats_t *out);
 
 #endif

@@ -808,6 +808,15 @@ out:
     return rc;
 }
 
+void served_model_hurry(served_model_t *m)
+{
+    if (m->batcher)
+        batcher_hurry(m->batcher);
+    for (int i = 0; i < m->n_inst; i++)
+        if (m->inst[i].own)
+            batcher_hurry(m->inst[i].own);
+}
+
 void served_model_abandon(served_model_t *m, uint64_t owner)
 {
     if (!m->o.seq.enabled || !owner)

@@ -126,6 +126,8 @@ typedef struct served_model served_model_t;
 int served_model_create(const char *model_dir, const served_opts_t *opts, served_model_t **out,
                         hark_err_t *err);
 void served_model_destroy(served_model_t *m); /* accepts NULL */
+/* No batch waits for a fuller one any more (batcher_hurry on each of its queues): the drain. */
+void served_model_hurry(served_model_t *m);
 const family_t *served_model_family(const served_model_t *m);
 /* The first loaded model's description. */
 void served_model_info(const served_model_t *m, family_info_t *out);

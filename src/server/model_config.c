@@ -635,11 +635,11 @@ static int map_instance_groups(vctx_t *c, model_config_t *cfg, const pbtxt_node_
     for (int i = 0; i < n; i++) {
         model_instance_group_t *g = &cfg->instance_groups[i];
         g->name = get(v[i], "name") ? dup_str(cfg, get_str(v[i], "name")) : NULL;
-        int64_t count = get_i64(v[i], "count", 1);
-        if (count < 0)
+        int64_t count = get_i64(v[i], "count", 1); /* absent: one instance */
+        if (count < 1) /* count: 0 written out would run nothing: refused, not taken for 1 */
             return verr(c, HARK_ERR_INVALID_ARG, get(v[i], "count"), "instance_group.count",
-                        "must be >= 0, got %" PRId64, count);
-        g->count = count ? (int)count : 1;
+                        "must be >= 1 (leave it out for one instance), got %" PRId64, count);
+        g->count = (int)count;
         g->kind = (model_kind_t)get_enum(v[i], "kind", KINDS);
         const pbtxt_node_t **gv;
         if ((rc = collect(&cfg->arena, v[i], "gpus", &gv, &g->n_gpus)))

@@ -142,7 +142,7 @@ typedef struct {
 
 /* Parses and validates config text. `path` names the file in every message. Errors
  * (HARK_ERR_FORMAT for syntax/types/unknown fields, HARK_ERR_INVALID_ARG for out-of-range or
- * inconsistent values) read "path:line:col: field 'instance_group.count': must be >= 0, got -1".
+ * inconsistent values) read "path:line:col: field 'instance_group.count': must be >= 1 (...), got 0".
  * On success the caller owns *cfg (model_config_free); on failure *cfg holds nothing to free.
  * opts may be NULL. */
 int model_config_parse(const char *text, size_t len, const char *path,

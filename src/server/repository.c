@@ -214,6 +214,42 @@ static void log_gpu_group(const char *model, const char *group, int dev, gpu_pat
              cc, gpu_path_name(gp));
 }
 
+/* An audio model's inputs are the server's contract (service.c): WAV (FP32 or FP16) with
+ * WAV_LENS (INT32), AUDIO (STRING), or a family's own pair (family_io_t). Anything else would be
+ * advertised by /config and then refused by every request: refused here, naming the line. */
+static int check_audio_inputs(const model_config_t *cfg, const family_t *fam, const char *path,
+                              hark_err_t *err)
+{
+    for (int i = 0; i < cfg->n_inputs; i++) {
+        const model_io_t *in = &cfg->inputs[i];
+        int samples = !strcmp(in->name, "WAV"), lens = !strcmp(in->name, "WAV_LENS");
+        int files = !strcmp(in->name, "AUDIO");
+        for (const family_io_t *c = fam->io; c && c->audio; c++) {
+            samples |= !strcmp(in->name, c->audio);
+            lens |= c->n_samples && !strcmp(in->name, c->n_samples);
+        }
+        int ok = samples ? in->data_type == MODEL_TYPE_FP32 || in->data_type == MODEL_TYPE_FP16
+                 : lens  ? in->data_type == MODEL_TYPE_INT32
+                 : files ? in->data_type == MODEL_TYPE_STRING
+                         : -1;
+        if (ok == -1)
+            return err_set(err, HARK_ERR_INVALID_ARG,
+                           "%s:%d: input '%s' is not one hark serves for %s ('WAV' and "
+                           "'WAV_LENS', or 'AUDIO'%s%s%s)",
+                           path, in->line, in->name,
+                           fam->task == FAMILY_TASK_ASR ? "a recognizer" : "a VAD model",
+                           fam->io && fam->io->audio ? ", or '" : "",
+                           fam->io && fam->io->audio ? fam->io->audio : "",
+                           fam->io && fam->io->audio ? "'" : "");
+        if (!ok)
+            return err_set(err, HARK_ERR_INVALID_ARG,
+                           "%s:%d: input '%s' has data_type %s; hark serves it as %s", path,
+                           in->line, in->name, dtype_config_name(in->data_type),
+                           samples ? "TYPE_FP32 or TYPE_FP16" : lens ? "TYPE_INT32" : "TYPE_STRING");
+    }
+    return HARK_OK;
+}
+
 /* Reads config.pbtxt and turns it into served options (cfg params point into m->cfg). Called
  * off the loop, table unlocked, the entry LOADING (no reader looks at it). *params: the
  * parameters as the family reads them (the caller hark_frees it once the model is created). */
@@ -249,6 +285,14 @@ static int prepare(repository_t *r, repo_model_t *m, served_opts_t *so, family_p
         return err_set(err, HARK_ERR_UNSUPPORTED,
                        "%s: family '%s' does not stream: sequence_batching cannot serve it", path,
                        fam->name);
+    if (m->cfg.name && *m->cfg.name && strcmp(m->cfg.name, m->name) != 0)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "%s: name \"%s\" differs from the model's folder \"%s\" (Triton's rule: "
+                       "they must match)",
+                       path, m->cfg.name, m->name);
+    if ((fam->task == FAMILY_TASK_ASR || fam->task == FAMILY_TASK_VAD) &&
+        (rc = check_audio_inputs(&m->cfg, fam, path, err)) != HARK_OK)
+        return rc;
     m->version = latest_version(m->dir);
     if (!m->version)
         return err_set(err, HARK_ERR_NOT_FOUND, "%s: no version directory with a model.json",
@@ -506,6 +550,15 @@ int repository_poll(repository_t *r)
     return n;
 }
 
+void repository_hurry(repository_t *r)
+{
+    pthread_rwlock_rdlock(&r->lock);
+    for (int i = 0; i < r->n_models; i++)
+        if (r->models[i].served)
+            served_model_hurry(r->models[i].served);
+    pthread_rwlock_unlock(&r->lock);
+}
+
 void repository_unload_all(repository_t *r)
 {
     for (int i = 0; i < r->n_models; i++)
@@ -580,9 +633,12 @@ int repository_create(const repository_opts_t *o, repository_t **out, hark_err_t
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.')
             continue;
-        char cfg[4400];
-        snprintf(cfg, sizeof cfg, "%s/%s/config.pbtxt", r->dir, e->d_name);
-        if (access(cfg, R_OK) != 0)
+        /* every folder is a model: one without config.pbtxt is listed and fails to load, naming
+         * the file (Triton's strict rule), instead of vanishing from the index */
+        char sub[4400];
+        snprintf(sub, sizeof sub, "%s/%s", r->dir, e->d_name);
+        struct stat st;
+        if (stat(sub, &st) != 0 || !S_ISDIR(st.st_mode))
             continue;
         hark_err_t why = {0};
         if (repository_name_valid(e->d_name, strlen(e->d_name), &why)) {

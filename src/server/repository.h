@@ -81,6 +81,9 @@ void repository_load_all(repository_t *r);
  * models it loaded, reloaded or unloaded. Blocking; one caller at a time. */
 int repository_poll(repository_t *r);
 void repository_unload_all(repository_t *r);
+/* Every loaded model's queue hands out what it holds without waiting for fuller batches
+ * (served_model_hurry): what is in flight when the server drains is run at once. */
+void repository_hurry(repository_t *r);
 /* 1 when every READY model's instances are healthy. */
 int repository_healthy(repository_t *r);
 /* strict readiness (Triton's --strict-readiness): 1 when no model is loading or failed to load

@@ -129,6 +129,7 @@ static void begin_drain(server_t *s)
     pthread_mutex_unlock(&s->poll_mu);
     LOG_INFO("draining: no new connections, finishing in-flight requests (deadline %d ms)",
              s->o.drain_timeout_ms);
+    repository_hurry(s->repo); /* queued requests no longer wait for fuller batches */
     for (int i = 0; i < s->n_loops; i++) {
         if (s->hl[i].api)
             http_server_shutdown(s->hl[i].api, (unsigned)s->o.drain_timeout_ms);

@@ -225,6 +225,9 @@ TEST(error_set_and_prefix)
     CHECK_EQ_INT(err_prefix(&e, HARK_ERR_IO, "a.wav"), HARK_ERR_FORMAT);
     CHECK(strcmp(e.msg, "a.wav: bad header") == 0);
     CHECK_EQ_INT(err_set(NULL, HARK_ERR_IO, "x"), HARK_ERR_IO);
+    /* the one wording of a range error */
+    CHECK_EQ_INT(err_range(&e, "beam_size", 1, 1000, -5), HARK_ERR_INVALID_ARG);
+    CHECK(strcmp(e.msg, "beam_size must be in [1, 1000] (got -5)") == 0);
 }
 
 /* core/dtype.h: one table serves the KServe and config.pbtxt spellings and the sizes */

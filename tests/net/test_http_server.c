@@ -1200,7 +1200,7 @@ TEST(http_graceful_shutdown_finishes_inflight)
     free(rs);
 }
 
-TEST(http_shutdown_deadline_drops_late_answers_safely)
+TEST(http_shutdown_deadline_answers_503_and_drops_late_answers_safely)
 {
     tsrv_t ts;
     CHECK_OK(tsrv_start(&ts, NULL));
@@ -1213,7 +1213,15 @@ TEST(http_shutdown_deadline_drops_late_answers_safely)
     pthread_join(ts.th, NULL);
     double dt = now_s() - t0;
     CHECKF(dt < 0.35, "loop exited after %.3f s", dt);
-    CHECK(rd_closed(&r)); /* no answer: the deadline came first */
+    /* the deadline came first: told 503, then the connection closes */
+    resp_t *rs = new_resp();
+    CHECK_OK(read_response(&r, rs));
+    CHECKF(rs->status == 503 && strstr(rs->body, "drain deadline"), "%d %.*s", rs->status,
+           (int)rs->body_len, rs->body);
+    char v[16];
+    CHECK(resp_header(rs, "connection", v, sizeof v) && !strcmp(v, "close"));
+    CHECK(rd_closed(&r));
+    free(rs);
     http_server_destroy(ts.srv);
     uv_loop_close(&ts.loop);
     /* the worker answers after the server is gone: dropped and freed on its thread */

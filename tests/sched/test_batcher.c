@@ -320,6 +320,32 @@ static batcher_item_t **ptrs(batcher_item_t *it, int n, batcher_item_t **p)
 
 /* max_queue_size 2: with one request pending a 3-item request is the second request, admitted;
  * with two pending a third request is refused whole, none of its items queued */
+/* the drain: what waits for a fuller batch is handed out at once, and so is what comes after */
+TEST(batcher_hurry_ends_the_wait_for_fuller_batches)
+{
+    batcher_opts_t o = opts(8, 600 * 1000000ull); /* 10 minutes: only the hurry ends the wait */
+    o.preferred[0] = 8;
+    o.n_preferred = 1;
+    batcher_t *b;
+    CHECK_OK(batcher_create(&o, &b, NULL));
+    batcher_item_t it[3];
+    memset(it, 0, sizeof it);
+    one_next_t w;
+    one_next_start(&w, b);
+    CHECK_OK(batcher_submit(b, &it[0]));
+    CHECK_OK(batcher_submit(b, &it[1]));
+    CHECK(!one_next_wait(&w, 50)); /* 2 < 8: it waits */
+    batcher_hurry(b);
+    CHECK(one_next_wait(&w, 5000));
+    CHECK(w.n == 2 && w.ne == 0);
+    one_next_start(&w, b); /* a request after the hurry does not wait either */
+    CHECK_OK(batcher_submit(b, &it[2]));
+    CHECK(one_next_wait(&w, 5000));
+    CHECK_EQ_INT(w.n, 1);
+    batcher_close(b);
+    batcher_destroy(b);
+}
+
 TEST(batcher_request_of_many_items_is_admitted_or_refused_whole)
 {
     batcher_opts_t o = opts(8, 10 * 1000000); /* nothing is due while the test looks */

@@ -74,6 +74,16 @@ class Server:
         return self.proc.returncode
 
 
+def name_models(repo):
+    """Triton's rule, which hark follows: config.pbtxt's name is its folder's. Copies of one model
+    (name "m") under other folders get their folder's name."""
+    for d in os.listdir(repo):
+        p = os.path.join(repo, d, "config.pbtxt")
+        if os.path.isfile(p):
+            txt = open(p).read()
+            open(p, "w").write(re.sub(r'name: "[^"]*"', 'name: "%s"' % d, txt, count=1))
+
+
 def texts_of(blob):
     """the elements of a binary BYTES tensor, as text"""
     out, o = [], 0

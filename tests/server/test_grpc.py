@@ -11,6 +11,8 @@ import grpc
 import requests
 from grpc_tools import protoc
 
+from harkserve import name_models  # noqa: E402 (this folder is on sys.path)
+
 hark, model_dir, golden = sys.argv[1:4]
 here = os.path.dirname(os.path.abspath(__file__))
 proto_dir = os.path.join(here, "..", "..", "proto")
@@ -36,6 +38,7 @@ txt = re.sub(r"max_queue_delay_microseconds: \d+",
              "max_queue_delay_microseconds: 100000\n  default_queue_policy { max_queue_size: 1 }", txt)
 open(cfg, "w").write(txt)
 MAX_BODY = 8000000
+name_models(repo)
 proc = subprocess.Popen([hark, "serve", "--model-repository", repo, "--http-port", "0",
                          "--grpc-port", "0", "--metrics-port", "-1", "--max-body-bytes",
                          str(MAX_BODY), "--drain-timeout-ms", "20000",

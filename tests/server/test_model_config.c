@@ -392,7 +392,10 @@ TEST(model_config_errors)
          "c.pbtxt:1:1: field 'max_batch_size': must be >= 0, got -1"},
         {"max_batch_size: 99999999999\n", HARK_ERR_FORMAT, "(out of range)"},
         {"max_batch_size: 4\ninstance_group [\n  { count: -2 kind: KIND_GPU }\n]\n",
-         HARK_ERR_INVALID_ARG, "c.pbtxt:3:5: field 'instance_group.count': must be >= 0, got -2"},
+         HARK_ERR_INVALID_ARG, "c.pbtxt:3:5: field 'instance_group.count': must be >= 1"},
+        {"instance_group [\n  { count: 0 kind: KIND_CPU }\n]\n", HARK_ERR_INVALID_ARG,
+         "c.pbtxt:2:5: field 'instance_group.count': must be >= 1 (leave it out for one "
+         "instance), got 0"},
         {"max_batch_size: 8\ndynamic_batching { preferred_batch_size: [4, 16] }\n",
          HARK_ERR_INVALID_ARG,
          "c.pbtxt:2:46: field 'dynamic_batching.preferred_batch_size': 16 exceeds "

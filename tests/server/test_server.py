@@ -6,6 +6,8 @@ MODEL_DIR GOLDEN_DIR. Exit 0 = pass."""
 import json, os, re, shutil, signal, struct, subprocess, sys, tempfile, threading, time, wave
 import requests
 
+from harkserve import name_models  # noqa: E402 (this folder is on sys.path)
+
 hark, model_dir, golden = sys.argv[1:4]
 R = json.load(open(os.path.join(golden, "results.json")))
 tmp = tempfile.mkdtemp(prefix="hark-serve-")
@@ -32,6 +34,7 @@ for name, key, val in (("wenet_badmethod", "decoding_method", "magic_search"),
     cp = os.path.join(repo, name, "config.pbtxt")
     txt = re.sub(r'parameters \{ key: "%s"[^\n]*\n' % key, "", open(cp).read())
     open(cp, "w").write(txt + 'parameters { key: "%s" value { string_value: "%s" } }\n' % (key, val))
+name_models(repo)
 proc = subprocess.Popen([hark, "serve", "--model-repository", repo, "--http-port", "0",
                          "--metrics-port", "0", "--grpc-port", "-1", "--max-body-bytes", "8000000",
                          "--request-timeout-ms", "1500", "--http-threads", "3",

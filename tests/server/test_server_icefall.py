@@ -9,7 +9,7 @@ import numpy as np
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harkserve import Checks, Server, texts_of  # noqa: E402
+from harkserve import Checks, Server, texts_of, name_models  # noqa: E402
 
 hark, model_dir, golden = sys.argv[1:4]
 RES = json.load(open(os.path.join(golden, "results.json")))
@@ -28,6 +28,7 @@ cfg = open(os.path.join(mbs, "config.pbtxt")).read()
 cfg = cfg.replace('name: "m"', 'name: "transducer_mbs"').replace(
     'string_value: "greedy_search"', 'string_value: "modified_beam_search"')
 open(os.path.join(mbs, "config.pbtxt"), "w").write(cfg)
+name_models(repo)
 srv = Server(hark, repo, args=["--http-threads", "1"])
 base, log = srv.base, srv.log
 check = Checks()

@@ -9,7 +9,7 @@ import numpy as np
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harkserve import Checks, Server, texts_of  # noqa: E402
+from harkserve import Checks, Server, texts_of, name_models  # noqa: E402
 
 hark, model_dir, golden, wavs = sys.argv[1:5]
 UTTS = ["utt0_lj-LJ001-0013-crop28037", "utt1_deepspeech-LDC93S1",
@@ -33,6 +33,7 @@ with open(os.path.join(dle, "config.pbtxt"), "w") as f:  # as convert_jasper.py 
             'output [ { name: "TRANSCRIPT" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
             'dynamic_batching { }\ninstance_group [ { count: 1 kind: KIND_CPU } ]\n'
             'parameters { key: "family" value { string_value: "jasper" } }\n')
+name_models(repo)
 srv = Server(hark, repo, args=["--http-threads", "1"])
 base, log = srv.base, srv.log
 check = Checks()

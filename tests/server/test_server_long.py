@@ -12,7 +12,7 @@ import numpy as np
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harkserve import Checks, Server, texts_of  # noqa: E402
+from harkserve import Checks, Server, texts_of, name_models  # noqa: E402
 
 hark, vad_dir = sys.argv[1], sys.argv[2]
 EX = "examples/demo-en"
@@ -95,6 +95,7 @@ p = subprocess.run([hark, "transcribe", "--model", os.path.join(repo, "asr"), *D
 check(p.returncode == 0, "hark transcribe --vad runs")
 ref = json.loads(p.stdout)[0] if p.returncode == 0 else {"text": "", "segments": []}
 
+name_models(repo)
 srv = Server(hark, repo, args=["--cpu-threads", "1"])
 base = srv.base
 try:

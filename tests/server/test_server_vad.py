@@ -9,7 +9,7 @@ import numpy as np
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harkserve import Checks, Server  # noqa: E402
+from harkserve import Checks, Server, name_models  # noqa: E402
 
 hark, model_dir, wavs = sys.argv[1], sys.argv[2], sys.argv[3:]
 tmp = tempfile.mkdtemp(prefix="hark-serve-vad-")
@@ -43,6 +43,7 @@ def close(got, want):
         for g, w in zip(got, want))
 
 
+name_models(repo)
 srv = Server(hark, repo)
 base = srv.base
 try:

@@ -935,9 +935,8 @@ int wenet_check_opts(const wenet_asr_t *a, const wenet_decode_opts_t *o, hark_er
 {
     if ((unsigned)o->method > DECODE_ATTENTION_RESCORING)
         return err_set(err, HARK_ERR_INVALID_ARG, "decoding method %d is unknown", (int)o->method);
-    if (o->beam_size < 1 || o->beam_size > 1000)
-        return err_set(err, HARK_ERR_INVALID_ARG, "beam_size %d is out of range [1, 1000]",
-                       o->beam_size);
+    if (o->beam_size < 1 || o->beam_size > WENET_MAX_BEAM)
+        return err_range(err, "beam_size", 1, WENET_MAX_BEAM, o->beam_size);
     if (o->method == DECODE_ATTENTION_RESCORING && !a->dec)
         return err_set(err, HARK_ERR_UNSUPPORTED,
                        "attention_rescoring needs an attention decoder; this model has none");

@@ -39,9 +39,11 @@ typedef enum {
 int wenet_parse_method(const char *name, wenet_method_t *out);
 const char *wenet_method_name(wenet_method_t m);
 
+#define WENET_MAX_BEAM 1000 /* the widest beam a model (config.pbtxt, the CLI) may ask for */
+
 typedef struct {
     wenet_method_t method;
-    int beam_size;            /* prefix beam / rescoring candidates, >= 1 */
+    int beam_size;            /* prefix beam / rescoring candidates, [1, WENET_MAX_BEAM] */
     float ctc_weight;         /* attention rescoring */
     float reverse_weight;     /* attention rescoring, bitransformer only */
     int nbest;                /* hypotheses to return for beam methods (1..beam_size) */

@@ -219,17 +219,19 @@ static int apply_params(const family_params_t *p, const char *where, wenet_decod
                        v, METHODS);
     int rc, beam = 0, nbest = 0;
     double x;
+    /* range and integer errors in family_param_int's words (one wording for a request over
+     * HTTP or gRPC and for config.pbtxt), prefixed with where they came from */
     if ((rc = family_param_int(p, "beam_size", 1, max_beam, &beam, err)) == HARK_OK)
         d->beam_size = beam;
     else if (rc != HARK_ERR_NOT_FOUND)
-        return err_set(err, rc, "%sbeam_size must be in [1, %d]", where, max_beam);
+        return *where ? err_prefix(err, rc, "%.*s", (int)strlen(where) - 1, where) : rc;
     v = family_param(p, "nbest");
     if (v && !strcmp(v, "all"))
         ; /* the whole beam: wf_parse_opts sets it once the beam is known */
     else if ((rc = family_param_int(p, "nbest", 1, max_beam, &nbest, err)) == HARK_OK)
         d->nbest = nbest;
     else if (rc != HARK_ERR_NOT_FOUND)
-        return err_set(err, rc, "%snbest must be in [1, %d]", where, max_beam);
+        return *where ? err_prefix(err, rc, "%.*s", (int)strlen(where) - 1, where) : rc;
     if ((rc = family_param_double(p, "ctc_weight", &x, err)) == HARK_OK) {
         if (!(x >= 0))
             return err_set(err, HARK_ERR_INVALID_ARG, "%sctc_weight must be >= 0", where);
@@ -297,7 +299,7 @@ static int wf_parse_opts(const family_model_t *m, const family_params_t *cfg,
     memset(o, 0, sizeof *o);
     wenet_decode_opts_t d = wenet_default_opts(m->asr);
     int has_dec = wenet_asr_config(m->asr)->decoder != DECODER_NONE;
-    int rc = apply_params(cfg, "config.pbtxt parameters ", &d, 1000, 4096, err);
+    int rc = apply_params(cfg, "config.pbtxt parameters ", &d, WENET_MAX_BEAM, 4096, err);
     if (rc)
         return rc;
     if (d.method == DECODE_ATTENTION_RESCORING && !has_dec)

@@ -225,7 +225,7 @@ TEST(wenet_asr_empty_and_bad_input)
     wenet_decode_opts_t o = wenet_default_opts(fx.asr);
     o.beam_size = 0;
     CHECK_EQ_INT(wenet_recognize(w, &o, pcm, n, 1, r, &err), HARK_ERR_INVALID_ARG);
-    CHECK(strstr(err.msg, "beam_size") != NULL);
+    CHECKF(strstr(err.msg, "beam_size must be in [1, 1000] (got 0)") != NULL, "%s", err.msg);
     CHECK_EQ_INT(wenet_worker_profile(w, 1, &err), HARK_ERR_UNSUPPORTED); /* a CPU worker */
     wenet_worker_scratch_t sc;
     memset(&sc, 0xff, sizeof sc);

@@ -295,10 +295,11 @@ TEST(wenet_family_parse_opts_errors)
         {"decoding_method", "beam",
          "decoding_method 'beam' is not one of ctc_greedy_search, ctc_prefix_beam_search, "
          "attention_rescoring"},
-        {"beam_size", "0", "beam_size must be in [1, 100]"},
-        {"beam_size", "101", "beam_size must be in [1, 100]"},
-        {"beam_size", "ten", "beam_size must be in [1, 100]"},
-        {"nbest", "0", "nbest must be in [1, 100]"},
+        /* one wording for every range (err_range), the value given named */
+        {"beam_size", "0", "beam_size must be in [1, 100] (got 0)"},
+        {"beam_size", "101", "beam_size must be in [1, 100] (got 101)"},
+        {"beam_size", "ten", "beam_size \"ten\" is not an integer"},
+        {"nbest", "0", "nbest must be in [1, 100] (got 0)"},
         {"nbest", "11", "nbest 11 exceeds beam_size 10"},
         {"ctc_weight", "-1", "ctc_weight must be >= 0"},
         {"ctc_weight", "x", "ctc_weight"},
@@ -315,7 +316,8 @@ TEST(wenet_family_parse_opts_errors)
     family_param_t cp[] = {{"beam_size", "0"}};
     family_params_t cfg = {cp, 1};
     CHECK_EQ_INT(fx.f->parse_opts(fx.m, &cfg, NULL, o, &err), HARK_ERR_INVALID_ARG);
-    CHECKF(strstr(err.msg, "config.pbtxt parameters beam_size"), "%s", err.msg);
+    CHECKF(!strcmp(err.msg, "config.pbtxt parameters: beam_size must be in [1, 1000] (got 0)"),
+           "%s", err.msg);
     /* a config beam of 4 under the default n-best: fine; a request n-best above it: refused */
     cp[0].value = "4";
     family_param_t rp[] = {{"nbest", "5"}};
