@@ -16,8 +16,11 @@ PREFIX   ?= /usr/local
 DESTDIR  ?=
 
 SAN_LDFLAGS :=
+comma := ,
 ifneq ($(SAN),)
-  BUILD   := build-$(SAN)
+  # build-address-undefined for SAN=address,undefined: a comma in the folder would split the
+  # linker's -Wl,-rpath,DIR
+  BUILD   := build-$(subst $(comma),-,$(SAN))
   CFLAGS  += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
   LDFLAGS += -fsanitize=$(SAN)
   SAN_LDFLAGS := -fsanitize=$(SAN) # programs linking a sanitized libhark need the runtime too
@@ -245,7 +248,7 @@ $(BUILD)/fuzz_model_config: $(FUZZ_MC_SRCS) $(wildcard include/*.h src/core/*.h 
 # Run: ./$(BUILD)/fuzz_grpc -runs=1000000 CORPUS_COPY
 FUZZ_GRPC_SRCS := tests/fuzz/fuzz_grpc.c tests/fuzz/grpc_stub_service.c src/api/kserve_grpc.c \
                   src/api/kserve_grpc_codec.c src/api/kserve.c src/net/http2.c src/net/listen.c \
-                  src/gpu/pinned.c \
+                  src/gpu/pinned.c src/server/access.c \
                   $(sort $(wildcard src/core/*.c))
 .PHONY: fuzz-grpc
 fuzz-grpc: $(BUILD)/fuzz_grpc
