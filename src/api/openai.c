@@ -223,6 +223,26 @@ done:
     hark_free(c);
 }
 
+/* POST /v1/audio/translations: hark's recognisers transcribe in the language they were trained
+ * on and none translates; a clear 400 in OpenAI's error object, naming the model and the route
+ * that works, instead of a 404 that reads like a typo. */
+void openai_translations(const http_api_ctx_t *hc, http_req_t *req)
+{
+    hark_err_t err = {0};
+    char boundary[80], name[128] = "";
+    multipart_t mp;
+    if (!multipart_boundary(http_req_header(req, "Content-Type"), boundary, sizeof boundary, &err) &&
+        !multipart_parse(req->body, req->body_len, boundary, &mp, &err)) {
+        const multipart_part_t *p = multipart_get(&mp, "model");
+        if (p && p->len)
+            snprintf(name, sizeof name, "%.*s", (int)(p->len < 127 ? p->len : 127), p->data);
+    }
+    openai_error(req, 400, "model",
+                 "model '%s' cannot translate: hark's speech recognisers transcribe the language "
+                 "they were trained on; use POST /v1/audio/transcriptions",
+                 name[0] ? name : "(none given)");
+}
+
 void openai_transcriptions(const http_api_ctx_t *hc, http_req_t *req)
 {
     hark_err_t err = {0};
