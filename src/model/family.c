@@ -214,7 +214,7 @@ static int is_file(const char *dir, const char *name)
 
 static int wenet_checkpoint_hint(const char *what, const char *dir, hark_err_t *err)
 {
-    return err_set(err, HARK_ERR_NOT_FOUND,
+    return err_set(err, HARK_ERR_IO,
                    "%s is a WeNet checkpoint, not a hark model: convert it first with "
                    "tools/convert_wenet.py --checkpoint %s/final.pt --config %s/train.yaml "
                    "--units %s/units.txt --cmvn %s/global_cmvn --output MODEL_DIR "
@@ -235,7 +235,7 @@ int family_resolve_dir(const char *arg, char *entry, size_t n, int *version, har
     snprintf(trimmed, sizeof trimmed, "%.*s", (int)al, arg);
     arg = trimmed;
     if (stat(arg, &sb) != 0)
-        return err_set(err, HARK_ERR_NOT_FOUND, "%s: %s", arg, strerror(errno));
+        return err_set(err, HARK_ERR_IO, "%s: %s", arg, strerror(errno));
     const char *slash = strrchr(arg, '/');
     snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - arg) : 1, slash ? arg : ".");
     const char *base = slash ? slash + 1 : arg;
@@ -243,13 +243,13 @@ int family_resolve_dir(const char *arg, char *entry, size_t n, int *version, har
         size_t l = strlen(base);
         if ((l > 3 && !strcmp(base + l - 3, ".pt")) || (l > 4 && !strcmp(base + l - 4, ".pth")))
             return wenet_checkpoint_hint(arg, parent, err);
-        return err_set(err, HARK_ERR_NOT_FOUND,
+        return err_set(err, HARK_ERR_IO,
                        "%s is a file: give the model's folder (a model-repository entry, "
                        "DIR/<version>/model.json)",
                        arg);
     }
     if (!S_ISDIR(sb.st_mode))
-        return err_set(err, HARK_ERR_NOT_FOUND, "%s is not a folder", arg);
+        return err_set(err, HARK_ERR_IO, "%s is not a folder", arg);
     if (family_latest_version(arg) > 0) { /* an entry */
         snprintf(entry, n, "%s", arg);
         return HARK_OK;
@@ -258,7 +258,7 @@ int family_resolve_dir(const char *arg, char *entry, size_t n, int *version, har
     long v = strtol(base, &end, 10);
     if (is_file(arg, "model.json")) {
         if (*end || base[0] < '1' || base[0] > '9' || v > 1000000)
-            return err_set(err, HARK_ERR_NOT_FOUND,
+            return err_set(err, HARK_ERR_IO,
                            "%s holds a model.json but is not a version folder: a model is "
                            "ENTRY/<version>/model.json (e.g. ENTRY/1/model.json)",
                            arg);
@@ -295,11 +295,11 @@ int family_resolve_dir(const char *arg, char *entry, size_t n, int *version, har
         return HARK_OK;
     }
     if (models > 1)
-        return err_set(err, HARK_ERR_NOT_FOUND,
+        return err_set(err, HARK_ERR_IO,
                        "%s is a model repository with %d models (%s): give one of them, "
                        "e.g. %s",
                        arg, models, names, only);
-    return err_set(err, HARK_ERR_NOT_FOUND,
+    return err_set(err, HARK_ERR_IO,
                    "%s is not a hark model: expected a model-repository entry "
                    "(%s/<version>/model.json, as tools/convert_*.py write it), one of its version "
                    "folders, or a repository holding one model",

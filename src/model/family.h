@@ -98,7 +98,7 @@ int family_latest_version(const char *dir);
 /* What a user named as a model, into the model-repository entry (entry, n bytes) and *version:
  * an entry (DIR/<v>/model.json: *version 0, the highest), one of its version folders (*version
  * that folder's number), or a repository holding exactly one entry. Anything else is
- * HARK_ERR_NOT_FOUND with what was expected: a WeNet checkpoint (final.pt, or its folder) is told
+ * HARK_ERR_IO with what was expected: a WeNet checkpoint (final.pt, or its folder) is told
  * to be converted with tools/convert_wenet.py first, a repository of several models lists them. */
 int family_resolve_dir(const char *arg, char *entry, size_t n, int *version, hark_err_t *err);
 /* family_read_model_json of DIR/VERSION/model.json, that path left in path (for messages). */
