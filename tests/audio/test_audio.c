@@ -224,6 +224,38 @@ TEST(audio_formats_file_and_memory)
         SKIP(why);
 }
 
+/* A float WAV at int16 scale (samples in the thousands) is clipped to [-1, 1]; the log says so,
+ * with what to do (issue 23: it was accepted without a word). A float file in range says nothing. */
+TEST(audio_float_at_int16_scale_warns)
+{
+    const size_t frames = 16000;
+    float *x = sine(frames, 1, 16000, 440, 0.5);
+    CHECK(x);
+    char why[256], log[4096];
+    const char *ok = write_float(t, "ok.wav", SF_FORMAT_WAV | SF_FORMAT_FLOAT, 16000, 1, x, frames,
+                                 why, sizeof why);
+    for (size_t i = 0; i < frames; i++)
+        x[i] *= 32768.0f;
+    const char *big = write_float(t, "big.wav", SF_FORMAT_WAV | SF_FORMAT_FLOAT, 16000, 1, x,
+                                  frames, why, sizeof why);
+    free(x);
+    CHECKF(ok && big, "%s", why);
+    audio_t a;
+    hark_err_t e = {0};
+    test_stderr_begin(t);
+    int rc_ok = audio_decode_file(ok, NULL, &a, &e);
+    audio_free(&a);
+    int rc_big = audio_decode_file(big, NULL, &a, &e);
+    test_stderr_end(t, log, sizeof log);
+    CHECK(rc_ok == HARK_OK && rc_big == HARK_OK);
+    CHECK_EQ_INT(a.n, frames);
+    audio_free(&a);
+    CHECKF(!strstr(log, "ok.wav"), "%s", log);
+    CHECKF(strstr(log, "big.wav: ") && strstr(log, "outside [-1, 1] (peak 16384)") &&
+               strstr(log, "int16 scale") && strstr(log, "divide by 32768"),
+           "%s", log);
+}
+
 /* libsndfile divides int16 by 32768 exactly; fbank multiplies back and must see the integers. */
 TEST(audio_int16_roundtrip_exact)
 {
