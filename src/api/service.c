@@ -1290,6 +1290,22 @@ void service_transcribe(server_t *s, const service_transcribe_t *in)
     decode_then_submit(j, in->loop);
 }
 
+void service_asr_language(server_t *s, const char *model, char *out, size_t n)
+{
+    repository_t *r = server_repository(s);
+    hark_err_t err = {0};
+    const char *name = model ? model : "";
+    out[0] = 0;
+    repository_rdlock(r);
+    repo_model_t *m = repository_find(r, name, strlen(name), NULL, &err);
+    if (!m) /* as service_transcribe: one ready recognizer serves any name */
+        m = repository_only_ready(r, FAMILY_TASK_ASR);
+    const char *lang = m && m->has_cfg ? model_config_param(&m->cfg, "language") : NULL;
+    if (lang)
+        snprintf(out, n, "%s", lang);
+    repository_unlock(r);
+}
+
 uint64_t service_new_owner(void)
 {
     static atomic_uint_fast64_t next = 1;

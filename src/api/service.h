@@ -137,6 +137,10 @@ typedef struct {
     void *user;
 } service_transcribe_t;
 void service_transcribe(server_t *s, const service_transcribe_t *in);
+/* The language the recognizer service_transcribe would use for `model` declares (config.pbtxt
+ * parameter "language", e.g. "en") into out (n bytes; "" when it declares none or there is no
+ * such model). */
+void service_asr_language(server_t *s, const char *model, char *out, size_t n);
 
 /* ---- speech synthesis (OpenAI's /v1/audio/speech) ------------------------------------------ */
 /* Audio as the model produces it (pcm lent for the call), on an instance thread, in order. */

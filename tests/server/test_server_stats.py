@@ -4,7 +4,8 @@
 and counts compute_input for every success; requests refused for their input (a WAV tensor of the
 wrong type, audio that does not decode, a bad option) are failures; a KIND_GPU instance group that
 fell back to the CPU is reported KIND_CPU in /config; /v1/audio/translations answers 400 in
-OpenAI's error object, as do the OpenAI routes' other errors.
+OpenAI's error object, as do the OpenAI routes' other errors; a language other than the one the
+model declares is refused.
 Usage: test_server_stats.py HARK_BIN. Run from the repository root. Exit 0 = pass."""
 import json, os, re, shutil, struct, sys, tempfile, wave
 
@@ -114,6 +115,19 @@ try:
     check(openai_error_object(r, 405), "GET transcriptions: %d %s" % (r.status_code, r.text[:200]))
     r = requests.post(srv.base + "/v1/audio/transcriptions", files={"nofile": ("a", b"x")})
     check(openai_error_object(r, 400), "no file part: %d %s" % (r.status_code, r.text[:200]))
+    # the model declares its language (parameter language "en"): another one is refused by name,
+    # its own (code or name) is answered, and verbose_json names it
+    r = requests.post(srv.base + "/v1/audio/transcriptions", files={"file": ("a.wav", data)},
+                      data={"model": "demo_s", "language": "fr"})
+    check(openai_error_object(r, 400) and r.json()["error"]["param"] == "language"
+          and "english only" in r.json()["error"]["message"],
+          "language=fr on an English model: %d %s" % (r.status_code, r.text[:200]))
+    for lang in ("en", "English"):
+        r = requests.post(srv.base + "/v1/audio/transcriptions", files={"file": ("a.wav", data)},
+                          data={"model": "demo_s", "language": lang,
+                                "response_format": "verbose_json"})
+        check(r.status_code == 200 and r.json()["language"] == "english",
+              "language=%s: %d %s" % (lang, r.status_code, r.text[:120]))
 finally:
     code = srv.stop()
     shutil.rmtree(tmp, ignore_errors=True)
