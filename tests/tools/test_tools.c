@@ -151,6 +151,16 @@ TEST(install_deps_sets)
         int st = test_run_cmd(t, cmd, def, sizeof def);
         CHECKF(st == 0 && !strstr(def, "Unable to locate"), "exit %d: %s", st, def);
     }
+    /* neither root nor sudo: told to run it as root, before anything runs (as root it calls
+     * apt-get itself, with sudo otherwise: README's command works verbatim either way) */
+    if (geteuid() == 0 && access("/usr/bin/setpriv", X_OK) == 0 &&
+        test_run_cmd(t, "command -v sudo", def, sizeof def) != 0) {
+        int st = test_run_cmd(t, "setpriv --reuid=65534 --regid=65534 --clear-groups bash "
+                                 "tools/install-deps.sh --runtime",
+                              def, sizeof def);
+        CHECKF(st == 1 && strstr(def, "not root and sudo is absent: run it as root"),
+               "exit %d: %s", st, def);
+    }
     int rc = test_run_cmd(t, "bash tools/install-deps.sh --gpu", def, sizeof def);
     CHECKF(rc == 2 && strstr(def, "unknown option '--gpu'") && strstr(def, "--runtime|--build|--dev"),
            "exit %d: %s", rc, def);
