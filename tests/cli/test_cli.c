@@ -282,6 +282,17 @@ TEST(cli_transcribe_error_texts_and_list_summary)
     CHECKF(strstr(out, "bundled demo recogniser") && strstr(out, want) &&
                strstr(out, " s of audio in ") && strstr(out, "x real time"),
            "%s", out);
+    /* on a terminal (script(1) gives one): the bar with the ETA and the speed so far */
+    if (access("/usr/bin/script", X_OK) == 0) {
+        snprintf(cmd, sizeof cmd, "script -qec '%s transcribe --wavscp %s/wav.scp --jobs 1' /dev/null",
+                 test_hark_bin(), tmp);
+        CHECK(test_run_cmd(t, cmd, out, sizeof out) == 0);
+        snprintf(want, sizeof want, "] 1/%d, ", nk);
+        const char *bar = strstr(out, want);
+        CHECKF(bar && strstr(bar, ", ETA ") && strstr(bar, "x real time") &&
+                   strstr(out, "\r\033[K"),
+               "%s", out);
+    }
 }
 
 /* A port hark cannot take is named by what it serves and its flag (issue 23: a metrics clash
