@@ -52,7 +52,7 @@ static void transcribe_usage(FILE *f)
         "    [--chunk-size N [--left-chunks N]]",
         "    [--format text|json|srt|vtt] [--dump-dir D] FILE...",
         "    [--vad DIR [--vad-threshold T] [--vad-max-speech-s S] [--batch-size B]]",
-        "  or: hark transcribe --model DIR [decoding options] --wavscp wav.scp [--trans text]",
+        "  or: hark transcribe [--model DIR] [decoding options] --wavscp wav.scp [--trans text]",
         "    [--data-dir D] [--output-dir OUT] [--jobs N] [--batch-size B] [--format text|json]",
         "Recognizes each audio file (WAV/FLAC/OGG/MP3, any rate) with a model converted by",
         "tools/convert_wenet.py (without --model: the bundled demo recogniser, models/demo-en-asr,",
