@@ -8,8 +8,20 @@
 # On the GPU hark runs once per path of GPU_PATHS (default "auto sm80": the device's own path —
 # Hopper on an H100 — then the Ampere path forced with HARK_GPU_ARCH=sm80, issue 24); each row
 # carries its gpu_path and peak GPU memory. GPU_PATHS=auto runs the device's path alone.
-# Needs WeNet's `wenet` package in .ext/ and the import shims in .ext/shims (never committed).
+# Needs WeNet's `wenet` package in .ext/ and the import shims in .ext/shims (never committed;
+# WENET_EXT names another folder); without them it says how to fill the folder and exits 2.
 set -euo pipefail
+ext=${WENET_EXT:-.ext}
+if [ ! -f "$ext/wenet/__init__.py" ] || [ ! -d "$ext/shims" ]; then
+    cat >&2 <<EOF
+bench/conformer.sh: WeNet's sources are not in $ext/ (git-ignored, never committed). Fill it:
+    git clone --depth 1 https://github.com/wenet-e2e/wenet $ext/wenet-src
+    ln -sfn wenet-src/wenet $ext/wenet
+    cp -r ../shared/tools/pytorch-peer/shims $ext/shims
+and run with Debian's /usr/bin/python3 (python3-torch: tools/install-deps.sh --dev).
+EOF
+    exit 2
+fi
 dev=${1:-cpu}
 batches=${2:-$([ "$dev" = cpu ] && echo 1,8 || echo 1,8,64,256)}
 PY=${PYTHON:-python3}
@@ -17,14 +29,14 @@ PY=${PYTHON:-python3}
 HARK=${HARK:-build/hark}
 out=${OUT_DIR:-/tmp/hark-conformer-bench}
 mkdir -p "$out"
-$PY bench/wenet_peer.py export --out "$out" >/dev/null
+$PY bench/wenet_peer.py export --wenet "$ext" --shims "$ext/shims" --out "$out" >/dev/null
 $PY tools/convert_wenet.py --checkpoint "$out/final.pt" --config "$out/train.yaml" \
     --units "$out/units.txt" --output "$out/model" >/dev/null
 if [ "$dev" = cpu ]; then
     threads=$(nproc)
     OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX} "$HARK" bench --model "$out/model" \
         --batch "$batches" --threads "$threads" | tee "$out/hark.jsonl"
-    $PY bench/wenet_peer.py time --ckpt "$out/final.pt" --device cpu --modes fp32 \
+    $PY bench/wenet_peer.py time --wenet "$ext" --shims "$ext/shims" --ckpt "$out/final.pt" --device cpu --modes fp32 \
         --batches "$batches" --threads "$threads" 2>/dev/null | grep '^{' | tee "$out/peer.jsonl"
 else
     : > "$out/hark.jsonl"
@@ -34,7 +46,7 @@ else
                 --device cuda:0 --precision $p | tee -a "$out/hark.jsonl"
         done
     done
-    $PY bench/wenet_peer.py time --ckpt "$out/final.pt" --device cuda --modes ${PEER_MODES:-fp32,fp16,bf16,compile,compile-bf16} \
+    $PY bench/wenet_peer.py time --wenet "$ext" --shims "$ext/shims" --ckpt "$out/final.pt" --device cuda --modes ${PEER_MODES:-fp32,fp16,bf16,compile,compile-bf16} \
         --batches "$batches" --min-time "${PEER_MIN_TIME:-2}" 2>/dev/null | grep '^{' |
         tee "$out/peer.jsonl"
 fi

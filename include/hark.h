@@ -77,7 +77,7 @@ typedef struct {
                               device N - 1 (overrides `device`) */
     const char *precision; /* "fp32" (and NULL); GPU: "fp16", "bf16"; a family refuses what it
                               lacks */
-    int version;           /* the model version directory DIR/<version>/; 0: 1 */
+    int version;           /* the model version directory DIR/<version>/; 0: the highest */
     int max_batch;         /* utterances per engine call; 0: no limit (workers grow as needed);
                               a longer hark_recognize call is cut into batches of this size */
     double max_seconds;    /* longest utterance; 0: no limit (workers grow in 30 s steps);
@@ -87,7 +87,8 @@ typedef struct {
 } hark_model_opts_t;
 
 /* Loads the model directory DIR (a model-repository entry: DIR/<version>/model.json, whose
- * "family" key picks the family; none means WeNet U2). DIR/config.pbtxt, when present, gives
+ * "family" key picks the family; none means WeNet U2; one of its version folders, or a repository
+ * holding one entry, are accepted too; anything else fails with what was expected). DIR/config.pbtxt, when present, gives
  * the decoding defaults through its `parameters` as it does for hark serve (hark_asr_opts_t
  * fields override them per call); its other fields (batching, instances) are the server's. HARK_ERR_IO / HARK_ERR_FORMAT (files),
  * HARK_ERR_NOT_FOUND (unknown family), HARK_ERR_INVALID_ARG (options), HARK_ERR_NO_DEVICE. */

@@ -6,6 +6,7 @@
 #include "gpu/gpu.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <execinfo.h>
 #include <signal.h>
 #include <ftw.h>
@@ -20,7 +21,10 @@
 struct test_ctx {
     int failed, skipped;
     char tmp[256];
-    int out_fd; /* pipe to parent: status line */
+    int out_fd;     /* pipe to parent: status line */
+    int capturing;  /* test_stderr_begin: fd 2 goes to err_path, the real one is saved_err */
+    int saved_err;
+    char err_path[300];
 };
 
 static test_case_t *tests_head;
@@ -39,8 +43,44 @@ void test_fail(test_ctx_t *t, const char *file, int line, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "    %s:%d: check failed: %s\n", file, line, msg);
+    fflush(stderr);
+    dprintf(t->capturing ? t->saved_err : 2, "    %s:%d: check failed: %s\n", file, line, msg);
     t->failed = 1;
+}
+
+void test_stderr_begin(test_ctx_t *t)
+{
+    if (t->capturing)
+        return;
+    snprintf(t->err_path, sizeof t->err_path, "%s/stderr-capture", test_tmpdir(t));
+    int fd = open(t->err_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return;
+    fflush(stderr);
+    t->saved_err = dup(2);
+    dup2(fd, 2);
+    close(fd);
+    t->capturing = 1;
+}
+
+size_t test_stderr_end(test_ctx_t *t, char *out, size_t n)
+{
+    if (n)
+        out[0] = 0;
+    if (!t->capturing)
+        return 0;
+    fflush(stderr);
+    dup2(t->saved_err, 2);
+    close(t->saved_err);
+    t->capturing = 0;
+    FILE *f = fopen(t->err_path, "r");
+    size_t k = f && n ? fread(out, 1, n - 1, f) : 0;
+    if (n)
+        out[k] = 0;
+    if (f)
+        fclose(f);
+    unlink(t->err_path);
+    return k;
 }
 
 void test_skip(test_ctx_t *t, const char *reason)
@@ -234,10 +274,16 @@ int main(int argc, char **argv)
                 test_skip(&ctx, why);
             } else
                 tc->fn(&ctx);
+            if (ctx.capturing) { /* left by a failed check: show what the test had captured */
+                static char held[16384];
+                if (test_stderr_end(&ctx, held, sizeof held))
+                    fprintf(stderr, "    stderr of the test:\n%s", held);
+            }
             if (ctx.tmp[0] && !getenv("HARK_KEEP_TMP"))
                 nftw(ctx.tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
             fflush(stdout);
             fflush(stderr);
+            free(filt); /* the parent's; LeakSanitizer would blame it on the test */
             exit(ctx.failed ? 1 : ctx.skipped ? 3 : 0); /* exit, not _exit: LeakSanitizer runs at exit */
         }
         close(pfd[1]);

@@ -30,6 +30,13 @@ const char *test_tmpdir(test_ctx_t *t);
 /* Runs cmd through the shell with stdout and stderr into out (n bytes, NUL-terminated, cut to
  * fit); returns its exit status (-1 when it did not exit). */
 int test_run_cmd(test_ctx_t *t, const char *cmd, char *out, size_t n);
+/* Expected errors stay out of a passing run's log: test_stderr_begin sends this test's stderr
+ * (fd 2: hark's log lines, libraries' warnings) to a file, test_stderr_end restores it and puts
+ * what was written into out (n bytes, NUL-terminated, cut to fit) for the test to check; returns
+ * its length. Check failures still reach the real stderr; a test that returns in between (a
+ * failed CHECK) has the captured text printed after it. */
+void test_stderr_begin(test_ctx_t *t);
+size_t test_stderr_end(test_ctx_t *t, char *out, size_t n);
 /* Path of the hark binary (HARK_BIN or build/hark). */
 const char *test_hark_bin(void);
 /* 1 if hark was built with CUDA and a device it can use is present (gpu_usable_count). */

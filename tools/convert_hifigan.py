@@ -25,6 +25,9 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pyneed  # noqa: E402,F401 (a missing module names the python3 to use)
+
 import numpy as np
 
 from hark_entry import entry_name, fail, run_convert, vocoder_config_pbtxt, write_entry

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 # convert_icefall.py — turns an icefall pruned stateless transducer checkpoint (pretrained.pt as
 # export.py writes it, or epoch-N.pt) + tokens.txt into a hark model directory
 # (docs/model-format.md, "icefall transducers").
@@ -26,6 +26,9 @@ import argparse
 import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pyneed  # noqa: E402,F401 (a missing module names the python3 to use)
 
 import numpy as np
 

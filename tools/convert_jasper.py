@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 # convert_jasper.py — turns an NVIDIA DeepLearningExamples Jasper or QuartzNet checkpoint
 # (Checkpointer.save output + the model yaml) into a hark model directory (docs/model-format.md).
 # Tests: tests/model/jasper/test_convert_jasper.c (runs this script on the golden checkpoint).
@@ -30,6 +30,9 @@ import math
 import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pyneed  # noqa: E402,F401 (a missing module names the python3 to use)
 
 import numpy as np
 

@@ -23,6 +23,9 @@ import os
 import struct
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pyneed  # noqa: E402,F401 (a missing module names the python3 to use)
+
 import numpy as np
 
 from hark_entry import ConvertError, entry_name, fail, write_entry

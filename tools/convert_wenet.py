@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 # convert_wenet.py — turns a WeNet U2/U2++ checkpoint (final.pt + train.yaml + units.txt +
 # global_cmvn) into a hark model directory (docs/model-format.md).
 # Tests: tests/model/wenet/test_convert_wenet.c (runs this script on the golden checkpoint).
@@ -26,6 +26,9 @@ import re
 import shutil
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pyneed  # noqa: E402,F401 (a missing module names the python3 to use)
 
 import numpy as np
 import yaml

@@ -30,6 +30,9 @@ import time
 import wave
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pyneed  # noqa: E402,F401 (a missing module names the python3 to use)
+
 import demo_text  # noqa: E402
 
 # espeak-ng's English voices (mbrola ones excluded: their voice data is not packaged)

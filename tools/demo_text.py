@@ -13,6 +13,9 @@ import random
 import re
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pyneed  # noqa: E402,F401 (a missing module names the python3 to use)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.path.join(HERE, '..', '..', 'shared', 'data')
 TRANSCRIPTS = os.path.join(SHARED, 'text', 'ljspeech_transcripts.tsv')

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 # icefall_reference.py — reference outputs of icefall's own pruned_transducer_stateless3 code for
 # a model configuration of your choice (random seeded weights), to check hark on configurations
 # the T1 goldens do not cover (other sizes, heads, context sizes).
@@ -31,6 +31,9 @@ import json
 import os
 import sys
 import types
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pyneed  # noqa: E402,F401 (a missing module names the python3 to use)
 
 
 def main():

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Python reference for hark's speech feature front ends (fbank, nemo-mel, tts-mel).
 
 Each function recomputes one original front end in float32, step for step; docs/features.md
@@ -14,7 +14,11 @@ The functions are importable (bench/bench_features_torch.py uses them).
 
 import argparse
 import math
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pyneed  # noqa: E402,F401 (a missing module names the python3 to use)
 
 import numpy as np
 import torch

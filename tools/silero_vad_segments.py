@@ -18,7 +18,11 @@ Read by tests/model/silero/test_silero_vad.c; tools/silero_vad_reference.sh runs
 """
 import argparse
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pyneed  # noqa: E402,F401 (a missing module names the python3 to use)
 
 
 def speech_timestamps(probs, n_samples, sr, window, threshold=0.5, neg_threshold=None,

@@ -38,6 +38,9 @@ import sys
 import time
 from multiprocessing import Pool
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pyneed  # noqa: E402,F401 (a missing module names the python3 to use)
+
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -25,6 +25,8 @@ size_t http_api_body_align(const http_req_t *req, void *user);
 void http_metrics_handler(http_req_t *req, void *user);
 /* POST /v1/audio/transcriptions (openai.c). */
 void openai_transcriptions(const http_api_ctx_t *c, http_req_t *req);
+/* POST /v1/audio/translations: 400 in OpenAI's error object (no hark model translates). */
+void openai_translations(const http_api_ctx_t *c, http_req_t *req);
 /* GET / and /index.html: the live transcription page (live_page.c). */
 void live_page(http_req_t *req);
 /* OpenAI's error object {"error": {"message", "type", "param", "code"}} with an HTTP status

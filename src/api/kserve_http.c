@@ -439,14 +439,21 @@ void http_api_handler(http_req_t *req, void *user)
     }
     if (!strcmp(p, "/v1/audio/transcriptions")) {
         if (!post)
-            http_respond_error(req, 405, "use POST");
+            openai_error(req, 405, NULL, "use POST");
         else
             openai_transcriptions(c, req);
         return;
     }
+    if (!strcmp(p, "/v1/audio/translations")) {
+        if (!post)
+            openai_error(req, 405, NULL, "use POST");
+        else
+            openai_translations(c, req);
+        return;
+    }
     if (!strcmp(p, "/v1/audio/speech")) {
         if (!post)
-            http_respond_error(req, 405, "use POST");
+            openai_error(req, 405, NULL, "use POST");
         else
             openai_speech(c, req);
         return;

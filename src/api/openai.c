@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 #include <stdarg.h>
+#include <strings.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,6 +224,43 @@ done:
     hark_free(c);
 }
 
+/* POST /v1/audio/translations: hark's recognisers transcribe in the language they were trained
+ * on and none translates; a clear 400 in OpenAI's error object, naming the model and the route
+ * that works, instead of a 404 that reads like a typo. */
+void openai_translations(const http_api_ctx_t *hc, http_req_t *req)
+{
+    hark_err_t err = {0};
+    char boundary[80], name[128] = "";
+    multipart_t mp;
+    if (!multipart_boundary(http_req_header(req, "Content-Type"), boundary, sizeof boundary, &err) &&
+        !multipart_parse(req->body, req->body_len, boundary, &mp, &err)) {
+        const multipart_part_t *p = multipart_get(&mp, "model");
+        if (p && p->len)
+            snprintf(name, sizeof name, "%.*s", (int)(p->len < 127 ? p->len : 127), p->data);
+    }
+    openai_error(req, 400, "model",
+                 "model '%s' cannot translate: hark's speech recognisers transcribe the language "
+                 "they were trained on; use POST /v1/audio/transcriptions",
+                 name[0] ? name : "(none given)");
+}
+
+/* ISO 639-1 codes and the English names OpenAI's verbose_json uses, for the languages a hark
+ * model may declare (config.pbtxt parameter "language") */
+static const char *const LANGS[][2] = {
+    {"en", "english"}, {"zh", "chinese"}, {"de", "german"},  {"es", "spanish"}, {"fr", "french"},
+    {"it", "italian"}, {"ja", "japanese"}, {"ko", "korean"}, {"pt", "portuguese"},
+    {"ru", "russian"}, {"nl", "dutch"},    {"ar", "arabic"}, {"hi", "hindi"},
+};
+
+/* "en", "EN", "english" -> the LANGS row; -1 when unknown */
+static int lang_index(const char *s)
+{
+    for (size_t i = 0; i < sizeof LANGS / sizeof LANGS[0]; i++)
+        if (!strcasecmp(s, LANGS[i][0]) || !strcasecmp(s, LANGS[i][1]))
+            return (int)i;
+    return -1;
+}
+
 void openai_transcriptions(const http_api_ctx_t *hc, http_req_t *req)
 {
     hark_err_t err = {0};
@@ -262,6 +300,25 @@ void openai_transcriptions(const http_api_ctx_t *hc, http_req_t *req)
     if ((p = multipart_get(&mp, "language")) && p->len)
         snprintf(c->language, sizeof c->language, "%.*s", (int)(p->len < 31 ? p->len : 31),
                  p->data);
+    /* the model's own language (config.pbtxt parameter "language"): a request for another one
+     * is refused, not answered in the model's language under the name asked for */
+    char model_lang[32];
+    service_asr_language(hc->s, name, model_lang, sizeof model_lang);
+    if (model_lang[0] && c->language[0]) {
+        int want = lang_index(c->language), have = lang_index(model_lang);
+        if (want < 0 ? strcasecmp(c->language, model_lang) != 0 : want != have) {
+            openai_error(req, 400, "language",
+                         "language '%s': this model recognises %s only (its config.pbtxt "
+                         "parameter language is \"%s\"); leave language out or ask for %s",
+                         c->language, have >= 0 ? LANGS[have][1] : model_lang, model_lang,
+                         model_lang);
+            hark_free(c);
+            return;
+        }
+    }
+    if (model_lang[0]) /* verbose_json names the language recognised, as OpenAI's does */
+        snprintf(c->language, sizeof c->language, "%s",
+                 lang_index(model_lang) >= 0 ? LANGS[lang_index(model_lang)][1] : model_lang);
     for (int i = 0; i < mp.n; i++)
         if (!strcmp(mp.parts[i].name, "timestamp_granularities[]") && mp.parts[i].len == 4 &&
             !memcmp(mp.parts[i].data, "word", 4))

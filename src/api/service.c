@@ -278,6 +278,8 @@ struct job {
     int *n_segs, *cap_segs;
     int frame_pad_id; /* FRAME_IDS outputs: pads shorter rows */
     int want_words;
+    uint64_t input_ns; /* checking / converting the input tensors and decoding the audio files:
+                        * each item's share goes to compute_input */
     longform_t *lf; /* audio over the single-pass limit may be cut (ASR, one file) */
 };
 
@@ -564,6 +566,8 @@ int svc_queue(server_t *s, const char *model, const char *version, const req_par
         if (!rc)
             rc = ctl ? served_model_submit_seq(m->served, reqs[0], ctl, err)
                      : served_model_submit_many(m->served, reqs, n, err);
+        if (rc) /* refused (bad options, too long, queue full): a failure of the model's */
+            served_model_count_failure(m->served);
     }
     repository_unlock(r);
     if (reqs != stack)
@@ -606,6 +610,7 @@ static served_request_t *job_item(void *user, int i, void *opts)
     it->req.done = item_done;
     it->req.speech = j->vad ? item_speech : NULL;
     it->req.item.deadline_ns = j->deadline_ns;
+    it->req.input_ns = j->input_ns / (uint64_t)(j->batch > 0 ? j->batch : 1);
     return &it->req;
 }
 
@@ -925,6 +930,7 @@ static void decode_work(uv_work_t *w)
     const server_opts_t *so = server_options(j->s);
     double max_seconds =
         so->max_pass_seconds < so->max_audio_seconds ? so->max_pass_seconds : so->max_audio_seconds;
+    uint64_t t0 = clock_now_ns();
     for (int b = 0; b < j->batch && !j->t.status; b++) {
         audio_opts_t ao = {.target_rate = j->rate, .max_seconds = max_seconds};
         audio_t au;
@@ -955,16 +961,32 @@ static void decode_work(uv_work_t *w)
     }
     if (!j->t.status)
         j->duration = j->rate > 0 ? (double)j->n[0] / j->rate : 0;
+    j->input_ns += clock_now_ns() - t0;
+}
+
+/* A request refused before it was queued (its input did not pass): a failure in the model's
+ * statistics, as Triton counts it. */
+static void count_refused(server_t *s, const char *model, const char *version)
+{
+    repository_t *r = server_repository(s);
+    hark_err_t e = {0};
+    repository_rdlock(r);
+    repo_model_t *m = repository_find(r, model, strlen(model), version, &e);
+    if (m && m->state == M_READY && m->served)
+        served_model_count_failure(m->served);
+    repository_unlock(r);
 }
 
 static void decode_after(uv_work_t *w, int status)
 {
     job_t *j = w->data;
     if (j->t.status || status) {
-        if (!j->t.status)
+        if (!j->t.status) {
             job_fail(j, HARK_ERR_INTERNAL, "decoding was cancelled");
-        else
+        } else {
+            count_refused(j->s, j->model, j->version); /* audio that does not decode */
             job_finish(j);
+        }
         return;
     }
     if (j->lf)
@@ -1014,6 +1036,8 @@ static void infer_start(server_t *s, const service_infer_t *in)
     int maxb = 0, rate = 0, pad_id = 0, seq = 0, tts = 0, vad = 0;
     const family_io_t *fio = NULL; /* the family's extra contracts (static tables) */
     longform_t *plan = NULL;       /* an ASR model's long-form plan (AUDIO of one file) */
+    int found = 0;                 /* the model is ready: a refusal from here is its failure */
+    uint64_t t_in = clock_now_ns();
     if (!in->model || strlen(in->model) >= sizeof model ||
         (in->version && strlen(in->version) >= sizeof version)) {
         rc = err_set(&err, HARK_ERR_NOT_FOUND, "model '%s' not found", in->model ? in->model : "");
@@ -1029,6 +1053,7 @@ static void infer_start(server_t *s, const service_infer_t *in)
     else if (!m)
         rc = HARK_ERR_NOT_FOUND;
     if (!rc) {
+        found = 1;
         snprintf(model, sizeof model, "%s", m->name);
         snprintf(version, sizeof version, "%s", m->version_str);
         maxb = m->cfg.max_batch_size;
@@ -1250,12 +1275,15 @@ static void infer_start(server_t *s, const service_infer_t *in)
         goto fail;
     hark_free(plan);
     j->want_words = in->want_words || (j->lf && !j->lf->vad_dir[0]); /* windows: by words */
+    j->input_ns = clock_now_ns() - t_in; /* the tensors checked (FP16 converted); files: + decode */
     if (j->src)
         decode_then_submit(j, in->loop);
     else
         job_submit(j);
     return;
 fail:
+    if (found && !tts)
+        count_refused(s, model, version);
     hark_free(plan);
     if (j) { /* the job owns the request now: the answer, then job_free releases it */
         job_fail(j, rc ? rc : err.status, err.msg);
@@ -1319,6 +1347,22 @@ void service_transcribe(server_t *s, const service_transcribe_t *in)
         return;
     }
     decode_then_submit(j, in->loop);
+}
+
+void service_asr_language(server_t *s, const char *model, char *out, size_t n)
+{
+    repository_t *r = server_repository(s);
+    hark_err_t err = {0};
+    const char *name = model ? model : "";
+    out[0] = 0;
+    repository_rdlock(r);
+    repo_model_t *m = repository_find(r, name, strlen(name), NULL, &err);
+    if (!m) /* as service_transcribe: one ready recognizer serves any name */
+        m = repository_only_ready(r, FAMILY_TASK_ASR);
+    const char *lang = m && m->has_cfg ? model_config_param(&m->cfg, "language") : NULL;
+    if (lang)
+        snprintf(out, n, "%s", lang);
+    repository_unlock(r);
 }
 
 uint64_t service_new_owner(void)

@@ -139,6 +139,10 @@ typedef struct {
     void *user;
 } service_transcribe_t;
 void service_transcribe(server_t *s, const service_transcribe_t *in);
+/* The language the recognizer service_transcribe would use for `model` declares (config.pbtxt
+ * parameter "language", e.g. "en") into out (n bytes; "" when it declares none or there is no
+ * such model). */
+void service_asr_language(server_t *s, const char *model, char *out, size_t n);
 
 /* ---- Triton's protocol extensions: logging, trace, system shared memory (service_ext.c) ---- */
 struct cJSON;

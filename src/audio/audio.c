@@ -13,6 +13,7 @@
 #include <math.h>
 #include <sndfile.h>
 #include <soxr.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -285,10 +286,25 @@ static int grow(float **buf, size_t *cap, size_t need, size_t limit)
 
 /* Reads every frame of an open file into a new mono buffer: checks finiteness, enforces
  * max_frames while reading, averages channels and clamps to [-1, 1]. */
+/* Float audio at int16 scale (samples in the thousands, as some tools write float WAVs) is clipped
+ * to [-1, 1] and would be recognised as noise: said on the log, the first few times only (a
+ * server may be sent many such files). */
+static void warn_clipped(const char *name, size_t clipped, size_t n, float peak)
+{
+    static atomic_int warned;
+    if (clipped * 100 < n || peak < 2.0f || atomic_fetch_add(&warned, 1) >= 8)
+        return;
+    LOG_WARN("%s: %zu of %zu samples lie outside [-1, 1] (peak %.0f) and were clipped: float "
+             "audio at int16 scale? hark reads float samples in [-1, 1] (divide by 32768)",
+             name, clipped, n, (double)peak);
+}
+
 static int read_mono(SNDFILE *sf, const SF_INFO *info, sf_count_t max_frames, const char *name,
                      float **mono_out, size_t *n_out, hark_err_t *e)
 {
     int ch = info->channels, rc = HARK_OK;
+    size_t clipped = 0;
+    float peak = 0;
     sf_count_t chunk_frames = CHUNK_SAMPLES / ch;
     float *chunk = hark_malloc(sizeof(float) * (size_t)(chunk_frames * ch));
     float *mono = NULL;
@@ -343,10 +359,15 @@ static int read_mono(SNDFILE *sf, const SF_INFO *info, sf_count_t max_frames, co
             for (int c = 0; c < ch; c++)
                 sum += fr[c];
             float v = ch == 1 ? fr[0] : (float)(sum / ch);
+            if (v > 1.0f || v < -1.0f) {
+                clipped++;
+                peak = fabsf(v) > peak ? fabsf(v) : peak;
+            }
             mono[n + (size_t)f] = v > 1.0f ? 1.0f : v < -1.0f ? -1.0f : v;
         }
         n += (size_t)got;
     }
+    warn_clipped(name, clipped, n, peak);
 out:
     hark_free(chunk);
     if (rc) {

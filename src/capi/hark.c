@@ -111,6 +111,14 @@ hark_status_t hark_model_load(const char *dir, const hark_model_opts_t *opts, ha
         return (hark_status_t)rc;
     hark_err_t err = {0};
     const family_t *f;
+    /* an entry, one of its version folders, or a repository of one model (issue 23) */
+    char entry[4096];
+    int named = 0;
+    if ((rc = family_resolve_dir(dir, entry, sizeof entry, &named, &err)))
+        return fail_err(rc, &err);
+    dir = entry;
+    if (!o.version)
+        o.version = named;
     if ((rc = family_of_dir(dir, o.version, &f, &err)))
         return fail_err(rc, &err);
     hark_model_t *m = hark_calloc(1, sizeof *m);

@@ -265,6 +265,14 @@ typedef struct {
     int bytes_mode;
 } perf_args_t;
 
+/* the levels stream_perf_run will measure (its defaults applied) */
+static int stream_levels(const stream_perf_opts_t *so)
+{
+    int a = so->streams_start > 0 ? so->streams_start : 1;
+    int step = so->streams_step > 0 ? so->streams_step : 1;
+    return so->streams_end >= a ? (so->streams_end - a) / step + 1 : 1;
+}
+
 /* --streaming: the levels of streams, their report, CSV and plot; the exit status */
 static int run_streaming(const perf_args_t *A, const http_url_t *url, const clip_t *clip,
                          double window_ms, const double cr[3])
@@ -294,11 +302,15 @@ static int run_streaming(const perf_args_t *A, const http_url_t *url, const clip
     }
     printf("*** Streaming Measurement Settings ***\n  Server: %s:%d%s (%s)  Model: %s\n"
            "  Audio: %s, %.2f s, in chunks of %d ms, %s\n"
-           "  Streams: %d to %d step %d; %u ms measured per level after two chunks of warm-up\n\n",
+           "  Streams: %d to %d step %d; %u ms measured per level after two chunks of warm-up\n"
+           "  Expected time: about %.0f s (%d level%s)\n\n",
            url->host, url->port, url->prefix, A->protocol, A->model,
            clip->path ? clip->path : "synthetic noise", clip->seconds, so.chunk_ms,
            so.fast ? "as fast as answers come" : "at real-time pace", so.streams_start,
-           so.streams_end, so.streams_step ? so.streams_step : 1, so.window_ms);
+           so.streams_end, so.streams_step ? so.streams_step : 1, so.window_ms,
+           stream_levels(&so) * ((so.window_ms ? so.window_ms : 10000) +
+                                 2.0 * (so.chunk_ms > 0 ? so.chunk_ms : 640)) * 1e-3,
+           stream_levels(&so), stream_levels(&so) == 1 ? "" : "s");
     fflush(stdout);
     stream_perf_row_t *rows = NULL;
     int n = 0, status = 0;
@@ -612,12 +624,18 @@ int cli_perf(int argc, char **argv)
            "  Inputs: %d request bod%s (%s)\n"
            "  Measurement window: %u msec; stable when the last 3 windows are within %g%% "
            "(throughput and %s latency), at most %d windows per level\n"
-           "  Caps: %lld requests, %g s\n\n",
+           "  Caps: %lld requests, %g s\n",
            url.host, url.port, url.prefix, A.model, batch, ninputs, ninputs == 1 ? "y" : "ies",
            nfiles ? (A.bytes_mode ? "AUDIO bytes" : "WAV + WAV_LENS, or JSON as given")
                   : "1 s synthetic noise as WAV + WAV_LENS",
            o.window_ms, A.stab, A.percentile > 0 ? "the chosen percentile" : "average",
            o.max_trials, (long long)o.max_requests, o.max_seconds);
+    int levels;
+    double lo_s, hi_s;
+    perf_estimate(&o, &levels, &lo_s, &hi_s);
+    printf("  Expected time: %d level%s of 3 to %d windows each: %.0f s to %.0f s%s\n\n", levels,
+           levels == 1 ? "" : "s", o.max_trials > 0 ? o.max_trials : 10, lo_s, hi_s,
+           hi_s >= (o.max_seconds > 0 ? o.max_seconds : 300) ? " (the --max-seconds cap)" : "");
     fflush(stdout);
     int rc = perf_run(&o, &rows, &n_rows, &err);
     if (rc) {

@@ -49,7 +49,9 @@ static const char *choices_of(const char *option)
 static const opt_t options[] = {
     {"model-repository", OPT_STR, OFF(model_repository), NULL, 0, 0,
      "directory of models, Triton's layout: <model>/config.pbtxt, <model>/<version>/"},
-    {"host", OPT_STR, OFF(host), "127.0.0.1", 0, 0, "address to listen on"},
+    {"host", OPT_STR, OFF(host), "127.0.0.1", 0, 0,
+     "address to listen on; the default answers this machine only: --host 0.0.0.0 listens on "
+     "every interface (in a container, to publish the ports)"},
     {"http-port", OPT_INT, OFF(http_port), "8000", 0, 65535,
      "KServe v2 + OpenAI HTTP port (0: any)"},
     {"grpc-port", OPT_INT, OFF(grpc_port), "8001", -1, 65535,

@@ -7,6 +7,7 @@
  * zero; the one value tanh can reach, +1.0, is kept at 32767).
  * Tests: tests/cli/test_cli_speak.c */
 #include "audio/audio.h"
+#include "model/family.h"
 #include "cli/cli.h"
 #include "core/alloc.h"
 #include "core/npy.h"
@@ -56,11 +57,11 @@ static int write_wav(const char *path, const float *x, size_t n, int rate)
     return 0;
 }
 
-/* model.json's "family" of DIR/1 (a small scan: the file is ours) into fam */
+/* model.json's "family" of DIR's highest version (a small scan: the file is ours) into fam */
 static int model_family(const char *dir, char *fam, size_t n)
 {
     char path[1200];
-    snprintf(path, sizeof path, "%s/1/model.json", dir);
+    family_version_path(dir, 0, "model.json", path, sizeof path);
     FILE *f = fopen(path, "rb");
     if (!f)
         return -1;

@@ -28,31 +28,32 @@ static void list_families(FILE *f, int bench)
     }
 }
 
-/* dir: a model-repository entry (DIR/1/model.json) or one of its version directories */
-static const family_t *family_for_dir(const char *cmd, const char *dir)
+/* dir: a model-repository entry (DIR/<version>/model.json), one of its version folders, or a
+ * repository holding one model; *dir becomes the entry (the families read its highest version) */
+static const family_t *family_for_dir(const char *cmd, char **dir)
 {
+    static char entry[4096];
     const family_t *f = NULL;
     hark_err_t err = {0};
-    char parent[4096];
-    const char *slash = strrchr(dir, '/');
-    int version = slash ? atoi(slash + 1) : atoi(dir);
-    int rc = family_of_dir(dir, 0, &f, &err);
-    if (rc && version > 0 && strlen(dir) < sizeof parent) { /* a version directory */
-        snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - dir) : 1, slash ? dir : ".");
-        hark_err_t e2 = {0};
-        if (!family_of_dir(parent, version, &f, &e2))
-            rc = HARK_OK;
-    }
+    int version = 0;
+    int rc = family_resolve_dir(*dir, entry, sizeof entry, &version, &err);
+    if (!rc && version > 0 && version != family_latest_version(entry))
+        fprintf(stderr, "hark %s: note: %s is version %d; %s reads the highest, %d\n", cmd, *dir,
+                version, cmd, family_latest_version(entry));
+    if (!rc)
+        rc = family_of_dir(entry, 0, &f, &err);
     if (rc) {
         fprintf(stderr, "hark %s: %s\n", cmd, err.msg);
         return NULL;
     }
+    *dir = entry;
     return f;
 }
 
 int cli_bench(int argc, char **argv)
 {
-    const char *dir = NULL, *synthetic = NULL;
+    const char *synthetic = NULL;
+    char **dir_arg = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: hark bench --model DIR | --synthetic NAME [options of the family]\n"
@@ -68,13 +69,13 @@ int cli_bench(int argc, char **argv)
             return 0;
         }
         if (!strcmp(argv[i], "--model") && i + 1 < argc)
-            dir = argv[++i];
+            dir_arg = &argv[++i];
         else if (!strcmp(argv[i], "--synthetic") && i + 1 < argc)
             synthetic = argv[++i];
     }
     const family_t *f = NULL;
-    if (dir && !synthetic) {
-        if (!(f = family_for_dir("bench", dir)))
+    if (dir_arg && !synthetic) {
+        if (!(f = family_for_dir("bench", dir_arg)))
             return 1;
     } else if (synthetic) {
         for (const family_t *const *p = family_list(); *p && !f; p++)
@@ -104,12 +105,12 @@ int cli_inspect(int argc, char **argv)
         FILE *o = argc == 2 ? stdout : stderr;
         fprintf(o, "usage: hark inspect MODEL_DIR\n\n"
                    "Prints a converted model's architecture, tensor and parameter counts and "
-                   "file size.\nMODEL_DIR is a model-repository entry (with 1/model.json) or "
-                   "its version directory. Families that can be inspected:\n");
+                   "file size.\nMODEL_DIR is a model-repository entry (its highest version folder is "
+                   "read), a version folder, or a repository holding one model. Families that can be inspected:\n");
         list_families(o, 0);
         return argc == 2 ? 0 : 2;
     }
-    const family_t *f = family_for_dir("inspect", argv[1]);
+    const family_t *f = family_for_dir("inspect", &argv[1]);
     if (!f)
         return 1;
     if (!f->inspect) {

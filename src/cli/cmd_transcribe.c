@@ -31,6 +31,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* "hark transcribe: FILE: why", FILE said once: a message that starts with the path already (the
+ * audio reader's do) is printed as it is */
+static void file_error(const char *path, const char *msg)
+{
+    size_t l = strlen(path);
+    if (!strncmp(msg, path, l) && msg[l] == ':')
+        msg += l + (msg[l + 1] == ' ' ? 2 : 1);
+    fprintf(stderr, "hark transcribe: %s: %s\n", cli_file_name(path), msg);
+}
+
 static void transcribe_usage(FILE *f)
 {
     static const char *const text[] = {
@@ -42,7 +52,7 @@ static void transcribe_usage(FILE *f)
         "    [--chunk-size N [--left-chunks N]]",
         "    [--format text|json|srt|vtt] [--dump-dir D] FILE...",
         "    [--vad DIR [--vad-threshold T] [--vad-max-speech-s S] [--batch-size B]]",
-        "  or: hark transcribe --model DIR [decoding options] --wavscp wav.scp [--trans text]",
+        "  or: hark transcribe [--model DIR] [decoding options] --wavscp wav.scp [--trans text]",
         "    [--data-dir D] [--output-dir OUT] [--jobs N] [--batch-size B] [--format text|json]",
         "Recognizes each audio file (WAV/FLAC/OGG/MP3, any rate) with a model converted by",
         "tools/convert_wenet.py (without --model: the bundled demo recogniser, models/demo-en-asr,",
@@ -189,8 +199,7 @@ static int transcribe_files(hark_model_t *model, hark_asr_opts_t o, const transc
             rc = write_subtitles(r, sfmt, &err);
         if (rc) {
             failures++;
-            fprintf(stderr, "hark transcribe: %s: %s\n", cli_file_name(files[f]),
-                    err.msg[0] ? err.msg : hark_status_str(rc));
+            file_error(files[f], err.msg[0] ? err.msg : hark_status_str(rc));
             if (!strcmp(format, "json")) {
                 cJSON *e = cJSON_CreateObject();
                 cJSON_AddStringToObject(e, "file", cli_file_name(files[f]));
@@ -518,8 +527,7 @@ static int remote_files(const transcribe_args_t *A, const char **files, int nfil
                               : remote_transcribe(c, &R, files[f], &text, &err);
         if (rc) {
             failures++;
-            fprintf(stderr, "hark transcribe: %s: %s\n", cli_file_name(files[f]),
-                    err.msg[0] ? err.msg : hark_status_str(rc));
+            file_error(files[f], err.msg[0] ? err.msg : hark_status_str(rc));
         }
         if (json) {
             cJSON *j = cJSON_CreateObject();
@@ -621,24 +629,55 @@ typedef struct {
     int tty;
     double t0;
     int failed;
+    double audio_s;          /* audio decoded so far, seconds */
+    unsigned char *finished; /* (wav->n) 1 once an item's callback ran */
+    int next_out;            /* stream_text: the first item not printed yet */
+    int stream_text;         /* print 'ID TEXT' on stdout as soon as the items before are done */
 } progress_t;
 
+/* "[#####     ] 12/40, 8.1 s, ETA 19 s, 14.2x real time" (stderr, a terminal only) */
 static void progress_bar(progress_t *pg, int done, int total)
 {
     const int width = 30;
     int fill = total ? (int)((long long)done * width / total) : width;
-    fprintf(stderr, "\r[%.*s%*s] %d/%d", fill, "##############################", width - fill, "",
-            done, total);
+    double el = clock_now_s() - pg->t0;
+    fprintf(stderr, "\r\033[K[%.*s%*s] %d/%d", fill, "##############################", width - fill,
+            "", done, total);
     if (pg->failed)
         fprintf(stderr, ", %d failed", pg->failed);
-    fprintf(stderr, ", %.1f s", clock_now_s() - pg->t0);
+    fprintf(stderr, ", %.1f s", el);
+    if (done > 0 && done < total)
+        fprintf(stderr, ", ETA %.0f s", el / done * (total - done));
+    if (pg->audio_s > 0 && el > 0)
+        fprintf(stderr, ", %.1fx real time", pg->audio_s / el);
     fflush(stderr);
+}
+
+/* stream_text: the finished items at the head of the list, in the list's order */
+static void progress_flush_text(progress_t *pg)
+{
+    int printed = 0;
+    while (pg->next_out < pg->wav->n && pg->finished[pg->next_out]) {
+        const decode_item_t *it = &pg->items[pg->next_out];
+        if (!it->status) {
+            if (!printed++ && pg->tty)
+                fprintf(stderr, "\r\033[K"); /* the bar may share the terminal */
+            printf("%s %s\n", pg->wav->e[pg->next_out].id,
+                   it->result.best.text ? it->result.best.text : "");
+        }
+        pg->next_out++;
+    }
+    if (printed)
+        fflush(stdout);
 }
 
 /* pool callback (serialised): report a failure at once, redraw the bar on a terminal */
 static void on_done(void *user, const decode_item_t *it, int done, int total)
 {
     progress_t *pg = user;
+    pg->audio_s += it->seconds;
+    if (pg->finished)
+        pg->finished[it - pg->items] = 1;
     if (it->status) {
         pg->failed++;
         const scp_entry_t *e = &pg->wav->e[it - pg->items];
@@ -647,6 +686,8 @@ static void on_done(void *user, const decode_item_t *it, int done, int total)
         fprintf(stderr, "%shark transcribe: %s: %s%s%s\n", pg->tty ? "\r\033[K" : "", e->id,
                 named ? "" : it->path, named ? "" : ": ", msg);
     }
+    if (pg->stream_text)
+        progress_flush_text(pg);
     if (pg->tty)
         progress_bar(pg, done, total);
 }
@@ -713,6 +754,7 @@ static int transcribe_list(hark_model_t *model, const hark_asr_opts_t *o,
     char **paths = NULL;
     FILE *fh = NULL, *fr = NULL, *fu = NULL;
     int status = 0, failed = 0, scored = 0, decoded = 0;
+    unsigned char *pg_finished = NULL;
     wer_counts_t wc = {0}, cc = {0};
     if (scp_load(A->wavscp, 1, &wav, &err) || (A->trans && scp_load(A->trans, 0, &ref, &err))) {
         fprintf(stderr, "hark transcribe: %s\n", err.msg);
@@ -764,6 +806,9 @@ static int transcribe_list(hark_model_t *model, const hark_asr_opts_t *o,
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int jobs = A->jobs > 0 ? (int)A->jobs : (int)(cores > 0 ? cores : 1);
     progress_t pg = {.wav = &wav, .items = items, .tty = isatty(2), .t0 = clock_now_s()};
+    /* without --trans, text lines come out as the list is decoded (in its order), not at the end */
+    pg.finished = pg_finished = hark_calloc((size_t)(wav.n ? wav.n : 1), 1);
+    pg.stream_text = !A->trans && !strcmp(A->format, "text") && pg.finished;
     if (!model) { /* --url: the server decodes, over `jobs` connections */
         remote_t R;
         if (remote_init(&R, A, &err) ||
@@ -786,6 +831,7 @@ static int transcribe_list(hark_model_t *model, const hark_asr_opts_t *o,
             goto done;
         }
     }
+    double wall = clock_now_s() - pg.t0;
     if (pg.tty)
         fprintf(stderr, "\n");
     if (A->out_dir) {
@@ -812,7 +858,7 @@ static int transcribe_list(hark_model_t *model, const hark_asr_opts_t *o,
         if (!A->trans) {
             if (fh)
                 fprintf(fh, "%s %s\n", id, hyp);
-            if (!strcmp(A->format, "text"))
+            if (!strcmp(A->format, "text") && !pg.stream_text)
                 printf("%s %s\n", id, hyp);
             continue;
         }
@@ -846,6 +892,17 @@ static int transcribe_list(hark_model_t *model, const hark_asr_opts_t *o,
     }
     cJSON *sum = cJSON_CreateObject();
     add_summary(sum, &wc, &cc, scored, decoded, failed, A->trans != NULL);
+    /* how much audio and how fast (0 audio seconds through --url: the server read the files) */
+    cJSON_AddNumberToObject(sum, "audio_seconds", pg.audio_s);
+    cJSON_AddNumberToObject(sum, "wall_seconds", wall);
+    if (pg.audio_s > 0 && wall > 0)
+        cJSON_AddNumberToObject(sum, "rtfx", pg.audio_s / wall);
+    char speed[160];
+    if (pg.audio_s > 0 && wall > 0)
+        snprintf(speed, sizeof speed, "%.1f s of audio in %.1f s: %.1fx real time", pg.audio_s,
+                 wall, pg.audio_s / wall);
+    else
+        snprintf(speed, sizeof speed, "%d utterances in %.1f s", decoded + failed, wall);
     if (A->out_dir) {
         FILE *fs = open_out(A->out_dir, "summary.json");
         char *s = cJSON_Print(sum);
@@ -866,6 +923,9 @@ static int transcribe_list(hark_model_t *model, const hark_asr_opts_t *o,
         printf("CER %.2f%% [S %ld, D %ld, I %ld / %ld chars]\n", 100.0 * wer_rate(&cc), cc.sub,
                cc.del, cc.ins, cc.ref);
         printf("%d utterances scored, %d failed\n", scored, failed);
+        printf("%s\n", speed);
+    } else {
+        fprintf(stderr, "hark transcribe: %d decoded, %d failed; %s\n", decoded, failed, speed);
     }
     cJSON_Delete(sum);
     if (failed)
@@ -880,6 +940,7 @@ done:
         hark_free(paths[i]);
     hark_free(items);
     hark_free(paths);
+    hark_free(pg_finished);
     scp_free(&wav);
     scp_free(&ref);
     return status;
@@ -1027,6 +1088,9 @@ int cli_transcribe(int argc, char **argv)
     else if (!A.wavscp && (A.trans || A.data_dir || A.out_dir || A.jobs > 0 || (A.batch > 0 && !A.vad)))
         bad = "--trans, --data-dir, --output-dir, --jobs and --batch-size go with --wavscp "
               "(--batch-size with --vad too)";
+    else if (A.nbest > 1 && (strcmp(fmt, "json") || A.wavscp))
+        bad = "--nbest N lists the alternatives in --format json, for FILE... (text output, "
+              "subtitles and --wavscp give the best hypothesis only)";
     else if (subtitles && nfiles != 1)
         bad = "--format srt|vtt takes one FILE";
     else if (A.url && (subtitles || A.dump || A.nbest >= 0 || A.batch > 0))

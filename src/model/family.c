@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 const char *family_task_name(family_task_t t)
 {
@@ -173,9 +175,134 @@ void asr_result_take(asr_result_t *dst, asr_result_t *src)
 
 #define MAX_MODEL_JSON (16u << 20)
 
+int family_latest_version(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int best = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end;
+        long v = strtol(e->d_name, &end, 10);
+        if (*end || e->d_name[0] < '1' || e->d_name[0] > '9' || v > 1000000 || v <= best)
+            continue;
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s/model.json", dir, e->d_name);
+        if (access(p, R_OK) == 0)
+            best = (int)v;
+    }
+    closedir(d);
+    return best;
+}
+
 void family_version_path(const char *dir, int version, const char *name, char *path, size_t n)
 {
-    snprintf(path, n, "%s/%d/%s", dir, version > 0 ? version : 1, name);
+    if (version <= 0 && (version = family_latest_version(dir)) <= 0)
+        version = 1;
+    snprintf(path, n, "%s/%d/%s", dir, version, name);
+}
+
+static int is_file(const char *dir, const char *name)
+{
+    char p[4400];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static int wenet_checkpoint_hint(const char *what, const char *dir, hark_err_t *err)
+{
+    return err_set(err, HARK_ERR_IO,
+                   "%s is a WeNet checkpoint, not a hark model: convert it first with "
+                   "tools/convert_wenet.py --checkpoint %s/final.pt --config %s/train.yaml "
+                   "--units %s/units.txt --cmvn %s/global_cmvn --output MODEL_DIR "
+                   "(docs/model-format.md), then give MODEL_DIR",
+                   what, dir, dir, dir, dir);
+}
+
+int family_resolve_dir(const char *arg, char *entry, size_t n, int *version, hark_err_t *err)
+{
+    struct stat sb;
+    *version = 0;
+    char trimmed[4096], parent[4096];
+    size_t al = strlen(arg);
+    while (al > 1 && arg[al - 1] == '/') /* "repo/wenet/": the name before the slash */
+        al--;
+    if (al >= sizeof trimmed)
+        return err_set(err, HARK_ERR_INVALID_ARG, "%.100s...: path too long", arg);
+    snprintf(trimmed, sizeof trimmed, "%.*s", (int)al, arg);
+    arg = trimmed;
+    if (stat(arg, &sb) != 0)
+        return err_set(err, HARK_ERR_IO, "%s: %s", arg, strerror(errno));
+    const char *slash = strrchr(arg, '/');
+    snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - arg) : 1, slash ? arg : ".");
+    const char *base = slash ? slash + 1 : arg;
+    if (S_ISREG(sb.st_mode)) {
+        size_t l = strlen(base);
+        if ((l > 3 && !strcmp(base + l - 3, ".pt")) || (l > 4 && !strcmp(base + l - 4, ".pth")))
+            return wenet_checkpoint_hint(arg, parent, err);
+        return err_set(err, HARK_ERR_IO,
+                       "%s is a file: give the model's folder (a model-repository entry, "
+                       "DIR/<version>/model.json)",
+                       arg);
+    }
+    if (!S_ISDIR(sb.st_mode))
+        return err_set(err, HARK_ERR_IO, "%s is not a folder", arg);
+    if (family_latest_version(arg) > 0) { /* an entry */
+        snprintf(entry, n, "%s", arg);
+        return HARK_OK;
+    }
+    char *end;
+    long v = strtol(base, &end, 10);
+    if (is_file(arg, "model.json")) {
+        if (*end || base[0] < '1' || base[0] > '9' || v > 1000000)
+            return err_set(err, HARK_ERR_IO,
+                           "%s holds a model.json but is not a version folder: a model is "
+                           "ENTRY/<version>/model.json (e.g. ENTRY/1/model.json)",
+                           arg);
+        snprintf(entry, n, "%s", parent); /* a version folder */
+        *version = (int)v;
+        return HARK_OK;
+    }
+    if (is_file(arg, "final.pt") || is_file(arg, "train.yaml"))
+        return wenet_checkpoint_hint(arg, arg, err);
+    /* a repository: its entries */
+    DIR *d = opendir(arg);
+    if (!d)
+        return err_set(err, HARK_ERR_IO, "%s: %s", arg, strerror(errno));
+    char names[512] = "", only[4400] = "";
+    int models = 0;
+    size_t off = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char sub[4400];
+        snprintf(sub, sizeof sub, "%s/%s", arg, e->d_name);
+        if (family_latest_version(sub) <= 0)
+            continue;
+        if (!models++)
+            snprintf(only, sizeof only, "%s", sub);
+        if (off < sizeof names)
+            off += (size_t)snprintf(names + off, sizeof names - off, "%s%s", models > 1 ? ", " : "",
+                                    e->d_name);
+    }
+    closedir(d);
+    if (models == 1) {
+        snprintf(entry, n, "%s", only);
+        return HARK_OK;
+    }
+    if (models > 1)
+        return err_set(err, HARK_ERR_IO,
+                       "%s is a model repository with %d models (%s): give one of them, "
+                       "e.g. %s",
+                       arg, models, names, only);
+    return err_set(err, HARK_ERR_IO,
+                   "%s is not a hark model: expected a model-repository entry "
+                   "(%s/<version>/model.json, as tools/convert_*.py write it), one of its version "
+                   "folders, or a repository holding one model",
+                   arg, arg);
 }
 
 int family_open_model_json(const char *dir, int version, char *path, size_t n, cJSON **out,

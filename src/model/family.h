@@ -90,8 +90,17 @@ typedef struct {
  * when too large or not a JSON object, HARK_ERR_NOMEM. */
 struct cJSON;
 int family_read_model_json(const char *path, struct cJSON **out, hark_err_t *err);
-/* "DIR/VERSION/NAME" into path (n bytes); a version <= 0 means 1, as Triton's default policy. */
+/* "DIR/VERSION/NAME" into path (n bytes); a version <= 0 means the highest numeric version
+ * folder that holds a model.json (Triton's default policy, as hark serve), 1 when there is none. */
 void family_version_path(const char *dir, int version, const char *name, char *path, size_t n);
+/* The highest numeric DIR/<v>/ holding a model.json, or 0. */
+int family_latest_version(const char *dir);
+/* What a user named as a model, into the model-repository entry (entry, n bytes) and *version:
+ * an entry (DIR/<v>/model.json: *version 0, the highest), one of its version folders (*version
+ * that folder's number), or a repository holding exactly one entry. Anything else is
+ * HARK_ERR_IO with what was expected: a WeNet checkpoint (final.pt, or its folder) is told
+ * to be converted with tools/convert_wenet.py first, a repository of several models lists them. */
+int family_resolve_dir(const char *arg, char *entry, size_t n, int *version, hark_err_t *err);
 /* family_read_model_json of DIR/VERSION/model.json, that path left in path (for messages). */
 int family_open_model_json(const char *dir, int version, char *path, size_t n, struct cJSON **out,
                            hark_err_t *err);

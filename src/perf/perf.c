@@ -665,6 +665,34 @@ done:
     return rc;
 }
 
+void perf_estimate(const perf_opts_t *in, int *levels, double *lo_s, double *hi_s)
+{
+    double win = (in->window_ms ? in->window_ms : 5000) * 1e-3;
+    int k = in->stable_windows > 0 ? in->stable_windows : 3;
+    int trials = in->max_trials > 0 ? in->max_trials : 10;
+    double cap = in->max_seconds > 0 ? in->max_seconds : 300;
+    int n = 0;
+    if (in->rate_start > 0) { /* as perf_run counts the open-loop levels */
+        double end = in->rate_end < in->rate_start ? in->rate_start : in->rate_end;
+        double step = in->rate_step > 0 ? in->rate_step
+                      : end - in->rate_start > 0 ? end - in->rate_start
+                                                 : 1;
+        for (double x = in->rate_start; x <= end * (1 + 1e-9) && n < 10000; x += step)
+            n++;
+    } else {
+        int a = in->conc_start > 0 ? in->conc_start : 1;
+        int b = in->conc_end < a ? a : in->conc_end, step = in->conc_step > 0 ? in->conc_step : 1;
+        n = (b - a) / step + 1;
+    }
+    *levels = n;
+    *lo_s = n * (k < trials ? k : trials) * win;
+    *hi_s = n * trials * win;
+    if (*lo_s > cap)
+        *lo_s = cap;
+    if (*hi_s > cap)
+        *hi_s = cap;
+}
+
 int perf_run(const perf_opts_t *opts, perf_row_t **rows_out, int *n_out, hark_err_t *err)
 {
     *rows_out = NULL;

@@ -117,4 +117,8 @@ typedef struct {
  * holds the first failure, e.g. the server's {"error"} message); HARK_ERR_NOMEM. */
 int perf_run(const perf_opts_t *o, perf_row_t **rows, int *n_rows, hark_err_t *err);
 
+/* How long perf_run will take with o (its defaults applied): *levels load levels, each of
+ * stable_windows to max_trials windows, so *lo_s to *hi_s seconds, both capped at max_seconds. */
+void perf_estimate(const perf_opts_t *o, int *levels, double *lo_s, double *hi_s);
+
 #endif

@@ -266,8 +266,10 @@ static void summarise(level_t *L, stream_perf_row_t *R)
     r->rtf = r->throughput_audio_sec_per_sec;
     r->server_queue_us = r->server_compute_input_us = r->server_compute_infer_us =
         r->server_compute_output_us = -1;
-    qsort(L->lat.v, L->lat.n, sizeof(double), cmp_double);
-    qsort(L->fin.v, L->fin.n, sizeof(double), cmp_double);
+    if (L->lat.n) /* an empty list may have no array: qsort's base must not be NULL */
+        qsort(L->lat.v, L->lat.n, sizeof(double), cmp_double);
+    if (L->fin.n)
+        qsort(L->fin.v, L->fin.n, sizeof(double), cmp_double);
     double sum = 0;
     for (size_t i = 0; i < L->lat.n; i++)
         sum += L->lat.v[i];

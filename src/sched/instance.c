@@ -272,13 +272,15 @@ static void run_group(instance_t *in, family_worker_t *w, served_request_t **req
     pthread_mutex_unlock(&m->lock);
     /* the completions, their statistics under one lock, then (completions_end) the answers go */
     uint64_t queue_ns = 0, output_ns = et.output_ns * (uint64_t)n, request_ns = 0;
-    uint64_t ok = 0, failed = 0;
+    uint64_t ok = 0, failed = 0, input_ns = 0, exec_output_ns = 0;
     if (m->o.completions_begin)
         m->o.completions_begin(n);
     for (int i = 0; i < n; i++) {
         served_request_t *r = reqs[i];
         uint64_t enq = r->item.enqueue_ns;
         tm.queue_ns = t_dequeue - enq;
+        tm.compute_input_ns = et.input_ns + r->input_ns;
+        input_ns += tm.compute_input_ns;
         tm.compute_output_ns = 0; /* the callback serialises; measured around it below */
         int st = r->status_;
         asr_result_t res = r->result_; /* the request may be freed by its callback */
@@ -301,6 +303,7 @@ static void run_group(instance_t *in, family_worker_t *w, served_request_t **req
         asr_result_free(&res); /* what the callback did not take */
         queue_ns += tm.queue_ns;
         output_ns += t4 - t3;
+        exec_output_ns += t4 - t3;
         request_ns += t4 - enq;
         if (st)
             failed++;
@@ -313,8 +316,23 @@ static void run_group(instance_t *in, family_worker_t *w, served_request_t **req
     m->st.failure += failed;
     m->st.success += ok;
     m->st.queue_ns += queue_ns;
-    m->st.compute_input_ns += tm.compute_input_ns * (uint64_t)n;
+    m->st.compute_input_ns += input_ns;
     m->st.compute_infer_ns += tm.compute_infer_ns * (uint64_t)n;
+    /* batch_stats: this execution under its batch size (input: the family's and the items') */
+    served_batch_stat_t *bst = NULL;
+    for (int i = 0; i < m->st.n_batch_stats && !bst; i++)
+        if (m->st.batch_stats[i].batch_size == n)
+            bst = &m->st.batch_stats[i];
+    if (!bst && m->st.n_batch_stats < SERVED_BATCH_STATS) {
+        bst = &m->st.batch_stats[m->st.n_batch_stats++];
+        bst->batch_size = n;
+    }
+    if (bst) {
+        bst->count++;
+        bst->input_ns += input_ns - et.input_ns * (uint64_t)(n - 1); /* the execution's once */
+        bst->infer_ns += tm.compute_infer_ns;
+        bst->output_ns += et.output_ns + exec_output_ns;
+    }
     m->st.compute_output_ns += output_ns;
     m->st.request_ns += request_ns;
     m->st.last_inference_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
@@ -884,6 +902,13 @@ int served_model_submit_many(served_model_t *m, served_request_t *const *reqs, i
 int served_model_submit(served_model_t *m, served_request_t *req, hark_err_t *err)
 {
     return served_model_submit_many(m, &req, 1, err);
+}
+
+void served_model_count_failure(served_model_t *m)
+{
+    pthread_mutex_lock(&m->lock);
+    m->st.failure++;
+    pthread_mutex_unlock(&m->lock);
 }
 
 void served_model_stats(served_model_t *m, served_stats_t *out)

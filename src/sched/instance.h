@@ -44,6 +44,10 @@ struct served_request {
      * fi.pcm / fi.n or fi.text, fi.want_words; fi.emit and fi.user belong to the instance */
     family_item_t fi;
     const atomic_int *cancelled; /* optional: non-zero drops the request before it runs */
+    /* optional: time the caller spent on this item's input before queueing it (decoding the
+     * audio file, converting or checking the tensor); counted in compute_input with the family's
+     * own input time (Triton's compute_input: the input tensors made ready for the model) */
+    uint64_t input_ns;
     served_done_fn done;
     void *user;
     /* optional (asr sequences): each segment an endpoint ended while this chunk ran, with its
@@ -107,6 +111,13 @@ typedef struct {
     void (*completions_end)(int n);
 } served_opts_t;
 
+/* One batch size's executions (Triton's batch_stats): how many, and their compute times. */
+typedef struct {
+    int batch_size;
+    uint64_t count, input_ns, infer_ns, output_ns;
+} served_batch_stat_t;
+#define SERVED_BATCH_STATS 64 /* distinct batch sizes kept; executions of others are not listed */
+
 /* Cumulative counters (atomic snapshot under the model's lock). */
 typedef struct {
     uint64_t success, failure, inference_count, execution_count;
@@ -117,6 +128,8 @@ typedef struct {
         batch_hist[10]; /* batch sizes: 1, 2, 3-4, 5-8, 9-16, 17-32, 33-64, 65-128, 129-256, >256 */
     uint64_t pending;   /* requests queued now: what max_queue_size bounds (Triton's count) */
     uint64_t pending_items; /* their items still queued */
+    int n_batch_stats;      /* in the order the sizes first ran */
+    served_batch_stat_t batch_stats[SERVED_BATCH_STATS];
 } served_stats_t;
 
 typedef struct served_model served_model_t;
@@ -170,6 +183,9 @@ void served_model_abandon(served_model_t *m, uint64_t owner);
 /* Sequences open now (all instances). */
 int served_model_sequences(served_model_t *m);
 void served_model_stats(served_model_t *m, served_stats_t *out);
+/* A request refused before it was queued (invalid input, a full queue): one more failure, as
+ * Triton counts them. */
+void served_model_count_failure(served_model_t *m);
 /* 1 while every instance is healthy (a sticky CUDA error marks the model not ready). */
 int served_model_ready(const served_model_t *m);
 

@@ -339,7 +339,7 @@ static int prepare(repository_t *r, repo_model_t *m, served_opts_t *so, family_p
         if (gpu_device_path(d, NULL) != GPU_PATH_NONE)
             usable[nuse++] = d;
     for (int g = 0; g < m->cfg.n_instance_groups && so->n_groups < 8; g++) {
-        const model_instance_group_t *ig = &m->cfg.instance_groups[g];
+        model_instance_group_t *ig = &m->cfg.instance_groups[g];
         int count = ig->count > 0 ? ig->count : 1;
         int want_gpu = ig->kind == MODEL_KIND_GPU || (ig->kind == MODEL_KIND_AUTO && nuse > 0);
         if (want_gpu && nuse == 0) {
@@ -347,6 +347,13 @@ static int prepare(repository_t *r, repo_model_t *m, served_opts_t *so, family_p
                      "on the CPU",
                      m->name, ig->name, ngpu ? "hark can use is" : "is");
             want_gpu = 0;
+        }
+        /* the model's config tells what runs (Triton resolves KIND_AUTO the same way): a group
+         * that fell back to the CPU reads KIND_CPU, without GPUs */
+        if (ig->kind != MODEL_KIND_MODEL) {
+            ig->kind = want_gpu ? MODEL_KIND_GPU : MODEL_KIND_CPU;
+            if (!want_gpu)
+                ig->n_gpus = 0;
         }
         if (!want_gpu) {
             so->groups[so->n_groups++] =
@@ -740,19 +747,47 @@ static void fill_stats(const repo_model_t *m, kserve_model_stats_t *k, served_st
     k->compute_output = (kserve_duration_t){st->success, st->compute_output_ns};
 }
 
+/* st's batch sizes as Triton's batch_stats (count: executions of that size), ascending; into
+ * out (SERVED_BATCH_STATS) */
+static int fill_batch_stats(const served_stats_t *st, kserve_batch_stats_t *out)
+{
+    int n = 0;
+    for (int i = 0; i < st->n_batch_stats; i++) {
+        const served_batch_stat_t *b = &st->batch_stats[i];
+        int at = n++;
+        while (at > 0 && out[at - 1].batch_size > (uint64_t)b->batch_size) {
+            out[at] = out[at - 1];
+            at--;
+        }
+        out[at] = (kserve_batch_stats_t){.batch_size = (uint64_t)b->batch_size,
+                                         .compute_input = {b->count, b->input_ns},
+                                         .compute_infer = {b->count, b->infer_ns},
+                                         .compute_output = {b->count, b->output_ns}};
+    }
+    return n;
+}
+
 char *repository_stats_json(repository_t *r, const repo_model_t *m)
 {
     static __thread kserve_model_stats_t ks[MAX_MODELS];
     served_stats_t st;
-    int n = 0;
-    if (m) {
-        fill_stats(m, &ks[n++], &st);
-    } else {
-        for (int i = 0; i < r->n_models; i++)
-            if (r->models[i].state == M_READY)
-                fill_stats(&r->models[i], &ks[n++], &st);
+    int n = 0, cap = m ? 1 : r->n_models;
+    kserve_batch_stats_t *bs = hark_calloc((size_t)(cap ? cap : 1) * SERVED_BATCH_STATS,
+                                           sizeof *bs);
+    if (!bs)
+        return NULL;
+    for (int i = 0; i < cap; i++) {
+        const repo_model_t *x = m ? m : &r->models[i];
+        if (!m && x->state != M_READY)
+            continue;
+        fill_stats(x, &ks[n], &st);
+        ks[n].batch_stats = bs + (size_t)n * SERVED_BATCH_STATS;
+        ks[n].n_batch_stats = fill_batch_stats(&st, bs + (size_t)n * SERVED_BATCH_STATS);
+        n++;
     }
-    return kserve_stats_json(ks, n);
+    char *json = kserve_stats_json(ks, n);
+    hark_free(bs);
+    return json;
 }
 
 int repository_metrics(repository_t *r, metrics_model_t *out, int max)

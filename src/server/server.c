@@ -254,6 +254,17 @@ static void *http_loop_main(void *p)
     return NULL;
 }
 
+/* A listener that could not start, named by what it serves and the flag that sets its port
+ * ("metrics port 8002 (--metrics-port): bind 127.0.0.1 port 8002: Address already in use"), not
+ * by the HTTP layer it runs on. */
+static void port_error(hark_err_t *err, int rc, const char *what, const char *flag, int port)
+{
+    char why[sizeof err->msg];
+    snprintf(why, sizeof why, "%s", err->msg);
+    const char *w = strncmp(why, "http: ", 6) ? why : why + 6;
+    err_set(err, rc, "%s port %d (%s): %s", what, port, flag, w);
+}
+
 int server_create(const server_opts_t *o, server_t **out, hark_err_t *err)
 {
     *out = NULL;
@@ -352,8 +363,10 @@ int server_create(const server_opts_t *o, server_t **out, hark_err_t *err)
                                  .reuse_port = n == 1   ? HTTP_REUSE_NONE
                                                : i == 0 ? HTTP_REUSE_FIRST
                                                         : HTTP_REUSE_JOIN};
-        if ((rc = http_server_create(l->loop, &ho, &l->api, err)))
+        if ((rc = http_server_create(l->loop, &ho, &l->api, err))) {
+            port_error(err, rc, "HTTP API", "--http-port", s->o.http_port);
             goto fail;
+        }
         port = http_server_port(l->api); /* the others join the port the first one got */
     }
     if (s->o.metrics_port >= 0) {
@@ -361,8 +374,10 @@ int server_create(const server_opts_t *o, server_t **out, hark_err_t *err)
                                  .port = s->o.metrics_port,
                                  .handler = http_metrics_handler,
                                  .user = s};
-        if ((rc = http_server_create(&s->loop, &mo, &s->metrics, err)))
+        if ((rc = http_server_create(&s->loop, &mo, &s->metrics, err))) {
+            port_error(err, rc, "metrics", "--metrics-port", s->o.metrics_port);
             goto fail;
+        }
     }
     /* gRPC on the same loops, one port shared with SO_REUSEPORT like the HTTP port */
     for (int i = 0, gport = s->o.grpc_port; s->o.grpc_port >= 0 && i < n; i++) {

@@ -250,6 +250,20 @@ TEST(cli_perf_usage_errors)
              test_hark_bin());
     CHECK(run_cmd(t, cmd, "d", out, sizeof out) == 1);
     CHECKF(strstr(out, "connect") != NULL, "%s", out);
+    /* the settings say how long the sweep will take (issue 23): 4 levels of 3 to 10 windows of
+     * 2 s; capped by --max-seconds */
+    snprintf(cmd, sizeof cmd, "%s perf -m x -u 127.0.0.1:1 --concurrency-range 1:4 -p 2000",
+             test_hark_bin());
+    CHECK(run_cmd(t, cmd, "g", out, sizeof out) == 1);
+    CHECKF(strstr(out, "Expected time: 4 levels of 3 to 10 windows each: 24 s to 80 s\n"), "%s",
+           out);
+    snprintf(cmd, sizeof cmd,
+             "%s perf -m x -u 127.0.0.1:1 --concurrency-range 1:64:8 -p 5000 --max-seconds 100",
+             test_hark_bin());
+    CHECK(run_cmd(t, cmd, "h", out, sizeof out) == 1);
+    CHECKF(strstr(out, "Expected time: 8 levels of 3 to 10 windows each: 100 s to 100 s (the "
+                       "--max-seconds cap)"),
+           "%s", out);
     /* --streaming: its own option checks; nothing listening is exit 1 naming the connection */
     snprintf(cmd, sizeof cmd, "%s perf -m x --streaming -b 4", test_hark_bin());
     CHECK(run_cmd(t, cmd, "f", out, sizeof out) == 2);

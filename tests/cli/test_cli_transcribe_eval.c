@@ -166,15 +166,20 @@ TEST(cli_eval_wer_zero_on_own_outputs)
     cJSON *s = js ? cJSON_Parse(js) : NULL;
     free(js);
     CHECK(s != NULL);
-    static const char *keys[] = {"wer",       "cer",        "substitutions",
-                                 "deletions", "insertions", "ref_words",
-                                 "ref_chars", "utterances", "failed"};
-    CHECK_EQ_INT(cJSON_GetArraySize(s), 9);
-    for (int k = 0; k < 9; k++)
+    static const char *keys[] = {"wer",           "cer",          "substitutions", "deletions",
+                                 "insertions",    "ref_words",    "ref_chars",     "utterances",
+                                 "failed",        "audio_seconds", "wall_seconds",  "rtfx"};
+    CHECK_EQ_INT(cJSON_GetArraySize(s), 12);
+    for (int k = 0; k < 12; k++)
         CHECKF(cJSON_GetObjectItem(s, keys[k]) != NULL, "missing %s", keys[k]);
     CHECK(json_num(s, "wer") == 0 && json_num(s, "cer") == 0 && json_num(s, "failed") == 0);
     CHECK(json_num(s, "ref_words") == words && json_num(s, "ref_chars") == chars);
     CHECK(json_num(s, "utterances") == NUTT);
+    /* the audio and the speed (issue 23): the summary line says the same */
+    double audio = json_num(s, "audio_seconds"), wall = json_num(s, "wall_seconds");
+    CHECKF(audio > 1 && wall > 0 && fabs(json_num(s, "rtfx") - audio / wall) < 1e-6 * audio / wall,
+           "audio %g s, wall %g s", audio, wall);
+    CHECKF(strstr(out, " s of audio in ") && strstr(out, "x real time\n"), "%s", out);
     cJSON_Delete(s);
     /* hyp.txt and ref.txt: "<id> <text>" per utterance in wav.scp order, identical here */
     snprintf(path, sizeof path, "%s/res/x/hyp.txt", tmp);

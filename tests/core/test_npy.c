@@ -36,6 +36,11 @@ TEST(npy_rejects_garbage)
     fputs("not numpy at all", f);
     fclose(f);
     npy_array_t a;
+    char log[2048];
+    test_stderr_begin(t); /* the errors npy_load logs are expected: checked here, not shown */
     CHECK(npy_load(path, &a) == HARK_ERR_FORMAT);
     CHECK(npy_load("/nonexistent/x.npy", &a) == HARK_ERR_IO);
+    test_stderr_end(t, log, sizeof log);
+    CHECKF(strstr(log, "b.npy: not an npy file") && strstr(log, "cannot open /nonexistent/x.npy"),
+           "logged: %s", log);
 }

@@ -228,6 +228,9 @@ static void opts_for(served_opts_t *so, int count)
     so->completions_end = batch_end;
 }
 
+/* what submit_n sets as each request's input_ns (the caller's time on its input) */
+static uint64_t g_submit_input_ns;
+
 /* submits requests with the given keys (request parameter "key"), n = 100 * (i + 1) samples */
 static void submit_n(test_ctx_t *t, served_model_t *m, my_req_t *reqs, int nr, const int *keys,
                      pthread_mutex_t *lock, int *done)
@@ -243,6 +246,7 @@ static void submit_n(test_ctx_t *t, served_model_t *m, my_req_t *reqs, int nr, c
         reqs[i].req.fi.opts = &reqs[i].opts;
         reqs[i].req.fi.n = (size_t)(100 * (i + 1));
         reqs[i].req.cancelled = &reqs[i].cancel;
+        reqs[i].req.input_ns = g_submit_input_ns;
         reqs[i].req.done = on_done;
         reqs[i].lock = lock;
         reqs[i].done_count = done;
@@ -312,6 +316,54 @@ TEST(served_model_batches_by_key)
     CHECK_EQ_INT(atomic_load(&g_ends), st.execution_count);
     CHECK_EQ_INT(atomic_load(&g_outside), 0);
     CHECK(served_model_ready(m));
+    served_model_destroy(m);
+}
+
+/* Statistics (issue 23): the caller's input time (audio decoding, tensor checks) is counted in
+ * compute_input, every execution is listed under its batch size (Triton's batch_stats), and a
+ * request refused before the queue counts as a failure. */
+TEST(served_model_stats_input_batches_refusals)
+{
+    reset_log();
+    served_opts_t so;
+    opts_for(&so, 2);
+    served_model_t *m;
+    hark_err_t err = {0};
+    CHECKF(served_model_create("unused", &so, &m, &err) == HARK_OK, "%s", err.msg);
+    enum { NR = 40 };
+    static my_req_t reqs[NR];
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    int done = 0;
+    const uint64_t each = 1000000; /* 1 ms of input work per request, as the caller reports */
+    g_submit_input_ns = each;
+    submit_n(t, m, reqs, NR, NULL, &lock, &done);
+    g_submit_input_ns = 0;
+    if (test_failed(t))
+        return;
+    wait_done(&lock, &done, NR, 30);
+    CHECK_EQ_INT(done, NR);
+    served_model_count_failure(m);
+    served_stats_t st;
+    served_model_stats(m, &st);
+    CHECK(st.success == NR && st.failure == 1);
+    CHECKF(st.compute_input_ns >= NR * each, "compute_input %llu ns for %d requests",
+           (unsigned long long)st.compute_input_ns, NR);
+    CHECK(st.n_batch_stats >= 1);
+    uint64_t execs = 0, items = 0;
+    for (int i = 0; i < st.n_batch_stats; i++) {
+        const served_batch_stat_t *b = &st.batch_stats[i];
+        CHECK(b->batch_size >= 1 && b->batch_size <= 8 && b->count >= 1);
+        for (int k = 0; k < i; k++)
+            CHECK(st.batch_stats[k].batch_size != b->batch_size);
+        CHECKF(b->input_ns >= b->count * (uint64_t)b->batch_size * each,
+               "batch size %d: input %llu ns over %llu executions", b->batch_size,
+               (unsigned long long)b->input_ns, (unsigned long long)b->count);
+        CHECK(b->infer_ns > 0);
+        execs += b->count;
+        items += b->count * (uint64_t)b->batch_size;
+    }
+    CHECK_EQ_INT(execs, st.execution_count);
+    CHECK_EQ_INT(items, NR);
     served_model_destroy(m);
 }
 

@@ -25,10 +25,10 @@ int icefall_inspect_main(int argc, char **argv)
     }
     /* an entry DIR (DIR/1/...) or a version directory DIR/<v> */
     char entry[4096], st_path[4200];
-    int version = 1;
+    int version = family_latest_version(argv[1]);
     struct stat sb;
     snprintf(entry, sizeof entry, "%s", argv[1]);
-    snprintf(st_path, sizeof st_path, "%s/1/model.json", entry);
+    family_version_path(entry, version, "model.json", st_path, sizeof st_path);
     if (stat(st_path, &sb) != 0) {
         char *slash = strrchr(entry, '/');
         version = atoi(slash ? slash + 1 : entry);

@@ -241,7 +241,7 @@ static int sv_inspect(int argc, char **argv)
     }
     char path[4200];
     struct stat sb;
-    snprintf(path, sizeof path, "%s/1/model.safetensors", argv[1]);
+    family_version_path(argv[1], 0, "model.safetensors", path, sizeof path);
     printf("model                %s\n", argv[1]);
     printf("family               silero_vad (Silero VAD v5/v6, CPU fp32)\n");
     int rates[4], nr = silero_vad_rates(m, rates);

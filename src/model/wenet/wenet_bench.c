@@ -4,6 +4,7 @@
  * The PyTorch side of the same measurement is bench/wenet_peer.py (bench/conformer.sh runs both).
  * Tests: tests/cli/test_cli.c (cli_bench_synthetic_and_errors) */
 #include "model/wenet/wenet_tools.h"
+#include "model/family.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "gpu/gpu.h"
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -299,8 +301,9 @@ static int synth_config(const char *name, wenet_config_t *c, hark_err_t *err)
 }
 
 /* --compare-pytorch: WeNet's own encoder with the same weights (bench/wenet_peer.py reads the
- * hark model directory), same batches, same machine; prints its lines and hark/PyTorch ratios. */
-static void compare_pytorch(const char *model_dir, int gpu, wenet_precision_t wp,
+ * hark model directory), same batches, same machine; prints its lines and hark/PyTorch ratios.
+ * Returns 0, or -1 when no PyTorch figure came back (the comparison asked for was not made). */
+static int compare_pytorch(const char *model_dir, int gpu, wenet_precision_t wp,
                             const char *batches, double seconds, int threads, double *hark_ms,
                             int *hark_b, int nh)
 {
@@ -320,7 +323,7 @@ static void compare_pytorch(const char *model_dir, int gpu, wenet_precision_t wp
     FILE *f = popen(cmd, "r");
     if (!f) {
         fprintf(stderr, "hark bench: cannot run %s\n", script);
-        return;
+        return -1;
     }
     char line[4096];
     int got = 0;
@@ -343,11 +346,14 @@ static void compare_pytorch(const char *model_dir, int gpu, wenet_precision_t wp
                        wenet_precision_name(wp), ms / hark_ms[i], mode, B, hark_ms[i], ms);
     }
     int st = pclose(f);
-    if (!got)
-        fprintf(stderr,
-                "hark bench: --compare-pytorch: no PyTorch results (exit %d); it needs %s "
-                "with torch and WeNet's sources in %s\n",
-                st, py, wenet);
+    if (got)
+        return 0;
+    fprintf(stderr,
+            "hark bench: --compare-pytorch: no PyTorch results (%s exited with %d); it needs %s "
+            "with torch (Debian's /usr/bin/python3: tools/install-deps.sh --dev) and WeNet's "
+            "sources in %s (bench/conformer.sh says how to fill .ext/)\n",
+            script, WIFEXITED(st) ? WEXITSTATUS(st) : -1, py, wenet);
+    return -1;
 }
 
 /* --pipeline: the full recognizer path, PCM in -> text out (features, encoder, CTC, greedy
@@ -726,7 +732,7 @@ int wenet_bench_main(int argc, char **argv)
     } else {
         if (wenet_config_load(model_dir, &cfg, &err))
             goto fail;
-        snprintf(path, sizeof path, "%s/1/model.safetensors", model_dir);
+        family_version_path(model_dir, 0, "model.safetensors", path, sizeof path);
         if (st_open(path, &st, &err))
             goto fail;
         user = st;
@@ -737,8 +743,9 @@ int wenet_bench_main(int argc, char **argv)
     if (gpu) {
         rc = bench_gpu(&cfg, get, user, device[4] == ':' ? atoi(device + 5) : 0, wp, profile,
                        hark_ms, hark_b, &nh, batches, seconds, min_time, flops);
-        if (!rc && compare)
-            compare_pytorch(model_dir, 1, wp, batches, seconds, threads, hark_ms, hark_b, nh);
+        if (!rc && compare &&
+            compare_pytorch(model_dir, 1, wp, batches, seconds, threads, hark_ms, hark_b, nh))
+            rc = 1;
         st_close(st);
         synth_weights_free(&synth);
         return rc;
@@ -831,9 +838,10 @@ int wenet_bench_main(int argc, char **argv)
         hark_free(best);
         hark_free(times);
     }
-    if (compare)
-        compare_pytorch(model_dir, 0, 0, batches, seconds, threads, hark_ms, hark_b, nh);
     rc = 0;
+    if (compare &&
+        compare_pytorch(model_dir, 0, 0, batches, seconds, threads, hark_ms, hark_b, nh))
+        rc = 1;
     goto done;
 fail:
     fprintf(stderr, "hark bench: %s\n", err.msg);

@@ -2,6 +2,7 @@
  * is in docs/model-format.md. Unknown or unsupported fields are refused by name.
  * Tests: tests/model/wenet/test_wenet_config.c */
 #include "model/wenet/wenet_config.h"
+#include "model/family.h"
 
 #include "core/alloc.h"
 #include "hark.h"
@@ -335,7 +336,7 @@ static void resolve(const char *path, char *out, size_t n)
 {
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        snprintf(out, n, "%s/1/model.json", path);
+        family_version_path(path, 0, "model.json", out, n);
         if (stat(out, &sb) == 0)
             return;
         snprintf(out, n, "%s/model.json", path);

@@ -2,6 +2,7 @@
  * model.json field), tensor and parameter counts, and the weight file's size.
  * Tests: tests/model/wenet/test_convert_wenet.c (runs it on the converted golden model). */
 #include "model/wenet/wenet_tools.h"
+#include "model/family.h"
 #include "core/error.h"
 #include "model/safetensors.h"
 #include "model/wenet/wenet_config.h"
@@ -116,8 +117,8 @@ int wenet_inspect_main(int argc, char **argv)
     const char *dir = argv[1];
     char st_path[4096], units[4096];
     struct stat sb;
-    snprintf(st_path, sizeof st_path, "%s/1/model.safetensors", dir);
-    snprintf(units, sizeof units, "%s/1/units.txt", dir);
+    family_version_path(dir, 0, "model.safetensors", st_path, sizeof st_path);
+    family_version_path(dir, 0, "units.txt", units, sizeof units);
     if (stat(st_path, &sb) != 0) {
         snprintf(st_path, sizeof st_path, "%s/model.safetensors", dir);
         snprintf(units, sizeof units, "%s/units.txt", dir);
