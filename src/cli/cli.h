@@ -32,5 +32,13 @@ int cli_demo_models(char *out, size_t n);
 int transcribe_vad_files(hark_model_t *model, const hark_asr_opts_t *opts, const char *vad_dir,
                          const silero_seg_opts_t *so, int batch, const char *format,
                          const char **files, int nfiles);
+/* The same for `--wavscp` with `--vad`: each item's path (a file, or a Kaldi "command |"
+ * whose output is spooled to a temporary file) recognised as above, its text and duration into
+ * the item (status HARK_ERR_IO when it could not be read or recognised: the reason is on stderr),
+ * then done(user, item, done, total). Returns 0 when every item succeeded, 1 otherwise. */
+#include "eval/decode_list.h"
+int transcribe_vad_items(hark_model_t *model, const hark_asr_opts_t *opts, const char *vad_dir,
+                         const silero_seg_opts_t *so, int batch, decode_item_t *items, int n,
+                         decode_done_fn done, void *user);
 
 #endif

@@ -78,7 +78,8 @@ static void transcribe_usage(FILE *f)
         "rules (--vad-threshold 0.5, --vad-min-silence-ms 100, --vad-speech-pad-ms 30,",
         "--vad-max-speech-s 20: longer speech is split), the segments recognised --batch-size",
         "(8) at a time; json gives per file text, duration_s and segments with start/end in",
-        "seconds, text and words; srt/vtt cues carry the times in the file.",
+        "seconds, text and words; srt/vtt cues carry the times in the file. With --wavscp each",
+        "entry is cut so and scored as a whole (its segments' texts joined).",
         "FILE - reads standard input (any length: spooled to $TMPDIR, not to memory).",
         "--streaming (with --url) sends each file as a sequence of --chunk-ms (640) chunks of",
         "16 kHz WAV to a model served under sequence_batching, as WeNet's streaming client does,",
@@ -745,6 +746,19 @@ static void add_summary(cJSON *j, const wer_counts_t *wc, const wer_counts_t *cc
     cJSON_AddNumberToObject(j, "failed", failed);
 }
 
+/* --vad's segment rules: silero-vad's defaults, segments of at most 20 s, the options given */
+static void vad_seg_opts(const transcribe_args_t *A, silero_seg_opts_t *so)
+{
+    silero_seg_default_opts(so);
+    so->max_speech_duration_s = A->vad_max_s >= 0 ? A->vad_max_s : 20.0;
+    if (A->vad_thr >= 0)
+        so->threshold = A->vad_thr;
+    if (A->vad_min_sil >= 0)
+        so->min_silence_duration_ms = (int)A->vad_min_sil;
+    if (A->vad_pad >= 0)
+        so->speech_pad_ms = (int)A->vad_pad;
+}
+
 static int transcribe_list(hark_model_t *model, const hark_asr_opts_t *o,
                            const transcribe_args_t *A)
 {
@@ -817,6 +831,11 @@ static int transcribe_list(hark_model_t *model, const hark_asr_opts_t *o,
             status = 1;
             goto done;
         }
+    } else if (A->vad) { /* each entry cut by the VAD, the segments batched across entries */
+        silero_seg_opts_t so;
+        vad_seg_opts(A, &so);
+        transcribe_vad_items(model, o, A->vad, &so, A->batch > 0 ? (int)A->batch : 8, items,
+                             wav.n, on_done, &pg);
     } else {
         /* BLAS threads were set at load (hark_model_opts_t.n_threads) */
         decode_list_opts_t lo = {.jobs = jobs,
@@ -1077,8 +1096,8 @@ int cli_transcribe(int argc, char **argv)
         bad = "takes FILE... or --wavscp, not both";
     else if (A.wavscp && (subtitles || A.dump))
         bad = "--wavscp takes --format text or json, and no --dump-dir";
-    else if (A.vad && (A.wavscp || A.url || A.dump))
-        bad = "--vad takes FILE... (no --wavscp, --url or --dump-dir)";
+    else if (A.vad && (A.url || A.dump))
+        bad = "--vad takes FILE... or --wavscp (no --url or --dump-dir)";
     else if (!A.vad && (A.vad_thr >= 0 || A.vad_max_s >= 0 || A.vad_min_sil >= 0 || A.vad_pad >= 0))
         bad = "--vad-* options go with --vad";
     else if (A.vad && A.vad_thr > 1)
@@ -1179,14 +1198,7 @@ int cli_transcribe(int argc, char **argv)
         status = transcribe_list(model, &o, &A);
     } else if (A.vad) {
         silero_seg_opts_t so;
-        silero_seg_default_opts(&so);
-        so.max_speech_duration_s = A.vad_max_s >= 0 ? A.vad_max_s : 20.0;
-        if (A.vad_thr >= 0)
-            so.threshold = A.vad_thr;
-        if (A.vad_min_sil >= 0)
-            so.min_silence_duration_ms = (int)A.vad_min_sil;
-        if (A.vad_pad >= 0)
-            so.speech_pad_ms = (int)A.vad_pad;
+        vad_seg_opts(&A, &so);
         status = transcribe_vad_files(model, &o, A.vad, &so, A.batch > 0 ? (int)A.batch : 8,
                                       A.format, files, nfiles);
     } else {

@@ -13,11 +13,13 @@
 #include "cli/cli.h"
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "eval/scp.h"
 #include "hark.h"
 #include "model/silero/silero_cut.h"
 #include "text/words.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +109,10 @@ typedef struct {
     seg_t *q;       /* (batch) */
     int nq;
     cJSON *out;
+    decode_item_t *items; /* --wavscp: each file's text into its item instead of stdout */
+    decode_done_fn done;
+    void *user;
+    int n_done;
 } run_t;
 
 static int append_text(file_out_t *fo, const char *t, int sep)
@@ -222,6 +228,28 @@ static void free_out(file_out_t *fo)
 }
 
 /* writes the files that are complete, in order */
+/* --wavscp: file f's text (or its failure) into its item, then the caller's callback */
+static void item_done(run_t *R, int f, const file_out_t *fo)
+{
+    decode_item_t *it = &R->items[f];
+    it->seconds = fo->duration_s;
+    if (!fo->failed) {
+        it->result.best.text = hark_strdup(fo->text ? fo->text : "");
+        it->result.duration_s = fo->duration_s;
+        it->result.word_sep = fo->word_sep;
+    }
+    if (fo->failed || !it->result.best.text) {
+        R->failures++;
+        it->status = fo->failed ? HARK_ERR_IO : HARK_ERR_NOMEM;
+        it->error = hark_strdup(fo->failed ? "cannot read, segment or recognise it (the reason "
+                                             "is above)"
+                                           : "out of memory");
+    }
+    R->n_done++;
+    if (R->done)
+        R->done(R->user, it, R->n_done, R->nfiles);
+}
+
 static void write_ready(run_t *R)
 {
     hark_err_t err = {0};
@@ -230,6 +258,11 @@ static void write_ready(run_t *R)
         file_out_t *fo = &R->fo[R->next_out];
         const char *path = cli_file_name(R->files[R->next_out]);
         R->next_out++;
+        if (R->items) {
+            item_done(R, R->next_out - 1, fo);
+            free_out(fo);
+            continue;
+        }
         if (fo->failed) {
             R->failures++;
             if (R->json) {
@@ -319,12 +352,30 @@ static void vad_one_file(run_t *R, int f)
     size_t n = 0;
     one_file_t u = {.R = R, .f = f};
     silero_cut_opts_t co = {.vad = R->vad, .seg = *R->so};
-    int rc = audio_reader_open(path, R->rate, &rd, &err);
+    char spool[64] = "";
+    int rc = HARK_OK;
+    if (scp_is_command(path)) { /* a wav.scp "command |": its output, spooled to a file */
+        void *raw = NULL;
+        size_t nraw = 0;
+        int fd = -1;
+        snprintf(spool, sizeof spool, "/tmp/hark-vad-XXXXXX");
+        rc = scp_run_command(path, &raw, &nraw, (size_t)1 << 31, &err);
+        if (!rc && ((fd = mkstemp(spool)) < 0 || write(fd, raw, nraw) != (ssize_t)nraw))
+            rc = err_set(&err, HARK_ERR_IO, "cannot spool the output of \"%.200s\" to %s: %s",
+                         path, spool, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        else
+            spool[0] = 0;
+        hark_free(raw);
+    }
+    if (!rc)
+        rc = audio_reader_open(spool[0] ? spool : path, R->rate, &rd, &err);
     if (!rc) {
         u.pg = (progress_t){.path = cli_file_name(path),
                             .total_s = audio_reader_duration(rd),
                             .t0 = clock_now_ns(),
-                            .tty = isatty(2)};
+                            .tty = !R->items && isatty(2)};
         u.pg.last = u.pg.t0;
         rc = silero_cut(rd, &co, queue_segment, file_progress, &u, &n, &err);
     }
@@ -338,11 +389,13 @@ static void vad_one_file(run_t *R, int f)
     fo->duration_s = (double)n / R->rate;
     fo->read_done = 1;
     audio_reader_close(rd);
+    if (spool[0])
+        unlink(spool);
 }
 
-int transcribe_vad_files(hark_model_t *model, const hark_asr_opts_t *opts, const char *vad_dir,
-                         const silero_seg_opts_t *so, int batch, const char *format,
-                         const char **files, int nfiles)
+static int vad_run(hark_model_t *model, const hark_asr_opts_t *opts, const char *vad_dir,
+                   const silero_seg_opts_t *so, int batch, const char *format, const char **files,
+                   int nfiles, decode_item_t *items, decode_done_fn done, void *user)
 {
     silero_vad_t *vad = NULL;
     hark_err_t err = {0};
@@ -363,7 +416,10 @@ int transcribe_vad_files(hark_model_t *model, const hark_asr_opts_t *opts, const
                .batch = batch,
                .format = format,
                .files = files,
-               .nfiles = nfiles};
+               .nfiles = nfiles,
+               .items = items,
+               .done = done,
+               .user = user};
     R.json = !strcmp(format, "json");
     R.subtitles = !strcmp(format, "srt") || !strcmp(format, "vtt");
     o.want_words = R.json || R.subtitles;
@@ -398,4 +454,27 @@ int transcribe_vad_files(hark_model_t *model, const hark_asr_opts_t *opts, const
     free(R.q);
     silero_vad_destroy(vad);
     return R.failures ? 1 : 0;
+}
+
+int transcribe_vad_files(hark_model_t *model, const hark_asr_opts_t *opts, const char *vad_dir,
+                         const silero_seg_opts_t *so, int batch, const char *format,
+                         const char **files, int nfiles)
+{
+    return vad_run(model, opts, vad_dir, so, batch, format, files, nfiles, NULL, NULL, NULL);
+}
+
+int transcribe_vad_items(hark_model_t *model, const hark_asr_opts_t *opts, const char *vad_dir,
+                         const silero_seg_opts_t *so, int batch, decode_item_t *items, int n,
+                         decode_done_fn done, void *user)
+{
+    const char **files = hark_calloc((size_t)(n > 0 ? n : 1), sizeof *files);
+    if (!files) {
+        fprintf(stderr, "hark transcribe: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < n; i++)
+        files[i] = items[i].path;
+    int st = vad_run(model, opts, vad_dir, so, batch, "text", files, n, items, done, user);
+    hark_free(files);
+    return st;
 }

@@ -260,8 +260,8 @@ TEST(cli_transcribe_vad_errors)
              test_hark_bin(), W, V, wav);
     CHECK_EQ_INT(run_cmd(t, cmd, &out), 2);
     free(out);
-    snprintf(cmd, sizeof cmd, "'%s' transcribe --model '%s' --vad '%s' --wavscp x.scp",
-             test_hark_bin(), W, V);
+    snprintf(cmd, sizeof cmd, "'%s' transcribe --model '%s' --vad '%s' --url http://127.0.0.1:1 '%s'",
+             test_hark_bin(), W, V, wav);
     CHECK_EQ_INT(run_cmd(t, cmd, &out), 2);
     free(out);
     snprintf(cmd, sizeof cmd, "'%s' transcribe --model '%s' --vad /nonexistent '%s'",
@@ -391,4 +391,57 @@ TEST(cli_transcribe_wavscp_pipe)
     }
     free(out);
     CHECK(ok);
+}
+
+/* --wavscp with --vad: each entry (a file, a "command |", one that fails) cut by the VAD and
+ * scored whole: the file and the piped copy of the long test file give the text `hark transcribe
+ * --vad` gives that file, the failing entry fails alone (exit 1), the summary scores the others */
+TEST(cli_transcribe_vad_wavscp)
+{
+    SETUP();
+    free(pcm);
+    const char *tmp = test_tmpdir(t);
+    char cmd[8192], *out, *one;
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s/d' && cp '%s' '%s/d/long.wav' && printf 'u1 cat long.wav |\\n"
+             "u2 long.wav\\nu3 false |\\n' > '%s/d/wav.scp' && printf 'u1 A\\nu2 A\\nu3 A\\n' "
+             "> '%s/d/text'",
+             tmp, wav, tmp, tmp, tmp);
+    CHECK_OK(system(cmd));
+    snprintf(cmd, sizeof cmd,
+             "'%s' transcribe --model '%s' --vad '%s' --decoding-method ctc_greedy_search "
+             "--format json '%s'",
+             test_hark_bin(), W, V, wav);
+    CHECK_EQ_INT(run_cmd(t, cmd, &one), 0);
+    cJSON *j = one ? cJSON_Parse(one) : NULL;
+    free(one);
+    const cJSON *tx = cJSON_GetObjectItem(cJSON_GetArrayItem(j, 0), "text");
+    char want[4096];
+    snprintf(want, sizeof want, "%s", cJSON_IsString(tx) ? tx->valuestring : "");
+    cJSON_Delete(j);
+    CHECK(want[0] != 0);
+    snprintf(cmd, sizeof cmd,
+             "'%s' transcribe --model '%s' --vad '%s' --decoding-method ctc_greedy_search "
+             "--wavscp '%s/d/wav.scp' --trans '%s/d/text' --format json --output-dir '%s/o'",
+             test_hark_bin(), W, V, tmp, tmp, tmp);
+    CHECK_EQ_INT(run_cmd(t, cmd, &out), 1); /* u3 failed */
+    j = out ? cJSON_Parse(out) : NULL;
+    free(out);
+    const cJSON *f = cJSON_GetObjectItem(j, "failed");
+    int failed = cJSON_IsNumber(f) ? f->valueint : -1;
+    cJSON_Delete(j);
+    char path[700], line[8192];
+    snprintf(path, sizeof path, "%s/o/hyp.txt", tmp);
+    FILE *fh = fopen(path, "r");
+    CHECK(fh != NULL);
+    int got = 0, lines = 0;
+    while (fgets(line, sizeof line, fh)) {
+        line[strcspn(line, "\n")] = 0;
+        lines++;
+        got += (!strncmp(line, "u1 ", 3) || !strncmp(line, "u2 ", 3)) && !strcmp(line + 3, want);
+    }
+    fclose(fh);
+    CHECK_EQ_INT(lines, 2);
+    CHECK_EQ_INT(got, 2);
+    CHECK_EQ_INT(failed, 1);
 }
