@@ -39,8 +39,9 @@ static float *make_signal(const char *wav, int rate, double seconds, size_t *n_o
     unsigned s = 1;
     for (size_t i = 0; i < n; i++) {
         s = s * 1664525u + 1013904223u;
-        x[i] = ok ? a.samples[i % a.n] : 0.3f * sinf(1e-5f * (float)i * (float)(i % 50000)) +
-                                             0.01f * ((float)(s >> 8) / (float)(1u << 24) - 0.5f);
+        x[i] = ok ? a.samples[i % a.n]
+                  : 0.3f * sinf(1e-5f * (float)i * (float)(i % 50000)) +
+                        0.01f * ((float)(s >> 8) / (float)(1u << 24) - 0.5f);
     }
     audio_free(&a);
     *n_out = n;

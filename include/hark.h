@@ -39,20 +39,20 @@ extern "C" {
 /* Status codes: 0 is success, negative values are errors. */
 typedef enum {
     HARK_OK = 0,
-    HARK_ERR_INVALID_ARG = -1, /* a caller passed something malformed */
-    HARK_ERR_NOMEM = -2,       /* an allocation failed */
-    HARK_ERR_IO = -3,          /* a file could not be read or written */
-    HARK_ERR_FORMAT = -4,      /* data is corrupt or of an unknown format */
-    HARK_ERR_UNSUPPORTED = -5, /* valid but not supported by hark */
-    HARK_ERR_TOO_LARGE = -6,   /* exceeds a configured limit */
-    HARK_ERR_CUDA = -7,        /* a CUDA call failed */
-    HARK_ERR_NOT_FOUND = -8,   /* a named thing does not exist */
-    HARK_ERR_AGAIN = -9,       /* not now: queue full, woken without data */
-    HARK_ERR_TIMEOUT = -10,    /* a deadline passed */
-    HARK_ERR_CLOSED = -11,     /* the object was shut down */
-    HARK_ERR_NO_DEVICE = -12,  /* no GPU, or hark built without CUDA */
-    HARK_ERR_INTERNAL = -13,   /* a bug in hark */
-    HARK_ERR_CANCELLED = -14,  /* the caller or client gave up on the work */
+    HARK_ERR_INVALID_ARG = -1,  /* a caller passed something malformed */
+    HARK_ERR_NOMEM = -2,        /* an allocation failed */
+    HARK_ERR_IO = -3,           /* a file could not be read or written */
+    HARK_ERR_FORMAT = -4,       /* data is corrupt or of an unknown format */
+    HARK_ERR_UNSUPPORTED = -5,  /* valid but not supported by hark */
+    HARK_ERR_TOO_LARGE = -6,    /* exceeds a configured limit */
+    HARK_ERR_CUDA = -7,         /* a CUDA call failed */
+    HARK_ERR_NOT_FOUND = -8,    /* a named thing does not exist */
+    HARK_ERR_AGAIN = -9,        /* not now: queue full, woken without data */
+    HARK_ERR_TIMEOUT = -10,     /* a deadline passed */
+    HARK_ERR_CLOSED = -11,      /* the object was shut down */
+    HARK_ERR_NO_DEVICE = -12,   /* no GPU, or hark built without CUDA */
+    HARK_ERR_INTERNAL = -13,    /* a bug in hark */
+    HARK_ERR_CANCELLED = -14,   /* the caller or client gave up on the work */
     HARK_ERR_UNAVAILABLE = -15, /* not ready now (loading, draining, unhealthy) */
     HARK_ERR_EXHAUSTED = -16,   /* every slot of a pool is taken (sequences): retry later */
 } hark_status_t;
@@ -88,43 +88,45 @@ typedef struct {
 
 /* Loads the model directory DIR (a model-repository entry: DIR/<version>/model.json, whose
  * "family" key picks the family; none means WeNet U2; one of its version folders, or a repository
- * holding one entry, are accepted too; anything else fails with what was expected). DIR/config.pbtxt, when present, gives
- * the decoding defaults through its `parameters` as it does for hark serve (hark_asr_opts_t
- * fields override them per call); its other fields (batching, instances) are the server's. HARK_ERR_IO / HARK_ERR_FORMAT (files),
- * HARK_ERR_NOT_FOUND (unknown family), HARK_ERR_INVALID_ARG (options), HARK_ERR_NO_DEVICE. */
+ * holding one entry, are accepted too; anything else fails with what was expected).
+ * DIR/config.pbtxt, when present, gives the decoding defaults through its `parameters` as it does
+ * for hark serve (hark_asr_opts_t fields override them per call); its other fields (batching,
+ * instances) are the server's. HARK_ERR_IO / HARK_ERR_FORMAT (files), HARK_ERR_NOT_FOUND (unknown
+ * family), HARK_ERR_INVALID_ARG (options), HARK_ERR_NO_DEVICE. */
 hark_status_t hark_model_load(const char *dir, const hark_model_opts_t *opts, hark_model_t **out);
 void hark_model_destroy(hark_model_t *m); /* accepts NULL; no call on m may be running */
 
 int hark_model_sample_rate(const hark_model_t *m); /* Hz of the PCM it takes (ASR) or gives (TTS) */
-const char *hark_model_family(const hark_model_t *m); /* the family's name, as model.json gives it */
-const char *hark_model_task(const hark_model_t *m);   /* "asr", "tts", "vad" */
-int hark_model_device(const hark_model_t *m);         /* -1: CPU, else the CUDA device */
-int hark_model_is_streaming(const hark_model_t *m);   /* 1: its family streams (hark_stream_*) */
+const char *
+hark_model_family(const hark_model_t *m);           /* the family's name, as model.json gives it */
+const char *hark_model_task(const hark_model_t *m); /* "asr", "tts", "vad" */
+int hark_model_device(const hark_model_t *m);       /* -1: CPU, else the CUDA device */
+int hark_model_is_streaming(const hark_model_t *m); /* 1: its family streams (hark_stream_*) */
 const char *hark_model_description(const hark_model_t *m); /* human-readable, for logs */
 
 /* ---- offline recognition (task "asr") ------------------------------------------------------ */
 typedef struct hark_asr_result hark_asr_result_t;
 
-#define HARK_WEIGHT_ZERO (-1.0) /* hark_asr_opts_t weights: a weight of exactly 0 */
-#define HARK_NBEST_ALL (-1)     /* hark_asr_opts_t.nbest: as many hypotheses as the beam holds */
+#define HARK_WEIGHT_ZERO (-1.0)    /* hark_asr_opts_t weights: a weight of exactly 0 */
+#define HARK_NBEST_ALL (-1)        /* hark_asr_opts_t.nbest: as many hypotheses as the beam holds */
 #define HARK_LEFT_CHUNKS_ALL (-1)  /* hark_asr_opts_t.num_decoding_left_chunks: all history */
 #define HARK_LEFT_CHUNKS_ZERO (-2) /* ... none (WeNet's 0) */
 
 /* Zeroed means the model's defaults. */
 typedef struct {
-    const char *decoding_method; /* WeNet: "ctc_greedy_search", "ctc_prefix_beam_search",
-                                    "attention_rescoring"; NULL: the model's (rescoring when it
-                                    has a decoder) */
-    int beam_size;               /* 0: the model's (10); else 1 .. 100 */
-    double ctc_weight;           /* attention rescoring; 0: the model's; HARK_WEIGHT_ZERO: 0 */
-    double reverse_weight;       /* bidirectional decoders; 0: the model's; HARK_WEIGHT_ZERO: 0 */
-    int nbest;                   /* hypotheses of beam methods to return; 0: 1; HARK_NBEST_ALL */
-    int want_words;              /* 1: words with start/end times (hark_asr_result_word) */
-    const char *dump_dir;        /* DEBUG HOOK, not for production: with n == 1, a family that
-                                    can (WeNet on the CPU) writes every intermediate stage of
-                                    the utterance as DUMP_DIR/<stage>.npy (features after CMVN as
-                                    feats_cmvn.npy, each encoder block, enc_out, ctc_logprobs);
-                                    others fail with HARK_ERR_UNSUPPORTED */
+    const char *decoding_method;  /* WeNet: "ctc_greedy_search", "ctc_prefix_beam_search",
+                                     "attention_rescoring"; NULL: the model's (rescoring when it
+                                     has a decoder) */
+    int beam_size;                /* 0: the model's (10); else 1 .. 100 */
+    double ctc_weight;            /* attention rescoring; 0: the model's; HARK_WEIGHT_ZERO: 0 */
+    double reverse_weight;        /* bidirectional decoders; 0: the model's; HARK_WEIGHT_ZERO: 0 */
+    int nbest;                    /* hypotheses of beam methods to return; 0: 1; HARK_NBEST_ALL */
+    int want_words;               /* 1: words with start/end times (hark_asr_result_word) */
+    const char *dump_dir;         /* DEBUG HOOK, not for production: with n == 1, a family that
+                                     can (WeNet on the CPU) writes every intermediate stage of
+                                     the utterance as DUMP_DIR/<stage>.npy (features after CMVN as
+                                     feats_cmvn.npy, each encoder block, enc_out, ctc_logprobs);
+                                     others fail with HARK_ERR_UNSUPPORTED */
     int decoding_chunk_size;      /* chunk-trained models (WeNet U2/U2++): 0 the model's
                                      (config.pbtxt's, else full context); > 0 decode with WeNet's
                                      chunk attention mask of that many encoder frames */
@@ -177,8 +179,7 @@ int hark_asr_result_nbest_tokens(const hark_asr_result_t *r, int i, int k, const
  * create (hark_last_error names the family); a model without chunk training: the family's
  * error; another sample rate: HARK_ERR_UNSUPPORTED; audio after the end: HARK_ERR_CLOSED. */
 typedef struct hark_stream hark_stream_t;
-hark_status_t hark_stream_create(hark_model_t *m, const hark_asr_opts_t *opts,
-                                 hark_stream_t **out);
+hark_status_t hark_stream_create(hark_model_t *m, const hark_asr_opts_t *opts, hark_stream_t **out);
 hark_status_t hark_stream_accept_waveform(hark_stream_t *s, const float *pcm, size_t n,
                                           int sample_rate);
 hark_status_t hark_stream_decode(hark_stream_t *s);

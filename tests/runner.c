@@ -21,8 +21,8 @@
 struct test_ctx {
     int failed, skipped;
     char tmp[256];
-    int out_fd;     /* pipe to parent: status line */
-    int capturing;  /* test_stderr_begin: fd 2 goes to err_path, the real one is saved_err */
+    int out_fd;    /* pipe to parent: status line */
+    int capturing; /* test_stderr_begin: fd 2 goes to err_path, the real one is saved_err */
     int saved_err;
     char err_path[300];
 };
@@ -284,7 +284,9 @@ int main(int argc, char **argv)
             fflush(stdout);
             fflush(stderr);
             free(filt); /* the parent's; LeakSanitizer would blame it on the test */
-            exit(ctx.failed ? 1 : ctx.skipped ? 3 : 0); /* exit, not _exit: LeakSanitizer runs at exit */
+            exit(ctx.failed    ? 1
+                 : ctx.skipped ? 3
+                               : 0); /* exit, not _exit: LeakSanitizer runs at exit */
         }
         close(pfd[1]);
         char reason[512] = "";

@@ -50,7 +50,7 @@ double test_rel_rms(const float *a, const float *ref, size_t n);
 
 #define TEST_(nm, isgpu)                                                                           \
     static void test_fn_##nm(test_ctx_t *t);                                                       \
-    static test_case_t test_tc_##nm = {#nm, __FILE__, test_fn_##nm, isgpu, NULL};                   \
+    static test_case_t test_tc_##nm = {#nm, __FILE__, test_fn_##nm, isgpu, NULL};                  \
     __attribute__((constructor)) static void test_reg_##nm(void)                                   \
     {                                                                                              \
         test_register(&test_tc_##nm);                                                              \

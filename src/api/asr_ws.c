@@ -176,8 +176,7 @@ static void submit(session_t *ss, const int16_t *pcm, size_t n, int end)
     chunk_t *ck = hark_calloc(1, sizeof *ck);
     char hdr[640], opts[128] = "";
     if (!ss->sent_any) /* the sequence's options, WeNet server's: endpointing always on */
-        snprintf(opts, sizeof opts,
-                 ",\"endpointing\":\"true\",\"continuous_decoding\":\"%s\"%s",
+        snprintf(opts, sizeof opts, ",\"endpointing\":\"true\",\"continuous_decoding\":\"%s\"%s",
                  ss->continuous ? "true" : "false", ss->nbest > 1 ? ",\"nbest\":\"all\"" : "");
     int hl = snprintf(hdr, sizeof hdr,
                       "{\"inputs\":[{\"name\":\"WAV\",\"shape\":[1,%zu],\"datatype\":\"FP32\","

@@ -322,7 +322,8 @@ static int shm_params(const cJSON *params, const char *what, const char *nm, con
                    "parameters.shared_memory_byte_size",
                    what, nm);
     if (get_u64(b, size))
-        return bad(err, "%s '%s': parameters.shared_memory_byte_size must be a non-negative integer",
+        return bad(err,
+                   "%s '%s': parameters.shared_memory_byte_size must be a non-negative integer",
                    what, nm);
     if (o && get_u64(o, offset))
         return bad(err, "%s '%s': parameters.shared_memory_offset must be a non-negative integer",
@@ -384,8 +385,8 @@ static int parse_tensor(tctx_t *c, const cJSON *j, int idx, kserve_tensor_t *t)
         return bad(c->err, "%s '%s': 'parameters' must be an object", c->what, nm);
     const cJSON *bds = cJSON_GetObjectItemCaseSensitive(params, "binary_data_size");
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(j, "data");
-    int rc = shm_params(params, c->what, nm, &t->shm_region, &t->shm_offset, &t->shm_byte_size,
-                        c->err);
+    int rc =
+        shm_params(params, c->what, nm, &t->shm_region, &t->shm_offset, &t->shm_byte_size, c->err);
     if (rc)
         return rc;
     if (t->shm_region) {

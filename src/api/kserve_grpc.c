@@ -450,8 +450,8 @@ static void handle_unary(call_t *c, const uint8_t *msg, size_t len)
         } else {
             rc = (json = hark_strdup("[]")) ? HARK_OK : err_set(&err, HARK_ERR_NOMEM, "oom");
         }
-        answer_json(c, c->rpc == RPC_SHM_STATUS ? KSERVE_GRPC_SHM_STATUS
-                                                : KSERVE_GRPC_CUDA_SHM_STATUS,
+        answer_json(c,
+                    c->rpc == RPC_SHM_STATUS ? KSERVE_GRPC_SHM_STATUS : KSERVE_GRPC_CUDA_SHM_STATUS,
                     rc, json, &err);
         break;
     }

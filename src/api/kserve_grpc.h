@@ -132,8 +132,8 @@ struct Inference__LogSettingsRequest;
 struct Inference__TraceSettingRequest;
 int kserve_grpc_log_update(const struct Inference__LogSettingsRequest *q, struct cJSON **update,
                            hark_err_t *err);
-int kserve_grpc_trace_update(const struct Inference__TraceSettingRequest *q,
-                             struct cJSON **update, hark_err_t *err);
+int kserve_grpc_trace_update(const struct Inference__TraceSettingRequest *q, struct cJSON **update,
+                             hark_err_t *err);
 
 /* ---- client side -------------------------------------------------------------------------- */
 /* An HTTP infer body (as kserve_build_request makes it: JSON header + binary blobs) as a

@@ -323,7 +323,8 @@ static int pb_u64(const Inference__InferParameter *p, uint64_t *v)
         *v = (uint64_t)p->int64_param;
         return 0;
     }
-    if (p && p->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM) {
+    if (p &&
+        p->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM) {
         *v = p->uint64_param;
         return 0;
     }
@@ -346,13 +347,12 @@ static int shm_from_pb(const Inference__InferParameter *r, const Inference__Infe
     }
     if (r->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM ||
         !r->string_param || !r->string_param[0])
-        return bad(err, "%s '%s': shared_memory_region must be a non-empty string_param", what,
-                   nm);
+        return bad(err, "%s '%s': shared_memory_region must be a non-empty string_param", what, nm);
     if (!b)
         return bad(err, "%s '%s': shared_memory_region needs shared_memory_byte_size", what, nm);
     if (pb_u64(b, size))
-        return bad(err, "%s '%s': shared_memory_byte_size must be a non-negative int64_param",
-                   what, nm);
+        return bad(err, "%s '%s': shared_memory_byte_size must be a non-negative int64_param", what,
+                   nm);
     if (o && pb_u64(o, offset))
         return bad(err, "%s '%s': shared_memory_offset must be a non-negative int64_param", what,
                    nm);
@@ -946,8 +946,7 @@ static cJSON *settings_map(kserve_grpc_doc_t kind, const cJSON *j)
     return root;
 }
 
-int kserve_grpc_log_update(const Inference__LogSettingsRequest *q, cJSON **update,
-                           hark_err_t *err)
+int kserve_grpc_log_update(const Inference__LogSettingsRequest *q, cJSON **update, hark_err_t *err)
 {
     *update = NULL;
     if (!q->n_settings)
@@ -1007,9 +1006,8 @@ int kserve_grpc_trace_update(const Inference__TraceSettingRequest *q, cJSON **up
         } else if (!strcmp(e->key, "trace_level")) {
             x = cJSON_CreateArray();
             for (size_t k = 0; x && k < n; k++)
-                cJSON_AddItemToArray(x, cJSON_CreateString(e->value->value[k]
-                                                               ? e->value->value[k]
-                                                               : ""));
+                cJSON_AddItemToArray(
+                    x, cJSON_CreateString(e->value->value[k] ? e->value->value[k] : ""));
         } else if (n == 1) {
             x = cJSON_CreateString(e->value->value[0] ? e->value->value[0] : "");
         } else {

@@ -194,8 +194,8 @@ static void respond_doc(http_req_t *req, int rc, char *json, const hark_err_t *e
 /* a POST body as a JSON object (empty: {}); NULL after answering 400 */
 static cJSON *body_object(http_req_t *req, const char *what)
 {
-    cJSON *j = req->body_len ? cJSON_ParseWithLength(req->body, req->body_len)
-                             : cJSON_CreateObject();
+    cJSON *j =
+        req->body_len ? cJSON_ParseWithLength(req->body, req->body_len) : cJSON_CreateObject();
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
         http_respond_error(req, 400, "the %s request body must be a JSON object", what);
@@ -290,8 +290,7 @@ static void handle_shm(const http_api_ctx_t *c, http_req_t *req, int cuda)
         else if (off && !(cJSON_IsNumber(off) && o >= 0 && o == (double)(uint64_t)o))
             rc = err_set(&err, HARK_ERR_INVALID_ARG,
                          "Shared memory register request: 'offset' must be an integer >= 0");
-        else if (!cJSON_IsNumber(size) || (n = size->valuedouble) < 0 ||
-                 n != (double)(uint64_t)n)
+        else if (!cJSON_IsNumber(size) || (n = size->valuedouble) < 0 || n != (double)(uint64_t)n)
             rc = err_set(&err, HARK_ERR_INVALID_ARG,
                          "Shared memory register request has no 'byte_size' field (an integer "
                          ">= 0)");

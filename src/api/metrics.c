@@ -73,8 +73,8 @@ static int nvml_load(void)
             *(void **)&nvml.util = dlsym(h, "nvmlDeviceGetUtilizationRates");
             *(void **)&nvml.mem = dlsym(h, "nvmlDeviceGetMemoryInfo");
             *(void **)&nvml.uuid = dlsym(h, "nvmlDeviceGetUUID");
-            nvml.ok = nvml.init && nvml.count && nvml.handle && nvml.util && nvml.mem && nvml.uuid &&
-                      nvml.init() == 0;
+            nvml.ok = nvml.init && nvml.count && nvml.handle && nvml.util && nvml.mem &&
+                      nvml.uuid && nvml.init() == 0;
         }
     }
     int ok = nvml.ok;
@@ -125,25 +125,27 @@ int metrics_render(const metrics_model_t *mm, int n, char **out, size_t *len)
                 (unsigned long long)(expr));                                                       \
         }                                                                                          \
     } while (0)
-    COUNTER("nv_inference_request_success", "Number of successful inference requests, all batch sizes",
-            s->success);
+    COUNTER("nv_inference_request_success",
+            "Number of successful inference requests, all batch sizes", s->success);
     COUNTER("nv_inference_request_failure", "Number of failed inference requests, all batch sizes",
             s->failure);
-    COUNTER("nv_inference_count", "Number of inferences performed (does not include cached requests)",
+    COUNTER("nv_inference_count",
+            "Number of inferences performed (does not include cached requests)",
             s->inference_count);
     COUNTER("nv_inference_exec_count",
             "Number of model executions performed (does not include cached requests)",
             s->execution_count);
-    COUNTER("nv_inference_request_duration_us", "Cumulative inference request duration in microseconds",
-            s->request_ns / 1000);
-    COUNTER("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds",
-            s->queue_ns / 1000);
+    COUNTER("nv_inference_request_duration_us",
+            "Cumulative inference request duration in microseconds", s->request_ns / 1000);
+    COUNTER("nv_inference_queue_duration_us",
+            "Cumulative inference queuing duration in microseconds", s->queue_ns / 1000);
     COUNTER("nv_inference_compute_input_duration_us",
             "Cumulative compute input duration in microseconds", s->compute_input_ns / 1000);
     COUNTER("nv_inference_compute_infer_duration_us",
             "Cumulative compute inference duration in microseconds", s->compute_infer_ns / 1000);
     COUNTER("nv_inference_compute_output_duration_us",
-            "Cumulative inference compute output duration in microseconds", s->compute_output_ns / 1000);
+            "Cumulative inference compute output duration in microseconds",
+            s->compute_output_ns / 1000);
 #undef COUNTER
     put(&b, "# HELP nv_inference_pending_request_count Instantaneous number of pending requests "
             "awaiting execution per-model.\n# TYPE nv_inference_pending_request_count gauge\n");
@@ -160,17 +162,20 @@ int metrics_render(const metrics_model_t *mm, int n, char **out, size_t *len)
     for (int i = 0; i < n; i++)
         put(&b, "hark_real_time_factor{model=\"%s\",version=\"%s\"} %.3f\n", mm[i].name,
             mm[i].version,
-            mm[i].stats.compute_seconds > 0 ? mm[i].stats.audio_seconds / mm[i].stats.compute_seconds
-                                            : 0.0);
-    put(&b, "# HELP hark_padding_fraction Fraction of batched samples that were padding since start\n"
-            "# TYPE hark_padding_fraction gauge\n");
+            mm[i].stats.compute_seconds > 0
+                ? mm[i].stats.audio_seconds / mm[i].stats.compute_seconds
+                : 0.0);
+    put(&b,
+        "# HELP hark_padding_fraction Fraction of batched samples that were padding since start\n"
+        "# TYPE hark_padding_fraction gauge\n");
     for (int i = 0; i < n; i++)
         put(&b, "hark_padding_fraction{model=\"%s\",version=\"%s\"} %.4f\n", mm[i].name,
             mm[i].version,
             mm[i].stats.total_samples > 0 ? mm[i].stats.padded_samples / mm[i].stats.total_samples
                                           : 0.0);
     static const char *const le[10] = {"1", "2", "4", "8", "16", "32", "64", "128", "256", "+Inf"};
-    put(&b, "# HELP hark_batch_size Requests per model execution\n# TYPE hark_batch_size histogram\n");
+    put(&b,
+        "# HELP hark_batch_size Requests per model execution\n# TYPE hark_batch_size histogram\n");
     for (int i = 0; i < n; i++) {
         unsigned long long cum = 0;
         for (int k = 0; k < 10; k++) {

@@ -232,7 +232,8 @@ void openai_translations(const http_api_ctx_t *hc, http_req_t *req)
     hark_err_t err = {0};
     char boundary[80], name[128] = "";
     multipart_t mp;
-    if (!multipart_boundary(http_req_header(req, "Content-Type"), boundary, sizeof boundary, &err) &&
+    if (!multipart_boundary(http_req_header(req, "Content-Type"), boundary, sizeof boundary,
+                            &err) &&
         !multipart_parse(req->body, req->body_len, boundary, &mp, &err)) {
         const multipart_part_t *p = multipart_get(&mp, "model");
         if (p && p->len)
@@ -247,9 +248,10 @@ void openai_translations(const http_api_ctx_t *hc, http_req_t *req)
 /* ISO 639-1 codes and the English names OpenAI's verbose_json uses, for the languages a hark
  * model may declare (config.pbtxt parameter "language") */
 static const char *const LANGS[][2] = {
-    {"en", "english"}, {"zh", "chinese"}, {"de", "german"},  {"es", "spanish"}, {"fr", "french"},
-    {"it", "italian"}, {"ja", "japanese"}, {"ko", "korean"}, {"pt", "portuguese"},
-    {"ru", "russian"}, {"nl", "dutch"},    {"ar", "arabic"}, {"hi", "hindi"},
+    {"en", "english"},    {"zh", "chinese"}, {"de", "german"},   {"es", "spanish"},
+    {"fr", "french"},     {"it", "italian"}, {"ja", "japanese"}, {"ko", "korean"},
+    {"pt", "portuguese"}, {"ru", "russian"}, {"nl", "dutch"},    {"ar", "arabic"},
+    {"hi", "hindi"},
 };
 
 /* "en", "EN", "english" -> the LANGS row; -1 when unknown */

@@ -79,9 +79,9 @@ int service_model_ready(server_t *s, const char *model, const char *version, har
 
 int service_server_metadata(server_t *s, char **json, hark_err_t *err)
 {
-    static const char *const ext[] = {"binary_tensor_data",  "parameters",       "statistics",
-                                      "model_configuration", "model_repository", "schedule_policy",
-                                      "system_shared_memory", "logging",         "trace"};
+    static const char *const ext[] = {"binary_tensor_data",   "parameters",       "statistics",
+                                      "model_configuration",  "model_repository", "schedule_policy",
+                                      "system_shared_memory", "logging",          "trace"};
     if (!(*json = kserve_server_metadata_json("hark", HARK_VERSION, ext, 9)))
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
     return HARK_OK;
@@ -280,7 +280,7 @@ struct job {
     int want_words;
     uint64_t input_ns; /* checking / converting the input tensors and decoding the audio files:
                         * each item's share goes to compute_input */
-    longform_t *lf; /* audio over the single-pass limit may be cut (ASR, one file) */
+    longform_t *lf;    /* audio over the single-pass limit may be cut (ASR, one file) */
 };
 
 static void lf_closed(uv_handle_t *h)

@@ -180,7 +180,7 @@ void service_shm_unregister(server_t *s, const char *name);
 /* CUDA shared memory: none can be registered (HARK_ERR_UNSUPPORTED with this message), so the
  * status lists none and unregister has nothing to do. */
 #define SERVICE_NO_CUDA_SHM                                                                        \
-    "CUDA shared memory is not supported by hark: register a system shared memory region "        \
+    "CUDA shared memory is not supported by hark: register a system shared memory region "         \
     "instead (/v2/systemsharedmemory, SystemSharedMemoryRegister)"
 
 /* ---- speech synthesis (OpenAI's /v1/audio/speech) ------------------------------------------ */

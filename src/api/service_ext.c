@@ -47,7 +47,8 @@ struct service_ext {
     int n_models;
 };
 
-static const trace_cfg_t TRACE_DEFAULT = {.level = 0, .rate = 1000, .log_frequency = 0, .count = -1};
+static const trace_cfg_t TRACE_DEFAULT = {
+    .level = 0, .rate = 1000, .log_frequency = 0, .count = -1};
 
 service_ext_t *service_ext_create(void)
 {
@@ -478,8 +479,7 @@ static void shm_done(void *user, int status, const char *error, const char *mode
     hark_free(w);
 }
 
-int svc_shm_prepare(server_t *s, const service_infer_t *in, service_infer_t *out,
-                    hark_err_t *err)
+int svc_shm_prepare(server_t *s, const service_infer_t *in, service_infer_t *out, hark_err_t *err)
 {
     kserve_request_t *kr = in->req;
     shm_registry_t *r = server_ext(s)->shm;
@@ -501,10 +501,9 @@ int svc_shm_prepare(server_t *s, const service_infer_t *in, service_infer_t *out
         if ((rc = shm_check(r, t->shm_region, t->shm_offset, t->shm_byte_size, err)))
             return err_prefix(err, rc, "input '%s'", t->name);
         if ((total += t->shm_byte_size) > limit)
-            return err_set(err, HARK_ERR_TOO_LARGE,
-                           "inputs in shared memory of more than %" PRIu64
-                           " bytes (--max-body-bytes)",
-                           limit);
+            return err_set(
+                err, HARK_ERR_TOO_LARGE,
+                "inputs in shared memory of more than %" PRIu64 " bytes (--max-body-bytes)", limit);
         uint8_t *p = arena_alloc(&kr->arena, t->shm_byte_size ? t->shm_byte_size : 1, 64);
         if (!p)
             return err_set(err, HARK_ERR_NOMEM, "out of memory for input '%s'", t->name);
@@ -519,8 +518,8 @@ int svc_shm_prepare(server_t *s, const service_infer_t *in, service_infer_t *out
     for (int i = 0; i < kr->n_outputs; i++) {
         const kserve_output_req_t *o = &kr->outputs[i];
         int rc;
-        if (o->shm_region && (rc = shm_check(r, o->shm_region, o->shm_offset, o->shm_byte_size,
-                                             err)))
+        if (o->shm_region &&
+            (rc = shm_check(r, o->shm_region, o->shm_offset, o->shm_byte_size, err)))
             return err_prefix(err, rc, "output '%s'", o->name);
         outputs += o->shm_region != NULL;
     }

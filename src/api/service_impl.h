@@ -40,7 +40,6 @@ int svc_queue(server_t *s, const char *model, const char *version, const req_par
  * into its arena, checks the regions of the outputs it wants there, and makes *out a copy of *in
  * whose done first writes those outputs into their regions. HARK_OK, or the request's error
  * (nothing changed that the caller must undo; the caller answers). */
-int svc_shm_prepare(server_t *s, const service_infer_t *in, service_infer_t *out,
-                    hark_err_t *err);
+int svc_shm_prepare(server_t *s, const service_infer_t *in, service_infer_t *out, hark_err_t *err);
 
 #endif

@@ -601,11 +601,11 @@ int hark_asr_result_nbest_tokens(const hark_asr_result_t *r, int i, int k, const
 struct hark_stream {
     hark_model_t *m;
     family_worker_t *w;
-    void *st;       /* the family's stream */
-    void *fopts;    /* parse_opts of the create's options */
+    void *st;    /* the family's stream */
+    void *fopts; /* parse_opts of the create's options */
     asr_result_t last;
-    int ended;      /* the input ended (accept_waveform with n == 0) */
-    int status;     /* the last item's error, or 0 */
+    int ended;  /* the input ended (accept_waveform with n == 0) */
+    int status; /* the last item's error, or 0 */
     char error[400];
 };
 
@@ -630,8 +630,7 @@ hark_status_t hark_stream_create(hark_model_t *m, const hark_asr_opts_t *opts, h
         return fail(HARK_ERR_INVALID_ARG, "hark_stream_create: model and out are required");
     if (m->f->task != FAMILY_TASK_ASR || !m->f->stream_open)
         return fail(HARK_ERR_UNSUPPORTED,
-                    "hark_stream_create: model family %s has no streaming recognition",
-                    m->f->name);
+                    "hark_stream_create: model family %s has no streaming recognition", m->f->name);
     hark_asr_opts_t o = opts ? *opts : (hark_asr_opts_t){0};
     family_param_t p[8];
     char buf[6][40];
@@ -676,8 +675,14 @@ hark_status_t hark_stream_accept_waveform(hark_stream_t *s, const float *pcm, si
                     "hark_stream_accept_waveform: streams take the model's rate, %d Hz, not %d",
                     s->m->info.sample_rate, sample_rate);
     hark_err_t err = {0};
-    family_item_t it = {.opts = s->fopts, .pcm = pcm, .n = n, .want_words = 1,
-                        .emit = stream_emit, .user = s, .stream = s->st, .stream_end = n == 0};
+    family_item_t it = {.opts = s->fopts,
+                        .pcm = pcm,
+                        .n = n,
+                        .want_words = 1,
+                        .emit = stream_emit,
+                        .user = s,
+                        .stream = s->st,
+                        .stream_end = n == 0};
     family_item_t *ip[1] = {&it};
     s->ended = n == 0;
     int rc = s->m->f->execute(s->w, ip, 1, NULL, &err);

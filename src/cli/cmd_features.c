@@ -15,19 +15,21 @@
 
 static void features_usage(FILE *f)
 {
-    fprintf(f, "usage: hark features FILE --kind fbank|nemo-mel|tts-mel --npy OUT.npy\n"
-               "                        [--num-mel-bins N] [--cmvn global_cmvn.json]\n"
-               "                        [--variant wenet|icefall|sherpa|hifigan|tacotron2]\n"
-               "                        [--dither D]\n\n"
-               "Computes the features of one audio file (WAV, FLAC, OGG/Vorbis, MP3; any rate,\n"
-               "resampled to the front end's rate: 16 kHz for fbank and nemo-mel, 22.05 kHz for\n"
-               "tts-mel) and writes them as a float32 .npy of shape (frames, bins).\n"
-               "  fbank     Kaldi fbank (80 bins, 25/10 ms, povey) as WeNet (default) computes it;\n"
-               "            --variant icefall: snip_edges false, input in [-1, 1), high_freq -400\n"
-               "            (icefall pretrained.py); sherpa: the same with high_freq 0 (sherpa triton)\n"
-               "  nemo-mel  Jasper/NeMo log-mel (n_fft 512, hann 320/160, 64 bins, normalised)\n"
-               "  tts-mel   HiFi-GAN (default) or Tacotron2 log-mel (n_fft 1024, hop 256, 80 bins)\n"
-               "  --cmvn    apply WeNet's JSON global CMVN after the features\n");
+    fprintf(
+        f,
+        "usage: hark features FILE --kind fbank|nemo-mel|tts-mel --npy OUT.npy\n"
+        "                        [--num-mel-bins N] [--cmvn global_cmvn.json]\n"
+        "                        [--variant wenet|icefall|sherpa|hifigan|tacotron2]\n"
+        "                        [--dither D]\n\n"
+        "Computes the features of one audio file (WAV, FLAC, OGG/Vorbis, MP3; any rate,\n"
+        "resampled to the front end's rate: 16 kHz for fbank and nemo-mel, 22.05 kHz for\n"
+        "tts-mel) and writes them as a float32 .npy of shape (frames, bins).\n"
+        "  fbank     Kaldi fbank (80 bins, 25/10 ms, povey) as WeNet (default) computes it;\n"
+        "            --variant icefall: snip_edges false, input in [-1, 1), high_freq -400\n"
+        "            (icefall pretrained.py); sherpa: the same with high_freq 0 (sherpa triton)\n"
+        "  nemo-mel  Jasper/NeMo log-mel (n_fft 512, hann 320/160, 64 bins, normalised)\n"
+        "  tts-mel   HiFi-GAN (default) or Tacotron2 log-mel (n_fft 1024, hop 256, 80 bins)\n"
+        "  --cmvn    apply WeNet's JSON global CMVN after the features\n");
 }
 
 int cli_features(int argc, char **argv)
@@ -103,12 +105,11 @@ int cli_features(int argc, char **argv)
     feat_default_opts(&o, kind);
     if (mel_bins)
         o.num_mel_bins = mel_bins;
-    int is_fbank_variant = variant_name && (!strcmp(variant_name, "wenet") ||
-                                            !strcmp(variant_name, "icefall") ||
-                                            !strcmp(variant_name, "sherpa"));
+    int is_fbank_variant =
+        variant_name && (!strcmp(variant_name, "wenet") || !strcmp(variant_name, "icefall") ||
+                         !strcmp(variant_name, "sherpa"));
     if (is_fbank_variant && kind != FEAT_FBANK) {
-        fprintf(stderr, "hark features: --variant %s applies to --kind fbank only\n",
-                variant_name);
+        fprintf(stderr, "hark features: --variant %s applies to --kind fbank only\n", variant_name);
         return 2;
     }
     o.tts_variant = variant;

@@ -300,17 +300,19 @@ static int run_streaming(const perf_args_t *A, const http_url_t *url, const clip
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
-    printf("*** Streaming Measurement Settings ***\n  Server: %s:%d%s (%s)  Model: %s\n"
-           "  Audio: %s, %.2f s, in chunks of %d ms, %s\n"
-           "  Streams: %d to %d step %d; %u ms measured per level after two chunks of warm-up\n"
-           "  Expected time: about %.0f s (%d level%s)\n\n",
-           url->host, url->port, url->prefix, A->protocol, A->model,
-           clip->path ? clip->path : "synthetic noise", clip->seconds, so.chunk_ms,
-           so.fast ? "as fast as answers come" : "at real-time pace", so.streams_start,
-           so.streams_end, so.streams_step ? so.streams_step : 1, so.window_ms,
-           stream_levels(&so) * ((so.window_ms ? so.window_ms : 10000) +
-                                 2.0 * (so.chunk_ms > 0 ? so.chunk_ms : 640)) * 1e-3,
-           stream_levels(&so), stream_levels(&so) == 1 ? "" : "s");
+    printf(
+        "*** Streaming Measurement Settings ***\n  Server: %s:%d%s (%s)  Model: %s\n"
+        "  Audio: %s, %.2f s, in chunks of %d ms, %s\n"
+        "  Streams: %d to %d step %d; %u ms measured per level after two chunks of warm-up\n"
+        "  Expected time: about %.0f s (%d level%s)\n\n",
+        url->host, url->port, url->prefix, A->protocol, A->model,
+        clip->path ? clip->path : "synthetic noise", clip->seconds, so.chunk_ms,
+        so.fast ? "as fast as answers come" : "at real-time pace", so.streams_start, so.streams_end,
+        so.streams_step ? so.streams_step : 1, so.window_ms,
+        stream_levels(&so) *
+            ((so.window_ms ? so.window_ms : 10000) + 2.0 * (so.chunk_ms > 0 ? so.chunk_ms : 640)) *
+            1e-3,
+        stream_levels(&so), stream_levels(&so) == 1 ? "" : "s");
     fflush(stdout);
     stream_perf_row_t *rows = NULL;
     int n = 0, status = 0;

@@ -295,9 +295,10 @@ int cli_serve(int argc, char **argv)
             serve_usage(stderr);
             return 2;
         }
-        fprintf(stderr, "hark serve: no --model-repository given: serving the bundled demo models "
-                        "in %s (small models trained by hark on synthetic speech; see its "
-                        "README.md)\n",
+        fprintf(stderr,
+                "hark serve: no --model-repository given: serving the bundled demo models "
+                "in %s (small models trained by hark on synthetic speech; see its "
+                "README.md)\n",
                 demo);
         o.model_repository = demo;
     }

@@ -103,10 +103,12 @@ int cli_inspect(int argc, char **argv)
 {
     if (argc != 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         FILE *o = argc == 2 ? stdout : stderr;
-        fprintf(o, "usage: hark inspect MODEL_DIR\n\n"
-                   "Prints a converted model's architecture, tensor and parameter counts and "
-                   "file size.\nMODEL_DIR is a model-repository entry (its highest version folder is "
-                   "read), a version folder, or a repository holding one model. Families that can be inspected:\n");
+        fprintf(o,
+                "usage: hark inspect MODEL_DIR\n\n"
+                "Prints a converted model's architecture, tensor and parameter counts and "
+                "file size.\nMODEL_DIR is a model-repository entry (its highest version folder is "
+                "read), a version folder, or a repository holding one model. Families that can be "
+                "inspected:\n");
         list_families(o, 0);
         return argc == 2 ? 0 : 2;
     }

@@ -46,7 +46,8 @@ static void transcribe_usage(FILE *f)
     static const char *const text[] = {
         "usage: hark transcribe --model DIR [--device cpu|cuda:N] [--precision fp32|fp16|bf16]",
         "    (or --url http://host:port -m MODEL to ask a server)",
-        "    [--decoding-method ctc_greedy_search|ctc_prefix_beam_search|attention_rescoring (WeNet)",
+        "    [--decoding-method ctc_greedy_search|ctc_prefix_beam_search|attention_rescoring "
+        "(WeNet)",
         "                      |greedy_search|modified_beam_search (icefall transducers)]",
         "    [--beam-size 10] [--ctc-weight W] [--reverse-weight W] [--nbest N] [--threads N]",
         "    [--chunk-size N [--left-chunks N]]",
@@ -56,7 +57,8 @@ static void transcribe_usage(FILE *f)
         "    [--data-dir D] [--output-dir OUT] [--jobs N] [--batch-size B] [--format text|json]",
         "Recognizes each audio file (WAV/FLAC/OGG/MP3, any rate) with a model converted by",
         "tools/convert_wenet.py (without --model: the bundled demo recogniser, models/demo-en-asr,",
-        "a small model trained on synthetic speech). Defaults come from the model (attention_rescoring when it has",
+        "a small model trained on synthetic speech). Defaults come from the model "
+        "(attention_rescoring when it has",
         "a decoder, its ctc_weight and reverse_weight). Text output: one 'FILE TEXT' line each;",
         "JSON adds tokens, times and words with start/end; srt and vtt (one FILE) give subtitle",
         "cues from the token times.",
@@ -243,8 +245,9 @@ static int transcribe_files(hark_model_t *model, hark_asr_opts_t o, const transc
 
 /* ---- --url: through a KServe v2 server ------------------------------------------------------- */
 
-#define STREAM_RATE 16000 /* --streaming sends 16 kHz chunks, as WeNet's and sherpa's clients do   \
-                           */
+#define STREAM_RATE                                                                                \
+    16000 /* --streaming sends 16 kHz chunks, as WeNet's and sherpa's clients do                   \
+           */
 
 typedef struct {
     http_url_t url;
@@ -834,8 +837,8 @@ static int transcribe_list(hark_model_t *model, const hark_asr_opts_t *o,
     } else if (A->vad) { /* each entry cut by the VAD, the segments batched across entries */
         silero_seg_opts_t so;
         vad_seg_opts(A, &so);
-        transcribe_vad_items(model, o, A->vad, &so, A->batch > 0 ? (int)A->batch : 8, items,
-                             wav.n, on_done, &pg);
+        transcribe_vad_items(model, o, A->vad, &so, A->batch > 0 ? (int)A->batch : 8, items, wav.n,
+                             on_done, &pg);
     } else {
         /* BLAS threads were set at load (hark_model_opts_t.n_threads) */
         decode_list_opts_t lo = {.jobs = jobs,
@@ -1080,8 +1083,9 @@ int cli_transcribe(int argc, char **argv)
         if (cli_demo_models(demo, sizeof demo) == 0 &&
             (l = strlen(demo)) + sizeof "/" CLI_DEMO_ASR < sizeof demo) {
             memcpy(demo + l, "/" CLI_DEMO_ASR, sizeof "/" CLI_DEMO_ASR);
-            fprintf(stderr, "hark transcribe: no --model given: using the bundled demo recogniser "
-                            "%s (trained on synthetic speech; see its README.md)\n",
+            fprintf(stderr,
+                    "hark transcribe: no --model given: using the bundled demo recogniser "
+                    "%s (trained on synthetic speech; see its README.md)\n",
                     demo);
             A.model = demo;
         }
@@ -1104,7 +1108,8 @@ int cli_transcribe(int argc, char **argv)
         bad = "--vad-threshold must be in [0, 1]";
     else if (A.vad && A.vad_max_s >= 0 && A.vad_max_s < 0.5)
         bad = "--vad-max-speech-s must be at least 0.5";
-    else if (!A.wavscp && (A.trans || A.data_dir || A.out_dir || A.jobs > 0 || (A.batch > 0 && !A.vad)))
+    else if (!A.wavscp &&
+             (A.trans || A.data_dir || A.out_dir || A.jobs > 0 || (A.batch > 0 && !A.vad)))
         bad = "--trans, --data-dir, --output-dir, --jobs and --batch-size go with --wavscp "
               "(--batch-size with --vad too)";
     else if (A.nbest > 1 && (strcmp(fmt, "json") || A.wavscp))

@@ -361,8 +361,8 @@ static void vad_one_file(run_t *R, int f)
         snprintf(spool, sizeof spool, "/tmp/hark-vad-XXXXXX");
         rc = scp_run_command(path, &raw, &nraw, (size_t)1 << 31, &err);
         if (!rc && ((fd = mkstemp(spool)) < 0 || write(fd, raw, nraw) != (ssize_t)nraw))
-            rc = err_set(&err, HARK_ERR_IO, "cannot spool the output of \"%.200s\" to %s: %s",
-                         path, spool, strerror(errno));
+            rc = err_set(&err, HARK_ERR_IO, "cannot spool the output of \"%.200s\" to %s: %s", path,
+                         spool, strerror(errno));
         if (fd >= 0)
             close(fd);
         else

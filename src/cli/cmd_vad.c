@@ -23,21 +23,23 @@
 static void vad_usage(FILE *f)
 {
     fprintf(
-        f, "usage: hark vad --model DIR [--threshold 0.5] [--neg-threshold X]\n"
-           "                [--min-speech-duration-ms 250] [--max-speech-duration-s S]\n"
-           "                [--min-silence-duration-ms 100] [--speech-pad-ms 30]\n"
-           "                [--sample-rate auto|16000|8000] [--batch-size 32] [--threads N]\n"
-           "                [--device cpu|cuda:N] [--format text|json] FILE...\n\n"
-           "Finds the speech in audio files with a Silero VAD model (tools/convert_silero_vad.py)\n"
-           "by silero-vad's get_speech_timestamps rules; the options are its parameters\n"
-           "(--neg-threshold: default threshold - 0.15; --max-speech-duration-s: default no\n"
-           "limit). --sample-rate auto runs a file at its own rate when the model has a network\n"
-           "for it, else resampled to the model's first rate (16000). Up to --batch-size (<= 256) files\n"
-           "are read and run together; --device cuda:N runs them on that GPU, 4 s of each file per\n"
-           "step (same probabilities within 1e-5). Text: one line per segment, FILE START END in\n"
-           "seconds.\n"
-           "JSON: an array with, per file, file, sample_rate, duration_s, segments [{start,\n"
-           "end}] in seconds and probs (one per window of 512 samples at 16 kHz, 256 at 8 kHz).\n");
+        f,
+        "usage: hark vad --model DIR [--threshold 0.5] [--neg-threshold X]\n"
+        "                [--min-speech-duration-ms 250] [--max-speech-duration-s S]\n"
+        "                [--min-silence-duration-ms 100] [--speech-pad-ms 30]\n"
+        "                [--sample-rate auto|16000|8000] [--batch-size 32] [--threads N]\n"
+        "                [--device cpu|cuda:N] [--format text|json] FILE...\n\n"
+        "Finds the speech in audio files with a Silero VAD model (tools/convert_silero_vad.py)\n"
+        "by silero-vad's get_speech_timestamps rules; the options are its parameters\n"
+        "(--neg-threshold: default threshold - 0.15; --max-speech-duration-s: default no\n"
+        "limit). --sample-rate auto runs a file at its own rate when the model has a network\n"
+        "for it, else resampled to the model's first rate (16000). Up to --batch-size (<= 256) "
+        "files\n"
+        "are read and run together; --device cuda:N runs them on that GPU, 4 s of each file per\n"
+        "step (same probabilities within 1e-5). Text: one line per segment, FILE START END in\n"
+        "seconds.\n"
+        "JSON: an array with, per file, file, sample_rate, duration_s, segments [{start,\n"
+        "end}] in seconds and probs (one per window of 512 samples at 16 kHz, 256 at 8 kHz).\n");
 }
 
 static int parse_num(const char *opt, const char *s, double lo, double hi, double *out)
@@ -241,8 +243,8 @@ static void run_chunks_gpu(silero_vad_gpu_t *gm, const silero_rate_t *r, vad_fil
                        (size_t)nw[i] * sizeof(float));
                 f->n_win += (size_t)nw[i];
             }
-            if ((nw[i] && silero_seg_stream_push(f->seg, p + (size_t)i * GPU_CHUNK,
-                                                 (size_t)nw[i], &err)) ||
+            if ((nw[i] &&
+                 silero_seg_stream_push(f->seg, p + (size_t)i * GPU_CHUNK, (size_t)nw[i], &err)) ||
                 (last && silero_seg_stream_finish(f->seg, f->n, &err))) {
                 fprintf(stderr, "hark vad: %s: %s\n", f->path, err.msg);
                 f->failed = 1;

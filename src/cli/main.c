@@ -49,12 +49,14 @@ static const struct {
     {"perf", cli_perf, "load-test a KServe v2 server (perf_analyzer style: throughput, latency)"},
     {"speak", cli_speak, "synthesise speech from text (FastSpeech + HiFi-GAN, WAV output)"},
     {"vocode", cli_vocode, "run a vocoder on a mel .npy, or resynthesise a WAV through it"},
-    {"vad", cli_vad, "speech segments of audio files (Silero VAD; text or JSON with probabilities)"},
+    {"vad", cli_vad,
+     "speech segments of audio files (Silero VAD; text or JSON with probabilities)"},
 };
 
 static void usage(FILE *f)
 {
-    fprintf(f, "hark %s — speech inference server\n\nusage: hark <command> [options]\n\ncommands:\n",
+    fprintf(f,
+            "hark %s — speech inference server\n\nusage: hark <command> [options]\n\ncommands:\n",
             hark_version());
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);

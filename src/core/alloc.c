@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static atomic_long fail_at;   /* 0: never fail; else the allocation number that fails first */
+static atomic_long fail_at; /* 0: never fail; else the allocation number that fails first */
 static atomic_long n_allocs;
 
 static int should_fail(void)

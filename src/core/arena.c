@@ -9,7 +9,7 @@
 
 struct arena_block {
     arena_block_t *next;
-    size_t cap;  /* usable bytes in data[] */
+    size_t cap; /* usable bytes in data[] */
     size_t used;
     unsigned char data[]; /* malloc alignment; larger alignments are made per allocation */
 };

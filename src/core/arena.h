@@ -7,9 +7,9 @@
 
 typedef struct arena_block arena_block_t;
 typedef struct {
-    arena_block_t *head;  /* newest block first */
-    size_t block_size;    /* default size of a new block */
-    size_t used_total;    /* bytes handed out since the last reset */
+    arena_block_t *head; /* newest block first */
+    size_t block_size;   /* default size of a new block */
+    size_t used_total;   /* bytes handed out since the last reset */
 } arena_t;
 
 /* block_size 0 means 64 KiB. The caller owns the arena_t; arena_free releases its blocks. */

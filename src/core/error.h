@@ -15,9 +15,11 @@ typedef struct {
 
 /* Records status and message in *err (if err is non-NULL) and returns status, so that
  * `return err_set(err, HARK_ERR_FORMAT, "%s: not a WAV file", name);` reads naturally. */
-int err_set(hark_err_t *err, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int err_set(hark_err_t *err, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Prefixes an existing message: "ctx: <old message>". Returns err->status (or `status` if NULL). */
-int err_prefix(hark_err_t *err, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int err_prefix(hark_err_t *err, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* HARK_ERR_INVALID_ARG with the one wording every range check uses, wherever the value came from
  * (a request, config.pbtxt, a flag): "<what> must be in [lo, hi] (got v)". */
 int err_range(hark_err_t *err, const char *what, long lo, long hi, long got);

@@ -11,8 +11,8 @@
 int log_current_level = LOG_LEVEL_INFO;
 /* Triton's settings: a bit per severity (error, warn, info) and the verbose level; the threshold
  * log_current_level follows from them (the macros' cheap test), the bits are checked here */
-static atomic_uint enabled_bits = (1u << LOG_LEVEL_ERROR) | (1u << LOG_LEVEL_WARN) |
-                                  (1u << LOG_LEVEL_INFO);
+static atomic_uint enabled_bits =
+    (1u << LOG_LEVEL_ERROR) | (1u << LOG_LEVEL_WARN) | (1u << LOG_LEVEL_INFO);
 static atomic_uint verbose_level;
 static atomic_int line_format = LOG_FORMAT_DEFAULT;
 static log_sink_fn sink_fn;
@@ -40,7 +40,9 @@ void log_set_level(log_level_t level)
         if (l <= (int)level)
             bits |= 1u << l;
     atomic_store(&enabled_bits, bits);
-    atomic_store(&verbose_level, level == LOG_LEVEL_TRACE ? 2u : level == LOG_LEVEL_DEBUG ? 1u : 0u);
+    atomic_store(&verbose_level, level == LOG_LEVEL_TRACE   ? 2u
+                                 : level == LOG_LEVEL_DEBUG ? 1u
+                                                            : 0u);
     update_threshold();
 }
 

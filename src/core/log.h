@@ -5,11 +5,18 @@
 
 #include <stdarg.h>
 
-typedef enum { LOG_LEVEL_ERROR = 0, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG, LOG_LEVEL_TRACE } log_level_t;
+typedef enum {
+    LOG_LEVEL_ERROR = 0,
+    LOG_LEVEL_WARN,
+    LOG_LEVEL_INFO,
+    LOG_LEVEL_DEBUG,
+    LOG_LEVEL_TRACE
+} log_level_t;
 
 /* A sink receives one formatted line (no trailing newline). It may be called from any thread,
  * one call at a time (log.c serialises sinks); it must not keep `msg`. */
-typedef void (*log_sink_fn)(void *user, log_level_t level, const char *file, int line, const char *msg);
+typedef void (*log_sink_fn)(void *user, log_level_t level, const char *file, int line,
+                            const char *msg);
 
 /* The threshold: error, warn and info on up to `level`, verbosity 0 (info and above), 1 (debug)
  * or 2 (trace). */

@@ -12,11 +12,16 @@
 static const char *dtype_descr(npy_dtype_t t)
 {
     switch (t) {
-    case NPY_F32: return "<f4";
-    case NPY_F64: return "<f8";
-    case NPY_I32: return "<i4";
-    case NPY_I64: return "<i8";
-    case NPY_U8: return "|u1";
+    case NPY_F32:
+        return "<f4";
+    case NPY_F64:
+        return "<f8";
+    case NPY_I32:
+        return "<i4";
+    case NPY_I64:
+        return "<i8";
+    case NPY_U8:
+        return "|u1";
     }
     return "?";
 }
@@ -24,9 +29,14 @@ static const char *dtype_descr(npy_dtype_t t)
 static size_t dtype_size(npy_dtype_t t)
 {
     switch (t) {
-    case NPY_F32: case NPY_I32: return 4;
-    case NPY_F64: case NPY_I64: return 8;
-    case NPY_U8: return 1;
+    case NPY_F32:
+    case NPY_I32:
+        return 4;
+    case NPY_F64:
+    case NPY_I64:
+        return 8;
+    case NPY_U8:
+        return 1;
     }
     return 0;
 }
@@ -86,9 +96,11 @@ static int parse_header(const char *path, const char *h, npy_array_t *out)
     if (!d)
         return HARK_ERR_FORMAT;
     d++;
-    static const struct { const char *s; npy_dtype_t t; } map[] = {
-        {"<f4", NPY_F32}, {"<f8", NPY_F64}, {"<i4", NPY_I32}, {"<i8", NPY_I64}, {"|u1", NPY_U8},
-        {"|b1", NPY_U8}};
+    static const struct {
+        const char *s;
+        npy_dtype_t t;
+    } map[] = {{"<f4", NPY_F32}, {"<f8", NPY_F64}, {"<i4", NPY_I32},
+               {"<i8", NPY_I64}, {"|u1", NPY_U8},  {"|b1", NPY_U8}};
     int found = 0;
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
         if (strncmp(d, map[i].s, 3) == 0) {
@@ -194,10 +206,18 @@ int npy_load_f32(const char *path, npy_array_t *out)
     }
     for (size_t i = 0; i < out->count; i++) {
         switch (out->dtype) {
-        case NPY_F64: v[i] = (float)((double *)out->data)[i]; break;
-        case NPY_I32: v[i] = (float)((int32_t *)out->data)[i]; break;
-        case NPY_I64: v[i] = (float)((int64_t *)out->data)[i]; break;
-        default: v[i] = (float)((uint8_t *)out->data)[i]; break;
+        case NPY_F64:
+            v[i] = (float)((double *)out->data)[i];
+            break;
+        case NPY_I32:
+            v[i] = (float)((int32_t *)out->data)[i];
+            break;
+        case NPY_I64:
+            v[i] = (float)((int64_t *)out->data)[i];
+            break;
+        default:
+            v[i] = (float)((uint8_t *)out->data)[i];
+            break;
         }
     }
     hark_free(out->data);

@@ -650,4 +650,3 @@ int pbtxt_to_bool(const pbtxt_node_t *n, int *out)
     }
     return -1;
 }
-

@@ -10,7 +10,7 @@
 typedef struct {
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    void **items;   /* ring of `cap` slots */
+    void **items; /* ring of `cap` slots */
     size_t cap, head, len;
     unsigned wakeups; /* pending explicit wake-ups */
     int closed;

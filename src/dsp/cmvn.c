@@ -20,8 +20,8 @@ int cmvn_parse_json(const char *text, size_t len, const char *name, cmvn_t *out,
     cJSON *vs = cJSON_GetObjectItemCaseSensitive(root, "var_stat");
     cJSON *fn = cJSON_GetObjectItemCaseSensitive(root, "frame_num");
     if (!cJSON_IsArray(ms) || !cJSON_IsArray(vs) || !cJSON_IsNumber(fn)) {
-        rc = err_set(err, HARK_ERR_FORMAT, "%s: expected mean_stat, var_stat (arrays) and frame_num",
-                     name);
+        rc = err_set(err, HARK_ERR_FORMAT,
+                     "%s: expected mean_stat, var_stat (arrays) and frame_num", name);
         goto done;
     }
     int dim = cJSON_GetArraySize(ms);

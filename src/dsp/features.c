@@ -144,8 +144,8 @@ int feat_plan_create(const feat_opts_t *opts, feat_plan_t **out, hark_err_t *err
         return err_set(err, HARK_ERR_INVALID_ARG, "features: sample rate %d Hz is out of range",
                        opts->sample_rate);
     if (opts->num_mel_bins < 1 || opts->num_mel_bins > 512)
-        return err_set(err, HARK_ERR_INVALID_ARG, "features: num_mel_bins %d is out of range [1, 512]",
-                       opts->num_mel_bins);
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "features: num_mel_bins %d is out of range [1, 512]", opts->num_mel_bins);
     if (!(opts->dither >= 0.0f))
         return err_set(err, HARK_ERR_INVALID_ARG, "features: dither must be >= 0");
     feat_plan_t *p = hark_calloc(1, sizeof *p);
@@ -201,7 +201,8 @@ int feat_plan_create(const feat_opts_t *opts, feat_plan_t **out, hark_err_t *err
         p->n_fft = 1024;
         p->frame_span = p->n_fft;
         p->pad = FEAT_PAD_REFLECT;
-        p->pad_left = opts->tts_variant == TTS_MEL_TACOTRON2 ? p->n_fft / 2 : (p->n_fft - p->hop) / 2;
+        p->pad_left =
+            opts->tts_variant == TTS_MEL_TACOTRON2 ? p->n_fft / 2 : (p->n_fft - p->hop) / 2;
         p->input_scale = 1.0f;
         p->magnitude = 1;
         p->mag_eps = opts->tts_variant == TTS_MEL_TACOTRON2 ? 0.0f : 1e-9f;
@@ -297,12 +298,14 @@ int feat_num_frames(const feat_plan_t *p, size_t n)
     case FEAT_FBANK:
         if (p->pad == FEAT_PAD_KALDI) /* snip_edges=false */
             return (int)((n + (size_t)p->hop / 2) / (size_t)p->hop);
-        return n < (size_t)p->win_length ? 0 : (int)(1 + (n - (size_t)p->win_length) / (size_t)p->hop);
+        return n < (size_t)p->win_length ? 0
+                                         : (int)(1 + (n - (size_t)p->win_length) / (size_t)p->hop);
     case FEAT_NEMO_MEL: /* valid frames: ceil(n / hop) (Jasper get_seq_len) */
         return (int)((n + (size_t)p->hop - 1) / (size_t)p->hop);
     case FEAT_TTS_MEL: {
         size_t padded = n + 2 * (size_t)p->pad_left;
-        return padded < (size_t)p->n_fft ? 0 : (int)(1 + (padded - (size_t)p->n_fft) / (size_t)p->hop);
+        return padded < (size_t)p->n_fft ? 0
+                                         : (int)(1 + (padded - (size_t)p->n_fft) / (size_t)p->hop);
     }
     }
     return 0;
@@ -378,9 +381,9 @@ mel_lanes(const feat_plan_t *restrict p, float *restrict out, int nv, const floa
             for (int l = 0; l < L; l++)
                 acc[l] += row[k] * pwl[(size_t)k * L + l];
         for (int l = 0; l < nv; l++)
-            out[(size_t)l * p->n_mels + m] =
-                p->log_mode == FEAT_LOG_MAX ? logf(acc[l] > p->log_eps ? acc[l] : p->log_eps)
-                                            : logf(acc[l] + p->log_eps);
+            out[(size_t)l * p->n_mels + m] = p->log_mode == FEAT_LOG_MAX
+                                                 ? logf(acc[l] > p->log_eps ? acc[l] : p->log_eps)
+                                                 : logf(acc[l] + p->log_eps);
     }
 }
 
@@ -389,8 +392,8 @@ int feat_compute(const feat_plan_t *p, const float *x, size_t n, float *out, har
     return feat_compute_padded(p, x, n, n, out, err);
 }
 
-int feat_compute_padded(const feat_plan_t *p, const float *x, size_t n, size_t n_valid,
-                        float *out, hark_err_t *err)
+int feat_compute_padded(const feat_plan_t *p, const float *x, size_t n, size_t n_valid, float *out,
+                        hark_err_t *err)
 {
     if (n_valid > n)
         return err_set(err, HARK_ERR_INVALID_ARG, "features: %zu valid samples of a %zu-sample row",
@@ -406,7 +409,8 @@ int feat_compute_padded(const feat_plan_t *p, const float *x, size_t n, size_t n
     fftwf_complex *spec = fftwf_malloc(sizeof(fftwf_complex) * (size_t)p->n_bins);
     float *pw = hark_malloc(sizeof(float) * (size_t)p->n_bins);
     /* RFFT_LANES frames at a time: input + work (2 * n_fft * L), spectra (2 * n_bins * L) */
-    float *xl = hark_malloc(sizeof(float) * (size_t)RFFT_LANES * (2 * (size_t)p->n_fft + 2 * (size_t)p->n_bins));
+    float *xl = hark_malloc(sizeof(float) * (size_t)RFFT_LANES *
+                            (2 * (size_t)p->n_fft + 2 * (size_t)p->n_bins));
     float *specl = xl ? xl + (size_t)2 * p->n_fft * RFFT_LANES : NULL;
     if (!sig || !frame || !buf || !spec || !pw || !xl) {
         rc = err_set(err, HARK_ERR_NOMEM, "features: out of memory");

@@ -26,7 +26,7 @@ struct feat_gpu {
     float *d_window; /* (win_length) */
     float *d_mel;    /* (n_mels, n_bins) */
     int *d_mel_lo, *d_mel_hi;
-    float *d_tw;     /* rfft twiddles */
+    float *d_tw; /* rfft twiddles */
 };
 
 __device__ static int frames_for(const feat_params &p, long n)
@@ -287,7 +287,8 @@ extern "C" int feat_gpu_create(const feat_plan_t *pl, feat_gpu_t **out, hark_err
                        "features (gpu): the icefall/sherpa fbank (snip_edges=false) is CPU-only");
     if (!pl->torch_fft || pl->n_fft > FEAT_MAX_FFT || pl->frame_span > FEAT_MAX_FFT)
         return err_set(err, HARK_ERR_UNSUPPORTED,
-                       "features (gpu): n_fft %d must be a power of two <= %d", pl->n_fft, FEAT_MAX_FFT);
+                       "features (gpu): n_fft %d must be a power of two <= %d", pl->n_fft,
+                       FEAT_MAX_FFT);
     feat_gpu_t *g = (feat_gpu_t *)hark_calloc(1, sizeof *g);
     if (!g)
         return err_set(err, HARK_ERR_NOMEM, "features (gpu): out of memory");
@@ -321,12 +322,15 @@ extern "C" int feat_gpu_create(const feat_plan_t *pl, feat_gpu_t **out, hark_err
         (e = cudaMalloc(&g->d_mel_lo, sizeof(int) * pl->n_mels)) ||
         (e = cudaMalloc(&g->d_mel_hi, sizeof(int) * pl->n_mels)) ||
         (e = cudaMalloc(&g->d_tw, sizeof(float) * (pl->rfft.n_tw ? pl->rfft.n_tw : 1))) ||
-        (e = cudaMemcpy(g->d_window, pl->window, sizeof(float) * pl->win_length, cudaMemcpyHostToDevice)) ||
+        (e = cudaMemcpy(g->d_window, pl->window, sizeof(float) * pl->win_length,
+                        cudaMemcpyHostToDevice)) ||
         (e = cudaMemcpy(g->d_mel, pl->mel, sizeof(float) * nmel, cudaMemcpyHostToDevice)) ||
-        (e = cudaMemcpy(g->d_mel_lo, pl->mel_lo, sizeof(int) * pl->n_mels, cudaMemcpyHostToDevice)) ||
-        (e = cudaMemcpy(g->d_mel_hi, pl->mel_hi, sizeof(int) * pl->n_mels, cudaMemcpyHostToDevice)) ||
+        (e = cudaMemcpy(g->d_mel_lo, pl->mel_lo, sizeof(int) * pl->n_mels,
+                        cudaMemcpyHostToDevice)) ||
+        (e = cudaMemcpy(g->d_mel_hi, pl->mel_hi, sizeof(int) * pl->n_mels,
+                        cudaMemcpyHostToDevice)) ||
         (pl->rfft.n_tw && (e = cudaMemcpy(g->d_tw, pl->rfft.tw, sizeof(float) * pl->rfft.n_tw,
-                                           cudaMemcpyHostToDevice)))) {
+                                          cudaMemcpyHostToDevice)))) {
         feat_gpu_destroy(g);
         return cuda_fail(err, e, "upload");
     }
@@ -355,8 +359,8 @@ extern "C" int feat_gpu_compute(feat_gpu_t *g, float *d_out, int *d_frames, cons
     cudaStream_t s = (cudaStream_t)stream;
     dim3 grid((unsigned)t_max, (unsigned)batch);
     features_kernel<<<grid, FEAT_THREADS, 0, s>>>(d_out, d_frames, d_pcm, stride, d_lens, t_max,
-                                                   g->prm, g->d_window, g->d_mel, g->d_mel_lo,
-                                                   g->d_mel_hi, g->d_tw);
+                                                  g->prm, g->d_window, g->d_mel, g->d_mel_lo,
+                                                  g->d_mel_hi, g->d_tw);
     if (g->prm.normalize) {
         dim3 g2((unsigned)g->prm.n_mels, (unsigned)batch);
         normalize_kernel<<<g2, FEAT_THREADS, 0, s>>>(d_out, d_pcm, d_lens, t_max, g->prm);

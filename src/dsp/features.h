@@ -1,7 +1,8 @@
 /* features.h — speech front ends: Kaldi fbank (WeNet/icefall), NeMo/Jasper log-mel and the
  * HiFi-GAN/Tacotron2 log-mel, on the CPU (FFTW) and on the GPU (cuFFT, batched).
  * The exact pipelines are described in docs/features.md.
- * Tests: tests/dsp/test_features.c (CPU, golden, reference script), tests/dsp/test_features_gpu.c */
+ * Tests: tests/dsp/test_features.c (CPU, golden, reference script), tests/dsp/test_features_gpu.c
+ */
 #ifndef HARK_DSP_FEATURES_H
 #define HARK_DSP_FEATURES_H
 
@@ -44,10 +45,10 @@ typedef enum { FEAT_LOG_MAX = 0, FEAT_LOG_ADD = 1 } feat_log_t; /* log(max(x,f))
  * Created by feat_plan_create, released by feat_plan_destroy. */
 typedef struct feat_plan {
     feat_opts_t opts;
-    int win_length;    /* samples of the analysis window */
-    int hop;           /* frame shift in samples */
-    int n_fft;         /* FFT size (win_length <= n_fft) */
-    int n_bins;        /* n_fft/2 + 1 */
+    int win_length; /* samples of the analysis window */
+    int hop;        /* frame shift in samples */
+    int n_fft;      /* FFT size (win_length <= n_fft) */
+    int n_bins;     /* n_fft/2 + 1 */
     int n_mels;
     int frame_span;    /* samples of (padded) signal read per frame: win_length (kaldi) or n_fft */
     int win_offset;    /* where the window sits inside the n_fft frame (torch.stft centres it) */
@@ -57,17 +58,17 @@ typedef struct feat_plan {
     int frame_dc_preemph; /* kaldi: per frame DC removal, then pre-emphasis with x[-1] = x[0] */
     int signal_preemph;   /* nemo: pre-emphasis of the whole signal, x[0] kept */
     float preemph;
-    int magnitude;     /* 1: sqrt(|X|^2 + mag_eps) (tts), 0: power |X|^2 */
+    int magnitude; /* 1: sqrt(|X|^2 + mag_eps) (tts), 0: power |X|^2 */
     float mag_eps;
     feat_log_t log_mode;
-    float log_eps;     /* floor (LOG_MAX) or guard (LOG_ADD) */
-    int normalize;     /* nemo: per-feature mean/std over the valid frames */
-    float *window;     /* (win_length) */
-    float *mel;        /* (n_mels, n_bins) dense filterbank */
-    int *mel_lo;       /* (n_mels) first non-zero bin of each filter */
-    int *mel_hi;       /* (n_mels) one past the last non-zero bin */
-    void *fft_plan;    /* fftwf_plan, r2c n_fft (when !torch_fft) */
-    int torch_fft;     /* 1: FFT with PyTorch's float32 operation order (rfft.h) */
+    float log_eps;  /* floor (LOG_MAX) or guard (LOG_ADD) */
+    int normalize;  /* nemo: per-feature mean/std over the valid frames */
+    float *window;  /* (win_length) */
+    float *mel;     /* (n_mels, n_bins) dense filterbank */
+    int *mel_lo;    /* (n_mels) first non-zero bin of each filter */
+    int *mel_hi;    /* (n_mels) one past the last non-zero bin */
+    void *fft_plan; /* fftwf_plan, r2c n_fft (when !torch_fft) */
+    int torch_fft;  /* 1: FFT with PyTorch's float32 operation order (rfft.h) */
     rfft_plan_t rfft;
 } feat_plan_t;
 
@@ -89,7 +90,7 @@ int feat_compute(const feat_plan_t *p, const float *x, size_t n, float *out, har
  * statistics cover feat_num_frames(p, n_valid), while pre-emphasis, framing and the STFT's
  * reflection see all n samples, as the original does on a padded batch. feat_compute is
  * n_valid == n. HARK_ERR_INVALID_ARG when n_valid > n. */
-int feat_compute_padded(const feat_plan_t *p, const float *x, size_t n, size_t n_valid,
-                        float *out, hark_err_t *err);
+int feat_compute_padded(const feat_plan_t *p, const float *x, size_t n, size_t n_valid, float *out,
+                        hark_err_t *err);
 
 #endif

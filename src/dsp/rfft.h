@@ -10,7 +10,7 @@
 #define RFFT_MAX_FACTORS 16
 
 typedef struct {
-    int n;                        /* transform size, a power of two >= 2 */
+    int n; /* transform size, a power of two >= 2 */
     int nfact;
     int fact[RFFT_MAX_FACTORS];   /* 2 first (if any), then 4s: pocketfft's order */
     int tw_off[RFFT_MAX_FACTORS]; /* offset of each factor's twiddles in tw[] */

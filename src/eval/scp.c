@@ -151,8 +151,7 @@ int scp_is_command(const char *value)
     return n > 0 && value[n - 1] == '|';
 }
 
-int scp_run_command(const char *value, void **data, size_t *len, size_t max_bytes,
-                    hark_err_t *err)
+int scp_run_command(const char *value, void **data, size_t *len, size_t max_bytes, hark_err_t *err)
 {
     *data = NULL;
     *len = 0;

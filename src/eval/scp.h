@@ -39,7 +39,6 @@ int scp_is_command(const char *value);
  * (hark_malloc'd, hark_free) of *len bytes, at most max_bytes. HARK_ERR_IO (cannot start, or the
  * command failed: the message gives its exit status), HARK_ERR_TOO_LARGE, HARK_ERR_NOMEM. The
  * value comes from a list the user gave: it runs with the user's rights, like Kaldi's. */
-int scp_run_command(const char *value, void **data, size_t *len, size_t max_bytes,
-                    hark_err_t *err);
+int scp_run_command(const char *value, void **data, size_t *len, size_t max_bytes, hark_err_t *err);
 
 #endif

@@ -34,7 +34,7 @@ struct safetensors {
     size_t *by_name; /* (n) indices into tensors, sorted by name, for st_find */
     char **meta;     /* (2 * n_meta) key, value, key, value, ... */
     size_t n_meta;
-    float **wide;          /* (n) float32 copies of F16 / BF16 tensors, made by st_get_f32 */
+    float **wide; /* (n) float32 copies of F16 / BF16 tensors, made by st_get_f32 */
     pthread_mutex_t wide_lock;
 };
 
@@ -413,8 +413,10 @@ static int widen(safetensors_t *st, const st_tensor_t *t, const float **data, ha
     if (!rc && !st->wide[i]) {
         float *w = hark_malloc((t->count ? t->count : 1) * sizeof *w);
         if (!w) {
-            rc = err_set(err, HARK_ERR_NOMEM, "model weights: tensor '%s': out of memory (%zu "
-                         "values)", t->name, t->count);
+            rc = err_set(err, HARK_ERR_NOMEM,
+                         "model weights: tensor '%s': out of memory (%zu "
+                         "values)",
+                         t->name, t->count);
         } else {
             const uint8_t *p = t->data;
             for (size_t k = 0; k < t->count; k++) {

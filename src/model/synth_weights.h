@@ -1,7 +1,8 @@
 /* synth_weights.h — generated (random but deterministic) weights for the model builders, so a
  * configuration can be benchmarked or tested without a checkpoint: a conformer_tensor_fn that
  * makes each tensor on demand, seeded by its name (asking twice gives the same values).
- * Used by `hark bench --synthetic` and the model tests. Tests: tests/model/wenet/test_conformer.c */
+ * Used by `hark bench --synthetic` and the model tests. Tests: tests/model/wenet/test_conformer.c
+ */
 #ifndef HARK_MODEL_SYNTH_WEIGHTS_H
 #define HARK_MODEL_SYNTH_WEIGHTS_H
 

@@ -918,10 +918,10 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     conn_t *c = h->data;
     char *dst;
-    size_t due = c->rlen == 0 && !c->parse_dead && !c->out_full &&
-                         c->fifo_len < c->srv->o.max_pipeline
-                     ? http_reqparser_body_window(c->parser, &dst)
-                     : 0;
+    size_t due =
+        c->rlen == 0 && !c->parse_dead && !c->out_full && c->fifo_len < c->srv->o.max_pipeline
+            ? http_reqparser_body_window(c->parser, &dst)
+            : 0;
     c->in_window = due >= MIN_WINDOW;
     if (c->in_window)
         *buf = uv_buf_init(dst, (unsigned)(due < (1u << 30) ? due : (1u << 30)));

@@ -96,7 +96,7 @@ int multipart_parse(const char *body, size_t len, const char *boundary, multipar
     for (;;) {
         p += dl;
         if (end - p >= 2 && p[0] == '-' && p[1] == '-')
-            return HARK_OK; /* closing delimiter */
+            return HARK_OK;                          /* closing delimiter */
         while (p < end && (*p == ' ' || *p == '\t')) /* transport padding */
             p++;
         if (end - p < 2 || p[0] != '\r' || p[1] != '\n')

@@ -11,10 +11,10 @@
 #define MULTIPART_MAX_PARTS 64
 
 typedef struct {
-    char name[128];          /* form field name (Content-Disposition name=) */
-    char filename[256];      /* filename= when present, else "" */
-    char content_type[128];  /* the part's Content-Type, else "" */
-    const char *data;        /* the part's bytes inside the body (not NUL-terminated) */
+    char name[128];         /* form field name (Content-Disposition name=) */
+    char filename[256];     /* filename= when present, else "" */
+    char content_type[128]; /* the part's Content-Type, else "" */
+    const char *data;       /* the part's bytes inside the body (not NUL-terminated) */
     size_t len;
 } multipart_part_t;
 

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define QT 128 /* queries per block (8 warps × 16): each key tile is loaded once per 128 */
-#define KT 64 /* keys per tile */
+#define KT 64  /* keys per tile */
 
 template <typename T> struct fa_args {
     const T *q, *k, *v; /* row (b·t + i), head h at column h·dk; row stride ld */
@@ -94,7 +94,6 @@ __global__ void __launch_bounds__(QT * 2, 2) flash_attention_kernel(fa_args<E> a
     int T = a.t, dk = a.dk, len = a.lens ? min(a.lens[b], T) : T;
     long long rowb = (long long)b * T;
     int hc = h * dk;
-
 
     /* the key range of the thread's two rows (g and g + 8 of the warp's 16) */
     int lo[2], hi[2];

@@ -47,9 +47,9 @@ __global__ void chunk_embed_kernel(float *x, const float *a, int t_pad, const fl
     }
 }
 
-extern "C" int cuda_chunk_embed(float *x, const float *a, int t_pad, const float *bias,
-                                float alpha, const float *pe, const cuda_chunk_meta_t *mt, int d,
-                                void *stream, hark_err_t *err)
+extern "C" int cuda_chunk_embed(float *x, const float *a, int t_pad, const float *bias, float alpha,
+                                const float *pe, const cuda_chunk_meta_t *mt, int d, void *stream,
+                                hark_err_t *err)
 {
     if (mt->rows <= 0)
         return HARK_OK;
@@ -86,7 +86,7 @@ extern "C" int cuda_chunk_kv_store(float *kc, float *vc, long long slot_stride, 
     size_t total = (size_t)mt->rows * d;
     unsigned gr = (unsigned)((total + 255) / 256 < 65535 ? (total + 255) / 256 : 65535);
     chunk_kv_store_kernel<<<gr, 256, 0, (cudaStream_t)stream>>>(kc, vc, slot_stride, cap, k, v, ld,
-                                                                 bk, bv, *mt, d);
+                                                                bk, bv, *mt, d);
     return chunk_fail(err, "chunk_kv_store_kernel");
 }
 
@@ -185,9 +185,9 @@ __global__ void __launch_bounds__(CA_THREADS)
 extern "C" int cuda_chunk_attention(void *ctx, ops_dtype_t ctx_t, const float *q, int ldq,
                                     const float *bq, const float *kc, const float *vc,
                                     long long slot_stride, int cap, const float *pt,
-                                    const float *bu, const float *bvp,
-                                    const cuda_chunk_meta_t *mt, int max_keys, int heads, int dk,
-                                    float scale, void *stream, hark_err_t *err)
+                                    const float *bu, const float *bvp, const cuda_chunk_meta_t *mt,
+                                    int max_keys, int heads, int dk, float scale, void *stream,
+                                    hark_err_t *err)
 {
     if (mt->rows <= 0)
         return HARK_OK;
@@ -230,8 +230,8 @@ __global__ void chunk_dwconv_kernel(float *out, const float *in, const float *ca
          i += (size_t)gridDim.x * blockDim.x) {
         int r = (int)(i / c), ch = (int)(i % c), b = mt.chunk[r];
         int r0 = mt.row0[b], n = mt.row0[b + 1] - r0, t = r - r0;
-        const float *lft = cache ? (mt.fresh[b] ? left_init : cache + (size_t)mt.slot[b] * slot_stride)
-                                 : NULL;
+        const float *lft =
+            cache ? (mt.fresh[b] ? left_init : cache + (size_t)mt.slot[b] * slot_stride) : NULL;
         float acc = bias ? bias[ch] : 0.0f;
         for (int j = 0; j < k; j++) {
             int s = t + j - pad_left;
@@ -251,8 +251,7 @@ __global__ void chunk_dwconv_kernel(float *out, const float *in, const float *ca
 /* thread (chunk, channel): the last k-1 frames of [left context | the chunk's inputs], written in
  * ascending order (each reads a later or the same frame of the old cache) */
 __global__ void chunk_conv_cache_kernel(float *cache, long long slot_stride, const float *in,
-                                        const float *left_init, cuda_chunk_meta_t mt, int c,
-                                        int lc)
+                                        const float *left_init, cuda_chunk_meta_t mt, int c, int lc)
 {
     size_t total = (size_t)mt.n * c;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
@@ -281,8 +280,8 @@ extern "C" int cuda_chunk_dwconv(float *out, const float *in, float *cache, long
     cudaStream_t st = (cudaStream_t)stream;
     size_t total = (size_t)mt->rows * c;
     unsigned gr = (unsigned)((total + 255) / 256 < 65535 ? (total + 255) / 256 : 65535);
-    chunk_dwconv_kernel<<<gr, 256, 0, st>>>(out, in, cache, slot_stride, left_init, w, bias, *mt,
-                                            c, k, pad_left);
+    chunk_dwconv_kernel<<<gr, 256, 0, st>>>(out, in, cache, slot_stride, left_init, w, bias, *mt, c,
+                                            k, pad_left);
     int rc = chunk_fail(err, "chunk_dwconv_kernel");
     if (rc || !cache || k == 1)
         return rc;

@@ -110,8 +110,8 @@ void chunk_kv_store_ref(float *kc, float *vc, long long slot_stride, int cap, co
 size_t chunk_attention_scratch_floats(int max_keys, int d, int dk);
 void chunk_attention_ref(float *ctx, float *scratch, const float *q, int ldq, const float *bq,
                          const float *kc, const float *vc, long long slot_stride, int cap,
-                         const float *pt, const float *bu, const float *bvp,
-                         const chunk_meta_t *mt, int max_keys, int heads, int dk, float scale);
+                         const float *pt, const float *bu, const float *bvp, const chunk_meta_t *mt,
+                         int max_keys, int heads, int dk, float scale);
 void chunk_dwconv_ref(float *out, const float *in, float *cache, long long slot_stride,
                       const float *left_init, const float *w, const float *bias,
                       const chunk_meta_t *mt, int c, int k, int pad_left);

@@ -312,7 +312,8 @@ void attention_ref(float *ctx, float *scratch, const float *q, const float *k, c
     }
 }
 
-/* ---- chunk streaming over a cache pool -------------------------------------------------------- */
+/* ---- chunk streaming over a cache pool --------------------------------------------------------
+ */
 
 void chunk_embed_ref(float *x, const float *a, int t_pad, const float *bias, float alpha,
                      const float *pe, const chunk_meta_t *mt, int d)
@@ -350,8 +351,8 @@ size_t chunk_attention_scratch_floats(int max_keys, int d, int dk)
 
 void chunk_attention_ref(float *ctx, float *scratch, const float *q, int ldq, const float *bq,
                          const float *kc, const float *vc, long long slot_stride, int cap,
-                         const float *pt, const float *bu, const float *bvp,
-                         const chunk_meta_t *mt, int max_keys, int heads, int dk, float scale)
+                         const float *pt, const float *bu, const float *bvp, const chunk_meta_t *mt,
+                         int max_keys, int heads, int dk, float scale)
 {
     int d = heads * dk;
     float *k = scratch, *v = k + (size_t)max_keys * d, *p = v + (size_t)max_keys * d;

@@ -347,9 +347,9 @@ static void *worker_main(void *arg)
             char gmsg[512] = "";
             atomic_fetch_add(&r->in_flight, 1);
             uint64_t t0 = clock_now_ns();
-            int rc = grpc_client_call(gc, "/inference.GRPCInferenceService/ModelInfer",
-                                      r->grpc_msg[k], r->grpc_len[k], &resp, &rlen, &st, gmsg,
-                                      sizeof gmsg, &err);
+            int rc =
+                grpc_client_call(gc, "/inference.GRPCInferenceService/ModelInfer", r->grpc_msg[k],
+                                 r->grpc_len[k], &resp, &rlen, &st, gmsg, sizeof gmsg, &err);
             uint64_t t1 = clock_now_ns();
             atomic_fetch_sub(&r->in_flight, 1);
             hark_free(resp);
@@ -419,8 +419,8 @@ static int fetch_stats_grpc(const run_t *r, perf_server_stats_t *s)
     if (len > sizeof buf)
         return -1;
     protobuf_c_message_pack(&q.base, buf);
-    if (grpc_client_call(r->grpc_stats, "/inference.GRPCInferenceService/ModelStatistics", buf,
-                         len, &resp, &rlen, &st, msg, sizeof msg, &err) ||
+    if (grpc_client_call(r->grpc_stats, "/inference.GRPCInferenceService/ModelStatistics", buf, len,
+                         &resp, &rlen, &st, msg, sizeof msg, &err) ||
         st) {
         hark_free(resp);
         return -1;
@@ -432,8 +432,8 @@ static int fetch_stats_grpc(const run_t *r, perf_server_stats_t *s)
     if (m && m->n_model_stats && m->model_stats[0]->inference_stats) {
         const Inference__ModelStatistics *ms = m->model_stats[0];
         const Inference__InferStatistics *is = ms->inference_stats;
-        const Inference__StatisticDuration *d[4] = {is->queue, is->compute_input,
-                                                    is->compute_infer, is->compute_output};
+        const Inference__StatisticDuration *d[4] = {is->queue, is->compute_input, is->compute_infer,
+                                                    is->compute_output};
         memset(s, 0, sizeof *s);
         for (int i = 0; i < 4; i++)
             if (d[i]) {
@@ -674,7 +674,7 @@ void perf_estimate(const perf_opts_t *in, int *levels, double *lo_s, double *hi_
     int n = 0;
     if (in->rate_start > 0) { /* as perf_run counts the open-loop levels */
         double end = in->rate_end < in->rate_start ? in->rate_start : in->rate_end;
-        double step = in->rate_step > 0 ? in->rate_step
+        double step = in->rate_step > 0          ? in->rate_step
                       : end - in->rate_start > 0 ? end - in->rate_start
                                                  : 1;
         for (double x = in->rate_start; x <= end * (1 + 1e-9) && n < 10000; x += step)
@@ -767,13 +767,14 @@ int perf_run(const perf_opts_t *opts, perf_row_t **rows_out, int *n_out, hark_er
     if (!rc && o.grpc) { /* every input as a ModelInferRequest, made once */
         r.grpc_msg = hark_calloc((size_t)o.n_inputs, sizeof *r.grpc_msg);
         r.grpc_len = hark_calloc((size_t)o.n_inputs, sizeof *r.grpc_len);
-        rc = r.grpc_msg && r.grpc_len ? grpc_client_create(o.host, o.port, 10000, &r.grpc_stats, err)
-                                      : err_set(err, HARK_ERR_NOMEM, "out of memory");
+        rc = r.grpc_msg && r.grpc_len
+                 ? grpc_client_create(o.host, o.port, 10000, &r.grpc_stats, err)
+                 : err_set(err, HARK_ERR_NOMEM, "out of memory");
         for (int i = 0; !rc && i < o.n_inputs; i++)
-            rc = kserve_grpc_pack_request(o.model, o.version, o.inputs[i].body, o.inputs[i].len,
-                                          o.inputs[i].header_len < 0 ? (size_t)-1
-                                                                     : (size_t)o.inputs[i].header_len,
-                                          &r.grpc_msg[i], &r.grpc_len[i], err);
+            rc = kserve_grpc_pack_request(
+                o.model, o.version, o.inputs[i].body, o.inputs[i].len,
+                o.inputs[i].header_len < 0 ? (size_t)-1 : (size_t)o.inputs[i].header_len,
+                &r.grpc_msg[i], &r.grpc_len[i], err);
     }
     uint64_t deadline = clock_now_ns() + (uint64_t)(o.max_seconds * 1e9);
     int n = 0, capped = 0;

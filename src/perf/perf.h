@@ -14,7 +14,8 @@
 /* One load level's measurement: one CSV row, one line of the summary table, one point of the
  * plot (src/perf/plot.h). Latencies are client-side, in microseconds; server_* are averages from
  * the model's /stats endpoint (ns delta over the windows / count delta: per request as the server
- * counts them), in microseconds, or -1 when the server gave no statistics. STABLE FIELD SET: plot.c relies on it. */
+ * counts them), in microseconds, or -1 when the server gave no statistics. STABLE FIELD SET: plot.c
+ * relies on it. */
 typedef struct {
     int concurrency;                 /* closed-loop requests in flight; 0 in request-rate mode */
     double request_rate;             /* open-loop target requests/s; 0 in concurrency mode */

@@ -33,7 +33,7 @@ typedef struct {
     pthread_mutex_t mu;
     vec_t lat, fin;
     int64_t errors, sequences, warm_errors; /* warm_errors: before the window (connects too) */
-    double audio_s; /* answered chunks' audio */
+    double audio_s;                         /* answered chunks' audio */
     char first_error[512];
 } level_t;
 
@@ -198,7 +198,7 @@ static void *stream_main(void *arg)
                 char gmsg[400] = "";
                 t0 = clock_now_ns();
                 int xrc = grpc_client_call(gc, "/inference.GRPCInferenceService/ModelInfer", msg,
-                                          msg_len, &resp, &rlen, &st, gmsg, sizeof gmsg, &err);
+                                           msg_len, &resp, &rlen, &st, gmsg, sizeof gmsg, &err);
                 t1 = clock_now_ns();
                 ok = !xrc && st == 0;
                 if (xrc)
@@ -213,8 +213,8 @@ static void *stream_main(void *arg)
                                     {"Inference-Header-Content-Length", hl}};
                 http_response_t resp;
                 t0 = clock_now_ns();
-                int xrc = http_client_request(c, "POST", L->infer_path, hdr, 2, body.body,
-                                              body.len, &resp, &err);
+                int xrc = http_client_request(c, "POST", L->infer_path, hdr, 2, body.body, body.len,
+                                              &resp, &err);
                 t1 = clock_now_ns();
                 ok = !xrc && resp.status == 200;
                 if (xrc)

@@ -225,12 +225,12 @@ static int form_batch(batcher_t *b, int k, batcher_item_t **out)
                     best = i;
                 continue;
             }
-            int closer = b->o.length_aware
-                             ? absdiff(x->length, head->length) < absdiff(y->length, head->length) ||
-                                   (absdiff(x->length, head->length) ==
-                                        absdiff(y->length, head->length) &&
-                                    x->seq < y->seq)
-                             : x->seq < y->seq;
+            int closer =
+                b->o.length_aware
+                    ? absdiff(x->length, head->length) < absdiff(y->length, head->length) ||
+                          (absdiff(x->length, head->length) == absdiff(y->length, head->length) &&
+                           x->seq < y->seq)
+                    : x->seq < y->seq;
             if (closer)
                 best = i;
         }

@@ -890,7 +890,8 @@ int served_model_submit_many(served_model_t *m, served_request_t *const *reqs, i
     if (items != stack)
         hark_free(items);
     if (rc == HARK_ERR_AGAIN)
-        return err_set(err, rc, "Exceeds maximum queue size (the model's max_queue_size is %d requests)",
+        return err_set(err, rc,
+                       "Exceeds maximum queue size (the model's max_queue_size is %d requests)",
                        m->o.batching.max_queue_size);
     if (rc == HARK_ERR_CLOSED)
         return err_set(err, rc, "the model is unloading");

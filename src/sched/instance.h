@@ -98,12 +98,12 @@ typedef struct {
     batcher_opts_t batching;
     served_group_t groups[8];
     int n_groups;
-    const char *precision; /* GPU instances: "fp16", "bf16" (NULL: fp32) */
-    double max_seconds;    /* longest request accepted (worker buffers are sized for it) */
+    const char *precision;       /* GPU instances: "fp16", "bf16" (NULL: fp32) */
+    double max_seconds;          /* longest request accepted (worker buffers are sized for it) */
     uint64_t default_timeout_us; /* a request with no deadline of its own waits at most this
                                     long in the queue (0: no limit; Triton's
                                     default_queue_policy.default_timeout_microseconds) */
-    int version;           /* model version directory to load; 0 means 1 */
+    int version;                 /* model version directory to load; 0 means 1 */
     served_seq_opts_t seq;
     /* Optional, called on the instance thread around the `done` callbacks of one batch of n
      * requests (a transport wakes its loops once per batch). */

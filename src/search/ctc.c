@@ -33,7 +33,7 @@ void ctc_nbest_free(ctc_nbest_t *nb)
 /* One allocation holding scores (n), tokens/times pointer arrays (n each), lens (n), then the
  * token and time ints. Fills *nb's views; the caller writes through the returned mutable views. */
 int ctc_nbest_alloc(ctc_nbest_t *nb, int n, const int *lens, int ***tok, int ***tim,
-                       double **scores, hark_err_t *err)
+                    double **scores, hark_err_t *err)
 {
     size_t total = 0;
     for (int i = 0; i < n; i++)

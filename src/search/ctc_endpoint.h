@@ -13,9 +13,9 @@ extern "C" {
 #endif
 
 typedef struct {
-    int must_decode;           /* holds only after something was decoded */
-    int min_trailing_silence;  /* ms */
-    int min_utterance_length;  /* ms */
+    int must_decode;          /* holds only after something was decoded */
+    int min_trailing_silence; /* ms */
+    int min_utterance_length; /* ms */
 } ctc_endpoint_rule_t;
 
 enum { CTC_ENDPOINT_RULES = 3 };

@@ -2,8 +2,8 @@
  * attention_rescoring): combines decoder and CTC scores with WeNet's float32 torch-scalar
  * arithmetic and picks the winner. Tests: tests/search/test_search.c (golden candidates).
  *
- * The decoder scores come from the attention decoder (model/wenet/decoder.h); the CTC prefix scores from
- * ctc_prefix_beam_search. All buffers are lent for the call only.
+ * The decoder scores come from the attention decoder (model/wenet/decoder.h); the CTC prefix scores
+ * from ctc_prefix_beam_search. All buffers are lent for the call only.
  *
  * Arithmetic, per candidate i (float32 unless noted; w32(x) = (float)x, as torch casts a Python
  * scalar to the tensor's dtype):

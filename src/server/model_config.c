@@ -786,7 +786,8 @@ static int map_config(vctx_t *c, model_config_t *cfg, const pbtxt_node_t *root,
             const pbtxt_node_t *b = get(root, "backend");
             return verr(c, HARK_ERR_INVALID_ARG, b, "backend",
                         "backend \"hark\" needs parameters { key: \"family\" value { "
-                        "string_value: \"<name>\" } } naming the model family (hark inspect --help lists them)");
+                        "string_value: \"<name>\" } } naming the model family (hark inspect --help "
+                        "lists them)");
         }
         cfg->family = fam;
     } else if (!cfg->backend[0] && cfg->platform[0]) {

@@ -142,8 +142,8 @@ typedef struct {
 
 /* Parses and validates config text. `path` names the file in every message. Errors
  * (HARK_ERR_FORMAT for syntax/types/unknown fields, HARK_ERR_INVALID_ARG for out-of-range or
- * inconsistent values) read "path:line:col: field 'instance_group.count': must be >= 1 (...), got 0".
- * On success the caller owns *cfg (model_config_free); on failure *cfg holds nothing to free.
+ * inconsistent values) read "path:line:col: field 'instance_group.count': must be >= 1 (...), got
+ * 0". On success the caller owns *cfg (model_config_free); on failure *cfg holds nothing to free.
  * opts may be NULL. */
 int model_config_parse(const char *text, size_t len, const char *path,
                        const model_config_opts_t *opts, model_config_t *cfg, hark_err_t *err);

@@ -245,7 +245,9 @@ static int check_audio_inputs(const model_config_t *cfg, const family_t *fam, co
             return err_set(err, HARK_ERR_INVALID_ARG,
                            "%s:%d: input '%s' has data_type %s; hark serves it as %s", path,
                            in->line, in->name, dtype_config_name(in->data_type),
-                           samples ? "TYPE_FP32 or TYPE_FP16" : lens ? "TYPE_INT32" : "TYPE_STRING");
+                           samples ? "TYPE_FP32 or TYPE_FP16"
+                           : lens  ? "TYPE_INT32"
+                                   : "TYPE_STRING");
     }
     return HARK_OK;
 }
@@ -772,8 +774,8 @@ char *repository_stats_json(repository_t *r, const repo_model_t *m)
     static __thread kserve_model_stats_t ks[MAX_MODELS];
     served_stats_t st;
     int n = 0, cap = m ? 1 : r->n_models;
-    kserve_batch_stats_t *bs = hark_calloc((size_t)(cap ? cap : 1) * SERVED_BATCH_STATS,
-                                           sizeof *bs);
+    kserve_batch_stats_t *bs =
+        hark_calloc((size_t)(cap ? cap : 1) * SERVED_BATCH_STATS, sizeof *bs);
     if (!bs)
         return NULL;
     for (int i = 0; i < cap; i++) {

@@ -499,12 +499,13 @@ TEST(kserve_response_json_and_binary)
  * an output went to instead of carrying its data. */
 TEST(kserve_shared_memory_request_and_response)
 {
-    const char *body = "{\"inputs\":[{\"name\":\"WAV\",\"shape\":[1,3],\"datatype\":\"FP32\","
-                       "\"parameters\":{\"shared_memory_region\":\"in0\",\"shared_memory_offset\":"
-                       "16,\"shared_memory_byte_size\":12}},{\"name\":\"L\",\"shape\":[1],"
-                       "\"datatype\":\"INT32\",\"data\":[3]}],\"outputs\":[{\"name\":\"T\","
-                       "\"parameters\":{\"shared_memory_region\":\"out0\",\"shared_memory_byte_size\""
-                       ":64,\"shared_memory_offset\":8}},{\"name\":\"U\"}]}";
+    const char *body =
+        "{\"inputs\":[{\"name\":\"WAV\",\"shape\":[1,3],\"datatype\":\"FP32\","
+        "\"parameters\":{\"shared_memory_region\":\"in0\",\"shared_memory_offset\":"
+        "16,\"shared_memory_byte_size\":12}},{\"name\":\"L\",\"shape\":[1],"
+        "\"datatype\":\"INT32\",\"data\":[3]}],\"outputs\":[{\"name\":\"T\","
+        "\"parameters\":{\"shared_memory_region\":\"out0\",\"shared_memory_byte_size\""
+        ":64,\"shared_memory_offset\":8}},{\"name\":\"U\"}]}";
     kserve_request_t r;
     hark_err_t err = {0};
     CHECK_OK(kserve_parse_request((const uint8_t *)body, strlen(body), (size_t)-1, &r, &err));
@@ -649,15 +650,27 @@ TEST(kserve_dtypes)
     CHECK(kserve_dtype_parse("fp32") == KSERVE_INVALID);
     /* FP16 / BF16 binary inputs convert to float */
     uint16_t h[3] = {0x3c00, 0xc000, 0x0001}; /* 1, -2, smallest subnormal */
-    kserve_tensor_t th = {.name = "H", .dtype = KSERVE_FP16, .ndim = 1, .shape = {3}, .count = 3,
-                          .data = (const uint8_t *)h, .size = 6, .binary = 1};
+    kserve_tensor_t th = {.name = "H",
+                          .dtype = KSERVE_FP16,
+                          .ndim = 1,
+                          .shape = {3},
+                          .count = 3,
+                          .data = (const uint8_t *)h,
+                          .size = 6,
+                          .binary = 1};
     float f[3];
     hark_err_t err = {0};
     CHECK_OK(kserve_tensor_to_f32(&th, f, &err));
     CHECK(f[0] == 1.0f && f[1] == -2.0f && f[2] == ldexpf(1, -24));
     uint16_t bf[1] = {0x4040}; /* 3.0 */
-    kserve_tensor_t tb = {.name = "B", .dtype = KSERVE_BF16, .ndim = 1, .shape = {1}, .count = 1,
-                          .data = (const uint8_t *)bf, .size = 2, .binary = 1};
+    kserve_tensor_t tb = {.name = "B",
+                          .dtype = KSERVE_BF16,
+                          .ndim = 1,
+                          .shape = {1},
+                          .count = 1,
+                          .data = (const uint8_t *)bf,
+                          .size = 2,
+                          .binary = 1};
     CHECK_OK(kserve_tensor_to_f32(&tb, f, &err));
     CHECK(f[0] == 3.0f);
 }

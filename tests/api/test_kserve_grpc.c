@@ -473,8 +473,8 @@ TEST(grpc_shared_memory_request_and_response)
     uint8_t *b = kserve_bytes_pack(strs, NULL, 1, &bsz);
     int64_t one[2] = {1, 1};
     kserve_output_t o = {"TRANSCRIPTS", KSERVE_BYTES, 2, one, b, bsz};
-    kserve_grpc_infer_answer_t a = {.model = "m", .version = "1", .req = &req, .outs = &o,
-                                    .n_outs = 1};
+    kserve_grpc_infer_answer_t a = {
+        .model = "m", .version = "1", .req = &req, .outs = &o, .n_outs = 1};
     uint8_t *f;
     size_t len;
     CHECK_OK(kserve_grpc_infer_frame(&a, &f, &len, &err));
@@ -576,14 +576,16 @@ TEST(grpc_settings_and_regions)
     CHECK_OK(kserve_grpc_json_frame(KSERVE_GRPC_LOG_SETTINGS,
                                     "{\"log_file\":\"\",\"log_info\":true,\"log_verbose_level\":3}",
                                     &f, &len, &err));
-    Inference__LogSettingsResponse *lr = inference__log_settings_response__unpack(NULL, len - 5, f + 5);
+    Inference__LogSettingsResponse *lr =
+        inference__log_settings_response__unpack(NULL, len - 5, f + 5);
     CHECK(lr && lr->n_settings == 3);
     for (size_t i = 0; lr && i < lr->n_settings; i++) {
         const Inference__LogSettingsResponse__SettingValue *x = lr->settings[i]->value;
         if (!strcmp(lr->settings[i]->key, "log_info"))
-            CHECK(x->parameter_choice_case ==
-                      INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_BOOL_PARAM &&
-                  x->bool_param);
+            CHECK(
+                x->parameter_choice_case ==
+                    INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_BOOL_PARAM &&
+                x->bool_param);
         else if (!strcmp(lr->settings[i]->key, "log_verbose_level"))
             CHECK(x->uint32_param == 3);
         else
@@ -592,8 +594,8 @@ TEST(grpc_settings_and_regions)
     inference__log_settings_response__free_unpacked(lr, NULL);
     hark_free(f);
     CHECK_OK(kserve_grpc_json_frame(KSERVE_GRPC_TRACE_SETTING,
-                                    "{\"trace_level\":[\"OFF\"],\"trace_rate\":\"1000\"}", &f,
-                                    &len, &err));
+                                    "{\"trace_level\":[\"OFF\"],\"trace_rate\":\"1000\"}", &f, &len,
+                                    &err));
     Inference__TraceSettingResponse *tr =
         inference__trace_setting_response__unpack(NULL, len - 5, f + 5);
     CHECK(tr && tr->n_settings == 2 && !strcmp(tr->settings[0]->key, "trace_level") &&
@@ -602,9 +604,9 @@ TEST(grpc_settings_and_regions)
           !strcmp(tr->settings[1]->value->value[0], "1000"));
     inference__trace_setting_response__free_unpacked(tr, NULL);
     hark_free(f);
-    CHECK_OK(kserve_grpc_json_frame(KSERVE_GRPC_SHM_STATUS,
-                                    "[{\"name\":\"a\",\"key\":\"/ka\",\"offset\":8,\"byte_size\":64}]",
-                                    &f, &len, &err));
+    CHECK_OK(kserve_grpc_json_frame(
+        KSERVE_GRPC_SHM_STATUS, "[{\"name\":\"a\",\"key\":\"/ka\",\"offset\":8,\"byte_size\":64}]",
+        &f, &len, &err));
     Inference__SystemSharedMemoryStatusResponse *sr =
         inference__system_shared_memory_status_response__unpack(NULL, len - 5, f + 5);
     CHECK(sr && sr->n_regions == 1 && !strcmp(sr->regions[0]->key, "a"));

@@ -225,7 +225,8 @@ TEST(audio_formats_file_and_memory)
 }
 
 /* A float WAV at int16 scale (samples in the thousands) is clipped to [-1, 1]; the log says so,
- * with what to do (issue 23: it was accepted without a word). A float file in range says nothing. */
+ * with what to do (issue 23: it was accepted without a word). A float file in range says nothing.
+ */
 TEST(audio_float_at_int16_scale_warns)
 {
     const size_t frames = 16000;

@@ -225,7 +225,8 @@ TEST(capi_errors_and_unsupported)
            hark_last_error());
     o = (hark_asr_opts_t){.beam_size = 500};
     CHECK_EQ_INT(hark_recognize(m, p, &fx.n[0], 1, 0, &o, &r), HARK_ERR_INVALID_ARG);
-    CHECKF(strstr(hark_last_error(), "beam_size must be in [1, 100] (got 500)"), "%s", hark_last_error());
+    CHECKF(strstr(hark_last_error(), "beam_size must be in [1, 100] (got 500)"), "%s",
+           hark_last_error());
     CHECK_EQ_INT(hark_recognize(m, p, &fx.n[0], 1, 44, NULL, &r), HARK_ERR_INVALID_ARG);
     size_t too_long = 16000 * 6;
     float *zeros = hark_calloc(too_long, sizeof(float));
@@ -357,7 +358,8 @@ TEST(capi_config_pbtxt_defaults)
     CHECK_OK(write_file(path, "parameters { key: \"beam_size\" value { string_value: \"0\" } }\n"));
     CHECK_EQ_INT(hark_model_load(dir, NULL, &m), HARK_OK); /* checked per call ... */
     CHECK_EQ_INT(hark_recognize(m, p, &fx.n[0], 1, 0, NULL, &a), HARK_ERR_INVALID_ARG);
-    CHECKF(strstr(hark_last_error(), "config.pbtxt parameters: beam_size must be in [1, 1000] (got 0)"),
+    CHECKF(strstr(hark_last_error(),
+                  "config.pbtxt parameters: beam_size must be in [1, 1000] (got 0)"),
            "%s", hark_last_error());
     hark_model_destroy(m);
     CHECK_OK(write_file(path, "max_batch_size: -3 {\n"));
@@ -476,8 +478,10 @@ TEST(capi_stream_golden)
         const char *mode, *method;
         hark_asr_opts_t o;
     } runs[2] = {{"stream_chunk16_left-1", "attention_rescoring", {0}},
-                 {"stream_chunk16_left4", "ctc_greedy_search",
-                  {.decoding_method = "ctc_greedy_search", .decoding_chunk_size = 16,
+                 {"stream_chunk16_left4",
+                  "ctc_greedy_search",
+                  {.decoding_method = "ctc_greedy_search",
+                   .decoding_chunk_size = 16,
                    .num_decoding_left_chunks = 4}}};
     for (int k = 0; k < 2; k++) {
         hark_stream_t *s;

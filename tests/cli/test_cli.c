@@ -21,7 +21,8 @@ TEST(cli_features_fbank_matches_golden)
     NEED_SHARED(GOLDEN_WENET "/wavs/jfk.wav");
     char cmd[4096], out[8192], npy[512];
     snprintf(npy, sizeof npy, "%s/f.npy", test_tmpdir(t));
-    snprintf(cmd, sizeof cmd, "%s features %s/wavs/jfk.wav --kind fbank --cmvn %s/global_cmvn --npy %s",
+    snprintf(cmd, sizeof cmd,
+             "%s features %s/wavs/jfk.wav --kind fbank --cmvn %s/global_cmvn --npy %s",
              test_hark_bin(), test_shared(GOLDEN_WENET), test_shared(GOLDEN_WENET), npy);
     CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
     npy_array_t a, ref;
@@ -38,7 +39,8 @@ TEST(cli_features_fbank_matches_golden)
 TEST(cli_features_errors)
 {
     char cmd[2048], out[8192];
-    snprintf(cmd, sizeof cmd, "%s features /nonexistent.wav --kind fbank --npy /tmp/x.npy", test_hark_bin());
+    snprintf(cmd, sizeof cmd, "%s features /nonexistent.wav --kind fbank --npy /tmp/x.npy",
+             test_hark_bin());
     CHECK(test_run_cmd(t, cmd, out, sizeof out) == 1);
     CHECKF(strstr(out, "/nonexistent.wav") != NULL, "%s", out);
     snprintf(cmd, sizeof cmd, "%s features x.wav --kind mfcc --npy /tmp/x.npy", test_hark_bin());
@@ -80,16 +82,20 @@ TEST(cli_transcribe_golden_json_and_dump)
         npy_free(&x);
         npy_free(&y);
     }
-    snprintf(cmd, sizeof cmd, "ls %s/cards-001/layer0_out.npy %s/cards-001/embed_out.npy", dump, dump);
+    snprintf(cmd, sizeof cmd, "ls %s/cards-001/layer0_out.npy %s/cards-001/embed_out.npy", dump,
+             dump);
     CHECK(test_run_cmd(t, cmd, out, sizeof out) == 0);
     /* text output; an unreadable file fails alone (exit 1), the good one is still decoded */
-    snprintf(cmd, sizeof cmd, "%s transcribe --model %s/m --decoding-method ctc_greedy_search %s/wavs/cards-001.wav /nonexistent.wav",
+    snprintf(cmd, sizeof cmd,
+             "%s transcribe --model %s/m --decoding-method ctc_greedy_search %s/wavs/cards-001.wav "
+             "/nonexistent.wav",
              test_hark_bin(), dir, test_shared(GOLDEN_WENET));
     CHECK(test_run_cmd(t, cmd, out, sizeof out) == 1);
     CHECKF(strstr(out, "cards-001.wav ") && strstr(out, "/nonexistent.wav"), "%s", out);
     snprintf(cmd, sizeof cmd, "%s transcribe --model /nonexistent x.wav", test_hark_bin());
     CHECK(test_run_cmd(t, cmd, out, sizeof out) == 1);
-    snprintf(cmd, sizeof cmd, "%s transcribe --model %s/m --decoding-method viterbi x.wav", test_hark_bin(), dir);
+    snprintf(cmd, sizeof cmd, "%s transcribe --model %s/m --decoding-method viterbi x.wav",
+             test_hark_bin(), dir);
     CHECK(test_run_cmd(t, cmd, out, sizeof out) != 0);
     CHECKF(strstr(out, "viterbi") != NULL, "%s", out);
 }
@@ -101,7 +107,8 @@ TEST(cli_bench_synthetic_and_errors)
              "%s bench --synthetic conformer-librispeech --batch 1 --seconds 1 --min-time 0",
              test_hark_bin());
     CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 0, "%s", out);
-    CHECKF(strstr(out, "\"batch\": 1") && strstr(out, "\"rtfx\"") && strstr(out, "\"tflops\""), "%s", out);
+    CHECKF(strstr(out, "\"batch\": 1") && strstr(out, "\"rtfx\"") && strstr(out, "\"tflops\""),
+           "%s", out);
     snprintf(cmd, sizeof cmd, "%s bench --synthetic conformer-tiny", test_hark_bin());
     CHECK(test_run_cmd(t, cmd, out, sizeof out) != 0);
     CHECKF(strstr(out, "conformer-librispeech") != NULL, "%s", out);
@@ -142,8 +149,9 @@ TEST(cli_transcribe_chunk_mask)
     static const int lefts[2] = {-1, 4};
     char cmd[8192], out[65536];
     for (int li = 0; li < 2; li++) {
-        int k = snprintf(cmd, sizeof cmd, "%s transcribe --model %s/m --chunk-size 16 --left-chunks %d",
-                         test_hark_bin(), dir, lefts[li]);
+        int k =
+            snprintf(cmd, sizeof cmd, "%s transcribe --model %s/m --chunk-size 16 --left-chunks %d",
+                     test_hark_bin(), dir, lefts[li]);
         for (int u = 0; u < 5; u++)
             k += snprintf(cmd + k, sizeof cmd - (size_t)k, " %s/wavs/%s.wav",
                           test_shared(GOLDEN_WENET), utts[u]);
@@ -157,7 +165,8 @@ TEST(cli_transcribe_chunk_mask)
                 "text");
             char line[2048];
             snprintf(line, sizeof line, "%s.wav %s\n", utts[u], r->valuestring);
-            CHECKF(strstr(out, line) != NULL, "left %d: no line '%s' in:\n%s", lefts[li], line, out);
+            CHECKF(strstr(out, line) != NULL, "left %d: no line '%s' in:\n%s", lefts[li], line,
+                   out);
         }
     }
     cJSON_Delete(res);
@@ -284,7 +293,8 @@ TEST(cli_transcribe_error_texts_and_list_summary)
            "%s", out);
     /* on a terminal (script(1) gives one): the bar with the ETA and the speed so far */
     if (access("/usr/bin/script", X_OK) == 0) {
-        snprintf(cmd, sizeof cmd, "script -qec '%s transcribe --wavscp %s/wav.scp --jobs 1' /dev/null",
+        snprintf(cmd, sizeof cmd,
+                 "script -qec '%s transcribe --wavscp %s/wav.scp --jobs 1' /dev/null",
                  test_hark_bin(), tmp);
         CHECK(test_run_cmd(t, cmd, out, sizeof out) == 0);
         snprintf(want, sizeof want, "] 1/%d, ", nk);
@@ -307,9 +317,8 @@ TEST(cli_serve_port_clash_named)
     CHECK(getsockname(fd, (struct sockaddr *)&a, &al) == 0);
     int port = ntohs(a.sin_port);
     char cmd[2048], out[16384], want[128];
-    snprintf(cmd, sizeof cmd,
-             "timeout 120 %s serve --http-port 0 --grpc-port -1 --metrics-port %d", test_hark_bin(),
-             port);
+    snprintf(cmd, sizeof cmd, "timeout 120 %s serve --http-port 0 --grpc-port -1 --metrics-port %d",
+             test_hark_bin(), port);
     int rc = test_run_cmd(t, cmd, out, sizeof out);
     snprintf(want, sizeof want, "metrics port %d (--metrics-port): bind", port);
     CHECKF(rc != 0 && rc != 124 && strstr(out, want) && strstr(out, "Address already in use"),

@@ -142,10 +142,11 @@ TEST(cli_perf_and_transcribe_url_against_hark_serve)
     snprintf(wav, sizeof wav, "%s/wavs/cards-001.wav", test_shared(GOLDEN_WENET));
     snprintf(wav2, sizeof wav2, "%s/wavs/jfk.wav", test_shared(GOLDEN_WENET));
     /* the copy's config.pbtxt names its folder (Triton's rule, which hark serve follows) */
-    snprintf(cmd, sizeof cmd,
-             "mkdir -p %s && cp -r %s/m %s/wenet && sed -i '0,/^name: /s/^name: .*/name: \"wenet\"/' "
-             "%s/wenet/config.pbtxt",
-             repo, dir, repo, repo);
+    snprintf(
+        cmd, sizeof cmd,
+        "mkdir -p %s && cp -r %s/m %s/wenet && sed -i '0,/^name: /s/^name: .*/name: \"wenet\"/' "
+        "%s/wenet/config.pbtxt",
+        repo, dir, repo, repo);
     CHECK(system(cmd) == 0);
     int port = 0;
     pid_t pid = serve_start(repo, log, &port, why, sizeof why);

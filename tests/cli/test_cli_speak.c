@@ -149,7 +149,8 @@ TEST(cli_speak_vocode_errors)
     char cmd[4096], out[8192];
     snprintf(cmd, sizeof cmd, "%s speak --model %s/repo/fs '' -o %s/e.wav", test_hark_bin(), tmp,
              tmp);
-    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 1 && strstr(out, "nothing speakable"), "%s", out);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 1 && strstr(out, "nothing speakable"), "%s",
+           out);
     snprintf(cmd, sizeof cmd, "%s speak --model %s/repo/fs hi -o %s/e.wav --device cuda",
              test_hark_bin(), tmp, tmp);
     /* the GPU path where a GPU is; else a clear failure naming the device */
@@ -167,7 +168,8 @@ TEST(cli_speak_vocode_errors)
     CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 2 && strstr(out, "fp32 only"), "%s", out);
     snprintf(cmd, sizeof cmd, "%s speak --model %s/repo/voc hi -o %s/e.wav", test_hark_bin(), tmp,
              tmp);
-    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 1 && strstr(out, "not a FastSpeech"), "%s", out);
+    CHECKF(test_run_cmd(t, cmd, out, sizeof out) == 1 && strstr(out, "not a FastSpeech"), "%s",
+           out);
     /* a NaN mel and a mel of the wrong shape */
     float bad[80 * 3];
     for (int i = 0; i < 80 * 3; i++)

@@ -166,9 +166,9 @@ TEST(cli_eval_wer_zero_on_own_outputs)
     cJSON *s = js ? cJSON_Parse(js) : NULL;
     free(js);
     CHECK(s != NULL);
-    static const char *keys[] = {"wer",           "cer",          "substitutions", "deletions",
-                                 "insertions",    "ref_words",    "ref_chars",     "utterances",
-                                 "failed",        "audio_seconds", "wall_seconds",  "rtfx"};
+    static const char *keys[] = {"wer",        "cer",           "substitutions", "deletions",
+                                 "insertions", "ref_words",     "ref_chars",     "utterances",
+                                 "failed",     "audio_seconds", "wall_seconds",  "rtfx"};
     CHECK_EQ_INT(cJSON_GetArraySize(s), 12);
     for (int k = 0; k < 12; k++)
         CHECKF(cJSON_GetObjectItem(s, keys[k]) != NULL, "missing %s", keys[k]);

@@ -260,7 +260,8 @@ TEST(cli_transcribe_vad_errors)
              test_hark_bin(), W, V, wav);
     CHECK_EQ_INT(run_cmd(t, cmd, &out), 2);
     free(out);
-    snprintf(cmd, sizeof cmd, "'%s' transcribe --model '%s' --vad '%s' --url http://127.0.0.1:1 '%s'",
+    snprintf(cmd, sizeof cmd,
+             "'%s' transcribe --model '%s' --vad '%s' --url http://127.0.0.1:1 '%s'",
              test_hark_bin(), W, V, wav);
     CHECK_EQ_INT(run_cmd(t, cmd, &out), 2);
     free(out);

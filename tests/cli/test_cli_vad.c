@@ -264,8 +264,8 @@ TEST(cli_vad_errors)
     CHECK_EQ_INT(run_cmd(t, cmd, &out), 2);
     free(out);
     if (!test_have_gpu()) { /* a GPU that is not there: a clear error before any output */
-        snprintf(cmd, sizeof cmd, "'%s' vad --model '%s' --device cuda:0 '%s'", test_hark_bin(),
-                 m, wav);
+        snprintf(cmd, sizeof cmd, "'%s' vad --model '%s' --device cuda:0 '%s'", test_hark_bin(), m,
+                 wav);
         CHECK_EQ_INT(run_cmd(t, cmd, &out), 1);
         CHECK(out && !*out);
         free(out);
@@ -305,7 +305,8 @@ GPU_TEST(cli_vad_gpu_matches_cpu)
             same = sa && sb && !strcmp(sa, sb);
             free(sa);
             free(sb);
-            const cJSON *pa = cJSON_GetObjectItem(a, "probs"), *pb = cJSON_GetObjectItem(b, "probs");
+            const cJSON *pa = cJSON_GetObjectItem(a, "probs"),
+                        *pb = cJSON_GetObjectItem(b, "probs");
             same = same && cJSON_GetArraySize(pa) == cJSON_GetArraySize(pb);
             for (int k = 0; same && k < cJSON_GetArraySize(pa); k++) {
                 double d = fabs(cJSON_GetArrayItem(pa, k)->valuedouble -
@@ -315,8 +316,8 @@ GPU_TEST(cli_vad_gpu_matches_cpu)
         }
         cJSON_Delete(c);
         cJSON_Delete(g);
-        fprintf(stderr, "hark vad --device cuda:0 at %s Hz: %d files, max |gpu - cpu| %.3g\n",
-                rate, n, worst);
+        fprintf(stderr, "hark vad --device cuda:0 at %s Hz: %d files, max |gpu - cpu| %.3g\n", rate,
+                n, worst);
         CHECK(same);
         CHECK(worst <= 1e-5);
     }

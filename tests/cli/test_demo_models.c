@@ -32,8 +32,7 @@ TEST(demo_recogniser_exact_text_on_bundled_examples)
         /* stdout's 'FILE TEXT' line, beside the note on stderr naming the demo recogniser */
         snprintf(want, sizeof want, EX "/%s.wav %s\n", key, ref);
         const char *hit = strstr(out, want);
-        CHECKF(hit && (hit == out || hit[-1] == '\n'), "%s: expected '%s' in:\n%s", key, ref,
-               out);
+        CHECKF(hit && (hit == out || hit[-1] == '\n'), "%s: expected '%s' in:\n%s", key, ref, out);
         CHECKF(strstr(out, "bundled demo recogniser") != NULL, "no note: '%s'", out);
         n++;
     }

@@ -29,12 +29,14 @@ TEST(fbank_matches_wenet_golden)
     double worst = 0, worst_cmvn = 0;
     for (int u = 0; u < 5; u++) {
         char path[1024];
-        snprintf(path, sizeof path, "%s/goldens/%s/waveform.npy", test_shared(GOLDEN), golden_utts[u]);
+        snprintf(path, sizeof path, "%s/goldens/%s/waveform.npy", test_shared(GOLDEN),
+                 golden_utts[u]);
         npy_array_t wav, ref, ref_cmvn;
         CHECK_OK(npy_load_f32(path, &wav));
         snprintf(path, sizeof path, "%s/goldens/%s/fbank.npy", test_shared(GOLDEN), golden_utts[u]);
         CHECK_OK(npy_load_f32(path, &ref));
-        snprintf(path, sizeof path, "%s/goldens/%s/feats_cmvn.npy", test_shared(GOLDEN), golden_utts[u]);
+        snprintf(path, sizeof path, "%s/goldens/%s/feats_cmvn.npy", test_shared(GOLDEN),
+                 golden_utts[u]);
         CHECK_OK(npy_load_f32(path, &ref_cmvn));
         float *x = wav.data;
         for (size_t i = 0; i < wav.count; i++)
@@ -93,7 +95,8 @@ TEST(cmvn_rejects_bad_json)
     const char *t3 = "{\"mean_stat\": [2, 4], \"var_stat\": [8, 20], \"frame_num\": 2}";
     CHECK_OK(cmvn_parse_json(t3, strlen(t3), "x", &c, &e));
     CHECK(c.mean[0] == 1.0f && c.mean[1] == 2.0f);
-    CHECK(fabsf(c.istd[0] - 1.0f / sqrtf(3.0f)) < 1e-6f && fabsf(c.istd[1] - 1.0f / sqrtf(6.0f)) < 1e-6f);
+    CHECK(fabsf(c.istd[0] - 1.0f / sqrtf(3.0f)) < 1e-6f &&
+          fabsf(c.istd[1] - 1.0f / sqrtf(6.0f)) < 1e-6f);
     cmvn_free(&c);
     CHECK_EQ_INT(cmvn_load_json("/nonexistent", &c, &e), HARK_ERR_IO);
 }
@@ -208,8 +211,9 @@ static double compare_with_reference(test_ctx_t *t, feat_kind_t kind, const char
             e = test_max_abs_diff(f, ref.data, (size_t)T * (size_t)feat_dim(p));
         free(f);
     } else {
-        printf("    shape mismatch: reference (%lld, %lld), hark (%d, %d)\n", (long long)ref.shape[0],
-               ref.ndim > 1 ? (long long)ref.shape[1] : -1LL, T, feat_dim(p));
+        printf("    shape mismatch: reference (%lld, %lld), hark (%d, %d)\n",
+               (long long)ref.shape[0], ref.ndim > 1 ? (long long)ref.shape[1] : -1LL, T,
+               feat_dim(p));
     }
     npy_free(&ref);
     feat_plan_destroy(p);
@@ -231,7 +235,8 @@ static void reference_case(test_ctx_t *t, feat_kind_t kind, const char *extra, i
     for (int c = 0; c < 3; c++) {
         int T = 0;
         double e = compare_with_reference(t, kind, extra, a.samples, lens[c], &T);
-        printf("    %s %s: n=%zu T=%d max abs error %.3g\n", feat_kind_name(kind), extra, lens[c], T, e);
+        printf("    %s %s: n=%zu T=%d max abs error %.3g\n", feat_kind_name(kind), extra, lens[c],
+               T, e);
         double lim = c == 0 ? tol : tol_short;
         CHECKF(e >= 0 && e <= lim, "%s %s n=%zu: max abs error %.3g > %.1g", feat_kind_name(kind),
                extra, lens[c], e, lim);

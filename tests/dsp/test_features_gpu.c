@@ -32,8 +32,9 @@ static void gpu_vs_cpu(test_ctx_t *t, feat_kind_t kind, feat_tts_variant_t varia
     int have_real = jfk && audio_decode_file(jfk, &ao, &a, NULL) == HARK_OK && a.n > 40000;
     for (int b = 0; b < B; b++)
         for (int i = 0; i < lens[b]; i++)
-            pcm[(size_t)b * stride + i] = have_real ? a.samples[i + 1000 * b]
-                                                    : 0.3f * sinf(1e-4f * i * i) + 0.01f * test_randf(&seed);
+            pcm[(size_t)b * stride + i] =
+                have_real ? a.samples[i + 1000 * b]
+                          : 0.3f * sinf(1e-4f * i * i) + 0.01f * test_randf(&seed);
     for (size_t i = 0; i < (size_t)B * stride; i++) /* garbage beyond each length */
         if ((long)(i % stride) >= lens[i / stride])
             pcm[i] = 1e6f;
@@ -49,18 +50,21 @@ static void gpu_vs_cpu(test_ctx_t *t, feat_kind_t kind, feat_tts_variant_t varia
     CHECK(cudaMalloc((void **)&d_out, sizeof(float) * B * t_max * D) == cudaSuccess);
     CHECK(cudaMalloc((void **)&d_lens, sizeof(int) * B) == cudaSuccess);
     CHECK(cudaMalloc((void **)&d_frames, sizeof(int) * B) == cudaSuccess);
-    CHECK(cudaMemcpy(d_pcm, pcm, sizeof(float) * B * stride, cudaMemcpyHostToDevice) == cudaSuccess);
+    CHECK(cudaMemcpy(d_pcm, pcm, sizeof(float) * B * stride, cudaMemcpyHostToDevice) ==
+          cudaSuccess);
     CHECK(cudaMemcpy(d_lens, lens, sizeof(int) * B, cudaMemcpyHostToDevice) == cudaSuccess);
     CHECK(cudaMemset(d_out, 0x7f, sizeof(float) * B * t_max * D) == cudaSuccess); /* poison */
     feat_gpu_t *g;
     hark_err_t e = {0};
     CHECKF(feat_gpu_create(p, &g, &e) == HARK_OK, "%s", e.msg);
-    CHECKF(feat_gpu_compute(g, d_out, d_frames, d_pcm, stride, d_lens, B, t_max, NULL, &e) == HARK_OK,
+    CHECKF(feat_gpu_compute(g, d_out, d_frames, d_pcm, stride, d_lens, B, t_max, NULL, &e) ==
+               HARK_OK,
            "%s", e.msg);
     CHECK(cudaDeviceSynchronize() == cudaSuccess);
     float *out = malloc(sizeof(float) * B * t_max * D);
     int frames[B];
-    CHECK(cudaMemcpy(out, d_out, sizeof(float) * B * t_max * D, cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(cudaMemcpy(out, d_out, sizeof(float) * B * t_max * D, cudaMemcpyDeviceToHost) ==
+          cudaSuccess);
     CHECK(cudaMemcpy(frames, d_frames, sizeof(int) * B, cudaMemcpyDeviceToHost) == cudaSuccess);
     double worst = 0;
     for (int b = 0; b < B; b++) {
@@ -74,8 +78,8 @@ static void gpu_vs_cpu(test_ctx_t *t, feat_kind_t kind, feat_tts_variant_t varia
         for (size_t i = (size_t)T * D; i < (size_t)t_max * D; i++)
             CHECKF(out[(size_t)b * t_max * D + i] == 0.0f, "item %d: pad not zeroed", b);
         free(ref);
-        CHECKF(err <= tol, "%s item %d (n=%d): gpu vs cpu max abs %.3g > %.1g", feat_kind_name(kind), b,
-               lens[b], err, tol);
+        CHECKF(err <= tol, "%s item %d (n=%d): gpu vs cpu max abs %.3g > %.1g",
+               feat_kind_name(kind), b, lens[b], err, tol);
     }
     printf("    %s: gpu vs cpu max abs error %.3g (%s input)\n", feat_kind_name(kind), worst,
            have_real ? "speech" : "synthetic");

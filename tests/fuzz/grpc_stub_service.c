@@ -160,9 +160,7 @@ int service_shm_status(server_t *s, const char *name, char **json, hark_err_t *e
     *json = dup("[{\"name\":\"r\",\"key\":\"/r\",\"offset\":0,\"byte_size\":64}]");
     return *json ? HARK_OK : err_set(err, HARK_ERR_NOMEM, "oom");
 }
-void service_shm_unregister(server_t *s, const char *name)
-{
-}
+void service_shm_unregister(server_t *s, const char *name) {}
 
 /* no restricted protocols here (access.c treats NULL as "everything open") */
 const struct access *server_access(const server_t *s)
@@ -183,6 +181,4 @@ uint64_t service_new_owner(void)
     return next++;
 }
 
-void service_abandon(server_t *s, uint64_t owner)
-{
-}
+void service_abandon(server_t *s, uint64_t owner) {}

@@ -94,12 +94,11 @@ TEST(st_roundtrip)
 TEST(st_get_f32_widens_16_bit)
 {
     /* F16: 1, -2, 65504 (max), 2^-24 (smallest subnormal), -0, inf; BF16: 1.5, -3.0e38ish */
-    static const char hdr[] =
-        "{\"h\":{\"dtype\":\"F16\",\"shape\":[2,3],\"data_offsets\":[0,12]},"
-        "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[12,16]},"
-        "\"i\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[16,24]}}";
+    static const char hdr[] = "{\"h\":{\"dtype\":\"F16\",\"shape\":[2,3],\"data_offsets\":[0,12]},"
+                              "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[12,16]},"
+                              "\"i\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[16,24]}}";
     unsigned char d[24] = {0x00, 0x3c, 0x00, 0xc0, 0xff, 0x7b, 0x01, 0x00, 0x00, 0x80, 0x00, 0x7c,
-                           0xc0, 0x3f, 0x61, 0xff, 1, 0, 0, 0, 0, 0, 0, 0};
+                           0xc0, 0x3f, 0x61, 0xff, 1,    0,    0,    0,    0,    0,    0,    0};
     const char *p = tmpfile_in(t, "half.safetensors");
     write_st(p, hdr, d, sizeof d, 0);
     safetensors_t *st = NULL;

@@ -313,7 +313,6 @@ TEST(http2_settings_and_protocol_error)
 
 /* ---- over a real socket and loop ------------------------------------------------------------ */
 
-
 static void *loop_main(void *p)
 {
     uv_run(p, UV_RUN_DEFAULT);

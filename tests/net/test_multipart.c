@@ -14,7 +14,8 @@ TEST(multipart_boundary_from_content_type)
     CHECK_OK(multipart_boundary("multipart/form-data; boundary=------------------------abc123", b,
                                 sizeof b, &e));
     CHECK(strcmp(b, "------------------------abc123") == 0);
-    CHECK_OK(multipart_boundary("multipart/form-data; charset=utf-8; boundary=\"q u\"", b, sizeof b, &e));
+    CHECK_OK(multipart_boundary("multipart/form-data; charset=utf-8; boundary=\"q u\"", b, sizeof b,
+                                &e));
     CHECK(strcmp(b, "q u") == 0);
     CHECK_EQ_INT(multipart_boundary("application/json", b, sizeof b, &e), HARK_ERR_INVALID_ARG);
     CHECK_EQ_INT(multipart_boundary("multipart/form-data", b, sizeof b, &e), HARK_ERR_INVALID_ARG);
@@ -24,17 +25,18 @@ TEST(multipart_boundary_from_content_type)
 TEST(multipart_parse_curl_style)
 {
     /* a file whose bytes contain CR LF and "--XYZ" not at a line start, and a text field */
-    static const char body[] = "--XYZ\r\n"
-                               "Content-Disposition: form-data; name=\"file\"; filename=\"a b.wav\"\r\n"
-                               "Content-Type: audio/wav\r\n\r\n"
-                               "RIFF\r\n--XY\0Z--XYZ tail\r\n"
-                               "--XYZ\r\n"
-                               "Content-Disposition: form-data; name=model\r\n\r\n"
-                               "whisper-1\r\n"
-                               "--XYZ\r\n"
-                               "content-disposition: form-data; name=\"response_format\"\r\n\r\n"
-                               "\r\n"
-                               "--XYZ--\r\n";
+    static const char body[] =
+        "--XYZ\r\n"
+        "Content-Disposition: form-data; name=\"file\"; filename=\"a b.wav\"\r\n"
+        "Content-Type: audio/wav\r\n\r\n"
+        "RIFF\r\n--XY\0Z--XYZ tail\r\n"
+        "--XYZ\r\n"
+        "Content-Disposition: form-data; name=model\r\n\r\n"
+        "whisper-1\r\n"
+        "--XYZ\r\n"
+        "content-disposition: form-data; name=\"response_format\"\r\n\r\n"
+        "\r\n"
+        "--XYZ--\r\n";
     multipart_t m;
     hark_err_t e = {0};
     CHECKF(multipart_parse(body, sizeof body - 1, "XYZ", &m, &e) == HARK_OK, "%s", e.msg);

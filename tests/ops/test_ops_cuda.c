@@ -1876,7 +1876,7 @@ GPU_TEST(cuda_chunk_kernels_match_ref)
 {
     unsigned seed = 77;
     chunk_meta_t hm = {CK_N, CK_ROWS, ck_slot, ck_row0, ck_pos0, ck_ctx, ck_fresh, ck_chunk};
-    int *dmi[6] = {ck_upload(ck_slot, CK_N), ck_upload(ck_row0, CK_N + 1),
+    int *dmi[6] = {ck_upload(ck_slot, CK_N),  ck_upload(ck_row0, CK_N + 1),
                    ck_upload(ck_pos0, CK_N),  ck_upload(ck_ctx, CK_N),
                    ck_upload(ck_fresh, CK_N), ck_upload(ck_chunk, CK_ROWS)};
     CHECK(dmi[0] && dmi[1] && dmi[2] && dmi[3] && dmi[4] && dmi[5]);
@@ -1887,7 +1887,8 @@ GPU_TEST(cuda_chunk_kernels_match_ref)
         /* embedding rows */
         {
             float *a = hrand((size_t)CK_N * CK_TPAD * D, &seed, 1.0f);
-            float *bias = hrand((size_t)D, &seed, 1.0f), *pe = hrand((size_t)CK_MAXLEN * D, &seed, 1.0f);
+            float *bias = hrand((size_t)D, &seed, 1.0f),
+                  *pe = hrand((size_t)CK_MAXLEN * D, &seed, 1.0f);
             float *ref = hark_malloc(sizeof(float) * CK_ROWS * D);
             for (int withpe = 0; withpe < 2; withpe++) {
                 chunk_embed_ref(ref, a, CK_TPAD, bias, 2.5f, withpe ? pe : NULL, &hm, D);
@@ -1908,11 +1909,13 @@ GPU_TEST(cuda_chunk_kernels_match_ref)
         size_t pool = (size_t)CK_SLOTS * 2 * CK_CAP * D; /* (slots, L = 2, cap, D): layer 1 */
         long long ss = 2LL * CK_CAP * D;
         float *kc = hrand(pool, &seed, 1.0f), *vc = hrand(pool, &seed, 1.0f);
-        float *qkv = hrand((size_t)CK_ROWS * ld, &seed, 1.0f), *bqkv = hrand((size_t)3 * D, &seed, 0.5f);
+        float *qkv = hrand((size_t)CK_ROWS * ld, &seed, 1.0f),
+              *bqkv = hrand((size_t)3 * D, &seed, 0.5f);
         float *pt = hrand((size_t)CK_MAXLEN * D, &seed, 1.0f);
         float *bu = hrand((size_t)D, &seed, 0.5f), *bv = hrand((size_t)D, &seed, 0.5f);
         float *dkc = dup_to(kc, pool, OPS_F32), *dvc = dup_to(vc, pool, OPS_F32);
-        float *dq = dup_to(qkv, (size_t)CK_ROWS * ld, OPS_F32), *db = dup_to(bqkv, (size_t)3 * D, OPS_F32);
+        float *dq = dup_to(qkv, (size_t)CK_ROWS * ld, OPS_F32),
+              *db = dup_to(bqkv, (size_t)3 * D, OPS_F32);
         float *dpt = dup_to(pt, (size_t)CK_MAXLEN * D, OPS_F32);
         float *dbu = dup_to(bu, (size_t)D, OPS_F32), *dbv = dup_to(bv, (size_t)D, OPS_F32);
         size_t l1 = (size_t)CK_CAP * D;
@@ -1974,7 +1977,8 @@ GPU_TEST(cuda_chunk_kernels_match_ref)
         CHECK_ERR(e, TOL32, gd, "chunk_dwconv k %d pad %d cached %d rel %g", K, pad, cached, e);
         e = out_err(dcache, OPS_F32, cache, cs, &gd);
         CHECK_ERR(e, 0.0, gd, "chunk_dwconv cache k %d rel %g", K, e);
-        cudaFree(din), cudaFree(dcache), cudaFree(dli), cudaFree(dw), cudaFree(dbias), cudaFree(dout);
+        cudaFree(din), cudaFree(dcache), cudaFree(dli), cudaFree(dw), cudaFree(dbias),
+            cudaFree(dout);
         hark_free(in), hark_free(cache), hark_free(li), hark_free(w), hark_free(b), hark_free(ref);
     }
     hark_err_t err = {0};

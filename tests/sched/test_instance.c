@@ -939,7 +939,8 @@ TEST(served_model_submit_many_is_one_request)
     served_model_stats(m, &st);
     CHECK(st.pending == 1 && st.pending_items == 3);
     CHECK_EQ_INT(served_model_submit_many(m, pb, 2, &err), HARK_ERR_AGAIN);
-    CHECKF(strstr(err.msg, "Exceeds maximum queue size") && strstr(err.msg, "1 requests"), "%s", err.msg);
+    CHECKF(strstr(err.msg, "Exceeds maximum queue size") && strstr(err.msg, "1 requests"), "%s",
+           err.msg);
     b[1].req.fi.n = 1000 * 11; /* too long: refused before the queue is looked at */
     CHECK_EQ_INT(served_model_submit_many(m, pb, 2, &err), HARK_ERR_TOO_LARGE);
     served_model_stats(m, &st);

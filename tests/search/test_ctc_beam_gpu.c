@@ -58,8 +58,8 @@ static void fill_logp(float *lp, int T, int V, int blank, int kind, unsigned *se
 
 /* 1 when the GPU's n-best of utterance b equals the CPU's (tokens, times exact; scores to 1e-9
  * relative); reports the first difference. */
-static int same_as_cpu(test_ctx_t *t, const ctc_beam_gpu_t *g, int b, const float *lp, int T,
-                       int V, int beam, int blank, const char *what)
+static int same_as_cpu(test_ctx_t *t, const ctc_beam_gpu_t *g, int b, const float *lp, int T, int V,
+                       int beam, int blank, const char *what)
 {
     ctc_nbest_t ref, got;
     hark_err_t err = {0};
@@ -83,9 +83,10 @@ static int same_as_cpu(test_ctx_t *t, const ctc_beam_gpu_t *g, int b, const floa
             memcmp(got.times[i], ref.times[i], sizeof(int) * L) ||
             !(fabs(got.scores[i] - ref.scores[i]) <= tol ||
               (isinf(ref.scores[i]) && got.scores[i] == ref.scores[i]))) {
-            test_fail(t, __FILE__, __LINE__,
-                      "%s utt %d (T %d, V %d, beam %d): hypothesis %d: len %d/%d, score %.17g/%.17g",
-                      what, b, T, V, beam, i, got.lens[i], L, got.scores[i], ref.scores[i]);
+            test_fail(
+                t, __FILE__, __LINE__,
+                "%s utt %d (T %d, V %d, beam %d): hypothesis %d: len %d/%d, score %.17g/%.17g",
+                what, b, T, V, beam, i, got.lens[i], L, got.scores[i], ref.scores[i]);
             ok = 0;
         }
     }
@@ -98,9 +99,9 @@ GPU_TEST(gpu_ctc_beam_matches_cpu)
 {
     /* V, beam, blank, max T, log-prob kind */
     static const int cases[][5] = {
-        {1, 3, 0, 9, LP_RANDOM},     {2, 1, 1, 40, LP_PEAKED},   {5, 4, 0, 61, LP_PEAKED},
-        {5, 10, 4, 77, LP_TIED},     {37, 10, 0, 130, LP_RANDOM}, {37, 7, 3, 129, LP_PEAKED},
-        {37, 32, 0, 50, LP_PEAKED},  {300, 32, 299, 45, LP_TIED}, {5002, 10, 0, 250, LP_PEAKED},
+        {1, 3, 0, 9, LP_RANDOM},      {2, 1, 1, 40, LP_PEAKED},    {5, 4, 0, 61, LP_PEAKED},
+        {5, 10, 4, 77, LP_TIED},      {37, 10, 0, 130, LP_RANDOM}, {37, 7, 3, 129, LP_PEAKED},
+        {37, 32, 0, 50, LP_PEAKED},   {300, 32, 299, 45, LP_TIED}, {5002, 10, 0, 250, LP_PEAKED},
         {5002, 16, 0, 97, LP_RANDOM}, {33, 31, 0, 64, LP_TIED},
     };
     unsigned seed = 11;
@@ -123,7 +124,8 @@ GPU_TEST(gpu_ctc_beam_matches_cpu)
         hark_err_t err = {0};
         CHECKF(ctc_beam_gpu_create(B + 2, tmax + 5, V, beam, blank, &g, &err) == HARK_OK, "%s",
                err.msg);
-        CHECKF(ctc_beam_gpu_run(g, d_lp, lens, B, tmax, beam, NULL, &err) == HARK_OK, "%s", err.msg);
+        CHECKF(ctc_beam_gpu_run(g, d_lp, lens, B, tmax, beam, NULL, &err) == HARK_OK, "%s",
+               err.msg);
         CHECK(cudaDeviceSynchronize() == cudaSuccess);
         char what[64];
         snprintf(what, sizeof what, "case %zu", c);

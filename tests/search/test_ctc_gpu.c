@@ -38,13 +38,15 @@ GPU_TEST(gpu_ctc_argmax_matches_ref)
         ctc_argmax_ref(ref, x, rows, V);
         CHECK(cudaMalloc((void **)&d_x, sizeof(float) * (size_t)rows * V) == cudaSuccess);
         CHECK(cudaMalloc((void **)&d_out, sizeof(int) * rows) == cudaSuccess);
-        CHECK(cudaMemcpy(d_x, x, sizeof(float) * (size_t)rows * V, cudaMemcpyHostToDevice) == cudaSuccess);
+        CHECK(cudaMemcpy(d_x, x, sizeof(float) * (size_t)rows * V, cudaMemcpyHostToDevice) ==
+              cudaSuccess);
         CHECK(cudaMemset(d_out, 0xff, sizeof(int) * rows) == cudaSuccess);
         hark_err_t e = {0};
         CHECK_OK(cuda_ctc_log_softmax_argmax(d_out, NULL, NULL, d_x, NULL, 0, rows, V, NULL, &e));
         CHECK(cudaMemcpy(got, d_out, sizeof(int) * rows, cudaMemcpyDeviceToHost) == cudaSuccess);
         for (int r = 0; r < rows; r++)
-            CHECKF(got[r] == ref[r], "rows %d V %d: row %d gpu %d ref %d", rows, V, r, got[r], ref[r]);
+            CHECKF(got[r] == ref[r], "rows %d V %d: row %d gpu %d ref %d", rows, V, r, got[r],
+                   ref[r]);
         cudaFree(d_x);
         cudaFree(d_out);
         free(x);

@@ -38,8 +38,8 @@ const char *golden_jasper_model_dir(char *why, size_t nwhy)
     snprintf(ckpt, sizeof ckpt, "%s/" GOLDEN_JASPER_CKPT, gdir);
     snprintf(args, sizeof args, "--checkpoint '%s' --config '%s/" GOLDEN_JASPER_YAML "'", ckpt,
              gdir);
-    return golden_convert_cached("jasper_j1", "convert_jasper.py", ckpt, args, dir, sizeof dir,
-                                 why, nwhy);
+    return golden_convert_cached("jasper_j1", "convert_jasper.py", ckpt, args, dir, sizeof dir, why,
+                                 nwhy);
 }
 
 int golden_jasper_npy(npy_array_t *a, const char *sub, const char *file)

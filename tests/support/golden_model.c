@@ -55,8 +55,7 @@ const char *golden_wenet_model_dir(char *why, size_t nwhy)
 }
 
 const char *golden_convert_cached(const char *tag, const char *converter, const char *ckpt,
-                                  const char *args, char *dir, size_t ndir, char *why,
-                                  size_t nwhy)
+                                  const char *args, char *dir, size_t ndir, char *why, size_t nwhy)
 {
     /* $HARK_GOLDEN_CONVERTED/<tag>: conversions prepared elsewhere (the GPU machine has no
      * /usr/bin/python3 with torch; tools/device_carry.sh packs this machine's). */
@@ -101,8 +100,8 @@ const char *golden_convert_cached(const char *tag, const char *converter, const 
         return NULL;
     }
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' %s --output '%s/m' >'%s/log' 2>&1", conv,
-             args, tmp, tmp);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' %s --output '%s/m' >'%s/log' 2>&1", conv, args,
+             tmp, tmp);
     if (system(cmd) != 0) {
         snprintf(why, nwhy, "%s failed (log in %s/log)", converter, tmp);
         return NULL;

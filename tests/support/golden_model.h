@@ -22,8 +22,7 @@ const char *golden_wenet_model_dir(char *why, size_t nwhy);
  * dir, or NULL with a reason in why (the converter, the checkpoint or python3 with torch, yaml
  * and numpy missing, or the conversion failed: its log is named). */
 const char *golden_convert_cached(const char *tag, const char *converter, const char *ckpt,
-                                  const char *args, char *dir, size_t ndir, char *why,
-                                  size_t nwhy);
+                                  const char *args, char *dir, size_t ndir, char *why, size_t nwhy);
 
 struct cJSON;
 struct safetensors;

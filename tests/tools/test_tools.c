@@ -1,6 +1,7 @@
-/* Tests for the set-up and build tooling (issue 23): the tools/ Python programs runnable as the docs call them,
- * tools/install-deps.sh's package sets, the Makefile's format-check, bench/conformer.sh and
- * bench/fuzz.sh refusing clearly what they cannot do. Run from the repository root. */
+/* Tests for the set-up and build tooling (issue 23): the tools/ Python programs runnable as the
+ * docs call them, tools/install-deps.sh's package sets, the Makefile's format-check,
+ * bench/conformer.sh and bench/fuzz.sh refusing clearly what they cannot do. Run from the
+ * repository root. */
 #include "test.h"
 
 #include <dirent.h>
@@ -38,8 +39,8 @@ TEST(tools_python_scripts_executable)
         int ok = stat(path, &st) == 0 && (st.st_mode & S_IXUSR) && (st.st_mode & S_IXOTH) &&
                  !strcmp(first, "#!/usr/bin/env python3\n");
         if (!ok)
-            nb += (size_t)snprintf(bad + nb, nb < sizeof bad ? sizeof bad - nb : 0, " %s",
-                                   e->d_name);
+            nb +=
+                (size_t)snprintf(bad + nb, nb < sizeof bad ? sizeof bad - nb : 0, " %s", e->d_name);
         /* and it loads pyneed before anything outside the standard library */
         char cmd[1024], out[256];
         snprintf(cmd, sizeof cmd, "grep -q '^import pyneed' %s", path);
@@ -116,12 +117,11 @@ TEST(install_deps_sets)
     CHECK(test_run_cmd(t, "bash tools/install-deps.sh --print", def, sizeof def) == 0);
     CHECKF(!strcmp(dv, def), "default is not --dev:\n%s", def);
     static const char *const not_runtime[] = {"-dev\n", "build-essential", "python3", "torch",
-                                              "clang", "cppcheck", "chromium"};
+                                              "clang",  "cppcheck",        "chromium"};
     for (size_t i = 0; i < sizeof not_runtime / sizeof not_runtime[0]; i++)
         CHECKF(!strstr(rt, not_runtime[i]), "--runtime has %s:\n%s", not_runtime[i], rt);
     CHECKF(strstr(bd, "build-essential\n") && strstr(bd, "libuv1-dev\n") &&
-               strstr(bd, "protobuf-c-compiler\n") && !strstr(bd, "torch") &&
-               !strstr(bd, "clang"),
+               strstr(bd, "protobuf-c-compiler\n") && !strstr(bd, "torch") && !strstr(bd, "clang"),
            "%s", bd);
     CHECKF(strstr(dv, "python3-torch\n") && strstr(dv, "clang-format\n") &&
                strstr(dv, "cppcheck\n") && strstr(dv, "chromium\n") &&
@@ -146,8 +146,9 @@ TEST(install_deps_sets)
     }
     /* the names exist in the archive (when apt's lists are there to tell) */
     if (access("/usr/bin/apt-cache", X_OK) == 0) {
-        snprintf(cmd, sizeof cmd, "apt-cache show --no-all-versions "
-                                  "$(bash tools/install-deps.sh --print) >/dev/null");
+        snprintf(cmd, sizeof cmd,
+                 "apt-cache show --no-all-versions "
+                 "$(bash tools/install-deps.sh --print) >/dev/null");
         int st = test_run_cmd(t, cmd, def, sizeof def);
         CHECKF(st == 0 && !strstr(def, "Unable to locate"), "exit %d: %s", st, def);
     }
@@ -155,14 +156,16 @@ TEST(install_deps_sets)
      * apt-get itself, with sudo otherwise: README's command works verbatim either way) */
     if (geteuid() == 0 && access("/usr/bin/setpriv", X_OK) == 0 &&
         test_run_cmd(t, "command -v sudo", def, sizeof def) != 0) {
-        int st = test_run_cmd(t, "setpriv --reuid=65534 --regid=65534 --clear-groups bash "
-                                 "tools/install-deps.sh --runtime",
+        int st = test_run_cmd(t,
+                              "setpriv --reuid=65534 --regid=65534 --clear-groups bash "
+                              "tools/install-deps.sh --runtime",
                               def, sizeof def);
-        CHECKF(st == 1 && strstr(def, "not root and sudo is absent: run it as root"),
-               "exit %d: %s", st, def);
+        CHECKF(st == 1 && strstr(def, "not root and sudo is absent: run it as root"), "exit %d: %s",
+               st, def);
     }
     int rc = test_run_cmd(t, "bash tools/install-deps.sh --gpu", def, sizeof def);
-    CHECKF(rc == 2 && strstr(def, "unknown option '--gpu'") && strstr(def, "--runtime|--build|--dev"),
+    CHECKF(rc == 2 && strstr(def, "unknown option '--gpu'") &&
+               strstr(def, "--runtime|--build|--dev"),
            "exit %d: %s", rc, def);
 }
 

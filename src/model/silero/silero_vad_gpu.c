@@ -91,8 +91,8 @@ int silero_vad_gpu_create(const silero_rate_t *r, int device, silero_vad_gpu_t *
     g->device = device;
     layout_t l = {.r = r};
     size_t bytes = 0;
-    int rc = weight_stage_upload(fill, &l, OPS_F32, &g->wblk, &g->fblk, &bytes, NULL,
-                                 "silero VAD", err);
+    int rc =
+        weight_stage_upload(fill, &l, OPS_F32, &g->wblk, &g->fblk, &bytes, NULL, "silero VAD", err);
     if (rc != HARK_OK) {
         silero_vad_gpu_destroy(g);
         return rc;
@@ -166,8 +166,8 @@ static size_t al(size_t b)
     return (b + 255) & ~(size_t)255;
 }
 
-int silero_vad_gpu_probs(silero_vad_gpu_t *g, const float *const *pcm, const size_t *n,
-                         int n_files, float *const *probs, hark_err_t *err)
+int silero_vad_gpu_probs(silero_vad_gpu_t *g, const float *const *pcm, const size_t *n, int n_files,
+                         float *const *probs, hark_err_t *err)
 {
     if (n_files <= 0)
         return HARK_OK;
@@ -220,8 +220,8 @@ int silero_vad_gpu_probs(silero_vad_gpu_t *g, const float *const *pcm, const siz
         h_n[k] = (long long)n[f];
         h_po[k] = (long long)op;
         h_nw[k] = (int)ord[k].n_win;
-        if (n[f] && (e = cudaMemcpy(d_x + ox, pcm[f], n[f] * 4, cudaMemcpyHostToDevice)) !=
-                        cudaSuccess)
+        if (n[f] &&
+            (e = cudaMemcpy(d_x + ox, pcm[f], n[f] * 4, cudaMemcpyHostToDevice)) != cudaSuccess)
             goto cuda_fail;
         ox += n[f];
         op += (size_t)ord[k].n_win;
@@ -250,8 +250,8 @@ done:
 struct silero_vad_gpu_batch {
     silero_vad_gpu_t *g;
     int max_streams, max_windows;
-    void *dev;              /* x, probs, state, x_off / n_samples / p_off, n_win */
-    void *host;             /* the same but the state, page-locked */
+    void *dev;  /* x, probs, state, x_off / n_samples / p_off, n_win */
+    void *host; /* the same but the state, page-locked */
     size_t b_x, b_p, b_o, b_w, b_st;
 };
 
@@ -283,8 +283,8 @@ int silero_vad_gpu_batch_create(silero_vad_gpu_t *g, int max_streams, int max_wi
         e = cudaMemset((char *)b->dev + host, 0, b->b_st);
     if (e != cudaSuccess) {
         silero_vad_gpu_batch_destroy(b);
-        return err_set(err, HARK_ERR_CUDA, "cuda: silero VAD batch of %d streams: %s",
-                       max_streams, cudaGetErrorString(e));
+        return err_set(err, HARK_ERR_CUDA, "cuda: silero VAD batch of %d streams: %s", max_streams,
+                       cudaGetErrorString(e));
     }
     *out = b;
     return HARK_OK;
@@ -323,8 +323,8 @@ int silero_vad_gpu_batch_run(silero_vad_gpu_batch_t *b, const int *n_win, int n,
     long long most = 0;
     for (int s = 0; s < n; s++) {
         if (n_win[s] < 0 || n_win[s] > MW)
-            return err_set(err, HARK_ERR_INVALID_ARG, "silero VAD batch: %d windows of at most %lld",
-                           n_win[s], MW);
+            return err_set(err, HARK_ERR_INVALID_ARG,
+                           "silero VAD batch: %d windows of at most %lld", n_win[s], MW);
         xo[s] = s * MW * W;
         ns[s] = n_win[s] * W;
         po[s] = s * MW;
@@ -343,14 +343,14 @@ int silero_vad_gpu_batch_run(silero_vad_gpu_batch_t *b, const int *n_win, int n,
     char *dm = d + b->b_x + b->b_p;
     int rc = cuda_silero_vad((float *)(d + b->b_x), (float *)(dm + meta), (const float *)d,
                              (const long long *)dm, (const long long *)(dm + b->b_o),
-                             (const long long *)(dm + 2 * b->b_o),
-                             (const int *)(dm + 3 * b->b_o), n, &b->g->net, NULL, err);
+                             (const long long *)(dm + 2 * b->b_o), (const int *)(dm + 3 * b->b_o),
+                             n, &b->g->net, NULL, err);
     if (rc != HARK_OK)
         return rc;
     e = cudaMemcpy(h + b->b_x, d + b->b_x, (size_t)n * (size_t)MW * 4, cudaMemcpyDeviceToHost);
-    return e == cudaSuccess ? HARK_OK
-                            : err_set(err, HARK_ERR_CUDA, "cuda: silero VAD batch: %s",
-                                      cudaGetErrorString(e));
+    return e == cudaSuccess
+               ? HARK_OK
+               : err_set(err, HARK_ERR_CUDA, "cuda: silero VAD batch: %s", cudaGetErrorString(e));
 }
 
 #else /* no CUDA */
@@ -375,8 +375,8 @@ const silero_gpu_net_t *silero_vad_gpu_net(const silero_vad_gpu_t *g)
     return NULL;
 }
 
-int silero_vad_gpu_probs(silero_vad_gpu_t *g, const float *const *pcm, const size_t *n,
-                         int n_files, float *const *probs, hark_err_t *err)
+int silero_vad_gpu_probs(silero_vad_gpu_t *g, const float *const *pcm, const size_t *n, int n_files,
+                         float *const *probs, hark_err_t *err)
 {
     (void)g;
     (void)pcm;

@@ -52,14 +52,14 @@ __global__ void __launch_bounds__(SILERO_GPU_THREADS)
     const int s0 = blockIdx.x * S, ns = min(S, n_streams - s0);
     const int ctxn = net.context, Lp = ctxn + net.window + net.pad;
     const int T = net.frames, nb = net.n_bins, nf = net.n_fft;
-    const int sf = 2 * H + ctxn;              /* state floats per stream */
-    const int per = net.r1 + net.r2 + sf;     /* shared floats per stream */
+    const int sf = 2 * H + ctxn;          /* state floats per stream */
+    const int per = net.r1 + net.r2 + sf; /* shared floats per stream */
     __shared__ int nw_s[S];
     __shared__ long long n_s[S];
     __shared__ const float *x_s[S];
-#define R1(s) (sm + (s) * per)
-#define R2(s) (sm + (s) * per + net.r1)
-#define ST(s) (sm + (s) * per + net.r1 + net.r2) /* h (H), c (H), context */
+#define R1(s) (sm + (s)*per)
+#define R2(s) (sm + (s)*per + net.r1)
+#define ST(s) (sm + (s)*per + net.r1 + net.r2) /* h (H), c (H), context */
 
     if (tid < S) {
         int s = s0 + tid;
@@ -207,9 +207,9 @@ __global__ void __launch_bounds__(SILERO_GPU_THREADS)
 }
 
 extern "C" int cuda_silero_vad(float *prob, float *state, const float *x, const long long *x_off,
-                               const long long *n_samples, const long long *p_off,
-                               const int *n_win, int n_streams, const silero_gpu_net_t *net,
-                               void *stream, hark_err_t *err)
+                               const long long *n_samples, const long long *p_off, const int *n_win,
+                               int n_streams, const silero_gpu_net_t *net, void *stream,
+                               hark_err_t *err)
 {
     if (n_streams <= 0)
         return HARK_OK;
@@ -226,6 +226,6 @@ extern "C" int cuda_silero_vad(float *prob, float *state, const float *x, const 
     }
     return e == cudaSuccess
                ? HARK_OK
-               : err_set(err, HARK_ERR_CUDA, "cuda: silero VAD kernel (%d streams): %s",
-                         n_streams, cudaGetErrorString(e));
+               : err_set(err, HARK_ERR_CUDA, "cuda: silero VAD kernel (%d streams): %s", n_streams,
+                         cudaGetErrorString(e));
 }

@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-#define SILERO_GPU_STREAMS 4   /* streams per thread block */
+#define SILERO_GPU_STREAMS 4 /* streams per thread block */
 #ifndef SILERO_GPU_THREADS
 #define SILERO_GPU_THREADS 512 /* threads per block: 16 warps, each a row at a time */
 #endif
@@ -40,11 +40,11 @@ extern "C" {
 typedef struct {
     int window, context, n_fft, hop, pad, frames, n_bins;
     int cin[SILERO_N_CONV], cout[SILERO_N_CONV], stride[SILERO_N_CONV];
-    const float *basis;                   /* (2 · n_bins, n_fft) */
-    const float *conv_w[SILERO_N_CONV];   /* (cout, 3, cin) */
-    const float *conv_b[SILERO_N_CONV];   /* (cout) */
+    const float *basis;                     /* (2 · n_bins, n_fft) */
+    const float *conv_w[SILERO_N_CONV];     /* (cout, 3, cin) */
+    const float *conv_b[SILERO_N_CONV];     /* (cout) */
     const float *w_ih, *w_hh, *b_ih, *b_hh; /* (4H, H), (4H, H), (4H), (4H) */
-    const float *out_w;                   /* (H) */
+    const float *out_w;                     /* (H) */
     float out_b;
     int r1, r2; /* floats of the two shared-memory work areas per stream (silero_vad_gpu.c) */
 } silero_gpu_net_t;
@@ -73,8 +73,8 @@ const silero_gpu_net_t *silero_vad_gpu_net(const silero_vad_gpu_t *g);
  * (silero_vad_n_windows floats, host memory), every file from a fresh state, all files in one
  * launch (longest first, so the streams of a block end together). HARK_ERR_CUDA,
  * HARK_ERR_NOMEM. */
-int silero_vad_gpu_probs(silero_vad_gpu_t *g, const float *const *pcm, const size_t *n,
-                         int n_files, float *const *probs, hark_err_t *err);
+int silero_vad_gpu_probs(silero_vad_gpu_t *g, const float *const *pcm, const size_t *n, int n_files,
+                         float *const *probs, hark_err_t *err);
 
 /* ---- streams run chunk by chunk ---------------------------------------------------------- */
 typedef struct silero_vad_gpu_batch silero_vad_gpu_batch_t;

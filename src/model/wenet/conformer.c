@@ -905,8 +905,7 @@ void conformer_stream_set_cache(conformer_stream_t *st, int cache_frames)
 
 int conformer_forward_chunks(conformer_state_t *s, conformer_stream_t *const *sts,
                              const conformer_opts_t *opts, float *enc, int *n_out,
-                             const float *const *feats, const int *frames, int n,
-                             hark_err_t *err)
+                             const float *const *feats, const int *frames, int n, hark_err_t *err)
 {
     const conformer_model_t *m = s->m;
     conformer_opts_t dflt = conformer_default_opts();

@@ -1,5 +1,6 @@
 /* conformer.h — WeNet U2/U2++ Conformer encoder and CTC head on the CPU (float32), the reference
- * the GPU path is checked against. Tests: tests/model/wenet/test_conformer.c (stage by stage against
+ * the GPU path is checked against. Tests: tests/model/wenet/test_conformer.c (stage by stage
+ * against
  * ../shared/data/golden/wenet_u2pp_conformer_small, and batch-vs-single invariance).
  *
  * Ownership. A conformer_model_t is immutable once created and may be shared by any number of
@@ -151,8 +152,7 @@ void conformer_stream_set_cache(conformer_stream_t *st, int cache_frames);
  * appear once. On error no stream has changed. */
 int conformer_forward_chunks(conformer_state_t *s, conformer_stream_t *const *sts,
                              const conformer_opts_t *opts, float *enc, int *n_out,
-                             const float *const *feats, const int *frames, int n,
-                             hark_err_t *err);
+                             const float *const *feats, const int *frames, int n, hark_err_t *err);
 
 /* The caches of `layer` for inspection (valid until the next call on the stream): k, v
  * (cache_t, D) with head h in columns h·dk; cnn (K-1, D) the conv module's last inputs, or NULL

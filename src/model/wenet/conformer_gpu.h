@@ -162,7 +162,7 @@ void conformer_gpu_chunks_destroy(conformer_gpu_chunks_t *p); /* accepts NULL */
 /* An empty history for slot; cache_frames: < 0 all of it, 0 none, > 0 the last n keys. */
 void conformer_gpu_chunks_reset(conformer_gpu_chunks_t *p, int slot, int cache_frames);
 int conformer_gpu_chunks_offset(const conformer_gpu_chunks_t *p, int slot); /* encoder frames */
-size_t conformer_gpu_chunks_bytes(const conformer_gpu_chunks_t *p); /* device memory held */
+size_t conformer_gpu_chunks_bytes(const conformer_gpu_chunks_t *p);         /* device memory held */
 /* slots (n) distinct; feats[b] (frames[b], input_dim) host; n_out (n) encoder rows per chunk (0:
  * too short, that stream unchanged). opts: skip_cmvn only. HARK_ERR_TOO_LARGE past max_frames,
  * the positional table or cap; HARK_ERR_CUDA. */

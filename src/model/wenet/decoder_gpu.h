@@ -4,8 +4,8 @@
  * ragged key runs (cuda_segment_attention: a candidate's own earlier rows, its utterance's encoder
  * frames), and only the log-probs of the scored tokens leave the output layer
  * (cuda_lse_gather). It computes what wenet_decoder_score computes, candidate by candidate.
- * Tests: tests/model/wenet/test_decoder_gpu.c (against decoder.c on the golden model and on synthetic
- * pre-/post-norm, transformer and bitransformer configurations).
+ * Tests: tests/model/wenet/test_decoder_gpu.c (against decoder.c on the golden model and on
+ * synthetic pre-/post-norm, transformer and bitransformer configurations).
  *
  * Ownership. A wenet_decoder_gpu_t holds the weights on the device, uploaded once at creation from
  * the weight source (read during creation only); it is immutable and may be shared by any number

@@ -113,12 +113,12 @@ struct wenet_worker {
     cudaEvent_t ev[WENET_PROF_DOWNLOAD + 4]; /* the stages, then the decoder's two */
     double t_issued, t_synced; /* clock_now_s when all work was enqueued / the GPU was done */
     double prof_ms[WENET_PROF_STAGES];
-    int turns;          /* takes turns with the model's other workers (wenet_worker_set_turns) */
-    int batch_buckets;  /* pads a batch to gpu_batch_bucket (wenet_worker_set_batch_buckets) */
+    int turns;             /* takes turns with the model's other workers (wenet_worker_set_turns) */
+    int batch_buckets;     /* pads a batch to gpu_batch_bucket (wenet_worker_set_batch_buckets) */
     const float **pad_pcm; /* (max_batch) the batch with its padding entries ... */
     size_t *pad_n;         /* ... of 0 samples */
-    int turn_held;      /* holds asr->turns->mu (between turn_begin and turn_end) */
-    cudaEvent_t turn_ev; /* the end of this worker's last turn */
+    int turn_held;         /* holds asr->turns->mu (between turn_begin and turn_end) */
+    cudaEvent_t turn_ev;   /* the end of this worker's last turn */
 #endif
 };
 
@@ -736,8 +736,8 @@ static void turn_end(wenet_worker_t *w, cudaStream_t s)
 }
 
 static int encode_gpu_turn(wenet_worker_t *w, const conformer_opts_t *co, const size_t *n,
-                           const float *const *pcm, int batch, int t_max, int *te_out,
-                           int want_enc, int out, int beam, hark_err_t *err);
+                           const float *const *pcm, int batch, int t_max, int *te_out, int want_enc,
+                           int out, int beam, hark_err_t *err);
 
 static int encode_gpu(wenet_worker_t *w, const conformer_opts_t *co, const size_t *n,
                       const float *const *pcm, int batch, int t_max, int *te_out, int want_enc,
@@ -750,8 +750,8 @@ static int encode_gpu(wenet_worker_t *w, const conformer_opts_t *co, const size_
 
 /* encode_gpu's work, in the worker's turn from the features on; ends the turn before waiting */
 static int encode_gpu_turn(wenet_worker_t *w, const conformer_opts_t *co, const size_t *n,
-                           const float *const *pcm, int batch, int t_max, int *te_out,
-                           int want_enc, int out, int beam, hark_err_t *err)
+                           const float *const *pcm, int batch, int t_max, int *te_out, int want_enc,
+                           int out, int beam, hark_err_t *err)
 {
     const wenet_asr_t *a = w->asr;
     const int D = a->cfg.d_model, V = a->cfg.vocab_size;

@@ -43,25 +43,25 @@ const char *wenet_method_name(wenet_method_t m);
 
 typedef struct {
     wenet_method_t method;
-    int beam_size;            /* prefix beam / rescoring candidates, [1, WENET_MAX_BEAM] */
-    float ctc_weight;         /* attention rescoring */
-    float reverse_weight;     /* attention rescoring, bitransformer only */
-    int nbest;                /* hypotheses to return for beam methods (1..beam_size) */
-    int n_threads;            /* OpenBLAS threads; <= 0 leaves the setting alone */
-    int cpu_search;           /* GPU models: 1 runs the prefix beam search on the CPU (the whole
-                                 log-prob matrix crosses to the host); 0: on the GPU when
-                                 beam_size <= CTC_GPU_MAX_BEAM (ctc_beam_gpu.h), else on the CPU */
-    int cpu_decoder;          /* GPU models: 1 scores attention rescoring's candidates with the CPU
-                                 decoder (decoder.h; the encoder output crosses to the host);
-                                 0: all utterances' candidates at once on the GPU (decoder_gpu.h) */
-    int chunk_size;           /* WeNet's decoding_chunk_size: <= 0 full context (offline); > 0 the
-                                 chunk mask offline (conformer_opts_t), the chunk of a stream */
-    int left_chunks;          /* num_decoding_left_chunks with a chunk: -1 all, >= 0 that many */
-    int endpointing;          /* streams: WeNet's CTC endpoint rules (endpoint) on */
-    int continuous_decoding;  /* streams: after an endpoint, the next segment goes on with a fresh
-                                 search (the encoder's caches kept: wenet_stream_next_segment) */
+    int beam_size;           /* prefix beam / rescoring candidates, [1, WENET_MAX_BEAM] */
+    float ctc_weight;        /* attention rescoring */
+    float reverse_weight;    /* attention rescoring, bitransformer only */
+    int nbest;               /* hypotheses to return for beam methods (1..beam_size) */
+    int n_threads;           /* OpenBLAS threads; <= 0 leaves the setting alone */
+    int cpu_search;          /* GPU models: 1 runs the prefix beam search on the CPU (the whole
+                                log-prob matrix crosses to the host); 0: on the GPU when
+                                beam_size <= CTC_GPU_MAX_BEAM (ctc_beam_gpu.h), else on the CPU */
+    int cpu_decoder;         /* GPU models: 1 scores attention rescoring's candidates with the CPU
+                                decoder (decoder.h; the encoder output crosses to the host);
+                                0: all utterances' candidates at once on the GPU (decoder_gpu.h) */
+    int chunk_size;          /* WeNet's decoding_chunk_size: <= 0 full context (offline); > 0 the
+                                chunk mask offline (conformer_opts_t), the chunk of a stream */
+    int left_chunks;         /* num_decoding_left_chunks with a chunk: -1 all, >= 0 that many */
+    int endpointing;         /* streams: WeNet's CTC endpoint rules (endpoint) on */
+    int continuous_decoding; /* streams: after an endpoint, the next segment goes on with a fresh
+                                search (the encoder's caches kept: wenet_stream_next_segment) */
     ctc_endpoint_config_t endpoint; /* the rules; wenet_default_opts: WeNet's (ctc_endpoint.h) */
-    conformer_debug_fn debug; /* optional: every encoder stage of every utterance */
+    conformer_debug_fn debug;       /* optional: every encoder stage of every utterance */
     void *debug_user;
 } wenet_decode_opts_t;
 

@@ -1,7 +1,7 @@
-/* wenet_bench.c — `hark bench` for WeNet models: engine-only speed of a Conformer model (no server, no audio
- * decoding): encoder + CTC log-softmax + argmax from random 80-bin features, per batch size,
- * printed as real-time factor, latency per batch, peak memory and the encoder's GFLOP/s.
- * The PyTorch side of the same measurement is bench/wenet_peer.py (bench/conformer.sh runs both).
+/* wenet_bench.c — `hark bench` for WeNet models: engine-only speed of a Conformer model (no server,
+ * no audio decoding): encoder + CTC log-softmax + argmax from random 80-bin features, per batch
+ * size, printed as real-time factor, latency per batch, peak memory and the encoder's GFLOP/s. The
+ * PyTorch side of the same measurement is bench/wenet_peer.py (bench/conformer.sh runs both).
  * Tests: tests/cli/test_cli.c (cli_bench_synthetic_and_errors) */
 #include "model/wenet/wenet_tools.h"
 #include "model/family.h"
@@ -304,8 +304,8 @@ static int synth_config(const char *name, wenet_config_t *c, hark_err_t *err)
  * hark model directory), same batches, same machine; prints its lines and hark/PyTorch ratios.
  * Returns 0, or -1 when no PyTorch figure came back (the comparison asked for was not made). */
 static int compare_pytorch(const char *model_dir, int gpu, wenet_precision_t wp,
-                            const char *batches, double seconds, int threads, double *hark_ms,
-                            int *hark_b, int nh)
+                           const char *batches, double seconds, int threads, double *hark_ms,
+                           int *hark_b, int nh)
 {
     const char *py = getenv("HARK_PYTHON") ? getenv("HARK_PYTHON") : "python3";
     const char *script = getenv("HARK_PEER") ? getenv("HARK_PEER") : "bench/wenet_peer.py";
@@ -361,8 +361,8 @@ static int compare_pytorch(const char *model_dir, int gpu, wenet_precision_t wp,
 typedef struct {
     wenet_method_t method;
     int beam, cpu_search, cpu_decoder, pageable, profile, upload_chunks;
-    int workers;  /* --workers: that many workers side by side, each in its own thread */
-    int turns;    /* --turns: those workers take turns on the GPU (wenet_worker_set_turns) */
+    int workers; /* --workers: that many workers side by side, each in its own thread */
+    int turns;   /* --turns: those workers take turns on the GPU (wenet_worker_set_turns) */
 } bench_search_t;
 
 /* --workers N: N workers (each its own CUDA stream) recognise batches of the same size at once,
@@ -375,10 +375,10 @@ typedef struct {
     const float *const *p;
     const size_t *len;
     int B;
-    double until;      /* clock_now_s() when to stop */
-    long batches;      /* out */
-    hark_err_t err;    /* out */
-    int rc;            /* out */
+    double until;   /* clock_now_s() when to stop */
+    long batches;   /* out */
+    hark_err_t err; /* out */
+    int rc;         /* out */
 } bench_conc_t;
 
 static void *bench_conc_run(void *arg)
@@ -422,8 +422,8 @@ static int bench_concurrent(const wenet_asr_t *asr, const wenet_decode_opts_t *o
     for (int pass = 0; pass < 2 && !rc; pass++) { /* a warm-up second, then the timed run */
         double t0 = clock_now_s(), span = pass ? min_time : 1.0;
         for (int i = 0; i < nw; i++) {
-            c[i] = (bench_conc_t){.w = w[i], .o = o, .p = p, .len = len, .B = B,
-                                  .until = t0 + span};
+            c[i] =
+                (bench_conc_t){.w = w[i], .o = o, .p = p, .len = len, .B = B, .until = t0 + span};
             if (pthread_create(&th[i], NULL, bench_conc_run, &c[i]))
                 break;
             started = i + 1;
@@ -444,9 +444,11 @@ static int bench_concurrent(const wenet_asr_t *asr, const wenet_decode_opts_t *o
         }
         if (pass && !rc)
             printf("{\"impl\": \"hark\", \"path\": \"pcm->text\", \"mode\": \"%s\", "
-                   "\"workers\": %d, \"turns\": %s, \"batch\": %d, \"seconds\": %.1f, \"batches\": %ld, "
+                   "\"workers\": %d, \"turns\": %s, \"batch\": %d, \"seconds\": %.1f, \"batches\": "
+                   "%ld, "
                    "\"utt_per_sec\": %.1f, \"rtfx\": %.1f}\n",
-                   mode, nw, turns ? "true" : "false", B, seconds, total, total * B / dt, total * B * seconds / dt);
+                   mode, nw, turns ? "true" : "false", B, seconds, total, total * B / dt,
+                   total * B * seconds / dt);
         started = 0;
     }
     fflush(stdout);
@@ -559,8 +561,8 @@ static int bench_pipeline(const char *model_dir, int device, wenet_precision_t w
             o.cpu_decoder = bs->cpu_decoder;
             o.n_threads = threads;
             if (bs->workers > 1) {
-                rc = bench_concurrent(asr, &o, p, len, B, seconds, min_time, bs->workers,
-                                      bs->turns, wenet_precision_name(wp));
+                rc = bench_concurrent(asr, &o, p, len, B, seconds, min_time, bs->workers, bs->turns,
+                                      wenet_precision_name(wp));
                 goto next_batch;
             }
             int k = 0;
@@ -592,16 +594,17 @@ static int bench_pipeline(const char *model_dir, int device, wenet_precision_t w
                 const char *dec = o.method != DECODE_ATTENTION_RESCORING ? ""
                                   : cpu_srch || bs->cpu_decoder          ? ", \"decoder\": \"cpu\""
                                                                          : ", \"decoder\": \"gpu\"";
-                printf("{\"impl\": \"hark\", \"path\": \"pcm->text\", \"device\": \"%s\", "
-                       "\"gpu_path\": \"%s\", \"mode\": \"%s\", \"input\": \"%s\", "
-                       "\"method\": \"%s\"%s%s, \"beam\": %d, \"batch\": %d, \"seconds\": %.1f, "
-                       "\"ms\": %.3f, \"rtfx\": %.1f, \"utt_per_sec\": %.1f, \"upload_chunks\": %d, "
-                       "\"runs\": %d}\n",
-                       device < 0 ? "cpu" : "cuda",
-                       device < 0 ? "cpu" : gpu_path_name(gpu_device_path_quiet(device, NULL)),
-                       wenet_precision_name(wp), input, wenet_method_name(o.method), where, dec,
-                       o.beam_size, B, seconds, med * 1e3, B * seconds / med, B / med,
-                       bs->upload_chunks > 0 ? bs->upload_chunks : WENET_UPLOAD_CHUNKS, k);
+                printf(
+                    "{\"impl\": \"hark\", \"path\": \"pcm->text\", \"device\": \"%s\", "
+                    "\"gpu_path\": \"%s\", \"mode\": \"%s\", \"input\": \"%s\", "
+                    "\"method\": \"%s\"%s%s, \"beam\": %d, \"batch\": %d, \"seconds\": %.1f, "
+                    "\"ms\": %.3f, \"rtfx\": %.1f, \"utt_per_sec\": %.1f, \"upload_chunks\": %d, "
+                    "\"runs\": %d}\n",
+                    device < 0 ? "cpu" : "cuda",
+                    device < 0 ? "cpu" : gpu_path_name(gpu_device_path_quiet(device, NULL)),
+                    wenet_precision_name(wp), input, wenet_method_name(o.method), where, dec,
+                    o.beam_size, B, seconds, med * 1e3, B * seconds / med, B / med,
+                    bs->upload_chunks > 0 ? bs->upload_chunks : WENET_UPLOAD_CHUNKS, k);
                 fflush(stdout);
                 if (bs->profile)
                     print_pipeline_profile(w, &o, p, len, res, B, wenet_precision_name(wp));
@@ -687,8 +690,8 @@ int wenet_bench_main(int argc, char **argv)
             return 2;
         }
     }
-    if ((!model_dir && !synthetic) || (model_dir && synthetic) || seconds <= 0 ||
-        bs.workers < 0 || bs.workers > 8 || (bs.workers > 1 && (!pipeline || profile)) ||
+    if ((!model_dir && !synthetic) || (model_dir && synthetic) || seconds <= 0 || bs.workers < 0 ||
+        bs.workers > 8 || (bs.workers > 1 && (!pipeline || profile)) ||
         (synthetic && (pipeline || compare)) || (profile && strncmp(device, "cuda", 4))) {
         if (profile && strncmp(device, "cuda", 4))
             fprintf(stderr, "hark bench: --profile times the GPU stages (--device cuda:N)\n");
@@ -839,8 +842,7 @@ int wenet_bench_main(int argc, char **argv)
         hark_free(times);
     }
     rc = 0;
-    if (compare &&
-        compare_pytorch(model_dir, 0, 0, batches, seconds, threads, hark_ms, hark_b, nh))
+    if (compare && compare_pytorch(model_dir, 0, 0, batches, seconds, threads, hark_ms, hark_b, nh))
         rc = 1;
     goto done;
 fail:

@@ -6,31 +6,39 @@
 
 #include "core/error.h"
 
-typedef enum { SUBSAMPLE_CONV2D = 4, SUBSAMPLE_CONV2D6 = 6, SUBSAMPLE_CONV2D8 = 8 } wenet_subsample_t;
-typedef enum { POS_REL = 0, POS_ABS = 1 } wenet_pos_t;           /* rel_pos+rel_selfattn | abs_pos+selfattn */
+typedef enum {
+    SUBSAMPLE_CONV2D = 4,
+    SUBSAMPLE_CONV2D6 = 6,
+    SUBSAMPLE_CONV2D8 = 8
+} wenet_subsample_t;
+typedef enum { POS_REL = 0, POS_ABS = 1 } wenet_pos_t; /* rel_pos+rel_selfattn | abs_pos+selfattn */
 typedef enum { ACT_SWISH = 0, ACT_RELU = 1, ACT_GELU = 2 } wenet_act_t;
 typedef enum { CNN_NORM_BATCH = 0, CNN_NORM_LAYER = 1 } wenet_cnn_norm_t;
-typedef enum { DECODER_NONE = 0, DECODER_TRANSFORMER = 1, DECODER_BITRANSFORMER = 2 } wenet_decoder_t;
+typedef enum {
+    DECODER_NONE = 0,
+    DECODER_TRANSFORMER = 1,
+    DECODER_BITRANSFORMER = 2
+} wenet_decoder_t;
 
 typedef struct {
     /* front end */
-    int num_mel_bins;      /* 80 */
-    int sample_rate;       /* 16000 */
-    int frame_length_ms;   /* 25 */
-    int frame_shift_ms;    /* 10 */
-    int has_cmvn;          /* 1: cmvn mean/istd tensors are in the weights */
+    int num_mel_bins;    /* 80 */
+    int sample_rate;     /* 16000 */
+    int frame_length_ms; /* 25 */
+    int frame_shift_ms;  /* 10 */
+    int has_cmvn;        /* 1: cmvn mean/istd tensors are in the weights */
     /* encoder */
-    int input_dim;         /* = num_mel_bins */
-    int d_model;           /* output_size, 256 */
-    int n_heads;           /* attention_heads */
-    int ffn_dim;           /* linear_units */
-    int n_blocks;          /* num_blocks */
+    int input_dim; /* = num_mel_bins */
+    int d_model;   /* output_size, 256 */
+    int n_heads;   /* attention_heads */
+    int ffn_dim;   /* linear_units */
+    int n_blocks;  /* num_blocks */
     wenet_subsample_t subsample;
     wenet_pos_t pos;
-    int macaron;           /* macaron_style */
+    int macaron; /* macaron_style */
     int use_cnn_module;
-    int cnn_kernel;        /* cnn_module_kernel (odd unless causal) */
-    int causal;            /* causal conv module */
+    int cnn_kernel; /* cnn_module_kernel (odd unless causal) */
+    int causal;     /* causal conv module */
     wenet_cnn_norm_t cnn_norm;
     wenet_act_t activation;
     int normalize_before;

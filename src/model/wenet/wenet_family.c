@@ -56,21 +56,21 @@ struct family_model {
     wenet_asr_t *asr;
     int gpu_turns; /* config.pbtxt's gpu_turns: instances take turns on the GPU (wenet_asr.h) */
     char kind[96];
-    int max_chunk; /* streams: the largest decoding_chunk_size (STREAM_MAX_CHUNK or config's) */
-    silero_vad_t *vad;       /* endpoint_vad_model's network, or NULL */
+    int max_chunk;     /* streams: the largest decoding_chunk_size (STREAM_MAX_CHUNK or config's) */
+    silero_vad_t *vad; /* endpoint_vad_model's network, or NULL */
     silero_seg_opts_t vad_o; /* its segment rules */
 };
 
 /* one stream (item->stream): its slot of the worker's pool, opened with its first item's opts */
 typedef struct {
-    wenet_stream_t *s;   /* NULL until the first item */
-    size_t samples;      /* audio so far */
-    int failed;          /* the status that failed the stream's opening, or 0 */
-    int ended;           /* an endpoint without continuous decoding: the stream's result is the
-                            segment's final one, later audio is not decoded */
-    int seg_start_frame; /* encoder frame where the current segment starts */
-    int continuous;      /* continuous_decoding of the first item's opts (later items' are not
-                            the stream's: a sequence gives its options at START) */
+    wenet_stream_t *s;        /* NULL until the first item */
+    size_t samples;           /* audio so far */
+    int failed;               /* the status that failed the stream's opening, or 0 */
+    int ended;                /* an endpoint without continuous decoding: the stream's result is the
+                                 segment's final one, later audio is not decoded */
+    int seg_start_frame;      /* encoder frame where the current segment starts */
+    int continuous;           /* continuous_decoding of the first item's opts (later items' are not
+                                 the stream's: a sequence gives its options at START) */
     silero_vad_stream_t *vad; /* the VAD rule's stream (endpointing with endpoint_vad_model) */
     long long vad_end;        /* a speech end (samples) the encoder has not reached yet, or -1 */
 } wf_stream_t;
@@ -694,7 +694,8 @@ static void vad_rule(const family_model_t *m, wf_stream_t *ws)
 {
     if (!ws->vad || ws->ended || wenet_stream_endpoint(ws->s))
         return;
-    const long long fs = (long long)wenet_asr_frame_ms(m->asr) * wenet_asr_sample_rate(m->asr) / 1000;
+    const long long fs =
+        (long long)wenet_asr_frame_ms(m->asr) * wenet_asr_sample_rate(m->asr) / 1000;
     const long long seg0 = (long long)ws->seg_start_frame * fs;
     silero_segment_t sg;
     if (ws->vad_end >= 0 && ws->vad_end <= seg0)

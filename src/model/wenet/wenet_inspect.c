@@ -1,5 +1,5 @@
-/* wenet_inspect.c — `hark inspect MODEL_DIR` for WeNet models: prints a converted model's architecture (every
- * model.json field), tensor and parameter counts, and the weight file's size.
+/* wenet_inspect.c — `hark inspect MODEL_DIR` for WeNet models: prints a converted model's
+ * architecture (every model.json field), tensor and parameter counts, and the weight file's size.
  * Tests: tests/model/wenet/test_convert_wenet.c (runs it on the converted golden model). */
 #include "model/wenet/wenet_tools.h"
 #include "model/family.h"

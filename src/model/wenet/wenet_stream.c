@@ -37,18 +37,18 @@ struct wenet_stream {
     wenet_decode_opts_t o;
     int window, stride, context; /* fbank frames: chunk window, step, the least last chunk */
     int input_done;
-    int chunks;                /* chunks stepped */
-    float *tail;               /* (tail_cap) PCM not yet framed, from sample frames * hop */
+    int chunks;  /* chunks stepped */
+    float *tail; /* (tail_cap) PCM not yet framed, from sample frames * hop */
     size_t tail_n;
-    float *feats;              /* (max_frames, input_dim) every fbank frame so far */
+    float *feats; /* (max_frames, input_dim) every fbank frame so far */
     int n_frames;
-    float *enc;                /* (max_te, D) every encoder frame so far */
-    conformer_stream_t *cs;    /* CPU: attention / conv caches, reserved for max_te keys; GPU: NULL
-                                  (the caches are slot `this - pool->slots` of pool->gpu) */
-    int te;                    /* encoder frames so far */
-    ctc_beam_t *beam;          /* prefix beam methods: made at open, freed at close */
-    int *arg;                  /* (max_te) greedy: argmax of every frame */
-    double greedy_score;       /* greedy: sum of the frame maxima (of the segment) */
+    float *enc;             /* (max_te, D) every encoder frame so far */
+    conformer_stream_t *cs; /* CPU: attention / conv caches, reserved for max_te keys; GPU: NULL
+                               (the caches are slot `this - pool->slots` of pool->gpu) */
+    int te;                 /* encoder frames so far */
+    ctc_beam_t *beam;       /* prefix beam methods: made at open, freed at close */
+    int *arg;               /* (max_te) greedy: argmax of every frame */
+    double greedy_score;    /* greedy: sum of the frame maxima (of the segment) */
     /* endpointing (opts.endpointing): the segment is the encoder frames from seg_start on */
     ctc_endpoint_t ep;
     int endpoint;   /* the rule (1 ..) that ended the segment, 0 while it goes on */
@@ -64,16 +64,16 @@ struct wenet_stream_pool {
     int max_sequences, max_chunk, max_frames, max_te, n_open;
     size_t tail_cap;
     int D, V, in_dim, rate, right_context;
-    wenet_stream_t *slots;   /* (max_sequences) */
-    conformer_state_t *state;/* (max_sequences, window(max_chunk)) */
-    float *enc;              /* (max_sequences * max_chunk, D) one step's encoder rows, packed */
-    float *logp;             /* (max_sequences * max_chunk, V) their CTC log-probs */
-    int *frames, *n_out;     /* (max_sequences) */
-    const float **feats;     /* (max_sequences) */
-    conformer_stream_t **cs; /* (max_sequences) */
+    wenet_stream_t *slots;    /* (max_sequences) */
+    conformer_state_t *state; /* (max_sequences, window(max_chunk)) */
+    float *enc;               /* (max_sequences * max_chunk, D) one step's encoder rows, packed */
+    float *logp;              /* (max_sequences * max_chunk, V) their CTC log-probs */
+    int *frames, *n_out;      /* (max_sequences) */
+    const float **feats;      /* (max_sequences) */
+    conformer_stream_t **cs;  /* (max_sequences) */
     conformer_gpu_chunks_t *gpu; /* a GPU model's streams: their caches on the device, else NULL */
-    int *slot_of;            /* (max_sequences) GPU: the pool slot of each chunk of a step */
-    int device;              /* GPU: the CUDA device */
+    int *slot_of;                /* (max_sequences) GPU: the pool slot of each chunk of a step */
+    int device;                  /* GPU: the CUDA device */
 };
 
 static void slot_free_mem(wenet_stream_t *s)
@@ -208,8 +208,8 @@ int wenet_stream_pool_free_slots(const wenet_stream_pool_t *p)
 
 /* ---- streams --------------------------------------------------------------------------------- */
 
-int wenet_stream_open(wenet_stream_pool_t *p, const wenet_decode_opts_t *opts,
-                      wenet_stream_t **out, hark_err_t *err)
+int wenet_stream_open(wenet_stream_pool_t *p, const wenet_decode_opts_t *opts, wenet_stream_t **out,
+                      hark_err_t *err)
 {
     *out = NULL;
     int rc = wenet_check_opts(p->asr, opts, err);
@@ -221,8 +221,7 @@ int wenet_stream_open(wenet_stream_pool_t *p, const wenet_decode_opts_t *opts,
                        opts->chunk_size, p->max_chunk);
     if (opts->left_chunks < -1)
         return err_set(err, HARK_ERR_INVALID_ARG,
-                       "num_decoding_left_chunks %d: expected -1 (all) or >= 0",
-                       opts->left_chunks);
+                       "num_decoding_left_chunks %d: expected -1 (all) or >= 0", opts->left_chunks);
     if (p->n_open >= p->max_sequences)
         return err_set(err, HARK_ERR_TOO_LARGE,
                        "all %d stream slots of this worker are in use (max_sequences)",
@@ -313,8 +312,7 @@ int wenet_stream_accept(wenet_stream_t *s, const float *pcm, size_t n, hark_err_
         if (f <= 0)
             continue;
         /* frames are independent: those of the tail are the utterance's next f frames */
-        rc = feat_compute(fb, s->tail, s->tail_n, s->feats + (size_t)s->n_frames * p->in_dim,
-                          err);
+        rc = feat_compute(fb, s->tail, s->tail_n, s->feats + (size_t)s->n_frames * p->in_dim, err);
         if (rc) /* NOMEM inside the front end: this piece is not consumed */
             return rc;
         s->n_frames += f;
@@ -448,8 +446,8 @@ int wenet_stream_step(wenet_stream_pool_t *p, wenet_stream_t *const *ss, int n, 
         rc = conformer_gpu_forward_chunks(p->gpu, p->slot_of, &co, p->enc, p->logp, p->n_out,
                                           p->feats, p->frames, n, err);
     } else {
-        rc = conformer_forward_chunks(p->state, p->cs, &co, p->enc, p->n_out, p->feats,
-                                      p->frames, n, err);
+        rc = conformer_forward_chunks(p->state, p->cs, &co, p->enc, p->n_out, p->feats, p->frames,
+                                      n, err);
         int total = 0;
         for (int b = 0; b < n && !rc; b++)
             total += p->n_out[b];
@@ -490,8 +488,7 @@ static int stream_nbest(const wenet_stream_t *s, ctc_nbest_t *nb, hark_err_t *er
 {
     if (s->beam)
         return ctc_beam_nbest(s->beam, nb, err);
-    return ctc_greedy_from_argmax(s->arg + s->seg_start,
-                                  s->te - s->seg_start,
+    return ctc_greedy_from_argmax(s->arg + s->seg_start, s->te - s->seg_start,
                                   wenet_asr_config(s->pool->asr)->blank, s->greedy_score, nb, err);
 }
 
@@ -543,7 +540,8 @@ int wenet_stream_final(wenet_stream_t *s, wenet_result_t *r, hark_err_t *err)
         return rc;
     if (!wenet_stream_finished(s) && !s->endpoint)
         return err_set(err, HARK_ERR_AGAIN, "stream final: %s",
-                       s->input_done ? "chunks are still ready to step" : "the input has not ended");
+                       s->input_done ? "chunks are still ready to step"
+                                     : "the input has not ended");
     return segment_result(s, &s->o, r, err);
 }
 

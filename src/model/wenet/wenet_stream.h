@@ -8,8 +8,9 @@
  * encoder step runs on the device (conformer_gpu_chunks: every slot's attention and conv caches
  * kept there, sized at pool creation; max_sequences <= 512), its encoder rows and CTC log-probs
  * come back to the host, and the searches continue here.
- * Tests: tests/model/wenet/test_wenet_stream.c (goldens: per-chunk encoder output and caches, streaming
- * texts of every method; alone vs batched at other offsets; chunk mask offline = streaming).
+ * Tests: tests/model/wenet/test_wenet_stream.c (goldens: per-chunk encoder output and caches,
+ * streaming texts of every method; alone vs batched at other offsets; chunk mask offline =
+ * streaming).
  *
  * Ownership. A wenet_stream_pool_t belongs to one worker thread: wenet_stream_pool_create sizes
  * everything for max_sequences streams of up to max_seconds each and chunks of up to max_chunk
@@ -50,8 +51,8 @@ int wenet_stream_pool_free_slots(const wenet_stream_pool_t *p);
  * chunk_size: encoder frames per chunk, 1 .. max_chunk; left_chunks: -1 all history, >= 0 that
  * many chunks of attention history). HARK_ERR_TOO_LARGE when all max_sequences slots are open;
  * wenet_check_opts's errors; HARK_ERR_NOMEM. */
-int wenet_stream_open(wenet_stream_pool_t *p, const wenet_decode_opts_t *opts,
-                      wenet_stream_t **out, hark_err_t *err);
+int wenet_stream_open(wenet_stream_pool_t *p, const wenet_decode_opts_t *opts, wenet_stream_t **out,
+                      hark_err_t *err);
 void wenet_stream_close(wenet_stream_t *s); /* accepts NULL and a closed stream */
 
 /* Appends n samples in [-1, 1] at the model's rate and computes the fbank frames they complete.

@@ -7,9 +7,10 @@
  * predictor's output; the goldens keep >= 3e-3 from a tie). FP16 (half operands, unit roundoff
  * 4.9e-4, FP32 accumulation, residuals and layer norms, the duration predictor in FP32): a few
  * roundoffs per GEMM, post-LN renormalising each block; measured on the H100, both GPU paths
- * alike (session 12), at most 5.4e-4 at any stage and the mel: bound 3e-3; the durations may move by one frame where dur·alpha lies within the FP16 encoder's error
- * of a .5 tie: at most 2 symbols of a sentence may differ by 1, and the mel side is compared only
- * where the frame count is exact. Each test prints the measured figures. */
+ * alike (session 12), at most 5.4e-4 at any stage and the mel: bound 3e-3; the durations may move
+ * by one frame where dur·alpha lies within the FP16 encoder's error of a .5 tie: at most 2 symbols
+ * of a sentence may differ by 1, and the mel side is compared only where the frame count is exact.
+ * Each test prints the measured figures. */
 #include "test.h"
 
 #ifdef HARK_CUDA

@@ -3,12 +3,12 @@
  * on every output frame, DLE's text, log-probs of every frame within the CPU test's end-to-end
  * tolerance; FP16: DLE's text; BF16 (8 significant bits; the issue holds it to nothing) is a
  * sanity bound only: the FP32 ids on at least BF16_MIN_AGREE of the valid frames (a broken path
- * agrees on few; H100, J1: 91 of 96 frames on the worst utterance), printed with its text; a batch of the four utterances equal to each alone (FP32: ids on every frame;
- * FP16: the text, id differences printed); the family's GPU execute (FP16, bad items failing
- * alone); and generated models with awkward sizes (odd channel counts, a strided prologue,
- * dilation, a separable block, hardtanh, dense panes) against the CPU path (jasper.c): ids on
- * every frame and log-probs (FP32: 1e-3 absolute), batch = alone (FP32), graph replay = direct;
- * 16-bit figures printed. */
+ * agrees on few; H100, J1: 91 of 96 frames on the worst utterance), printed with its text; a batch
+ * of the four utterances equal to each alone (FP32: ids on every frame; FP16: the text, id
+ * differences printed); the family's GPU execute (FP16, bad items failing alone); and generated
+ * models with awkward sizes (odd channel counts, a strided prologue, dilation, a separable block,
+ * hardtanh, dense panes) against the CPU path (jasper.c): ids on every frame and log-probs (FP32:
+ * 1e-3 absolute), batch = alone (FP32), graph replay = direct; 16-bit figures printed. */
 #include "test.h"
 
 #define BF16_MIN_AGREE 0.9 /* see the header */
@@ -141,8 +141,8 @@ static void golden_alone(test_ctx_t *t, ops_dtype_t dt)
             int same = 0;
             for (int s = 0; s < r.len_out; s++)
                 same += r.frame_ids[s] == r32.frame_ids[s];
-            CHECKF(same >= BF16_MIN_AGREE * r.len_out, "%s: bf16 agrees with fp32 on %d of %d frames", utt,
-                   same, r.len_out);
+            CHECKF(same >= BF16_MIN_AGREE * r.len_out,
+                   "%s: bf16 agrees with fp32 on %d of %d frames", utt, same, r.len_out);
             jasper_result_free(&r32);
         }
         jasper_result_free(&r);

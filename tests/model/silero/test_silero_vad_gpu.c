@@ -162,8 +162,9 @@ static void check_random(test_ctx_t *t, int rate)
     rand_net_t net;
     CHECK(rand_net(&net, rate, 1234u + (unsigned)rate) == 0);
     const size_t W = (size_t)net.r.window;
-    const size_t lens[] = {W * 37 + 100, 0, 1, W - 1, W, W + 1, W * 3 + 5, W * 64, 7, W * 11 + 3,
-                           (size_t)rate * 3 + 17};
+    const size_t lens[] = {
+        W * 37 + 100,         0, 1, W - 1, W, W + 1, W * 3 + 5, W * 64, 7, W * 11 + 3,
+        (size_t)rate * 3 + 17};
     enum { NF = sizeof lens / sizeof lens[0] };
     float *pcm[NF];
     size_t n[NF];
@@ -178,8 +179,9 @@ static void check_random(test_ctx_t *t, int rate)
     double all = compare_files(t, &net.r, pcm, n, NF);
     double one = compare_files(t, &net.r, pcm, n, 1);
     double three = compare_files(t, &net.r, pcm + 5, n + 5, 3);
-    fprintf(stderr, "silero gpu %d Hz random: max |gpu - cpu| %.3g (11 files), %.3g (1), %.3g (3)\n",
-            rate, all, one, three);
+    fprintf(stderr,
+            "silero gpu %d Hz random: max |gpu - cpu| %.3g (11 files), %.3g (1), %.3g (3)\n", rate,
+            all, one, three);
     for (int i = 0; i < NF; i++)
         free(pcm[i]);
     free(net.block);
@@ -239,8 +241,8 @@ GPU_TEST(silero_vad_gpu_stream_steps)
         for (int s = 0; s < NS; s++) {
             cudaMemcpy(d_x + (size_t)s * W, x + ((size_t)s * STEPS + k) * W, W * sizeof(float),
                        cudaMemcpyHostToDevice);
-            h_meta[s] = (long long)s * W;          /* x_off */
-            h_meta[NS + s] = W;                    /* n_samples */
+            h_meta[s] = (long long)s * W;                  /* x_off */
+            h_meta[NS + s] = W;                            /* n_samples */
             h_meta[2 * NS + s] = (long long)s * STEPS + k; /* p_off */
             h_nw[s] = 1;
         }

@@ -644,9 +644,9 @@ enum { CK_NS = 3, CK_GUARD = 16 };
  * run must not touch). Returns the number of steps that batched more than one stream, -1 on a
  * failure (reported). */
 static int ck_run(test_ctx_t *t, const wenet_config_t *c, conformer_model_t *cm,
-                  conformer_gpu_chunks_t *gp, float *const *fb, const int *frames,
-                  const int *chunk, const int *left, const int *start, int alone,
-                  float *const *enc, float *const *logp, int *n_rows)
+                  conformer_gpu_chunks_t *gp, float *const *fb, const int *frames, const int *chunk,
+                  const int *left, const int *start, int alone, float *const *enc,
+                  float *const *logp, int *n_rows)
 {
     int rate = (int)c->subsample, rc = wenet_right_context(c), d = c->d_model, v = c->vocab_size;
     int max_window = 0, cur[CK_NS] = {0}, mixed = 0;
@@ -695,8 +695,8 @@ static int ck_run(test_ctx_t *t, const wenet_config_t *c, conformer_model_t *cm,
             for (int j = 0; ok && j < n; j++)
                 total += n_out[j];
         } else {
-            ok = conformer_forward_chunks(state, cs, NULL, e_step, n_out, f, fr, n, &err) ==
-                 HARK_OK;
+            ok =
+                conformer_forward_chunks(state, cs, NULL, e_step, n_out, f, fr, n, &err) == HARK_OK;
             for (int j = 0; ok && j < n; j++)
                 total += n_out[j];
             if (ok && total > 0)
@@ -842,8 +842,7 @@ typedef struct {
     int n, cap, bad; /* bad: out of memory */
 } ck_trace_t;
 
-static void ck_trace_fn(void *user, int stage, const char *name, const float *x, int rows,
-                        int cols)
+static void ck_trace_fn(void *user, int stage, const char *name, const float *x, int rows, int cols)
 {
     ck_trace_t *tr = user;
     if (tr->bad)
@@ -912,8 +911,8 @@ GPU_TEST(gpu_conformer_chunks_fp16_stage_trace)
         int n_rows[CK_NS], cap = frames[0] / rate + 8;
         ck_trace_t ref = {0};
         conformer_gpu_chunks_t *gp = NULL;
-        CHECK_OK(conformer_gpu_chunks_create(gm, CONFORMER_GPU_FP32, CK_NS, max_window, cap, &gp,
-                                             &err));
+        CHECK_OK(
+            conformer_gpu_chunks_create(gm, CONFORMER_GPU_FP32, CK_NS, max_window, cap, &gp, &err));
         conformer_gpu_chunks_set_trace(gp, ck_trace_fn, &ref);
         CHECK(ck_run(t, c, NULL, gp, fb, frames, chunk, left, start, -1, ge, gl, n_rows) > 3);
         conformer_gpu_chunks_destroy(gp);

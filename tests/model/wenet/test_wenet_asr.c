@@ -1,5 +1,5 @@
-/* End-to-end tests for src/model/wenet/wenet_asr.c against WeNet's golden results: real 16 kHz wavs ->
- * hark (fbank, CMVN, Conformer, CTC, search, decoder, rescoring) -> tokens, text, n-best scores,
+/* End-to-end tests for src/model/wenet/wenet_asr.c against WeNet's golden results: real 16 kHz wavs
+ * -> hark (fbank, CMVN, Conformer, CTC, search, decoder, rescoring) -> tokens, text, n-best scores,
  * for every utterance, single and as one padded batch; empty audio; bad options. */
 #include "test.h"
 
@@ -833,8 +833,7 @@ GPU_TEST(gpu_wenet_asr_turns_identical)
         o.method = (wenet_method_t)m;
         wenet_result_t ref[CHUNK_UTTS];
         wenet_worker_set_turns(w[0], 0);
-        CHECKF(wenet_recognize(w[0], &o, pcm, n, CHUNK_UTTS, ref, &err) == HARK_OK, "%s",
-               err.msg);
+        CHECKF(wenet_recognize(w[0], &o, pcm, n, CHUNK_UTTS, ref, &err) == HARK_OK, "%s", err.msg);
         wenet_worker_set_turns(w[0], 1);
         turn_run_t r[2];
         pthread_t th[2];

@@ -151,14 +151,13 @@ static void check_segments(test_ctx_t *t, const wenet_asr_t *asr, const wenet_de
         int rows = T - t0 < CHUNK ? T - t0 : CHUNK;
         for (int f = t0; f < t0 + rows; f++)
             tokens += arg[f] != cfg->blank && (f == start || arg[f] != arg[f - 1]);
-        int rule = rows == CHUNK ? ctc_endpoint_detect(&e, &o->endpoint, lp + (size_t)t0 * V,
-                                                       rows, V, wenet_asr_frame_ms(asr),
-                                                       tokens > 0)
+        int rule = rows == CHUNK ? ctc_endpoint_detect(&e, &o->endpoint, lp + (size_t)t0 * V, rows,
+                                                       V, wenet_asr_frame_ms(asr), tokens > 0)
                                  : 0;
         if (!rule && t0 + rows < T)
             continue;
-        CHECKF(seg < g->n, "segment %d (frames %d .. %d, rule %d) missing: the stream has %d",
-               seg, start, t0 + rows, rule, g->n);
+        CHECKF(seg < g->n, "segment %d (frames %d .. %d, rule %d) missing: the stream has %d", seg,
+               start, t0 + rows, rule, g->n);
         CHECKF(g->end_frame[seg] == t0 + rows && g->rule[seg] == rule,
                "segment %d ends at frame %d by rule %d, expected %d by rule %d", seg,
                g->end_frame[seg], g->rule[seg], t0 + rows, rule);
@@ -322,8 +321,13 @@ TEST(wenet_stream_endpoint_family)
         int items = 0;
         for (size_t at = 0; at < n; items++) {
             size_t k = n - at < 10240 ? n - at : 10240;
-            family_item_t it = {.opts = at ? later : opts, .pcm = pcm + at, .n = k, .emit = seg_emit,
-                                .user = &g, .stream = st, .stream_end = at + k == n};
+            family_item_t it = {.opts = at ? later : opts,
+                                .pcm = pcm + at,
+                                .n = k,
+                                .emit = seg_emit,
+                                .user = &g,
+                                .stream = st,
+                                .stream_end = at + k == n};
             family_item_t *list[1] = {&it};
             at += k;
             CHECKF(f->execute(w, list, 1, NULL, &err) == HARK_OK, "%s", err.msg);
@@ -403,8 +407,13 @@ static int vad_stream(test_ctx_t *t, const family_t *f, family_model_t *m, const
         rc = f->stream_open(w, &st, &err);
     for (size_t at = 0; rc == HARK_OK && at < n;) {
         size_t k = n - at < 10240 ? n - at : 10240;
-        family_item_t it = {.opts = at ? later : opts, .pcm = pcm + at, .n = k, .emit = vad_emit,
-                            .user = g, .stream = st, .stream_end = at + k == n};
+        family_item_t it = {.opts = at ? later : opts,
+                            .pcm = pcm + at,
+                            .n = k,
+                            .emit = vad_emit,
+                            .user = g,
+                            .stream = st,
+                            .stream_end = at + k == n};
         family_item_t *list[1] = {&it};
         at += k;
         rc = f->execute(w, list, 1, NULL, &err);

@@ -194,7 +194,8 @@ static void check_caches(void *user, const wenet_stream_t *s)
                 for (int hh = 0; hh < h; hh++)
                     for (int t2 = 0; t2 < ct; t2++)
                         for (int i = 0; i < dk; i++) {
-                            got[((size_t)hh * ct + t2) * 2 * dk + i] = kk[(size_t)t2 * d + hh * dk + i];
+                            got[((size_t)hh * ct + t2) * 2 * dk + i] =
+                                kk[(size_t)t2 * d + hh * dk + i];
                             got[((size_t)hh * ct + t2) * 2 * dk + dk + i] =
                                 vv[(size_t)t2 * d + hh * dk + i];
                         }
@@ -288,8 +289,7 @@ static void check_result(test_ctx_t *t, fixture_t *fx, int u, const char *mode, 
         cJSON *tx = golden(fx, u, mode, mname, "nbest_text");
         CHECK_EQ_INT(r->n_nbest, cJSON_GetArraySize(nb));
         for (int i = 0; i < r->n_nbest; i++) {
-            CHECKF(same_tokens(cJSON_GetArrayItem(nb, i), r->nbest[i].tokens,
-                               r->nbest[i].n_tokens),
+            CHECKF(same_tokens(cJSON_GetArrayItem(nb, i), r->nbest[i].tokens, r->nbest[i].n_tokens),
                    "%s %s: n-best %d differs", utts[u], mode, i);
             if (tx)
                 CHECKF(!strcmp(cJSON_GetArrayItem(tx, i)->valuestring, r->nbest[i].text),
@@ -385,8 +385,7 @@ TEST(wenet_stream_partials)
         if (m != DECODE_ATTENTION_RESCORING)
             CHECK(same_hyp(&pr.best, &fr.best));
         else /* the last partial is the CTC prefix beam's best */
-            check_result(t, &fx, 1, "stream_chunk16_left-1", DECODE_CTC_PREFIX_BEAM, &pr, &ws,
-                         &wr);
+            check_result(t, &fx, 1, "stream_chunk16_left-1", DECODE_CTC_PREFIX_BEAM, &pr, &ws, &wr);
         check_result(t, &fx, 1, "stream_chunk16_left-1", m, &fr, &ws, &wr);
         wenet_result_free(&pr);
         wenet_result_free(&fr);
@@ -396,7 +395,8 @@ TEST(wenet_stream_partials)
     fixture_close(&fx);
 }
 
-/* ---- batched at other offsets = alone ---------------------------------------------------------- */
+/* ---- batched at other offsets = alone ----------------------------------------------------------
+ */
 
 /* Five streams, each with its own chunk size and left context, starting at different times and
  * fed 0.1 s a tick: every tick all the streams with a chunk ready run in one batched step (so a
@@ -458,7 +458,8 @@ TEST(wenet_stream_batched_equals_alone)
         CHECK_OK(wenet_stream_open(p1, &o, &one, &err));
         CHECK_OK(feed_alone(p1, one, fx.audio[u].samples, fx.audio[u].n, NULL, NULL, &err));
         int ra = 0, rb = 0;
-        const float *ea = wenet_stream_encoder_out(one, &ra), *eb = wenet_stream_encoder_out(s[u], &rb);
+        const float *ea = wenet_stream_encoder_out(one, &ra),
+                    *eb = wenet_stream_encoder_out(s[u], &rb);
         CHECK_EQ_INT(ra, rb);
         double e = test_max_abs_diff(ea, eb, (size_t)ra * wenet_asr_config(fx.asr)->d_model);
         worst = e > worst ? e : worst;
@@ -486,7 +487,8 @@ TEST(wenet_stream_batched_equals_alone)
     fixture_close(&fx);
 }
 
-/* ---- the chunk mask offline = the goldens' masked mode = streaming ----------------------------- */
+/* ---- the chunk mask offline = the goldens' masked mode = streaming -----------------------------
+ */
 
 TEST(wenet_stream_chunk_mask_offline_equals_stream)
 {
@@ -536,7 +538,8 @@ TEST(wenet_stream_chunk_mask_offline_equals_stream)
     fixture_close(&fx);
 }
 
-/* ---- bad input ----------------------------------------------------------------------------------- */
+/* ---- bad input
+ * ----------------------------------------------------------------------------------- */
 
 TEST(wenet_stream_bad_input)
 {
@@ -611,7 +614,8 @@ TEST(wenet_stream_bad_input)
     fixture_close(&fx);
 }
 
-/* ---- the family table: stream_open / stream_close and execute over stream items --------------- */
+/* ---- the family table: stream_open / stream_close and execute over stream items ---------------
+ */
 
 typedef struct {
     int n_partial, n_done, status;
@@ -659,8 +663,9 @@ TEST(wenet_stream_family)
     CHECKF(f->worker_create(m, &wo, &w, &err) == HARK_OK, "%s", err.msg);
     /* streams: utterance, request parameters, golden mode and method */
     static const int su[3] = {0, 1, 3};
-    static const char *const req[3][4] = {
-        {NULL}, {"num_decoding_left_chunks", "-1", NULL}, {"decoding_method", "ctc_greedy_search", NULL}};
+    static const char *const req[3][4] = {{NULL},
+                                          {"num_decoding_left_chunks", "-1", NULL},
+                                          {"decoding_method", "ctc_greedy_search", NULL}};
     static const char *const mode[3] = {"stream_chunk16_left4", "stream_chunk16_left-1",
                                         "stream_chunk16_left4"};
     static const int meth[3] = {DECODE_ATTENTION_RESCORING, DECODE_ATTENTION_RESCORING,
@@ -696,8 +701,12 @@ TEST(wenet_stream_family)
             if (round < 2 * i || at[i] > a->n)
                 continue; /* not started yet, or ended */
             size_t k = a->n - at[i] < 4000 ? a->n - at[i] : 4000;
-            it[n] = (family_item_t){.opts = opts[i], .pcm = a->samples + at[i], .n = k,
-                                    .emit = fam_emit, .user = &got[i], .stream = st[i],
+            it[n] = (family_item_t){.opts = opts[i],
+                                    .pcm = a->samples + at[i],
+                                    .n = k,
+                                    .emit = fam_emit,
+                                    .user = &got[i],
+                                    .stream = st[i],
                                     .stream_end = at[i] + k == a->n};
             at[i] += k + (at[i] + k == a->n); /* past the end once ended */
             finals += it[n].stream_end;
@@ -705,8 +714,11 @@ TEST(wenet_stream_family)
             n++;
         }
         if (round == 3) { /* an offline item among the stream items */
-            it[n] = (family_item_t){.opts = oopts, .pcm = fx.audio[2].samples,
-                                    .n = fx.audio[2].n, .emit = fam_emit, .user = &og};
+            it[n] = (family_item_t){.opts = oopts,
+                                    .pcm = fx.audio[2].samples,
+                                    .n = fx.audio[2].n,
+                                    .emit = fam_emit,
+                                    .user = &og};
             list[n] = &it[n];
             n++;
         }
@@ -781,8 +793,8 @@ GPU_TEST(wenet_stream_gpu_golden)
                     wenet_decode_opts_t o = stream_opts(asr, m, 16, lefts[li]);
                     wenet_stream_t *s;
                     CHECKF(wenet_stream_open(p, &o, &s, &err) == HARK_OK, "%s", err.msg);
-                    CHECKF(feed_alone(p, s, fx.audio[u].samples, fx.audio[u].n, NULL, NULL,
-                                      &err) == HARK_OK,
+                    CHECKF(feed_alone(p, s, fx.audio[u].samples, fx.audio[u].n, NULL, NULL, &err) ==
+                               HARK_OK,
                            "%s", err.msg);
                     CHECK(wenet_stream_encoder(s) == NULL);
                     wenet_result_t r;
@@ -790,8 +802,8 @@ GPU_TEST(wenet_stream_gpu_golden)
                     if (pi == 0)
                         check_result(t, &fx, u, mode, m, &r, &worst_nb, &worst_resc);
                     else {
-                        const cJSON *gt = golden(&fx, u, mode,
-                                                 wenet_method_name(DECODE_CTC_GREEDY), "tokens");
+                        const cJSON *gt =
+                            golden(&fx, u, mode, wenet_method_name(DECODE_CTC_GREEDY), "tokens");
                         if (!same_tokens(gt, r.best.tokens, r.best.n_tokens)) {
                             int ng = cJSON_GetArraySize(gt), k = 0;
                             while (k < ng && k < r.best.n_tokens &&
@@ -862,8 +874,8 @@ GPU_TEST(wenet_stream_gpu_golden)
             const wenet_result_t *a = &alone[su[k]][sl[k]];
             CHECKF(r.best.n_tokens == a->best.n_tokens &&
                        !memcmp(r.best.tokens, a->best.tokens, sizeof(int) * r.best.n_tokens),
-                   "%s stream %d: batched tokens differ from alone", wenet_precision_name(precs[pi]),
-                   k);
+                   "%s stream %d: batched tokens differ from alone",
+                   wenet_precision_name(precs[pi]), k);
             wenet_result_free(&r);
             wenet_stream_close(ss[k]);
         }
