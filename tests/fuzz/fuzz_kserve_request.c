@@ -71,11 +71,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 const kserve_tensor_t *in = kserve_request_input(&r, o->name);
                 if (!in || in->dtype != o->dtype || in->count != o->count)
                     abort();
-                /* binary travels byte-exact; JSON only for exact types */
-                if ((o->binary || o->dtype == KSERVE_BOOL || o->dtype == KSERVE_INT32 ||
-                     o->dtype == KSERVE_UINT8) &&
+                /* binary travels byte-exact; JSON only for exact types; a BOOL byte other than
+                 * 0 or 1 (binary input) is true, and comes back through JSON as 1 */
+                if ((o->binary || o->dtype == KSERVE_INT32 || o->dtype == KSERVE_UINT8) &&
                     (o->size != in->size || memcmp(o->data, in->data, in->size)))
                     abort();
+                if (!o->binary && o->dtype == KSERVE_BOOL) {
+                    const uint8_t *a = o->data, *b = in->data;
+                    if (o->size != in->size)
+                        abort();
+                    for (size_t k = 0; k < o->size; k++)
+                        if (!a[k] != !b[k])
+                            abort();
+                }
             }
             kserve_parsed_response_free(&pr);
         } else if (prc != HARK_ERR_INVALID_ARG) {
