@@ -178,28 +178,6 @@ repo_model_t *repository_only_ready(repository_t *r, int task)
     return ready == 1 ? only : NULL;
 }
 
-/* latest numeric version directory that holds a model, or 0 */
-static int latest_version(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return 0;
-    int best = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        char *end;
-        long v = strtol(e->d_name, &end, 10);
-        if (*end || v <= 0 || v > 1000000)
-            continue;
-        char p[4400];
-        snprintf(p, sizeof p, "%s/%s/model.json", dir, e->d_name);
-        if (access(p, R_OK) == 0 && v > best)
-            best = (int)v;
-    }
-    closedir(d);
-    return best;
-}
-
 static void notice(void *user, const char *msg)
 {
     LOG_INFO("%s: %s", (const char *)user, msg);
@@ -295,7 +273,7 @@ static int prepare(repository_t *r, repo_model_t *m, served_opts_t *so, family_p
     if ((fam->task == FAMILY_TASK_ASR || fam->task == FAMILY_TASK_VAD) &&
         (rc = check_audio_inputs(&m->cfg, fam, path, err)) != HARK_OK)
         return rc;
-    m->version = latest_version(m->dir);
+    m->version = family_latest_version(m->dir);
     if (!m->version)
         return err_set(err, HARK_ERR_NOT_FOUND, "%s: no version directory with a model.json",
                        m->dir);
