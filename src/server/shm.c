@@ -170,7 +170,8 @@ int shm_status(shm_registry_t *r, const char *name, shm_region_info_t *out, int 
                 out[n] = r->v[i].info;
     }
     pthread_mutex_unlock(&r->lock);
-    qsort(out, (size_t)(n < cap ? n : cap), sizeof *out, by_name);
+    if (n > 0 && cap > 0) /* a counting call passes no array: qsort's base must not be NULL */
+        qsort(out, (size_t)(n < cap ? n : cap), sizeof *out, by_name);
     return n;
 }
 
