@@ -31,6 +31,18 @@ refs = dict(l.rstrip("\n").split(" ", 1) for l in open(os.path.join(EX, "trans.t
 names = sorted(refs)
 check = Checks()
 T0 = time.time()
+# An AddressSanitizer build (CI's sanitizer step) keeps freed memory in its quarantine (256 MB by
+# default) and pads every block, so its RSS is not the server's: the memory bounds below are
+# asserted in the normal build (make test) and only reported under ASan.
+with open(hark, "rb") as f_:
+    ASAN = b"__asan_init" in f_.read()
+
+
+def check_rss(ok, what):
+    if ASAN:
+        print("note %s (not asserted: an AddressSanitizer build)" % what, flush=True)
+    else:
+        check(ok, what)
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 if soft < min(hard, 4096):  # idle connections: one descriptor each
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
@@ -345,8 +357,8 @@ def pipelining(srv, model):
         if still >= 10:  # two seconds without progress: the server no longer reads
             break
     peak = max(peak, rss_mb(srv.proc.pid))
-    check(peak - rss0 < 200, "%d MB pipelined (%d requests), not read: server RSS %.0f -> %.0f MB "
-          "(%d requests taken so far)" % (SIZE["pipeline_mb"], n, rss0, peak, sent[0]))
+    check_rss(peak - rss0 < 200, "%d MB pipelined (%d requests), not read: server RSS %.0f -> %.0f "
+              "MB (%d requests taken so far)" % (SIZE["pipeline_mb"], n, rss0, peak, sent[0]))
     others = []
     for i in range(5):
         try:
@@ -738,8 +750,9 @@ def soak(srv, model):
           "differ)" % (n, diff))
     # flat: the second half grows no more than noise over the first (allocator arenas settle)
     half = rss[len(rss) // 2]
-    check(rss[-1] - half < 32 and rss[-1] - rss0 < 96,
-          "RSS flat: %.0f MB at start, %.0f at half time, %.0f at the end" % (rss0, half, rss[-1]))
+    check_rss(rss[-1] - half < 32 and rss[-1] - rss0 < 96,
+              "RSS flat: %.0f MB at start, %.0f at half time, %.0f at the end" %
+              (rss0, half, rss[-1]))
 
 
 # ---- other servers -----------------------------------------------------------------------------
