@@ -146,6 +146,18 @@ const char *test_hark_bin(void)
     return b ? b : "build/hark";
 }
 
+const char *test_python(const char *modules)
+{
+    static const char *const pys[2] = {"/usr/bin/python3", "python3"};
+    char cmd[1024];
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s -c 'import %s' >/dev/null 2>&1", pys[i], modules);
+        if (system(cmd) == 0)
+            return pys[i];
+    }
+    return NULL;
+}
+
 int test_have_gpu(void)
 {
     return gpu_usable_count() > 0; /* a device hark can use under HARK_GPU_ARCH (issue 24) */

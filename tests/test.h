@@ -39,6 +39,10 @@ void test_stderr_begin(test_ctx_t *t);
 size_t test_stderr_end(test_ctx_t *t, char *out, size_t n);
 /* Path of the hark binary (HARK_BIN or build/hark). */
 const char *test_hark_bin(void);
+/* The python that imports every module of `modules` ("grpc, requests"): Debian's /usr/bin/python3
+ * (the one tools/install-deps.sh equips), else the first python3 on PATH; NULL when neither does.
+ */
+const char *test_python(const char *modules);
 /* 1 if hark was built with CUDA and a device it can use is present (gpu_usable_count). */
 int test_have_gpu(void);
 /* Deterministic pseudo-random numbers. */

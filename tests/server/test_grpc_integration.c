@@ -14,18 +14,11 @@ TEST(grpc_end_to_end)
     const char *dir = golden_wenet_model_dir(why, sizeof why);
     if (!dir)
         SKIP(why);
-    /* Debian's python3 (python3-grpcio, python3-grpc-tools), else the first python3 on PATH */
-    const char *probe = "-c 'import grpc, grpc_tools.protoc, requests' >/dev/null 2>&1";
-    const char *py = "/usr/bin/python3";
+    const char *py = test_python("grpc, grpc_tools.protoc, requests");
+    if (!py)
+        SKIP("no python3 with grpcio, grpc_tools and requests (python3-grpcio, "
+             "python3-grpc-tools)");
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s %s", py, probe);
-    if (system(cmd) != 0) {
-        py = "python3";
-        snprintf(cmd, sizeof cmd, "%s %s", py, probe);
-        if (system(cmd) != 0)
-            SKIP("no python3 with grpcio, grpc_tools and requests (python3-grpcio, "
-                 "python3-grpc-tools)");
-    }
     snprintf(cmd, sizeof cmd, "%s tests/server/test_grpc.py %s %s/m %s", py, test_hark_bin(), dir,
              test_shared(GOLDEN_WENET));
     int st = system(cmd);

@@ -9,17 +9,10 @@
 
 TEST(triton_logging_trace_and_shared_memory)
 {
-    /* Debian's python3 (python3-requests, python3-numpy), else the first python3 on PATH */
-    const char *probe = "-c 'import requests, numpy' >/dev/null 2>&1";
-    const char *py = "/usr/bin/python3";
+    const char *py = test_python("requests, numpy");
+    if (!py)
+        SKIP("no python3 with requests and numpy");
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s %s", py, probe);
-    if (system(cmd) != 0) {
-        py = "python3";
-        snprintf(cmd, sizeof cmd, "%s %s", py, probe);
-        if (system(cmd) != 0)
-            SKIP("no python3 with requests and numpy");
-    }
     snprintf(cmd, sizeof cmd, "%s tests/server/test_triton_ext.py %s", py, test_hark_bin());
     int st = system(cmd);
     CHECKF(st == 0, "tests/server/test_triton_ext.py failed (status %d)", st);
