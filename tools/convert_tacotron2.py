@@ -14,8 +14,11 @@
 model_config keys, or the golden set's config.json with them under "model_config"). Any float
 dtype is accepted (FP16 is widened exactly). Every tensor the config implies must be present
 with its exact shape and finite values.
-Needs Debian's python3-torch and python3-numpy.
-Tests: tests/model/tacotron2/test_tacotron2.c
+Generated weights (tests, benchmarks; no checkpoint, no torch): `--random SEED --config JSON`
+fills every tensor with seeded uniform values of std 1/sqrt(fan_in) (biases 0.05/sqrt(fan_in);
+BatchNorm: weight near 1, bias and running mean near 0, running variance in [0.5, 1.5]).
+Needs Debian's python3-torch (checkpoints only) and python3-numpy.
+Tests: tests/model/tacotron2/test_tacotron2.c, test_tacotron2_gpu.c
 """
 import argparse
 import json
@@ -179,12 +182,39 @@ def check_tensors(sd, cfg):
     return out
 
 
+def random_state_dict(cfg, seed):
+    """{name: float32 array} for every tensor the config implies, seeded, fan-in scaled."""
+    rng = np.random.default_rng(seed)
+    exp = expected_tensors(cfg)
+    out = {}
+    for name, shape in exp.items():
+        stem = name.rsplit(".", 1)[0]
+        w = exp.get(stem + ".weight") if not name.endswith(".weight") else shape
+        fan = int(np.prod(w[1:])) if w is not None and len(w) > 1 else 1
+        if re.search(r"\.1\.(weight|bias|running_mean|running_var)$", name):  # BatchNorm
+            lo, hi = {"weight": (0.8, 1.2), "bias": (-0.1, 0.1), "running_mean": (-0.1, 0.1),
+                      "running_var": (0.5, 1.5)}[name.rsplit(".", 1)[1]]
+            a = rng.uniform(lo, hi, shape)
+        else:
+            std = (0.05 if "bias" in name.rsplit(".", 1)[1] else 1.0) / np.sqrt(max(fan, 1))
+            a = rng.uniform(-np.sqrt(3) * std, np.sqrt(3) * std, shape)
+        out[name] = a.astype(np.float32)
+    return out
+
+
 def convert(args):
     if not 1 <= args.max_batch_size <= 512:
         fail(f"--max-batch-size {args.max_batch_size}: must be in [1, 512]")
     if args.vocoder and not re.fullmatch(r"[A-Za-z0-9_.\-/]+", args.vocoder):
         fail(f"--vocoder {args.vocoder!r}: use a model name or path of A-Z a-z 0-9 _ . - /")
-    sd, config = load_checkpoint(args.checkpoint)
+    if (args.checkpoint is None) == (args.random is None):
+        fail("give one of --checkpoint and --random")
+    if args.random is not None:
+        if not args.config:
+            fail("--random needs --config")
+        sd, config = None, None
+    else:
+        sd, config = load_checkpoint(args.checkpoint)
     if args.config:
         try:
             with open(args.config, encoding="utf-8") as f:
@@ -198,12 +228,14 @@ def convert(args):
         if not 1 <= args.max_decoder_steps <= 1 << 20:
             fail(f"--max-decoder-steps {args.max_decoder_steps}: must be in [1, 1048576]")
         cfg["max_decoder_steps"] = args.max_decoder_steps
-    tensors = check_tensors(sd, cfg)
+    tensors = (random_state_dict(cfg, args.random) if args.random is not None
+               else check_tensors(sd, cfg))
 
     name = entry_name(args.output, fail)
     meta = {"format": "hark", "family": FAMILY, "converter": "tools/convert_tacotron2.py",
             "converter_version": CONVERTER_VERSION,
-            "source": os.path.basename(args.checkpoint)}
+            "source": (os.path.basename(args.checkpoint) if args.checkpoint
+                       else f"random seed {args.random}")}
     out = write_entry(args.output, tensors, meta, cfg,
                       tts_config_pbtxt(name, args.max_batch_size, FAMILY, args.vocoder))
     n = sum(a.size for a in tensors.values())
@@ -214,7 +246,9 @@ def convert(args):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--checkpoint", required=True, help="DLE checkpoint_Tacotron2_*.pt")
+    ap.add_argument("--checkpoint", help="DLE checkpoint_Tacotron2_*.pt")
+    ap.add_argument("--random", type=int, metavar="SEED",
+                    help="generated weights instead of a checkpoint (tests, benchmarks)")
     ap.add_argument("--config", help="model_config JSON (default: the checkpoint's 'config')")
     ap.add_argument("--output", required=True, help="model directory to write")
     ap.add_argument("--vocoder", help="vocoder model (name in the repository, or a directory)")

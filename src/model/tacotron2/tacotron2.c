@@ -4,6 +4,7 @@
  * over its own memory) and the postnet.
  * Tests: tests/model/tacotron2/test_tacotron2.c */
 #include "model/tacotron2/tacotron2.h"
+#include "model/tacotron2/tacotron2_impl.h"
 
 #include "core/alloc.h"
 #include "hark.h"
@@ -26,55 +27,7 @@
             return rc_;                                                                            \
     } while (0)
 
-#define MAX_CONVS 64
 #define MAX_IDS 100000
-
-/* Conv1d + BatchNorm1d (eval): w (cout, k, cin) tap-major for conv1d_ref. */
-typedef struct {
-    int cin, cout, k;
-    float *w;
-    const float *b, *bn_g, *bn_b, *bn_m, *bn_v;
-} convbn_t;
-
-typedef struct { /* torch LSTMCell / one LSTM direction, gates i, f, g, o */
-    int in, hid;
-    const float *w_ih;        /* (4·hid, in) */
-    const float *w_hh;        /* (4·hid, hid) */
-    const float *b_ih, *b_hh; /* (4·hid) */
-} lstm_t;
-
-/* The encoder in double precision (see encode()): conv w (k, cout, cin), BN folded into
- * scale/shift; LSTM weights as torch lays them out. */
-typedef struct {
-    double *w, *b, *scale, *shift; /* w (k, cout, cin); b, scale, shift (cout) */
-} convd_t;
-
-typedef struct {
-    double *w_ih, *w_hh, *b_ih, *b_hh;
-} lstmd_t;
-
-struct tacotron2_model {
-    tacotron2_config_t cfg;
-    double *dblock; /* the encoder's weights in double */
-    convd_t encd[MAX_CONVS];
-    lstmd_t encd_fwd, encd_bwd;
-    double *memory_wd; /* (att_dim, enc_dim) */
-    safetensors_t *st; /* the mapped weights the const pointers below point into */
-    float *block;      /* re-laid-out conv weights */
-    const float *emb;  /* (n_symbols, emb_dim) */
-    convbn_t enc[MAX_CONVS];
-    lstm_t enc_fwd, enc_bwd;
-    const float *prenet0, *prenet1; /* (prenet_dim, n_mels), (prenet_dim, prenet_dim) */
-    lstm_t att_rnn, dec_rnn;
-    const float *query_w;   /* (att_dim, att_rnn_dim) */
-    const float *memory_w;  /* (att_dim, enc_dim) */
-    const float *v_w;       /* (att_dim) */
-    const float *loc_conv;  /* (loc_filters, 2, loc_kernel) */
-    const float *loc_dense; /* (att_dim, loc_filters) */
-    float *proj_w;          /* (n_mels + 1, dec_rnn_dim + enc_dim): mel projection, gate row */
-    float *proj_b;          /* (n_mels + 1) */
-    convbn_t post[MAX_CONVS];
-};
 
 /* ---- model.json ----------------------------------------------------------------------------- */
 
@@ -270,6 +223,7 @@ static int encoder_to_double(tacotron2_model_t *m, hark_err_t *err)
     size_t conv = (size_t)K * e * e + 4 * (size_t)e, lstm = 4 * (size_t)h * (e + h + 2);
     size_t n = (size_t)c->enc_convs * conv + 2 * lstm + (size_t)c->att_dim * e;
     double *d = m->dblock = hark_malloc(sizeof(double) * n);
+    m->dblock_n = n;
     if (!d)
         return err_set(err, HARK_ERR_NOMEM, "tacotron2: out of memory for the encoder weights");
     for (int i = 0; i < c->enc_convs; i++) {
@@ -425,10 +379,7 @@ static void lstm_gates(float *g, float *hg, const lstm_t *l, const float *x, con
 
 static uint64_t splitmix64(uint64_t *s)
 {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return tacotron2_mix64(*s += TACOTRON2_GOLDEN);
 }
 
 /* Bernoulli(0.5) keep bits, 64 per draw, from the row's own stream. */

@@ -11,6 +11,7 @@
 #include "core/alloc.h"
 #include "hark.h"
 #include "model/tacotron2/tacotron2.h"
+#include "model/tacotron2/t2_golden.h"
 #include "support/golden_model.h"
 #include "support/golden_tts.h"
 #include "text/tts_text.h"
@@ -21,227 +22,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define TOL_REL 1e-4
-#define N_STEPS 40
-
-static const char *const SENTENCES[3] = {
-    "Printing, in the only sense with which we are at present concerned, differs from most if "
-    "not from all the arts.",
-    "Dr. Smith paid $12.50 for 3 books on Jan. 2nd, 1999 \xe2\x80\x94 at 4:30 p.m.!",
-    "Turn left on {HH AW1 S T AH0 N} Street, said Mrs. M\xc3\xbcller; OK?"};
-
-/* The converted golden checkpoint ("<dir>/m"), or NULL with why. */
-static const char *t2_model_dir(char *why, size_t nwhy)
-{
-    static char dir[512];
-    const char *g = test_shared(GOLDEN_TTS "/tacotron2/checkpoint_Tacotron2_0.pt");
-    if (!g) {
-        snprintf(why, nwhy, "../shared/data/" GOLDEN_TTS " is absent");
-        return NULL;
-    }
-    char ck[700], args[900];
-    snprintf(ck, sizeof ck, "%s", g);
-    snprintf(args, sizeof args, "--checkpoint '%s'", ck);
-    return golden_convert_cached("tacotron2", "convert_tacotron2.py", ck, args, dir, sizeof dir,
-                                 why, nwhy);
-}
-
-#define LOAD_MODEL(m)                                                                              \
-    do {                                                                                           \
-        char why_[512];                                                                            \
-        const char *dir_ = t2_model_dir(why_, sizeof why_);                                        \
-        if (!dir_) {                                                                               \
-            if (!test_shared(GOLDEN_TTS))                                                          \
-                SKIP(why_);                                                                        \
-            if (strstr(why_, "python3"))                                                           \
-                SKIP(why_);                                                                        \
-            CHECKF(0, "conversion: %s", why_);                                                     \
-        }                                                                                          \
-        char p_[600];                                                                              \
-        snprintf(p_, sizeof p_, "%s/m", dir_);                                                     \
-        hark_err_t e_ = {0};                                                                       \
-        CHECKF(tacotron2_load(p_, 1, &m, &e_) == HARK_OK, "load: %s", e_.msg);                     \
-    } while (0)
-
-static double max_abs(const float *a, size_t n)
-{
-    double m = 0;
-    for (size_t i = 0; i < n; i++)
-        m = fmax(m, fabs(a[i]));
-    return m;
-}
-
-/* ---- recorded masks ------------------------------------------------------------------------- */
-
-typedef struct {
-    npy_array_t a[3]; /* prenet_masks (40, 2, 1, P) uint8 of each sentence */
-    const int *row_sentence;
-} masks_t;
-
-static void on_mask(void *user, int row, int step, int layer, uint8_t *keep, int n)
-{
-    masks_t *mk = user;
-    const npy_array_t *a = &mk->a[mk->row_sentence[row]];
-    if (step >= a->shape[0] || n != a->shape[3]) { /* beyond the recording: keep all */
-        memset(keep, 1, (size_t)n);
-        return;
-    }
-    memcpy(keep, (const uint8_t *)a->data + ((size_t)step * 2 + layer) * n, (size_t)n);
-}
-
-static int masks_load(masks_t *mk)
-{
-    for (int s = 0; s < 3; s++) {
-        char rel[128];
-        snprintf(rel, sizeof rel, GOLDEN_TTS "/tacotron2/s%d/prenet_masks.npy", s);
-        const char *p = test_shared(rel);
-        if (!p || npy_load(p, &mk->a[s]) != HARK_OK || mk->a[s].dtype != NPY_U8 ||
-            mk->a[s].ndim != 4)
-            return -1;
-    }
-    return 0;
-}
-
-static void masks_free(masks_t *mk)
-{
-    for (int s = 0; s < 3; s++)
-        npy_free(&mk->a[s]);
-}
-
-/* ---- stage capture -------------------------------------------------------------------------- */
-
-#define N_CAP 24
-typedef struct {
-    char name[40];
-    float *data; /* per-step names: (N_STEPS, size); others: size */
-    size_t size;
-    int steps;
-} cap_t;
-
-typedef struct {
-    cap_t c[N_CAP];
-    int n;
-    int want_row;
-} caps_t;
-
-static void on_stage(void *user, int row, const char *name, int step, const float *data, int rows,
-                     int cols)
-{
-    caps_t *cs = user;
-    if (row != cs->want_row)
-        return;
-    cap_t *c = NULL;
-    for (int i = 0; i < cs->n; i++)
-        if (!strcmp(cs->c[i].name, name))
-            c = &cs->c[i];
-    size_t sz = (size_t)rows * cols;
-    if (!c) {
-        if (cs->n == N_CAP)
-            return;
-        c = &cs->c[cs->n++];
-        snprintf(c->name, sizeof c->name, "%s", name);
-        c->size = sz;
-        c->data = calloc(sz * (step >= 0 ? N_STEPS : 1), sizeof(float));
-    }
-    if (sz != c->size || step >= N_STEPS || !c->data)
-        return;
-    memcpy(c->data + (size_t)(step >= 0 ? step : 0) * sz, data, sizeof(float) * sz);
-    if (step + 1 > c->steps)
-        c->steps = step + 1;
-}
-
-static void caps_free(caps_t *cs)
-{
-    for (int i = 0; i < cs->n; i++)
-        free(cs->c[i].data);
-    cs->n = 0;
-}
-
-static const cap_t *cap_find(const caps_t *cs, const char *name)
-{
-    for (int i = 0; i < cs->n; i++)
-        if (!strcmp(cs->c[i].name, name))
-            return &cs->c[i];
-    return NULL;
-}
-
-/* One golden file against a capture: whole-array relative diff, and for per-step captures the
- * worst per-step relative diff. Returns the diff (INFINITY on a shape mismatch). */
-static double compare(int si, const char *file, const cap_t *c, int per_step)
-{
-    char rel[160];
-    snprintf(rel, sizeof rel, "tacotron2/s%d/%s.npy", si, file);
-    npy_array_t g = {0};
-    if (!c || golden_tts_npy(&g, rel) != HARK_OK)
-        return INFINITY;
-    double e = INFINITY;
-    size_t n = c->size * (per_step ? N_STEPS : 1);
-    if (g.count == n && (!per_step || c->steps == N_STEPS)) {
-        e = 0;
-        if (per_step)
-            for (int s = 0; s < N_STEPS; s++) {
-                const float *gs = (const float *)g.data + (size_t)s * c->size;
-                double d = test_max_abs_diff(c->data + (size_t)s * c->size, gs, c->size) /
-                           fmax(max_abs(gs, c->size), 1e-30);
-                e = fmax(e, d);
-            }
-        else
-            e = test_max_abs_diff(c->data, g.data, n) / fmax(max_abs(g.data, n), 1e-30);
-    }
-    npy_free(&g);
-    return e;
-}
-
-static const struct {
-    const char *stage, *file;
-    int per_step;
-} CHECKS[] = {
-    {"embedded", "embedded", 0},
-    {"encoder_out", "encoder_out", 0},
-    {"processed_memory", "processed_memory", 0},
-    {"prenet_out", "dec_prenet_out", 1},
-    {"attention_hidden", "dec_attention_hidden", 1},
-    {"attention_cell", "dec_attention_cell", 1},
-    {"attention_weights", "dec_attention_weights", 1},
-    {"attention_weights_cum", "dec_attention_weights_cum", 1},
-    {"attention_context", "dec_attention_context", 1},
-    {"decoder_hidden", "dec_decoder_hidden", 1},
-    {"decoder_cell", "dec_decoder_cell", 1},
-    {"mel_frame", "dec_mel_frames", 1},
-    {"gate", "dec_gate", 1},
-    {"mel_decoder", "mel_decoder", 0},
-    {"postnet_residual", "postnet_residual", 0},
-    {"mel_postnet", "mel_postnet", 0},
-};
-
-/* ids of sentence si through hark's front end, checked against the golden (exact). */
-static int sentence_ids(int si, tts_text_t *tt, char *why, size_t nwhy)
-{
-    hark_err_t err = {0};
-    if (tts_text_to_ids_variant(SENTENCES[si], TTS_TEXT_DLE_TACOTRON2, tt, &err) != HARK_OK) {
-        snprintf(why, nwhy, "text: %.400s", err.msg);
-        return -1;
-    }
-    char rel[64];
-    snprintf(rel, sizeof rel, "tacotron2/s%d/ids.npy", si);
-    npy_array_t gi = {0};
-    int ok = golden_tts_npy(&gi, rel) == HARK_OK && gi.count == (size_t)tt->n;
-    for (int i = 0; ok && i < tt->n; i++)
-        ok = tt->ids[i] == (int)((float *)gi.data)[i];
-    if (!ok)
-        snprintf(why, nwhy, "s%d: hark's %d ids differ from the golden's %zu (cleaned: %s)", si,
-                 tt->n, gi.count, tt->cleaned);
-    npy_free(&gi);
-    return ok ? 0 : -1;
-}
-
 TEST(tacotron2_ids)
 {
     NEED_SHARED(GOLDEN_TTS "/tacotron2");
     for (int si = 0; si < 3; si++) {
         tts_text_t tt = {0};
         char why[512];
-        int rc = sentence_ids(si, &tt, why, sizeof why);
+        int rc = t2g_sentence_ids(si, &tt, why, sizeof why);
         tts_text_free(&tt);
         CHECKF(rc == 0, "%s", why);
     }
@@ -252,25 +39,25 @@ TEST(tacotron2_stages_every_step)
     NEED_SHARED(GOLDEN_TTS "/tacotron2");
     tacotron2_model_t *m = NULL;
     LOAD_MODEL(m);
-    masks_t mk = {0};
+    t2g_masks_t mk = {0};
     int row_sentence[1];
     mk.row_sentence = row_sentence;
-    CHECK(masks_load(&mk) == 0);
+    CHECK(t2g_masks_load(&mk) == 0);
     int bad = 0;
     char first[400] = "";
     for (int si = 0; si < 3; si++) {
         tts_text_t tt = {0};
         char why[512];
-        if (sentence_ids(si, &tt, why, sizeof why) != 0) {
+        if (t2g_sentence_ids(si, &tt, why, sizeof why) != 0) {
             tts_text_free(&tt);
-            masks_free(&mk);
+            t2g_masks_free(&mk);
             tacotron2_destroy(m);
             CHECKF(0, "%s", why);
         }
         row_sentence[0] = si;
-        caps_t cs = {.want_row = 0};
+        t2g_caps_t cs = {.want_row = 0};
         tacotron2_opts_t o = {
-            .mask = on_mask, .mask_user = &mk, .stage = on_stage, .stage_user = &cs};
+            .mask = t2g_on_mask, .mask_user = &mk, .stage = t2g_on_stage, .stage_user = &cs};
         const int *idp = tt.ids;
         tacotron2_result_t r = {0};
         hark_err_t err = {0};
@@ -279,13 +66,14 @@ TEST(tacotron2_stages_every_step)
             bad++;
             snprintf(first, sizeof first, "s%d: infer: %.300s", si, err.msg);
         } else {
-            for (size_t k = 0; k < sizeof CHECKS / sizeof CHECKS[0]; k++) {
+            for (size_t k = 0; k < sizeof T2G_CHECKS / sizeof T2G_CHECKS[0]; k++) {
                 double e =
-                    compare(si, CHECKS[k].file, cap_find(&cs, CHECKS[k].stage), CHECKS[k].per_step);
-                printf("    s%d/%-26s max rel diff %.3g%s\n", si, CHECKS[k].file, e,
-                       CHECKS[k].per_step ? " (worst step)" : "");
+                    t2g_compare(si, T2G_CHECKS[k].file, t2g_cap_find(&cs, T2G_CHECKS[k].stage),
+                                T2G_CHECKS[k].per_step);
+                printf("    s%d/%-26s max rel diff %.3g%s\n", si, T2G_CHECKS[k].file, e,
+                       T2G_CHECKS[k].per_step ? " (worst step)" : "");
                 if (!(e <= TOL_REL) && !bad++)
-                    snprintf(first, sizeof first, "s%d/%s: %.3g", si, CHECKS[k].file, e);
+                    snprintf(first, sizeof first, "s%d/%s: %.3g", si, T2G_CHECKS[k].file, e);
             }
             /* infer()'s own outputs: the mel and the alignments (1, 40, N) */
             npy_array_t g = {0};
@@ -293,12 +81,12 @@ TEST(tacotron2_stages_every_step)
             snprintf(rel, sizeof rel, "tacotron2/s%d/alignments.npy", si);
             double e = INFINITY;
             if (golden_tts_npy(&g, rel) == HARK_OK && g.count == (size_t)r.n_frames * r.n_ids)
-                e = test_max_abs_diff(r.alignments, g.data, g.count) / max_abs(g.data, g.count);
+                e = test_max_abs_diff(r.alignments, g.data, g.count) / t2g_max_abs(g.data, g.count);
             npy_free(&g);
             snprintf(rel, sizeof rel, "tacotron2/s%d/mel_postnet.npy", si);
             double e2 = INFINITY;
             if (golden_tts_npy(&g, rel) == HARK_OK && g.count == (size_t)r.n_frames * 80)
-                e2 = test_max_abs_diff(r.mel, g.data, g.count) / max_abs(g.data, g.count);
+                e2 = test_max_abs_diff(r.mel, g.data, g.count) / t2g_max_abs(g.data, g.count);
             npy_free(&g);
             printf("    s%d/alignments, mel (result) max rel diff %.3g, %.3g\n", si, e, e2);
             if (!(e <= TOL_REL && e2 <= TOL_REL) && !bad++)
@@ -307,10 +95,10 @@ TEST(tacotron2_stages_every_step)
                 snprintf(first, sizeof first, "s%d: %d steps (want %d)", si, r.n_frames, N_STEPS);
         }
         tacotron2_result_free(&r);
-        caps_free(&cs);
+        t2g_caps_free(&cs);
         tts_text_free(&tt);
     }
-    masks_free(&mk);
+    t2g_masks_free(&mk);
     tacotron2_destroy(m);
     CHECKF(bad == 0, "%d checks over tolerance; first %s", bad, first);
 }
@@ -322,23 +110,23 @@ TEST(tacotron2_batch_rows_independent)
     NEED_SHARED(GOLDEN_TTS "/tacotron2");
     tacotron2_model_t *m = NULL;
     LOAD_MODEL(m);
-    masks_t mk = {0};
+    t2g_masks_t mk = {0};
     int row_sentence[3] = {2, 0, 1};
     mk.row_sentence = row_sentence;
-    CHECK(masks_load(&mk) == 0);
+    CHECK(t2g_masks_load(&mk) == 0);
     tts_text_t tt[3] = {{0}};
     const int *ids[3];
     int n[3];
     char why[512];
     int ok = 1;
     for (int b = 0; b < 3 && ok; b++) {
-        ok = sentence_ids(row_sentence[b], &tt[b], why, sizeof why) == 0;
+        ok = t2g_sentence_ids(row_sentence[b], &tt[b], why, sizeof why) == 0;
         ids[b] = tt[b].ids;
         n[b] = tt[b].n;
     }
     tacotron2_result_t r[3] = {{0}};
     hark_err_t err = {0};
-    tacotron2_opts_t o = {.mask = on_mask, .mask_user = &mk};
+    tacotron2_opts_t o = {.mask = t2g_on_mask, .mask_user = &mk};
     int rc = ok ? tacotron2_infer(m, ids, n, 3, &o, r, &err) : -1;
     double worst = 0;
     for (int b = 0; b < 3 && rc == HARK_OK; b++) {
@@ -347,7 +135,7 @@ TEST(tacotron2_batch_rows_independent)
         npy_array_t g = {0};
         double e = INFINITY;
         if (golden_tts_npy(&g, rel) == HARK_OK && g.count == (size_t)r[b].n_frames * 80)
-            e = test_max_abs_diff(r[b].mel, g.data, g.count) / max_abs(g.data, g.count);
+            e = test_max_abs_diff(r[b].mel, g.data, g.count) / t2g_max_abs(g.data, g.count);
         npy_free(&g);
         worst = fmax(worst, e);
     }
@@ -355,7 +143,7 @@ TEST(tacotron2_batch_rows_independent)
         tacotron2_result_free(&r[b]);
         tts_text_free(&tt[b]);
     }
-    masks_free(&mk);
+    t2g_masks_free(&mk);
     tacotron2_destroy(m);
     CHECKF(ok, "%s", why);
     CHECKF(rc == HARK_OK, "infer: %s", err.msg);
@@ -433,7 +221,7 @@ TEST(tacotron2_bad_input_and_files)
     CHECK(tacotron2_load("/nonexistent/t2", 1, &m, &err) != HARK_OK);
     CHECK(m == NULL);
     char why[512];
-    const char *dir = t2_model_dir(why, sizeof why);
+    const char *dir = t2g_model_dir(why, sizeof why);
     CHECK(dir != NULL);
     const char *tmp = test_tmpdir(t);
     char cmd[2400], p[700];
@@ -494,7 +282,7 @@ TEST(tacotron2_batch_rows_stop_on_own_gate)
 {
     NEED_SHARED(GOLDEN_TTS "/tacotron2");
     char why[512];
-    const char *dir = t2_model_dir(why, sizeof why);
+    const char *dir = t2g_model_dir(why, sizeof why);
     if (!dir) {
         if (strstr(why, "python3"))
             SKIP(why);
@@ -513,19 +301,19 @@ TEST(tacotron2_batch_rows_stop_on_own_gate)
     tacotron2_model_t *m = NULL;
     hark_err_t err = {0};
     CHECKF(tacotron2_load(p, 1, &m, &err) == HARK_OK, "%s", err.msg);
-    masks_t mk = {0};
+    t2g_masks_t mk = {0};
     int row_sentence[3] = {0, 1, 2};
     mk.row_sentence = row_sentence;
-    CHECK(masks_load(&mk) == 0);
+    CHECK(t2g_masks_load(&mk) == 0);
     tts_text_t tt[3] = {{0}};
     const int *ids[3];
     int n[3], ok = 1;
     for (int b = 0; b < 3 && ok; b++) {
-        ok = sentence_ids(b, &tt[b], why, sizeof why) == 0;
+        ok = t2g_sentence_ids(b, &tt[b], why, sizeof why) == 0;
         ids[b] = tt[b].ids;
         n[b] = tt[b].n;
     }
-    tacotron2_opts_t o = {.mask = on_mask, .mask_user = &mk};
+    tacotron2_opts_t o = {.mask = t2g_on_mask, .mask_user = &mk};
     tacotron2_result_t r[3] = {{0}}, single[3] = {{0}};
     int rc = ok ? tacotron2_infer(m, ids, n, 3, &o, r, &err) : -1;
     int frames[3] = {0}, lens[3] = {0};
@@ -541,7 +329,7 @@ TEST(tacotron2_batch_rows_stop_on_own_gate)
                 const float *gs = (const float *)g.data + (size_t)s * r[b].n_ids;
                 ea = fmax(ea, test_max_abs_diff(r[b].alignments + (size_t)s * r[b].n_ids, gs,
                                                 (size_t)r[b].n_ids) /
-                                  max_abs(gs, (size_t)r[b].n_ids));
+                                  t2g_max_abs(gs, (size_t)r[b].n_ids));
             }
         } else
             ea = INFINITY;
@@ -559,7 +347,7 @@ TEST(tacotron2_batch_rows_stop_on_own_gate)
         tacotron2_result_free(&single[b]);
         tts_text_free(&tt[b]);
     }
-    masks_free(&mk);
+    t2g_masks_free(&mk);
     tacotron2_destroy(m);
     CHECKF(ok, "%s", why);
     CHECKF(rc == HARK_OK, "infer: %s", err.msg);
