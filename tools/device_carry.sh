@@ -6,7 +6,7 @@
 #              hark_tests, bench_hgemm, bench_loopback, bench_silero_vad, stripped of debug
 #              info), shared/ (the WeNet golden files the GPU tests read)
 #   .devrun2/  the converted WeNet golden model (tests/support/golden_model.c's cache)
-#   .devrun3/  shared/: the Jasper J1 and the FastSpeech / HiFi-GAN golden sets without their
+#   .devrun3/  shared/: the Jasper J1, FastSpeech / HiFi-GAN and Tacotron 2 / WaveGlow golden sets without their
 #              checkpoints, the English audio and silero_vad.onnx, and converted/: those
 #              checkpoints and the Silero VAD converted here (HARK_GOLDEN_CONVERTED; the device has
 #              no /usr/bin/python3 with torch or onnx to convert with)
@@ -50,15 +50,19 @@ model=$(ls -td /tmp/hark-test-cache-$(id -u)/wenet_small-*/m 2>/dev/null | head 
 cp -r "$model" .devrun2/m
 # the checkpoints stay here: their conversions travel instead (HARK_GOLDEN_CONVERTED)
 (cd ../shared/data/golden && tar cf - --exclude='*.pt' --exclude='g_0*' jasper tts/README.md \
-    tts/fastspeech tts/hifigan_v3 tts/hifigan_v3_real) | tar xf - -C .devrun3/shared/data/golden
+    tts/fastspeech tts/hifigan_v3 tts/hifigan_v3_real tts/tacotron2 tts/waveglow) |
+    tar xf - -C .devrun3/shared/data/golden
 mkdir -p .devrun3/shared/data/models/silero-vad
 cp ../shared/data/models/silero-vad/silero_vad.onnx .devrun3/shared/data/models/silero-vad/
 cp -r ../shared/data/audio .devrun3/shared/data/
-for tag in jasper_j1 fastspeech hifigan_v3 hifigan_v3_real silero_vad; do
+for tag in jasper_j1 fastspeech hifigan_v3 hifigan_v3_real silero_vad tacotron2 waveglow; do
     c=$(ls -td /tmp/hark-test-cache-$(id -u)/$tag-*/m 2>/dev/null | head -1)
     [ -n "$c" ] || { echo "no converted $tag: run make test first" >&2; exit 1; }
     mkdir -p .devrun3/converted/$tag && cp -r "$c" .devrun3/converted/$tag/m
 done
+# the generated Tacotron 2 of awkward sizes (tests/model/tacotron2/test_tacotron2_gpu.c)
+/usr/bin/python3 tools/convert_tacotron2.py --random 3 --config tests/model/tacotron2/awkward.json \
+    --output .devrun3/converted/tacotron2_awkward/m >/dev/null
 tar cf - .devrun2 .devrun3 $([ -d .ext ] && echo .ext) | split -b 40M -d -a 1 - .devpart.
 for f in .devpart.*; do
     d=.devp$((${f##*.} + 1)) && mkdir -p $d && mv "$f" $d/
