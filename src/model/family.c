@@ -346,21 +346,6 @@ int family_read_model_json(const char *path, cJSON **out, hark_err_t *err)
     return HARK_OK;
 }
 
-int family_tts_vocoder_dir(const char *name, const char *dir, const family_load_opts_t *lo,
-                           const family_params_t *cfg, char *vdir, size_t cap, hark_err_t *err)
-{
-    if (lo && lo->device >= 0)
-        return err_set(err, HARK_ERR_UNSUPPORTED,
-                       "%s: not yet on GPU (the CPU path only for now): use instance_group kind "
-                       "KIND_CPU, or --device cpu",
-                       name);
-    const char *prec = lo && lo->precision ? lo->precision : family_param(cfg, "precision");
-    if (prec && strcmp(prec, "fp32"))
-        return err_set(err, HARK_ERR_UNSUPPORTED, "%s: precision \"%s\": the CPU path is fp32",
-                       name, prec);
-    return family_tts_vocoder_path(name, dir, cfg, vdir, cap, err);
-}
-
 int family_tts_vocoder_path(const char *name, const char *dir, const family_params_t *cfg,
                             char *vdir, size_t cap, hark_err_t *err)
 {

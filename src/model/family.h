@@ -210,14 +210,9 @@ typedef struct {
 void family_dump_f32(void *user, const char *name, const float *data, int rows, int cols);
 int family_mkdir_p(const char *dir, hark_err_t *err);
 
-/* A text-to-mel family's load checks (CPU-only families for now): refuses a GPU device or a
- * precision other than fp32 (HARK_ERR_UNSUPPORTED naming `name`), and finds the vocoder its
- * config.pbtxt names in parameters { key: "vocoder" } — absolute, or relative to the model
- * repository (dir's parent) — into vdir[cap] (HARK_ERR_INVALID_ARG when none is named). */
-int family_tts_vocoder_dir(const char *name, const char *dir, const family_load_opts_t *lo,
-                           const family_params_t *cfg, char *vdir, size_t cap, hark_err_t *err);
-/* The vocoder lookup of family_tts_vocoder_dir alone (no device or precision checks), for the
- * families that run on a GPU too. */
+/* The vocoder a TTS model's config.pbtxt names in parameters { key: "vocoder" } — absolute, or
+ * relative to the model repository (dir's parent) — into vdir[cap] (HARK_ERR_INVALID_ARG, naming
+ * `name`, when none is named). */
 int family_tts_vocoder_path(const char *name, const char *dir, const family_params_t *cfg,
                             char *vdir, size_t cap, hark_err_t *err);
 /* The model named by config.pbtxt's parameter `key` (absolute, or relative to the repository:

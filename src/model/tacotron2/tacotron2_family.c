@@ -6,15 +6,24 @@
  * (absolute, or relative to the model repository). Options (config.pbtxt parameters, then the
  * request's): seed (the prenet dropout and WaveGlow noise; default 0), sigma, denoiser_strength
  * or use_denoiser (DLE's Triton parameter: false = strength 0), max_decoder_steps; speed must
- * be 1 (Tacotron 2 has no duration control). GPU loads are refused.
- * Tests: tests/model/tacotron2/test_tacotron2_family.c */
+ * be 1 (Tacotron 2 has no duration control).
+ * On a GPU (load device >= 0, instance_group KIND_GPU; precision fp32 / fp16 from the load or
+ * config.pbtxt's parameters { key: "precision" }, fp32 by default) both models run on the device
+ * (tacotron2_gpu.h, waveglow_gpu.h): an execute decodes its items as one batch, the mel stays on
+ * the device for WaveGlow, the denoiser runs there too; the cut and the normalisation as on the
+ * CPU. The worker is sized at creation (max_batch; max_decoder_steps frames; GPU_MAX_IDS symbols:
+ * a longer text fails alone).
+ * Tests: tests/model/tacotron2/test_tacotron2_family.c, test_tacotron2_gpu.c */
 #include "model/family.h"
 
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "hark.h"
 #include "model/tacotron2/tacotron2.h"
+#include "model/tacotron2/tacotron2_gpu.h"
+#include "model/tacotron2/tacotron2_tools.h"
 #include "model/waveglow/waveglow.h"
+#include "model/waveglow/waveglow_gpu.h"
 #include "text/tts_text.h"
 
 #include <math.h>
@@ -28,20 +37,33 @@ typedef struct {
     int max_steps;  /* 0: the model's */
 } t2_opts_t;
 
+#define GPU_MAX_IDS 1024 /* symbols of one text on the GPU */
+#define WG_SEED 0x5741564547ull /* WaveGlow's noise: the row's seed ^ this */
+
 struct family_model {
     tacotron2_model_t *t2;
     waveglow_model_t *wg;
+    int device; /* -1: CPU */
+    ops_dtype_t dt;
+    tacotron2_gpu_model_t *gt; /* GPU: both, else NULL */
+    waveglow_gpu_model_t *gv;
     char kind[160];
 };
 
 struct family_worker {
     const family_model_t *fm;
+    tacotron2_gpu_worker_t *tw; /* GPU */
+    waveglow_gpu_worker_t *vw;
+    int max_batch;
+    float **audio; /* (max_batch) host rows of the vocoder's longest output */
 };
 
 static void tf_unload(family_model_t *fm)
 {
     if (!fm)
         return;
+    waveglow_gpu_model_destroy(fm->gv);
+    tacotron2_gpu_model_destroy(fm->gt);
     waveglow_destroy(fm->wg);
     tacotron2_destroy(fm->t2);
     hark_free(fm);
@@ -51,13 +73,26 @@ static int tf_load(const char *dir, const family_load_opts_t *lo, const family_p
                    family_model_t **out, hark_err_t *err)
 {
     family_load_opts_t l = lo ? *lo : (family_load_opts_t){.device = -1};
+    const char *cname = family_param(cfg, "precision");
+    const char *prec = l.precision ? l.precision : cname;
+    ops_dtype_t dt = OPS_F32;
+    if (prec && !strcmp(prec, "fp16"))
+        dt = OPS_F16;
+    else if (prec && strcmp(prec, "fp32"))
+        return err_set(err, HARK_ERR_INVALID_ARG, "tacotron2: precision \"%s\": expected fp32 or fp16",
+                       prec);
+    if (l.device < 0 && dt != OPS_F32)
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "tacotron2: precision \"%s\": the CPU path is fp32", prec);
     char vdir[4200];
-    int vrc = family_tts_vocoder_dir("tacotron2", dir, &l, cfg, vdir, sizeof vdir, err);
+    int vrc = family_tts_vocoder_path("tacotron2", dir, cfg, vdir, sizeof vdir, err);
     if (vrc)
         return vrc;
     family_model_t *fm = hark_calloc(1, sizeof *fm);
     if (!fm)
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    fm->device = l.device < 0 ? -1 : l.device;
+    fm->dt = dt;
     int rc = tacotron2_load(dir, l.version, &fm->t2, err);
     if (!rc)
         rc = waveglow_load(vdir, 1, &fm->wg, err);
@@ -65,6 +100,9 @@ static int tf_load(const char *dir, const family_load_opts_t *lo, const family_p
         rc = err_set(err, HARK_ERR_INVALID_ARG,
                      "tacotron2: the model makes %d mel bins, the vocoder %s reads %d",
                      tacotron2_config(fm->t2)->n_mels, vdir, waveglow_config(fm->wg)->n_mels);
+    if (!rc && fm->device >= 0 &&
+        !(rc = tacotron2_gpu_model_create(fm->t2, fm->device, dt, &fm->gt, err)))
+        rc = waveglow_gpu_model_create(fm->wg, fm->device, dt, &fm->gv, err);
     if (rc) {
         tf_unload(fm);
         return rc;
@@ -72,8 +110,9 @@ static int tf_load(const char *dir, const family_load_opts_t *lo, const family_p
     const tacotron2_config_t *c = tacotron2_config(fm->t2);
     const waveglow_config_t *w = waveglow_config(fm->wg);
     snprintf(fm->kind, sizeof fm->kind,
-             "tacotron2 encoder %d, decoder %d/%d + waveglow %d flows x %d, fp32", c->enc_dim,
-             c->att_rnn_dim, c->dec_rnn_dim, w->n_flows, w->wn_channels);
+             "tacotron2 encoder %d, decoder %d/%d + waveglow %d flows x %d, %s%s", c->enc_dim,
+             c->att_rnn_dim, c->dec_rnn_dim, w->n_flows, w->wn_channels,
+             dt == OPS_F16 ? "fp16" : "fp32", fm->device >= 0 ? " (gpu)" : "");
     *out = fm;
     return HARK_OK;
 }
@@ -82,7 +121,7 @@ static void tf_info(const family_model_t *fm, family_info_t *out)
 {
     memset(out, 0, sizeof *out);
     out->sample_rate = waveglow_config(fm->wg)->sample_rate;
-    out->device = -1;
+    out->device = fm->device;
     out->kind = fm->kind;
 }
 
@@ -145,6 +184,18 @@ static uint64_t tf_batch_key(const void *opts)
     return ((uint64_t)a * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)b << 17) ^ (uint64_t)o->max_steps;
 }
 
+static void tf_worker_destroy(family_worker_t *w)
+{
+    if (!w)
+        return;
+    tacotron2_gpu_worker_destroy(w->tw);
+    waveglow_gpu_worker_destroy(w->vw);
+    for (int b = 0; w->audio && b < w->max_batch; b++)
+        hark_free(w->audio[b]);
+    hark_free(w->audio);
+    hark_free(w);
+}
+
 static int tf_worker_create(const family_model_t *m, const family_worker_opts_t *wo,
                             family_worker_t **out, hark_err_t *err)
 {
@@ -152,13 +203,40 @@ static int tf_worker_create(const family_model_t *m, const family_worker_opts_t 
     if (!w)
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
     w->fm = m;
+    if (m->gt) {
+        int steps = tacotron2_config(m->t2)->max_decoder_steps, rc;
+        w->max_batch = wo && wo->max_batch > 0 ? wo->max_batch : 1;
+        rc = tacotron2_gpu_worker_create(m->gt, w->max_batch, GPU_MAX_IDS, steps, &w->tw, err);
+        if (!rc)
+            rc = waveglow_gpu_worker_create(m->gv, w->max_batch, steps, &w->vw, err);
+        if (!rc && !(w->audio = hark_calloc((size_t)w->max_batch, sizeof *w->audio)))
+            rc = err_set(err, HARK_ERR_NOMEM, "tacotron2: out of memory");
+        for (int b = 0; !rc && b < w->max_batch; b++)
+            if (!(w->audio[b] = hark_malloc(sizeof(float) * waveglow_samples(m->wg, steps))))
+                rc = err_set(err, HARK_ERR_NOMEM, "tacotron2: out of memory");
+        if (rc) {
+            tf_worker_destroy(w);
+            return rc;
+        }
+    }
     *out = w;
     return HARK_OK;
 }
 
-static void tf_worker_destroy(family_worker_t *w)
+/* DLE's inference.py after the vocoder: the mel_lengths cut and peak normalisation, in place;
+ * the samples kept */
+static size_t finish(const family_model_t *fm, float *a, size_t n, int mel_length)
 {
-    hark_free(w);
+    size_t keep = (size_t)(mel_length > 0 ? mel_length : 1) * (size_t)tacotron2_config(fm->t2)->hop;
+    if (keep < n)
+        n = keep;
+    float peak = 0;
+    for (size_t i = 0; i < n; i++)
+        peak = fmaxf(peak, fabsf(a[i]));
+    if (peak > 0)
+        for (size_t i = 0; i < n; i++)
+            a[i] /= peak;
+    return n;
 }
 
 /* one row's mel -> audio (hark_malloc'ed): WaveGlow, the denoiser, the mel_lengths cut, peak
@@ -180,19 +258,35 @@ static int vocode(const family_model_t *fm, const t2_opts_t *o, const tacotron2_
         hark_free(a);
         return rc;
     }
-    size_t keep =
-        (size_t)(r->mel_length > 0 ? r->mel_length : 1) * (size_t)tacotron2_config(fm->t2)->hop;
-    if (keep < n)
-        n = keep;
-    float peak = 0;
-    for (size_t i = 0; i < n; i++)
-        peak = fmaxf(peak, fabsf(a[i]));
-    if (peak > 0)
-        for (size_t i = 0; i < n; i++)
-            a[i] /= peak;
+    *n_audio = finish(fm, a, n, r->mel_length);
     *audio = a;
-    *n_audio = n;
     return HARK_OK;
+}
+
+/* the batch on the GPU: Tacotron 2, then WaveGlow (and the denoiser) from the mel on the device
+ * into w->audio[b] (nf[b] frames, mel length ml[b]) */
+static int gpu_synth(family_worker_t *w, const t2_opts_t *o, const int *const *ids, const int *nid,
+                     const uint64_t *seeds, int nb, int *nf, int *ml, hark_err_t *err)
+{
+    const family_model_t *fm = w->fm;
+    tacotron2_opts_t to = {.seeds = seeds, .max_decoder_steps = o->max_steps};
+    int rc = tacotron2_gpu_run(w->tw, ids, nid, nb, &to, NULL, nf, ml, err);
+    float strength = o->strength >= 0 ? o->strength : waveglow_config(fm->wg)->denoiser_strength;
+    if (!rc)
+        rc = waveglow_gpu_set_denoise(w->vw, strength, err);
+    uint64_t *ws = rc ? NULL : hark_malloc(sizeof(uint64_t) * (size_t)nb);
+    if (!rc && !ws)
+        rc = err_set(err, HARK_ERR_NOMEM, "tacotron2: out of memory");
+    for (int b = 0; !rc && b < nb; b++)
+        ws[b] = seeds[b] ^ WG_SEED;
+    if (!rc) {
+        int ld = 0;
+        const float *d_mel = tacotron2_gpu_mel(w->tw, &ld);
+        waveglow_opts_t wo = {.sigma = o->sigma};
+        rc = waveglow_gpu_run_device(w->vw, d_mel, ld, nf, nb, &wo, ws, w->audio, err);
+    }
+    hark_free(ws);
+    return rc;
 }
 
 static int tf_execute(family_worker_t *w, family_item_t *const *items, int n,
@@ -209,9 +303,10 @@ static int tf_execute(family_worker_t *w, family_item_t *const *items, int n,
     uint64_t *seeds = hark_calloc((size_t)(n > 0 ? n : 1), sizeof *seeds);
     tacotron2_result_t *res = hark_calloc((size_t)(n > 0 ? n : 1), sizeof *res);
     row = hark_calloc((size_t)(n > 0 ? n : 1), sizeof *row);
-    int nb = 0, brc = HARK_OK;
+    int *nf = hark_calloc((size_t)(n > 0 ? n : 1) * 2, sizeof *nf), *ml = nf ? nf + n : NULL;
+    int nb = 0, brc = HARK_OK, gpu = w->tw != NULL;
     hark_err_t berr = {0};
-    if (!tt || !st || !msg || !ids || !nid || !seeds || !res || !row) {
+    if (!tt || !st || !msg || !ids || !nid || !seeds || !res || !row || !nf) {
         brc = err_set(&berr, HARK_ERR_NOMEM, "tacotron2: out of memory for a batch of %d", n);
         for (int i = 0; i < n; i++)
             if (st)
@@ -227,6 +322,10 @@ static int tf_execute(family_worker_t *w, family_item_t *const *items, int n,
                             "tacotron2: no stage dumps in the family (use hark speak --dump-dir)");
         else
             st[i] = tts_text_to_ids_variant(items[i]->text, TTS_TEXT_DLE_TACOTRON2, &tt[i], &e);
+        if (!st[i] && gpu && tt[i].n > GPU_MAX_IDS)
+            st[i] = err_set(&e, HARK_ERR_TOO_LARGE,
+                            "tacotron2: the text makes %d symbols (at most %d on the GPU)",
+                            tt[i].n, GPU_MAX_IDS);
         if (st[i]) {
             snprintf(msg[i], sizeof msg[i], "%.250s", e.msg);
             continue;
@@ -242,7 +341,8 @@ static int tf_execute(family_worker_t *w, family_item_t *const *items, int n,
         o0 = &dflt;
     if (nb > 0) {
         tacotron2_opts_t to = {.seeds = seeds, .max_decoder_steps = o0->max_steps};
-        brc = tacotron2_infer(fm->t2, ids, nid, nb, &to, res, &berr);
+        brc = gpu ? gpu_synth(w, o0, ids, nid, seeds, nb, nf, ml, &berr)
+                  : tacotron2_infer(fm->t2, ids, nid, nb, &to, res, &berr);
     }
     for (int i = 0; i < n; i++) {
         family_item_t *it = items[i];
@@ -259,6 +359,9 @@ static int tf_execute(family_worker_t *w, family_item_t *const *items, int n,
         if (!rc && brc) {
             rc = brc;
             ierr = berr;
+        } else if (!rc && b >= 0 && gpu) {
+            audio = w->audio[b]; /* the worker's: not freed below */
+            na = finish(fm, audio, waveglow_samples(fm->wg, nf[b]), ml[b]);
         } else if (!rc && b >= 0) {
             const t2_opts_t *o = it->opts ? it->opts : &dflt;
             rc = vocode(fm, o, &res[b], &audio, &na, &ierr);
@@ -273,7 +376,8 @@ static int tf_execute(family_worker_t *w, family_item_t *const *items, int n,
             if (n == 1)
                 *err = ierr;
         }
-        hark_free(audio);
+        if (!gpu)
+            hark_free(audio);
         family_event_t done = {.kind = FAMILY_EV_DONE,
                                .status = rc,
                                .error = rc ? ierr.msg : NULL,
@@ -294,6 +398,7 @@ static int tf_execute(family_worker_t *w, family_item_t *const *items, int n,
     hark_free(seeds);
     hark_free(res);
     hark_free(row);
+    hark_free(nf);
     if (times)
         *times = (family_exec_times_t){0, clock_now_ns() - t0, 0};
     if (n_failed == n && n > 0) {
@@ -319,7 +424,7 @@ const family_t tacotron2_family = {
     .stream_open = NULL,
     .stream_close = NULL,
     .execute = tf_execute,
-    .bench = NULL,
+    .bench = tacotron2_bench_main,
     .inspect = NULL,
     .bench_synthetic = NULL,
     .io = NULL,

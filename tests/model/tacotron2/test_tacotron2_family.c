@@ -195,7 +195,70 @@ TEST(tacotron2_family_errors)
     family_param_t good[2] = {{"use_denoiser", "false"}, {"sigma", "0.5"}};
     family_params_t req = {good, 2};
     CHECK_OK(f->parse_opts(NULL, NULL, &req, opts, &err));
-    family_load_opts_t lo = {.device = 0};
     family_model_t *fm = NULL;
-    CHECK(f->load(t2dir, &lo, NULL, &fm, &err) == HARK_ERR_UNSUPPORTED && !fm);
+    family_param_t cp = {"vocoder", "wg"};
+    family_params_t cfg = {&cp, 1};
+    family_load_opts_t lo = {.device = -1, .precision = "fp16"}; /* the CPU path is fp32 */
+    CHECK(f->load(t2dir, &lo, &cfg, &fm, &err) == HARK_ERR_UNSUPPORTED && !fm);
+    lo.precision = "int8";
+    CHECK(f->load(t2dir, &lo, &cfg, &fm, &err) == HARK_ERR_INVALID_ARG && !fm);
+    CHECKF(strstr(err.msg, "int8"), "%s", err.msg);
+    if (!test_have_gpu()) { /* a GPU load fails cleanly without a device */
+        lo = (family_load_opts_t){.device = 0};
+        CHECK(f->load(t2dir, &lo, &cfg, &fm, &err) != HARK_OK && !fm);
+    }
+}
+
+/* On the GPU (both precisions): one execute of three items (one bad) gives each good item the
+ * CPU family's audio (FP32: within 1e-3 of the peak-normalised samples; FP16: the same lengths,
+ * finite, within 0.1) and the bad one its own error. */
+GPU_TEST(tacotron2_family_gpu_matches_cpu)
+{
+    NEED_REPO(1);
+    const family_t *f = family_find("tacotron2");
+    family_param_t cp = {"vocoder", "wg"};
+    family_params_t cfg = {&cp, 1};
+    hark_err_t err = {0};
+    const char *texts[3] = {"Hello there.", "  ...  ", "A rather longer sentence, with a comma."};
+    const char *seeds[3] = {"3", "4", "5"};
+    family_worker_opts_t wo = {.max_batch = 3};
+    slot_t ref[3] = {{0}};
+    family_model_t *fm = NULL;
+    family_worker_t *w = NULL;
+    CHECKF(f->load(t2dir, NULL, &cfg, &fm, &err) == HARK_OK, "%s", err.msg);
+    CHECK_OK(f->worker_create(fm, &wo, &w, &err));
+    int rc = run_items(f, w, fm, texts, seeds, 3, ref);
+    f->worker_destroy(w);
+    f->unload(fm);
+    CHECK(rc == HARK_OK && ref[0].pcm && ref[2].pcm);
+    const char *prec[2] = {"fp32", "fp16"};
+    const double bound[2] = {1e-3, 0.1};
+    for (int p = 0; p < 2; p++) {
+        family_load_opts_t lo = {.device = 0, .precision = prec[p]};
+        slot_t got[3] = {{0}};
+        fm = NULL;
+        w = NULL;
+        CHECKF(f->load(t2dir, &lo, &cfg, &fm, &err) == HARK_OK, "%s", err.msg);
+        family_info_t info;
+        f->info(fm, &info);
+        CHECK(info.device == 0);
+        CHECKF(f->worker_create(fm, &wo, &w, &err) == HARK_OK, "%s", err.msg);
+        rc = run_items(f, w, fm, texts, seeds, 3, got);
+        double d = 0;
+        int ok = rc == HARK_OK && got[1].status == HARK_ERR_INVALID_ARG && !got[1].pcm;
+        for (int i = 0; i < 3; i += 2) {
+            ok &= got[i].done == 1 && got[i].status == HARK_OK && got[i].n == ref[i].n;
+            if (got[i].pcm && got[i].n == ref[i].n)
+                d = fmax(d, test_max_abs_diff(got[i].pcm, ref[i].pcm, ref[i].n));
+        }
+        for (int i = 0; i < 3; i++)
+            free(got[i].pcm);
+        f->worker_destroy(w);
+        f->unload(fm);
+        printf("    %s: GPU vs CPU max abs diff %.3g (bound %.3g)\n", prec[p], d, bound[p]);
+        CHECK(ok);
+        CHECKF(d <= bound[p], "%s: %.3g", prec[p], d);
+    }
+    for (int i = 0; i < 3; i++)
+        free(ref[i].pcm);
 }
