@@ -8,6 +8,8 @@
  * Tests: tests/model/waveglow/test_waveglow.c */
 #include "model/waveglow/waveglow.h"
 
+#include "model/waveglow/waveglow_impl.h"
+
 #include "core/alloc.h"
 #include "hark.h"
 #include "model/family.h"
@@ -32,33 +34,6 @@
 
 #define MAX_FRAMES 100000
 #define UP_BLOCK 16 /* mel frames per upsampler sgemm */
-
-typedef struct {
-    int ch;                                   /* channels this flow works on */
-    const float *w_inv;                       /* (ch, ch) the inverse of the 1x1 convolution */
-    const float *start_w;                     /* (C, ch/2) */
-    const float *start_b;                     /* (C) */
-    float *in_w[WAVEGLOW_MAX_LAYERS];         /* (k, 2C, C) per tap */
-    const float *in_b[WAVEGLOW_MAX_LAYERS];   /* (2C) */
-    const float *cond_w[WAVEGLOW_MAX_LAYERS]; /* (2C, n_mels · n_group) */
-    const float *cond_b[WAVEGLOW_MAX_LAYERS];
-    const float *rs_w[WAVEGLOW_MAX_LAYERS]; /* (2C or C, C) */
-    const float *rs_b[WAVEGLOW_MAX_LAYERS];
-    const float *end_w; /* (ch, C) */
-    const float *end_b; /* (ch) */
-} flow_t;
-
-struct waveglow_model {
-    waveglow_config_t cfg;
-    safetensors_t *st;
-    float *block;      /* re-laid-out weights */
-    float *up_w;       /* (up_kernel · n_mels, n_mels): row tap · n_mels + out, col in */
-    const float *up_b; /* (n_mels) */
-    flow_t flow[WAVEGLOW_MAX_FLOWS];
-    float *window;       /* (filter_length) periodic Hann */
-    float *bias_spec;    /* (filter_length / 2 + 1) */
-    fftwf_plan fwd, inv; /* planned once at load; executed on per-call buffers (new-array API) */
-};
 
 /* FFTW's planner is not thread-safe: plans are made under this lock. */
 static pthread_mutex_t plan_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -151,7 +126,7 @@ static int get(wload_t *L, const char *name, int ndim, int64_t d0, int64_t d1, i
     return HARK_OK;
 }
 
-static int flow_channels(const waveglow_config_t *c, int k)
+int waveglow_flow_channels(const waveglow_config_t *c, int k)
 {
     int n = c->n_group;
     for (int i = 1; i <= k; i++)
@@ -162,7 +137,8 @@ static int flow_channels(const waveglow_config_t *c, int k)
 
 static int load_flow(wload_t *L, const waveglow_config_t *c, int k, flow_t *f)
 {
-    int C = c->wn_channels, K = c->wn_kernel, ch = f->ch = flow_channels(c, k), half = ch / 2;
+    int C = c->wn_channels, K = c->wn_kernel, ch = f->ch = waveglow_flow_channels(c, k),
+        half = ch / 2;
     int cond = c->n_mels * c->n_group;
     char name[128];
     const float *w;
@@ -240,9 +216,10 @@ int waveglow_load(const char *dir, int version, waveglow_model_t **out, hark_err
     if (rc)
         goto fail;
     const waveglow_config_t *c = &m->cfg;
-    if (flow_channels(c, c->n_flows - 1) < 2 || flow_channels(c, c->n_flows - 1) % 2) {
+    if (waveglow_flow_channels(c, c->n_flows - 1) < 2 ||
+        waveglow_flow_channels(c, c->n_flows - 1) % 2) {
         rc = err_set(err, HARK_ERR_FORMAT, "%s: the last flows would work on %d channels", path,
-                     flow_channels(c, c->n_flows - 1));
+                     waveglow_flow_channels(c, c->n_flows - 1));
         goto fail;
     }
     size_t n = (size_t)c->up_kernel * c->n_mels * c->n_mels + (size_t)c->n_flows * c->wn_layers *
@@ -321,7 +298,7 @@ const float *waveglow_bias_spec(const waveglow_model_t *m)
 
 /* ---- the flows ------------------------------------------------------------------------------ */
 
-static uint64_t splitmix64(uint64_t *s)
+uint64_t waveglow_splitmix64(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -329,12 +306,12 @@ static uint64_t splitmix64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* Standard normal values (Box-Muller over 53-bit uniforms). */
-static void gaussian(uint64_t *s, float *z, size_t n)
+/* Standard normal values (Box-Muller over 53-bit uniforms; waveglow_impl.h). */
+void waveglow_gaussian(uint64_t *s, float *z, size_t n)
 {
     for (size_t i = 0; i < n; i += 2) {
-        double u1 = ((splitmix64(s) >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
-        double u2 = (splitmix64(s) >> 11) * 0x1.0p-53;
+        double u1 = ((waveglow_splitmix64(s) >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
+        double u2 = (waveglow_splitmix64(s) >> 11) * 0x1.0p-53;
         double r = sqrt(-2.0 * log(u1));
         z[i] = (float)(r * cos(2.0 * M_PI * u2));
         if (i + 1 < n)
@@ -506,7 +483,7 @@ int waveglow_infer(const waveglow_model_t *m, const float *mel, int T, const wav
     if (o->noise)
         o->noise(o->noise_user, draw++, audio, ch, L);
     else
-        gaussian(&rng, audio, (size_t)ch * L);
+        waveglow_gaussian(&rng, audio, (size_t)ch * L);
     for (size_t q = 0; q < (size_t)ch * L; q++)
         audio[q] *= sigma;
     for (int k = c->n_flows - 1; k >= 0; k--) {
@@ -532,7 +509,7 @@ int waveglow_infer(const waveglow_model_t *m, const float *mel, int T, const wav
             if (o->noise)
                 o->noise(o->noise_user, draw++, audio, e, L);
             else
-                gaussian(&rng, audio, (size_t)e * L);
+                waveglow_gaussian(&rng, audio, (size_t)e * L);
             for (size_t q = 0; q < (size_t)e * L; q++)
                 audio[q] *= sigma;
         } else
