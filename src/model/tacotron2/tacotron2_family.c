@@ -37,7 +37,7 @@ typedef struct {
     int max_steps;  /* 0: the model's */
 } t2_opts_t;
 
-#define GPU_MAX_IDS 1024 /* symbols of one text on the GPU */
+#define GPU_MAX_IDS 1024        /* symbols of one text on the GPU */
 #define WG_SEED 0x5741564547ull /* WaveGlow's noise: the row's seed ^ this */
 
 struct family_model {
@@ -79,8 +79,8 @@ static int tf_load(const char *dir, const family_load_opts_t *lo, const family_p
     if (prec && !strcmp(prec, "fp16"))
         dt = OPS_F16;
     else if (prec && strcmp(prec, "fp32"))
-        return err_set(err, HARK_ERR_INVALID_ARG, "tacotron2: precision \"%s\": expected fp32 or fp16",
-                       prec);
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "tacotron2: precision \"%s\": expected fp32 or fp16", prec);
     if (l.device < 0 && dt != OPS_F32)
         return err_set(err, HARK_ERR_UNSUPPORTED,
                        "tacotron2: precision \"%s\": the CPU path is fp32", prec);
@@ -324,8 +324,8 @@ static int tf_execute(family_worker_t *w, family_item_t *const *items, int n,
             st[i] = tts_text_to_ids_variant(items[i]->text, TTS_TEXT_DLE_TACOTRON2, &tt[i], &e);
         if (!st[i] && gpu && tt[i].n > GPU_MAX_IDS)
             st[i] = err_set(&e, HARK_ERR_TOO_LARGE,
-                            "tacotron2: the text makes %d symbols (at most %d on the GPU)",
-                            tt[i].n, GPU_MAX_IDS);
+                            "tacotron2: the text makes %d symbols (at most %d on the GPU)", tt[i].n,
+                            GPU_MAX_IDS);
         if (st[i]) {
             snprintf(msg[i], sizeof msg[i], "%.250s", e.msg);
             continue;

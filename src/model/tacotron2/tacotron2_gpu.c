@@ -634,7 +634,8 @@ static int step_once(run_t *r, int step, int na, int nmax, const uint8_t *d_mask
     const tacotron2_config_t *c = w->c;
     hark_err_t *err = r->err;
     int E = c->enc_dim, AR = c->att_rnn_dim, DR = c->dec_rnn_dim, nm = c->n_mels;
-    int P = c->prenet_dim, A = c->att_dim, S = w->max_steps, wt = g->dt == OPS_F16;
+    int P = c->prenet_dim, A = c->att_dim, S = w->max_steps;
+    int wt = g->dt == OPS_F16 ? 1 : getenv("HARK_T2_ACC32") ? 2 : 0; /* TEMP experiment */
     int lda = g->lda, ldd = g->ldd, ldp = g->ldp;
     void *s = w->stream;
     TRY(kern(err,

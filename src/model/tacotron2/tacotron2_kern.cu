@@ -173,13 +173,6 @@ extern "C" int t2k_to_float(float *f, const double *d, long long n, void *stream
 
 /* ---- decoder: weight rows against batch tiles ------------------------------------------------ */
 
-template <typename WT> struct acc_of {
-    typedef double T;
-};
-template <> struct acc_of<__half> {
-    typedef float T;
-};
-
 __device__ __forceinline__ double wval(float w)
 {
     return (double)w;
@@ -200,11 +193,10 @@ template <> __device__ __forceinline__ float warp_sum<float>(float v)
 }
 
 /* acc[j] += Σ_k w[k] · xs[j · K + k] for j < BT (rows past nb read zeros in xs), per lane */
-template <typename WT, int BT>
+template <typename WT, typename AT, int BT>
 __device__ __forceinline__ void row_dots(const WT *__restrict__ w, const float *xs, int K,
-                                         typename acc_of<WT>::T acc[BT])
+                                         AT acc[BT])
 {
-    typedef typename acc_of<WT>::T AT;
     const int lane = threadIdx.x % 32;
     const int V = 16 / sizeof(WT); /* elements per 16-byte load */
     if (K % V == 0) {
@@ -259,12 +251,11 @@ template <typename AT> __device__ __forceinline__ AT sigm(AT x)
     return (AT)1 / ((AT)1 + exp(-x));
 }
 
-template <typename WT, int BT>
+template <typename WT, typename AT, int BT>
 __global__ void k_lstm(const WT *__restrict__ W, const float *__restrict__ bias, const float *x,
                        int ldx, int K, int H, const int *rows, int na, float *c, float *hout,
                        int ldh, const float *csrc, int lds, float *cdst, int ldc, int clen)
 {
-    typedef typename acc_of<WT>::T AT;
     extern __shared__ float xs[];
     side_copy(csrc, lds, cdst, ldc, clen, rows, na);
     const int lane = threadIdx.x % 32;
@@ -281,7 +272,7 @@ __global__ void k_lstm(const WT *__restrict__ W, const float *__restrict__ bias,
 #pragma unroll
             for (int j = 0; j < BT; j++)
                 acc[g][j] = 0;
-            row_dots<WT, BT>(W + ((size_t)g * H + u) * K, xs, K, acc[g]);
+            row_dots<WT, AT, BT>(W + ((size_t)g * H + u) * K, xs, K, acc[g]);
         }
 #pragma unroll
         for (int g = 0; g < 4; g++)
@@ -309,7 +300,7 @@ static int tile_for(int K)
     return K * 4 * 4 <= 40960 ? 4 : K * 4 * 2 <= 40960 ? 2 : 1;
 }
 
-template <typename WT, int BT>
+template <typename WT, typename AT, int BT>
 static int launch_lstm(const void *W, const float *bias, const float *x, int ldx, int K, int H,
                        const int *rows, int na, float *c, float *hout, int ldh, const float *csrc,
                        int lds, float *cdst, int ldc, int clen, cudaStream_t s)
@@ -317,12 +308,12 @@ static int launch_lstm(const void *W, const float *bias, const float *x, int ldx
     size_t smem = sizeof(float) * (size_t)BT * K;
     if (smem > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(
-            k_lstm<WT, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            k_lstm<WT, AT, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess)
             return (int)e;
     }
-    k_lstm<WT, BT><<<(H + 7) / 8, 256, smem, s>>>((const WT *)W, bias, x, ldx, K, H, rows, na, c,
-                                                  hout, ldh, csrc, lds, cdst, ldc, clen);
+    k_lstm<WT, AT, BT><<<(H + 7) / 8, 256, smem, s>>>((const WT *)W, bias, x, ldx, K, H, rows, na,
+                                                      c, hout, ldh, csrc, lds, cdst, ldc, clen);
     return LAUNCHED();
 }
 
@@ -332,22 +323,24 @@ extern "C" int t2k_lstm(int wt, const void *W, const float *bias, const float *x
 {
     cudaStream_t s = (cudaStream_t)stream;
     int bt = tile_for(K);
-#define L(T, N)                                                                                    \
-    launch_lstm<T, N>(W, bias, x, ldx, K, H, rows, na, c, hout, ldh, csrc, lds, cdst, ldc, clen, s)
+#define L(T, A, N)                                                                                 \
+    launch_lstm<T, A, N>(W, bias, x, ldx, K, H, rows, na, c, hout, ldh, csrc, lds, cdst, ldc,      \
+                         clen, s)
     if (wt == 0)
-        return bt == 4 ? L(float, 4) : bt == 2 ? L(float, 2) : L(float, 1);
-    return bt == 4 ? L(__half, 4) : bt == 2 ? L(__half, 2) : L(__half, 1);
+        return bt == 4 ? L(float, double, 4) : bt == 2 ? L(float, double, 2) : L(float, double, 1);
+    if (wt == 2)
+        return bt == 4 ? L(float, float, 4) : bt == 2 ? L(float, float, 2) : L(float, float, 1);
+    return bt == 4 ? L(__half, float, 4) : bt == 2 ? L(__half, float, 2) : L(__half, float, 1);
 #undef L
 }
 
 /* a warp per output row; mode 0: y[slot · ldy + o]; mode 1: the projection (frames / gates) */
-template <typename WT, int BT, int MODE>
+template <typename WT, typename AT, int BT, int MODE>
 __global__ void k_rows(const WT *__restrict__ W, const float *__restrict__ bias, const float *x,
                        int ldx, int K, int M, const int *rows, int na, float *y, int ldy,
                        float *gates, int max_steps, int step, const float *csrc, int lds,
                        float *cdst, int ldc, int clen)
 {
-    typedef typename acc_of<WT>::T AT;
     extern __shared__ float xs[];
     side_copy(csrc, lds, cdst, ldc, clen, rows, na);
     const int lane = threadIdx.x % 32;
@@ -362,7 +355,7 @@ __global__ void k_rows(const WT *__restrict__ W, const float *__restrict__ bias,
 #pragma unroll
         for (int j = 0; j < BT; j++)
             acc[j] = 0;
-        row_dots<WT, BT>(W + (size_t)o * K, xs, K, acc);
+        row_dots<WT, AT, BT>(W + (size_t)o * K, xs, K, acc);
 #pragma unroll
         for (int j = 0; j < BT; j++)
             acc[j] = warp_sum<AT>(acc[j]);
@@ -381,7 +374,7 @@ __global__ void k_rows(const WT *__restrict__ W, const float *__restrict__ bias,
     }
 }
 
-template <typename WT, int BT, int MODE>
+template <typename WT, typename AT, int BT, int MODE>
 static int launch_rows(const void *W, const float *bias, const float *x, int ldx, int K, int M,
                        const int *rows, int na, float *y, int ldy, float *gates, int max_steps,
                        int step, const float *csrc, int lds, float *cdst, int ldc, int clen,
@@ -390,29 +383,33 @@ static int launch_rows(const void *W, const float *bias, const float *x, int ldx
     size_t smem = sizeof(float) * (size_t)BT * K;
     if (smem > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(
-            k_rows<WT, BT, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            k_rows<WT, AT, BT, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess)
             return (int)e;
     }
-    k_rows<WT, BT, MODE><<<(M + 7) / 8, 256, smem, s>>>((const WT *)W, bias, x, ldx, K, M, rows, na,
-                                                        y, ldy, gates, max_steps, step, csrc, lds,
-                                                        cdst, ldc, clen);
+    k_rows<WT, AT, BT, MODE><<<(M + 7) / 8, 256, smem, s>>>((const WT *)W, bias, x, ldx, K, M, rows,
+                                                            na, y, ldy, gates, max_steps, step,
+                                                            csrc, lds, cdst, ldc, clen);
     return LAUNCHED();
 }
 
-#define ROWS(T, N, MODE)                                                                           \
-    launch_rows<T, N, MODE>(W, bias, x, ldx, K, M, rows, na, y, ldy, gates, max_steps, step, csrc, \
-                            lds, cdst, ldc, clen, s)
+#define ROWS(T, A, N, MODE)                                                                        \
+    launch_rows<T, A, N, MODE>(W, bias, x, ldx, K, M, rows, na, y, ldy, gates, max_steps, step,    \
+                               csrc, lds, cdst, ldc, clen, s)
 #define ROWS_ALL(MODE)                                                                             \
     do {                                                                                           \
         int bt = tile_for(K);                                                                      \
         if (wt == 0)                                                                               \
-            return bt == 4   ? ROWS(float, 4, MODE)                                                \
-                   : bt == 2 ? ROWS(float, 2, MODE)                                                \
-                             : ROWS(float, 1, MODE);                                               \
-        return bt == 4   ? ROWS(__half, 4, MODE)                                                   \
-               : bt == 2 ? ROWS(__half, 2, MODE)                                                   \
-                         : ROWS(__half, 1, MODE);                                                  \
+            return bt == 4   ? ROWS(float, double, 4, MODE)                                        \
+                   : bt == 2 ? ROWS(float, double, 2, MODE)                                        \
+                             : ROWS(float, double, 1, MODE);                                       \
+        if (wt == 2)                                                                               \
+            return bt == 4   ? ROWS(float, float, 4, MODE)                                         \
+                   : bt == 2 ? ROWS(float, float, 2, MODE)                                         \
+                             : ROWS(float, float, 1, MODE);                                        \
+        return bt == 4   ? ROWS(__half, float, 4, MODE)                                            \
+               : bt == 2 ? ROWS(__half, float, 2, MODE)                                            \
+                         : ROWS(__half, float, 1, MODE);                                           \
     } while (0)
 
 extern "C" int t2k_gemv(int wt, const void *W, const float *x, int ldx, int K, int M,
@@ -445,13 +442,12 @@ __device__ __forceinline__ uint64_t mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
-template <typename WT>
+template <typename WT, typename AT>
 __global__ void k_prenet(const WT *__restrict__ w0t, const WT *__restrict__ w1t,
                          const float *frames, int max_steps, int nm, int P, int step,
                          const int *rows, float *xa, int lda, const uint64_t *seeds,
                          const uint8_t *masks)
 {
-    typedef typename acc_of<WT>::T AT;
     extern __shared__ float sm[]; /* in (max(nm, P)), h (P) */
     int wide = nm > P ? nm : P;
     float *in = sm, *hb = sm + wide;
@@ -496,13 +492,17 @@ extern "C" int t2k_prenet(int wt, const void *w0t, const void *w1t, const float 
     int threads = P < 256 ? ((P + 31) / 32) * 32 : 256;
     cudaStream_t s = (cudaStream_t)stream;
     if (wt == 0)
-        k_prenet<float><<<na, threads, smem, s>>>((const float *)w0t, (const float *)w1t, frames,
-                                                  max_steps, nm, P, step, rows, xa, lda, seeds,
-                                                  masks);
+        k_prenet<float, double><<<na, threads, smem, s>>>((const float *)w0t, (const float *)w1t,
+                                                          frames, max_steps, nm, P, step, rows, xa,
+                                                          lda, seeds, masks);
+    else if (wt == 2)
+        k_prenet<float, float><<<na, threads, smem, s>>>((const float *)w0t, (const float *)w1t,
+                                                         frames, max_steps, nm, P, step, rows, xa,
+                                                         lda, seeds, masks);
     else
-        k_prenet<__half><<<na, threads, smem, s>>>((const __half *)w0t, (const __half *)w1t, frames,
-                                                   max_steps, nm, P, step, rows, xa, lda, seeds,
-                                                   masks);
+        k_prenet<__half, float><<<na, threads, smem, s>>>((const __half *)w0t, (const __half *)w1t,
+                                                          frames, max_steps, nm, P, step, rows, xa,
+                                                          lda, seeds, masks);
     return LAUNCHED();
 }
 
