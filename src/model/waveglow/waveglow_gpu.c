@@ -615,7 +615,6 @@ static int enqueue_flow(waveglow_gpu_worker_t *w, int k, int batch, int lp, cons
         RUN(dump_cols(w, d, nm, w->a, lp, G, off, half, err));
     }
     RUN(cuda_wg_start(w->hs, w->a, f->start_w, f->start_b, rows, G, off, half, C, st, err));
-    size_t es = ops_dtype_size(dt);
     for (int i = 0; i < c->wn_layers; i++) {
         int dil = 1 << i, pad = dil * (K - 1) / 2, last = i == c->wn_layers - 1;
         RUN(cuda_conv1d_pad_mask_act(w->xp, dt, w->hs, OPS_F32, f->hb[i], 1.0f, lens, batch, lp, C,
@@ -628,7 +627,6 @@ static int enqueue_flow(waveglow_gpu_worker_t *w, int k, int batch, int lp, cons
         RUN(cuda_gemm(w->hs + (last ? C : 0), OPS_F32, w->acts, f->rs_w[i], dt, (int)rows,
                       last ? C : 2 * C, C, C, C, 2 * C, 1, 1.0f, 1.0f, 1, 0, 0, 0, w->ops, err));
     }
-    (void)es;
     RUN(cuda_wg_flow_tail(w->a, dumping ? w->wo : NULL, w->hs, 2 * C, f->end_w, f->end_b, f->w_inv,
                           lens, batch, lp, G, off, ch, C, st, err));
     if (dumping) {

@@ -81,7 +81,8 @@ void wg_spec_denoise_ref(float *spec, const float *bias, float strength, long lo
  * output y[p] (p < (n[b] / hop) · hop) = (Σ_f fr[f][q - f·hop] / N / scale · win[q - f·hop]) /
  * wss[q] · scale at q = p + N/2 (frames f < n[b] / hop + 1 in ascending order; wss the window's
  * sum of squares, float accumulation of double terms as librosa's; no division where wss <=
- * FLT_MIN), scale = N / hop. y (batch, ldy). */
+ * FLT_MIN), scale = N / hop. y (batch, ldy), n[b] <= ldy; the samples after each item's output are
+ * left as they are (y may be the frames' source x: they are made before). */
 void wg_ola_ref(float *y, long long ldy, const float *fr, const int *n, const float *win, int batch,
                 int nf, int N, int hop);
 

@@ -14,6 +14,213 @@
  * is 1e-2 for every flow stage and the audio (measured values printed by each test). */
 #include "test.h"
 
+#include "hark.h"
+#include "model/waveglow/waveglow.h"
+#include "model/waveglow/waveglow_kernels.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- a generated model of awkward sizes ------------------------------------------------------
+ */
+
+typedef struct {
+    FILE *f;
+    char hdr[65536];
+    size_t hlen, off;
+    int n;
+    float *data[512];
+    size_t count[512];
+} st_writer_t;
+
+static void st_add(st_writer_t *s, const char *name, int nd, int d0, int d1, int d2, float *data)
+{
+    size_t count = (size_t)d0 * (nd > 1 ? d1 : 1) * (nd > 2 ? d2 : 1);
+    char shape[64];
+    if (nd == 1)
+        snprintf(shape, sizeof shape, "[%d]", d0);
+    else if (nd == 2)
+        snprintf(shape, sizeof shape, "[%d,%d]", d0, d1);
+    else
+        snprintf(shape, sizeof shape, "[%d,%d,%d]", d0, d1, d2);
+    s->hlen +=
+        (size_t)snprintf(s->hdr + s->hlen, sizeof s->hdr - s->hlen,
+                         "%s\"%s\":{\"dtype\":\"F32\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}",
+                         s->n ? "," : "{", name, shape, s->off, s->off + count * 4);
+    s->off += count * 4;
+    s->data[s->n] = data;
+    s->count[s->n++] = count;
+}
+
+static float *rndw(size_t n, unsigned *seed, float scale)
+{
+    float *p = malloc((n ? n : 1) * 4);
+    for (size_t i = 0; i < n; i++)
+        p[i] = scale * test_randf(seed);
+    return p;
+}
+
+/* 20 mels, 5 flows, n_group 6, early every 2 of size 2 (channels 6 6 4 4 2), WN 3 layers x 36
+ * channels with kernel 5, upsampler 50 / 12, denoiser STFT 64 / 16 */
+static int write_awkward(const char *dir)
+{
+    const int nm = 20, nfl = 5, G = 6, every = 2, e = 2, nl = 3, K = 5, C = 36, uk = 50, us = 12;
+    char path[700];
+    snprintf(path, sizeof path, "mkdir -p '%s/1'", dir);
+    if (system(path) != 0)
+        return -1;
+    snprintf(path, sizeof path, "%s/1/model.json", dir);
+    FILE *j = fopen(path, "w");
+    if (!j)
+        return -1;
+    fprintf(j,
+            "{\"family\": \"waveglow\", \"format_version\": 1, \"n_mel_channels\": %d, "
+            "\"n_flows\": %d, \"n_group\": %d, \"n_early_every\": %d, \"n_early_size\": %d, "
+            "\"WN_config\": {\"n_layers\": %d, \"kernel_size\": %d, \"n_channels\": %d}, "
+            "\"upsample_kernel\": %d, \"upsample_stride\": %d, \"sampling_rate\": 8000, "
+            "\"sigma\": 0.8, \"denoiser\": {\"strength\": 0.05, \"filter_length\": 64, "
+            "\"n_overlap\": 4, \"win_length\": 64, \"mode\": \"zeros\", \"bias_frames\": 9}}\n",
+            nm, nfl, G, every, e, nl, K, C, uk, us);
+    fclose(j);
+    static st_writer_t s;
+    memset(&s, 0, sizeof s);
+    unsigned seed = 99;
+    char nmb[96];
+    st_add(&s, "upsample.weight", 3, nm, nm, uk, rndw((size_t)nm * nm * uk, &seed, 0.2f));
+    st_add(&s, "upsample.bias", 1, nm, 0, 0, rndw(nm, &seed, 0.1f));
+    int ch = G;
+    for (int k = 0; k < nfl; k++) {
+        if (k && k % every == 0)
+            ch -= e;
+        float *wi = rndw((size_t)ch * ch, &seed, 0.15f), *cw = rndw((size_t)ch * ch, &seed, 0.1f);
+        for (int i = 0; i < ch; i++)
+            wi[i * ch + i] += 1.0f;
+        snprintf(nmb, sizeof nmb, "convinv.%d.conv.weight", k);
+        st_add(&s, strdup(nmb), 3, ch, ch, 1, cw);
+        snprintf(nmb, sizeof nmb, "convinv.%d.W_inverse", k);
+        st_add(&s, strdup(nmb), 2, ch, ch, 0, wi);
+        snprintf(nmb, sizeof nmb, "WN.%d.start.weight", k);
+        st_add(&s, strdup(nmb), 3, C, ch / 2, 1, rndw((size_t)C * ch / 2, &seed, 0.5f));
+        snprintf(nmb, sizeof nmb, "WN.%d.start.bias", k);
+        st_add(&s, strdup(nmb), 1, C, 0, 0, rndw(C, &seed, 0.1f));
+        snprintf(nmb, sizeof nmb, "WN.%d.end.weight", k);
+        st_add(&s, strdup(nmb), 3, ch, C, 1, rndw((size_t)ch * C, &seed, 0.05f));
+        snprintf(nmb, sizeof nmb, "WN.%d.end.bias", k);
+        st_add(&s, strdup(nmb), 1, ch, 0, 0, rndw(ch, &seed, 0.05f));
+        for (int i = 0; i < nl; i++) {
+            int rs = i < nl - 1 ? 2 * C : C;
+            snprintf(nmb, sizeof nmb, "WN.%d.in_layers.%d.weight", k, i);
+            st_add(&s, strdup(nmb), 3, 2 * C, C, K, rndw((size_t)2 * C * C * K, &seed, 0.15f));
+            snprintf(nmb, sizeof nmb, "WN.%d.in_layers.%d.bias", k, i);
+            st_add(&s, strdup(nmb), 1, 2 * C, 0, 0, rndw(2 * C, &seed, 0.1f));
+            snprintf(nmb, sizeof nmb, "WN.%d.cond_layers.%d.weight", k, i);
+            st_add(&s, strdup(nmb), 3, 2 * C, nm * G, 1, rndw((size_t)2 * C * nm * G, &seed, 0.1f));
+            snprintf(nmb, sizeof nmb, "WN.%d.cond_layers.%d.bias", k, i);
+            st_add(&s, strdup(nmb), 1, 2 * C, 0, 0, rndw(2 * C, &seed, 0.1f));
+            snprintf(nmb, sizeof nmb, "WN.%d.res_skip_layers.%d.weight", k, i);
+            st_add(&s, strdup(nmb), 3, rs, C, 1, rndw((size_t)rs * C, &seed, 0.2f));
+            snprintf(nmb, sizeof nmb, "WN.%d.res_skip_layers.%d.bias", k, i);
+            st_add(&s, strdup(nmb), 1, rs, 0, 0, rndw(rs, &seed, 0.1f));
+        }
+    }
+    s.hlen += (size_t)snprintf(s.hdr + s.hlen, sizeof s.hdr - s.hlen, "}");
+    while (s.hlen % 8)
+        s.hdr[s.hlen++] = ' ';
+    snprintf(path, sizeof path, "%s/1/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    uint64_t hl = s.hlen;
+    fwrite(&hl, 8, 1, f);
+    fwrite(s.hdr, 1, s.hlen, f);
+    for (int i = 0; i < s.n; i++) {
+        fwrite(s.data[i], 4, s.count[i], f);
+        free(s.data[i]);
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* the generated model is a valid WaveGlow for the CPU path (so the GPU test's reference holds) */
+TEST(waveglow_gpu_awkward_model_runs_on_cpu)
+{
+    const char *tmp = test_tmpdir(t);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/awk", tmp);
+    CHECK(write_awkward(dir) == 0);
+    waveglow_model_t *m = NULL;
+    hark_err_t err = {0};
+    CHECKF(waveglow_load(dir, 1, &m, &err) == HARK_OK, "%s", err.msg);
+    const int nf = 23, nm = 20;
+    float mel[20 * 23];
+    unsigned seed = 17;
+    for (int i = 0; i < nm * nf; i++)
+        mel[i] = 2.0f * test_randf(&seed) - 3.0f;
+    size_t n = waveglow_samples(m, nf);
+    float *a = malloc(n * 4);
+    waveglow_opts_t o = {.sigma = -1, .seed = 9};
+    int rc = waveglow_infer(m, mel, nf, &o, a, &err);
+    double rms = 0;
+    for (size_t i = 0; i < n && !rc; i++)
+        rms += (double)a[i] * a[i];
+    rms = sqrt(rms / (double)n);
+    printf("    awkward model: %zu samples, rms %.3g\n", n, rms);
+    free(a);
+    waveglow_destroy(m);
+    CHECKF(rc == HARK_OK, "%s", err.msg);
+    CHECK(rms > 1e-3 && rms < 100);
+}
+
+/* The noise kernel's counter arithmetic (which draw a column is, its channel, the splitmix calls
+ * before it: waveglow_kernels.cu) written out in C, against the CPU's sequential stream
+ * (wg_noise_ref via waveglow_gaussian): every value equal, odd channel-length products included. */
+static uint64_t mix_at(uint64_t s, unsigned long long call)
+{
+    uint64_t z = s + call * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+TEST(waveglow_gpu_noise_counters_match_the_cpu_stream)
+{
+    const int batch = 2, lp = 13, G = 10, ch_last = 4, e = 2, lens[2] = {13, 7};
+    const uint64_t seeds[2] = {42, 0xdeadbeefull};
+    const float sigma = 0.6f;
+    size_t n = (size_t)batch * lp * G, bad = 0;
+    float *ref = malloc(n * 4);
+    wg_noise_ref(ref, NULL, seeds, sigma, lens, batch, lp, G, ch_last, e);
+    for (size_t i = 0; i < n; i++) {
+        int col = (int)(i % G), tt = (int)(i / G % lp), b = (int)(i / G / lp), L = lens[b];
+        float v = 0.0f;
+        if (tt < L) {
+            int c0 = G - ch_last, d, c;
+            if (col >= c0) {
+                d = 0;
+                c = col - c0;
+            } else {
+                d = (c0 - col - 1) / e + 1;
+                c = col - (c0 - d * e);
+            }
+            unsigned long long before = 0;
+            if (d > 0)
+                before = 2ull * (((unsigned long long)ch_last * L + 1) / 2) +
+                         (unsigned long long)(d - 1) * 2ull * (((unsigned long long)e * L + 1) / 2);
+            unsigned long long idx = (unsigned long long)c * L + tt, p = idx / 2;
+            double u1 = ((mix_at(seeds[b], before + 2 * p + 1) >> 11) + 1.0) * 0x1.0p-53;
+            double u2 = (mix_at(seeds[b], before + 2 * p + 2) >> 11) * 0x1.0p-53;
+            double r = sqrt(-2.0 * log(u1));
+            double z = (idx & 1) ? r * sin(2.0 * M_PI * u2) : r * cos(2.0 * M_PI * u2);
+            v = (float)z * sigma;
+        }
+        bad += v != ref[i];
+    }
+    free(ref);
+    CHECKF(bad == 0, "%zu of %zu values differ", bad, n);
+}
+
 #ifdef HARK_CUDA
 #include "core/alloc.h"
 #include "hark.h"
@@ -596,122 +803,6 @@ GPU_TEST(waveglow_gpu_denoiser_matches_cpu)
     free(cpu), free(o1), free(o2);
     npy_free(&ga), npy_free(&mel);
     waveglow_destroy(m);
-}
-
-/* ---- a generated model of awkward sizes ------------------------------------------------------
- */
-
-typedef struct {
-    FILE *f;
-    char hdr[65536];
-    size_t hlen, off;
-    int n;
-    float *data[512];
-    size_t count[512];
-} st_writer_t;
-
-static void st_add(st_writer_t *s, const char *name, int nd, int d0, int d1, int d2, float *data)
-{
-    size_t count = (size_t)d0 * (nd > 1 ? d1 : 1) * (nd > 2 ? d2 : 1);
-    char shape[64];
-    if (nd == 1)
-        snprintf(shape, sizeof shape, "[%d]", d0);
-    else if (nd == 2)
-        snprintf(shape, sizeof shape, "[%d,%d]", d0, d1);
-    else
-        snprintf(shape, sizeof shape, "[%d,%d,%d]", d0, d1, d2);
-    s->hlen +=
-        (size_t)snprintf(s->hdr + s->hlen, sizeof s->hdr - s->hlen,
-                         "%s\"%s\":{\"dtype\":\"F32\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}",
-                         s->n ? "," : "{", name, shape, s->off, s->off + count * 4);
-    s->off += count * 4;
-    s->data[s->n] = data;
-    s->count[s->n++] = count;
-}
-
-static float *rndw(size_t n, unsigned *seed, float scale)
-{
-    return rnd(n, seed, scale);
-}
-
-/* 20 mels, 5 flows, n_group 6, early every 2 of size 2 (channels 6 6 4 4 2), WN 3 layers x 36
- * channels with kernel 5, upsampler 50 / 12, denoiser STFT 64 / 16 */
-static int write_awkward(const char *dir)
-{
-    const int nm = 20, nfl = 5, G = 6, every = 2, e = 2, nl = 3, K = 5, C = 36, uk = 50, us = 12;
-    char path[700];
-    snprintf(path, sizeof path, "mkdir -p '%s/1'", dir);
-    if (system(path) != 0)
-        return -1;
-    snprintf(path, sizeof path, "%s/1/model.json", dir);
-    FILE *j = fopen(path, "w");
-    if (!j)
-        return -1;
-    fprintf(j,
-            "{\"family\": \"waveglow\", \"format_version\": 1, \"n_mel_channels\": %d, "
-            "\"n_flows\": %d, \"n_group\": %d, \"n_early_every\": %d, \"n_early_size\": %d, "
-            "\"WN_config\": {\"n_layers\": %d, \"kernel_size\": %d, \"n_channels\": %d}, "
-            "\"upsample_kernel\": %d, \"upsample_stride\": %d, \"sampling_rate\": 8000, "
-            "\"sigma\": 0.8, \"denoiser\": {\"strength\": 0.05, \"filter_length\": 64, "
-            "\"n_overlap\": 4, \"win_length\": 64, \"mode\": \"zeros\", \"bias_frames\": 9}}\n",
-            nm, nfl, G, every, e, nl, K, C, uk, us);
-    fclose(j);
-    static st_writer_t s;
-    memset(&s, 0, sizeof s);
-    unsigned seed = 99;
-    char nmb[96];
-    st_add(&s, "upsample.weight", 3, nm, nm, uk, rndw((size_t)nm * nm * uk, &seed, 0.2f));
-    st_add(&s, "upsample.bias", 1, nm, 0, 0, rndw(nm, &seed, 0.1f));
-    int ch = G;
-    for (int k = 0; k < nfl; k++) {
-        if (k && k % every == 0)
-            ch -= e;
-        float *wi = rndw((size_t)ch * ch, &seed, 0.15f), *cw = rndw((size_t)ch * ch, &seed, 0.1f);
-        for (int i = 0; i < ch; i++)
-            wi[i * ch + i] += 1.0f;
-        snprintf(nmb, sizeof nmb, "convinv.%d.conv.weight", k);
-        st_add(&s, strdup(nmb), 3, ch, ch, 1, cw);
-        snprintf(nmb, sizeof nmb, "convinv.%d.W_inverse", k);
-        st_add(&s, strdup(nmb), 2, ch, ch, 0, wi);
-        snprintf(nmb, sizeof nmb, "WN.%d.start.weight", k);
-        st_add(&s, strdup(nmb), 3, C, ch / 2, 1, rndw((size_t)C * ch / 2, &seed, 0.5f));
-        snprintf(nmb, sizeof nmb, "WN.%d.start.bias", k);
-        st_add(&s, strdup(nmb), 1, C, 0, 0, rndw(C, &seed, 0.1f));
-        snprintf(nmb, sizeof nmb, "WN.%d.end.weight", k);
-        st_add(&s, strdup(nmb), 3, ch, C, 1, rndw((size_t)ch * C, &seed, 0.05f));
-        snprintf(nmb, sizeof nmb, "WN.%d.end.bias", k);
-        st_add(&s, strdup(nmb), 1, ch, 0, 0, rndw(ch, &seed, 0.05f));
-        for (int i = 0; i < nl; i++) {
-            int rs = i < nl - 1 ? 2 * C : C;
-            snprintf(nmb, sizeof nmb, "WN.%d.in_layers.%d.weight", k, i);
-            st_add(&s, strdup(nmb), 3, 2 * C, C, K, rndw((size_t)2 * C * C * K, &seed, 0.15f));
-            snprintf(nmb, sizeof nmb, "WN.%d.in_layers.%d.bias", k, i);
-            st_add(&s, strdup(nmb), 1, 2 * C, 0, 0, rndw(2 * C, &seed, 0.1f));
-            snprintf(nmb, sizeof nmb, "WN.%d.cond_layers.%d.weight", k, i);
-            st_add(&s, strdup(nmb), 3, 2 * C, nm * G, 1, rndw((size_t)2 * C * nm * G, &seed, 0.1f));
-            snprintf(nmb, sizeof nmb, "WN.%d.cond_layers.%d.bias", k, i);
-            st_add(&s, strdup(nmb), 1, 2 * C, 0, 0, rndw(2 * C, &seed, 0.1f));
-            snprintf(nmb, sizeof nmb, "WN.%d.res_skip_layers.%d.weight", k, i);
-            st_add(&s, strdup(nmb), 3, rs, C, 1, rndw((size_t)rs * C, &seed, 0.2f));
-            snprintf(nmb, sizeof nmb, "WN.%d.res_skip_layers.%d.bias", k, i);
-            st_add(&s, strdup(nmb), 1, rs, 0, 0, rndw(rs, &seed, 0.1f));
-        }
-    }
-    s.hlen += (size_t)snprintf(s.hdr + s.hlen, sizeof s.hdr - s.hlen, "}");
-    while (s.hlen % 8)
-        s.hdr[s.hlen++] = ' ';
-    snprintf(path, sizeof path, "%s/1/model.safetensors", dir);
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return -1;
-    uint64_t hl = s.hlen;
-    fwrite(&hl, 8, 1, f);
-    fwrite(s.hdr, 1, s.hlen, f);
-    for (int i = 0; i < s.n; i++) {
-        fwrite(s.data[i], 4, s.count[i], f);
-        free(s.data[i]);
-    }
-    return fclose(f) == 0 ? 0 : -1;
 }
 
 GPU_TEST(waveglow_gpu_awkward_model_matches_cpu)
