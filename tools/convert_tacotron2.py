@@ -15,8 +15,9 @@ model_config keys, or the golden set's config.json with them under "model_config
 dtype is accepted (FP16 is widened exactly). Every tensor the config implies must be present
 with its exact shape and finite values.
 Generated weights (tests, benchmarks; no checkpoint, no torch): `--random SEED --config JSON`
-fills every tensor with seeded uniform values of std 1/sqrt(fan_in) (biases 0.05/sqrt(fan_in);
-BatchNorm: weight near 1, bias and running mean near 0, running variance in [0.5, 1.5]).
+fills every tensor with seeded values drawn as PyTorch's default initialisation draws them
+(uniform in +-1/sqrt(fan_in); BatchNorm: weight near 1, bias and running mean near 0, running
+variance in [0.5, 1.5]).
 Needs Debian's python3-torch (checkpoints only) and python3-numpy.
 Tests: tests/model/tacotron2/test_tacotron2.c, test_tacotron2_gpu.c
 """
@@ -183,21 +184,26 @@ def check_tensors(sd, cfg):
 
 
 def random_state_dict(cfg, seed):
-    """{name: float32 array} for every tensor the config implies, seeded, fan-in scaled."""
+    """{name: float32 array} for every tensor the config implies, seeded, drawn as PyTorch's
+    default initialisation draws them: uniform in +-1/sqrt(fan_in) (LSTMs: +-1/sqrt(hidden));
+    BatchNorm weight near 1, bias and running mean near 0, running variance in [0.5, 1.5]."""
     rng = np.random.default_rng(seed)
     exp = expected_tensors(cfg)
     out = {}
     for name, shape in exp.items():
-        stem = name.rsplit(".", 1)[0]
-        w = exp.get(stem + ".weight") if not name.endswith(".weight") else shape
-        fan = int(np.prod(w[1:])) if w is not None and len(w) > 1 else 1
+        leaf = name.rsplit(".", 1)[1]
         if re.search(r"\.1\.(weight|bias|running_mean|running_var)$", name):  # BatchNorm
             lo, hi = {"weight": (0.8, 1.2), "bias": (-0.1, 0.1), "running_mean": (-0.1, 0.1),
-                      "running_var": (0.5, 1.5)}[name.rsplit(".", 1)[1]]
+                      "running_var": (0.5, 1.5)}[leaf]
             a = rng.uniform(lo, hi, shape)
         else:
-            std = (0.05 if "bias" in name.rsplit(".", 1)[1] else 1.0) / np.sqrt(max(fan, 1))
-            a = rng.uniform(-np.sqrt(3) * std, np.sqrt(3) * std, shape)
+            if re.match(r"(weight|bias)_(ih|hh)", leaf):  # LSTM: 1/sqrt(hidden)
+                fan = shape[0] // 4
+            else:
+                w = shape if leaf == "weight" else exp.get(name.rsplit(".", 1)[0] + ".weight")
+                fan = int(np.prod(w[1:])) if w is not None and len(w) > 1 else 1
+            bound = 1.0 / np.sqrt(max(fan, 1))
+            a = rng.uniform(-bound, bound, shape)
         out[name] = a.astype(np.float32)
     return out
 

@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-const char *golden_tts_model(const char *tag, const char *converter, const char *ckpt,
-                             const char *config, char *why, size_t nwhy)
+static const char *convert(const char *tag, const char *converter, const char *ckpt,
+                           const char *config, char *why, size_t nwhy)
 {
     static char dirs[4][512];
     static int slot;
@@ -28,8 +28,22 @@ const char *golden_tts_model(const char *tag, const char *converter, const char 
     }
     char ck[1024], args[3000];
     snprintf(ck, sizeof ck, "%s/%s", gdir, ckpt);
-    snprintf(args, sizeof args, "--checkpoint '%s' --config '%s/%s'", ck, gdir, config);
+    int n = snprintf(args, sizeof args, "--checkpoint '%s'", ck);
+    if (config)
+        snprintf(args + n, sizeof args - (size_t)n, " --config '%s/%s'", gdir, config);
     return golden_convert_cached(tag, converter, ck, args, dir, 512, why, nwhy);
+}
+
+const char *golden_tts_model(const char *tag, const char *converter, const char *ckpt,
+                             const char *config, char *why, size_t nwhy)
+{
+    return convert(tag, converter, ckpt, config, why, nwhy);
+}
+
+const char *golden_tts_checkpoint(const char *tag, const char *converter, const char *ckpt,
+                                  char *why, size_t nwhy)
+{
+    return convert(tag, converter, ckpt, NULL, why, nwhy);
 }
 
 int golden_tts_npy(npy_array_t *a, const char *rel)

@@ -16,6 +16,10 @@
  * The returned string is static per tag slot (up to 4 tags live). */
 const char *golden_tts_model(const char *tag, const char *converter, const char *ckpt,
                              const char *config, char *why, size_t nwhy);
+/* The same for a checkpoint that carries its own configuration (no --config): DLE's Tacotron 2
+ * and WaveGlow. The checkpoint may be absent where HARK_GOLDEN_CONVERTED gives its conversion. */
+const char *golden_tts_checkpoint(const char *tag, const char *converter, const char *ckpt,
+                                  char *why, size_t nwhy);
 /* golden/tts/<rel> as float32 (from f32/f64/i32/i64); HARK_ERR_IO when absent. */
 int golden_tts_npy(npy_array_t *a, const char *rel);
 

@@ -498,6 +498,8 @@ static int encode(const tacotron2_model_t *m, const int *ids, row_t *r, int b,
     lstm_dir_d(y + hid, e, &m->encd_bwd, e, hid, x + (size_t)pad * e, n, 1, xg, hc, hc + hid);
     for (size_t q = 0; q < (size_t)n * e; q++)
         r->memory[q] = (float)y[q];
+    if (o->memory)
+        o->memory(o->memory_user, b, r->memory, n, e);
     STAGE(b, "encoder_out", -1, r->memory, n, e);
     /* processed memory of the (rounded) memory, in double as well */
     for (size_t q = 0; q < (size_t)n * e; q++)

@@ -55,6 +55,11 @@ typedef void (*tacotron2_mask_fn)(void *user, int row, int step, int layer, uint
 typedef void (*tacotron2_stage_fn)(void *user, int row, const char *name, int step,
                                    const float *data, int rows, int cols);
 
+/* Replaces row `row`'s encoder output (n symbols, e = enc_dim, row-major) before the processed
+ * memory is computed from it: the decoder checked stage by stage from the golden's encoder output
+ * (tests). */
+typedef void (*tacotron2_memory_fn)(void *user, int row, float *memory, int n, int e);
+
 typedef struct {
     uint64_t seed;          /* the seeded prenet dropout generator: row b uses seeds[b] when */
     const uint64_t *seeds;  /* given, seed otherwise (a row's masks never depend on the batch) */
@@ -64,6 +69,8 @@ typedef struct {
     int early_stopping;    /* 0: the model's (DLE: !decoder_no_early_stopping); 1 on; -1 off */
     tacotron2_stage_fn stage;
     void *stage_user;
+    tacotron2_memory_fn memory; /* NULL: the encoder's own output */
+    void *memory_user;
 } tacotron2_opts_t;
 
 typedef struct {

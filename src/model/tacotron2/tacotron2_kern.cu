@@ -328,8 +328,6 @@ extern "C" int t2k_lstm(int wt, const void *W, const float *bias, const float *x
                          clen, s)
     if (wt == 0)
         return bt == 4 ? L(float, double, 4) : bt == 2 ? L(float, double, 2) : L(float, double, 1);
-    if (wt == 2)
-        return bt == 4 ? L(float, float, 4) : bt == 2 ? L(float, float, 2) : L(float, float, 1);
     return bt == 4 ? L(__half, float, 4) : bt == 2 ? L(__half, float, 2) : L(__half, float, 1);
 #undef L
 }
@@ -403,10 +401,6 @@ static int launch_rows(const void *W, const float *bias, const float *x, int ldx
             return bt == 4   ? ROWS(float, double, 4, MODE)                                        \
                    : bt == 2 ? ROWS(float, double, 2, MODE)                                        \
                              : ROWS(float, double, 1, MODE);                                       \
-        if (wt == 2)                                                                               \
-            return bt == 4   ? ROWS(float, float, 4, MODE)                                         \
-                   : bt == 2 ? ROWS(float, float, 2, MODE)                                         \
-                             : ROWS(float, float, 1, MODE);                                        \
         return bt == 4   ? ROWS(__half, float, 4, MODE)                                            \
                : bt == 2 ? ROWS(__half, float, 2, MODE)                                            \
                          : ROWS(__half, float, 1, MODE);                                           \
@@ -495,10 +489,6 @@ extern "C" int t2k_prenet(int wt, const void *w0t, const void *w1t, const float 
         k_prenet<float, double><<<na, threads, smem, s>>>((const float *)w0t, (const float *)w1t,
                                                           frames, max_steps, nm, P, step, rows, xa,
                                                           lda, seeds, masks);
-    else if (wt == 2)
-        k_prenet<float, float><<<na, threads, smem, s>>>((const float *)w0t, (const float *)w1t,
-                                                         frames, max_steps, nm, P, step, rows, xa,
-                                                         lda, seeds, masks);
     else
         k_prenet<__half, float><<<na, threads, smem, s>>>((const __half *)w0t, (const __half *)w1t,
                                                           frames, max_steps, nm, P, step, rows, xa,

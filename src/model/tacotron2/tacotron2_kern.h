@@ -9,8 +9,7 @@
  *   xd (slots, ldd)  = [h_att AR | context E | h_dec DR]        the decoder LSTM's input
  *   xp (slots, ldp)  = [context E | h_dec DR]                   the projection's input
  * Weights of an LSTM: W (4·H, K) over its whole input row (W_ih | W_hh), bias (4·H) = b_ih + b_hh.
- * wt: 0 float32 weights (accumulation in double), 1 float16 weights (accumulation in float), 2
- * float32 weights (accumulation in float). */
+ * wt: 0 float32 weights (accumulation in double), 1 float16 weights (accumulation in float). */
 #ifndef HARK_MODEL_TACOTRON2_KERN_H
 #define HARK_MODEL_TACOTRON2_KERN_H
 

@@ -21,17 +21,8 @@ const char *const T2G_SENTENCES[3] = {
 /* The converted golden checkpoint ("<dir>/m"), or NULL with why. */
 const char *t2g_model_dir(char *why, size_t nwhy)
 {
-    static char dir[512];
-    const char *g = test_shared(GOLDEN_TTS "/tacotron2");
-    if (!g) {
-        snprintf(why, nwhy, "../shared/data/" GOLDEN_TTS " is absent");
-        return NULL;
-    }
-    char ck[700], args[900]; /* the checkpoint may be absent where its conversion is given */
-    snprintf(ck, sizeof ck, "%s/checkpoint_Tacotron2_0.pt", g);
-    snprintf(args, sizeof args, "--checkpoint '%s'", ck);
-    return golden_convert_cached("tacotron2", "convert_tacotron2.py", ck, args, dir, sizeof dir,
-                                 why, nwhy);
+    return golden_tts_checkpoint("tacotron2", "convert_tacotron2.py",
+                                 "tacotron2/checkpoint_Tacotron2_0.pt", why, nwhy);
 }
 
 double t2g_max_abs(const float *a, size_t n)

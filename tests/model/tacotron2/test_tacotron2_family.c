@@ -18,19 +18,12 @@
 /* tmp/repo/{t2,wg}; with_vocoder 0 leaves the parameter out */
 static int make_repo(test_ctx_t *t, int with_vocoder, char *t2dir, char *why, size_t nwhy)
 {
-    static char d1[512], d2[512];
-    char ck[700], args[900];
-    const char *g = test_shared(GOLDEN_TTS); /* checkpoints may be absent where their conversions
-                                                are given (HARK_GOLDEN_CONVERTED) */
-    snprintf(ck, sizeof ck, "%s/tacotron2/checkpoint_Tacotron2_0.pt", g ? g : "");
-    snprintf(args, sizeof args, "--checkpoint '%s'", ck);
-    if (!golden_convert_cached("tacotron2", "convert_tacotron2.py", ck, args, d1, sizeof d1, why,
-                               nwhy))
-        return -1;
-    snprintf(ck, sizeof ck, "%s/waveglow/checkpoint_WaveGlow_0.pt", g ? g : "");
-    snprintf(args, sizeof args, "--checkpoint '%s'", ck);
-    if (!golden_convert_cached("waveglow", "convert_waveglow.py", ck, args, d2, sizeof d2, why,
-                               nwhy))
+    const char *d1 = golden_tts_checkpoint("tacotron2", "convert_tacotron2.py",
+                                           "tacotron2/checkpoint_Tacotron2_0.pt", why, nwhy);
+    const char *d2 = d1 ? golden_tts_checkpoint("waveglow", "convert_waveglow.py",
+                                                "waveglow/checkpoint_WaveGlow_0.pt", why, nwhy)
+                        : NULL;
+    if (!d1 || !d2)
         return -1;
     const char *tmp = test_tmpdir(t);
     char cmd[4096];

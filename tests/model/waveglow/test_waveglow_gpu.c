@@ -505,18 +505,8 @@ GPU_TEST(waveglow_gpu_kernels_match_references)
 
 static const char *wg_dir(char *why, size_t nwhy)
 {
-    static char dir[512];
-    const char *g = test_shared(GOLDEN_TTS "/waveglow/checkpoint_WaveGlow_0.pt");
-    if (!g) {
-        snprintf(why, nwhy,
-                 "../shared/data/" GOLDEN_TTS "/waveglow/checkpoint_WaveGlow_0.pt is absent");
-        return NULL;
-    }
-    char ck[700], args[900];
-    snprintf(ck, sizeof ck, "%s", g);
-    snprintf(args, sizeof args, "--checkpoint '%s'", ck);
-    return golden_convert_cached("waveglow", "convert_waveglow.py", ck, args, dir, sizeof dir, why,
-                                 nwhy);
+    return golden_tts_checkpoint("waveglow", "convert_waveglow.py",
+                                 "waveglow/checkpoint_WaveGlow_0.pt", why, nwhy);
 }
 
 #define LOAD_GOLDEN(m)                                                                             \
