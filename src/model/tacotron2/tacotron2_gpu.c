@@ -1,8 +1,9 @@
 /* tacotron2_gpu.c — Tacotron 2 on the GPU (tacotron2_gpu.h): the weights re-laid out and uploaded
  * (the encoder's double block as it is; the decoder's matrices in the compute type, each LSTM's
  * W_ih | W_hh side by side, the projection's columns in the order of its input row, the prenet
- * transposed, the postnet with BatchNorm folded), the worker's scratch, and the run: encoder,
- * decoder steps in chunks with the gates checked between chunks, postnet.
+ * as it is, the postnet with BatchNorm folded), the worker's scratch, and the run: encoder,
+ * decoder steps in chunks (each chunk a CUDA graph once its shape repeats) with the gates checked
+ * between chunks, postnet.
  * Tests: tests/model/tacotron2/test_tacotron2_gpu.c */
 #include "model/tacotron2/tacotron2_gpu.h"
 
@@ -10,6 +11,7 @@
 
 #include "core/alloc.h"
 #include "core/assert.h"
+#include "gpu/graph_cache.h"
 #include "gpu/weight_stage.h"
 #include "hark.h"
 #include "model/tacotron2/tacotron2_impl.h"
@@ -19,10 +21,12 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define CHUNK 16 /* decoder steps between gate checks */
+#define CHUNK 16      /* decoder steps between gate checks */
+#define GRAPH_SLOTS 8 /* recorded chunks (by rows listed, steps, symbols) */
 #define MAX_BATCH 256
 #define MAX_IDS 4096
 #define MAX_STEPS 100000
@@ -76,14 +80,14 @@ struct tacotron2_gpu_model {
     const double *ih[2], *hh[2], *bih[2], *bhh[2], *memw;
     const float *emb;
     /* decoder */
-    const void *att_w, *dec_w, *query_w, *proj_w, *pre0t, *pre1t;
+    const void *att_w, *dec_w, *query_w, *proj_w, *pre0, *pre1;
     const float *att_b, *dec_b, *proj_b, *v, *loc_conv, *loc_dense;
     gpost_t post[MAX_CONVS];
     int lda, ldd, ldp; /* the input rows: P + E + AR, AR + E + DR, E + DR */
 };
 
 typedef struct {
-    size_t att_w, dec_w, query_w, proj_w, pre0t, pre1t;
+    size_t att_w, dec_w, query_w, proj_w, pre0, pre1;
     size_t att_b, dec_b, proj_b, v, loc_conv, loc_dense, emb;
     size_t post_w[MAX_CONVS], post_b[MAX_CONVS];
 } offs_t;
@@ -140,15 +144,11 @@ static void fill(weight_stage_t *s, void *user)
             memcpy(dst + E, src, sizeof(float) * (size_t)DR);
         }
     stage_floats(s, &o->proj_b, m->proj_b, (size_t)nm + 1);
-    o->pre0t = weight_stage_take(&s->n_mat, (size_t)nm * P);
-    o->pre1t = weight_stage_take(&s->n_mat, (size_t)P * P);
+    o->pre0 = weight_stage_take(&s->n_mat, (size_t)nm * P);
+    o->pre1 = weight_stage_take(&s->n_mat, (size_t)P * P);
     if (!s->sizing) {
-        for (int r = 0; r < P; r++)
-            for (int k = 0; k < nm; k++)
-                s->mat[o->pre0t + (size_t)k * P + r] = m->prenet0[(size_t)r * nm + k];
-        for (int r = 0; r < P; r++)
-            for (int k = 0; k < P; k++)
-                s->mat[o->pre1t + (size_t)k * P + r] = m->prenet1[(size_t)r * P + k];
+        memcpy(s->mat + o->pre0, m->prenet0, sizeof(float) * (size_t)nm * P);
+        memcpy(s->mat + o->pre1, m->prenet1, sizeof(float) * (size_t)P * P);
     }
     stage_floats(s, &o->v, m->v_w, (size_t)A);
     stage_floats(s, &o->loc_conv, m->loc_conv, (size_t)c->loc_filters * 2 * c->loc_kernel);
@@ -256,8 +256,8 @@ int tacotron2_gpu_model_create(const tacotron2_model_t *m, int device, ops_dtype
     g->dec_w = MAT(o->dec_w);
     g->query_w = MAT(o->query_w);
     g->proj_w = MAT(o->proj_w);
-    g->pre0t = MAT(o->pre0t);
-    g->pre1t = MAT(o->pre1t);
+    g->pre0 = MAT(o->pre0);
+    g->pre1 = MAT(o->pre1);
     g->att_b = FLT(o->att_b);
     g->dec_b = FLT(o->dec_b);
     g->proj_b = FLT(o->proj_b);
@@ -303,8 +303,11 @@ struct tacotron2_gpu_worker {
     void *post_x[2];
     float *post_acc, *mel, *res;
     int mel_ld;
+    int *d_step; /* the chunk's first decoder step */
+    int graphs;  /* CUDA graphs of the decoder's chunks (HARK_NO_GRAPHS=1: off) */
+    graph_cache_t *gc;
     /* pinned */
-    int *h_ids, *h_int;
+    int *h_ids, *h_int, *h_step;
     uint64_t *h_seeds;
     float *h_gates, *h_buf;
     size_t h_buf_n;
@@ -318,7 +321,9 @@ void tacotron2_gpu_worker_destroy(tacotron2_gpu_worker_t *w)
     if (w->stream)
         cudaStreamSynchronize(w->stream);
     cudaFree(w->mem);
+    graph_cache_destroy(w->gc);
     cudaFreeHost(w->h_ids);
+    cudaFreeHost(w->h_step);
     cudaFreeHost(w->h_int);
     cudaFreeHost(w->h_seeds);
     cudaFreeHost(w->h_gates);
@@ -350,6 +355,12 @@ int tacotron2_gpu_worker_max_steps(const tacotron2_gpu_worker_t *w)
 void *tacotron2_gpu_worker_stream(const tacotron2_gpu_worker_t *w)
 {
     return w->stream;
+}
+
+void tacotron2_gpu_set_graphs(tacotron2_gpu_worker_t *w, int on)
+{
+    w->graphs = on;
+    graph_cache_clear(w->gc);
 }
 
 const float *tacotron2_gpu_mel(const tacotron2_gpu_worker_t *w, int *ld)
@@ -432,10 +443,17 @@ int tacotron2_gpu_worker_create(const tacotron2_gpu_model_t *g, int max_batch, i
     if ((e = cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaMallocHost((void **)&w->h_ids, B * N * 4)) != cudaSuccess ||
         (e = cudaMallocHost((void **)&w->h_int, 4 * B * 4)) != cudaSuccess ||
+        (e = cudaMallocHost((void **)&w->h_step, sizeof(int))) != cudaSuccess ||
         (e = cudaMallocHost((void **)&w->h_seeds, B * 8)) != cudaSuccess ||
         (e = cudaMallocHost((void **)&w->h_gates, B * CHUNK * 4)) != cudaSuccess ||
         (e = cudaMallocHost((void **)&w->h_buf, w->h_buf_n * 4)) != cudaSuccess) {
         rc = cuda_err(err, e, "stream / pinned buffers");
+        goto fail;
+    }
+    const char *ng = getenv("HARK_NO_GRAPHS");
+    w->graphs = !(ng && *ng && strcmp(ng, "0"));
+    if (!(w->gc = graph_cache_create(GRAPH_SLOTS, w->stream))) {
+        rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
         goto fail;
     }
     if (cublasCreate(&w->blas) != CUBLAS_STATUS_SUCCESS ||
@@ -467,6 +485,7 @@ int tacotron2_gpu_worker_create(const tacotron2_gpu_model_t *g, int max_batch, i
     TAKE(w->lens, int *);
     TAKE(w->rows, int *);
     TAKE(w->T, int *);
+    TAKE(w->d_step, int *);
     TAKE(w->seeds, uint64_t *);
     TAKE(w->memory, float *);
     TAKE(w->pmem, float *);
@@ -654,7 +673,8 @@ static int encode(run_t *r, int B, int nmax, const int *n_ids)
 }
 
 /* one decoder step over the na listed slots */
-static int step_once(run_t *r, int step, int na, int nmax, const uint8_t *d_masks)
+/* decoder step d_step + k over the na listed slots */
+static int step_once(run_t *r, int k, int na, int nmax, const uint8_t *d_masks)
 {
     tacotron2_gpu_worker_t *w = r->w;
     const tacotron2_gpu_model_t *g = w->g;
@@ -666,8 +686,8 @@ static int step_once(run_t *r, int step, int na, int nmax, const uint8_t *d_mask
     int lda = g->lda, ldd = g->ldd, ldp = g->ldp;
     void *s = w->stream;
     TRY(kern(err,
-             t2k_prenet(wt, g->pre0t, g->pre1t, w->frames, S, nm, P, step, w->rows, na, w->xa, lda,
-                        w->seeds, d_masks, s),
+             t2k_prenet(wt, g->pre0, g->pre1, w->frames, S, nm, P, w->d_step, k, w->rows, na, w->xa,
+                        lda, w->seeds, d_masks, s),
              "prenet"));
     TRY(kern(err,
              t2k_lstm(wt, g->att_w, g->att_b, w->xa, lda, lda, AR, w->rows, na, w->c_att, w->xd,
@@ -679,7 +699,7 @@ static int step_once(run_t *r, int step, int na, int nmax, const uint8_t *d_mask
                         w->lens, nmax, A, c->loc_filters, c->loc_kernel, w->energy, s),
              "energies"));
     TRY(kern(err,
-             t2k_attend(w->energy, w->w, w->wcum, w->align, S, step, w->memory, w->rows, na,
+             t2k_attend(w->energy, w->w, w->wcum, w->align, S, w->d_step, k, w->memory, w->rows, na,
                         w->lens, nmax, E, w->xa + P, lda, w->xd + AR, ldd, w->xp, ldp, s),
              "attention"));
     /* the decoder LSTM; its side job: h_att (xd[0, AR)) into xa for the next step */
@@ -690,8 +710,24 @@ static int step_once(run_t *r, int step, int na, int nmax, const uint8_t *d_mask
     /* projection; its side job: h_dec (xp[E, E + DR)) into xd for the next step */
     TRY(kern(err,
              t2k_project(wt, g->proj_w, g->proj_b, w->xp, ldp, ldp, nm, w->rows, na, w->frames,
-                         w->gates, S, step, w->xp + E, ldp, w->xd + AR + E, ldd, DR, s),
+                         w->gates, S, w->d_step, k, w->xp + E, ldp, w->xd + AR + E, ldd, DR, s),
              "projection"));
+    return HARK_OK;
+}
+
+typedef struct {
+    run_t *r;
+    int n_run, na, nmax;
+    const uint8_t *d_masks;
+} chunk_t;
+
+/* a chunk's steps (graph_cache's enqueue: recorded once per (rows, steps, symbols, masks)) */
+static int enqueue_chunk(void *user, hark_err_t *err)
+{
+    chunk_t *ch = user;
+    (void)err;
+    for (int k = 0; k < ch->n_run; k++)
+        TRY(step_once(ch->r, k, ch->na, ch->nmax, ch->d_masks));
     return HARK_OK;
 }
 
@@ -870,12 +906,24 @@ int tacotron2_gpu_run(tacotron2_gpu_worker_t *w, const int *const *ids, const in
     int na = B, chunk = o->stage ? 1 : CHUNK;
     for (int s0 = 0; s0 < max_steps && na > 0; s0 += chunk) {
         int n_run = max_steps - s0 < chunk ? max_steps - s0 : chunk;
-        for (int s = s0; s < s0 + n_run; s++) {
-            /* the attention's widths use the batch's stride nmax: the kernels index w, wcum,
-             * energy and align by nmax */
-            if ((rc = step_once(&r, s, na, nmax, d_masks)))
+        /* the chunk's first step into d_step (the kernels index w, wcum, energy and align by
+         * the batch's nmax) */
+        *w->h_step = s0;
+        if ((e = cudaMemcpyAsync(w->d_step, w->h_step, sizeof(int), cudaMemcpyHostToDevice,
+                                 w->stream)) != cudaSuccess) {
+            rc = cuda_err(err, e, "step");
+            goto done;
+        }
+        if (o->stage) { /* one step, eager, dumped */
+            if ((rc = step_once(&r, 0, na, nmax, d_masks)) ||
+                (rc = dump_step(&r, s0, act, na, n_ids)))
                 goto done;
-            if (o->stage && (rc = dump_step(&r, s, act, na, n_ids)))
+        } else {
+            chunk_t ch = {&r, n_run, na, nmax, d_masks};
+            graph_key_t key = {{na, nmax, n_run, (long long)(uintptr_t)d_masks, B, 0, 0, 0}};
+            if ((rc = w->graphs
+                          ? graph_cache_run(w->gc, &key, enqueue_chunk, &ch, "tacotron2 (gpu)", err)
+                          : enqueue_chunk(&ch, err)))
                 goto done;
         }
         /* the gates of the chunk */
@@ -1044,6 +1092,11 @@ void *tacotron2_gpu_worker_stream(const tacotron2_gpu_worker_t *w)
 {
     (void)w;
     return NULL;
+}
+void tacotron2_gpu_set_graphs(tacotron2_gpu_worker_t *w, int on)
+{
+    (void)w;
+    (void)on;
 }
 int tacotron2_gpu_run(tacotron2_gpu_worker_t *w, const int *const *ids, const int *n_ids, int batch,
                       const tacotron2_opts_t *o, tacotron2_result_t *res, int *n_frames,

@@ -21,7 +21,8 @@
  *   one device in one precision, immutable, shared by any number of workers.
  * - tacotron2_gpu_worker_t: one thread's stream, cuBLAS handles, pinned staging and scratch, sized
  *   at creation for (max_batch, max_ids, max_steps); a run allocates nothing on the device except
- *   the recorded-mask table of a run given a mask hook (tests).
+ *   the recorded-mask table of a run given a mask hook (tests). A run without a stage hook
+ *   replays a CUDA graph per chunk of 16 decoder steps once its shape repeats.
  * Without HARK_CUDA every call returns HARK_ERR_NO_DEVICE.
  */
 #ifndef HARK_MODEL_TACOTRON2_GPU_H
@@ -56,6 +57,9 @@ int tacotron2_gpu_worker_max_batch(const tacotron2_gpu_worker_t *w);
 int tacotron2_gpu_worker_max_ids(const tacotron2_gpu_worker_t *w);
 int tacotron2_gpu_worker_max_steps(const tacotron2_gpu_worker_t *w);
 void *tacotron2_gpu_worker_stream(const tacotron2_gpu_worker_t *w); /* its cudaStream_t */
+/* CUDA graphs of the decoder's chunks of steps (recorded the second time a (rows, steps,
+ * symbols) shape is seen, replayed after): default on, HARK_NO_GRAPHS=1 off. */
+void tacotron2_gpu_set_graphs(tacotron2_gpu_worker_t *w, int on);
 
 /* As tacotron2_infer (same options, same errors, plus HARK_ERR_TOO_LARGE past the worker's sizes
  * and HARK_ERR_CUDA): row b speaks ids[b]; o->stage receives the same stages as the CPU path.

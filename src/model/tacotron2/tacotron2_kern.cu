@@ -294,10 +294,15 @@ __global__ void k_lstm(const WT *__restrict__ W, const float *__restrict__ bias,
     }
 }
 
-/* batch tile: as many rows as fit 40 KB of staged input (at least 1) */
-static int tile_for(int K)
+/* batch tile: up to 8 rows (no more than the rows listed: a tile's empty rows still cost their
+ * multiply-adds), as many as fit 96 KB of staged input, at least 1. A row's sums do not depend on
+ * the tile (the same lanes add the same products in the same order). */
+static int tile_for(int K, int na)
 {
-    return K * 4 * 4 <= 40960 ? 4 : K * 4 * 2 <= 40960 ? 2 : 1;
+    int bt = na >= 8 ? 8 : na >= 4 ? 4 : na >= 2 ? 2 : 1;
+    while (bt > 1 && (size_t)bt * K * 4 > 96 * 1024)
+        bt /= 2;
+    return bt;
 }
 
 template <typename WT, typename AT, int BT>
@@ -322,13 +327,16 @@ extern "C" int t2k_lstm(int wt, const void *W, const float *bias, const float *x
                         const float *csrc, int lds, float *cdst, int ldc, int clen, void *stream)
 {
     cudaStream_t s = (cudaStream_t)stream;
-    int bt = tile_for(K);
+    int bt = tile_for(K, na);
 #define L(T, A, N)                                                                                 \
     launch_lstm<T, A, N>(W, bias, x, ldx, K, H, rows, na, c, hout, ldh, csrc, lds, cdst, ldc,      \
                          clen, s)
+#define TILES(T, A)                                                                                \
+    (bt == 8 ? L(T, A, 8) : bt == 4 ? L(T, A, 4) : bt == 2 ? L(T, A, 2) : L(T, A, 1))
     if (wt == 0)
-        return bt == 4 ? L(float, double, 4) : bt == 2 ? L(float, double, 2) : L(float, double, 1);
-    return bt == 4 ? L(__half, float, 4) : bt == 2 ? L(__half, float, 2) : L(__half, float, 1);
+        return TILES(float, double);
+    return TILES(__half, float);
+#undef TILES
 #undef L
 }
 
@@ -336,10 +344,11 @@ extern "C" int t2k_lstm(int wt, const void *W, const float *bias, const float *x
 template <typename WT, typename AT, int BT, int MODE>
 __global__ void k_rows(const WT *__restrict__ W, const float *__restrict__ bias, const float *x,
                        int ldx, int K, int M, const int *rows, int na, float *y, int ldy,
-                       float *gates, int max_steps, int step, const float *csrc, int lds,
-                       float *cdst, int ldc, int clen)
+                       float *gates, int max_steps, const int *d_step, int k_step,
+                       const float *csrc, int lds, float *cdst, int ldc, int clen)
 {
     extern __shared__ float xs[];
+    const int step = MODE ? *d_step + k_step : 0;
     side_copy(csrc, lds, cdst, ldc, clen, rows, na);
     const int lane = threadIdx.x % 32;
     const int o = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -375,8 +384,8 @@ __global__ void k_rows(const WT *__restrict__ W, const float *__restrict__ bias,
 template <typename WT, typename AT, int BT, int MODE>
 static int launch_rows(const void *W, const float *bias, const float *x, int ldx, int K, int M,
                        const int *rows, int na, float *y, int ldy, float *gates, int max_steps,
-                       int step, const float *csrc, int lds, float *cdst, int ldc, int clen,
-                       cudaStream_t s)
+                       const int *d_step, int k_step, const float *csrc, int lds, float *cdst,
+                       int ldc, int clen, cudaStream_t s)
 {
     size_t smem = sizeof(float) * (size_t)BT * K;
     if (smem > 48 * 1024) {
@@ -386,22 +395,24 @@ static int launch_rows(const void *W, const float *bias, const float *x, int ldx
             return (int)e;
     }
     k_rows<WT, AT, BT, MODE><<<(M + 7) / 8, 256, smem, s>>>((const WT *)W, bias, x, ldx, K, M, rows,
-                                                            na, y, ldy, gates, max_steps, step,
-                                                            csrc, lds, cdst, ldc, clen);
+                                                            na, y, ldy, gates, max_steps, d_step,
+                                                            k_step, csrc, lds, cdst, ldc, clen);
     return LAUNCHED();
 }
 
 #define ROWS(T, A, N, MODE)                                                                        \
-    launch_rows<T, A, N, MODE>(W, bias, x, ldx, K, M, rows, na, y, ldy, gates, max_steps, step,    \
-                               csrc, lds, cdst, ldc, clen, s)
+    launch_rows<T, A, N, MODE>(W, bias, x, ldx, K, M, rows, na, y, ldy, gates, max_steps, d_step,  \
+                               k_step, csrc, lds, cdst, ldc, clen, s)
 #define ROWS_ALL(MODE)                                                                             \
     do {                                                                                           \
-        int bt = tile_for(K);                                                                      \
+        int bt = tile_for(K, na);                                                                  \
         if (wt == 0)                                                                               \
-            return bt == 4   ? ROWS(float, double, 4, MODE)                                        \
+            return bt == 8   ? ROWS(float, double, 8, MODE)                                        \
+                   : bt == 4 ? ROWS(float, double, 4, MODE)                                        \
                    : bt == 2 ? ROWS(float, double, 2, MODE)                                        \
                              : ROWS(float, double, 1, MODE);                                       \
-        return bt == 4   ? ROWS(__half, float, 4, MODE)                                            \
+        return bt == 8   ? ROWS(__half, float, 8, MODE)                                            \
+               : bt == 4 ? ROWS(__half, float, 4, MODE)                                            \
                : bt == 2 ? ROWS(__half, float, 2, MODE)                                            \
                          : ROWS(__half, float, 1, MODE);                                           \
     } while (0)
@@ -412,14 +423,15 @@ extern "C" int t2k_gemv(int wt, const void *W, const float *x, int ldx, int K, i
     cudaStream_t s = (cudaStream_t)stream;
     const float *bias = NULL, *csrc = NULL;
     float *gates = NULL, *cdst = NULL;
-    int max_steps = 0, step = 0, lds = 0, ldc = 0, clen = 0;
+    const int *d_step = NULL;
+    int max_steps = 0, k_step = 0, lds = 0, ldc = 0, clen = 0;
     ROWS_ALL(0);
 }
 
 extern "C" int t2k_project(int wt, const void *W, const float *bias, const float *x, int ldx, int K,
                            int nm, const int *rows, int na, float *frames, float *gates,
-                           int max_steps, int step, const float *csrc, int lds, float *cdst,
-                           int ldc, int clen, void *stream)
+                           int max_steps, const int *d_step, int k_step, const float *csrc, int lds,
+                           float *cdst, int ldc, int clen, void *stream)
 {
     cudaStream_t s = (cudaStream_t)stream;
     int M = nm + 1, ldy = 0;
@@ -436,28 +448,33 @@ __device__ __forceinline__ uint64_t mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
+/* one block of warps per row: a warp per output unit, lanes over the inputs */
 template <typename WT, typename AT>
-__global__ void k_prenet(const WT *__restrict__ w0t, const WT *__restrict__ w1t,
-                         const float *frames, int max_steps, int nm, int P, int step,
+__global__ void k_prenet(const WT *__restrict__ w0, const WT *__restrict__ w1, const float *frames,
+                         int max_steps, int nm, int P, const int *d_step, int k_step,
                          const int *rows, float *xa, int lda, const uint64_t *seeds,
                          const uint8_t *masks)
 {
     extern __shared__ float sm[]; /* in (max(nm, P)), h (P) */
-    int wide = nm > P ? nm : P;
+    int wide = nm > P ? nm : P, step = *d_step + k_step;
     float *in = sm, *hb = sm + wide;
-    int slot = rows[blockIdx.x];
+    int slot = rows[blockIdx.x], lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int warps = blockDim.x / 32;
     for (int k = threadIdx.x; k < nm; k += blockDim.x)
         in[k] = step == 0 ? 0.0f : frames[((size_t)slot * max_steps + step - 1) * nm + k];
     __syncthreads();
     int words = (P + 63) / 64;
     uint64_t seed = seeds ? seeds[slot] : 0;
     for (int layer = 0; layer < 2; layer++) {
-        const WT *wt = layer ? w1t : w0t;
+        const WT *W = layer ? w1 : w0;
         int K = layer ? P : nm;
-        for (int o = threadIdx.x; o < P; o += blockDim.x) {
+        for (int o = warp; o < P; o += warps) {
             AT acc = 0;
-            for (int k = 0; k < K; k++)
-                acc += (AT)wval(wt[(size_t)k * P + o]) * (AT)in[k];
+            for (int k = lane; k < K; k += 32)
+                acc += (AT)wval(W[(size_t)o * K + k]) * (AT)in[k];
+            acc = warp_sum<AT>(acc);
+            if (lane)
+                continue;
             float v = (float)acc;
             int keep;
             if (masks)
@@ -477,22 +494,22 @@ __global__ void k_prenet(const WT *__restrict__ w0t, const WT *__restrict__ w1t,
         xa[(size_t)slot * lda + o] = in[o];
 }
 
-extern "C" int t2k_prenet(int wt, const void *w0t, const void *w1t, const float *frames,
-                          int max_steps, int nm, int P, int step, const int *rows, int na,
-                          float *xa, int lda, const uint64_t *seeds, const uint8_t *masks,
-                          void *stream)
+extern "C" int t2k_prenet(int wt, const void *w0, const void *w1, const float *frames,
+                          int max_steps, int nm, int P, const int *d_step, int k_step,
+                          const int *rows, int na, float *xa, int lda, const uint64_t *seeds,
+                          const uint8_t *masks, void *stream)
 {
     size_t smem = sizeof(float) * (size_t)((nm > P ? nm : P) + P);
-    int threads = P < 256 ? ((P + 31) / 32) * 32 : 256;
+    int threads = P >= 1024 ? 1024 : ((P + 31) / 32) * 32;
     cudaStream_t s = (cudaStream_t)stream;
     if (wt == 0)
-        k_prenet<float, double><<<na, threads, smem, s>>>((const float *)w0t, (const float *)w1t,
-                                                          frames, max_steps, nm, P, step, rows, xa,
-                                                          lda, seeds, masks);
+        k_prenet<float, double><<<na, threads, smem, s>>>((const float *)w0, (const float *)w1,
+                                                          frames, max_steps, nm, P, d_step, k_step,
+                                                          rows, xa, lda, seeds, masks);
     else
-        k_prenet<__half, float><<<na, threads, smem, s>>>((const __half *)w0t, (const __half *)w1t,
-                                                          frames, max_steps, nm, P, step, rows, xa,
-                                                          lda, seeds, masks);
+        k_prenet<__half, float><<<na, threads, smem, s>>>((const __half *)w0, (const __half *)w1,
+                                                          frames, max_steps, nm, P, d_step, k_step,
+                                                          rows, xa, lda, seeds, masks);
     return LAUNCHED();
 }
 
@@ -577,10 +594,12 @@ extern "C" int t2k_energy(const float *pq, const float *pmem, const float *w, co
 }
 
 __global__ void k_attend(const float *energy, float *w, float *wcum, float *align, int max_steps,
-                         int step, const float *memory, const int *rows, const int *lens, int nmax,
-                         int e, float *ctx_a, int lda, float *ctx_d, int ldd, float *ctx_p, int ldp)
+                         const int *d_step, int k_step, const float *memory, const int *rows,
+                         const int *lens, int nmax, int e, float *ctx_a, int lda, float *ctx_d,
+                         int ldd, float *ctx_p, int ldp)
 {
     extern __shared__ float wts[]; /* (nmax) */
+    const int step = *d_step + k_step;
     __shared__ double red[32];
     __shared__ float mx_s;
     __shared__ double sum_s;
@@ -645,9 +664,9 @@ __global__ void k_attend(const float *energy, float *w, float *wcum, float *alig
 }
 
 extern "C" int t2k_attend(const float *energy, float *w, float *wcum, float *align, int max_steps,
-                          int step, const float *memory, const int *rows, int na, const int *lens,
-                          int nmax, int e, float *ctx_a, int lda, float *ctx_d, int ldd,
-                          float *ctx_p, int ldp, void *stream)
+                          const int *d_step, int k_step, const float *memory, const int *rows,
+                          int na, const int *lens, int nmax, int e, float *ctx_a, int lda,
+                          float *ctx_d, int ldd, float *ctx_p, int ldp, void *stream)
 {
     dim3 grid(na, (e + 127) / 128);
     size_t smem = sizeof(float) * (size_t)nmax;
@@ -658,8 +677,8 @@ extern "C" int t2k_attend(const float *energy, float *w, float *wcum, float *ali
         if (er != cudaSuccess)
             return (int)er;
     }
-    k_attend<<<grid, 128, smem, s>>>(energy, w, wcum, align, max_steps, step, memory, rows, lens,
-                                     nmax, e, ctx_a, lda, ctx_d, ldd, ctx_p, ldp);
+    k_attend<<<grid, 128, smem, s>>>(energy, w, wcum, align, max_steps, d_step, k_step, memory,
+                                     rows, lens, nmax, e, ctx_a, lda, ctx_d, ldd, ctx_p, ldp);
     return LAUNCHED();
 }
 

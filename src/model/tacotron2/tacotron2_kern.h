@@ -43,12 +43,14 @@ int t2k_round_memory(float *mem_f, double *X, const int *lens, int B, int nmax, 
 int t2k_to_float(float *f, const double *d, long long n, void *stream);
 
 /* ---- the decoder step (tacotron2.c tacotron2_infer's loop) ---- */
+/* The decoder step's kernels take the step as *d_step + k_step (device memory: a CUDA graph of a
+ * chunk of steps is replayed for every chunk, d_step holding the chunk's first step). */
 /* prenet of each listed slot from its previous frame (zeros at step 0) into xa[0, P): two
- * bias-free linears (weights transposed: w0t (nm, P), w1t (P, P)), ReLU, keep · 2. keep from
- * masks (slots, max_steps, 2, P) when given, else the seeded generator from seeds[slot] */
-int t2k_prenet(int wt, const void *w0t, const void *w1t, const float *frames, int max_steps, int nm,
-               int P, int step, const int *rows, int na, float *xa, int lda, const uint64_t *seeds,
-               const uint8_t *masks, void *stream);
+ * bias-free linears (w0 (P, nm), w1 (P, P)), ReLU, keep · 2. keep from masks (slots, max_steps,
+ * 2, P) when given, else the seeded generator from seeds[slot] */
+int t2k_prenet(int wt, const void *w0, const void *w1, const float *frames, int max_steps, int nm,
+               int P, const int *d_step, int k_step, const int *rows, int na, float *xa, int lda,
+               const uint64_t *seeds, const uint8_t *masks, void *stream);
 /* LSTM cell of each listed slot: gates = W · x[slot] + bias; c (slots, H) updated in place; h into
  * hout[slot · ldh + u]. Also copies clen floats from csrc[slot · lds] to cdst[slot · ldc] (a side
  * job; clen 0: none); csrc must not be read by this launch's LSTM nor cdst be its x. */
@@ -62,8 +64,9 @@ int t2k_gemv(int wt, const void *W, const float *x, int ldx, int K, int M, const
  * gates[slot · max_steps + step], each W (nm + 1, K) · x[slot] + bias[o]; plus the side copy of
  * t2k_lstm */
 int t2k_project(int wt, const void *W, const float *bias, const float *x, int ldx, int K, int nm,
-                const int *rows, int na, float *frames, float *gates, int max_steps, int step,
-                const float *csrc, int lds, float *cdst, int ldc, int clen, void *stream);
+                const int *rows, int na, float *frames, float *gates, int max_steps,
+                const int *d_step, int k_step, const float *csrc, int lds, float *cdst, int ldc,
+                int clen, void *stream);
 /* energies (slots, nmax) of each listed slot's positions < lens[slot]: location conv over (w,
  * wcum), location dense, v · tanh(pq + location + pmem) */
 int t2k_energy(const float *pq, const float *pmem, const float *w, const float *wcum,
@@ -72,9 +75,10 @@ int t2k_energy(const float *pq, const float *pmem, const float *w, const float *
                void *stream);
 /* softmax of the energies -> w (and wcum += w, align (slots, max_steps, nmax) row step); context
  * = Σ w · memory (slots, nmax, e) into ctx_a[slot · lda], ctx_d[slot · ldd], ctx_p[slot · ldp] */
-int t2k_attend(const float *energy, float *w, float *wcum, float *align, int max_steps, int step,
-               const float *memory, const int *rows, int na, const int *lens, int nmax, int e,
-               float *ctx_a, int lda, float *ctx_d, int ldd, float *ctx_p, int ldp, void *stream);
+int t2k_attend(const float *energy, float *w, float *wcum, float *align, int max_steps,
+               const int *d_step, int k_step, const float *memory, const int *rows, int na,
+               const int *lens, int nmax, int e, float *ctx_a, int lda, float *ctx_d, int ldd,
+               float *ctx_p, int ldp, void *stream);
 
 /* ---- the postnet ---- */
 /* xp (B, Tmax + 2·pad, nm) of dt (0 float, 1 half): row pad + s = frames[(b · max_steps + s) · nm]
