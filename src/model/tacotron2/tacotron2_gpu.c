@@ -412,6 +412,7 @@ int tacotron2_gpu_worker_create(const tacotron2_gpu_model_t *g, int max_batch, i
         B * 4,                                             /* lens */
         B * 4,                                             /* rows */
         B * 4,                                             /* T */
+        4,                                                 /* d_step */
         B * 8,                                             /* seeds */
         B * N * E * 4,                                     /* memory */
         B * N * A * 4,                                     /* pmem */
