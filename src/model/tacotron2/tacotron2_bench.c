@@ -35,11 +35,13 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: hark bench --model TACOTRON2_DIR [--vocoder WAVEGLOW_DIR | --no-vocoder]\n"
             "                  [--batch 1,8,32] [--precision fp16|fp32] [--device cuda:N]\n"
-            "                  [--text-file F] [--min-time S]\n"
+            "                  [--text-file F] [--min-time S] [--profile]\n"
             "Times text -> Tacotron 2 -> WaveGlow on the GPU, each batch filled with the lines of\n"
             "F in turn (default: DLE's three golden sentences): one JSON line per batch size with\n"
             "ms per batch, the Tacotron 2 / WaveGlow shares, samples per second, real-time factor\n"
-            "and GPU memory. The vocoder defaults to the one the model's config.pbtxt names.\n");
+            "and GPU memory. The vocoder defaults to the one the model's config.pbtxt names.\n"
+            "--profile adds a line per batch size with each Tacotron 2 kernel's time per decoder\n"
+            "step (one more run, without CUDA graphs).\n");
 }
 
 static const char *const SENTENCES[3] = {
@@ -91,8 +93,8 @@ static int synth(run_t *r, double *t_t2, double *t_all, long long *frames, long 
 
 static int bench_batch(const tacotron2_gpu_model_t *gt, const waveglow_gpu_model_t *gv,
                        const tacotron2_model_t *t2, const waveglow_model_t *wg, tts_text_t *tt,
-                       int n_lines, int B, double min_time, const char *dev_name, const char *prec,
-                       const char *t2_name, const char *wg_name, int dev)
+                       int n_lines, int B, double min_time, int profile, const char *dev_name,
+                       const char *prec, const char *t2_name, const char *wg_name, int dev)
 {
     hark_err_t err = {0};
     const int *ids[MAX_B];
@@ -109,6 +111,7 @@ static int bench_batch(const tacotron2_gpu_model_t *gt, const waveglow_gpu_model
     run_t r = {NULL, NULL, ids, n, B, c->hop, seeds, audio};
     double *t_t2 = hark_malloc(sizeof(double) * 1000), *t_all = hark_malloc(sizeof(double) * 1000);
     long long frames = 0, samples = 0;
+    double a_prof = 0, b_prof = 0;
     if (!t_t2 || !t_all ||
         tacotron2_gpu_worker_create(gt, B, maxn, c->max_decoder_steps, &r.tw, &err) ||
         (gv && waveglow_gpu_worker_create(gv, B, c->max_decoder_steps, &r.vw, &err))) {
@@ -160,6 +163,25 @@ static int bench_batch(const tacotron2_gpu_model_t *gt, const waveglow_gpu_model
             1048576.0,
         (double)(total_b - free_b) / 1048576.0);
     fflush(stdout);
+    if (profile) {
+        const char *names[16];
+        double pm[16];
+        if (tacotron2_gpu_set_profile(r.tw, 1, &err) ||
+            synth(&r, &a_prof, &b_prof, &frames, &samples, &err)) {
+            fprintf(stderr, "hark bench: profile: %s\n", err.msg);
+            goto done;
+        }
+        int np = tacotron2_gpu_profile(r.tw, names, pm, 16);
+        printf("{\"impl\": \"hark\", \"profile\": \"tacotron2\", \"precision\": \"%s\", "
+               "\"batch\": %d",
+               prec, B);
+        for (int i = 0; i < np; i++)
+            printf(", \"%s_%s\": %.2f", names[i], i < 7 ? "us_per_step" : "ms",
+                   i < 7 ? pm[i] * 1e3 : pm[i]);
+        printf("}\n");
+        fflush(stdout);
+        tacotron2_gpu_set_profile(r.tw, 0, &err);
+    }
     rc = 0;
 done:
     tacotron2_gpu_worker_destroy(r.tw);
@@ -253,7 +275,7 @@ int tacotron2_bench_main(int argc, char **argv)
     const char *model_dir = NULL, *vocoder = NULL, *batches = "1,8,32", *precision = "fp16",
                *device = "cuda:0", *text_file = NULL;
     double min_time = 3.0;
-    int no_voc = 0;
+    int no_voc = 0, profile = 0;
     for (int i = 1; i < argc; i++) {
         int v = i + 1 < argc;
         if (!strcmp(argv[i], "--model") && v)
@@ -262,6 +284,8 @@ int tacotron2_bench_main(int argc, char **argv)
             vocoder = argv[++i];
         else if (!strcmp(argv[i], "--no-vocoder"))
             no_voc = 1;
+        else if (!strcmp(argv[i], "--profile"))
+            profile = 1;
         else if (!strcmp(argv[i], "--batch") && v)
             batches = argv[++i];
         else if (!strcmp(argv[i], "--precision") && v)
@@ -331,8 +355,8 @@ int tacotron2_bench_main(int argc, char **argv)
             failed = 1;
             break;
         }
-        failed = bench_batch(gt, gv, t2, wg, tt, n_lines, B, min_time, prop.name, precision,
-                             model_dir, vocoder ? vocoder : "none", dev);
+        failed = bench_batch(gt, gv, t2, wg, tt, n_lines, B, min_time, profile, prop.name,
+                             precision, model_dir, vocoder ? vocoder : "none", dev);
         const char *comma = strchr(b, ',');
         b = comma ? comma + 1 : b + strlen(b);
     }

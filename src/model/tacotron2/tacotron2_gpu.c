@@ -27,6 +27,11 @@
 
 #define CHUNK 16      /* decoder steps between gate checks */
 #define GRAPH_SLOTS 8 /* recorded chunks (by rows listed, steps, symbols) */
+#define PROF_N 9      /* profiled parts: the 7 step kernels, the encoder, the postnet */
+
+static const char *const PROF_NAMES[PROF_N] = {"prenet",     "attention_lstm", "query",
+                                               "energies",   "attention",      "decoder_lstm",
+                                               "projection", "encoder",        "postnet"};
 #define MAX_BATCH 256
 #define MAX_IDS 4096
 #define MAX_STEPS 100000
@@ -304,7 +309,11 @@ struct tacotron2_gpu_worker {
     float *post_acc, *mel, *res;
     int mel_ld;
     int *d_step; /* the chunk's first decoder step */
-    int graphs;  /* CUDA graphs of the decoder's chunks (HARK_NO_GRAPHS=1: off) */
+    int prof;    /* kernel times (tacotron2_gpu_set_profile) */
+    cudaEvent_t ev[PROF_N + 1];
+    double prof_ms[PROF_N];
+    long prof_steps;
+    int graphs; /* CUDA graphs of the decoder's chunks (HARK_NO_GRAPHS=1: off) */
     graph_cache_t *gc;
     /* pinned */
     int *h_ids, *h_int, *h_step;
@@ -322,6 +331,9 @@ void tacotron2_gpu_worker_destroy(tacotron2_gpu_worker_t *w)
         cudaStreamSynchronize(w->stream);
     cudaFree(w->mem);
     graph_cache_destroy(w->gc);
+    for (int i = 0; i <= PROF_N; i++)
+        if (w->ev[i])
+            cudaEventDestroy(w->ev[i]);
     cudaFreeHost(w->h_ids);
     cudaFreeHost(w->h_step);
     cudaFreeHost(w->h_int);
@@ -361,6 +373,46 @@ void tacotron2_gpu_set_graphs(tacotron2_gpu_worker_t *w, int on)
 {
     w->graphs = on;
     graph_cache_clear(w->gc);
+}
+
+int tacotron2_gpu_set_profile(tacotron2_gpu_worker_t *w, int on, hark_err_t *err)
+{
+    for (int i = 0; on && i <= PROF_N; i++)
+        if (!w->ev[i]) {
+            cudaError_t e = cudaEventCreate(&w->ev[i]);
+            if (e != cudaSuccess)
+                return cuda_err(err, e, "profile events");
+        }
+    w->prof = on;
+    memset(w->prof_ms, 0, sizeof w->prof_ms);
+    w->prof_steps = 0;
+    return HARK_OK;
+}
+
+int tacotron2_gpu_profile(const tacotron2_gpu_worker_t *w, const char **names, double *ms, int cap)
+{
+    int n = 0;
+    for (; n < PROF_N && n < cap; n++) {
+        names[n] = PROF_NAMES[n];
+        ms[n] = n < 7 ? (w->prof_steps ? w->prof_ms[n] / (double)w->prof_steps : 0) : w->prof_ms[n];
+    }
+    return n;
+}
+
+/* profiling: the event before part i (records nothing when off) */
+static void mark(tacotron2_gpu_worker_t *w, int i)
+{
+    if (w->prof)
+        cudaEventRecord(w->ev[i], w->stream);
+}
+
+/* profiling: adds the time from event a to event b to part i (waits for b) */
+static void lap(tacotron2_gpu_worker_t *w, int a, int b, int i)
+{
+    float t = 0;
+    if (w->prof && cudaEventSynchronize(w->ev[b]) == cudaSuccess &&
+        cudaEventElapsedTime(&t, w->ev[a], w->ev[b]) == cudaSuccess)
+        w->prof_ms[i] += t;
 }
 
 const float *tacotron2_gpu_mel(const tacotron2_gpu_worker_t *w, int *ld)
@@ -686,33 +738,46 @@ static int step_once(run_t *r, int k, int na, int nmax, const uint8_t *d_masks)
     int wt = g->dt == OPS_F16;
     int lda = g->lda, ldd = g->ldd, ldp = g->ldp;
     void *s = w->stream;
+    mark(w, 0);
     TRY(kern(err,
              t2k_prenet(wt, g->pre0, g->pre1, w->frames, S, nm, P, w->d_step, k, w->rows, na, w->xa,
                         lda, w->seeds, d_masks, s),
              "prenet"));
+    mark(w, 1);
     TRY(kern(err,
              t2k_lstm(wt, g->att_w, g->att_b, w->xa, lda, lda, AR, w->rows, na, w->c_att, w->xd,
                       ldd, NULL, 0, NULL, 0, 0, s),
              "attention lstm"));
+    mark(w, 2);
     TRY(kern(err, t2k_gemv(wt, g->query_w, w->xd, ldd, AR, A, w->rows, na, w->pq, A, s), "query"));
+    mark(w, 3);
     TRY(kern(err,
              t2k_energy(w->pq, w->pmem, w->w, w->wcum, g->loc_conv, g->loc_dense, g->v, w->rows, na,
                         w->lens, nmax, A, c->loc_filters, c->loc_kernel, w->energy, s),
              "energies"));
+    mark(w, 4);
     TRY(kern(err,
              t2k_attend(w->energy, w->w, w->wcum, w->align, S, w->d_step, k, w->memory, w->rows, na,
                         w->lens, nmax, E, w->xa + P, lda, w->xd + AR, ldd, w->xp, ldp, s),
              "attention"));
+    mark(w, 5);
     /* the decoder LSTM; its side job: h_att (xd[0, AR)) into xa for the next step */
     TRY(kern(err,
              t2k_lstm(wt, g->dec_w, g->dec_b, w->xd, ldd, ldd, DR, w->rows, na, w->c_dec, w->xp + E,
                       ldp, w->xd, ldd, w->xa + P + E, lda, AR, s),
              "decoder lstm"));
+    mark(w, 6);
     /* projection; its side job: h_dec (xp[E, E + DR)) into xd for the next step */
     TRY(kern(err,
              t2k_project(wt, g->proj_w, g->proj_b, w->xp, ldp, ldp, nm, w->rows, na, w->frames,
                          w->gates, S, w->d_step, k, w->xp + E, ldp, w->xd + AR + E, ldd, DR, s),
              "projection"));
+    if (w->prof) {
+        mark(w, 7);
+        for (int i = 0; i < 7; i++)
+            lap(w, i, i + 1, i);
+        w->prof_steps++;
+    }
     return HARK_OK;
 }
 
@@ -879,8 +944,11 @@ int tacotron2_gpu_run(tacotron2_gpu_worker_t *w, const int *const *ids, const in
             goto done;
         }
     }
+    mark(w, 8);
     if ((rc = encode(&r, B, nmax, n_ids)))
         goto done;
+    mark(w, 9);
+    lap(w, 8, 9, 7);
     /* the decoder's state starts at zero */
     {
         const tacotron2_gpu_model_t *g = w->g;
@@ -975,8 +1043,11 @@ int tacotron2_gpu_run(tacotron2_gpu_worker_t *w, const int *const *ids, const in
         rc = cuda_err(err, e, "upload");
         goto done;
     }
+    mark(w, 8);
     if ((rc = postnet(&r, B, steps, Tmax)))
         goto done;
+    mark(w, 9);
+    lap(w, 8, 9, 8);
     for (int b = 0; b < B; b++) {
         if (n_frames)
             n_frames[b] = steps[b];
@@ -1098,6 +1169,20 @@ void tacotron2_gpu_set_graphs(tacotron2_gpu_worker_t *w, int on)
 {
     (void)w;
     (void)on;
+}
+int tacotron2_gpu_set_profile(tacotron2_gpu_worker_t *w, int on, hark_err_t *err)
+{
+    (void)w;
+    (void)on;
+    return no_device(err);
+}
+int tacotron2_gpu_profile(const tacotron2_gpu_worker_t *w, const char **names, double *ms, int cap)
+{
+    (void)w;
+    (void)names;
+    (void)ms;
+    (void)cap;
+    return 0;
 }
 int tacotron2_gpu_run(tacotron2_gpu_worker_t *w, const int *const *ids, const int *n_ids, int batch,
                       const tacotron2_opts_t *o, tacotron2_result_t *res, int *n_frames,

@@ -60,6 +60,12 @@ void *tacotron2_gpu_worker_stream(const tacotron2_gpu_worker_t *w); /* its cudaS
 /* CUDA graphs of the decoder's chunks of steps (recorded the second time a (rows, steps,
  * symbols) shape is seen, replayed after): default on, HARK_NO_GRAPHS=1 off. */
 void tacotron2_gpu_set_graphs(tacotron2_gpu_worker_t *w, int on);
+/* Kernel times (`hark bench --profile`): while on, runs record CUDA events around each part (no
+ * graphs; a little slower) and add up their times; turning it on clears them. HARK_ERR_CUDA. */
+int tacotron2_gpu_set_profile(tacotron2_gpu_worker_t *w, int on, hark_err_t *err);
+/* The parts' names and times (ms): the seven decoder kernels per step (averaged over the steps
+ * run), the encoder and the postnet summed over the runs; the count (<= cap). */
+int tacotron2_gpu_profile(const tacotron2_gpu_worker_t *w, const char **names, double *ms, int cap);
 
 /* As tacotron2_infer (same options, same errors, plus HARK_ERR_TOO_LARGE past the worker's sizes
  * and HARK_ERR_CUDA): row b speaks ids[b]; o->stage receives the same stages as the CPU path.

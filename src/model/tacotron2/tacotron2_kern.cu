@@ -94,10 +94,10 @@ __global__ void k_enc_lstm_step(double *out, double *h, double *c, const double 
     int par = t & 1, G = 4 * hid;
     const double *hp = h + ((size_t)(par * 2 + dir) * B) * hid;
     double *hn = h + ((size_t)((par ^ 1) * 2 + dir) * B) * hid;
-    for (int b = 0; b < B; b++) {
-        int n = lens[b];
+    {
+        int b = blockIdx.z, n = lens[b];
         if (t >= n)
-            continue;
+            return;
         int pos = dir ? n - 1 - t : t;
         double acc[4] = {0, 0, 0, 0};
         for (int k = lane; k < hid; k += 32) {
@@ -131,7 +131,7 @@ extern "C" int t2k_enc_lstm_step(double *out, double *h, double *c, const double
                                  const double *bhh_f, const double *bhh_b, const int *lens, int B,
                                  int nmax, int Lp, int pad, int hid, int e, int t, void *stream)
 {
-    dim3 grid((hid + 7) / 8, 2);
+    dim3 grid((hid + 7) / 8, 2, B); /* a block per (8 units, direction, row) */
     k_enc_lstm_step<<<grid, 256, 0, (cudaStream_t)stream>>>(
         out, h, c, xg_f, xg_b, whh_f, whh_b, bhh_f, bhh_b, lens, B, nmax, Lp, pad, hid, e, t);
     return LAUNCHED();
@@ -192,33 +192,73 @@ template <> __device__ __forceinline__ float warp_sum<float>(float v)
     return warp_sum_f(v);
 }
 
-/* acc[j] += Σ_k w[k] · xs[j · K + k] for j < BT (rows past nb read zeros in xs), per lane */
+/* the V weights of one 16-byte load against rows j < BT of xs at column k0 (float4 reads) */
 template <typename WT, typename AT, int BT>
-__device__ __forceinline__ void row_dots(const WT *__restrict__ w, const float *xs, int K,
-                                         AT acc[BT])
+__device__ __forceinline__ void dot_chunk(const uint4 &raw, const float *xs, int K, int k0,
+                                          AT acc[BT])
+{
+    const int V = 16 / sizeof(WT);
+    const WT *ws = (const WT *)&raw;
+#pragma unroll
+    for (int j = 0; j < BT; j++) {
+        float xv[V];
+#pragma unroll
+        for (int q = 0; q < V; q += 4) {
+            float4 f = *(const float4 *)(xs + (size_t)j * K + k0 + q);
+            xv[q] = f.x;
+            xv[q + 1] = f.y;
+            xv[q + 2] = f.z;
+            xv[q + 3] = f.w;
+        }
+#pragma unroll
+        for (int q = 0; q < V; q++)
+            acc[j] += (AT)wval(ws[q]) * (AT)xv[q];
+    }
+}
+
+/* acc[r][j] += Σ_k w[r · rstride + k] · xs[j · K + k] for R weight rows and j < BT staged rows
+ * (zeros past the rows listed), per lane: lanes take 16-byte chunks 32 apart, U chunks of each
+ * row in flight at once. A lane adds its products in increasing k whatever U, R and BT are. */
+template <typename WT, typename AT, int BT, int R, int U>
+__device__ __forceinline__ void row_dots(const WT *__restrict__ w, size_t rstride, const float *xs,
+                                         int K, AT (&acc)[R][BT])
 {
     const int lane = threadIdx.x % 32;
     const int V = 16 / sizeof(WT); /* elements per 16-byte load */
     if (K % V == 0) {
-        const uint4 *wv = (const uint4 *)w;
-        for (int v = lane; v < K / V; v += 32) {
-            uint4 raw = __ldg(wv + v);
-            const WT *ws = (const WT *)&raw;
+        const int nv = K / V;
+        int v = lane;
+        for (; v + 32 * (U - 1) < nv; v += 32 * U) {
+            uint4 raw[U][R];
 #pragma unroll
-            for (int q = 0; q < V; q++) {
-                AT wq = (AT)wval(ws[q]);
+            for (int u = 0; u < U; u++)
 #pragma unroll
-                for (int j = 0; j < BT; j++)
-                    acc[j] += wq * (AT)xs[j * K + v * V + q];
-            }
+                for (int r = 0; r < R; r++)
+                    raw[u][r] = __ldg((const uint4 *)(w + r * rstride) + v + 32 * u);
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    dot_chunk<WT, AT, BT>(raw[u][r], xs, K, (v + 32 * u) * V, acc[r]);
+        }
+        for (; v < nv; v += 32) {
+            uint4 raw[R];
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                raw[r] = __ldg((const uint4 *)(w + r * rstride) + v);
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                dot_chunk<WT, AT, BT>(raw[r], xs, K, v * V, acc[r]);
         }
     } else {
-        for (int k = lane; k < K; k += 32) {
-            AT wq = (AT)wval(w[k]);
+        for (int k = lane; k < K; k += 32)
 #pragma unroll
-            for (int j = 0; j < BT; j++)
-                acc[j] += wq * (AT)xs[j * K + k];
-        }
+            for (int r = 0; r < R; r++) {
+                AT wq = (AT)wval(w[r * rstride + k]);
+#pragma unroll
+                for (int j = 0; j < BT; j++)
+                    acc[r][j] += wq * (AT)xs[j * K + k];
+            }
     }
 }
 
@@ -268,12 +308,12 @@ __global__ void k_lstm(const WT *__restrict__ W, const float *__restrict__ bias,
             continue;
         AT acc[4][BT];
 #pragma unroll
-        for (int g = 0; g < 4; g++) {
+        for (int g = 0; g < 4; g++)
 #pragma unroll
             for (int j = 0; j < BT; j++)
                 acc[g][j] = 0;
-            row_dots<WT, AT, BT>(W + ((size_t)g * H + u) * K, xs, K, acc[g]);
-        }
+        /* the unit's four gate rows (i, f, g, o: H rows apart) together */
+        row_dots<WT, AT, BT, 4, 2>(W + (size_t)u * K, (size_t)H * K, xs, K, acc);
 #pragma unroll
         for (int g = 0; g < 4; g++)
 #pragma unroll
@@ -358,25 +398,26 @@ __global__ void k_rows(const WT *__restrict__ W, const float *__restrict__ bias,
         __syncthreads();
         if (o >= M)
             continue;
-        AT acc[BT];
+        AT acc[1][BT];
 #pragma unroll
         for (int j = 0; j < BT; j++)
-            acc[j] = 0;
-        row_dots<WT, AT, BT>(W + (size_t)o * K, xs, K, acc);
+            acc[0][j] = 0;
+        row_dots<WT, AT, BT, 1, 8>(W + (size_t)o * K, 0, xs, K, acc);
 #pragma unroll
         for (int j = 0; j < BT; j++)
-            acc[j] = warp_sum<AT>(acc[j]);
+            acc[0][j] = warp_sum<AT>(acc[0][j]);
 #pragma unroll
         for (int j = 0; j < BT; j++) {
             if (lane != j || b0 + j >= na)
                 continue;
             int slot = rows[b0 + j];
             if (MODE == 0)
-                y[(size_t)slot * ldy + o] = (float)acc[j];
+                y[(size_t)slot * ldy + o] = (float)acc[0][j];
             else if (o < M - 1)
-                y[((size_t)slot * max_steps + step) * (M - 1) + o] = (float)(acc[j] + (AT)bias[o]);
+                y[((size_t)slot * max_steps + step) * (M - 1) + o] =
+                    (float)(acc[0][j] + (AT)bias[o]);
             else
-                gates[(size_t)slot * max_steps + step] = (float)(acc[j] + (AT)bias[o]);
+                gates[(size_t)slot * max_steps + step] = (float)(acc[0][j] + (AT)bias[o]);
         }
     }
 }
@@ -468,14 +509,23 @@ __global__ void k_prenet(const WT *__restrict__ w0, const WT *__restrict__ w1, c
     for (int layer = 0; layer < 2; layer++) {
         const WT *W = layer ? w1 : w0;
         int K = layer ? P : nm;
-        for (int o = warp; o < P; o += warps) {
-            AT acc = 0;
-            for (int k = lane; k < K; k += 32)
-                acc += (AT)wval(W[(size_t)o * K + k]) * (AT)in[k];
-            acc = warp_sum<AT>(acc);
-            if (lane)
+        for (int o0 = warp * 4; o0 < P; o0 += warps * 4) { /* 4 units a warp at a time */
+            AT acc[4] = {0, 0, 0, 0};
+            for (int k = lane; k < K; k += 32) {
+                AT xk = (AT)in[k];
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    if (o0 + j < P)
+                        acc[j] += (AT)wval(W[(size_t)(o0 + j) * K + k]) * xk;
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                acc[j] = warp_sum<AT>(acc[j]);
+            if (lane >= 4 || o0 + lane >= P)
                 continue;
-            float v = (float)acc;
+            int o = o0 + lane;
+            AT a = lane == 0 ? acc[0] : lane == 1 ? acc[1] : lane == 2 ? acc[2] : acc[3];
+            float v = (float)a;
             int keep;
             if (masks)
                 keep = masks[(((size_t)slot * max_steps + step) * 2 + layer) * P + o];
@@ -500,7 +550,8 @@ extern "C" int t2k_prenet(int wt, const void *w0, const void *w1, const float *f
                           const uint8_t *masks, void *stream)
 {
     size_t smem = sizeof(float) * (size_t)((nm > P ? nm : P) + P);
-    int threads = P >= 1024 ? 1024 : ((P + 31) / 32) * 32;
+    int threads = P >= 2048 ? 512 : ((P / 4 + 31) / 32) * 32; /* a warp per 4 units */
+    threads = threads < 32 ? 32 : threads > 512 ? 512 : threads;
     cudaStream_t s = (cudaStream_t)stream;
     if (wt == 0)
         k_prenet<float, double><<<na, threads, smem, s>>>((const float *)w0, (const float *)w1,
@@ -654,7 +705,16 @@ __global__ void k_attend(const float *energy, float *w, float *wcum, float *alig
     if (col < e) {
         double acc = 0;
         const float *mem = memory + (size_t)slot * nmax * e + col;
-        for (int s = 0; s < n; s++)
+        int s = 0;
+        for (; s + 4 <= n; s += 4) { /* four loads in flight, added in order */
+            float m0 = mem[(size_t)s * e], m1 = mem[(size_t)(s + 1) * e];
+            float m2 = mem[(size_t)(s + 2) * e], m3 = mem[(size_t)(s + 3) * e];
+            acc += (double)wts[s] * (double)m0;
+            acc += (double)wts[s + 1] * (double)m1;
+            acc += (double)wts[s + 2] * (double)m2;
+            acc += (double)wts[s + 3] * (double)m3;
+        }
+        for (; s < n; s++)
             acc += (double)wts[s] * (double)mem[(size_t)s * e];
         float cv = (float)acc;
         ctx_a[(size_t)slot * lda + col] = cv;
