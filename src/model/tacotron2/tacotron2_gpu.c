@@ -990,7 +990,7 @@ int tacotron2_gpu_run(tacotron2_gpu_worker_t *w, const int *const *ids, const in
         } else {
             chunk_t ch = {&r, n_run, na, nmax, d_masks};
             graph_key_t key = {{na, nmax, n_run, (long long)(uintptr_t)d_masks, B, 0, 0, 0}};
-            if ((rc = w->graphs
+            if ((rc = w->graphs && !w->prof
                           ? graph_cache_run(w->gc, &key, enqueue_chunk, &ch, "tacotron2 (gpu)", err)
                           : enqueue_chunk(&ch, err)))
                 goto done;
