@@ -206,9 +206,11 @@ int tacotron2_gpu_model_create(const tacotron2_model_t *m, int device, ops_dtype
     if (dt != OPS_F32 && dt != OPS_F16)
         return err_set(err, HARK_ERR_INVALID_ARG, "tacotron2 (gpu): element type %d (fp32, fp16)",
                        (int)dt);
-    if (c->loc_filters > 256 || c->loc_kernel > 255 || c->prenet_dim > 8192)
+    if (c->loc_filters > 256 || (size_t)c->loc_filters * c->att_dim > 32768)
         return err_set(err, HARK_ERR_UNSUPPORTED,
-                       "tacotron2 (gpu): %d location filters (at most 256)", c->loc_filters);
+                       "tacotron2 (gpu): %d location filters x attention dim %d (the energies "
+                       "kernel keeps at most 256 filters and 32768 of their weights on chip)",
+                       c->loc_filters, c->att_dim);
     cudaError_t e = cudaSetDevice(device);
     if (e != cudaSuccess)
         return cuda_err(err, e, "set device");

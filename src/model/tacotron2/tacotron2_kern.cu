@@ -192,39 +192,48 @@ template <> __device__ __forceinline__ float warp_sum<float>(float v)
     return warp_sum_f(v);
 }
 
-/* the V weights of one 16-byte load against rows j < BT of xs at column k0 (float4 reads) */
-template <typename WT, typename AT, int BT>
-__device__ __forceinline__ void dot_chunk(const uint4 &raw, const float *xs, int K, int k0,
-                                          AT acc[BT])
+/* the V-column chunk at k0 of rows j < BT of xs (float4 reads) */
+template <int BT, int V>
+__device__ __forceinline__ void load_x(const float *xs, int K, int k0, float (&xv)[BT][V])
 {
-    const int V = 16 / sizeof(WT);
-    const WT *ws = (const WT *)&raw;
 #pragma unroll
-    for (int j = 0; j < BT; j++) {
-        float xv[V];
+    for (int j = 0; j < BT; j++)
 #pragma unroll
         for (int q = 0; q < V; q += 4) {
             float4 f = *(const float4 *)(xs + (size_t)j * K + k0 + q);
-            xv[q] = f.x;
-            xv[q + 1] = f.y;
-            xv[q + 2] = f.z;
-            xv[q + 3] = f.w;
+            xv[j][q] = f.x;
+            xv[j][q + 1] = f.y;
+            xv[j][q + 2] = f.z;
+            xv[j][q + 3] = f.w;
         }
+}
+
+/* acc[r][j] += the R rows' chunks (raw[r]) · the staged rows' chunk xv[j] */
+template <typename WT, typename AT, int BT, int R, int V>
+__device__ __forceinline__ void dot_chunk(const uint4 (&raw)[R], const float (&xv)[BT][V],
+                                          AT (&acc)[R][BT])
+{
 #pragma unroll
-        for (int q = 0; q < V; q++)
-            acc[j] += (AT)wval(ws[q]) * (AT)xv[q];
+    for (int r = 0; r < R; r++) {
+        const WT *ws = (const WT *)&raw[r];
+#pragma unroll
+        for (int j = 0; j < BT; j++)
+#pragma unroll
+            for (int q = 0; q < V; q++)
+                acc[r][j] += (AT)wval(ws[q]) * (AT)xv[j][q];
     }
 }
 
 /* acc[r][j] += Σ_k w[r · rstride + k] · xs[j · K + k] for R weight rows and j < BT staged rows
  * (zeros past the rows listed), per lane: lanes take 16-byte chunks 32 apart, U chunks of each
- * row in flight at once. A lane adds its products in increasing k whatever U, R and BT are. */
+ * row in flight at once, each chunk of the staged rows read once for the R rows. A lane adds its
+ * products in increasing k whatever U, R and BT are. */
 template <typename WT, typename AT, int BT, int R, int U>
 __device__ __forceinline__ void row_dots(const WT *__restrict__ w, size_t rstride, const float *xs,
                                          int K, AT (&acc)[R][BT])
 {
     const int lane = threadIdx.x % 32;
-    const int V = 16 / sizeof(WT); /* elements per 16-byte load */
+    constexpr int V = 16 / sizeof(WT); /* elements per 16-byte load */
     if (K % V == 0) {
         const int nv = K / V;
         int v = lane;
@@ -236,19 +245,20 @@ __device__ __forceinline__ void row_dots(const WT *__restrict__ w, size_t rstrid
                 for (int r = 0; r < R; r++)
                     raw[u][r] = __ldg((const uint4 *)(w + r * rstride) + v + 32 * u);
 #pragma unroll
-            for (int u = 0; u < U; u++)
-#pragma unroll
-                for (int r = 0; r < R; r++)
-                    dot_chunk<WT, AT, BT>(raw[u][r], xs, K, (v + 32 * u) * V, acc[r]);
+            for (int u = 0; u < U; u++) {
+                float xv[BT][V];
+                load_x<BT, V>(xs, K, (v + 32 * u) * V, xv);
+                dot_chunk<WT, AT, BT, R, V>(raw[u], xv, acc);
+            }
         }
         for (; v < nv; v += 32) {
             uint4 raw[R];
 #pragma unroll
             for (int r = 0; r < R; r++)
                 raw[r] = __ldg((const uint4 *)(w + r * rstride) + v);
-#pragma unroll
-            for (int r = 0; r < R; r++)
-                dot_chunk<WT, AT, BT>(raw[r], xs, K, v * V, acc[r]);
+            float xv[BT][V];
+            load_x<BT, V>(xs, K, v * V, xv);
+            dot_chunk<WT, AT, BT, R, V>(raw, xv, acc);
         }
     } else {
         for (int k = lane; k < K; k += 32)
@@ -509,22 +519,25 @@ __global__ void k_prenet(const WT *__restrict__ w0, const WT *__restrict__ w1, c
     for (int layer = 0; layer < 2; layer++) {
         const WT *W = layer ? w1 : w0;
         int K = layer ? P : nm;
-        for (int o0 = warp * 4; o0 < P; o0 += warps * 4) { /* 4 units a warp at a time */
-            AT acc[4] = {0, 0, 0, 0};
+        for (int o0 = warp * 8; o0 < P; o0 += warps * 8) { /* 8 units a warp at a time */
+            AT acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             for (int k = lane; k < K; k += 32) {
                 AT xk = (AT)in[k];
 #pragma unroll
-                for (int j = 0; j < 4; j++)
+                for (int j = 0; j < 8; j++)
                     if (o0 + j < P)
                         acc[j] += (AT)wval(W[(size_t)(o0 + j) * K + k]) * xk;
             }
+            AT a = 0;
 #pragma unroll
-            for (int j = 0; j < 4; j++)
-                acc[j] = warp_sum<AT>(acc[j]);
-            if (lane >= 4 || o0 + lane >= P)
+            for (int j = 0; j < 8; j++) {
+                AT t = warp_sum<AT>(acc[j]);
+                if (lane == j)
+                    a = t;
+            }
+            if (lane >= 8 || o0 + lane >= P)
                 continue;
             int o = o0 + lane;
-            AT a = lane == 0 ? acc[0] : lane == 1 ? acc[1] : lane == 2 ? acc[2] : acc[3];
             float v = (float)a;
             int keep;
             if (masks)
@@ -550,8 +563,8 @@ extern "C" int t2k_prenet(int wt, const void *w0, const void *w1, const float *f
                           const uint8_t *masks, void *stream)
 {
     size_t smem = sizeof(float) * (size_t)((nm > P ? nm : P) + P);
-    int threads = P >= 2048 ? 512 : ((P / 4 + 31) / 32) * 32; /* a warp per 4 units */
-    threads = threads < 32 ? 32 : threads > 512 ? 512 : threads;
+    int threads = ((P + 7) / 8) * 32; /* a warp per 8 units, up to 32 warps */
+    threads = threads > 1024 ? 1024 : threads;
     cudaStream_t s = (cudaStream_t)stream;
     if (wt == 0)
         k_prenet<float, double><<<na, threads, smem, s>>>((const float *)w0, (const float *)w1,
@@ -573,12 +586,15 @@ __global__ void k_energy(const float *pq, const float *pmem, const float *w, con
                          const int *rows, const int *lens, int nmax, int A, int F, int Kl,
                          float *energy)
 {
-    extern __shared__ float sm[]; /* ww (2, ECH + Kl - 1), loc (ECH, F), red (ECH, warps) */
+    extern __shared__ float sm[]; /* ww (2, ECH + Kl - 1), loc (ECH, F), red (ECH, warps),
+                                     dT (F, A): the location dense transposed */
     int slot = rows[blockIdx.x], n = lens[slot], s0 = blockIdx.y * ECH;
     if (s0 >= n)
         return;
     int pad = (Kl - 1) / 2, span = ECH + Kl - 1, warps = blockDim.x / 32;
-    float *ww = sm, *loc = sm + 2 * span, *red = loc + ECH * F;
+    float *ww = sm, *loc = sm + 2 * span, *red = loc + ECH * F, *dT = red + ECH * warps;
+    for (int i = threadIdx.x; i < A * F; i += blockDim.x) /* coalesced reads, A-major writes */
+        dT[(i % F) * A + i / F] = loc_dense[i];
     for (int i = threadIdx.x; i < span; i += blockDim.x) {
         int p = s0 - pad + i;
         int in = p >= 0 && p < n;
@@ -604,7 +620,6 @@ __global__ void k_energy(const float *pq, const float *pmem, const float *w, con
         part[s] = 0;
     const float *pm = pmem + ((size_t)slot * nmax + s0) * A;
     for (int a = threadIdx.x; a < A; a += blockDim.x) {
-        const float *dw = loc_dense + (size_t)a * F;
         float q = pq[(size_t)slot * A + a], va = v[a];
 #pragma unroll
         for (int s = 0; s < ECH; s++) {
@@ -612,7 +627,7 @@ __global__ void k_energy(const float *pq, const float *pmem, const float *w, con
                 break;
             float pl = 0;
             for (int f = 0; f < F; f++)
-                pl += loc[s * F + f] * dw[f];
+                pl += loc[s * F + f] * dT[f * A + a];
             part[s] += va * tanhf(q + pl + pm[(size_t)s * A + a]);
         }
     }
@@ -638,7 +653,13 @@ extern "C" int t2k_energy(const float *pq, const float *pmem, const float *w, co
                           float *energy, void *stream)
 {
     dim3 grid(na, (nmax + ECH - 1) / ECH);
-    size_t smem = sizeof(float) * (size_t)(2 * (ECH + Kl - 1) + ECH * F + ECH * 4);
+    size_t smem = sizeof(float) * (size_t)(2 * (ECH + Kl - 1) + ECH * F + ECH * 4 + (size_t)F * A);
+    if (smem > 48 * 1024) {
+        cudaError_t er =
+            cudaFuncSetAttribute(k_energy, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (er != cudaSuccess)
+            return (int)er;
+    }
     k_energy<<<grid, 128, smem, (cudaStream_t)stream>>>(pq, pmem, w, wcum, loc_conv, loc_dense, v,
                                                         rows, lens, nmax, A, F, Kl, energy);
     return LAUNCHED();
