@@ -17,6 +17,8 @@
 #include "model/hifigan/hifigan.h"
 #include "model/hifigan/hifigan_gpu.h"
 #include "model/tacotron2/tacotron2.h"
+#include "model/tacotron2/tacotron2_gpu.h"
+#include "model/waveglow/waveglow_gpu.h"
 #include "model/waveglow/waveglow.h"
 #include "server/model_config.h"
 #include "text/tts_text.h"
@@ -175,10 +177,18 @@ typedef struct {
     fastspeech_gpu_worker_t *wfs;
     hifigan_gpu_model_t *ghg;
     hifigan_gpu_worker_t *whg;
+    tacotron2_gpu_model_t *gt2; /* Tacotron 2 + WaveGlow */
+    tacotron2_gpu_worker_t *wt2;
+    waveglow_gpu_model_t *gwg;
+    waveglow_gpu_worker_t *wwg;
 } gpu_t;
 
 static void gpu_free(gpu_t *g)
 {
+    waveglow_gpu_worker_destroy(g->wwg);
+    waveglow_gpu_model_destroy(g->gwg);
+    tacotron2_gpu_worker_destroy(g->wt2);
+    tacotron2_gpu_model_destroy(g->gt2);
     hifigan_gpu_worker_destroy(g->whg);
     hifigan_gpu_model_destroy(g->ghg);
     fastspeech_gpu_worker_destroy(g->wfs);
@@ -204,6 +214,30 @@ static int gpu_open(const char *cmd, gpu_t *g, const fastspeech_model_t *fs,
         rc = hifigan_gpu_worker_create(g->ghg, 1, max_frames, &g->whg, &err);
     if (rc) {
         fprintf(stderr, "hark %s: --device cuda:%d: %s\n", cmd, dev, err.msg);
+        gpu_free(g);
+        return -1;
+    }
+    return 0;
+}
+
+/* Tacotron 2 and WaveGlow uploaded to dev in dt, workers for one text of up to max_steps decoder
+ * steps */
+static int gpu_open_t2(gpu_t *g, const tacotron2_model_t *t2, const waveglow_model_t *wg, int dev,
+                       ops_dtype_t dt, int max_steps)
+{
+    hark_err_t err = {0};
+    int steps = max_steps > 0 ? max_steps : tacotron2_config(t2)->max_decoder_steps;
+    int rc = dt == OPS_BF16 ? err_set(&err, HARK_ERR_UNSUPPORTED,
+                                      "Tacotron 2 runs in fp32 or fp16 (--precision)")
+                            : tacotron2_gpu_model_create(t2, dev, dt, &g->gt2, &err);
+    if (!rc)
+        rc = tacotron2_gpu_worker_create(g->gt2, 1, 4096, steps, &g->wt2, &err);
+    if (!rc)
+        rc = waveglow_gpu_model_create(wg, dev, dt, &g->gwg, &err);
+    if (!rc)
+        rc = waveglow_gpu_worker_create(g->gwg, 1, steps, &g->wwg, &err);
+    if (rc) {
+        fprintf(stderr, "hark speak: --device cuda:%d: %s\n", dev, err.msg);
         gpu_free(g);
         return -1;
     }
@@ -273,7 +307,8 @@ static void speak_usage(FILE *f)
                "0.01; 0 turns the denoiser off); its audio is peak-normalised as DLE's\n"
                "inference.py does. --dump-dir writes the ids and every stage as .npy (one\n"
                "sub-directory per line with --text-file). --device cuda[:N] runs FastSpeech +\n"
-               "HiFi-GAN on that GPU, in --precision fp32, fp16 or bf16 (FP32 accumulation).\n");
+               "HiFi-GAN (--precision fp32, fp16 or bf16) or Tacotron 2 + WaveGlow (fp32 or\n"
+               "fp16) on that GPU.\n");
 }
 
 /* the loaded pipeline: one acoustic model, one vocoder, and the options */
@@ -285,7 +320,7 @@ typedef struct {
     float alpha, sigma, strength; /* sigma, strength < 0: the model's */
     uint64_t seed;
     int max_steps;
-    gpu_t gpu; /* --device cuda: FastSpeech + HiFi-GAN */
+    gpu_t gpu; /* --device cuda: FastSpeech + HiFi-GAN, or Tacotron 2 + WaveGlow */
 } pipe_t;
 
 static int pipe_mels(const pipe_t *p)
@@ -383,7 +418,9 @@ static int waveglow_to_wav(const pipe_t *p, const float *mel, int nf, size_t kee
                          .seed = p->seed ^ 0x5741564547ull,
                          .stage = dump_dir ? dump_stage : NULL,
                          .stage_user = &d};
-    int rc = waveglow_infer(p->wg, mel, nf, &o, audio, &err);
+    float *const outs[1] = {audio};
+    int rc = p->gpu.wwg ? waveglow_gpu_run(p->gpu.wwg, &mel, &nf, 1, &o, NULL, outs, &err)
+                        : waveglow_infer(p->wg, mel, nf, &o, audio, &err);
     float strength = p->strength >= 0 ? p->strength : c->denoiser_strength;
     if (!rc && dump_dir) {
         char path[1200];
@@ -394,7 +431,9 @@ static int waveglow_to_wav(const pipe_t *p, const float *mel, int nf, size_t kee
     }
     if (!rc && strength > 0) {
         size_t n_out = 0;
-        rc = waveglow_denoise(p->wg, audio, n, strength, audio, &n_out, &err);
+        const float *const ins[1] = {audio};
+        rc = p->gpu.wwg ? waveglow_gpu_denoise(p->gpu.wwg, ins, &n, 1, strength, outs, &n_out, &err)
+                        : waveglow_denoise(p->wg, audio, n, strength, audio, &n_out, &err);
         n = n_out;
         if (!rc && dump_dir) {
             char path[1200];
@@ -440,7 +479,9 @@ static int acoustic(const pipe_t *p, const tts_text_t *tt, float **mel_out, int 
                               .stage_user = &td};
         const int *ids = tt->ids;
         tacotron2_result_t r = {0};
-        int rc = tacotron2_infer(p->t2, &ids, &tt->n, 1, &o, &r, &err);
+        int rc = p->gpu.wt2
+                     ? tacotron2_gpu_run(p->gpu.wt2, &ids, &tt->n, 1, &o, &r, NULL, NULL, &err)
+                     : tacotron2_infer(p->t2, &ids, &tt->n, 1, &o, &r, &err);
         t2dump_finish(&td);
         if (rc) {
             fprintf(stderr, "hark speak: %s\n", err.msg);
@@ -639,8 +680,11 @@ int cli_speak(int argc, char **argv)
                 vocoder);
         return 1;
     }
-    if (dev >= 0 && (strcmp(fam, "fastspeech") || strcmp(vfam, "hifigan"))) {
-        fprintf(stderr, "hark speak: --device %s: the GPU path is FastSpeech + HiFi-GAN only\n",
+    int t2wg = !strcmp(fam, "tacotron2") && !strcmp(vfam, "waveglow");
+    if (dev >= 0 && !t2wg && (strcmp(fam, "fastspeech") || strcmp(vfam, "hifigan"))) {
+        fprintf(stderr,
+                "hark speak: --device %s: the GPU paths are FastSpeech + HiFi-GAN and Tacotron 2 "
+                "+ WaveGlow\n",
                 device);
         return 2;
     }
@@ -659,8 +703,9 @@ int cli_speak(int argc, char **argv)
     } else if (lrc)
         fprintf(stderr, "hark speak: %s\n", err.msg);
     if (!lrc && dev >= 0)
-        lrc = gpu_open("speak", &pipe.gpu, pipe.fs, pipe.hg, dev, dt,
-                       fastspeech_config(pipe.fs)->max_seq_len);
+        lrc = t2wg ? gpu_open_t2(&pipe.gpu, pipe.t2, pipe.wg, dev, dt, max_steps)
+                   : gpu_open("speak", &pipe.gpu, pipe.fs, pipe.hg, dev, dt,
+                              fastspeech_config(pipe.fs)->max_seq_len);
     if (lrc) {
         fastspeech_destroy(pipe.fs);
         tacotron2_destroy(pipe.t2);

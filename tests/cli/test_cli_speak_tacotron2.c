@@ -20,21 +20,12 @@
 /* the converted golden Tacotron 2 and WaveGlow ("<dir>/m" each) */
 static int models(char *t2, char *wg, size_t n, char *why, size_t nwhy)
 {
-    static char d1[512], d2[512];
-    char ck[700], args[900];
-    const char *g = test_shared(GOLDEN_TTS "/tacotron2/checkpoint_Tacotron2_0.pt");
-    if (!g)
-        return -1;
-    snprintf(ck, sizeof ck, "%s", g);
-    snprintf(args, sizeof args, "--checkpoint '%s'", ck);
-    if (!golden_convert_cached("tacotron2", "convert_tacotron2.py", ck, args, d1, sizeof d1, why,
-                               nwhy))
-        return -1;
-    g = test_shared(GOLDEN_TTS "/waveglow/checkpoint_WaveGlow_0.pt");
-    snprintf(ck, sizeof ck, "%s", g);
-    snprintf(args, sizeof args, "--checkpoint '%s'", ck);
-    if (!golden_convert_cached("waveglow", "convert_waveglow.py", ck, args, d2, sizeof d2, why,
-                               nwhy))
+    const char *d1 = golden_tts_checkpoint("tacotron2", "convert_tacotron2.py",
+                                           "tacotron2/checkpoint_Tacotron2_0.pt", why, nwhy);
+    const char *d2 = d1 ? golden_tts_checkpoint("waveglow", "convert_waveglow.py",
+                                                "waveglow/checkpoint_WaveGlow_0.pt", why, nwhy)
+                        : NULL;
+    if (!d1 || !d2)
         return -1;
     snprintf(t2, n, "%s/m", d1);
     snprintf(wg, n, "%s/m", d2);
@@ -163,4 +154,47 @@ TEST(cli_speak_tacotron2_errors)
     snprintf(cmd, sizeof cmd, "%s speak --model '%s' hi -o '%s/x.wav'", test_hark_bin(), t2, tmp);
     CHECK_EQ_INT(test_run_cmd(t, cmd, out, sizeof out), 1);
     CHECK(strstr(out, "names no vocoder") != NULL);
+}
+
+/* --device cuda: the same WAV as the CPU's (FP32: within 2 LSB of 16-bit; FP16: the same length,
+ * within 0.05), --dump-dir through the GPU engines */
+GPU_TEST(cli_speak_tacotron2_gpu_matches_cpu)
+{
+    char t2[600], wg[600];
+    NEED_MODELS(t2, wg);
+    const char *tmp = test_tmpdir(t);
+    char cmd[4096], out[8192];
+    const char *dev[3] = {"cpu --precision fp32", "cuda --precision fp32", "cuda --precision fp16"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(cmd, sizeof cmd,
+                 "%s speak --model '%s' --vocoder '%s' 'Hello there, again.' -o '%s/%d.wav' "
+                 "--seed 7 --max-decoder-steps 30 --device %s %s",
+                 test_hark_bin(), t2, wg, tmp, k, dev[k], k == 1 ? "--dump-dir d1" : "");
+        char full[4200];
+        snprintf(full, sizeof full, "cd '%s' && %s", tmp, cmd);
+        int rc = test_run_cmd(t, full, out, sizeof out);
+        CHECKF(rc == 0, "%s: exit %d: %s", dev[k], rc, out);
+    }
+    audio_t au[3] = {{0}};
+    hark_err_t err = {0};
+    for (int k = 0; k < 3; k++) {
+        char p[700];
+        snprintf(p, sizeof p, "%s/%d.wav", tmp, k);
+        CHECK_OK(audio_decode_file(p, NULL, &au[k], &err));
+    }
+    int same_len = au[1].n == au[0].n && au[2].n == au[0].n;
+    double d32 = same_len ? test_max_abs_diff(au[1].samples, au[0].samples, au[0].n) : 1;
+    double d16 = same_len ? test_max_abs_diff(au[2].samples, au[0].samples, au[0].n) : 1;
+    for (int k = 0; k < 3; k++)
+        audio_free(&au[k]);
+    char p[700];
+    snprintf(p, sizeof p, "%s/d1/encoder_out.npy", tmp);
+    npy_array_t a = {0};
+    int dumped = npy_load_f32(p, &a) == HARK_OK && a.count > 0;
+    npy_free(&a);
+    printf("    GPU vs CPU: fp32 %.3g, fp16 %.3g (max abs, 16-bit WAV)\n", d32, d16);
+    CHECK(same_len);
+    CHECK(dumped);
+    CHECKF(d32 <= 2.0 / 32768, "fp32 %.3g", d32);
+    CHECKF(d16 <= 0.05, "fp16 %.3g", d16);
 }
