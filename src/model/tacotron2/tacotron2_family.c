@@ -7,6 +7,12 @@
  * request's): seed (the prenet dropout and WaveGlow noise; default 0), sigma, denoiser_strength
  * or use_denoiser (DLE's Triton parameter: false = strength 0), max_decoder_steps; speed must
  * be 1 (Tacotron 2 has no duration control).
+ * Streaming: with config.pbtxt's vocoder_chunk_frames N > 0 (default 0: the whole mel at once),
+ * WaveGlow runs on windows of the mel — a first chunk of N / 2 frames, then N each — with
+ * vocoder_context_frames of context on each side (default the vocoder's receptive field, so that
+ * at sigma 0 the chunks join into the whole utterance's audio), and each chunk leaves as its own
+ * AUDIO event as soon as it is made. Each window draws its own noise; streamed audio is not
+ * peak-normalised (its peak is not known until the end).
  * On a GPU (load device >= 0, instance_group KIND_GPU; precision fp32 / fp16 from the load or
  * config.pbtxt's parameters { key: "precision" }, fp32 by default) both models run on the device
  * (tacotron2_gpu.h, waveglow_gpu.h): an execute decodes its items as one batch, the mel stays on
@@ -47,6 +53,8 @@ struct family_model {
     ops_dtype_t dt;
     tacotron2_gpu_model_t *gt; /* GPU: both, else NULL */
     waveglow_gpu_model_t *gv;
+    int chunk_frames; /* the vocoder streams chunks of this many mel frames (0: whole) */
+    int ctx_frames;   /* context on each side of a chunk's window */
     char kind[160];
 };
 
@@ -107,6 +115,16 @@ static int tf_load(const char *dir, const family_load_opts_t *lo, const family_p
         tf_unload(fm);
         return rc;
     }
+    fm->ctx_frames = waveglow_context_frames(fm->wg);
+    rc = family_param_int(cfg, "vocoder_chunk_frames", 0, 100000, &fm->chunk_frames, err);
+    if (!rc || rc == HARK_ERR_NOT_FOUND)
+        rc = family_param_int(cfg, "vocoder_context_frames", 0, 100000, &fm->ctx_frames, err);
+    if (rc && rc != HARK_ERR_NOT_FOUND) {
+        tf_unload(fm);
+        return rc;
+    }
+    if (fm->chunk_frames == 1)
+        fm->chunk_frames = 2; /* the first chunk is half of one */
     const tacotron2_config_t *c = tacotron2_config(fm->t2);
     const waveglow_config_t *w = waveglow_config(fm->wg);
     snprintf(fm->kind, sizeof fm->kind,
@@ -289,6 +307,109 @@ static int gpu_synth(family_worker_t *w, const t2_opts_t *o, const int *const *i
     return rc;
 }
 
+/* ---- streaming: WaveGlow on windows of the mel ---------------------------------------------- */
+
+#define CHUNK_SEED 0x9e3779b97f4a7c15ull /* window k's noise: the row's WaveGlow seed + k · this */
+
+/* chunk boundaries: the first chunk half of `chunk` frames, then `chunk` each; [a, *b) of T */
+static int chunk_end(int a, int chunk, int T)
+{
+    int len = a ? chunk : chunk / 2;
+    len = len < 1 ? 1 : len;
+    return a + len < T ? a + len : T;
+}
+
+/* emits the samples of frames [a, b) from a window's audio that starts at frame lo, cut at keep */
+static void emit_span(family_item_t *it, const float *win, int lo, int a, int b, size_t hop,
+                      size_t keep, int rate)
+{
+    size_t s0 = (size_t)a * hop, s1 = (size_t)b * hop;
+    s1 = s1 < keep ? s1 : keep;
+    if (s0 >= s1)
+        return;
+    family_event_t ev = {.kind = FAMILY_EV_AUDIO,
+                         .pcm = win + (s0 - (size_t)lo * hop),
+                         .n = s1 - s0,
+                         .sample_rate = rate};
+    it->emit(it, &ev);
+}
+
+/* DLE's audio cut of a row: mel_length · hop samples */
+static size_t keep_of(const family_model_t *fm, int mel_length)
+{
+    return (size_t)(mel_length > 0 ? mel_length : 1) * (size_t)tacotron2_config(fm->t2)->hop;
+}
+
+/* one row on the CPU, chunk by chunk */
+static int stream_cpu(const family_model_t *fm, const t2_opts_t *o, const tacotron2_result_t *r,
+                      family_item_t *it, int rate, hark_err_t *err)
+{
+    const waveglow_config_t *c = waveglow_config(fm->wg);
+    int T = r->n_frames, nm = c->n_mels, chunk = fm->chunk_frames, ctx = fm->ctx_frames;
+    int wmax = chunk + 2 * ctx < T ? chunk + 2 * ctx : T;
+    size_t hop = waveglow_samples(fm->wg, 1), keep = keep_of(fm, r->mel_length);
+    float strength = o->strength >= 0 ? o->strength : c->denoiser_strength;
+    float *sub = hark_malloc(sizeof(float) * (size_t)nm * wmax);
+    float *audio = hark_malloc(sizeof(float) * waveglow_samples(fm->wg, wmax));
+    int rc = sub && audio ? HARK_OK : err_set(err, HARK_ERR_NOMEM, "tacotron2: out of memory");
+    for (int a = 0, k = 0, b; !rc && a < T; a = b, k++) {
+        b = chunk_end(a, chunk, T);
+        int lo = a - ctx > 0 ? a - ctx : 0, hi = b + ctx < T ? b + ctx : T, wl = hi - lo;
+        for (int q = 0; q < nm; q++)
+            memcpy(sub + (size_t)q * wl, r->mel + (size_t)q * T + lo, sizeof(float) * (size_t)wl);
+        waveglow_opts_t wo = {.sigma = o->sigma,
+                              .seed = ((uint64_t)o->seed ^ WG_SEED) + (uint64_t)k * CHUNK_SEED};
+        size_t n = waveglow_samples(fm->wg, wl);
+        rc = waveglow_infer(fm->wg, sub, wl, &wo, audio, err);
+        if (!rc && strength > 0)
+            rc = waveglow_denoise(fm->wg, audio, n, strength, audio, &n, err);
+        if (!rc)
+            emit_span(it, audio, lo, a, b, hop, keep, rate);
+    }
+    hark_free(sub);
+    hark_free(audio);
+    return rc;
+}
+
+/* the batch on the GPU, chunk by chunk over its longest mel: a window's WaveGlow run covers every
+ * row (a row past its end vocodes its zero padding, discarded) */
+static int stream_gpu(family_worker_t *w, const t2_opts_t *o, const uint64_t *seeds, int nb,
+                      const int *nf, const int *ml, family_item_t *const *items, const int *row,
+                      int rate, hark_err_t *err)
+{
+    const family_model_t *fm = w->fm;
+    const waveglow_config_t *c = waveglow_config(fm->wg);
+    int T = 0, chunk = fm->chunk_frames, ctx = fm->ctx_frames, ld = 0;
+    for (int b = 0; b < nb; b++)
+        T = nf[b] > T ? nf[b] : T;
+    size_t hop = waveglow_samples(fm->wg, 1);
+    float strength = o->strength >= 0 ? o->strength : c->denoiser_strength;
+    int min_frames = strength > 0 ? (int)((size_t)c->filter_length / 2 / hop) + 1 : 1;
+    const float *d_mel = tacotron2_gpu_mel(w->tw, &ld);
+    int *fn = hark_malloc(sizeof(int) * (size_t)nb);
+    uint64_t *ws = hark_malloc(sizeof(uint64_t) * (size_t)nb);
+    int rc = fn && ws ? waveglow_gpu_set_denoise(w->vw, strength, err)
+                      : err_set(err, HARK_ERR_NOMEM, "tacotron2: out of memory");
+    for (int a = 0, k = 0, e; !rc && a < T; a = e, k++) {
+        e = chunk_end(a, chunk, T);
+        int lo = a - ctx > 0 ? a - ctx : 0, hi = e + ctx < T ? e + ctx : T, wl = hi - lo;
+        for (int b = 0; b < nb; b++) {
+            int own = (nf[b] < hi ? nf[b] : hi) - lo; /* the row's frames in the window */
+            fn[b] = own < min_frames ? (min_frames < wl ? min_frames : wl) : own;
+            ws[b] = (seeds[b] ^ WG_SEED) + (uint64_t)k * CHUNK_SEED;
+        }
+        waveglow_opts_t wo = {.sigma = o->sigma};
+        rc = waveglow_gpu_run_device(w->vw, d_mel + lo, ld, fn, nb, &wo, ws, w->audio, err);
+        for (int b = 0; !rc && b < nb; b++)
+            if (a < nf[b])
+                emit_span(items[row[b]], w->audio[b], lo, a, e < nf[b] ? e : nf[b], hop,
+                          keep_of(fm, ml[b]), rate);
+    }
+    hark_free(fn);
+    hark_free(ws);
+    return rc;
+}
+
 static int tf_execute(family_worker_t *w, family_item_t *const *items, int n,
                       family_exec_times_t *times, hark_err_t *err)
 {
@@ -341,8 +462,13 @@ static int tf_execute(family_worker_t *w, family_item_t *const *items, int n,
         o0 = &dflt;
     if (nb > 0) {
         tacotron2_opts_t to = {.seeds = seeds, .max_decoder_steps = o0->max_steps};
-        brc = gpu ? gpu_synth(w, o0, ids, nid, seeds, nb, nf, ml, &berr)
-                  : tacotron2_infer(fm->t2, ids, nid, nb, &to, res, &berr);
+        if (gpu && fm->chunk_frames) { /* Tacotron 2, then WaveGlow window by window */
+            brc = tacotron2_gpu_run(w->tw, ids, nid, nb, &to, NULL, nf, ml, &berr);
+            if (!brc)
+                brc = stream_gpu(w, o0, seeds, nb, nf, ml, items, row, rate, &berr);
+        } else
+            brc = gpu ? gpu_synth(w, o0, ids, nid, seeds, nb, nf, ml, &berr)
+                      : tacotron2_infer(fm->t2, ids, nid, nb, &to, res, &berr);
     }
     for (int i = 0; i < n; i++) {
         family_item_t *it = items[i];
@@ -359,6 +485,10 @@ static int tf_execute(family_worker_t *w, family_item_t *const *items, int n,
         if (!rc && brc) {
             rc = brc;
             ierr = berr;
+        } else if (!rc && b >= 0 && fm->chunk_frames) { /* streamed (GPU: above) */
+            const t2_opts_t *o = it->opts ? it->opts : &dflt;
+            if (!gpu)
+                rc = stream_cpu(fm, o, &res[b], it, rate, &ierr);
         } else if (!rc && b >= 0 && gpu) {
             audio = w->audio[b]; /* the worker's: not freed below */
             na = finish(fm, audio, waveglow_samples(fm->wg, nf[b]), ml[b]);
@@ -366,11 +496,11 @@ static int tf_execute(family_worker_t *w, family_item_t *const *items, int n,
             const t2_opts_t *o = it->opts ? it->opts : &dflt;
             rc = vocode(fm, o, &res[b], &audio, &na, &ierr);
         }
-        if (!rc) {
+        if (!rc && !fm->chunk_frames) {
             family_event_t ev = {
                 .kind = FAMILY_EV_AUDIO, .pcm = audio, .n = na, .sample_rate = rate};
             it->emit(it, &ev);
-        } else {
+        } else if (rc) {
             n_failed++;
             last_rc = rc;
             if (n == 1)

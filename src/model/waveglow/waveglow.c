@@ -291,6 +291,16 @@ size_t waveglow_samples(const waveglow_model_t *m, int n_frames)
     return (size_t)n_frames * (size_t)m->cfg.up_stride;
 }
 
+int waveglow_context_frames(const waveglow_model_t *m)
+{
+    const waveglow_config_t *c = &m->cfg;
+    /* each flow's WN: dilated convs of dilation 2^i, half-width (k - 1) / 2 · 2^i groups */
+    long groups = (long)c->n_flows * ((c->wn_kernel - 1) / 2) * ((1L << c->wn_layers) - 1);
+    long samples = groups * c->n_group;
+    return (int)((samples + c->up_stride - 1) / c->up_stride +
+                 (c->up_kernel + c->up_stride - 1) / c->up_stride);
+}
+
 const float *waveglow_bias_spec(const waveglow_model_t *m)
 {
     return m->bias_spec;

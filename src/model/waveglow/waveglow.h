@@ -46,6 +46,11 @@ void waveglow_destroy(waveglow_model_t *m); /* accepts NULL */
 const waveglow_config_t *waveglow_config(const waveglow_model_t *m);
 /* Samples for n_frames mel frames (n_frames · up_stride). */
 size_t waveglow_samples(const waveglow_model_t *m, int n_frames);
+/* Mel frames of context on each side that a frame's samples depend on (the flows' dilated WN
+ * convolutions and the upsampler's span): a window of the mel with this much context on each
+ * side gives its middle frames' samples as the whole mel does (at sigma 0; the denoiser's STFT
+ * reaches less far). */
+int waveglow_context_frames(const waveglow_model_t *m);
 /* The denoiser's bias spectrum (filter_length / 2 + 1 magnitudes), lent. */
 const float *waveglow_bias_spec(const waveglow_model_t *m);
 

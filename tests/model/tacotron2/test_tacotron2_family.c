@@ -92,35 +92,40 @@ TEST(tacotron2_family_synthesize)
 }
 
 typedef struct {
-    float *pcm;
+    float *pcm; /* every AUDIO event's samples, joined */
     size_t n;
-    int status, done;
+    int status, done, events;
 } slot_t;
 
 static void on_emit(family_item_t *it, const family_event_t *ev)
 {
     slot_t *s = it->user;
     if (ev->kind == FAMILY_EV_AUDIO) {
-        s->pcm = malloc(sizeof(float) * ev->n);
-        memcpy(s->pcm, ev->pcm, sizeof(float) * ev->n);
-        s->n = ev->n;
+        float *p = realloc(s->pcm, sizeof(float) * (s->n + ev->n));
+        if (!p)
+            return;
+        memcpy(p + s->n, ev->pcm, sizeof(float) * ev->n);
+        s->pcm = p;
+        s->n += ev->n;
+        s->events++;
     } else if (ev->kind == FAMILY_EV_DONE) {
         s->status = ev->status;
         s->done++;
     }
 }
 
-/* items 0..n-1 of texts/seeds through one execute */
-static int run_items(const family_t *f, family_worker_t *w, const family_model_t *fm,
-                     const char *const *texts, const char *const *seeds, int n, slot_t *slots)
+/* items 0..n-1 of texts/seeds (and sigma, when not NULL) through one execute */
+static int run_items_sigma(const family_t *f, family_worker_t *w, const family_model_t *fm,
+                           const char *const *texts, const char *const *seeds, const char *sigma,
+                           int n, slot_t *slots)
 {
     family_item_t it[4];
     family_item_t *ip[4];
     char opts[4][64];
     hark_err_t err = {0};
     for (int i = 0; i < n; i++) {
-        family_param_t p = {"seed", seeds[i]};
-        family_params_t req = {&p, 1};
+        family_param_t p[2] = {{"seed", seeds[i]}, {"sigma", sigma}};
+        family_params_t req = {p, sigma ? 2 : 1};
         if (f->parse_opts(fm, NULL, &req, opts[i], &err))
             return -1;
         it[i] =
@@ -128,6 +133,58 @@ static int run_items(const family_t *f, family_worker_t *w, const family_model_t
         ip[i] = &it[i];
     }
     return f->execute(w, ip, n, NULL, &err);
+}
+
+static int run_items(const family_t *f, family_worker_t *w, const family_model_t *fm,
+                     const char *const *texts, const char *const *seeds, int n, slot_t *slots)
+{
+    return run_items_sigma(f, w, fm, texts, seeds, NULL, n, slots);
+}
+
+/* vocoder_chunk_frames: the audio leaves in several AUDIO events; at sigma 0 (no noise) with the
+ * default context the chunks join into the one-piece audio (which is peak-normalised: compared
+ * after normalising the joined chunks alike), on the CPU (device -1) or a GPU */
+static void streams_chunks(test_ctx_t *t, const char *t2dir, int device, int batch)
+{
+    const family_t *f = family_find("tacotron2");
+    family_param_t cp[2] = {{"vocoder", "wg"}, {"vocoder_chunk_frames", "8"}};
+    const char *texts[2] = {"Hello there.", "A second, longer sentence of the batch."};
+    const char *seeds[2] = {"3", "4"};
+    slot_t whole[2] = {{0}}, parts[2] = {{0}};
+    family_worker_opts_t wo = {.max_batch = 2};
+    family_load_opts_t lo = {.device = device, .precision = device >= 0 ? "fp32" : NULL};
+    for (int k = 0; k < 2; k++) {
+        family_params_t cfg = {cp, k ? 2 : 1};
+        family_model_t *fm = NULL;
+        family_worker_t *w = NULL;
+        hark_err_t err = {0};
+        CHECKF(f->load(t2dir, &lo, &cfg, &fm, &err) == HARK_OK, "%s", err.msg);
+        CHECKF(f->worker_create(fm, &wo, &w, &err) == HARK_OK, "%s", err.msg);
+        int rc = run_items_sigma(f, w, fm, texts, seeds, "0", batch, k ? parts : whole);
+        f->worker_destroy(w);
+        f->unload(fm);
+        CHECK(rc == HARK_OK);
+    }
+    double worst = 0;
+    int ok = 1;
+    for (int i = 0; i < batch; i++) {
+        float peak = 0;
+        for (size_t q = 0; q < parts[i].n; q++)
+            peak = fmaxf(peak, fabsf(parts[i].pcm[q]));
+        for (size_t q = 0; q < parts[i].n && peak > 0; q++)
+            parts[i].pcm[q] /= peak;
+        printf("    device %d row %d: %d events, %zu vs %zu samples\n", device, i,
+               parts[i].events, parts[i].n, whole[i].n);
+        ok &= whole[i].events == 1 && parts[i].events >= 3 && parts[i].n == whole[i].n &&
+              parts[i].status == HARK_OK;
+        if (parts[i].n == whole[i].n && whole[i].n)
+            worst = fmax(worst, test_max_abs_diff(parts[i].pcm, whole[i].pcm, whole[i].n));
+        free(whole[i].pcm);
+        free(parts[i].pcm);
+    }
+    printf("    joined chunks vs one piece: max abs diff %.3g\n", worst);
+    CHECK(ok);
+    CHECKF(worst <= 1e-5, "%.3g", worst);
 }
 
 TEST(tacotron2_family_batch_equals_single)
@@ -254,4 +311,16 @@ GPU_TEST(tacotron2_family_gpu_matches_cpu)
     }
     for (int i = 0; i < 3; i++)
         free(ref[i].pcm);
+}
+
+TEST(tacotron2_family_streams_chunks)
+{
+    NEED_REPO(0);
+    streams_chunks(t, t2dir, -1, 1);
+}
+
+GPU_TEST(tacotron2_family_gpu_streams_chunks)
+{
+    NEED_REPO(0);
+    streams_chunks(t, t2dir, 0, 2);
 }
