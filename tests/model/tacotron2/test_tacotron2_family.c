@@ -173,8 +173,8 @@ static void streams_chunks(test_ctx_t *t, const char *t2dir, int device, int bat
             peak = fmaxf(peak, fabsf(parts[i].pcm[q]));
         for (size_t q = 0; q < parts[i].n && peak > 0; q++)
             parts[i].pcm[q] /= peak;
-        printf("    device %d row %d: %d events, %zu vs %zu samples\n", device, i,
-               parts[i].events, parts[i].n, whole[i].n);
+        printf("    device %d row %d: %d events, %zu vs %zu samples\n", device, i, parts[i].events,
+               parts[i].n, whole[i].n);
         ok &= whole[i].events == 1 && parts[i].events >= 3 && parts[i].n == whole[i].n &&
               parts[i].status == HARK_OK;
         if (parts[i].n == whole[i].n && whole[i].n)
