@@ -82,41 +82,15 @@ static int model_family(const char *dir, char *fam, size_t n)
     return 0;
 }
 
-/* the vocoder a TTS model names in config.pbtxt (parameters `vocoder`): a directory, absolute
- * or relative to the model repository (the model directory's parent) */
+/* the vocoder a TTS model names in config.pbtxt (model_config_vocoder_dir) */
 static int resolve_vocoder(const char *model_dir, char *out, size_t n)
 {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/config.pbtxt", model_dir);
-    model_config_t cfg = {0};
     hark_err_t err = {0};
-    if (model_config_load(path, NULL, &cfg, &err)) {
-        fprintf(stderr, "hark speak: %s\n", err.msg);
-        return -1;
-    }
-    const char *v = model_config_param(&cfg, "vocoder");
-    int rc = 0;
-    if (!v || !*v) {
-        fprintf(stderr,
-                "hark speak: %s names no vocoder (parameters { key: \"vocoder\" }): give "
-                "--vocoder DIR\n",
-                path);
-        rc = -1;
-    } else if (v[0] == '/') {
-        snprintf(out, n, "%s", v);
-    } else {
-        char tmp[1200];
-        snprintf(tmp, sizeof tmp, "%s", model_dir);
-        size_t l = strlen(tmp);
-        while (l > 1 && tmp[l - 1] == '/')
-            tmp[--l] = 0;
-        char *slash = strrchr(tmp, '/');
-        if (slash)
-            *slash = 0;
-        snprintf(out, n, "%s/%s", slash ? tmp : ".", v);
-    }
-    model_config_free(&cfg);
-    return rc;
+    if (model_config_vocoder_dir(model_dir, out, n, &err) == HARK_OK)
+        return 0;
+    fprintf(stderr, "hark speak: %s%s\n", err.msg,
+            err.status == HARK_ERR_NOT_FOUND ? ": give --vocoder DIR" : "");
+    return -1;
 }
 
 /* --dump-dir: every stage as DIR/<name>.npy */

@@ -1116,3 +1116,32 @@ char *model_config_to_json(const model_config_t *cfg)
     cJSON_free(s);
     return r;
 }
+
+int model_config_vocoder_dir(const char *model_dir, char *out, size_t n, hark_err_t *err)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/config.pbtxt", model_dir);
+    model_config_t cfg = {0};
+    int rc = model_config_load(path, NULL, &cfg, err);
+    if (rc)
+        return rc;
+    const char *v = model_config_param(&cfg, "vocoder");
+    if (!v || !*v)
+        rc = err_set(err, HARK_ERR_NOT_FOUND,
+                     "%s names no vocoder (parameters { key: \"vocoder\" })", path);
+    else if (v[0] == '/')
+        snprintf(out, n, "%s", v);
+    else {
+        char tmp[1200];
+        snprintf(tmp, sizeof tmp, "%s", model_dir);
+        size_t l = strlen(tmp);
+        while (l > 1 && tmp[l - 1] == '/')
+            tmp[--l] = 0;
+        char *slash = strrchr(tmp, '/');
+        if (slash)
+            *slash = 0;
+        snprintf(out, n, "%s/%s", slash ? tmp : ".", v);
+    }
+    model_config_free(&cfg);
+    return rc;
+}

@@ -155,6 +155,10 @@ void model_config_free(model_config_t *cfg); /* accepts a zeroed or freed config
 
 /* parameters[key] or NULL. */
 const char *model_config_param(const model_config_t *cfg, const char *key);
+/* The vocoder the TTS model in model_dir names in its config.pbtxt (parameters { key: "vocoder"
+ * }): a directory, absolute or relative to the model repository (model_dir's parent), into
+ * out[n]. HARK_ERR_IO / HARK_ERR_FORMAT (config.pbtxt), HARK_ERR_NOT_FOUND (no vocoder named). */
+int model_config_vocoder_dir(const char *model_dir, char *out, size_t n, hark_err_t *err);
 const model_io_t *model_config_input(const model_config_t *cfg, const char *name);
 const model_io_t *model_config_output(const model_config_t *cfg, const char *name);
 

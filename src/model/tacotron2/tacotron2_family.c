@@ -309,8 +309,9 @@ static int gpu_synth(family_worker_t *w, const t2_opts_t *o, const int *const *i
 
 /* ---- streaming: WaveGlow on windows of the mel ---------------------------------------------- */
 
-#define CHUNK_SEED 0x9e3779b97f4a7c15ull /* window k's noise: the row's WaveGlow seed + k · this  \
-                                          */
+#define CHUNK_SEED                                                                                 \
+    0x9e3779b97f4a7c15ull /* window k's noise: the row's WaveGlow seed + k · this                 \
+                           */
 
 /* chunk boundaries: the first chunk half of `chunk` frames, then `chunk` each; [a, *b) of T */
 static int chunk_end(int a, int chunk, int T)
