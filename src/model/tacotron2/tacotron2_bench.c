@@ -307,6 +307,7 @@ int tacotron2_bench_main(int argc, char **argv)
 #ifndef HARK_CUDA
     (void)batches;
     (void)min_time;
+    (void)profile;
     fprintf(stderr, "hark bench: built without CUDA\n");
 #else
     int dev = device[4] == ':' ? atoi(device + 5) : 0;
