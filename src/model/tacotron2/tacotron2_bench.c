@@ -35,13 +35,14 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: hark bench --model TACOTRON2_DIR [--vocoder WAVEGLOW_DIR | --no-vocoder]\n"
             "                  [--batch 1,8,32] [--precision fp16|fp32] [--device cuda:N]\n"
-            "                  [--text-file F] [--min-time S] [--profile]\n"
+            "                  [--text-file F] [--min-time S] [--profile] [--chunk-frames N]\n"
             "Times text -> Tacotron 2 -> WaveGlow on the GPU, each batch filled with the lines of\n"
             "F in turn (default: DLE's three golden sentences): one JSON line per batch size with\n"
             "ms per batch, the Tacotron 2 / WaveGlow shares, samples per second, real-time factor\n"
             "and GPU memory. The vocoder defaults to the one the model's config.pbtxt names.\n"
             "--profile adds a line per batch size with each Tacotron 2 kernel's time per decoder\n"
-            "step (one more run, without CUDA graphs).\n");
+            "step (one more run, without CUDA graphs). --chunk-frames N adds the time from the\n"
+            "ids to the first streamed chunk's audio (config.pbtxt's vocoder_chunk_frames N).\n");
 }
 
 static const char *const SENTENCES[3] = {
@@ -91,10 +92,31 @@ static int synth(run_t *r, double *t_t2, double *t_all, long long *frames, long 
     return rc;
 }
 
+/* ids -> the first streamed chunk's audio on the host (the family's vocoder_chunk_frames: the
+ * first chunk is chunk / 2 frames, vocoded with ctx frames of context after it): *t (s) */
+static int first_audio(run_t *r, int chunk, int ctx, double *t, hark_err_t *err)
+{
+    double t0 = clock_now_s();
+    int nf[MAX_B], ml[MAX_B], fn[MAX_B];
+    tacotron2_opts_t o = {.seeds = r->seeds};
+    int rc = tacotron2_gpu_run(r->tw, r->ids, r->n, r->B, &o, NULL, nf, ml, err);
+    if (!rc) {
+        int ld = 0, wl = chunk / 2 + ctx;
+        for (int b = 0; b < r->B; b++)
+            fn[b] = nf[b] < wl ? nf[b] : wl;
+        const float *d_mel = tacotron2_gpu_mel(r->tw, &ld);
+        waveglow_opts_t wo = {.sigma = -1.0f};
+        rc = waveglow_gpu_run_device(r->vw, d_mel, ld, fn, r->B, &wo, r->seeds, r->audio, err);
+    }
+    *t = clock_now_s() - t0;
+    return rc;
+}
+
 static int bench_batch(const tacotron2_gpu_model_t *gt, const waveglow_gpu_model_t *gv,
                        const tacotron2_model_t *t2, const waveglow_model_t *wg, tts_text_t *tt,
-                       int n_lines, int B, double min_time, int profile, const char *dev_name,
-                       const char *prec, const char *t2_name, const char *wg_name, int dev)
+                       int n_lines, int B, double min_time, int profile, int chunk,
+                       const char *dev_name, const char *prec, const char *t2_name,
+                       const char *wg_name, int dev)
 {
     hark_err_t err = {0};
     const int *ids[MAX_B];
@@ -163,6 +185,29 @@ static int bench_batch(const tacotron2_gpu_model_t *gt, const waveglow_gpu_model
             1048576.0,
         (double)(total_b - free_b) / 1048576.0);
     fflush(stdout);
+    if (chunk && gv) { /* time to the first streamed chunk */
+        int ctx = waveglow_context_frames(wg), fr = 0;
+        for (int it = -2; fr < 1000; it++) {
+            double a;
+            if (first_audio(&r, chunk, ctx, &a, &err)) {
+                fprintf(stderr, "hark bench: batch %d (first audio): %s\n", B, err.msg);
+                goto done;
+            }
+            if (it < 0) {
+                start = clock_now_s();
+                continue;
+            }
+            t_t2[fr++] = a;
+            if (clock_now_s() - start > min_time / 2 && fr >= 5)
+                break;
+        }
+        qsort(t_t2, (size_t)fr, sizeof(double), cmp_double);
+        printf("{\"impl\": \"hark\", \"first_audio\": \"tacotron2\", \"precision\": \"%s\", "
+               "\"batch\": %d, \"chunk_frames\": %d, \"context_frames\": %d, "
+               "\"first_audio_ms\": %.3f, \"runs\": %d}\n",
+               prec, B, chunk, ctx, t_t2[fr / 2] * 1e3, fr);
+        fflush(stdout);
+    }
     if (profile) {
         const char *names[16];
         double pm[16];
@@ -252,7 +297,7 @@ int tacotron2_bench_main(int argc, char **argv)
     const char *model_dir = NULL, *vocoder = NULL, *batches = "1,8,32", *precision = "fp16",
                *device = "cuda:0", *text_file = NULL;
     double min_time = 3.0;
-    int no_voc = 0, profile = 0;
+    int no_voc = 0, profile = 0, chunk = 0;
     for (int i = 1; i < argc; i++) {
         int v = i + 1 < argc;
         if (!strcmp(argv[i], "--model") && v)
@@ -263,6 +308,8 @@ int tacotron2_bench_main(int argc, char **argv)
             no_voc = 1;
         else if (!strcmp(argv[i], "--profile"))
             profile = 1;
+        else if (!strcmp(argv[i], "--chunk-frames") && v)
+            chunk = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && v)
             batches = argv[++i];
         else if (!strcmp(argv[i], "--precision") && v)
@@ -285,7 +332,8 @@ int tacotron2_bench_main(int argc, char **argv)
     ops_dtype_t dt = !strcmp(precision, "fp16")   ? OPS_F16
                      : !strcmp(precision, "fp32") ? OPS_F32
                                                   : (ops_dtype_t)-1;
-    if (!model_dir || (int)dt < 0 || strncmp(device, "cuda", 4) || (no_voc && vocoder)) {
+    if (!model_dir || (int)dt < 0 || strncmp(device, "cuda", 4) || (no_voc && vocoder) ||
+        chunk < 0 || chunk > 100000) {
         fprintf(stderr, "hark bench: tacotron2: --model DIR, --precision fp16|fp32, "
                         "--device cuda:N (the benchmark times the GPU path), not both --vocoder "
                         "and --no-vocoder\n");
@@ -308,6 +356,7 @@ int tacotron2_bench_main(int argc, char **argv)
     (void)batches;
     (void)min_time;
     (void)profile;
+    (void)chunk;
     fprintf(stderr, "hark bench: built without CUDA\n");
 #else
     int dev = device[4] == ':' ? atoi(device + 5) : 0;
@@ -333,7 +382,7 @@ int tacotron2_bench_main(int argc, char **argv)
             failed = 1;
             break;
         }
-        failed = bench_batch(gt, gv, t2, wg, tt, n_lines, B, min_time, profile, prop.name,
+        failed = bench_batch(gt, gv, t2, wg, tt, n_lines, B, min_time, profile, chunk, prop.name,
                              precision, model_dir, vocoder ? vocoder : "none", dev);
         const char *comma = strchr(b, ',');
         b = comma ? comma + 1 : b + strlen(b);
