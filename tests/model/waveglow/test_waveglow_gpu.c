@@ -99,31 +99,31 @@ static int write_awkward(const char *dir)
         for (int i = 0; i < ch; i++)
             wi[i * ch + i] += 1.0f;
         snprintf(nmb, sizeof nmb, "convinv.%d.conv.weight", k);
-        st_add(&s, strdup(nmb), 3, ch, ch, 1, cw);
+        st_add(&s, nmb, 3, ch, ch, 1, cw);
         snprintf(nmb, sizeof nmb, "convinv.%d.W_inverse", k);
-        st_add(&s, strdup(nmb), 2, ch, ch, 0, wi);
+        st_add(&s, nmb, 2, ch, ch, 0, wi);
         snprintf(nmb, sizeof nmb, "WN.%d.start.weight", k);
-        st_add(&s, strdup(nmb), 3, C, ch / 2, 1, rndw((size_t)C * ch / 2, &seed, 0.5f));
+        st_add(&s, nmb, 3, C, ch / 2, 1, rndw((size_t)C * ch / 2, &seed, 0.5f));
         snprintf(nmb, sizeof nmb, "WN.%d.start.bias", k);
-        st_add(&s, strdup(nmb), 1, C, 0, 0, rndw(C, &seed, 0.1f));
+        st_add(&s, nmb, 1, C, 0, 0, rndw(C, &seed, 0.1f));
         snprintf(nmb, sizeof nmb, "WN.%d.end.weight", k);
-        st_add(&s, strdup(nmb), 3, ch, C, 1, rndw((size_t)ch * C, &seed, 0.05f));
+        st_add(&s, nmb, 3, ch, C, 1, rndw((size_t)ch * C, &seed, 0.05f));
         snprintf(nmb, sizeof nmb, "WN.%d.end.bias", k);
-        st_add(&s, strdup(nmb), 1, ch, 0, 0, rndw(ch, &seed, 0.05f));
+        st_add(&s, nmb, 1, ch, 0, 0, rndw(ch, &seed, 0.05f));
         for (int i = 0; i < nl; i++) {
             int rs = i < nl - 1 ? 2 * C : C;
             snprintf(nmb, sizeof nmb, "WN.%d.in_layers.%d.weight", k, i);
-            st_add(&s, strdup(nmb), 3, 2 * C, C, K, rndw((size_t)2 * C * C * K, &seed, 0.15f));
+            st_add(&s, nmb, 3, 2 * C, C, K, rndw((size_t)2 * C * C * K, &seed, 0.15f));
             snprintf(nmb, sizeof nmb, "WN.%d.in_layers.%d.bias", k, i);
-            st_add(&s, strdup(nmb), 1, 2 * C, 0, 0, rndw(2 * C, &seed, 0.1f));
+            st_add(&s, nmb, 1, 2 * C, 0, 0, rndw(2 * C, &seed, 0.1f));
             snprintf(nmb, sizeof nmb, "WN.%d.cond_layers.%d.weight", k, i);
-            st_add(&s, strdup(nmb), 3, 2 * C, nm * G, 1, rndw((size_t)2 * C * nm * G, &seed, 0.1f));
+            st_add(&s, nmb, 3, 2 * C, nm * G, 1, rndw((size_t)2 * C * nm * G, &seed, 0.1f));
             snprintf(nmb, sizeof nmb, "WN.%d.cond_layers.%d.bias", k, i);
-            st_add(&s, strdup(nmb), 1, 2 * C, 0, 0, rndw(2 * C, &seed, 0.1f));
+            st_add(&s, nmb, 1, 2 * C, 0, 0, rndw(2 * C, &seed, 0.1f));
             snprintf(nmb, sizeof nmb, "WN.%d.res_skip_layers.%d.weight", k, i);
-            st_add(&s, strdup(nmb), 3, rs, C, 1, rndw((size_t)rs * C, &seed, 0.2f));
+            st_add(&s, nmb, 3, rs, C, 1, rndw((size_t)rs * C, &seed, 0.2f));
             snprintf(nmb, sizeof nmb, "WN.%d.res_skip_layers.%d.bias", k, i);
-            st_add(&s, strdup(nmb), 1, rs, 0, 0, rndw(rs, &seed, 0.1f));
+            st_add(&s, nmb, 1, rs, 0, 0, rndw(rs, &seed, 0.1f));
         }
     }
     s.hlen += (size_t)snprintf(s.hdr + s.hlen, sizeof s.hdr - s.hlen, "}");
@@ -131,8 +131,11 @@ static int write_awkward(const char *dir)
         s.hdr[s.hlen++] = ' ';
     snprintf(path, sizeof path, "%s/1/model.safetensors", dir);
     FILE *f = fopen(path, "wb");
-    if (!f)
+    if (!f) {
+        for (int i = 0; i < s.n; i++)
+            free(s.data[i]);
         return -1;
+    }
     uint64_t hl = s.hlen;
     fwrite(&hl, 8, 1, f);
     fwrite(s.hdr, 1, s.hlen, f);
