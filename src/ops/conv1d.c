@@ -2,7 +2,10 @@
  * the GPU kernels accumulate. Tests: tests/ops/test_conv1d.c */
 #include "ops/conv1d.h"
 
+#include "core/assert.h"
+
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 int conv1d_len(int len, int k, int stride, int dil)
@@ -180,17 +183,100 @@ void conv1d_sum_ref(float *y, const float *x, const float *b, int first, float d
         }
 }
 
-void conv1d_tanh_col_ref(float *audio, float *pre, const float *x, float bias, const int *lens,
-                         int batch, int t, int ld)
+void conv1d_post_tanh_ref(float *audio, float *pre, const float *x, const float *w, float bias,
+                          float slope, const int *lens, int batch, int t, int c, int k)
 {
     for (int b = 0; b < batch; b++) {
-        int v = lens && lens[b] < t ? lens[b] : t;
+        int len = lens && lens[b] < t ? lens[b] : t;
         for (int s = 0; s < t; s++) {
             size_t q = (size_t)b * t + s;
-            float z = s < v ? x[q * ld] + bias : 0.0f;
+            float z = 0.0f;
+            if (s < len) {
+                float acc = 0.0f;
+                for (int j = 0; j < k; j++) {
+                    int r = s + j - k / 2;
+                    if (r < 0 || r >= len)
+                        continue;
+                    const float *xr = x + ((size_t)b * t + r) * c;
+                    for (int i = 0; i < c; i++)
+                        acc += w[(size_t)j * c + i] * (xr[i] > 0.0f ? xr[i] : xr[i] * slope);
+                }
+                z = acc + bias;
+            }
             if (pre)
                 pre[q] = z;
-            audio[q] = s < v ? tanhf(z) : 0.0f;
+            audio[q] = s < len ? tanhf(z) : 0.0f;
         }
     }
+}
+
+/* acc (c) = Σ_j w[:, j, :] · in[s + (j - k/2)·d] over the rows of in (len, c) (0 outside) */
+static void res_conv_at(float *acc, const float *in, const float *w, int k, int d, int s, int len,
+                        int c)
+{
+    for (int o = 0; o < c; o++) {
+        float v = 0.0f;
+        for (int j = 0; j < k; j++) {
+            int r = s + (j - k / 2) * d;
+            if (r < 0 || r >= len)
+                continue;
+            const float *wr = w + ((size_t)o * k + j) * c, *ir = in + (size_t)r * c;
+            for (int i = 0; i < c; i++)
+                v += wr[i] * ir[i];
+        }
+        acc[o] = v;
+    }
+}
+
+void conv1d_res_ref(float *out, float *sum, const float *x, const float *w1, const float *b1,
+                    int k1, int d1, const float *w2, const float *b2, int k2, float slope,
+                    const int *lens, int batch, int t, int c, int first, float div,
+                    void (*round16)(float *v, size_t n, void *user), void *user)
+{
+    size_t n = (size_t)t * c;
+    float *a = malloc(sizeof(float) * (n ? n : 1)), *z = malloc(sizeof(float) * (n ? n : 1));
+    float *acc = malloc(sizeof(float) * (size_t)(c ? c : 1));
+    HARK_ASSERT(a && z && acc);
+    for (int b = 0; b < batch; b++) {
+        int len = lens && lens[b] < t ? lens[b] : t;
+        const float *xb = x + (size_t)b * n;
+        for (size_t i = 0; i < n; i++)
+            a[i] = i < (size_t)len * c ? (xb[i] > 0.0f ? xb[i] : xb[i] * slope) : 0.0f;
+        if (round16)
+            round16(a, n, user);
+        const float *in = a;
+        if (k2 > 0) {
+            memset(z, 0, sizeof(float) * n);
+            for (int u = 0; u < len; u++) {
+                res_conv_at(acc, a, w1, k1, d1, u, len, c);
+                for (int o = 0; o < c; o++) {
+                    float v = b1[o] + acc[o];
+                    z[(size_t)u * c + o] = v > 0.0f ? v : v * slope;
+                }
+            }
+            if (round16)
+                round16(z, n, user);
+            in = z;
+        }
+        const float *bias = k2 > 0 ? b2 : b1;
+        for (int s = 0; s < len; s++) {
+            if (k2 > 0)
+                res_conv_at(acc, in, w2, k2, 1, s, len, c);
+            else
+                res_conv_at(acc, in, w1, k1, d1, s, len, c);
+            for (int o = 0; o < c; o++) {
+                size_t q = ((size_t)b * t + s) * c + o;
+                float y = x[q] + (bias[o] + acc[o]);
+                if (out)
+                    out[q] = y;
+                if (sum) {
+                    float v = (first ? 0.0f : sum[q]) + y;
+                    sum[q] = div == 1.0f ? v : v / div;
+                }
+            }
+        }
+    }
+    free(a);
+    free(z);
+    free(acc);
 }

@@ -417,32 +417,66 @@ extern "C" int cuda_conv1d_sum(float *y, const float *x, const float *b, int fir
     return launched(err, "conv1d_sum_kernel");
 }
 
-__global__ void tanh_col_kernel(float *audio, float *pre, const float *x, float bias,
-                                const int *lens, int batch, int t, int ld)
+/* one thread per output sample; the weights (as float) in shared memory, read by all threads at
+ * once (broadcast); the input rows of neighbouring samples come from L1 */
+template <typename TW>
+__global__ void post_tanh_kernel(float *audio, float *pre, const float *x, const TW *w, float bias,
+                                 float slope, const int *lens, int t, int c, int k)
 {
-    long long n = (long long)batch * t;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-         i += (long long)gridDim.x * blockDim.x) {
-        int s = (int)(i % t), b = (int)(i / t);
-        int v = lens && lens[b] < t ? lens[b] : t;
-        float z = s < v ? x[i * ld] + bias : 0.0f;
+    extern __shared__ float sw[]; /* (k, c) */
+    for (int i = threadIdx.x; i < k * c; i += blockDim.x)
+        sw[i] = ld_f(w + i);
+    __syncthreads();
+    const int b = blockIdx.y, len = lens && lens[b] < t ? lens[b] : t;
+    for (int s = blockIdx.x * blockDim.x + threadIdx.x; s < t; s += gridDim.x * blockDim.x) {
+        float z = 0.0f;
+        if (s < len) {
+            float acc = 0.0f;
+            for (int j = 0; j < k; j++) {
+                int r = s + j - k / 2;
+                if (r < 0 || r >= len)
+                    continue;
+                const float4 *xr = (const float4 *)(x + ((long long)b * t + r) * c);
+                const float *wr = sw + j * c;
+                for (int i = 0; i < c / 4; i++) {
+                    float4 v = xr[i];
+                    acc += wr[4 * i] * (v.x > 0.0f ? v.x : v.x * slope);
+                    acc += wr[4 * i + 1] * (v.y > 0.0f ? v.y : v.y * slope);
+                    acc += wr[4 * i + 2] * (v.z > 0.0f ? v.z : v.z * slope);
+                    acc += wr[4 * i + 3] * (v.w > 0.0f ? v.w : v.w * slope);
+                }
+            }
+            z = acc + bias;
+        }
+        long long q = (long long)b * t + s;
         if (pre)
-            pre[i] = z;
-        audio[i] = s < v ? tanhf(z) : 0.0f;
+            pre[q] = z;
+        audio[q] = s < len ? tanhf(z) : 0.0f;
     }
 }
 
-extern "C" int cuda_conv1d_tanh_col(float *audio, float *pre, const float *x, float bias,
-                                    const int *lens, int batch, int t, int ld, void *stream,
-                                    hark_err_t *err)
+extern "C" int cuda_conv1d_post_tanh(float *audio, float *pre, const float *x, const void *w,
+                                     ops_dtype_t w_t, float bias, float slope, const int *lens,
+                                     int batch, int t, int c, int k, void *stream, hark_err_t *err)
 {
-    if (batch < 0 || t < 0 || ld < 1)
-        return err_set(err, HARK_ERR_INVALID_ARG, "conv1d_tanh_col: batch %d, t %d, ld %d", batch,
-                       t, ld);
-    long long n = (long long)batch * t;
-    if (n == 0)
+    if (!dtype_ok(w_t) || batch < 0 || t < 0 || c < 4 || c % 4 || k < 1 || k % 2 == 0 ||
+        (long long)c * k > 8192)
+        return err_set(err, HARK_ERR_INVALID_ARG, "conv1d_post_tanh: batch %d, t %d, c %d, k %d",
+                       batch, t, c, k);
+    if (batch == 0 || t == 0)
         return HARK_OK;
-    tanh_col_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(audio, pre, x, bias, lens,
-                                                                        batch, t, ld);
-    return launched(err, "conv1d_tanh_col_kernel");
+    long long blocks = ((long long)t + 255) / 256;
+    dim3 grid((unsigned)(blocks > 65535 ? 65535 : blocks), (unsigned)batch);
+    size_t shm = (size_t)c * k * sizeof(float);
+    cudaStream_t st = (cudaStream_t)stream;
+    if (w_t == OPS_F16)
+        post_tanh_kernel<__half>
+            <<<grid, 256, shm, st>>>(audio, pre, x, (const __half *)w, bias, slope, lens, t, c, k);
+    else if (w_t == OPS_BF16)
+        post_tanh_kernel<__nv_bfloat16><<<grid, 256, shm, st>>>(
+            audio, pre, x, (const __nv_bfloat16 *)w, bias, slope, lens, t, c, k);
+    else
+        post_tanh_kernel<float>
+            <<<grid, 256, shm, st>>>(audio, pre, x, (const float *)w, bias, slope, lens, t, c, k);
+    return launched(err, "conv1d_post_tanh_kernel");
 }

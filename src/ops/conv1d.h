@@ -16,6 +16,8 @@
 #include "core/error.h"
 #include "ops/ops_cuda.h"
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -57,6 +59,24 @@ void conv1d_pad_mask_act_ref(float *out, const float *in, const float *bias, flo
                              const int *lens, int batch, int t, int c, int ld_in, int ld_out,
                              int pad_l, int pad_r);
 
+/* One dilation of HiFi-GAN's resblocks on the FP32 residual stream x (batch, t, c), fused
+ * (cuda_conv1d_res): with len = lens[b] clamped to t (lens NULL: t),
+ *   a[v] = lrelu(x[v]) for 0 <= v < len, else 0
+ *   two convs (ResBlock1, k2 > 0):
+ *     z[u] = lrelu(b1 + Σ_j w1[:, j, :] · a[u + (j - k1/2)·d1]) for 0 <= u < len, else 0
+ *     y[s] = x[s] + (b2 + Σ_j w2[:, j, :] · z[s + j - k2/2])
+ *   one conv (ResBlock2, k2 = 0): y[s] = x[s] + (b1 + Σ_j w1[:, j, :] · a[s + (j - k1/2)·d1])
+ * then, for s < len only (rows at or past len are not written): out[s] = y[s] (out not NULL) and
+ * sum[s] = ((first ? 0 : sum[s]) + y[s]) / div (sum not NULL; div 1: no division) — the MRF
+ * average of the resblocks, one at a time. lrelu(v) = v > 0 ? v : slope · v; w1 (c, k1, c) and
+ * w2 (c, k2, c) as (cout, tap, cin); b1, b2 (c); k1, k2 odd. round16 (or NULL) is applied to a
+ * and to z (the values the GPU rounds to 16 bits: the tests pass a rounding to the kernel's
+ * dtype). */
+void conv1d_res_ref(float *out, float *sum, const float *x, const float *w1, const float *b1,
+                    int k1, int d1, const float *w2, const float *b2, int k2, float slope,
+                    const int *lens, int batch, int t, int c, int first, float div,
+                    void (*round16)(float *v, size_t n, void *user), void *user);
+
 /* ---- ConvTranspose1d as a conv (polyphase) ---------------------------------------------------
  * A transposed conv of stride u, kernel k and padding pad (torch's, output length (t-1)·u - 2·pad
  * + k) is the plain conv of its input, zero-padded by J - 1 = conv1d_transpose_taps(k, u) - 1
@@ -83,10 +103,13 @@ void conv1d_crop_bias_ref(float *y, const float *x, const float *bias, int batch
  * average of HiFi-GAN's resblocks, one resblock's output at a time. */
 void conv1d_sum_ref(float *y, const float *x, const float *b, int first, float div, int n, int c);
 
-/* audio (batch, t) = tanh(x[(b·t + s) · ld] + bias) (column 0) for s < lens[b] (lens NULL: t),
- * 0 past it; pre (batch, t) or NULL: the value before tanh (0 past lens). */
-void conv1d_tanh_col_ref(float *audio, float *pre, const float *x, float bias, const int *lens,
-                         int batch, int t, int ld);
+/* HiFi-GAN's conv_post and tanh, one output channel: with len = lens[b] clamped to t (lens NULL: t)
+ * and a[v] = lrelu(x[v]) (slope) for 0 <= v < len, 0 otherwise,
+ *   pre[s] = bias + Σ_j Σ_i w[j·c + i] · a[s + j - k/2][i],  audio[s] = tanh(pre[s])  for s < len,
+ * both 0 past len; x (batch, t, c) float, w (k, c) (the conv's (1, k, c) weight), pre (batch, t)
+ * or NULL. */
+void conv1d_post_tanh_ref(float *audio, float *pre, const float *x, const float *w, float bias,
+                          float slope, const int *lens, int batch, int t, int c, int k);
 
 /* ---- GPU launchers (HARK_CUDA) ---------------------------------------------------------------
  * dtypes: OPS_F32, OPS_F16, OPS_BF16; FP32 accumulation throughout. */
@@ -128,9 +151,21 @@ int cuda_conv1d_crop_bias(void *y, ops_dtype_t y_t, const float *x, const float 
 int cuda_conv1d_sum(float *y, const float *x, const float *b, int first, float div, int n, int c,
                     void *stream, hark_err_t *err);
 
-/* conv1d_tanh_col_ref (lens device, or NULL). */
-int cuda_conv1d_tanh_col(float *audio, float *pre, const float *x, float bias, const int *lens,
-                         int batch, int t, int ld, void *stream, hark_err_t *err);
+/* conv1d_res_ref on the tensor cores: w1, w2 of dt (OPS_F16 or OPS_BF16), a and z rounded to it,
+ * FP32 accumulation; x, out, sum float, out and sum never aliasing x or each other. Only where
+ * cuda_conv1d_res_fits (c = 32, 64, 128 or 256, and the block's shared memory fits the current
+ * device), else HARK_ERR_INVALID_ARG. */
+int cuda_conv1d_res_fits(int c, int k1, int d1, int k2);
+int cuda_conv1d_res(float *out, float *sum, const float *x, const void *w1, const float *b1, int k1,
+                    int d1, const void *w2, const float *b2, int k2, ops_dtype_t dt, float slope,
+                    const int *lens, int batch, int t, int c, int first, float div, void *stream,
+                    hark_err_t *err);
+
+/* conv1d_post_tanh_ref with w of w_t (any of the three, read as float; lens device, or NULL);
+ * c a multiple of 4, c · k <= 8192. FP32 arithmetic throughout. */
+int cuda_conv1d_post_tanh(float *audio, float *pre, const float *x, const void *w, ops_dtype_t w_t,
+                          float bias, float slope, const int *lens, int batch, int t, int c, int k,
+                          void *stream, hark_err_t *err);
 
 #ifdef __cplusplus
 }

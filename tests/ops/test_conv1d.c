@@ -146,7 +146,7 @@ TEST(conv1d_transpose_as_polyphase_conv_matches_scatter)
     }
 }
 
-TEST(conv1d_sum_and_tanh_col_refs)
+TEST(conv1d_sum_and_post_tanh_refs)
 {
     float y[4] = {1, 2, 3, 4}, x[4] = {1, 1, 1, 1}, b[2] = {1, 2};
     conv1d_sum_ref(y, x, b, 0, 2.0f, 2, 2); /* ((y + x + b) / 2 */
@@ -154,9 +154,12 @@ TEST(conv1d_sum_and_tanh_col_refs)
     CHECK(!memcmp(y, want, sizeof want));
     conv1d_sum_ref(y, x, NULL, 1, 1.0f, 2, 2);
     CHECK(y[0] == 1 && y[3] == 1);
-    float acc[3 * 2] = {0.5f, 9, -0.25f, 9, 2, 9}, audio[3], pre[3];
+    /* conv_post: 3 taps over 4 channels, only channel 0 weighted (1, 2, 3), slope 0.5; row 2 is
+     * past the length: never read */
+    float px[3 * 4] = {1, 0, 0, 0, -2, 0, 0, 0, 9, 9, 9, 9}, w[3 * 4] = {0}, audio[3], pre[3];
+    w[0] = 1, w[4] = 2, w[8] = 3;
     int lens[1] = {2};
-    conv1d_tanh_col_ref(audio, pre, acc, 0.25f, lens, 1, 3, 2);
-    CHECK(pre[0] == 0.75f && pre[1] == 0.0f && pre[2] == 0.0f);
-    CHECK(audio[0] == tanhf(0.75f) && audio[1] == 0.0f && audio[2] == 0.0f);
+    conv1d_post_tanh_ref(audio, pre, px, w, 0.25f, 0.5f, lens, 1, 3, 4, 3);
+    CHECK(pre[0] == -0.75f && pre[1] == -0.75f && pre[2] == 0.0f); /* 2·1 + 3·(-1); 1·1 + 2·(-1) */
+    CHECK(audio[0] == tanhf(-0.75f) && audio[1] == tanhf(-0.75f) && audio[2] == 0.0f);
 }

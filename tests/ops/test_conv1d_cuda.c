@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -469,7 +470,7 @@ GPU_TEST(cuda_conv1d_transpose_polyphase_matches_ref)
     ops_cuda_destroy(g);
 }
 
-GPU_TEST(cuda_conv1d_sum_and_tanh_col_match_ref)
+GPU_TEST(cuda_conv1d_sum_and_post_tanh_match_ref)
 {
     const int n = 41, c = 13, batch = 3, tl = 19, ld = 8;
     unsigned seed = 4;
@@ -492,17 +493,39 @@ GPU_TEST(cuda_conv1d_sum_and_tanh_col_match_ref)
     int lens[3] = {19, 7, 1}, *d_lens = NULL;
     cudaMalloc((void **)&d_lens, sizeof lens);
     cudaMemcpy(d_lens, lens, sizeof lens, cudaMemcpyHostToDevice);
+    /* conv_post + tanh: 36 channels, 7 taps, weights of each dtype */
+    const int pc = 36, pk = 7;
     size_t na = (size_t)batch * tl;
-    float *acc = rnd(na * ld, &seed, 2.0f), *dacc = dup_to(acc, na * ld, OPS_F32);
-    float *da = dalloc(na, OPS_F32), *dp = dalloc(na, OPS_F32);
+    float *px = rnd(na * pc, &seed, 2.0f), *dpx = dup_to(px, na * pc, OPS_F32);
     float *ra = malloc(na * 4), *rp = malloc(na * 4), *ga = malloc(na * 4), *gp = malloc(na * 4);
-    CHECK_OK(cuda_conv1d_tanh_col(da, dp, dacc, 0.3f, d_lens, batch, tl, ld, NULL, &err));
-    conv1d_tanh_col_ref(ra, rp, acc, 0.3f, lens, batch, tl, ld);
-    CHECK_OK(dup_from(ga, da, na, OPS_F32));
-    CHECK_OK(dup_from(gp, dp, na, OPS_F32));
-    CHECK(!memcmp(gp, rp, na * 4));
-    CHECKF(test_max_abs_diff(ga, ra, na) <= 1e-6, "tanh diff %g", test_max_abs_diff(ga, ra, na));
-    CHECK(guard_ok(da, na, OPS_F32) && guard_ok(dp, na, OPS_F32));
+    for (int a = 0; a < 3; a++) {
+        float *pw = rnd((size_t)pk * pc, &seed, 0.2f);
+        round_to(pw, (size_t)pk * pc, ALL[a]);
+        void *dpw = dup_to(pw, (size_t)pk * pc, ALL[a]);
+        float *da = dalloc(na, OPS_F32), *dp = dalloc(na, OPS_F32);
+        CHECK_OK(cuda_conv1d_post_tanh(da, dp, dpx, dpw, ALL[a], 0.3f, 0.01f, d_lens, batch, tl, pc,
+                                       pk, NULL, &err));
+        conv1d_post_tanh_ref(ra, rp, px, pw, 0.3f, 0.01f, lens, batch, tl, pc, pk);
+        CHECK_OK(dup_from(ga, da, na, OPS_F32));
+        CHECK_OK(dup_from(gp, dp, na, OPS_F32));
+        /* the same order of FP32 sums; the GPU fuses multiply-adds */
+        CHECKF(test_max_abs_diff(gp, rp, na) <= 1e-5, "%s: pre diff %g", dt_name(ALL[a]),
+               test_max_abs_diff(gp, rp, na));
+        CHECKF(test_max_abs_diff(ga, ra, na) <= 1e-5, "%s: tanh diff %g", dt_name(ALL[a]),
+               test_max_abs_diff(ga, ra, na));
+        for (int bb = 0; bb < batch; bb++) /* zeros past each length */
+            for (int s = lens[bb]; s < tl; s++)
+                CHECK(ga[(size_t)bb * tl + s] == 0.0f && gp[(size_t)bb * tl + s] == 0.0f);
+        CHECK(guard_ok(da, na, OPS_F32) && guard_ok(dp, na, OPS_F32));
+        cudaFree(da);
+        cudaFree(dp);
+        cudaFree(dpw);
+        free(pw);
+    }
+    CHECK_EQ_INT(cuda_conv1d_post_tanh(NULL, NULL, dpx, dpx, OPS_F32, 0, 0.01f, NULL, 1, 4, 6, 7,
+                                       NULL, &err),
+                 HARK_ERR_INVALID_ARG); /* c not a multiple of 4 */
+    float *acc = rnd(na * ld, &seed, 2.0f), *dacc = dup_to(acc, na * ld, OPS_F32);
     /* crop + bias alone, into fp16 */
     float *dh = dalloc((size_t)batch * 5 * 6, OPS_F16), hc[3 * 5 * 6], rc2[3 * 5 * 6];
     CHECK_OK(cuda_conv1d_crop_bias(dh, OPS_F16, dacc, db, batch, 5, 6, ld, (long long)tl * ld, 3,
@@ -515,8 +538,8 @@ GPU_TEST(cuda_conv1d_sum_and_tanh_col_match_ref)
     cudaFree(dh);
     cudaFree(d_lens);
     cudaFree(dacc);
-    cudaFree(da);
-    cudaFree(dp);
+    cudaFree(dpx);
+    free(px);
     cudaFree(dx);
     cudaFree(db);
     free(y0);
@@ -529,6 +552,163 @@ GPU_TEST(cuda_conv1d_sum_and_tanh_col_match_ref)
     free(rp);
     free(ga);
     free(gp);
+}
+
+/* ---- HiFi-GAN's fused resblock unit --------------------------------------------------------- */
+
+static void round_cb(float *v, size_t n, void *user)
+{
+    round_to(v, n, *(const ops_dtype_t *)user);
+}
+
+/* relative RMS of (got - ref) over the rows s < lens[b], against the RMS of (ref - base): the
+ * conv part of y = x + conv (base = x), or the whole sum (base NULL) */
+static double res_err(const float *got, const float *ref, const float *base, const int *lens,
+                      int batch, int t, int c)
+{
+    double e = 0, r = 0;
+    for (int b = 0; b < batch; b++)
+        for (int s = 0; s < (lens[b] < t ? lens[b] : t); s++)
+            for (int i = 0; i < c; i++) {
+                size_t q = ((size_t)b * t + s) * c + i;
+                double d = (double)got[q] - ref[q], v = ref[q] - (base ? base[q] : 0.0f);
+                e += d * d;
+                r += v * v;
+            }
+    return r > 0 ? sqrt(e / r) : sqrt(e);
+}
+
+/* rows s >= lens[b] of d (batch, t, c) float still hold the poison (all bytes 0xff) */
+static int res_rows_untouched(const float *h, const int *lens, int batch, int t, int c)
+{
+    for (int b = 0; b < batch; b++)
+        for (int s = lens[b] < t ? lens[b] : t; s < t; s++)
+            for (int i = 0; i < c; i++) {
+                unsigned u;
+                memcpy(&u, h + ((size_t)b * t + s) * c + i, 4);
+                if (u != 0xffffffffu)
+                    return 0;
+            }
+    return 1;
+}
+
+/* Every channel count the kernel takes, ResBlock1's two convs (V1's kernels and dilations, at
+ * lengths that are no multiple of a block's rows, with an item of 0, one of 1 and one ending one
+ * row past a block) and ResBlock2's one conv (V3's longest reach, 5 taps at dilation 12); out
+ * alone, and out with the MRF sum (first, then accumulating with the division). Tolerance on
+ * the conv part (relative RMS): the reference rounds at the same points, so only the FP32 sums'
+ * order differs, which now and then moves z across a rounding boundary of the 16-bit type:
+ * 1e-4 FP16, 8e-4 BF16 (8x its unit roundoff). */
+GPU_TEST(cuda_conv1d_res_matches_ref)
+{
+    static const int cases[][5] = {
+        /* c, k1, d1, k2, tl */
+        {32, 3, 1, 3, 600},  {32, 11, 5, 11, 1100}, {64, 7, 3, 7, 263},
+        {64, 5, 12, 0, 300}, {128, 11, 5, 11, 157}, {128, 3, 1, 0, 140},
+        {256, 3, 3, 3, 200}, {256, 11, 5, 11, 150}, {32, 7, 6, 0, 700},
+    };
+    static const ops_dtype_t dts[2] = {OPS_F16, OPS_BF16};
+    unsigned seed = 21;
+    hark_err_t err = {0};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int c = cases[ci][0], k1 = cases[ci][1], d1 = cases[ci][2], k2 = cases[ci][3],
+                  tl = cases[ci][4], batch = 3;
+        if (!cuda_conv1d_res_fits(c, k1, d1, k2)) {
+            fprintf(stderr, "  conv1d_res: c %d k1 %d d1 %d k2 %d does not fit this GPU\n", c, k1,
+                    d1, k2);
+            continue;
+        }
+        /* an item ending one row past the first block's rows, one of 1 row, one of 0 */
+        int blk = (c == 32 ? 512 : c == 64 ? 256 : 128) - 2 * (k2 / 2);
+        int lens[3] = {blk + 1 < tl ? blk + 1 : tl, 1, 0};
+        if (ci % 2)
+            lens[2] = tl, lens[1] = 0, lens[0] = tl - 7;
+        int *d_lens = NULL;
+        cudaMalloc((void **)&d_lens, sizeof lens);
+        cudaMemcpy(d_lens, lens, sizeof lens, cudaMemcpyHostToDevice);
+        size_t n = (size_t)batch * tl * c, nw1 = (size_t)c * k1 * c, nw2 = (size_t)c * k2 * c;
+        float *x = rnd(n, &seed, 2.0f), *s0 = rnd(n, &seed, 1.0f);
+        float *w1 = rnd(nw1, &seed, 1.5f / sqrtf((float)(c * k1))),
+              *b1 = rnd((size_t)c, &seed, 0.3f);
+        float *w2 = rnd(nw2 ? nw2 : 1, &seed, 1.5f / sqrtf((float)(c * (k2 ? k2 : 1))));
+        float *b2 = rnd((size_t)c, &seed, 0.3f);
+        float *rout = malloc(n * 4), *rsum = malloc(n * 4), *gout = malloc(n * 4),
+              *gsum = malloc(n * 4);
+        float *dx = dup_to(x, n, OPS_F32), *db1 = dup_to(b1, (size_t)c, OPS_F32),
+              *db2 = dup_to(b2, (size_t)c, OPS_F32);
+        for (int di = 0; di < 2; di++) {
+            ops_dtype_t dt = dts[di];
+            float *hw1 = malloc(nw1 * 4), *hw2 = malloc((nw2 ? nw2 : 1) * 4);
+            memcpy(hw1, w1, nw1 * 4);
+            memcpy(hw2, w2, (nw2 ? nw2 : 1) * 4);
+            round_to(hw1, nw1, dt);
+            round_to(hw2, nw2 ? nw2 : 1, dt);
+            void *dw1 = dup_to(hw1, nw1, dt), *dw2 = dup_to(hw2, nw2 ? nw2 : 1, dt);
+            double tol = dt == OPS_F16 ? 1e-4 : 8e-4;
+            for (int mode = 0; mode < 3; mode++) { /* out; out + first sum; sum / 3 only */
+                float *dout = mode == 2 ? NULL : dalloc(n, OPS_F32);
+                float *dsum = mode == 0 ? NULL : dup_to(s0, n, OPS_F32);
+                int first = mode == 1;
+                float div = mode == 2 ? 3.0f : 1.0f;
+                CHECK_OK(cuda_conv1d_res(dout, dsum, dx, dw1, db1, k1, d1, k2 ? dw2 : NULL,
+                                         k2 ? db2 : NULL, k2, dt, 0.1f, d_lens, batch, tl, c, first,
+                                         div, NULL, &err));
+                memcpy(rsum, s0, n * 4);
+                conv1d_res_ref(rout, mode ? rsum : NULL, x, hw1, b1, k1, d1, hw2, b2, k2, 0.1f,
+                               lens, batch, tl, c, first, div, round_cb, &dt);
+                if (dout) {
+                    CHECK_OK(dup_from(gout, dout, n, OPS_F32));
+                    double e = res_err(gout, rout, x, lens, batch, tl, c);
+                    fprintf(stderr, "  conv1d_res %s c %d k1 %d d1 %d k2 %d tl %d: out %.2e\n",
+                            dt_name(dt), c, k1, d1, k2, tl, e);
+                    CHECKF(e <= tol, "%s c %d k1 %d d1 %d k2 %d: out rel. RMS %g", dt_name(dt), c,
+                           k1, d1, k2, e);
+                    CHECKF(res_rows_untouched(gout, lens, batch, tl, c),
+                           "c %d: rows past an item's length were written", c);
+                    CHECK(guard_ok(dout, n, OPS_F32));
+                    cudaFree(dout);
+                }
+                if (dsum) {
+                    CHECK_OK(dup_from(gsum, dsum, n, OPS_F32));
+                    /* rows past the lengths keep the old sum */
+                    for (int b = 0; b < batch; b++)
+                        for (int s = lens[b]; s < tl; s++)
+                            CHECK(!memcmp(gsum + ((size_t)b * tl + s) * c,
+                                          s0 + ((size_t)b * tl + s) * c, (size_t)c * 4));
+                    double e = res_err(gsum, rsum, mode == 1 ? x : NULL, lens, batch, tl, c);
+                    CHECKF(e <= tol, "%s c %d: sum rel. RMS %g", dt_name(dt), c, e);
+                    CHECK(guard_ok(dsum, n, OPS_F32));
+                    cudaFree(dsum);
+                }
+            }
+            cudaFree(dw1);
+            cudaFree(dw2);
+            free(hw1);
+            free(hw2);
+        }
+        cudaFree(d_lens);
+        cudaFree(dx);
+        cudaFree(db1);
+        cudaFree(db2);
+        free(x);
+        free(s0);
+        free(w1);
+        free(b1);
+        free(w2);
+        free(b2);
+        free(rout);
+        free(rsum);
+        free(gout);
+        free(gsum);
+    }
+    /* refused: FP32, a channel count without a block shape, out and sum both NULL */
+    CHECK(!cuda_conv1d_res_fits(48, 3, 1, 3));
+    CHECK_EQ_INT(cuda_conv1d_res(NULL, NULL, NULL, NULL, NULL, 3, 1, NULL, NULL, 0, OPS_F16, 0.1f,
+                                 NULL, 1, 8, 32, 1, 1.0f, NULL, &err),
+                 HARK_ERR_INVALID_ARG);
+    CHECK_EQ_INT(cuda_conv1d_res((float *)8, NULL, (float *)8, (void *)8, (float *)8, 3, 1, NULL,
+                                 NULL, 0, OPS_F32, 0.1f, NULL, 1, 8, 32, 1, 1.0f, NULL, &err),
+                 HARK_ERR_INVALID_ARG);
 }
 
 #endif

@@ -34,11 +34,13 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: hark bench --model FASTSPEECH_DIR [--vocoder HIFIGAN_DIR] [--batch 1,32]\n"
             "                  [--precision fp16|bf16|fp32] [--device cuda:N] [--chunk-frames 64]\n"
-            "                  [--min-time S] [--alpha A] [--no-graphs]\n"
+            "                  [--min-time S] [--alpha A] [--no-graphs] [--no-fused] [--profile]\n"
             "Times text -> FastSpeech -> HiFi-GAN on the GPU, each batch filled with DLE's three\n"
             "golden sentences in turn: one JSON line per batch size with ms per batch, time to\n"
             "first audio (the first streamed vocoder chunk), real-time factor and GPU memory.\n"
-            "The vocoder defaults to the one the model's config.pbtxt names.\n");
+            "The vocoder defaults to the one the model's config.pbtxt names. --no-fused runs\n"
+            "HiFi-GAN's resblocks conv by conv; --profile adds a line with the vocoder's ms per\n"
+            "part (conv_pre, ups{i}, mrf{i}, conv_post; no graphs).\n");
 }
 
 #ifdef HARK_CUDA
@@ -109,8 +111,9 @@ static int first_audio(run_t *r, double *t, hark_err_t *err)
 
 static int bench_batch(const fastspeech_gpu_model_t *gf, const hifigan_gpu_model_t *gv,
                        const fastspeech_model_t *fs, const hifigan_model_t *voc, int B, float alpha,
-                       int chunk, double min_time, int graphs, const char *dev_name,
-                       const char *prec, const char *fs_name, const char *voc_name, int dev)
+                       int chunk, double min_time, int graphs, int fused, int profile,
+                       const char *dev_name, const char *prec, const char *fs_name,
+                       const char *voc_name, int dev)
 {
     hark_err_t err = {0};
     tts_text_t tt[3];
@@ -148,6 +151,8 @@ static int bench_batch(const fastspeech_gpu_model_t *gf, const hifigan_gpu_model
     }
     hifigan_gpu_set_graphs(r.vw, graphs);
     hifigan_gpu_set_graphs(r.cw, graphs);
+    hifigan_gpu_set_fused(r.vw, fused);
+    hifigan_gpu_set_fused(r.cw, fused);
     int runs = 0, fruns = 0;
     double start = 0;
     for (int it = -3; runs < 1000; it++) {
@@ -192,16 +197,42 @@ static int bench_batch(const fastspeech_gpu_model_t *gf, const hifigan_gpu_model
            "\"ms\": %.3f, \"fastspeech_ms\": %.3f, \"hifigan_ms\": %.3f, "
            "\"first_audio_ms\": %.3f, \"chunk_frames\": %d, \"audio_s\": %.3f, \"rtf\": %.5f, "
            "\"rtfx\": %.1f, \"runs\": %d, \"model_mb\": %.0f, \"worker_mb\": %.0f, "
-           "\"gpu_used_mb\": %.0f}\n",
+           "\"gpu_used_mb\": %.0f, \"fused_stages\": %d}\n",
            fs_name, voc_name, dev_name, prec, graphs, B, alpha, ms, fs_ms, ms - fs_ms,
            t_first[fruns / 2] * 1e3, chunk, audio_s, ms / 1e3 / audio_s, audio_s / (ms / 1e3), runs,
            (double)(fastspeech_gpu_model_bytes(gf) + hifigan_gpu_model_bytes(gv)) / 1048576.0,
            (double)(fastspeech_gpu_worker_bytes(r.fw) + hifigan_gpu_worker_bytes(r.vw) +
                     hifigan_gpu_worker_bytes(r.cw)) /
                1048576.0,
-           (double)(total_b - free_b) / 1048576.0);
+           (double)(total_b - free_b) / 1048576.0, hifigan_gpu_fused_stages(r.vw));
     fflush(stdout);
+    if (profile) { /* the vocoder's parts, averaged over 5 forwards after one warm-up */
+        char names[HIFIGAN_PROF_PARTS][16];
+        float part[HIFIGAN_PROF_PARTS], sum[HIFIGAN_PROF_PARTS] = {0};
+        int np = 0;
+        if (hifigan_gpu_set_profile(r.vw, 1, &err))
+            goto prof_fail;
+        for (int it = 0; it < 6; it++) {
+            double a, b_;
+            if (synth(&r, &a, &b_, &samples, &err) ||
+                (np = hifigan_gpu_profile(r.vw, names, part, &err)) < 0)
+                goto prof_fail;
+            for (int i = 0; it > 0 && i < np; i++)
+                sum[i] += part[i] / 5.0f;
+        }
+        printf("{\"impl\": \"hark\", \"profile\": \"hifigan\", \"precision\": \"%s\", "
+               "\"batch\": %d, \"fused_stages\": %d, \"ms\": {",
+               prec, B, hifigan_gpu_fused_stages(r.vw));
+        for (int i = 0; i < np; i++)
+            printf("%s\"%s\": %.3f", i ? ", " : "", names[i], sum[i]);
+        printf("}}\n");
+        fflush(stdout);
+        hifigan_gpu_set_profile(r.vw, 0, &err);
+    }
     rc = 0;
+    goto done;
+prof_fail:
+    fprintf(stderr, "hark bench: batch %d (profile): %s\n", B, err.msg);
 done:
     fastspeech_gpu_worker_destroy(r.fw);
     hifigan_gpu_worker_destroy(r.vw);
@@ -233,7 +264,7 @@ int fastspeech_bench_main(int argc, char **argv)
                *device = "cuda:0";
     double min_time = 3.0;
     float alpha = 1.0f;
-    int graphs = 1, chunk = 64;
+    int graphs = 1, chunk = 64, fused = 1, profile = 0;
     for (int i = 1; i < argc; i++) {
         int v = i + 1 < argc;
         if (!strcmp(argv[i], "--model") && v)
@@ -254,6 +285,10 @@ int fastspeech_bench_main(int argc, char **argv)
             chunk = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-graphs"))
             graphs = 0;
+        else if (!strcmp(argv[i], "--no-fused"))
+            fused = 0;
+        else if (!strcmp(argv[i], "--profile"))
+            profile = 1;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
@@ -285,6 +320,8 @@ int fastspeech_bench_main(int argc, char **argv)
     (void)batches;
     (void)min_time;
     (void)graphs;
+    (void)fused;
+    (void)profile;
     fprintf(stderr, "hark bench: built without CUDA\n");
     return 1;
 #else
@@ -311,8 +348,8 @@ int fastspeech_bench_main(int argc, char **argv)
         if (*b == ',')
             b++;
         if (B >= 1 && B <= CUDA_MAX_LENS)
-            failed |= bench_batch(gf, gv, fs, voc, B, alpha, chunk, min_time, graphs, prop.name,
-                                  precision, model_dir, vocoder, dev);
+            failed |= bench_batch(gf, gv, fs, voc, B, alpha, chunk, min_time, graphs, fused,
+                                  profile, prop.name, precision, model_dir, vocoder, dev);
     }
 done:
     hifigan_gpu_model_destroy(gv);

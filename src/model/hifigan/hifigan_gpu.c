@@ -345,6 +345,10 @@ struct hifigan_gpu_worker {
     float *h_audio; /* pinned, as audio */
     int graphs;
     graph_cache_t *gc; /* GRAPH_SLOTS forwards by (batch, frames, device input, its address) */
+    /* stage i's resblocks as fused units (cuda_conv1d_res: 16-bit, a channel count it takes) */
+    int can_fuse[HIFIGAN_MAX_UPS], fused;
+    int prof; /* events between the parts of the forward (no graphs while on) */
+    cudaEvent_t ev[HIFIGAN_PROF_PARTS + 1];
 };
 
 void hifigan_gpu_worker_destroy(hifigan_gpu_worker_t *w)
@@ -354,6 +358,9 @@ void hifigan_gpu_worker_destroy(hifigan_gpu_worker_t *w)
     cudaSetDevice(w->g->device);
     if (w->stream)
         cudaStreamSynchronize(w->stream);
+    for (int i = 0; i <= HIFIGAN_PROF_PARTS; i++)
+        if (w->ev[i])
+            cudaEventDestroy(w->ev[i]);
     graph_cache_destroy(w->gc);
     ops_cuda_destroy(w->ops);
     cudaFree(w->mem);
@@ -370,6 +377,53 @@ void hifigan_gpu_set_graphs(hifigan_gpu_worker_t *w, int on)
     if (!on)
         graph_cache_clear(w->gc);
     w->graphs = on != 0;
+}
+
+void hifigan_gpu_set_fused(hifigan_gpu_worker_t *w, int on)
+{
+    graph_cache_clear(w->gc);
+    w->fused = on != 0;
+}
+
+int hifigan_gpu_fused_stages(const hifigan_gpu_worker_t *w)
+{
+    int n = 0;
+    for (int i = 0; i < w->c->n_ups; i++)
+        n += w->fused && w->can_fuse[i];
+    return n;
+}
+
+int hifigan_gpu_set_profile(hifigan_gpu_worker_t *w, int on, hark_err_t *err)
+{
+    cudaSetDevice(w->g->device);
+    for (int i = 0; on && i <= HIFIGAN_PROF_PARTS; i++)
+        if (!w->ev[i]) {
+            cudaError_t e = cudaEventCreate(&w->ev[i]);
+            if (e != cudaSuccess)
+                return cuda_err(err, e, "profile events");
+        }
+    w->prof = on != 0;
+    return HARK_OK;
+}
+
+int hifigan_gpu_profile(hifigan_gpu_worker_t *w, char names[][16], float *ms, hark_err_t *err)
+{
+    int n = 2 + 2 * w->c->n_ups;
+    if (!w->prof)
+        return 0;
+    cudaError_t e = cudaEventSynchronize(w->ev[n]);
+    for (int i = 0; i < n && e == cudaSuccess; i++) {
+        e = cudaEventElapsedTime(&ms[i], w->ev[i], w->ev[i + 1]);
+        if (i == 0)
+            snprintf(names[i], 16, "conv_pre");
+        else if (i == n - 1)
+            snprintf(names[i], 16, "conv_post");
+        else
+            snprintf(names[i], 16, "%s%d", i % 2 ? "ups" : "mrf", (i - 1) / 2);
+    }
+    if (e != cudaSuccess)
+        return cuda_err(err, e, "profile");
+    return n;
 }
 
 size_t hifigan_gpu_worker_bytes(const hifigan_gpu_worker_t *w)
@@ -421,8 +475,7 @@ static sizes_t sizes_for(const hifigan_gpu_model_t *g, size_t F)
                     size_t p = (T + 2 * (size_t)g->rb[i][k][h][d].pad) * (size_t)g->ch_p[i + 1];
                     z.xp = p > z.xp ? p : z.xp;
                 }
-        if (c->resblock == 1)
-            z.acc = act > z.acc ? act : z.acc;
+        z.acc = act > z.acc ? act : z.acc; /* ResBlock1's inner conv; the fused units' ping-pong */
     }
     size_t post = T * (size_t)g->post.cout_p, pxp = (T + 6) * (size_t)g->post.cin_p;
     z.acc = post > z.acc ? post : z.acc;
@@ -474,6 +527,17 @@ int hifigan_gpu_worker_create(const hifigan_gpu_model_t *g, int max_batch, int m
         goto fail;
     }
     memset(w->h_lens, 0, n_lens * 4);
+    w->fused = 1;
+    for (int i = 0; i < c->n_ups; i++) {
+        int ok = g->dt != OPS_F32;
+        for (int k = 0; k < c->n_kernels; k++)
+            for (int d = 0; d < c->n_dil; d++) {
+                const gconv_t *c1 = &g->rb[i][k][0][d];
+                ok = ok && cuda_conv1d_res_fits(g->ch_p[i + 1], c1->k, c1->dil,
+                                                c->resblock == 1 ? g->rb[i][k][1][d].k : 0);
+            }
+        w->can_fuse[i] = ok;
+    }
     if ((rc = ops_cuda_create(w->stream, &w->ops, err)) != HARK_OK)
         goto fail;
     if ((e = cudaMalloc(&w->mem, total)) != cudaSuccess) {
@@ -562,6 +626,13 @@ static int enqueue_forward(hifigan_gpu_worker_t *w, const float *mel, int batch,
         if ((rc = (x)) != HARK_OK)                                                                 \
             return rc;                                                                             \
     } while (0)
+#define MARK(i)                                                                                    \
+    do {                                                                                           \
+        cudaError_t e_ = w->prof ? cudaEventRecord(w->ev[i], st) : cudaSuccess;                    \
+        if (e_ != cudaSuccess)                                                                     \
+            return cuda_err(err, e_, "profile event");                                             \
+    } while (0)
+    MARK(0);
     /* conv_pre */
     const gconv_t *pc = &g->pre;
     RUN(cuda_conv1d_pad_mask_act(w->xp, dt, mel, OPS_F32, NULL, 1.0f, lens_of(w, 0), batch, F,
@@ -571,6 +642,7 @@ static int enqueue_forward(hifigan_gpu_worker_t *w, const float *mel, int batch,
     RUN(cuda_conv1d_act(w->xs, OPS_F32, w->xs, pc->b, batch * F, pc->cout_p, CONV1D_ACT_NONE, st,
                         err));
     RUN(dump(w, d, "conv_pre", w->xs, F, pc->cout_p, c->ch0, 1, NULL, err));
+    MARK(1);
     int T = F, mult = 1;
     char nm[32];
     for (int i = 0; i < c->n_ups; i++) {
@@ -588,9 +660,31 @@ static int enqueue_forward(hifigan_gpu_worker_t *w, const float *mel, int batch,
                                   (long long)nq * u->cout_p, u->pad, st, err));
         snprintf(nm, sizeof nm, "ups%d", i);
         RUN(dump(w, d, nm, w->x, Tn, cp, ch, mult, NULL, err));
+        MARK(2 + 2 * i);
         const int *lens = lens_of(w, i + 1);
         const size_t n = (size_t)batch * Tn * cp;
-        for (int k = 0; k < c->n_kernels; k++) {
+        for (int k = 0; w->fused && w->can_fuse[i] && k < c->n_kernels; k++) {
+            /* each dilation one unit: x -> r -> acc -> r ..., the last into the MRF mean */
+            const float *src = w->x;
+            float *dst = w->r;
+            for (int dd = 0; dd < c->n_dil; dd++) {
+                const gconv_t *c1 = &g->rb[i][k][0][dd];
+                const gconv_t *c2 = c->resblock == 1 ? &g->rb[i][k][1][dd] : NULL;
+                int last = dd == c->n_dil - 1, keep = !last || (d && d->fn && i == 0);
+                float div = last && k == c->n_kernels - 1 ? (float)c->n_kernels : 1.0f;
+                dst = dd % 2 ? w->acc : w->r;
+                RUN(cuda_conv1d_res(keep ? dst : NULL, last ? w->xs : NULL, src, c1->w, c1->b,
+                                    c1->k, c1->dil, c2 ? c2->w : NULL, c2 ? c2->b : NULL,
+                                    c2 ? c2->k : 0, dt, slope, lens, batch, Tn, cp, k == 0, div, st,
+                                    err));
+                src = dst;
+            }
+            if (i == 0) {
+                snprintf(nm, sizeof nm, "resblock%d", k);
+                RUN(dump(w, d, nm, dst, Tn, cp, ch, mult, NULL, err));
+            }
+        }
+        for (int k = 0; !(w->fused && w->can_fuse[i]) && k < c->n_kernels; k++) {
             cudaError_t e = cudaMemcpyAsync(w->r, w->x, n * 4, cudaMemcpyDeviceToDevice, st);
             if (e != cudaSuccess)
                 return cuda_err(err, e, "resblock copy");
@@ -623,18 +717,17 @@ static int enqueue_forward(hifigan_gpu_worker_t *w, const float *mel, int batch,
         }
         snprintf(nm, sizeof nm, "mrf%d", i);
         RUN(dump(w, d, nm, w->xs, Tn, cp, ch, mult, NULL, err));
+        MARK(3 + 2 * i);
         T = Tn;
     }
-    /* leaky ReLU (torch's default slope), conv_post, tanh */
+    /* leaky ReLU (torch's default slope), conv_post, tanh: one kernel */
     const gconv_t *po = &g->post;
-    RUN(cuda_conv1d_pad_mask_act(w->xp, dt, w->xs, OPS_F32, NULL, HIFIGAN_LRELU_SLOPE_POST,
-                                 lens_of(w, c->n_ups), batch, T, po->cin_p, po->cin_p, po->cin_p,
-                                 po->pad, po->pad, st, err));
-    RUN(cuda_conv1d(w->acc, 0.0f, w->xp, po->w, dt, batch, T + 2 * po->pad, po->cin_p, po->cout_p,
-                    po->k, 1, 1, w->ops, err));
-    RUN(cuda_conv1d_tanh_col(w->audio, d && d->fn ? w->pre : NULL, w->acc, g->post_b,
-                             lens_of(w, c->n_ups), batch, T, po->cout_p, st, err));
+    RUN(cuda_conv1d_post_tanh(w->audio, d && d->fn ? w->pre : NULL, w->xs, po->w, dt, g->post_b,
+                              HIFIGAN_LRELU_SLOPE_POST, lens_of(w, c->n_ups), batch, T, po->cin_p,
+                              po->k, st, err));
     RUN(dump(w, d, "conv_post", w->pre, T, 1, 1, mult, NULL, err));
+    MARK(2 + 2 * c->n_ups);
+#undef MARK
 #undef RUN
     return HARK_OK;
 }
@@ -693,7 +786,7 @@ static int enqueue_run(void *user, hark_err_t *err)
 static int forward(hifigan_gpu_worker_t *w, const float *mel, int dev, int batch, int F,
                    const dump_t *d, hark_err_t *err)
 {
-    if (d && d->fn)
+    if ((d && d->fn) || w->prof)
         return enqueue_all(w, mel, dev, batch, F, d, err);
     run_t r = {w, mel, dev, batch, F};
     graph_key_t key = {{batch, F, dev, (long long)(intptr_t)mel}};
@@ -868,6 +961,19 @@ int hifigan_gpu_worker_max_batch(const hifigan_gpu_worker_t *w)
     return 0;
 }
 void hifigan_gpu_set_graphs(hifigan_gpu_worker_t *w, int on) {}
+void hifigan_gpu_set_fused(hifigan_gpu_worker_t *w, int on) {}
+int hifigan_gpu_fused_stages(const hifigan_gpu_worker_t *w)
+{
+    return 0;
+}
+int hifigan_gpu_set_profile(hifigan_gpu_worker_t *w, int on, hark_err_t *err)
+{
+    return no_device(err);
+}
+int hifigan_gpu_profile(hifigan_gpu_worker_t *w, char names[][16], float *ms, hark_err_t *err)
+{
+    return 0;
+}
 int hifigan_gpu_run(hifigan_gpu_worker_t *w, const float *const *mel, const int *n_frames,
                     int batch, float *const *audio, hifigan_gpu_stage_fn stage, void *user,
                     hark_err_t *err)

@@ -50,6 +50,19 @@ int hifigan_gpu_worker_max_frames(const hifigan_gpu_worker_t *w);
 int hifigan_gpu_worker_max_batch(const hifigan_gpu_worker_t *w);
 void hifigan_gpu_set_graphs(hifigan_gpu_worker_t *w, int on); /* default on; HARK_NO_GRAPHS=1 off */
 
+/* 16-bit workers run each dilation of a stage's resblocks as one fused kernel (cuda_conv1d_res)
+ * where it takes the stage's channels; off: the conv-by-conv path (the FP32 one, in 16 bits).
+ * Default on. hifigan_gpu_fused_stages: how many stages run fused now. */
+void hifigan_gpu_set_fused(hifigan_gpu_worker_t *w, int on);
+int hifigan_gpu_fused_stages(const hifigan_gpu_worker_t *w);
+
+/* Profiling (benchmarks): while on, each forward records events between its parts (conv_pre,
+ * ups{i}, mrf{i} per stage, conv_post) and runs without graphs; hifigan_gpu_profile waits for the
+ * last forward and gives each part's name and ms; it returns the number of parts (0 when off). */
+#define HIFIGAN_PROF_PARTS (2 + 2 * HIFIGAN_MAX_UPS)
+int hifigan_gpu_set_profile(hifigan_gpu_worker_t *w, int on, hark_err_t *err);
+int hifigan_gpu_profile(hifigan_gpu_worker_t *w, char names[][16], float *ms, hark_err_t *err);
+
 /* Stages of item `item` (as hifigan_stage_fn: rows = real channels, cols = its own length at that
  * stage, channel-major; "resblock{k}" of stage 0 and "conv_post" before tanh included), lent. */
 typedef void (*hifigan_gpu_stage_fn)(void *user, int item, const char *name, const float *data,

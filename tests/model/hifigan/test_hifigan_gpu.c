@@ -3,7 +3,9 @@
  * CPU path, FP32 and FP16; the whole clip and the real V3 resynthesis; a batch of 3 mels of
  * different lengths against each alone on the CPU (padding never leaks into an item) and the graph
  * replay; a generated ResBlock1 model with awkward sizes (20 mels, 52 -> 26 -> 13 channels, rates 3
- * and 2 with kernels 7 and 4) against the CPU. Tolerances, max |diff| / max |ref| per stage: FP32
+ * and 2 with kernels 7 and 4) against the CPU; a generated ResBlock1 model of V1's resblocks at
+ * widths the fused resblock units take (128 -> 64 -> 32) against the CPU, fused and conv by conv
+ * against each other. 16-bit workers run the fused units by default (the V3 tests run them). Tolerances, max |diff| / max |ref| per stage: FP32
  * 1e-4 (the README's deep-stack figure; only the order of FP32 sums differs from the CPU). FP16
  * (operands rounded to half, unit roundoff 2^-11 = 4.9e-4, FP32 accumulation and residual stream):
  * a single conv's output errs by a few roundoffs of its inputs relative to its largest value, and
@@ -206,7 +208,8 @@ GPU_TEST(hifigan_gpu_v3_stages_fp16)
 
 /* items of different lengths in one batch == each alone on the CPU; and == the batch-1 GPU run */
 static void batch_vs_cpu(test_ctx_t *t, hifigan_model_t *m, ops_dtype_t dt, const float *mel_full,
-                         int nf_full, const int *starts, const int *lens, int batch, double tol)
+                         int nf_full, const int *starts, const int *lens, int batch, double tol,
+                         int fused)
 {
     int nm = hifigan_config(m)->num_mels;
     hark_err_t err = {0};
@@ -214,6 +217,9 @@ static void batch_vs_cpu(test_ctx_t *t, hifigan_model_t *m, ops_dtype_t dt, cons
     hifigan_gpu_worker_t *w = NULL;
     CHECKF(hifigan_gpu_model_create(m, 0, dt, &g, &err) == HARK_OK, "%s", err.msg);
     CHECKF(hifigan_gpu_worker_create(g, batch, nf_full, &w, &err) == HARK_OK, "%s", err.msg);
+    hifigan_gpu_set_fused(w, fused);
+    printf("    %s, %d stages fused\n", dt == OPS_F32 ? "fp32" : "fp16",
+           hifigan_gpu_fused_stages(w));
     float *mels[8], *outs[8], *cpu[8], *one[8];
     for (int b = 0; b < batch; b++) {
         mels[b] = malloc(sizeof(float) * nm * lens[b]);
@@ -264,9 +270,11 @@ GPU_TEST(hifigan_gpu_v3_batch_of_different_lengths)
     CHECK(golden_tts_npy(&mel, "hifigan_v3/mel/mel.npy") == HARK_OK);
     int nf = (int)mel.shape[2];
     const int starts[3] = {0, 40, 100}, lens[3] = {nf, 37, 1};
-    batch_vs_cpu(t, m, OPS_F32, mel.data, nf, starts, lens, 3, TOL32);
+    batch_vs_cpu(t, m, OPS_F32, mel.data, nf, starts, lens, 3, TOL32, 1);
     if (!test_failed(t))
-        batch_vs_cpu(t, m, OPS_F16, mel.data, nf, starts, lens, 3, TOL16);
+        batch_vs_cpu(t, m, OPS_F16, mel.data, nf, starts, lens, 3, TOL16, 1);
+    if (!test_failed(t))
+        batch_vs_cpu(t, m, OPS_F16, mel.data, nf, starts, lens, 3, TOL16, 0);
     npy_free(&mel);
     hifigan_destroy(m);
 }
@@ -309,10 +317,24 @@ GPU_TEST(hifigan_gpu_v3_real_full_clip)
 
 /* a generated ResBlock1 model whose channels are no multiple of 8 (tools/convert_hifigan.py
  * --random) */
+/* a python3 with numpy for tools/convert_hifigan.py --random: Debian's, or the one on PATH */
+static const char *numpy_python(void)
+{
+    static const char *const py[2] = {"/usr/bin/python3", "python3"};
+    for (int i = 0; i < 2; i++) {
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "%s -c 'import numpy' > /dev/null 2>&1", py[i]);
+        if (system(cmd) == 0)
+            return py[i];
+    }
+    return NULL;
+}
+
 GPU_TEST(hifigan_gpu_awkward_resblock1_matches_cpu)
 {
-    if (system("/usr/bin/python3 -c 'import numpy' > /dev/null 2>&1") != 0)
-        SKIP("python3-numpy is absent (tools/convert_hifigan.py --random needs it)");
+    const char *py = numpy_python();
+    if (!py)
+        SKIP("no python3 with numpy (tools/convert_hifigan.py --random needs it)");
     const char *tmp = test_tmpdir(t);
     char cmd[2048], dir[600];
     snprintf(cmd, sizeof cmd,
@@ -320,9 +342,9 @@ GPU_TEST(hifigan_gpu_awkward_resblock1_matches_cpu)
              "\"upsample_kernel_sizes\": [7, 4], \"upsample_initial_channel\": 52, "
              "\"resblock_kernel_sizes\": [3, 5], \"resblock_dilation_sizes\": [[1, 3, 5], [1, 2, "
              "3]], \"sampling_rate\": 8000, \"n_fft\": 64, \"hop_size\": 6, \"win_size\": 64}' > "
-             "'%s/c.json' && /usr/bin/python3 tools/convert_hifigan.py --random 3 --config "
+             "'%s/c.json' && %s tools/convert_hifigan.py --random 3 --config "
              "'%s/c.json' --output '%s/awk' > '%s/log' 2>&1",
-             tmp, tmp, tmp, tmp);
+             tmp, py, tmp, tmp, tmp);
     CHECKF(system(cmd) == 0, "the converter failed: see %s/log", tmp);
     snprintf(dir, sizeof dir, "%s/awk", tmp);
     hifigan_model_t *m = NULL;
@@ -334,10 +356,65 @@ GPU_TEST(hifigan_gpu_awkward_resblock1_matches_cpu)
     for (int i = 0; i < nm * nf; i++)
         mel[i] = 2.0f * test_randf(&seed) - 3.0f;
     const int starts[3] = {0, 4, 11}, lens[3] = {nf, 17, 1};
-    batch_vs_cpu(t, m, OPS_F32, mel, nf, starts, lens, 3, TOL32);
+    batch_vs_cpu(t, m, OPS_F32, mel, nf, starts, lens, 3, TOL32, 1);
     if (!test_failed(t)) /* the a-priori bound: not yet measured (the GPU machine's python3 has no
                           * numpy to generate this model with) */
-        batch_vs_cpu(t, m, OPS_F16, mel, nf, starts, lens, 3, TOL16_REAL);
+        batch_vs_cpu(t, m, OPS_F16, mel, nf, starts, lens, 3, TOL16_REAL, 1);
+    free(mel);
+    hifigan_destroy(m);
+}
+
+/* a generated ResBlock1 model of V1's resblocks (kernels 3 / 7 / 11, dilations 1 / 3 / 5) at widths
+ * the fused units take (128 -> 64 -> 32 channels): FP16 with the stages fused against the CPU, and
+ * the same conv by conv (both round at the same points: 1e-3, as a batch against its items) */
+GPU_TEST(hifigan_gpu_fused_resblock1_matches_cpu)
+{
+    const char *py = numpy_python();
+    if (!py)
+        SKIP("no python3 with numpy (tools/convert_hifigan.py --random needs it)");
+    const char *tmp = test_tmpdir(t);
+    char cmd[2048], dir[600];
+    snprintf(cmd, sizeof cmd,
+             "printf '%%s' '{\"resblock\": \"1\", \"num_mels\": 80, \"upsample_rates\": [4, 2], "
+             "\"upsample_kernel_sizes\": [8, 4], \"upsample_initial_channel\": 128, "
+             "\"resblock_kernel_sizes\": [3, 7, 11], \"resblock_dilation_sizes\": [[1, 3, 5], "
+             "[1, 3, 5], [1, 3, 5]], \"sampling_rate\": 16000, \"n_fft\": 64, \"hop_size\": 8, "
+             "\"win_size\": 64}' > '%s/c.json' && %s tools/convert_hifigan.py --random 5 --config "
+             "'%s/c.json' --output '%s/v1s' > '%s/log' 2>&1",
+             tmp, py, tmp, tmp, tmp);
+    CHECKF(system(cmd) == 0, "the converter failed: see %s/log", tmp);
+    snprintf(dir, sizeof dir, "%s/v1s", tmp);
+    hifigan_model_t *m = NULL;
+    hark_err_t err = {0};
+    CHECKF(hifigan_load(dir, 1, &m, &err) == HARK_OK, "%s", err.msg);
+    const int nf = 150, nm = 80;
+    float *mel = malloc(sizeof(float) * nm * nf);
+    unsigned seed = 19;
+    for (int i = 0; i < nm * nf; i++)
+        mel[i] = 2.0f * test_randf(&seed) - 3.0f;
+    const int starts[3] = {0, 9, 40}, lens[3] = {nf, 97, 1};
+    batch_vs_cpu(t, m, OPS_F16, mel, nf, starts, lens, 3, TOL16, 1);
+    /* fused and conv by conv on the GPU */
+    hifigan_gpu_model_t *g = NULL;
+    hifigan_gpu_worker_t *w = NULL;
+    CHECKF(hifigan_gpu_model_create(m, 0, OPS_F16, &g, &err) == HARK_OK, "%s", err.msg);
+    CHECKF(hifigan_gpu_worker_create(g, 1, nf, &w, &err) == HARK_OK, "%s", err.msg);
+    CHECK_EQ_INT(hifigan_gpu_fused_stages(w), 2);
+    size_t ns = hifigan_samples(m, nf);
+    float *a = malloc(ns * 4), *b = malloc(ns * 4);
+    const float *mb[1] = {mel};
+    float *oa[1] = {a}, *ob[1] = {b};
+    CHECKF(hifigan_gpu_run(w, mb, &nf, 1, oa, NULL, NULL, &err) == HARK_OK, "%s", err.msg);
+    hifigan_gpu_set_fused(w, 0);
+    CHECK_EQ_INT(hifigan_gpu_fused_stages(w), 0);
+    CHECKF(hifigan_gpu_run(w, mb, &nf, 1, ob, NULL, NULL, &err) == HARK_OK, "%s", err.msg);
+    double d = rel_diff(a, b, ns);
+    printf("    fused vs conv by conv (fp16, %d frames): max rel diff %.3g\n", nf, d);
+    CHECKF(d <= 1e-3, "fused vs conv by conv %g", d);
+    free(a);
+    free(b);
+    hifigan_gpu_worker_destroy(w);
+    hifigan_gpu_model_destroy(g);
     free(mel);
     hifigan_destroy(m);
 }

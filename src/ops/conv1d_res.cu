@@ -1,0 +1,320 @@
+/* conv1d_res.cu — one dilation of HiFi-GAN's resblocks fused into one kernel (conv1d.h,
+ * cuda_conv1d_res): the leaky ReLU of the FP32 residual stream, the dilated conv, its bias and
+ * leaky ReLU, the second conv, its bias, the residual add and the MRF sum, with every
+ * intermediate in shared memory. CPU reference: conv1d_res_ref (conv1d.c).
+ * Tests: tests/ops/test_conv1d_cuda.c (cuda_conv1d_res_matches_ref)
+ *
+ * A block owns TO = BM - 2·(k2 / 2) output rows of one item and all c channels (c = 32, 64, 128 or
+ * 256; 8 warps, res_cfg). It loads the input rows its two convs reach,
+ * lrelu'd, masked to the item's length and rounded to 16 bits, into shared memory (X: BM +
+ * (k1-1)·d1 rows). Phase 1 is BM rows of the first conv (rows of X at offsets j·d1 for tap j: no
+ * im2col), its epilogue writes lrelu(acc + b1), masked and rounded, as Y over X's first rows (all
+ * warps have left X by then); phase 2 is the second conv over Y (taps at offsets j), whose epilogue
+ * adds the bias and the FP32 residual and writes the row (and the MRF sum). The weights stream
+ * through two shared buffers of (c, KC) chunks with cp.async, one chunk ahead of the mma.sync
+ * loop. Blocks wholly past their item's length return at once (the padded batch costs nothing
+ * there). */
+#include "ops/conv1d.h"
+
+#include "hark.h"
+#include "ops/ops_cuda_impl.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#define RES_THREADS 256
+
+/* the block shape per channel count: WN warps across the columns (WTN each), WM down the rows
+ * (WTM each): warp tiles of 64 x 32 (32 and 128 channels), 32 x 64 (64) and 64 x 64 (256), and
+ * the narrow widths take more rows per block (less of the halo the convs' reach adds) */
+template <int C> struct res_cfg {
+    static constexpr int WN = C == 256 ? 4 : C == 128 ? 4 : 1;
+    static constexpr int WM = 8 / WN;
+    static constexpr int WTN = C / WN;
+    static constexpr int NT = WTN / 8; /* mma n-tiles per warp */
+    static constexpr int BM = C == 32 ? 512 : C == 64 ? 256 : 128;
+    static constexpr int WTM = BM / WM;
+    static constexpr int MT = WTM / 16;
+    static constexpr int KC = C < 64 ? C : 64; /* input channels per weight chunk */
+    static constexpr int LD = C + 8;           /* row stride of X / Y: conflict-free ldmatrix */
+    static constexpr int LDW = KC + 8;
+    static_assert(WM * WN == 8 && WTM % 16 == 0 && WTN % 16 == 0 && C % KC == 0, "res_cfg");
+};
+
+typedef struct {
+    float *out, *sum;
+    const float *x;
+    const void *w1, *w2;
+    const float *b1, *b2;
+    const int *lens;
+    int k1, d1, k2, t, first;
+    float div, slope;
+} res_args_t;
+
+/* rows of X (and of Y, whose last taps reach k2 - 1 rows past BM: only for rows past TO) */
+__host__ __device__ static inline int res_rows(int bm, int k1, int d1, int k2)
+{
+    int e1 = (k1 - 1) * d1, e2 = k2 > 0 ? k2 - 1 : 0;
+    return bm + (e1 > e2 ? e1 : e2);
+}
+
+template <int C> static size_t res_smem(int k1, int d1, int k2)
+{
+    typedef res_cfg<C> F;
+    return ((size_t)res_rows(F::BM, k1, d1, k2) * F::LD + 2 * (size_t)C * F::LDW) * 2;
+}
+
+template <typename T, int C> __global__ void __launch_bounds__(RES_THREADS) res_kernel(res_args_t a)
+{
+    typedef res_cfg<C> F;
+    typedef typename h16<T>::T2 T2;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int rows_x = F::BM + (a.k1 - 1) * a.d1;
+    T *sX = (T *)smem_raw; /* (rows, LD); Y (BM, LD) over its first rows */
+    T *sW = sX + res_rows(F::BM, a.k1, a.d1, a.k2) * F::LD; /* (2, C, LDW) */
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int wm = warp / F::WN, wn = warp % F::WN;
+    const int b = blockIdx.y;
+    const int len = a.lens && a.lens[b] < a.t ? a.lens[b] : a.t;
+    const bool two = a.k2 > 0;
+    const int p2 = two ? a.k2 / 2 : 0, TO = F::BM - 2 * p2;
+    const int s0 = blockIdx.x * TO;
+    if (s0 >= len)
+        return;
+    const int u0 = s0 - p2, v0 = u0 - (a.k1 / 2) * a.d1; /* first Y row, first X row */
+    const float *xb = a.x + (long long)b * a.t * C;
+    constexpr int NCH = C / F::KC;
+    const int n1 = a.k1 * NCH, total = n1 + (two ? a.k2 * NCH : 0);
+
+    /* weight chunk `it` -> buffer `buf`: rows n (output channels) of KC input channels */
+    auto load_w = [&](int it, int buf) {
+        const T *w = (const T *)(it < n1 ? a.w1 : a.w2);
+        int k = it < n1 ? a.k1 : a.k2, q = it < n1 ? it : it - n1;
+        int j = q / NCH, c0 = (q % NCH) * F::KC;
+        T *dst = sW + buf * C * F::LDW;
+        for (int i = tid; i < C * (F::KC / 8); i += RES_THREADS) {
+            int n = i / (F::KC / 8), c8 = (i % (F::KC / 8)) * 8;
+            cp_async16(dst + n * F::LDW + c8, w + ((long long)n * k + j) * C + c0 + c8, true);
+        }
+    };
+    load_w(0, 0);
+    cp_async_commit();
+
+    /* X: lrelu(x) for rows inside [0, len), 0 outside, rounded to T; 4 loads in flight per
+     * thread before their stores */
+    constexpr int XU = 4;
+    const int nx = rows_x * (C / 4);
+    for (int i0 = tid; i0 < nx; i0 += RES_THREADS * XU) {
+        float4 q[XU];
+#pragma unroll
+        for (int u = 0; u < XU; u++) {
+            int i = i0 + u * RES_THREADS, r = i / (C / 4), c4 = (i % (C / 4)) * 4, v = v0 + r;
+            q[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (i < nx && v >= 0 && v < len)
+                q[u] = *(const float4 *)(xb + (long long)v * C + c4);
+        }
+#pragma unroll
+        for (int u = 0; u < XU; u++) {
+            int i = i0 + u * RES_THREADS, r = i / (C / 4), c4 = (i % (C / 4)) * 4;
+            if (i >= nx)
+                break;
+            float4 v = q[u];
+            v.x = v.x > 0.0f ? v.x : v.x * a.slope;
+            v.y = v.y > 0.0f ? v.y : v.y * a.slope;
+            v.z = v.z > 0.0f ? v.z : v.z * a.slope;
+            v.w = v.w > 0.0f ? v.w : v.w * a.slope;
+            T2 *d = (T2 *)(sX + r * F::LD + c4);
+            d[0] = h16<T>::from_f2(v.x, v.y);
+            d[1] = h16<T>::from_f2(v.z, v.w);
+        }
+    }
+
+    float acc[F::MT][F::NT][4];
+#pragma unroll
+    for (int i = 0; i < F::MT; i++)
+#pragma unroll
+        for (int j = 0; j < F::NT; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                acc[i][j][r] = 0.0f;
+    const int g = lane >> 2, tq = lane & 3;
+
+    for (int it = 0; it < total; it++) {
+        cp_async_wait<0>();
+        __syncthreads(); /* chunk it (and X, or Y) visible to all; buffer (it+1)&1 is free */
+        if (it + 1 < total)
+            load_w(it + 1, (it + 1) & 1);
+        cp_async_commit();
+        const bool ph1 = it < n1;
+        const int q = ph1 ? it : it - n1, j = q / NCH, c0 = (q % NCH) * F::KC;
+        const T *A = sX + (ph1 ? j * a.d1 : j) * F::LD + c0;
+        const T *W = sW + (it & 1) * C * F::LDW;
+#pragma unroll
+        for (int kk = 0; kk < F::KC; kk += 16) {
+            unsigned af[F::MT][4], bf[F::NT / 2][4];
+#pragma unroll
+            for (int i = 0; i < F::MT; i++)
+                ldsm_x4(af[i],
+                        A + (wm * F::WTM + i * 16 + (lane & 15)) * F::LD + kk + (lane >> 4) * 8);
+#pragma unroll
+            for (int jj = 0; jj < F::NT / 2; jj++)
+                ldsm_x4(bf[jj],
+                        W + (wn * F::WTN + jj * 16 + (lane & 7) + (lane >> 4) * 8) * F::LDW + kk +
+                            ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int i = 0; i < F::MT; i++)
+#pragma unroll
+                for (int n = 0; n < F::NT; n++)
+                    mma16816<T>(acc[i][n], af[i], bf[n >> 1][(n & 1) * 2],
+                                bf[n >> 1][(n & 1) * 2 + 1]);
+        }
+        if (two && it == n1 - 1) {
+            /* phase 1 done: Y = lrelu(acc + b1) masked to [0, len), over X's first rows */
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < F::MT; i++)
+#pragma unroll
+                for (int n = 0; n < F::NT; n++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        int row = wm * F::WTM + i * 16 + g + h * 8;
+                        int col = wn * F::WTN + n * 8 + tq * 2;
+                        int u = u0 + row;
+                        float y0 = 0.0f, y1 = 0.0f;
+                        if (u >= 0 && u < len) {
+                            y0 = acc[i][n][2 * h] + a.b1[col];
+                            y1 = acc[i][n][2 * h + 1] + a.b1[col + 1];
+                            y0 = y0 > 0.0f ? y0 : y0 * a.slope;
+                            y1 = y1 > 0.0f ? y1 : y1 * a.slope;
+                        }
+                        *(T2 *)(sX + row * F::LD + col) = h16<T>::from_f2(y0, y1);
+                        acc[i][n][2 * h] = acc[i][n][2 * h + 1] = 0.0f;
+                    }
+        }
+    }
+    cp_async_wait<0>();
+
+    /* y = x + (acc + bias) for the block's rows inside the item; out and the MRF sum */
+    const float *bias = two ? a.b2 : a.b1;
+#pragma unroll
+    for (int i = 0; i < F::MT; i++)
+#pragma unroll
+        for (int n = 0; n < F::NT; n++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int row = wm * F::WTM + i * 16 + g + h * 8, col = wn * F::WTN + n * 8 + tq * 2;
+                int s = s0 + row;
+                if (row >= TO || s >= len)
+                    continue;
+                long long o = ((long long)b * a.t + s) * C + col;
+                float2 xv = *(const float2 *)(a.x + o);
+                float2 y = make_float2(xv.x + (acc[i][n][2 * h] + bias[col]),
+                                       xv.y + (acc[i][n][2 * h + 1] + bias[col + 1]));
+                if (a.out)
+                    *(float2 *)(a.out + o) = y;
+                if (a.sum) {
+                    float2 sv = a.first ? make_float2(0.0f, 0.0f) : *(const float2 *)(a.sum + o);
+                    sv.x += y.x;
+                    sv.y += y.y;
+                    if (a.div != 1.0f) {
+                        sv.x /= a.div;
+                        sv.y /= a.div;
+                    }
+                    *(float2 *)(a.sum + o) = sv;
+                }
+            }
+}
+
+static int max_smem(int *bytes)
+{
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+        return -1;
+    return 0;
+}
+
+static size_t smem_for(int c, int k1, int d1, int k2)
+{
+    switch (c) {
+    case 32:
+        return res_smem<32>(k1, d1, k2);
+    case 64:
+        return res_smem<64>(k1, d1, k2);
+    case 128:
+        return res_smem<128>(k1, d1, k2);
+    case 256:
+        return res_smem<256>(k1, d1, k2);
+    default:
+        return 0;
+    }
+}
+
+static int rows_per_block(int c)
+{
+    return c == 32    ? res_cfg<32>::BM
+           : c == 64  ? res_cfg<64>::BM
+           : c == 128 ? res_cfg<128>::BM
+                      : res_cfg<256>::BM;
+}
+
+extern "C" int cuda_conv1d_res_fits(int c, int k1, int d1, int k2)
+{
+    int lim = 0;
+    size_t need = smem_for(c, k1, d1, k2);
+    if (!need || k1 < 1 || k1 % 2 == 0 || d1 < 1 || k2 < 0 || (k2 && k2 % 2 == 0) || max_smem(&lim))
+        return 0;
+    return need <= (size_t)lim && 2 * (k2 / 2) < rows_per_block(c);
+}
+
+template <typename T, int C>
+static int res_go(const res_args_t &a, int batch, cudaStream_t st, hark_err_t *err)
+{
+    size_t smem = res_smem<C>(a.k1, a.d1, a.k2);
+    cudaError_t e = cudaFuncSetAttribute(res_kernel<T, C>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess)
+        return err_set(err, HARK_ERR_CUDA, "cuda: conv1d_res: shared memory %zu: %s", smem,
+                       cudaGetErrorString(e));
+    int to = res_cfg<C>::BM - 2 * (a.k2 / 2);
+    dim3 grid((unsigned)((a.t + to - 1) / to), (unsigned)batch);
+    res_kernel<T, C><<<grid, RES_THREADS, smem, st>>>(a);
+    e = cudaGetLastError();
+    return e != cudaSuccess
+               ? err_set(err, HARK_ERR_CUDA, "cuda: conv1d_res: %s", cudaGetErrorString(e))
+               : HARK_OK;
+}
+
+template <typename T>
+static int res_c(const res_args_t &a, int batch, int c, cudaStream_t st, hark_err_t *err)
+{
+    switch (c) {
+    case 32:
+        return res_go<T, 32>(a, batch, st, err);
+    case 64:
+        return res_go<T, 64>(a, batch, st, err);
+    case 128:
+        return res_go<T, 128>(a, batch, st, err);
+    default:
+        return res_go<T, 256>(a, batch, st, err);
+    }
+}
+
+extern "C" int cuda_conv1d_res(float *out, float *sum, const float *x, const void *w1,
+                               const float *b1, int k1, int d1, const void *w2, const float *b2,
+                               int k2, ops_dtype_t dt, float slope, const int *lens, int batch,
+                               int t, int c, int first, float div, void *stream, hark_err_t *err)
+{
+    if ((dt != OPS_F16 && dt != OPS_BF16) || batch < 0 || t < 0 || (!out && !sum) ||
+        !cuda_conv1d_res_fits(c, k1, d1, k2) || (k2 && (!w2 || !b2)) || !w1 || !b1 || div == 0.0f)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "conv1d_res: dtype %d, batch %d, t %d, c %d, k1 %d, d1 %d, k2 %d", (int)dt,
+                       batch, t, c, k1, d1, k2);
+    if (batch == 0 || t == 0)
+        return HARK_OK;
+    res_args_t a = {out, sum, x, w1, w2, b1, b2, lens, k1, d1, k2, t, first, div, slope};
+    cudaStream_t st = (cudaStream_t)stream;
+    return dt == OPS_F16 ? res_c<__half>(a, batch, c, st, err)
+                         : res_c<__nv_bfloat16>(a, batch, c, st, err);
+}
