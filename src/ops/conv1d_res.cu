@@ -27,13 +27,19 @@
 
 /* the block shape per channel count: WN warps across the columns (WTN each), WM down the rows
  * (WTM each): warp tiles of 64 x 32 (32 and 128 channels), 32 x 64 (64) and 64 x 64 (256), and
- * the narrow widths take more rows per block (less of the halo the convs' reach adds) */
-template <int C> struct res_cfg {
-    static constexpr int WN = C == 256 ? 4 : C == 128 ? 4 : 1;
+ * the narrow widths take more rows per block (less of the halo the convs' reach adds); BMV the
+ * block's rows: res_bm(C), or 64 for 256 channels when the grid would not fill the GPU (then
+ * 64 x 32 warp tiles, 8 across) */
+__host__ __device__ constexpr int res_bm(int c)
+{
+    return c == 32 ? 512 : c == 64 ? 256 : 128;
+}
+template <int C, int BMV = res_bm(C)> struct res_cfg {
+    static constexpr int WN = C == 256 ? (BMV == 64 ? 8 : 4) : C == 128 ? 4 : 1;
     static constexpr int WM = 8 / WN;
     static constexpr int WTN = C / WN;
     static constexpr int NT = WTN / 8; /* mma n-tiles per warp */
-    static constexpr int BM = C == 32 ? 512 : C == 64 ? 256 : 128;
+    static constexpr int BM = BMV;
     static constexpr int WTM = BM / WM;
     static constexpr int MT = WTM / 16;
     static constexpr int KC = C < 64 ? C : 64; /* input channels per weight chunk */
@@ -59,15 +65,16 @@ __host__ __device__ static inline int res_rows(int bm, int k1, int d1, int k2)
     return bm + (e1 > e2 ? e1 : e2);
 }
 
-template <int C> static size_t res_smem(int k1, int d1, int k2)
+template <int C, int BMV = res_bm(C)> static size_t res_smem(int k1, int d1, int k2)
 {
-    typedef res_cfg<C> F;
+    typedef res_cfg<C, BMV> F;
     return ((size_t)res_rows(F::BM, k1, d1, k2) * F::LD + 2 * (size_t)C * F::LDW) * 2;
 }
 
-template <typename T, int C> __global__ void __launch_bounds__(RES_THREADS) res_kernel(res_args_t a)
+template <typename T, int C, int BMV>
+__global__ void __launch_bounds__(RES_THREADS) res_kernel(res_args_t a)
 {
-    typedef res_cfg<C> F;
+    typedef res_cfg<C, BMV> F;
     typedef typename h16<T>::T2 T2;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int rows_x = F::BM + (a.k1 - 1) * a.d1;
@@ -268,18 +275,18 @@ extern "C" int cuda_conv1d_res_fits(int c, int k1, int d1, int k2)
     return need <= (size_t)lim && 2 * (k2 / 2) < rows_per_block(c);
 }
 
-template <typename T, int C>
+template <typename T, int C, int BMV = res_bm(C)>
 static int res_go(const res_args_t &a, int batch, cudaStream_t st, hark_err_t *err)
 {
-    size_t smem = res_smem<C>(a.k1, a.d1, a.k2);
-    cudaError_t e = cudaFuncSetAttribute(res_kernel<T, C>,
+    size_t smem = res_smem<C, BMV>(a.k1, a.d1, a.k2);
+    cudaError_t e = cudaFuncSetAttribute(res_kernel<T, C, BMV>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return err_set(err, HARK_ERR_CUDA, "cuda: conv1d_res: shared memory %zu: %s", smem,
                        cudaGetErrorString(e));
-    int to = res_cfg<C>::BM - 2 * (a.k2 / 2);
+    int to = BMV - 2 * (a.k2 / 2);
     dim3 grid((unsigned)((a.t + to - 1) / to), (unsigned)batch);
-    res_kernel<T, C><<<grid, RES_THREADS, smem, st>>>(a);
+    res_kernel<T, C, BMV><<<grid, RES_THREADS, smem, st>>>(a);
     e = cudaGetLastError();
     return e != cudaSuccess
                ? err_set(err, HARK_ERR_CUDA, "cuda: conv1d_res: %s", cudaGetErrorString(e))
@@ -296,8 +303,15 @@ static int res_c(const res_args_t &a, int batch, int c, cudaStream_t st, hark_er
         return res_go<T, 64>(a, batch, st, err);
     case 128:
         return res_go<T, 128>(a, batch, st, err);
-    default:
+    default: { /* a grid short of two blocks per multiprocessor (one fits): blocks of 64 rows */
+        int dev = 0, sms = 0, to = res_bm(256) - 2 * (a.k2 / 2);
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        long long blocks = (long long)((a.t + to - 1) / to) * batch;
+        if (blocks < 2LL * sms && 2 * (a.k2 / 2) < 64)
+            return res_go<T, 256, 64>(a, batch, st, err);
         return res_go<T, 256>(a, batch, st, err);
+    }
     }
 }
 

@@ -5,16 +5,17 @@
  * replay; a generated ResBlock1 model with awkward sizes (20 mels, 52 -> 26 -> 13 channels, rates 3
  * and 2 with kernels 7 and 4) against the CPU; a generated ResBlock1 model of V1's resblocks at
  * widths the fused resblock units take (128 -> 64 -> 32) against the CPU, fused and conv by conv
- * against each other. 16-bit workers run the fused units by default (the V3 tests run them). Tolerances, max |diff| / max |ref| per stage: FP32
- * 1e-4 (the README's deep-stack figure; only the order of FP32 sums differs from the CPU). FP16
- * (operands rounded to half, unit roundoff 2^-11 = 4.9e-4, FP32 accumulation and residual stream):
- * a single conv's output errs by a few roundoffs of its inputs relative to its largest value, and
- * the stages add up ~20 convs (V3: 3 stages x 3 resblocks x 2 convs + the upsamplers) whose
- * relative errors add through the residuals and the MRF mean, tanh never amplifying. Measured on
- * the H100, both GPU paths alike (session 12): conv_pre 3.6e-4, the later stages of the random V3
- * golden and its batch of 3 lengths at most 1.2e-3, the real V3's whole clip 1.9e-2 (its trained
- * weights drive the stack harder than random ones). Bounds: 1.5e-3 for conv_pre, 5e-3 for the
- * random-weight stages and batches, 3e-2 for the real clip; each test prints the measured value. */
+ * against each other. 16-bit workers run the fused units by default (the V3 tests run them).
+ * Tolerances, max |diff| / max |ref| per stage: FP32 1e-4 (the README's deep-stack figure; only the
+ * order of FP32 sums differs from the CPU). FP16 (operands rounded to half, unit roundoff 2^-11
+ * = 4.9e-4, FP32 accumulation and residual stream): a single conv's output errs by a few roundoffs
+ * of its inputs relative to its largest value, and the stages add up ~20 convs (V3: 3 stages x 3
+ * resblocks x 2 convs + the upsamplers) whose relative errors add through the residuals and the MRF
+ * mean, tanh never amplifying. Measured on the H100, both GPU paths alike (session 12):
+ * conv_pre 3.6e-4, the later stages of the random V3 golden and its batch of 3 lengths at
+ * most 1.2e-3, the real V3's whole clip 1.9e-2 (its trained weights drive the stack harder than
+ * random ones). Bounds: 1.5e-3 for conv_pre, 5e-3 for the random-weight stages and batches, 3e-2
+ * for the real clip; each test prints the measured value. */
 #include "test.h"
 
 #ifdef HARK_CUDA
