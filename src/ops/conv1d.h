@@ -154,12 +154,15 @@ int cuda_conv1d_sum(float *y, const float *x, const float *b, int first, float d
 /* conv1d_res_ref on the tensor cores: w1, w2 of dt (OPS_F16 or OPS_BF16), a and z rounded to it,
  * FP32 accumulation; x, out, sum float, out and sum never aliasing x or each other. Only where
  * cuda_conv1d_res_fits (c = 32, 64, 128 or 256, and the block's shared memory fits the current
- * device), else HARK_ERR_INVALID_ARG. */
+ * device), else HARK_ERR_INVALID_ARG. hopper 1 (the caller's path is GPU_PATH_HOPPER): the
+ * wgmma kernel where it is the faster one (256 channels) on a compute capability 9.0 device;
+ * 2: wgmma for every width (tests); 0 or another device: mma.sync kernels. The same results up to
+ * the order of FP32 sums. */
 int cuda_conv1d_res_fits(int c, int k1, int d1, int k2);
 int cuda_conv1d_res(float *out, float *sum, const float *x, const void *w1, const float *b1, int k1,
                     int d1, const void *w2, const float *b2, int k2, ops_dtype_t dt, float slope,
-                    const int *lens, int batch, int t, int c, int first, float div, void *stream,
-                    hark_err_t *err);
+                    const int *lens, int batch, int t, int c, int first, float div, int hopper,
+                    void *stream, hark_err_t *err);
 
 /* conv1d_post_tanh_ref with w of w_t (any of the three, read as float; lens device, or NULL);
  * c a multiple of 4, c · k <= 8192. FP32 arithmetic throughout. */

@@ -275,6 +275,16 @@ extern "C" int cuda_conv1d_res_fits(int c, int k1, int d1, int k2)
     return need <= (size_t)lim && 2 * (k2 / 2) < rows_per_block(c);
 }
 
+/* 256 channels: does the grid of 128-row blocks fall short of two per multiprocessor? */
+static bool res_short_grid(const res_args_t &a, int batch)
+{
+    int dev = 0, sms = 0, to = res_bm(256) - 2 * (a.k2 / 2);
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    long long blocks = (long long)((a.t + to - 1) / to) * batch;
+    return blocks < 2LL * sms && 2 * (a.k2 / 2) < 64;
+}
+
 template <typename T, int C, int BMV = res_bm(C)>
 static int res_go(const res_args_t &a, int batch, cudaStream_t st, hark_err_t *err)
 {
@@ -293,9 +303,306 @@ static int res_go(const res_args_t &a, int batch, cudaStream_t st, hark_err_t *e
                : HARK_OK;
 }
 
-template <typename T>
-static int res_c(const res_args_t &a, int batch, int c, cudaStream_t st, hark_err_t *err)
+/* ---- Hopper: the same unit on wgmma -----------------------------------------------------------
+ * Two warpgroups; each takes BM / 128 slabs of 64 rows and issues wgmma.m64nCk16 with A from
+ * registers (ldmatrix from the padded X / Y rows, as above: the row shift of a tap is free) and B,
+ * the weights, from shared memory: a chunk is 64 consecutive K elements of every output
+ * channel's (tap, cin) row — (C, 64) in the 128-byte-swizzled K-major layout the descriptors
+ * read (gemm_f16.cu's) — so one chunk may span two taps (32 channels) or part of one. The B
+ * operand is read once per warpgroup instead of once per warp. Only on the Hopper path
+ * (sm_90a code, a compute capability 9.0 device); elsewhere the kernel traps and the launcher
+ * picks the mma.sync one. The launcher takes it for 256 channels only (see res_c) unless asked
+ * for every width (hopper = 2: the tests keep the other widths checked for the next round of
+ * tuning). */
+#define WGR_R16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define WGR_ASM(SHAPE, TY, RLIST, DLIST, A)                                                        \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                        \
+                 "wgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY " " RLIST ", " A          \
+                 ", p, 1, 1, 0;\n}\n"                                                              \
+                 : DLIST                                                                           \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db))
+/* d (64 x N of this warpgroup) += A (64 x 16, registers) · B (N x 16)ᵀ from shared memory */
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_ra(float *d, const unsigned a[4], uint64_t db)
 {
+#if HARK_DEV_HOPPER
+    constexpr bool bf = h16<T>::bf16;
+    if constexpr (N == 32) {
+        if constexpr (bf)
+            WGR_ASM("m64n32k16", "bf16", WGR_R16, WG_D16(0), "{%16, %17, %18, %19}, %20");
+        else
+            WGR_ASM("m64n32k16", "f16", WGR_R16, WG_D16(0), "{%16, %17, %18, %19}, %20");
+    } else if constexpr (N == 64) {
+        if constexpr (bf)
+            WGR_ASM("m64n64k16", "bf16", WG_R32, WG_D32, "{%32, %33, %34, %35}, %36");
+        else
+            WGR_ASM("m64n64k16", "f16", WG_R32, WG_D32, "{%32, %33, %34, %35}, %36");
+    } else if constexpr (N == 128) {
+        if constexpr (bf)
+            WGR_ASM("m64n128k16", "bf16", WG_R64, WG_D64, "{%64, %65, %66, %67}, %68");
+        else
+            WGR_ASM("m64n128k16", "f16", WG_R64, WG_D64, "{%64, %65, %66, %67}, %68");
+    } else {
+        if constexpr (bf)
+            WGR_ASM("m64n256k16", "bf16", WG_R128, WG_D128, "{%128, %129, %130, %131}, %132");
+        else
+            WGR_ASM("m64n256k16", "f16", WG_R128, WG_D128, "{%128, %129, %130, %131}, %132");
+    }
+#endif
+}
+#undef WGR_ASM
+
+template <int C> struct wres_cfg {
+    static constexpr int BM = res_bm(C);
+    static constexpr int SL = BM / 128; /* 64-row slabs per warpgroup */
+    static constexpr int LD = C + 8;
+    static constexpr int ND = C / 2;       /* accumulators per thread per slab */
+    static constexpr int WBYTES = C * 128; /* a weight chunk: C rows of 64 K elements */
+};
+
+template <int C> static size_t wres_smem(int k1, int d1, int k2)
+{
+    typedef wres_cfg<C> F;
+    return 1024 + 2 * (size_t)F::WBYTES + (size_t)res_rows(F::BM, k1, d1, k2) * F::LD * 2;
+}
+
+template <typename T, int C>
+__global__ void __launch_bounds__(RES_THREADS, 1) wres_kernel(res_args_t a)
+{
+#if HARK_DEV_HOPPER
+    typedef wres_cfg<C> F;
+    typedef typename h16<T>::T2 T2;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    unsigned base = (unsigned)__cvta_generic_to_shared(smem_raw);
+    unsigned pad = ((base + 1023u) & ~1023u) - base; /* the swizzle needs 1024-byte alignment */
+    unsigned char *sw = smem_raw + pad;              /* 2 weight chunks */
+    const unsigned sw_addr = base + pad;
+    T *sX = (T *)(sw + 2 * F::WBYTES); /* (rows, LD); Y over its first BM rows */
+    const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
+    const int b = blockIdx.y;
+    const int len = a.lens && a.lens[b] < a.t ? a.lens[b] : a.t;
+    const bool two = a.k2 > 0;
+    const int p2 = two ? a.k2 / 2 : 0, TO = F::BM - 2 * p2;
+    const int s0 = blockIdx.x * TO;
+    if (s0 >= len)
+        return;
+    const int u0 = s0 - p2, v0 = u0 - (a.k1 / 2) * a.d1;
+    const int rows_x = F::BM + (a.k1 - 1) * a.d1;
+    const float *xb = a.x + (long long)b * a.t * C;
+    const int K1 = a.k1 * C, K2 = two ? a.k2 * C : 0;
+    const int n1 = (K1 + 63) / 64, total = n1 + (K2 + 63) / 64;
+
+    /* chunk it -> buffer buf: row n's 16-byte piece cc at n·128 + (cc ^ (n mod 8))·16 */
+    auto load_w = [&](int it, int buf) {
+        const T *w = (const T *)(it < n1 ? a.w1 : a.w2);
+        int K = it < n1 ? K1 : K2, k0 = (it < n1 ? it : it - n1) * 64;
+        unsigned char *dst = sw + buf * F::WBYTES;
+        for (int i = tid; i < C * 8; i += RES_THREADS) {
+            int n = i >> 3, cc = i & 7;
+            bool ok = k0 + cc * 8 < K;
+            cp_async16(dst + n * 128 + ((cc ^ (n & 7)) << 4),
+                       ok ? w + (long long)n * K + k0 + cc * 8 : w, ok);
+        }
+    };
+    load_w(0, 0);
+    cp_async_commit();
+
+    constexpr int XU = 4;
+    const int nx = rows_x * (C / 4);
+    for (int i0 = tid; i0 < nx; i0 += RES_THREADS * XU) {
+        float4 q[XU];
+#pragma unroll
+        for (int u = 0; u < XU; u++) {
+            int i = i0 + u * RES_THREADS, r = i / (C / 4), c4 = (i % (C / 4)) * 4, v = v0 + r;
+            q[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (i < nx && v >= 0 && v < len)
+                q[u] = *(const float4 *)(xb + (long long)v * C + c4);
+        }
+#pragma unroll
+        for (int u = 0; u < XU; u++) {
+            int i = i0 + u * RES_THREADS, r = i / (C / 4), c4 = (i % (C / 4)) * 4;
+            if (i >= nx)
+                break;
+            float4 v = q[u];
+            v.x = v.x > 0.0f ? v.x : v.x * a.slope;
+            v.y = v.y > 0.0f ? v.y : v.y * a.slope;
+            v.z = v.z > 0.0f ? v.z : v.z * a.slope;
+            v.w = v.w > 0.0f ? v.w : v.w * a.slope;
+            T2 *dd = (T2 *)(sX + r * F::LD + c4);
+            dd[0] = h16<T>::from_f2(v.x, v.y);
+            dd[1] = h16<T>::from_f2(v.z, v.w);
+        }
+    }
+
+    float d[F::SL][F::ND];
+#pragma unroll
+    for (int sl = 0; sl < F::SL; sl++)
+#pragma unroll
+        for (int i = 0; i < F::ND; i++)
+            d[sl][i] = 0.0f;
+    const int g = lane >> 2, tq = lane & 3;
+    const int wrow = wq * 16; /* this warp's rows within a slab */
+
+    for (int it = 0; it < total; it++) {
+        cp_async_wait<0>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads(); /* chunk it and X (or Y) visible; the other buffer is free */
+        if (it + 1 < total)
+            load_w(it + 1, (it + 1) & 1);
+        cp_async_commit();
+        const bool ph1 = it < n1;
+        const int K = ph1 ? K1 : K2, k0 = (ph1 ? it : it - n1) * 64, dil = ph1 ? a.d1 : 1;
+        const unsigned sb = sw_addr + (it & 1) * F::WBYTES;
+        unsigned af[F::SL][4][4];
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++) {
+            int kk = k0 + ks * 16;
+            if (kk < K) {
+                int j = kk / C, c = kk - j * C;
+#pragma unroll
+                for (int sl = 0; sl < F::SL; sl++)
+                    ldsm_x4(af[sl][ks],
+                            sX + ((wg * F::SL + sl) * 64 + wrow + (lane & 15) + j * dil) * F::LD +
+                                c + (lane >> 4) * 8);
+            }
+        }
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++)
+            if (k0 + ks * 16 < K) {
+#pragma unroll
+                for (int sl = 0; sl < F::SL; sl++)
+                    wgmma_ra<T, C>(d[sl], af[sl][ks], wg_desc(sb + ks * 32));
+            }
+        wg_commit();
+        wg_wait<0>();
+#pragma unroll
+        for (int sl = 0; sl < F::SL; sl++) {
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++)
+                asm volatile(""
+                             : "+r"(af[sl][ks][0]), "+r"(af[sl][ks][1]), "+r"(af[sl][ks][2]),
+                               "+r"(af[sl][ks][3])::"memory");
+#pragma unroll
+            for (int i = 0; i < F::ND; i++)
+                asm volatile("" : "+f"(d[sl][i])::"memory");
+        }
+        if (two && it == n1 - 1) {
+            __syncthreads(); /* every warpgroup has left X */
+#pragma unroll
+            for (int sl = 0; sl < F::SL; sl++)
+#pragma unroll
+                for (int q = 0; q < C / 8; q++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        int row = (wg * F::SL + sl) * 64 + wrow + g + h * 8, col = q * 8 + tq * 2;
+                        int u = u0 + row;
+                        float y0 = 0.0f, y1 = 0.0f;
+                        if (u >= 0 && u < len) {
+                            y0 = d[sl][4 * q + 2 * h] + a.b1[col];
+                            y1 = d[sl][4 * q + 2 * h + 1] + a.b1[col + 1];
+                            y0 = y0 > 0.0f ? y0 : y0 * a.slope;
+                            y1 = y1 > 0.0f ? y1 : y1 * a.slope;
+                        }
+                        *(T2 *)(sX + row * F::LD + col) = h16<T>::from_f2(y0, y1);
+                        d[sl][4 * q + 2 * h] = d[sl][4 * q + 2 * h + 1] = 0.0f;
+                    }
+        }
+    }
+    cp_async_wait<0>();
+
+    const float *bias = two ? a.b2 : a.b1;
+#pragma unroll
+    for (int sl = 0; sl < F::SL; sl++)
+#pragma unroll
+        for (int q = 0; q < C / 8; q++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int row = (wg * F::SL + sl) * 64 + wrow + g + h * 8, col = q * 8 + tq * 2;
+                int s = s0 + row;
+                if (row >= TO || s >= len)
+                    continue;
+                long long o = ((long long)b * a.t + s) * C + col;
+                float2 xv = *(const float2 *)(a.x + o);
+                float2 y = make_float2(xv.x + (d[sl][4 * q + 2 * h] + bias[col]),
+                                       xv.y + (d[sl][4 * q + 2 * h + 1] + bias[col + 1]));
+                if (a.out)
+                    *(float2 *)(a.out + o) = y;
+                if (a.sum) {
+                    float2 sv = a.first ? make_float2(0.0f, 0.0f) : *(const float2 *)(a.sum + o);
+                    sv.x += y.x;
+                    sv.y += y.y;
+                    if (a.div != 1.0f) {
+                        sv.x /= a.div;
+                        sv.y /= a.div;
+                    }
+                    *(float2 *)(a.sum + o) = sv;
+                }
+            }
+#else
+    __trap(); /* never launched off the Hopper path */
+#endif
+}
+
+template <typename T, int C>
+static int wres_go(const res_args_t &a, int batch, cudaStream_t st, hark_err_t *err)
+{
+    size_t smem = wres_smem<C>(a.k1, a.d1, a.k2);
+    cudaError_t e = cudaFuncSetAttribute(wres_kernel<T, C>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess)
+        return err_set(err, HARK_ERR_CUDA, "cuda: conv1d_res (wgmma): shared memory %zu: %s", smem,
+                       cudaGetErrorString(e));
+    int to = wres_cfg<C>::BM - 2 * (a.k2 / 2);
+    dim3 grid((unsigned)((a.t + to - 1) / to), (unsigned)batch);
+    wres_kernel<T, C><<<grid, RES_THREADS, smem, st>>>(a);
+    e = cudaGetLastError();
+    return e != cudaSuccess
+               ? err_set(err, HARK_ERR_CUDA, "cuda: conv1d_res (wgmma): %s", cudaGetErrorString(e))
+               : HARK_OK;
+}
+
+/* the wgmma kernel for c channels, or 1 where it cannot run (not a cc 9.0 device; its shared
+ * memory does not fit) */
+template <typename T>
+static int wres_c(const res_args_t &a, int batch, int c, cudaStream_t st, hark_err_t *err)
+{
+    int dev = 0, major = 0, minor = 0, lim = 0;
+    cudaGetDevice(&dev);
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+        major != 9 || minor != 0 || max_smem(&lim))
+        return 1;
+    size_t need = c == 32    ? wres_smem<32>(a.k1, a.d1, a.k2)
+                  : c == 64  ? wres_smem<64>(a.k1, a.d1, a.k2)
+                  : c == 128 ? wres_smem<128>(a.k1, a.d1, a.k2)
+                             : wres_smem<256>(a.k1, a.d1, a.k2);
+    if (need > (size_t)lim)
+        return 1;
+    switch (c) {
+    case 32:
+        return wres_go<T, 32>(a, batch, st, err);
+    case 64:
+        return wres_go<T, 64>(a, batch, st, err);
+    case 128:
+        return wres_go<T, 128>(a, batch, st, err);
+    default:
+        return wres_go<T, 256>(a, batch, st, err);
+    }
+}
+
+template <typename T>
+static int res_c(const res_args_t &a, int batch, int c, cudaStream_t st, hark_err_t *err,
+                 int hopper)
+{
+    /* wgmma for 256 channels only: measured on the H200 (hark bench --profile, V1 at batch 32),
+     * 9.2 -> 8.0 ms there, but 1.4-1.8x slower than mma.sync at 32-128 channels, where the
+     * per-chunk wait on the wgmma batch leaves too little work in flight */
+    if ((hopper == 2 || (hopper == 1 && c == 256)) && !(c == 256 && res_short_grid(a, batch))) {
+        int rc = wres_c<T>(a, batch, c, st, err);
+        if (rc != 1)
+            return rc;
+    }
     switch (c) {
     case 32:
         return res_go<T, 32>(a, batch, st, err);
@@ -303,22 +610,18 @@ static int res_c(const res_args_t &a, int batch, int c, cudaStream_t st, hark_er
         return res_go<T, 64>(a, batch, st, err);
     case 128:
         return res_go<T, 128>(a, batch, st, err);
-    default: { /* a grid short of two blocks per multiprocessor (one fits): blocks of 64 rows */
-        int dev = 0, sms = 0, to = res_bm(256) - 2 * (a.k2 / 2);
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        long long blocks = (long long)((a.t + to - 1) / to) * batch;
-        if (blocks < 2LL * sms && 2 * (a.k2 / 2) < 64)
+    default: /* a grid short of two blocks per multiprocessor (one fits): blocks of 64 rows */
+        if (res_short_grid(a, batch))
             return res_go<T, 256, 64>(a, batch, st, err);
         return res_go<T, 256>(a, batch, st, err);
-    }
     }
 }
 
 extern "C" int cuda_conv1d_res(float *out, float *sum, const float *x, const void *w1,
                                const float *b1, int k1, int d1, const void *w2, const float *b2,
                                int k2, ops_dtype_t dt, float slope, const int *lens, int batch,
-                               int t, int c, int first, float div, void *stream, hark_err_t *err)
+                               int t, int c, int first, float div, int hopper, void *stream,
+                               hark_err_t *err)
 {
     if ((dt != OPS_F16 && dt != OPS_BF16) || batch < 0 || t < 0 || (!out && !sum) ||
         !cuda_conv1d_res_fits(c, k1, d1, k2) || (k2 && (!w2 || !b2)) || !w1 || !b1 || div == 0.0f)
@@ -329,6 +632,6 @@ extern "C" int cuda_conv1d_res(float *out, float *sum, const float *x, const voi
         return HARK_OK;
     res_args_t a = {out, sum, x, w1, w2, b1, b2, lens, k1, d1, k2, t, first, div, slope};
     cudaStream_t st = (cudaStream_t)stream;
-    return dt == OPS_F16 ? res_c<__half>(a, batch, c, st, err)
-                         : res_c<__nv_bfloat16>(a, batch, c, st, err);
+    return dt == OPS_F16 ? res_c<__half>(a, batch, c, st, err, hopper)
+                         : res_c<__nv_bfloat16>(a, batch, c, st, err, hopper);
 }

@@ -649,24 +649,27 @@ GPU_TEST(cuda_conv1d_res_matches_ref)
             round_to(hw2, nw2 ? nw2 : 1, dt);
             void *dw1 = dup_to(hw1, nw1, dt), *dw2 = dup_to(hw2, nw2 ? nw2 : 1, dt);
             double tol = dt == OPS_F16 ? 1e-4 : 8e-4;
-            for (int mode = 0; mode < 3; mode++) { /* out; out + first sum; sum / 3 only */
+            /* out; out + first sum; sum / 3 only — each with the mma.sync kernels and then with
+             * the Hopper path's (wgmma, on a compute capability 9.0 device; mma.sync elsewhere) */
+            for (int mk = 0; mk < 6; mk++) {
+                int mode = mk % 3, hop = 2 * (mk / 3);
                 float *dout = mode == 2 ? NULL : dalloc(n, OPS_F32);
                 float *dsum = mode == 0 ? NULL : dup_to(s0, n, OPS_F32);
                 int first = mode == 1;
                 float div = mode == 2 ? 3.0f : 1.0f;
                 CHECK_OK(cuda_conv1d_res(dout, dsum, dx, dw1, db1, k1, d1, k2 ? dw2 : NULL,
                                          k2 ? db2 : NULL, k2, dt, 0.1f, d_lens, batch, tl, c, first,
-                                         div, NULL, &err));
+                                         div, hop, NULL, &err));
                 memcpy(rsum, s0, n * 4);
                 conv1d_res_ref(rout, mode ? rsum : NULL, x, hw1, b1, k1, d1, hw2, b2, k2, 0.1f,
                                lens, batch, tl, c, first, div, round_cb, &dt);
                 if (dout) {
                     CHECK_OK(dup_from(gout, dout, n, OPS_F32));
                     double e = res_err(gout, rout, x, lens, batch, tl, c);
-                    fprintf(stderr, "  conv1d_res %s c %d k1 %d d1 %d k2 %d tl %d: out %.2e\n",
-                            dt_name(dt), c, k1, d1, k2, tl, e);
-                    CHECKF(e <= tol, "%s c %d k1 %d d1 %d k2 %d: out rel. RMS %g", dt_name(dt), c,
-                           k1, d1, k2, e);
+                    fprintf(stderr, "  conv1d_res %s%s c %d k1 %d d1 %d k2 %d tl %d: out %.2e\n",
+                            dt_name(dt), hop ? " hopper" : "", c, k1, d1, k2, tl, e);
+                    CHECKF(e <= tol, "%s%s c %d k1 %d d1 %d k2 %d: out rel. RMS %g", dt_name(dt),
+                           hop ? " hopper" : "", c, k1, d1, k2, e);
                     CHECKF(res_rows_untouched(gout, lens, batch, tl, c),
                            "c %d: rows past an item's length were written", c);
                     CHECK(guard_ok(dout, n, OPS_F32));
@@ -680,7 +683,8 @@ GPU_TEST(cuda_conv1d_res_matches_ref)
                             CHECK(!memcmp(gsum + ((size_t)b * tl + s) * c,
                                           s0 + ((size_t)b * tl + s) * c, (size_t)c * 4));
                     double e = res_err(gsum, rsum, mode == 1 ? x : NULL, lens, batch, tl, c);
-                    CHECKF(e <= tol, "%s c %d: sum rel. RMS %g", dt_name(dt), c, e);
+                    CHECKF(e <= tol, "%s%s c %d: sum rel. RMS %g", dt_name(dt),
+                           hop ? " hopper" : "", c, e);
                     CHECK(guard_ok(dsum, n, OPS_F32));
                     cudaFree(dsum);
                 }
@@ -708,10 +712,10 @@ GPU_TEST(cuda_conv1d_res_matches_ref)
     /* refused: FP32, a channel count without a block shape, out and sum both NULL */
     CHECK(!cuda_conv1d_res_fits(48, 3, 1, 3));
     CHECK_EQ_INT(cuda_conv1d_res(NULL, NULL, NULL, NULL, NULL, 3, 1, NULL, NULL, 0, OPS_F16, 0.1f,
-                                 NULL, 1, 8, 32, 1, 1.0f, NULL, &err),
+                                 NULL, 1, 8, 32, 1, 1.0f, 1, NULL, &err),
                  HARK_ERR_INVALID_ARG);
     CHECK_EQ_INT(cuda_conv1d_res((float *)8, NULL, (float *)8, (void *)8, (float *)8, 3, 1, NULL,
-                                 NULL, 0, OPS_F32, 0.1f, NULL, 1, 8, 32, 1, 1.0f, NULL, &err),
+                                 NULL, 0, OPS_F32, 0.1f, NULL, 1, 8, 32, 1, 1.0f, 0, NULL, &err),
                  HARK_ERR_INVALID_ARG);
 }
 

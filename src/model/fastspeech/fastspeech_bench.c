@@ -34,12 +34,14 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: hark bench --model FASTSPEECH_DIR [--vocoder HIFIGAN_DIR] [--batch 1,32]\n"
             "                  [--precision fp16|bf16|fp32] [--device cuda:N] [--chunk-frames 64]\n"
-            "                  [--min-time S] [--alpha A] [--no-graphs] [--no-fused] [--profile]\n"
+            "                  [--min-time S] [--alpha A] [--no-graphs] [--no-fused | --no-wgmma]\n"
+            "                  [--profile]\n"
             "Times text -> FastSpeech -> HiFi-GAN on the GPU, each batch filled with DLE's three\n"
             "golden sentences in turn: one JSON line per batch size with ms per batch, time to\n"
             "first audio (the first streamed vocoder chunk), real-time factor and GPU memory.\n"
             "The vocoder defaults to the one the model's config.pbtxt names. --no-fused runs\n"
-            "HiFi-GAN's resblocks conv by conv; --profile adds a line with the vocoder's ms per\n"
+            "HiFi-GAN's resblocks conv by conv, --no-wgmma fused on mma.sync only; --profile adds "
+            "a line with the vocoder's ms per\n"
             "part (conv_pre, ups{i}, mrf{i}, conv_post; no graphs).\n");
 }
 
@@ -287,6 +289,8 @@ int fastspeech_bench_main(int argc, char **argv)
             graphs = 0;
         else if (!strcmp(argv[i], "--no-fused"))
             fused = 0;
+        else if (!strcmp(argv[i], "--no-wgmma"))
+            fused = 2;
         else if (!strcmp(argv[i], "--profile"))
             profile = 1;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {

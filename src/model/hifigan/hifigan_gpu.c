@@ -36,6 +36,7 @@ double hifigan_macs(const hifigan_model_t *m, int n_frames)
 
 #include "core/alloc.h"
 #include "core/assert.h"
+#include "gpu/gpu_arch.h"
 #include "gpu/graph_cache.h"
 #include "gpu/weight_stage.h"
 #include "hark.h"
@@ -382,7 +383,7 @@ void hifigan_gpu_set_graphs(hifigan_gpu_worker_t *w, int on)
 void hifigan_gpu_set_fused(hifigan_gpu_worker_t *w, int on)
 {
     graph_cache_clear(w->gc);
-    w->fused = on != 0;
+    w->fused = on == 2 ? 2 : on != 0;
 }
 
 int hifigan_gpu_fused_stages(const hifigan_gpu_worker_t *w)
@@ -675,7 +676,8 @@ static int enqueue_forward(hifigan_gpu_worker_t *w, const float *mel, int batch,
                 dst = dd % 2 ? w->acc : w->r;
                 RUN(cuda_conv1d_res(keep ? dst : NULL, last ? w->xs : NULL, src, c1->w, c1->b,
                                     c1->k, c1->dil, c2 ? c2->w : NULL, c2 ? c2->b : NULL,
-                                    c2 ? c2->k : 0, dt, slope, lens, batch, Tn, cp, k == 0, div, st,
+                                    c2 ? c2->k : 0, dt, slope, lens, batch, Tn, cp, k == 0, div,
+                                    w->fused == 1 && ops_cuda_path(w->ops) == GPU_PATH_HOPPER, st,
                                     err));
                 src = dst;
             }

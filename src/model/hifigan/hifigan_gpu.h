@@ -51,8 +51,9 @@ int hifigan_gpu_worker_max_batch(const hifigan_gpu_worker_t *w);
 void hifigan_gpu_set_graphs(hifigan_gpu_worker_t *w, int on); /* default on; HARK_NO_GRAPHS=1 off */
 
 /* 16-bit workers run each dilation of a stage's resblocks as one fused kernel (cuda_conv1d_res)
- * where it takes the stage's channels; off: the conv-by-conv path (the FP32 one, in 16 bits).
- * Default on. hifigan_gpu_fused_stages: how many stages run fused now. */
+ * where it takes the stage's channels: on 1 (the default; wgmma kernels on the Hopper path), 2
+ * (mma.sync kernels on every path), 0 off (the conv-by-conv path, the FP32 one in 16 bits).
+ * hifigan_gpu_fused_stages: how many stages run fused now. */
 void hifigan_gpu_set_fused(hifigan_gpu_worker_t *w, int on);
 int hifigan_gpu_fused_stages(const hifigan_gpu_worker_t *w);
 
