@@ -6,7 +6,7 @@
 """Reference outputs of icefall's zipformer recipe for one configuration.
 
     icefall_zipformer_reference.py --icefall-root SRC --wav FILE.wav --out DIR
-        [--seed 7] [--blank-shift 4] [--logit-scale 3] [--encoder-proj-scale 4]
+        [--seed 7] [--blank-shift 0] [--logit-scale 2.5] [--encoder-proj-scale 1]
         [--shims ../shared/tools/icefall] [--vocab-size 500]
         [the recipe's model flags: --num-encoder-layers 2,2,3,4,3,2 --downsampling-factor ...
          --feedforward-dim ... --num-heads ... --encoder-dim ... --query-head-dim ...
@@ -22,9 +22,11 @@ are icefall's) and the model is built by train.get_model. Its weights are icefal
 initialisation, then perturbed from a second seeded generator so that every stored value matters:
 every bias outside encoder_embed's convolutions N(0, 0.02^2) (BiasNorm biases N(0, 0.1^2)), every
 bypass_scale U(0.3, 0.9) per channel, SimpleDownsample biases N(0, 0.5^2), BiasNorm log_scale
-+ N(0, 0.1^2), ChunkCausalDepthwiseConv1d chunkwise_conv_scale N(0, 0.1^2). The joiner's
-encoder_proj is scaled by --encoder-proj-scale, output_linear by --logit-scale and the blank
-logit's bias raised by --blank-shift, so that the searches emit a useful number of tokens.
++ N(0, 0.1^2), ChunkCausalDepthwiseConv1d chunkwise_conv_scale N(0, 0.1^2). Then the joiner alone is
+calibrated on the utterance (deterministic; see calibrate(): encoder_proj centred and scaled to
+--encoder-proj-scale time-std, output_linear to a logit std of --logit-scale, the blank bias
+shifted for a useful blank fraction), so that the searches emit a useful number of distinct
+tokens; the checkpoint is saved after that.
 
 DIR receives pretrained.pt ({"model": state_dict}, as export.py writes it), fbank.npy (the
 icefall pretrained.py fbank, via torchaudio's Kaldi fbank with kaldifeat's options),
@@ -44,6 +46,45 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pyneed  # noqa: E402,F401 (a missing module names the python3 to use)
 
 
+def calibrate(model, x, a, torch, greedy_search_batch):
+    """The joiner only, deterministic, from this utterance (random weights give near-constant
+    logits): encoder_proj centred over the frames (its bias cancels the mean) and scaled to unit
+    time-std, times --encoder-proj-scale; output_linear scaled to a logit std of --logit-scale;
+    then the blank bias shifted by the value of {-8, -7.5, ..., 8} (+ --blank-shift) that gives
+    the most distinct greedy tokens with a blank fraction in [0.3, 0.8] (else the fraction
+    nearest 0.55)."""
+    j = model.joiner
+    with torch.no_grad():
+        enc, lens = model.forward_encoder(x, torch.tensor([x.shape[1]]))
+        e = enc[0]
+        ep = torch.nn.functional.linear(e, j.encoder_proj.weight)
+        sd = float(ep.std(dim=0).mean())
+        k = a.encoder_proj_scale / max(sd, 1e-6)
+        j.encoder_proj.weight.mul_(k)
+        j.encoder_proj.bias.copy_(-ep.mean(dim=0) * k)
+        dec = model.decoder(torch.tensor([[-1] * (model.decoder.context_size - 1) + [0]]),
+                            need_pad=False)
+        lg = j(j.encoder_proj(e).unsqueeze(0), j.decoder_proj(dec), project_input=False)
+        ls = a.logit_scale / max(float(lg.std()), 1e-6)
+        j.output_linear.weight.mul_(ls)
+        j.output_linear.bias.mul_(ls)
+        base = float(j.output_linear.bias[0])
+        best = None
+        T = int(lens[0])
+        for i in range(33):
+            shift = -8.0 + 0.5 * i + a.blank_shift
+            j.output_linear.bias[0] = base + shift
+            hyp = greedy_search_batch(model=model, encoder_out=enc, encoder_out_lens=lens)[0]
+            frac = 1.0 - len(hyp) / T
+            ok = 0.3 <= frac <= 0.8
+            key = (ok, len(set(hyp)) if ok else -abs(frac - 0.55))
+            if best is None or key > best[0]:
+                best = (key, shift, frac, len(set(hyp)))
+        j.output_linear.bias[0] = base + best[1]
+    return {"encoder_proj_scale": k, "logit_scale": ls, "blank_shift": best[1],
+            "blank_fraction": best[2], "distinct_tokens": best[3]}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], add_help=False)
     ap.add_argument("--icefall-root", required=True)
@@ -53,9 +94,9 @@ def main():
                                                     "shared", "tools", "icefall"))
     ap.add_argument("--vocab-size", type=int, default=500)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--blank-shift", type=float, default=4.0)
-    ap.add_argument("--logit-scale", type=float, default=3.0)
-    ap.add_argument("--encoder-proj-scale", type=float, default=4.0)
+    ap.add_argument("--blank-shift", type=float, default=0.0)
+    ap.add_argument("--logit-scale", type=float, default=2.5)
+    ap.add_argument("--encoder-proj-scale", type=float, default=1.0)
     a, rest = ap.parse_known_args()
 
     recipe = os.path.join(os.path.abspath(a.icefall_root), "egs", "librispeech", "ASR",
@@ -112,11 +153,7 @@ def main():
                 p.copy_(torch.randn(p.shape, generator=g) * 0.5)
             elif n.endswith(".bias") and not n.startswith("encoder_embed."):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.02)
-        model.joiner.encoder_proj.weight.mul_(a.encoder_proj_scale)
-        model.joiner.output_linear.weight.mul_(a.logit_scale)
-        model.joiner.output_linear.bias[0] += a.blank_shift
     model.eval()
-    torch.save({"model": model.state_dict()}, os.path.join(out, "pretrained.pt"))
 
     wav, sr = torchaudio.load(wav_path)
     if sr != 16000 or wav.shape[0] != 1:
@@ -126,6 +163,8 @@ def main():
         snip_edges=False, num_mel_bins=80, low_freq=20, high_freq=-400, energy_floor=0.0)
     np.save(os.path.join(out, "fbank.npy"), feats.numpy())
     x = feats.unsqueeze(0)
+    calib = calibrate(model, x, a, torch, greedy_search_batch)
+    torch.save({"model": model.state_dict()}, os.path.join(out, "pretrained.pt"))
     stacks = {}
     hooks = []
     for i, mod in enumerate(model.encoder.encoders):
@@ -159,7 +198,7 @@ def main():
         np.save(os.path.join(out, f"stack{i}_out.npy"), stacks[i].numpy())
     np.save(os.path.join(out, "encoder_out.npy"), enc[0].numpy())
     T = int(enc_lens[0])
-    ref = {"config": {"model_flags": rest, "seed": a.seed, "blank_shift": a.blank_shift,
+    ref = {"calibration": calib, "config": {"model_flags": rest, "seed": a.seed, "blank_shift": a.blank_shift,
                       "logit_scale": a.logit_scale, "encoder_proj_scale": a.encoder_proj_scale,
                       "vocab_size": a.vocab_size,
                       "params": {k: v for k, v in vars(margs).items()}},
