@@ -2,10 +2,11 @@
 # convert_icefall.py — turns an icefall pruned stateless transducer checkpoint (pretrained.pt as
 # export.py writes it, or epoch-N.pt) + tokens.txt into a hark model directory
 # (docs/model-format.md, "icefall transducers").
-# Tests: tests/model/icefall/test_convert_icefall.c (runs this script on the golden checkpoint).
+# Tests: tests/model/icefall/test_icefall_family.c (icefall_convert_errors),
+# tests/model/icefall/test_icefall_zipformer.c, tests/model/icefall/test_icefall_config.c.
 """Convert an icefall pruned stateless transducer checkpoint into a hark model directory.
 
-    convert_icefall.py --recipe pruned_transducer_stateless3 --checkpoint pretrained.pt
+    convert_icefall.py --recipe pruned_transducer_stateless3|zipformer --checkpoint pretrained.pt
                        --tokens data/lang_bpe_500/tokens.txt --output DIR [model flags]
 
 DIR receives a Triton-style model-repository entry:
@@ -17,7 +18,9 @@ DIR receives a Triton-style model-repository entry:
 
 The model flags are the recipe's own, spelled as its pretrained.py takes them; those left out
 take the recipe's defaults. The model sizes of pruned_transducer_stateless3 are not command-line
-options in icefall (get_params()); they are read from the tensor shapes. Flags that change the
+options in icefall (get_params()); they are read from the tensor shapes. The zipformer's are
+(train.py's add_model_arguments: --num-encoder-layers 2,2,3,4,3,2 --encoder-dim ... ); the
+checkpoint's tensors are checked against the shapes they give. Flags that change the
 model in a way hark does not implement are refused by name; nothing is written unless every
 check passes. Runs with Debian's /usr/bin/python3 (python3-torch, python3-numpy).
 """
@@ -258,6 +261,35 @@ def zipformer_arch(args):
     return a
 
 
+def zipformer_chunks(a, args):
+    """A causal model decodes with one chunk size and one left context (icefall draws them at
+    random from the lists on every call, even in eval; its exported models take one each), and
+    they must pass icefall's assertions."""
+    for key, flag in (("chunk_size", "--chunk-size"), ("left_context_frames",
+                                                       "--left-context-frames")):
+        if len(a[key]) != 1:
+            fail(f"{flag} {getattr(args, key)}: a causal model decodes with one value (icefall "
+                 "draws one at random from a list on every call); pass one, e.g. "
+                 f"{flag} {a[key][0]}")
+    cs, lcf = a["chunk_size"][0], a["left_context_frames"][0]
+    if cs == 0 or cs < -1:
+        fail(f"--chunk-size {cs}: must be >= 1 (frames at 50 Hz) or -1 (no chunking)")
+    if lcf == 0 or lcf < -1:
+        fail(f"--left-context-frames {lcf}: must be >= 1 or -1 (unlimited)")
+    if cs > 0:
+        for i, ds in enumerate(a["downsampling_factor"]):
+            if cs % ds:
+                fail(f"--chunk-size {cs}: not a multiple of stack {i}'s downsampling factor {ds} "
+                     "(icefall asserts it)")
+        if lcf > 0:
+            lc = max(lcf // cs, 1)
+            for i, ds in enumerate(a["downsampling_factor"]):
+                if cs * lc < (a["cnn_module_kernel"][i] // 2) * ds:
+                    fail(f"--left-context-frames {lcf}: {lc} left chunks of {cs} frames are "
+                         f"fewer than stack {i}'s convolution needs "
+                         f"({a['cnn_module_kernel'][i] // 2} x {ds}; icefall asserts it)")
+
+
 def zipformer_expected(a, D, J, V, cs):
     """{name: shape} of every tensor a zipformer transducer's state dict holds (icefall's names,
     before folding), and the names hark drops (read by icefall but unused at inference)."""
@@ -394,8 +426,7 @@ def convert_zipformer(args):
              "groups of 4 channels)")
     a = zipformer_arch(args)
     if a["causal"]:
-        fail("--causal True: the causal (streaming) zipformer is not supported by hark yet "
-             "(only --causal False)")
+        zipformer_chunks(a, args)
     sd, key = load_state_dict(args.checkpoint)
     if "encoder_embed.convnext.depthwise_conv.weight" not in sd:
         fail(f"{args.checkpoint}: not a zipformer checkpoint (no "

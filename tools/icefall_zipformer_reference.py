@@ -85,6 +85,37 @@ def calibrate(model, x, a, torch, greedy_search_batch):
             "blank_fraction": best[2], "distinct_tokens": best[3]}
 
 
+def run_streaming(model, params, feats, torch, streaming_decode, DecodeStream):
+    """icefall's streaming_decode.py on one stream, greedy search: DecodeStream.set_features with
+    tail_pad_len 30, decode_one_chunk until the stream is done; every chunk's encoder output is
+    recorded (streaming_forward wrapped)."""
+    cpu = torch.device("cpu")
+    params.decoding_method = "greedy_search"
+    model.device = cpu
+    states = streaming_decode.get_init_states(model=model, batch_size=1, device=cpu)
+    stream = DecodeStream(params=params, cut_id="utt", initial_states=states,
+                          decoding_graph=None, device=cpu)
+    stream.set_features(feats, tail_pad_len=30)
+    chunks = []
+    inner = streaming_decode.streaming_forward
+
+    def recording(**kw):
+        res = inner(**kw)
+        chunks.append(res[0][0].detach().clone())
+        return res
+
+    streaming_decode.streaming_forward = recording
+    with torch.no_grad():
+        while not stream.done:
+            streaming_decode.decode_one_chunk(params=params, model=model,
+                                              decode_streams=[stream])
+    streaming_decode.streaming_forward = inner
+    enc = torch.cat(chunks, dim=0)
+    return {"encoder_out": enc.numpy(), "num_chunks": len(chunks),
+            "chunk_frames": int(chunks[0].shape[0]),
+            "greedy_tokens": list(stream.decoding_result())}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], add_help=False)
     ap.add_argument("--icefall-root", required=True)
@@ -97,6 +128,9 @@ def main():
     ap.add_argument("--blank-shift", type=float, default=0.0)
     ap.add_argument("--logit-scale", type=float, default=2.5)
     ap.add_argument("--encoder-proj-scale", type=float, default=1.0)
+    ap.add_argument("--streaming", action="store_true",
+                    help="also decode chunk by chunk as icefall's streaming_decode.py does "
+                    "(a causal model with one --chunk-size and --left-context-frames)")
     a, rest = ap.parse_known_args()
 
     recipe = os.path.join(os.path.abspath(a.icefall_root), "egs", "librispeech", "ASR",
@@ -124,6 +158,9 @@ def main():
         import torchaudio
         import train
         from beam_search import greedy_search_batch, modified_beam_search
+        if a.streaming:
+            import streaming_decode
+            from decode_stream import DecodeStream
     finally:
         os.chdir(cwd)
 
@@ -193,6 +230,10 @@ def main():
                 k += 1
     for h in hooks:
         h.remove()
+    stream = None
+    if a.streaming:
+        stream = run_streaming(model, params, feats, torch, streaming_decode, DecodeStream)
+        np.save(os.path.join(out, "stream_encoder_out.npy"), stream.pop("encoder_out"))
     np.save(os.path.join(out, "encoder_embed_out.npy"), emb[0].numpy())
     for i in sorted(stacks):
         np.save(os.path.join(out, f"stack{i}_out.npy"), stacks[i].numpy())
@@ -208,6 +249,8 @@ def main():
                              "min_top1_top2_margin": margin},
            "modified_beam_search": {"tokens": list(mb.hyps[0]),
                                     "timestamps": list(mb.timestamps[0])}}
+    if stream is not None:
+        ref["streaming"] = stream
     with open(os.path.join(out, "ref.json"), "w") as f:
         json.dump(ref, f)
     print(f"wrote {out}: T' {T}, greedy {len(gr.hyps[0])} tokens "

@@ -478,9 +478,11 @@ int icefall_worker_create(const icefall_model_t *m, double max_seconds, icefall_
     size_t n = m->cfg.encoder_type == ICEFALL_ZIPFORMER ? icefall_zf_scratch_floats(m, w->max_t_in)
                                                         : enc_sizes(m, w->max_t_in, &s);
     int tp = icefall_model_frames_out(m, w->max_t_in);
+    /* key ranges: the Conformer's per encoder frame, the zipformer's per 50 Hz frame */
+    int nlh = m->cfg.encoder_type == ICEFALL_ZIPFORMER ? icefall_zf_key_rows(m, w->max_t_in) : tp;
     w->scratch = hark_malloc(sizeof(float) * n);
-    w->lo = hark_malloc(sizeof(int) * (size_t)tp);
-    w->hi = hark_malloc(sizeof(int) * (size_t)tp);
+    w->lo = hark_malloc(sizeof(int) * (size_t)(nlh > 0 ? nlh : 1));
+    w->hi = hark_malloc(sizeof(int) * (size_t)(nlh > 0 ? nlh : 1));
     w->feats = hark_malloc(sizeof(float) * (size_t)w->max_t_in * (size_t)m->cfg.feature_dim);
     w->enc = hark_malloc(sizeof(float) * (size_t)tp * (size_t)m->cfg.d);
     if (!w->scratch || !w->lo || !w->hi || !w->feats || !w->enc) {

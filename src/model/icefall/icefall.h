@@ -1,12 +1,13 @@
 /* icefall.h — icefall's pruned stateless transducers on the CPU: pruned_transducer_stateless3
  * (Conformer encoder with Conv2dSubsampling, BasicNorm, rel-pos attention and the convolution
- * module; stateless decoder; joiner) and the zipformer recipe (Zipformer2 encoder, non-causal:
- * icefall_zipformer.c), icefall's fbank, greedy search (greedy_search_batch: at most
- * one symbol per frame, with timestamps) and modified beam search, BPE pieces joined as icefall's
- * pretrained.py does. The model files are those of tools/convert_icefall.py, whose weights are
- * already the effective ones (docs/model-format.md, "icefall transducers").
- * Tests: tests/model/icefall/test_icefall.c (every stage against icefall's T1 goldens),
- * tests/model/icefall/test_icefall_zipformer.c (the zipformer against icefall's own code)
+ * module; stateless decoder; joiner) and the zipformer recipe (Zipformer2 encoder, non-causal or
+ * causal with its chunk mask over the whole utterance: icefall_zipformer.c), icefall's fbank,
+ * greedy search (greedy_search_batch: at most one symbol per frame, with timestamps) and modified
+ * beam search, BPE pieces joined as icefall's pretrained.py does. The model files are those of
+ * tools/convert_icefall.py, whose weights are already the effective ones (docs/model-format.md,
+ * "icefall transducers"). Tests: tests/model/icefall/test_icefall.c (every stage against icefall's
+ * T1 goldens), tests/model/icefall/test_icefall_zipformer.c (the zipformer against icefall's own
+ * code)
  *
  * A GPU path goes beside this one as icefall_gpu.c (as src/model/jasper/jasper_gpu.c does), with
  * these functions as its CPU reference: icefall_encode on a padded row (t_in > len_in) is what a
@@ -35,7 +36,7 @@ typedef enum { ICEFALL_CONFORMER = 0, ICEFALL_ZIPFORMER = 1 } icefall_encoder_ty
 #define ICEFALL_ZF_MAX_STACKS 16
 
 /* The zipformer recipe's Zipformer2 encoder, one entry per stack (icefall's per-stack tuples
- * expanded). Non-causal only so far. */
+ * expanded). */
 typedef struct {
     int n_stacks;
     int num_layers[ICEFALL_ZF_MAX_STACKS];
@@ -49,6 +50,13 @@ typedef struct {
     int kernel[ICEFALL_ZF_MAX_STACKS];
     int pos_dim;
     int embed_dim; /* encoder_dim[0]: encoder_embed's output */
+    /* causal (--causal True): ChunkCausalDepthwiseConv1d convolutions and, with chunk > 0,
+     * chunk-masked attention: a frame at 50 Hz in chunk c = t / chunk sees chunks [c - left_chunks,
+     * c] (left_chunks -1: every chunk to the left) */
+    int causal;
+    int chunk;       /* --chunk-size (frames at 50 Hz); -1: no chunking */
+    int left_chunks; /* --left-context-frames / chunk (at least 1); -1: unlimited */
+    int left_frames; /* --left-context-frames */
 } icefall_zipformer_config_t;
 
 typedef struct {
@@ -140,6 +148,30 @@ void icefall_worker_destroy(icefall_worker_t *w); /* accepts NULL */
  * encoder_dim[i]: each stack's output at the embed's frame rate, after its bypass). */
 int icefall_encode(icefall_worker_t *w, const float *feats, int t_in, int len_in, float *enc,
                    int *len_out, icefall_stage_fn stage, void *user, hark_err_t *err);
+
+/* The causal zipformer chunk by chunk, as icefall's streaming_forward (streaming_decode.py) runs
+ * it: a model converted with --causal True, one --chunk-size c > 0 and one --left-context-frames
+ * l > 0 (a multiple of every downsampling factor; else HARK_ERR_UNSUPPORTED). A stream holds every
+ * layer's left context (l / ds frames of keys, NonlinAttention inputs, values; the conv modules'
+ * k / 2 inputs), the ConvNeXt's 3 frames and the processed count; it starts as zeros (icefall's
+ * get_init_states). Each step takes icefall_zf_stream_step_frames = 2c + 13 feature frames (the
+ * next 2c and 13 of lookahead; the caller pads a short one with log(1e-10)) and gives c / 2
+ * encoder frames (enc (c / 2, d)); the next step starts 2c frames later. A stream belongs to one
+ * thread at a time; the step uses the worker's scratch. */
+typedef struct icefall_zf_stream icefall_zf_stream_t;
+int icefall_zf_stream_create(const icefall_model_t *m, icefall_zf_stream_t **out, hark_err_t *err);
+void icefall_zf_stream_reset(icefall_zf_stream_t *s);   /* back to the initial (zero) state */
+void icefall_zf_stream_destroy(icefall_zf_stream_t *s); /* accepts NULL */
+int icefall_zf_stream_step_frames(const icefall_model_t *m);
+int icefall_zf_stream_step(icefall_worker_t *w, icefall_zf_stream_t *s, const float *feats,
+                           float *enc, hark_err_t *err);
+/* A whole utterance the streaming way, as icefall's streaming_decode.py decodes one stream: the
+ * features (t_in, feature_dim) get 13 + 30 frames of log(1e-10) appended, then steps every 2c
+ * frames until they are used up. *enc (hark_malloc'ed, *len_out = steps x c / 2 frames of d):
+ * the steps' outputs one after the other; they equal icefall_encode's chunk-masked output but for
+ * the last frames (the tail padding). */
+int icefall_zf_stream_encode(icefall_worker_t *w, const float *feats, int t_in, float **enc,
+                             int *len_out, hark_err_t *err);
 
 /* Joiner pieces. n rows each; outputs row-major.
  * encoder_proj: enc (n, d) -> out (n, joiner_dim).

@@ -36,7 +36,10 @@ typedef struct {
     int ff_dim[3];                                        /* ff * 3 / 4, ff, ff * 5 / 4 */
     const float *na_in_w, *na_in_b, *na_out_w, *na_out_b; /* (3 hid, D), (D, hid) */
     const float *cv_in_w[2], *cv_in_b[2];                 /* (2D, D), (2D) */
-    const float *cv_dw_w[2], *cv_dw_b[2];                 /* (D, 1, k), (D) */
+    const float *cv_dw_w[2], *cv_dw_b[2];                 /* (D, 1, k), (D); non-causal */
+    const float *cv_cc_w[2], *cv_cc_b[2];                 /* causal_conv (D, 1, k/2+1), (D) */
+    const float *cv_ck_w[2], *cv_ck_b[2];                 /* chunkwise_conv (D, 1, k), (D) */
+    const float *cv_ck_scale[2];                          /* chunkwise_conv_scale (2, D, k) */
     const float *cv_out_w[2], *cv_out_b[2];               /* (D, D), (D) */
     const float *norm_bias;                               /* (D) BiasNorm */
     float norm_scale;                                     /* exp(log_scale) */
@@ -68,6 +71,7 @@ int icefall_zf_config_parse(const char *path, const struct cJSON *enc, icefall_c
 int icefall_zf_load_weights(icefall_model_t *m, struct safetensors *st, hark_err_t *err);
 void icefall_zf_free(icefall_model_t *m);
 size_t icefall_zf_scratch_floats(const icefall_model_t *m, int t_in);
+int icefall_zf_key_rows(const icefall_model_t *m, int t_in); /* the worker's lo/hi entries */
 int icefall_zf_encode(icefall_worker_t *w, const float *feats, int t_in, float *enc, int *len_out,
                       icefall_stage_fn stage, void *user, hark_err_t *err);
 

@@ -351,7 +351,13 @@ TEST(icefall_convert_errors)
         const char *args, *msg;
     } cases[] = {
         {"--recipe zipformer", "not a zipformer checkpoint"},
-        {"--recipe zipformer --causal True", "--causal True: the causal (streaming) zipformer"},
+        {"--recipe zipformer --causal True",
+         "--chunk-size 16,32,64,-1: a causal model decodes with one value"},
+        {"--recipe zipformer --causal True --chunk-size 16 --left-context-frames 64 "
+         "--downsampling-factor 1,2,4,3,4,2",
+         "--chunk-size 16: not a multiple of stack 3's downsampling factor 3"},
+        {"--recipe zipformer --causal True --chunk-size 16 --left-context-frames 16",
+         "fewer than stack 1's convolution needs"},
         {"--recipe zipformer --causal-convolution True",
          "--causal-convolution: not a flag of the zipformer recipe"},
         {"--recipe pruned_transducer_stateless3 --num-heads 4",

@@ -80,6 +80,7 @@ static int hyps_equal(const icefall_hyp_t *a, const icefall_hyp_t *b)
     "--num-heads 2 --encoder-dim 32,48,32,40 --encoder-unmasked-dim 32 --query-head-dim 8 "        \
     "--value-head-dim 4 --pos-head-dim 2 --pos-dim 16 --cnn-module-kernel 7,15,7,7 "               \
     "--decoder-dim 32 --joiner-dim 48"
+#define GEN_CAUSAL "--causal True --chunk-size 8 --left-context-frames 16"
 
 TEST(icefall_zipformer_generated)
 {
@@ -179,16 +180,76 @@ TEST(icefall_zipformer_generated)
     icefall_worker_destroy(w);
     icefall_destroy(m);
 
-    /* a causal model.json is refused by name */
-    char mj[700];
+    /* the causal model: the full utterance with its chunk mask, and chunk by chunk; they agree
+     * but for the last frames (the stream sees the tail padding) */
     snprintf(cmd, sizeof cmd,
-             "sed -i 's/\"causal\": false/\"causal\": true/' '%s/m/1/model.json' && grep -q "
-             "'\"causal\": true' '%s/m/1/model.json'",
-             tmp, tmp);
+             "/usr/bin/python3 tests/model/icefall/zipformer_random_ckpt.py '%s/c.pt' " GEN_FLAGS
+             " " GEN_CAUSAL " && /usr/bin/python3 tools/convert_icefall.py --recipe zipformer "
+             "--checkpoint '%s/c.pt' --tokens '%s' --output '%s/mc' " GEN_FLAGS " " GEN_CAUSAL,
+             tmp, tmp, tok, tmp);
+    CHECKF(test_run_cmd(t, cmd, log, sizeof log) == 0, "causal conversion failed: %s", log);
+    snprintf(dir, sizeof dir, "%s/mc", tmp);
+    CHECK_OK(icefall_load(dir, 1, &m, &err));
+    c = icefall_config(m);
+    CHECK(c->zf.causal && c->zf.chunk == 8 && c->zf.left_chunks == 2 && c->zf.left_frames == 16);
+    CHECK_EQ_INT(icefall_zf_stream_step_frames(m), 29);
+    CHECK_OK(icefall_worker_create(m, 4, &w, &err));
+    const int T = 197; /* 95 frames at 50 Hz: 11 chunks of 8 and a partial one */
+    feats = hark_malloc(sizeof(float) * (size_t)T * c->feature_dim);
+    for (int i = 0; i < T * c->feature_dim; i++)
+        feats[i] = 2.0f * test_randf(&seed) - 4.0f;
+    enc = hark_malloc(sizeof(float) * (size_t)icefall_model_frames_out(m, T) * c->d);
+    CHECK_OK(icefall_encode(w, feats, T, T, enc, &len, NULL, NULL, &err));
+    float *se = NULL;
+    int slen = 0;
+    CHECK_OK(icefall_zf_stream_encode(w, feats, T, &se, &slen, &err));
+    /* (197 + 43) / 16 steps of 4 frames */
+    CHECK_EQ_INT(slen, 60);
+    CHECK(slen >= len);
+    const int cmp = len - 6;
+    double d = rel_diff(se, enc, (size_t)cmp * c->d), dl = rel_diff(se, enc, (size_t)len * c->d);
+    printf("  causal: the first %d of %d frames chunk by chunk vs the whole utterance %.2e (with "
+           "the last ones %.2e)\n",
+           cmp, len, d, dl);
+    CHECKF(d <= 1e-5, "causal: streaming differs from the chunk-masked utterance by %.3g", d);
+    CHECKF(dl > 1e-5, "causal: the tail padding made no difference (%.3g)", dl);
+    /* a fresh stream again from its start: the same */
+    icefall_zf_stream_t *zs = NULL;
+    CHECK_OK(icefall_zf_stream_create(m, &zs, &err));
+    float *buf = hark_malloc(sizeof(float) * 29 * (size_t)c->feature_dim);
+    float *one = hark_malloc(sizeof(float) * 4 * (size_t)c->d);
+    for (int rep = 0; rep < 2; rep++) {
+        icefall_zf_stream_reset(zs);
+        for (int st = 0; st < 3; st++) {
+            memcpy(buf, feats + (size_t)st * 16 * c->feature_dim,
+                   sizeof(float) * 29 * (size_t)c->feature_dim);
+            CHECK_OK(icefall_zf_stream_step(w, zs, buf, one, &err));
+            CHECK(test_max_abs_diff(one, se + (size_t)st * 4 * c->d, (size_t)4 * c->d) == 0);
+        }
+    }
+    icefall_zf_stream_destroy(zs);
+    hark_free(buf);
+    hark_free(one);
+    hark_free(se);
+    hark_free(feats);
+    hark_free(enc);
+    icefall_worker_destroy(w);
+    /* the non-causal model cannot stream */
+    snprintf(dir, sizeof dir, "%s/m", tmp);
+    icefall_model_t *nc = NULL;
+    CHECK_OK(icefall_load(dir, 1, &nc, &err));
+    CHECK_EQ_INT(icefall_zf_stream_create(nc, &zs, &err), HARK_ERR_UNSUPPORTED);
+    icefall_destroy(nc);
+    icefall_destroy(m);
+    /* a causal model.json with a list of chunk sizes is refused */
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 -c \"import json,sys; p=sys.argv[1]; j=json.load(open(p)); "
+             "j['encoder']['chunk_size']=[8,16]; json.dump(j,open(p,'w'))\" '%s/mc/1/model.json'",
+             tmp);
     CHECK_EQ_INT(system(cmd), 0);
-    snprintf(mj, sizeof mj, "%s/m", tmp);
-    CHECK_EQ_INT(icefall_load(mj, 1, &m, &err), HARK_ERR_UNSUPPORTED);
-    CHECK(strstr(err.msg, "encoder.causal true") != NULL);
+    snprintf(dir, sizeof dir, "%s/mc", tmp);
+    CHECK(icefall_load(dir, 1, &m, &err) == HARK_ERR_FORMAT);
+    CHECK(strstr(err.msg, "one chunk size") != NULL);
 }
 
 /* ---- against icefall's own code ------------------------------------------------------------- */
@@ -241,27 +302,47 @@ TEST(icefall_zipformer_vs_icefall)
     /* the recipe's model flags (the reference script and the converter take the same), the wav */
     static const struct {
         const char *flags, *utt;
+        int stream; /* also chunk by chunk (icefall's streaming_decode.py) */
     } cfgs[] = {
         {"--num-encoder-layers 1,1,2,1,1,1 --downsampling-factor 1,2,4,8,4,2 "
          "--feedforward-dim 96,128,192,256,192,128 --num-heads 2,2,4,4,2,2 "
          "--encoder-dim 48,64,96,128,96,64 --encoder-unmasked-dim 32,32,48,48,48,32 "
          "--query-head-dim 8 --value-head-dim 6 --pos-head-dim 2 --pos-dim 32 "
          "--cnn-module-kernel 31,15,15,7,15,31 --decoder-dim 128 --joiner-dim 160",
-         "jfk"},
-        {"", "lj-LJ001-0013"}, /* the recipe's defaults: 65 M parameters */
+         "jfk", 0},
+        {"", "lj-LJ001-0013", 0}, /* the recipe's defaults: 65 M parameters */
         {"--num-encoder-layers 1 --downsampling-factor 1,2,4,2 --feedforward-dim 128 "
          "--num-heads 3 --encoder-dim 64,96,64,80 --encoder-unmasked-dim 48 --query-head-dim 12 "
          "--value-head-dim 8 --pos-head-dim 3 --pos-dim 24 --cnn-module-kernel 15 "
          "--decoder-dim 64 --joiner-dim 96 --context-size 3",
-         "librivox-sense_and_sensibility_01_austen_64kb-0890"},
+         "librivox-sense_and_sensibility_01_austen_64kb-0890", 0},
+        /* causal, full utterance with the chunk mask: chunks of 16 frames, 4 to the left */
+        {"--num-encoder-layers 1,1,2,1,1,1 --downsampling-factor 1,2,4,8,4,2 "
+         "--feedforward-dim 96,128,192,256,192,128 --num-heads 2,2,4,4,2,2 "
+         "--encoder-dim 48,64,96,128,96,64 --encoder-unmasked-dim 32,32,48,48,48,32 "
+         "--query-head-dim 8 --value-head-dim 6 --pos-head-dim 2 --pos-dim 32 "
+         "--cnn-module-kernel 31,15,15,7,15,31 --decoder-dim 128 --joiner-dim 160 "
+         "--causal True --chunk-size 16 --left-context-frames 64",
+         "jfk", 1},
+        /* causal, chunks of 8 frames (2 at the 4x stack: shorter than its kernel), every chunk to
+         * the left */
+        {"--num-encoder-layers 1 --downsampling-factor 1,2,4,2 --feedforward-dim 128 "
+         "--num-heads 3 --encoder-dim 64,96,64,80 --encoder-unmasked-dim 48 --query-head-dim 12 "
+         "--value-head-dim 8 --pos-head-dim 3 --pos-dim 24 --cnn-module-kernel 15 "
+         "--decoder-dim 64 --joiner-dim 96 --causal True --chunk-size 8 "
+         "--left-context-frames -1",
+         "lj-LJ001-0013", 0},
+        /* the recipe's default sizes, causal: chunks of 32 frames, 128 to the left */
+        {"--causal True --chunk-size 32 --left-context-frames 128", "lj-LJ001-0013", 1},
     };
     for (int c = 0; c < (int)(sizeof cfgs / sizeof *cfgs); c++) {
         char out[700], cmd[6000], path[800];
         snprintf(out, sizeof out, "%s/cfg%d", test_tmpdir(t), c);
         snprintf(cmd, sizeof cmd,
                  "/usr/bin/python3 tools/icefall_zipformer_reference.py --icefall-root '%s' "
-                 "--shims '%s' --wav '%s/wavs/%s.wav' --out '%s' %s > '%s/ref.log' 2>&1",
-                 src, shims, g, cfgs[c].utt, out, cfgs[c].flags, test_tmpdir(t));
+                 "--shims '%s' --wav '%s/wavs/%s.wav' --out '%s' %s %s > '%s/ref.log' 2>&1",
+                 src, shims, g, cfgs[c].utt, out, cfgs[c].flags,
+                 cfgs[c].stream ? "--streaming" : "", test_tmpdir(t));
         CHECKF(system(cmd) == 0, "icefall_zipformer_reference.py failed (see %s/ref.log)",
                test_tmpdir(t));
         snprintf(cmd, sizeof cmd,
@@ -322,6 +403,28 @@ TEST(icefall_zipformer_vs_icefall)
                    ints_equal(cJSON_GetObjectItemCaseSensitive(ms, "timestamps"), bh.times, bh.n),
                "config %d: modified_beam_search tokens/timestamps differ from icefall's", c);
         CHECKF(gh.n > 0, "config %d: greedy emitted nothing", c);
+        if (cfgs[c].stream) {
+            /* chunk by chunk from icefall's fbank: every chunk's output, then greedy search over
+             * them (icefall's streaming greedy search continues its hypothesis across chunks) */
+            float *se = NULL;
+            int slen = 0;
+            CHECK_OK(icefall_zf_stream_encode(w, fb.data, T, &se, &slen, &err));
+            double worst_st = 0;
+            compare_npy(t, out, "stream_encoder_out", se, slen, cf->d, c, &worst_st);
+            float *sp = hark_malloc(sizeof(float) * (size_t)slen * cf->joiner_dim);
+            icefall_encoder_proj(m, se, slen, sp);
+            icefall_hyp_t sh;
+            CHECK_OK(icefall_greedy_search(m, (const float *const *)&sp, &slen, 1, &sh, &err));
+            const cJSON *st = cJSON_GetObjectItemCaseSensitive(ref, "streaming");
+            printf("  config %d streaming: %d chunks, encoder_out %.2e, greedy %d tokens\n", c,
+                   cJSON_GetObjectItemCaseSensitive(st, "num_chunks")->valueint, worst_st, sh.n);
+            CHECKF(
+                ints_equal(cJSON_GetObjectItemCaseSensitive(st, "greedy_tokens"), sh.tokens, sh.n),
+                "config %d: streaming greedy tokens differ from icefall's", c);
+            icefall_hyp_free(&sh);
+            hark_free(sp);
+            hark_free(se);
+        }
         icefall_hyp_free(&gh);
         icefall_hyp_free(&bh);
         hark_free(ep);
