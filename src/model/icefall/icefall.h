@@ -1,7 +1,8 @@
 /* icefall.h — icefall's pruned stateless transducers on the CPU: pruned_transducer_stateless3
  * (Conformer encoder with Conv2dSubsampling, BasicNorm, rel-pos attention and the convolution
  * module; stateless decoder; joiner) and the zipformer recipe (Zipformer2 encoder, non-causal or
- * causal with its chunk mask over the whole utterance: icefall_zipformer.c), icefall's fbank,
+ * causal: with its chunk mask over the whole utterance, or chunk by chunk in a stream:
+ * icefall_zipformer.c), icefall's fbank,
  * greedy search (greedy_search_batch: at most one symbol per frame, with timestamps) and modified
  * beam search, BPE pieces joined as icefall's pretrained.py does. The model files are those of
  * tools/convert_icefall.py, whose weights are already the effective ones (docs/model-format.md,

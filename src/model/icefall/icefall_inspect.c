@@ -61,7 +61,12 @@ int icefall_inspect_main(int argc, char **argv)
            ver ? ver : "?", src ? src : "?");
     if (c->encoder_type == ICEFALL_ZIPFORMER) {
         const icefall_zipformer_config_t *z = &c->zf;
-        printf("recipe               zipformer (Zipformer2, non-causal)\n");
+        if (z->causal)
+            printf("recipe               zipformer (Zipformer2, causal: chunks of %d frames, "
+                   "%d frames of left context)\n",
+                   z->chunk, z->left_frames);
+        else
+            printf("recipe               zipformer (Zipformer2, non-causal)\n");
         printf("encoder              %d stacks, %d layers, output dim %d, pos_dim %d\n",
                z->n_stacks, c->n_layers, c->d, z->pos_dim);
         for (int i = 0; i < z->n_stacks; i++)

@@ -1,12 +1,15 @@
-/* icefall_zipformer.c — the zipformer recipe's Zipformer2 encoder on the CPU (non-causal), as
- * icefall runs it in eval mode (balancers, whitening, dropout and the training-time masks are
+/* icefall_zipformer.c — the zipformer recipe's Zipformer2 encoder on the CPU, as icefall runs it
+ * in eval mode (balancers, whitening, dropout and the training-time masks are
  * identities there): encoder_embed (Conv2dSubsampling: three convs with SwooshR, ConvNeXt, a
  * linear layer, BiasNorm), the stacks at their own frame rates (SimpleDownsample, the
  * Zipformer2EncoderLayers with their CompactRelPositionalEncoding, SimpleUpsample and the
  * out_combiner bypass; channels truncated or zero-padded between stacks), the full-width output
  * taken from the most recent stack holding each channel, and downsample_output. A layer computes
  * its attention weights once (RelPositionMultiheadAttentionWeights) and uses them three times:
- * head 0 in NonlinAttention, every head in self_attn1 and self_attn2. model.json's encoder section
+ * head 0 in NonlinAttention, every head in self_attn1 and self_attn2. A causal model has
+ * ChunkCausalDepthwiseConv1d convolutions and, over a whole utterance, the chunk mask of its
+ * chunk size and left context (forward_encoder); chunk by chunk it keeps every layer's left
+ * context in a stream (icefall_zf_stream_*, as streaming_forward). model.json's encoder section
  * and the weights come from tools/convert_icefall.py --recipe zipformer (docs/model-format.md).
  * Tests: tests/model/icefall/test_icefall_zipformer.c */
 #include "model/icefall/icefall.h"
