@@ -2,11 +2,11 @@
 # icefall_zipformer_reference.py — reference outputs of icefall's own zipformer (Zipformer2) recipe
 # code for a model configuration of your choice (random seeded weights), to check hark's CPU
 # zipformer against icefall number for number.
-# Tests: tests/model/icefall/test_icefall_zipformer_ref.c (runs it when $HARK_ICEFALL_SRC is set).
+# Tests: tests/model/icefall/test_icefall_zipformer.c (runs it when $HARK_ICEFALL_SRC is set).
 """Reference outputs of icefall's zipformer recipe for one configuration.
 
     icefall_zipformer_reference.py --icefall-root SRC --wav FILE.wav --out DIR
-        [--seed 7] [--blank-shift 0] [--logit-scale 2.5] [--encoder-proj-scale 1]
+        [--seed 7] [--blank-shift 0] [--logit-scale 2.5] [--encoder-proj-scale 1] [--streaming]
         [--shims ../shared/tools/icefall] [--vocab-size 500]
         [the recipe's model flags: --num-encoder-layers 2,2,3,4,3,2 --downsampling-factor ...
          --feedforward-dim ... --num-heads ... --encoder-dim ... --query-head-dim ...
@@ -33,7 +33,12 @@ icefall pretrained.py fbank, via torchaudio's Kaldi fbank with kaldifeat's optio
 encoder_embed_out.npy (T_embed, encoder_dim[0]), stack{i}_out.npy (T_embed, encoder_dim[i]: each
 stack's output at the embed frame rate, after its bypass), encoder_out.npy (model.forward_encoder,
 (T', max(encoder_dim))), and ref.json: greedy_search_batch tokens, timestamps and the smallest
-top1-top2 logit margin, modified_beam_search (beam 4) tokens and timestamps, the configuration.
+top1-top2 logit margin, modified_beam_search (beam 4) tokens and timestamps, the configuration,
+the joiner's calibration. --streaming (a causal model with one --chunk-size and
+--left-context-frames) also decodes the utterance chunk by chunk exactly as icefall's
+streaming_decode.py does for one stream (DecodeStream with tail_pad_len 30, decode_one_chunk,
+greedy search): stream_encoder_out.npy holds every chunk's encoder output one after the other,
+ref.json["streaming"] the number of chunks and the greedy tokens.
 """
 
 import argparse

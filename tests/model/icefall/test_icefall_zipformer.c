@@ -403,6 +403,21 @@ TEST(icefall_zipformer_vs_icefall)
                    ints_equal(cJSON_GetObjectItemCaseSensitive(ms, "timestamps"), bh.times, bh.n),
                "config %d: modified_beam_search tokens/timestamps differ from icefall's", c);
         CHECKF(gh.n > 0, "config %d: greedy emitted nothing", c);
+        /* `hark transcribe --decoding-method` on the wav gives the text of icefall's tokens */
+        for (int k = 0; k < 2; k++) {
+            const icefall_hyp_t *h = k ? &bh : &gh;
+            char *text = NULL, want[8192], got[8192] = "";
+            CHECK_OK(icefall_text(m, h, &text, &err));
+            snprintf(want, sizeof want, "%s/wavs/%s.wav %s\n", g, cfgs[c].utt, text);
+            hark_free(text);
+            snprintf(cmd, sizeof cmd,
+                     "%s transcribe --model '%s/m' --decoding-method %s '%s/wavs/%s.wav' 2>&1",
+                     test_hark_bin(), out, k ? "modified_beam_search" : "greedy_search", g,
+                     cfgs[c].utt);
+            CHECK_EQ_INT(test_run_cmd(t, cmd, got, sizeof got), 0);
+            CHECKF(!strcmp(got, want), "config %d, hark transcribe:\n  got  %s  want %s", c, got,
+                   want);
+        }
         if (cfgs[c].stream) {
             /* chunk by chunk from icefall's fbank: every chunk's output, then greedy search over
              * them (icefall's streaming greedy search continues its hypothesis across chunks) */
