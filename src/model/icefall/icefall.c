@@ -87,6 +87,33 @@ const char *icefall_method_name(icefall_method_t m)
     return m == ICEFALL_MODIFIED_BEAM ? "modified_beam_search" : "greedy_search";
 }
 
+/* model.json's encoder section of a pruned_transducer_stateless3 model */
+static int conformer_config_parse(jctx_t *x, const cJSON *e, icefall_config_t *c)
+{
+    const char *path = x->path;
+    const cJSON *causal = cJSON_GetObjectItemCaseSensitive(e, "causal_convolution");
+    if (causal && !cJSON_IsBool(causal))
+        return err_set(x->err, HARK_ERR_FORMAT,
+                       "%s: encoder.causal_convolution must be true or false", path);
+    c->causal = cJSON_IsTrue(causal);
+    int rc;
+    if ((rc = get_int(x, e, "encoder", "feature_dim", 7, 1024, &c->feature_dim)) ||
+        (rc = get_int(x, e, "encoder", "subsampling_factor", 4, 4, &c->subsampling_factor)) ||
+        (rc = get_int(x, e, "encoder", "encoder_dim", 1, 8192, &c->d)) ||
+        (rc = get_int(x, e, "encoder", "nhead", 1, 256, &c->nhead)) ||
+        (rc = get_int(x, e, "encoder", "dim_feedforward", 1, 65536, &c->ff)) ||
+        (rc =
+             get_int(x, e, "encoder", "num_encoder_layers", 1, ICEFALL_MAX_LAYERS, &c->n_layers)) ||
+        (rc = get_int(x, e, "encoder", "cnn_module_kernel", 1, 255, &c->kernel)))
+        return rc;
+    if (c->d % c->nhead || c->kernel % 2 == 0)
+        return err_set(x->err, HARK_ERR_FORMAT,
+                       "%s: encoder_dim %d must be a multiple of nhead %d and cnn_module_kernel %d "
+                       "odd",
+                       path, c->d, c->nhead, c->kernel);
+    return HARK_OK;
+}
+
 static int config_parse(const char *path, icefall_config_t *c, hark_err_t *err)
 {
     cJSON *root = NULL;
@@ -98,9 +125,12 @@ static int config_parse(const char *path, icefall_config_t *c, hark_err_t *err)
     const char *recipe = get_str(&x, root, "model", "recipe", &rc);
     if (rc)
         goto done;
-    if (strcmp(recipe, "pruned_transducer_stateless3")) {
+    if (!strcmp(recipe, "zipformer")) {
+        c->encoder_type = ICEFALL_ZIPFORMER;
+    } else if (strcmp(recipe, "pruned_transducer_stateless3")) {
         rc = err_set(err, HARK_ERR_UNSUPPORTED,
-                     "%s: recipe \"%.100s\" is not one hark runs (pruned_transducer_stateless3)",
+                     "%s: recipe \"%.100s\" is not one hark runs (pruned_transducer_stateless3, "
+                     "zipformer)",
                      path, recipe);
         goto done;
     }
@@ -114,27 +144,25 @@ static int config_parse(const char *path, icefall_config_t *c, hark_err_t *err)
     const char *etype = get_str(&x, e, "encoder", "type", &rc);
     if (rc)
         goto done;
-    if (strcmp(etype, "conformer")) {
-        rc = err_set(err, HARK_ERR_UNSUPPORTED, "%s: encoder.type \"%.100s\" is not conformer",
-                     path, etype);
+    const char *want = c->encoder_type == ICEFALL_ZIPFORMER ? "zipformer2" : "conformer";
+    if (strcmp(etype, want)) {
+        rc = err_set(err, HARK_ERR_UNSUPPORTED, "%s: encoder.type \"%.100s\" is not %s", path,
+                     etype, want);
         goto done;
     }
-    const cJSON *causal = cJSON_GetObjectItemCaseSensitive(e, "causal_convolution");
-    if (causal && !cJSON_IsBool(causal)) {
-        rc = err_set(err, HARK_ERR_FORMAT, "%s: encoder.causal_convolution must be true or false",
-                     path);
+    if (c->encoder_type == ICEFALL_ZIPFORMER) {
+        if ((rc = icefall_zf_config_parse(path, e, c, err)))
+            goto done;
+    } else if ((rc = conformer_config_parse(&x, e, c)))
+        goto done;
+    c->dec_group_size = c->encoder_type == ICEFALL_ZIPFORMER ? 4 : 1;
+    const cJSON *grp = cJSON_GetObjectItemCaseSensitive(d, "conv_group_size");
+    if (grp && (!cJSON_IsNumber(grp) || grp->valuedouble != c->dec_group_size)) {
+        rc = err_set(err, HARK_ERR_FORMAT, "%s: decoder.conv_group_size must be %d for this recipe",
+                     path, c->dec_group_size);
         goto done;
     }
-    c->causal = cJSON_IsTrue(causal);
-    if ((rc = get_int(&x, e, "encoder", "feature_dim", 7, 1024, &c->feature_dim)) ||
-        (rc = get_int(&x, e, "encoder", "subsampling_factor", 4, 4, &c->subsampling_factor)) ||
-        (rc = get_int(&x, e, "encoder", "encoder_dim", 1, 8192, &c->d)) ||
-        (rc = get_int(&x, e, "encoder", "nhead", 1, 256, &c->nhead)) ||
-        (rc = get_int(&x, e, "encoder", "dim_feedforward", 1, 65536, &c->ff)) ||
-        (rc = get_int(&x, e, "encoder", "num_encoder_layers", 1, ICEFALL_MAX_LAYERS,
-                      &c->n_layers)) ||
-        (rc = get_int(&x, e, "encoder", "cnn_module_kernel", 1, 255, &c->kernel)) ||
-        (rc = get_int(&x, d, "decoder", "decoder_dim", 1, 65536, &c->decoder_dim)) ||
+    if ((rc = get_int(&x, d, "decoder", "decoder_dim", 1, 65536, &c->decoder_dim)) ||
         (rc = get_int(&x, d, "decoder", "context_size", 2, 16, &c->context_size)) ||
         (rc = get_int(&x, d, "decoder", "vocab_size", 2, 1 << 20, &c->vocab)) ||
         (rc = get_int(&x, d, "decoder", "blank_id", 0, 0, &c->blank_id)) ||
@@ -142,11 +170,9 @@ static int config_parse(const char *path, icefall_config_t *c, hark_err_t *err)
         (rc = get_int(&x, f, "features", "sample_rate", 16000, 16000, &c->sample_rate)) ||
         (rc = get_int(&x, dc, "decoding", "beam_size", 1, 64, &c->beam_size)))
         goto done;
-    if (c->d % c->nhead || c->kernel % 2 == 0) {
-        rc = err_set(err, HARK_ERR_FORMAT,
-                     "%s: encoder_dim %d must be a multiple of nhead %d and cnn_module_kernel %d "
-                     "odd",
-                     path, c->d, c->nhead, c->kernel);
+    if (c->decoder_dim % c->dec_group_size) {
+        rc = err_set(err, HARK_ERR_FORMAT, "%s: decoder_dim %d must be a multiple of %d", path,
+                     c->decoder_dim, c->dec_group_size);
         goto done;
     }
     int bins = 0, hf = 0;
@@ -178,7 +204,8 @@ static int config_parse(const char *path, icefall_config_t *c, hark_err_t *err)
     }
     c->method = (int)mt;
     c->left_chunks = -1;
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(dc, "simulate_streaming"))) {
+    if (c->encoder_type == ICEFALL_CONFORMER &&
+        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(dc, "simulate_streaming"))) {
         int cs = 0, lc = 0;
         if ((rc = get_int(&x, dc, "decoding", "decode_chunk_size", -1, 1 << 20, &cs)) ||
             (rc = get_int(&x, dc, "decoding", "left_context", -1, 1 << 20, &lc)))
@@ -238,6 +265,11 @@ static int load_weights(icefall_model_t *m, safetensors_t *st, hark_err_t *err)
                   J = c->joiner_dim, V = c->vocab, cs = c->context_size;
     int rc = HARK_OK;
     const float *eps = NULL;
+    if (c->encoder_type == ICEFALL_ZIPFORMER) {
+        if ((rc = icefall_zf_load_weights(m, st, err)))
+            return rc;
+        goto decoder;
+    }
     const char *e = "encoder.encoder_embed";
     W(m->conv0_w, 4, SH(8, 1, 3, 3), "%s.conv.0.weight", e);
     W(m->conv0_b, 1, SH(8), "%s.conv.0.bias", e);
@@ -280,8 +312,9 @@ static int load_weights(icefall_model_t *m, safetensors_t *st, hark_err_t *err)
             return rc;
         L->eps = eps[0];
     }
+decoder:
     W(m->dec_emb, 2, SH(V, D), "decoder.embedding.weight");
-    W(m->dec_conv, 3, SH(D, 1, cs), "decoder.conv.weight");
+    W(m->dec_conv, 3, SH(D, c->dec_group_size, cs), "decoder.conv.weight");
     W(m->enc_proj_w, 2, SH(J, d), "joiner.encoder_proj.weight");
     W(m->enc_proj_b, 1, SH(J), "joiner.encoder_proj.bias");
     W(m->dec_proj_w, 2, SH(J, D), "joiner.decoder_proj.weight");
@@ -309,7 +342,8 @@ int icefall_load(const char *dir, int version, icefall_model_t **out, hark_err_t
     const icefall_config_t *c = &m->cfg;
     m->w1 = (c->feature_dim - 3) / 2 + 1;
     m->w2 = (m->w1 - 3) / 2 + 1;
-    if (!(m->layers = hark_calloc((size_t)c->n_layers, sizeof *m->layers))) {
+    if (c->encoder_type == ICEFALL_CONFORMER &&
+        !(m->layers = hark_calloc((size_t)c->n_layers, sizeof *m->layers))) {
         rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -348,6 +382,7 @@ void icefall_destroy(icefall_model_t *m)
     units_destroy(m->units);
     st_close(m->st);
     hark_free(m->layers);
+    icefall_zf_free(m);
     hark_free(m);
 }
 
@@ -369,6 +404,18 @@ const feat_plan_t *icefall_feat_plan(const icefall_model_t *m)
 int icefall_frames_out(int t_in)
 {
     return t_in < 7 ? 0 : (((t_in - 1) >> 1) - 1) >> 1;
+}
+
+int icefall_model_frames_out(const icefall_model_t *m, int t_in)
+{
+    if (m->cfg.encoder_type == ICEFALL_ZIPFORMER)
+        return t_in < 9 ? 0 : ((t_in - 7) / 2 + 1) / 2;
+    return icefall_frames_out(t_in);
+}
+
+int icefall_min_frames(const icefall_model_t *m)
+{
+    return m->cfg.encoder_type == ICEFALL_ZIPFORMER ? 9 : 7;
 }
 
 int icefall_num_frames(const icefall_model_t *m, size_t n)
@@ -425,14 +472,17 @@ int icefall_worker_create(const icefall_model_t *m, double max_seconds, icefall_
     w->m = m;
     w->max_seconds = max_seconds;
     w->max_t_in = icefall_num_frames(m, (size_t)ceil(max_seconds * m->cfg.sample_rate));
-    if (w->max_t_in < 7)
-        w->max_t_in = 7;
+    if (w->max_t_in < icefall_min_frames(m))
+        w->max_t_in = icefall_min_frames(m);
     enc_sizes_t s;
-    size_t n = enc_sizes(m, w->max_t_in, &s);
-    int tp = icefall_frames_out(w->max_t_in);
+    size_t n = m->cfg.encoder_type == ICEFALL_ZIPFORMER ? icefall_zf_scratch_floats(m, w->max_t_in)
+                                                        : enc_sizes(m, w->max_t_in, &s);
+    int tp = icefall_model_frames_out(m, w->max_t_in);
+    /* key ranges: the Conformer's per encoder frame, the zipformer's per 50 Hz frame */
+    int nlh = m->cfg.encoder_type == ICEFALL_ZIPFORMER ? icefall_zf_key_rows(m, w->max_t_in) : tp;
     w->scratch = hark_malloc(sizeof(float) * n);
-    w->lo = hark_malloc(sizeof(int) * (size_t)tp);
-    w->hi = hark_malloc(sizeof(int) * (size_t)tp);
+    w->lo = hark_malloc(sizeof(int) * (size_t)(nlh > 0 ? nlh : 1));
+    w->hi = hark_malloc(sizeof(int) * (size_t)(nlh > 0 ? nlh : 1));
     w->feats = hark_malloc(sizeof(float) * (size_t)w->max_t_in * (size_t)m->cfg.feature_dim);
     w->enc = hark_malloc(sizeof(float) * (size_t)tp * (size_t)m->cfg.d);
     if (!w->scratch || !w->lo || !w->hi || !w->feats || !w->enc) {
@@ -564,6 +614,18 @@ int icefall_encode(icefall_worker_t *w, const float *feats, int t_in, int len_in
 {
     const icefall_model_t *m = w->m;
     const icefall_config_t *c = &m->cfg;
+    if (c->encoder_type == ICEFALL_ZIPFORMER) {
+        if (t_in != len_in)
+            return err_set(err, HARK_ERR_INVALID_ARG,
+                           "icefall: the zipformer encodes one utterance at its own length (%d "
+                           "frames given, %d valid)",
+                           t_in, len_in);
+        if (t_in > w->max_t_in)
+            return err_set(err, HARK_ERR_TOO_LARGE,
+                           "icefall: %d feature frames exceed the worker's %d (max_seconds %.2f)",
+                           t_in, w->max_t_in, w->max_seconds);
+        return icefall_zf_encode(w, feats, t_in, enc, len_out, stage, user, err);
+    }
     if (len_in < 7 || t_in < len_in)
         return err_set(err, HARK_ERR_INVALID_ARG,
                        "icefall: %d feature frames (%d valid): the encoder needs at least 7", t_in,
@@ -658,7 +720,7 @@ void icefall_encoder_proj(const icefall_model_t *m, const float *enc, int n, flo
 
 void icefall_decoder(const icefall_model_t *m, const int *ctx, int n, float *out)
 {
-    const int D = m->cfg.decoder_dim, cs = m->cfg.context_size;
+    const int D = m->cfg.decoder_dim, cs = m->cfg.context_size, g = m->cfg.dec_group_size;
     for (int r = 0; r < n; r++) {
         float *o = out + (size_t)r * D;
         for (int ch = 0; ch < D; ch++)
@@ -668,8 +730,14 @@ void icefall_decoder(const icefall_model_t *m, const int *ctx, int n, float *out
             if (id < 0)
                 continue; /* -1: a zero embedding */
             const float *e = m->dec_emb + (size_t)id * D;
-            for (int ch = 0; ch < D; ch++)
-                o[ch] += m->dec_conv[(size_t)ch * cs + k] * e[ch];
+            /* out[ch] += sum_j W[ch][j][k] e[g (ch / g) + j]: groups of g channels (g 1:
+             * depthwise) */
+            for (int ch = 0; ch < D; ch++) {
+                const float *wc = m->dec_conv + (size_t)ch * g * cs + k;
+                const float *ec = e + (ch / g) * g;
+                for (int j = 0; j < g; j++)
+                    o[ch] += wc[(size_t)j * cs] * ec[j];
+            }
         }
         for (int ch = 0; ch < D; ch++)
             o[ch] = o[ch] > 0.0f ? o[ch] : 0.0f;

@@ -1,10 +1,14 @@
 /* icefall.h — icefall's pruned stateless transducers on the CPU: pruned_transducer_stateless3
  * (Conformer encoder with Conv2dSubsampling, BasicNorm, rel-pos attention and the convolution
- * module; stateless decoder; joiner), icefall's fbank, greedy search (greedy_search_batch: at most
- * one symbol per frame, with timestamps) and modified beam search, BPE pieces joined as icefall's
- * pretrained.py does. The model files are those of tools/convert_icefall.py, whose weights are
- * already the effective ones (docs/model-format.md, "icefall transducers").
- * Tests: tests/model/icefall/test_icefall.c (every stage against icefall's T1 goldens)
+ * module; stateless decoder; joiner) and the zipformer recipe (Zipformer2 encoder, non-causal or
+ * causal: with its chunk mask over the whole utterance, or chunk by chunk in a stream:
+ * icefall_zipformer.c), icefall's fbank,
+ * greedy search (greedy_search_batch: at most one symbol per frame, with timestamps) and modified
+ * beam search, BPE pieces joined as icefall's pretrained.py does. The model files are those of
+ * tools/convert_icefall.py, whose weights are already the effective ones (docs/model-format.md,
+ * "icefall transducers"). Tests: tests/model/icefall/test_icefall.c (every stage against icefall's
+ * T1 goldens), tests/model/icefall/test_icefall_zipformer.c (the zipformer against icefall's own
+ * code)
  *
  * A GPU path goes beside this one as icefall_gpu.c (as src/model/jasper/jasper_gpu.c does), with
  * these functions as its CPU reference: icefall_encode on a padded row (t_in > len_in) is what a
@@ -28,8 +32,38 @@
 
 #include <stddef.h>
 
+typedef enum { ICEFALL_CONFORMER = 0, ICEFALL_ZIPFORMER = 1 } icefall_encoder_type_t;
+
+#define ICEFALL_ZF_MAX_STACKS 16
+
+/* The zipformer recipe's Zipformer2 encoder, one entry per stack (icefall's per-stack tuples
+ * expanded). */
 typedef struct {
-    /* encoder (Conformer) */
+    int n_stacks;
+    int num_layers[ICEFALL_ZF_MAX_STACKS];
+    int ds[ICEFALL_ZF_MAX_STACKS]; /* downsampling_factor (1: the embed's 50 Hz) */
+    int ff[ICEFALL_ZF_MAX_STACKS]; /* feedforward_dim (feed_forward2; 1 and 3 take 3/4, 5/4) */
+    int heads[ICEFALL_ZF_MAX_STACKS];
+    int dim[ICEFALL_ZF_MAX_STACKS];  /* encoder_dim */
+    int qdim[ICEFALL_ZF_MAX_STACKS]; /* query_head_dim (= key) */
+    int vdim[ICEFALL_ZF_MAX_STACKS]; /* value_head_dim */
+    int pdim[ICEFALL_ZF_MAX_STACKS]; /* pos_head_dim */
+    int kernel[ICEFALL_ZF_MAX_STACKS];
+    int pos_dim;
+    int embed_dim; /* encoder_dim[0]: encoder_embed's output */
+    /* causal (--causal True): ChunkCausalDepthwiseConv1d convolutions and, with chunk > 0,
+     * chunk-masked attention: a frame at 50 Hz in chunk c = t / chunk sees chunks [c - left_chunks,
+     * c] (left_chunks -1: every chunk to the left) */
+    int causal;
+    int chunk;       /* --chunk-size (frames at 50 Hz); -1: no chunking */
+    int left_chunks; /* --left-context-frames / chunk (at least 1); -1: unlimited */
+    int left_frames; /* --left-context-frames */
+} icefall_zipformer_config_t;
+
+typedef struct {
+    int encoder_type; /* icefall_encoder_type_t (model.json's recipe) */
+    /* encoder (Conformer; for the zipformer d is max(encoder_dim), the encoder output's width, and
+     * n_layers the layers of all stacks; nhead, ff and kernel are unused) */
     int feature_dim;        /* 80 fbank bins */
     int subsampling_factor; /* 4 */
     int d;                  /* encoder_dim */
@@ -39,9 +73,12 @@ typedef struct {
     int kernel; /* cnn_module_kernel (odd) */
     int causal; /* causal_convolution: the depthwise conv sees kernel - 1 frames of left context
                    and none of right (else (kernel - 1) / 2 on each side) */
+    icefall_zipformer_config_t zf; /* encoder_type ICEFALL_ZIPFORMER */
     /* decoder and joiner */
     int decoder_dim;
-    int context_size; /* >= 2 */
+    int context_size;   /* >= 2 */
+    int dec_group_size; /* channels per group of the decoder conv: 1 (depthwise, conformer), 4
+                           (zipformer) */
     int vocab;
     int blank_id;
     int joiner_dim;
@@ -76,9 +113,14 @@ const icefall_config_t *icefall_config(const icefall_model_t *m);
 const units_t *icefall_units(const icefall_model_t *m);
 const feat_plan_t *icefall_feat_plan(const icefall_model_t *m);
 
-/* Encoder frames of t_in feature frames: ((t_in - 1) / 2 - 1) / 2 (0 when t_in < 7; the encoder
- * needs at least 7 feature frames, i.e. 1040 samples at 16 kHz). */
+/* Conformer encoder frames of t_in feature frames: ((t_in - 1) / 2 - 1) / 2 (0 when t_in < 7; the
+ * encoder needs at least 7 feature frames, i.e. 1040 samples at 16 kHz). */
 int icefall_frames_out(int t_in);
+/* The model's encoder frames of t_in feature frames: the Conformer's above; the zipformer's
+ * ((t_in - 7) / 2 + 1) / 2 (encoder_embed, then the output downsampling by 2), 0 when t_in < 9. */
+int icefall_model_frames_out(const icefall_model_t *m, int t_in);
+/* The fewest feature frames the model's encoder takes: 7 (Conformer) or 9 (zipformer). */
+int icefall_min_frames(const icefall_model_t *m);
 /* Feature frames of n samples (snip_edges=false: (n + 80) / 160). */
 int icefall_num_frames(const icefall_model_t *m, size_t n);
 /* Milliseconds from the start of the audio to encoder frame t (t x 4 x 10 ms). */
@@ -100,9 +142,37 @@ void icefall_worker_destroy(icefall_worker_t *w); /* accepts NULL */
  * HARK_ERR_TOO_LARGE (t_in past the worker's max_seconds), HARK_ERR_INVALID_ARG (fewer than 7
  * valid frames). stage may be NULL; it gets embed_conv_out (T', 128*W channel-major),
  * embed_linear_out, embed_out, pos_emb (2T'-1, d), layer0's feed_forward_macaron, self_attn,
- * conv_module, feed_forward (each before its residual add), norm_final, and layer{i}_out. */
+ * conv_module, feed_forward (each before its residual add), norm_final, and layer{i}_out.
+ * A zipformer model runs one utterance at its own length only (t_in == len_in, else
+ * HARK_ERR_INVALID_ARG: icefall's padded batch rows depend on the padding) and needs 9 frames;
+ * its stages are encoder_embed_out (T_embed, encoder_dim[0]) and stack{i}_out (T_embed,
+ * encoder_dim[i]: each stack's output at the embed's frame rate, after its bypass). */
 int icefall_encode(icefall_worker_t *w, const float *feats, int t_in, int len_in, float *enc,
                    int *len_out, icefall_stage_fn stage, void *user, hark_err_t *err);
+
+/* The causal zipformer chunk by chunk, as icefall's streaming_forward (streaming_decode.py) runs
+ * it: a model converted with --causal True, one --chunk-size c > 0 and one --left-context-frames
+ * l > 0 (a multiple of every downsampling factor; else HARK_ERR_UNSUPPORTED). A stream holds every
+ * layer's left context (l / ds frames of keys, NonlinAttention inputs, values; the conv modules'
+ * k / 2 inputs), the ConvNeXt's 3 frames and the processed count; it starts as zeros (icefall's
+ * get_init_states). Each step takes icefall_zf_stream_step_frames = 2c + 13 feature frames (the
+ * next 2c and 13 of lookahead; the caller pads a short one with log(1e-10)) and gives c / 2
+ * encoder frames (enc (c / 2, d)); the next step starts 2c frames later. A stream belongs to one
+ * thread at a time; the step uses the worker's scratch. */
+typedef struct icefall_zf_stream icefall_zf_stream_t;
+int icefall_zf_stream_create(const icefall_model_t *m, icefall_zf_stream_t **out, hark_err_t *err);
+void icefall_zf_stream_reset(icefall_zf_stream_t *s);   /* back to the initial (zero) state */
+void icefall_zf_stream_destroy(icefall_zf_stream_t *s); /* accepts NULL */
+int icefall_zf_stream_step_frames(const icefall_model_t *m);
+int icefall_zf_stream_step(icefall_worker_t *w, icefall_zf_stream_t *s, const float *feats,
+                           float *enc, hark_err_t *err);
+/* A whole utterance the streaming way, as icefall's streaming_decode.py decodes one stream: the
+ * features (t_in, feature_dim) get 13 + 30 frames of log(1e-10) appended, then steps every 2c
+ * frames until they are used up. *enc (hark_malloc'ed, *len_out = steps x c / 2 frames of d):
+ * the steps' outputs one after the other; they equal icefall_encode's chunk-masked output but for
+ * the last frames (the tail padding). */
+int icefall_zf_stream_encode(icefall_worker_t *w, const float *feats, int t_in, float **enc,
+                             int *len_out, hark_err_t *err);
 
 /* Joiner pieces. n rows each; outputs row-major.
  * encoder_proj: enc (n, d) -> out (n, joiner_dim).

@@ -62,9 +62,14 @@ static int if_load(const char *dir, const family_load_opts_t *lo, const family_p
         return rc;
     }
     const icefall_config_t *c = icefall_config(fm->m);
-    snprintf(fm->kind, sizeof fm->kind,
-             "icefall pruned_transducer_stateless3: conformer %d layers d %d, vocab %d, fp32",
-             c->n_layers, c->d, c->vocab);
+    if (c->encoder_type == ICEFALL_ZIPFORMER)
+        snprintf(fm->kind, sizeof fm->kind,
+                 "icefall zipformer: %d stacks, %d layers, output dim %d, vocab %d, fp32",
+                 c->zf.n_stacks, c->n_layers, c->d, c->vocab);
+    else
+        snprintf(fm->kind, sizeof fm->kind,
+                 "icefall pruned_transducer_stateless3: conformer %d layers d %d, vocab %d, fp32",
+                 c->n_layers, c->d, c->vocab);
     (void)cfg;
     *out = fm;
     return HARK_OK;
@@ -327,11 +332,11 @@ static int if_execute(family_worker_t *w, family_item_t *const *items, int n,
                          w->max_batch);
         else if (it->n == 0)
             rc = err_set(&e, HARK_ERR_INVALID_ARG, "empty audio");
-        else if (icefall_num_frames(m, it->n) < 7)
+        else if (icefall_num_frames(m, it->n) < icefall_min_frames(m))
             rc = err_set(&e, HARK_ERR_INVALID_ARG,
-                         "audio of %zu samples is too short: the encoder needs at least 7 feature "
+                         "audio of %zu samples is too short: the encoder needs at least %d feature "
                          "frames (%d samples)",
-                         it->n, 7 * 160 - 80);
+                         it->n, icefall_min_frames(m), icefall_min_frames(m) * 160 - 80);
         else if (it->n > max_n)
             rc = err_set(&e, HARK_ERR_TOO_LARGE,
                          "audio of %.2f s is longer than the worker's maximum (%.2f s)",

@@ -23,8 +23,61 @@ typedef struct {
     float eps;                                      /* norm_final: exp(log eps) */
 } icefall_layer_t;
 
+/* One Zipformer2EncoderLayer (effective weights, views into the mapping). D = encoder_dim, H
+ * heads, A = (2 qd + pd) H the attention weights' in_proj rows, hid = 3 D / 4. */
+typedef struct {
+    const float *bypass, *bypass_mid;                     /* (D) bypass_scale of each */
+    const float *aw_in_w, *aw_in_b;                       /* (A, D), (A): q, k, p rows */
+    const float *aw_pos_w;                                /* (H pd, pos_dim) linear_pos */
+    const float *sa_in_w[2], *sa_in_b[2];                 /* (H vd, D), (H vd) */
+    const float *sa_out_w[2], *sa_out_b[2];               /* (D, H vd), (D) */
+    const float *ff_in_w[3], *ff_in_b[3];                 /* (f, D), (f) */
+    const float *ff_out_w[3], *ff_out_b[3];               /* (D, f), (D) */
+    int ff_dim[3];                                        /* ff * 3 / 4, ff, ff * 5 / 4 */
+    const float *na_in_w, *na_in_b, *na_out_w, *na_out_b; /* (3 hid, D), (D, hid) */
+    const float *cv_in_w[2], *cv_in_b[2];                 /* (2D, D), (2D) */
+    const float *cv_dw_w[2], *cv_dw_b[2];                 /* (D, 1, k), (D); non-causal */
+    const float *cv_cc_w[2], *cv_cc_b[2];                 /* causal_conv (D, 1, k/2+1), (D) */
+    const float *cv_ck_w[2], *cv_ck_b[2];                 /* chunkwise_conv (D, 1, k), (D) */
+    const float *cv_ck_scale[2];                          /* chunkwise_conv_scale (2, D, k) */
+    const float *cv_out_w[2], *cv_out_b[2];               /* (D, D), (D) */
+    const float *norm_bias;                               /* (D) BiasNorm */
+    float norm_scale;                                     /* exp(log_scale) */
+} icefall_zf_layer_t;
+
+typedef struct {
+    const float *ds_w;     /* (ds) softmax(SimpleDownsample bias); NULL when ds == 1 */
+    const float *combiner; /* (D) out_combiner bypass_scale; NULL when ds == 1 */
+    icefall_zf_layer_t *layers;
+} icefall_zf_stack_t;
+
+typedef struct {
+    const float *conv_w[3], *conv_b[3]; /* encoder_embed.conv.{0,4,7} */
+    const float *nx_dw_w, *nx_dw_b;     /* ConvNeXt (128, 1, 7, 7), (128) */
+    const float *nx_pw1_w, *nx_pw1_b;   /* (384, 128, 1, 1), (384) */
+    const float *nx_pw2_w, *nx_pw2_b;   /* (128, 384, 1, 1), (128) */
+    const float *out_w, *out_b;         /* (d0, 128 * 19), (d0) */
+    const float *norm_bias;             /* (d0) */
+    float norm_scale;
+    icefall_zf_stack_t stacks[ICEFALL_ZF_MAX_STACKS];
+    icefall_zf_layer_t *layers; /* every stack's, in order (owned) */
+    const float *out_ds_w;      /* (2) downsample_output */
+} icefall_zf_t;
+
+/* icefall_zipformer.c */
+struct cJSON;
+int icefall_zf_config_parse(const char *path, const struct cJSON *enc, icefall_config_t *c,
+                            hark_err_t *err);
+int icefall_zf_load_weights(icefall_model_t *m, struct safetensors *st, hark_err_t *err);
+void icefall_zf_free(icefall_model_t *m);
+size_t icefall_zf_scratch_floats(const icefall_model_t *m, int t_in);
+int icefall_zf_key_rows(const icefall_model_t *m, int t_in); /* the worker's lo/hi entries */
+int icefall_zf_encode(icefall_worker_t *w, const float *feats, int t_in, float *enc, int *len_out,
+                      icefall_stage_fn stage, void *user, hark_err_t *err);
+
 struct icefall_model {
     icefall_config_t cfg;
+    icefall_zf_t zf; /* encoder_type ICEFALL_ZIPFORMER */
     struct safetensors *st;
     units_t *units;
     feat_plan_t *feat;
@@ -36,7 +89,7 @@ struct icefall_model {
     float embed_eps;
     icefall_layer_t *layers;              /* (n_layers) */
     const float *dec_emb;                 /* (vocab, decoder_dim) */
-    const float *dec_conv;                /* (decoder_dim, 1, context_size) */
+    const float *dec_conv;                /* (decoder_dim, dec_group_size, context_size) */
     const float *enc_proj_w, *enc_proj_b; /* (joiner_dim, d), (joiner_dim) */
     const float *dec_proj_w, *dec_proj_b; /* (joiner_dim, decoder_dim), (joiner_dim) */
     const float *out_w, *out_b;           /* (vocab, joiner_dim), (vocab) */

@@ -1,6 +1,7 @@
 /* icefall_inspect.c — `hark inspect` for the icefall_transducer family: the architecture of a
- * converted model (model.json as hark reads it), its tensor and parameter counts per part and
- * its file size. Tests: tests/model/icefall/test_icefall_family.c (icefall_cli_inspect) */
+ * converted model (Conformer or zipformer) (model.json as hark reads it), its tensor and parameter
+ * counts per part and its file size. Tests: tests/model/icefall/test_icefall_family.c
+ * (icefall_cli_inspect) */
 #include "model/icefall/icefall.h"
 
 #include "model/family.h"
@@ -58,14 +59,35 @@ int icefall_inspect_main(int argc, char **argv)
     printf("model                %s (version %d)\n", entry, version);
     printf("family               icefall_transducer (converter version %s, from %s)\n",
            ver ? ver : "?", src ? src : "?");
-    printf("recipe               pruned_transducer_stateless3 (Conformer)\n");
-    printf("encoder              %d layers, encoder_dim %d, %d heads, dim_feedforward %d, "
-           "cnn_module_kernel %d%s\n",
-           c->n_layers, c->d, c->nhead, c->ff, c->kernel, c->causal ? " (causal)" : "");
-    printf("subsampling          Conv2dSubsampling x%d, %d fbank bins\n", c->subsampling_factor,
-           c->feature_dim);
-    printf("decoder              stateless, decoder_dim %d, context_size %d, vocab %d, blank %d\n",
-           c->decoder_dim, c->context_size, c->vocab, c->blank_id);
+    if (c->encoder_type == ICEFALL_ZIPFORMER) {
+        const icefall_zipformer_config_t *z = &c->zf;
+        if (z->causal)
+            printf("recipe               zipformer (Zipformer2, causal: chunks of %d frames, "
+                   "%d frames of left context)\n",
+                   z->chunk, z->left_frames);
+        else
+            printf("recipe               zipformer (Zipformer2, non-causal)\n");
+        printf("encoder              %d stacks, %d layers, output dim %d, pos_dim %d\n",
+               z->n_stacks, c->n_layers, c->d, z->pos_dim);
+        for (int i = 0; i < z->n_stacks; i++)
+            printf("  stack %-2d           downsampling %d, %d layers, dim %d, %d heads (query %d, "
+                   "value %d, pos %d), feedforward %d, kernel %d\n",
+                   i, z->ds[i], z->num_layers[i], z->dim[i], z->heads[i], z->qdim[i], z->vdim[i],
+                   z->pdim[i], z->ff[i], z->kernel[i]);
+        printf("subsampling          Conv2dSubsampling x2 (+ ConvNeXt), output downsampling x2, "
+               "%d fbank bins\n",
+               c->feature_dim);
+    } else {
+        printf("recipe               pruned_transducer_stateless3 (Conformer)\n");
+        printf("encoder              %d layers, encoder_dim %d, %d heads, dim_feedforward %d, "
+               "cnn_module_kernel %d%s\n",
+               c->n_layers, c->d, c->nhead, c->ff, c->kernel, c->causal ? " (causal)" : "");
+        printf("subsampling          Conv2dSubsampling x%d, %d fbank bins\n", c->subsampling_factor,
+               c->feature_dim);
+    }
+    printf("decoder              stateless, decoder_dim %d, context_size %d, vocab %d, blank %d, "
+           "conv groups of %d\n",
+           c->decoder_dim, c->context_size, c->vocab, c->blank_id, c->dec_group_size);
     printf("joiner               joiner_dim %d\n", c->joiner_dim);
     printf("features             kaldi fbank, %d Hz, high_freq %s\n", c->sample_rate,
            c->fbank == FBANK_ICEFALL ? "-400 (icefall)" : "0 (sherpa triton)");
@@ -79,7 +101,7 @@ int icefall_inspect_main(int argc, char **argv)
     for (size_t i = 0; i < n; i++) {
         const st_tensor_t *t = st_at(st, i);
         unsigned long long k = (unsigned long long)t->count;
-        if (!strncmp(t->name, "encoder.", 8))
+        if (!strncmp(t->name, "encoder.", 8) || !strncmp(t->name, "encoder_embed.", 14))
             n_enc += k;
         else if (!strncmp(t->name, "decoder.", 8))
             n_dec += k;

@@ -346,11 +346,12 @@ int icefall_run(icefall_worker_t *w, const float *const *pcm, const size_t *n, i
         if (rc)
             break;
         int T = icefall_num_frames(m, n[b]);
-        if (T < 7) {
+        const int tmin = icefall_min_frames(m);
+        if (T < tmin) {
             rc = err_set(err, HARK_ERR_INVALID_ARG,
-                         "audio of %zu samples is too short: the encoder needs at least 7 "
+                         "audio of %zu samples is too short: the encoder needs at least %d "
                          "feature frames (%d samples)",
-                         n[b], 7 * 160 - 80);
+                         n[b], tmin, tmin * 160 - 80);
             break;
         }
         if (T > w->max_t_in) {

@@ -350,7 +350,24 @@ TEST(icefall_convert_errors)
     static const struct {
         const char *args, *msg;
     } cases[] = {
-        {"--recipe zipformer", "--recipe zipformer: not yet converted"},
+        {"--recipe zipformer", "not a zipformer checkpoint"},
+        {"--recipe zipformer --causal True",
+         "--chunk-size 16,32,64,-1: a causal model decodes with one value"},
+        {"--recipe zipformer --causal True --chunk-size 16 --left-context-frames 64 "
+         "--downsampling-factor 1,2,4,3,4,2",
+         "--chunk-size 16: not a multiple of stack 3's downsampling factor 3"},
+        {"--recipe zipformer --causal True --chunk-size 16 --left-context-frames 16",
+         "fewer than stack 1's convolution needs"},
+        {"--recipe zipformer --causal-convolution True",
+         "--causal-convolution: not a flag of the zipformer recipe"},
+        {"--recipe pruned_transducer_stateless3 --num-heads 4",
+         "--num-heads: not a flag of the pruned_transducer_stateless3 recipe"},
+        {"--recipe zipformer --num-heads 4,4", "--num-heads 4,4: 2 values for 6 stacks"},
+        {"--recipe zipformer --encoder-unmasked-dim 512", "stack 0 has 512 > its encoder dim"},
+        {"--recipe zipformer --cnn-module-kernel 30", "kernels must be odd"},
+        {"--recipe zipformer --use-transducer False", "--use-transducer False"},
+        {"--recipe zipformer --decoder-dim 510", "--decoder-dim 510: must be a multiple of 4"},
+        {"--recipe zipformer --context-size 1", "--context-size 1: not supported yet"},
         {"--recipe conformer_ctc", "--recipe conformer_ctc: not an icefall recipe"},
         {"--recipe pruned_transducer_stateless3 --context-size 3", "--context-size 3"},
         {"--recipe pruned_transducer_stateless3 --dynamic-chunk-training True",
