@@ -17,7 +17,7 @@ BUILD=(build-essential pkg-config
        libsndfile1-dev libsoxr-dev libfftw3-dev libsleef-dev libopenblas-dev libcjson-dev
        libuv1-dev libhttp-parser-dev zlib1g-dev libcairo2-dev
        libnghttp2-dev libwslay-dev libprotobuf-c-dev protobuf-c-compiler)
-DEV=(python3 python3-numpy python3-yaml python3-torch python3-torchaudio python3-requests
+DEV=(python3 python3-numpy python3-yaml python3-torch python3-torchaudio python3-requests python3-packaging
      python3-grpcio python3-grpc-tools python3-protobuf
      python3-unidecode python3-inflect python3-websocket python3-selenium chromium chromium-driver
      clang libclang-rt-14-dev cppcheck clang-format curl)
