@@ -582,7 +582,8 @@ def main():
         save(os.path.join(d, "out_lens.npy"), r["out_lens"].numpy().astype(np.int32))
         save(os.path.join(d, "greedy_ids.npy"), ids)
         ol = r["out_lens"].numpy()
-        bres = {"utterances": utt_dirs, "audio_padded_len": max(int(w.shape[0]) for _, w in utts),
+        bres = {"order": [key for key, _ in utts], "utterances": utt_dirs,
+                "audio_padded_len": max(int(w.shape[0]) for _, w in utts),
                 "texts_inference_py": r["texts"],
                 "texts_valid_frames": [text_of(ids[b, :ol[b]]) for b in range(len(utts))],
                 "min_margin_valid": [float(margins(lp[b])[:ol[b]].min())
