@@ -62,6 +62,11 @@ for tag in jasper_j1 fastspeech hifigan_v3 hifigan_v3_real silero_vad tacotron2 
     [ -n "$c" ] || { echo "no converted $tag: run make test first" >&2; exit 1; }
     mkdir -p .devrun3/converted/$tag && cp -r "$c" .devrun3/converted/$tag/m
 done
+# golden sets beside J1 (Q1 when shared): their conversions, for tests/support/dle_jasper.c
+for c in $(ls -td /tmp/hark-test-cache-$(id -u)/jasper_*-*/m 2>/dev/null); do
+    tag=$(basename "$(dirname "$c")") && tag=${tag%-*}
+    [ -e .devrun3/converted/$tag ] || { mkdir -p .devrun3/converted/$tag && cp -r "$c" .devrun3/converted/$tag/m; }
+done
 # the DLE reference sets of tests/support/dle_jasper.c, the newest of each, without checkpoints
 for d in $(ls -td /tmp/hark-test-cache-$(id -u)/dle-*/ 2>/dev/null); do
     n=$(basename "$d") && n=${n#dle-} && n=${n%-*}

@@ -1,6 +1,7 @@
 /* dle_jasper.c — reference sets of DLE's own Jasper / QuartzNet code for other configurations,
  * made by tools/dle_jasper_reference.py and cached for the tests (tests/model/jasper/). */
 #include "support/dle_jasper.h"
+#include "support/golden_model.h"
 
 #include "test.h"
 
@@ -8,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -86,17 +88,24 @@ static unsigned long long str_key(const char *s)
     return h;
 }
 
-int dle_jasper_ref(const dle_jasper_cfg_t *c, char *dir, size_t ndir, char *why, size_t nwhy)
+static void set_paths(dle_jasper_set_t *s, const char *dir)
 {
-    char probe[1200];
+    snprintf(s->ref, sizeof s->ref, "%.690s/ref", dir);
+    snprintf(s->model, sizeof s->model, "%.690s/m", dir);
+}
+
+int dle_jasper_ref(const dle_jasper_cfg_t *c, dle_jasper_set_t *s, char *why, size_t nwhy)
+{
+    char probe[1200], dir[600];
     const char *pre = getenv("HARK_DLE_REF");
     if (pre && *pre) {
-        snprintf(dir, ndir, "%s/%s", pre, c->name);
+        snprintf(dir, sizeof dir, "%.500s/%s", pre, c->name);
         snprintf(probe, sizeof probe, "%s/m/1/model.safetensors", dir);
         if (access(probe, R_OK) != 0) {
             snprintf(why, nwhy, "$HARK_DLE_REF has no %s (%s)", c->name, probe);
             return 1;
         }
+        set_paths(s, dir);
         return 0;
     }
     const char *src = getenv("HARK_DLE_SRC");
@@ -151,7 +160,8 @@ int dle_jasper_ref(const dle_jasper_cfg_t *c, char *dir, size_t ndir, char *why,
     char root[256];
     snprintf(root, sizeof root, "/tmp/hark-test-cache-%u", (unsigned)getuid());
     mkdir(root, 0700);
-    snprintf(dir, ndir, "%s/dle-%s-%llx", root, c->name, key);
+    snprintf(dir, sizeof dir, "%s/dle-%s-%llx", root, c->name, key);
+    set_paths(s, dir);
     snprintf(probe, sizeof probe, "%s/m/1/model.safetensors", dir);
     if (access(probe, R_OK) == 0)
         return 0;
@@ -188,17 +198,17 @@ int dle_jasper_ref(const dle_jasper_cfg_t *c, char *dir, size_t ndir, char *why,
     return 0;
 }
 
-int dle_jasper_npy(npy_array_t *a, const char *dir, const char *sub, const char *file)
+int dle_jasper_npy(npy_array_t *a, const char *ref, const char *sub, const char *file)
 {
     char p[1400];
-    snprintf(p, sizeof p, "%s/ref/%s/%s", dir, sub, file);
+    snprintf(p, sizeof p, "%s/%s/%s", ref, sub, file);
     return access(p, R_OK) == 0 ? npy_load_f32(p, a) : HARK_ERR_IO;
 }
 
-cJSON *dle_jasper_json(const char *dir, const char *sub, const char *file)
+cJSON *dle_jasper_json(const char *ref, const char *sub, const char *file)
 {
     char p[1400];
-    snprintf(p, sizeof p, "%s/ref/%s/%s", dir, sub, file);
+    snprintf(p, sizeof p, "%s/%s/%s", ref, sub, file);
     FILE *f = fopen(p, "rb");
     if (!f)
         return NULL;
@@ -214,4 +224,92 @@ cJSON *dle_jasper_json(const char *dir, const char *sub, const char *file)
     cJSON *j = cJSON_Parse(buf);
     free(buf);
     return j;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
+int dle_jasper_golden_names(char (*names)[64], int max)
+{
+    const char *root = test_shared("golden/jasper");
+    DIR *d = root ? opendir(root) : NULL;
+    if (!d)
+        return 0;
+    char path[1200];
+    snprintf(path, sizeof path, "%s", root);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max) {
+        char probe[1400];
+        if (e->d_name[0] == '.' || !strcmp(e->d_name, "J1") || strlen(e->d_name) >= 64)
+            continue;
+        snprintf(probe, sizeof probe, "%s/%s/manifest.json", path, e->d_name);
+        if (access(probe, R_OK) == 0)
+            snprintf(names[n++], 64, "%s", e->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_name);
+    return n;
+}
+
+/* <dir>/<first entry ending in suffix> into out (a placeholder path when none: the conversion
+ * may come from $HARK_GOLDEN_CONVERTED) */
+static void find_file(const char *dir, const char *suffix, char *out, size_t n)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    snprintf(out, n, "%s/(no *%s)", dir, suffix);
+    size_t ls = strlen(suffix);
+    while (d && (e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l > ls && !strcmp(e->d_name + l - ls, suffix)) {
+            snprintf(out, n, "%s/%s", dir, e->d_name);
+            break;
+        }
+    }
+    if (d)
+        closedir(d);
+}
+
+int dle_jasper_golden(const char *name, dle_jasper_set_t *s, char *why, size_t nwhy)
+{
+    char rel[128], ck[1024], yaml[1024], args[2200], tag[96], dir[600];
+    snprintf(rel, sizeof rel, "golden/jasper/%s", name);
+    const char *g = test_shared(rel);
+    if (!g) {
+        snprintf(why, nwhy, "../shared/data/%s is absent", rel);
+        return 1;
+    }
+    snprintf(s->ref, sizeof s->ref, "%s", g);
+    find_file(s->ref, "_checkpoint.pt", ck, sizeof ck);
+    find_file(s->ref, ".yaml", yaml, sizeof yaml);
+    snprintf(args, sizeof args, "--checkpoint '%s' --config '%s'", ck, yaml);
+    snprintf(tag, sizeof tag, "jasper_%s", name);
+    for (char *p = tag; *p; p++)
+        *p = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
+    if (!golden_convert_cached(tag, "convert_jasper.py", ck, args, dir, sizeof dir, why, nwhy))
+        return 1;
+    snprintf(s->model, sizeof s->model, "%.690s/m", dir);
+    return 0;
+}
+
+int dle_jasper_utts(const char *ref, char (*dirs)[256], int max)
+{
+    cJSON *b = dle_jasper_json(ref, "batch", "result.json");
+    const cJSON *order = cJSON_GetObjectItemCaseSensitive(b, "order");
+    int n = cJSON_IsArray(order) ? cJSON_GetArraySize(order) : -1;
+    if (n > max)
+        n = -1;
+    for (int i = 0; i < n; i++) {
+        const cJSON *k = cJSON_GetArrayItem(order, i);
+        if (!cJSON_IsString(k)) {
+            n = -1;
+            break;
+        }
+        snprintf(dirs[i], 256, "utt%d_%.200s", i, k->valuestring);
+    }
+    cJSON_Delete(b);
+    return n;
 }

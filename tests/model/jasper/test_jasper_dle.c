@@ -11,7 +11,8 @@
  * for each utterance alone and for each row of DLE's zero-padded batch. One more test replays the
  * J1 checkpoint through the tool and finds the golden set's numbers. Needs $HARK_DLE_SRC (a
  * DeepLearningExamples tree), ../shared and /usr/bin/python3 with torch, yaml and numpy; skips
- * otherwise ($HARK_DLE_REF: sets made elsewhere). */
+ * otherwise ($HARK_DLE_REF: sets made elsewhere). The last test puts every golden set beside J1
+ * in ../shared/data/golden/jasper (Q1, held out, when it is shared) through the same checks. */
 #include "test.h"
 
 #include "core/npy.h"
@@ -143,7 +144,7 @@ static void check_block(void *user, const char *name, const float *data, int row
 
 /* one utterance: DLE's model input through hark's encoder, then hark from the waveform */
 static void check_utt(test_ctx_t *t, jasper_worker_t *w, const jasper_model_t *m, const char *dir,
-                      const char *utt, int with_blocks, worst_t *worst)
+                      const char *utt, worst_t *worst)
 {
     const jasper_config_t *cfg = jasper_config(m);
     const int V = jasper_vocab(m), F = cfg->n_filt, P = cfg->pad_leading;
@@ -164,6 +165,11 @@ static void check_utt(test_ctx_t *t, jasper_worker_t *w, const jasper_model_t *m
     for (int f = 0; f < T_feat; f++)
         for (int c = 0; c < F; c++)
             in[(size_t)(f + P) * F + c] = ((float *)feat.data)[(size_t)c * T_feat + f];
+    /* every layer's output where the set has them (the first utterance) */
+    npy_array_t probe;
+    int with_blocks = dle_jasper_npy(&probe, dir, utt, "intermediate/block00_out.npy") == 0;
+    if (with_blocks)
+        npy_free(&probe);
     stage_ctx_t sc = {.t = t, .dir = dir, .utt = utt, .worst = worst};
     int len_out = 0;
     hark_err_t err = {0};
@@ -196,11 +202,12 @@ static void check_utt(test_ctx_t *t, jasper_worker_t *w, const jasper_model_t *m
             id_all++;
             id_valid += s < r.len_out;
         }
+    const cJSON *mm = cJSON_GetObjectItemCaseSensitive(res, "min_margin_valid");
     printf("  %s: log_probs fed DLE's input max|d| %.3g (all %d frames); from the waveform: "
            "features %.3g, log_probs %.3g (%d valid frames), ids differing %d valid / %d all; "
            "DLE's smallest top-2 margin %.3g\n",
            utt, dg, T, df, dl, r.len_out, id_valid, id_all,
-           cJSON_GetObjectItemCaseSensitive(res, "min_margin_valid")->valuedouble);
+           cJSON_IsNumber(mm) ? mm->valuedouble : NAN);
     CHECKF(dg <= TOL_LOGP_GIVEN_FEATS, "%s: log_probs fed DLE's input max |d| %.3g", utt, dg);
     CHECKF(df <= TOL_FEATS, "%s: features max |d| %.3g", utt, df);
     CHECKF(dl <= TOL_LOGP_END_TO_END, "%s: log_probs max |d| %.3g", utt, dl);
@@ -220,7 +227,7 @@ static void check_utt(test_ctx_t *t, jasper_worker_t *w, const jasper_model_t *m
 
 /* DLE's collate_fn batch: each row zero-padded to the longest, hark's features of the padded row */
 static void check_batch(test_ctx_t *t, jasper_worker_t *w, const jasper_model_t *m, const char *dir,
-                        const cJSON *utts, worst_t *worst)
+                        char (*utts)[256], int B, worst_t *worst)
 {
     const jasper_config_t *cfg = jasper_config(m);
     const int V = jasper_vocab(m), F = cfg->n_filt, P = cfg->pad_leading;
@@ -231,7 +238,7 @@ static void check_batch(test_ctx_t *t, jasper_worker_t *w, const jasper_model_t 
     CHECK_OK(dle_jasper_npy(&blogp, dir, "batch", "log_probs.npy"));
     CHECK_OK(dle_jasper_npy(&bids, dir, "batch", "greedy_ids.npy"));
     CHECK_OK(dle_jasper_npy(&blens, dir, "batch", "out_lens.npy"));
-    const int B = cJSON_GetArraySize(utts), N = json_int(bres, "audio_padded_len");
+    const int N = json_int(bres, "audio_padded_len");
     const int T_feat = (int)bfeat.shape[2], T_out = (int)blogp.shape[1];
     CHECK_EQ_INT(bfeat.shape[0], B);
     CHECK_EQ_INT(jasper_frames_in(m, (size_t)N), T_feat + P);
@@ -243,8 +250,7 @@ static void check_batch(test_ctx_t *t, jasper_worker_t *w, const jasper_model_t 
     char text[8192];
     for (int b = 0; b < B; b++) {
         npy_array_t wav;
-        CHECK_OK(
-            dle_jasper_npy(&wav, dir, cJSON_GetArrayItem(utts, b)->valuestring, "waveform.npy"));
+        CHECK_OK(dle_jasper_npy(&wav, dir, utts[b], "waveform.npy"));
         CHECK((int)wav.count <= N);
         memset(row, 0, sizeof(float) * (size_t)N);
         memcpy(row, wav.data, sizeof(float) * wav.count);
@@ -263,7 +269,7 @@ static void check_batch(test_ctx_t *t, jasper_worker_t *w, const jasper_model_t 
         for (int s = 0; s < T_out; s++) {
             int g = (int)((float *)bids.data)[(size_t)b * T_out + s];
             id_all += ids[s] != g;
-            id_valid += ids[s] != g && s < len_out;
+            id_valid += s < len_out && ids[s] != g;
         }
         collapse(cfg, ids, T_out, text, sizeof text);
         upd(&worst->b_feats, df);
@@ -291,40 +297,45 @@ static void check_batch(test_ctx_t *t, jasper_worker_t *w, const jasper_model_t 
     cJSON_Delete(bres);
 }
 
+/* every check on one set: its utterances alone, then its padded batch */
+static void check_set(test_ctx_t *t, const char *name, const dle_jasper_set_t *set,
+                      jasper_arch_t arch)
+{
+    jasper_model_t *m = NULL;
+    jasper_worker_t *w = NULL;
+    hark_err_t err = {0};
+    CHECK_OK(jasper_load(set->model, 1, &m, &err));
+    CHECK_OK(jasper_worker_create(m, 12.0, &w, &err));
+    CHECK_EQ_INT(jasper_config(m)->arch, arch);
+    char utts[16][256];
+    int n = dle_jasper_utts(set->ref, utts, 16);
+    CHECKF(n > 0, "%s: batch/result.json has no utterance order", set->ref);
+    worst_t worst = {0};
+    for (int u = 0; u < n && !test_failed(t); u++)
+        check_utt(t, w, m, set->ref, utts[u], &worst);
+    if (!test_failed(t))
+        check_batch(t, w, m, set->ref, utts, n, &worst);
+    printf("%s: worst: blocks rel %.3g (%d checked), log_probs fed DLE's input %.3g; from the "
+           "waveform: features %.3g, log_probs %.3g; batch: features %.3g, log_probs %.3g\n",
+           name, worst.block_rel, worst.n_blocks_checked, worst.logp_given, worst.feats,
+           worst.logp_e2e, worst.b_feats, worst.b_logp);
+    jasper_worker_destroy(w);
+    jasper_destroy(m);
+}
+
 static void check_config(test_ctx_t *t, const char *name)
 {
     const dle_jasper_cfg_t *c = dle_jasper_cfg(name);
     CHECK(c);
-    char dir[700], why[1024], path[800];
-    int r = dle_jasper_ref(c, dir, sizeof dir, why, sizeof why);
+    dle_jasper_set_t set;
+    char why[1024];
+    int r = dle_jasper_ref(c, &set, why, sizeof why);
     if (r == 1)
         SKIP(why);
     CHECKF(r == 0, "%s", why);
     printf("%s: %s\n", c->name, c->what);
-    snprintf(path, sizeof path, "%s/m", dir);
-    jasper_model_t *m = NULL;
-    jasper_worker_t *w = NULL;
-    hark_err_t err = {0};
-    CHECK_OK(jasper_load(path, 1, &m, &err));
-    CHECK_OK(jasper_worker_create(m, 12.0, &w, &err));
-    const jasper_config_t *cfg = jasper_config(m);
-    CHECK_EQ_INT(cfg->arch,
-                 strcmp(c->folder, "Jasper") ? JASPER_ARCH_QUARTZNET : JASPER_ARCH_JASPER);
-    cJSON *bres = dle_jasper_json(dir, "batch", "result.json");
-    const cJSON *utts = cJSON_GetObjectItemCaseSensitive(bres, "utterances");
-    CHECK(cJSON_IsArray(utts) && cJSON_GetArraySize(utts) > 0);
-    worst_t worst = {0};
-    for (int u = 0; u < cJSON_GetArraySize(utts) && !test_failed(t); u++)
-        check_utt(t, w, m, dir, cJSON_GetArrayItem(utts, u)->valuestring, u == 0, &worst);
-    if (!test_failed(t))
-        check_batch(t, w, m, dir, utts, &worst);
-    printf("%s: worst: blocks rel %.3g (%d checked), log_probs fed DLE's input %.3g; from the "
-           "waveform: features %.3g, log_probs %.3g; batch: features %.3g, log_probs %.3g\n",
-           c->name, worst.block_rel, worst.n_blocks_checked, worst.logp_given, worst.feats,
-           worst.logp_e2e, worst.b_feats, worst.b_logp);
-    cJSON_Delete(bres);
-    jasper_worker_destroy(w);
-    jasper_destroy(m);
+    check_set(t, c->name, &set,
+              strcmp(c->folder, "Jasper") ? JASPER_ARCH_QUARTZNET : JASPER_ARCH_JASPER);
 }
 
 TEST(jasper_dle_quartznet15x5)
@@ -354,8 +365,10 @@ TEST(jasper_dle_tool_reproduces_j1)
 {
     NEED_SHARED(GOLDEN_JASPER);
     const dle_jasper_cfg_t *c = dle_jasper_cfg("j1_replay");
-    char dir[700], why[1024];
-    int r = dle_jasper_ref(c, dir, sizeof dir, why, sizeof why);
+    dle_jasper_set_t set;
+    char why[1024];
+    int r = dle_jasper_ref(c, &set, why, sizeof why);
+    const char *dir = set.ref;
     if (r == 1)
         SKIP(why);
     CHECKF(r == 0, "%s", why);
@@ -403,4 +416,26 @@ TEST(jasper_dle_tool_reproduces_j1)
         cJSON_Delete(g);
     }
     printf("j1 replay: worst features %.3g, log_probs %.3g; ids and texts equal\n", wf, wl);
+}
+
+/* Golden sets beside J1 in ../shared/data/golden/jasper (made by the goldens' generator with DLE's
+ * code; Q1, the held-out QuartzNet, when it is shared): the same checks as above. */
+TEST(jasper_dle_other_golden_sets)
+{
+    char names[16][64];
+    int n = dle_jasper_golden_names(names, 16);
+    if (n == 0)
+        SKIP("no golden set beside J1 in ../shared/data/golden/jasper (Q1 is held out)");
+    for (int i = 0; i < n && !test_failed(t); i++) {
+        dle_jasper_set_t set;
+        char why[1024];
+        int r = dle_jasper_golden(names[i], &set, why, sizeof why);
+        CHECKF(r == 0, "golden/jasper/%s: %s", names[i], why);
+        cJSON *man = dle_jasper_json(set.ref, ".", "manifest.json");
+        const char *arch = json_str(man, "arch");
+        printf("golden/jasper/%s (%s)\n", names[i], arch ? arch : "?");
+        check_set(t, names[i], &set,
+                  arch && !strcmp(arch, "jasper") ? JASPER_ARCH_JASPER : JASPER_ARCH_QUARTZNET);
+        cJSON_Delete(man);
+    }
 }

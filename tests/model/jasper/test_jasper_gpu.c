@@ -449,111 +449,123 @@ GPU_TEST(jasper_gpu_synthetic_separable_hardtanh_matches_cpu)
 
 /* ---- other configurations against DLE's own code (tests/support/dle_jasper.c) --------------- */
 
-static void dle_configs(test_ctx_t *t, ops_dtype_t dt)
+/* one set on dt: each utterance alone against DLE and the CPU path, then all as one batch */
+static void dle_set(test_ctx_t *t, const char *name, const dle_jasper_set_t *set, ops_dtype_t dt)
 {
     const char *dts = dt == OPS_F32 ? "fp32" : "fp16";
+    hark_err_t err = {0};
+    jasper_model_t *m = NULL;
+    CHECK_OK(jasper_load(set->model, 1, &m, &err));
+    char utts[8][256];
+    const int B = dle_jasper_utts(set->ref, utts, 8), V = jasper_vocab(m);
+    CHECKF(B > 0, "%s: batch/result.json has no utterance order", set->ref);
+    jasper_gpu_model_t *g = NULL;
+    jasper_gpu_worker_t *w = NULL;
+    jasper_worker_t *cw = NULL;
+    CHECK_OK(jasper_gpu_model_create(m, 0, dt, &g, &err));
+    CHECK_OK(jasper_gpu_worker_create(g, B, 12.0, &w, &err));
+    CHECK_OK(jasper_worker_create(m, 12.0, &cw, &err));
+    npy_array_t wav[8];
+    const float *pcm[8];
+    size_t n[8];
+    jasper_result_t alone[8], batch[8];
+    for (int i = 0; i < B; i++) {
+        const char *utt = utts[i];
+        cJSON *res = dle_jasper_json(set->ref, utt, "result.json");
+        npy_array_t ids, logp;
+        CHECK(res);
+        CHECK_OK(dle_jasper_npy(&wav[i], set->ref, utt, "waveform.npy"));
+        CHECK_OK(dle_jasper_npy(&ids, set->ref, utt, "greedy_ids.npy"));
+        CHECK_OK(dle_jasper_npy(&logp, set->ref, utt, "log_probs.npy"));
+        pcm[i] = wav[i].data;
+        n[i] = wav[i].count;
+        int T = jasper_frames_out(m, jasper_frames_in(m, n[i]));
+        CHECK_EQ_INT(T, logp.shape[0]);
+        float *lp = malloc(sizeof(float) * (size_t)T * V);
+        jasper_gpu_run_opts_t o = {.logp = lp};
+        jasper_result_t cr;
+        CHECK_OK(jasper_gpu_run(w, &pcm[i], &n[i], 1, &o, &alone[i], &err));
+        CHECK_OK(jasper_run(cw, pcm[i], n[i], NULL, &cr, &err));
+        const jasper_result_t *a = &alone[i];
+        CHECK_EQ_INT(a->n_frames, T);
+        CHECK_EQ_INT(a->len_out, cr.len_out);
+        int d_cpu = 0, d_dle = 0;
+        for (int s = 0; s < T; s++) {
+            d_cpu += a->frame_ids[s] != cr.frame_ids[s];
+            d_dle += s < a->len_out && a->frame_ids[s] != (int)((float *)ids.data)[s];
+        }
+        double dl = test_max_abs_diff(lp, logp.data, (size_t)a->len_out * V);
+        const char *want = json_str(res, "text_inference_py");
+        const cJSON *mm = cJSON_GetObjectItemCaseSensitive(res, "min_margin_valid");
+        printf("%s %s %s: ids differing from the CPU %d / %d frames, from DLE %d / %d valid; "
+               "log_probs max|d| %.3g (valid); DLE's smallest top-2 margin %.3g; text %s\n",
+               name, dts, utt, d_cpu, T, d_dle, a->len_out, dl,
+               cJSON_IsNumber(mm) ? mm->valuedouble : NAN,
+               want && !strcmp(a->text, want) ? "= DLE's" : a->text);
+        if (dt == OPS_F32) {
+            CHECKF(d_cpu == 0, "%s %s: %d frames' ids differ from the CPU path", name, utt, d_cpu);
+            CHECKF(d_dle == 0, "%s %s: %d valid frames' ids differ from DLE's", name, utt, d_dle);
+            CHECKF(dl <= TOL_LOGP_END_TO_END, "%s %s: log_probs max |d| %.3g", name, utt, dl);
+        }
+        CHECKF(want && !strcmp(a->text, want), "%s %s: text '%s', DLE '%s'", name, utt, a->text,
+               want);
+        jasper_result_free(&cr);
+        npy_free(&ids);
+        npy_free(&logp);
+        free(lp);
+        cJSON_Delete(res);
+    }
+    /* the utterances as one padded batch: each item = the utterance alone */
+    CHECK_OK(jasper_gpu_run(w, pcm, n, B, NULL, batch, &err));
+    for (int i = 0; i < B; i++) {
+        int diff = 0;
+        for (int s = 0; s < alone[i].n_frames && s < batch[i].n_frames; s++)
+            diff += alone[i].frame_ids[s] != batch[i].frame_ids[s];
+        CHECK_EQ_INT(batch[i].n_frames, alone[i].n_frames);
+        CHECKF(dt != OPS_F32 || diff == 0, "%s batch item %d: %d ids differ from alone", name, i,
+               diff);
+        CHECKF(!strcmp(batch[i].text, alone[i].text), "%s batch item %d: '%s', alone '%s'", name, i,
+               batch[i].text, alone[i].text);
+        jasper_result_free(&batch[i]);
+        jasper_result_free(&alone[i]);
+        npy_free(&wav[i]);
+    }
+    jasper_worker_destroy(cw);
+    jasper_gpu_worker_destroy(w);
+    jasper_gpu_model_destroy(g);
+    jasper_destroy(m);
+}
+
+/* the tool's configurations, then the golden sets beside J1 (Q1 when shared) */
+static void dle_configs(test_ctx_t *t, ops_dtype_t dt)
+{
     int n_run = 0;
+    dle_jasper_set_t set;
+    char why[1024];
     for (int k = 0; k < dle_jasper_n_cfgs && !test_failed(t); k++) {
         const dle_jasper_cfg_t *c = &dle_jasper_cfgs[k];
         if (c->ckpt) /* the J1 replay: the golden tests cover that model */
             continue;
-        char dir[700], why[1024], path[800];
-        int r = dle_jasper_ref(c, dir, sizeof dir, why, sizeof why);
+        int r = dle_jasper_ref(c, &set, why, sizeof why);
         if (r == 1) {
             printf("%s: skipped (%s)\n", c->name, why);
             continue;
         }
         CHECKF(r == 0, "%s", why);
-        snprintf(path, sizeof path, "%s/m", dir);
-        hark_err_t err = {0};
-        jasper_model_t *m = NULL;
-        CHECK_OK(jasper_load(path, 1, &m, &err));
-        cJSON *bres = dle_jasper_json(dir, "batch", "result.json");
-        const cJSON *utts = cJSON_GetObjectItemCaseSensitive(bres, "utterances");
-        const int B = cJSON_GetArraySize(utts), V = jasper_vocab(m);
-        CHECK(B > 0 && B <= 8);
-        jasper_gpu_model_t *g = NULL;
-        jasper_gpu_worker_t *w = NULL;
-        jasper_worker_t *cw = NULL;
-        CHECK_OK(jasper_gpu_model_create(m, 0, dt, &g, &err));
-        CHECK_OK(jasper_gpu_worker_create(g, B, 12.0, &w, &err));
-        CHECK_OK(jasper_worker_create(m, 12.0, &cw, &err));
-        npy_array_t wav[8];
-        const float *pcm[8];
-        size_t n[8];
-        jasper_result_t alone[8], batch[8];
-        for (int i = 0; i < B; i++) {
-            const char *utt = cJSON_GetArrayItem(utts, i)->valuestring;
-            cJSON *res = dle_jasper_json(dir, utt, "result.json");
-            npy_array_t ids, logp;
-            CHECK(res);
-            CHECK_OK(dle_jasper_npy(&wav[i], dir, utt, "waveform.npy"));
-            CHECK_OK(dle_jasper_npy(&ids, dir, utt, "greedy_ids.npy"));
-            CHECK_OK(dle_jasper_npy(&logp, dir, utt, "log_probs.npy"));
-            pcm[i] = wav[i].data;
-            n[i] = wav[i].count;
-            int T = jasper_frames_out(m, jasper_frames_in(m, n[i]));
-            CHECK_EQ_INT(T, logp.shape[0]);
-            float *lp = malloc(sizeof(float) * (size_t)T * V);
-            jasper_gpu_run_opts_t o = {.logp = lp};
-            jasper_result_t cr;
-            CHECK_OK(jasper_gpu_run(w, &pcm[i], &n[i], 1, &o, &alone[i], &err));
-            CHECK_OK(jasper_run(cw, pcm[i], n[i], NULL, &cr, &err));
-            const jasper_result_t *a = &alone[i];
-            CHECK_EQ_INT(a->n_frames, T);
-            CHECK_EQ_INT(a->len_out, cr.len_out);
-            int d_cpu = 0, d_dle = 0;
-            for (int s = 0; s < T; s++) {
-                d_cpu += a->frame_ids[s] != cr.frame_ids[s];
-                d_dle += s < a->len_out && a->frame_ids[s] != (int)((float *)ids.data)[s];
-            }
-            double dl = test_max_abs_diff(lp, logp.data, (size_t)a->len_out * V);
-            const char *want = json_str(res, "text_inference_py");
-            printf("%s %s %s: ids differing from the CPU %d / %d frames, from DLE %d / %d valid; "
-                   "log_probs max|d| %.3g (valid); DLE's smallest top-2 margin %.3g; text %s\n",
-                   c->name, dts, utt, d_cpu, T, d_dle, a->len_out, dl,
-                   cJSON_GetObjectItemCaseSensitive(res, "min_margin_valid")->valuedouble,
-                   want && !strcmp(a->text, want) ? "= DLE's" : a->text);
-            if (dt == OPS_F32) {
-                CHECKF(d_cpu == 0, "%s %s: %d frames' ids differ from the CPU path", c->name, utt,
-                       d_cpu);
-                CHECKF(d_dle == 0, "%s %s: %d valid frames' ids differ from DLE's", c->name, utt,
-                       d_dle);
-                CHECKF(dl <= TOL_LOGP_END_TO_END, "%s %s: log_probs max |d| %.3g", c->name, utt,
-                       dl);
-            }
-            CHECKF(want && !strcmp(a->text, want), "%s %s: text '%s', DLE '%s'", c->name, utt,
-                   a->text, want);
-            jasper_result_free(&cr);
-            npy_free(&ids);
-            npy_free(&logp);
-            free(lp);
-            cJSON_Delete(res);
-        }
-        /* the utterances as one padded batch: each item = the utterance alone */
-        CHECK_OK(jasper_gpu_run(w, pcm, n, B, NULL, batch, &err));
-        for (int i = 0; i < B; i++) {
-            int diff = 0;
-            for (int s = 0; s < alone[i].n_frames && s < batch[i].n_frames; s++)
-                diff += alone[i].frame_ids[s] != batch[i].frame_ids[s];
-            CHECK_EQ_INT(batch[i].n_frames, alone[i].n_frames);
-            CHECKF(dt != OPS_F32 || diff == 0, "%s batch item %d: %d ids differ from alone",
-                   c->name, i, diff);
-            CHECKF(!strcmp(batch[i].text, alone[i].text), "%s batch item %d: '%s', alone '%s'",
-                   c->name, i, batch[i].text, alone[i].text);
-            jasper_result_free(&batch[i]);
-            jasper_result_free(&alone[i]);
-            npy_free(&wav[i]);
-        }
+        dle_set(t, c->name, &set, dt);
         n_run++;
-        cJSON_Delete(bres);
-        jasper_worker_destroy(cw);
-        jasper_gpu_worker_destroy(w);
-        jasper_gpu_model_destroy(g);
-        jasper_destroy(m);
+    }
+    char names[16][64];
+    int ng = dle_jasper_golden_names(names, 16);
+    for (int i = 0; i < ng && !test_failed(t); i++) {
+        int r = dle_jasper_golden(names[i], &set, why, sizeof why);
+        CHECKF(r == 0, "golden/jasper/%s: %s", names[i], why);
+        dle_set(t, names[i], &set, dt);
+        n_run++;
     }
     if (!n_run && !test_failed(t))
-        test_skip(t, "no DLE reference set ($HARK_DLE_SRC or $HARK_DLE_REF)");
+        test_skip(t, "no DLE reference set ($HARK_DLE_SRC or $HARK_DLE_REF) and no golden set "
+                     "beside J1");
 }
 
 GPU_TEST(jasper_gpu_dle_configs_fp32)
