@@ -327,7 +327,7 @@ static void check_config(test_ctx_t *t, const char *name)
 {
     const dle_jasper_cfg_t *c = dle_jasper_cfg(name);
     CHECK(c);
-    dle_jasper_set_t set;
+    dle_jasper_set_t set = {{0}, {0}};
     char why[1024];
     int r = dle_jasper_ref(c, &set, why, sizeof why);
     if (r == 1)
@@ -365,7 +365,7 @@ TEST(jasper_dle_tool_reproduces_j1)
 {
     NEED_SHARED(GOLDEN_JASPER);
     const dle_jasper_cfg_t *c = dle_jasper_cfg("j1_replay");
-    dle_jasper_set_t set;
+    dle_jasper_set_t set = {{0}, {0}};
     char why[1024];
     int r = dle_jasper_ref(c, &set, why, sizeof why);
     const char *dir = set.ref;
@@ -427,7 +427,7 @@ TEST(jasper_dle_other_golden_sets)
     if (n == 0)
         SKIP("no golden set beside J1 in ../shared/data/golden/jasper (Q1 is held out)");
     for (int i = 0; i < n && !test_failed(t); i++) {
-        dle_jasper_set_t set;
+        dle_jasper_set_t set = {{0}, {0}};
         char why[1024];
         int r = dle_jasper_golden(names[i], &set, why, sizeof why);
         CHECKF(r == 0, "golden/jasper/%s: %s", names[i], why);

@@ -540,7 +540,7 @@ static void dle_set(test_ctx_t *t, const char *name, const dle_jasper_set_t *set
 static void dle_configs(test_ctx_t *t, ops_dtype_t dt)
 {
     int n_run = 0;
-    dle_jasper_set_t set;
+    dle_jasper_set_t set = {{0}, {0}};
     char why[1024];
     for (int k = 0; k < dle_jasper_n_cfgs && !test_failed(t); k++) {
         const dle_jasper_cfg_t *c = &dle_jasper_cfgs[k];
