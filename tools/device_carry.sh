@@ -9,7 +9,9 @@
 #   .devrun3/  shared/: the Jasper J1, FastSpeech / HiFi-GAN and Tacotron 2 / WaveGlow golden sets without their
 #              checkpoints, the English audio and silero_vad.onnx, and converted/: those
 #              checkpoints and the Silero VAD converted here (HARK_GOLDEN_CONVERTED; the device has
-#              no /usr/bin/python3 with torch or onnx to convert with)
+#              no /usr/bin/python3 with torch or onnx to convert with), and dle/: DLE's own outputs
+#              for other Jasper / QuartzNet configurations with their conversions, when the tests
+#              made them (HARK_DLE_SRC set; tests/support/dle_jasper.c; HARK_DLE_REF on the device)
 #   .devp1/ .devp2/ ...  .devrun2, .devrun3 and .ext (the PyTorch peers' sources, when present) as
 #              one tar in 40 MiB parts: too big to travel whole
 #              beside the tree, they go one part per call to a machine kept warm (chain the calls;
@@ -60,6 +62,18 @@ for tag in jasper_j1 fastspeech hifigan_v3 hifigan_v3_real silero_vad tacotron2 
     [ -n "$c" ] || { echo "no converted $tag: run make test first" >&2; exit 1; }
     mkdir -p .devrun3/converted/$tag && cp -r "$c" .devrun3/converted/$tag/m
 done
+# golden sets beside J1 (Q1 when shared): their conversions, for tests/support/dle_jasper.c
+for c in $(ls -td /tmp/hark-test-cache-$(id -u)/jasper_*-*/m 2>/dev/null); do
+    tag=$(basename "$(dirname "$c")") && tag=${tag%-*}
+    [ -e .devrun3/converted/$tag ] || { mkdir -p .devrun3/converted/$tag && cp -r "$c" .devrun3/converted/$tag/m; }
+done
+# the DLE reference sets of tests/support/dle_jasper.c, the newest of each, without checkpoints
+for d in $(ls -td /tmp/hark-test-cache-$(id -u)/dle-*/ 2>/dev/null); do
+    n=$(basename "$d") && n=${n#dle-} && n=${n%-*}
+    [ "$n" = j1_replay ] || [ -e .devrun3/dle/$n ] || [ ! -f "$d/m/1/model.safetensors" ] && continue
+    mkdir -p .devrun3/dle/$n && (cd "$d" && tar cf - --exclude='*.pt' ref m) | tar xf - -C .devrun3/dle/$n
+done
+[ -d .devrun3/dle ] || echo "no DLE reference sets: HARK_DLE_SRC=... make test makes them" >&2
 # the generated Tacotron 2 of awkward sizes (tests/model/tacotron2/test_tacotron2_gpu.c)
 /usr/bin/python3 tools/convert_tacotron2.py --random 3 --config tests/model/tacotron2/awkward.json \
     --output .devrun3/converted/tacotron2_awkward/m >/dev/null

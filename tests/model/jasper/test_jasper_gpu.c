@@ -8,7 +8,11 @@
  * differences printed); the family's GPU execute (FP16, bad items failing alone); and generated
  * models with awkward sizes (odd channel counts, a strided prologue, dilation, a separable block,
  * hardtanh, dense panes) against the CPU path (jasper.c): ids on every frame and log-probs (FP32:
- * 1e-3 absolute), batch = alone (FP32), graph replay = direct; 16-bit figures printed. */
+ * 1e-3 absolute), batch = alone (FP32), graph replay = direct; 16-bit figures printed; and the
+ * configurations of tests/support/dle_jasper.c (QuartzNet 15x5, QuartzNet variations, Jasper
+ * without masks: DLE's own outputs from tools/dle_jasper_reference.py, $HARK_DLE_SRC or
+ * $HARK_DLE_REF) — FP32: DLE's ids on the valid frames, the CPU path's on every frame, DLE's text;
+ * FP16: DLE's text; a batch of the utterances equal to each alone. */
 #include "test.h"
 
 #define BF16_MIN_AGREE 0.9 /* see the header */
@@ -20,6 +24,7 @@
 #include "model/jasper/jasper.h"
 #include "model/jasper/jasper_gpu.h"
 #include "model/synth_weights.h"
+#include "support/dle_jasper.h"
 #include "support/golden_jasper.h"
 
 #include <cjson/cJSON.h>
@@ -440,6 +445,137 @@ GPU_TEST(jasper_gpu_synthetic_matches_cpu)
 GPU_TEST(jasper_gpu_synthetic_separable_hardtanh_matches_cpu)
 {
     synth_vs_cpu(t, 1, JASPER_ACT_HARDTANH);
+}
+
+/* ---- other configurations against DLE's own code (tests/support/dle_jasper.c) --------------- */
+
+/* one set on dt: each utterance alone against DLE and the CPU path, then all as one batch */
+static void dle_set(test_ctx_t *t, const char *name, const dle_jasper_set_t *set, ops_dtype_t dt)
+{
+    const char *dts = dt == OPS_F32 ? "fp32" : "fp16";
+    hark_err_t err = {0};
+    jasper_model_t *m = NULL;
+    CHECK_OK(jasper_load(set->model, 1, &m, &err));
+    char utts[8][256];
+    const int B = dle_jasper_utts(set->ref, utts, 8), V = jasper_vocab(m);
+    CHECKF(B > 0, "%s: batch/result.json has no utterance order", set->ref);
+    jasper_gpu_model_t *g = NULL;
+    jasper_gpu_worker_t *w = NULL;
+    jasper_worker_t *cw = NULL;
+    CHECK_OK(jasper_gpu_model_create(m, 0, dt, &g, &err));
+    CHECK_OK(jasper_gpu_worker_create(g, B, 12.0, &w, &err));
+    CHECK_OK(jasper_worker_create(m, 12.0, &cw, &err));
+    npy_array_t wav[8];
+    const float *pcm[8];
+    size_t n[8];
+    jasper_result_t alone[8], batch[8];
+    for (int i = 0; i < B; i++) {
+        const char *utt = utts[i];
+        cJSON *res = dle_jasper_json(set->ref, utt, "result.json");
+        npy_array_t ids, logp;
+        CHECK(res);
+        CHECK_OK(dle_jasper_npy(&wav[i], set->ref, utt, "waveform.npy"));
+        CHECK_OK(dle_jasper_npy(&ids, set->ref, utt, "greedy_ids.npy"));
+        CHECK_OK(dle_jasper_npy(&logp, set->ref, utt, "log_probs.npy"));
+        pcm[i] = wav[i].data;
+        n[i] = wav[i].count;
+        int T = jasper_frames_out(m, jasper_frames_in(m, n[i]));
+        CHECK_EQ_INT(T, logp.shape[0]);
+        float *lp = malloc(sizeof(float) * (size_t)T * V);
+        jasper_gpu_run_opts_t o = {.logp = lp};
+        jasper_result_t cr;
+        CHECK_OK(jasper_gpu_run(w, &pcm[i], &n[i], 1, &o, &alone[i], &err));
+        CHECK_OK(jasper_run(cw, pcm[i], n[i], NULL, &cr, &err));
+        const jasper_result_t *a = &alone[i];
+        CHECK_EQ_INT(a->n_frames, T);
+        CHECK_EQ_INT(a->len_out, cr.len_out);
+        int d_cpu = 0, d_dle = 0;
+        for (int s = 0; s < T; s++) {
+            d_cpu += a->frame_ids[s] != cr.frame_ids[s];
+            d_dle += s < a->len_out && a->frame_ids[s] != (int)((float *)ids.data)[s];
+        }
+        double dl = test_max_abs_diff(lp, logp.data, (size_t)a->len_out * V);
+        const char *want = json_str(res, "text_inference_py");
+        const cJSON *mm = cJSON_GetObjectItemCaseSensitive(res, "min_margin_valid");
+        printf("%s %s %s: ids differing from the CPU %d / %d frames, from DLE %d / %d valid; "
+               "log_probs max|d| %.3g (valid); DLE's smallest top-2 margin %.3g; text %s\n",
+               name, dts, utt, d_cpu, T, d_dle, a->len_out, dl,
+               cJSON_IsNumber(mm) ? mm->valuedouble : NAN,
+               want && !strcmp(a->text, want) ? "= DLE's" : a->text);
+        if (dt == OPS_F32) {
+            CHECKF(d_cpu == 0, "%s %s: %d frames' ids differ from the CPU path", name, utt, d_cpu);
+            CHECKF(d_dle == 0, "%s %s: %d valid frames' ids differ from DLE's", name, utt, d_dle);
+            CHECKF(dl <= TOL_LOGP_END_TO_END, "%s %s: log_probs max |d| %.3g", name, utt, dl);
+        }
+        CHECKF(want && !strcmp(a->text, want), "%s %s: text '%s', DLE '%s'", name, utt, a->text,
+               want);
+        jasper_result_free(&cr);
+        npy_free(&ids);
+        npy_free(&logp);
+        free(lp);
+        cJSON_Delete(res);
+    }
+    /* the utterances as one padded batch: each item = the utterance alone */
+    CHECK_OK(jasper_gpu_run(w, pcm, n, B, NULL, batch, &err));
+    for (int i = 0; i < B; i++) {
+        int diff = 0;
+        for (int s = 0; s < alone[i].n_frames && s < batch[i].n_frames; s++)
+            diff += alone[i].frame_ids[s] != batch[i].frame_ids[s];
+        CHECK_EQ_INT(batch[i].n_frames, alone[i].n_frames);
+        CHECKF(dt != OPS_F32 || diff == 0, "%s batch item %d: %d ids differ from alone", name, i,
+               diff);
+        CHECKF(!strcmp(batch[i].text, alone[i].text), "%s batch item %d: '%s', alone '%s'", name, i,
+               batch[i].text, alone[i].text);
+        jasper_result_free(&batch[i]);
+        jasper_result_free(&alone[i]);
+        npy_free(&wav[i]);
+    }
+    jasper_worker_destroy(cw);
+    jasper_gpu_worker_destroy(w);
+    jasper_gpu_model_destroy(g);
+    jasper_destroy(m);
+}
+
+/* the tool's configurations, then the golden sets beside J1 (Q1 when shared) */
+static void dle_configs(test_ctx_t *t, ops_dtype_t dt)
+{
+    int n_run = 0;
+    dle_jasper_set_t set = {{0}, {0}};
+    char why[1024];
+    for (int k = 0; k < dle_jasper_n_cfgs && !test_failed(t); k++) {
+        const dle_jasper_cfg_t *c = &dle_jasper_cfgs[k];
+        if (c->ckpt) /* the J1 replay: the golden tests cover that model */
+            continue;
+        int r = dle_jasper_ref(c, &set, why, sizeof why);
+        if (r == 1) {
+            printf("%s: skipped (%s)\n", c->name, why);
+            continue;
+        }
+        CHECKF(r == 0, "%s", why);
+        dle_set(t, c->name, &set, dt);
+        n_run++;
+    }
+    char names[16][64];
+    int ng = dle_jasper_golden_names(names, 16);
+    for (int i = 0; i < ng && !test_failed(t); i++) {
+        int r = dle_jasper_golden(names[i], &set, why, sizeof why);
+        CHECKF(r == 0, "golden/jasper/%s: %s", names[i], why);
+        dle_set(t, names[i], &set, dt);
+        n_run++;
+    }
+    if (!n_run && !test_failed(t))
+        test_skip(t, "no DLE reference set ($HARK_DLE_SRC or $HARK_DLE_REF) and no golden set "
+                     "beside J1");
+}
+
+GPU_TEST(jasper_gpu_dle_configs_fp32)
+{
+    dle_configs(t, OPS_F32);
+}
+
+GPU_TEST(jasper_gpu_dle_configs_fp16)
+{
+    dle_configs(t, OPS_F16);
 }
 
 /* ---- through the family table: KIND_GPU in config.pbtxt's precision ------------------------- */
