@@ -155,7 +155,8 @@ int cuda_conv1d_sum(float *y, const float *x, const float *b, int first, float d
  * FP32 accumulation; x, out, sum float, out and sum never aliasing x or each other. Only where
  * cuda_conv1d_res_fits (c = 32, 64, 128 or 256, and the block's shared memory fits the current
  * device), else HARK_ERR_INVALID_ARG. hopper 1 (the caller's path is GPU_PATH_HOPPER): the
- * wgmma kernel where it is the faster one (256 channels) on a compute capability 9.0 device;
+ * wgmma kernel where it is the faster one (128 and 256 channels) on a compute capability 9.0
+ * device;
  * 2: wgmma for every width (tests); 0 or another device: mma.sync kernels. The same results up to
  * the order of FP32 sums. */
 int cuda_conv1d_res_fits(int c, int k1, int d1, int k2);

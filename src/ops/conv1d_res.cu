@@ -71,11 +71,87 @@ template <int C, int BMV = res_bm(C)> static size_t res_smem(int k1, int d1, int
     return ((size_t)res_rows(F::BM, k1, d1, k2) * F::LD + 2 * (size_t)C * F::LDW) * 2;
 }
 
+/* ---- pieces both kernels share --------------------------------------------------------------- */
+
+/* X: lrelu(x) of the item's rows v0 .. v0 + rows - 1 inside [0, len), 0 outside, rounded to T,
+ * into sX (row stride ld); 4 loads in flight per thread before their stores */
+template <typename T, int C>
+__device__ __forceinline__ void res_load_x(T *sX, int ld, const float *xb, int v0, int rows,
+                                           int len, float slope, int tid)
+{
+    typedef typename h16<T>::T2 T2;
+    constexpr int XU = 4;
+    const int nx = rows * (C / 4);
+    for (int i0 = tid; i0 < nx; i0 += RES_THREADS * XU) {
+        float4 q[XU];
+#pragma unroll
+        for (int u = 0; u < XU; u++) {
+            int i = i0 + u * RES_THREADS, r = i / (C / 4), c4 = (i % (C / 4)) * 4, v = v0 + r;
+            q[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (i < nx && v >= 0 && v < len)
+                q[u] = *(const float4 *)(xb + (long long)v * C + c4);
+        }
+#pragma unroll
+        for (int u = 0; u < XU; u++) {
+            int i = i0 + u * RES_THREADS, r = i / (C / 4), c4 = (i % (C / 4)) * 4;
+            if (i >= nx)
+                break;
+            float4 v = q[u];
+            v.x = v.x > 0.0f ? v.x : v.x * slope;
+            v.y = v.y > 0.0f ? v.y : v.y * slope;
+            v.z = v.z > 0.0f ? v.z : v.z * slope;
+            v.w = v.w > 0.0f ? v.w : v.w * slope;
+            T2 *d = (T2 *)(sX + r * ld + c4);
+            d[0] = h16<T>::from_f2(v.x, v.y);
+            d[1] = h16<T>::from_f2(v.z, v.w);
+        }
+    }
+}
+
+/* Y (row, col .. col + 1) = lrelu(v + b1), rounded, where u = u0 + row is inside [0, len); 0
+ * outside (the second conv's zero padding) */
+template <typename T>
+__device__ __forceinline__ void res_store_y(T *sX, int ld, int row, int col, float v0, float v1,
+                                            const res_args_t &a, int u0, int len)
+{
+    typedef typename h16<T>::T2 T2;
+    int u = u0 + row;
+    float y0 = 0.0f, y1 = 0.0f;
+    if (u >= 0 && u < len) {
+        y0 = v0 + a.b1[col];
+        y1 = v1 + a.b1[col + 1];
+        y0 = y0 > 0.0f ? y0 : y0 * a.slope;
+        y1 = y1 > 0.0f ? y1 : y1 * a.slope;
+    }
+    *(T2 *)(sX + row * ld + col) = h16<T>::from_f2(y0, y1);
+}
+
+/* row s of item b, columns col .. col + 1: y = x + (v + bias); out and the MRF sum */
+template <int C>
+__device__ __forceinline__ void res_store_out(const res_args_t &a, const float *bias, int b, int s,
+                                              int col, float v0, float v1)
+{
+    long long o = ((long long)b * a.t + s) * C + col;
+    float2 xv = *(const float2 *)(a.x + o);
+    float2 y = make_float2(xv.x + (v0 + bias[col]), xv.y + (v1 + bias[col + 1]));
+    if (a.out)
+        *(float2 *)(a.out + o) = y;
+    if (a.sum) {
+        float2 sv = a.first ? make_float2(0.0f, 0.0f) : *(const float2 *)(a.sum + o);
+        sv.x += y.x;
+        sv.y += y.y;
+        if (a.div != 1.0f) {
+            sv.x /= a.div;
+            sv.y /= a.div;
+        }
+        *(float2 *)(a.sum + o) = sv;
+    }
+}
+
 template <typename T, int C, int BMV>
 __global__ void __launch_bounds__(RES_THREADS) res_kernel(res_args_t a)
 {
     typedef res_cfg<C, BMV> F;
-    typedef typename h16<T>::T2 T2;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int rows_x = F::BM + (a.k1 - 1) * a.d1;
     T *sX = (T *)smem_raw; /* (rows, LD); Y (BM, LD) over its first rows */
@@ -108,34 +184,7 @@ __global__ void __launch_bounds__(RES_THREADS) res_kernel(res_args_t a)
     load_w(0, 0);
     cp_async_commit();
 
-    /* X: lrelu(x) for rows inside [0, len), 0 outside, rounded to T; 4 loads in flight per
-     * thread before their stores */
-    constexpr int XU = 4;
-    const int nx = rows_x * (C / 4);
-    for (int i0 = tid; i0 < nx; i0 += RES_THREADS * XU) {
-        float4 q[XU];
-#pragma unroll
-        for (int u = 0; u < XU; u++) {
-            int i = i0 + u * RES_THREADS, r = i / (C / 4), c4 = (i % (C / 4)) * 4, v = v0 + r;
-            q[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (i < nx && v >= 0 && v < len)
-                q[u] = *(const float4 *)(xb + (long long)v * C + c4);
-        }
-#pragma unroll
-        for (int u = 0; u < XU; u++) {
-            int i = i0 + u * RES_THREADS, r = i / (C / 4), c4 = (i % (C / 4)) * 4;
-            if (i >= nx)
-                break;
-            float4 v = q[u];
-            v.x = v.x > 0.0f ? v.x : v.x * a.slope;
-            v.y = v.y > 0.0f ? v.y : v.y * a.slope;
-            v.z = v.z > 0.0f ? v.z : v.z * a.slope;
-            v.w = v.w > 0.0f ? v.w : v.w * a.slope;
-            T2 *d = (T2 *)(sX + r * F::LD + c4);
-            d[0] = h16<T>::from_f2(v.x, v.y);
-            d[1] = h16<T>::from_f2(v.z, v.w);
-        }
-    }
+    res_load_x<T, C>(sX, F::LD, xb, v0, rows_x, len, a.slope, tid);
 
     float acc[F::MT][F::NT][4];
 #pragma unroll
@@ -187,15 +236,8 @@ __global__ void __launch_bounds__(RES_THREADS) res_kernel(res_args_t a)
                     for (int h = 0; h < 2; h++) {
                         int row = wm * F::WTM + i * 16 + g + h * 8;
                         int col = wn * F::WTN + n * 8 + tq * 2;
-                        int u = u0 + row;
-                        float y0 = 0.0f, y1 = 0.0f;
-                        if (u >= 0 && u < len) {
-                            y0 = acc[i][n][2 * h] + a.b1[col];
-                            y1 = acc[i][n][2 * h + 1] + a.b1[col + 1];
-                            y0 = y0 > 0.0f ? y0 : y0 * a.slope;
-                            y1 = y1 > 0.0f ? y1 : y1 * a.slope;
-                        }
-                        *(T2 *)(sX + row * F::LD + col) = h16<T>::from_f2(y0, y1);
+                        res_store_y(sX, F::LD, row, col, acc[i][n][2 * h], acc[i][n][2 * h + 1], a,
+                                    u0, len);
                         acc[i][n][2 * h] = acc[i][n][2 * h + 1] = 0.0f;
                     }
         }
@@ -214,22 +256,7 @@ __global__ void __launch_bounds__(RES_THREADS) res_kernel(res_args_t a)
                 int s = s0 + row;
                 if (row >= TO || s >= len)
                     continue;
-                long long o = ((long long)b * a.t + s) * C + col;
-                float2 xv = *(const float2 *)(a.x + o);
-                float2 y = make_float2(xv.x + (acc[i][n][2 * h] + bias[col]),
-                                       xv.y + (acc[i][n][2 * h + 1] + bias[col + 1]));
-                if (a.out)
-                    *(float2 *)(a.out + o) = y;
-                if (a.sum) {
-                    float2 sv = a.first ? make_float2(0.0f, 0.0f) : *(const float2 *)(a.sum + o);
-                    sv.x += y.x;
-                    sv.y += y.y;
-                    if (a.div != 1.0f) {
-                        sv.x /= a.div;
-                        sv.y /= a.div;
-                    }
-                    *(float2 *)(a.sum + o) = sv;
-                }
+                res_store_out<C>(a, bias, b, s, col, acc[i][n][2 * h], acc[i][n][2 * h + 1]);
             }
 }
 
@@ -311,7 +338,7 @@ static int res_go(const res_args_t &a, int batch, cudaStream_t st, hark_err_t *e
  * read (gemm_f16.cu's) — so one chunk may span two taps (32 channels) or part of one. The B
  * operand is read once per warpgroup instead of once per warp. Only on the Hopper path
  * (sm_90a code, a compute capability 9.0 device); elsewhere the kernel traps and the launcher
- * picks the mma.sync one. The launcher takes it for 256 channels only (see res_c) unless asked
+ * picks the mma.sync one. The launcher takes it for 128 and 256 channels (see res_c) unless asked
  * for every width (hopper = 2: the tests keep the other widths checked for the next round of
  * tuning). */
 #define WGR_R16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
@@ -371,7 +398,6 @@ __global__ void __launch_bounds__(RES_THREADS, 1) wres_kernel(res_args_t a)
 {
 #if HARK_DEV_HOPPER
     typedef wres_cfg<C> F;
-    typedef typename h16<T>::T2 T2;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     unsigned base = (unsigned)__cvta_generic_to_shared(smem_raw);
     unsigned pad = ((base + 1023u) & ~1023u) - base; /* the swizzle needs 1024-byte alignment */
@@ -407,32 +433,7 @@ __global__ void __launch_bounds__(RES_THREADS, 1) wres_kernel(res_args_t a)
     load_w(0, 0);
     cp_async_commit();
 
-    constexpr int XU = 4;
-    const int nx = rows_x * (C / 4);
-    for (int i0 = tid; i0 < nx; i0 += RES_THREADS * XU) {
-        float4 q[XU];
-#pragma unroll
-        for (int u = 0; u < XU; u++) {
-            int i = i0 + u * RES_THREADS, r = i / (C / 4), c4 = (i % (C / 4)) * 4, v = v0 + r;
-            q[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (i < nx && v >= 0 && v < len)
-                q[u] = *(const float4 *)(xb + (long long)v * C + c4);
-        }
-#pragma unroll
-        for (int u = 0; u < XU; u++) {
-            int i = i0 + u * RES_THREADS, r = i / (C / 4), c4 = (i % (C / 4)) * 4;
-            if (i >= nx)
-                break;
-            float4 v = q[u];
-            v.x = v.x > 0.0f ? v.x : v.x * a.slope;
-            v.y = v.y > 0.0f ? v.y : v.y * a.slope;
-            v.z = v.z > 0.0f ? v.z : v.z * a.slope;
-            v.w = v.w > 0.0f ? v.w : v.w * a.slope;
-            T2 *dd = (T2 *)(sX + r * F::LD + c4);
-            dd[0] = h16<T>::from_f2(v.x, v.y);
-            dd[1] = h16<T>::from_f2(v.z, v.w);
-        }
-    }
+    res_load_x<T, C>(sX, F::LD, xb, v0, rows_x, len, a.slope, tid);
 
     float d[F::SL][F::ND];
 #pragma unroll
@@ -457,7 +458,7 @@ __global__ void __launch_bounds__(RES_THREADS, 1) wres_kernel(res_args_t a)
 #pragma unroll
         for (int ks = 0; ks < 4; ks++) {
             int kk = k0 + ks * 16;
-            if (kk < K) {
+            if (C >= 64 || kk < K) { /* K = k·C: whole chunks from 64 channels up */
                 int j = kk / C, c = kk - j * C;
 #pragma unroll
                 for (int sl = 0; sl < F::SL; sl++)
@@ -469,7 +470,7 @@ __global__ void __launch_bounds__(RES_THREADS, 1) wres_kernel(res_args_t a)
         wg_fence();
 #pragma unroll
         for (int ks = 0; ks < 4; ks++)
-            if (k0 + ks * 16 < K) {
+            if (C >= 64 || k0 + ks * 16 < K) {
 #pragma unroll
                 for (int sl = 0; sl < F::SL; sl++)
                     wgmma_ra<T, C>(d[sl], af[sl][ks], wg_desc(sb + ks * 32));
@@ -496,15 +497,8 @@ __global__ void __launch_bounds__(RES_THREADS, 1) wres_kernel(res_args_t a)
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         int row = (wg * F::SL + sl) * 64 + wrow + g + h * 8, col = q * 8 + tq * 2;
-                        int u = u0 + row;
-                        float y0 = 0.0f, y1 = 0.0f;
-                        if (u >= 0 && u < len) {
-                            y0 = d[sl][4 * q + 2 * h] + a.b1[col];
-                            y1 = d[sl][4 * q + 2 * h + 1] + a.b1[col + 1];
-                            y0 = y0 > 0.0f ? y0 : y0 * a.slope;
-                            y1 = y1 > 0.0f ? y1 : y1 * a.slope;
-                        }
-                        *(T2 *)(sX + row * F::LD + col) = h16<T>::from_f2(y0, y1);
+                        res_store_y(sX, F::LD, row, col, d[sl][4 * q + 2 * h],
+                                    d[sl][4 * q + 2 * h + 1], a, u0, len);
                         d[sl][4 * q + 2 * h] = d[sl][4 * q + 2 * h + 1] = 0.0f;
                     }
         }
@@ -522,22 +516,8 @@ __global__ void __launch_bounds__(RES_THREADS, 1) wres_kernel(res_args_t a)
                 int s = s0 + row;
                 if (row >= TO || s >= len)
                     continue;
-                long long o = ((long long)b * a.t + s) * C + col;
-                float2 xv = *(const float2 *)(a.x + o);
-                float2 y = make_float2(xv.x + (d[sl][4 * q + 2 * h] + bias[col]),
-                                       xv.y + (d[sl][4 * q + 2 * h + 1] + bias[col + 1]));
-                if (a.out)
-                    *(float2 *)(a.out + o) = y;
-                if (a.sum) {
-                    float2 sv = a.first ? make_float2(0.0f, 0.0f) : *(const float2 *)(a.sum + o);
-                    sv.x += y.x;
-                    sv.y += y.y;
-                    if (a.div != 1.0f) {
-                        sv.x /= a.div;
-                        sv.y /= a.div;
-                    }
-                    *(float2 *)(a.sum + o) = sv;
-                }
+                res_store_out<C>(a, bias, b, s, col, d[sl][4 * q + 2 * h],
+                                 d[sl][4 * q + 2 * h + 1]);
             }
 #else
     __trap(); /* never launched off the Hopper path */
@@ -595,10 +575,11 @@ template <typename T>
 static int res_c(const res_args_t &a, int batch, int c, cudaStream_t st, hark_err_t *err,
                  int hopper)
 {
-    /* wgmma for 256 channels only: measured on the H200 (hark bench --profile, V1 at batch 32),
-     * 9.2 -> 8.0 ms there, but 1.4-1.8x slower than mma.sync at 32-128 channels, where the
-     * per-chunk wait on the wgmma batch leaves too little work in flight */
-    if ((hopper == 2 || (hopper == 1 && c == 256)) && !(c == 256 && res_short_grid(a, batch))) {
+    /* wgmma from 128 channels up: measured on the H200 (hark bench --profile [--wgmma-all], V1 at
+     * batch 32, ms per stage, mma.sync -> wgmma): 256 channels 9.2 -> 7.7, 128 15.9 -> 13.3, 64
+     * 9.3 -> 9.4, 32 7.1 -> 12.8 (its chunks span two taps, and the tail of an odd tap count
+     * makes ptxas serialize the wgmma batch) */
+    if ((hopper == 2 || (hopper == 1 && c >= 128)) && !(c == 256 && res_short_grid(a, batch))) {
         int rc = wres_c<T>(a, batch, c, st, err);
         if (rc != 1)
             return rc;

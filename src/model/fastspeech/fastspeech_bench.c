@@ -34,7 +34,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: hark bench --model FASTSPEECH_DIR [--vocoder HIFIGAN_DIR] [--batch 1,32]\n"
             "                  [--precision fp16|bf16|fp32] [--device cuda:N] [--chunk-frames 64]\n"
-            "                  [--min-time S] [--alpha A] [--no-graphs] [--no-fused | --no-wgmma]\n"
+            "                  [--min-time S] [--alpha A] [--no-graphs] [--no-fused | --no-wgmma | "
+            "--wgmma-all]\n"
             "                  [--profile]\n"
             "Times text -> FastSpeech -> HiFi-GAN on the GPU, each batch filled with DLE's three\n"
             "golden sentences in turn: one JSON line per batch size with ms per batch, time to\n"
@@ -291,6 +292,8 @@ int fastspeech_bench_main(int argc, char **argv)
             fused = 0;
         else if (!strcmp(argv[i], "--no-wgmma"))
             fused = 2;
+        else if (!strcmp(argv[i], "--wgmma-all"))
+            fused = 3;
         else if (!strcmp(argv[i], "--profile"))
             profile = 1;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {

@@ -383,7 +383,7 @@ void hifigan_gpu_set_graphs(hifigan_gpu_worker_t *w, int on)
 void hifigan_gpu_set_fused(hifigan_gpu_worker_t *w, int on)
 {
     graph_cache_clear(w->gc);
-    w->fused = on == 2 ? 2 : on != 0;
+    w->fused = on == 2 || on == 3 ? on : on != 0;
 }
 
 int hifigan_gpu_fused_stages(const hifigan_gpu_worker_t *w)
@@ -677,8 +677,10 @@ static int enqueue_forward(hifigan_gpu_worker_t *w, const float *mel, int batch,
                 RUN(cuda_conv1d_res(keep ? dst : NULL, last ? w->xs : NULL, src, c1->w, c1->b,
                                     c1->k, c1->dil, c2 ? c2->w : NULL, c2 ? c2->b : NULL,
                                     c2 ? c2->k : 0, dt, slope, lens, batch, Tn, cp, k == 0, div,
-                                    w->fused == 1 && ops_cuda_path(w->ops) == GPU_PATH_HOPPER, st,
-                                    err));
+                                    ops_cuda_path(w->ops) != GPU_PATH_HOPPER ? 0
+                                    : w->fused == 3                          ? 2
+                                                                             : w->fused == 1,
+                                    st, err));
                 src = dst;
             }
             if (i == 0) {

@@ -52,7 +52,8 @@ void hifigan_gpu_set_graphs(hifigan_gpu_worker_t *w, int on); /* default on; HAR
 
 /* 16-bit workers run each dilation of a stage's resblocks as one fused kernel (cuda_conv1d_res)
  * where it takes the stage's channels: on 1 (the default; wgmma kernels on the Hopper path), 2
- * (mma.sync kernels on every path), 0 off (the conv-by-conv path, the FP32 one in 16 bits).
+ * (mma.sync kernels on every path), 3 (wgmma at every width on the Hopper path: tuning), 0 off
+ * (the conv-by-conv path, the FP32 one in 16 bits).
  * hifigan_gpu_fused_stages: how many stages run fused now. */
 void hifigan_gpu_set_fused(hifigan_gpu_worker_t *w, int on);
 int hifigan_gpu_fused_stages(const hifigan_gpu_worker_t *w);

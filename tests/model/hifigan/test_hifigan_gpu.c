@@ -316,8 +316,6 @@ GPU_TEST(hifigan_gpu_v3_real_full_clip)
     CHECKF(d[1] <= TOL16_REAL, "fp16 %g", d[1]);
 }
 
-/* a generated ResBlock1 model whose channels are no multiple of 8 (tools/convert_hifigan.py
- * --random) */
 /* a python3 with numpy for tools/convert_hifigan.py --random: Debian's, or the one on PATH */
 static const char *numpy_python(void)
 {
@@ -331,26 +329,45 @@ static const char *numpy_python(void)
     return NULL;
 }
 
-GPU_TEST(hifigan_gpu_awkward_resblock1_matches_cpu)
+/* a generator of config `json` with seeded random weights (tools/convert_hifigan.py --random
+ * SEED) under the test's temporary folder, loaded; NULL (the reason checked or skipped) else */
+static hifigan_model_t *generated(test_ctx_t *t, const char *json, int seed, const char *name)
 {
     const char *py = numpy_python();
-    if (!py)
-        SKIP("no python3 with numpy (tools/convert_hifigan.py --random needs it)");
+    if (!py) {
+        test_skip(t, "no python3 with numpy (tools/convert_hifigan.py --random needs it)");
+        return NULL;
+    }
     const char *tmp = test_tmpdir(t);
-    char cmd[2048], dir[600];
+    char cmd[4096], dir[600];
     snprintf(cmd, sizeof cmd,
-             "printf '%%s' '{\"resblock\": \"1\", \"num_mels\": 20, \"upsample_rates\": [3, 2], "
-             "\"upsample_kernel_sizes\": [7, 4], \"upsample_initial_channel\": 52, "
-             "\"resblock_kernel_sizes\": [3, 5], \"resblock_dilation_sizes\": [[1, 3, 5], [1, 2, "
-             "3]], \"sampling_rate\": 8000, \"n_fft\": 64, \"hop_size\": 6, \"win_size\": 64}' > "
-             "'%s/c.json' && %s tools/convert_hifigan.py --random 3 --config "
-             "'%s/c.json' --output '%s/awk' > '%s/log' 2>&1",
-             tmp, py, tmp, tmp, tmp);
-    CHECKF(system(cmd) == 0, "the converter failed: see %s/log", tmp);
-    snprintf(dir, sizeof dir, "%s/awk", tmp);
+             "printf '%%s' '%s' > '%s/%s.json' && %s tools/convert_hifigan.py --random %d --config "
+             "'%s/%s.json' --output '%s/%s' > '%s/%s.log' 2>&1",
+             json, tmp, name, py, seed, tmp, name, tmp, name, tmp, name);
+    if (system(cmd) != 0) {
+        test_fail(t, __FILE__, __LINE__, "the converter failed: see %s/%s.log", tmp, name);
+        return NULL;
+    }
+    snprintf(dir, sizeof dir, "%s/%s", tmp, name);
     hifigan_model_t *m = NULL;
     hark_err_t err = {0};
-    CHECKF(hifigan_load(dir, 1, &m, &err) == HARK_OK, "%s", err.msg);
+    if (hifigan_load(dir, 1, &m, &err) != HARK_OK)
+        test_fail(t, __FILE__, __LINE__, "%s", err.msg);
+    return m;
+}
+
+/* a generated ResBlock1 model whose channels are no multiple of 8 */
+GPU_TEST(hifigan_gpu_awkward_resblock1_matches_cpu)
+{
+    hifigan_model_t *m = generated(
+        t,
+        "{\"resblock\": \"1\", \"num_mels\": 20, \"upsample_rates\": [3, 2], "
+        "\"upsample_kernel_sizes\": [7, 4], \"upsample_initial_channel\": 52, "
+        "\"resblock_kernel_sizes\": [3, 5], \"resblock_dilation_sizes\": [[1, 3, 5], [1, 2, 3]], "
+        "\"sampling_rate\": 8000, \"n_fft\": 64, \"hop_size\": 6, \"win_size\": 64}",
+        3, "awk");
+    if (!m)
+        return;
     const int nf = 23, nm = 20;
     float *mel = malloc(sizeof(float) * nm * nf);
     unsigned seed = 17;
@@ -370,24 +387,17 @@ GPU_TEST(hifigan_gpu_awkward_resblock1_matches_cpu)
  * the same conv by conv (both round at the same points: 1e-3, as a batch against its items) */
 GPU_TEST(hifigan_gpu_fused_resblock1_matches_cpu)
 {
-    const char *py = numpy_python();
-    if (!py)
-        SKIP("no python3 with numpy (tools/convert_hifigan.py --random needs it)");
-    const char *tmp = test_tmpdir(t);
-    char cmd[2048], dir[600];
-    snprintf(cmd, sizeof cmd,
-             "printf '%%s' '{\"resblock\": \"1\", \"num_mels\": 80, \"upsample_rates\": [4, 2], "
-             "\"upsample_kernel_sizes\": [8, 4], \"upsample_initial_channel\": 128, "
-             "\"resblock_kernel_sizes\": [3, 7, 11], \"resblock_dilation_sizes\": [[1, 3, 5], "
-             "[1, 3, 5], [1, 3, 5]], \"sampling_rate\": 16000, \"n_fft\": 64, \"hop_size\": 8, "
-             "\"win_size\": 64}' > '%s/c.json' && %s tools/convert_hifigan.py --random 5 --config "
-             "'%s/c.json' --output '%s/v1s' > '%s/log' 2>&1",
-             tmp, py, tmp, tmp, tmp);
-    CHECKF(system(cmd) == 0, "the converter failed: see %s/log", tmp);
-    snprintf(dir, sizeof dir, "%s/v1s", tmp);
-    hifigan_model_t *m = NULL;
+    hifigan_model_t *m = generated(
+        t,
+        "{\"resblock\": \"1\", \"num_mels\": 80, \"upsample_rates\": [4, 2], "
+        "\"upsample_kernel_sizes\": [8, 4], \"upsample_initial_channel\": 128, "
+        "\"resblock_kernel_sizes\": [3, 7, 11], \"resblock_dilation_sizes\": [[1, 3, 5], "
+        "[1, 3, 5], [1, 3, 5]], \"sampling_rate\": 16000, \"n_fft\": 64, \"hop_size\": 8, "
+        "\"win_size\": 64}",
+        5, "v1s");
+    if (!m)
+        return;
     hark_err_t err = {0};
-    CHECKF(hifigan_load(dir, 1, &m, &err) == HARK_OK, "%s", err.msg);
     const int nf = 150, nm = 80;
     float *mel = malloc(sizeof(float) * nm * nf);
     unsigned seed = 19;
