@@ -43,6 +43,10 @@ const char *test_hark_bin(void);
  * (the one tools/install-deps.sh equips), else the first python3 on PATH; NULL when neither does.
  */
 const char *test_python(const char *modules);
+
+/* the JSON document in file `path` (NULL or unreadable: NULL); the caller cJSON_Deletes it */
+struct cJSON;
+struct cJSON *test_read_json(const char *path);
 /* 1 if hark was built with CUDA and a device it can use is present (gpu_usable_count). */
 int test_have_gpu(void);
 /* Deterministic pseudo-random numbers. */

@@ -209,21 +209,7 @@ cJSON *dle_jasper_json(const char *ref, const char *sub, const char *file)
 {
     char p[1400];
     snprintf(p, sizeof p, "%s/%s/%s", ref, sub, file);
-    FILE *f = fopen(p, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (!buf)
-        return NULL;
-    buf[got] = 0;
-    cJSON *j = cJSON_Parse(buf);
-    free(buf);
-    return j;
+    return test_read_json(p);
 }
 
 static int cmp_name(const void *a, const void *b)

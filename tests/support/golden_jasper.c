@@ -55,19 +55,5 @@ cJSON *golden_jasper_json(const char *sub, const char *file)
     char rel[640];
     snprintf(rel, sizeof rel, GOLDEN_JASPER "/%s/%s", sub, file);
     const char *p = test_shared(rel);
-    FILE *f = p ? fopen(p, "rb") : NULL;
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (!buf)
-        return NULL;
-    buf[got] = 0;
-    cJSON *j = cJSON_Parse(buf);
-    free(buf);
-    return j;
+    return test_read_json(p);
 }

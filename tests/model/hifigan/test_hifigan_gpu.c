@@ -316,24 +316,11 @@ GPU_TEST(hifigan_gpu_v3_real_full_clip)
     CHECKF(d[1] <= TOL16_REAL, "fp16 %g", d[1]);
 }
 
-/* a python3 with numpy for tools/convert_hifigan.py --random: Debian's, or the one on PATH */
-static const char *numpy_python(void)
-{
-    static const char *const py[2] = {"/usr/bin/python3", "python3"};
-    for (int i = 0; i < 2; i++) {
-        char cmd[256];
-        snprintf(cmd, sizeof cmd, "%s -c 'import numpy' > /dev/null 2>&1", py[i]);
-        if (system(cmd) == 0)
-            return py[i];
-    }
-    return NULL;
-}
-
 /* a generator of config `json` with seeded random weights (tools/convert_hifigan.py --random
  * SEED) under the test's temporary folder, loaded; NULL (the reason checked or skipped) else */
 static hifigan_model_t *generated(test_ctx_t *t, const char *json, int seed, const char *name)
 {
-    const char *py = numpy_python();
+    const char *py = test_python("numpy"); /* Debian's, or the device's on PATH */
     if (!py) {
         test_skip(t, "no python3 with numpy (tools/convert_hifigan.py --random needs it)");
         return NULL;

@@ -21,25 +21,6 @@
 
 #define TOL_ENC 2e-5 /* measured 2.1e-6 from the waveform (hark's fbank included) */
 
-static cJSON *read_json(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (!buf)
-        return NULL;
-    buf[got] = 0;
-    cJSON *j = cJSON_Parse(buf);
-    free(buf);
-    return j;
-}
-
 static int ints_equal(const cJSON *arr, const int *a, int n)
 {
     if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != n)
@@ -108,7 +89,7 @@ TEST(icefall_other_configs_vs_icefall)
         CHECK_OK(icefall_load(path, 1, &m, &err));
         CHECK_OK(icefall_worker_create(m, 12, &w, &err));
         snprintf(path, sizeof path, "%s/ref.json", out);
-        cJSON *ref = read_json(path);
+        cJSON *ref = test_read_json(path);
         CHECK(ref != NULL);
         /* from the waveform: hark's fbank, encoder, projection */
         npy_array_t pcm = {0}, want = {0};

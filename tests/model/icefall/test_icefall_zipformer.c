@@ -30,25 +30,6 @@
  * and <= 1.0e-6 (from the waveform, hark's fbank) */
 #define TOL_REL 1e-4
 
-static cJSON *read_json(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (!buf)
-        return NULL;
-    buf[got] = 0;
-    cJSON *j = cJSON_Parse(buf);
-    free(buf);
-    return j;
-}
-
 static int ints_equal(const cJSON *arr, const int *a, int n)
 {
     if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != n)
@@ -358,7 +339,7 @@ TEST(icefall_zipformer_vs_icefall)
         CHECK_OK(icefall_worker_create(m, 12, &w, &err));
         const icefall_config_t *cf = icefall_config(m);
         snprintf(path, sizeof path, "%s/ref.json", out);
-        cJSON *ref = read_json(path);
+        cJSON *ref = test_read_json(path);
         CHECK(ref != NULL);
 
         /* the encoder alone, from icefall's fbank: every stage */
