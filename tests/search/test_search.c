@@ -24,22 +24,7 @@
 
 static cJSON *load_results(void)
 {
-    const char *path = test_shared(GSET "/results.json");
-    if (!path)
-        return NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    size_t got = fread(buf, 1, (size_t)n, f);
-    fclose(f);
-    buf[got] = 0;
-    cJSON *j = cJSON_Parse(buf);
-    free(buf);
-    return j;
+    return test_read_json(test_shared(GSET "/results.json"));
 }
 
 /* 1 when the JSON int array equals v[0..n) */

@@ -146,20 +146,5 @@ int golden_wenet_npy(npy_array_t *a, const char *utt, const char *file)
 
 cJSON *golden_wenet_results(void)
 {
-    const char *p = test_shared(GOLDEN_WENET "/results.json");
-    FILE *f = p ? fopen(p, "rb") : NULL;
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (!buf)
-        return NULL;
-    buf[got] = 0;
-    cJSON *j = cJSON_Parse(buf);
-    free(buf);
-    return j;
+    return test_read_json(test_shared(GOLDEN_WENET "/results.json"));
 }
