@@ -362,8 +362,8 @@ GPU_TEST(hifigan_gpu_awkward_resblock1_matches_cpu)
         mel[i] = 2.0f * test_randf(&seed) - 3.0f;
     const int starts[3] = {0, 4, 11}, lens[3] = {nf, 17, 1};
     batch_vs_cpu(t, m, OPS_F32, mel, nf, starts, lens, 3, TOL32, 1);
-    if (!test_failed(t)) /* the a-priori bound: not yet measured (the GPU machine's python3 has no
-                          * numpy to generate this model with) */
+    if (!test_failed(t)) /* the a-priori bound, kept: the test runs on the device since session
+                          * 16 (passed) but its value was not recorded */
         batch_vs_cpu(t, m, OPS_F16, mel, nf, starts, lens, 3, TOL16_REAL, 1);
     free(mel);
     hifigan_destroy(m);

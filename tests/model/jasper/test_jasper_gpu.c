@@ -543,7 +543,9 @@ static void dle_set(test_ctx_t *t, const char *name, const dle_jasper_set_t *set
      * see the padding's zeros where an item alone sees its reflection), hark's GPU batch makes
      * each item's features from its own samples. Measured on the H200: 0-3 valid ids of a row
      * differ from DLE's batch, 0-21 from the utterance alone. The CPU test
-     * (test_jasper_dle.c: check_batch) holds hark to DLE's padded rows; here they are printed. */
+     * (test_jasper_dle.c: check_batch) holds hark to DLE's padded rows; here they are printed,
+     * and the longest row, which no padding follows, must still equal the utterance alone
+     * (FP32; measured 0 ids apart in both sets). */
     CHECK_OK(jasper_gpu_run(w, pcm, n, B, NULL, batch, &err));
     const int masks = jasper_config(m)->conv_masks;
     npy_array_t bids = {0}, blens = {0};
@@ -552,6 +554,9 @@ static void dle_set(test_ctx_t *t, const char *name, const dle_jasper_set_t *set
         CHECK_OK(dle_jasper_npy(&blens, set->ref, "batch", "out_lens.npy"));
         CHECK_EQ_INT((int)bids.shape[0], B);
     }
+    int longest = 0; /* the row no padding follows: it must equal the utterance alone */
+    for (int i = 1; i < B; i++)
+        longest = alone[i].n_frames > alone[longest].n_frames ? i : longest;
     for (int i = 0; i < B; i++) {
         int diff = 0, diff_dle = 0;
         for (int s = 0; s < alone[i].n_frames && s < batch[i].n_frames; s++)
@@ -563,6 +568,9 @@ static void dle_set(test_ctx_t *t, const char *name, const dle_jasper_set_t *set
             printf("%s %s batch row %d (no conv masks): %d of %d valid ids differ from DLE's "
                    "batch, %d from the utterance alone\n",
                    name, dts, i, diff_dle, lv, diff);
+            CHECKF(i != longest || dt != OPS_F32 || diff == 0,
+                   "%s: the longest row (no padding after it) differs from alone in %d ids", name,
+                   diff);
             jasper_result_free(&batch[i]);
             jasper_result_free(&alone[i]);
             npy_free(&wav[i]);
