@@ -38,6 +38,42 @@ __device__ __forceinline__ void st_f(__nv_bfloat16 *p, float v)
     *p = __float2bfloat16_rn(v);
 }
 
+/* four consecutive elements (16-byte float / 8-byte 16-bit accesses: the caller checks alignment)
+ */
+__device__ __forceinline__ void ld4(const float *p, float *v)
+{
+    float4 q = *(const float4 *)p;
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+}
+template <typename T> __device__ __forceinline__ void ld4(const T *p, float *v)
+{
+    uint2 q = *(const uint2 *)p;
+    float2 a = h16<T>::to_f2(*(const typename h16<T>::T2 *)&q.x);
+    float2 b = h16<T>::to_f2(*(const typename h16<T>::T2 *)&q.y);
+    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+}
+__device__ __forceinline__ void st4(float *p, const float *v)
+{
+    *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+}
+template <typename T> __device__ __forceinline__ void st4(T *p, const float *v)
+{
+    typename h16<T>::T2 a = h16<T>::from_f2(v[0], v[1]), b = h16<T>::from_f2(v[2], v[3]);
+    uint2 q;
+    q.x = *(const unsigned *)&a;
+    q.y = *(const unsigned *)&b;
+    *(uint2 *)p = q;
+}
+
+/* the four-wide kernels' conditions: every extent a multiple of 4, the pointers aligned to four
+ * elements, and the element count within a 32-bit index */
+static bool vec4_ok(long long n, size_t elem, const void *p, const void *q, int a, int b, int c,
+                    long long d)
+{
+    return n < (1LL << 31) && a % 4 == 0 && b % 4 == 0 && c % 4 == 0 && d % 4 == 0 &&
+           (uintptr_t)p % (4 * elem) == 0 && (q == NULL || (uintptr_t)q % 16 == 0);
+}
+
 static int launched(hark_err_t *err, const char *what)
 {
     cudaError_t e = cudaGetLastError();
@@ -84,12 +120,44 @@ __global__ void pad_mask_kernel(TO *out, const TI *in, const float *bias, float 
     }
 }
 
+/* the same, four columns per thread (c, ld_in and ld_out multiples of 4; 32-bit indices) */
+template <typename TO, typename TI>
+__global__ void pad_mask4_kernel(TO *out, const TI *in, const float *bias, float slope,
+                                 const int *lens, int t, int c, int ld_in, int ld_out, int pad_l,
+                                 int tp, int n4)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4)
+        return;
+    const int q = ld_out / 4, row = i / q, col = (i - row * q) * 4;
+    const int b = row / tp, s = row - b * tp - pad_l;
+    const int v = lens && lens[b] < t ? lens[b] : t;
+    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (col < c && s >= 0 && s < v) {
+        ld4(in + ((long long)b * t + s) * ld_in + col, x);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            if (bias)
+                x[j] += bias[col + j];
+            x[j] = x[j] > 0.0f ? x[j] : x[j] * slope;
+        }
+    }
+    st4(out + (long long)row * ld_out + col, x);
+}
+
 template <typename TO, typename TI>
 static void pad_mask_go(void *out, const void *in, const float *bias, float slope, const int *lens,
                         int batch, int t, int c, int ld_in, int ld_out, int pad_l, int tp,
                         cudaStream_t st)
 {
     long long n = (long long)batch * tp * ld_out;
+    if (vec4_ok(n, sizeof(TI), in, NULL, c, ld_in, ld_out, 0) &&
+        (uintptr_t)out % (4 * sizeof(TO)) == 0) {
+        int n4 = (int)(n / 4);
+        pad_mask4_kernel<TO, TI><<<(n4 + 255) / 256, 256, 0, st>>>(
+            (TO *)out, (const TI *)in, bias, slope, lens, t, c, ld_in, ld_out, pad_l, tp, n4);
+        return;
+    }
     pad_mask_kernel<TO, TI><<<grid_for(n, 256), 256, 0, st>>>(
         (TO *)out, (const TI *)in, bias, slope, lens, batch, t, c, ld_in, ld_out, pad_l, tp);
 }
@@ -367,6 +435,40 @@ __global__ void crop_bias_kernel(T *y, const float *x, const float *bias, int ba
     }
 }
 
+/* the same, four columns per thread (c, ld and ld_b multiples of 4; 32-bit indices) */
+template <typename T>
+__global__ void crop_bias4_kernel(T *y, const float *x, const float *bias, int t, int c, int ld,
+                                  long long ld_b, int off, int n4)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4)
+        return;
+    const int q = c / 4, row = i / q, col = (i - row * q) * 4;
+    const int b = row / t, s = row - b * t;
+    float v[4];
+    ld4(x + b * ld_b + (long long)(off + s) * ld + col, v);
+    if (bias)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            v[j] += bias[col + j];
+    st4(y + (long long)i * 4, v);
+}
+
+template <typename T>
+static void crop_bias_go(void *y, const float *x, const float *bias, int batch, int t, int c,
+                         int ld, long long ld_b, int off, cudaStream_t st)
+{
+    long long n = (long long)batch * t * c;
+    if (vec4_ok(n, sizeof(T), y, x, c, ld, 4, ld_b)) {
+        int n4 = (int)(n / 4);
+        crop_bias4_kernel<T>
+            <<<(n4 + 255) / 256, 256, 0, st>>>((T *)y, x, bias, t, c, ld, ld_b, off, n4);
+        return;
+    }
+    crop_bias_kernel<T>
+        <<<grid_for(n, 256), 256, 0, st>>>((T *)y, x, bias, batch, t, c, ld, ld_b, off);
+}
+
 extern "C" int cuda_conv1d_crop_bias(void *y, ops_dtype_t y_t, const float *x, const float *bias,
                                      int batch, int t, int c, int ld, long long ld_b, int off,
                                      void *stream, hark_err_t *err)
@@ -380,16 +482,12 @@ extern "C" int cuda_conv1d_crop_bias(void *y, ops_dtype_t y_t, const float *x, c
     if (n == 0)
         return HARK_OK;
     cudaStream_t st = (cudaStream_t)stream;
-    unsigned gr = grid_for(n, 256);
     if (y_t == OPS_F16)
-        crop_bias_kernel<__half>
-            <<<gr, 256, 0, st>>>((__half *)y, x, bias, batch, t, c, ld, ld_b, off);
+        crop_bias_go<__half>(y, x, bias, batch, t, c, ld, ld_b, off, st);
     else if (y_t == OPS_BF16)
-        crop_bias_kernel<__nv_bfloat16>
-            <<<gr, 256, 0, st>>>((__nv_bfloat16 *)y, x, bias, batch, t, c, ld, ld_b, off);
+        crop_bias_go<__nv_bfloat16>(y, x, bias, batch, t, c, ld, ld_b, off, st);
     else
-        crop_bias_kernel<float>
-            <<<gr, 256, 0, st>>>((float *)y, x, bias, batch, t, c, ld, ld_b, off);
+        crop_bias_go<float>(y, x, bias, batch, t, c, ld, ld_b, off, st);
     return launched(err, "conv1d_crop_bias_kernel");
 }
 
