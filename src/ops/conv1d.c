@@ -231,15 +231,22 @@ static void res_conv_at(float *acc, const float *in, const float *w, int k, int 
 void conv1d_res_ref(float *out, float *sum, const float *x, const float *w1, const float *b1,
                     int k1, int d1, const float *w2, const float *b2, int k2, float slope,
                     const int *lens, int batch, int t, int c, int first, float div,
-                    void (*round16)(float *v, size_t n, void *user), void *user)
+                    const conv1d_res_ext_t *ext, void (*round16)(float *v, size_t n, void *user),
+                    void *user)
 {
     size_t n = (size_t)t * c;
+    const conv1d_res_ext_t e0 = {0}, *e = ext ? ext : &e0;
+    const long long ldb = e->x_ld_b > 0 ? e->x_ld_b : (long long)n;
+    float *xv = malloc(sizeof(float) * (n ? n : 1)); /* the item's x as the kernel reads it */
+    HARK_ASSERT(xv);
     float *a = malloc(sizeof(float) * (n ? n : 1)), *z = malloc(sizeof(float) * (n ? n : 1));
     float *acc = malloc(sizeof(float) * (size_t)(c ? c : 1));
     HARK_ASSERT(a && z && acc);
     for (int b = 0; b < batch; b++) {
         int len = lens && lens[b] < t ? lens[b] : t;
-        const float *xb = x + (size_t)b * n;
+        const float *xb = xv;
+        for (size_t i = 0; i < (size_t)len * c; i++)
+            xv[i] = x[b * ldb + (long long)i] + (e->x_bias ? e->x_bias[i % (size_t)c] : 0.0f);
         for (size_t i = 0; i < n; i++)
             a[i] = i < (size_t)len * c ? (xb[i] > 0.0f ? xb[i] : xb[i] * slope) : 0.0f;
         if (round16)
@@ -266,12 +273,21 @@ void conv1d_res_ref(float *out, float *sum, const float *x, const float *w1, con
                 res_conv_at(acc, in, w1, k1, d1, s, len, c);
             for (int o = 0; o < c; o++) {
                 size_t q = ((size_t)b * t + s) * c + o;
-                float y = x[q] + (bias[o] + acc[o]);
+                float y = xb[(size_t)s * c + o] + (bias[o] + acc[o]);
                 if (out)
                     out[q] = y;
                 if (sum) {
                     float v = (first ? 0.0f : sum[q]) + y;
-                    sum[q] = div == 1.0f ? v : v / div;
+                    v = div == 1.0f ? v : v / div;
+                    if (!(e->next && e->no_sum_store))
+                        sum[q] = v;
+                    if (e->next) {
+                        float *nx = (float *)e->next + b * e->next_ld_b;
+                        float nv = v > 0.0f ? v : v * e->next_slope;
+                        if (round16)
+                            round16(&nv, 1, user);
+                        nx[(long long)(e->next_off + s) * c + o] = nv;
+                    }
                 }
             }
         }
@@ -279,4 +295,5 @@ void conv1d_res_ref(float *out, float *sum, const float *x, const float *w1, con
     free(a);
     free(z);
     free(acc);
+    free(xv);
 }

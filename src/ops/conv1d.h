@@ -59,6 +59,22 @@ void conv1d_pad_mask_act_ref(float *out, const float *in, const float *bias, flo
                              const int *lens, int batch, int t, int c, int ld_in, int ld_out,
                              int pad_l, int pad_r);
 
+/* Where conv1d_res reads x and what else it writes (NULL: x is (batch, t, c) contiguous, no bias,
+ * nothing else): x_ld_b > 0 elements between items of x (rows of an item stay c apart), x_bias (c)
+ * added to every x value read (a transposed conv's bias, its output read uncropped); with sum and
+ * next, lrelu(the new sum, next_slope) rounded to 16 bits also goes to next + b·next_ld_b +
+ * (next_off + s)·c for s < len (the next transposed conv's padded input; other rows untouched),
+ * and sum itself is not written back when no_sum_store. */
+typedef struct {
+    long long x_ld_b;
+    const float *x_bias;
+    void *next;
+    long long next_ld_b;
+    int next_off;
+    float next_slope;
+    int no_sum_store;
+} conv1d_res_ext_t;
+
 /* One dilation of HiFi-GAN's resblocks on the FP32 residual stream x (batch, t, c), fused
  * (cuda_conv1d_res): with len = lens[b] clamped to t (lens NULL: t),
  *   a[v] = lrelu(x[v]) for 0 <= v < len, else 0
@@ -75,7 +91,8 @@ void conv1d_pad_mask_act_ref(float *out, const float *in, const float *bias, flo
 void conv1d_res_ref(float *out, float *sum, const float *x, const float *w1, const float *b1,
                     int k1, int d1, const float *w2, const float *b2, int k2, float slope,
                     const int *lens, int batch, int t, int c, int first, float div,
-                    void (*round16)(float *v, size_t n, void *user), void *user);
+                    const conv1d_res_ext_t *ext, void (*round16)(float *v, size_t n, void *user),
+                    void *user);
 
 /* ---- ConvTranspose1d as a conv (polyphase) ---------------------------------------------------
  * A transposed conv of stride u, kernel k and padding pad (torch's, output length (t-1)·u - 2·pad
@@ -155,15 +172,15 @@ int cuda_conv1d_sum(float *y, const float *x, const float *b, int first, float d
  * FP32 accumulation; x, out, sum float, out and sum never aliasing x or each other. Only where
  * cuda_conv1d_res_fits (c = 32, 64, 128 or 256, and the block's shared memory fits the current
  * device), else HARK_ERR_INVALID_ARG. hopper 1 (the caller's path is GPU_PATH_HOPPER): the
- * wgmma kernel where it is the faster one (128 and 256 channels) on a compute capability 9.0
- * device;
- * 2: wgmma for every width (tests); 0 or another device: mma.sync kernels. The same results up to
- * the order of FP32 sums. */
+ * wgmma kernel where it is the faster one (64 channels and up) on a compute capability 9.0
+ * device; 2: wgmma for every width (tests); 0 or another device: mma.sync kernels. The same
+ * results up to the order of FP32 sums. ext (conv1d_res_ext_t, or NULL): x_ld_b a multiple of 4,
+ * x, x_bias and next 16-byte aligned, next_ld_b even, next of dt. */
 int cuda_conv1d_res_fits(int c, int k1, int d1, int k2);
 int cuda_conv1d_res(float *out, float *sum, const float *x, const void *w1, const float *b1, int k1,
                     int d1, const void *w2, const float *b2, int k2, ops_dtype_t dt, float slope,
-                    const int *lens, int batch, int t, int c, int first, float div, int hopper,
-                    void *stream, hark_err_t *err);
+                    const int *lens, int batch, int t, int c, int first, float div,
+                    const conv1d_res_ext_t *ext, int hopper, void *stream, hark_err_t *err);
 
 /* conv1d_post_tanh_ref with w of w_t (any of the three, read as float; lens device, or NULL);
  * c a multiple of 4, c · k <= 8192. FP32 arithmetic throughout. */

@@ -56,6 +56,12 @@ typedef struct {
     const int *lens;
     int k1, d1, k2, t, first;
     float div, slope;
+    long long x_ld_b; /* conv1d_res_ext_t, x_ld_b resolved */
+    const float *x_bias;
+    void *next;
+    long long next_ld_b;
+    int next_off, sum_store;
+    float next_slope;
 } res_args_t;
 
 /* rows of X (and of Y, whose last taps reach k2 - 1 rows past BM: only for rows past TO) */
@@ -73,14 +79,32 @@ template <int C, int BMV = res_bm(C)> static size_t res_smem(int k1, int d1, int
 
 /* ---- pieces both kernels share --------------------------------------------------------------- */
 
+/* where X / Y element (row, col) sits: rows of ld elements (the mma.sync kernel: ldmatrix rows),
+ * or channel groups of 8 (the wgmma kernel: group g's rows are 16-byte rows gs elements apart from
+ * group g + 1's, the no-swizzle K-major layout a wgmma descriptor reads from any row on) */
+struct res_rows_at {
+    int ld;
+    __device__ __forceinline__ int operator()(int r, int c) const
+    {
+        return r * ld + c;
+    }
+};
+struct res_groups_at {
+    int gs;
+    __device__ __forceinline__ int operator()(int r, int c) const
+    {
+        return (c >> 3) * gs + r * 8 + (c & 7);
+    }
+};
+
 /* X: lrelu(x) of the item's rows v0 .. v0 + rows - 1 inside [0, len), 0 outside, rounded to T,
  * into sX (row stride ld); 4 loads in flight per thread before their stores */
-template <typename T, int C>
-__device__ __forceinline__ void res_load_x(T *sX, int ld, const float *xb, int v0, int rows,
-                                           int len, float slope, int tid)
+template <typename T, int C, typename AT>
+__device__ __forceinline__ void res_load_x(T *sX, AT at, const float *xb, const float *xbias,
+                                           int v0, int rows, int len, float slope, int tid)
 {
     typedef typename h16<T>::T2 T2;
-    constexpr int XU = 4;
+    constexpr int XU = 4; /* 8 and 16 measured the same on the H200 */
     const int nx = rows * (C / 4);
     for (int i0 = tid; i0 < nx; i0 += RES_THREADS * XU) {
         float4 q[XU];
@@ -88,8 +112,13 @@ __device__ __forceinline__ void res_load_x(T *sX, int ld, const float *xb, int v
         for (int u = 0; u < XU; u++) {
             int i = i0 + u * RES_THREADS, r = i / (C / 4), c4 = (i % (C / 4)) * 4, v = v0 + r;
             q[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (i < nx && v >= 0 && v < len)
+            if (i < nx && v >= 0 && v < len) {
                 q[u] = *(const float4 *)(xb + (long long)v * C + c4);
+                if (xbias) { /* rows outside the item stay zero */
+                    float4 bv = *(const float4 *)(xbias + c4);
+                    q[u].x += bv.x, q[u].y += bv.y, q[u].z += bv.z, q[u].w += bv.w;
+                }
+            }
         }
 #pragma unroll
         for (int u = 0; u < XU; u++) {
@@ -101,7 +130,7 @@ __device__ __forceinline__ void res_load_x(T *sX, int ld, const float *xb, int v
             v.y = v.y > 0.0f ? v.y : v.y * slope;
             v.z = v.z > 0.0f ? v.z : v.z * slope;
             v.w = v.w > 0.0f ? v.w : v.w * slope;
-            T2 *d = (T2 *)(sX + r * ld + c4);
+            T2 *d = (T2 *)(sX + at(r, c4));
             d[0] = h16<T>::from_f2(v.x, v.y);
             d[1] = h16<T>::from_f2(v.z, v.w);
         }
@@ -110,8 +139,8 @@ __device__ __forceinline__ void res_load_x(T *sX, int ld, const float *xb, int v
 
 /* Y (row, col .. col + 1) = lrelu(v + b1), rounded, where u = u0 + row is inside [0, len); 0
  * outside (the second conv's zero padding) */
-template <typename T>
-__device__ __forceinline__ void res_store_y(T *sX, int ld, int row, int col, float v0, float v1,
+template <typename T, typename AT>
+__device__ __forceinline__ void res_store_y(T *sX, AT at, int row, int col, float v0, float v1,
                                             const res_args_t &a, int u0, int len)
 {
     typedef typename h16<T>::T2 T2;
@@ -123,16 +152,21 @@ __device__ __forceinline__ void res_store_y(T *sX, int ld, int row, int col, flo
         y0 = y0 > 0.0f ? y0 : y0 * a.slope;
         y1 = y1 > 0.0f ? y1 : y1 * a.slope;
     }
-    *(T2 *)(sX + row * ld + col) = h16<T>::from_f2(y0, y1);
+    *(T2 *)(sX + at(row, col)) = h16<T>::from_f2(y0, y1);
 }
 
-/* row s of item b, columns col .. col + 1: y = x + (v + bias); out and the MRF sum */
-template <int C>
+/* row s of item b, columns col .. col + 1: y = x + (v + bias); out, the MRF sum and its lrelu'd
+ * 16-bit copy for the next transposed conv */
+template <typename T, int C>
 __device__ __forceinline__ void res_store_out(const res_args_t &a, const float *bias, int b, int s,
                                               int col, float v0, float v1)
 {
     long long o = ((long long)b * a.t + s) * C + col;
-    float2 xv = *(const float2 *)(a.x + o);
+    float2 xv = *(const float2 *)(a.x + b * a.x_ld_b + (long long)s * C + col);
+    if (a.x_bias) {
+        xv.x += a.x_bias[col];
+        xv.y += a.x_bias[col + 1];
+    }
     float2 y = make_float2(xv.x + (v0 + bias[col]), xv.y + (v1 + bias[col + 1]));
     if (a.out)
         *(float2 *)(a.out + o) = y;
@@ -144,7 +178,15 @@ __device__ __forceinline__ void res_store_out(const res_args_t &a, const float *
             sv.x /= a.div;
             sv.y /= a.div;
         }
-        *(float2 *)(a.sum + o) = sv;
+        if (a.sum_store)
+            *(float2 *)(a.sum + o) = sv;
+        if (a.next) {
+            float z0 = sv.x > 0.0f ? sv.x : sv.x * a.next_slope;
+            float z1 = sv.y > 0.0f ? sv.y : sv.y * a.next_slope;
+            *(typename h16<T>::T2 *)((T *)a.next + b * a.next_ld_b +
+                                     (long long)(a.next_off + s) * C + col) =
+                h16<T>::from_f2(z0, z1);
+        }
     }
 }
 
@@ -166,7 +208,7 @@ __global__ void __launch_bounds__(RES_THREADS) res_kernel(res_args_t a)
     if (s0 >= len)
         return;
     const int u0 = s0 - p2, v0 = u0 - (a.k1 / 2) * a.d1; /* first Y row, first X row */
-    const float *xb = a.x + (long long)b * a.t * C;
+    const float *xb = a.x + b * a.x_ld_b;
     constexpr int NCH = C / F::KC;
     const int n1 = a.k1 * NCH, total = n1 + (two ? a.k2 * NCH : 0);
 
@@ -184,7 +226,7 @@ __global__ void __launch_bounds__(RES_THREADS) res_kernel(res_args_t a)
     load_w(0, 0);
     cp_async_commit();
 
-    res_load_x<T, C>(sX, F::LD, xb, v0, rows_x, len, a.slope, tid);
+    res_load_x<T, C>(sX, res_rows_at{F::LD}, xb, a.x_bias, v0, rows_x, len, a.slope, tid);
 
     float acc[F::MT][F::NT][4];
 #pragma unroll
@@ -236,8 +278,8 @@ __global__ void __launch_bounds__(RES_THREADS) res_kernel(res_args_t a)
                     for (int h = 0; h < 2; h++) {
                         int row = wm * F::WTM + i * 16 + g + h * 8;
                         int col = wn * F::WTN + n * 8 + tq * 2;
-                        res_store_y(sX, F::LD, row, col, acc[i][n][2 * h], acc[i][n][2 * h + 1], a,
-                                    u0, len);
+                        res_store_y(sX, res_rows_at{F::LD}, row, col, acc[i][n][2 * h],
+                                    acc[i][n][2 * h + 1], a, u0, len);
                         acc[i][n][2 * h] = acc[i][n][2 * h + 1] = 0.0f;
                     }
         }
@@ -256,7 +298,7 @@ __global__ void __launch_bounds__(RES_THREADS) res_kernel(res_args_t a)
                 int s = s0 + row;
                 if (row >= TO || s >= len)
                     continue;
-                res_store_out<C>(a, bias, b, s, col, acc[i][n][2 * h], acc[i][n][2 * h + 1]);
+                res_store_out<T, C>(a, bias, b, s, col, acc[i][n][2 * h], acc[i][n][2 * h + 1]);
             }
 }
 
@@ -331,66 +373,85 @@ static int res_go(const res_args_t &a, int batch, cudaStream_t st, hark_err_t *e
 }
 
 /* ---- Hopper: the same unit on wgmma -----------------------------------------------------------
- * Two warpgroups; each takes BM / 128 slabs of 64 rows and issues wgmma.m64nCk16 with A from
- * registers (ldmatrix from the padded X / Y rows, as above: the row shift of a tap is free) and B,
- * the weights, from shared memory: a chunk is 64 consecutive K elements of every output
- * channel's (tap, cin) row — (C, 64) in the 128-byte-swizzled K-major layout the descriptors
- * read (gemm_f16.cu's) — so one chunk may span two taps (32 channels) or part of one. The B
- * operand is read once per warpgroup instead of once per warp. Only on the Hopper path
- * (sm_90a code, a compute capability 9.0 device); elsewhere the kernel traps and the launcher
- * picks the mma.sync one. The launcher takes it for 128 and 256 channels (see res_c) unless asked
- * for every width (hopper = 2: the tests keep the other widths checked for the next round of
- * tuning). */
-#define WGR_R16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
-#define WGR_ASM(SHAPE, TY, RLIST, DLIST, A)                                                        \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                        \
+ * Two warpgroups; each takes BM / 128 slabs of 64 rows and issues wgmma.m64nCk16 with both
+ * operands in shared memory. X / Y are kept in 8-channel groups (res_groups_at): a group's rows
+ * are consecutive 16-byte rows, the no-swizzle K-major layout, so the A descriptor of tap j simply
+ * starts j·dil rows further down — the row shift of a tap stays free, as in the mma.sync kernel.
+ * The weights stream through four buffers of (C, 64) chunks in the 128-byte-swizzled K-major
+ * layout (gemm_f16.cu's), two chunks ahead; a chunk is 64 consecutive K elements of every output
+ * channel's (tap, cin) row, so it may span two taps (32 channels) or part of one. Two chunks'
+ * wgmma batches are in flight (wait_group 1): buffer (it + 2) mod 4 held chunk it - 2, which every
+ * warpgroup finished before iteration it's barrier. Only on the Hopper path (sm_90a code, a
+ * compute capability 9.0 device); elsewhere the kernel traps and the launcher picks the mma.sync
+ * one. The launcher takes it from 64 channels up (see res_c) unless asked for every width
+ * (hopper = 2: the tests keep 32 channels checked). */
+#define WGS_R16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define WGS_ASM(SHAPE, TY, RLIST, DLIST, A, P)                                                     \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\n"                                    \
                  "wgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY " " RLIST ", " A          \
-                 ", p, 1, 1, 0;\n}\n"                                                              \
+                 ", p, 1, 1, 0, 0;\n}\n"                                                           \
                  : DLIST                                                                           \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db))
-/* d (64 x N of this warpgroup) += A (64 x 16, registers) · B (N x 16)ᵀ from shared memory */
+                 : "l"(da), "l"(db), "r"(acc))
+/* d (64 x N of this warpgroup) = (acc ? d : 0) + A (64 x 16) · B (N x 16)ᵀ, both from shared
+ * memory (acc 0 starts a sum without writing d first: no other instruction defines the
+ * accumulators while wgmma batches are in flight) */
 template <typename T, int N>
-__device__ __forceinline__ void wgmma_ra(float *d, const unsigned a[4], uint64_t db)
+__device__ __forceinline__ void wgmma_ss(float *d, uint64_t da, uint64_t db, int acc)
 {
 #if HARK_DEV_HOPPER
     constexpr bool bf = h16<T>::bf16;
     if constexpr (N == 32) {
         if constexpr (bf)
-            WGR_ASM("m64n32k16", "bf16", WGR_R16, WG_D16(0), "{%16, %17, %18, %19}, %20");
+            WGS_ASM("m64n32k16", "bf16", WGS_R16, WG_D16(0), "%16, %17", "%18");
         else
-            WGR_ASM("m64n32k16", "f16", WGR_R16, WG_D16(0), "{%16, %17, %18, %19}, %20");
+            WGS_ASM("m64n32k16", "f16", WGS_R16, WG_D16(0), "%16, %17", "%18");
     } else if constexpr (N == 64) {
         if constexpr (bf)
-            WGR_ASM("m64n64k16", "bf16", WG_R32, WG_D32, "{%32, %33, %34, %35}, %36");
+            WGS_ASM("m64n64k16", "bf16", WG_R32, WG_D32, "%32, %33", "%34");
         else
-            WGR_ASM("m64n64k16", "f16", WG_R32, WG_D32, "{%32, %33, %34, %35}, %36");
+            WGS_ASM("m64n64k16", "f16", WG_R32, WG_D32, "%32, %33", "%34");
     } else if constexpr (N == 128) {
         if constexpr (bf)
-            WGR_ASM("m64n128k16", "bf16", WG_R64, WG_D64, "{%64, %65, %66, %67}, %68");
+            WGS_ASM("m64n128k16", "bf16", WG_R64, WG_D64, "%64, %65", "%66");
         else
-            WGR_ASM("m64n128k16", "f16", WG_R64, WG_D64, "{%64, %65, %66, %67}, %68");
+            WGS_ASM("m64n128k16", "f16", WG_R64, WG_D64, "%64, %65", "%66");
     } else {
         if constexpr (bf)
-            WGR_ASM("m64n256k16", "bf16", WG_R128, WG_D128, "{%128, %129, %130, %131}, %132");
+            WGS_ASM("m64n256k16", "bf16", WG_R128, WG_D128, "%128, %129", "%130");
         else
-            WGR_ASM("m64n256k16", "f16", WG_R128, WG_D128, "{%128, %129, %130, %131}, %132");
+            WGS_ASM("m64n256k16", "f16", WG_R128, WG_D128, "%128, %129", "%130");
     }
 #endif
 }
-#undef WGR_ASM
+#undef WGS_ASM
+#undef WGS_R16
+
+/* the descriptor of a no-swizzle K-major operand: core matrices of 8 rows x 16 bytes, lbo bytes
+ * apart along K, sbo along M */
+__device__ __forceinline__ uint64_t wg_desc_plain(unsigned smem_addr, unsigned lbo, unsigned sbo)
+{
+    return (uint64_t)((smem_addr & 0x3FFFF) >> 4) | (uint64_t)((lbo & 0x3FFFF) >> 4) << 16 |
+           (uint64_t)((sbo & 0x3FFFF) >> 4) << 32;
+}
 
 template <int C> struct wres_cfg {
     static constexpr int BM = res_bm(C);
-    static constexpr int SL = BM / 128; /* 64-row slabs per warpgroup */
-    static constexpr int LD = C + 8;
+    static constexpr int SL = BM / 128;    /* 64-row slabs per warpgroup */
     static constexpr int ND = C / 2;       /* accumulators per thread per slab */
     static constexpr int WBYTES = C * 128; /* a weight chunk: C rows of 64 K elements */
+    static constexpr int NB = 4;           /* weight buffers: chunks it - 1 .. it + 2 */
 };
+
+/* rows per channel group of X: odd, so the groups' rows start in different bank quads */
+__host__ __device__ static inline int wres_group_rows(int bm, int k1, int d1, int k2)
+{
+    return res_rows(bm, k1, d1, k2) | 1;
+}
 
 template <int C> static size_t wres_smem(int k1, int d1, int k2)
 {
     typedef wres_cfg<C> F;
-    return 1024 + 2 * (size_t)F::WBYTES + (size_t)res_rows(F::BM, k1, d1, k2) * F::LD * 2;
+    return 1024 + F::NB * (size_t)F::WBYTES + (size_t)wres_group_rows(F::BM, k1, d1, k2) * C * 2;
 }
 
 template <typename T, int C>
@@ -401,9 +462,11 @@ __global__ void __launch_bounds__(RES_THREADS, 1) wres_kernel(res_args_t a)
     extern __shared__ __align__(16) unsigned char smem_raw[];
     unsigned base = (unsigned)__cvta_generic_to_shared(smem_raw);
     unsigned pad = ((base + 1023u) & ~1023u) - base; /* the swizzle needs 1024-byte alignment */
-    unsigned char *sw = smem_raw + pad;              /* 2 weight chunks */
-    const unsigned sw_addr = base + pad;
-    T *sX = (T *)(sw + 2 * F::WBYTES); /* (rows, LD); Y over its first BM rows */
+    unsigned char *sw = smem_raw + pad;              /* NB weight chunks */
+    const unsigned sw_addr = base + pad, sx_addr = sw_addr + F::NB * F::WBYTES;
+    T *sX = (T *)(sw + F::NB * F::WBYTES); /* channel groups (res_groups_at); Y over X */
+    const int gs = wres_group_rows(F::BM, a.k1, a.d1, a.k2) * 8;
+    const res_groups_at at{gs};
     const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
     const int b = blockIdx.y;
     const int len = a.lens && a.lens[b] < a.t ? a.lens[b] : a.t;
@@ -414,7 +477,7 @@ __global__ void __launch_bounds__(RES_THREADS, 1) wres_kernel(res_args_t a)
         return;
     const int u0 = s0 - p2, v0 = u0 - (a.k1 / 2) * a.d1;
     const int rows_x = F::BM + (a.k1 - 1) * a.d1;
-    const float *xb = a.x + (long long)b * a.t * C;
+    const float *xb = a.x + b * a.x_ld_b;
     const int K1 = a.k1 * C, K2 = two ? a.k2 * C : 0;
     const int n1 = (K1 + 63) / 64, total = n1 + (K2 + 63) / 64;
 
@@ -432,64 +495,53 @@ __global__ void __launch_bounds__(RES_THREADS, 1) wres_kernel(res_args_t a)
     };
     load_w(0, 0);
     cp_async_commit();
+    if (total > 1)
+        load_w(1, 1);
+    cp_async_commit();
 
-    res_load_x<T, C>(sX, F::LD, xb, v0, rows_x, len, a.slope, tid);
+    res_load_x<T, C>(sX, at, xb, a.x_bias, v0, rows_x, len, a.slope, tid);
 
-    float d[F::SL][F::ND];
-#pragma unroll
-    for (int sl = 0; sl < F::SL; sl++)
-#pragma unroll
-        for (int i = 0; i < F::ND; i++)
-            d[sl][i] = 0.0f;
+    float d[F::SL][F::ND]; /* each phase's first wgmma overwrites them (acc 0) */
     const int g = lane >> 2, tq = lane & 3;
-    const int wrow = wq * 16; /* this warp's rows within a slab */
+    const int wrow = wq * 16; /* this warp's rows within a slab (the epilogue's fragments) */
+    auto pin_d = [&]() {
+#pragma unroll
+        for (int sl = 0; sl < F::SL; sl++)
+#pragma unroll
+            for (int i = 0; i < F::ND; i++)
+                asm volatile("" : "+f"(d[sl][i])::"memory");
+    };
 
     for (int it = 0; it < total; it++) {
-        cp_async_wait<0>();
+        cp_async_wait<1>(); /* chunk it has landed (it + 1 may be in flight) */
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads(); /* chunk it and X (or Y) visible; the other buffer is free */
-        if (it + 1 < total)
-            load_w(it + 1, (it + 1) & 1);
+        __syncthreads(); /* chunk it and X (or Y) visible; chunk it - 2 done everywhere */
+        if (it + 2 < total)
+            load_w(it + 2, (it + 2) % F::NB);
         cp_async_commit();
         const bool ph1 = it < n1;
         const int K = ph1 ? K1 : K2, k0 = (ph1 ? it : it - n1) * 64, dil = ph1 ? a.d1 : 1;
-        const unsigned sb = sw_addr + (it & 1) * F::WBYTES;
-        unsigned af[F::SL][4][4];
+        const unsigned sb = sw_addr + (it % F::NB) * F::WBYTES;
+        wg_fence();
 #pragma unroll
         for (int ks = 0; ks < 4; ks++) {
             int kk = k0 + ks * 16;
             if (C >= 64 || kk < K) { /* K = k·C: whole chunks from 64 channels up */
                 int j = kk / C, c = kk - j * C;
 #pragma unroll
-                for (int sl = 0; sl < F::SL; sl++)
-                    ldsm_x4(af[sl][ks],
-                            sX + ((wg * F::SL + sl) * 64 + wrow + (lane & 15) + j * dil) * F::LD +
-                                c + (lane >> 4) * 8);
+                for (int sl = 0; sl < F::SL; sl++) {
+                    unsigned ra = sx_addr + (unsigned)at((wg * F::SL + sl) * 64 + j * dil, c) * 2;
+                    wgmma_ss<T, C>(d[sl], wg_desc_plain(ra, (unsigned)gs * 2, 128),
+                                   wg_desc(sb + ks * 32), k0 + ks);
+                }
             }
         }
-        wg_fence();
-#pragma unroll
-        for (int ks = 0; ks < 4; ks++)
-            if (C >= 64 || k0 + ks * 16 < K) {
-#pragma unroll
-                for (int sl = 0; sl < F::SL; sl++)
-                    wgmma_ra<T, C>(d[sl], af[sl][ks], wg_desc(sb + ks * 32));
-            }
         wg_commit();
-        wg_wait<0>();
-#pragma unroll
-        for (int sl = 0; sl < F::SL; sl++) {
-#pragma unroll
-            for (int ks = 0; ks < 4; ks++)
-                asm volatile(""
-                             : "+r"(af[sl][ks][0]), "+r"(af[sl][ks][1]), "+r"(af[sl][ks][2]),
-                               "+r"(af[sl][ks][3])::"memory");
-#pragma unroll
-            for (int i = 0; i < F::ND; i++)
-                asm volatile("" : "+f"(d[sl][i])::"memory");
-        }
+        wg_wait<1>(); /* chunk it - 1's batch is done: its buffer is free after the next barrier */
         if (two && it == n1 - 1) {
-            __syncthreads(); /* every warpgroup has left X */
+            wg_wait<0>();
+            pin_d();
+            __syncthreads(); /* every warpgroup's wgmmas have left X */
 #pragma unroll
             for (int sl = 0; sl < F::SL; sl++)
 #pragma unroll
@@ -497,12 +549,13 @@ __global__ void __launch_bounds__(RES_THREADS, 1) wres_kernel(res_args_t a)
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         int row = (wg * F::SL + sl) * 64 + wrow + g + h * 8, col = q * 8 + tq * 2;
-                        res_store_y(sX, F::LD, row, col, d[sl][4 * q + 2 * h],
+                        res_store_y(sX, at, row, col, d[sl][4 * q + 2 * h],
                                     d[sl][4 * q + 2 * h + 1], a, u0, len);
-                        d[sl][4 * q + 2 * h] = d[sl][4 * q + 2 * h + 1] = 0.0f;
                     }
         }
     }
+    wg_wait<0>();
+    pin_d();
     cp_async_wait<0>();
 
     const float *bias = two ? a.b2 : a.b1;
@@ -516,8 +569,8 @@ __global__ void __launch_bounds__(RES_THREADS, 1) wres_kernel(res_args_t a)
                 int s = s0 + row;
                 if (row >= TO || s >= len)
                     continue;
-                res_store_out<C>(a, bias, b, s, col, d[sl][4 * q + 2 * h],
-                                 d[sl][4 * q + 2 * h + 1]);
+                res_store_out<T, C>(a, bias, b, s, col, d[sl][4 * q + 2 * h],
+                                    d[sl][4 * q + 2 * h + 1]);
             }
 #else
     __trap(); /* never launched off the Hopper path */
@@ -575,11 +628,11 @@ template <typename T>
 static int res_c(const res_args_t &a, int batch, int c, cudaStream_t st, hark_err_t *err,
                  int hopper)
 {
-    /* wgmma from 128 channels up: measured on the H200 (hark bench --profile [--wgmma-all], V1 at
-     * batch 32, ms per stage, mma.sync -> wgmma): 256 channels 9.2 -> 7.7, 128 15.9 -> 13.3, 64
-     * 9.3 -> 9.4, 32 7.1 -> 12.8 (its chunks span two taps, and the tail of an odd tap count
-     * makes ptxas serialize the wgmma batch) */
-    if ((hopper == 2 || (hopper == 1 && c >= 128)) && !(c == 256 && res_short_grid(a, batch))) {
+    /* wgmma from 64 channels up: measured on the H200 (hark bench --profile [--wgmma-all], V1 at
+     * batch 32, ms per stage, mma.sync -> wgmma with both operands in shared memory and two
+     * chunks in flight): 256 channels 9.2 -> 7.0, 128 15.9 -> 12.7, 64 9.4 -> 8.5, 32 7.1 -> 7.3
+     * (its chunks span two taps, half a chunk idle at an odd tap count's tail) */
+    if ((hopper == 2 || (hopper == 1 && c >= 64)) && !(c == 256 && res_short_grid(a, batch))) {
         int rc = wres_c<T>(a, batch, c, st, err);
         if (rc != 1)
             return rc;
@@ -601,8 +654,8 @@ static int res_c(const res_args_t &a, int batch, int c, cudaStream_t st, hark_er
 extern "C" int cuda_conv1d_res(float *out, float *sum, const float *x, const void *w1,
                                const float *b1, int k1, int d1, const void *w2, const float *b2,
                                int k2, ops_dtype_t dt, float slope, const int *lens, int batch,
-                               int t, int c, int first, float div, int hopper, void *stream,
-                               hark_err_t *err)
+                               int t, int c, int first, float div, const conv1d_res_ext_t *ext,
+                               int hopper, void *stream, hark_err_t *err)
 {
     if ((dt != OPS_F16 && dt != OPS_BF16) || batch < 0 || t < 0 || (!out && !sum) ||
         !cuda_conv1d_res_fits(c, k1, d1, k2) || (k2 && (!w2 || !b2)) || !w1 || !b1 || div == 0.0f)
@@ -611,7 +664,36 @@ extern "C" int cuda_conv1d_res(float *out, float *sum, const float *x, const voi
                        batch, t, c, k1, d1, k2);
     if (batch == 0 || t == 0)
         return HARK_OK;
-    res_args_t a = {out, sum, x, w1, w2, b1, b2, lens, k1, d1, k2, t, first, div, slope};
+    const conv1d_res_ext_t e0 = {}, *e = ext ? ext : &e0;
+    if ((e->x_ld_b > 0 && (e->x_ld_b < (long long)t * c || e->x_ld_b % 4)) || e->next_ld_b % 2 ||
+        (e->next && !sum) || ((uintptr_t)x | (uintptr_t)e->next) % 16 ||
+        (e->x_bias && (uintptr_t)e->x_bias % 16))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "conv1d_res: x item stride %lld (t %d, c %d), next without sum, or an "
+                       "unaligned pointer",
+                       e->x_ld_b, t, c);
+    res_args_t a = {out,
+                    sum,
+                    x,
+                    w1,
+                    w2,
+                    b1,
+                    b2,
+                    lens,
+                    k1,
+                    d1,
+                    k2,
+                    t,
+                    first,
+                    div,
+                    slope,
+                    e->x_ld_b > 0 ? e->x_ld_b : (long long)t * c,
+                    e->x_bias,
+                    e->next,
+                    e->next_ld_b,
+                    e->next_off,
+                    !(e->next && e->no_sum_store),
+                    e->next_slope};
     cudaStream_t st = (cudaStream_t)stream;
     return dt == OPS_F16 ? res_c<__half>(a, batch, c, st, err, hopper)
                          : res_c<__nv_bfloat16>(a, batch, c, st, err, hopper);

@@ -110,9 +110,9 @@ static int all_finite(const float *x, size_t n)
 
 /* ---- pad + mask ----------------------------------------------------------------------------- */
 
-GPU_TEST(cuda_conv1d_pad_mask_matches_ref)
+static void pad_mask_case(test_ctx_t *t, int c, int ld_out)
 {
-    const int batch = 3, tl = 37, c = 13, ld_in = 16, ld_out = 24, pl = 5, pr = 4;
+    const int batch = 3, tl = 37, ld_in = 16, pl = 5, pr = 4;
     int lens[3] = {37, 20, 0}, *d_lens = NULL;
     unsigned seed = 11;
     size_t n_in = (size_t)batch * tl * ld_in, tp = (size_t)(pl + tl + pr),
@@ -160,6 +160,14 @@ GPU_TEST(cuda_conv1d_pad_mask_matches_ref)
     free(in);
     free(ref);
     free(got);
+}
+
+/* c 13: one element per thread; c 12 with every row stride a multiple of 4: four per thread */
+GPU_TEST(cuda_conv1d_pad_mask_matches_ref)
+{
+    pad_mask_case(t, 13, 24);
+    if (!test_failed(t))
+        pad_mask_case(t, 12, 20);
 }
 
 /* ---- the conv as GEMMs ---------------------------------------------------------------------- */
@@ -354,9 +362,9 @@ GPU_TEST(cuda_conv1d_act_matches_ref)
 
 /* ---- HiFi-GAN's pieces ---------------------------------------------------------------------- */
 
-GPU_TEST(cuda_conv1d_pad_mask_act_matches_ref)
+static void pad_mask_act_case(test_ctx_t *t, int c, int ld_in, int ld_out)
 {
-    const int batch = 3, tl = 37, c = 13, ld_in = 13, ld_out = 16, pl = 6, pr = 3;
+    const int batch = 3, tl = 37, pl = 6, pr = 3;
     int lens[3] = {37, 20, 1}, *d_lens = NULL;
     unsigned seed = 21;
     size_t n_in = (size_t)batch * tl * ld_in, n_out = (size_t)batch * (pl + tl + pr) * ld_out;
@@ -394,6 +402,14 @@ GPU_TEST(cuda_conv1d_pad_mask_act_matches_ref)
     free(b);
     free(ref);
     free(got);
+}
+
+/* one element per thread (c 13), and four (c 8, strides multiples of 4) */
+GPU_TEST(cuda_conv1d_pad_mask_act_matches_ref)
+{
+    pad_mask_act_case(t, 13, 13, 16);
+    if (!test_failed(t))
+        pad_mask_act_case(t, 8, 12, 16);
 }
 
 /* the whole transposed conv as the GPU runs it (pad_mask_act, cuda_conv1d with the polyphase
@@ -535,6 +551,13 @@ GPU_TEST(cuda_conv1d_sum_and_post_tanh_match_ref)
     CHECK_OK(dup_from(hc, dh, sizeof hc / 4, OPS_F16));
     CHECK(!memcmp(hc, rc2, sizeof hc));
     CHECK(guard_ok(dh, sizeof hc / 4, OPS_F16));
+    /* four columns per thread: c 4, ld 8, into bf16 */
+    CHECK_OK(cuda_conv1d_crop_bias(dh, OPS_BF16, dacc, db, batch, 5, 4, 8, (long long)tl * 8, 3,
+                                   NULL, &err));
+    conv1d_crop_bias_ref(rc2, acc, b, batch, 5, 4, 8, (long long)tl * 8, 3);
+    round_to(rc2, (size_t)batch * 5 * 4, OPS_BF16);
+    CHECK_OK(dup_from(hc, dh, (size_t)batch * 5 * 4, OPS_BF16));
+    CHECK(!memcmp(hc, rc2, (size_t)batch * 5 * 4 * 4));
     cudaFree(dh);
     cudaFree(d_lens);
     cudaFree(dacc);
@@ -640,6 +663,16 @@ GPU_TEST(cuda_conv1d_res_matches_ref)
               *gsum = malloc(n * 4);
         float *dx = dup_to(x, n, OPS_F32), *db1 = dup_to(b1, (size_t)c, OPS_F32),
               *db2 = dup_to(b2, (size_t)c, OPS_F32);
+        /* x with items 8 rows apart past their t rows and a bias; next: the items' rows 3 rows
+         * down in (tl + 5)-row items, sentinel values elsewhere */
+        const long long xs_ld = (long long)(tl + 8) * c, nx_ld = (long long)(tl + 5) * c;
+        const size_t nx_n = (size_t)batch * nx_ld;
+        float *xs = rnd((size_t)batch * xs_ld, &seed, 2.0f), *xb = rnd((size_t)c, &seed, 0.5f);
+        float *nx0 = malloc(nx_n * 4), *rnext = malloc(nx_n * 4);
+        for (size_t i = 0; i < nx_n; i++)
+            nx0[i] = 7.0f;
+        float *dxs = dup_to(xs, (size_t)batch * xs_ld, OPS_F32),
+              *dxb = dup_to(xb, (size_t)c, OPS_F32);
         for (int di = 0; di < 2; di++) {
             ops_dtype_t dt = dts[di];
             float *hw1 = malloc(nw1 * 4), *hw2 = malloc((nw2 ? nw2 : 1) * 4);
@@ -649,20 +682,68 @@ GPU_TEST(cuda_conv1d_res_matches_ref)
             round_to(hw2, nw2 ? nw2 : 1, dt);
             void *dw1 = dup_to(hw1, nw1, dt), *dw2 = dup_to(hw2, nw2 ? nw2 : 1, dt);
             double tol = dt == OPS_F16 ? 1e-4 : 8e-4;
-            /* out; out + first sum; sum / 3 only — each with the mma.sync kernels and then with
-             * the Hopper path's (wgmma, on a compute capability 9.0 device; mma.sync elsewhere) */
-            for (int mk = 0; mk < 6; mk++) {
-                int mode = mk % 3, hop = 2 * (mk / 3);
-                float *dout = mode == 2 ? NULL : dalloc(n, OPS_F32);
+            /* out; out + first sum; sum / 3 only; sum / 3 into the next conv's 16-bit input
+             * only, from x read with an item stride and a bias — each with the mma.sync kernels
+             * and then with the Hopper path's (wgmma, on a compute capability 9.0 device;
+             * mma.sync elsewhere) */
+            for (int mk = 0; mk < 8; mk++) {
+                int mode = mk % 4, hop = 2 * (mk / 4);
+                float *dout = mode >= 2 ? NULL : dalloc(n, OPS_F32);
                 float *dsum = mode == 0 ? NULL : dup_to(s0, n, OPS_F32);
                 int first = mode == 1;
-                float div = mode == 2 ? 3.0f : 1.0f;
-                CHECK_OK(cuda_conv1d_res(dout, dsum, dx, dw1, db1, k1, d1, k2 ? dw2 : NULL,
-                                         k2 ? db2 : NULL, k2, dt, 0.1f, d_lens, batch, tl, c, first,
-                                         div, hop, NULL, &err));
+                float div = mode >= 2 ? 3.0f : 1.0f;
+                conv1d_res_ext_t ext = {0};
+                void *dnext = NULL;
+                if (mode == 3) {
+                    ext = (conv1d_res_ext_t){.x_ld_b = xs_ld,
+                                             .x_bias = dxb,
+                                             .next_ld_b = nx_ld,
+                                             .next_off = 3,
+                                             .next_slope = 0.2f,
+                                             .no_sum_store = 1};
+                    ext.next = dnext = dup_to(nx0, nx_n, dt);
+                }
+                CHECK_OK(cuda_conv1d_res(dout, dsum, mode == 3 ? dxs : dx, dw1, db1, k1, d1,
+                                         k2 ? dw2 : NULL, k2 ? db2 : NULL, k2, dt, 0.1f, d_lens,
+                                         batch, tl, c, first, div, mode == 3 ? &ext : NULL, hop,
+                                         NULL, &err));
                 memcpy(rsum, s0, n * 4);
-                conv1d_res_ref(rout, mode ? rsum : NULL, x, hw1, b1, k1, d1, hw2, b2, k2, 0.1f,
-                               lens, batch, tl, c, first, div, round_cb, &dt);
+                memcpy(rnext, nx0, nx_n * 4);
+                if (mode == 3)
+                    ext.next = rnext, ext.x_bias = xb;
+                conv1d_res_ref(rout, mode ? rsum : NULL, mode == 3 ? xs : x, hw1, b1, k1, d1, hw2,
+                               b2, k2, 0.1f, lens, batch, tl, c, first, div,
+                               mode == 3 ? &ext : NULL, round_cb, &dt);
+                if (dnext) {
+                    /* the lrelu'd mean in the item's rows, every other row untouched; the GPU's
+                     * and the reference's FP32 sums may round to neighbouring 16-bit values */
+                    float *gn = malloc(nx_n * 4);
+                    CHECK_OK(dup_from(gn, dnext, nx_n, dt));
+                    CHECK(!memcmp(rsum, s0, n * 4));
+                    CHECK_OK(dup_from(gsum, dsum, n, OPS_F32));
+                    CHECKF(!memcmp(gsum, s0, n * 4), "c %d: the sum was stored", c);
+                    double num = 0, den = 0;
+                    int moved = 0;
+                    for (size_t i = 0; i < nx_n; i++) {
+                        if (rnext[i] == nx0[i] || gn[i] == nx0[i]) {
+                            moved += gn[i] != rnext[i];
+                            continue;
+                        }
+                        num += ((double)gn[i] - rnext[i]) * ((double)gn[i] - rnext[i]);
+                        den += (double)rnext[i] * rnext[i];
+                    }
+                    double e = sqrt(num / (den > 0 ? den : 1));
+                    fprintf(stderr, "  conv1d_res %s%s c %d: next %.2e\n", dt_name(dt),
+                            hop ? " hopper" : "", c, e);
+                    CHECKF(!moved, "c %d: next: %d rows outside the items written or missed", c,
+                           moved);
+                    CHECKF(e <= (dt == OPS_F16 ? 0x1p-10 : 0x1p-7), "c %d: next rel. RMS %g", c, e);
+                    CHECK(guard_ok(dnext, nx_n, dt));
+                    cudaFree(dnext);
+                    cudaFree(dsum);
+                    free(gn);
+                    continue;
+                }
                 if (dout) {
                     CHECK_OK(dup_from(gout, dout, n, OPS_F32));
                     double e = res_err(gout, rout, x, lens, batch, tl, c);
@@ -696,9 +777,15 @@ GPU_TEST(cuda_conv1d_res_matches_ref)
         }
         cudaFree(d_lens);
         cudaFree(dx);
+        cudaFree(dxs);
+        cudaFree(dxb);
         cudaFree(db1);
         cudaFree(db2);
         free(x);
+        free(xs);
+        free(xb);
+        free(nx0);
+        free(rnext);
         free(s0);
         free(w1);
         free(b1);
@@ -712,10 +799,11 @@ GPU_TEST(cuda_conv1d_res_matches_ref)
     /* refused: FP32, a channel count without a block shape, out and sum both NULL */
     CHECK(!cuda_conv1d_res_fits(48, 3, 1, 3));
     CHECK_EQ_INT(cuda_conv1d_res(NULL, NULL, NULL, NULL, NULL, 3, 1, NULL, NULL, 0, OPS_F16, 0.1f,
-                                 NULL, 1, 8, 32, 1, 1.0f, 1, NULL, &err),
+                                 NULL, 1, 8, 32, 1, 1.0f, NULL, 1, NULL, &err),
                  HARK_ERR_INVALID_ARG);
     CHECK_EQ_INT(cuda_conv1d_res((float *)8, NULL, (float *)8, (void *)8, (float *)8, 3, 1, NULL,
-                                 NULL, 0, OPS_F32, 0.1f, NULL, 1, 8, 32, 1, 1.0f, 0, NULL, &err),
+                                 NULL, 0, OPS_F32, 0.1f, NULL, 1, 8, 32, 1, 1.0f, NULL, 0, NULL,
+                                 &err),
                  HARK_ERR_INVALID_ARG);
 }
 

@@ -12,6 +12,12 @@
  * the convs added so far (a per-channel vector made at load), which the next conv's input copy
  * (and the MRF sum) adds back — no bias pass over the largest tensors. The transposed convs run as
  * polyphase convs (conv1d.h) whose output is cropped with its bias into the stage's x.
+ *
+ * 16-bit stages of 32/64/128/256 channels run each resblock dilation as one fused unit
+ * (cuda_conv1d_res) instead: the first unit of each resblock reads the polyphase output uncropped,
+ * adding the upsampler's bias itself (no crop pass), and the stage's last unit writes the MRF mean
+ * leaky-ReLU'd and rounded straight into the next upsampler's padded input (no mask pass; the
+ * buffer is zeroed first, and the FP32 mean is kept only where a stage dump or conv_post reads it).
  */
 #include "model/hifigan/hifigan_gpu.h"
 
@@ -646,37 +652,74 @@ static int enqueue_forward(hifigan_gpu_worker_t *w, const float *mel, int batch,
     MARK(1);
     int T = F, mult = 1;
     char nm[32];
+    const int dumping = d && d->fn;
+    int xp_ready = 0; /* the last fused unit already wrote this upsampler's padded input */
     for (int i = 0; i < c->n_ups; i++) {
         const gconv_t *u = &g->ups[i];
         const int cin_p = g->ch_p[i], cp = g->ch_p[i + 1], ch = c->ch0 >> (i + 1);
         const int R = conv1d_transpose_pad_r(u->pad, u->stride), nq = T + R;
-        /* leaky ReLU, the polyphase conv, the crop with the bias */
-        RUN(cuda_conv1d_pad_mask_act(w->xp, dt, w->xs, OPS_F32, NULL, slope, lens_of(w, i), batch,
-                                     T, cin_p, cin_p, cin_p, u->k - 1, R, st, err));
+        const int fuse = w->fused && w->can_fuse[i];
+        /* leaky ReLU, the polyphase conv, the crop with the bias — the fused units read the
+         * uncropped output with the bias themselves, and write the next upsampler's input */
+        if (!xp_ready)
+            RUN(cuda_conv1d_pad_mask_act(w->xp, dt, w->xs, OPS_F32, NULL, slope, lens_of(w, i),
+                                         batch, T, cin_p, cin_p, cin_p, u->k - 1, R, st, err));
         RUN(cuda_conv1d(w->r, 0.0f, w->xp, u->w, dt, batch, u->k - 1 + nq, cin_p, u->cout_p, u->k,
                         1, 1, w->ops, err));
         const int Tn = T * u->stride;
         mult *= u->stride;
-        RUN(cuda_conv1d_crop_bias(w->x, OPS_F32, w->r, u->b, batch, Tn, cp, cp,
-                                  (long long)nq * u->cout_p, u->pad, st, err));
+        const int x_direct = fuse && !dumping;
+        if (!x_direct)
+            RUN(cuda_conv1d_crop_bias(w->x, OPS_F32, w->r, u->b, batch, Tn, cp, cp,
+                                      (long long)nq * u->cout_p, u->pad, st, err));
         snprintf(nm, sizeof nm, "ups%d", i);
         RUN(dump(w, d, nm, w->x, Tn, cp, ch, mult, NULL, err));
         MARK(2 + 2 * i);
         const int *lens = lens_of(w, i + 1);
         const size_t n = (size_t)batch * Tn * cp;
-        for (int k = 0; w->fused && w->can_fuse[i] && k < c->n_kernels; k++) {
+        conv1d_res_ext_t x_ext = {0}, next_ext = {0};
+        if (x_direct) {
+            x_ext.x_ld_b = (long long)nq * u->cout_p;
+            x_ext.x_bias = u->b;
+        }
+        xp_ready = fuse && i + 1 < c->n_ups;
+        if (xp_ready) { /* the next upsampler's input: zeros, then the items' rows */
+            const gconv_t *un = &g->ups[i + 1];
+            const int tpn = un->k - 1 + Tn + conv1d_transpose_pad_r(un->pad, un->stride);
+            next_ext.next = w->xp;
+            next_ext.next_ld_b = (long long)tpn * cp;
+            next_ext.next_off = un->k - 1;
+            next_ext.next_slope = slope;
+            next_ext.no_sum_store = !dumping;
+            cudaError_t e = cudaMemsetAsync(w->xp, 0, (size_t)batch * tpn * cp * 2, st);
+            if (e != cudaSuccess)
+                return cuda_err(err, e, "upsampler input");
+        }
+        for (int k = 0; fuse && k < c->n_kernels; k++) {
             /* each dilation one unit: x -> r -> acc -> r ..., the last into the MRF mean */
-            const float *src = w->x;
+            const float *src = x_direct ? w->r + (size_t)u->pad * cp : w->x;
             float *dst = w->r;
             for (int dd = 0; dd < c->n_dil; dd++) {
                 const gconv_t *c1 = &g->rb[i][k][0][dd];
                 const gconv_t *c2 = c->resblock == 1 ? &g->rb[i][k][1][dd] : NULL;
-                int last = dd == c->n_dil - 1, keep = !last || (d && d->fn && i == 0);
-                float div = last && k == c->n_kernels - 1 ? (float)c->n_kernels : 1.0f;
-                dst = dd % 2 ? w->acc : w->r;
+                int last = dd == c->n_dil - 1, keep = !last || (dumping && i == 0);
+                int final = last && k == c->n_kernels - 1;
+                float div = final ? (float)c->n_kernels : 1.0f;
+                /* the first unit reads the upsampler's output: keep it (r) until the last
+                 * resblock has read it; the others alternate acc, x */
+                dst = dd % 2 ? w->acc : x_direct ? w->x : w->r;
+                conv1d_res_ext_t ext = dd == 0 ? x_ext : (conv1d_res_ext_t){0};
+                if (final && xp_ready) {
+                    ext.next = next_ext.next;
+                    ext.next_ld_b = next_ext.next_ld_b;
+                    ext.next_off = next_ext.next_off;
+                    ext.next_slope = next_ext.next_slope;
+                    ext.no_sum_store = next_ext.no_sum_store;
+                }
                 RUN(cuda_conv1d_res(keep ? dst : NULL, last ? w->xs : NULL, src, c1->w, c1->b,
                                     c1->k, c1->dil, c2 ? c2->w : NULL, c2 ? c2->b : NULL,
                                     c2 ? c2->k : 0, dt, slope, lens, batch, Tn, cp, k == 0, div,
+                                    &ext,
                                     ops_cuda_path(w->ops) != GPU_PATH_HOPPER ? 0
                                     : w->fused == 3                          ? 2
                                                                              : w->fused == 1,
