@@ -119,6 +119,15 @@ def synth(job, env):
     return job
 
 
+def synth_prepare(job, env):
+    """synth, then the WAV read and prepared (in the worker thread: numpy releases the GIL)."""
+    synth(job, env)
+    x, sr = read_wav(job['wav'])
+    job['audio'] = prepare_audio(x, sr)
+    job['sr_engine'] = sr
+    return job
+
+
 def read_wav(path):
     """(float64 samples in [-1, 1), sample rate) of a 16-bit mono WAV."""
     with wave.open(path) as w:
@@ -181,16 +190,13 @@ def build(a):
             jobs = [dict(s, wav=os.path.join(a.out, 'wav', split, s['id'] + '.wav'))
                     for s in chunk]
             with cf.ThreadPoolExecutor(max_workers=a.jobs) as ex:
-                futs = [ex.submit(synth, j, env) for j in jobs]
+                futs = [ex.submit(synth_prepare, j, env) for j in jobs]
                 for f in futs:
                     try:
                         j = f.result()
                     except Exception as e:  # logged, never fatal
                         print(f'failed: {e}', file=sys.stderr)
                         continue
-                    x, sr = read_wav(j['wav'])
-                    j['audio'] = prepare_audio(x, sr)
-                    j['sr_engine'] = sr
                     secs += j['audio'].size / SR
                     done.append(j)
                     if secs >= budget:

@@ -508,7 +508,7 @@ def train(a):
     durs = None
     if os.path.exists(dpath):
         d = torch.load(dpath)
-        m = dict(zip(d['keys'], d['durations']))
+        m = dict(zip(d['keys'], (x.long() for x in d['durations'])))
         if all(k in m and int(m[k].sum()) == int(data.t_len[i]) and len(m[k]) == int(
                 data.s_len[i]) for i, k in enumerate(data.keys)):
             durs = [m[k] for k in data.keys]
@@ -522,8 +522,8 @@ def train(a):
         t0 = time.time()
         durs = align_all(al, data, device)
         tdur = align_all(al, test, device) if test else []
-        torch.save({'keys': data.keys + (test.keys if test else []), 'durations': durs + tdur},
-                   dpath)
+        torch.save({'keys': data.keys + (test.keys if test else []),
+                    'durations': [x.to(torch.int16) for x in durs + tdur]}, dpath)
         allv = torch.cat(durs).float()
         log(a.exp, {'phase': 'align', 's': round(time.time() - t0, 1),
                     'frames_per_symbol': round(float(allv.mean()), 3),
@@ -534,7 +534,7 @@ def train(a):
         del al
     elif test:
         d = torch.load(dpath)
-        m = dict(zip(d['keys'], d['durations']))
+        m = dict(zip(d['keys'], (x.long() for x in d['durations'])))
         if all(k in m for k in test.keys):
             test.set_durations([m[k] for k in test.keys])
     data.set_durations(durs)
