@@ -3,7 +3,8 @@
 
     DIR/config.pbtxt          Triton-style model config (backend "hark", family "fastspeech";
                               parameters `vocoder` when --vocoder is given)
-    DIR/1/model.safetensors   every weight as float32, DLE's key names without `module.`
+    DIR/1/model.safetensors   every weight as float32 (--dtype float16: the matrices, kernels and
+                              position tables as float16), DLE's key names without `module.`
     DIR/1/model.json          the hyper-parameters (d_model, FFT blocks, duration predictor, ...)
 
 --checkpoint: `{'step', 'model': nn.DataParallel(model).state_dict()}` as DLE's trainer saves it
@@ -30,7 +31,7 @@ import pyneed  # noqa: E402,F401 (a missing module names the python3 to use)
 
 import numpy as np
 
-from hark_entry import entry_name, fail, run_convert, tts_config_pbtxt, write_entry
+from hark_entry import entry_name, fail, narrow_weights, run_convert, tts_config_pbtxt, write_entry
 
 FAMILY = "fastspeech"
 MODEL_JSON_VERSION = 1
@@ -232,12 +233,13 @@ def convert(args):
     else:
         sd, key = load_state_dict(args.checkpoint)
         tensors = check_tensors(sd, cfg)
+    tensors = narrow_weights(tensors, args.dtype, fail)
 
     name = entry_name(args.output, fail)
     meta = {"format": "hark", "family": FAMILY, "converter": "tools/convert_fastspeech.py",
             "converter_version": CONVERTER_VERSION,
             "source": os.path.basename(args.checkpoint) if args.checkpoint else key,
-            "state_dict": key or "(bare)"}
+            "state_dict": key or "(bare)", "dtype": args.dtype}
     out = write_entry(args.output, tensors, meta, cfg,
                       tts_config_pbtxt(name, args.max_batch_size, FAMILY, args.vocoder))
     n = sum(a.size for a in tensors.values())
@@ -255,6 +257,9 @@ def main(argv=None):
     ap.add_argument("--output", required=True, help="model directory to write")
     ap.add_argument("--vocoder", help="vocoder model (name in the repository, or a directory)")
     ap.add_argument("--max-batch-size", type=int, default=8, help="config.pbtxt max_batch_size")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float16"],
+                    help="float16 stores the matrices and kernels (2+ dimensions) as float16 (half "
+                         "the file); hark computes in float32 either way")
     args = ap.parse_args(argv)
     return run_convert("convert_fastspeech", convert, args)
 

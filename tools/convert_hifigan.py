@@ -2,7 +2,8 @@
 """Convert a jik876/hifi-gan generator checkpoint into a hark vocoder model directory.
 
     DIR/config.pbtxt          Triton-style model config (backend "hark", family "hifigan")
-    DIR/1/model.safetensors   the generator's weights as float32 with weight norm removed
+    DIR/1/model.safetensors   the generator's weights as float32 (--dtype float16: the kernels as
+                              float16, the biases float32) with weight norm removed
                               (w = g * v / |v|, norm over every dim but 0), upstream key names
     DIR/1/model.json          the generator and mel-recipe hyper-parameters (config_vN.json)
 
@@ -30,7 +31,7 @@ import pyneed  # noqa: E402,F401 (a missing module names the python3 to use)
 
 import numpy as np
 
-from hark_entry import entry_name, fail, run_convert, vocoder_config_pbtxt, write_entry
+from hark_entry import entry_name, fail, narrow_weights, run_convert, vocoder_config_pbtxt, write_entry
 
 FAMILY = "hifigan"
 MODEL_JSON_VERSION = 1
@@ -254,12 +255,13 @@ def convert(args):
         sd, key = load_state_dict(args.checkpoint)
         sd, n_wn = remove_weight_norm(sd)
         tensors = check_tensors(sd, cfg)
+    tensors = narrow_weights(tensors, args.dtype, fail)
 
     name = entry_name(args.output, fail)
     meta = {"format": "hark", "family": FAMILY, "converter": "tools/convert_hifigan.py",
             "converter_version": CONVERTER_VERSION,
             "source": os.path.basename(args.checkpoint) if args.checkpoint else key,
-            "weight_norm_removed": str(n_wn)}
+            "weight_norm_removed": str(n_wn), "dtype": args.dtype}
     out = write_entry(args.output, tensors, meta, cfg,
                       vocoder_config_pbtxt(name, args.max_batch_size, FAMILY, cfg['num_mels']))
     n = sum(a.size for a in tensors.values())
@@ -277,6 +279,10 @@ def main(argv=None):
                     help="hifi-gan config_vN.json, or v1 / v3 (upstream's, built in)")
     ap.add_argument("--output", required=True, help="model directory to write")
     ap.add_argument("--max-batch-size", type=int, default=8, help="config.pbtxt max_batch_size")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float16"],
+                    help="float16 stores the kernels (2+ dimensions) as float16 (half the file; "
+                         "exact for weights that were float16, as the LJSpeech V3's); hark "
+                         "computes in float32 either way")
     args = ap.parse_args(argv)
     return run_convert("convert_hifigan", convert, args)
 

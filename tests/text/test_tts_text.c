@@ -177,6 +177,28 @@ TEST(tts_text_reference_file)
     check_reference_file(t, path, TTS_TEXT_FASTSPEECH);
 }
 
+/* The demo voice's training ids (tools/demo_tts_data.py computes them in Python, since the GPU
+ * machine it runs on has no hark): every sentence it keeps from the LJSpeech transcripts must get
+ * the ids hark's front end gives the same text, or the voice would be trained on other input
+ * than it is given. */
+TEST(tts_text_demo_voice_ids)
+{
+    if (!test_shared("text/ljspeech_transcripts.tsv"))
+        SKIP("../shared/data/text/ljspeech_transcripts.tsv is absent");
+    const char *py = test_python("numpy");
+    if (!py)
+        SKIP("no python3 with numpy");
+    char path[600], cmd[1400], out[4096];
+    snprintf(path, sizeof path, "%s/ids.tsv", test_tmpdir(t));
+    snprintf(cmd, sizeof cmd, "%s tools/demo_tts_data.py --ids-tsv '%s'", py, path);
+    int st = test_run_cmd(t, cmd, out, sizeof out);
+    CHECKF(st == 0, "%s: status %d: %s", cmd, st, out);
+    unsigned n = 0;
+    CHECKF(sscanf(strstr(out, ": ") ? strstr(out, ": ") + 2 : "", "%u", &n) == 1 && n > 11000,
+           "too few sentences: %s", out);
+    check_reference_file(t, path, TTS_TEXT_FASTSPEECH);
+}
+
 /* DLE Tacotron2's front end: the LJSpeech transcripts, the generated lines and every code point
  * of the transliteration ranges hark reproduces (tools/tts_text_reference.py --tacotron2
  * --synthetic --sweep). */
