@@ -42,6 +42,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pyneed  # noqa: E402,F401 (a missing module names the python3 to use)
 
 import numpy as np  # noqa: E402
+
+import convert_fastspeech  # noqa: E402 (the positional table the converter checks against)
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -70,14 +72,8 @@ AUDIO = dict(sr=22050, n_fft=1024, win_len=1024, hop_len=256, num_mels=80, mel_f
 # ---- FastSpeech in DLE's layout ---------------------------------------------------------------
 
 def sinusoid_table(n, d):
-    """DLE's get_sinusoid_encoding_table(n, d, padding_idx=0), float64 then float32."""
-    pos = np.arange(n, dtype=np.float64)[:, None]
-    i = np.arange(d)[None, :]
-    t = pos / np.power(10000, 2 * (i // 2) / d)
-    t[:, 0::2] = np.sin(t[:, 0::2])
-    t[:, 1::2] = np.cos(t[:, 1::2])
-    t[0] = 0.0
-    return torch.tensor(t, dtype=torch.float32)
+    """DLE's get_sinusoid_encoding_table(n, d, padding_idx=0): the converter's check table."""
+    return torch.from_numpy(convert_fastspeech.sinusoid_table(n, d))
 
 
 def attention(q, k, v, keep, p):
