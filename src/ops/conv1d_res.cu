@@ -302,13 +302,48 @@ __global__ void __launch_bounds__(RES_THREADS) res_kernel(res_args_t a)
             }
 }
 
+/* what the launchers ask of the current device, queried once per device (a benign race: every
+ * thread stores the same values) */
+typedef struct {
+    bool ready, hopper; /* hopper: compute capability 9.0, where the sm_90a kernels run */
+    int sms, smem;      /* multiprocessors; shared memory a block may opt in to */
+} res_dev_t;
+
+static const res_dev_t *res_dev(void)
+{
+    static res_dev_t devs[64];
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+        return NULL;
+    res_dev_t *p = &devs[dev];
+    if (!p->ready) {
+        if (cudaDeviceGetAttribute(&p->sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&p->smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+                cudaSuccess ||
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+            return NULL;
+        p->hopper = major == 9 && minor == 0;
+        p->ready = true;
+    }
+    return p;
+}
+
 static int max_smem(int *bytes)
 {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+    const res_dev_t *d = res_dev();
+    if (!d)
         return -1;
+    *bytes = d->smem;
     return 0;
+}
+
+/* kern may take up to the device's opt-in limit of dynamic shared memory: set once per device
+ * (set[] belongs to the kernel) */
+static cudaError_t res_opt_in(const void *kern, bool *set)
+{
+    const res_dev_t *d = res_dev();
+    return d ? ops_smem_opt_in(kern, (size_t)d->smem, set) : cudaErrorInvalidDevice;
 }
 
 static size_t smem_for(int c, int k1, int d1, int k2)
@@ -347,19 +382,18 @@ extern "C" int cuda_conv1d_res_fits(int c, int k1, int d1, int k2)
 /* 256 channels: does the grid of 128-row blocks fall short of two per multiprocessor? */
 static bool res_short_grid(const res_args_t &a, int batch)
 {
-    int dev = 0, sms = 0, to = res_bm(256) - 2 * (a.k2 / 2);
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const res_dev_t *d = res_dev();
+    int to = res_bm(256) - 2 * (a.k2 / 2);
     long long blocks = (long long)((a.t + to - 1) / to) * batch;
-    return blocks < 2LL * sms && 2 * (a.k2 / 2) < 64;
+    return d && blocks < 2LL * d->sms && 2 * (a.k2 / 2) < 64;
 }
 
 template <typename T, int C, int BMV = res_bm(C)>
 static int res_go(const res_args_t &a, int batch, cudaStream_t st, hark_err_t *err)
 {
+    static bool set[64];
     size_t smem = res_smem<C, BMV>(a.k1, a.d1, a.k2);
-    cudaError_t e = cudaFuncSetAttribute(res_kernel<T, C, BMV>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaError_t e = res_opt_in((const void *)res_kernel<T, C, BMV>, set);
     if (e != cudaSuccess)
         return err_set(err, HARK_ERR_CUDA, "cuda: conv1d_res: shared memory %zu: %s", smem,
                        cudaGetErrorString(e));
@@ -580,9 +614,9 @@ __global__ void __launch_bounds__(RES_THREADS, 1) wres_kernel(res_args_t a)
 template <typename T, int C>
 static int wres_go(const res_args_t &a, int batch, cudaStream_t st, hark_err_t *err)
 {
+    static bool set[64];
     size_t smem = wres_smem<C>(a.k1, a.d1, a.k2);
-    cudaError_t e = cudaFuncSetAttribute(wres_kernel<T, C>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaError_t e = res_opt_in((const void *)wres_kernel<T, C>, set);
     if (e != cudaSuccess)
         return err_set(err, HARK_ERR_CUDA, "cuda: conv1d_res (wgmma): shared memory %zu: %s", smem,
                        cudaGetErrorString(e));
@@ -600,12 +634,10 @@ static int wres_go(const res_args_t &a, int batch, cudaStream_t st, hark_err_t *
 template <typename T>
 static int wres_c(const res_args_t &a, int batch, int c, cudaStream_t st, hark_err_t *err)
 {
-    int dev = 0, major = 0, minor = 0, lim = 0;
-    cudaGetDevice(&dev);
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
-        major != 9 || minor != 0 || max_smem(&lim))
+    const res_dev_t *d = res_dev();
+    if (!d || !d->hopper)
         return 1;
+    const int lim = d->smem;
     size_t need = c == 32    ? wres_smem<32>(a.k1, a.d1, a.k2)
                   : c == 64  ? wres_smem<64>(a.k1, a.d1, a.k2)
                   : c == 128 ? wres_smem<128>(a.k1, a.d1, a.k2)
