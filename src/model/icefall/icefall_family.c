@@ -383,21 +383,16 @@ static void run_stream_item(family_worker_t *w, family_item_t *it, int *worst, i
     if (ws->failed) {
         rc = err_set(&e, ws->failed, "the stream failed earlier (%s)", hark_status_str(ws->failed));
     } else if (!ws->opened) {
-        if (o && o->nbest > 0 && o->method == ICEFALL_MODIFIED_BEAM && o->nbest > o->beam_size)
-            rc = err_set(&e, HARK_ERR_INVALID_ARG, "nbest %d exceeds beam_size %d", o->nbest,
-                         o->beam_size);
-        if (!rc)
-            rc = icefall_stream_start(ws->s,
-                                      o ? (icefall_method_t)o->method : (icefall_method_t)c->method,
-                                      o ? o->beam_size : c->beam_size, &e);
+        rc = icefall_stream_start(ws->s,
+                                  o ? (icefall_method_t)o->method : (icefall_method_t)c->method,
+                                  o ? o->beam_size : c->beam_size, &e);
         if (rc)
             ws->failed = rc;
         ws->opened = 1;
     }
     if (!rc && icefall_stream_ended(ws->s))
-        rc = err_set(&e, HARK_ERR_CLOSED,
-                     "the stream's audio has already ended (an item after "
-                     "its end)");
+        rc = err_set(&e, HARK_ERR_CLOSED, "the stream's audio has already ended (%s)",
+                     "an item after its end");
     if (!rc && it->n > 0)
         rc = icefall_stream_accept(w->w, ws->s, it->pcm, it->n, &e);
     if (!rc && it->stream_end)

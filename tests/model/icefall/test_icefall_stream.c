@@ -10,7 +10,7 @@
  *   execute (greedy and beam, odd pieces, an offline item beside them) give each what it gets
  *   alone, slots run out and come back, an item after the end fails, a model that cannot stream
  *   refuses stream slots; and through the C API (hark_stream_*).
- * - icefall_stream_vs_icefall: tools/icefall_zipformer_reference.py decodes the wav with icefall's
+ * - icefall_stream_vs_icefall: tools/icefall_zipformer_reference.py decodes a wav with icefall's
  *   own streaming_decode.py (greedy_search and modified_beam_search); the family's stream of the
  *   same wav, fed in odd pieces, must give the same tokens. Needs $HARK_ICEFALL_SRC, ../shared and
  *   /usr/bin/python3 with torch, torchaudio and packaging; skips otherwise. */
@@ -434,6 +434,11 @@ TEST(icefall_stream_family)
     CHECK(strstr(err.msg, "cannot stream") != NULL && w == NULL);
     f->unload(nc);
     f->unload(fm);
+    /* the converter's --streaming is for a causal model with a chunk size and a left context */
+    char log[4096];
+    CHECK(icefall_gen_model(test_tmpdir(t), "nc_stream", ICEFALL_GEN_FLAGS, "--streaming 4", log,
+                            sizeof log) != 0);
+    CHECKF(strstr(log, "only a causal zipformer") != NULL, "converter: %s", log);
 
     /* the C API's streams */
     hark_model_t *hm = NULL;
@@ -508,9 +513,12 @@ TEST(icefall_stream_vs_icefall)
          "--decoder-dim 64 --joiner-dim 96 --context-size 3 --causal True --chunk-size 8 "
          "--left-context-frames 32",
          "lj-LJ001-0013"},
+        /* the recipe's default sizes (65 M parameters), chunks of 32 frames, 128 to the left */
+        {"--causal True --chunk-size 32 --left-context-frames 128",
+         "librivox-sense_and_sensibility_01_austen_64kb-0890"},
     };
     const family_t *f = family_find("icefall_transducer");
-    for (int c = 0; c < 2; c++) {
+    for (int c = 0; c < (int)(sizeof cfgs / sizeof *cfgs); c++) {
         char out[700], cmd[6000], path[800];
         snprintf(out, sizeof out, "%s/cfg%d", test_tmpdir(t), c);
         snprintf(cmd, sizeof cmd,
