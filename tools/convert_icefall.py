@@ -10,7 +10,8 @@
                        --tokens data/lang_bpe_500/tokens.txt --output DIR [model flags]
 
 DIR receives a Triton-style model-repository entry:
-    DIR/config.pbtxt          Triton model config (backend "hark", family "icefall_transducer")
+    DIR/config.pbtxt          Triton model config (backend "hark", family "icefall_transducer";
+                              with --streaming N, a causal zipformer's sequence_batching)
     DIR/1/model.safetensors   the effective weights as float32, icefall's key names (the stored
                               log-scales folded in, see docs/model-format.md)
     DIR/1/model.json          the architecture read off the checkpoint, the front end, defaults
@@ -427,6 +428,16 @@ def convert_zipformer(args):
     a = zipformer_arch(args)
     if a["causal"]:
         zipformer_chunks(a, args)
+    if args.streaming:
+        cs, lcf = a["chunk_size"][0], a["left_context_frames"][0]
+        if not a["causal"] or cs <= 0 or lcf <= 0:
+            fail(f"--streaming {args.streaming}: only a causal zipformer with one --chunk-size "
+                 "> 0 and a --left-context-frames > 0 streams (pass --causal True --chunk-size "
+                 "16 --left-context-frames 128, as the model was trained)")
+        for i, ds in enumerate(a["downsampling_factor"]):
+            if lcf % ds:
+                fail(f"--left-context-frames {lcf}: not a multiple of stack {i}'s downsampling "
+                     f"factor {ds}; streaming keeps left_context_frames / {ds} frames there")
     sd, key = load_state_dict(args.checkpoint)
     if "encoder_embed.convnext.depthwise_conv.weight" not in sd:
         fail(f"{args.checkpoint}: not a zipformer checkpoint (no "
@@ -473,7 +484,8 @@ def convert_zipformer(args):
             "converter_version": CONVERTER_VERSION, "recipe": "zipformer",
             "source": os.path.basename(args.checkpoint), "state_dict": key or "(bare)"}
     out = write_entry(args.output, tensors, meta, model_json,
-                      config_pbtxt(name, args.max_batch_size, args.method, args.beam_size),
+                      config_pbtxt(name, args.max_batch_size, args.method, args.beam_size,
+                                   args.streaming),
                       copies={"1/tokens.txt": args.tokens})
     n = sum(x.size for x in tensors.values())
     print(f"wrote {out}: zipformer, {len(a['downsampling_factor'])} stacks "
@@ -506,15 +518,35 @@ def check_tokens(path, vocab):
 
 # ---- writers -----------------------------------------------------------------------------------
 
-def config_pbtxt(name, max_batch, method, beam):
+def sequence_batching(max_sequences):
+    """sherpa's model_repo_streaming scheduling (Triton's sequence batcher): sequences of chunks
+    with the START / READY / CORRID / END controls, each bound to an instance, max_sequences open
+    at once per instance."""
+    preferred = sorted({max(1, max_sequences // 2), max_sequences})
+    ctl = [("START", "CONTROL_SEQUENCE_START"), ("READY", "CONTROL_SEQUENCE_READY"),
+           ("CORRID", "CONTROL_SEQUENCE_CORRID"), ("END", "CONTROL_SEQUENCE_END")]
+    out = ["sequence_batching {", "  max_sequence_idle_microseconds: 5000000", "  oldest {",
+           f"    max_candidate_sequences: {max_sequences}",
+           f"    preferred_batch_size: [ {', '.join(map(str, preferred))} ]",
+           "    max_queue_delay_microseconds: 2000", "  }", "  control_input ["]
+    for i, (n, k) in enumerate(ctl):
+        val = "data_type: TYPE_UINT64" if n == "CORRID" else "fp32_false_true: [ 0, 1 ]"
+        out.append(f'    {{ name: "{n}" control [ {{ kind: {k} {val} }} ] }}'
+                   + ("," if i < len(ctl) - 1 else ""))
+    return out + ["  ]", "}"]
+
+
+def config_pbtxt(name, max_batch, method, beam, max_sequences=0):
     preferred = sorted({max(1, max_batch // 2), max_batch})
     out = [f'name: "{name}"', 'backend: "hark"', f"max_batch_size: {max_batch}",
            "input [", "  {", '    name: "WAV"', "    data_type: TYPE_FP32", "    dims: [ -1 ]",
            "  },", "  {", '    name: "WAV_LENS"', "    data_type: TYPE_INT32", "    dims: [ 1 ]",
            "  }", "]", "output [", "  {", '    name: "TRANSCRIPTS"',
            "    data_type: TYPE_STRING", "    dims: [ 1 ]", "  }", "]",
-           "dynamic_batching {", f"  preferred_batch_size: [ {', '.join(map(str, preferred))} ]",
-           "  max_queue_delay_microseconds: 2000", "}",
+           *(sequence_batching(max_sequences) if max_sequences else
+             ["dynamic_batching {",
+              f"  preferred_batch_size: [ {', '.join(map(str, preferred))} ]",
+              "  max_queue_delay_microseconds: 2000", "}"]),
            "instance_group [", "  {", "    count: 1", "    kind: KIND_CPU", "  }", "]",
            f'parameters {{ key: "family" value {{ string_value: "{FAMILY}" }} }}',
            f'parameters {{ key: "decoding_method" value {{ string_value: "{method}" }} }}',
@@ -536,6 +568,8 @@ def convert(args):
 def common_checks(args):
     if not 1 <= args.max_batch_size <= 512:
         fail(f"--max-batch-size {args.max_batch_size}: must be in [1, 512] (hark's limit)")
+    if not 0 <= args.streaming <= 4096:
+        fail(f"--streaming {args.streaming}: must be in [0, 4096] sequences per instance")
     if args.method not in METHODS:
         if args.method.startswith("fast_beam_search"):
             fail(f"--method {args.method}: not implemented in hark yet (greedy_search, "
@@ -554,6 +588,9 @@ def common_checks(args):
 
 
 def convert_conformer(args):
+    if args.streaming:
+        fail(f"--streaming {args.streaming}: pruned_transducer_stateless3 does not stream in "
+             "hark (a causal zipformer does: --recipe zipformer --causal True ...)")
     if args.simulate_streaming and not args.causal_convolution:
         fail("--simulate-streaming True needs --causal-convolution True (as icefall's "
              "pretrained.py asserts)")
@@ -702,6 +739,10 @@ def main(argv=None):
     # hark's
     ap.add_argument("--max-batch-size", type=int, default=64,
                     help="config.pbtxt max_batch_size (preferred sizes: half of it and it)")
+    ap.add_argument("--streaming", type=int, default=0, metavar="N",
+                    help="serve chunk streams (a causal zipformer): config.pbtxt gets "
+                         "sequence_batching (sherpa's model_repo_streaming) with N sequences per "
+                         "instance instead of dynamic_batching")
     args = ap.parse_args(argv)
     return run_convert("convert_icefall", convert, args)
 

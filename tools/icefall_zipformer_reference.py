@@ -2,7 +2,8 @@
 # icefall_zipformer_reference.py — reference outputs of icefall's own zipformer (Zipformer2) recipe
 # code for a model configuration of your choice (random seeded weights), to check hark's CPU
 # zipformer against icefall number for number.
-# Tests: tests/model/icefall/test_icefall_zipformer.c (runs it when $HARK_ICEFALL_SRC is set).
+# Tests: tests/model/icefall/test_icefall_zipformer.c, tests/model/icefall/test_icefall_stream.c
+# (run it when $HARK_ICEFALL_SRC is set).
 """Reference outputs of icefall's zipformer recipe for one configuration.
 
     icefall_zipformer_reference.py --icefall-root SRC --wav FILE.wav --out DIR
@@ -37,8 +38,10 @@ top1-top2 logit margin, modified_beam_search (beam 4) tokens and timestamps, the
 the joiner's calibration. --streaming (a causal model with one --chunk-size and
 --left-context-frames) also decodes the utterance chunk by chunk exactly as icefall's
 streaming_decode.py does for one stream (DecodeStream with tail_pad_len 30, decode_one_chunk,
-greedy search): stream_encoder_out.npy holds every chunk's encoder output one after the other,
-ref.json["streaming"] the number of chunks and the greedy tokens.
+greedy search, then again with modified_beam_search, num_active_paths 4): stream_encoder_out.npy
+holds every chunk's encoder output one after the other, ref.json["streaming"] the number of
+chunks, the greedy tokens (greedy_tokens) and modified_beam_search's
+(modified_beam_search_tokens).
 """
 
 import argparse
@@ -90,12 +93,14 @@ def calibrate(model, x, a, torch, greedy_search_batch):
             "blank_fraction": best[2], "distinct_tokens": best[3]}
 
 
-def run_streaming(model, params, feats, torch, streaming_decode, DecodeStream):
-    """icefall's streaming_decode.py on one stream, greedy search: DecodeStream.set_features with
-    tail_pad_len 30, decode_one_chunk until the stream is done; every chunk's encoder output is
-    recorded (streaming_forward wrapped)."""
+def run_streaming(model, params, feats, torch, streaming_decode, DecodeStream,
+                  method="greedy_search"):
+    """icefall's streaming_decode.py on one stream: DecodeStream.set_features with tail_pad_len
+    30, decode_one_chunk until the stream is done (greedy_search, or modified_beam_search with
+    num_active_paths 4); every chunk's encoder output is recorded (streaming_forward wrapped)."""
     cpu = torch.device("cpu")
-    params.decoding_method = "greedy_search"
+    params.decoding_method = method
+    params.num_active_paths = 4
     model.device = cpu
     states = streaming_decode.get_init_states(model=model, batch_size=1, device=cpu)
     stream = DecodeStream(params=params, cut_id="utt", initial_states=states,
@@ -118,7 +123,7 @@ def run_streaming(model, params, feats, torch, streaming_decode, DecodeStream):
     enc = torch.cat(chunks, dim=0)
     return {"encoder_out": enc.numpy(), "num_chunks": len(chunks),
             "chunk_frames": int(chunks[0].shape[0]),
-            "greedy_tokens": list(stream.decoding_result())}
+            "tokens": [int(t) for t in stream.decoding_result()]}
 
 
 def main():
@@ -239,6 +244,10 @@ def main():
     if a.streaming:
         stream = run_streaming(model, params, feats, torch, streaming_decode, DecodeStream)
         np.save(os.path.join(out, "stream_encoder_out.npy"), stream.pop("encoder_out"))
+        stream["greedy_tokens"] = stream.pop("tokens")
+        mbs = run_streaming(model, params, feats, torch, streaming_decode, DecodeStream,
+                            "modified_beam_search")
+        stream["modified_beam_search_tokens"] = mbs["tokens"]
     np.save(os.path.join(out, "encoder_embed_out.npy"), emb[0].numpy())
     for i in sorted(stacks):
         np.save(os.path.join(out, f"stack{i}_out.npy"), stacks[i].numpy())

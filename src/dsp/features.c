@@ -392,43 +392,52 @@ int feat_compute(const feat_plan_t *p, const float *x, size_t n, float *out, har
     return feat_compute_padded(p, x, n, n, out, err);
 }
 
-int feat_compute_padded(const feat_plan_t *p, const float *x, size_t n, size_t n_valid, float *out,
-                        hark_err_t *err)
+/* One call's scratch of the framing and FFT stages */
+typedef struct {
+    float *frame, *buf, *pw, *xl, *specl;
+    fftwf_complex *spec;
+} frame_scratch_t;
+
+static void scratch_free(frame_scratch_t *s)
 {
-    if (n_valid > n)
-        return err_set(err, HARK_ERR_INVALID_ARG, "features: %zu valid samples of a %zu-sample row",
-                       n_valid, n);
-    int T = feat_num_frames(p, n_valid);
-    if (T == 0)
-        return HARK_OK;
-    int rc = HARK_OK;
-    unsigned long long rng = 0x9E3779B97F4A7C15ull ^ p->opts.dither_seed;
-    float *sig = hark_malloc(sizeof(float) * n);
-    float *frame = hark_malloc(sizeof(float) * (size_t)p->frame_span);
-    float *buf = fftwf_malloc(sizeof(float) * (size_t)p->n_fft);
-    fftwf_complex *spec = fftwf_malloc(sizeof(fftwf_complex) * (size_t)p->n_bins);
-    float *pw = hark_malloc(sizeof(float) * (size_t)p->n_bins);
+    hark_free(s->frame);
+    fftwf_free(s->buf);
+    fftwf_free(s->spec);
+    hark_free(s->pw);
+    hark_free(s->xl);
+}
+
+static int scratch_alloc(const feat_plan_t *p, frame_scratch_t *s)
+{
+    memset(s, 0, sizeof *s);
+    s->frame = hark_malloc(sizeof(float) * (size_t)p->frame_span);
+    s->buf = fftwf_malloc(sizeof(float) * (size_t)p->n_fft);
+    s->spec = fftwf_malloc(sizeof(fftwf_complex) * (size_t)p->n_bins);
+    s->pw = hark_malloc(sizeof(float) * (size_t)p->n_bins);
     /* RFFT_LANES frames at a time: input + work (2 * n_fft * L), spectra (2 * n_bins * L) */
-    float *xl = hark_malloc(sizeof(float) * (size_t)RFFT_LANES *
-                            (2 * (size_t)p->n_fft + 2 * (size_t)p->n_bins));
-    float *specl = xl ? xl + (size_t)2 * p->n_fft * RFFT_LANES : NULL;
-    if (!sig || !frame || !buf || !spec || !pw || !xl) {
-        rc = err_set(err, HARK_ERR_NOMEM, "features: out of memory");
-        goto done;
+    s->xl = hark_malloc(sizeof(float) * (size_t)RFFT_LANES *
+                        (2 * (size_t)p->n_fft + 2 * (size_t)p->n_bins));
+    s->specl = s->xl ? s->xl + (size_t)2 * p->n_fft * RFFT_LANES : NULL;
+    if (!s->frame || !s->buf || !s->spec || !s->pw || !s->xl) {
+        scratch_free(s);
+        return HARK_ERR_NOMEM;
     }
-    /* signal-level stages: scale, (nemo) dither and pre-emphasis */
-    for (size_t i = 0; i < n; i++)
-        sig[i] = x[i] * p->input_scale;
-    if (p->signal_preemph) {
-        if (p->opts.dither > 0)
-            for (size_t i = 0; i < n; i++)
-                sig[i] += (float)(p->opts.dither * gauss(&rng));
-        for (size_t i = n - 1; i > 0; i--)
-            sig[i] -= p->preemph * sig[i - 1];
-    }
+    return HARK_OK;
+}
+
+/* Frames [t_begin, t_end) of a signal of n samples (reflection and framing over n) of which sig
+ * holds the samples from `base` on, each taken times scale -> out (t_end - t_begin, n_mels); every
+ * sample a frame reads must be held (the callers make sure). */
+static void run_frames(const feat_plan_t *p, const float *sig, long base, long n, float scale,
+                       int t_begin, int t_end, float *out, unsigned long long *rng,
+                       frame_scratch_t *sc)
+{
+    float *frame = sc->frame, *buf = sc->buf, *pw = sc->pw, *xl = sc->xl, *specl = sc->specl;
+    fftwf_complex *spec = sc->spec;
     const int S = p->frame_span, W = p->win_length, L = RFFT_LANES, NF = p->n_fft;
+    const int T = t_end - t_begin;
     for (int t0 = 0; t0 < T; t0 += L) {
-        /* frames t0 .. t0+L-1 are windowed into lane l of xl (lane-interleaved) */
+        /* frames t0 .. t0+L-1 (from t_begin) are windowed into lane l of xl (lane-interleaved) */
         for (int l = 0; l < L; l++) {
             int t = t0 + l;
             if (t >= T) {
@@ -436,20 +445,21 @@ int feat_compute_padded(const feat_plan_t *p, const float *x, size_t n, size_t n
                     xl[(size_t)j * L + l] = 0.0f;
                 continue;
             }
-            long start = (long)t * p->hop - p->pad_left;
+            long start = (long)(t_begin + t) * p->hop - p->pad_left;
             if (p->pad == FEAT_PAD_NONE) {
-                memcpy(frame, sig + start, sizeof(float) * (size_t)S);
+                for (int j = 0; j < S; j++)
+                    frame[j] = sig[start + j - base] * scale;
             } else if (p->pad == FEAT_PAD_KALDI) {
                 for (int j = 0; j < S; j++)
-                    frame[j] = sig[reflect_index_kaldi(start + j, (long)n)];
+                    frame[j] = sig[reflect_index_kaldi(start + j, n) - base] * scale;
             } else {
                 for (int j = 0; j < S; j++)
-                    frame[j] = sig[reflect_index(start + j, (long)n)];
+                    frame[j] = sig[reflect_index(start + j, n) - base] * scale;
             }
             if (p->frame_dc_preemph) {
                 if (p->opts.dither > 0)
                     for (int j = 0; j < S; j++)
-                        frame[j] += (float)(p->opts.dither * gauss(&rng));
+                        frame[j] += (float)(p->opts.dither * gauss(rng));
                 double sum = 0; /* torch's float mean is accurate to the last bit; so is this */
                 for (int j = 0; j < S; j++)
                     sum += frame[j];
@@ -497,6 +507,35 @@ int feat_compute_padded(const feat_plan_t *p, const float *x, size_t n, size_t n
             }
         }
     }
+}
+
+int feat_compute_padded(const feat_plan_t *p, const float *x, size_t n, size_t n_valid, float *out,
+                        hark_err_t *err)
+{
+    if (n_valid > n)
+        return err_set(err, HARK_ERR_INVALID_ARG, "features: %zu valid samples of a %zu-sample row",
+                       n_valid, n);
+    int T = feat_num_frames(p, n_valid);
+    if (T == 0)
+        return HARK_OK;
+    unsigned long long rng = 0x9E3779B97F4A7C15ull ^ p->opts.dither_seed;
+    float *sig = hark_malloc(sizeof(float) * n);
+    frame_scratch_t sc;
+    if (!sig || scratch_alloc(p, &sc)) {
+        hark_free(sig);
+        return err_set(err, HARK_ERR_NOMEM, "features: out of memory");
+    }
+    /* signal-level stages: scale, (nemo) dither and pre-emphasis */
+    for (size_t i = 0; i < n; i++)
+        sig[i] = x[i] * p->input_scale;
+    if (p->signal_preemph) {
+        if (p->opts.dither > 0)
+            for (size_t i = 0; i < n; i++)
+                sig[i] += (float)(p->opts.dither * gauss(&rng));
+        for (size_t i = n - 1; i > 0; i--)
+            sig[i] -= p->preemph * sig[i - 1];
+    }
+    run_frames(p, sig, 0, (long)n, 1.0f, 0, T, out, &rng, &sc);
     if (p->normalize) { /* per feature over the T valid frames; unbiased std + 1e-5 */
         for (int m = 0; m < p->n_mels; m++) {
             double sum = 0, sq = 0;
@@ -513,12 +552,47 @@ int feat_compute_padded(const feat_plan_t *p, const float *x, size_t n, size_t n
                 out[(size_t)t * p->n_mels + m] = (out[(size_t)t * p->n_mels + m] - fm) / fs;
         }
     }
-done:
     hark_free(sig);
-    hark_free(frame);
-    fftwf_free(buf);
-    fftwf_free(spec);
-    hark_free(pw);
-    hark_free(xl);
-    return rc;
+    scratch_free(&sc);
+    return HARK_OK;
+}
+
+int feat_frames_final(const feat_plan_t *p, size_t n)
+{
+    if (p->opts.kind != FEAT_FBANK)
+        return 0;
+    /* frame t reads [t hop - pad_left, t hop - pad_left + span) (reflected at the start) */
+    long last = ((long)n + p->pad_left - p->frame_span);
+    return last < 0 ? 0 : (int)(last / p->hop + 1);
+}
+
+int feat_compute_frames(const feat_plan_t *p, const float *x, size_t base, size_t held,
+                        size_t n_total, int t0, int nt, float *out, hark_err_t *err)
+{
+    if (p->opts.kind != FEAT_FBANK || p->opts.dither > 0)
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "features: frame ranges are for the Kaldi fbank without dither");
+    if (nt <= 0)
+        return HARK_OK;
+    if (t0 < 0 || base + held > n_total || t0 + nt > feat_num_frames(p, n_total))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "features: frames [%d, %d) of a %zu-sample signal (samples [%zu, %zu) held)",
+                       t0, t0 + nt, n_total, base, base + held);
+    /* the samples the frames read: each frame's window, reflected into [0, n_total) */
+    long lo = (long)t0 * p->hop - p->pad_left, hi = (long)(t0 + nt - 1) * p->hop - p->pad_left;
+    hi += p->frame_span;
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > (long)n_total ? (long)n_total : hi; /* past the end: reflected back inside */
+    if (lo < (long)base || hi > (long)(base + held))
+        return err_set(
+            err, HARK_ERR_INVALID_ARG,
+            "features: frames [%d, %d) read samples [%ld, %ld), only [%zu, %zu) are held", t0,
+            t0 + nt, lo, hi, base, base + held);
+    frame_scratch_t sc;
+    if (scratch_alloc(p, &sc))
+        return err_set(err, HARK_ERR_NOMEM, "features: out of memory");
+    unsigned long long rng = 0;
+    run_frames(p, x, (long)base, (long)n_total, p->input_scale, t0, t0 + nt, out, &rng, &sc);
+    scratch_free(&sc);
+    return HARK_OK;
 }

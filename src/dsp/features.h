@@ -93,4 +93,17 @@ int feat_compute(const feat_plan_t *p, const float *x, size_t n, float *out, har
 int feat_compute_padded(const feat_plan_t *p, const float *x, size_t n, size_t n_valid, float *out,
                         hark_err_t *err);
 
+/* Streaming (FEAT_FBANK without dither): the frames of a signal known up to n samples that do not
+ * depend on what follows (their windows end within n; a signal that ends at n has
+ * feat_num_frames(p, n) frames, the last ones reflected at its end). */
+int feat_frames_final(const feat_plan_t *p, size_t n);
+/* Frames [t0, t0 + nt) of a signal of n_total samples of which x holds samples
+ * [base, base + held) -> out (nt, n_mels): each equals feat_compute's frame of the whole signal.
+ * A stream keeps the samples from its next frame's window on and, before its end, asks only for
+ * feat_frames_final frames (n_total = the samples so far: no frame reads past them).
+ * HARK_ERR_UNSUPPORTED (another kind, or dither), HARK_ERR_INVALID_ARG (frames past the signal's,
+ * or reading a sample that is not held), HARK_ERR_NOMEM. */
+int feat_compute_frames(const feat_plan_t *p, const float *x, size_t base, size_t held,
+                        size_t n_total, int t0, int nt, float *out, hark_err_t *err);
+
 #endif

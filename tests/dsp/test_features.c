@@ -1,5 +1,6 @@
 /* Tests for src/dsp/features.c and cmvn.c: Kaldi fbank against WeNet's golden features, frame
- * counts, NeMo and TTS log-mel against tools/ref_features.py, bad options, OOM paths. */
+ * counts, NeMo and TTS log-mel against tools/ref_features.py, bad options, OOM paths, and the
+ * fbank of a stream (feat_compute_frames on the recent samples) = the whole signal's. */
 #include "test.h"
 
 #include "core/alloc.h"
@@ -124,6 +125,80 @@ TEST(feature_frame_counts)
     CHECK_EQ_INT(feat_num_frames(p, 255), 0);
     CHECK_EQ_INT(feat_num_frames(p, 256), 1);
     feat_plan_destroy(p);
+}
+
+/* A stream's fbank as a streaming front end computes it (src/model/icefall/icefall_stream.c):
+ * samples arrive in pieces, the final frames are computed on the samples kept since the next
+ * frame's window, the rest at the end (reflected there). Every frame must equal feat_compute's
+ * over the whole signal, bit for bit, for every variant and for signals shorter than a window. */
+TEST(fbank_stream_equals_whole)
+{
+    static const feat_fbank_variant_t variants[] = {FBANK_WENET, FBANK_ICEFALL, FBANK_SHERPA};
+    static const size_t totals[] = {1, 150, 399, 400, 401, 560, 16000, 23457};
+    static const size_t pieces[] = {1, 7, 160, 1234, 4000};
+    unsigned seed = 11;
+    float *x = hark_malloc(sizeof(float) * 23457);
+    for (int i = 0; i < 23457; i++)
+        x[i] =
+            0.4f * sinf(0.021f * (float)i) * sinf(0.0011f * (float)i) + 0.03f * test_randf(&seed);
+    float *whole = hark_malloc(sizeof(float) * 160 * 80);
+    float *got = hark_malloc(sizeof(float) * 160 * 80);
+    int checked = 0;
+    for (int v = 0; v < 3; v++) {
+        feat_opts_t o;
+        feat_plan_t *p;
+        feat_default_opts(&o, FEAT_FBANK);
+        o.fbank_variant = variants[v];
+        CHECK_OK(feat_plan_create(&o, &p, NULL));
+        for (int ti = 0; ti < 8; ti++) {
+            const size_t n = totals[ti];
+            const int T = feat_num_frames(p, n);
+            CHECK_OK(feat_compute(p, x, n, whole, NULL));
+            for (int pi = 0; pi < 5; pi++) {
+                /* the stream keeps samples [base, have) */
+                size_t have = 0, base = 0;
+                int done = 0;
+                while (have < n) {
+                    size_t k = pieces[pi] < n - have ? pieces[pi] : n - have;
+                    have += k;
+                    int fin = feat_frames_final(p, have);
+                    CHECK(fin <= feat_num_frames(p, have));
+                    if (fin > done) {
+                        CHECK_OK(feat_compute_frames(p, x + base, base, have - base, have, done,
+                                                     fin - done, got + (size_t)done * 80, NULL));
+                        done = fin;
+                    }
+                    long keep = (long)done * p->hop - p->pad_left; /* the next frame's window */
+                    base = keep > 0 ? (size_t)keep : 0;
+                }
+                CHECK_OK(feat_compute_frames(p, x + base, base, have - base, n, done, T - done,
+                                             got + (size_t)done * 80, NULL));
+                CHECKF(T == 0 || test_max_abs_diff(got, whole, (size_t)T * 80) == 0,
+                       "variant %d, %zu samples in pieces of %zu: the stream's fbank differs by "
+                       "%g",
+                       v, n, pieces[pi], test_max_abs_diff(got, whole, (size_t)T * 80));
+                checked++;
+            }
+        }
+        /* a frame reading a sample that is not held, frames past the signal's */
+        hark_err_t e = {0};
+        CHECK_EQ_INT(feat_compute_frames(p, x + 1000, 1000, 2000, 3000, 0, 1, got, &e),
+                     HARK_ERR_INVALID_ARG);
+        CHECK(strstr(e.msg, "held") != NULL);
+        CHECK_EQ_INT(feat_compute_frames(p, x, 0, 3000, 3000, 0, 40, got, &e),
+                     HARK_ERR_INVALID_ARG);
+        feat_plan_destroy(p);
+    }
+    printf("  %d streams of 3 fbank variants: every frame equal to the whole signal's\n", checked);
+    feat_opts_t o;
+    feat_plan_t *p;
+    feat_default_opts(&o, FEAT_NEMO_MEL);
+    CHECK_OK(feat_plan_create(&o, &p, NULL));
+    CHECK_EQ_INT(feat_compute_frames(p, x, 0, 4000, 4000, 0, 1, got, NULL), HARK_ERR_UNSUPPORTED);
+    feat_plan_destroy(p);
+    hark_free(x);
+    hark_free(whole);
+    hark_free(got);
 }
 
 TEST(feature_bad_options_and_oom)

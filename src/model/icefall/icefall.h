@@ -160,6 +160,7 @@ int icefall_encode(icefall_worker_t *w, const float *feats, int t_in, int len_in
  * encoder frames (enc (c / 2, d)); the next step starts 2c frames later. A stream belongs to one
  * thread at a time; the step uses the worker's scratch. */
 typedef struct icefall_zf_stream icefall_zf_stream_t;
+int icefall_can_stream(const icefall_model_t *m); /* 1: a causal zipformer as above */
 int icefall_zf_stream_create(const icefall_model_t *m, icefall_zf_stream_t **out, hark_err_t *err);
 void icefall_zf_stream_reset(icefall_zf_stream_t *s);   /* back to the initial (zero) state */
 void icefall_zf_stream_destroy(icefall_zf_stream_t *s); /* accepts NULL */
@@ -240,5 +241,36 @@ void icefall_result_free(icefall_result_t *r); /* NULL-safe */
  * res[b] is left empty. */
 int icefall_run(icefall_worker_t *w, const float *const *pcm, const size_t *n, int B,
                 const icefall_run_opts_t *o, icefall_result_t *res, hark_err_t *err);
+
+/* A stream of audio recognised as it comes (icefall_stream.c), as icefall's streaming_decode.py
+ * decodes one DecodeStream: the causal zipformer of icefall_zf_stream_* (a model that cannot
+ * stream: HARK_ERR_UNSUPPORTED at create). The fbank is computed as the samples arrive, each frame
+ * once its window is complete (feat_compute_frames: every frame equals the fbank of the whole
+ * audio); every 2c frames with 13 more available run one encoder step and the search over its
+ * c / 2 frames (greedy_search or modified_beam_search of streaming_beam_search.py, their decoder
+ * context / hypotheses kept); at the end the last frames (reflected at the audio's end) and 13 + 30
+ * frames of log(1e-10) (DecodeStream's tail padding) run the remaining steps. A stream's memory is
+ * sized at create (encoder caches, a second of samples, the frames of one step and a second),
+ * except its hypotheses, which grow with the tokens; the steps use the worker's scratch.
+ * A stream belongs to one thread at a time. */
+typedef struct icefall_stream icefall_stream_t;
+int icefall_stream_create(const icefall_model_t *m, icefall_stream_t **out, hark_err_t *err);
+void icefall_stream_destroy(icefall_stream_t *s); /* accepts NULL */
+/* A new utterance decoded with method and beam (modified_beam_search: 1..64; 0: the model's):
+ * HARK_ERR_INVALID_ARG, HARK_ERR_NOMEM. Must precede accept. */
+int icefall_stream_start(icefall_stream_t *s, icefall_method_t method, int beam, hark_err_t *err);
+/* The next n samples (in [-1, 1] at the model's rate, finite: HARK_ERR_INVALID_ARG otherwise);
+ * runs every step they complete. After input_done: HARK_ERR_CLOSED. */
+int icefall_stream_accept(icefall_worker_t *w, icefall_stream_t *s, const float *pcm, size_t n,
+                          hark_err_t *err);
+/* The audio has ended: the remaining steps (see above). Twice: HARK_ERR_CLOSED. */
+int icefall_stream_input_done(icefall_worker_t *w, icefall_stream_t *s, hark_err_t *err);
+/* The result so far (partial) or, after input_done, the final one: best (greedy: its tokens;
+ * beam: the best of the beam by log_prob / len, icefall's decoding_result), nbest (beam: the
+ * beam), text, n_frames (encoder frames so far). res is zeroed first; HARK_ERR_NOMEM. */
+int icefall_stream_result(const icefall_stream_t *s, icefall_result_t *res, hark_err_t *err);
+int icefall_stream_steps(const icefall_stream_t *s);      /* encoder steps run so far */
+size_t icefall_stream_samples(const icefall_stream_t *s); /* samples accepted so far */
+int icefall_stream_ended(const icefall_stream_t *s);      /* input_done was called */
 
 #endif

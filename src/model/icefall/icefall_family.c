@@ -6,7 +6,13 @@
  * --beam-size; `beam` is taken as the same), nbest (1..64 or "all": hypotheses of the final beam
  * returned, best first), other keys ignored. An execute runs its items'
  * encoders one by one and greedy search over all of them at once (greedy_search_batch).
- * Tests: tests/model/icefall/test_icefall_family.c */
+ * A causal zipformer (icefall_can_stream) also streams: a worker created with max_sequences holds
+ * that many icefall_stream_t, made at its creation; stream_open lends one, and the stream items
+ * (item->stream) feed it chunk by chunk as streaming_decode.py decodes (icefall_stream_*), with
+ * the decoding method and beam of the stream's first item: a PARTIAL result after each item, the
+ * final one with the DONE of the item that ends the stream (its tail padding run). A model that
+ * cannot stream refuses a worker with max_sequences (sequence_batching) by name.
+ * Tests: tests/model/icefall/test_icefall_family.c, tests/model/icefall/test_icefall_stream.c */
 #include "model/family.h"
 
 #include "core/alloc.h"
@@ -36,11 +42,21 @@ struct family_model {
     char kind[128];
 };
 
+/* one stream slot of a worker (item->stream) */
+typedef struct {
+    icefall_stream_t *s;
+    int used;   /* lent by stream_open */
+    int opened; /* started with its first item's options */
+    int failed; /* the status that broke the stream, or 0 */
+} if_stream_t;
+
 struct family_worker {
     const family_model_t *fm;
     icefall_worker_t *w;
     int max_batch;
     double max_seconds;
+    if_stream_t *slots; /* (max_sequences) */
+    int max_sequences, n_streams;
 };
 
 static int if_load(const char *dir, const family_load_opts_t *lo, const family_params_t *cfg,
@@ -159,6 +175,9 @@ static void if_worker_destroy(family_worker_t *w)
 {
     if (!w)
         return;
+    for (int i = 0; w->slots && i < w->max_sequences; i++)
+        icefall_stream_destroy(w->slots[i].s);
+    hark_free(w->slots);
     icefall_worker_destroy(w->w);
     hark_free(w);
 }
@@ -178,12 +197,55 @@ static int if_worker_create(const family_model_t *fm, const family_worker_opts_t
     if (wo->n_threads > 0)
         ops_set_threads(wo->n_threads);
     int rc = icefall_worker_create(fm->m, wo->max_seconds, &w->w, err);
+    if (!rc && wo->max_sequences > 0) {
+        if (!icefall_can_stream(fm->m))
+            rc = err_set(err, HARK_ERR_UNSUPPORTED,
+                         "icefall_transducer: this model cannot stream (sequence_batching): only "
+                         "a causal zipformer (converted with --causal True, one --chunk-size and "
+                         "a --left-context-frames > 0) streams; serve it with dynamic_batching");
+        else if (!(w->slots = hark_calloc((size_t)wo->max_sequences, sizeof *w->slots)))
+            rc = err_set(err, HARK_ERR_NOMEM, "out of memory for %d streams", wo->max_sequences);
+        else
+            w->max_sequences = wo->max_sequences;
+        for (int i = 0; !rc && i < w->max_sequences; i++)
+            if ((rc = icefall_stream_create(fm->m, &w->slots[i].s, err)))
+                err_prefix(err, rc, "stream %d of %d (max_sequences)", i + 1, w->max_sequences);
+    }
     if (rc) {
         if_worker_destroy(w);
         return rc;
     }
     *out = w;
     return HARK_OK;
+}
+
+/* ---- streams -------------------------------------------------------------------------------- */
+
+static int if_stream_open(family_worker_t *w, void **stream, hark_err_t *err)
+{
+    *stream = NULL;
+    if (!w->slots)
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "this worker has no stream slots (created with max_sequences 0)");
+    for (int i = 0; i < w->max_sequences; i++)
+        if (!w->slots[i].used) {
+            w->slots[i] = (if_stream_t){.s = w->slots[i].s, .used = 1};
+            w->n_streams++;
+            *stream = &w->slots[i];
+            return HARK_OK;
+        }
+    return err_set(err, HARK_ERR_TOO_LARGE,
+                   "all %d stream slots of this worker are in use (max_sequences)",
+                   w->max_sequences);
+}
+
+static void if_stream_close(family_worker_t *w, void *stream)
+{
+    if_stream_t *ws = stream;
+    if (!ws || !ws->used)
+        return;
+    ws->used = ws->opened = ws->failed = 0;
+    w->n_streams--;
 }
 
 /* ---- execute -------------------------------------------------------------------------------- */
@@ -284,13 +346,15 @@ static void emit_error(family_item_t *it, int rc, const hark_err_t *e)
     it->emit(it, &ev);
 }
 
-static void emit_result(family_worker_t *w, family_item_t *it, icefall_result_t *res, int *worst,
-                        int *n_failed)
+/* res as the item's DONE (kind FAMILY_EV_DONE), or as a PARTIAL followed by a DONE without a
+ * result (a stream's item that does not end it); n_samples: the audio res covers */
+static void emit_result(family_worker_t *w, family_item_t *it, icefall_result_t *res,
+                        size_t n_samples, family_event_kind_t kind, int *worst, int *n_failed)
 {
     hark_err_t e = {0};
     asr_result_t r;
     const icefall_family_opts_t *o = it->opts;
-    int rc = result_convert(w->fm->m, res, it->n, it, o ? o->nbest : 0, &r, &e);
+    int rc = result_convert(w->fm->m, res, n_samples, it, o ? o->nbest : 0, &r, &e);
     if (rc) {
         asr_result_free(&r);
         emit_error(it, rc, &e);
@@ -298,9 +362,61 @@ static void emit_result(family_worker_t *w, family_item_t *it, icefall_result_t 
         (*n_failed)++;
         return;
     }
-    family_event_t ev = {.kind = FAMILY_EV_DONE, .status = HARK_OK, .asr = &r};
+    family_event_t ev = {.kind = kind, .status = HARK_OK, .asr = &r};
     it->emit(it, &ev);
     asr_result_free(&r);
+    if (kind != FAMILY_EV_DONE) {
+        family_event_t done = {.kind = FAMILY_EV_DONE, .status = HARK_OK};
+        it->emit(it, &done);
+    }
+}
+
+/* One stream item: its audio into its stream (started with this item's options when it is the
+ * stream's first), the end when it ends the stream, then its result. */
+static void run_stream_item(family_worker_t *w, family_item_t *it, int *worst, int *n_failed)
+{
+    if_stream_t *ws = it->stream;
+    const icefall_family_opts_t *o = it->opts;
+    const icefall_config_t *c = icefall_config(w->fm->m);
+    hark_err_t e = {0};
+    int rc = HARK_OK;
+    if (ws->failed) {
+        rc = err_set(&e, ws->failed, "the stream failed earlier (%s)", hark_status_str(ws->failed));
+    } else if (!ws->opened) {
+        rc = icefall_stream_start(ws->s,
+                                  o ? (icefall_method_t)o->method : (icefall_method_t)c->method,
+                                  o ? o->beam_size : c->beam_size, &e);
+        if (rc)
+            ws->failed = rc;
+        ws->opened = 1;
+    }
+    if (!rc && icefall_stream_ended(ws->s))
+        rc = err_set(&e, HARK_ERR_CLOSED, "the stream's audio has already ended (%s)",
+                     "an item after its end");
+    if (!rc && it->n > 0)
+        rc = icefall_stream_accept(w->w, ws->s, it->pcm, it->n, &e);
+    if (!rc && it->stream_end)
+        rc = icefall_stream_input_done(w->w, ws->s, &e);
+    if (rc) {
+        /* bad samples are refused before any is taken: the stream goes on; anything else
+         * breaks it */
+        if (rc != HARK_ERR_INVALID_ARG && rc != HARK_ERR_CLOSED)
+            ws->failed = rc;
+        emit_error(it, rc, &e);
+        *worst = *worst ? *worst : rc;
+        (*n_failed)++;
+        return;
+    }
+    icefall_result_t res;
+    if ((rc = icefall_stream_result(ws->s, &res, &e))) {
+        emit_error(it, rc, &e);
+        *worst = *worst ? *worst : rc;
+        (*n_failed)++;
+        return;
+    }
+    emit_result(w, it, &res, icefall_stream_samples(ws->s),
+                it->stream_end ? FAMILY_EV_DONE : FAMILY_EV_PARTIAL, worst, n_failed);
+    icefall_result_free(&res);
 }
 
 /* Items of bad audio fail alone first; an item asking for a dump runs alone (its stages); the
@@ -320,16 +436,31 @@ static int if_execute(family_worker_t *w, family_item_t *const *items, int n,
     icefall_result_t *res = hark_calloc(cap, sizeof *res);
     icefall_run_opts_t ro = {0};
     uint64_t t0 = clock_now_ns();
+    int n_stream = 0, n_offline = 0;
+    for (int i = 0; i < n; i++)
+        n_stream += !!items[i]->stream;
     for (int i = 0; i < n; i++) {
         family_item_t *it = items[i];
         const icefall_family_opts_t *o = it->opts;
         hark_err_t e = {0};
         int rc = HARK_OK;
+        if (it->stream) {
+            if (n_stream > w->max_sequences) {
+                err_set(&e, HARK_ERR_TOO_LARGE, "%d stream items exceed the worker's %d streams",
+                        n_stream, w->max_sequences);
+                emit_error(it, e.status, &e);
+                worst = worst ? worst : e.status;
+                n_failed++;
+            } else {
+                run_stream_item(w, it, &worst, &n_failed);
+            }
+            continue;
+        }
         if (!run || !pcm || !lens || !res)
             rc = err_set(&e, HARK_ERR_NOMEM, "out of memory");
-        else if (i >= w->max_batch)
-            rc = err_set(&e, HARK_ERR_TOO_LARGE, "batch of %d exceeds the worker's %d", n,
-                         w->max_batch);
+        else if (++n_offline > w->max_batch)
+            rc = err_set(&e, HARK_ERR_TOO_LARGE, "batch of %d exceeds the worker's %d",
+                         n - n_stream, w->max_batch);
         else if (it->n == 0)
             rc = err_set(&e, HARK_ERR_INVALID_ARG, "empty audio");
         else if (icefall_num_frames(m, it->n) < icefall_min_frames(m))
@@ -369,7 +500,7 @@ static int if_execute(family_worker_t *w, family_item_t *const *items, int n,
                 rc = err_set(&e, HARK_ERR_IO, "could not write every stage under %s", it->dump_dir);
             }
             if (!rc) {
-                emit_result(w, it, &r1, &worst, &n_failed);
+                emit_result(w, it, &r1, it->n, FAMILY_EV_DONE, &worst, &n_failed);
                 icefall_result_free(&r1);
                 continue;
             }
@@ -391,7 +522,7 @@ static int if_execute(family_worker_t *w, family_item_t *const *items, int n,
                 worst = worst ? worst : rc;
                 n_failed++;
             } else {
-                emit_result(w, run[i], &res[i], &worst, &n_failed);
+                emit_result(w, run[i], &res[i], run[i]->n, FAMILY_EV_DONE, &worst, &n_failed);
             }
             icefall_result_free(&res[i]);
         }
@@ -422,8 +553,8 @@ const family_t icefall_transducer_family = {
     .batch_key = if_batch_key,
     .worker_create = if_worker_create,
     .worker_destroy = if_worker_destroy,
-    .stream_open = NULL,
-    .stream_close = NULL,
+    .stream_open = if_stream_open,
+    .stream_close = if_stream_close,
     .execute = if_execute,
     .bench = NULL,
     .inspect = icefall_inspect_main,

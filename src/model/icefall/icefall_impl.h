@@ -75,6 +75,49 @@ int icefall_zf_key_rows(const icefall_model_t *m, int t_in); /* the worker's lo/
 int icefall_zf_encode(icefall_worker_t *w, const float *feats, int t_in, float *enc, int *len_out,
                       icefall_stage_fn stage, void *user, hark_err_t *err);
 
+/* icefall_search.c: the searches' state carried across chunks of one utterance (a stream's; the
+ * offline searches run them over the whole utterance). Times are encoder frames from t0 on. */
+typedef struct {
+    int *ctx;                  /* (context_size) the last tokens, oldest first */
+    float *dp;                 /* (joiner_dim) decoder_proj of ctx */
+    float *dec, *hid, *logits; /* scratch: (decoder_dim), (joiner_dim), (vocab) */
+    icefall_hyp_t hyp;         /* tokens so far (room for cap) */
+    int cap;
+} icefall_greedy_t;
+int icefall_greedy_init(const icefall_model_t *m, icefall_greedy_t *g, hark_err_t *err);
+void icefall_greedy_reset(const icefall_model_t *m, icefall_greedy_t *g); /* a new utterance */
+/* greedy_search (streaming_beam_search.py's: one symbol per frame) over ep (T, joiner_dim) */
+int icefall_greedy_advance(const icefall_model_t *m, icefall_greedy_t *g, const float *ep, int T,
+                           int t0, hark_err_t *err);
+void icefall_greedy_free(icefall_greedy_t *g); /* NULL-safe */
+
+typedef struct {
+    int *ys;    /* (n_ys) context_size initial entries, then the tokens */
+    int *times; /* (n_ys - context_size) */
+    int n_ys;
+    float log_prob;
+} bhyp_t;
+
+typedef struct {
+    int beam, cs, cap;              /* cap: room of every hypothesis's ys / times */
+    int na;                         /* hypotheses in A */
+    bhyp_t *A, *B;                  /* (beam) the beam, and the next frame's */
+    int *store;                     /* (4 beam cap) their ys and times */
+    int *ctx, *top;                 /* scratch: (beam, context_size), (beam) */
+    float *dec, *dp, *e, *hid, *lp; /* (beam, decoder_dim / joiner_dim x 3 / vocab) */
+} icefall_beam_t;
+/* HARK_ERR_INVALID_ARG (beam < 1), HARK_ERR_NOMEM; cap: tokens expected (grows as needed) */
+int icefall_beam_init(const icefall_model_t *m, int beam, int cap, icefall_beam_t *b,
+                      hark_err_t *err);
+void icefall_beam_reset(const icefall_model_t *m, icefall_beam_t *b); /* a new utterance */
+/* modified_beam_search's frames (the same in beam_search.py and streaming_beam_search.py) */
+int icefall_beam_advance(const icefall_model_t *m, icefall_beam_t *b, const float *ep, int T,
+                         int t0, hark_err_t *err);
+/* as icefall_modified_beam_search returns them, for the frames so far */
+int icefall_beam_result(const icefall_beam_t *b, icefall_hyp_t *best, icefall_hyp_t **nbest,
+                        int *n_nbest, hark_err_t *err);
+void icefall_beam_free(icefall_beam_t *b); /* NULL-safe */
+
 struct icefall_model {
     icefall_config_t cfg;
     icefall_zf_t zf; /* encoder_type ICEFALL_ZIPFORMER */

@@ -131,14 +131,91 @@ done:
     return rc;
 }
 
-/* ---- modified_beam_search ------------------------------------------------------------------- */
+/* ---- greedy search over chunks ------------------------------------------------------------- */
 
-typedef struct {
-    int *ys;    /* (n_ys) context_size initial entries, then the tokens */
-    int *times; /* (n_ys - context_size) */
-    int n_ys;
-    float log_prob;
-} bhyp_t;
+void icefall_greedy_free(icefall_greedy_t *g)
+{
+    if (!g)
+        return;
+    hark_free(g->ctx);
+    hark_free(g->dp);
+    hark_free(g->dec);
+    hark_free(g->hid);
+    hark_free(g->logits);
+    icefall_hyp_free(&g->hyp);
+    memset(g, 0, sizeof *g);
+}
+
+int icefall_greedy_init(const icefall_model_t *m, icefall_greedy_t *g, hark_err_t *err)
+{
+    const icefall_config_t *c = &m->cfg;
+    memset(g, 0, sizeof *g);
+    g->ctx = hark_malloc(sizeof(int) * (size_t)c->context_size);
+    g->dp = hark_malloc(sizeof(float) * (size_t)c->joiner_dim);
+    g->dec = hark_malloc(sizeof(float) * (size_t)c->decoder_dim);
+    g->hid = hark_malloc(sizeof(float) * (size_t)c->joiner_dim);
+    g->logits = hark_malloc(sizeof(float) * (size_t)c->vocab);
+    if (!g->ctx || !g->dp || !g->dec || !g->hid || !g->logits) {
+        icefall_greedy_free(g);
+        return err_set(err, HARK_ERR_NOMEM, "icefall: out of memory in greedy search");
+    }
+    icefall_greedy_reset(m, g);
+    return HARK_OK;
+}
+
+void icefall_greedy_reset(const icefall_model_t *m, icefall_greedy_t *g)
+{
+    const icefall_config_t *c = &m->cfg;
+    for (int k = 0; k < c->context_size; k++) /* [-1] * (cs - 1) + [blank] */
+        g->ctx[k] = k == c->context_size - 1 ? c->blank_id : -1;
+    icefall_decoder(m, g->ctx, 1, g->dec);
+    icefall_decoder_proj(m, g->dec, 1, g->dp);
+    g->hyp.n = 0;
+    g->hyp.score = 0;
+}
+
+int icefall_greedy_advance(const icefall_model_t *m, icefall_greedy_t *g, const float *ep, int T,
+                           int t0, hark_err_t *err)
+{
+    const icefall_config_t *c = &m->cfg;
+    const int J = c->joiner_dim, V = c->vocab, cs = c->context_size;
+    icefall_hyp_t *h = &g->hyp;
+    if (h->n + T > g->cap) { /* at most one token per frame */
+        int cap = g->cap ? g->cap : 64;
+        while (cap < h->n + T)
+            cap *= 2;
+        int *tk = hark_realloc(h->tokens, sizeof(int) * (size_t)cap);
+        if (tk)
+            h->tokens = tk;
+        int *tm = tk ? hark_realloc(h->times, sizeof(int) * (size_t)cap) : NULL;
+        if (tm)
+            h->times = tm;
+        if (!tk || !tm)
+            return err_set(err, HARK_ERR_NOMEM, "icefall: out of memory in greedy search");
+        g->cap = cap;
+    }
+    for (int t = 0; t < T; t++) {
+        icefall_joiner(m, ep + (size_t)t * J, g->dp, 1, g->hid, g->logits);
+        const float *l = g->logits;
+        int y = 0;
+        for (int v = 1; v < V; v++)
+            if (l[v] > l[y])
+                y = v; /* the first index on ties, as torch's argmax */
+        if (y == c->blank_id)
+            continue;
+        h->tokens[h->n] = y;
+        h->times[h->n] = t0 + t;
+        h->n++;
+        h->score += l[y];
+        memmove(g->ctx, g->ctx + 1, sizeof(int) * (size_t)(cs - 1));
+        g->ctx[cs - 1] = y;
+        icefall_decoder(m, g->ctx, 1, g->dec);
+        icefall_decoder_proj(m, g->dec, 1, g->dp);
+    }
+    return HARK_OK;
+}
+
+/* ---- modified_beam_search ------------------------------------------------------------------- */
 
 /* torch.logaddexp in float32 */
 static float logaddexpf_(float a, float b)
@@ -149,54 +226,111 @@ static float logaddexpf_(float a, float b)
     return mx + log1pf(expf(-fabsf(a - b)));
 }
 
-int icefall_modified_beam_search(const icefall_model_t *m, const float *ep, int T, int beam,
-                                 icefall_hyp_t *best, icefall_hyp_t **nbest, int *n_nbest,
-                                 hark_err_t *err)
+void icefall_beam_free(icefall_beam_t *b)
+{
+    if (!b)
+        return;
+    hark_free(b->A);
+    hark_free(b->B);
+    hark_free(b->store);
+    hark_free(b->ctx);
+    hark_free(b->dec);
+    hark_free(b->dp);
+    hark_free(b->e);
+    hark_free(b->hid);
+    hark_free(b->lp);
+    hark_free(b->top);
+    memset(b, 0, sizeof *b);
+}
+
+/* Every hypothesis's ys and times room for cap entries (the A ones moved over) */
+static int beam_grow(icefall_beam_t *b, int cap)
+{
+    int *store = hark_malloc(sizeof(int) * 4 * (size_t)b->beam * (size_t)cap);
+    if (!store)
+        return HARK_ERR_NOMEM;
+    const int cs = b->cs;
+    for (int i = 0; i < b->beam; i++) {
+        int *ys = store + (size_t)(4 * i) * cap, *times = store + (size_t)(4 * i + 1) * cap;
+        if (i < b->na) {
+            memcpy(ys, b->A[i].ys, sizeof(int) * (size_t)b->A[i].n_ys);
+            memcpy(times, b->A[i].times, sizeof(int) * (size_t)(b->A[i].n_ys - cs));
+        }
+        b->A[i].ys = ys;
+        b->A[i].times = times;
+        b->B[i].ys = store + (size_t)(4 * i + 2) * cap;
+        b->B[i].times = store + (size_t)(4 * i + 3) * cap;
+    }
+    hark_free(b->store);
+    b->store = store;
+    b->cap = cap;
+    return HARK_OK;
+}
+
+int icefall_beam_init(const icefall_model_t *m, int beam, int cap, icefall_beam_t *b,
+                      hark_err_t *err)
 {
     const icefall_config_t *c = &m->cfg;
     const int J = c->joiner_dim, V = c->vocab, D = c->decoder_dim, cs = c->context_size;
-    memset(best, 0, sizeof *best);
-    if (nbest)
-        *nbest = NULL;
-    if (n_nbest)
-        *n_nbest = 0;
+    memset(b, 0, sizeof *b);
     if (beam < 1)
         return err_set(err, HARK_ERR_INVALID_ARG, "icefall: beam %d must be >= 1", beam);
-    int rc = HARK_OK;
-    const size_t cap = (size_t)T + (size_t)cs + 1;
-    bhyp_t *A0 = hark_calloc((size_t)beam, sizeof *A0), *B0 = hark_calloc((size_t)beam, sizeof *B0);
-    bhyp_t *A = A0, *Bh = B0; /* swapped every frame */
-    int *store = hark_malloc(sizeof(int) * 4 * (size_t)beam * cap);
-    int *ctx = hark_malloc(sizeof(int) * (size_t)beam * cs);
-    float *dec = hark_malloc(sizeof(float) * (size_t)beam * D);
-    float *dp = hark_malloc(sizeof(float) * (size_t)beam * J);
-    float *e = hark_malloc(sizeof(float) * (size_t)beam * J);
-    float *hid = hark_malloc(sizeof(float) * (size_t)beam * J);
-    float *lp = hark_malloc(sizeof(float) * (size_t)beam * V);
-    int *top = hark_malloc(sizeof(int) * (size_t)beam);
-    if (!A || !Bh || !store || !ctx || !dec || !dp || !e || !hid || !lp || !top) {
-        rc = err_set(err, HARK_ERR_NOMEM, "icefall: out of memory in modified beam search");
-        goto done;
+    b->beam = beam;
+    b->cs = cs;
+    b->A = hark_calloc((size_t)beam, sizeof *b->A);
+    b->B = hark_calloc((size_t)beam, sizeof *b->B);
+    b->ctx = hark_malloc(sizeof(int) * (size_t)beam * cs);
+    b->dec = hark_malloc(sizeof(float) * (size_t)beam * D);
+    b->dp = hark_malloc(sizeof(float) * (size_t)beam * J);
+    b->e = hark_malloc(sizeof(float) * (size_t)beam * J);
+    b->hid = hark_malloc(sizeof(float) * (size_t)beam * J);
+    b->lp = hark_malloc(sizeof(float) * (size_t)beam * V);
+    b->top = hark_malloc(sizeof(int) * (size_t)beam);
+    if (!b->A || !b->B || !b->ctx || !b->dec || !b->dp || !b->e || !b->hid || !b->lp || !b->top ||
+        beam_grow(b, cap > cs + 1 ? cap : cs + 1)) {
+        icefall_beam_free(b);
+        return err_set(err, HARK_ERR_NOMEM, "icefall: out of memory in modified beam search");
     }
-    for (int i = 0; i < beam; i++) {
-        A[i].ys = store + (size_t)(4 * i) * cap;
-        A[i].times = store + (size_t)(4 * i + 1) * cap;
-        Bh[i].ys = store + (size_t)(4 * i + 2) * cap;
-        Bh[i].times = store + (size_t)(4 * i + 3) * cap;
+    icefall_beam_reset(m, b);
+    return HARK_OK;
+}
+
+void icefall_beam_reset(const icefall_model_t *m, icefall_beam_t *b)
+{
+    const icefall_config_t *c = &m->cfg;
+    for (int k = 0; k < b->cs; k++)
+        b->A[0].ys[k] = k == b->cs - 1 ? c->blank_id : -1;
+    b->A[0].n_ys = b->cs;
+    b->A[0].log_prob = 0.0f;
+    b->na = 1;
+}
+
+int icefall_beam_advance(const icefall_model_t *m, icefall_beam_t *b, const float *ep, int T,
+                         int t0, hark_err_t *err)
+{
+    const icefall_config_t *c = &m->cfg;
+    const int J = c->joiner_dim, V = c->vocab, cs = c->context_size, beam = b->beam;
+    int longest = 0;
+    for (int i = 0; i < b->na; i++)
+        longest = b->A[i].n_ys > longest ? b->A[i].n_ys : longest;
+    if (longest + T > b->cap) { /* at most one token per frame */
+        int cap = b->cap;
+        while (cap < longest + T)
+            cap *= 2;
+        if (beam_grow(b, cap))
+            return err_set(err, HARK_ERR_NOMEM, "icefall: out of memory in modified beam search");
     }
-    int na = 1;
-    for (int k = 0; k < cs; k++)
-        A[0].ys[k] = k == cs - 1 ? c->blank_id : -1;
-    A[0].n_ys = cs;
-    A[0].log_prob = 0.0f;
+    bhyp_t *A = b->A, *Bh = b->B;
+    float *lp = b->lp;
+    int *top = b->top, na = b->na;
     for (int t = 0; t < T; t++) {
         for (int i = 0; i < na; i++) {
-            memcpy(ctx + (size_t)i * cs, A[i].ys + A[i].n_ys - cs, sizeof(int) * (size_t)cs);
-            memcpy(e + (size_t)i * J, ep + (size_t)t * J, sizeof(float) * J);
+            memcpy(b->ctx + (size_t)i * cs, A[i].ys + A[i].n_ys - cs, sizeof(int) * (size_t)cs);
+            memcpy(b->e + (size_t)i * J, ep + (size_t)t * J, sizeof(float) * J);
         }
-        icefall_decoder(m, ctx, na, dec);
-        icefall_decoder_proj(m, dec, na, dp);
-        icefall_joiner(m, e, dp, na, hid, lp);
+        icefall_decoder(m, b->ctx, na, b->dec);
+        icefall_decoder_proj(m, b->dec, na, b->dp);
+        icefall_joiner(m, b->e, b->dp, na, b->hid, lp);
         log_softmax_ref(lp, lp, na, V);
         for (int i = 0; i < na; i++) {
             float *row = lp + (size_t)i * V;
@@ -244,7 +378,7 @@ int icefall_modified_beam_search(const icefall_model_t *m, const float *ep, int 
             memcpy(dst->times, src->times, sizeof(int) * (size_t)(src->n_ys - cs));
             dst->n_ys = src->n_ys;
             if (emit_tok) {
-                dst->times[dst->n_ys - cs] = t;
+                dst->times[dst->n_ys - cs] = t0 + t;
                 dst->ys[dst->n_ys++] = tok;
             }
             dst->log_prob = val;
@@ -254,6 +388,23 @@ int icefall_modified_beam_search(const icefall_model_t *m, const float *ep, int 
         Bh = tmp;
         na = nb;
     }
+    b->A = A;
+    b->B = Bh;
+    b->na = na;
+    return HARK_OK;
+}
+
+int icefall_beam_result(const icefall_beam_t *b, icefall_hyp_t *best, icefall_hyp_t **nbest,
+                        int *n_nbest, hark_err_t *err)
+{
+    const bhyp_t *A = b->A;
+    const int na = b->na, cs = b->cs;
+    int rc = HARK_OK;
+    memset(best, 0, sizeof *best);
+    if (nbest)
+        *nbest = NULL;
+    if (n_nbest)
+        *n_nbest = 0;
     /* best: max of log_prob / len(ys) in float32, the first on ties (Python's max) */
     int bi = 0;
     float bs = A[0].log_prob / (float)A[0].n_ys;
@@ -266,10 +417,8 @@ int icefall_modified_beam_search(const icefall_model_t *m, const float *ep, int 
     }
     int nout = nbest ? na : 0;
     icefall_hyp_t *list = nbest ? hark_calloc((size_t)(na > 0 ? na : 1), sizeof *list) : NULL;
-    if (nbest && !list) {
-        rc = err_set(err, HARK_ERR_NOMEM, "icefall: out of memory in modified beam search");
-        goto done;
-    }
+    if (nbest && !list)
+        return err_set(err, HARK_ERR_NOMEM, "icefall: out of memory in modified beam search");
     for (int i = -1; i < nout && !rc; i++) {
         const bhyp_t *s = &A[i < 0 ? bi : i];
         icefall_hyp_t *h = i < 0 ? best : &list[i];
@@ -295,17 +444,26 @@ int icefall_modified_beam_search(const icefall_model_t *m, const float *ep, int 
         if (n_nbest)
             *n_nbest = nout;
     }
-done:
-    hark_free(A0);
-    hark_free(B0);
-    hark_free(store);
-    hark_free(ctx);
-    hark_free(dec);
-    hark_free(dp);
-    hark_free(e);
-    hark_free(hid);
-    hark_free(lp);
-    hark_free(top);
+    return rc;
+}
+
+int icefall_modified_beam_search(const icefall_model_t *m, const float *ep, int T, int beam,
+                                 icefall_hyp_t *best, icefall_hyp_t **nbest, int *n_nbest,
+                                 hark_err_t *err)
+{
+    memset(best, 0, sizeof *best);
+    if (nbest)
+        *nbest = NULL;
+    if (n_nbest)
+        *n_nbest = 0;
+    icefall_beam_t b;
+    int rc = icefall_beam_init(m, beam, T + m->cfg.context_size + 1, &b, err);
+    if (rc)
+        return rc;
+    rc = icefall_beam_advance(m, &b, ep, T, 0, err);
+    if (!rc)
+        rc = icefall_beam_result(&b, best, nbest, n_nbest, err);
+    icefall_beam_free(&b);
     return rc;
 }
 

@@ -1015,6 +1015,11 @@ void icefall_zf_stream_destroy(icefall_zf_stream_t *s)
     hark_free(s);
 }
 
+int icefall_can_stream(const icefall_model_t *m)
+{
+    return m->cfg.encoder_type == ICEFALL_ZIPFORMER && can_stream(&m->cfg.zf);
+}
+
 int icefall_zf_stream_step_frames(const icefall_model_t *m)
 {
     return stream_step_frames(&m->cfg.zf);

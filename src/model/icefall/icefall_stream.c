@@ -1,0 +1,299 @@
+/* icefall_stream.c — a causal zipformer recognising a stream of audio as it comes (icefall.h,
+ * icefall_stream_*), as icefall's streaming_decode.py decodes a DecodeStream: the fbank frame by
+ * frame as the samples arrive, encoder steps of 2c + 13 frames every 2c (icefall_zf_stream_step),
+ * greedy_search or modified_beam_search carried across the steps, and at the end the tail padding.
+ * Tests: tests/model/icefall/test_icefall_stream.c */
+#include "model/icefall/icefall.h"
+#include "model/icefall/icefall_impl.h"
+
+#include "core/alloc.h"
+#include "hark.h"
+
+#include <math.h>
+#include <string.h>
+
+#define PIECE 16000    /* samples taken into the front end at a time */
+#define TAIL_FRAMES 30 /* streaming_decode.py: DecodeStream.set_features(tail_pad_len=30) */
+
+struct icefall_stream {
+    const icefall_model_t *m;
+    icefall_zf_stream_t *enc; /* the encoder's caches */
+    int step, n_in, per;      /* frames: a step's advance (2c), input (2c + 13), output (c / 2) */
+    /* front end: samples [pcm_base, pcm_base + pcm_n) kept (from the next frame's window on) */
+    float *pcm; /* (PIECE + a window) */
+    size_t pcm_cap, pcm_n, pcm_base, n_samples;
+    /* fbank frames [feat_base, feat_base + feat_n) not yet behind every step */
+    float *feats; /* (feat_cap, F) */
+    int feat_cap, feat_n, feat_base;
+    int frames;          /* fbank frames computed */
+    int steps;           /* encoder steps run */
+    float *in;           /* (n_in, F) a step's input with the tail padding */
+    float *enc_out, *ep; /* (per, d), (per, joiner_dim) */
+    int started, ended;
+    icefall_method_t method;
+    icefall_greedy_t g;
+    icefall_beam_t b;
+    int has_g, has_b;
+};
+
+void icefall_stream_destroy(icefall_stream_t *s)
+{
+    if (!s)
+        return;
+    icefall_zf_stream_destroy(s->enc);
+    hark_free(s->pcm);
+    hark_free(s->feats);
+    hark_free(s->in);
+    hark_free(s->enc_out);
+    hark_free(s->ep);
+    icefall_greedy_free(&s->g);
+    icefall_beam_free(&s->b);
+    hark_free(s);
+}
+
+int icefall_stream_create(const icefall_model_t *m, icefall_stream_t **out, hark_err_t *err)
+{
+    *out = NULL;
+    const icefall_config_t *c = &m->cfg;
+    icefall_stream_t *s = hark_calloc(1, sizeof *s);
+    if (!s)
+        return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    s->m = m;
+    int rc = icefall_zf_stream_create(m, &s->enc, err);
+    if (rc) {
+        hark_free(s);
+        return rc;
+    }
+    const feat_plan_t *fp = m->feat;
+    const size_t F = (size_t)c->feature_dim;
+    s->step = 2 * c->zf.chunk;
+    s->n_in = icefall_zf_stream_step_frames(m);
+    s->per = c->zf.chunk / 2;
+    s->pcm_cap = PIECE + (size_t)fp->frame_span + (size_t)fp->hop;
+    s->feat_cap = s->n_in + PIECE / fp->hop + 2;
+    s->pcm = hark_malloc(sizeof(float) * s->pcm_cap);
+    s->feats = hark_malloc(sizeof(float) * (size_t)s->feat_cap * F);
+    s->in = hark_malloc(sizeof(float) * (size_t)s->n_in * F);
+    s->enc_out = hark_malloc(sizeof(float) * (size_t)s->per * c->d);
+    s->ep = hark_malloc(sizeof(float) * (size_t)s->per * c->joiner_dim);
+    if (!s->pcm || !s->feats || !s->in || !s->enc_out || !s->ep) {
+        icefall_stream_destroy(s);
+        return err_set(err, HARK_ERR_NOMEM, "out of memory for an icefall stream");
+    }
+    *out = s;
+    return HARK_OK;
+}
+
+int icefall_stream_start(icefall_stream_t *s, icefall_method_t method, int beam, hark_err_t *err)
+{
+    const icefall_model_t *m = s->m;
+    if (beam <= 0)
+        beam = m->cfg.beam_size;
+    if (method != ICEFALL_GREEDY && method != ICEFALL_MODIFIED_BEAM)
+        return err_set(err, HARK_ERR_INVALID_ARG, "icefall stream: unknown decoding method %d",
+                       (int)method);
+    if (method == ICEFALL_MODIFIED_BEAM && beam > 64)
+        return err_set(err, HARK_ERR_INVALID_ARG, "icefall stream: beam %d must be in [1, 64]",
+                       beam);
+    int rc = HARK_OK;
+    if (method == ICEFALL_GREEDY) {
+        if (!s->has_g && (rc = icefall_greedy_init(m, &s->g, err)))
+            return rc;
+        s->has_g = 1;
+        icefall_greedy_reset(m, &s->g);
+    } else {
+        if (s->has_b && s->b.beam != beam) {
+            icefall_beam_free(&s->b);
+            s->has_b = 0;
+        }
+        if (!s->has_b && (rc = icefall_beam_init(m, beam, 256, &s->b, err)))
+            return rc;
+        s->has_b = 1;
+        icefall_beam_reset(m, &s->b);
+    }
+    icefall_zf_stream_reset(s->enc);
+    s->method = method;
+    s->pcm_n = s->pcm_base = s->n_samples = 0;
+    s->feat_n = s->feat_base = s->frames = s->steps = 0;
+    s->started = 1;
+    s->ended = 0;
+    return HARK_OK;
+}
+
+/* One encoder step on `in` (n_in frames), then the search over its output. */
+static int run_step(icefall_worker_t *w, icefall_stream_t *s, const float *in, hark_err_t *err)
+{
+    const icefall_model_t *m = s->m;
+    int rc = icefall_zf_stream_step(w, s->enc, in, s->enc_out, err);
+    if (rc)
+        return rc;
+    icefall_encoder_proj(m, s->enc_out, s->per, s->ep);
+    const int t0 = s->steps * s->per;
+    rc = s->method == ICEFALL_GREEDY ? icefall_greedy_advance(m, &s->g, s->ep, s->per, t0, err)
+                                     : icefall_beam_advance(m, &s->b, s->ep, s->per, t0, err);
+    if (!rc)
+        s->steps++;
+    return rc;
+}
+
+/* Every step whose n_in frames are all here, then the frames behind every later step dropped. */
+static int run_ready(icefall_worker_t *w, icefall_stream_t *s, hark_err_t *err)
+{
+    const size_t F = (size_t)s->m->cfg.feature_dim;
+    int rc = HARK_OK;
+    while (!rc && s->feat_base + s->feat_n >= s->steps * s->step + s->n_in)
+        rc = run_step(w, s, s->feats + (size_t)(s->steps * s->step - s->feat_base) * F, err);
+    int drop = s->steps * s->step - s->feat_base;
+    drop = drop > s->feat_n ? s->feat_n : drop;
+    if (drop > 0) {
+        memmove(s->feats, s->feats + (size_t)drop * F,
+                sizeof(float) * (size_t)(s->feat_n - drop) * F);
+        s->feat_n -= drop;
+        s->feat_base += drop;
+    }
+    return rc;
+}
+
+/* The fbank frames up to `target` (of a signal of n_total samples), the steps they complete,
+ * then the samples before the next frame's window dropped. */
+static int advance_frames(icefall_worker_t *w, icefall_stream_t *s, int target, size_t n_total,
+                          hark_err_t *err)
+{
+    const feat_plan_t *fp = s->m->feat;
+    const size_t F = (size_t)s->m->cfg.feature_dim;
+    int rc = HARK_OK;
+    while (!rc && s->frames < target) {
+        int room = s->feat_cap - s->feat_n, nf = target - s->frames;
+        nf = nf < room ? nf : room;
+        if (nf <= 0) /* defensive: run_ready leaves fewer than n_in frames */
+            return err_set(err, HARK_ERR_INTERNAL, "icefall stream: no room for fbank frames");
+        rc = feat_compute_frames(fp, s->pcm, s->pcm_base, s->pcm_n, n_total, s->frames, nf,
+                                 s->feats + (size_t)s->feat_n * F, err);
+        if (rc)
+            return rc;
+        s->feat_n += nf;
+        s->frames += nf;
+        rc = run_ready(w, s, err);
+    }
+    long keep = (long)s->frames * fp->hop - fp->pad_left;
+    size_t k = keep > 0 ? (size_t)keep : 0;
+    if (k > s->pcm_base) {
+        size_t drop = k - s->pcm_base < s->pcm_n ? k - s->pcm_base : s->pcm_n;
+        memmove(s->pcm, s->pcm + drop, sizeof(float) * (s->pcm_n - drop));
+        s->pcm_n -= drop;
+        s->pcm_base += drop;
+    }
+    return rc;
+}
+
+int icefall_stream_accept(icefall_worker_t *w, icefall_stream_t *s, const float *pcm, size_t n,
+                          hark_err_t *err)
+{
+    if (!s->started)
+        return err_set(err, HARK_ERR_INVALID_ARG, "icefall stream: accept before start");
+    if (s->ended)
+        return err_set(err, HARK_ERR_CLOSED, "the stream's audio has already ended");
+    if (w->m != s->m)
+        return err_set(err, HARK_ERR_INVALID_ARG, "icefall: the stream is another model's");
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(pcm[i]))
+            return err_set(err, HARK_ERR_INVALID_ARG, "sample %zu of the chunk is %s", i,
+                           isnan(pcm[i]) ? "NaN" : "infinite");
+    int rc = HARK_OK;
+    while (!rc && n > 0) {
+        size_t k = s->pcm_cap - s->pcm_n; /* >= PIECE: fewer than a window + hop are kept */
+        k = k < n ? k : n;
+        k = k < PIECE ? k : PIECE;
+        memcpy(s->pcm + s->pcm_n, pcm, sizeof(float) * k);
+        s->pcm_n += k;
+        s->n_samples += k;
+        pcm += k;
+        n -= k;
+        rc = advance_frames(w, s, feat_frames_final(s->m->feat, s->n_samples), s->n_samples, err);
+    }
+    return rc;
+}
+
+int icefall_stream_input_done(icefall_worker_t *w, icefall_stream_t *s, hark_err_t *err)
+{
+    if (!s->started)
+        return err_set(err, HARK_ERR_INVALID_ARG, "icefall stream: input_done before start");
+    if (s->ended)
+        return err_set(err, HARK_ERR_CLOSED, "the stream's audio has already ended");
+    if (w->m != s->m)
+        return err_set(err, HARK_ERR_INVALID_ARG, "icefall: the stream is another model's");
+    const int T = feat_num_frames(s->m->feat, s->n_samples);
+    int rc = advance_frames(w, s, T, s->n_samples, err);
+    s->ended = 1;
+    if (rc)
+        return rc;
+    /* DecodeStream: the features padded by 13 + 30 frames of log(1e-10); steps while frames are
+     * left (a step reads what there is, padded to n_in) */
+    const int total = T + s->n_in - s->step + TAIL_FRAMES;
+    const size_t F = (size_t)s->m->cfg.feature_dim;
+    const float pad = s->m->cfg.pad_value;
+    while (!rc && s->steps * s->step < total) {
+        const int f0 = s->steps * s->step;
+        for (int i = 0; i < s->n_in; i++) {
+            float *row = s->in + (size_t)i * F;
+            if (f0 + i < T)
+                memcpy(row, s->feats + (size_t)(f0 + i - s->feat_base) * F, sizeof(float) * F);
+            else
+                for (size_t j = 0; j < F; j++)
+                    row[j] = pad;
+        }
+        rc = run_step(w, s, s->in, err);
+    }
+    return rc;
+}
+
+int icefall_stream_result(const icefall_stream_t *s, icefall_result_t *res, hark_err_t *err)
+{
+    memset(res, 0, sizeof *res);
+    const icefall_model_t *m = s->m;
+    int rc = HARK_OK;
+    res->n_frames = s->steps * s->per;
+    if (!s->started) {
+        /* nothing decoded */
+    } else if (s->method == ICEFALL_GREEDY) {
+        const icefall_hyp_t *h = &s->g.hyp;
+        size_t k = (size_t)(h->n > 0 ? h->n : 1);
+        res->best.tokens = hark_malloc(sizeof(int) * k);
+        res->best.times = hark_malloc(sizeof(int) * k);
+        if (!res->best.tokens || !res->best.times) {
+            icefall_result_free(res);
+            return err_set(err, HARK_ERR_NOMEM, "out of memory");
+        }
+        if (h->n > 0) {
+            memcpy(res->best.tokens, h->tokens, sizeof(int) * (size_t)h->n);
+            memcpy(res->best.times, h->times, sizeof(int) * (size_t)h->n);
+        }
+        res->best.n = h->n;
+        res->best.score = h->score;
+    } else {
+        rc = icefall_beam_result(&s->b, &res->best, &res->nbest, &res->n_nbest, err);
+    }
+    if (!rc)
+        rc = icefall_text(m, &res->best, &res->text, err);
+    if (rc) {
+        int n_frames = res->n_frames;
+        icefall_result_free(res);
+        res->n_frames = n_frames;
+    }
+    return rc;
+}
+
+int icefall_stream_steps(const icefall_stream_t *s)
+{
+    return s->steps;
+}
+
+size_t icefall_stream_samples(const icefall_stream_t *s)
+{
+    return s->n_samples;
+}
+
+int icefall_stream_ended(const icefall_stream_t *s)
+{
+    return s->ended;
+}
