@@ -36,7 +36,7 @@ import pyneed  # noqa: E402,F401 (a missing module names the python3 to use)
 
 import numpy as np
 
-from hark_entry import entry_name, fail, run_convert, write_entry
+from hark_entry import entry_name, fail, run_convert, sequence_batching, write_entry
 
 CONVERTER_VERSION = "1"
 MODEL_JSON_VERSION = 1
@@ -517,24 +517,6 @@ def check_tokens(path, vocab):
 
 
 # ---- writers -----------------------------------------------------------------------------------
-
-def sequence_batching(max_sequences):
-    """sherpa's model_repo_streaming scheduling (Triton's sequence batcher): sequences of chunks
-    with the START / READY / CORRID / END controls, each bound to an instance, max_sequences open
-    at once per instance."""
-    preferred = sorted({max(1, max_sequences // 2), max_sequences})
-    ctl = [("START", "CONTROL_SEQUENCE_START"), ("READY", "CONTROL_SEQUENCE_READY"),
-           ("CORRID", "CONTROL_SEQUENCE_CORRID"), ("END", "CONTROL_SEQUENCE_END")]
-    out = ["sequence_batching {", "  max_sequence_idle_microseconds: 5000000", "  oldest {",
-           f"    max_candidate_sequences: {max_sequences}",
-           f"    preferred_batch_size: [ {', '.join(map(str, preferred))} ]",
-           "    max_queue_delay_microseconds: 2000", "  }", "  control_input ["]
-    for i, (n, k) in enumerate(ctl):
-        val = "data_type: TYPE_UINT64" if n == "CORRID" else "fp32_false_true: [ 0, 1 ]"
-        out.append(f'    {{ name: "{n}" control [ {{ kind: {k} {val} }} ] }}'
-                   + ("," if i < len(ctl) - 1 else ""))
-    return out + ["  ]", "}"]
-
 
 def config_pbtxt(name, max_batch, method, beam, max_sequences=0):
     preferred = sorted({max(1, max_batch // 2), max_batch})

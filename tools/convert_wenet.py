@@ -34,7 +34,7 @@ import numpy as np
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hark_entry import narrow_weights, write_safetensors  # noqa: E402
+from hark_entry import narrow_weights, sequence_batching, write_safetensors  # noqa: E402
 
 CONVERTER_VERSION = "1"
 MODEL_JSON_VERSION = 1
@@ -549,23 +549,6 @@ def check_units(path, vocab):
 
 
 # ---- writers -----------------------------------------------------------------------------------
-
-def sequence_batching(max_sequences):
-    """WeNet's streaming_wenet scheduling (model_repo_stateful): sequences of chunks, each sequence
-    bound to an instance; max_candidate_sequences open at once per instance."""
-    preferred = sorted({max(1, max_sequences // 2), max_sequences})
-    ctl = [("START", "CONTROL_SEQUENCE_START"), ("READY", "CONTROL_SEQUENCE_READY"),
-           ("CORRID", "CONTROL_SEQUENCE_CORRID"), ("END", "CONTROL_SEQUENCE_END")]
-    out = ["sequence_batching {", "  max_sequence_idle_microseconds: 5000000", "  oldest {",
-           f"    max_candidate_sequences: {max_sequences}",
-           f"    preferred_batch_size: [ {', '.join(map(str, preferred))} ]",
-           "    max_queue_delay_microseconds: 2000", "  }", "  control_input ["]
-    for i, (n, k) in enumerate(ctl):
-        val = "data_type: TYPE_UINT64" if n == "CORRID" else "fp32_false_true: [ 0, 1 ]"
-        out.append(f'    {{ name: "{n}" control [ {{ kind: {k} {val} }} ] }}'
-                   + ("," if i < len(ctl) - 1 else ""))
-    return out + ["  ]", "}"]
-
 
 def config_pbtxt(name, cfg, max_batch=64, max_sequences=0):
     """Triton config. Preferred batch sizes [max/2, max]: a free instance takes a full batch when

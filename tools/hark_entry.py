@@ -144,3 +144,22 @@ def narrow_weights(tensors, dtype, fail):
             a = a.astype(np.float16)
         out[name] = a
     return out
+
+
+def sequence_batching(max_sequences):
+    """config.pbtxt lines of Triton's sequence batcher as the streaming seeds configure it (WeNet's
+    model_repo_stateful, sherpa's model_repo_streaming): sequences of chunks with the START /
+    READY / CORRID / END controls, each bound to an instance, max_sequences open at once per
+    instance."""
+    preferred = sorted({max(1, max_sequences // 2), max_sequences})
+    ctl = [("START", "CONTROL_SEQUENCE_START"), ("READY", "CONTROL_SEQUENCE_READY"),
+           ("CORRID", "CONTROL_SEQUENCE_CORRID"), ("END", "CONTROL_SEQUENCE_END")]
+    out = ["sequence_batching {", "  max_sequence_idle_microseconds: 5000000", "  oldest {",
+           f"    max_candidate_sequences: {max_sequences}",
+           f"    preferred_batch_size: [ {', '.join(map(str, preferred))} ]",
+           "    max_queue_delay_microseconds: 2000", "  }", "  control_input ["]
+    for i, (n, k) in enumerate(ctl):
+        val = "data_type: TYPE_UINT64" if n == "CORRID" else "fp32_false_true: [ 0, 1 ]"
+        out.append(f'    {{ name: "{n}" control [ {{ kind: {k} {val} }} ] }}'
+                   + ("," if i < len(ctl) - 1 else ""))
+    return out + ["  ]", "}"]
