@@ -11,6 +11,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 const char *const golden_icefall_utts[4] = {"jfk",
@@ -51,4 +52,28 @@ cJSON *golden_icefall_results(void)
 {
     const char *p = test_shared(GOLDEN_ICEFALL "/results.json");
     return test_read_json(p);
+}
+
+const char *golden_icefall_ref_missing(const char **src, char *shims, size_t nshims)
+{
+    *src = getenv("HARK_ICEFALL_SRC");
+    if (!*src || !**src)
+        return "$HARK_ICEFALL_SRC (an icefall source tree) is not set";
+    const char *root = getenv("HARK_SHARED") ? getenv("HARK_SHARED") : "../shared";
+    snprintf(shims, nshims, "%s/tools/icefall", root);
+    if (access(shims, R_OK) != 0)
+        return "../shared/tools/icefall (the import shims) is absent";
+    if (system("/usr/bin/python3 -c 'import torch, torchaudio, numpy, packaging' >/dev/null 2>&1"))
+        return "/usr/bin/python3 with torch, torchaudio, numpy and packaging is absent";
+    return NULL;
+}
+
+int golden_json_ints_equal(const cJSON *arr, const int *a, int n)
+{
+    if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != n)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (cJSON_GetArrayItem(arr, i)->valueint != a[i])
+            return 0;
+    return 1;
 }

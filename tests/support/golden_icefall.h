@@ -23,4 +23,11 @@ int golden_icefall_npy(npy_array_t *a, const char *sub, const char *file);
 /* T1/results.json parsed (cJSON_Delete it), or NULL. */
 struct cJSON *golden_icefall_results(void);
 
+/* Why icefall's own code cannot run here (for SKIP), or NULL when it can: $HARK_ICEFALL_SRC (an
+ * icefall source tree: *src), ../shared/tools/icefall (the import shims: their path into shims)
+ * and /usr/bin/python3 with torch, torchaudio, numpy and packaging. */
+const char *golden_icefall_ref_missing(const char **src, char *shims, size_t nshims);
+/* 1 if the JSON array arr holds exactly the n integers a. */
+int golden_json_ints_equal(const struct cJSON *arr, const int *a, int n);
+
 #endif

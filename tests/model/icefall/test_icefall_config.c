@@ -21,29 +21,13 @@
 
 #define TOL_ENC 2e-5 /* measured 2.1e-6 from the waveform (hark's fbank included) */
 
-static int ints_equal(const cJSON *arr, const int *a, int n)
-{
-    if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != n)
-        return 0;
-    for (int i = 0; i < n; i++)
-        if (cJSON_GetArrayItem(arr, i)->valueint != a[i])
-            return 0;
-    return 1;
-}
-
 TEST(icefall_other_configs_vs_icefall)
 {
-    const char *src = getenv("HARK_ICEFALL_SRC");
-    if (!src || !*src)
-        SKIP("$HARK_ICEFALL_SRC (an icefall source tree) is not set");
-    NEED_SHARED(GOLDEN_ICEFALL);
-    const char *root = getenv("HARK_SHARED") ? getenv("HARK_SHARED") : "../shared";
+    const char *src = NULL, *why;
     char shims[1024];
-    snprintf(shims, sizeof shims, "%s/tools/icefall", root);
-    if (access(shims, R_OK) != 0)
-        SKIP("../shared/tools/icefall (the import shims) is absent");
-    if (system("/usr/bin/python3 -c 'import torch, torchaudio, numpy, packaging' >/dev/null 2>&1"))
-        SKIP("/usr/bin/python3 with torch, torchaudio, numpy and packaging is absent");
+    if ((why = golden_icefall_ref_missing(&src, shims, sizeof shims)))
+        SKIP(why);
+    NEED_SHARED(GOLDEN_ICEFALL);
     const char *g = test_shared(GOLDEN_ICEFALL);
     /* icefall_reference.py's flags, convert_icefall.py's (the recipe's spelling), the wav */
     static const struct {
@@ -123,11 +107,15 @@ TEST(icefall_other_configs_vs_icefall)
         const cJSON *gs = cJSON_GetObjectItemCaseSensitive(ref, "greedy_search");
         const cJSON *ms = cJSON_GetObjectItemCaseSensitive(ref, "modified_beam_search");
         printf("  config %zu: greedy %d tokens, modified_beam_search %d\n", c, gh.n, bh.n);
-        CHECKF(ints_equal(cJSON_GetObjectItemCaseSensitive(gs, "tokens"), gh.tokens, gh.n) &&
-                   ints_equal(cJSON_GetObjectItemCaseSensitive(gs, "timestamps"), gh.times, gh.n),
+        CHECKF(golden_json_ints_equal(cJSON_GetObjectItemCaseSensitive(gs, "tokens"), gh.tokens,
+                                      gh.n) &&
+                   golden_json_ints_equal(cJSON_GetObjectItemCaseSensitive(gs, "timestamps"),
+                                          gh.times, gh.n),
                "config %zu: greedy tokens/timestamps differ from icefall's", c);
-        CHECKF(ints_equal(cJSON_GetObjectItemCaseSensitive(ms, "tokens"), bh.tokens, bh.n) &&
-                   ints_equal(cJSON_GetObjectItemCaseSensitive(ms, "timestamps"), bh.times, bh.n),
+        CHECKF(golden_json_ints_equal(cJSON_GetObjectItemCaseSensitive(ms, "tokens"), bh.tokens,
+                                      bh.n) &&
+                   golden_json_ints_equal(cJSON_GetObjectItemCaseSensitive(ms, "timestamps"),
+                                          bh.times, bh.n),
                "config %zu: modified_beam_search tokens/timestamps differ from icefall's", c);
         icefall_hyp_free(&gh);
         icefall_hyp_free(&bh);

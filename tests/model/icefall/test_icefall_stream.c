@@ -471,29 +471,13 @@ TEST(icefall_stream_family)
 
 /* ---- against icefall's streaming_decode.py --------------------------------------------------- */
 
-static int ints_equal(const cJSON *arr, const int *a, int n)
-{
-    if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != n)
-        return 0;
-    for (int i = 0; i < n; i++)
-        if (cJSON_GetArrayItem(arr, i)->valueint != a[i])
-            return 0;
-    return 1;
-}
-
 TEST(icefall_stream_vs_icefall)
 {
-    const char *src = getenv("HARK_ICEFALL_SRC");
-    if (!src || !*src)
-        SKIP("$HARK_ICEFALL_SRC (an icefall source tree) is not set");
-    NEED_SHARED(GOLDEN_ICEFALL);
-    const char *root = getenv("HARK_SHARED") ? getenv("HARK_SHARED") : "../shared";
+    const char *src = NULL, *why;
     char shims[1024];
-    snprintf(shims, sizeof shims, "%s/tools/icefall", root);
-    if (access(shims, R_OK) != 0)
-        SKIP("../shared/tools/icefall (the import shims) is absent");
-    if (system("/usr/bin/python3 -c 'import torch, torchaudio, numpy, packaging' >/dev/null 2>&1"))
-        SKIP("/usr/bin/python3 with torch, torchaudio, numpy and packaging is absent");
+    if ((why = golden_icefall_ref_missing(&src, shims, sizeof shims)))
+        SKIP(why);
+    NEED_SHARED(GOLDEN_ICEFALL);
     const char *gd = test_shared(GOLDEN_ICEFALL);
     static const struct {
         const char *flags, *utt;
@@ -586,11 +570,12 @@ TEST(icefall_stream_vs_icefall)
             cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(st, "modified_beam_search_tokens")),
             gh->n_tokens, bh->n_tokens);
         CHECKF(g[0].status == 0 && g[1].status == 0, "%s / %s", g[0].error, g[1].error);
-        CHECKF(ints_equal(cJSON_GetObjectItemCaseSensitive(st, "greedy_tokens"), gh->tokens,
-                          gh->n_tokens),
+        CHECKF(golden_json_ints_equal(cJSON_GetObjectItemCaseSensitive(st, "greedy_tokens"),
+                                      gh->tokens, gh->n_tokens),
                "config %d: the stream's greedy tokens differ from icefall's streaming ones", c);
-        CHECKF(ints_equal(cJSON_GetObjectItemCaseSensitive(st, "modified_beam_search_tokens"),
-                          bh->tokens, bh->n_tokens),
+        CHECKF(golden_json_ints_equal(
+                   cJSON_GetObjectItemCaseSensitive(st, "modified_beam_search_tokens"), bh->tokens,
+                   bh->n_tokens),
                "config %d: the stream's modified_beam_search tokens differ from icefall's", c);
         CHECK(g[0].grew);
         for (int k = 0; k < 2; k++) {

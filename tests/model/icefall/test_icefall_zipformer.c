@@ -30,16 +30,6 @@
  * and <= 1.0e-6 (from the waveform, hark's fbank) */
 #define TOL_REL 1e-4
 
-static int ints_equal(const cJSON *arr, const int *a, int n)
-{
-    if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != n)
-        return 0;
-    for (int i = 0; i < n; i++)
-        if (cJSON_GetArrayItem(arr, i)->valueint != a[i])
-            return 0;
-    return 1;
-}
-
 static double rel_diff(const float *a, const float *ref, size_t n)
 {
     double mx = 0;
@@ -268,17 +258,11 @@ static void on_stage(void *user, const char *name, const float *data, int rows, 
 
 TEST(icefall_zipformer_vs_icefall)
 {
-    const char *src = getenv("HARK_ICEFALL_SRC");
-    if (!src || !*src)
-        SKIP("$HARK_ICEFALL_SRC (an icefall source tree) is not set");
-    NEED_SHARED(GOLDEN_ICEFALL);
-    const char *root = getenv("HARK_SHARED") ? getenv("HARK_SHARED") : "../shared";
+    const char *src = NULL, *why;
     char shims[1024];
-    snprintf(shims, sizeof shims, "%s/tools/icefall", root);
-    if (access(shims, R_OK) != 0)
-        SKIP("../shared/tools/icefall (the import shims) is absent");
-    if (system("/usr/bin/python3 -c 'import torch, torchaudio, numpy, packaging' >/dev/null 2>&1"))
-        SKIP("/usr/bin/python3 with torch, torchaudio, numpy and packaging is absent");
+    if ((why = golden_icefall_ref_missing(&src, shims, sizeof shims)))
+        SKIP(why);
+    NEED_SHARED(GOLDEN_ICEFALL);
     const char *g = test_shared(GOLDEN_ICEFALL);
     /* the recipe's model flags (the reference script and the converter take the same), the wav */
     static const struct {
@@ -377,11 +361,15 @@ TEST(icefall_zipformer_vs_icefall)
                c, cf->zf.n_stacks, cf->n_layers, cf->d, cf->context_size, sc.worst, worst_enc,
                worst_wav, gh.n, bh.n,
                cJSON_GetObjectItemCaseSensitive(gs, "min_top1_top2_margin")->valuedouble);
-        CHECKF(ints_equal(cJSON_GetObjectItemCaseSensitive(gs, "tokens"), gh.tokens, gh.n) &&
-                   ints_equal(cJSON_GetObjectItemCaseSensitive(gs, "timestamps"), gh.times, gh.n),
+        CHECKF(golden_json_ints_equal(cJSON_GetObjectItemCaseSensitive(gs, "tokens"), gh.tokens,
+                                      gh.n) &&
+                   golden_json_ints_equal(cJSON_GetObjectItemCaseSensitive(gs, "timestamps"),
+                                          gh.times, gh.n),
                "config %d: greedy tokens/timestamps differ from icefall's", c);
-        CHECKF(ints_equal(cJSON_GetObjectItemCaseSensitive(ms, "tokens"), bh.tokens, bh.n) &&
-                   ints_equal(cJSON_GetObjectItemCaseSensitive(ms, "timestamps"), bh.times, bh.n),
+        CHECKF(golden_json_ints_equal(cJSON_GetObjectItemCaseSensitive(ms, "tokens"), bh.tokens,
+                                      bh.n) &&
+                   golden_json_ints_equal(cJSON_GetObjectItemCaseSensitive(ms, "timestamps"),
+                                          bh.times, bh.n),
                "config %d: modified_beam_search tokens/timestamps differ from icefall's", c);
         CHECKF(gh.n > 0, "config %d: greedy emitted nothing", c);
         /* `hark transcribe --decoding-method` on the wav gives the text of icefall's tokens */
@@ -414,9 +402,9 @@ TEST(icefall_zipformer_vs_icefall)
             const cJSON *st = cJSON_GetObjectItemCaseSensitive(ref, "streaming");
             printf("  config %d streaming: %d chunks, encoder_out %.2e, greedy %d tokens\n", c,
                    cJSON_GetObjectItemCaseSensitive(st, "num_chunks")->valueint, worst_st, sh.n);
-            CHECKF(
-                ints_equal(cJSON_GetObjectItemCaseSensitive(st, "greedy_tokens"), sh.tokens, sh.n),
-                "config %d: streaming greedy tokens differ from icefall's", c);
+            CHECKF(golden_json_ints_equal(cJSON_GetObjectItemCaseSensitive(st, "greedy_tokens"),
+                                          sh.tokens, sh.n),
+                   "config %d: streaming greedy tokens differ from icefall's", c);
             icefall_hyp_free(&sh);
             hark_free(sp);
             hark_free(se);
