@@ -229,12 +229,8 @@ done:
 
 /* ---- weights -------------------------------------------------------------------------------- */
 
-static int weights_get(safetensors_t *st, const float **out, hark_err_t *err, int ndim,
-                       const int64_t *shape, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-
-static int weights_get(safetensors_t *st, const float **out, hark_err_t *err, int ndim,
-                       const int64_t *shape, const char *fmt, ...)
+int icefall_weights_get(safetensors_t *st, const float **out, hark_err_t *err, int ndim,
+                        const int64_t *shape, const char *fmt, ...)
 {
     char name[256];
     va_list ap;
@@ -256,7 +252,8 @@ static int weights_get(safetensors_t *st, const float **out, hark_err_t *err, in
 
 /* Chained look-ups: each runs only while rc is still HARK_OK. */
 #define SH(...) ((const int64_t[]){__VA_ARGS__})
-#define W(ptr, nd, shape, ...) (rc = rc ? rc : weights_get(st, &(ptr), err, nd, shape, __VA_ARGS__))
+#define W(ptr, nd, shape, ...)                                                                     \
+    (rc = rc ? rc : icefall_weights_get(st, &(ptr), err, nd, shape, __VA_ARGS__))
 
 static int load_weights(icefall_model_t *m, safetensors_t *st, hark_err_t *err)
 {

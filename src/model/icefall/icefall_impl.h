@@ -6,6 +6,8 @@
 
 #include "model/icefall/icefall.h"
 
+#include <stdint.h>
+
 struct safetensors;
 
 /* One ConformerEncoderLayer; every pointer a view into the safetensors mapping, effective
@@ -69,6 +71,12 @@ struct cJSON;
 int icefall_zf_config_parse(const char *path, const struct cJSON *enc, icefall_config_t *c,
                             hark_err_t *err);
 int icefall_zf_load_weights(icefall_model_t *m, struct safetensors *st, hark_err_t *err);
+/* *out = the F32 tensor named by fmt, ... after checking its shape (ndim sizes) and that every
+ * value is finite (HARK_ERR_FORMAT naming the tensor and the first NaN / infinite index): both
+ * encoders' weight look-ups (icefall.c). */
+int icefall_weights_get(struct safetensors *st, const float **out, hark_err_t *err, int ndim,
+                        const int64_t *shape, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
 void icefall_zf_free(icefall_model_t *m);
 size_t icefall_zf_scratch_floats(const icefall_model_t *m, int t_in);
 int icefall_zf_key_rows(const icefall_model_t *m, int t_in); /* the worker's lo/hi entries */

@@ -138,32 +138,9 @@ int icefall_zf_config_parse(const char *path, const cJSON *e, icefall_config_t *
 
 /* ---- weights -------------------------------------------------------------------------------- */
 
-static int zget(safetensors_t *st, const float **out, hark_err_t *err, int ndim,
-                const int64_t *shape, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-
-static int zget(safetensors_t *st, const float **out, hark_err_t *err, int ndim,
-                const int64_t *shape, const char *fmt, ...)
-{
-    char name[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    int rc = st_get_f32(st, name, ndim, shape, out, err);
-    if (rc)
-        return rc;
-    size_t n = 1;
-    for (int i = 0; i < ndim; i++)
-        n *= (size_t)shape[i];
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite((*out)[i]))
-            return err_set(err, HARK_ERR_FORMAT, "model weights: tensor '%s' holds %s at %zu", name,
-                           isnan((*out)[i]) ? "NaN" : "an infinite value", i);
-    return HARK_OK;
-}
-
 #define SH(...) ((const int64_t[]){__VA_ARGS__})
-#define W(ptr, nd, shape, ...) (rc = rc ? rc : zget(st, &(ptr), err, nd, shape, __VA_ARGS__))
+#define W(ptr, nd, shape, ...)                                                                     \
+    (rc = rc ? rc : icefall_weights_get(st, &(ptr), err, nd, shape, __VA_ARGS__))
 
 static int load_layer(safetensors_t *st, const icefall_zipformer_config_t *z, int s, const char *p,
                       icefall_zf_layer_t *L, hark_err_t *err)
