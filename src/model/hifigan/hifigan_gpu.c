@@ -708,13 +708,10 @@ static int enqueue_forward(hifigan_gpu_worker_t *w, const float *mel, int batch,
                 /* the first unit reads the upsampler's output: keep it (r) until the last
                  * resblock has read it; the others alternate acc, x */
                 dst = dd % 2 ? w->acc : x_direct ? w->x : w->r;
-                conv1d_res_ext_t ext = dd == 0 ? x_ext : (conv1d_res_ext_t){0};
-                if (final && xp_ready) {
-                    ext.next = next_ext.next;
-                    ext.next_ld_b = next_ext.next_ld_b;
-                    ext.next_off = next_ext.next_off;
-                    ext.next_slope = next_ext.next_slope;
-                    ext.no_sum_store = next_ext.no_sum_store;
+                conv1d_res_ext_t ext = final && xp_ready ? next_ext : (conv1d_res_ext_t){0};
+                if (dd == 0) {
+                    ext.x_ld_b = x_ext.x_ld_b;
+                    ext.x_bias = x_ext.x_bias;
                 }
                 RUN(cuda_conv1d_res(keep ? dst : NULL, last ? w->xs : NULL, src, c1->w, c1->b,
                                     c1->k, c1->dil, c2 ? c2->w : NULL, c2 ? c2->b : NULL,
