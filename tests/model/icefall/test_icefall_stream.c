@@ -178,9 +178,10 @@ TEST(icefall_stream_generated)
                     continue;
                 CHECK_OK(icefall_stream_result(s, &r, &err));
                 grew &= r.best.n >= n_prev && r.best.n <= 200 &&
-                        !memcmp(prev, r.best.tokens, sizeof(int) * (size_t)n_prev);
-                memcpy(prev, r.best.tokens,
-                       sizeof(int) * (size_t)(r.best.n < 200 ? r.best.n : 200));
+                        (n_prev == 0 || !memcmp(prev, r.best.tokens, sizeof(int) * (size_t)n_prev));
+                if (r.best.n > 0)
+                    memcpy(prev, r.best.tokens,
+                           sizeof(int) * (size_t)(r.best.n < 200 ? r.best.n : 200));
                 n_prev = r.best.n;
                 icefall_result_free(&r);
             }
@@ -262,7 +263,7 @@ static void on_stream_emit(family_item_t *it, const family_event_t *ev)
         const asr_hyp_t *h = &ev->asr->best;
         g->n_partial++;
         g->grew &= h->n_tokens >= g->n_prev && h->n_tokens <= 256 &&
-                   !memcmp(g->prev, h->tokens, sizeof(int) * (size_t)g->n_prev);
+                   (g->n_prev == 0 || !memcmp(g->prev, h->tokens, sizeof(int) * (size_t)g->n_prev));
         if (h->n_tokens <= 256 && h->n_tokens > 0)
             memcpy(g->prev, h->tokens, sizeof(int) * (size_t)h->n_tokens);
         g->n_prev = h->n_tokens;
