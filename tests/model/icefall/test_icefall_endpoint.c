@@ -429,3 +429,197 @@ TEST(icefall_endpoint_stream)
     icefall_worker_destroy(w);
     icefall_destroy(m);
 }
+
+/* ---- through the family --------------------------------------------------------------------- */
+
+typedef struct {
+    int n_seg, n_done, n_partial, status, order_ok;
+    char error[300];
+    asr_result_t seg[MAXSEG];
+    double seg_start[MAXSEG], seg_end[MAXSEG];
+    asr_result_t final;
+} egot_t;
+
+static void on_emit(family_item_t *it, const family_event_t *ev)
+{
+    egot_t *g = it->user;
+    if (ev->kind == FAMILY_EV_SEGMENT && ev->asr && g->n_seg < MAXSEG) {
+        g->seg_start[g->n_seg] = ev->seg_start_s;
+        g->seg_end[g->n_seg] = ev->seg_end_s;
+        asr_result_take(&g->seg[g->n_seg++], ev->asr);
+    }
+    if (ev->kind == FAMILY_EV_PARTIAL)
+        g->n_partial++;
+    if (ev->kind != FAMILY_EV_DONE)
+        return;
+    g->n_done++;
+    g->status = ev->status;
+    if (ev->error)
+        snprintf(g->error, sizeof g->error, "%s", ev->error);
+    if (ev->asr) {
+        asr_result_free(&g->final);
+        asr_result_take(&g->final, ev->asr);
+    }
+}
+
+static void egot_free(egot_t *g)
+{
+    for (int i = 0; i < g->n_seg; i++)
+        asr_result_free(&g->seg[i]);
+    asr_result_free(&g->final);
+    memset(g, 0, sizeof *g);
+}
+
+static int same_tokens(const asr_hyp_t *a, const icefall_hyp_t *b, const icefall_model_t *m)
+{
+    if (a->n_tokens != b->n)
+        return 0;
+    for (int i = 0; i < b->n; i++)
+        if (a->tokens[i] != b->tokens[i] || a->times_ms[i] != icefall_frame_ms(m, b->times[i]))
+            return 0;
+    return 1;
+}
+
+/* One stream through the family in pieces of `piece` samples (the last item ends it). */
+static void family_stream(test_ctx_t *t, const family_t *f, family_worker_t *w, const void *opts,
+                          const float *pcm, size_t n, size_t piece, egot_t *g)
+{
+    hark_err_t err = {0};
+    void *st = NULL;
+    CHECK_OK(f->stream_open(w, &st, &err));
+    for (size_t at = 0; at < n; at += piece) {
+        size_t k = n - at < piece ? n - at : piece;
+        family_item_t it = {.opts = opts,
+                            .pcm = pcm + at,
+                            .n = k,
+                            .want_words = 1,
+                            .emit = on_emit,
+                            .user = g,
+                            .stream = st,
+                            .stream_end = at + k == n};
+        family_item_t *items[1] = {&it};
+        CHECK_OK(f->execute(w, items, 1, NULL, &err));
+    }
+    f->stream_close(w, st);
+}
+
+TEST(icefall_endpoint_family)
+{
+    const char *py = test_python("torch, numpy");
+    if (!py || strcmp(py, "/usr/bin/python3"))
+        SKIP("/usr/bin/python3 with torch and numpy is absent");
+    char dir[700];
+    CHECK(gen_causal(t, "12", dir, sizeof dir) == 0);
+    const family_t *f = family_find("icefall_transducer");
+    hark_err_t err = {0};
+    family_model_t *fm = NULL;
+    family_load_opts_t cpu = {.device = -1};
+    CHECK_OK(f->load(dir, &cpu, NULL, &fm, &err));
+    icefall_model_t *m = NULL;
+    icefall_worker_t *iw = NULL;
+    icefall_stream_t *s = NULL;
+    CHECK_OK(icefall_load(dir, 1, &m, &err));
+    CHECK_OK(icefall_worker_create(m, 1, &iw, &err));
+    CHECK_OK(icefall_stream_create(m, &s, &err));
+    const double spans[] = {1.6, 2.0, 1.2, 4.0, 1.0, 0.6};
+    size_t n = 0;
+    float *pcm = make_signal(spans, 6, &n, 7);
+
+    /* the engine's segments (continuous) */
+    icefall_segment_t want[MAXSEG];
+    int n_want = 0;
+    CHECK_OK(icefall_stream_start(s, ICEFALL_GREEDY, 0, &err));
+    CHECK_OK(icefall_stream_set_endpointing(s, NULL, 1, &err));
+    CHECK_OK(icefall_stream_accept(iw, s, pcm, n, &err));
+    CHECK_OK(icefall_stream_input_done(iw, s, &err));
+    while (n_want < MAXSEG && icefall_stream_pop_segment(s, &want[n_want]))
+        n_want++;
+    icefall_result_t last;
+    CHECK_OK(icefall_stream_result(s, &last, &err));
+    CHECK(n_want >= 3);
+
+    char o_on[256], o_once[256], o_off[256], o_cfg[256];
+    family_param_t on[2] = {{"endpointing", "true"}, {"continuous_decoding", "true"}};
+    family_param_t once[1] = {{"endpointing", "true"}};
+    family_params_t req_on = {on, 2}, req_once = {once, 1};
+    CHECK_OK(f->parse_opts(fm, NULL, &req_on, o_on, &err));
+    CHECK_OK(f->parse_opts(fm, NULL, &req_once, o_once, &err));
+    CHECK_OK(f->parse_opts(fm, NULL, NULL, o_off, &err));
+    /* config.pbtxt turns it on, the request's rule 2 makes every 40 ms of silence an endpoint */
+    family_param_t cfgp[2] = {{"endpointing", "true"}, {"continuous_decoding", "true"}};
+    family_param_t r2[1] = {{"endpoint_silence_after_speech_ms", "40"}};
+    family_params_t cfg = {cfgp, 2}, req_r2 = {r2, 1};
+    CHECK_OK(f->parse_opts(fm, &cfg, &req_r2, o_cfg, &err));
+    family_worker_t *w = NULL;
+    family_worker_opts_t wo = {.max_batch = 1, .max_seconds = 12, .max_sequences = 2};
+    CHECK_OK(f->worker_create(fm, &wo, &w, &err));
+
+    /* continuous: a SEGMENT per endpoint, the engine's, then the last segment's DONE */
+    egot_t g;
+    memset(&g, 0, sizeof g);
+    family_stream(t, f, w, o_on, pcm, n, 8000, &g);
+    CHECKF(g.status == 0, "%s", g.error);
+    CHECK_EQ_INT(g.n_seg, n_want);
+    for (int i = 0; i < n_want; i++) {
+        CHECKF(same_tokens(&g.seg[i].best, &want[i].res.best, m) &&
+                   !strcmp(g.seg[i].best.text, want[i].res.text),
+               "segment %d: '%s', the engine's '%s'", i, g.seg[i].best.text, want[i].res.text);
+        CHECK(fabs(g.seg_start[i] - want[i].start_frame * 0.04) < 1e-9 &&
+              fabs(g.seg_end[i] - want[i].end_frame * 0.04) < 1e-9);
+        CHECK(want[i].res.best.n == 0 || g.seg[i].n_words > 0);
+    }
+    CHECK(same_tokens(&g.final.best, &last.best, m));
+    size_t n_items = (n + 7999) / 8000;
+    CHECK_EQ_INT(g.n_done, (int)n_items);
+    CHECK_EQ_INT(g.n_partial, (int)n_items - 1);
+    printf("  continuous: %d segments ('%s' ... ) and the last ('%s')\n", g.n_seg,
+           g.seg[0].best.text, g.final.best.text);
+    egot_free(&g);
+
+    /* without continuous decoding: one segment, then the items' results are its */
+    family_stream(t, f, w, o_once, pcm, n, 8000, &g);
+    CHECKF(g.status == 0, "%s", g.error);
+    CHECK_EQ_INT(g.n_seg, 1);
+    CHECK(same_tokens(&g.seg[0].best, &want[0].res.best, m));
+    CHECK(same_tokens(&g.final.best, &want[0].res.best, m));
+    CHECK_EQ_INT(g.n_done, (int)n_items);
+    egot_free(&g);
+
+    /* off: no SEGMENT, today's final result (the whole audio's search) */
+    family_stream(t, f, w, o_off, pcm, n, 8000, &g);
+    CHECK_EQ_INT(g.n_seg, 0);
+    icefall_result_t whole;
+    CHECK_OK(icefall_stream_start(s, ICEFALL_GREEDY, 0, &err));
+    CHECK_OK(icefall_stream_accept(iw, s, pcm, n, &err));
+    CHECK_OK(icefall_stream_input_done(iw, s, &err));
+    CHECK_OK(icefall_stream_result(s, &whole, &err));
+    CHECK(same_tokens(&g.final.best, &whole.best, m));
+    icefall_result_free(&whole);
+    egot_free(&g);
+
+    /* config.pbtxt's keys, the request's rule 2 time: more, shorter segments */
+    family_stream(t, f, w, o_cfg, pcm, n, 8000, &g);
+    CHECKF(g.status == 0 && g.n_seg > n_want, "%d segments with rule 2 at 40 ms (%s)", g.n_seg,
+           g.error);
+    egot_free(&g);
+
+    /* bad values, by name */
+    char o_bad[256];
+    family_param_t bad1[1] = {{"endpointing", "yes"}};
+    family_param_t bad2[1] = {{"endpoint_max_utterance_ms", "-5"}};
+    family_params_t rb1 = {bad1, 1}, rb2 = {bad2, 1};
+    CHECK_EQ_INT(f->parse_opts(fm, NULL, &rb1, o_bad, &err), HARK_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "endpointing") != NULL);
+    CHECK(f->parse_opts(fm, NULL, &rb2, o_bad, &err) != HARK_OK);
+    CHECK(strstr(err.msg, "endpoint_max_utterance_ms") != NULL);
+
+    for (int i = 0; i < n_want; i++)
+        icefall_result_free(&want[i].res);
+    icefall_result_free(&last);
+    f->worker_destroy(w);
+    f->unload(fm);
+    hark_free(pcm);
+    icefall_stream_destroy(s);
+    icefall_worker_destroy(iw);
+    icefall_destroy(m);
+}
