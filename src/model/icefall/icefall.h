@@ -266,7 +266,8 @@ int icefall_stream_accept(icefall_worker_t *w, icefall_stream_t *s, const float 
                           hark_err_t *err);
 /* The audio has ended: the remaining steps (see above). Twice: HARK_ERR_CLOSED. */
 int icefall_stream_input_done(icefall_worker_t *w, icefall_stream_t *s, hark_err_t *err);
-/* The result so far (partial) or, after input_done, the final one: best (greedy: its tokens;
+/* The result so far (partial) or, after input_done, the final one (with endpointing: of the
+ * current segment, or of the segment the stream stopped at): best (greedy: its tokens;
  * beam: the best of the beam by log_prob / len, icefall's decoding_result), nbest (beam: the
  * beam), text, n_frames (encoder frames so far). res is zeroed first; HARK_ERR_NOMEM. */
 int icefall_stream_result(const icefall_stream_t *s, icefall_result_t *res, hark_err_t *err);
