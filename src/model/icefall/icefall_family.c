@@ -21,7 +21,8 @@
  * (continuous_decoding) or stops there (later audio is not decoded; the items' results are that
  * segment's). A model that
  * cannot stream refuses a worker with max_sequences (sequence_batching) by name.
- * Tests: tests/model/icefall/test_icefall_family.c, tests/model/icefall/test_icefall_stream.c */
+ * Tests: tests/model/icefall/test_icefall_family.c, tests/model/icefall/test_icefall_stream.c,
+ * tests/model/icefall/test_icefall_endpoint.c */
 #include "model/family.h"
 
 #include "core/alloc.h"

@@ -4,7 +4,7 @@
  * greedy_search or modified_beam_search carried across the steps, and at the end the tail padding;
  * with endpointing, sherpa-onnx's endpoint rules after each step, a segment's result queued and the
  * search restarted (the encoder's caches and the fbank going on) at each endpoint.
- * Tests: tests/model/icefall/test_icefall_stream.c */
+ * Tests: tests/model/icefall/test_icefall_stream.c, tests/model/icefall/test_icefall_endpoint.c */
 #include "model/icefall/icefall.h"
 #include "model/icefall/icefall_impl.h"
 
