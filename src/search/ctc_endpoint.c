@@ -26,12 +26,25 @@ int ctc_endpoint_detect(ctc_endpoint_t *e, const ctc_endpoint_config_t *c, const
         else
             e->trailing_blank = 0;
     }
-    long length = (long)e->frames * frame_ms, silence = (long)e->trailing_blank * frame_ms;
+    return endpoint_rules_check(c->rule, (long)e->frames * frame_ms,
+                                (long)e->trailing_blank * frame_ms, decoded_something);
+}
+
+int endpoint_rules_check(const ctc_endpoint_rule_t rule[CTC_ENDPOINT_RULES], long length_ms,
+                         long silence_ms, int decoded_something)
+{
     for (int i = 0; i < CTC_ENDPOINT_RULES; i++) {
-        const ctc_endpoint_rule_t *r = &c->rule[i];
-        if ((decoded_something || !r->must_decode) && silence >= r->min_trailing_silence &&
-            length >= r->min_utterance_length)
+        const ctc_endpoint_rule_t *r = &rule[i];
+        if ((decoded_something || !r->must_decode) && silence_ms >= r->min_trailing_silence &&
+            length_ms >= r->min_utterance_length)
             return i + 1;
     }
     return 0;
+}
+
+void endpoint_rules_transducer_default(ctc_endpoint_rule_t rule[CTC_ENDPOINT_RULES])
+{
+    rule[0] = (ctc_endpoint_rule_t){0, 2400, 0};
+    rule[1] = (ctc_endpoint_rule_t){1, 1200, 0};
+    rule[2] = (ctc_endpoint_rule_t){0, 0, 20000};
 }

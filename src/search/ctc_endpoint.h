@@ -3,7 +3,10 @@
  * trailing silence and the utterance length so far (in ms of encoder frames), a rule that
  * needs speech only once the search has decoded something. WeNet's defaults (runtime
  * decoder/ctc_endpoint.h): rule 1, 5000 ms of silence even with nothing decoded; rule 2, 1000 ms
- * of silence after speech; rule 3, an utterance of 20000 ms whatever else.
+ * of silence after speech; rule 3, an utterance of 20000 ms whatever else. The rules themselves
+ * (endpoint_rules_check) serve the transducer streams too (icefall_stream.c), whose silence is
+ * the frames on which the search emitted nothing (sherpa-onnx's rules, with its defaults
+ * endpoint_rules_transducer_default).
  * Pure host code. Tests: tests/search/test_ctc_endpoint.c */
 #ifndef HARK_SEARCH_CTC_ENDPOINT_H
 #define HARK_SEARCH_CTC_ENDPOINT_H
@@ -25,6 +28,16 @@ typedef struct {
     float blank_threshold; /* a frame is silence when exp(logp[blank]) > this */
     ctc_endpoint_rule_t rule[CTC_ENDPOINT_RULES];
 } ctc_endpoint_config_t;
+
+/* The rules alone: the number (1 ..) of the first rule that holds for a segment of length_ms
+ * whose last silence_ms were silence (decoded_something: the search has output a token in it),
+ * or 0. A rule holds when its must_decode is met and both its times are reached. */
+int endpoint_rules_check(const ctc_endpoint_rule_t rule[CTC_ENDPOINT_RULES], long length_ms,
+                         long silence_ms, int decoded_something);
+
+/* sherpa-onnx's transducer defaults (endpoint.h): rule 1, 2400 ms of silence with nothing
+ * decoded; rule 2, 1200 ms of silence after speech; rule 3, 20000 ms. */
+void endpoint_rules_transducer_default(ctc_endpoint_rule_t rule[CTC_ENDPOINT_RULES]);
 
 /* WeNet's defaults for a model whose blank is `blank`. */
 void ctc_endpoint_default(ctc_endpoint_config_t *c, int blank);

@@ -58,3 +58,26 @@ TEST(ctc_endpoint_rules)
     CHECK_EQ_INT(ctc_endpoint_detect(&e, &c, sp, 25, V, MS, 1), 0);
     CHECK_EQ_INT(e.trailing_blank, 0);
 }
+
+/* The rules alone (endpoint_rules_check) with sherpa-onnx's transducer defaults, as an icefall
+ * stream counts them: 40 ms encoder frames, silence = trailing frames without a token. */
+TEST(endpoint_rules_transducer)
+{
+    ctc_endpoint_rule_t r[CTC_ENDPOINT_RULES];
+    endpoint_rules_transducer_default(r);
+    CHECK(!r[0].must_decode && r[0].min_trailing_silence == 2400 && r[1].must_decode &&
+          r[1].min_trailing_silence == 1200 && r[2].min_utterance_length == 20000);
+    /* rule 1: 2400 ms = 60 frames of silence, nothing decoded; 59 are not enough */
+    CHECK_EQ_INT(endpoint_rules_check(r, 59L * MS, 59L * MS, 0), 0);
+    CHECK_EQ_INT(endpoint_rules_check(r, 60L * MS, 60L * MS, 0), 1);
+    /* rule 2: 1200 ms = 30 frames after a token; with nothing decoded it does not hold */
+    CHECK_EQ_INT(endpoint_rules_check(r, 100L * MS, 29L * MS, 1), 0);
+    CHECK_EQ_INT(endpoint_rules_check(r, 100L * MS, 30L * MS, 1), 2);
+    CHECK_EQ_INT(endpoint_rules_check(r, 100L * MS, 30L * MS, 0), 0);
+    /* rule 1 wins over rule 2 when both hold */
+    CHECK_EQ_INT(endpoint_rules_check(r, 100L * MS, 60L * MS, 1), 1);
+    /* rule 3: 500 frames whatever else */
+    CHECK_EQ_INT(endpoint_rules_check(r, 499L * MS, 0, 1), 0);
+    CHECK_EQ_INT(endpoint_rules_check(r, 500L * MS, 0, 1), 3);
+    CHECK_EQ_INT(endpoint_rules_check(r, 500L * MS, 0, 0), 3);
+}

@@ -9,8 +9,12 @@ sherpa's model name `transducer`, driven as sherpa's Triton client (Triton-ASR-C
 the C test through the engine (greedy and, from config.pbtxt, modified_beam_search); partials only
 grow; interleaved sequences, HTTP, FP16 audio, ModelStreamInfer, WeNet's WebSocket protocol and
 `hark transcribe --url --streaming` give the same; the pool exhausted, unknown sequences and audio
-after the end are refused.
-Usage: test_server_icefall_stream.py HARK_BIN MODEL_DIR DATA_DIR (pcm.npy, expected.json).
+after the end are refused. Endpointing over the WebSocket (DATA_DIR/ms_ep, a model that emits
+nothing on quiet audio, served as transducer_ep): with continuous decoding a final result per
+segment, the engine's (expected_ep.json), then the end's; without, the first segment's and
+speech_end.
+Usage: test_server_icefall_stream.py HARK_BIN MODEL_DIR DATA_DIR (pcm.npy, expected.json, ms_ep,
+pcm_ep.npy, expected_ep.json).
 Exit 0 = pass."""
 import array, json, os, re, shutil, struct, subprocess, sys, tempfile, time, wave
 
@@ -41,9 +45,13 @@ GREEDY, BEAM = EXP["greedy_search"], EXP["modified_beam_search"]
 
 repo = os.path.join(tmp, "repo")
 os.makedirs(repo)
-for name, method in (("transducer", None), ("transducer_mbs", "modified_beam_search")):
+EP = json.load(open(os.path.join(data, "expected_ep.json")))["segments"]
+XEP = np.load(os.path.join(data, "pcm_ep.npy")).astype("<f4")
+for name, method, src in (("transducer", None, model_dir),
+                          ("transducer_mbs", "modified_beam_search", model_dir),
+                          ("transducer_ep", None, os.path.join(data, "ms_ep"))):
     d = os.path.join(repo, name)
-    shutil.copytree(model_dir, d)
+    shutil.copytree(src, d)
     p = os.path.join(d, "config.pbtxt")
     txt = re.sub(r'name: "[^"]*"', 'name: "%s"' % name, open(p).read(), count=1)
     if method:
@@ -239,6 +247,45 @@ try:
              if m.get("type") == "partial_result"]
     check(" ".join(finals) == GREEDY and len(parts) > 0,
           "WebSocket: the final result is the stream's text (%r)" % (finals,))
+
+    # WebSocket endpointing (always on, as WeNet's server): a final result per segment
+    def ep_session(cont):
+        w = WS(srv.port, "/?model=transducer_ep")
+        w.text({"signal": "start", "nbest": 1, "continuous_decoding": cont})
+        w.messages("server_ready")
+        pcm = np.round(XEP * 32768).astype("<i2").tobytes()
+        try:  # without continuous decoding the server closes once recognition stopped
+            for j in range(0, len(pcm), 8000):
+                w.send(2, pcm[j:j + 8000])
+            w.text({"signal": "end"})
+        except OSError:
+            pass
+        out = []
+        while True:  # every message up to the close
+            op, p = w.recv()
+            if op is None or op == 8:
+                break
+            if op == 1:
+                out.append(json.loads(p))
+        w.s.close()
+        return out
+
+    msgs = ep_session(True)
+    types = [m.get("type") for m in msgs]
+    fins = [json.loads(m["nbest"])[0] for m in msgs if m.get("type") == "final_result"]
+    check([f["sentence"] for f in fins] == EP,
+          "WebSocket, continuous: the engine's segments as final results (%r vs %r)" %
+          ([f["sentence"][:20] for f in fins], [e[:20] for e in EP]))
+    starts = [wp["start"] for f in fins for wp in f.get("word_pieces", [])]
+    check(starts == sorted(starts) and starts and starts[-1] > 8000,
+          "WebSocket, continuous: word times count from the stream's start (%s)" % starts[-3:])
+    check(types[-2:] == ["final_result", "speech_end"] and types.count("speech_end") == 1,
+          "WebSocket, continuous: final_result, speech_end at the end (%s)" % types[-4:])
+    msgs = ep_session(False)
+    types = [m.get("type") for m in msgs]
+    fins = [json.loads(m["nbest"])[0]["sentence"] for m in msgs if m.get("type") == "final_result"]
+    check(fins == EP[:1] and types[-1] == "speech_end" and types.count("speech_end") == 1,
+          "WebSocket, not continuous: the first segment, then speech_end (%s)" % types[-4:])
 
     # hark transcribe --url --streaming (gRPC): partials as they come, the final text
     p = subprocess.run([hark, "transcribe", "--url", "grpc://" + target, "-m", "transducer",

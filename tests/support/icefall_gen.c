@@ -8,6 +8,12 @@
 int icefall_gen_model(const char *dir, const char *name, const char *flags,
                       const char *convert_flags, char *log, size_t nlog)
 {
+    return icefall_gen_model_ex(dir, name, flags, NULL, convert_flags, log, nlog);
+}
+
+int icefall_gen_model_ex(const char *dir, const char *name, const char *flags,
+                         const char *ckpt_flags, const char *convert_flags, char *log, size_t nlog)
+{
     char tok[1024], out[1100], cmd[8192];
     log[0] = 0;
     snprintf(tok, sizeof tok, "%s/tokens.txt", dir);
@@ -22,11 +28,11 @@ int icefall_gen_model(const char *dir, const char *name, const char *flags,
     fclose(f);
     snprintf(out, sizeof out, "%s/%s.log", dir, name);
     snprintf(cmd, sizeof cmd,
-             "(/usr/bin/python3 tests/model/icefall/zipformer_random_ckpt.py '%s/%s.pt' %s && "
+             "(/usr/bin/python3 tests/model/icefall/zipformer_random_ckpt.py '%s/%s.pt' %s %s && "
              "/usr/bin/python3 tools/convert_icefall.py --recipe zipformer --checkpoint "
              "'%s/%s.pt' --tokens '%s' --output '%s/%s' %s %s) > '%s' 2>&1",
-             dir, name, flags, dir, name, tok, dir, name, flags, convert_flags ? convert_flags : "",
-             out);
+             dir, name, flags, ckpt_flags ? ckpt_flags : "", dir, name, tok, dir, name, flags,
+             convert_flags ? convert_flags : "", out);
     int st = system(cmd);
     if (st == 0)
         return 0;

@@ -21,5 +21,9 @@
  * --streaming, ...). 0, or -1 with the failing command's output in log. */
 int icefall_gen_model(const char *dir, const char *name, const char *flags,
                       const char *convert_flags, char *log, size_t nlog);
+/* The same with `ckpt_flags` for zipformer_random_ckpt.py alone (its --seed, --blank-bias: the
+ * joiner's blank logit raised by that, 8 by default; larger gives fewer tokens). */
+int icefall_gen_model_ex(const char *dir, const char *name, const char *flags,
+                         const char *ckpt_flags, const char *convert_flags, char *log, size_t nlog);
 
 #endif

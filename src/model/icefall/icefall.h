@@ -28,6 +28,7 @@
 
 #include "core/error.h"
 #include "dsp/features.h"
+#include "search/ctc_endpoint.h"
 #include "text/units.h"
 
 #include <stddef.h>
@@ -265,10 +266,34 @@ int icefall_stream_accept(icefall_worker_t *w, icefall_stream_t *s, const float 
                           hark_err_t *err);
 /* The audio has ended: the remaining steps (see above). Twice: HARK_ERR_CLOSED. */
 int icefall_stream_input_done(icefall_worker_t *w, icefall_stream_t *s, hark_err_t *err);
-/* The result so far (partial) or, after input_done, the final one: best (greedy: its tokens;
+/* The result so far (partial) or, after input_done, the final one (with endpointing: of the
+ * current segment, or of the segment the stream stopped at): best (greedy: its tokens;
  * beam: the best of the beam by log_prob / len, icefall's decoding_result), nbest (beam: the
  * beam), text, n_frames (encoder frames so far). res is zeroed first; HARK_ERR_NOMEM. */
 int icefall_stream_result(const icefall_stream_t *s, icefall_result_t *res, hark_err_t *err);
+/* Endpointing (off after start; sherpa-onnx's transducer endpoints): after each encoder step
+ * the rules (search/ctc_endpoint.h, endpoint_rules_check; rule NULL: sherpa-onnx's defaults) on
+ * the current segment, its length and trailing silence in encoder frames x
+ * icefall_frame_ms(m, 1), silence being the last frames on which the search emitted no token
+ * (greedy: its hypothesis; beam: the best by log_prob / len, as the result picks it), "decoded
+ * something" a token in the segment. Not during input_done's tail padding steps. At an endpoint
+ * the segment's result (as icefall_stream_result gives it, times in encoder frames from the
+ * stream's start) is queued (icefall_stream_pop_segment) and: continuous, the search starts
+ * afresh (greedy: the decoder context back to blanks; beam: a fresh beam) while the encoder's
+ * caches and the fbank go on; not continuous, the stream stops there (icefall_stream_stopped:
+ * later audio is counted but not decoded, no tail is run, and the result stays the segment's).
+ * HARK_ERR_INVALID_ARG (before start, negative times), HARK_ERR_NOMEM at a step. */
+int icefall_stream_set_endpointing(icefall_stream_t *s, const ctc_endpoint_rule_t *rule,
+                                   int continuous, hark_err_t *err);
+typedef struct {
+    icefall_result_t res;       /* the segment's final result */
+    int rule;                   /* the rule (1 ..) that ended it */
+    int start_frame, end_frame; /* its encoder frames [start_frame, end_frame) */
+} icefall_segment_t;
+/* The oldest queued segment into *seg (the caller frees seg->res): 1, or 0 when none is. */
+int icefall_stream_pop_segment(icefall_stream_t *s, icefall_segment_t *seg);
+int icefall_stream_segments(const icefall_stream_t *s);   /* segments ended by endpoints so far */
+int icefall_stream_stopped(const icefall_stream_t *s);    /* an endpoint without continuous */
 int icefall_stream_steps(const icefall_stream_t *s);      /* encoder steps run so far */
 size_t icefall_stream_samples(const icefall_stream_t *s); /* samples accepted so far */
 int icefall_stream_ended(const icefall_stream_t *s);      /* input_done was called */

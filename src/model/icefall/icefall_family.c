@@ -4,15 +4,25 @@
  * request's): decoding_method greedy_search | modified_beam_search (icefall's names; the model's
  * default from the converter's --method), beam_size (modified_beam_search's width, icefall's
  * --beam-size; `beam` is taken as the same), nbest (1..64 or "all": hypotheses of the final beam
- * returned, best first), other keys ignored. An execute runs its items'
+ * returned, best first), for streams the endpointing keys of the WeNet family (endpointing,
+ * continuous_decoding: true|false, default false; endpoint_silence_no_speech_ms,
+ * endpoint_silence_after_speech_ms, endpoint_max_utterance_ms: the three rules of
+ * search/ctc_endpoint.h with sherpa-onnx's transducer defaults 2400, 1200, 20000; silence is the
+ * frames on which the search emitted no token, so endpoint_blank_threshold has no use here and
+ * is ignored as other keys are), other keys ignored. An execute runs its items'
  * encoders one by one and greedy search over all of them at once (greedy_search_batch).
  * A causal zipformer (icefall_can_stream) also streams: a worker created with max_sequences holds
  * that many icefall_stream_t, made at its creation; stream_open lends one, and the stream items
  * (item->stream) feed it chunk by chunk as streaming_decode.py decodes (icefall_stream_*), with
  * the decoding method and beam of the stream's first item: a PARTIAL result after each item, the
- * final one with the DONE of the item that ends the stream (its tail padding run). A model that
+ * final one with the DONE of the item that ends the stream (its tail padding run); with
+ * endpointing, each segment an endpoint ended is a SEGMENT event with its final result (times from
+ * the stream's start) before the item's own result, and the stream goes on with a fresh search
+ * (continuous_decoding) or stops there (later audio is not decoded; the items' results are that
+ * segment's). A model that
  * cannot stream refuses a worker with max_sequences (sequence_batching) by name.
- * Tests: tests/model/icefall/test_icefall_family.c, tests/model/icefall/test_icefall_stream.c */
+ * Tests: tests/model/icefall/test_icefall_family.c, tests/model/icefall/test_icefall_stream.c,
+ * tests/model/icefall/test_icefall_endpoint.c */
 #include "model/family.h"
 
 #include "core/alloc.h"
@@ -33,6 +43,8 @@ typedef struct {
     int method; /* icefall_method_t */
     int beam_size;
     int nbest; /* modified_beam_search: hypotheses of the final beam returned, best first; 0 all */
+    int endpointing, continuous; /* streams: endpoint rules on; go on after one */
+    ctc_endpoint_rule_t ep_rule[CTC_ENDPOINT_RULES]; /* sherpa-onnx's transducer defaults */
 } icefall_family_opts_t;
 
 int icefall_inspect_main(int argc, char **argv); /* icefall_inspect.c */
@@ -147,6 +159,32 @@ static int apply_params(const family_params_t *p, const char *where, icefall_fam
         else if (rc != HARK_ERR_NOT_FOUND) /* the message names the key */
             return *where ? err_prefix(err, rc, "%.*s", (int)strlen(where) - 1, where) : rc;
     }
+    /* the WeNet family's endpointing keys (wenet_family.c) */
+    static const char *const bools[2] = {"endpointing", "continuous_decoding"};
+    int *bvals[2] = {&o->endpointing, &o->continuous};
+    for (int i = 0; i < 2; i++) {
+        v = family_param(p, bools[i]);
+        if (v && strcmp(v, "true") && strcmp(v, "false"))
+            return err_set(err, HARK_ERR_INVALID_ARG, "%s%s must be true or false", where,
+                           bools[i]);
+        if (v)
+            *bvals[i] = !strcmp(v, "true");
+    }
+    static const char *const ms_keys[3] = {"endpoint_silence_no_speech_ms",
+                                           "endpoint_silence_after_speech_ms",
+                                           "endpoint_max_utterance_ms"};
+    for (int i = 0; i < 3; i++) {
+        int ms = 0;
+        int rc = family_param_int(p, ms_keys[i], 0, 1 << 30, &ms, err);
+        if (rc == HARK_OK) {
+            if (i < 2)
+                o->ep_rule[i].min_trailing_silence = ms;
+            else
+                o->ep_rule[i].min_utterance_length = ms;
+        } else if (rc != HARK_ERR_NOT_FOUND) {
+            return err_set(err, rc, "%s%s must be in [0, 2^30] ms", where, ms_keys[i]);
+        }
+    }
     return HARK_OK;
 }
 
@@ -158,6 +196,8 @@ static int if_parse_opts(const family_model_t *fm, const family_params_t *cfg,
     o->method = c->method;
     o->beam_size = c->beam_size;
     o->nbest = 0;
+    o->endpointing = o->continuous = 0;
+    endpoint_rules_transducer_default(o->ep_rule);
     int rc = apply_params(cfg, "config.pbtxt parameters ", o, err);
     if (!rc)
         rc = apply_params(req, "", o, err);
@@ -371,6 +411,38 @@ static void emit_result(family_worker_t *w, family_item_t *it, icefall_result_t 
     }
 }
 
+/* The segments endpoints ended in the item's stream, each a SEGMENT event with its final result;
+ * the first failed conversion's status (in err; the rest are still emitted) or HARK_OK. */
+static int emit_segments(family_worker_t *w, family_item_t *it, hark_err_t *err)
+{
+    int worst = HARK_OK;
+    if_stream_t *ws = it->stream;
+    const icefall_model_t *m = w->fm->m;
+    const icefall_family_opts_t *o = it->opts;
+    icefall_segment_t sg;
+    while (icefall_stream_pop_segment(ws->s, &sg)) {
+        hark_err_t e = {0};
+        asr_result_t r;
+        int rc =
+            result_convert(m, &sg.res, icefall_stream_samples(ws->s), it, o ? o->nbest : 0, &r, &e);
+        if (!rc) {
+            family_event_t ev = {.kind = FAMILY_EV_SEGMENT,
+                                 .status = HARK_OK,
+                                 .asr = &r,
+                                 .seg_start_s = icefall_frame_ms(m, sg.start_frame) / 1000.0,
+                                 .seg_end_s = icefall_frame_ms(m, sg.end_frame) / 1000.0};
+            it->emit(it, &ev);
+        }
+        asr_result_free(&r);
+        icefall_result_free(&sg.res);
+        if (rc && !worst) {
+            worst = rc;
+            *err = e;
+        }
+    }
+    return worst;
+}
+
 /* One stream item: its audio into its stream (started with this item's options when it is the
  * stream's first), the end when it ends the stream, then its result. */
 static void run_stream_item(family_worker_t *w, family_item_t *it, int *worst, int *n_failed)
@@ -386,6 +458,8 @@ static void run_stream_item(family_worker_t *w, family_item_t *it, int *worst, i
         rc = icefall_stream_start(ws->s,
                                   o ? (icefall_method_t)o->method : (icefall_method_t)c->method,
                                   o ? o->beam_size : c->beam_size, &e);
+        if (!rc && o && o->endpointing)
+            rc = icefall_stream_set_endpointing(ws->s, o->ep_rule, o->continuous, &e);
         if (rc)
             ws->failed = rc;
         ws->opened = 1;
@@ -397,6 +471,12 @@ static void run_stream_item(family_worker_t *w, family_item_t *it, int *worst, i
         rc = icefall_stream_accept(w->w, ws->s, it->pcm, it->n, &e);
     if (!rc && it->stream_end)
         rc = icefall_stream_input_done(w->w, ws->s, &e);
+    hark_err_t se = {0};
+    int src = emit_segments(w, it, &se);
+    if (!rc && src) {
+        rc = src;
+        e = se;
+    }
     if (rc) {
         /* bad samples are refused before any is taken: the stream goes on; anything else
          * breaks it */

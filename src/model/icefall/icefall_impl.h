@@ -121,6 +121,8 @@ void icefall_beam_reset(const icefall_model_t *m, icefall_beam_t *b); /* a new u
 /* modified_beam_search's frames (the same in beam_search.py and streaming_beam_search.py) */
 int icefall_beam_advance(const icefall_model_t *m, icefall_beam_t *b, const float *ep, int T,
                          int t0, hark_err_t *err);
+/* the index in A of the best hypothesis: log_prob / len(ys), the first on ties */
+int icefall_beam_best(const icefall_beam_t *b);
 /* as icefall_modified_beam_search returns them, for the frames so far */
 int icefall_beam_result(const icefall_beam_t *b, icefall_hyp_t *best, icefall_hyp_t **nbest,
                         int *n_nbest, hark_err_t *err);

@@ -394,6 +394,22 @@ int icefall_beam_advance(const icefall_model_t *m, icefall_beam_t *b, const floa
     return HARK_OK;
 }
 
+int icefall_beam_best(const icefall_beam_t *b)
+{
+    /* max of log_prob / len(ys) in float32, the first on ties (Python's max) */
+    const bhyp_t *A = b->A;
+    int bi = 0;
+    float bs = A[0].log_prob / (float)A[0].n_ys;
+    for (int i = 1; i < b->na; i++) {
+        float s = A[i].log_prob / (float)A[i].n_ys;
+        if (s > bs) {
+            bs = s;
+            bi = i;
+        }
+    }
+    return bi;
+}
+
 int icefall_beam_result(const icefall_beam_t *b, icefall_hyp_t *best, icefall_hyp_t **nbest,
                         int *n_nbest, hark_err_t *err)
 {
@@ -405,16 +421,7 @@ int icefall_beam_result(const icefall_beam_t *b, icefall_hyp_t *best, icefall_hy
         *nbest = NULL;
     if (n_nbest)
         *n_nbest = 0;
-    /* best: max of log_prob / len(ys) in float32, the first on ties (Python's max) */
-    int bi = 0;
-    float bs = A[0].log_prob / (float)A[0].n_ys;
-    for (int i = 1; i < na; i++) {
-        float s = A[i].log_prob / (float)A[i].n_ys;
-        if (s > bs) {
-            bs = s;
-            bi = i;
-        }
-    }
+    const int bi = icefall_beam_best(b);
     int nout = nbest ? na : 0;
     icefall_hyp_t *list = nbest ? hark_calloc((size_t)(na > 0 ? na : 1), sizeof *list) : NULL;
     if (nbest && !list)

@@ -1,8 +1,10 @@
 /* icefall_stream.c — a causal zipformer recognising a stream of audio as it comes (icefall.h,
  * icefall_stream_*), as icefall's streaming_decode.py decodes a DecodeStream: the fbank frame by
  * frame as the samples arrive, encoder steps of 2c + 13 frames every 2c (icefall_zf_stream_step),
- * greedy_search or modified_beam_search carried across the steps, and at the end the tail padding.
- * Tests: tests/model/icefall/test_icefall_stream.c */
+ * greedy_search or modified_beam_search carried across the steps, and at the end the tail padding;
+ * with endpointing, sherpa-onnx's endpoint rules after each step, a segment's result queued and the
+ * search restarted (the encoder's caches and the fbank going on) at each endpoint.
+ * Tests: tests/model/icefall/test_icefall_stream.c, tests/model/icefall/test_icefall_endpoint.c */
 #include "model/icefall/icefall.h"
 #include "model/icefall/icefall_impl.h"
 
@@ -34,7 +36,22 @@ struct icefall_stream {
     icefall_greedy_t g;
     icefall_beam_t b;
     int has_g, has_b;
+    /* endpointing (icefall_stream_set_endpointing) */
+    int ep_on, ep_continuous;
+    ctc_endpoint_rule_t ep_rule[CTC_ENDPOINT_RULES];
+    int seg_start;           /* encoder frame where the current segment starts */
+    int stopped;             /* an endpoint without continuous decoding: nothing more is decoded */
+    int in_tail;             /* input_done's tail padding steps: no endpoints */
+    icefall_segment_t *segs; /* (segs_cap) queued segments [segs_head, n_segs) */
+    int segs_head, n_segs, segs_cap, n_ended;
 };
+
+static void segs_clear(icefall_stream_t *s)
+{
+    for (int i = s->segs_head; i < s->n_segs; i++)
+        icefall_result_free(&s->segs[i].res);
+    s->segs_head = s->n_segs = 0;
+}
 
 void icefall_stream_destroy(icefall_stream_t *s)
 {
@@ -48,6 +65,8 @@ void icefall_stream_destroy(icefall_stream_t *s)
     hark_free(s->ep);
     icefall_greedy_free(&s->g);
     icefall_beam_free(&s->b);
+    segs_clear(s);
+    hark_free(s->segs);
     hark_free(s);
 }
 
@@ -117,7 +136,137 @@ int icefall_stream_start(icefall_stream_t *s, icefall_method_t method, int beam,
     s->feat_n = s->feat_base = s->frames = s->steps = 0;
     s->started = 1;
     s->ended = 0;
+    s->ep_on = s->ep_continuous = s->seg_start = s->stopped = s->in_tail = s->n_ended = 0;
+    segs_clear(s);
     return HARK_OK;
+}
+
+int icefall_stream_set_endpointing(icefall_stream_t *s, const ctc_endpoint_rule_t *rule,
+                                   int continuous, hark_err_t *err)
+{
+    if (!s->started)
+        return err_set(err, HARK_ERR_INVALID_ARG, "icefall stream: endpointing before start");
+    ctc_endpoint_rule_t r[CTC_ENDPOINT_RULES];
+    if (rule)
+        memcpy(r, rule, sizeof r);
+    else
+        endpoint_rules_transducer_default(r);
+    for (int i = 0; i < CTC_ENDPOINT_RULES; i++)
+        if (r[i].min_trailing_silence < 0 || r[i].min_utterance_length < 0)
+            return err_set(err, HARK_ERR_INVALID_ARG, "endpoint rule %d: negative times", i + 1);
+    memcpy(s->ep_rule, r, sizeof r);
+    s->ep_on = 1;
+    s->ep_continuous = !!continuous;
+    return HARK_OK;
+}
+
+/* The current segment's result (what icefall_stream_result gives) into res (zeroed first). */
+static int hyp_result(const icefall_stream_t *s, icefall_result_t *res, hark_err_t *err)
+{
+    memset(res, 0, sizeof *res);
+    const icefall_model_t *m = s->m;
+    int rc = HARK_OK;
+    res->n_frames = s->steps * s->per;
+    if (!s->started) {
+        /* nothing decoded */
+    } else if (s->method == ICEFALL_GREEDY) {
+        const icefall_hyp_t *h = &s->g.hyp;
+        size_t k = (size_t)(h->n > 0 ? h->n : 1);
+        res->best.tokens = hark_malloc(sizeof(int) * k);
+        res->best.times = hark_malloc(sizeof(int) * k);
+        if (!res->best.tokens || !res->best.times) {
+            icefall_result_free(res);
+            return err_set(err, HARK_ERR_NOMEM, "out of memory");
+        }
+        if (h->n > 0) {
+            memcpy(res->best.tokens, h->tokens, sizeof(int) * (size_t)h->n);
+            memcpy(res->best.times, h->times, sizeof(int) * (size_t)h->n);
+        }
+        res->best.n = h->n;
+        res->best.score = h->score;
+    } else {
+        rc = icefall_beam_result(&s->b, &res->best, &res->nbest, &res->n_nbest, err);
+    }
+    if (!rc)
+        rc = icefall_text(m, &res->best, &res->text, err);
+    if (rc) {
+        int n_frames = res->n_frames;
+        icefall_result_free(res);
+        res->n_frames = n_frames;
+    }
+    return rc;
+}
+
+/* After a step: the rules on the current segment; at an endpoint its result queued, then a fresh
+ * search (continuous) or the stream stopped. */
+static int endpoint_check(icefall_stream_t *s, hark_err_t *err)
+{
+    const icefall_model_t *m = s->m;
+    const int frames = s->steps * s->per;
+    int n, last;
+    if (s->method == ICEFALL_GREEDY) {
+        n = s->g.hyp.n;
+        last = n > 0 ? s->g.hyp.times[n - 1] : -1;
+    } else {
+        const bhyp_t *h = &s->b.A[icefall_beam_best(&s->b)];
+        n = h->n_ys - s->b.cs;
+        last = n > 0 ? h->times[n - 1] : -1;
+    }
+    const long fms = icefall_frame_ms(m, 1);
+    const int trailing = frames - (n > 0 ? last + 1 : s->seg_start);
+    int rule = endpoint_rules_check(s->ep_rule, (long)(frames - s->seg_start) * fms,
+                                    (long)trailing * fms, n > 0);
+    if (!rule)
+        return HARK_OK;
+    if (s->segs_head > 0 && s->segs_head == s->n_segs)
+        s->segs_head = s->n_segs = 0;
+    if (s->n_segs == s->segs_cap) {
+        int cap = s->segs_cap ? 2 * s->segs_cap : 4;
+        icefall_segment_t *g = hark_realloc(s->segs, sizeof *g * (size_t)cap);
+        if (!g)
+            return err_set(err, HARK_ERR_NOMEM, "icefall stream: out of memory for a segment");
+        s->segs = g;
+        s->segs_cap = cap;
+    }
+    icefall_segment_t *sg = &s->segs[s->n_segs];
+    int rc = hyp_result(s, &sg->res, err);
+    if (rc)
+        return rc;
+    sg->rule = rule;
+    sg->start_frame = s->seg_start;
+    sg->end_frame = frames;
+    s->n_segs++;
+    s->n_ended++;
+    if (!s->ep_continuous) {
+        s->stopped = 1;
+        return HARK_OK;
+    }
+    if (s->method == ICEFALL_GREEDY)
+        icefall_greedy_reset(m, &s->g);
+    else
+        icefall_beam_reset(m, &s->b);
+    s->seg_start = frames;
+    return HARK_OK;
+}
+
+int icefall_stream_pop_segment(icefall_stream_t *s, icefall_segment_t *seg)
+{
+    if (s->segs_head >= s->n_segs) {
+        memset(seg, 0, sizeof *seg);
+        return 0;
+    }
+    *seg = s->segs[s->segs_head++];
+    return 1;
+}
+
+int icefall_stream_segments(const icefall_stream_t *s)
+{
+    return s->n_ended;
+}
+
+int icefall_stream_stopped(const icefall_stream_t *s)
+{
+    return s->stopped;
 }
 
 /* One encoder step on `in` (n_in frames), then the search over its output. */
@@ -131,9 +280,10 @@ static int run_step(icefall_worker_t *w, icefall_stream_t *s, const float *in, h
     const int t0 = s->steps * s->per;
     rc = s->method == ICEFALL_GREEDY ? icefall_greedy_advance(m, &s->g, s->ep, s->per, t0, err)
                                      : icefall_beam_advance(m, &s->b, s->ep, s->per, t0, err);
-    if (!rc)
-        s->steps++;
-    return rc;
+    if (rc)
+        return rc;
+    s->steps++;
+    return s->ep_on && !s->in_tail ? endpoint_check(s, err) : HARK_OK;
 }
 
 /* Every step whose n_in frames are all here, then the frames behind every later step dropped. */
@@ -141,7 +291,7 @@ static int run_ready(icefall_worker_t *w, icefall_stream_t *s, hark_err_t *err)
 {
     const size_t F = (size_t)s->m->cfg.feature_dim;
     int rc = HARK_OK;
-    while (!rc && s->feat_base + s->feat_n >= s->steps * s->step + s->n_in)
+    while (!rc && !s->stopped && s->feat_base + s->feat_n >= s->steps * s->step + s->n_in)
         rc = run_step(w, s, s->feats + (size_t)(s->steps * s->step - s->feat_base) * F, err);
     int drop = s->steps * s->step - s->feat_base;
     drop = drop > s->feat_n ? s->feat_n : drop;
@@ -162,7 +312,7 @@ static int advance_frames(icefall_worker_t *w, icefall_stream_t *s, int target, 
     const feat_plan_t *fp = s->m->feat;
     const size_t F = (size_t)s->m->cfg.feature_dim;
     int rc = HARK_OK;
-    while (!rc && s->frames < target) {
+    while (!rc && !s->stopped && s->frames < target) {
         int room = s->feat_cap - s->feat_n, nf = target - s->frames;
         nf = nf < room ? nf : room;
         if (nf <= 0) /* defensive: run_ready leaves fewer than n_in frames */
@@ -200,7 +350,7 @@ int icefall_stream_accept(icefall_worker_t *w, icefall_stream_t *s, const float 
             return err_set(err, HARK_ERR_INVALID_ARG, "sample %zu of the chunk is %s", i,
                            isnan(pcm[i]) ? "NaN" : "infinite");
     int rc = HARK_OK;
-    while (!rc && n > 0) {
+    while (!rc && n > 0 && !s->stopped) {
         size_t k = s->pcm_cap - s->pcm_n; /* >= PIECE: fewer than a window + hop are kept */
         k = k < n ? k : n;
         k = k < PIECE ? k : PIECE;
@@ -211,6 +361,8 @@ int icefall_stream_accept(icefall_worker_t *w, icefall_stream_t *s, const float 
         n -= k;
         rc = advance_frames(w, s, feat_frames_final(s->m->feat, s->n_samples), s->n_samples, err);
     }
+    if (!rc && s->stopped)
+        s->n_samples += n; /* counted, not decoded */
     return rc;
 }
 
@@ -225,8 +377,9 @@ int icefall_stream_input_done(icefall_worker_t *w, icefall_stream_t *s, hark_err
     const int T = feat_num_frames(s->m->feat, s->n_samples);
     int rc = advance_frames(w, s, T, s->n_samples, err);
     s->ended = 1;
-    if (rc)
+    if (rc || s->stopped)
         return rc;
+    s->in_tail = 1;
     /* DecodeStream: the features padded by 13 + 30 frames of log(1e-10); steps while frames are
      * left (a step reads what there is, padded to n_in) */
     const int total = T + s->n_in - s->step + TAIL_FRAMES;
@@ -249,38 +402,7 @@ int icefall_stream_input_done(icefall_worker_t *w, icefall_stream_t *s, hark_err
 
 int icefall_stream_result(const icefall_stream_t *s, icefall_result_t *res, hark_err_t *err)
 {
-    memset(res, 0, sizeof *res);
-    const icefall_model_t *m = s->m;
-    int rc = HARK_OK;
-    res->n_frames = s->steps * s->per;
-    if (!s->started) {
-        /* nothing decoded */
-    } else if (s->method == ICEFALL_GREEDY) {
-        const icefall_hyp_t *h = &s->g.hyp;
-        size_t k = (size_t)(h->n > 0 ? h->n : 1);
-        res->best.tokens = hark_malloc(sizeof(int) * k);
-        res->best.times = hark_malloc(sizeof(int) * k);
-        if (!res->best.tokens || !res->best.times) {
-            icefall_result_free(res);
-            return err_set(err, HARK_ERR_NOMEM, "out of memory");
-        }
-        if (h->n > 0) {
-            memcpy(res->best.tokens, h->tokens, sizeof(int) * (size_t)h->n);
-            memcpy(res->best.times, h->times, sizeof(int) * (size_t)h->n);
-        }
-        res->best.n = h->n;
-        res->best.score = h->score;
-    } else {
-        rc = icefall_beam_result(&s->b, &res->best, &res->nbest, &res->n_nbest, err);
-    }
-    if (!rc)
-        rc = icefall_text(m, &res->best, &res->text, err);
-    if (rc) {
-        int n_frames = res->n_frames;
-        icefall_result_free(res);
-        res->n_frames = n_frames;
-    }
-    return rc;
+    return hyp_result(s, res, err);
 }
 
 int icefall_stream_steps(const icefall_stream_t *s)

@@ -24,6 +24,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--vocab-size", type=int, default=500)
     ap.add_argument("--context-size", type=int, default=2)
+    ap.add_argument("--blank-bias", type=float, default=8.0,
+                    help="added to the joiner's blank logit (larger: fewer tokens)")
     for flag, typ, default in ci.ZIPFORMER_FLAGS:
         ap.add_argument(flag, type=typ, default=default)
     a = ap.parse_args()
@@ -48,7 +50,7 @@ def main():
     # the joiner: a blank bias that lets some tokens through, larger logits
     sd["joiner.output_linear.weight"] *= 4.0
     sd["joiner.encoder_proj.weight"] *= 4.0
-    sd["joiner.output_linear.bias"][0] += 8.0
+    sd["joiner.output_linear.bias"][0] += a.blank_bias
     sd["simple_am_proj.weight"] = torch.zeros(a.vocab_size, max(arch["encoder_dim"]))
     torch.save({"model": sd}, a.out)
 
