@@ -154,8 +154,10 @@ static int ref_segments(icefall_worker_t *w, const icefall_model_t *m, const flo
         s->start = seg_start;
         s->end = frames;
         s->n = h.n < 512 ? h.n : 512;
-        memcpy(s->tokens, h.tokens, sizeof(int) * (size_t)s->n);
-        memcpy(s->times, h.times, sizeof(int) * (size_t)s->n);
+        if (h.n > 0) {
+            memcpy(s->tokens, h.tokens, sizeof(int) * (size_t)s->n);
+            memcpy(s->times, h.times, sizeof(int) * (size_t)s->n);
+        }
         if (beam)
             icefall_hyp_free(&h);
         if (!continuous) {
