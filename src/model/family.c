@@ -2,6 +2,8 @@
  * and the asr_result_t life cycle (free, deep copy, move). Tests: tests/model/test_family.c */
 #include "model/family.h"
 
+#include "search/ctc_endpoint.h"
+
 #include "core/alloc.h"
 #include "core/npy.h"
 #include "hark.h"
@@ -400,5 +402,36 @@ int family_mkdir_p(const char *dir, hark_err_t *err)
         }
     if (mkdir(tmp, 0755) && errno != EEXIST)
         return err_set(err, HARK_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    return HARK_OK;
+}
+
+int family_endpoint_params(const family_params_t *params, const char *where, int *endpointing,
+                           int *continuous, void *rule_, hark_err_t *err)
+{
+    ctc_endpoint_rule_t *rule = rule_;
+    static const char *const bools[2] = {"endpointing", "continuous_decoding"};
+    int *bvals[2] = {endpointing, continuous};
+    for (int i = 0; i < 2; i++) {
+        const char *v = family_param(params, bools[i]);
+        if (v && strcmp(v, "true") && strcmp(v, "false"))
+            return err_set(err, HARK_ERR_INVALID_ARG, "%s%s must be true or false", where,
+                           bools[i]);
+        if (v)
+            *bvals[i] = !strcmp(v, "true");
+    }
+    static const char *const ms_keys[3] = {"endpoint_silence_no_speech_ms",
+                                           "endpoint_silence_after_speech_ms",
+                                           "endpoint_max_utterance_ms"};
+    for (int i = 0; i < 3; i++) {
+        int ms = 0, rc = family_param_int(params, ms_keys[i], 0, 1 << 30, &ms, err);
+        if (rc == HARK_OK) {
+            if (i < 2)
+                rule[i].min_trailing_silence = ms;
+            else
+                rule[i].min_utterance_length = ms;
+        } else if (rc != HARK_ERR_NOT_FOUND) {
+            return err_set(err, rc, "%s%s must be in [0, 2^30] ms", where, ms_keys[i]);
+        }
+    }
     return HARK_OK;
 }

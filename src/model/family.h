@@ -50,6 +50,13 @@ const char *family_param(const family_params_t *params, const char *key);
  * HARK_ERR_INVALID_ARG naming the key and the value that is not a number / boolean. */
 int family_param_int(const family_params_t *params, const char *key, long lo, long hi, int *out,
                      hark_err_t *err);
+/* The streaming families' endpointing keys (endpointing, continuous_decoding: true | false;
+ * endpoint_silence_no_speech_ms, endpoint_silence_after_speech_ms, endpoint_max_utterance_ms:
+ * rule 1 and 2's trailing silence, rule 3's length) from params into *endpointing, *continuous
+ * and rule[3] (ctc_endpoint_rule_t, search/ctc_endpoint.h), keys left out leaving them as they
+ * are; HARK_ERR_INVALID_ARG naming the key (after `where`) for a bad value. */
+int family_endpoint_params(const family_params_t *params, const char *where, int *endpointing,
+                           int *continuous, void *rule, hark_err_t *err);
 int family_param_double(const family_params_t *params, const char *key, double *out,
                         hark_err_t *err);
 /* "true"/"false" or "yes"/"no" (any case), or "1"/"0". */

@@ -159,33 +159,8 @@ static int apply_params(const family_params_t *p, const char *where, icefall_fam
         else if (rc != HARK_ERR_NOT_FOUND) /* the message names the key */
             return *where ? err_prefix(err, rc, "%.*s", (int)strlen(where) - 1, where) : rc;
     }
-    /* the WeNet family's endpointing keys (wenet_family.c) */
-    static const char *const bools[2] = {"endpointing", "continuous_decoding"};
-    int *bvals[2] = {&o->endpointing, &o->continuous};
-    for (int i = 0; i < 2; i++) {
-        v = family_param(p, bools[i]);
-        if (v && strcmp(v, "true") && strcmp(v, "false"))
-            return err_set(err, HARK_ERR_INVALID_ARG, "%s%s must be true or false", where,
-                           bools[i]);
-        if (v)
-            *bvals[i] = !strcmp(v, "true");
-    }
-    static const char *const ms_keys[3] = {"endpoint_silence_no_speech_ms",
-                                           "endpoint_silence_after_speech_ms",
-                                           "endpoint_max_utterance_ms"};
-    for (int i = 0; i < 3; i++) {
-        int ms = 0;
-        int rc = family_param_int(p, ms_keys[i], 0, 1 << 30, &ms, err);
-        if (rc == HARK_OK) {
-            if (i < 2)
-                o->ep_rule[i].min_trailing_silence = ms;
-            else
-                o->ep_rule[i].min_utterance_length = ms;
-        } else if (rc != HARK_ERR_NOT_FOUND) {
-            return err_set(err, rc, "%s%s must be in [0, 2^30] ms", where, ms_keys[i]);
-        }
-    }
-    return HARK_OK;
+    /* the WeNet family's endpointing keys */
+    return family_endpoint_params(p, where, &o->endpointing, &o->continuous, o->ep_rule, err);
 }
 
 static int if_parse_opts(const family_model_t *fm, const family_params_t *cfg,

@@ -248,32 +248,11 @@ static int apply_params(const family_params_t *p, const char *where, wenet_decod
         d->left_chunks = left;
     else if (rc != HARK_ERR_NOT_FOUND)
         return err_set(err, rc, "%snum_decoding_left_chunks must be -1 (all) or >= 0", where);
-    static const char *const bools[2] = {"endpointing", "continuous_decoding"};
-    int *bvals[2] = {&d->endpointing, &d->continuous_decoding};
-    for (int i = 0; i < 2; i++) {
-        v = family_param(p, bools[i]);
-        if (v && strcmp(v, "true") && strcmp(v, "false"))
-            return err_set(err, HARK_ERR_INVALID_ARG, "%s%s must be true or false", where,
-                           bools[i]);
-        if (v)
-            *bvals[i] = !strcmp(v, "true");
-    }
     /* WeNet's endpoint rules (search/ctc_endpoint.h): 1 silence with nothing decoded, 2 silence
      * after speech, 3 the utterance's length, in ms; a frame is silence above the threshold */
-    static const char *const ms_keys[3] = {"endpoint_silence_no_speech_ms",
-                                           "endpoint_silence_after_speech_ms",
-                                           "endpoint_max_utterance_ms"};
-    for (int i = 0; i < 3; i++) {
-        int ms = 0;
-        if ((rc = family_param_int(p, ms_keys[i], 0, 1 << 30, &ms, err)) == HARK_OK) {
-            if (i < 2)
-                d->endpoint.rule[i].min_trailing_silence = ms;
-            else
-                d->endpoint.rule[i].min_utterance_length = ms;
-        } else if (rc != HARK_ERR_NOT_FOUND) {
-            return err_set(err, rc, "%s%s must be in [0, 2^30] ms", where, ms_keys[i]);
-        }
-    }
+    if ((rc = family_endpoint_params(p, where, &d->endpointing, &d->continuous_decoding,
+                                     d->endpoint.rule, err)))
+        return rc;
     if ((rc = family_param_double(p, "endpoint_blank_threshold", &x, err)) == HARK_OK) {
         if (!(x >= 0 && x <= 1))
             return err_set(err, HARK_ERR_INVALID_ARG,
