@@ -291,6 +291,10 @@ void conv1d_res_ref(float *out, float *sum, const float *x, const float *w1, con
                 }
             }
         }
+        if (out && e->out16 && round16) /* the 16-bit residual the next dilation reads */
+            round16(out + (size_t)b * n, (size_t)len * c, user);
+        if (sum && e->sum16 && round16 && !(e->next && e->no_sum_store)) /* a 16-bit MRF sum */
+            round16(sum + (size_t)b * n, (size_t)len * c, user);
     }
     free(a);
     free(z);

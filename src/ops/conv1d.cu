@@ -517,8 +517,21 @@ extern "C" int cuda_conv1d_sum(float *y, const float *x, const float *b, int fir
 
 /* one thread per output sample; the weights (as float) in shared memory, read by all threads at
  * once (broadcast); the input rows of neighbouring samples come from L1 */
-template <typename TW>
-__global__ void post_tanh_kernel(float *audio, float *pre, const float *x, const TW *w, float bias,
+/* four consecutive x values as floats: float, or 16-bit (8-byte aligned) */
+template <typename TX> __device__ __forceinline__ float4 ld4_f(const TX *p)
+{
+    if constexpr (sizeof(TX) == 4) {
+        return *(const float4 *)p;
+    } else {
+        uint2 u = *(const uint2 *)p;
+        float2 lo = h16<TX>::to_f2(*(const typename h16<TX>::T2 *)&u.x);
+        float2 hi = h16<TX>::to_f2(*(const typename h16<TX>::T2 *)&u.y);
+        return make_float4(lo.x, lo.y, hi.x, hi.y);
+    }
+}
+
+template <typename TX, typename TW>
+__global__ void post_tanh_kernel(float *audio, float *pre, const TX *x, const TW *w, float bias,
                                  float slope, const int *lens, int t, int c, int k)
 {
     extern __shared__ float sw[]; /* (k, c) */
@@ -534,10 +547,10 @@ __global__ void post_tanh_kernel(float *audio, float *pre, const float *x, const
                 int r = s + j - k / 2;
                 if (r < 0 || r >= len)
                     continue;
-                const float4 *xr = (const float4 *)(x + ((long long)b * t + r) * c);
+                const TX *xr = x + ((long long)b * t + r) * c;
                 const float *wr = sw + j * c;
                 for (int i = 0; i < c / 4; i++) {
-                    float4 v = xr[i];
+                    float4 v = ld4_f(xr + 4 * i);
                     acc += wr[4 * i] * (v.x > 0.0f ? v.x : v.x * slope);
                     acc += wr[4 * i + 1] * (v.y > 0.0f ? v.y : v.y * slope);
                     acc += wr[4 * i + 2] * (v.z > 0.0f ? v.z : v.z * slope);
@@ -553,28 +566,101 @@ __global__ void post_tanh_kernel(float *audio, float *pre, const float *x, const
     }
 }
 
-extern "C" int cuda_conv1d_post_tanh(float *audio, float *pre, const float *x, const void *w,
-                                     ops_dtype_t w_t, float bias, float slope, const int *lens,
-                                     int batch, int t, int c, int k, void *stream, hark_err_t *err)
+/* the same with the block's rows in shared memory: the block's 256 outputs of item b read rows
+ * s0 - k/2 .. s0 + 255 + k/2, loaded once, lrelu'd and masked to [0, len) (the taps the kernel
+ * above skips read zeros here: the same sums), c + 1 floats apart (conflict-free); tiles stride the
+ * grid */
+#define POST_ROWS 256
+template <typename TX, typename TW>
+__global__ void post_tanh_tile_kernel(float *audio, float *pre, const TX *x, const TW *w,
+                                      float bias, float slope, const int *lens, int t, int c, int k)
 {
-    if (!dtype_ok(w_t) || batch < 0 || t < 0 || c < 4 || c % 4 || k < 1 || k % 2 == 0 ||
-        (long long)c * k > 8192)
+    extern __shared__ float sh[];
+    float *sw = sh, *tile = sh + k * c; /* (k, c); (POST_ROWS + k - 1, c + 1) */
+    const int ld = c + 1, rows = POST_ROWS + k - 1, h = k / 2, c4n = c / 4;
+    for (int i = threadIdx.x; i < k * c; i += blockDim.x)
+        sw[i] = ld_f(w + i);
+    const int b = blockIdx.y, len = lens && lens[b] < t ? lens[b] : t;
+    for (int s0 = blockIdx.x * POST_ROWS; s0 < t; s0 += gridDim.x * POST_ROWS) {
+        __syncthreads(); /* the weights in; the last tile read */
+        for (int i = threadIdx.x; i < rows * c4n; i += blockDim.x) {
+            int q = i / c4n, c4 = (i % c4n) * 4, r = s0 - h + q;
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (r >= 0 && r < len)
+                v = ld4_f(x + ((long long)b * t + r) * c + c4);
+            float *d = tile + q * ld + c4;
+            d[0] = v.x > 0.0f ? v.x : v.x * slope;
+            d[1] = v.y > 0.0f ? v.y : v.y * slope;
+            d[2] = v.z > 0.0f ? v.z : v.z * slope;
+            d[3] = v.w > 0.0f ? v.w : v.w * slope;
+        }
+        __syncthreads();
+        const int s = s0 + threadIdx.x;
+        if (s >= t)
+            continue;
+        float z = 0.0f;
+        if (s < len) {
+            float acc = 0.0f;
+            for (int j = 0; j < k; j++) {
+                const float *xr = tile + (threadIdx.x + j) * ld, *wr = sw + j * c;
+                for (int i = 0; i < c; i++)
+                    acc += wr[i] * xr[i];
+            }
+            z = acc + bias;
+        }
+        long long q = (long long)b * t + s;
+        if (pre)
+            pre[q] = z;
+        audio[q] = s < len ? tanhf(z) : 0.0f;
+    }
+}
+
+template <typename TX, typename TW>
+static void post_tanh_go(float *audio, float *pre, const void *x, const void *w, float bias,
+                         float slope, const int *lens, int batch, int t, int c, int k,
+                         cudaStream_t st)
+{
+    size_t tile = ((size_t)k * c + (size_t)(POST_ROWS + k - 1) * (c + 1)) * sizeof(float);
+    long long blocks = ((long long)t + POST_ROWS - 1) / POST_ROWS;
+    dim3 grid((unsigned)(blocks > 65535 ? 65535 : blocks), (unsigned)batch);
+    if (tile <= 48 * 1024) /* no opt-in needed: 32 channels at 7 taps take 35 KB */
+        post_tanh_tile_kernel<TX, TW><<<grid, POST_ROWS, tile, st>>>(
+            audio, pre, (const TX *)x, (const TW *)w, bias, slope, lens, t, c, k);
+    else
+        post_tanh_kernel<TX, TW><<<grid, 256, (size_t)c * k * sizeof(float), st>>>(
+            audio, pre, (const TX *)x, (const TW *)w, bias, slope, lens, t, c, k);
+}
+
+template <typename TX>
+static void post_tanh_w(float *audio, float *pre, const void *x, const void *w, ops_dtype_t w_t,
+                        float bias, float slope, const int *lens, int batch, int t, int c, int k,
+                        cudaStream_t st)
+{
+    if (w_t == OPS_F16)
+        post_tanh_go<TX, __half>(audio, pre, x, w, bias, slope, lens, batch, t, c, k, st);
+    else if (w_t == OPS_BF16)
+        post_tanh_go<TX, __nv_bfloat16>(audio, pre, x, w, bias, slope, lens, batch, t, c, k, st);
+    else
+        post_tanh_go<TX, float>(audio, pre, x, w, bias, slope, lens, batch, t, c, k, st);
+}
+
+extern "C" int cuda_conv1d_post_tanh(float *audio, float *pre, const void *x, ops_dtype_t x_t,
+                                     const void *w, ops_dtype_t w_t, float bias, float slope,
+                                     const int *lens, int batch, int t, int c, int k, void *stream,
+                                     hark_err_t *err)
+{
+    if (!dtype_ok(w_t) || !dtype_ok(x_t) || batch < 0 || t < 0 || c < 4 || c % 4 || k < 1 ||
+        k % 2 == 0 || (long long)c * k > 8192)
         return err_set(err, HARK_ERR_INVALID_ARG, "conv1d_post_tanh: batch %d, t %d, c %d, k %d",
                        batch, t, c, k);
     if (batch == 0 || t == 0)
         return HARK_OK;
-    long long blocks = ((long long)t + 255) / 256;
-    dim3 grid((unsigned)(blocks > 65535 ? 65535 : blocks), (unsigned)batch);
-    size_t shm = (size_t)c * k * sizeof(float);
     cudaStream_t st = (cudaStream_t)stream;
-    if (w_t == OPS_F16)
-        post_tanh_kernel<__half>
-            <<<grid, 256, shm, st>>>(audio, pre, x, (const __half *)w, bias, slope, lens, t, c, k);
-    else if (w_t == OPS_BF16)
-        post_tanh_kernel<__nv_bfloat16><<<grid, 256, shm, st>>>(
-            audio, pre, x, (const __nv_bfloat16 *)w, bias, slope, lens, t, c, k);
+    if (x_t == OPS_F16)
+        post_tanh_w<__half>(audio, pre, x, w, w_t, bias, slope, lens, batch, t, c, k, st);
+    else if (x_t == OPS_BF16)
+        post_tanh_w<__nv_bfloat16>(audio, pre, x, w, w_t, bias, slope, lens, batch, t, c, k, st);
     else
-        post_tanh_kernel<float>
-            <<<grid, 256, shm, st>>>(audio, pre, x, (const float *)w, bias, slope, lens, t, c, k);
+        post_tanh_w<float>(audio, pre, x, w, w_t, bias, slope, lens, batch, t, c, k, st);
     return launched(err, "conv1d_post_tanh_kernel");
 }

@@ -64,7 +64,11 @@ void conv1d_pad_mask_act_ref(float *out, const float *in, const float *bias, flo
  * added to every x value read (a transposed conv's bias, its output read uncropped); with sum and
  * next, lrelu(the new sum, next_slope) rounded to 16 bits also goes to next + b·next_ld_b +
  * (next_off + s)·c for s < len (the next transposed conv's padded input; other rows untouched),
- * and sum itself is not written back when no_sum_store. */
+ * and sum itself is not written back when no_sum_store. x16: x holds 16-bit values of the kernel's
+ * dtype (the residual between a resblock's dilations; the reference reads x's floats as given, the
+ * tests round them first); out16: out is written rounded to that dtype (the reference rounds out
+ * with round16); sum16: sum holds 16-bit values of that dtype, read (not first) and written rounded
+ * (the reference rounds the sum it stores; the sum's value for next is the unrounded one). */
 typedef struct {
     long long x_ld_b;
     const float *x_bias;
@@ -73,6 +77,7 @@ typedef struct {
     int next_off;
     float next_slope;
     int no_sum_store;
+    int x16, out16, sum16;
 } conv1d_res_ext_t;
 
 /* One dilation of HiFi-GAN's resblocks on the FP32 residual stream x (batch, t, c), fused
@@ -169,24 +174,25 @@ int cuda_conv1d_sum(float *y, const float *x, const float *b, int first, float d
                     void *stream, hark_err_t *err);
 
 /* conv1d_res_ref on the tensor cores: w1, w2 of dt (OPS_F16 or OPS_BF16), a and z rounded to it,
- * FP32 accumulation; x, out, sum float, out and sum never aliasing x or each other. Only where
+ * FP32 accumulation; x, out, sum float (or 16-bit of dt: ext x16 / out16 / sum16), out and sum
+ * never aliasing x or each other. Only where
  * cuda_conv1d_res_fits (c = 32, 64, 128 or 256, and the block's shared memory fits the current
  * device), else HARK_ERR_INVALID_ARG. hopper 1 (the caller's path is GPU_PATH_HOPPER): the
  * wgmma kernel where it is the faster one (64 channels and up) on a compute capability 9.0
  * device; 2: wgmma for every width (tests); 0 or another device: mma.sync kernels. The same
- * results up to the order of FP32 sums. ext (conv1d_res_ext_t, or NULL): x_ld_b a multiple of 4,
- * x, x_bias and next 16-byte aligned, next_ld_b even, next of dt. */
+ * results up to the order of FP32 sums. ext (conv1d_res_ext_t, or NULL): x_ld_b a multiple of 4
+ * (8 with x16), x, out, sum, x_bias and next 16-byte aligned, next_ld_b even, next of dt. */
 int cuda_conv1d_res_fits(int c, int k1, int d1, int k2);
-int cuda_conv1d_res(float *out, float *sum, const float *x, const void *w1, const float *b1, int k1,
+int cuda_conv1d_res(void *out, void *sum, const void *x, const void *w1, const float *b1, int k1,
                     int d1, const void *w2, const float *b2, int k2, ops_dtype_t dt, float slope,
                     const int *lens, int batch, int t, int c, int first, float div,
                     const conv1d_res_ext_t *ext, int hopper, void *stream, hark_err_t *err);
 
-/* conv1d_post_tanh_ref with w of w_t (any of the three, read as float; lens device, or NULL);
- * c a multiple of 4, c · k <= 8192. FP32 arithmetic throughout. */
-int cuda_conv1d_post_tanh(float *audio, float *pre, const float *x, const void *w, ops_dtype_t w_t,
-                          float bias, float slope, const int *lens, int batch, int t, int c, int k,
-                          void *stream, hark_err_t *err);
+/* conv1d_post_tanh_ref with x of x_t and w of w_t (any of the three, read as float; lens device,
+ * or NULL); c a multiple of 4, c · k <= 8192. FP32 arithmetic throughout. */
+int cuda_conv1d_post_tanh(float *audio, float *pre, const void *x, ops_dtype_t x_t, const void *w,
+                          ops_dtype_t w_t, float bias, float slope, const int *lens, int batch,
+                          int t, int c, int k, void *stream, hark_err_t *err);
 
 #ifdef __cplusplus
 }

@@ -49,8 +49,9 @@ template <int C, int BMV = res_bm(C)> struct res_cfg {
 };
 
 typedef struct {
-    float *out, *sum;
-    const float *x;
+    void *out;     /* float, or T with out16 */
+    void *sum;     /* float, or T with sum16 */
+    const void *x; /* float, or T with x16 */
     const void *w1, *w2;
     const float *b1, *b2;
     const int *lens;
@@ -62,6 +63,7 @@ typedef struct {
     long long next_ld_b;
     int next_off, sum_store;
     float next_slope;
+    int x16, out16, sum16;
 } res_args_t;
 
 /* rows of X (and of Y, whose last taps reach k2 - 1 rows past BM: only for rows past TO) */
@@ -98,43 +100,66 @@ struct res_groups_at {
 };
 
 /* X: lrelu(x) of the item's rows v0 .. v0 + rows - 1 inside [0, len), 0 outside, rounded to T,
- * into sX (row stride ld); 4 loads in flight per thread before their stores */
-template <typename T, int C, typename AT>
-__device__ __forceinline__ void res_load_x(T *sX, AT at, const float *xb, const float *xbias,
-                                           int v0, int rows, int len, float slope, int tid)
+ * into sX (row stride ld); x of XT (float, or T: the 16-bit residual between dilations), read 16
+ * bytes at a time, 4 loads in flight per thread before their stores */
+template <typename T, int C, typename XT, typename AT>
+__device__ __forceinline__ void res_load_x(T *sX, AT at, const XT *xb, const float *xbias, int v0,
+                                           int rows, int len, float slope, int tid)
 {
     typedef typename h16<T>::T2 T2;
-    constexpr int XU = 4; /* 8 and 16 measured the same on the H200 */
-    const int nx = rows * (C / 4);
+    constexpr int XU = 4;               /* 8 and 16 measured the same on the H200 */
+    constexpr int VE = 16 / sizeof(XT); /* elements per load: 4 floats or 8 16-bit values */
+    const int nx = rows * (C / VE);
     for (int i0 = tid; i0 < nx; i0 += RES_THREADS * XU) {
-        float4 q[XU];
+        uint4 q[XU];
 #pragma unroll
         for (int u = 0; u < XU; u++) {
-            int i = i0 + u * RES_THREADS, r = i / (C / 4), c4 = (i % (C / 4)) * 4, v = v0 + r;
-            q[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (i < nx && v >= 0 && v < len) {
-                q[u] = *(const float4 *)(xb + (long long)v * C + c4);
-                if (xbias) { /* rows outside the item stay zero */
-                    float4 bv = *(const float4 *)(xbias + c4);
-                    q[u].x += bv.x, q[u].y += bv.y, q[u].z += bv.z, q[u].w += bv.w;
-                }
-            }
+            int i = i0 + u * RES_THREADS, r = i / (C / VE), cv = (i % (C / VE)) * VE, v = v0 + r;
+            q[u] = make_uint4(0u, 0u, 0u, 0u);
+            if (i < nx && v >= 0 && v < len)
+                q[u] = *(const uint4 *)(xb + (long long)v * C + cv);
         }
 #pragma unroll
         for (int u = 0; u < XU; u++) {
-            int i = i0 + u * RES_THREADS, r = i / (C / 4), c4 = (i % (C / 4)) * 4;
+            int i = i0 + u * RES_THREADS, r = i / (C / VE), cv = (i % (C / VE)) * VE, v = v0 + r;
             if (i >= nx)
                 break;
-            float4 v = q[u];
-            v.x = v.x > 0.0f ? v.x : v.x * slope;
-            v.y = v.y > 0.0f ? v.y : v.y * slope;
-            v.z = v.z > 0.0f ? v.z : v.z * slope;
-            v.w = v.w > 0.0f ? v.w : v.w * slope;
-            T2 *d = (T2 *)(sX + at(r, c4));
-            d[0] = h16<T>::from_f2(v.x, v.y);
-            d[1] = h16<T>::from_f2(v.z, v.w);
+            float f[VE];
+            if constexpr (sizeof(XT) == 4) {
+                f[0] = __uint_as_float(q[u].x), f[1] = __uint_as_float(q[u].y);
+                f[2] = __uint_as_float(q[u].z), f[3] = __uint_as_float(q[u].w);
+            } else {
+                const T2 *h = (const T2 *)&q[u];
+#pragma unroll
+                for (int e = 0; e < VE / 2; e++) {
+                    float2 p = h16<T>::to_f2(h[e]);
+                    f[2 * e] = p.x, f[2 * e + 1] = p.y;
+                }
+            }
+            if (xbias && v >= 0 && v < len) /* rows outside the item stay zero */
+#pragma unroll
+                for (int e = 0; e < VE; e++)
+                    f[e] += xbias[cv + e];
+            T2 *d = (T2 *)(sX + at(r, cv));
+#pragma unroll
+            for (int e = 0; e < VE / 2; e++)
+                d[e] = h16<T>::from_f2(f[2 * e] > 0.0f ? f[2 * e] : f[2 * e] * slope,
+                                       f[2 * e + 1] > 0.0f ? f[2 * e + 1] : f[2 * e + 1] * slope);
         }
     }
+}
+
+/* res_load_x of the item's x, as a holds it (float, or 16-bit with x16) */
+template <typename T, int C, typename AT>
+__device__ __forceinline__ void res_load_item(T *sX, AT at, const res_args_t &a, int b, int v0,
+                                              int rows, int len, int tid)
+{
+    if (a.x16)
+        res_load_x<T, C>(sX, at, (const T *)a.x + b * a.x_ld_b, a.x_bias, v0, rows, len, a.slope,
+                         tid);
+    else
+        res_load_x<T, C>(sX, at, (const float *)a.x + b * a.x_ld_b, a.x_bias, v0, rows, len,
+                         a.slope, tid);
 }
 
 /* Y (row, col .. col + 1) = lrelu(v + b1), rounded, where u = u0 + row is inside [0, len); 0
@@ -161,25 +186,33 @@ template <typename T, int C>
 __device__ __forceinline__ void res_store_out(const res_args_t &a, const float *bias, int b, int s,
                                               int col, float v0, float v1)
 {
-    long long o = ((long long)b * a.t + s) * C + col;
-    float2 xv = *(const float2 *)(a.x + b * a.x_ld_b + (long long)s * C + col);
+    typedef typename h16<T>::T2 T2;
+    long long o = ((long long)b * a.t + s) * C + col, xo = b * a.x_ld_b + (long long)s * C + col;
+    float2 xv = a.x16 ? h16<T>::to_f2(*(const T2 *)((const T *)a.x + xo))
+                      : *(const float2 *)((const float *)a.x + xo);
     if (a.x_bias) {
         xv.x += a.x_bias[col];
         xv.y += a.x_bias[col + 1];
     }
     float2 y = make_float2(xv.x + (v0 + bias[col]), xv.y + (v1 + bias[col + 1]));
-    if (a.out)
-        *(float2 *)(a.out + o) = y;
+    if (a.out && a.out16)
+        *(T2 *)((T *)a.out + o) = h16<T>::from_f2(y.x, y.y);
+    else if (a.out)
+        *(float2 *)((float *)a.out + o) = y;
     if (a.sum) {
-        float2 sv = a.first ? make_float2(0.0f, 0.0f) : *(const float2 *)(a.sum + o);
+        float2 sv = a.first   ? make_float2(0.0f, 0.0f)
+                    : a.sum16 ? h16<T>::to_f2(*(const T2 *)((const T *)a.sum + o))
+                              : *(const float2 *)((const float *)a.sum + o);
         sv.x += y.x;
         sv.y += y.y;
         if (a.div != 1.0f) {
             sv.x /= a.div;
             sv.y /= a.div;
         }
-        if (a.sum_store)
-            *(float2 *)(a.sum + o) = sv;
+        if (a.sum_store && a.sum16)
+            *(T2 *)((T *)a.sum + o) = h16<T>::from_f2(sv.x, sv.y);
+        else if (a.sum_store)
+            *(float2 *)((float *)a.sum + o) = sv;
         if (a.next) {
             float z0 = sv.x > 0.0f ? sv.x : sv.x * a.next_slope;
             float z1 = sv.y > 0.0f ? sv.y : sv.y * a.next_slope;
@@ -208,7 +241,6 @@ __global__ void __launch_bounds__(RES_THREADS) res_kernel(res_args_t a)
     if (s0 >= len)
         return;
     const int u0 = s0 - p2, v0 = u0 - (a.k1 / 2) * a.d1; /* first Y row, first X row */
-    const float *xb = a.x + b * a.x_ld_b;
     constexpr int NCH = C / F::KC;
     const int n1 = a.k1 * NCH, total = n1 + (two ? a.k2 * NCH : 0);
 
@@ -226,7 +258,7 @@ __global__ void __launch_bounds__(RES_THREADS) res_kernel(res_args_t a)
     load_w(0, 0);
     cp_async_commit();
 
-    res_load_x<T, C>(sX, res_rows_at{F::LD}, xb, a.x_bias, v0, rows_x, len, a.slope, tid);
+    res_load_item<T, C>(sX, res_rows_at{F::LD}, a, b, v0, rows_x, len, tid);
 
     float acc[F::MT][F::NT][4];
 #pragma unroll
@@ -511,7 +543,6 @@ __global__ void __launch_bounds__(RES_THREADS, 1) wres_kernel(res_args_t a)
         return;
     const int u0 = s0 - p2, v0 = u0 - (a.k1 / 2) * a.d1;
     const int rows_x = F::BM + (a.k1 - 1) * a.d1;
-    const float *xb = a.x + b * a.x_ld_b;
     const int K1 = a.k1 * C, K2 = two ? a.k2 * C : 0;
     const int n1 = (K1 + 63) / 64, total = n1 + (K2 + 63) / 64;
 
@@ -533,7 +564,7 @@ __global__ void __launch_bounds__(RES_THREADS, 1) wres_kernel(res_args_t a)
         load_w(1, 1);
     cp_async_commit();
 
-    res_load_x<T, C>(sX, at, xb, a.x_bias, v0, rows_x, len, a.slope, tid);
+    res_load_item<T, C>(sX, at, a, b, v0, rows_x, len, tid);
 
     float d[F::SL][F::ND]; /* each phase's first wgmma overwrites them (acc 0) */
     const int g = lane >> 2, tq = lane & 3;
@@ -683,11 +714,11 @@ static int res_c(const res_args_t &a, int batch, int c, cudaStream_t st, hark_er
     }
 }
 
-extern "C" int cuda_conv1d_res(float *out, float *sum, const float *x, const void *w1,
-                               const float *b1, int k1, int d1, const void *w2, const float *b2,
-                               int k2, ops_dtype_t dt, float slope, const int *lens, int batch,
-                               int t, int c, int first, float div, const conv1d_res_ext_t *ext,
-                               int hopper, void *stream, hark_err_t *err)
+extern "C" int cuda_conv1d_res(void *out, void *sum, const void *x, const void *w1, const float *b1,
+                               int k1, int d1, const void *w2, const float *b2, int k2,
+                               ops_dtype_t dt, float slope, const int *lens, int batch, int t,
+                               int c, int first, float div, const conv1d_res_ext_t *ext, int hopper,
+                               void *stream, hark_err_t *err)
 {
     if ((dt != OPS_F16 && dt != OPS_BF16) || batch < 0 || t < 0 || (!out && !sum) ||
         !cuda_conv1d_res_fits(c, k1, d1, k2) || (k2 && (!w2 || !b2)) || !w1 || !b1 || div == 0.0f)
@@ -697,9 +728,10 @@ extern "C" int cuda_conv1d_res(float *out, float *sum, const float *x, const voi
     if (batch == 0 || t == 0)
         return HARK_OK;
     const conv1d_res_ext_t e0 = {}, *e = ext ? ext : &e0;
-    if ((e->x_ld_b > 0 && (e->x_ld_b < (long long)t * c || e->x_ld_b % 4)) || e->next_ld_b % 2 ||
-        (e->next && !sum) || ((uintptr_t)x | (uintptr_t)e->next) % 16 ||
-        (e->x_bias && (uintptr_t)e->x_bias % 16))
+    const int x_vec = e->x16 ? 8 : 4; /* elements per 16-byte load of x */
+    if ((e->x_ld_b > 0 && (e->x_ld_b < (long long)t * c || e->x_ld_b % x_vec)) ||
+        e->next_ld_b % 2 || (e->next && !sum) || ((uintptr_t)x | (uintptr_t)e->next) % 16 ||
+        (e->x_bias && (uintptr_t)e->x_bias % 16) || ((uintptr_t)out | (uintptr_t)sum) % 16)
         return err_set(err, HARK_ERR_INVALID_ARG,
                        "conv1d_res: x item stride %lld (t %d, c %d), next without sum, or an "
                        "unaligned pointer",
@@ -725,7 +757,10 @@ extern "C" int cuda_conv1d_res(float *out, float *sum, const float *x, const voi
                     e->next_ld_b,
                     e->next_off,
                     !(e->next && e->no_sum_store),
-                    e->next_slope};
+                    e->next_slope,
+                    e->x16 != 0,
+                    e->out16 != 0,
+                    e->sum16 != 0};
     cudaStream_t st = (cudaStream_t)stream;
     return dt == OPS_F16 ? res_c<__half>(a, batch, c, st, err, hopper)
                          : res_c<__nv_bfloat16>(a, batch, c, st, err, hopper);

@@ -509,37 +509,62 @@ GPU_TEST(cuda_conv1d_sum_and_post_tanh_match_ref)
     int lens[3] = {19, 7, 1}, *d_lens = NULL;
     cudaMalloc((void **)&d_lens, sizeof lens);
     cudaMemcpy(d_lens, lens, sizeof lens, cudaMemcpyHostToDevice);
-    /* conv_post + tanh: 36 channels, 7 taps, weights of each dtype */
-    const int pc = 36, pk = 7;
-    size_t na = (size_t)batch * tl;
-    float *px = rnd(na * pc, &seed, 2.0f), *dpx = dup_to(px, na * pc, OPS_F32);
-    float *ra = malloc(na * 4), *rp = malloc(na * 4), *ga = malloc(na * 4), *gp = malloc(na * 4);
-    for (int a = 0; a < 3; a++) {
-        float *pw = rnd((size_t)pk * pc, &seed, 0.2f);
-        round_to(pw, (size_t)pk * pc, ALL[a]);
-        void *dpw = dup_to(pw, (size_t)pk * pc, ALL[a]);
-        float *da = dalloc(na, OPS_F32), *dp = dalloc(na, OPS_F32);
-        CHECK_OK(cuda_conv1d_post_tanh(da, dp, dpx, dpw, ALL[a], 0.3f, 0.01f, d_lens, batch, tl, pc,
-                                       pk, NULL, &err));
-        conv1d_post_tanh_ref(ra, rp, px, pw, 0.3f, 0.01f, lens, batch, tl, pc, pk);
-        CHECK_OK(dup_from(ga, da, na, OPS_F32));
-        CHECK_OK(dup_from(gp, dp, na, OPS_F32));
-        /* the same order of FP32 sums; the GPU fuses multiply-adds */
-        CHECKF(test_max_abs_diff(gp, rp, na) <= 1e-5, "%s: pre diff %g", dt_name(ALL[a]),
-               test_max_abs_diff(gp, rp, na));
-        CHECKF(test_max_abs_diff(ga, ra, na) <= 1e-5, "%s: tanh diff %g", dt_name(ALL[a]),
-               test_max_abs_diff(ga, ra, na));
-        for (int bb = 0; bb < batch; bb++) /* zeros past each length */
-            for (int s = lens[bb]; s < tl; s++)
-                CHECK(ga[(size_t)bb * tl + s] == 0.0f && gp[(size_t)bb * tl + s] == 0.0f);
-        CHECK(guard_ok(da, na, OPS_F32) && guard_ok(dp, na, OPS_F32));
-        cudaFree(da);
-        cudaFree(dp);
-        cudaFree(dpw);
-        free(pw);
+    /* conv_post + tanh, weights of each dtype: 36 channels, 7 taps, 19 rows; 32 channels over
+     * tiles of 256 rows (an item ending one row past a tile, one of 1 row), x FP32 and FP16;
+     * 512 channels (too wide for the tiled kernel's shared memory), x FP32 and BF16 */
+    static const int pcases[5][4] = {{36, 7, 19, OPS_F32},
+                                     {32, 7, 600, OPS_F32},
+                                     {32, 7, 600, OPS_F16},
+                                     {512, 7, 40, OPS_F32},
+                                     {512, 7, 40, OPS_BF16}};
+    for (int pcase = 0; pcase < 5; pcase++) {
+        const ops_dtype_t x_t = (ops_dtype_t)pcases[pcase][3];
+        const int pc = pcases[pcase][0], pk = pcases[pcase][1], ptl = pcases[pcase][2];
+        int plens[3] = {ptl, ptl > 256 ? 257 : 7, 1}, *d_plens = NULL;
+        cudaMalloc((void **)&d_plens, sizeof plens);
+        cudaMemcpy(d_plens, plens, sizeof plens, cudaMemcpyHostToDevice);
+        size_t qn = (size_t)batch * ptl;
+        float *qx = rnd(qn * pc, &seed, 2.0f);
+        round_to(qx, qn * pc, x_t);
+        void *dqx = dup_to(qx, qn * pc, x_t);
+        float *ra = malloc(qn * 4), *rp = malloc(qn * 4), *ga = malloc(qn * 4),
+              *gp = malloc(qn * 4);
+        for (int a = 0; a < 3; a++) {
+            float *pw = rnd((size_t)pk * pc, &seed, 0.2f);
+            round_to(pw, (size_t)pk * pc, ALL[a]);
+            void *dpw = dup_to(pw, (size_t)pk * pc, ALL[a]);
+            float *da = dalloc(qn, OPS_F32), *dp = dalloc(qn, OPS_F32);
+            CHECK_OK(cuda_conv1d_post_tanh(da, dp, dqx, x_t, dpw, ALL[a], 0.3f, 0.01f, d_plens,
+                                           batch, ptl, pc, pk, NULL, &err));
+            conv1d_post_tanh_ref(ra, rp, qx, pw, 0.3f, 0.01f, plens, batch, ptl, pc, pk);
+            CHECK_OK(dup_from(ga, da, qn, OPS_F32));
+            CHECK_OK(dup_from(gp, dp, qn, OPS_F32));
+            /* the same order of FP32 sums; the GPU fuses multiply-adds */
+            CHECKF(test_max_abs_diff(gp, rp, qn) <= 1e-5, "%s c %d: pre diff %g", dt_name(ALL[a]),
+                   pc, test_max_abs_diff(gp, rp, qn));
+            CHECKF(test_max_abs_diff(ga, ra, qn) <= 1e-5, "%s c %d: tanh diff %g", dt_name(ALL[a]),
+                   pc, test_max_abs_diff(ga, ra, qn));
+            for (int bb = 0; bb < batch; bb++) /* zeros past each length */
+                for (int s = plens[bb]; s < ptl; s++)
+                    CHECK(ga[(size_t)bb * ptl + s] == 0.0f && gp[(size_t)bb * ptl + s] == 0.0f);
+            CHECK(guard_ok(da, qn, OPS_F32) && guard_ok(dp, qn, OPS_F32));
+            cudaFree(da);
+            cudaFree(dp);
+            cudaFree(dpw);
+            free(pw);
+        }
+        cudaFree(d_plens);
+        cudaFree(dqx);
+        free(qx);
+        free(ra);
+        free(rp);
+        free(ga);
+        free(gp);
     }
-    CHECK_EQ_INT(cuda_conv1d_post_tanh(NULL, NULL, dpx, dpx, OPS_F32, 0, 0.01f, NULL, 1, 4, 6, 7,
-                                       NULL, &err),
+    size_t na = (size_t)batch * tl;
+    float *px = rnd(na * 36, &seed, 2.0f), *dpx = dup_to(px, na * 36, OPS_F32);
+    CHECK_EQ_INT(cuda_conv1d_post_tanh(NULL, NULL, dpx, OPS_F32, dpx, OPS_F32, 0, 0.01f, NULL, 1, 4,
+                                       6, 7, NULL, &err),
                  HARK_ERR_INVALID_ARG); /* c not a multiple of 4 */
     float *acc = rnd(na * ld, &seed, 2.0f), *dacc = dup_to(acc, na * ld, OPS_F32);
     /* crop + bias alone, into fp16 */
@@ -571,10 +596,6 @@ GPU_TEST(cuda_conv1d_sum_and_post_tanh_match_ref)
     free(ref);
     free(got);
     free(acc);
-    free(ra);
-    free(rp);
-    free(ga);
-    free(gp);
 }
 
 /* ---- HiFi-GAN's fused resblock unit --------------------------------------------------------- */
@@ -601,18 +622,19 @@ static double res_err(const float *got, const float *ref, const float *base, con
     return r > 0 ? sqrt(e / r) : sqrt(e);
 }
 
-/* rows s >= lens[b] of d (batch, t, c) float still hold the poison (all bytes 0xff) */
-static int res_rows_untouched(const float *h, const int *lens, int batch, int t, int c)
+/* rows s >= lens[b] of the device array d (batch, t, c) of es-byte elements still hold the poison
+ * (all bytes 0xff) */
+static int res_rows_untouched(const void *d, size_t es, const int *lens, int batch, int t, int c)
 {
-    for (int b = 0; b < batch; b++)
-        for (int s = lens[b] < t ? lens[b] : t; s < t; s++)
-            for (int i = 0; i < c; i++) {
-                unsigned u;
-                memcpy(&u, h + ((size_t)b * t + s) * c + i, 4);
-                if (u != 0xffffffffu)
-                    return 0;
-            }
-    return 1;
+    size_t row = (size_t)c * es;
+    unsigned char *h = malloc((size_t)batch * t * row + 1);
+    int ok = h && cudaMemcpy(h, d, (size_t)batch * t * row, cudaMemcpyDeviceToHost) == cudaSuccess;
+    for (int b = 0; ok && b < batch; b++)
+        for (int s = lens[b] < t ? lens[b] : t; ok && s < t; s++)
+            for (size_t i = 0; i < row; i++)
+                ok = ok && h[((size_t)b * t + s) * row + i] == 0xff;
+    free(h);
+    return ok;
 }
 
 /* Every channel count the kernel takes, ResBlock1's two convs (V1's kernels and dilations, at
@@ -681,18 +703,29 @@ GPU_TEST(cuda_conv1d_res_matches_ref)
             round_to(hw1, nw1, dt);
             round_to(hw2, nw2 ? nw2 : 1, dt);
             void *dw1 = dup_to(hw1, nw1, dt), *dw2 = dup_to(hw2, nw2 ? nw2 : 1, dt);
-            double tol = dt == OPS_F16 ? 1e-4 : 8e-4;
+            double tol = dt == OPS_F16 ? 1e-4 : 8e-4, ulp = dt == OPS_F16 ? 0x1p-10 : 0x1p-7;
+            /* x and the old sum rounded to dt: the 16-bit residual between dilations, the
+             * 16-bit MRF sum */
+            float *xr = malloc(n * 4), *sr = malloc(n * 4);
+            memcpy(xr, x, n * 4);
+            round_to(xr, n, dt);
+            memcpy(sr, s0, n * 4);
+            round_to(sr, n, dt);
+            void *dxr = dup_to(xr, n, dt);
             /* out; out + first sum; sum / 3 only; sum / 3 into the next conv's 16-bit input
-             * only, from x read with an item stride and a bias — each with the mma.sync kernels
-             * and then with the Hopper path's (wgmma, on a compute capability 9.0 device;
-             * mma.sync elsewhere) */
-            for (int mk = 0; mk < 8; mk++) {
-                int mode = mk % 4, hop = 2 * (mk / 4);
-                float *dout = mode >= 2 ? NULL : dalloc(n, OPS_F32);
-                float *dsum = mode == 0 ? NULL : dup_to(s0, n, OPS_F32);
+             * only, from x read with an item stride and a bias; 16-bit x into out and a 16-bit sum;
+             * 16-bit x into 16-bit out — each with the mma.sync kernels and then with the Hopper
+             * path's (wgmma, on a compute capability 9.0 device; mma.sync elsewhere) */
+            for (int mk = 0; mk < 12; mk++) {
+                int mode = mk % 6, hop = 2 * (mk / 6), x16 = mode >= 4, out16 = mode == 5;
+                const ops_dtype_t out_t = out16 ? dt : OPS_F32, sum_t = x16 ? dt : OPS_F32;
+                const float *sin = x16 ? sr : s0;
+                const float *xin = mode == 3 ? xs : x16 ? xr : x;
+                void *dout = mode == 2 || mode == 3 ? NULL : dalloc(n, out_t);
+                void *dsum = mode == 0 || mode == 5 ? NULL : dup_to(sin, n, sum_t);
                 int first = mode == 1;
-                float div = mode >= 2 ? 3.0f : 1.0f;
-                conv1d_res_ext_t ext = {0};
+                float div = mode == 2 || mode == 3 ? 3.0f : 1.0f;
+                conv1d_res_ext_t ext = {.x16 = x16, .out16 = out16, .sum16 = x16};
                 void *dnext = NULL;
                 if (mode == 3) {
                     ext = (conv1d_res_ext_t){.x_ld_b = xs_ld,
@@ -703,17 +736,20 @@ GPU_TEST(cuda_conv1d_res_matches_ref)
                                              .no_sum_store = 1};
                     ext.next = dnext = dup_to(nx0, nx_n, dt);
                 }
-                CHECK_OK(cuda_conv1d_res(dout, dsum, mode == 3 ? dxs : dx, dw1, db1, k1, d1,
-                                         k2 ? dw2 : NULL, k2 ? db2 : NULL, k2, dt, 0.1f, d_lens,
-                                         batch, tl, c, first, div, mode == 3 ? &ext : NULL, hop,
-                                         NULL, &err));
-                memcpy(rsum, s0, n * 4);
+                CHECK_OK(cuda_conv1d_res(dout, dsum,
+                                         mode == 3 ? dxs
+                                         : x16     ? dxr
+                                                   : dx,
+                                         dw1, db1, k1, d1, k2 ? dw2 : NULL, k2 ? db2 : NULL, k2, dt,
+                                         0.1f, d_lens, batch, tl, c, first, div, mode ? &ext : NULL,
+                                         hop, NULL, &err));
+                memcpy(rsum, sin, n * 4);
                 memcpy(rnext, nx0, nx_n * 4);
                 if (mode == 3)
                     ext.next = rnext, ext.x_bias = xb;
-                conv1d_res_ref(rout, mode ? rsum : NULL, mode == 3 ? xs : x, hw1, b1, k1, d1, hw2,
-                               b2, k2, 0.1f, lens, batch, tl, c, first, div,
-                               mode == 3 ? &ext : NULL, round_cb, &dt);
+                conv1d_res_ref(rout, dsum || mode == 3 ? rsum : NULL, xin, hw1, b1, k1, d1, hw2, b2,
+                               k2, 0.1f, lens, batch, tl, c, first, div, mode ? &ext : NULL,
+                               round_cb, &dt);
                 if (dnext) {
                     /* the lrelu'd mean in the item's rows, every other row untouched; the GPU's
                      * and the reference's FP32 sums may round to neighbouring 16-bit values */
@@ -737,7 +773,7 @@ GPU_TEST(cuda_conv1d_res_matches_ref)
                             hop ? " hopper" : "", c, e);
                     CHECKF(!moved, "c %d: next: %d rows outside the items written or missed", c,
                            moved);
-                    CHECKF(e <= (dt == OPS_F16 ? 0x1p-10 : 0x1p-7), "c %d: next rel. RMS %g", c, e);
+                    CHECKF(e <= ulp, "c %d: next rel. RMS %g", c, e);
                     CHECK(guard_ok(dnext, nx_n, dt));
                     cudaFree(dnext);
                     cudaFree(dsum);
@@ -745,33 +781,44 @@ GPU_TEST(cuda_conv1d_res_matches_ref)
                     continue;
                 }
                 if (dout) {
-                    CHECK_OK(dup_from(gout, dout, n, OPS_F32));
-                    double e = res_err(gout, rout, x, lens, batch, tl, c);
-                    fprintf(stderr, "  conv1d_res %s%s c %d k1 %d d1 %d k2 %d tl %d: out %.2e\n",
-                            dt_name(dt), hop ? " hopper" : "", c, k1, d1, k2, tl, e);
-                    CHECKF(e <= tol, "%s%s c %d k1 %d d1 %d k2 %d: out rel. RMS %g", dt_name(dt),
-                           hop ? " hopper" : "", c, k1, d1, k2, e);
-                    CHECKF(res_rows_untouched(gout, lens, batch, tl, c),
+                    /* 16-bit out: both sides rounded, their FP32 sums' order may put an element
+                     * one 16-bit step apart, so the bound is on the whole value */
+                    CHECK_OK(dup_from(gout, dout, n, out_t));
+                    double e = res_err(gout, rout, out16 ? NULL : xin, lens, batch, tl, c);
+                    fprintf(stderr,
+                            "  conv1d_res %s%s c %d k1 %d d1 %d k2 %d tl %d: out%s%s %.2e\n",
+                            dt_name(dt), hop ? " hopper" : "", c, k1, d1, k2, tl,
+                            x16 ? " (x 16-bit)" : "", out16 ? " 16-bit" : "", e);
+                    CHECKF(e <= (out16 ? ulp : tol),
+                           "%s%s c %d k1 %d d1 %d k2 %d mode %d: out rel. RMS %g", dt_name(dt),
+                           hop ? " hopper" : "", c, k1, d1, k2, mode, e);
+                    CHECKF(res_rows_untouched(dout, ops_dtype_size(out_t), lens, batch, tl, c),
                            "c %d: rows past an item's length were written", c);
-                    CHECK(guard_ok(dout, n, OPS_F32));
+                    CHECK(guard_ok(dout, n, out_t));
                     cudaFree(dout);
                 }
                 if (dsum) {
-                    CHECK_OK(dup_from(gsum, dsum, n, OPS_F32));
+                    CHECK_OK(dup_from(gsum, dsum, n, sum_t));
                     /* rows past the lengths keep the old sum */
                     for (int b = 0; b < batch; b++)
                         for (int s = lens[b]; s < tl; s++)
                             CHECK(!memcmp(gsum + ((size_t)b * tl + s) * c,
-                                          s0 + ((size_t)b * tl + s) * c, (size_t)c * 4));
+                                          sin + ((size_t)b * tl + s) * c, (size_t)c * 4));
+                    /* a 16-bit sum: both sides rounded, one step apart at most (as out16) */
                     double e = res_err(gsum, rsum, mode == 1 ? x : NULL, lens, batch, tl, c);
-                    CHECKF(e <= tol, "%s%s c %d: sum rel. RMS %g", dt_name(dt),
-                           hop ? " hopper" : "", c, e);
-                    CHECK(guard_ok(dsum, n, OPS_F32));
+                    fprintf(stderr, "  conv1d_res %s%s c %d: sum%s %.2e\n", dt_name(dt),
+                            hop ? " hopper" : "", c, x16 ? " 16-bit" : "", e);
+                    CHECKF(e <= (x16 ? ulp : tol), "%s%s c %d mode %d: sum rel. RMS %g",
+                           dt_name(dt), hop ? " hopper" : "", c, mode, e);
+                    CHECK(guard_ok(dsum, n, sum_t));
                     cudaFree(dsum);
                 }
             }
             cudaFree(dw1);
             cudaFree(dw2);
+            cudaFree(dxr);
+            free(xr);
+            free(sr);
             free(hw1);
             free(hw2);
         }
@@ -804,6 +851,12 @@ GPU_TEST(cuda_conv1d_res_matches_ref)
     CHECK_EQ_INT(cuda_conv1d_res((float *)8, NULL, (float *)8, (void *)8, (float *)8, 3, 1, NULL,
                                  NULL, 0, OPS_F32, 0.1f, NULL, 1, 8, 32, 1, 1.0f, NULL, 0, NULL,
                                  &err),
+                 HARK_ERR_INVALID_ARG);
+    /* 16-bit x with an item stride its 16-byte loads cannot keep to */
+    conv1d_res_ext_t odd = {.x_ld_b = 8 * 32 + 4, .x16 = 1};
+    CHECK_EQ_INT(cuda_conv1d_res((float *)16, NULL, (float *)16, (void *)16, (float *)16, 3, 1,
+                                 NULL, NULL, 0, OPS_F16, 0.1f, NULL, 1, 8, 32, 1, 1.0f, &odd, 0,
+                                 NULL, &err),
                  HARK_ERR_INVALID_ARG);
 }
 

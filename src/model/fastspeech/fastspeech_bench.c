@@ -31,19 +31,21 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: hark bench --model FASTSPEECH_DIR [--vocoder HIFIGAN_DIR] [--batch 1,32]\n"
-            "                  [--precision fp16|bf16|fp32] [--device cuda:N] [--chunk-frames 64]\n"
-            "                  [--min-time S] [--alpha A] [--no-graphs] [--no-fused | --no-wgmma | "
-            "--wgmma-all]\n"
-            "                  [--profile]\n"
-            "Times text -> FastSpeech -> HiFi-GAN on the GPU, each batch filled with DLE's three\n"
-            "golden sentences in turn: one JSON line per batch size with ms per batch, time to\n"
-            "first audio (the first streamed vocoder chunk), real-time factor and GPU memory.\n"
-            "The vocoder defaults to the one the model's config.pbtxt names. --no-fused runs\n"
-            "HiFi-GAN's resblocks conv by conv, --no-wgmma fused on mma.sync only; --profile adds "
-            "a line with the vocoder's ms per\n"
-            "part (conv_pre, ups{i}, mrf{i}, conv_post; no graphs).\n");
+    fprintf(
+        f,
+        "usage: hark bench --model FASTSPEECH_DIR [--vocoder HIFIGAN_DIR] [--batch 1,32]\n"
+        "                  [--precision fp16|bf16|fp32] [--device cuda:N] [--chunk-frames 64]\n"
+        "                  [--min-time S] [--alpha A] [--no-graphs] [--no-fused | --no-wgmma | "
+        "--wgmma-all] [--res32]\n"
+        "                  [--profile]\n"
+        "Times text -> FastSpeech -> HiFi-GAN on the GPU, each batch filled with DLE's three\n"
+        "golden sentences in turn: one JSON line per batch size with ms per batch, time to\n"
+        "first audio (the first streamed vocoder chunk), real-time factor and GPU memory.\n"
+        "The vocoder defaults to the one the model's config.pbtxt names. --no-fused runs\n"
+        "HiFi-GAN's resblocks conv by conv, --no-wgmma fused on mma.sync only, --res32 keeps the\n"
+        "fused units' residual between dilations in FP32 (default 16 bits); --profile adds "
+        "a line with the vocoder's ms per\n"
+        "part (conv_pre, ups{i}, mrf{i}, conv_post; no graphs).\n");
 }
 
 #ifdef HARK_CUDA
@@ -114,7 +116,7 @@ static int first_audio(run_t *r, double *t, hark_err_t *err)
 
 static int bench_batch(const fastspeech_gpu_model_t *gf, const hifigan_gpu_model_t *gv,
                        const fastspeech_model_t *fs, const hifigan_model_t *voc, int B, float alpha,
-                       int chunk, double min_time, int graphs, int fused, int profile,
+                       int chunk, double min_time, int graphs, int fused, int res16, int profile,
                        const char *dev_name, const char *prec, const char *fs_name,
                        const char *voc_name, int dev)
 {
@@ -154,8 +156,10 @@ static int bench_batch(const fastspeech_gpu_model_t *gf, const hifigan_gpu_model
     }
     hifigan_gpu_set_graphs(r.vw, graphs);
     hifigan_gpu_set_graphs(r.cw, graphs);
-    hifigan_gpu_set_fused(r.vw, fused);
-    hifigan_gpu_set_fused(r.cw, fused);
+    hifigan_gpu_set_fused(r.vw, (hifigan_fused_t)fused);
+    hifigan_gpu_set_fused(r.cw, (hifigan_fused_t)fused);
+    hifigan_gpu_set_res16(r.vw, res16);
+    hifigan_gpu_set_res16(r.cw, res16);
     int runs = 0, fruns = 0;
     double start = 0;
     for (int it = -3; runs < 1000; it++) {
@@ -200,14 +204,14 @@ static int bench_batch(const fastspeech_gpu_model_t *gf, const hifigan_gpu_model
            "\"ms\": %.3f, \"fastspeech_ms\": %.3f, \"hifigan_ms\": %.3f, "
            "\"first_audio_ms\": %.3f, \"chunk_frames\": %d, \"audio_s\": %.3f, \"rtf\": %.5f, "
            "\"rtfx\": %.1f, \"runs\": %d, \"model_mb\": %.0f, \"worker_mb\": %.0f, "
-           "\"gpu_used_mb\": %.0f, \"fused_stages\": %d}\n",
+           "\"gpu_used_mb\": %.0f, \"fused_stages\": %d, \"res16\": %d}\n",
            fs_name, voc_name, dev_name, prec, graphs, B, alpha, ms, fs_ms, ms - fs_ms,
            t_first[fruns / 2] * 1e3, chunk, audio_s, ms / 1e3 / audio_s, audio_s / (ms / 1e3), runs,
            (double)(fastspeech_gpu_model_bytes(gf) + hifigan_gpu_model_bytes(gv)) / 1048576.0,
            (double)(fastspeech_gpu_worker_bytes(r.fw) + hifigan_gpu_worker_bytes(r.vw) +
                     hifigan_gpu_worker_bytes(r.cw)) /
                1048576.0,
-           (double)(total_b - free_b) / 1048576.0, hifigan_gpu_fused_stages(r.vw));
+           (double)(total_b - free_b) / 1048576.0, hifigan_gpu_fused_stages(r.vw), res16);
     fflush(stdout);
     if (profile) { /* the vocoder's parts, averaged over 5 forwards after one warm-up */
         char names[HIFIGAN_PROF_PARTS][16];
@@ -267,7 +271,7 @@ int fastspeech_bench_main(int argc, char **argv)
                *device = "cuda:0";
     double min_time = 3.0;
     float alpha = 1.0f;
-    int graphs = 1, chunk = 64, fused = 1, profile = 0;
+    int graphs = 1, chunk = 64, fused = HIFIGAN_FUSED, res16 = 1, profile = 0;
     for (int i = 1; i < argc; i++) {
         int v = i + 1 < argc;
         if (!strcmp(argv[i], "--model") && v)
@@ -289,11 +293,13 @@ int fastspeech_bench_main(int argc, char **argv)
         else if (!strcmp(argv[i], "--no-graphs"))
             graphs = 0;
         else if (!strcmp(argv[i], "--no-fused"))
-            fused = 0;
+            fused = HIFIGAN_CONV_BY_CONV;
         else if (!strcmp(argv[i], "--no-wgmma"))
-            fused = 2;
+            fused = HIFIGAN_FUSED_MMA;
         else if (!strcmp(argv[i], "--wgmma-all"))
-            fused = 3;
+            fused = HIFIGAN_FUSED_WGMMA_ALL;
+        else if (!strcmp(argv[i], "--res32"))
+            res16 = 0;
         else if (!strcmp(argv[i], "--profile"))
             profile = 1;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -328,6 +334,7 @@ int fastspeech_bench_main(int argc, char **argv)
     (void)min_time;
     (void)graphs;
     (void)fused;
+    (void)res16;
     (void)profile;
     fprintf(stderr, "hark bench: built without CUDA\n");
     return 1;
@@ -355,7 +362,7 @@ int fastspeech_bench_main(int argc, char **argv)
         if (*b == ',')
             b++;
         if (B >= 1 && B <= CUDA_MAX_LENS)
-            failed |= bench_batch(gf, gv, fs, voc, B, alpha, chunk, min_time, graphs, fused,
+            failed |= bench_batch(gf, gv, fs, voc, B, alpha, chunk, min_time, graphs, fused, res16,
                                   profile, prop.name, precision, model_dir, vocoder, dev);
     }
 done:

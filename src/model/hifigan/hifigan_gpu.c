@@ -42,6 +42,7 @@ double hifigan_macs(const hifigan_model_t *m, int n_frames)
 
 #include "core/alloc.h"
 #include "core/assert.h"
+#include "core/dtype.h"
 #include "gpu/gpu_arch.h"
 #include "gpu/graph_cache.h"
 #include "gpu/weight_stage.h"
@@ -353,8 +354,10 @@ struct hifigan_gpu_worker {
     int graphs;
     graph_cache_t *gc; /* GRAPH_SLOTS forwards by (batch, frames, device input, its address) */
     /* stage i's resblocks as fused units (cuda_conv1d_res: 16-bit, a channel count it takes) */
-    int can_fuse[HIFIGAN_MAX_UPS], fused;
-    int prof; /* events between the parts of the forward (no graphs while on) */
+    int can_fuse[HIFIGAN_MAX_UPS];
+    hifigan_fused_t fused;
+    int res16; /* the fused units' residual between dilations in 16 bits */
+    int prof;  /* events between the parts of the forward (no graphs while on) */
     cudaEvent_t ev[HIFIGAN_PROF_PARTS + 1];
 };
 
@@ -386,10 +389,16 @@ void hifigan_gpu_set_graphs(hifigan_gpu_worker_t *w, int on)
     w->graphs = on != 0;
 }
 
-void hifigan_gpu_set_fused(hifigan_gpu_worker_t *w, int on)
+void hifigan_gpu_set_fused(hifigan_gpu_worker_t *w, hifigan_fused_t mode)
 {
     graph_cache_clear(w->gc);
-    w->fused = on == 2 || on == 3 ? on : on != 0;
+    w->fused = mode;
+}
+
+void hifigan_gpu_set_res16(hifigan_gpu_worker_t *w, int on)
+{
+    graph_cache_clear(w->gc);
+    w->res16 = on != 0;
 }
 
 int hifigan_gpu_fused_stages(const hifigan_gpu_worker_t *w)
@@ -534,7 +543,8 @@ int hifigan_gpu_worker_create(const hifigan_gpu_model_t *g, int max_batch, int m
         goto fail;
     }
     memset(w->h_lens, 0, n_lens * 4);
-    w->fused = 1;
+    w->fused = HIFIGAN_FUSED;
+    w->res16 = 1;
     for (int i = 0; i < c->n_ups; i++) {
         int ok = g->dt != OPS_F32;
         for (int k = 0; k < c->n_kernels; k++)
@@ -590,14 +600,15 @@ static const int *lens_of(const hifigan_gpu_worker_t *w, int lvl)
 
 /* Stage dump (tests, --dump-dir): buf (batch, t, cp) on the device, + bias (host, or NULL) ->
  * each item's (ch, len) channel-major. Synchronises. */
-static int dump(hifigan_gpu_worker_t *w, const dump_t *d, const char *name, const float *buf, int t,
-                int cp, int ch, int lvl_mult, const float *bias, hark_err_t *err)
+static int dump(hifigan_gpu_worker_t *w, const dump_t *d, const char *name, const void *buf,
+                ops_dtype_t bt, int t, int cp, int ch, int lvl_mult, const float *bias,
+                hark_err_t *err)
 {
     if (!d || !d->fn)
         return HARK_OK;
-    size_t n = (size_t)d->batch * t * cp;
+    size_t n = (size_t)d->batch * t * cp, es = ops_dtype_size(bt);
     float *h = hark_malloc(sizeof(float) * n), *o = hark_malloc(sizeof(float) * (size_t)t * ch);
-    cudaError_t e = h && o ? cudaMemcpyAsync(h, buf, n * 4, cudaMemcpyDeviceToHost, w->stream)
+    cudaError_t e = h && o ? cudaMemcpyAsync(h, buf, n * es, cudaMemcpyDeviceToHost, w->stream)
                            : cudaErrorMemoryAllocation;
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(w->stream);
@@ -606,6 +617,11 @@ static int dump(hifigan_gpu_worker_t *w, const dump_t *d, const char *name, cons
         hark_free(o);
         return cuda_err(err, e, "stage dump");
     }
+    if (bt != OPS_F32) /* 16-bit values, widened in place from the end */
+        for (size_t i = n; i-- > 0;) {
+            uint16_t v = ((const uint16_t *)h)[i];
+            h[i] = bt == OPS_F16 ? dtype_half_to_float(v) : dtype_bf16_to_float(v);
+        }
     for (int b = 0; b < d->batch; b++) {
         int len = d->n_frames[b] * lvl_mult;
         for (int s = 0; s < len; s++)
@@ -648,12 +664,16 @@ static int enqueue_forward(hifigan_gpu_worker_t *w, const float *mel, int batch,
                     pc->k, 1, 1, w->ops, err));
     RUN(cuda_conv1d_act(w->xs, OPS_F32, w->xs, pc->b, batch * F, pc->cout_p, CONV1D_ACT_NONE, st,
                         err));
-    RUN(dump(w, d, "conv_pre", w->xs, F, pc->cout_p, c->ch0, 1, NULL, err));
+    RUN(dump(w, d, "conv_pre", w->xs, OPS_F32, F, pc->cout_p, c->ch0, 1, NULL, err));
     MARK(1);
     int T = F, mult = 1;
     char nm[32];
     const int dumping = d && d->fn;
     int xp_ready = 0; /* the last fused unit already wrote this upsampler's padded input */
+    /* the last stage's last fused unit writes conv_post's input (the MRF mean, leaky ReLU'd) in
+     * 16 bits; the fused units' MRF sums in 16 bits (a dump reads them widened) */
+    const int post16 = w->fused && w->can_fuse[c->n_ups - 1] && w->res16;
+    const int sum16 = w->res16;
     for (int i = 0; i < c->n_ups; i++) {
         const gconv_t *u = &g->ups[i];
         const int cin_p = g->ch_p[i], cp = g->ch_p[i + 1], ch = c->ch0 >> (i + 1);
@@ -673,7 +693,7 @@ static int enqueue_forward(hifigan_gpu_worker_t *w, const float *mel, int batch,
             RUN(cuda_conv1d_crop_bias(w->x, OPS_F32, w->r, u->b, batch, Tn, cp, cp,
                                       (long long)nq * u->cout_p, u->pad, st, err));
         snprintf(nm, sizeof nm, "ups%d", i);
-        RUN(dump(w, d, nm, w->x, Tn, cp, ch, mult, NULL, err));
+        RUN(dump(w, d, nm, w->x, OPS_F32, Tn, cp, ch, mult, NULL, err));
         MARK(2 + 2 * i);
         const int *lens = lens_of(w, i + 1);
         const size_t n = (size_t)batch * Tn * cp;
@@ -683,7 +703,12 @@ static int enqueue_forward(hifigan_gpu_worker_t *w, const float *mel, int batch,
             x_ext.x_bias = u->b;
         }
         xp_ready = fuse && i + 1 < c->n_ups;
-        if (xp_ready) { /* the next upsampler's input: zeros, then the items' rows */
+        if (post16 && i + 1 == c->n_ups) { /* conv_post reads only the items' rows */
+            next_ext.next = w->xp;
+            next_ext.next_ld_b = (long long)Tn * cp;
+            next_ext.next_slope = HIFIGAN_LRELU_SLOPE_POST;
+            next_ext.no_sum_store = !dumping;
+        } else if (xp_ready) { /* the next upsampler's input: zeros, then the items' rows */
             const gconv_t *un = &g->ups[i + 1];
             const int tpn = un->k - 1 + Tn + conv1d_transpose_pad_r(un->pad, un->stride);
             next_ext.next = w->xp;
@@ -708,24 +733,29 @@ static int enqueue_forward(hifigan_gpu_worker_t *w, const float *mel, int batch,
                 /* the first unit reads the upsampler's output: keep it (r) until the last
                  * resblock has read it; the others alternate acc, x */
                 dst = dd % 2 ? w->acc : x_direct ? w->x : w->r;
-                conv1d_res_ext_t ext = final && xp_ready ? next_ext : (conv1d_res_ext_t){0};
+                conv1d_res_ext_t ext = final && next_ext.next ? next_ext : (conv1d_res_ext_t){0};
                 if (dd == 0) {
                     ext.x_ld_b = x_ext.x_ld_b;
                     ext.x_bias = x_ext.x_bias;
                 }
-                RUN(cuda_conv1d_res(keep ? dst : NULL, last ? w->xs : NULL, src, c1->w, c1->b,
-                                    c1->k, c1->dil, c2 ? c2->w : NULL, c2 ? c2->b : NULL,
-                                    c2 ? c2->k : 0, dt, slope, lens, batch, Tn, cp, k == 0, div,
-                                    &ext,
-                                    ops_cuda_path(w->ops) != GPU_PATH_HOPPER ? 0
-                                    : w->fused == 3                          ? 2
-                                                                             : w->fused == 1,
-                                    st, err));
+                /* the residual between dilations in 16 bits; a resblock's input (the upsampler's
+                 * output) and its last unit's out (only kept for a dump) stay FP32 */
+                ext.x16 = w->res16 && dd > 0;
+                ext.out16 = w->res16 && !last;
+                ext.sum16 = sum16;
+                RUN(cuda_conv1d_res(
+                    keep ? dst : NULL, last ? w->xs : NULL, src, c1->w, c1->b, c1->k, c1->dil,
+                    c2 ? c2->w : NULL, c2 ? c2->b : NULL, c2 ? c2->k : 0, dt, slope, lens, batch,
+                    Tn, cp, k == 0, div, &ext,
+                    ops_cuda_path(w->ops) != GPU_PATH_HOPPER ? 0
+                    : w->fused == HIFIGAN_FUSED_WGMMA_ALL    ? 2
+                                                             : w->fused == HIFIGAN_FUSED,
+                    st, err));
                 src = dst;
             }
             if (i == 0) {
                 snprintf(nm, sizeof nm, "resblock%d", k);
-                RUN(dump(w, d, nm, dst, Tn, cp, ch, mult, NULL, err));
+                RUN(dump(w, d, nm, dst, OPS_F32, Tn, cp, ch, mult, NULL, err));
             }
         }
         for (int k = 0; !(w->fused && w->can_fuse[i]) && k < c->n_kernels; k++) {
@@ -753,23 +783,26 @@ static int enqueue_forward(hifigan_gpu_worker_t *w, const float *mel, int batch,
             const float *pend = g->pb[i][k][c->n_dil - 1];
             if (i == 0) {
                 snprintf(nm, sizeof nm, "resblock%d", k);
-                RUN(dump(w, d, nm, w->r, Tn, cp, ch, mult, g->h_pb[i][k][c->n_dil - 1], err));
+                RUN(dump(w, d, nm, w->r, OPS_F32, Tn, cp, ch, mult, g->h_pb[i][k][c->n_dil - 1],
+                         err));
             }
             RUN(cuda_conv1d_sum(w->xs, w->r, pend, k == 0,
                                 k == c->n_kernels - 1 ? (float)c->n_kernels : 1.0f, batch * Tn, cp,
                                 st, err));
         }
         snprintf(nm, sizeof nm, "mrf%d", i);
-        RUN(dump(w, d, nm, w->xs, Tn, cp, ch, mult, NULL, err));
+        RUN(dump(w, d, nm, w->xs, fuse && sum16 ? dt : OPS_F32, Tn, cp, ch, mult, NULL, err));
         MARK(3 + 2 * i);
         T = Tn;
     }
-    /* leaky ReLU (torch's default slope), conv_post, tanh: one kernel */
+    /* leaky ReLU (torch's default slope), conv_post, tanh: one kernel (post16: the last fused
+     * unit applied the leaky ReLU) */
     const gconv_t *po = &g->post;
-    RUN(cuda_conv1d_post_tanh(w->audio, d && d->fn ? w->pre : NULL, w->xs, po->w, dt, g->post_b,
-                              HIFIGAN_LRELU_SLOPE_POST, lens_of(w, c->n_ups), batch, T, po->cin_p,
-                              po->k, st, err));
-    RUN(dump(w, d, "conv_post", w->pre, T, 1, 1, mult, NULL, err));
+    RUN(cuda_conv1d_post_tanh(w->audio, d && d->fn ? w->pre : NULL, post16 ? w->xp : w->xs,
+                              post16 ? dt : OPS_F32, po->w, dt, g->post_b,
+                              post16 ? 1.0f : HIFIGAN_LRELU_SLOPE_POST, lens_of(w, c->n_ups), batch,
+                              T, po->cin_p, po->k, st, err));
+    RUN(dump(w, d, "conv_post", w->pre, OPS_F32, T, 1, 1, mult, NULL, err));
     MARK(2 + 2 * c->n_ups);
 #undef MARK
 #undef RUN
@@ -1005,7 +1038,8 @@ int hifigan_gpu_worker_max_batch(const hifigan_gpu_worker_t *w)
     return 0;
 }
 void hifigan_gpu_set_graphs(hifigan_gpu_worker_t *w, int on) {}
-void hifigan_gpu_set_fused(hifigan_gpu_worker_t *w, int on) {}
+void hifigan_gpu_set_fused(hifigan_gpu_worker_t *w, hifigan_fused_t mode) {}
+void hifigan_gpu_set_res16(hifigan_gpu_worker_t *w, int on) {}
 int hifigan_gpu_fused_stages(const hifigan_gpu_worker_t *w)
 {
     return 0;

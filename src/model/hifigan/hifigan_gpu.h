@@ -51,11 +51,21 @@ int hifigan_gpu_worker_max_batch(const hifigan_gpu_worker_t *w);
 void hifigan_gpu_set_graphs(hifigan_gpu_worker_t *w, int on); /* default on; HARK_NO_GRAPHS=1 off */
 
 /* 16-bit workers run each dilation of a stage's resblocks as one fused kernel (cuda_conv1d_res)
- * where it takes the stage's channels: on 1 (the default; wgmma kernels on the Hopper path), 2
- * (mma.sync kernels on every path), 3 (wgmma at every width on the Hopper path: tuning), 0 off
- * (the conv-by-conv path, the FP32 one in 16 bits).
+ * where it takes the stage's channels: HIFIGAN_FUSED (the default; wgmma kernels on the Hopper
+ * path from 64 channels up), HIFIGAN_FUSED_MMA (mma.sync kernels on every path),
+ * HIFIGAN_FUSED_WGMMA_ALL (wgmma at every width on the Hopper path: tuning), HIFIGAN_CONV_BY_CONV
+ * (the FP32 path's convs in 16 bits). The fused units keep the residual stream between a
+ * resblock's dilations in 16 bits (as the original model in FP16 does); hifigan_gpu_set_res16(w, 0)
+ * keeps it in FP32 (measurements). The MRF sum and each resblock's input stay FP32.
  * hifigan_gpu_fused_stages: how many stages run fused now. */
-void hifigan_gpu_set_fused(hifigan_gpu_worker_t *w, int on);
+typedef enum {
+    HIFIGAN_CONV_BY_CONV = 0,
+    HIFIGAN_FUSED = 1,
+    HIFIGAN_FUSED_MMA = 2,
+    HIFIGAN_FUSED_WGMMA_ALL = 3,
+} hifigan_fused_t;
+void hifigan_gpu_set_fused(hifigan_gpu_worker_t *w, hifigan_fused_t mode);
+void hifigan_gpu_set_res16(hifigan_gpu_worker_t *w, int on);
 int hifigan_gpu_fused_stages(const hifigan_gpu_worker_t *w);
 
 /* Profiling (benchmarks): while on, each forward records events between its parts (conv_pre,

@@ -210,7 +210,7 @@ GPU_TEST(hifigan_gpu_v3_stages_fp16)
 /* items of different lengths in one batch == each alone on the CPU; and == the batch-1 GPU run */
 static void batch_vs_cpu(test_ctx_t *t, hifigan_model_t *m, ops_dtype_t dt, const float *mel_full,
                          int nf_full, const int *starts, const int *lens, int batch, double tol,
-                         int fused)
+                         hifigan_fused_t fused)
 {
     int nm = hifigan_config(m)->num_mels;
     hark_err_t err = {0};
@@ -271,11 +271,11 @@ GPU_TEST(hifigan_gpu_v3_batch_of_different_lengths)
     CHECK(golden_tts_npy(&mel, "hifigan_v3/mel/mel.npy") == HARK_OK);
     int nf = (int)mel.shape[2];
     const int starts[3] = {0, 40, 100}, lens[3] = {nf, 37, 1};
-    batch_vs_cpu(t, m, OPS_F32, mel.data, nf, starts, lens, 3, TOL32, 1);
+    batch_vs_cpu(t, m, OPS_F32, mel.data, nf, starts, lens, 3, TOL32, HIFIGAN_FUSED);
     if (!test_failed(t))
-        batch_vs_cpu(t, m, OPS_F16, mel.data, nf, starts, lens, 3, TOL16, 1);
+        batch_vs_cpu(t, m, OPS_F16, mel.data, nf, starts, lens, 3, TOL16, HIFIGAN_FUSED);
     if (!test_failed(t))
-        batch_vs_cpu(t, m, OPS_F16, mel.data, nf, starts, lens, 3, TOL16, 0);
+        batch_vs_cpu(t, m, OPS_F16, mel.data, nf, starts, lens, 3, TOL16, HIFIGAN_CONV_BY_CONV);
     npy_free(&mel);
     hifigan_destroy(m);
 }
@@ -361,17 +361,19 @@ GPU_TEST(hifigan_gpu_awkward_resblock1_matches_cpu)
     for (int i = 0; i < nm * nf; i++)
         mel[i] = 2.0f * test_randf(&seed) - 3.0f;
     const int starts[3] = {0, 4, 11}, lens[3] = {nf, 17, 1};
-    batch_vs_cpu(t, m, OPS_F32, mel, nf, starts, lens, 3, TOL32, 1);
+    batch_vs_cpu(t, m, OPS_F32, mel, nf, starts, lens, 3, TOL32, HIFIGAN_FUSED);
     if (!test_failed(t)) /* the a-priori bound, kept: the test runs on the device since session
                           * 16 (passed) but its value was not recorded */
-        batch_vs_cpu(t, m, OPS_F16, mel, nf, starts, lens, 3, TOL16_REAL, 1);
+        batch_vs_cpu(t, m, OPS_F16, mel, nf, starts, lens, 3, TOL16_REAL, HIFIGAN_FUSED);
     free(mel);
     hifigan_destroy(m);
 }
 
 /* a generated ResBlock1 model of V1's resblocks (kernels 3 / 7 / 11, dilations 1 / 3 / 5) at widths
- * the fused units take (128 -> 64 -> 32 channels): FP16 with the stages fused against the CPU, and
- * the same conv by conv (both round at the same points: 1e-3, as a batch against its items) */
+ * the fused units take (128 -> 64 -> 32 channels): FP16 with the stages fused (the residual
+ * between dilations in 16 bits, the default) against the CPU; fused with that residual in FP32
+ * against the same conv by conv (both round at the same points: 1e-3, as a batch against its
+ * items); the 16-bit residual's own difference printed */
 GPU_TEST(hifigan_gpu_fused_resblock1_matches_cpu)
 {
     hifigan_model_t *m = generated(
@@ -391,7 +393,7 @@ GPU_TEST(hifigan_gpu_fused_resblock1_matches_cpu)
     for (int i = 0; i < nm * nf; i++)
         mel[i] = 2.0f * test_randf(&seed) - 3.0f;
     const int starts[3] = {0, 9, 40}, lens[3] = {nf, 97, 1};
-    batch_vs_cpu(t, m, OPS_F16, mel, nf, starts, lens, 3, TOL16, 1);
+    batch_vs_cpu(t, m, OPS_F16, mel, nf, starts, lens, 3, TOL16, HIFIGAN_FUSED);
     /* fused and conv by conv on the GPU */
     hifigan_gpu_model_t *g = NULL;
     hifigan_gpu_worker_t *w = NULL;
@@ -399,18 +401,23 @@ GPU_TEST(hifigan_gpu_fused_resblock1_matches_cpu)
     CHECKF(hifigan_gpu_worker_create(g, 1, nf, &w, &err) == HARK_OK, "%s", err.msg);
     CHECK_EQ_INT(hifigan_gpu_fused_stages(w), 2);
     size_t ns = hifigan_samples(m, nf);
-    float *a = malloc(ns * 4), *b = malloc(ns * 4);
+    float *a = malloc(ns * 4), *b = malloc(ns * 4), *h = malloc(ns * 4);
     const float *mb[1] = {mel};
-    float *oa[1] = {a}, *ob[1] = {b};
+    float *oa[1] = {a}, *ob[1] = {b}, *oh[1] = {h};
+    CHECKF(hifigan_gpu_run(w, mb, &nf, 1, oh, NULL, NULL, &err) == HARK_OK, "%s", err.msg);
+    hifigan_gpu_set_res16(w, 0);
     CHECKF(hifigan_gpu_run(w, mb, &nf, 1, oa, NULL, NULL, &err) == HARK_OK, "%s", err.msg);
-    hifigan_gpu_set_fused(w, 0);
+    hifigan_gpu_set_fused(w, HIFIGAN_CONV_BY_CONV);
     CHECK_EQ_INT(hifigan_gpu_fused_stages(w), 0);
     CHECKF(hifigan_gpu_run(w, mb, &nf, 1, ob, NULL, NULL, &err) == HARK_OK, "%s", err.msg);
-    double d = rel_diff(a, b, ns);
-    printf("    fused vs conv by conv (fp16, %d frames): max rel diff %.3g\n", nf, d);
+    double d = rel_diff(a, b, ns), d16 = rel_diff(h, b, ns);
+    printf("    fused vs conv by conv (fp16, %d frames): max rel diff %.3g; with the 16-bit "
+           "residual %.3g\n",
+           nf, d, d16);
     CHECKF(d <= 1e-3, "fused vs conv by conv %g", d);
     free(a);
     free(b);
+    free(h);
     hifigan_gpu_worker_destroy(w);
     hifigan_gpu_model_destroy(g);
     free(mel);
