@@ -4,13 +4,18 @@
 # `hark serve` under sequence batching, FP16 on the GPU, 640 ms chunks, CTC prefix beam search,
 # driven by `hark perf --streaming` at real-time pace with LEVELS streams (each a thread and a
 # connection sending the first SECONDS_PER_STREAM of SPEECH.wav again and again as sequences). Prints each level and the most
-# streams sustained with p99 chunk latency <= 200 ms; CSV in $OUT_DIR/streams.csv.
+# streams sustained with p99 chunk latency <= 200 ms; CSV in $OUT_DIR/streams.csv. Then, with the
+# server stopped, WeNet's own streaming step on the same GPU and weights (bench/wenet_peer.py
+# chunk): forward_chunk one stream at a time, and WeNet's modules stepping PEER_BATCHES streams
+# together, FP32 and FP16, streams as long as the served ones, the same left context; one JSON
+# line per (mode, batch) into $OUT_DIR/peer.jsonl.
 # Usage: bench/stream_bench.sh SPEECH.wav [cuda:0]
 # Knobs: LEVELS (A:B:S, default 1000:5000:1000), INSTANCES (10), SEQ (sequence slots per instance,
 # 512, the GPU pool's most), METHOD (ctc_prefix_beam_search), LEFT (num_decoding_left_chunks, -1), PERF_MS (10000),
 # PROTOCOL (http|grpc), SECONDS_PER_STREAM (5: each sequence is the first 5 s of SPEECH.wav),
 # MAX_SECONDS (the pool's longest stream, SECONDS_PER_STREAM + 1: the caches are sized for it),
-# OUT_DIR, PORT, HARK, PYTHON.
+# PEER (1; 0 skips WeNet's step), PEER_BATCHES (1,64,512), PEER_MODES (fp32,fp16), PEER_SECONDS
+# (SECONDS_PER_STREAM), PEER_MIN_TIME (3), OUT_DIR, PORT, HARK, PYTHON.
 set -euo pipefail
 wav=${1:?a speech wav}; dev=${2:-cuda:0}
 HARK=${HARK:-build/hark}; PY=${PYTHON:-/usr/bin/python3}
@@ -55,4 +60,10 @@ addr=localhost:$port; [ "$proto" = grpc ] && addr=localhost:$((port + 1))
     -p "${PERF_MS:-10000}" --input-data "$out/clip.wav" -f "$out/streams.csv" || status=$?
 kill -TERM $pid; wait $pid || true
 tail -5 "$out/serve.log"
+if [ "${PEER:-1}" = 1 ] && [ "${dev%%:*}" = cuda ]; then
+    $PY bench/wenet_peer.py chunk --device "$dev" --modes "${PEER_MODES:-fp32,fp16}" \
+        --seconds "${PEER_SECONDS:-$secs}" --left-chunks "$left" \
+        --batched "${PEER_BATCHES:-1,64,512}" --min-time "${PEER_MIN_TIME:-3}" 2>/dev/null |
+        grep '^{' | tee "$out/peer.jsonl" || status=${status:-$?}
+fi
 exit ${status:-0}

@@ -1,7 +1,7 @@
 /* Tests for the set-up and build tooling (issue 23): the tools/ Python programs runnable as the
  * docs call them, tools/install-deps.sh's package sets, the Makefile's format-check,
- * bench/conformer.sh and bench/fuzz.sh refusing clearly what they cannot do. Run from the
- * repository root. */
+ * bench/conformer.sh and bench/fuzz.sh refusing clearly what they cannot do, bench/wenet_peer.py's
+ * batched streaming step against WeNet's forward_chunk. Run from the repository root. */
 #include "test.h"
 
 #include <dirent.h>
@@ -206,6 +206,35 @@ TEST(bench_conformer_without_wenet)
     int rc = test_run_cmd(t, cmd, out, sizeof out);
     CHECKF(rc == 2 && strstr(out, "git clone") && strstr(out, "wenet-e2e/wenet") &&
                strstr(out, "pytorch-peer/shims"),
+           "exit %d: %s", rc, out);
+}
+
+/* bench/wenet_peer.py's batched streaming step (WeNet's own modules, B streams' caches stacked
+ * on the batch dimension) gives every stream what WeNet's forward_chunk gives it alone: 3 streams
+ * of different features, a small generated encoder on the CPU, every chunk's encoder output and
+ * CTC log-probs and the last caches within 2e-5 (FP32), with all left context and with 2 left
+ * chunks. Skips without WeNet's package and the shims in .ext/ (WENET_EXT names another folder)
+ * or without /usr/bin/python3's torch. */
+TEST(bench_wenet_peer_batched_chunk_matches_forward_chunk)
+{
+    const char *ext = getenv("WENET_EXT") ? getenv("WENET_EXT") : ".ext";
+    char path[512];
+    snprintf(path, sizeof path, "%s/wenet/__init__.py", ext);
+    if (access(path, R_OK) != 0)
+        SKIP("WeNet's package is not in .ext/wenet (bench/conformer.sh says how to fill .ext/)");
+    snprintf(path, sizeof path, "%s/shims", ext);
+    if (access(path, R_OK) != 0)
+        SKIP("the import shims are not in .ext/shims (bench/conformer.sh says how to fill it)");
+    if (system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
+        SKIP("/usr/bin/python3 with torch is absent");
+    char cmd[2048], out[8192];
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 bench/wenet_peer.py chunk --check --small --device cpu "
+             "--seconds 2.5 --threads 1 --wenet %s --shims %s/shims",
+             ext, ext);
+    int rc = test_run_cmd(t, cmd, out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "ok: largest difference") && strstr(out, "\"left_chunks\": -1") &&
+               strstr(out, "\"left_chunks\": 2"),
            "exit %d: %s", rc, out);
 }
 
