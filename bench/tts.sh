@@ -8,7 +8,9 @@
 # Usage: bench/tts.sh [BATCHES]   (default 1,32)
 # Needs DLE's CUDA-Optimized/FastSpeech folder in .ext/fastspeech-dle and a hifi-gan checkout in
 # .ext/hifi-gan (fetched, never committed). HARK, PYTHON, OUT_DIR, PEER_MODES (fp16,compile),
-# HARK_MODES (fp16 fp32), PEER_MIN_TIME (1).
+# HARK_MODES (fp16 fp32), PEER_MIN_TIME (1); VOCODER_CKPT + VOCODER_CONFIG time another generator on
+# both sides instead of the generated V1 (e.g. the real V3: ../shared/data/golden/tts/hifigan_v3_real/
+# generator_v3_ljspeech_wn_removed_fp16.pt with .ext/hifi-gan/config_v3.json).
 set -euo pipefail
 batches=${1:-1,32}
 HARK=${HARK:-build/hark}; PY=${PYTHON:-python3}; out=${OUT_DIR:-/tmp/hark-tts-bench}
@@ -19,8 +21,10 @@ rm -rf "$out/repo"
 $PY tools/convert_fastspeech.py --checkpoint "$out/fastspeech.pt" \
     --config "$dle/fastspeech/hparams/base.yaml" --output "$out/repo/fastspeech" \
     --vocoder hifigan >/dev/null
-$PY tools/convert_hifigan.py --checkpoint "$out/g_v1" --config "$hg/config_v1.json" \
-    --output "$out/repo/hifigan" >/dev/null
+$PY tools/convert_hifigan.py --checkpoint "${VOCODER_CKPT:-$out/g_v1}" \
+    --config "${VOCODER_CONFIG:-$hg/config_v1.json}" --output "$out/repo/hifigan" >/dev/null
+peer_voc=()
+[ -n "${VOCODER_CKPT:-}" ] && peer_voc=(--vocoder-ckpt "$VOCODER_CKPT" --vocoder-config "$VOCODER_CONFIG")
 # hark's symbol ids of the sentences (the same as DLE's text_to_sequence: tests/text)
 sentences=("Printing, in the only sense with which we are at present concerned, differs from most if not from all the arts."
            "Dr. Smith paid \$12.50 for 3 books on Jan. 2nd, 1999 — at 4:30 p.m.!"
@@ -44,7 +48,7 @@ for p in ${HARK_MODES:-fp16 fp32}; do
 done
 $PY bench/tts_peer.py time --dle "$dle" --hifigan "$hg" --out "$out" --ids "$out/ids.json" \
     --batches "$batches" --modes "${PEER_MODES:-fp16,compile}" \
-    --min-time "${PEER_MIN_TIME:-1}" 2>/dev/null | grep '^{' | tee "$out/peer.jsonl"
+    --min-time "${PEER_MIN_TIME:-1}" "${peer_voc[@]}" 2>/dev/null | grep '^{' | tee "$out/peer.jsonl"
 $PY - "$out" <<'PYEOF'
 import json, sys
 out = sys.argv[1]

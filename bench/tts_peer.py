@@ -82,7 +82,7 @@ def build(a):
     hp = yaml.safe_load(open(os.path.join(a.dle, "fastspeech/hparams/base.yaml")))
     kw = {k: hp[k] for k in MODEL_KEYS}
     kw["n_mels"] = kw.pop("num_mels")
-    h = AttrDict(json.load(open(os.path.join(a.hifigan, "config_v1.json"))))
+    h = AttrDict(json.load(open(a.vocoder_config or os.path.join(a.hifigan, "config_v1.json"))))
     return Fastspeech, Generator, kw, h
 
 
@@ -120,14 +120,19 @@ def time_modes(a):
     Fastspeech, Generator, kw, h = build(a)
     dev = torch.device(a.device)
     ck = torch.load(os.path.join(a.out, "fastspeech.pt"), map_location="cpu")
-    gk = torch.load(os.path.join(a.out, "g_v1"), map_location="cpu")
+    gk = torch.load(a.vocoder_ckpt or os.path.join(a.out, "g_v1"), map_location="cpu")
+    gk = gk.get("generator", gk)  # a train.py checkpoint, or a bare state dict
+    wn = any(k.endswith("weight_g") for k in gk)  # weight norm still in the checkpoint
     ids = json.load(open(a.ids))
     for mode in a.modes.split(","):
         fs = Fastspeech(**kw)
         fs.load_state_dict({k[len("module."):]: v for k, v in ck["model"].items()})
         g = Generator(h)
-        g.load_state_dict(gk["generator"])
-        g.remove_weight_norm()
+        if not wn:
+            g.remove_weight_norm()
+        g.load_state_dict(gk)
+        if wn:
+            g.remove_weight_norm()
         fs, g = fs.eval().to(dev), g.eval().to(dev)
         half = mode in ("fp16", "compile")
         if half:
@@ -180,6 +185,11 @@ def main():
     ap.add_argument("--modes", default="fp16,compile")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--min-time", type=float, default=1.0)
+    ap.add_argument("--vocoder-ckpt", default=None,
+                    help="time: this generator (jik876's g_XXXXXXXX, or a state dict with weight "
+                         "norm removed, e.g. the real V3) instead of OUT/g_v1")
+    ap.add_argument("--vocoder-config", default=None,
+                    help="its config_vN.json (default: config_v1.json of --hifigan)")
     a = ap.parse_args()
     export(a) if a.mode == "export" else time_modes(a)
 
