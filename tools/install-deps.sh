@@ -4,7 +4,9 @@
 #   tools/install-deps.sh --build     + compilers, headers and code generators: `make`
 #   tools/install-deps.sh [--dev]     + what `make test`, `make lint`, `make format-check`, the
 #                                     fuzz targets and tools/*.py use: Python with numpy, PyTorch
-#                                     and gRPC, Chromium, clang, cppcheck, clang-format (default)
+#                                     and gRPC, what tritonclient and DLE's jasper-client.py import
+#                                     (tests/server/test_jasper_client.c), Chromium, clang,
+#                                     cppcheck, clang-format (default)
 #   --print                           lists the packages of the chosen set and installs nothing
 # CUDA is optional and not installed here: when nvcc is on PATH or under /usr/local/cuda, `make`
 # also builds the GPU code. Tests: tests/tools/test_tools.c (install_deps_*).
@@ -19,6 +21,7 @@ BUILD=(build-essential pkg-config
        libnghttp2-dev libwslay-dev libprotobuf-c-dev protobuf-c-compiler)
 DEV=(python3 python3-numpy python3-yaml python3-torch python3-torchaudio python3-requests python3-packaging
      python3-grpcio python3-grpc-tools python3-protobuf
+     python3-soundfile python3-pyaudio python3-rapidjson python3-geventhttpclient
      python3-unidecode python3-inflect python3-websocket python3-selenium chromium chromium-driver
      clang libclang-rt-14-dev cppcheck clang-format curl)
 
@@ -35,7 +38,7 @@ for a in "$@"; do
     --build) set_name=build ;;
     --dev) set_name=dev ;;
     --print) print=1 ;;
-    -h | --help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "tools/install-deps.sh: unknown option '$a'" >&2; usage ;;
     esac
 done
