@@ -406,9 +406,8 @@ int family_mkdir_p(const char *dir, hark_err_t *err)
 }
 
 int family_endpoint_params(const family_params_t *params, const char *where, int *endpointing,
-                           int *continuous, void *rule_, hark_err_t *err)
+                           int *continuous, ctc_endpoint_rule_t *rule, hark_err_t *err)
 {
-    ctc_endpoint_rule_t *rule = rule_;
     static const char *const bools[2] = {"endpointing", "continuous_decoding"};
     int *bvals[2] = {endpointing, continuous};
     for (int i = 0; i < 2; i++) {

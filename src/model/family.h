@@ -55,8 +55,9 @@ int family_param_int(const family_params_t *params, const char *key, long lo, lo
  * rule 1 and 2's trailing silence, rule 3's length) from params into *endpointing, *continuous
  * and rule[3] (ctc_endpoint_rule_t, search/ctc_endpoint.h), keys left out leaving them as they
  * are; HARK_ERR_INVALID_ARG naming the key (after `where`) for a bad value. */
+struct ctc_endpoint_rule;
 int family_endpoint_params(const family_params_t *params, const char *where, int *endpointing,
-                           int *continuous, void *rule, hark_err_t *err);
+                           int *continuous, struct ctc_endpoint_rule *rule, hark_err_t *err);
 int family_param_double(const family_params_t *params, const char *key, double *out,
                         hark_err_t *err);
 /* "true"/"false" or "yes"/"no" (any case), or "1"/"0". */

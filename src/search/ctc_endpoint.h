@@ -15,7 +15,7 @@
 extern "C" {
 #endif
 
-typedef struct {
+typedef struct ctc_endpoint_rule {
     int must_decode;          /* holds only after something was decoded */
     int min_trailing_silence; /* ms */
     int min_utterance_length; /* ms */
