@@ -476,13 +476,23 @@ int icefall_worker_create(const icefall_model_t *m, double max_seconds, icefall_
                                                         : enc_sizes(m, w->max_t_in, &s);
     int tp = icefall_model_frames_out(m, w->max_t_in);
     /* key ranges: the Conformer's per encoder frame, the zipformer's per 50 Hz frame */
-    int nlh = m->cfg.encoder_type == ICEFALL_ZIPFORMER ? icefall_zf_key_rows(m, w->max_t_in) : tp;
+    int nlh =
+        m->cfg.encoder_type == ICEFALL_ZIPFORMER ? icefall_zf_key_rows(m, w->max_t_in, 1) : tp;
+    nlh = nlh > 0 ? nlh : 1;
     w->scratch = hark_malloc(sizeof(float) * n);
-    w->lo = hark_malloc(sizeof(int) * (size_t)(nlh > 0 ? nlh : 1));
-    w->hi = hark_malloc(sizeof(int) * (size_t)(nlh > 0 ? nlh : 1));
+    w->n_scratch = n;
+    w->lo = hark_malloc(sizeof(int) * (size_t)nlh);
+    w->hi = hark_malloc(sizeof(int) * (size_t)nlh);
+    w->n_lohi = nlh;
     w->feats = hark_malloc(sizeof(float) * (size_t)w->max_t_in * (size_t)m->cfg.feature_dim);
     w->enc = hark_malloc(sizeof(float) * (size_t)tp * (size_t)m->cfg.d);
-    if (!w->scratch || !w->lo || !w->hi || !w->feats || !w->enc) {
+    w->max_streams = 1;
+    w->b_zs = hark_calloc(1, sizeof *w->b_zs);
+    w->b_in = hark_calloc(1, sizeof *w->b_in);
+    w->b_out = hark_calloc(1, sizeof *w->b_out);
+    w->b_job = hark_calloc(1, sizeof *w->b_job);
+    if (!w->scratch || !w->lo || !w->hi || !w->feats || !w->enc || !w->b_zs || !w->b_in ||
+        !w->b_out || !w->b_job) {
         icefall_worker_destroy(w);
         return err_set(err, HARK_ERR_NOMEM, "icefall: out of memory for %.1f s of scratch",
                        max_seconds);
@@ -500,7 +510,66 @@ void icefall_worker_destroy(icefall_worker_t *w)
     hark_free(w->hi);
     hark_free(w->feats);
     hark_free(w->enc);
+    hark_free(w->b_zs);
+    hark_free(w->b_in);
+    hark_free(w->b_out);
+    hark_free(w->b_job);
     hark_free(w);
+}
+
+int icefall_worker_reserve_streams(icefall_worker_t *w, int n_streams, hark_err_t *err)
+{
+    const icefall_model_t *m = w->m;
+    if (n_streams < 1)
+        return err_set(err, HARK_ERR_INVALID_ARG, "icefall: %d streams: at least 1", n_streams);
+    if (!icefall_can_stream(m))
+        return err_set(err, HARK_ERR_UNSUPPORTED, "icefall: this model cannot stream");
+    if (n_streams <= w->max_streams)
+        return HARK_OK;
+    const size_t n = icefall_zf_stream_scratch_floats(m, n_streams);
+    const int nlh = icefall_zf_key_rows(m, w->max_t_in, n_streams);
+    float *scratch = n > w->n_scratch ? hark_malloc(sizeof(float) * n) : NULL;
+    int *lo = nlh > w->n_lohi ? hark_malloc(sizeof(int) * (size_t)nlh) : NULL;
+    int *hi = nlh > w->n_lohi ? hark_malloc(sizeof(int) * (size_t)nlh) : NULL;
+    const size_t k = (size_t)n_streams;
+    icefall_zf_stream_t **zs = hark_calloc(k, sizeof *zs);
+    const float **in = hark_calloc(k, sizeof *in);
+    float **out = hark_calloc(k, sizeof *out);
+    int *job = hark_calloc(k, sizeof *job);
+    if ((n > w->n_scratch && !scratch) || (nlh > w->n_lohi && (!lo || !hi)) || !zs || !in || !out ||
+        !job) {
+        hark_free(scratch);
+        hark_free(lo);
+        hark_free(hi);
+        hark_free(zs);
+        hark_free(in);
+        hark_free(out);
+        hark_free(job);
+        return err_set(err, HARK_ERR_NOMEM, "icefall: out of memory for %d streams' scratch",
+                       n_streams);
+    }
+    if (scratch) {
+        hark_free(w->scratch);
+        w->scratch = scratch;
+        w->n_scratch = n;
+    }
+    if (lo) {
+        hark_free(w->lo);
+        hark_free(w->hi);
+        w->lo = lo;
+        w->hi = hi;
+        w->n_lohi = nlh;
+    }
+    hark_free(w->b_zs);
+    hark_free(w->b_in);
+    hark_free(w->b_out);
+    hark_free(w->b_job);
+    w->b_zs = zs;
+    w->b_in = in;
+    w->b_out = out;
+    w->b_job = job;
+    w->max_streams = n_streams;
+    return HARK_OK;
 }
 
 /* ---- encoder -------------------------------------------------------------------------------- */

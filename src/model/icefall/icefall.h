@@ -134,6 +134,11 @@ typedef void (*icefall_stage_fn)(void *user, const char *name, const float *data
 int icefall_worker_create(const icefall_model_t *m, double max_seconds, icefall_worker_t **out,
                           hark_err_t *err);
 void icefall_worker_destroy(icefall_worker_t *w); /* accepts NULL */
+/* Room in the worker for n_streams streams stepped together (icefall_zf_stream_step_batch,
+ * icefall_stream_feed), sized once (a worker starts with 1); n_streams below the current room
+ * changes nothing. HARK_ERR_NOMEM leaves the worker as it was; HARK_ERR_UNSUPPORTED: a model that
+ * cannot stream; HARK_ERR_INVALID_ARG: n_streams < 1. */
+int icefall_worker_reserve_streams(icefall_worker_t *w, int n_streams, hark_err_t *err);
 
 /* The Conformer encoder on one row: feats (t_in, feature_dim), of which the first len_in frames
  * are the utterance and the rest padding as the caller filled it (icefall pads a batch with
@@ -168,6 +173,17 @@ void icefall_zf_stream_destroy(icefall_zf_stream_t *s); /* accepts NULL */
 int icefall_zf_stream_step_frames(const icefall_model_t *m);
 int icefall_zf_stream_step(icefall_worker_t *w, icefall_zf_stream_t *s, const float *feats,
                            float *enc, hark_err_t *err);
+/* One step of n streams together (each with its own caches and processed count, as icefall's
+ * streaming_forward runs a batch of stacked states): the row-wise parts (the linear layers, norms,
+ * activations) over the n streams' rows at once; encoder_embed, the attention over each stream's
+ * own left context (the keys before its processed frames masked) and the causal convolutions over
+ * its own caches, stream by stream. feats[j], enc[j] as icefall_zf_stream_step's for stream j;
+ * each stream gets what stepping it alone gives it (up to the GEMMs' summation order).
+ * HARK_ERR_INVALID_ARG: n outside [1, the worker's max streams], a stream twice or of another
+ * model (no stream changed). icefall_zf_stream_step is this with n = 1. */
+int icefall_zf_stream_step_batch(icefall_worker_t *w, icefall_zf_stream_t *const *s,
+                                 const float *const *feats, float *const *enc, int n,
+                                 hark_err_t *err);
 /* A whole utterance the streaming way, as icefall's streaming_decode.py decodes one stream: the
  * features (t_in, feature_dim) get 13 + 30 frames of log(1e-10) appended, then steps every 2c
  * frames until they are used up. *enc (hark_malloc'ed, *len_out = steps x c / 2 frames of d):
@@ -266,6 +282,23 @@ int icefall_stream_accept(icefall_worker_t *w, icefall_stream_t *s, const float 
                           hark_err_t *err);
 /* The audio has ended: the remaining steps (see above). Twice: HARK_ERR_CLOSED. */
 int icefall_stream_input_done(icefall_worker_t *w, icefall_stream_t *s, hark_err_t *err);
+/* Several streams fed at once, each as accept(pcm, n) then, with input_done, input_done would
+ * feed it alone: rounds of every stream's front end up to its next complete step, those steps as
+ * one icefall_zf_stream_step_batch, then each stream's search (and endpoint rules) on its own
+ * output, while any stream has a step ready. Each stream gets exactly what feeding it alone gives
+ * it (up to the GEMMs' summation order in its encoder output). n at most the worker's streams
+ * (icefall_worker_reserve_streams), each stream once. status / err per feed: accept's and
+ * input_done's errors; a feed that fails stops there, the others go on. Returns the first
+ * feed's non-zero status, or HARK_OK. */
+typedef struct {
+    icefall_stream_t *s;
+    const float *pcm; /* (n) samples, as accept's */
+    size_t n;
+    int input_done; /* then the audio has ended */
+    int status;     /* out: HARK_OK or the error, described in err */
+    hark_err_t err;
+} icefall_stream_feed_t;
+int icefall_stream_feed(icefall_worker_t *w, icefall_stream_feed_t *f, int n);
 /* The result so far (partial) or, after input_done, the final one (with endpointing: of the
  * current segment, or of the segment the stream stopped at): best (greedy: its tokens;
  * beam: the best of the beam by log_prob / len, icefall's decoding_result), nbest (beam: the

@@ -14,7 +14,10 @@
  * A causal zipformer (icefall_can_stream) also streams: a worker created with max_sequences holds
  * that many icefall_stream_t, made at its creation; stream_open lends one, and the stream items
  * (item->stream) feed it chunk by chunk as streaming_decode.py decodes (icefall_stream_*), with
- * the decoding method and beam of the stream's first item: a PARTIAL result after each item, the
+ * the decoding method and beam of the stream's first item; the stream items of one execute are fed
+ * together (icefall_stream_feed: the encoder steps of every stream with a chunk ready run as one
+ * batched step, as streaming_decode.py steps its batch of streams; a stream's later items in the
+ * same execute in later rounds, in order): a PARTIAL result after each item, the
  * final one with the DONE of the item that ends the stream (its tail padding run); with
  * endpointing, each segment an endpoint ended is a SEGMENT event with its final result (times from
  * the stream's start) before the item's own result, and the stream goes on with a fresh search
@@ -69,6 +72,10 @@ struct family_worker {
     double max_seconds;
     if_stream_t *slots; /* (max_sequences) */
     int max_sequences, n_streams;
+    /* an execute's stream items (max_sequences each): the items, taken yet, a round's feeds */
+    family_item_t **s_items, **f_items;
+    char *s_taken;
+    icefall_stream_feed_t *feeds;
 };
 
 static int if_load(const char *dir, const family_load_opts_t *lo, const family_params_t *cfg,
@@ -193,6 +200,10 @@ static void if_worker_destroy(family_worker_t *w)
     for (int i = 0; w->slots && i < w->max_sequences; i++)
         icefall_stream_destroy(w->slots[i].s);
     hark_free(w->slots);
+    hark_free(w->s_items);
+    hark_free(w->f_items);
+    hark_free(w->s_taken);
+    hark_free(w->feeds);
     icefall_worker_destroy(w->w);
     hark_free(w);
 }
@@ -218,9 +229,15 @@ static int if_worker_create(const family_model_t *fm, const family_worker_opts_t
                          "icefall_transducer: this model cannot stream (sequence_batching): only "
                          "a causal zipformer (converted with --causal True, one --chunk-size and "
                          "a --left-context-frames > 0) streams; serve it with dynamic_batching");
-        else if (!(w->slots = hark_calloc((size_t)wo->max_sequences, sizeof *w->slots)))
+        else if (!(w->slots = hark_calloc((size_t)wo->max_sequences, sizeof *w->slots)) ||
+                 !(w->s_items = hark_calloc((size_t)wo->max_sequences, sizeof *w->s_items)) ||
+                 !(w->f_items = hark_calloc((size_t)wo->max_sequences, sizeof *w->f_items)) ||
+                 !(w->s_taken = hark_calloc((size_t)wo->max_sequences, 1)) ||
+                 !(w->feeds = hark_calloc((size_t)wo->max_sequences, sizeof *w->feeds)))
             rc = err_set(err, HARK_ERR_NOMEM, "out of memory for %d streams", wo->max_sequences);
         else
+            rc = icefall_worker_reserve_streams(w->w, wo->max_sequences, err);
+        if (!rc)
             w->max_sequences = wo->max_sequences;
         for (int i = 0; !rc && i < w->max_sequences; i++)
             if ((rc = icefall_stream_create(fm->m, &w->slots[i].s, err)))
@@ -418,53 +435,57 @@ static int emit_segments(family_worker_t *w, family_item_t *it, hark_err_t *err)
     return worst;
 }
 
-/* One stream item: its audio into its stream (started with this item's options when it is the
- * stream's first), the end when it ends the stream, then its result. */
-static void run_stream_item(family_worker_t *w, family_item_t *it, int *worst, int *n_failed)
+/* A stream item before its audio: its stream started with this item's options when it is the
+ * stream's first; a failed or ended stream refuses it. */
+static int stream_item_prepare(family_worker_t *w, family_item_t *it, hark_err_t *e)
 {
     if_stream_t *ws = it->stream;
     const icefall_family_opts_t *o = it->opts;
     const icefall_config_t *c = icefall_config(w->fm->m);
-    hark_err_t e = {0};
     int rc = HARK_OK;
     if (ws->failed) {
-        rc = err_set(&e, ws->failed, "the stream failed earlier (%s)", hark_status_str(ws->failed));
+        rc = err_set(e, ws->failed, "the stream failed earlier (%s)", hark_status_str(ws->failed));
     } else if (!ws->opened) {
         rc = icefall_stream_start(ws->s,
                                   o ? (icefall_method_t)o->method : (icefall_method_t)c->method,
-                                  o ? o->beam_size : c->beam_size, &e);
+                                  o ? o->beam_size : c->beam_size, e);
         if (!rc && o && o->endpointing)
-            rc = icefall_stream_set_endpointing(ws->s, o->ep_rule, o->continuous, &e);
+            rc = icefall_stream_set_endpointing(ws->s, o->ep_rule, o->continuous, e);
         if (rc)
             ws->failed = rc;
         ws->opened = 1;
     }
     if (!rc && icefall_stream_ended(ws->s))
-        rc = err_set(&e, HARK_ERR_CLOSED, "the stream's audio has already ended (%s)",
+        rc = err_set(e, HARK_ERR_CLOSED, "the stream's audio has already ended (%s)",
                      "an item after its end");
-    if (!rc && it->n > 0)
-        rc = icefall_stream_accept(w->w, ws->s, it->pcm, it->n, &e);
-    if (!rc && it->stream_end)
-        rc = icefall_stream_input_done(w->w, ws->s, &e);
+    return rc;
+}
+
+/* A stream item after its audio went in (rc: how that went, described in e): the segments its
+ * endpoints ended, then its result or its error. */
+static void stream_item_finish(family_worker_t *w, family_item_t *it, int rc, hark_err_t *e,
+                               int *worst, int *n_failed)
+{
+    if_stream_t *ws = it->stream;
     hark_err_t se = {0};
     int src = emit_segments(w, it, &se);
     if (!rc && src) {
         rc = src;
-        e = se;
+        *e = se;
     }
     if (rc) {
         /* bad samples are refused before any is taken: the stream goes on; anything else
          * breaks it */
         if (rc != HARK_ERR_INVALID_ARG && rc != HARK_ERR_CLOSED)
             ws->failed = rc;
-        emit_error(it, rc, &e);
+        emit_error(it, rc, e);
         *worst = *worst ? *worst : rc;
         (*n_failed)++;
         return;
     }
     icefall_result_t res;
-    if ((rc = icefall_stream_result(ws->s, &res, &e))) {
-        emit_error(it, rc, &e);
+    if ((rc = icefall_stream_result(ws->s, &res, e))) {
+        emit_error(it, rc, e);
         *worst = *worst ? *worst : rc;
         (*n_failed)++;
         return;
@@ -472,6 +493,46 @@ static void run_stream_item(family_worker_t *w, family_item_t *it, int *worst, i
     emit_result(w, it, &res, icefall_stream_samples(ws->s),
                 it->stream_end ? FAMILY_EV_DONE : FAMILY_EV_PARTIAL, worst, n_failed);
     icefall_result_free(&res);
+}
+
+/* The n (<= max_sequences) stream items of an execute, in rounds: each round takes, in order, the
+ * first item not yet run of every stream, feeds them together (icefall_stream_feed: their encoder
+ * steps batched), then finishes each; a stream's next item waits for the next round. */
+static void run_stream_items(family_worker_t *w, family_item_t **items, int n, int *worst,
+                             int *n_failed)
+{
+    memset(w->s_taken, 0, (size_t)n);
+    for (int left = n; left > 0;) {
+        int nf = 0;
+        for (int k = 0; k < n; k++) {
+            if (w->s_taken[k])
+                continue;
+            family_item_t *it = items[k];
+            int busy = 0;
+            for (int j = 0; j < nf && !busy; j++)
+                busy = w->f_items[j]->stream == it->stream;
+            if (busy)
+                continue;
+            w->s_taken[k] = 1;
+            left--;
+            hark_err_t e = {0};
+            int rc = stream_item_prepare(w, it, &e);
+            if (rc) {
+                stream_item_finish(w, it, rc, &e, worst, n_failed);
+                continue;
+            }
+            if_stream_t *ws = it->stream;
+            w->feeds[nf] = (icefall_stream_feed_t){
+                .s = ws->s, .pcm = it->pcm, .n = it->n, .input_done = it->stream_end};
+            w->f_items[nf++] = it;
+        }
+        if (nf == 0)
+            continue;
+        icefall_stream_feed(w->w, w->feeds, nf);
+        for (int j = 0; j < nf; j++)
+            stream_item_finish(w, w->f_items[j], w->feeds[j].status, &w->feeds[j].err, worst,
+                               n_failed);
+    }
 }
 
 /* Items of bad audio fail alone first; an item asking for a dump runs alone (its stages); the
@@ -494,6 +555,13 @@ static int if_execute(family_worker_t *w, family_item_t *const *items, int n,
     int n_stream = 0, n_offline = 0;
     for (int i = 0; i < n; i++)
         n_stream += !!items[i]->stream;
+    if (n_stream > 0 && n_stream <= w->max_sequences) {
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (items[i]->stream)
+                w->s_items[k++] = items[i];
+        run_stream_items(w, w->s_items, k, &worst, &n_failed);
+    }
     for (int i = 0; i < n; i++) {
         family_item_t *it = items[i];
         const icefall_family_opts_t *o = it->opts;
@@ -506,8 +574,6 @@ static int if_execute(family_worker_t *w, family_item_t *const *items, int n,
                 emit_error(it, e.status, &e);
                 worst = worst ? worst : e.status;
                 n_failed++;
-            } else {
-                run_stream_item(w, it, &worst, &n_failed);
             }
             continue;
         }

@@ -78,8 +78,10 @@ int icefall_weights_get(struct safetensors *st, const float **out, hark_err_t *e
                         const int64_t *shape, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 void icefall_zf_free(icefall_model_t *m);
-size_t icefall_zf_scratch_floats(const icefall_model_t *m, int t_in);
-int icefall_zf_key_rows(const icefall_model_t *m, int t_in); /* the worker's lo/hi entries */
+size_t icefall_zf_scratch_floats(const icefall_model_t *m, int t_in); /* with 1 stream's step */
+size_t icefall_zf_stream_scratch_floats(const icefall_model_t *m, int n_streams); /* one step */
+/* the worker's lo/hi entries: a pass over t_in frames, a step of n_streams */
+int icefall_zf_key_rows(const icefall_model_t *m, int t_in, int n_streams);
 int icefall_zf_encode(icefall_worker_t *w, const float *feats, int t_in, float *enc, int *len_out,
                       icefall_stage_fn stage, void *user, hark_err_t *err);
 
@@ -153,9 +155,18 @@ struct icefall_worker {
     double max_seconds;
     int max_t_in;   /* feature frames the scratch holds */
     float *scratch; /* one block for the encoder's activations (enc_sizes) */
-    int *lo, *hi;   /* (T') key ranges of the attention's softmax */
-    float *feats;   /* (max_t_in, feature_dim) icefall_run's features of one utterance */
-    float *enc;     /* (T'max, d) icefall_run's encoder output of one utterance */
+    size_t n_scratch;
+    int *lo, *hi; /* (n_lohi) key ranges of the attention's softmax */
+    int n_lohi;
+    /* streams stepped together (icefall_worker_reserve_streams; 1 from creation) and the batched
+     * stream driver's lists (icefall_stream_feed), max_streams entries each */
+    int max_streams;
+    icefall_zf_stream_t **b_zs;
+    const float **b_in;
+    float **b_out;
+    int *b_job;
+    float *feats; /* (max_t_in, feature_dim) icefall_run's features of one utterance */
+    float *enc;   /* (T'max, d) icefall_run's encoder output of one utterance */
 };
 
 #endif

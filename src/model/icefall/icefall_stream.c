@@ -44,7 +44,15 @@ struct icefall_stream {
     int in_tail;             /* input_done's tail padding steps: no endpoints */
     icefall_segment_t *segs; /* (segs_cap) queued segments [segs_head, n_segs) */
     int segs_head, n_segs, segs_cap, n_ended;
+    /* the feed in progress (icefall_stream_feed): what is left of its audio, whether it ends the
+     * stream, where it stands (FEED_*), the fbank target and after it; T, total: input_done's */
+    const float *f_pcm;
+    size_t f_n;
+    int f_done, f_phase, f_after, f_target, f_T, f_total;
+    const float *f_in; /* the ready step's input */
 };
+
+enum { FEED_AUDIO, FEED_FRAMES, FEED_ENDED, FEED_TAIL, FEED_IDLE };
 
 static void segs_clear(icefall_stream_t *s)
 {
@@ -269,134 +277,239 @@ int icefall_stream_stopped(const icefall_stream_t *s)
     return s->stopped;
 }
 
-/* One encoder step on `in` (n_in frames), then the search over its output. */
-static int run_step(icefall_worker_t *w, icefall_stream_t *s, const float *in, hark_err_t *err)
+/* After the encoder step into s->enc_out: the search over its output, then the endpoint rules. */
+static int after_step(icefall_stream_t *s, hark_err_t *err)
 {
     const icefall_model_t *m = s->m;
-    int rc = icefall_zf_stream_step(w, s->enc, in, s->enc_out, err);
-    if (rc)
-        return rc;
     icefall_encoder_proj(m, s->enc_out, s->per, s->ep);
     const int t0 = s->steps * s->per;
-    rc = s->method == ICEFALL_GREEDY ? icefall_greedy_advance(m, &s->g, s->ep, s->per, t0, err)
-                                     : icefall_beam_advance(m, &s->b, s->ep, s->per, t0, err);
+    int rc = s->method == ICEFALL_GREEDY ? icefall_greedy_advance(m, &s->g, s->ep, s->per, t0, err)
+                                         : icefall_beam_advance(m, &s->b, s->ep, s->per, t0, err);
     if (rc)
         return rc;
     s->steps++;
     return s->ep_on && !s->in_tail ? endpoint_check(s, err) : HARK_OK;
 }
 
-/* Every step whose n_in frames are all here, then the frames behind every later step dropped. */
-static int run_ready(icefall_worker_t *w, icefall_stream_t *s, hark_err_t *err)
-{
-    const size_t F = (size_t)s->m->cfg.feature_dim;
-    int rc = HARK_OK;
-    while (!rc && !s->stopped && s->feat_base + s->feat_n >= s->steps * s->step + s->n_in)
-        rc = run_step(w, s, s->feats + (size_t)(s->steps * s->step - s->feat_base) * F, err);
-    int drop = s->steps * s->step - s->feat_base;
-    drop = drop > s->feat_n ? s->feat_n : drop;
-    if (drop > 0) {
-        memmove(s->feats, s->feats + (size_t)drop * F,
-                sizeof(float) * (size_t)(s->feat_n - drop) * F);
-        s->feat_n -= drop;
-        s->feat_base += drop;
-    }
-    return rc;
-}
-
-/* The fbank frames up to `target` (of a signal of n_total samples), the steps they complete,
- * then the samples before the next frame's window dropped. */
-static int advance_frames(icefall_worker_t *w, icefall_stream_t *s, int target, size_t n_total,
-                          hark_err_t *err)
+/* The feed's front end, run until a step is ready (1, s->f_in its n_in frames) or the feed is
+ * used up (0); < 0 an error. Audio goes into the front end PIECE samples at a time; the fbank
+ * frames each piece completes are computed as far as the frames buffer holds them (the frames
+ * behind every later step dropped first); the samples before the next frame's window are dropped
+ * once a piece's frames are all computed. At the feed's end (input_done) every frame, then the
+ * tail padding steps. Each step is ready as soon as its frames are: the steps, their order and
+ * their inputs are what a stream fed on its own runs. */
+static int feed_next(icefall_stream_t *s, hark_err_t *err)
 {
     const feat_plan_t *fp = s->m->feat;
     const size_t F = (size_t)s->m->cfg.feature_dim;
-    int rc = HARK_OK;
-    while (!rc && !s->stopped && s->frames < target) {
-        int room = s->feat_cap - s->feat_n, nf = target - s->frames;
-        nf = nf < room ? nf : room;
-        if (nf <= 0) /* defensive: run_ready leaves fewer than n_in frames */
-            return err_set(err, HARK_ERR_INTERNAL, "icefall stream: no room for fbank frames");
-        rc = feat_compute_frames(fp, s->pcm, s->pcm_base, s->pcm_n, n_total, s->frames, nf,
-                                 s->feats + (size_t)s->feat_n * F, err);
-        if (rc)
-            return rc;
-        s->feat_n += nf;
-        s->frames += nf;
-        rc = run_ready(w, s, err);
+    for (;;) {
+        switch (s->f_phase) {
+        case FEED_AUDIO:
+            if (s->stopped) { /* counted, not decoded */
+                s->n_samples += s->f_n;
+                s->f_n = 0;
+            }
+            if (s->f_n > 0) {
+                size_t k = s->pcm_cap - s->pcm_n; /* >= PIECE: fewer than a window + hop kept */
+                k = k < s->f_n ? k : s->f_n;
+                k = k < PIECE ? k : PIECE;
+                memcpy(s->pcm + s->pcm_n, s->f_pcm, sizeof(float) * k);
+                s->pcm_n += k;
+                s->n_samples += k;
+                s->f_pcm += k;
+                s->f_n -= k;
+                s->f_target = feat_frames_final(fp, s->n_samples);
+                s->f_after = FEED_AUDIO;
+                s->f_phase = FEED_FRAMES;
+            } else if (s->f_done) {
+                s->f_T = feat_num_frames(fp, s->n_samples);
+                s->f_target = s->f_T;
+                s->f_after = FEED_ENDED;
+                s->f_phase = FEED_FRAMES;
+            } else {
+                s->f_phase = FEED_IDLE;
+            }
+            break;
+        case FEED_FRAMES: {
+            if (!s->stopped && s->feat_base + s->feat_n >= s->steps * s->step + s->n_in) {
+                s->f_in = s->feats + (size_t)(s->steps * s->step - s->feat_base) * F;
+                return 1;
+            }
+            int drop = s->steps * s->step - s->feat_base; /* frames behind every later step */
+            drop = drop > s->feat_n ? s->feat_n : drop;
+            if (drop > 0) {
+                memmove(s->feats, s->feats + (size_t)drop * F,
+                        sizeof(float) * (size_t)(s->feat_n - drop) * F);
+                s->feat_n -= drop;
+                s->feat_base += drop;
+            }
+            if (!s->stopped && s->frames < s->f_target) {
+                int room = s->feat_cap - s->feat_n, nf = s->f_target - s->frames;
+                nf = nf < room ? nf : room;
+                if (nf <= 0) /* defensive: fewer than n_in frames are kept */
+                    return err_set(err, HARK_ERR_INTERNAL,
+                                   "icefall stream: no room for fbank frames");
+                int rc = feat_compute_frames(fp, s->pcm, s->pcm_base, s->pcm_n, s->n_samples,
+                                             s->frames, nf, s->feats + (size_t)s->feat_n * F, err);
+                if (rc)
+                    return rc;
+                s->feat_n += nf;
+                s->frames += nf;
+                break;
+            }
+            long keep = (long)s->frames * fp->hop - fp->pad_left;
+            size_t k = keep > 0 ? (size_t)keep : 0;
+            if (k > s->pcm_base) {
+                size_t d = k - s->pcm_base < s->pcm_n ? k - s->pcm_base : s->pcm_n;
+                memmove(s->pcm, s->pcm + d, sizeof(float) * (s->pcm_n - d));
+                s->pcm_n -= d;
+                s->pcm_base += d;
+            }
+            s->f_phase = s->f_after;
+            break;
+        }
+        case FEED_ENDED:
+            s->ended = 1;
+            if (s->stopped) {
+                s->f_phase = FEED_IDLE;
+                break;
+            }
+            s->in_tail = 1;
+            /* DecodeStream: the features padded by 13 + 30 frames of log(1e-10); steps while
+             * frames are left (a step reads what there is, padded to n_in) */
+            s->f_total = s->f_T + s->n_in - s->step + TAIL_FRAMES;
+            s->f_phase = FEED_TAIL;
+            break;
+        case FEED_TAIL: {
+            if (s->steps * s->step >= s->f_total) {
+                s->f_phase = FEED_IDLE;
+                break;
+            }
+            const int f0 = s->steps * s->step, T = s->f_T;
+            const float pad = s->m->cfg.pad_value;
+            for (int i = 0; i < s->n_in; i++) {
+                float *row = s->in + (size_t)i * F;
+                if (f0 + i < T)
+                    memcpy(row, s->feats + (size_t)(f0 + i - s->feat_base) * F, sizeof(float) * F);
+                else
+                    for (size_t j = 0; j < F; j++)
+                        row[j] = pad;
+            }
+            s->f_in = s->in;
+            return 1;
+        }
+        default:
+            return 0;
+        }
     }
-    long keep = (long)s->frames * fp->hop - fp->pad_left;
-    size_t k = keep > 0 ? (size_t)keep : 0;
-    if (k > s->pcm_base) {
-        size_t drop = k - s->pcm_base < s->pcm_n ? k - s->pcm_base : s->pcm_n;
-        memmove(s->pcm, s->pcm + drop, sizeof(float) * (s->pcm_n - drop));
-        s->pcm_n -= drop;
-        s->pcm_base += drop;
+}
+
+/* The checks of a feed's stream before any of it is taken */
+static int feed_check(icefall_worker_t *w, const icefall_stream_feed_t *f, hark_err_t *err)
+{
+    const icefall_stream_t *s = f->s;
+    if (!s->started)
+        return err_set(err, HARK_ERR_INVALID_ARG, "icefall stream: %s before start",
+                       f->n > 0 || !f->input_done ? "accept" : "input_done");
+    if (s->ended)
+        return err_set(err, HARK_ERR_CLOSED, "the stream's audio has already ended");
+    if (w->m != s->m)
+        return err_set(err, HARK_ERR_INVALID_ARG, "icefall: the stream is another model's");
+    for (size_t i = 0; i < f->n; i++)
+        if (!isfinite(f->pcm[i]))
+            return err_set(err, HARK_ERR_INVALID_ARG, "sample %zu of the chunk is %s", i,
+                           isnan(f->pcm[i]) ? "NaN" : "infinite");
+    return HARK_OK;
+}
+
+int icefall_stream_feed(icefall_worker_t *w, icefall_stream_feed_t *f, int n)
+{
+    if (n > w->max_streams) {
+        for (int i = 0; i < n; i++)
+            f[i].status = err_set(&f[i].err, HARK_ERR_INVALID_ARG,
+                                  "icefall: %d streams fed together: the worker has room for %d", n,
+                                  w->max_streams);
+        return f[0].status;
     }
-    return rc;
+    int n_live = 0;
+    for (int i = 0; i < n; i++) {
+        icefall_stream_feed_t *fi = &f[i];
+        memset(&fi->err, 0, sizeof fi->err);
+        fi->status = feed_check(w, fi, &fi->err);
+        for (int j = 0; !fi->status && j < i; j++)
+            if (f[j].s == fi->s)
+                fi->status = err_set(&fi->err, HARK_ERR_INVALID_ARG,
+                                     "icefall: feed %d is feed %d's stream again", i, j);
+        if (fi->status)
+            continue;
+        icefall_stream_t *s = fi->s;
+        s->f_pcm = fi->pcm;
+        s->f_n = fi->n;
+        s->f_done = fi->input_done;
+        s->f_phase = FEED_AUDIO;
+        n_live++;
+    }
+    /* rounds: every live feed's front end up to its next ready step; those steps as one batch;
+     * each stream's search on its own output */
+    while (n_live > 0) {
+        int nr = 0;
+        for (int i = 0; i < n; i++) {
+            icefall_stream_feed_t *fi = &f[i];
+            if (fi->status || fi->s->f_phase == FEED_IDLE)
+                continue;
+            int r = feed_next(fi->s, &fi->err);
+            if (r < 0 || r == 0) {
+                if (r < 0)
+                    fi->status = r;
+                fi->s->f_phase = FEED_IDLE;
+                n_live--;
+                continue;
+            }
+            w->b_job[nr] = i;
+            w->b_zs[nr] = fi->s->enc;
+            w->b_in[nr] = fi->s->f_in;
+            w->b_out[nr++] = fi->s->enc_out;
+        }
+        if (nr == 0)
+            break;
+        hark_err_t e = {0};
+        int rc = icefall_zf_stream_step_batch(w, w->b_zs, w->b_in, w->b_out, nr, &e);
+        for (int r = 0; r < nr; r++) {
+            icefall_stream_feed_t *fi = &f[w->b_job[r]];
+            if (rc) {
+                fi->status = rc;
+                fi->err = e;
+            } else {
+                fi->status = after_step(fi->s, &fi->err);
+            }
+            if (fi->status) {
+                fi->s->f_phase = FEED_IDLE;
+                n_live--;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (f[i].status)
+            return f[i].status;
+    return HARK_OK;
 }
 
 int icefall_stream_accept(icefall_worker_t *w, icefall_stream_t *s, const float *pcm, size_t n,
                           hark_err_t *err)
 {
-    if (!s->started)
-        return err_set(err, HARK_ERR_INVALID_ARG, "icefall stream: accept before start");
-    if (s->ended)
-        return err_set(err, HARK_ERR_CLOSED, "the stream's audio has already ended");
-    if (w->m != s->m)
-        return err_set(err, HARK_ERR_INVALID_ARG, "icefall: the stream is another model's");
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(pcm[i]))
-            return err_set(err, HARK_ERR_INVALID_ARG, "sample %zu of the chunk is %s", i,
-                           isnan(pcm[i]) ? "NaN" : "infinite");
-    int rc = HARK_OK;
-    while (!rc && n > 0 && !s->stopped) {
-        size_t k = s->pcm_cap - s->pcm_n; /* >= PIECE: fewer than a window + hop are kept */
-        k = k < n ? k : n;
-        k = k < PIECE ? k : PIECE;
-        memcpy(s->pcm + s->pcm_n, pcm, sizeof(float) * k);
-        s->pcm_n += k;
-        s->n_samples += k;
-        pcm += k;
-        n -= k;
-        rc = advance_frames(w, s, feat_frames_final(s->m->feat, s->n_samples), s->n_samples, err);
-    }
-    if (!rc && s->stopped)
-        s->n_samples += n; /* counted, not decoded */
+    icefall_stream_feed_t f = {.s = s, .pcm = pcm, .n = n};
+    int rc = icefall_stream_feed(w, &f, 1);
+    if (rc && err)
+        *err = f.err;
     return rc;
 }
 
 int icefall_stream_input_done(icefall_worker_t *w, icefall_stream_t *s, hark_err_t *err)
 {
-    if (!s->started)
-        return err_set(err, HARK_ERR_INVALID_ARG, "icefall stream: input_done before start");
-    if (s->ended)
-        return err_set(err, HARK_ERR_CLOSED, "the stream's audio has already ended");
-    if (w->m != s->m)
-        return err_set(err, HARK_ERR_INVALID_ARG, "icefall: the stream is another model's");
-    const int T = feat_num_frames(s->m->feat, s->n_samples);
-    int rc = advance_frames(w, s, T, s->n_samples, err);
-    s->ended = 1;
-    if (rc || s->stopped)
-        return rc;
-    s->in_tail = 1;
-    /* DecodeStream: the features padded by 13 + 30 frames of log(1e-10); steps while frames are
-     * left (a step reads what there is, padded to n_in) */
-    const int total = T + s->n_in - s->step + TAIL_FRAMES;
-    const size_t F = (size_t)s->m->cfg.feature_dim;
-    const float pad = s->m->cfg.pad_value;
-    while (!rc && s->steps * s->step < total) {
-        const int f0 = s->steps * s->step;
-        for (int i = 0; i < s->n_in; i++) {
-            float *row = s->in + (size_t)i * F;
-            if (f0 + i < T)
-                memcpy(row, s->feats + (size_t)(f0 + i - s->feat_base) * F, sizeof(float) * F);
-            else
-                for (size_t j = 0; j < F; j++)
-                    row[j] = pad;
-        }
-        rc = run_step(w, s, s->in, err);
-    }
+    icefall_stream_feed_t f = {.s = s, .input_done = 1};
+    int rc = icefall_stream_feed(w, &f, 1);
+    if (rc && err)
+        *err = f.err;
     return rc;
 }
 

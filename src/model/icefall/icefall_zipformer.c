@@ -310,9 +310,11 @@ typedef struct {
 } zf_bufs_t;
 
 /* Lays the buffers of a pass over t_in feature frames out in a (a->base NULL: only measures);
- * stream: a streaming step (the ConvNeXt's left context from the stream, every layer's left
- * context of left_frames / ds frames) */
-static void zf_layout(const icefall_model_t *m, int t_in, int stream, arena_t *a, zf_bufs_t *b)
+ * stream: a streaming step of nb streams together (the ConvNeXt's left context from each stream,
+ * every layer's left context of left_frames / ds frames; the stacks' activations nb streams'
+ * rows, encoder_embed's and the attention's per-stream buffers one stream's, reused) */
+static void zf_layout(const icefall_model_t *m, int t_in, int stream, int nb, arena_t *a,
+                      zf_bufs_t *b)
 {
     const icefall_config_t *c = &m->cfg;
     const icefall_zipformer_config_t *z = &c->zf;
@@ -323,9 +325,10 @@ static void zf_layout(const icefall_model_t *m, int t_in, int stream, arena_t *a
     size_t sum_dims = 0;
     for (int i = 0; i < z->n_stacks; i++)
         sum_dims += (size_t)z->dim[i];
-    b->cur = take(a, Te * M);
-    b->outs = take(a, Te * sum_dims);
-    b->full = take(a, Te * M);
+    const size_t N = (size_t)nb;
+    b->cur = take(a, N * Te * M);
+    b->outs = take(a, N * Te * sum_dims);
+    b->full = take(a, N * Te * M);
     const size_t mark = a->off;
     /* encoder_embed */
     size_t c0 = conv2d_col_floats(1, 8, 3, 3, (int)F), c1 = conv2d_col_floats(8, 32, 3, 3, (int)W1),
@@ -367,17 +370,17 @@ static void zf_layout(const icefall_model_t *m, int t_in, int stream, arena_t *a
         UP(kv, stream ? K * wkv : 1);
 #undef UP
     }
-    b->xs = take(a, xs);
-    b->orig = take(a, xs);
-    b->ly = take(a, xs);
-    b->g = take(a, xs);
-    b->dwo = take(a, xs);
-    b->proj = take(a, proj);
-    b->sc = take(a, sc);
+    b->xs = take(a, N * xs);
+    b->orig = take(a, N * xs);
+    b->ly = take(a, N * xs);
+    b->g = take(a, N * xs);
+    b->dwo = take(a, N * xs);
+    b->proj = take(a, N * proj);
+    b->sc = take(a, N * sc);
     b->pe = take(a, pe);
     b->pp = take(a, pp);
     b->bd = take(a, bd);
-    b->ctx = take(a, ctx);
+    b->ctx = take(a, N * ctx);
     b->kv = take(a, kv);
 }
 
@@ -402,19 +405,26 @@ size_t icefall_zf_scratch_floats(const icefall_model_t *m, int t_in)
 {
     arena_t a = {0};
     zf_bufs_t b;
-    zf_layout(m, t_in, 0, &a, &b);
+    zf_layout(m, t_in, 0, 1, &a, &b);
     size_t n = a.top;
     if (can_stream(&m->cfg.zf)) {
-        arena_t s = {0};
-        zf_layout(m, stream_step_frames(&m->cfg.zf), 1, &s, &b);
-        n = s.top > n ? s.top : n;
+        size_t ns = icefall_zf_stream_scratch_floats(m, 1);
+        n = ns > n ? ns : n;
     }
     return n + 16;
 }
 
-int icefall_zf_key_rows(const icefall_model_t *m, int t_in)
+size_t icefall_zf_stream_scratch_floats(const icefall_model_t *m, int n_streams)
 {
-    int te = embed_frames(t_in), ch = m->cfg.zf.chunk;
+    arena_t a = {0};
+    zf_bufs_t b;
+    zf_layout(m, stream_step_frames(&m->cfg.zf), 1, n_streams, &a, &b);
+    return a.top + 16;
+}
+
+int icefall_zf_key_rows(const icefall_model_t *m, int t_in, int n_streams)
+{
+    int te = embed_frames(t_in), ch = m->cfg.zf.chunk * (n_streams > 1 ? n_streams : 1);
     return te > ch ? te : ch;
 }
 
@@ -559,154 +569,183 @@ static void chunk_causal_conv(float *out, float *tmp, const float *x, const floa
     }
 }
 
-/* ConvolutionModule: y = out(SwooshR(depthwise(a * sigmoid(s)))), (a, s) = in(x); the depthwise
- * conv chunk-causal in a causal model (chunks of C frames; cache: a stream's k/2 previous inputs,
- * updated) */
-static void zf_conv_module(zf_bufs_t *b, const icefall_zf_layer_t *L, int i, const float *x,
-                           float *y, int T, int D, int k, int causal, int C, float *cache)
+/* The left context of layer li in stream j of a pass (NULL: a whole utterance, no streams) */
+static zf_layer_cache_t *cache_of(icefall_zf_stream_t *const *st, int j, int li)
 {
-    linear_ref(b->proj, x, L->cv_in_w[i], L->cv_in_b[i], T, D, 2 * D);
-    glu_ref(b->g, b->proj, T, D);
-    if (causal) {
-        chunk_causal_conv(b->dwo, b->proj, b->g, cache, L->cv_cc_w[i], L->cv_cc_b[i], L->cv_ck_w[i],
+    return st ? &st[j]->layers[li] : NULL;
+}
+
+/* ConvolutionModule: y = out(SwooshR(depthwise(a * sigmoid(s)))), (a, s) = in(x); the depthwise
+ * conv chunk-causal in a causal model (chunks of C frames; a stream's cache: its k/2 previous
+ * inputs, updated); nb streams' T rows each */
+static void zf_conv_module(zf_bufs_t *b, const icefall_zf_layer_t *L, int i, const float *x,
+                           float *y, int T, int D, int k, int causal, int C, int nb,
+                           icefall_zf_stream_t *const *st, int li)
+{
+    const int R = nb * T;
+    linear_ref(b->proj, x, L->cv_in_w[i], L->cv_in_b[i], R, D, 2 * D);
+    glu_ref(b->g, b->proj, R, D);
+    for (int j = 0; j < nb; j++) {
+        const float *g = b->g + (size_t)j * T * D;
+        float *dwo = b->dwo + (size_t)j * T * D;
+        if (!causal) {
+            depthwise_conv1d_ref(dwo, g, NULL, L->cv_dw_w[i], L->cv_dw_b[i], T, D, k, (k - 1) / 2,
+                                 T);
+            continue;
+        }
+        zf_layer_cache_t *lc = cache_of(st, j, li);
+        float *cache = lc ? lc->conv[i] : NULL;
+        chunk_causal_conv(dwo, b->proj, g, cache, L->cv_cc_w[i], L->cv_cc_b[i], L->cv_ck_w[i],
                           L->cv_ck_b[i], L->cv_ck_scale[i], T, D, k, C);
         const int lp = k / 2;
         if (cache && lp > 0) { /* the last lp inputs of [cache; g] */
             if (T >= lp) {
-                memcpy(cache, b->g + (size_t)(T - lp) * D, sizeof(float) * (size_t)lp * D);
+                memcpy(cache, g + (size_t)(T - lp) * D, sizeof(float) * (size_t)lp * D);
             } else {
                 memmove(cache, cache + (size_t)T * D, sizeof(float) * (size_t)(lp - T) * D);
-                memcpy(cache + (size_t)(lp - T) * D, b->g, sizeof(float) * (size_t)T * D);
+                memcpy(cache + (size_t)(lp - T) * D, g, sizeof(float) * (size_t)T * D);
             }
         }
-    } else {
-        depthwise_conv1d_ref(b->dwo, b->g, NULL, L->cv_dw_w[i], L->cv_dw_b[i], T, D, k, (k - 1) / 2,
-                             T);
     }
-    swoosh_lin(b->dwo, (size_t)T * D, SWOOSH_R);
-    linear_ref(y, b->dwo, L->cv_out_w[i], L->cv_out_b[i], T, D, D);
+    swoosh_lin(b->dwo, (size_t)R * D, SWOOSH_R);
+    linear_ref(y, b->dwo, L->cv_out_w[i], L->cv_out_b[i], R, D, D);
 }
 
-/* SelfAttention i: y = out(concat_h(attn_h v_h)), v = in(x) after the Lc cached values */
+/* SelfAttention i: y = out(concat_h(attn_h v_h)), v = in(x) after the Lc cached values; x, y
+ * (nb T, D): nb streams' T rows one after the other, each with its own weights and values */
 static void zf_self_attn(zf_bufs_t *b, const icefall_zf_layer_t *L, int i, const float *x, float *y,
-                         int T, int D, int H, int vd, int Lc, float *cache)
+                         int T, int D, int H, int vd, int Lc, int nb,
+                         icefall_zf_stream_t *const *st, int li)
 {
     const int hv = H * vd, K = Lc + T;
-    linear_ref(b->proj, x, L->sa_in_w[i], L->sa_in_b[i], T, D, hv);
-    const float *v = b->proj;
-    if (Lc > 0) {
-        concat_left(b->kv, cache, b->proj, Lc, T, hv, hv);
-        v = b->kv;
+    linear_ref(b->proj, x, L->sa_in_w[i], L->sa_in_b[i], nb * T, D, hv);
+    for (int j = 0; j < nb; j++) {
+        const float *v = b->proj + (size_t)j * T * hv;
+        const float *sc = b->sc + (size_t)j * H * T * K;
+        float *ctx = b->ctx + (size_t)j * T * hv;
+        if (Lc > 0) {
+            concat_left(b->kv, cache_of(st, j, li)->val[i], v, Lc, T, hv, hv);
+            v = b->kv;
+        }
+        for (int h = 0; h < H; h++)
+            matmul_ref(ctx + (size_t)h * vd, sc + (size_t)h * T * K, v + (size_t)h * vd, T, vd, K,
+                       K, hv, hv, 0, 1.0f, 0.0f);
     }
-    for (int h = 0; h < H; h++)
-        matmul_ref(b->ctx + (size_t)h * vd, b->sc + (size_t)h * T * K, v + (size_t)h * vd, T, vd, K,
-                   K, hv, hv, 0, 1.0f, 0.0f);
-    linear_ref(y, b->ctx, L->sa_out_w[i], L->sa_out_b[i], T, hv, D);
+    linear_ref(y, b->ctx, L->sa_out_w[i], L->sa_out_b[i], nb * T, hv, D);
 }
 
 /* NonlinAttention with head 0's weights: y = out((attn_0 (xx * tanh(s))) * yy), (s, xx, yy) =
- * in(x), after the Lc cached xx * tanh(s) */
+ * in(x), after the Lc cached xx * tanh(s); nb streams' rows as zf_self_attn's */
 static void zf_nonlin_attn(zf_bufs_t *b, const icefall_zf_layer_t *L, const float *x, float *y,
-                           int T, int D, int Lc, float *cache)
+                           int T, int D, int H, int Lc, int nb, icefall_zf_stream_t *const *st,
+                           int li)
 {
-    const int hid = 3 * D / 4, K = Lc + T;
-    linear_ref(b->proj, x, L->na_in_w, L->na_in_b, T, D, 3 * hid);
-    for (int t = 0; t < T; t++) {
+    const int hid = 3 * D / 4, K = Lc + T, R = nb * T;
+    linear_ref(b->proj, x, L->na_in_w, L->na_in_b, R, D, 3 * hid);
+    for (int t = 0; t < R; t++) {
         const float *p = b->proj + (size_t)t * 3 * hid;
         float *o = b->ctx + (size_t)t * hid;
         for (int j = 0; j < hid; j++)
             o[j] = p[hid + j] * tanhf(p[j]);
     }
-    const float *xx = b->ctx;
-    if (Lc > 0) {
-        concat_left(b->kv, cache, b->ctx, Lc, T, hid, hid);
-        xx = b->kv;
+    for (int j = 0; j < nb; j++) {
+        const float *xx = b->ctx + (size_t)j * T * hid;
+        if (Lc > 0) {
+            concat_left(b->kv, cache_of(st, j, li)->nl, xx, Lc, T, hid, hid);
+            xx = b->kv;
+        }
+        matmul_ref(b->g + (size_t)j * T * hid, b->sc + (size_t)j * H * T * K, xx, T, hid, K, K, hid,
+                   hid, 0, 1.0f, 0.0f);
     }
-    matmul_ref(b->g, b->sc, xx, T, hid, K, K, hid, hid, 0, 1.0f, 0.0f);
-    for (int t = 0; t < T; t++) {
+    for (int t = 0; t < R; t++) {
         const float *p = b->proj + (size_t)t * 3 * hid + 2 * hid;
         float *o = b->g + (size_t)t * hid;
         for (int j = 0; j < hid; j++)
             o[j] *= p[j];
     }
-    linear_ref(y, b->g, L->na_out_w, L->na_out_b, T, hid, D);
+    linear_ref(y, b->g, L->na_out_w, L->na_out_b, R, hid, D);
 }
 
-/* RelPositionMultiheadAttentionWeights: sc (H, T, K = Lc + T) softmax over the keys [lo, hi) of
- * q_h[i] . k_h[j] + p_h[i] . linear_pos(pe)_h[(T - 1) - i + j], the keys after the Lc cached
- * ones */
+/* RelPositionMultiheadAttentionWeights: sc (nb, H, T, K = Lc + T) softmax over the keys
+ * [lo, hi) (stream j's rows of b->lo / b->hi from j T on) of q_h[i] . k_h[j] + p_h[i] .
+ * linear_pos(pe)_h[(T - 1) - i + j], the keys after the Lc cached ones of each stream */
 static void zf_attn_weights(zf_bufs_t *b, const icefall_zipformer_config_t *z, int s,
-                            const icefall_zf_layer_t *L, const float *x, int T, int Lc,
-                            float *cache)
+                            const icefall_zf_layer_t *L, const float *x, int T, int Lc, int nb,
+                            icefall_zf_stream_t *const *st, int li)
 {
     const int D = z->dim[s], H = z->heads[s], qd = z->qdim[s], pd = z->pdim[s];
     const int hq = H * qd, A = 2 * hq + H * pd, P = 2 * T - 1 + Lc, K = Lc + T;
-    linear_ref(b->proj, x, L->aw_in_w, L->aw_in_b, T, D, A);
+    linear_ref(b->proj, x, L->aw_in_w, L->aw_in_b, nb * T, D, A);
     linear_ref(b->pp, b->pe, L->aw_pos_w, NULL, P, z->pos_dim, H * pd);
-    const float *keys = b->proj + hq;
-    int ldk = A;
-    if (Lc > 0) {
-        concat_left(b->kv, cache, b->proj + hq, Lc, T, hq, A);
-        keys = b->kv;
-        ldk = hq;
-    }
-    for (int h = 0; h < H; h++) {
-        float *sc = b->sc + (size_t)h * T * K;
-        matmul_ref(sc, b->proj + (size_t)h * qd, keys + (size_t)h * qd, T, K, qd, A, ldk, K, 1,
-                   1.0f, 0.0f);
-        matmul_ref(b->bd, b->proj + (size_t)(2 * hq + h * pd), b->pp + (size_t)h * pd, T, P, pd, A,
-                   H * pd, P, 1, 1.0f, 0.0f);
-        for (int i = 0; i < T; i++) {
-            float *row = sc + (size_t)i * K;
-            const float *bd = b->bd + (size_t)i * P + (T - 1 - i);
-            for (int j = 0; j < K; j++)
-                row[j] += bd[j];
+    for (int j = 0; j < nb; j++) {
+        const float *q = b->proj + (size_t)j * T * A, *keys = q + hq;
+        int ldk = A;
+        if (Lc > 0) {
+            concat_left(b->kv, cache_of(st, j, li)->key, q + hq, Lc, T, hq, A);
+            keys = b->kv;
+            ldk = hq;
         }
-        softmax_masked_ref(sc, b->lo, b->hi, T, K, K);
+        const int *lo = b->lo ? b->lo + (size_t)j * T : NULL;
+        const int *hi = b->hi ? b->hi + (size_t)j * T : NULL;
+        for (int h = 0; h < H; h++) {
+            float *sc = b->sc + ((size_t)j * H + h) * T * K;
+            matmul_ref(sc, q + (size_t)h * qd, keys + (size_t)h * qd, T, K, qd, A, ldk, K, 1, 1.0f,
+                       0.0f);
+            matmul_ref(b->bd, q + (size_t)(2 * hq + h * pd), b->pp + (size_t)h * pd, T, P, pd, A,
+                       H * pd, P, 1, 1.0f, 0.0f);
+            for (int i = 0; i < T; i++) {
+                float *row = sc + (size_t)i * K;
+                const float *bd = b->bd + (size_t)i * P + (T - 1 - i);
+                for (int k = 0; k < K; k++)
+                    row[k] += bd[k];
+            }
+            softmax_masked_ref(sc, lo, hi, T, K, K);
+        }
     }
 }
 
-/* Zipformer2EncoderLayer on x (T, D) in place; C the conv modules' chunk (frames at the stack's
- * rate); lc a stream's left context of Lc frames (NULL, 0: the full utterance) */
+/* Zipformer2EncoderLayer (layer li of the model) on x (nb T, D) in place: nb streams' T rows each
+ * (one utterance: nb 1, st NULL); C the conv modules' chunk (frames at the stack's rate); Lc the
+ * streams' left context (0: the full utterance) */
 static void zf_layer(zf_bufs_t *b, const icefall_zipformer_config_t *z, int s,
-                     const icefall_zf_layer_t *L, float *x, int T, int C, int Lc,
-                     zf_layer_cache_t *lc)
+                     const icefall_zf_layer_t *L, float *x, int T, int C, int Lc, int nb,
+                     icefall_zf_stream_t *const *st, int li)
 {
     const int D = z->dim[s], H = z->heads[s], vd = z->vdim[s], k = z->kernel[s];
-    const size_t n = (size_t)T * D;
+    const size_t n = (size_t)nb * T * D;
     float *y = b->ly;
     memcpy(b->orig, x, sizeof(float) * n);
-    zf_attn_weights(b, z, s, L, x, T, Lc, lc ? lc->key : NULL);
-    zf_feed_forward(b, L, 0, x, y, T, D);
+    zf_attn_weights(b, z, s, L, x, T, Lc, nb, st, li);
+    zf_feed_forward(b, L, 0, x, y, nb * T, D);
     add_to(x, y, n);
-    zf_nonlin_attn(b, L, x, y, T, D, Lc, lc ? lc->nl : NULL);
+    zf_nonlin_attn(b, L, x, y, T, D, H, Lc, nb, st, li);
     add_to(x, y, n);
-    zf_self_attn(b, L, 0, x, y, T, D, H, vd, Lc, lc ? lc->val[0] : NULL);
+    zf_self_attn(b, L, 0, x, y, T, D, H, vd, Lc, nb, st, li);
     add_to(x, y, n);
-    zf_conv_module(b, L, 0, x, y, T, D, k, z->causal, C, lc ? lc->conv[0] : NULL);
+    zf_conv_module(b, L, 0, x, y, T, D, k, z->causal, C, nb, st, li);
     add_to(x, y, n);
-    zf_feed_forward(b, L, 1, x, y, T, D);
+    zf_feed_forward(b, L, 1, x, y, nb * T, D);
     add_to(x, y, n);
-    bypass(x, b->orig, L->bypass_mid, T, D);
-    zf_self_attn(b, L, 1, x, y, T, D, H, vd, Lc, lc ? lc->val[1] : NULL);
+    bypass(x, b->orig, L->bypass_mid, nb * T, D);
+    zf_self_attn(b, L, 1, x, y, T, D, H, vd, Lc, nb, st, li);
     add_to(x, y, n);
-    zf_conv_module(b, L, 1, x, y, T, D, k, z->causal, C, lc ? lc->conv[1] : NULL);
+    zf_conv_module(b, L, 1, x, y, T, D, k, z->causal, C, nb, st, li);
     add_to(x, y, n);
-    zf_feed_forward(b, L, 2, x, y, T, D);
+    zf_feed_forward(b, L, 2, x, y, nb * T, D);
     add_to(x, y, n);
-    bias_norm(x, T, D, D, L->norm_bias, L->norm_scale);
-    bypass(x, b->orig, L->bypass, T, D);
+    bias_norm(x, nb * T, D, D, L->norm_bias, L->norm_scale);
+    bypass(x, b->orig, L->bypass, nb * T, D);
 }
 
 /* ---- encoder_embed -------------------------------------------------------------------------- */
 
 /* Conv2dSubsampling + ConvNeXt + out + BiasNorm: feats (t_in, F) -> cur (Te, embed_dim), row
- * stride M; returns Te. The ConvNeXt's 7x7 depthwise conv sees 3 conv frames on each side: zeros
- * past both ends of the utterance, or (nx: a stream's) the 3 frames before from nx and the last
- * 3 of this step's conv frames as lookahead (Te = conv frames - 3; nx then keeps the 3 frames
- * before the next step's first). */
+ * stride M (b->cur, or a stream's rows of it); returns Te. The ConvNeXt's 7x7 depthwise conv sees 3
+ * conv frames on each side: zeros past both ends of the utterance, or (nx: a stream's) the 3 frames
+ * before from nx and the last 3 of this step's conv frames as lookahead (Te = conv frames - 3; nx
+ * then keeps the 3 frames before the next step's first). */
 static int zf_embed(const icefall_model_t *m, zf_bufs_t *b, const float *feats, int T, int M,
-                    float *nx)
+                    float *nx, float *cur)
 {
     const icefall_zf_t *f = &m->zf;
     const int F = m->cfg.feature_dim, W1 = (F - 3) / 2 + 1, W2f = W1 - 2, W2 = (W2f + 1) / 2;
@@ -773,61 +812,67 @@ static int zf_embed(const icefall_model_t *m, zf_bufs_t *b, const float *feats, 
     linear_ref(b->y, b->a2, f->out_w, f->out_b, Te, C * W2, d0);
     bias_norm(b->y, Te, d0, d0, f->norm_bias, f->norm_scale);
     for (int t = 0; t < Te; t++)
-        memcpy(b->cur + (size_t)t * M, b->y + (size_t)t * d0, sizeof(float) * d0);
+        memcpy(cur + (size_t)t * M, b->y + (size_t)t * d0, sizeof(float) * d0);
     return Te;
 }
 
 /* ---- the encoder ---------------------------------------------------------------------------- */
 
-/* The stacks, the full-width output and downsample_output over b->cur (Te frames at 50 Hz) ->
- * enc ((Te + 1) / 2, M); returns that count. st: a streaming step (every layer's left context,
- * the keys before the processed frames masked); NULL: the whole utterance (a causal model's
- * chunk mask). lo, hi: (Te) scratch. */
-static int zf_stacks(const icefall_model_t *m, zf_bufs_t *b, int *lo, int *hi, int Te,
-                     icefall_zf_stream_t *st, float *enc, icefall_stage_fn stage, void *user)
+/* The stacks, the full-width output and downsample_output over b->cur (nb streams' Te frames at
+ * 50 Hz each, one after the other) -> enc[j] ((Te + 1) / 2, M) for stream j; returns that count.
+ * st: a streaming step of nb streams (every layer's left context, the keys before each stream's
+ * processed frames masked); NULL: one whole utterance (nb 1; a causal model's chunk mask). lo, hi:
+ * (nb Te) scratch. */
+static int zf_stacks(const icefall_model_t *m, zf_bufs_t *b, int *lo, int *hi, int Te, int nb,
+                     icefall_zf_stream_t *const *st, float *const *enc, icefall_stage_fn stage,
+                     void *user)
 {
     const icefall_zipformer_config_t *z = &m->cfg.zf;
-    const int M = m->cfg.d;
-    int cur_dim = z->embed_dim;
+    const int M = m->cfg.d, R = nb * Te;
+    int cur_dim = z->embed_dim, li = 0;
     float *outs = b->outs;
     float *souts[ICEFALL_ZF_MAX_STACKS];
-    zf_layer_cache_t *lc = st ? st->layers : NULL;
     for (int s = 0; s < z->n_stacks; s++) {
         const icefall_zf_stack_t *S = &m->zf.stacks[s];
         const int D = z->dim[s], ds = z->ds[s], Td = (Te + ds - 1) / ds;
         /* convert_num_channels: truncate, or append zero channels */
-        for (int t = 0; t < Te && D > cur_dim; t++)
+        for (int t = 0; t < R && D > cur_dim; t++)
             memset(b->cur + (size_t)t * M + cur_dim, 0, sizeof(float) * (size_t)(D - cur_dim));
         cur_dim = D;
         /* SimpleDownsample: softmax(bias)-weighted sum of ds frames, the last frame repeated */
-        for (int t = 0; t < Td; t++) {
-            float *o = b->xs + (size_t)t * D;
-            if (ds == 1) {
-                memcpy(o, b->cur + (size_t)t * M, sizeof(float) * D);
-                continue;
-            }
-            for (int j = 0; j < D; j++)
-                o[j] = 0.0f;
-            for (int k = 0; k < ds; k++) {
-                int src = t * ds + k < Te ? t * ds + k : Te - 1;
-                const float *in = b->cur + (size_t)src * M;
-                for (int j = 0; j < D; j++)
-                    o[j] += in[j] * S->ds_w[k];
+        for (int j = 0; j < nb; j++) {
+            const float *cur = b->cur + (size_t)j * Te * M;
+            for (int t = 0; t < Td; t++) {
+                float *o = b->xs + ((size_t)j * Td + t) * D;
+                if (ds == 1) {
+                    memcpy(o, cur + (size_t)t * M, sizeof(float) * D);
+                    continue;
+                }
+                for (int c = 0; c < D; c++)
+                    o[c] = 0.0f;
+                for (int k = 0; k < ds; k++) {
+                    int src = t * ds + k < Te ? t * ds + k : Te - 1;
+                    const float *in = cur + (size_t)src * M;
+                    for (int c = 0; c < D; c++)
+                        o[c] += in[c] * S->ds_w[k];
+                }
             }
         }
         int Lc = 0, C = -1;
         b->lo = b->hi = NULL;
         if (st) {
-            /* the left context: keys before the processed frames are masked (icefall's
-             * processed_mask[::ds]); the conv modules see this step as one chunk */
+            /* the left context: keys before each stream's processed frames are masked (icefall's
+             * processed_mask[::ds], per batch row); the conv modules see this step as one chunk */
             Lc = z->left_frames / ds;
-            int un = z->left_frames - st->processed;
-            int klo = un > 0 ? (un + ds - 1) / ds : 0;
             b->lo = lo;
             b->hi = hi;
-            for (int t = 0; t < Td; t++) {
-                lo[t] = klo;
-                hi[t] = Lc + Td;
+            for (int j = 0; j < nb; j++) {
+                const int un = z->left_frames - st[j]->processed;
+                const int klo = un > 0 ? (un + ds - 1) / ds : 0;
+                for (int t = 0; t < Td; t++) {
+                    lo[j * Td + t] = klo;
+                    hi[j * Td + t] = Lc + Td;
+                }
             }
             C = Td;
         } else if (z->causal && z->chunk > 0) {
@@ -843,38 +888,39 @@ static int zf_stacks(const icefall_model_t *m, zf_bufs_t *b, int *lo, int *hi, i
             }
         }
         compact_pos_emb(b->pe, Td, Lc, z->pos_dim);
-        for (int l = 0; l < z->num_layers[s]; l++)
-            zf_layer(b, z, s, &S->layers[l], b->xs, Td, C, Lc, lc ? lc++ : NULL);
+        for (int l = 0; l < z->num_layers[s]; l++, li++)
+            zf_layer(b, z, s, &S->layers[l], b->xs, Td, C, Lc, nb, st, li);
         /* SimpleUpsample (each frame repeated ds times, cut to Te) and out_combiner */
-        for (int t = 0; t < Te; t++) {
-            float *o = b->cur + (size_t)t * M;
-            const float *u = b->xs + (size_t)(t / ds) * D;
-            if (ds == 1)
-                memcpy(o, u, sizeof(float) * D);
-            else
-                for (int j = 0; j < D; j++)
-                    o[j] = o[j] + (u[j] - o[j]) * S->combiner[j];
-            memcpy(outs + (size_t)t * D, o, sizeof(float) * D);
-        }
+        for (int j = 0; j < nb; j++)
+            for (int t = 0; t < Te; t++) {
+                float *o = b->cur + ((size_t)j * Te + t) * M;
+                const float *u = b->xs + ((size_t)j * Td + t / ds) * D;
+                if (ds == 1)
+                    memcpy(o, u, sizeof(float) * D);
+                else
+                    for (int c = 0; c < D; c++)
+                        o[c] = o[c] + (u[c] - o[c]) * S->combiner[c];
+                memcpy(outs + ((size_t)j * Te + t) * D, o, sizeof(float) * D);
+            }
         souts[s] = outs;
         if (stage) {
             char name[32];
             snprintf(name, sizeof name, "stack%d_out", s);
-            stage(user, name, outs, Te, D);
+            stage(user, name, outs, R, D);
         }
-        outs += (size_t)Te * D;
+        outs += (size_t)R * D;
     }
     /* _get_full_dim_output: the last stack's channels, then each higher channel from the most
      * recent stack that has it */
     int have = z->dim[z->n_stacks - 1];
-    for (int t = 0; t < Te; t++)
+    for (int t = 0; t < R; t++)
         memcpy(b->full + (size_t)t * M, souts[z->n_stacks - 1] + (size_t)t * have,
                sizeof(float) * have);
     for (int s = z->n_stacks - 2; s >= 0; s--) {
         const int D = z->dim[s];
         if (D <= have)
             continue;
-        for (int t = 0; t < Te; t++)
+        for (int t = 0; t < R; t++)
             memcpy(b->full + (size_t)t * M + have, souts[s] + (size_t)t * D + have,
                    sizeof(float) * (size_t)(D - have));
         have = D;
@@ -882,12 +928,15 @@ static int zf_stacks(const icefall_model_t *m, zf_bufs_t *b, int *lo, int *hi, i
     /* downsample_output: factor 2, the last frame repeated */
     const int To = (Te + 1) / 2;
     const float *dw = m->zf.out_ds_w;
-    for (int t = 0; t < To; t++) {
-        const float *x0 = b->full + (size_t)(2 * t) * M;
-        const float *x1 = b->full + (size_t)(2 * t + 1 < Te ? 2 * t + 1 : Te - 1) * M;
-        float *o = enc + (size_t)t * M;
-        for (int j = 0; j < M; j++)
-            o[j] = x0[j] * dw[0] + x1[j] * dw[1];
+    for (int j = 0; j < nb; j++) {
+        const float *full = b->full + (size_t)j * Te * M;
+        for (int t = 0; t < To; t++) {
+            const float *x0 = full + (size_t)(2 * t) * M;
+            const float *x1 = full + (size_t)(2 * t + 1 < Te ? 2 * t + 1 : Te - 1) * M;
+            float *o = enc[j] + (size_t)t * M;
+            for (int c = 0; c < M; c++)
+                o[c] = x0[c] * dw[0] + x1[c] * dw[1];
+        }
     }
     return To;
 }
@@ -902,15 +951,15 @@ int icefall_zf_encode(icefall_worker_t *w, const float *feats, int t_in, float *
                        "icefall: %d feature frames: the zipformer needs at least 9", t_in);
     arena_t a = {.base = w->scratch};
     zf_bufs_t b;
-    zf_layout(m, t_in, 0, &a, &b);
-    const int M = m->cfg.d, Te = zf_embed(m, &b, feats, t_in, M, NULL);
+    zf_layout(m, t_in, 0, 1, &a, &b);
+    const int M = m->cfg.d, Te = zf_embed(m, &b, feats, t_in, M, NULL, b.cur);
     if (stage) {
         for (int t = 0; t < Te; t++)
             memcpy(b.y + (size_t)t * z->embed_dim, b.cur + (size_t)t * M,
                    sizeof(float) * z->embed_dim);
         stage(user, "encoder_embed_out", b.y, Te, z->embed_dim);
     }
-    int To = zf_stacks(m, &b, w->lo, w->hi, Te, NULL, enc, stage, user);
+    int To = zf_stacks(m, &b, w->lo, w->hi, Te, 1, NULL, &enc, stage, user);
     if (len_out)
         *len_out = To;
     return HARK_OK;
@@ -1002,20 +1051,40 @@ int icefall_zf_stream_step_frames(const icefall_model_t *m)
     return stream_step_frames(&m->cfg.zf);
 }
 
+int icefall_zf_stream_step_batch(icefall_worker_t *w, icefall_zf_stream_t *const *s,
+                                 const float *const *feats, float *const *enc, int n,
+                                 hark_err_t *err)
+{
+    const icefall_model_t *m = w->m;
+    if (n < 1 || n > w->max_streams)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "icefall: %d streams in one step: the worker steps 1 to %d together", n,
+                       w->max_streams);
+    for (int j = 0; j < n; j++) {
+        if (s[j]->m != m)
+            return err_set(err, HARK_ERR_INVALID_ARG, "icefall: the stream is another model's");
+        for (int i = 0; i < j; i++)
+            if (s[i] == s[j])
+                return err_set(err, HARK_ERR_INVALID_ARG,
+                               "icefall: stream %d is stream %d again in one step", j, i);
+    }
+    arena_t a = {.base = w->scratch};
+    zf_bufs_t b;
+    const int t_in = stream_step_frames(&m->cfg.zf), M = m->cfg.d;
+    zf_layout(m, t_in, 1, n, &a, &b);
+    const int Te = embed_frames(t_in) - ZF_NX_PAD;
+    for (int j = 0; j < n; j++) /* encoder_embed one stream at a time, into its rows of cur */
+        zf_embed(m, &b, feats[j], t_in, M, s[j]->nx, b.cur + (size_t)j * Te * M);
+    zf_stacks(m, &b, w->lo, w->hi, Te, n, s, enc, NULL, NULL);
+    for (int j = 0; j < n; j++)
+        s[j]->processed += Te;
+    return HARK_OK;
+}
+
 int icefall_zf_stream_step(icefall_worker_t *w, icefall_zf_stream_t *s, const float *feats,
                            float *enc, hark_err_t *err)
 {
-    const icefall_model_t *m = s->m;
-    if (w->m != m)
-        return err_set(err, HARK_ERR_INVALID_ARG, "icefall: the stream is another model's");
-    arena_t a = {.base = w->scratch};
-    zf_bufs_t b;
-    const int t_in = stream_step_frames(&m->cfg.zf);
-    zf_layout(m, t_in, 1, &a, &b);
-    const int Te = zf_embed(m, &b, feats, t_in, m->cfg.d, s->nx);
-    zf_stacks(m, &b, w->lo, w->hi, Te, s, enc, NULL, NULL);
-    s->processed += Te;
-    return HARK_OK;
+    return icefall_zf_stream_step_batch(w, &s, &feats, &enc, 1, err);
 }
 
 int icefall_zf_stream_encode(icefall_worker_t *w, const float *feats, int t_in, float **enc,
