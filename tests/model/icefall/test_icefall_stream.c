@@ -10,6 +10,12 @@
  *   execute (greedy and beam, odd pieces, an offline item beside them) give each what it gets
  *   alone, slots run out and come back, an item after the end fails, a model that cannot stream
  *   refuses stream slots; and through the C API (hark_stream_*).
+ * - icefall_stream_batched: streams started at different times (so their processed lengths, and
+ *   the keys their attention masks, differ) stepped together (icefall_zf_stream_step_batch) give
+ *   each the encoder output of stepping it alone (within 1e-5 relative); fed together
+ *   (icefall_stream_feed) in pieces of their own sizes, greedy and modified beam search, each the
+ *   tokens, times and beam it gets fed alone, partial results after every round included; the
+ *   worker's room, a stream twice, bad samples in one feed.
  * - icefall_stream_vs_icefall: tools/icefall_zipformer_reference.py decodes a wav with icefall's
  *   own streaming_decode.py (greedy_search and modified_beam_search); the family's stream of the
  *   same wav, fed in odd pieces, must give the same tokens. Needs $HARK_ICEFALL_SRC, ../shared and
@@ -471,6 +477,235 @@ TEST(icefall_stream_family)
 }
 
 /* ---- against icefall's streaming_decode.py --------------------------------------------------- */
+
+/* ---- several streams stepped together -------------------------------------------------------- */
+
+/* max |a - b| over n values, relative to max |b| */
+static double rel_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0, mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        d = e > d ? e : d;
+        mx = fabs((double)b[i]) > mx ? fabs((double)b[i]) : mx;
+    }
+    return mx > 0 ? d / mx : d;
+}
+
+static int same_result(const icefall_result_t *a, const icefall_result_t *b)
+{
+    if (!same_hyp(a->best.tokens, a->best.times, a->best.n, &b->best) || a->n_nbest != b->n_nbest ||
+        a->n_frames != b->n_frames)
+        return 0;
+    for (int i = 0; i < a->n_nbest; i++)
+        if (!same_hyp(a->nbest[i].tokens, a->nbest[i].times, a->nbest[i].n, &b->nbest[i]))
+            return 0;
+    return 1;
+}
+
+#define NB 4
+
+TEST(icefall_stream_batched)
+{
+    const char *py = test_python("torch, numpy");
+    if (!py || strcmp(py, "/usr/bin/python3"))
+        SKIP("/usr/bin/python3 with torch and numpy is absent");
+    char dir[700];
+    CHECK(gen_models(t, dir, NULL, sizeof dir) == 0);
+    hark_err_t err = {0};
+    icefall_model_t *m = NULL;
+    icefall_worker_t *w1 = NULL, *wb = NULL;
+    CHECK_OK(icefall_load(dir, 1, &m, &err));
+    const icefall_config_t *c = icefall_config(m);
+    CHECK_OK(icefall_worker_create(m, 1, &w1, &err));
+    CHECK_OK(icefall_worker_create(m, 1, &wb, &err));
+    CHECK_EQ_INT(icefall_worker_reserve_streams(wb, 0, &err), HARK_ERR_INVALID_ARG);
+    CHECK_OK(icefall_worker_reserve_streams(wb, NB, &err));
+    CHECK_OK(icefall_worker_reserve_streams(wb, 2, &err)); /* less: nothing changes */
+    const int F = c->feature_dim, M = c->d, n_in = icefall_zf_stream_step_frames(m);
+    const int step = 2 * c->zf.chunk, per = c->zf.chunk / 2;
+    const size_t lens[NB] = {N_PCM, 40000, 23457, 45000};
+    float *pcm[NB], *feats[NB];
+    int nsteps[NB];
+    for (int j = 0; j < NB; j++) {
+        pcm[j] = make_pcm(lens[j], 40 + (unsigned)j);
+        int T = icefall_num_frames(m, lens[j]);
+        feats[j] = hark_malloc(sizeof(float) * (size_t)T * F);
+        CHECK_OK(feat_compute(icefall_feat_plan(m), pcm[j], lens[j], feats[j], &err));
+        nsteps[j] = (T - n_in) / step + 1;
+    }
+
+    /* the encoder: stream j starts in round start[j]; stream 2 sits out every third round after
+     * it starts; a round steps every other started stream with steps left together */
+    {
+        static const int start[NB] = {0, 1, 3, 6};
+        icefall_zf_stream_t *a[NB], *b[NB];
+        for (int j = 0; j < NB; j++) {
+            CHECK_OK(icefall_zf_stream_create(m, &a[j], &err));
+            CHECK_OK(icefall_zf_stream_create(m, &b[j], &err));
+        }
+        float *oa = hark_malloc(sizeof(float) * (size_t)per * M);
+        float *ob[NB];
+        for (int j = 0; j < NB; j++)
+            ob[j] = hark_malloc(sizeof(float) * (size_t)per * M);
+        int done[NB] = {0}, total = 0, batches[NB + 1] = {0};
+        double worst = 0;
+        for (int r = 0;; r++) {
+            icefall_zf_stream_t *bs[NB];
+            const float *in[NB];
+            float *out[NB];
+            int who[NB], n = 0, left = 0;
+            for (int j = 0; j < NB; j++) {
+                left += done[j] < nsteps[j];
+                if (r < start[j] || done[j] >= nsteps[j] || (j == 2 && (r - start[j]) % 3 == 2))
+                    continue;
+                bs[n] = b[j];
+                in[n] = feats[j] + (size_t)done[j] * step * F;
+                out[n] = ob[n];
+                who[n++] = j;
+            }
+            if (!left)
+                break;
+            if (!n)
+                continue;
+            CHECK_OK(icefall_zf_stream_step_batch(wb, bs, in, out, n, &err));
+            batches[n]++;
+            for (int k = 0; k < n; k++) {
+                const int j = who[k];
+                CHECK_OK(icefall_zf_stream_step(w1, a[j], in[k], oa, &err));
+                double d = rel_diff(out[k], oa, (size_t)per * M);
+                worst = d > worst ? d : worst;
+                CHECKF(d <= 1e-5, "round %d, stream %d step %d (with %d others): %g relative", r, j,
+                       done[j], n - 1, d);
+                done[j]++;
+                total++;
+            }
+        }
+        printf("  %d encoder steps of 4 streams in batches of 1/2/3/4: %d/%d/%d/%d; batched vs "
+               "alone at most %.3g relative\n",
+               total, batches[1], batches[2], batches[3], batches[4], worst);
+        CHECK(batches[3] > 0 && batches[4] > 0);
+        /* the worker's room, a stream twice, a one-stream worker */
+        icefall_zf_stream_t *five[NB + 1] = {b[0], b[1], b[2], b[3], b[0]};
+        const float *in5[NB + 1] = {feats[0], feats[0], feats[0], feats[0], feats[0]};
+        float *out5[NB + 1] = {ob[0], ob[1], ob[2], ob[3], oa};
+        CHECK_EQ_INT(icefall_zf_stream_step_batch(wb, five, in5, out5, NB + 1, &err),
+                     HARK_ERR_INVALID_ARG);
+        icefall_zf_stream_t *dup[2] = {b[1], b[1]};
+        CHECK_EQ_INT(icefall_zf_stream_step_batch(wb, dup, in5, out5, 2, &err),
+                     HARK_ERR_INVALID_ARG);
+        CHECK(strstr(err.msg, "again") != NULL);
+        CHECK_EQ_INT(icefall_zf_stream_step_batch(w1, five, in5, out5, 2, &err),
+                     HARK_ERR_INVALID_ARG);
+        for (int j = 0; j < NB; j++) {
+            icefall_zf_stream_destroy(a[j]);
+            icefall_zf_stream_destroy(b[j]);
+            hark_free(ob[j]);
+        }
+        hark_free(oa);
+    }
+
+    /* the streams: fed together in rounds (stream j from round start[j], pieces of its own size,
+     * the last with input_done; in round 2 stream 2's piece has a NaN: refused, nothing taken)
+     * and each alone the same way: the same partial results every round, the same final ones */
+    {
+        static const int start[NB] = {0, 1, 2, 4};
+        static const size_t piece[NB] = {2345, 4000, 777, 20000};
+        icefall_stream_t *a[NB], *b[NB];
+        size_t at[NB] = {0};
+        int ended[NB] = {0}, rounds = 0, partials = 0;
+        float bad[777];
+        memcpy(bad, pcm[2], sizeof bad);
+        bad[5] = NAN;
+        for (int j = 0; j < NB; j++) {
+            icefall_method_t me = j % 2 ? ICEFALL_MODIFIED_BEAM : ICEFALL_GREEDY;
+            CHECK_OK(icefall_stream_create(m, &a[j], &err));
+            CHECK_OK(icefall_stream_create(m, &b[j], &err));
+            CHECK_OK(icefall_stream_start(a[j], me, 4, &err));
+            CHECK_OK(icefall_stream_start(b[j], me, 4, &err));
+        }
+        for (int r = 0;; r++) {
+            icefall_stream_feed_t fd[NB];
+            int who[NB], n = 0, left = 0;
+            for (int j = 0; j < NB; j++) {
+                left += !ended[j];
+                if (r < start[j] || ended[j])
+                    continue;
+                size_t k = lens[j] - at[j] < piece[j] ? lens[j] - at[j] : piece[j];
+                int nan = j == 2 && r == 2;
+                fd[n] = (icefall_stream_feed_t){.s = b[j],
+                                                .pcm = nan ? bad : pcm[j] + at[j],
+                                                .n = nan ? sizeof bad / sizeof *bad : k,
+                                                .input_done = !nan && at[j] + k == lens[j]};
+                who[n++] = j;
+            }
+            if (!left)
+                break;
+            if (!n)
+                continue;
+            int rc = icefall_stream_feed(wb, fd, n);
+            CHECK_EQ_INT(rc, r == 2 ? HARK_ERR_INVALID_ARG : HARK_OK);
+            rounds++;
+            for (int k = 0; k < n; k++) {
+                const int j = who[k];
+                int rca = fd[k].pcm == bad
+                              ? icefall_stream_accept(w1, a[j], bad, 777, &err)
+                              : icefall_stream_accept(w1, a[j], fd[k].pcm, fd[k].n, &err);
+                if (!rca && fd[k].input_done)
+                    rca = icefall_stream_input_done(w1, a[j], &err);
+                CHECK_EQ_INT(fd[k].status, rca);
+                if (fd[k].pcm == bad) {
+                    CHECK(strstr(fd[k].err.msg, "sample 5") != NULL);
+                    continue;
+                }
+                at[j] += fd[k].n;
+                ended[j] = fd[k].input_done;
+                CHECK_EQ_INT(icefall_stream_steps(b[j]), icefall_stream_steps(a[j]));
+                icefall_result_t ra, rb;
+                CHECK_OK(icefall_stream_result(a[j], &ra, &err));
+                CHECK_OK(icefall_stream_result(b[j], &rb, &err));
+                CHECKF(same_result(&rb, &ra), "round %d stream %d (%s): %d tokens, alone %d", r, j,
+                       j % 2 ? "beam" : "greedy", rb.best.n, ra.best.n);
+                partials++;
+                icefall_result_free(&ra);
+                icefall_result_free(&rb);
+            }
+        }
+        int toks[NB];
+        for (int j = 0; j < NB; j++) {
+            CHECK(icefall_stream_ended(b[j]));
+            icefall_result_t rb;
+            CHECK_OK(icefall_stream_result(b[j], &rb, &err));
+            toks[j] = rb.best.n;
+            CHECK(rb.best.n > 0);
+            icefall_result_free(&rb);
+        }
+        printf("  4 streams (greedy, beam, greedy, beam) fed together over %d rounds: %d results "
+               "as alone, finals of %d, %d, %d, %d tokens\n",
+               rounds, partials, toks[0], toks[1], toks[2], toks[3]);
+        /* more feeds than the worker's room; a stream twice; after the end */
+        icefall_stream_feed_t two[2] = {{.s = a[0]}, {.s = a[0]}};
+        CHECK_EQ_INT(icefall_stream_feed(w1, two, 2), HARK_ERR_INVALID_ARG);
+        CHECK(strstr(two[0].err.msg, "room") != NULL);
+        CHECK_EQ_INT(icefall_stream_start(a[0], ICEFALL_GREEDY, 0, &err), HARK_OK);
+        CHECK_EQ_INT(icefall_stream_feed(wb, two, 2), HARK_ERR_INVALID_ARG);
+        CHECK_OK(two[0].status);
+        CHECK(strstr(two[1].err.msg, "again") != NULL);
+        icefall_stream_feed_t late = {.s = b[1], .pcm = pcm[1], .n = 10};
+        CHECK_EQ_INT(icefall_stream_feed(wb, &late, 1), HARK_ERR_CLOSED);
+        for (int j = 0; j < NB; j++) {
+            icefall_stream_destroy(a[j]);
+            icefall_stream_destroy(b[j]);
+        }
+    }
+    for (int j = 0; j < NB; j++) {
+        hark_free(pcm[j]);
+        hark_free(feats[j]);
+    }
+    icefall_worker_destroy(w1);
+    icefall_worker_destroy(wb);
+    icefall_destroy(m);
+}
 
 TEST(icefall_stream_vs_icefall)
 {
