@@ -3,7 +3,11 @@
  * frame as the samples arrive, encoder steps of 2c + 13 frames every 2c (icefall_zf_stream_step),
  * greedy_search or modified_beam_search carried across the steps, and at the end the tail padding;
  * with endpointing, sherpa-onnx's endpoint rules after each step, a segment's result queued and the
- * search restarted (the encoder's caches and the fbank going on) at each endpoint.
+ * search restarted (the encoder's caches and the fbank going on) at each endpoint. Several streams
+ * fed together (icefall_stream_feed) advance in rounds: each stream's front end up to its next
+ * complete step, the ready steps as one icefall_zf_stream_step_batch, each stream's search on its
+ * own output; accept and input_done are a feed of one stream.
+ * OWNERSHIP AND THREADS: a stream and the worker that steps it belong to one thread at a time.
  * Tests: tests/model/icefall/test_icefall_stream.c, tests/model/icefall/test_icefall_endpoint.c */
 #include "model/icefall/icefall.h"
 #include "model/icefall/icefall_impl.h"

@@ -9,9 +9,13 @@
  * head 0 in NonlinAttention, every head in self_attn1 and self_attn2. A causal model has
  * ChunkCausalDepthwiseConv1d convolutions and, over a whole utterance, the chunk mask of its
  * chunk size and left context (forward_encoder); chunk by chunk it keeps every layer's left
- * context in a stream (icefall_zf_stream_*, as streaming_forward). model.json's encoder section
+ * context in a stream (icefall_zf_stream_*, as streaming_forward), several streams' steps as one
+ * batch (icefall_zf_stream_step_batch: the row-wise layers over every stream's rows together, the
+ * attention and the causal convolutions per stream over its own caches and processed count, as
+ * streaming_forward on stacked states with per-row processed_lens). model.json's encoder section
  * and the weights come from tools/convert_icefall.py --recipe zipformer (docs/model-format.md).
- * Tests: tests/model/icefall/test_icefall_zipformer.c */
+ * Tests: tests/model/icefall/test_icefall_zipformer.c, tests/model/icefall/test_icefall_stream.c
+ * (icefall_stream_batched) */
 #include "model/icefall/icefall.h"
 #include "model/icefall/icefall_impl.h"
 
