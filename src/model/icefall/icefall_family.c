@@ -555,12 +555,21 @@ static int if_execute(family_worker_t *w, family_item_t *const *items, int n,
     int n_stream = 0, n_offline = 0;
     for (int i = 0; i < n; i++)
         n_stream += !!items[i]->stream;
-    if (n_stream > 0 && n_stream <= w->max_sequences) {
+    if (n_stream > 0 && w->max_sequences > 0) {
+        /* in groups of at most max_sequences items, in order (a sequence's later items in a later
+         * group or round) */
         int k = 0;
-        for (int i = 0; i < n; i++)
-            if (items[i]->stream)
-                w->s_items[k++] = items[i];
-        run_stream_items(w, w->s_items, k, &worst, &n_failed);
+        for (int i = 0; i < n; i++) {
+            if (!items[i]->stream)
+                continue;
+            w->s_items[k++] = items[i];
+            if (k == w->max_sequences) {
+                run_stream_items(w, w->s_items, k, &worst, &n_failed);
+                k = 0;
+            }
+        }
+        if (k > 0)
+            run_stream_items(w, w->s_items, k, &worst, &n_failed);
     }
     for (int i = 0; i < n; i++) {
         family_item_t *it = items[i];
@@ -568,9 +577,9 @@ static int if_execute(family_worker_t *w, family_item_t *const *items, int n,
         hark_err_t e = {0};
         int rc = HARK_OK;
         if (it->stream) {
-            if (n_stream > w->max_sequences) {
-                err_set(&e, HARK_ERR_TOO_LARGE, "%d stream items exceed the worker's %d streams",
-                        n_stream, w->max_sequences);
+            if (w->max_sequences < 1) {
+                err_set(&e, HARK_ERR_TOO_LARGE, "%d stream items for a worker without streams",
+                        n_stream);
                 emit_error(it, e.status, &e);
                 worst = worst ? worst : e.status;
                 n_failed++;
