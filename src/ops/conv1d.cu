@@ -267,7 +267,7 @@ extern "C" int cuda_conv1d(float *acc, float beta, const void *xp, const void *w
 
 template <typename T>
 __global__ void depthwise_kernel(T *out, const T *in, const float *w, const int *lens, int t, int c,
-                                 int k, int stride, int dil, int pad, int t_out)
+                                 int k, int stride, int dil, int pad, int t_out, int ldo)
 {
     int ch = blockIdx.x * 32 + threadIdx.x, b = blockIdx.z;
     if (ch >= c)
@@ -288,7 +288,7 @@ __global__ void depthwise_kernel(T *out, const T *in, const float *w, const int 
                     sum += w[(long long)j * c + ch] * ld_f(x + (long long)r * c);
             }
         }
-        st_f(out + ((long long)b * t_out + s) * c + ch, sum);
+        st_f(out + ((long long)b * t_out + s) * ldo + ch, sum);
     }
 }
 
@@ -306,7 +306,7 @@ static int dw_tile_rows(int k, int stride, int dil)
 template <typename T>
 __global__ void depthwise_tiled_kernel(T *out, const T *in, const float *w, const int *lens, int t,
                                        int c, int k, int stride, int dil, int pad, int t_out,
-                                       int rows)
+                                       int rows, int ldo)
 {
     extern __shared__ float dw_sm[];
     float *xs = dw_sm, *ws = dw_sm + (size_t)rows * 32; /* (rows, 32), (k, 32) */
@@ -336,38 +336,173 @@ __global__ void depthwise_tiled_kernel(T *out, const T *in, const float *w, cons
             for (int j = 0; j < k; j++)
                 sum += ws[j * 32 + tx] * xr[(size_t)j * dil * 32];
         }
-        st_f(out + ((long long)b * t_out + s) * c + ch, sum);
+        st_f(out + ((long long)b * t_out + s) * ldo + ch, sum);
     }
+}
+
+/* Register tiles (QuartzNet's separable convs, stride 1 or 2, dilation 1 or 2): a block of 32
+ * channels x 8·R output frames, each thread R consecutive frames of one channel. The block's taps
+ * (float, zero-padded to a multiple of DWR_JC) and input rows (in the input's type, masked) are
+ * staged in shared memory, by 16-byte cp.async copies where the channels allow (vec: c a multiple
+ * of 8 16-bit / 4 float values, both pointers 16-byte aligned), else element by element. A thread
+ * then walks the taps DWR_JC at a time over a window of input rows held in registers (W of them,
+ * sliding by DWR_JC · D), so each row and tap read from shared memory serves R (resp. up to
+ * DWR_JC) multiply-adds instead of one: the tiled kernel is bound by shared-memory loads (two per
+ * multiply-add) at k = 33..87. Sums over the taps in order, as the other two kernels (the zero
+ * taps past k add exact zeros). */
+#define DWR_JC 8
+
+static int dwr_rows(int r, int kp, int stride, int dil)
+{
+    return (8 * r - 1) * stride + (kp - 1) * dil + 1;
+}
+
+template <typename T> static size_t dwr_smem(int rows, int kp)
+{
+    return (size_t)kp * 32 * sizeof(float) + (size_t)rows * 32 * sizeof(T);
+}
+
+template <typename T, int R, int S, int D>
+__global__ void __launch_bounds__(256)
+    depthwise_reg_kernel(T *out, const T *in, const float *w, const int *lens, int t, int c, int k,
+                         int kp, int pad, int t_out, int rows, int vec, int ldo)
+{
+    constexpr int W = (R - 1) * S + (DWR_JC - 1) * D + 1, STEP = DWR_JC * D;
+    static_assert(W >= STEP, "the window keeps rows from one chunk of taps to the next");
+    extern __shared__ __align__(16) unsigned char dwr_sm[];
+    float *ws = (float *)dwr_sm;         /* (kp, 32) */
+    T *xs = (T *)(ws + (size_t)kp * 32); /* (rows, 32) */
+    const int tx = threadIdx.x, ty = threadIdx.y, b = blockIdx.z, c0 = blockIdx.x * 32;
+    const int ch = c0 + tx, s0 = blockIdx.y * (8 * R);
+    const int v = lens && lens[b] < t ? lens[b] : t;
+    const int span = v + 2 * pad - D * (k - 1) - 1;
+    const int v_out = span < 0 ? 0 : span / S + 1;
+    const int r0 = s0 * S - pad;
+    const T *x = in + (long long)b * t * c;
+    if (vec) {
+        constexpr int XV = 16 / sizeof(T), XQ = 32 / XV; /* values per copy, copies per row */
+        const int lane = ty * 32 + tx, q = lane % XQ, cx = c0 + q * XV, cw = c0 + (lane % 8) * 4;
+        for (int i = lane / XQ; i < rows; i += 256 / XQ) {
+            const int r = r0 + i;
+            const bool ok = cx < c && r >= 0 && r < v;
+            cp_async16(xs + i * 32 + q * XV, ok ? x + (long long)r * c + cx : x, ok);
+        }
+        for (int j = lane / 8; j < kp; j += 32) {
+            const bool ok = cw < c && j < k;
+            cp_async16(ws + j * 32 + (lane % 8) * 4, ok ? w + (long long)j * c + cw : w, ok);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+    } else {
+        for (int i = ty; i < rows; i += 8) {
+            const int r = r0 + i;
+            st_f(xs + i * 32 + tx,
+                 ch < c && r >= 0 && r < v ? ld_f(x + (long long)r * c + ch) : 0.0f);
+        }
+        for (int j = ty; j < kp; j += 8)
+            ws[j * 32 + tx] = ch < c && j < k ? w[(long long)j * c + ch] : 0.0f;
+    }
+    __syncthreads();
+    const int o0 = s0 + ty * R;
+    if (ch >= c || o0 >= t_out)
+        return;
+    const T *xr = xs + (size_t)ty * R * S * 32 + tx; /* this thread's first row */
+    float acc[R], win[W];
+#pragma unroll
+    for (int m = 0; m < R; m++)
+        acc[m] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < W; i++)
+        win[i] = ld_f(xr + i * 32);
+    for (int j0 = 0; j0 < kp; j0 += DWR_JC) {
+#pragma unroll
+        for (int jj = 0; jj < DWR_JC; jj++) {
+            const float wj = ws[(j0 + jj) * 32 + tx];
+#pragma unroll
+            for (int m = 0; m < R; m++)
+                acc[m] = fmaf(wj, win[m * S + jj * D], acc[m]);
+        }
+        if (j0 + DWR_JC < kp) { /* slide: rows (j0 + DWR_JC)·D + [0, W) */
+            const T *nr = xr + (size_t)(j0 + DWR_JC) * D * 32;
+#pragma unroll
+            for (int i = 0; i < W - STEP; i++)
+                win[i] = win[i + STEP];
+#pragma unroll
+            for (int i = W - STEP; i < W; i++)
+                win[i] = ld_f(nr + i * 32);
+        }
+    }
+    T *o = out + ((long long)b * t_out + o0) * ldo + ch;
+#pragma unroll
+    for (int m = 0; m < R; m++)
+        if (o0 + m < t_out)
+            st_f(o + (long long)m * ldo, o0 + m < v_out ? acc[m] : 0.0f);
+}
+
+/* launches the register-tiled kernel when the staged rows fit 48 KiB (R = 16, else 8); 0 when they
+ * do not */
+template <typename T, int S, int D>
+static int depthwise_reg_go(void *out, const void *in, const float *w, const int *lens, int batch,
+                            int t, int c, int k, int t_out, int ldo, cudaStream_t st)
+{
+    const int kp = (k + DWR_JC - 1) / DWR_JC * DWR_JC, pad = (k / 2) * D;
+    const int vec =
+        c % (int)(16 / sizeof(T)) == 0 && (uintptr_t)in % 16 == 0 && (uintptr_t)w % 16 == 0;
+    for (int r = 16; r >= 8; r /= 2) {
+        int rows = dwr_rows(r, kp, S, D);
+        size_t smem = dwr_smem<T>(rows, kp);
+        if (smem > 48 * 1024)
+            continue;
+        dim3 grid((unsigned)((c + 31) / 32), (unsigned)((t_out + 8 * r - 1) / (8 * r)),
+                  (unsigned)batch);
+        if (r == 16)
+            depthwise_reg_kernel<T, 16, S, D><<<grid, dim3(32, 8), smem, st>>>(
+                (T *)out, (const T *)in, w, lens, t, c, k, kp, pad, t_out, rows, vec, ldo);
+        else
+            depthwise_reg_kernel<T, 8, S, D><<<grid, dim3(32, 8), smem, st>>>(
+                (T *)out, (const T *)in, w, lens, t, c, k, kp, pad, t_out, rows, vec, ldo);
+        return 1;
+    }
+    return 0;
 }
 
 template <typename T>
 static void depthwise_go(void *out, const void *in, const float *w, const int *lens, int batch,
-                         int t, int c, int k, int stride, int dil, int t_out, cudaStream_t st)
+                         int t, int c, int k, int stride, int dil, int t_out, int ldo,
+                         cudaStream_t st)
 {
+    if ((stride == 1 && dil == 1 &&
+         depthwise_reg_go<T, 1, 1>(out, in, w, lens, batch, t, c, k, t_out, ldo, st)) ||
+        (stride == 1 && dil == 2 &&
+         depthwise_reg_go<T, 1, 2>(out, in, w, lens, batch, t, c, k, t_out, ldo, st)) ||
+        (stride == 2 && dil == 1 &&
+         depthwise_reg_go<T, 2, 1>(out, in, w, lens, batch, t, c, k, t_out, ldo, st)))
+        return;
     int rows = dw_tile_rows(k, stride, dil);
     size_t smem = ((size_t)rows + (size_t)k) * 32 * sizeof(float);
     if (smem <= 48 * 1024) {
         dim3 grid((unsigned)((c + 31) / 32), (unsigned)((t_out + DW_TILE - 1) / DW_TILE),
                   (unsigned)batch);
-        depthwise_tiled_kernel<T><<<grid, dim3(32, 8), smem, st>>>(
-            (T *)out, (const T *)in, w, lens, t, c, k, stride, dil, (k / 2) * dil, t_out, rows);
+        depthwise_tiled_kernel<T><<<grid, dim3(32, 8), smem, st>>>((T *)out, (const T *)in, w, lens,
+                                                                   t, c, k, stride, dil,
+                                                                   (k / 2) * dil, t_out, rows, ldo);
         return;
     }
     dim3 grid((unsigned)((c + 31) / 32), (unsigned)((t_out + DW_ROWS - 1) / DW_ROWS),
               (unsigned)batch);
     depthwise_kernel<T><<<grid, dim3(32, 8), 0, st>>>((T *)out, (const T *)in, w, lens, t, c, k,
-                                                      stride, dil, (k / 2) * dil, t_out);
+                                                      stride, dil, (k / 2) * dil, t_out, ldo);
 }
 
 extern "C" int cuda_conv1d_depthwise(void *out, const void *in, ops_dtype_t dt, const float *w,
                                      const int *lens, int batch, int t, int c, int k, int stride,
-                                     int dil, void *stream, hark_err_t *err)
+                                     int dil, int ldo, void *stream, hark_err_t *err)
 {
     if (!dtype_ok(dt) || batch < 0 || batch > 65535 || t < 0 || c < 0 || k < 1 || stride < 1 ||
-        dil < 1)
+        dil < 1 || ldo < c)
         return err_set(err, HARK_ERR_INVALID_ARG,
-                       "conv1d_depthwise: batch %d, t %d, c %d, k %d, stride %d, dil %d", batch, t,
-                       c, k, stride, dil);
+                       "conv1d_depthwise: batch %d, t %d, c %d, k %d, stride %d, dil %d, ldo %d",
+                       batch, t, c, k, stride, dil, ldo);
     int t_out = conv1d_len(t, k, stride, dil);
     if (batch == 0 || t_out == 0 || c == 0)
         return HARK_OK;
@@ -375,11 +510,11 @@ extern "C" int cuda_conv1d_depthwise(void *out, const void *in, ops_dtype_t dt, 
         return err_set(err, HARK_ERR_TOO_LARGE, "conv1d_depthwise: %d output frames", t_out);
     cudaStream_t st = (cudaStream_t)stream;
     if (dt == OPS_F16)
-        depthwise_go<__half>(out, in, w, lens, batch, t, c, k, stride, dil, t_out, st);
+        depthwise_go<__half>(out, in, w, lens, batch, t, c, k, stride, dil, t_out, ldo, st);
     else if (dt == OPS_BF16)
-        depthwise_go<__nv_bfloat16>(out, in, w, lens, batch, t, c, k, stride, dil, t_out, st);
+        depthwise_go<__nv_bfloat16>(out, in, w, lens, batch, t, c, k, stride, dil, t_out, ldo, st);
     else
-        depthwise_go<float>(out, in, w, lens, batch, t, c, k, stride, dil, t_out, st);
+        depthwise_go<float>(out, in, w, lens, batch, t, c, k, stride, dil, t_out, ldo, st);
     return launched(err, "conv1d_depthwise_kernel");
 }
 

@@ -149,10 +149,11 @@ int cuda_conv1d(float *acc, float beta, const void *xp, const void *w, ops_dtype
                 int t_pad, int cin, int cout, int k, int stride, int dil, ops_cuda_t *g,
                 hark_err_t *err);
 
-/* conv1d_depthwise_ref with in and out of dt (w float). */
+/* conv1d_depthwise_ref with in and out of dt (w float), out's rows ldo >= c apart (the columns
+ * past c untouched). */
 int cuda_conv1d_depthwise(void *out, const void *in, ops_dtype_t dt, const float *w,
                           const int *lens, int batch, int t, int c, int k, int stride, int dil,
-                          void *stream, hark_err_t *err);
+                          int ldo, void *stream, hark_err_t *err);
 
 /* conv1d_act_ref with y of y_t (x float). */
 int cuda_conv1d_act(void *y, ops_dtype_t y_t, const float *x, const float *b, int n, int c,

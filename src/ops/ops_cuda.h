@@ -362,13 +362,14 @@ int cuda_flash_attention(void *ctx, ops_dtype_t dt, long long ldo, const void *q
 int cuda_lse_argmax(int *arg, float *best, const void *partials, int v, const int *lens, int t_rows,
                     int n, void *stream, hark_err_t *err);
 
-/* CTC head after the logits GEMM, one pass per row of logits (n, V) float: arg[r] = argmax (first
- * on ties, NaN never wins), best[r] (or NULL) = its log-probability, logp (or NULL) = the whole
- * log_softmax row. With lens, rows (b, i) of the (batch, t_rows) grid with i >= lens[b] give
- * arg 0, best 0 and a zero logp row. Reference: log_softmax_ref + ctc_argmax_ref. */
+/* CTC head after the logits GEMM, one pass per row of logits (n, V) float, rows ldx >= V apart:
+ * arg[r] = argmax (first on ties, NaN never wins), best[r] (or NULL) = its log-probability, logp
+ * (or NULL; rows V apart) = the whole log_softmax row. With lens, rows (b, i) of the (batch,
+ * t_rows) grid with i >= lens[b] give arg 0, best 0 and a zero logp row. A block per row, or a warp
+ * per row for V <= 256. Reference: log_softmax_ref + ctc_argmax_ref. */
 int cuda_ctc_log_softmax_argmax(int *arg, float *best, float *logp, const float *logits,
-                                const int *lens, int t_rows, int n, int V, void *stream,
-                                hark_err_t *err);
+                                long long ldx, const int *lens, int t_rows, int n, int V,
+                                void *stream, hark_err_t *err);
 
 /* ---- chunk streaming over a device cache pool (chunk_cuda.cu) --------------------------------
  * One step packs the new encoder rows of n chunks (one per stream) one after another; each stream

@@ -650,26 +650,12 @@ __device__ __forceinline__ lse_t lse_merge(lse_t a, lse_t b)
     return a;
 }
 
-/* one block per row: arg[r], best[r] = log-prob of the argmax; logp (optional) = the full row */
-__global__ void ctc_lsm_argmax_kernel(int *arg, float *best, float *logp, const float *x,
-                                      const int *lens, int t_rows, int V)
+/* a row's (max, Σexp(x - max), first argmax), threads tid = 0, nt, 2nt, ... of the row, then
+ * merged across the warp */
+__device__ __forceinline__ lse_t lsm_warp_scan(const float *xr, int V, int tid, int nt)
 {
-    __shared__ lse_t sh[32];
-    size_t r = blockIdx.x;
-    const float *xr = x + r * V;
-    if (lens && (int)(r % (size_t)t_rows) >= lens[r / (size_t)t_rows]) {
-        if (threadIdx.x == 0) {
-            arg[r] = 0;
-            if (best)
-                best[r] = 0.0f;
-        }
-        if (logp)
-            for (int j = threadIdx.x; j < V; j += blockDim.x)
-                logp[r * V + j] = 0.0f;
-        return;
-    }
     lse_t a = {-INFINITY, 0.0f, -1};
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    for (int j = tid; j < V; j += nt) {
         float v = xr[j];
         if (v > a.m) {
             a.s = (a.i >= 0 ? a.s * expf(a.m - v) : 0.0f) + 1.0f;
@@ -687,6 +673,52 @@ __global__ void ctc_lsm_argmax_kernel(int *arg, float *best, float *logp, const 
         b.i = __shfl_xor_sync(0xffffffffu, a.i, o);
         a = lse_merge(a, b);
     }
+    return a;
+}
+
+/* row r's outputs from its merged scan a (thread tid of nt writes its share of logp) */
+__device__ __forceinline__ void lsm_write(int *arg, float *best, float *logp, const float *xr,
+                                          size_t r, int V, lse_t a, int tid, int nt)
+{
+    float lse = logf(a.s); /* log Σ exp(x - max) */
+    if (tid == 0) {
+        arg[r] = a.i >= 0 ? a.i : 0;
+        if (best)
+            best[r] = -lse;
+    }
+    if (logp)
+        for (int j = tid; j < V; j += nt)
+            logp[r * V + j] = (xr[j] - a.m) - lse;
+}
+
+/* a row past its utterance's length: arg 0, best 0, a zero logp row */
+__device__ __forceinline__ bool lsm_masked(int *arg, float *best, float *logp, const int *lens,
+                                           int t_rows, size_t r, int V, int tid, int nt)
+{
+    if (!lens || (int)(r % (size_t)t_rows) < lens[r / (size_t)t_rows])
+        return false;
+    if (tid == 0) {
+        arg[r] = 0;
+        if (best)
+            best[r] = 0.0f;
+    }
+    if (logp)
+        for (int j = tid; j < V; j += nt)
+            logp[r * V + j] = 0.0f;
+    return true;
+}
+
+/* one block per row (large V): arg[r], best[r] = log-prob of the argmax; logp (optional) = the
+ * full row. Logits rows ldx apart, logp rows V apart. */
+__global__ void ctc_lsm_argmax_kernel(int *arg, float *best, float *logp, const float *x,
+                                      const int *lens, int t_rows, int V, long long ldx)
+{
+    __shared__ lse_t sh[32];
+    size_t r = blockIdx.x;
+    const float *xr = x + r * ldx;
+    if (lsm_masked(arg, best, logp, lens, t_rows, r, V, threadIdx.x, blockDim.x))
+        return;
+    lse_t a = lsm_warp_scan(xr, V, threadIdx.x, blockDim.x);
     int w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     if ((threadIdx.x & 31) == 0)
         sh[w] = a;
@@ -694,26 +726,37 @@ __global__ void ctc_lsm_argmax_kernel(int *arg, float *best, float *logp, const 
     a = sh[0];
     for (int i = 1; i < nw; i++)
         a = lse_merge(a, sh[i]);
-    float lse = logf(a.s); /* log Σ exp(x - max) */
-    if (threadIdx.x == 0) {
-        arg[r] = a.i >= 0 ? a.i : 0;
-        if (best)
-            best[r] = -lse;
-    }
-    if (logp)
-        for (int j = threadIdx.x; j < V; j += blockDim.x)
-            logp[r * V + j] = (xr[j] - a.m) - lse;
+    lsm_write(arg, best, logp, xr, r, V, a, threadIdx.x, blockDim.x);
+}
+
+/* one warp per row (small V: Jasper's 29 characters), 8 rows a block */
+__global__ void ctc_lsm_argmax_warp_kernel(int *arg, float *best, float *logp, const float *x,
+                                           const int *lens, int t_rows, int V, long long ldx, int n)
+{
+    size_t r = (size_t)blockIdx.x * 8 + threadIdx.y;
+    if (r >= (size_t)n)
+        return;
+    const float *xr = x + r * ldx;
+    if (lsm_masked(arg, best, logp, lens, t_rows, r, V, threadIdx.x, 32))
+        return;
+    lsm_write(arg, best, logp, xr, r, V, lsm_warp_scan(xr, V, threadIdx.x, 32), threadIdx.x, 32);
 }
 
 extern "C" int cuda_ctc_log_softmax_argmax(int *arg, float *best, float *logp, const float *logits,
-                                           const int *lens, int t_rows, int n, int V, void *stream,
-                                           hark_err_t *err)
+                                           long long ldx, const int *lens, int t_rows, int n, int V,
+                                           void *stream, hark_err_t *err)
 {
     if (n <= 0 || V <= 0)
         return HARK_OK;
-    if (!arg || (lens && t_rows <= 0))
-        return err_set(err, HARK_ERR_INVALID_ARG, "ctc_log_softmax_argmax: t_rows %d", t_rows);
-    ctc_lsm_argmax_kernel<<<(unsigned)n, 256, 0, (cudaStream_t)stream>>>(arg, best, logp, logits,
-                                                                         lens, t_rows, V);
+    if (!arg || (lens && t_rows <= 0) || ldx < V)
+        return err_set(err, HARK_ERR_INVALID_ARG, "ctc_log_softmax_argmax: t_rows %d, ldx %lld",
+                       t_rows, ldx);
+    cudaStream_t st = (cudaStream_t)stream;
+    if (V <= 256)
+        ctc_lsm_argmax_warp_kernel<<<(unsigned)((n + 7) / 8), dim3(32, 8), 0, st>>>(
+            arg, best, logp, logits, lens, t_rows, V, ldx, n);
+    else
+        ctc_lsm_argmax_kernel<<<(unsigned)n, 256, 0, st>>>(arg, best, logp, logits, lens, t_rows, V,
+                                                           ldx);
     return launched(err, "ctc_lsm_argmax_kernel");
 }

@@ -271,10 +271,14 @@ GPU_TEST(cuda_conv1d_depthwise_matches_ref)
         int t, c, k, stride, dil;
     } dw_case_t;
     const dw_case_t cases[] = {
-        /* shared-memory tiles of 64 frames: one tile and a partial one, stride 2, QuartzNet's
-         * k 87 dilation 2; past 48 KiB of staged rows (k 201, dilation 2) the direct kernel */
+        /* register tiles of 128 frames (stride 1 or 2, dilation 1 or 2): one tile and a partial
+         * one, taps not a multiple of 8, QuartzNet's k 75 over three tiles and a channel block of
+         * 8, k 87 dilation 2 (tiles of 64: 128 frames do not fit 48 KiB); the shared-memory tiles
+         * of 64 frames (dilation 3, stride 2 with dilation 2); past 48 KiB of staged rows (k 201,
+         * dilation 2) the direct kernel */
         {41, 20, 5, 1, 1},   {141, 20, 13, 2, 1}, {70, 37, 9, 1, 2},
-        {133, 64, 87, 1, 2}, {1, 8, 3, 1, 1},     {50, 24, 201, 1, 2},
+        {300, 40, 75, 1, 1}, {133, 64, 87, 1, 2}, {1, 8, 3, 1, 1},
+        {95, 33, 11, 1, 3},  {60, 16, 5, 2, 2},   {50, 24, 201, 1, 2},
     };
     const int batch = 3;
     int lens[3], *d_lens = NULL;
@@ -293,19 +297,37 @@ GPU_TEST(cuda_conv1d_depthwise_matches_ref)
             float *x = rnd(nx, &seed, 1.0f), *w = rnd((size_t)c->k * c->c, &seed, 0.5f);
             float *ref = malloc(no * 4), *got = malloc(no * 4);
             round_to(x, nx, dt);
-            void *dx = dup_to(x, nx, dt), *dy = dalloc(no, dt);
-            float *dw = dup_to(w, (size_t)c->k * c->c, OPS_F32);
+            /* the third pass writes rows ldo = c + 5 apart: columns past c stay untouched */
+            const int ldo = c->c + 5;
+            const size_t ns = (size_t)batch * t_out * ldo;
+            void *dx = dup_to(x, nx, dt), *dy = dalloc(no, dt), *ds = dalloc(ns, dt);
+            float *dw = dup_to(w, (size_t)c->k * c->c, OPS_F32), *gs = malloc(ns * 4);
             hark_err_t err = {0};
-            for (int masked = 0; masked < 2; masked++) {
+            for (int pass = 0; pass < 3; pass++) {
+                const int masked = pass > 0, strided = pass == 2;
                 cudaMemset(dy, 0xff, (no + GUARD) * ops_dtype_size(dt));
-                CHECK_OK(cuda_conv1d_depthwise(dy, dx, dt, dw, masked ? d_lens : NULL, batch, c->t,
-                                               c->c, c->k, c->stride, c->dil, NULL, &err));
+                cudaMemset(ds, 0xff, (ns + GUARD) * ops_dtype_size(dt));
+                CHECK_OK(cuda_conv1d_depthwise(
+                    strided ? ds : dy, dx, dt, dw, masked ? d_lens : NULL, batch, c->t, c->c, c->k,
+                    c->stride, c->dil, strided ? ldo : c->c, NULL, &err));
                 CHECK_OK(dup_from(got, dy, no, dt));
+                if (strided) {
+                    CHECK_OK(dup_from(gs, ds, ns, dt));
+                    int untouched = 1;
+                    for (size_t r = 0; r < (size_t)batch * t_out; r++)
+                        for (int j = 0; j < ldo; j++)
+                            if (j < c->c)
+                                got[r * c->c + j] = gs[r * ldo + j];
+                            else
+                                untouched &= isnan(gs[r * ldo + j]); /* still 0xff.. */
+                    CHECK(untouched);
+                }
                 conv1d_depthwise_ref(ref, x, w, masked ? lens : NULL, batch, c->t, c->c, c->k,
                                      c->stride, c->dil);
                 double e = test_rel_rms(got, ref, no);
-                printf("depthwise %s t%d c%d k%d s%d d%d masked %d: rel rms %.2g\n", dt_name(dt),
-                       c->t, c->c, c->k, c->stride, c->dil, masked, e);
+                printf("depthwise %s t%d c%d k%d s%d d%d masked %d ldo %d: rel rms %.2g\n",
+                       dt_name(dt), c->t, c->c, c->k, c->stride, c->dil, masked,
+                       strided ? ldo : c->c, e);
                 CHECKF(all_finite(got, no) && e <= tol_out(dt), "%s case %zu: rel rms %.3g",
                        dt_name(dt), ci, e);
                 /* masked rows exactly 0 */
@@ -313,11 +335,13 @@ GPU_TEST(cuda_conv1d_depthwise_matches_ref)
                     for (int s = conv1d_len(lens[b], c->k, c->stride, c->dil); s < t_out; s++)
                         for (int ch = 0; ch < c->c; ch++)
                             CHECK(got[((size_t)b * t_out + s) * c->c + ch] == 0.0f);
-                CHECK(guard_ok(dy, no, dt));
+                CHECK(guard_ok(strided ? ds : dy, strided ? ns : no, dt));
             }
             cudaFree(dx);
             cudaFree(dy);
+            cudaFree(ds);
             cudaFree(dw);
+            free(gs);
             free(x);
             free(w);
             free(ref);

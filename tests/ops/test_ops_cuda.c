@@ -1606,12 +1606,14 @@ GPU_TEST(cuda_flash_attention_matches_ref)
 
 GPU_TEST(cuda_ctc_log_softmax_argmax_matches_ref)
 {
-    static const int vs[] = {1, 7, 5002};
+    /* a warp per row up to 256 (Jasper's 29), a block per row past it; logits rows V or V + 3
+     * apart (the pad columns hold values that would win) */
+    static const int vs[] = {1, 7, 29, 256, 257, 5002};
     enum { B = 3, TR = 11, N = B * TR };
     static const int lens[B] = {TR, 6, 0};
     unsigned seed = 37;
-    for (int iv = 0; iv < 3; iv++) {
-        int V = vs[iv];
+    for (int iv = 0; iv < 6; iv++) {
+        int V = vs[iv], ldx = V + (iv % 2) * 3;
         size_t n = (size_t)N * V;
         float *x = hrand(n, &seed, 8.0f), *ref = hark_malloc(n * sizeof(float));
         if (V > 1)
@@ -1628,12 +1630,17 @@ GPU_TEST(cuda_ctc_log_softmax_argmax_matches_ref)
                 arg_ref[r] = 0;
             best_ref[r] = ref[(size_t)r * V + arg_ref[r]];
         }
-        float *dx = dup_to(x, n, OPS_F32), *dlp = dalloc(n, OPS_F32), *dbest = dalloc(N, OPS_F32);
+        float *xp = hark_malloc((size_t)N * ldx * sizeof(float));
+        for (int r = 0; r < N; r++)
+            for (int j = 0; j < ldx; j++)
+                xp[(size_t)r * ldx + j] = j < V ? x[(size_t)r * V + j] : 1e30f;
+        float *dx = dup_to(xp, (size_t)N * ldx, OPS_F32), *dlp = dalloc(n, OPS_F32),
+              *dbest = dalloc(N, OPS_F32);
         int *darg = NULL, *dl = NULL;
         CHECK(cudaMalloc((void **)&darg, N * sizeof(int)) == cudaSuccess);
         CHECK(cudaMalloc((void **)&dl, sizeof lens) == cudaSuccess);
         CHECK_OK(cuda_set_lens(dl, lens, B, NULL, NULL));
-        CHECK_OK(cuda_ctc_log_softmax_argmax(darg, dbest, dlp, dx, dl, TR, N, V, NULL, NULL));
+        CHECK_OK(cuda_ctc_log_softmax_argmax(darg, dbest, dlp, dx, ldx, dl, TR, N, V, NULL, NULL));
         int arg[N];
         CHECK(cudaMemcpy(arg, darg, sizeof arg, cudaMemcpyDeviceToHost) == cudaSuccess);
         int same = 1;
@@ -1646,7 +1653,7 @@ GPU_TEST(cuda_ctc_log_softmax_argmax_matches_ref)
         e = out_err(dbest, OPS_F32, best_ref, N, &gd);
         CHECK_ERR(e, TOL32, gd, "ctc best log-prob V %d rel %g", V, e);
         cudaFree(dx), cudaFree(dlp), cudaFree(dbest), cudaFree(darg), cudaFree(dl);
-        hark_free(x), hark_free(ref);
+        hark_free(x), hark_free(xp), hark_free(ref);
     }
 }
 /* the CTC head without logits in memory: LSE partials + cuda_lse_argmax vs log_softmax + argmax */

@@ -42,7 +42,8 @@ GPU_TEST(gpu_ctc_argmax_matches_ref)
               cudaSuccess);
         CHECK(cudaMemset(d_out, 0xff, sizeof(int) * rows) == cudaSuccess);
         hark_err_t e = {0};
-        CHECK_OK(cuda_ctc_log_softmax_argmax(d_out, NULL, NULL, d_x, NULL, 0, rows, V, NULL, &e));
+        CHECK_OK(
+            cuda_ctc_log_softmax_argmax(d_out, NULL, NULL, d_x, V, NULL, 0, rows, V, NULL, &e));
         CHECK(cudaMemcpy(got, d_out, sizeof(int) * rows, cudaMemcpyDeviceToHost) == cudaSuccess);
         for (int r = 0; r < rows; r++)
             CHECKF(got[r] == ref[r], "rows %d V %d: row %d gpu %d ref %d", rows, V, r, got[r],

@@ -85,12 +85,17 @@ typedef struct {
     const void *w;   /* dt: (cout_p, k, cin_p) non-separable; (cout_p, cin_p) pointwise */
     const float *dw; /* (k, cin_p) depthwise taps, or NULL */
     const float *b;  /* (cout_p) folded bias; the last sub-block's includes every pane's bias */
+    const void *b_h; /* the same in dt (cuBLASLt's fused bias is the output's type) */
     int lvl_in;      /* the length level of its input */
 } gconv_t;
 
 typedef struct {
     gconv_t *sub; /* (repeat) */
     gconv_t *res; /* (n_panes) 1x1, b unused */
+    /* cat_block's blocks (16-bit): [pane | last pointwise] (cout_p, kcat = pane cin_p + last
+     * cin_p), one GEMM over the pane input and the last depthwise output side by side; else NULL */
+    const void *wcat;
+    int kcat;
 } gblock_t;
 
 struct jasper_gpu_model {
@@ -101,9 +106,9 @@ struct jasper_gpu_model {
     gconv_t *convs;
     int n_levels; /* rows of the length table */
     int blk_lvl_out[JASPER_MAX_BLOCKS];
-    int f_p, enc_p, vocab;
-    const void *dec_w;  /* dt (vocab, enc_p) */
-    const float *dec_b; /* (vocab) */
+    int f_p, enc_p, vocab, vocab_p; /* vocab_p: rounded up to 8, zero rows (aligned GEMM rows) */
+    const void *dec_w;              /* dt (vocab_p, enc_p) */
+    const float *dec_b;             /* (vocab_p) */
     feat_gpu_t *fgpu;
     void *dmat, *dflt; /* the dt block of matrices, the float block */
     size_t bytes;
@@ -133,7 +138,7 @@ void jasper_gpu_model_destroy(jasper_gpu_model_t *g)
 
 /* one conv's device layout from the folded CPU conv; pane_b: biases added into b (or NULL) */
 static void stage_conv(weight_stage_t *s, gconv_t *g, const jconv_t *c, const jconv_t *panes,
-                       int n_panes, size_t *off_w, size_t *off_dw, size_t *off_b)
+                       int n_panes, size_t *off_w, size_t *off_dw, size_t *off_b, size_t *off_bh)
 {
     g->cin = c->cin;
     g->cout = c->cout;
@@ -147,6 +152,7 @@ static void stage_conv(weight_stage_t *s, gconv_t *g, const jconv_t *c, const jc
     *off_w = weight_stage_take(&s->n_mat, nw);
     *off_dw = c->dw ? weight_stage_take(&s->n_flt, (size_t)c->k * g->cin_p) : (size_t)-1;
     *off_b = weight_stage_take(&s->n_flt, (size_t)g->cout_p);
+    *off_bh = weight_stage_take(&s->n_mat, (size_t)g->cout_p);
     if (s->sizing)
         return;
     float *w = s->mat + *off_w;
@@ -171,15 +177,36 @@ static void stage_conv(weight_stage_t *s, gconv_t *g, const jconv_t *c, const jc
             v += panes[p].b[o];
         b[o] = (float)v;
     }
+    memcpy(s->mat + *off_bh, b, sizeof(float) * (size_t)g->cout_p);
 }
 
 /* offsets of every view, then (second pass) the host images */
 typedef struct {
-    size_t w, dw, b;
+    size_t w, dw, b, bh;
 } goff_t;
 
-static void stage_all(weight_stage_t *s, jasper_gpu_model_t *g, goff_t *offs, size_t *dec_w,
-                      size_t *dec_b)
+/* Whether block l's residual runs as one GEMM over [pane input | last depthwise output] (16-bit,
+ * ReLU, one pane, a separable last sub-block, no stride inside the block; no dense block in the
+ * model, whose later panes would read this block's output unmasked): QuartzNet's blocks. Else the
+ * pointwise GEMM and the pane's accumulate in FP32 and a pass applies bias and activation. */
+static int cat_block(const jasper_model_t *m, int l, ops_dtype_t dt)
+{
+    const jasper_config_t *c = &m->cfg;
+    const jasper_block_cfg_t *b = &c->blocks[l];
+    if (dt == OPS_F32 || c->act != JASPER_ACT_RELU || b->n_panes != 1 ||
+        !m->layers[l].sub[b->repeat - 1].dw || m->layers[l].res[0].kw != 1)
+        return 0;
+    for (int i = 0; i < c->n_blocks; i++)
+        if (c->blocks[i].dense)
+            return 0;
+    for (int r = 0; r < b->repeat; r++)
+        if (m->layers[l].sub[r].stride != 1)
+            return 0;
+    return 1;
+}
+
+static void stage_all(weight_stage_t *s, jasper_gpu_model_t *g, goff_t *offs, size_t *cat,
+                      size_t *dec_w, size_t *dec_b)
 {
     const jasper_model_t *m = g->m;
     const jasper_config_t *c = &m->cfg;
@@ -190,18 +217,36 @@ static void stage_all(weight_stage_t *s, jasper_gpu_model_t *g, goff_t *offs, si
         for (int r = 0; r < b->repeat; r++, i++) {
             int last = r == b->repeat - 1;
             stage_conv(s, &g->convs[i], &L->sub[r], L->res, last ? b->n_panes : 0, &offs[i].w,
-                       &offs[i].dw, &offs[i].b);
+                       &offs[i].dw, &offs[i].b, &offs[i].bh);
         }
         for (int p = 0; p < b->n_panes; p++, i++)
-            stage_conv(s, &g->convs[i], &L->res[p], NULL, 0, &offs[i].w, &offs[i].dw, &offs[i].b);
+            stage_conv(s, &g->convs[i], &L->res[p], NULL, 0, &offs[i].w, &offs[i].dw, &offs[i].b,
+                       &offs[i].bh);
+        cat[l] = (size_t)-1;
+        if (!cat_block(m, l, g->dt))
+            continue;
+        /* [pane | last pointwise] from the two images just staged (rows cout_p) */
+        const gconv_t *gl = &g->convs[i - 2], *gp = &g->convs[i - 1];
+        const size_t kc = (size_t)gp->cin_p + (size_t)gl->cin_p;
+        cat[l] = weight_stage_take(&s->n_mat, (size_t)gl->cout_p * kc);
+        if (s->sizing)
+            continue;
+        float *d = s->mat + cat[l];
+        const float *wp = s->mat + offs[i - 1].w, *wl = s->mat + offs[i - 2].w;
+        for (int o = 0; o < gl->cout_p; o++) {
+            memcpy(d + o * kc, wp + (size_t)o * gp->cin_p, sizeof(float) * (size_t)gp->cin_p);
+            memcpy(d + o * kc + gp->cin_p, wl + (size_t)o * gl->cin_p,
+                   sizeof(float) * (size_t)gl->cin_p);
+        }
     }
-    size_t nw = (size_t)m->vocab * g->enc_p;
+    size_t nw = (size_t)g->vocab_p * g->enc_p;
     *dec_w = weight_stage_take(&s->n_mat, nw);
-    *dec_b = weight_stage_take(&s->n_flt, (size_t)m->vocab);
+    *dec_b = weight_stage_take(&s->n_flt, (size_t)g->vocab_p);
     if (s->sizing)
         return;
     float *w = s->mat + *dec_w;
     memset(w, 0, sizeof(float) * nw);
+    memset(s->flt + *dec_b, 0, sizeof(float) * (size_t)g->vocab_p);
     for (int v = 0; v < m->vocab; v++)
         memcpy(w + (size_t)v * g->enc_p, m->dec_w + (size_t)v * m->enc_dim,
                sizeof(float) * (size_t)m->enc_dim);
@@ -211,13 +256,13 @@ static void stage_all(weight_stage_t *s, jasper_gpu_model_t *g, goff_t *offs, si
 typedef struct {
     jasper_gpu_model_t *g;
     goff_t *offs;
-    size_t *dec_w, *dec_b;
+    size_t *cat, *dec_w, *dec_b;
 } fill_t;
 
 static void fill(weight_stage_t *s, void *user)
 {
     fill_t *f = user;
-    stage_all(s, f->g, f->offs, f->dec_w, f->dec_b);
+    stage_all(s, f->g, f->offs, f->cat, f->dec_w, f->dec_b);
 }
 
 int jasper_gpu_model_create(const jasper_model_t *m, int device, ops_dtype_t dt,
@@ -244,6 +289,7 @@ int jasper_gpu_model_create(const jasper_model_t *m, int device, ops_dtype_t dt,
     g->f_p = pad8(c->n_filt);
     g->enc_p = pad8(m->enc_dim);
     g->vocab = m->vocab;
+    g->vocab_p = pad8(m->vocab);
     /* views into convs; length levels: 0 the features, 1 the model input, +1 per strided conv;
      * a pane must read a tensor of its block's input length (no strided block in between) */
     int lvl = 1, xs_lvl[JASPER_MAX_BLOCKS + 1], n_xs = 1, i = 0, rc = HARK_OK;
@@ -282,12 +328,12 @@ int jasper_gpu_model_create(const jasper_model_t *m, int device, ops_dtype_t dt,
     }
     /* the weights: sizes, host images, one upload each, the matrices cast to dt */
     goff_t *offs = hark_calloc(n_convs, sizeof *offs);
-    size_t dec_w = 0, dec_b = 0, es = ops_dtype_size(dt);
+    size_t dec_w = 0, dec_b = 0, es = ops_dtype_size(dt), cat[JASPER_MAX_BLOCKS];
     if (!offs) {
         jasper_gpu_model_destroy(g);
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
     }
-    fill_t fl = {g, offs, &dec_w, &dec_b};
+    fill_t fl = {g, offs, cat, &dec_w, &dec_b};
     if ((rc = weight_stage_upload(fill, &fl, dt, &g->dmat, &g->dflt, &g->bytes, NULL,
                                   "jasper (gpu)", err)))
         goto done;
@@ -296,6 +342,15 @@ int jasper_gpu_model_create(const jasper_model_t *m, int device, ops_dtype_t dt,
         gc->w = (const char *)g->dmat + offs[k].w * es;
         gc->dw = offs[k].dw == (size_t)-1 ? NULL : (const float *)g->dflt + offs[k].dw;
         gc->b = (const float *)g->dflt + offs[k].b;
+        gc->b_h = (const char *)g->dmat + offs[k].bh * es;
+    }
+    for (int l = 0; l < c->n_blocks; l++) {
+        gblock_t *gb = &g->blocks[l];
+        if (cat[l] == (size_t)-1)
+            continue;
+        const gconv_t *gl = &gb->sub[c->blocks[l].repeat - 1];
+        gb->wcat = (const char *)g->dmat + cat[l] * es;
+        gb->kcat = gb->res[0].cin_p + gl->cin_p;
     }
     g->dec_w = (const char *)g->dmat + dec_w * es;
     g->dec_b = (const float *)g->dflt + dec_b;
@@ -328,16 +383,16 @@ struct jasper_gpu_worker {
     void *outs[JASPER_MAX_BLOCKS]; /* (B, T_l, C_l) dt each block's output */
     void *tmp[2];                  /* (B, T, C) dt: sub-block outputs */
     void *pad;                     /* (B, T + 2 pad, C) dt: a conv's masked, zero-padded input */
-    void *dwb;                     /* (B, T, C) dt: a depthwise conv's output */
-    float *acc;                    /* (B, T, C) float: the accumulator */
-    float *logits;                 /* (B · T_out, V) */
-    float *logp;                   /* (B · T_out, V): only for jasper_gpu_run_opts_t.logp */
-    int *d_ids;                    /* (B · T_out) */
-    float *d_best;                 /* (B · T_out) */
-    int *d_lens;                   /* (n_levels, max_batch) */
-    int *h_lens;                   /* pinned, as d_lens */
-    int *h_ids;                    /* pinned (B · T_out) */
-    float *h_best;                 /* pinned (B · T_out) */
+    void *dwb; /* (B, T, C) dt: a depthwise conv's output; (B, T, kcat): a cat block's GEMM input */
+    float *acc;    /* (B, T, C) float: the accumulator */
+    float *logits; /* (B · T_out, vocab_p) */
+    float *logp;   /* (B · T_out, V): only for jasper_gpu_run_opts_t.logp */
+    int *d_ids;    /* (B · T_out) */
+    float *d_best; /* (B · T_out) */
+    int *d_lens;   /* (n_levels, max_batch) */
+    int *h_lens;   /* pinned, as d_lens */
+    int *h_ids;    /* pinned (B · T_out) */
+    float *h_best; /* pinned (B · T_out) */
     cudaEvent_t lens_ev;
     int graphs;
     graph_cache_t *gc; /* GRAPH_SLOTS forwards by (batch, t_in, want_logp, feats) */
@@ -411,10 +466,12 @@ int jasper_gpu_worker_create(const jasper_gpu_model_t *g, int max_batch, double 
     w->graphs = !(ng && *ng && strcmp(ng, "0"));
     /* sizes (elements) for the largest input */
     size_t B = (size_t)max_batch, es = ops_dtype_size(g->dt);
-    size_t n_out[JASPER_MAX_BLOCKS], n_tmp = 0, n_pad = 0;
+    size_t n_out[JASPER_MAX_BLOCKS], n_tmp = 0, n_pad = 0, n_dwb = 0;
     int t = w->max_t_in;
     for (int l = 0; l < c->n_blocks; l++) {
         const gblock_t *gb = &g->blocks[l];
+        if (gb->wcat && (size_t)t * gb->kcat > n_dwb)
+            n_dwb = (size_t)t * gb->kcat;
         for (int r = 0; r < c->blocks[l].repeat; r++) {
             const gconv_t *gc = &gb->sub[r];
             size_t padded = (size_t)(t + 2 * gc->pad) * gc->cin_p;
@@ -427,9 +484,10 @@ int jasper_gpu_worker_create(const jasper_gpu_model_t *g, int max_batch, double 
         }
         n_out[l] = (size_t)t * gb->sub[c->blocks[l].repeat - 1].cout_p;
     }
-    size_t rows_out = B * (size_t)w->max_t_out, V = (size_t)m->vocab;
+    n_dwb = n_dwb > n_tmp ? n_dwb : n_tmp;
+    size_t rows_out = B * (size_t)w->max_t_out, V = (size_t)g->vocab_p;
     size_t total = al(B * w->max_t_in * g->f_p * es) + 2 * al(B * n_tmp * es) + al(B * n_pad * es) +
-                   al(B * n_tmp * es) + al(B * n_tmp * 4) + 2 * al(rows_out * V * 4) +
+                   al(B * n_dwb * es) + al(B * n_tmp * 4) + 2 * al(rows_out * V * 4) +
                    2 * al(rows_out * 4) + al((size_t)g->n_levels * B * 4);
     for (int l = 0; l < c->n_blocks; l++)
         total += al(B * n_out[l] * es);
@@ -463,7 +521,7 @@ int jasper_gpu_worker_create(const jasper_gpu_model_t *g, int max_batch, double 
     TAKE(w->tmp[0], void *, B *n_tmp *es);
     TAKE(w->tmp[1], void *, B *n_tmp *es);
     TAKE(w->pad, void *, B *n_pad *es);
-    TAKE(w->dwb, void *, B *n_tmp *es);
+    TAKE(w->dwb, void *, B *n_dwb *es);
     TAKE(w->acc, float *, B *n_tmp * 4);
     TAKE(w->logits, float *, rows_out *V * 4);
     TAKE(w->logp, float *, rows_out *V * 4);
@@ -507,10 +565,38 @@ static int pointwise(jasper_gpu_worker_t *w, float *acc, float beta, const void 
                      gc->cin_p, gc->cout_p, 1, 1.0f, beta, 1, 0, 0, 0, w->ops, err);
 }
 
-/* one sub-block: dst (B, t_out, cout_p) = act(conv(x (B, t, cin_p)) [+ panes] + b) */
-static int sub_block(jasper_gpu_worker_t *w, void *dst, const void *x, int t, const gconv_t *gc,
-                     const gconv_t *panes, void *const *pane_in, int n_panes, int batch,
-                     hark_err_t *err)
+/* a cat block's last sub-block: dst (B, t, cout_p) = ReLU([pane_x | depthwise(x)] · wcatᵀ + b),
+ * both halves masked, side by side in dwb */
+static int sub_block_cat(jasper_gpu_worker_t *w, void *dst, const void *x, int t, const gconv_t *gc,
+                         const gblock_t *gb, const void *pane_x, int batch, hark_err_t *err)
+{
+    const int masks = w->m->cfg.conv_masks, pp = gb->res[0].cin_p;
+    /* the pane's input first: its copy zeroes the rest of each row, which the depthwise fills */
+    int rc = cuda_conv1d_pad_mask(w->dwb, w->dt, pane_x, w->dt,
+                                  masks ? lens_of(w, gb->res[0].lvl_in) : NULL, batch, t, pp, pp,
+                                  gb->kcat, 0, 0, w->stream, err);
+    if (!rc)
+        rc = cuda_conv1d_depthwise((char *)w->dwb + (size_t)pp * ops_dtype_size(w->dt), x, w->dt,
+                                   gc->dw, masks ? lens_of(w, gc->lvl_in) : NULL, batch, t,
+                                   gc->cin_p, gc->k, 1, gc->dil, gb->kcat, w->stream, err);
+    if (rc)
+        return rc;
+    cuda_epi_t e = {.mode = CUDA_EPI_F16,
+                    .act = CUDA_ACT_RELU,
+                    .bias = gc->b,
+                    .bias_h = gc->b_h,
+                    .out = dst,
+                    .ldo = gc->cout_p,
+                    .alpha = 1.0f,
+                    .dt = w->dt};
+    return cuda_hgemm(&e, w->dwb, gb->kcat, gb->wcat, batch * t, gc->cout_p, gb->kcat, w->ops, err);
+}
+
+/* one sub-block: dst (B, t_out, cout_p) = act(conv(x (B, t, cin_p)) [+ panes] + b); x_masked: x
+ * is zero past each utterance's length already (a block's input) */
+static int sub_block(jasper_gpu_worker_t *w, void *dst, const void *x, int x_masked, int t,
+                     const gconv_t *gc, const gconv_t *panes, void *const *pane_in, int n_panes,
+                     int batch, hark_err_t *err)
 {
     const jasper_config_t *c = &w->m->cfg;
     const int t_out = conv1d_len(t, gc->k, gc->stride, gc->dil), rows = batch * t_out;
@@ -522,12 +608,13 @@ static int sub_block(jasper_gpu_worker_t *w, void *dst, const void *x, int t, co
     int rc;
     if (gc->dw) { /* depthwise (masked in and out), then the pointwise GEMM */
         if ((rc = cuda_conv1d_depthwise(w->dwb, x, w->dt, gc->dw, lens, batch, t, gc->cin_p, gc->k,
-                                        gc->stride, gc->dil, w->stream, err)))
+                                        gc->stride, gc->dil, gc->cin_p, w->stream, err)))
             return rc;
         if (fuse) {
             cuda_epi_t e = {.mode = CUDA_EPI_F16,
                             .act = CUDA_ACT_RELU,
                             .bias = gc->b,
+                            .bias_h = gc->b_h,
                             .out = dst,
                             .ldo = gc->cout_p,
                             .alpha = 1.0f,
@@ -536,6 +623,17 @@ static int sub_block(jasper_gpu_worker_t *w, void *dst, const void *x, int t, co
                               err);
         }
         rc = pointwise(w, w->acc, 0.0f, w->dwb, gc, rows, err);
+    } else if (fuse && gc->k == 1 && gc->stride == 1 && (x_masked || !masks)) {
+        /* a 1x1 conv of a masked input (QuartzNet's C3): a plain GEMM, no padded copy */
+        cuda_epi_t e = {.mode = CUDA_EPI_F16,
+                        .act = CUDA_ACT_RELU,
+                        .bias = gc->b,
+                        .bias_h = gc->b_h,
+                        .out = dst,
+                        .ldo = gc->cout_p,
+                        .alpha = 1.0f,
+                        .dt = w->dt};
+        return cuda_hgemm(&e, x, gc->cin_p, gc->w, rows, gc->cout_p, gc->cin_p, w->ops, err);
     } else {
         const int tp = t + 2 * gc->pad;
         if ((rc = cuda_conv1d_pad_mask(w->pad, w->dt, x, w->dt, lens, batch, t, gc->cin_p,
@@ -545,6 +643,7 @@ static int sub_block(jasper_gpu_worker_t *w, void *dst, const void *x, int t, co
             cuda_epi_t e = {.mode = CUDA_EPI_F16,
                             .act = CUDA_ACT_RELU,
                             .bias = gc->b,
+                            .bias_h = gc->b_h,
                             .out = dst,
                             .ldo = gc->cout_p,
                             .alpha = 1.0f,
@@ -577,6 +676,7 @@ static int enqueue_forward(jasper_gpu_worker_t *w, const float *d_feats, int bat
     int n_xs = 1, t = t_in;
     xs[0] = w->x0;
     const void *x = w->x0;
+    int x_masked = 1; /* the block input is zero past the lengths (the model input is) */
     for (int l = 0; l < c->n_blocks && !rc; l++) {
         const jasper_block_cfg_t *b = &c->blocks[l];
         const gblock_t *gb = &g->blocks[l];
@@ -585,15 +685,23 @@ static int enqueue_forward(jasper_gpu_worker_t *w, const float *d_feats, int bat
             int last = r == b->repeat - 1;
             void *dst = last ? w->outs[l] : w->tmp[r % 2];
             const gconv_t *gc = &gb->sub[r];
-            rc = sub_block(w, dst, x, tc, gc, gb->res, xs, last ? b->n_panes : 0, batch, err);
+            if (last && gb->wcat)
+                rc = sub_block_cat(w, dst, x, tc, gc, gb, xs[0], batch, err);
+            else
+                rc = sub_block(w, dst, x, r == 0 && x_masked, tc, gc, gb->res, xs,
+                               last ? b->n_panes : 0, batch, err);
             tc = conv1d_len(tc, gc->k, gc->stride, gc->dil);
             x = dst;
         }
         int cout_p = gb->sub[b->repeat - 1].cout_p;
-        if (!rc && l < c->n_blocks - 1 && c->conv_masks) /* the panes read it masked */
+        /* the panes read it masked (a cat block's pane copy masks it itself) */
+        x_masked = !c->conv_masks;
+        if (!rc && l < c->n_blocks - 1 && c->conv_masks && !gb->wcat) {
             rc = cuda_conv1d_pad_mask(w->outs[l], w->dt, w->outs[l], w->dt,
                                       lens_of(w, g->blk_lvl_out[l]), batch, tc, cout_p, cout_p,
                                       cout_p, 0, 0, w->stream, err);
+            x_masked = 1;
+        }
         if (b->dense)
             xs[n_xs++] = w->outs[l];
         else
@@ -602,26 +710,27 @@ static int enqueue_forward(jasper_gpu_worker_t *w, const float *d_feats, int bat
     }
     if (rc)
         return rc;
-    /* CTC head on every frame (unmasked, as DLE), then log-softmax + argmax per frame */
-    const int rows = batch * t, V = m->vocab;
+    /* CTC head on every frame (unmasked, as DLE), then log-softmax + argmax per frame over the
+     * first V of each row's Vp logits */
+    const int rows = batch * t, V = m->vocab, Vp = g->vocab_p;
     if (w->h16) {
         cuda_epi_t e = {.mode = CUDA_EPI_F32,
                         .bias = g->dec_b,
                         .out = w->logits,
-                        .ldo = V,
+                        .ldo = Vp,
                         .alpha = 1.0f,
                         .dt = w->dt};
-        rc = cuda_hgemm(&e, x, g->enc_p, g->dec_w, rows, V, g->enc_p, w->ops, err);
+        rc = cuda_hgemm(&e, x, g->enc_p, g->dec_w, rows, Vp, g->enc_p, w->ops, err);
     } else {
-        rc = cuda_gemm(w->logits, OPS_F32, x, g->dec_w, OPS_F32, rows, V, g->enc_p, g->enc_p,
-                       g->enc_p, V, 1, 1.0f, 0.0f, 1, 0, 0, 0, w->ops, err);
+        rc = cuda_gemm(w->logits, OPS_F32, x, g->dec_w, OPS_F32, rows, Vp, g->enc_p, g->enc_p,
+                       g->enc_p, Vp, 1, 1.0f, 0.0f, 1, 0, 0, 0, w->ops, err);
         if (!rc)
-            rc = cuda_bias_act(w->logits, OPS_F32, w->logits, g->dec_b, rows, V, CUDA_ACT_NONE,
+            rc = cuda_bias_act(w->logits, OPS_F32, w->logits, g->dec_b, rows, Vp, CUDA_ACT_NONE,
                                w->stream, err);
     }
     if (!rc)
         rc = cuda_ctc_log_softmax_argmax(w->d_ids, w->d_best, want_logp ? w->logp : NULL, w->logits,
-                                         NULL, 0, rows, V, w->stream, err);
+                                         Vp, NULL, 0, rows, V, w->stream, err);
     return rc;
 }
 

@@ -1458,8 +1458,9 @@ int conformer_gpu_ctc_argmax(conformer_gpu_state_t *s, int *d_arg, float *d_best
     TRY(ctc_logits(s, d_logp, d_enc, enc_lens, batch, t_enc, err));
     if (t_enc == 0)
         return HARK_OK;
-    TRY(cuda_ctc_log_softmax_argmax(d_arg, d_best, want_logp ? d_logp : NULL, d_logp, s->d_ctc_lens,
-                                    t_enc, batch * t_enc, s->m->vocab, s->stream, err));
+    TRY(cuda_ctc_log_softmax_argmax(d_arg, d_best, want_logp ? d_logp : NULL, d_logp, s->m->vocab,
+                                    s->d_ctc_lens, t_enc, batch * t_enc, s->m->vocab, s->stream,
+                                    err));
     mark(s, CONFORMER_GPU_STAGE_CTC);
     return HARK_OK;
 }
