@@ -565,6 +565,20 @@ static int pointwise(jasper_gpu_worker_t *w, float *acc, float beta, const void 
                      gc->cin_p, gc->cout_p, 1, 1.0f, beta, 1, 0, 0, 0, w->ops, err);
 }
 
+/* the 16-bit epilogue dst (rows, cout_p) = ReLU(acc + b) of a sub-block's GEMM */
+static cuda_epi_t relu_epi(const jasper_gpu_worker_t *w, const gconv_t *gc, void *dst)
+{
+    cuda_epi_t e = {.mode = CUDA_EPI_F16,
+                    .act = CUDA_ACT_RELU,
+                    .bias = gc->b,
+                    .bias_h = gc->b_h,
+                    .out = dst,
+                    .ldo = gc->cout_p,
+                    .alpha = 1.0f,
+                    .dt = w->dt};
+    return e;
+}
+
 /* a cat block's last sub-block: dst (B, t, cout_p) = ReLU([pane_x | depthwise(x)] · wcatᵀ + b),
  * both halves masked, side by side in dwb */
 static int sub_block_cat(jasper_gpu_worker_t *w, void *dst, const void *x, int t, const gconv_t *gc,
@@ -581,14 +595,7 @@ static int sub_block_cat(jasper_gpu_worker_t *w, void *dst, const void *x, int t
                                    gc->cin_p, gc->k, 1, gc->dil, gb->kcat, w->stream, err);
     if (rc)
         return rc;
-    cuda_epi_t e = {.mode = CUDA_EPI_F16,
-                    .act = CUDA_ACT_RELU,
-                    .bias = gc->b,
-                    .bias_h = gc->b_h,
-                    .out = dst,
-                    .ldo = gc->cout_p,
-                    .alpha = 1.0f,
-                    .dt = w->dt};
+    cuda_epi_t e = relu_epi(w, gc, dst);
     return cuda_hgemm(&e, w->dwb, gb->kcat, gb->wcat, batch * t, gc->cout_p, gb->kcat, w->ops, err);
 }
 
@@ -611,28 +618,14 @@ static int sub_block(jasper_gpu_worker_t *w, void *dst, const void *x, int x_mas
                                         gc->stride, gc->dil, gc->cin_p, w->stream, err)))
             return rc;
         if (fuse) {
-            cuda_epi_t e = {.mode = CUDA_EPI_F16,
-                            .act = CUDA_ACT_RELU,
-                            .bias = gc->b,
-                            .bias_h = gc->b_h,
-                            .out = dst,
-                            .ldo = gc->cout_p,
-                            .alpha = 1.0f,
-                            .dt = w->dt};
+            cuda_epi_t e = relu_epi(w, gc, dst);
             return cuda_hgemm(&e, w->dwb, gc->cin_p, gc->w, rows, gc->cout_p, gc->cin_p, w->ops,
                               err);
         }
         rc = pointwise(w, w->acc, 0.0f, w->dwb, gc, rows, err);
     } else if (fuse && gc->k == 1 && gc->stride == 1 && (x_masked || !masks)) {
         /* a 1x1 conv of a masked input (QuartzNet's C3): a plain GEMM, no padded copy */
-        cuda_epi_t e = {.mode = CUDA_EPI_F16,
-                        .act = CUDA_ACT_RELU,
-                        .bias = gc->b,
-                        .bias_h = gc->b_h,
-                        .out = dst,
-                        .ldo = gc->cout_p,
-                        .alpha = 1.0f,
-                        .dt = w->dt};
+        cuda_epi_t e = relu_epi(w, gc, dst);
         return cuda_hgemm(&e, x, gc->cin_p, gc->w, rows, gc->cout_p, gc->cin_p, w->ops, err);
     } else {
         const int tp = t + 2 * gc->pad;
@@ -640,14 +633,7 @@ static int sub_block(jasper_gpu_worker_t *w, void *dst, const void *x, int x_mas
                                        gc->cin_p, gc->cin_p, gc->pad, gc->pad, w->stream, err)))
             return rc;
         if (fuse && gc->dil == 1) {
-            cuda_epi_t e = {.mode = CUDA_EPI_F16,
-                            .act = CUDA_ACT_RELU,
-                            .bias = gc->b,
-                            .bias_h = gc->b_h,
-                            .out = dst,
-                            .ldo = gc->cout_p,
-                            .alpha = 1.0f,
-                            .dt = w->dt};
+            cuda_epi_t e = relu_epi(w, gc, dst);
             return cuda_hconv2d(&e, w->pad, gc->w, batch, gc->cin_p, tp, 1, gc->cout_p, gc->k, 1,
                                 gc->stride, w->ops, err);
         }
