@@ -371,6 +371,14 @@ int cuda_ctc_log_softmax_argmax(int *arg, float *best, float *logp, const float 
                                 long long ldx, const int *lens, int t_rows, int n, int V,
                                 void *stream, hark_err_t *err);
 
+/* Each of n rows of log-probs (n, V) float: its top k (1 <= k <= CUDA_CTC_TOPK_MAX, k <= V) as
+ * idx (n, k) and val (n, k) in ctc_row_topk's order (descending, lower id first on ties; NaN never
+ * taken, a row short of k non-NaN values padded with (0, NaN)), and the blank's log-prob
+ * blank_lp (n) (NULL: not written). Reference: ctc_row_topk (search/ctc.h). */
+#define CUDA_CTC_TOPK_MAX 32
+int cuda_ctc_topk(int *idx, float *val, float *blank_lp, const float *logp, int n, int V, int k,
+                  int blank, void *stream, hark_err_t *err);
+
 /* ---- chunk streaming over a device cache pool (chunk_cuda.cu) --------------------------------
  * One step packs the new encoder rows of n chunks (one per stream) one after another; each stream
  * owns a slot of the pool: K and V (slots, ·, cap, D) float32 (slot_stride elements between

@@ -15,6 +15,7 @@
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <math.h>
 
 static int launched(hark_err_t *err, const char *what)
@@ -759,4 +760,70 @@ extern "C" int cuda_ctc_log_softmax_argmax(int *arg, float *best, float *logp, c
         ctc_lsm_argmax_kernel<<<(unsigned)n, 256, 0, st>>>(arg, best, logp, logits, lens, t_rows, V,
                                                            ldx);
     return launched(err, "ctc_lsm_argmax_kernel");
+}
+
+/* ---- CTC: each row's top k (streams copy these instead of whole rows) ----------------------- */
+
+/* A warp per row: each lane keeps the top k of its strided share (descending, lower id first on
+ * ties: it scans its ids in increasing order and inserts only past strictly smaller values; NaN
+ * never enters), then k rounds of a warp argmax over the lanes' heads (larger value, then lower
+ * id) give ctc_row_topk's list. A row with fewer than k non-NaN values ends in (0, NaN) entries. */
+__global__ void ctc_topk_kernel(int *idx, float *val, float *blank_lp, const float *x, int n, int V,
+                                int k, int blank)
+{
+    const size_t r = (size_t)blockIdx.x * 8 + threadIdx.y;
+    if (r >= (size_t)n)
+        return;
+    const int lane = threadIdx.x;
+    const float *xr = x + r * (size_t)V;
+    float lv[CUDA_CTC_TOPK_MAX];
+    int li[CUDA_CTC_TOPK_MAX], m = 0;
+    for (int j = lane; j < V; j += 32) {
+        const float v = xr[j];
+        if (!(v == v) || (m == k && !(v > lv[k - 1])))
+            continue;
+        int p = m < k ? m++ : k - 1;
+        while (p > 0 && v > lv[p - 1]) {
+            lv[p] = lv[p - 1];
+            li[p] = li[p - 1];
+            p--;
+        }
+        lv[p] = v;
+        li[p] = j;
+    }
+    int h = 0;
+    for (int o = 0; o < k; o++) {
+        float bv = h < m ? lv[h] : -INFINITY;
+        int bi = h < m ? li[h] : INT_MAX;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+            if (ov > bv || (ov == bv && oi < bi)) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        if (h < m && li[h] == bi)
+            h++;
+        if (lane == 0) {
+            idx[r * k + o] = bi == INT_MAX ? 0 : bi;
+            val[r * k + o] = bi == INT_MAX ? NAN : bv;
+        }
+    }
+    if (lane == 0 && blank_lp)
+        blank_lp[r] = xr[blank];
+}
+
+extern "C" int cuda_ctc_topk(int *idx, float *val, float *blank_lp, const float *logp, int n, int V,
+                             int k, int blank, void *stream, hark_err_t *err)
+{
+    if (n <= 0)
+        return HARK_OK;
+    if (!idx || !val || !logp || k < 1 || k > CUDA_CTC_TOPK_MAX || k > V || blank < 0 || blank >= V)
+        return err_set(err, HARK_ERR_INVALID_ARG, "ctc_topk: k %d (1 .. %d, <= V %d), blank %d", k,
+                       CUDA_CTC_TOPK_MAX, V, blank);
+    ctc_topk_kernel<<<(unsigned)((n + 7) / 8), dim3(32, 8), 0, (cudaStream_t)stream>>>(
+        idx, val, blank_lp, logp, n, V, k, blank);
+    return launched(err, "ctc_topk_kernel");
 }

@@ -114,6 +114,18 @@ int ctc_greedy_from_argmax(const int *arg, int T, int blank, double score, ctc_n
     return HARK_OK;
 }
 
+int ctc_argmax_topk(const int *idx, const float *val, int k, int T, int *arg, double *score)
+{
+    double total = score ? *score : 0.0;
+    for (int t = 0; t < T; t++) {
+        arg[t] = idx[(size_t)t * (size_t)k];
+        total += (double)val[(size_t)t * (size_t)k];
+    }
+    if (score)
+        *score = total;
+    return T;
+}
+
 int ctc_argmax_rows(const float *logp, int T, int V, int *arg, double *score)
 {
     double total = score ? *score : 0.0; /* one running sum: the same in any split */
@@ -436,7 +448,7 @@ static int skey_cmp(const void *pa, const void *pb)
 }
 
 /* Top-k of one row: descending, lower id first on equal values. */
-static void row_topk(const float *row, int V, int k, int *idx, float *val)
+void ctc_row_topk(const float *row, int V, int k, int *idx, float *val)
 {
     int n = 0;
     for (int v = 0; v < V; v++) {
@@ -454,13 +466,13 @@ static void row_topk(const float *row, int V, int k, int *idx, float *val)
     }
 }
 
-static void beam_step(ctc_beam_t *b, const float *row, int t)
+/* one frame, given its top b->k tokens (idx) and their log-probs (val) */
+static void beam_step(ctc_beam_t *b, const int *idx, const float *val, int t)
 {
-    row_topk(row, b->V, b->k, b->topk, b->topk_val);
     b->n_cand = 0;
     for (int ui = 0; ui < b->k; ui++) {
-        int u = b->topk[ui];
-        double prob = (double)row[u];
+        int u = idx[ui];
+        double prob = (double)val[ui];
         for (int hi = 0; hi < b->n_cur; hi++) {
             const hyp_t *p = &b->cur[hi];
             int node = p->node;
@@ -625,10 +637,10 @@ int ctc_beam_frames(const ctc_beam_t *b)
     return b ? b->frames : 0;
 }
 
-int ctc_beam_advance(ctc_beam_t *b, const float *logp, int T, hark_err_t *err)
+/* frames of dense rows (logp) or of top-k rows (idx, val, k) */
+static int beam_advance(ctc_beam_t *b, const float *logp, const int *idx, const float *val, int k,
+                        int T, hark_err_t *err)
 {
-    if (!b || T < 0 || (T > 0 && !logp))
-        return err_set(err, HARK_ERR_INVALID_ARG, "ctc prefix beam: bad arguments (T=%d)", T);
     for (int t = 0; t < T; t++) {
         if (b->frames == INT32_MAX)
             return err_set(err, HARK_ERR_TOO_LARGE, "ctc prefix beam: too many frames");
@@ -639,11 +651,37 @@ int ctc_beam_advance(ctc_beam_t *b, const float *logp, int T, hark_err_t *err)
             rc = cells_reserve(b, 2 * b->k * b->n_cur, err);
         if (rc)
             return rc;
-        beam_step(b, logp + (size_t)t * (size_t)b->V, b->frames);
+        if (logp) {
+            ctc_row_topk(logp + (size_t)t * (size_t)b->V, b->V, b->k, b->topk, b->topk_val);
+            beam_step(b, b->topk, b->topk_val, b->frames);
+        } else {
+            beam_step(b, idx + (size_t)t * (size_t)k, val + (size_t)t * (size_t)k, b->frames);
+        }
         b->frames++;
         cells_maybe_compact(b);
     }
     return HARK_OK;
+}
+
+int ctc_beam_advance(ctc_beam_t *b, const float *logp, int T, hark_err_t *err)
+{
+    if (!b || T < 0 || (T > 0 && !logp))
+        return err_set(err, HARK_ERR_INVALID_ARG, "ctc prefix beam: bad arguments (T=%d)", T);
+    return beam_advance(b, logp, NULL, NULL, 0, T, err);
+}
+
+int ctc_beam_advance_topk(ctc_beam_t *b, const int *idx, const float *val, int k, int T,
+                          hark_err_t *err)
+{
+    if (!b || T < 0 || (T > 0 && (!idx || !val)) || k < b->k)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "ctc prefix beam: bad arguments (T=%d, %d entries a frame for a top %d)", T,
+                       k, b ? b->k : 0);
+    for (size_t i = 0; i < (size_t)T * (size_t)k; i++)
+        if (idx[i] < 0 || idx[i] >= b->V)
+            return err_set(err, HARK_ERR_INVALID_ARG, "ctc prefix beam: token id %d of %d", idx[i],
+                           b->V);
+    return beam_advance(b, NULL, idx, val, k, T, err);
 }
 
 int ctc_beam_best_len(const ctc_beam_t *b)

@@ -53,6 +53,13 @@ int ctc_greedy_search(const float *logp, int T, int V, int blank, ctc_nbest_t *o
  * (T frames) as ctc_greedy_search does, with `score` as the hypothesis' score: feeding the rows
  * in any split gives exactly ctc_greedy_search's result. HARK_ERR_INVALID_ARG, HARK_ERR_NOMEM. */
 int ctc_argmax_rows(const float *logp, int T, int V, int *arg, double *score);
+/* The same from each row's top entries (rows of k: ctc_row_topk's, e.g. from the GPU): the argmax
+ * is a row's first entry; equal to ctc_argmax_rows for rows without NaN. Returns T. */
+int ctc_argmax_topk(const int *idx, const float *val, int k, int T, int *arg, double *score);
+
+/* The top k of one row of V (1 <= k <= V) in the order the prefix beam search takes them:
+ * descending, lower id first on equal values; idx (k) and val (k). */
+void ctc_row_topk(const float *row, int V, int k, int *idx, float *val);
 int ctc_greedy_from_argmax(const int *arg, int T, int blank, double score, ctc_nbest_t *out,
                            hark_err_t *err);
 
@@ -82,6 +89,12 @@ void ctc_beam_reset(ctc_beam_t *b);
 /* Consumes logp (T, V); T = 0 is a no-op. On error (HARK_ERR_NOMEM) the state is that before
  * the frame that failed, so the call can be retried. */
 int ctc_beam_advance(ctc_beam_t *b, const float *logp, int T, hark_err_t *err);
+/* The same from each frame's top entries only: rows of k >= min(beam, V) ids and log-probs in
+ * ctc_row_topk's order (the search reads the first min(beam, V) of each; nothing else of a frame
+ * matters to it), so that streams need not copy whole rows of log-probs. Gives exactly what
+ * ctc_beam_advance gives on the rows these came from. HARK_ERR_INVALID_ARG (k too small). */
+int ctc_beam_advance_topk(ctc_beam_t *b, const int *idx, const float *val, int k, int T,
+                          hark_err_t *err);
 /* Frames consumed so far. */
 int ctc_beam_frames(const ctc_beam_t *b);
 /* Tokens of the best prefix so far (0 before any, or when it is the empty one). */

@@ -19,9 +19,16 @@ void ctc_endpoint_reset(ctc_endpoint_t *e)
 int ctc_endpoint_detect(ctc_endpoint_t *e, const ctc_endpoint_config_t *c, const float *logp,
                         int rows, int V, int frame_ms, int decoded_something)
 {
+    return ctc_endpoint_detect_blank(e, c, logp + c->blank, V, rows, frame_ms, decoded_something);
+}
+
+int ctc_endpoint_detect_blank(ctc_endpoint_t *e, const ctc_endpoint_config_t *c,
+                              const float *blank_lp, long stride, int rows, int frame_ms,
+                              int decoded_something)
+{
     for (int t = 0; t < rows; t++) {
         e->frames++;
-        if (expf(logp[(long)t * V + c->blank]) > c->blank_threshold)
+        if (expf(blank_lp[(long)t * stride]) > c->blank_threshold)
             e->trailing_blank++;
         else
             e->trailing_blank = 0;

@@ -55,6 +55,11 @@ void ctc_endpoint_reset(ctc_endpoint_t *e);
  * Returns the number (1 ..) of the first rule that holds, or 0. */
 int ctc_endpoint_detect(ctc_endpoint_t *e, const ctc_endpoint_config_t *c, const float *logp,
                         int rows, int V, int frame_ms, int decoded_something);
+/* The same from the blank's log-probs alone: blank_lp[t · stride] for the rows' t (the rules read
+ * nothing else of a frame). */
+int ctc_endpoint_detect_blank(ctc_endpoint_t *e, const ctc_endpoint_config_t *c,
+                              const float *blank_lp, long stride, int rows, int frame_ms,
+                              int decoded_something);
 
 #ifdef __cplusplus
 }

@@ -40,6 +40,14 @@ TEST(ctc_endpoint_rules)
         CHECK_EQ_INT(ctc_endpoint_detect(&e, &c, sil, 25, V, MS, 0), 0);
     CHECK_EQ_INT(ctc_endpoint_detect(&e, &c, sil, 24, V, MS, 0), 0);
     CHECK_EQ_INT(ctc_endpoint_detect(&e, &c, sil, 1, V, MS, 0), 1);
+    /* the blank's column alone (strided, or packed as the GPU's top-k step gives it) */
+    float col[25];
+    for (int i = 0; i < 25; i++)
+        col[i] = sil[i * V + BLANK];
+    ctc_endpoint_reset(&e);
+    CHECK_EQ_INT(ctc_endpoint_detect_blank(&e, &c, sp + BLANK, V, 10, MS, 1), 0);
+    CHECK_EQ_INT(ctc_endpoint_detect_blank(&e, &c, col, 1, 24, MS, 1), 0);
+    CHECK_EQ_INT(ctc_endpoint_detect_blank(&e, &c, col, 1, 1, MS, 1), 2);
     /* speech resets the trailing silence */
     ctc_endpoint_reset(&e);
     CHECK_EQ_INT(ctc_endpoint_detect(&e, &c, sil, 20, V, MS, 1), 0);

@@ -807,3 +807,61 @@ TEST(search_oom_sweep)
     ctc_nbest_free(&ref);
     free(logp);
 }
+
+/* ---- frames given as their top entries (streams on the GPU copy only these) -------------------
+ * Fed each frame's top K (K >= beam, ctc_row_topk's, some rows with ties), in pieces, the search
+ * gives exactly the n-best that the whole rows give; greedy from the first entries the same argmax
+ * and score as ctc_argmax_rows. */
+TEST(search_topk_rows_equal_dense)
+{
+    unsigned seed = 4242;
+    hark_err_t err = {0};
+    for (int trial = 0; trial < 60; trial++) {
+        int T = 1 + (int)(test_rand(&seed) % 50), V = 2 + (int)(test_rand(&seed) % 60);
+        int beam = 1 + (int)(test_rand(&seed) % 12), kb = beam < V ? beam : V;
+        int K = kb + (int)(test_rand(&seed) % 4);
+        K = K < V ? K : V;
+        float *logp = malloc(sizeof(float) * T * V), *val = malloc(sizeof(float) * T * K);
+        int *idx = malloc(sizeof(int) * T * K), *a1 = malloc(sizeof(int) * T),
+            *a2 = malloc(sizeof(int) * T);
+        random_logp(logp, T, V, &seed, 3.0f);
+        for (int f = 0; f < T; f += 3) /* exact ties, lower id first */
+            logp[f * V + V - 1] = logp[f * V];
+        for (int f = 0; f < T; f++)
+            ctc_row_topk(logp + (size_t)f * V, V, K, idx + (size_t)f * K, val + (size_t)f * K);
+        ctc_beam_t *bd = NULL, *bt = NULL;
+        CHECK_OK(ctc_beam_create(V, beam, 0, &bd, &err));
+        CHECK_OK(ctc_beam_create(V, beam, 0, &bt, &err));
+        for (int t0 = 0; t0 < T;) {
+            int n = 1 + (int)(test_rand(&seed) % 7);
+            n = n < T - t0 ? n : T - t0;
+            CHECK_OK(ctc_beam_advance(bd, logp + (size_t)t0 * V, n, &err));
+            CHECK_OK(
+                ctc_beam_advance_topk(bt, idx + (size_t)t0 * K, val + (size_t)t0 * K, K, n, &err));
+            t0 += n;
+        }
+        ctc_nbest_t nd, nt;
+        CHECK_OK(ctc_beam_nbest(bd, &nd, &err));
+        CHECK_OK(ctc_beam_nbest(bt, &nt, &err));
+        CHECKF(same_nbest(&nd, &nt), "trial %d (T %d V %d beam %d K %d): n-best differ", trial, T,
+               V, beam, K);
+        double s1 = 0, s2 = 0;
+        ctc_argmax_rows(logp, T, V, a1, &s1);
+        ctc_argmax_topk(idx, val, K, T, a2, &s2);
+        CHECK(memcmp(a1, a2, sizeof(int) * T) == 0 && s1 == s2);
+        if (trial == 0) { /* fewer entries than the beam takes, an id out of range */
+            CHECK_EQ_INT(ctc_beam_advance_topk(bt, idx, val, kb - 1, 1, &err),
+                         HARK_ERR_INVALID_ARG);
+            int bad[64];
+            float bv[64] = {0};
+            for (int i = 0; i < K; i++)
+                bad[i] = i == K - 1 ? V : 0;
+            CHECK_EQ_INT(ctc_beam_advance_topk(bt, bad, bv, K, 1, &err), HARK_ERR_INVALID_ARG);
+        }
+        ctc_nbest_free(&nd);
+        ctc_nbest_free(&nt);
+        ctc_beam_destroy(bd);
+        ctc_beam_destroy(bt);
+        free(logp), free(val), free(idx), free(a1), free(a2);
+    }
+}

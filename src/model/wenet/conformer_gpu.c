@@ -1518,10 +1518,13 @@ struct conformer_gpu_chunks {
     float *pt;         /* (L, max_len, D) linear_pos(pe); rel_pos only */
     float *feats;      /* (slots, max_frames, in_dim) the step's windows, padded */
     float *enc, *logp; /* (max_rows, D), (max_rows, V) */
+    int *tk_idx;       /* (max_rows, CUDA_CTC_TOPK_MAX) a step's top-k ids (the _topk call) */
+    float *tk_val;     /* (max_rows, CUDA_CTC_TOPK_MAX) their log-probs, then (max_rows) blank's */
     int *d_meta;       /* (meta_n) the step's metadata (layout: chunk_meta_views) */
     void *extra;       /* FP16 / BF16: the FP32-structured buffers (a, u, big32) of s */
     int *h_meta;       /* pinned (meta_n) */
     float *h_feats, *h_enc, *h_logp; /* pinned, as feats, enc, logp */
+    void *h_tk;                      /* pinned: tk_idx, then tk_val (one block) */
     int meta_n;
     int *offset, *cache_t, *cache_frames; /* (slots) host bookkeeping per slot */
     conformer_gpu_chunks_trace_fn trace;  /* conformer_gpu_chunks_set_trace; NULL: off */
@@ -1560,6 +1563,7 @@ void conformer_gpu_chunks_destroy(conformer_gpu_chunks_t *p)
     cudaFreeHost(p->h_feats);
     cudaFreeHost(p->h_enc);
     cudaFreeHost(p->h_logp);
+    cudaFreeHost(p->h_tk);
     hark_free(p->offset);
     hark_free(p->cache_t);
     hark_free(p->cache_frames);
@@ -1611,8 +1615,9 @@ int conformer_gpu_chunks_create(const conformer_gpu_model_t *m, int precision, i
     size_t pt = c->pos == POS_REL ? L * (size_t)c->max_len * d * 4 : 0;
     size_t fb = S * (size_t)max_frames * m->in_dim * 4;
     p->meta_n = 6 * slots + 1 + s->max_rows;
+    size_t tkb = rows * CUDA_CTC_TOPK_MAX * 8 + rows * 4; /* ids, values, blank's */
     size_t total = 2 * al(kv) + al(cn) + al(pt) + al(fb) + al(rows * d * 4) + al(rows * v * 4) +
-                   al((size_t)p->meta_n * sizeof(int));
+                   al((size_t)p->meta_n * sizeof(int)) + al(tkb);
     size_t w32 = (size_t)m->ffn > 3 * d ? (size_t)m->ffn : 3 * d;
     cudaError_t e = cudaMalloc(&p->mem, total);
     if (e == cudaSuccess && s->dt != OPS_F32)
@@ -1633,6 +1638,9 @@ int conformer_gpu_chunks_create(const conformer_gpu_model_t *m, int precision, i
     TAKE(p->enc, float *, rows *d * 4);
     TAKE(p->logp, float *, rows *v * 4);
     TAKE(p->d_meta, int *, (size_t)p->meta_n * sizeof(int));
+    p->tk_idx = (int *)(void *)q;
+    p->tk_val = (float *)(void *)(q + rows * CUDA_CTC_TOPK_MAX * 4);
+    q += al(tkb);
     HARK_ASSERT((size_t)(q - (char *)p->mem) == total);
     if (s->dt != OPS_F32) { /* the FP32-structured forward's float buffers, which s lacks */
         q = p->extra;
@@ -1644,7 +1652,8 @@ int conformer_gpu_chunks_create(const conformer_gpu_model_t *m, int precision, i
     if ((e = cudaMallocHost((void **)&p->h_meta, (size_t)p->meta_n * sizeof(int))) ||
         (e = cudaMallocHost((void **)&p->h_feats, fb)) ||
         (e = cudaMallocHost((void **)&p->h_enc, rows * d * 4)) ||
-        (e = cudaMallocHost((void **)&p->h_logp, rows * v * 4))) {
+        (e = cudaMallocHost((void **)&p->h_logp, rows * v * 4)) ||
+        (e = cudaMallocHost(&p->h_tk, tkb))) {
         conformer_gpu_chunks_destroy(p);
         return cuda_err(err, e, "pinned staging");
     }
@@ -1825,10 +1834,10 @@ static int chunk_subsample(const gfwd_t *F, const conformer_opts_t *o, const flo
     return gemm_w(F, s->a, in, &m->embed, nk * t_pad, m->d, m->embed_in);
 }
 
-int conformer_gpu_forward_chunks(conformer_gpu_chunks_t *p, const int *slots,
-                                 const conformer_opts_t *opts, float *enc, float *logp, int *n_out,
-                                 const float *const *feats, const int *frames, int n,
-                                 hark_err_t *err)
+/* the step; the CTC head's output: whole rows (logp), the top k (tk), or none */
+static int forward_chunks(conformer_gpu_chunks_t *p, const int *slots, const conformer_opts_t *opts,
+                          float *enc, float *logp, const conformer_ctc_topk_t *tk, int *n_out,
+                          const float *const *feats, const int *frames, int n, hark_err_t *err)
 {
     const conformer_gpu_model_t *m = p->m;
     const wenet_config_t *c = &m->cfg;
@@ -1923,16 +1932,29 @@ int conformer_gpu_forward_chunks(conformer_gpu_chunks_t *p, const int *slots,
     else
         TRY(cuda_cast(p->enc, OPS_F32, s->x, OPS_F32, (size_t)rows * d, s->stream, err));
     TRY(chunk_trace(&F, p->enc, d, "encoder", 0));
-    if (logp) { /* the CTC head */
+    if (logp || tk) { /* the CTC head */
         TRY(cuda_cast(s->hn, s->dt, p->enc, OPS_F32, (size_t)rows * d, s->stream, err));
         TRY(gemm_w(&F, p->logp, s->hn, &m->ctc, rows, m->vocab, d));
         TRY(cuda_log_softmax(p->logp, p->logp, m->ctc_b, NULL, rows, rows, m->vocab, s->stream,
                              err));
         TRY(chunk_trace(&F, p->logp, m->vocab, "ctc", 0));
+    }
+    if (logp) {
         e = cudaMemcpyAsync(p->h_logp, p->logp, (size_t)rows * m->vocab * 4, cudaMemcpyDeviceToHost,
                             s->stream);
         if (e != cudaSuccess)
             return cuda_err(err, e, "chunk log-probs download");
+    }
+    const size_t nk_tk = tk ? (size_t)rows * (size_t)tk->k : 0;
+    if (tk) { /* each row's top k and blank, packed: ids (rows, k), values (rows, k), blank's */
+        float *d_blank = p->tk_val + nk_tk;
+        TRY(cuda_ctc_topk(p->tk_idx, p->tk_val, d_blank, p->logp, rows, m->vocab, tk->k, tk->blank,
+                          s->stream, err));
+        if ((e = cudaMemcpyAsync(p->h_tk, p->tk_idx, nk_tk * 4, cudaMemcpyDeviceToHost,
+                                 s->stream)) != cudaSuccess ||
+            (e = cudaMemcpyAsync((int *)p->h_tk + nk_tk, p->tk_val, (nk_tk + rows) * 4,
+                                 cudaMemcpyDeviceToHost, s->stream)) != cudaSuccess)
+            return cuda_err(err, e, "chunk top-k download");
     }
     if (enc && (e = cudaMemcpyAsync(p->h_enc, p->enc, (size_t)rows * d * 4, cudaMemcpyDeviceToHost,
                                     s->stream)) != cudaSuccess)
@@ -1942,16 +1964,46 @@ int conformer_gpu_forward_chunks(conformer_gpu_chunks_t *p, const int *slots,
         memcpy(enc, p->h_enc, (size_t)rows * d * 4);
     if (logp)
         memcpy(logp, p->h_logp, (size_t)rows * m->vocab * 4);
+    if (tk) {
+        const int *hi = p->h_tk;
+        const float *hv = (const float *)(hi + nk_tk);
+        memcpy(tk->idx, hi, nk_tk * 4);
+        memcpy(tk->val, hv, nk_tk * 4);
+        if (tk->blank_lp)
+            memcpy(tk->blank_lp, hv + nk_tk, (size_t)rows * 4);
+    }
     for (int b = 0; b < n; b++) {
         int sl = slots[b], r = conformer_gpu_out_len(m, frames[b]);
         if (r <= 0)
             continue;
-        int tk = p->cache_t[sl] + r, cf = p->cache_frames[sl];
-        p->cache_t[sl] = cf < 0 ? tk : cf < tk ? cf : tk;
+        int kept = p->cache_t[sl] + r, cf = p->cache_frames[sl];
+        p->cache_t[sl] = cf < 0 ? kept : cf < kept ? cf : kept;
         p->offset[sl] += r;
         n_out[b] = r;
     }
     return HARK_OK;
+}
+
+int conformer_gpu_forward_chunks(conformer_gpu_chunks_t *p, const int *slots,
+                                 const conformer_opts_t *opts, float *enc, float *logp, int *n_out,
+                                 const float *const *feats, const int *frames, int n,
+                                 hark_err_t *err)
+{
+    return forward_chunks(p, slots, opts, enc, logp, NULL, n_out, feats, frames, n, err);
+}
+
+int conformer_gpu_forward_chunks_topk(conformer_gpu_chunks_t *p, const int *slots,
+                                      const conformer_opts_t *opts, float *enc,
+                                      const conformer_ctc_topk_t *tk, int *n_out,
+                                      const float *const *feats, const int *frames, int n,
+                                      hark_err_t *err)
+{
+    if (!tk || !tk->idx || !tk->val || tk->k < 1 || tk->k > CUDA_CTC_TOPK_MAX ||
+        tk->k > p->m->vocab || tk->blank < 0 || tk->blank >= p->m->vocab)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "conformer chunks (gpu): top k %d (1 .. %d), blank %d", tk ? tk->k : 0,
+                       CUDA_CTC_TOPK_MAX, tk ? tk->blank : -1);
+    return forward_chunks(p, slots, opts, enc, NULL, tk, n_out, feats, frames, n, err);
 }
 
 #else /* !HARK_CUDA */
@@ -2090,6 +2142,15 @@ int conformer_gpu_forward_chunks(conformer_gpu_chunks_t *p, const int *slots,
                                  const conformer_opts_t *opts, float *enc, float *logp, int *n_out,
                                  const float *const *feats, const int *frames, int n,
                                  hark_err_t *err)
+{
+    return no_cuda(err);
+}
+
+int conformer_gpu_forward_chunks_topk(conformer_gpu_chunks_t *p, const int *slots,
+                                      const conformer_opts_t *opts, float *enc,
+                                      const conformer_ctc_topk_t *tk, int *n_out,
+                                      const float *const *feats, const int *frames, int n,
+                                      hark_err_t *err)
 {
     return no_cuda(err);
 }

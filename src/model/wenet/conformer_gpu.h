@@ -171,6 +171,23 @@ int conformer_gpu_forward_chunks(conformer_gpu_chunks_t *p, const int *slots,
                                  const float *const *feats, const int *frames, int n,
                                  hark_err_t *err);
 
+/* The same step with the CTC head's output reduced on the device (the log-probs stay there): per
+ * encoder row its top k log-probs, idx (Σ n_out, k) and val (Σ n_out, k) in ctc_row_topk's order
+ * (search/ctc.h), and the blank's, blank_lp (Σ n_out) (NULL: not copied); 1 <= k <= 32 (the
+ * prefix beam search reads only a frame's top min(beam, V); greedy search its first; endpointing
+ * the blank's). B · 16 rows of (2k + 1) floats a step instead of B · 16 · V. */
+#define CONFORMER_CTC_TOPK_MAX 32
+typedef struct {
+    int k, blank;
+    int *idx;
+    float *val, *blank_lp;
+} conformer_ctc_topk_t;
+int conformer_gpu_forward_chunks_topk(conformer_gpu_chunks_t *p, const int *slots,
+                                      const conformer_opts_t *opts, float *enc,
+                                      const conformer_ctc_topk_t *tk, int *n_out,
+                                      const float *const *feats, const int *frames, int n,
+                                      hark_err_t *err);
+
 /* Debugging: with fn set, each conformer_gpu_forward_chunks step waits after every stage and
  * calls fn(user, stage, name, x, rows, cols) with that stage's output on the host (float32, valid
  * only during the call), the step's packed rows (chunk b's after chunk b-1's):

@@ -205,6 +205,128 @@ static int bench_gpu(const wenet_config_t *cfg, conformer_tensor_fn get, void *u
     conformer_gpu_model_destroy(gm);
     return 0;
 }
+
+/* --chunk (GPU): the streaming step as the sequence batcher runs it (conformer_gpu_forward_chunks):
+ * B streams of --seconds, started together, stepped one 16-frame (640 ms) chunk at a time in one
+ * batched forward with every earlier chunk as context; WeNet's windows ((16 - 1) · rate + right
+ * context + 1 fbank frames, stride 16 · rate). Host in, host out (the call uploads the chunks'
+ * features and waits); "ctc": "none" runs the encoder alone, "host" adds the CTC head with its
+ * log-probs copied to the host (B · 16 · vocab floats a step), "top10" the CTC head reduced on the
+ * device to each frame's top 10 and the blank's (what a stream pool with beam 10 copies). ms per
+ * step averaged over whole streams, repeated for --min-time; streams kept in real time = B ·
+ * 640 ms / ms per step. */
+static int bench_chunks(const wenet_config_t *cfg, conformer_tensor_fn get, void *user, int device,
+                        wenet_precision_t wp, const char *batches, double seconds, double min_time)
+{
+    hark_err_t err = {0};
+    cudaSetDevice(device);
+    conformer_gpu_model_t *gm = NULL;
+    int prec = wp == WENET_FP16   ? CONFORMER_GPU_FP16
+               : wp == WENET_BF16 ? CONFORMER_GPU_BF16
+                                  : CONFORMER_GPU_FP32;
+    if (conformer_gpu_model_create(cfg, get, user, prec, &gm, &err)) {
+        fprintf(stderr, "hark bench: %s\n", err.msg);
+        return 1;
+    }
+    struct cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, device);
+    const int T = (int)(seconds * 100) - 2, chunk = 16, F = cfg->input_dim, V = cfg->vocab_size;
+    int window = 1, next;
+    while (conformer_gpu_out_len(gm, window) < chunk)
+        window++;
+    for (next = window; conformer_gpu_out_len(gm, next) < chunk + 1;)
+        next++;
+    const int rate = next - window, stride = chunk * rate, ctx = window - (chunk - 1) * rate;
+    const int cap = conformer_gpu_out_len(gm, T) + chunk;
+    int per_stream = 0, rc = 0;
+    for (int cur = 0; cur <= T - ctx; cur += stride)
+        per_stream++;
+    for (const char *b = batches; *b && !rc;) {
+        int B = atoi(b);
+        while (*b && *b != ',')
+            b++;
+        if (*b == ',')
+            b++;
+        if (B < 1)
+            continue;
+        conformer_gpu_chunks_t *p = NULL;
+        float *h_feats = hark_malloc(sizeof(float) * (size_t)B * T * F);
+        float *logp = hark_malloc(sizeof(float) * (size_t)B * chunk * V);
+        int *tk_idx = hark_malloc(sizeof(int) * (size_t)B * chunk * 10);
+        float *tk_val = hark_malloc(sizeof(float) * (size_t)B * chunk * 11);
+        const float **fp = hark_malloc(sizeof(float *) * (size_t)B);
+        int *slots = hark_malloc(sizeof(int) * (size_t)B), *frames = hark_malloc(sizeof(int) * B),
+            *n_out = hark_malloc(sizeof(int) * (size_t)B);
+        if (!h_feats || !logp || !tk_idx || !tk_val || !fp || !slots || !frames || !n_out ||
+            conformer_gpu_chunks_create(gm, prec, B, window, cap, &p, &err)) {
+            fprintf(stderr, "hark bench: chunk batch %d: %s\n", B,
+                    err.msg[0] ? err.msg : "out of memory");
+            rc = 1;
+        }
+        unsigned seed = (unsigned)B;
+        for (size_t i = 0; !rc && i < (size_t)B * T * F; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            h_feats[i] = (float)(seed >> 8) / (float)(1u << 23) - 1.0f;
+        }
+        static const char *const ctc_name[3] = {"none", "host", "top10"};
+        for (int with_ctc = 0; with_ctc < 3 && !rc; with_ctc++) {
+            conformer_ctc_topk_t tk = {10, cfg->blank, tk_idx, tk_val,
+                                       tk_val + (size_t)B * chunk * 10};
+            double t_all = 0, t_start = clock_now_s();
+            long steps = 0;
+            for (int run = -1; !rc; run++) { /* run -1: warm-up (graph recordings) */
+                for (int i = 0; i < B; i++) {
+                    slots[i] = i;
+                    conformer_gpu_chunks_reset(p, i, -1);
+                }
+                double t0 = clock_now_s();
+                int n = 0;
+                for (int cur = 0; cur <= T - ctx && !rc; cur += stride, n++) {
+                    for (int i = 0; i < B; i++) {
+                        fp[i] = h_feats + ((size_t)i * T + cur) * F;
+                        frames[i] = T - cur < window ? T - cur : window;
+                    }
+                    rc = with_ctc == 2 ? conformer_gpu_forward_chunks_topk(
+                                             p, slots, NULL, NULL, &tk, n_out, fp, frames, B, &err)
+                                       : conformer_gpu_forward_chunks(p, slots, NULL, NULL,
+                                                                      with_ctc ? logp : NULL, n_out,
+                                                                      fp, frames, B, &err);
+                }
+                if (rc)
+                    fprintf(stderr, "hark bench: chunk batch %d: %s\n", B, err.msg);
+                if (run < 0)
+                    continue;
+                t_all += clock_now_s() - t0;
+                steps += n;
+                if (clock_now_s() - t_start > min_time && run >= 1)
+                    break;
+            }
+            if (rc)
+                break;
+            double ms = t_all / (double)steps * 1e3;
+            printf(
+                "{\"impl\": \"hark chunks\", \"device\": \"%s\", \"mode\": \"%s\", \"batch\": %d, "
+                "\"ctc\": \"%s\", \"chunk_ms_audio\": 640, \"left_chunks\": -1, "
+                "\"chunks_per_stream\": %ld, \"ms_per_step\": %.3f, "
+                "\"ms_per_chunk_per_stream\": %.4f, \"streams_real_time\": %d, "
+                "\"pool_mb\": %.0f}\n",
+                prop.name, wenet_precision_name(wp), B, ctc_name[with_ctc], (long)per_stream, ms,
+                ms / B, (int)(B * 640.0 / ms), (double)conformer_gpu_chunks_bytes(p) / 1048576.0);
+            fflush(stdout);
+        }
+        conformer_gpu_chunks_destroy(p);
+        hark_free(h_feats);
+        hark_free(logp);
+        hark_free(tk_idx);
+        hark_free(tk_val);
+        hark_free(fp);
+        hark_free(slots);
+        hark_free(frames);
+        hark_free(n_out);
+    }
+    conformer_gpu_model_destroy(gm);
+    return rc;
+}
 #endif
 
 /* Multiply-accumulates ×2 of one utterance of `frames` fbank frames through the encoder and the
@@ -240,7 +362,7 @@ static void bench_usage(FILE *f)
             "usage: hark bench --model DIR | --synthetic conformer-librispeech [--batch 1,8,64]\n"
             "                  [--seconds 10] [--compare-pytorch]\n"
             "                  [--device cpu|cuda:N] [--precision fp32|fp16|bf16] [--threads N]\n"
-            "                  [--min-time S] [--profile]\n"
+            "                  [--min-time S] [--profile] [--chunk]\n"
             "                  [--pipeline [--wav FILE] [--pageable] [--method M] [--beam N]\n"
             "                   [--cpu-search] [--cpu-decoder] [--upload-chunks N]\n"
             "                   [--workers N [--turns]]]\n"
@@ -261,6 +383,10 @@ static void bench_usage(FILE *f)
             "encoder's (CUDA events, graphs off), or with --pipeline of the recognizer's\n"
             "(upload, features, encoder, CTC, download on the GPU; issuing, waiting and\n"
             "decoding on the host).\n"
+            "--chunk (GPU) times the streaming step instead: B streams of --seconds stepped\n"
+            "together one 640 ms chunk at a time with all earlier chunks as context, the\n"
+            "encoder alone, with the CTC log-probs copied to the host, and with only each\n"
+            "frame's top 10 copied; one JSON line each (ms per step, streams kept in real time).\n"
             "Times encoder + CTC log-softmax + argmax on random features (10 s = 998 frames)\n"
             "and prints one JSON line per batch size.\n");
 }
@@ -630,7 +756,7 @@ int wenet_bench_main(int argc, char **argv)
 {
     const char *model_dir = NULL, *batches = "1,8,64", *device = "cpu", *precision = "fp32";
     const char *wav = NULL, *synthetic = NULL;
-    int pipeline = 0, compare = 0, profile = 0;
+    int pipeline = 0, compare = 0, profile = 0, chunk = 0;
     bench_search_t bs = {.method = DECODE_CTC_GREEDY, .beam = 10};
     double hark_ms[16];
     int hark_b[16], nh = 0;
@@ -675,6 +801,8 @@ int wenet_bench_main(int argc, char **argv)
             compare = 1;
         else if (!strcmp(argv[i], "--profile"))
             profile = 1;
+        else if (!strcmp(argv[i], "--chunk"))
+            chunk = 1;
         else if (!strcmp(argv[i], "--synthetic") && v)
             synthetic = argv[++i];
         else if (!strcmp(argv[i], "--wav") && v)
@@ -692,9 +820,13 @@ int wenet_bench_main(int argc, char **argv)
     }
     if ((!model_dir && !synthetic) || (model_dir && synthetic) || seconds <= 0 || bs.workers < 0 ||
         bs.workers > 8 || (bs.workers > 1 && (!pipeline || profile)) ||
-        (synthetic && (pipeline || compare)) || (profile && strncmp(device, "cuda", 4))) {
+        (synthetic && (pipeline || compare)) || (profile && strncmp(device, "cuda", 4)) ||
+        (chunk && (strncmp(device, "cuda", 4) || pipeline || compare || profile))) {
         if (profile && strncmp(device, "cuda", 4))
             fprintf(stderr, "hark bench: --profile times the GPU stages (--device cuda:N)\n");
+        if (chunk)
+            fprintf(stderr, "hark bench: --chunk times the GPU streaming step (--device cuda:N; "
+                            "no --pipeline, --compare-pytorch or --profile)\n");
         if (synthetic && (pipeline || compare))
             fprintf(stderr, "hark bench: --pipeline and --compare-pytorch need --model (the same "
                             "weights on both sides)\n");
@@ -743,6 +875,13 @@ int wenet_bench_main(int argc, char **argv)
     int T = (int)(seconds * 100) - 2;
     double flops = bench_conformer_flops(&cfg, T);
 #ifdef HARK_CUDA
+    if (gpu && chunk) {
+        rc = bench_chunks(&cfg, get, user, device[4] == ':' ? atoi(device + 5) : 0, wp, batches,
+                          seconds, min_time);
+        st_close(st);
+        synth_weights_free(&synth);
+        return rc;
+    }
     if (gpu) {
         rc = bench_gpu(&cfg, get, user, device[4] == ':' ? atoi(device + 5) : 0, wp, profile,
                        hark_ms, hark_b, &nh, batches, seconds, min_time, flops);

@@ -68,6 +68,10 @@ struct wenet_stream_pool {
     conformer_state_t *state; /* (max_sequences, window(max_chunk)) */
     float *enc;               /* (max_sequences * max_chunk, D) one step's encoder rows, packed */
     float *logp;              /* (max_sequences * max_chunk, V) their CTC log-probs */
+    int tk_cap;               /* entries a row of tk_idx / tk_val holds: min(CTC_MAX_BEAM, V) */
+    int *tk_idx;              /* (max_sequences * max_chunk, tk_cap) each row's top k ids */
+    float *tk_val;            /* (as tk_idx) their log-probs */
+    float *tk_blank;          /* (max_sequences * max_chunk) the blank's (the GPU's top-k step) */
     int *frames, *n_out;      /* (max_sequences) */
     const float **feats;      /* (max_sequences) */
     conformer_stream_t **cs;  /* (max_sequences) */
@@ -99,6 +103,9 @@ void wenet_stream_pool_destroy(wenet_stream_pool_t *p)
     hark_free(p->slot_of);
     hark_free(p->enc);
     hark_free(p->logp);
+    hark_free(p->tk_idx);
+    hark_free(p->tk_val);
+    hark_free(p->tk_blank);
     hark_free(p->frames);
     hark_free(p->n_out);
     hark_free(p->feats);
@@ -166,13 +173,17 @@ int wenet_stream_pool_create(const wenet_asr_t *asr, int max_sequences, double m
     p->slots = hark_calloc(S, sizeof *p->slots);
     p->enc = hark_malloc(rows * (size_t)p->D * sizeof(float));
     p->logp = hark_malloc(rows * (size_t)p->V * sizeof(float));
+    p->tk_cap = p->V < CTC_MAX_BEAM ? p->V : CTC_MAX_BEAM;
+    p->tk_idx = hark_malloc(rows * (size_t)p->tk_cap * sizeof(int));
+    p->tk_val = hark_malloc(rows * (size_t)p->tk_cap * sizeof(float));
+    p->tk_blank = hark_malloc(rows * sizeof(float));
     p->frames = hark_malloc(S * sizeof(int));
     p->n_out = hark_malloc(S * sizeof(int));
     p->feats = hark_malloc(S * sizeof *p->feats);
     p->cs = hark_malloc(S * sizeof *p->cs);
     p->slot_of = hark_malloc(S * sizeof *p->slot_of);
-    rc = !p->slots || !p->enc || !p->logp || !p->frames || !p->n_out || !p->feats || !p->cs ||
-                 !p->slot_of
+    rc = !p->slots || !p->enc || !p->logp || !p->tk_idx || !p->tk_val || !p->tk_blank ||
+                 !p->frames || !p->n_out || !p->feats || !p->cs || !p->slot_of
              ? HARK_ERR_NOMEM
              : HARK_OK;
     for (int i = 0; i < max_sequences && !rc; i++) {
@@ -395,7 +406,7 @@ int wenet_stream_segments(const wenet_stream_t *s)
 /* after a step: the segment's tokens so far (greedy: counted over the new frames), then WeNet's
  * rules over the new rows, except for the input's last chunk (WeNet checks them only while
  * the features go on) */
-static void endpoint_check(wenet_stream_t *s, const float *lp, int t0, int rows)
+static void endpoint_check(wenet_stream_t *s, const float *blank_lp, long stride, int t0, int rows)
 {
     const wenet_stream_pool_t *p = s->pool;
     const int blank = wenet_asr_config(p->asr)->blank;
@@ -407,8 +418,8 @@ static void endpoint_check(wenet_stream_t *s, const float *lp, int t0, int rows)
     if (!s->o.endpointing || (s->input_done && next_window(s) == 0))
         return;
     int decoded = s->beam ? ctc_beam_best_len(s->beam) > 0 : s->seg_tokens > 0;
-    s->endpoint = ctc_endpoint_detect(&s->ep, &s->o.endpoint, lp, rows, p->V,
-                                      wenet_asr_frame_ms(p->asr), decoded);
+    s->endpoint = ctc_endpoint_detect_blank(&s->ep, &s->o.endpoint, blank_lp, stride, rows,
+                                            wenet_asr_frame_ms(p->asr), decoded);
 }
 
 int wenet_stream_step(wenet_stream_pool_t *p, wenet_stream_t *const *ss, int n, hark_err_t *err)
@@ -438,13 +449,34 @@ int wenet_stream_step(wenet_stream_pool_t *p, wenet_stream_t *const *ss, int n, 
     }
     conformer_opts_t co = conformer_default_opts();
     co.n_threads = ss[0]->o.n_threads;
+    /* The searches read each frame's top K only (K: the largest beam of the step, 1 for greedy)
+     * and endpointing the blank's log-prob: on the GPU, when K <= 32 and the endpoint rules read
+     * the model's blank, only those come back (B · 16 rows of 2K + 1 floats instead of B · 16 ·
+     * V); otherwise the whole rows, reduced here the same way (ctc_row_topk). */
+    const int blank = wenet_asr_config(p->asr)->blank;
+    int K = 1, gpu_topk = p->gpu != NULL;
+    for (int b = 0; b < n; b++) {
+        const wenet_stream_t *s = ss[b];
+        int k = s->beam ? (s->o.beam_size < p->V ? s->o.beam_size : p->V) : 1;
+        K = k > K ? k : K;
+        if (s->o.endpointing && s->o.endpoint.blank != blank)
+            gpu_topk = 0;
+    }
+    HARK_ASSERT(K <= p->tk_cap);
+    gpu_topk = gpu_topk && K <= CONFORMER_CTC_TOPK_MAX;
     int rc;
-    if (p->gpu) { /* encoder and CTC log-probs on the device, the searches here */
+    if (p->gpu) { /* encoder and CTC on the device, the searches here */
 #ifdef HARK_CUDA
         cudaSetDevice(p->device);
 #endif
-        rc = conformer_gpu_forward_chunks(p->gpu, p->slot_of, &co, p->enc, p->logp, p->n_out,
-                                          p->feats, p->frames, n, err);
+        if (gpu_topk) {
+            conformer_ctc_topk_t tk = {K, blank, p->tk_idx, p->tk_val, p->tk_blank};
+            rc = conformer_gpu_forward_chunks_topk(p->gpu, p->slot_of, &co, p->enc, &tk, p->n_out,
+                                                   p->feats, p->frames, n, err);
+        } else {
+            rc = conformer_gpu_forward_chunks(p->gpu, p->slot_of, &co, p->enc, p->logp, p->n_out,
+                                              p->feats, p->frames, n, err);
+        }
     } else {
         rc = conformer_forward_chunks(p->state, p->cs, &co, p->enc, p->n_out, p->feats, p->frames,
                                       n, err);
@@ -454,7 +486,16 @@ int wenet_stream_step(wenet_stream_pool_t *p, wenet_stream_t *const *ss, int n, 
         if (!rc && total > 0)
             rc = conformer_ctc_log_probs(p->m, &co, p->logp, p->enc, &total, 1, total, err);
     }
-    const float *enc = p->enc, *lp = p->logp;
+    if (!rc && !gpu_topk) {
+        size_t total = 0;
+        for (int b = 0; b < n; b++)
+            total += (size_t)p->n_out[b];
+        for (size_t r = 0; r < total; r++)
+            ctc_row_topk(p->logp + r * (size_t)p->V, p->V, K, p->tk_idx + r * (size_t)K,
+                         p->tk_val + r * (size_t)K);
+    }
+    const float *enc = p->enc, *lp = p->logp, *tv = p->tk_val, *tb = p->tk_blank;
+    const int *ti = p->tk_idx;
     for (int b = 0; b < n; b++) {
         wenet_stream_t *s = ss[b];
         if (rc) {
@@ -466,18 +507,24 @@ int wenet_stream_step(wenet_stream_pool_t *p, wenet_stream_t *const *ss, int n, 
         HARK_ASSERT(t0 >= 0 && t0 + rows <= p->max_te);
         memcpy(s->enc + (size_t)t0 * p->D, enc, (size_t)rows * p->D * sizeof(float));
         if (s->beam) {
-            int rc1 = ctc_beam_advance(s->beam, lp, rows, err);
+            int rc1 = ctc_beam_advance_topk(s->beam, ti, tv, K, rows, err);
             if (rc1) {
                 s->failed = rc1;
                 rc = rc1;
             }
         } else {
-            ctc_argmax_rows(lp, rows, p->V, s->arg + t0, &s->greedy_score);
+            ctc_argmax_topk(ti, tv, K, rows, s->arg + t0, &s->greedy_score);
         }
         s->chunks++;
-        endpoint_check(s, lp, t0, rows);
+        if (gpu_topk)
+            endpoint_check(s, tb, 1, t0, rows);
+        else
+            endpoint_check(s, lp + s->o.endpoint.blank, p->V, t0, rows);
         enc += (size_t)rows * p->D;
         lp += (size_t)rows * p->V;
+        ti += (size_t)rows * K;
+        tv += (size_t)rows * K;
+        tb += rows;
     }
     return rc;
 }

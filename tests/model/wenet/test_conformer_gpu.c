@@ -18,6 +18,7 @@
 #include "model/wenet/conformer_gpu.h"
 #include "model/safetensors.h"
 #include "model/wenet/wenet_config.h"
+#include "search/ctc.h"
 #include "support/golden_model.h"
 #include "model/synth_weights.h"
 
@@ -638,15 +639,22 @@ GPU_TEST(conformer_gpu_fp16_refuses_unsupported_sizes)
 
 enum { CK_NS = 3, CK_GUARD = 16 };
 
+/* the GPU step's top-k output of ck_run (k 0: whole rows of log-probs instead) */
+typedef struct {
+    int k, blank;
+    int **idx;         /* (NS) each stream's rows of k ids */
+    float **val, **bl; /* (NS) their log-probs; the blank's */
+} ck_topk_t;
+
 /* Streams the NS synthetic utterances chunk by chunk, batched (stream s joins at step start[s])
  * or (alone >= 0) that stream only; GPU pool (gp, precision) or CPU (cm). Writes each stream's
  * encoder rows and CTC log-probs into enc[s], logp[s] (each followed by CK_GUARD NaN guards the
- * run must not touch). Returns the number of steps that batched more than one stream, -1 on a
- * failure (reported). */
+ * run must not touch), or with tk (GPU) the rows' top k into tk's arrays instead of logp.
+ * Returns the number of steps that batched more than one stream, -1 on a failure (reported). */
 static int ck_run(test_ctx_t *t, const wenet_config_t *c, conformer_model_t *cm,
                   conformer_gpu_chunks_t *gp, float *const *fb, const int *frames, const int *chunk,
                   const int *left, const int *start, int alone, float *const *enc,
-                  float *const *logp, int *n_rows)
+                  float *const *logp, int *n_rows, const ck_topk_t *tk)
 {
     int rate = (int)c->subsample, rc = wenet_right_context(c), d = c->d_model, v = c->vocab_size;
     int max_window = 0, cur[CK_NS] = {0}, mixed = 0;
@@ -660,6 +668,10 @@ static int ck_run(test_ctx_t *t, const wenet_config_t *c, conformer_model_t *cm,
     conformer_state_t *state = NULL;
     float *e_step = hark_malloc(sizeof(float) * CK_NS * (size_t)max_window * d);
     float *l_step = hark_malloc(sizeof(float) * CK_NS * (size_t)max_window * v);
+    int kk = tk ? tk->k : 1;
+    int *i_step = hark_malloc(sizeof(int) * CK_NS * (size_t)max_window * kk);
+    float *v_step = hark_malloc(sizeof(float) * CK_NS * (size_t)max_window * kk);
+    float *b_step = hark_malloc(sizeof(float) * CK_NS * (size_t)max_window);
     int ok = 1;
     for (int s = 0; s < CK_NS; s++) {
         int cache = left[s] < 0 ? -1 : chunk[s] * left[s];
@@ -689,7 +701,13 @@ static int ck_run(test_ctx_t *t, const wenet_config_t *c, conformer_model_t *cm,
             break;
         mixed += n > 1;
         int total = 0;
-        if (gp) {
+        if (gp && tk) {
+            conformer_ctc_topk_t q = {tk->k, tk->blank, i_step, v_step, b_step};
+            ok = conformer_gpu_forward_chunks_topk(gp, who, NULL, e_step, &q, n_out, f, fr, n,
+                                                   &err) == HARK_OK;
+            for (int j = 0; ok && j < n; j++)
+                total += n_out[j];
+        } else if (gp) {
             ok = conformer_gpu_forward_chunks(gp, who, NULL, e_step, l_step, n_out, f, fr, n,
                                               &err) == HARK_OK;
             for (int j = 0; ok && j < n; j++)
@@ -703,14 +721,25 @@ static int ck_run(test_ctx_t *t, const wenet_config_t *c, conformer_model_t *cm,
                 ok = conformer_ctc_log_probs(cm, NULL, l_step, e_step, &total, 1, total, &err) ==
                      HARK_OK;
         }
-        const float *e = e_step, *l = l_step;
+        const float *e = e_step, *l = l_step, *tv = v_step, *tb = b_step;
+        const int *ti = i_step;
         for (int j = 0; ok && j < n; j++) {
             int s = who[j];
-            memcpy(enc[s] + (size_t)n_rows[s] * d, e, sizeof(float) * (size_t)n_out[j] * d);
-            memcpy(logp[s] + (size_t)n_rows[s] * v, l, sizeof(float) * (size_t)n_out[j] * v);
+            size_t r0 = (size_t)n_rows[s], nr = (size_t)n_out[j];
+            memcpy(enc[s] + r0 * d, e, sizeof(float) * nr * d);
+            if (tk) {
+                memcpy(tk->idx[s] + r0 * kk, ti, sizeof(int) * nr * kk);
+                memcpy(tk->val[s] + r0 * kk, tv, sizeof(float) * nr * kk);
+                memcpy(tk->bl[s] + r0, tb, sizeof(float) * nr);
+            } else {
+                memcpy(logp[s] + r0 * v, l, sizeof(float) * nr * v);
+            }
             n_rows[s] += n_out[j];
-            e += (size_t)n_out[j] * d;
-            l += (size_t)n_out[j] * v;
+            e += nr * d;
+            l += nr * v;
+            ti += nr * kk;
+            tv += nr * kk;
+            tb += nr;
         }
     }
     if (!ok)
@@ -718,7 +747,7 @@ static int ck_run(test_ctx_t *t, const wenet_config_t *c, conformer_model_t *cm,
     for (int s = 0; s < CK_NS; s++)
         conformer_stream_destroy(sts[s]);
     conformer_state_destroy(state);
-    hark_free(e_step), hark_free(l_step);
+    hark_free(e_step), hark_free(l_step), hark_free(i_step), hark_free(v_step), hark_free(b_step);
     return ok ? mixed : -1;
 }
 
@@ -772,14 +801,15 @@ GPU_TEST(gpu_conformer_forward_chunks_matches_cpu)
             }
         }
         int n_cpu[CK_NS], n_gpu[CK_NS], n_al[CK_NS];
-        CHECK(ck_run(t, c, cm, NULL, fb, frames, chunk, left, start, -1, ce, cl, n_cpu) > 3);
+        CHECK(ck_run(t, c, cm, NULL, fb, frames, chunk, left, start, -1, ce, cl, n_cpu, NULL) > 3);
         for (int pi = 0; pi < 2; pi++) {
             int prec = precs[pi];
             conformer_gpu_chunks_t *gp = NULL;
             /* cap: every key of the longest stream (its cache keeps all history) */
             CHECK_OK(conformer_gpu_chunks_create(gm, prec, CK_NS, max_window, frames[0] / rate + 8,
                                                  &gp, &err));
-            CHECK(ck_run(t, c, NULL, gp, fb, frames, chunk, left, start, -1, ge, gl, n_gpu) > 3);
+            CHECK(ck_run(t, c, NULL, gp, fb, frames, chunk, left, start, -1, ge, gl, n_gpu, NULL) >
+                  3);
             double tol = prec == CONFORMER_GPU_FP32 ? CPU_TOL : FP16_SANITY;
             double btol = prec == CONFORMER_GPU_FP32 ? BATCH_TOL : BATCH_TOL16;
             for (int s = 0; s < CK_NS; s++) {
@@ -796,14 +826,55 @@ GPU_TEST(gpu_conformer_forward_chunks_matches_cpu)
                 float *aes[CK_NS], *als[CK_NS];
                 for (int k = 0; k < CK_NS; k++)
                     aes[k] = ae[s], als[k] = al_[s];
-                CHECK(ck_run(t, c, NULL, gp, fb, frames, chunk, left, start, s, aes, als, n_al) >=
-                      0);
+                CHECK(ck_run(t, c, NULL, gp, fb, frames, chunk, left, start, s, aes, als, n_al,
+                             NULL) >= 0);
                 CHECK_EQ_INT(n_al[s], n_gpu[s]);
                 double ee = test_rel_rms(ae[s], ge[s], (size_t)n_gpu[s] * d);
                 double el = test_rel_rms(al_[s], gl[s], (size_t)n_gpu[s] * v);
                 CHECKF(ee <= btol && el <= btol, "case %zu %s stream %d alone vs batched: %g %g",
                        ci, prec_name(prec), s, ee, el);
                 CHECK(ck_guards_ok(ae[s], ne[s]) && ck_guards_ok(al_[s], nl[s]));
+            }
+            /* the same run with the CTC head reduced on the device to each row's top k (5; the
+             * vocabulary's all when smaller) and the blank's: exactly ctc_row_topk of the whole
+             * rows, the encoder rows unchanged (the same kernels in the same order) */
+            {
+                int *ti[CK_NS];
+                float *tv[CK_NS], *tb[CK_NS], *te[CK_NS], *rv = hark_malloc(sizeof(float) * 8);
+                int kq = v < 5 ? v : 5, n_tk[CK_NS], *ri = hark_malloc(sizeof(int) * 8);
+                for (int s = 0; s < CK_NS; s++) {
+                    size_t te_rows = nl[s] / (size_t)v;
+                    ti[s] = hark_malloc(sizeof(int) * te_rows * kq);
+                    tv[s] = hark_malloc(sizeof(float) * te_rows * kq);
+                    tb[s] = hark_malloc(sizeof(float) * te_rows);
+                    te[s] = hark_malloc(sizeof(float) * (ne[s] + CK_GUARD));
+                }
+                ck_topk_t q = {kq, v / 2, ti, tv, tb};
+                CHECK(ck_run(t, c, NULL, gp, fb, frames, chunk, left, start, -1, te, NULL, n_tk,
+                             &q) > 3);
+                int bad = 0, enc_same = 1;
+                for (int s = 0; s < CK_NS; s++)
+                    enc_same &= n_tk[s] == n_gpu[s] &&
+                                !memcmp(te[s], ge[s], sizeof(float) * (size_t)n_gpu[s] * d);
+                CHECKF(enc_same,
+                       "case %zu %s: the top-k run's encoder rows differ from the first "
+                       "run's (not deterministic?)",
+                       ci, prec_name(prec));
+                for (int s = 0; s < CK_NS; s++) {
+                    for (int r0 = 0; enc_same && r0 < n_gpu[s]; r0++) {
+                        const float *row = gl[s] + (size_t)r0 * v;
+                        ctc_row_topk(row, v, kq, ri, rv);
+                        bad += memcmp(ri, ti[s] + (size_t)r0 * kq, sizeof(int) * kq) != 0 ||
+                               memcmp(rv, tv[s] + (size_t)r0 * kq, sizeof(float) * kq) != 0 ||
+                               tb[s][r0] != row[v / 2];
+                    }
+                    hark_free(ti[s]), hark_free(tv[s]), hark_free(tb[s]), hark_free(te[s]);
+                }
+                CHECKF(bad == 0,
+                       "case %zu %s: %d rows of the top-k step differ from the whole "
+                       "rows' ctc_row_topk",
+                       ci, prec_name(prec), bad);
+                hark_free(rv), hark_free(ri);
             }
             /* a chunk past the pool's window is refused, and nothing changes */
             int big = max_window + 1, n_out = -1, sl = 0, off = conformer_gpu_chunks_offset(gp, 0);
@@ -914,7 +985,7 @@ GPU_TEST(gpu_conformer_chunks_fp16_stage_trace)
         CHECK_OK(
             conformer_gpu_chunks_create(gm, CONFORMER_GPU_FP32, CK_NS, max_window, cap, &gp, &err));
         conformer_gpu_chunks_set_trace(gp, ck_trace_fn, &ref);
-        CHECK(ck_run(t, c, NULL, gp, fb, frames, chunk, left, start, -1, ge, gl, n_rows) > 3);
+        CHECK(ck_run(t, c, NULL, gp, fb, frames, chunk, left, start, -1, ge, gl, n_rows, NULL) > 3);
         conformer_gpu_chunks_destroy(gp);
         CHECK(!ref.bad && ref.n > 0);
         /* the stages of one step: stage numbers count up from 0 within each step */
@@ -930,7 +1001,8 @@ GPU_TEST(gpu_conformer_chunks_fp16_stage_trace)
             gp = NULL;
             CHECK_OK(conformer_gpu_chunks_create(gm, prec, CK_NS, max_window, cap, &gp, &err));
             conformer_gpu_chunks_set_trace(gp, ck_trace_fn, &tr);
-            CHECK(ck_run(t, c, NULL, gp, fb, frames, chunk, left, start, -1, ge, gl, n_rows) > 3);
+            CHECK(ck_run(t, c, NULL, gp, fb, frames, chunk, left, start, -1, ge, gl, n_rows, NULL) >
+                  3);
             conformer_gpu_chunks_destroy(gp);
             CHECK(!tr.bad);
             CHECK_EQ_INT(tr.n, ref.n);
