@@ -32,6 +32,17 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* the next number of a comma-separated --batch list, *b moved past it */
+static int next_batch(const char **b)
+{
+    int v = atoi(*b);
+    while (**b && **b != ',')
+        (*b)++;
+    if (**b == ',')
+        (*b)++;
+    return v;
+}
+
 #ifdef HARK_CUDA
 #include "model/wenet/conformer_gpu.h"
 #include "search/ctc_gpu.h"
@@ -73,6 +84,26 @@ static void print_profile(conformer_gpu_state_t *s, const float *d_feats, float 
     fflush(stdout);
 }
 
+/* the encoder on the device in wp (*prec: its CONFORMER_GPU_ precision), the device's properties;
+ * NULL (said on stderr) on a failure */
+static conformer_gpu_model_t *bench_gpu_model(const wenet_config_t *cfg, conformer_tensor_fn get,
+                                              void *user, int device, wenet_precision_t wp,
+                                              int *prec, struct cudaDeviceProp *prop)
+{
+    hark_err_t err = {0};
+    conformer_gpu_model_t *gm = NULL;
+    cudaSetDevice(device);
+    *prec = wp == WENET_FP16   ? CONFORMER_GPU_FP16
+            : wp == WENET_BF16 ? CONFORMER_GPU_BF16
+                               : CONFORMER_GPU_FP32;
+    if (conformer_gpu_model_create(cfg, get, user, *prec, &gm, &err)) {
+        fprintf(stderr, "hark bench: %s\n", err.msg);
+        return NULL;
+    }
+    cudaGetDeviceProperties(prop, device);
+    return gm;
+}
+
 /* GPU: the same work as the CPU path (encoder + CTC log-softmax + argmax, the argmax on the
  * device so only (batch, frames) ints come back), timed on the host around a stream sync. */
 static int bench_gpu(const wenet_config_t *cfg, conformer_tensor_fn get, void *user, int device,
@@ -83,23 +114,14 @@ static int bench_gpu(const wenet_config_t *cfg, conformer_tensor_fn get, void *u
     cudaSetDevice(device);
     size_t free0, total;
     cudaMemGetInfo(&free0, &total);
-    conformer_gpu_model_t *gm = NULL;
-    int prec = wp == WENET_FP16   ? CONFORMER_GPU_FP16
-               : wp == WENET_BF16 ? CONFORMER_GPU_BF16
-                                  : CONFORMER_GPU_FP32;
-    if (conformer_gpu_model_create(cfg, get, user, prec, &gm, &err)) {
-        fprintf(stderr, "hark bench: %s\n", err.msg);
-        return 1;
-    }
+    int prec;
     struct cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, device);
+    conformer_gpu_model_t *gm = bench_gpu_model(cfg, get, user, device, wp, &prec, &prop);
+    if (!gm)
+        return 1;
     int T = (int)(seconds * 100) - 2, te = conformer_gpu_out_len(gm, T), V = cfg->vocab_size;
     for (const char *b = batches; *b;) {
-        int B = atoi(b);
-        while (*b && *b != ',')
-            b++;
-        if (*b == ',')
-            b++;
+        int B = next_batch(&b);
         if (B < 1)
             continue;
         conformer_gpu_state_t *s = NULL;
@@ -219,17 +241,11 @@ static int bench_chunks(const wenet_config_t *cfg, conformer_tensor_fn get, void
                         wenet_precision_t wp, const char *batches, double seconds, double min_time)
 {
     hark_err_t err = {0};
-    cudaSetDevice(device);
-    conformer_gpu_model_t *gm = NULL;
-    int prec = wp == WENET_FP16   ? CONFORMER_GPU_FP16
-               : wp == WENET_BF16 ? CONFORMER_GPU_BF16
-                                  : CONFORMER_GPU_FP32;
-    if (conformer_gpu_model_create(cfg, get, user, prec, &gm, &err)) {
-        fprintf(stderr, "hark bench: %s\n", err.msg);
-        return 1;
-    }
+    int prec;
     struct cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, device);
+    conformer_gpu_model_t *gm = bench_gpu_model(cfg, get, user, device, wp, &prec, &prop);
+    if (!gm)
+        return 1;
     const int T = (int)(seconds * 100) - 2, chunk = 16, F = cfg->input_dim, V = cfg->vocab_size;
     int window = 1, next;
     while (conformer_gpu_out_len(gm, window) < chunk)
@@ -242,11 +258,7 @@ static int bench_chunks(const wenet_config_t *cfg, conformer_tensor_fn get, void
     for (int cur = 0; cur <= T - ctx; cur += stride)
         per_stream++;
     for (const char *b = batches; *b && !rc;) {
-        int B = atoi(b);
-        while (*b && *b != ',')
-            b++;
-        if (*b == ',')
-            b++;
+        int B = next_batch(&b);
         if (B < 1)
             continue;
         conformer_gpu_chunks_t *p = NULL;
@@ -657,11 +669,7 @@ static int bench_pipeline(const char *model_dir, int device, wenet_precision_t w
     audio_free(&au);
     int rc = 0;
     for (const char *b = batches; *b;) {
-        int B = atoi(b);
-        while (*b && *b != ',')
-            b++;
-        if (*b == ',')
-            b++;
+        int B = next_batch(&b);
         if (B < 1 || B > 512)
             continue;
         wenet_worker_t *w = NULL;
@@ -896,11 +904,7 @@ int wenet_bench_main(int argc, char **argv)
     if (conformer_model_create(&cfg, get, user, &m, &err))
         goto fail;
     for (const char *b = batches; *b;) {
-        int B = atoi(b);
-        while (*b && *b != ',')
-            b++;
-        if (*b == ',')
-            b++;
+        int B = next_batch(&b);
         if (B < 1)
             continue;
         conformer_state_t *s = NULL;
