@@ -247,12 +247,9 @@ static int bench_chunks(const wenet_config_t *cfg, conformer_tensor_fn get, void
     if (!gm)
         return 1;
     const int T = (int)(seconds * 100) - 2, chunk = 16, F = cfg->input_dim, V = cfg->vocab_size;
-    int window = 1, next;
-    while (conformer_gpu_out_len(gm, window) < chunk)
-        window++;
-    for (next = window; conformer_gpu_out_len(gm, next) < chunk + 1;)
-        next++;
-    const int rate = next - window, stride = chunk * rate, ctx = window - (chunk - 1) * rate;
+    /* WeNet's windows, as the stream pool cuts them (wenet_stream.c) */
+    const int rate = (int)cfg->subsample, ctx = wenet_right_context(cfg) + 1;
+    const int window = (chunk - 1) * rate + ctx, stride = chunk * rate;
     const int cap = conformer_gpu_out_len(gm, T) + chunk;
     int per_stream = 0, rc = 0;
     for (int cur = 0; cur <= T - ctx; cur += stride)
