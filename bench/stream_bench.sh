@@ -13,7 +13,8 @@
 # Knobs: LEVELS (A:B:S, default 1000:5000:1000), INSTANCES (10), SEQ (sequence slots per instance,
 # 512, the GPU pool's most), METHOD (ctc_prefix_beam_search), LEFT (num_decoding_left_chunks, -1), PERF_MS (10000),
 # PROTOCOL (http|grpc), SECONDS_PER_STREAM (5: each sequence is the first 5 s of SPEECH.wav),
-# MAX_SECONDS (the pool's longest stream, SECONDS_PER_STREAM + 1: the caches are sized for it),
+# MAX_SECONDS (the pool's longest stream, SECONDS_PER_STREAM + 1: --max-audio-seconds and
+# --max-pass-seconds, which size every instance's caches),
 # PEER (1; 0 skips WeNet's step), PEER_BATCHES (1,64,512), PEER_MODES (fp32,fp16), PEER_SECONDS
 # (SECONDS_PER_STREAM), PEER_MIN_TIME (3), OUT_DIR, PORT, HARK, PYTHON.
 set -euo pipefail
@@ -42,6 +43,7 @@ PYEOF
 ulimit -n "$(ulimit -Hn)" || true
 ( exec "$HARK" serve --model-repository "$out/repo" --http-port "$port" --grpc-port $((port + 1)) \
     --metrics-port -1 --max-connections 100000 --max-audio-seconds "${MAX_SECONDS:-$((secs + 1))}" \
+    --max-pass-seconds "${MAX_SECONDS:-$((secs + 1))}" \
     > "$out/serve.log" 2>&1 ) &
 pid=$!
 for _ in $(seq 600); do
