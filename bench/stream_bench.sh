@@ -4,14 +4,16 @@
 # `hark serve` under sequence batching, FP16 on the GPU, 640 ms chunks, CTC prefix beam search,
 # driven by `hark perf --streaming` at real-time pace with LEVELS streams (each a thread and a
 # connection sending the first SECONDS_PER_STREAM of SPEECH.wav again and again as sequences). Prints each level and the most
-# streams sustained with p99 chunk latency <= 200 ms; CSV in $OUT_DIR/streams.csv. Then, with the
+# streams sustained with p99 chunk latency <= 200 ms; CSV in $OUT_DIR/streams.csv, the model's
+# statistics after the run (queue / compute input / infer / output) in $OUT_DIR/stats.json. Then, with the
 # server stopped, WeNet's own streaming step on the same GPU and weights (bench/wenet_peer.py
 # chunk): forward_chunk one stream at a time, and WeNet's modules stepping PEER_BATCHES streams
 # together, FP32 and FP16, streams as long as the served ones, the same left context; one JSON
 # line per (mode, batch) into $OUT_DIR/peer.jsonl.
 # Usage: bench/stream_bench.sh SPEECH.wav [cuda:0]
 # Knobs: LEVELS (A:B:S, default 1000:5000:1000), INSTANCES (10), SEQ (sequence slots per instance,
-# 512, the GPU pool's most), METHOD (ctc_prefix_beam_search), LEFT (num_decoding_left_chunks, -1), PERF_MS (10000),
+# 512; at most 4096, stepped in batches of at most 512), METHOD (ctc_prefix_beam_search), LEFT (num_decoding_left_chunks, -1), PERF_MS (10000),
+# QDELAY_US (the sequence batcher's max_queue_delay_microseconds; the converter's 2000 when unset),
 # PROTOCOL (http|grpc), SECONDS_PER_STREAM (5: each sequence is the first 5 s of SPEECH.wav),
 # MAX_SECONDS (the pool's longest stream, SECONDS_PER_STREAM + 1: --max-audio-seconds and
 # --max-pass-seconds, which size every instance's caches),
@@ -29,6 +31,9 @@ $PY tools/convert_wenet.py --checkpoint "$out/final.pt" --config "$out/train.yam
     --units "$out/units.txt" --output "$out/repo/conformer" --streaming "$seq" >/dev/null
 cfg="$out/repo/conformer/config.pbtxt"
 sed -i "s/    count: 1/    count: $inst/" "$cfg"
+if [ -n "${QDELAY_US:-}" ]; then
+    sed -i "s/max_queue_delay_microseconds: [0-9]*/max_queue_delay_microseconds: $QDELAY_US/" "$cfg"
+fi
 for kv in precision=fp16 decoding_method=$method num_decoding_left_chunks=$left ${PARAMS:-}; do
     sed -i "/key: \"${kv%%=*}\"/d" "$cfg"
     echo "parameters { key: \"${kv%%=*}\" value { string_value: \"${kv#*=}\" } }" >> "$cfg"
@@ -60,6 +65,7 @@ done
 addr=localhost:$port; [ "$proto" = grpc ] && addr=localhost:$((port + 1))
 "$HARK" perf --streaming -m conformer -u "$addr" -i "$proto" --concurrency-range "$levels" \
     -p "${PERF_MS:-10000}" --input-data "$out/clip.wav" -f "$out/streams.csv" || status=$?
+curl -s "localhost:$port/v2/models/conformer/stats" > "$out/stats.json" || true
 kill -TERM $pid; wait $pid || true
 tail -5 "$out/serve.log"
 if [ "${PEER:-1}" = 1 ] && [ "${dev%%:*}" = cuda ]; then

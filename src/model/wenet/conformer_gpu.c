@@ -1512,11 +1512,12 @@ struct conformer_gpu_chunks {
     const conformer_gpu_model_t *m;
     conformer_gpu_state_t *s; /* private: stream, cuBLAS, scratch for (slots, max_frames) */
     int slots, max_frames, cap, lc, layers;
+    int step;          /* the most chunks one step takes: min(slots, CONFORMER_CHUNKS_MAX_STEP) */
     void *mem;         /* one device block, the views below */
     float *kc, *vc;    /* (slots, L, cap, D) keys / values after linear_k/v (+ bias) */
     float *cnn;        /* (slots, L, K-1, D) conv cache (above); causal conv only */
     float *pt;         /* (L, max_len, D) linear_pos(pe); rel_pos only */
-    float *feats;      /* (slots, max_frames, in_dim) the step's windows, padded */
+    float *feats;      /* (step, max_frames, in_dim) the step's windows, padded */
     float *enc, *logp; /* (max_rows, D), (max_rows, V) */
     int *tk_idx;       /* (max_rows, CUDA_CTC_TOPK_MAX) a step's top-k ids (the _topk call) */
     float *tk_val;     /* (max_rows, CUDA_CTC_TOPK_MAX) their log-probs, then (max_rows) blank's */
@@ -1532,7 +1533,8 @@ struct conformer_gpu_chunks {
     int *trace_stage; /* the next stage's number in the step being traced */
 };
 
-/* slot, row0 (n + 1), pos0, ctx, fresh, lens (slots each), chunk (max_rows) in one int block */
+/* slot, row0 (n + 1), pos0, ctx, fresh, lens (`slots` = the step's most chunks each), chunk
+ * (max_rows) in one int block */
 static cuda_chunk_meta_t chunk_meta_views(const int *base, int slots, int n, int rows)
 {
     size_t sl = (size_t)slots;
@@ -1570,16 +1572,18 @@ void conformer_gpu_chunks_destroy(conformer_gpu_chunks_t *p)
     hark_free(p);
 }
 
+_Static_assert(CONFORMER_CHUNKS_MAX_STEP <= CUDA_MAX_LENS, "a step is one batch of the scratch");
+
 int conformer_gpu_chunks_create(const conformer_gpu_model_t *m, int precision, int slots,
                                 int max_frames, int cap, conformer_gpu_chunks_t **out,
                                 hark_err_t *err)
 {
     *out = NULL;
     const wenet_config_t *c = &m->cfg;
-    if (slots < 1 || slots > CUDA_MAX_LENS || max_frames < 1 || cap < 1)
+    if (slots < 1 || slots > CONFORMER_CHUNKS_MAX_SLOTS || max_frames < 1 || cap < 1)
         return err_set(err, HARK_ERR_INVALID_ARG,
                        "conformer chunks (gpu): %d slots (1 .. %d), %d frames, cap %d", slots,
-                       CUDA_MAX_LENS, max_frames, cap);
+                       CONFORMER_CHUNKS_MAX_SLOTS, max_frames, cap);
     if (cap > c->max_len)
         cap = c->max_len; /* no stream gets past the positional table */
     if ((size_t)(2 * m->dk + cap) * sizeof(float) > 200 * 1024)
@@ -1590,6 +1594,7 @@ int conformer_gpu_chunks_create(const conformer_gpu_model_t *m, int precision, i
         return err_set(err, HARK_ERR_NOMEM, "conformer chunks (gpu): out of memory");
     p->m = m;
     p->slots = slots;
+    p->step = slots < CONFORMER_CHUNKS_MAX_STEP ? slots : CONFORMER_CHUNKS_MAX_STEP;
     p->max_frames = max_frames;
     p->cap = cap;
     p->layers = c->n_blocks;
@@ -1597,7 +1602,7 @@ int conformer_gpu_chunks_create(const conformer_gpu_model_t *m, int precision, i
     p->offset = hark_calloc((size_t)slots, sizeof(int));
     p->cache_t = hark_calloc((size_t)slots, sizeof(int));
     p->cache_frames = hark_calloc((size_t)slots, sizeof(int));
-    int rc = conformer_gpu_state_create(m, precision, slots, max_frames, &p->s, err);
+    int rc = conformer_gpu_state_create(m, precision, p->step, max_frames, &p->s, err);
     if (rc) {
         conformer_gpu_chunks_destroy(p);
         return rc;
@@ -1613,8 +1618,8 @@ int conformer_gpu_chunks_create(const conformer_gpu_model_t *m, int precision, i
     size_t rows = (size_t)s->max_rows, v = (size_t)m->vocab;
     size_t kv = S * L * (size_t)cap * d * 4, cn = S * L * (size_t)p->lc * d * 4;
     size_t pt = c->pos == POS_REL ? L * (size_t)c->max_len * d * 4 : 0;
-    size_t fb = S * (size_t)max_frames * m->in_dim * 4;
-    p->meta_n = 6 * slots + 1 + s->max_rows;
+    size_t fb = (size_t)p->step * (size_t)max_frames * m->in_dim * 4;
+    p->meta_n = 6 * p->step + 1 + s->max_rows;
     size_t tkb = rows * CUDA_CTC_TOPK_MAX * 8 + rows * 4; /* ids, values, blank's */
     size_t total = 2 * al(kv) + al(cn) + al(pt) + al(fb) + al(rows * d * 4) + al(rows * v * 4) +
                    al((size_t)p->meta_n * sizeof(int)) + al(tkb);
@@ -1844,18 +1849,18 @@ static int forward_chunks(conformer_gpu_chunks_t *p, const int *slots, const con
     conformer_gpu_state_t *s = p->s;
     conformer_opts_t dflt = conformer_default_opts();
     const conformer_opts_t *o = opts ? opts : &dflt;
-    if (n < 1 || n > p->slots)
+    if (n < 1 || n > p->step)
         return err_set(err, n < 1 ? HARK_ERR_INVALID_ARG : HARK_ERR_TOO_LARGE,
-                       "conformer chunks (gpu): %d streams (the pool takes 1 .. %d)", n, p->slots);
-    int *h = p->h_meta, S = p->slots, nk = 0, rows = 0, t_max = 0, max_keys = 1;
+                       "conformer chunks (gpu): %d streams (a step takes 1 .. %d)", n, p->step);
+    int *h = p->h_meta, S = p->step, nk = 0, rows = 0, t_max = 0, max_keys = 1;
     int *slot = h, *row0 = h + S, *pos0 = h + 2 * S + 1, *ctx = h + 3 * S + 1;
     int *fresh = h + 4 * S + 1, *lens = chunk_lens_view(h, S), *chunk = h + 6 * S + 1;
     for (int b = 0; b < n; b++) {
         n_out[b] = 0;
         int sl = slots[b];
-        if (sl < 0 || sl >= S)
+        if (sl < 0 || sl >= p->slots)
             return err_set(err, HARK_ERR_INVALID_ARG, "conformer chunks (gpu): slot %d of %d", sl,
-                           S);
+                           p->slots);
         for (int j = 0; j < b; j++)
             HARK_ASSERT(slots[j] != sl); /* one chunk per stream and step */
         if (frames[b] < 0 || frames[b] > p->max_frames)

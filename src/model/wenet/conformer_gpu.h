@@ -142,7 +142,8 @@ const char *conformer_gpu_stage_name(int stage);
  * A pool of `slots` streams whose encoder caches stay on the device, all sized at creation: K and
  * V of every layer (slots, L, cap, D) each (cap: cached keys + one chunk per stream, at most the
  * positional table's max_len), the causal conv caches (slots, L, K-1, D), and the scratch of one
- * step of up to `slots` chunks of up to max_frames fbank frames (nothing is allocated per step).
+ * step of up to min(slots, CONFORMER_CHUNKS_MAX_STEP) chunks of up to max_frames fbank frames
+ * (nothing is allocated per step): a pool may hold more streams than one step takes.
  * A stream is a slot: reset it (cache_frames as conformer_stream_create's) before its first
  * chunk. One step, conformer_gpu_forward_chunks, runs one chunk of each of n streams at their own
  * offsets in one batched forward and gives what conformer_forward_chunks (conformer.h) gives on
@@ -153,8 +154,13 @@ const char *conformer_gpu_stage_name(int stage);
  * leaves the n streams' device caches undefined (reset them). One thread uses a pool at a time. */
 typedef struct conformer_gpu_chunks conformer_gpu_chunks_t;
 
-/* precision as conformer_gpu_state_create; slots 1..512. HARK_ERR_NOMEM when the caches do not
- * fit, HARK_ERR_CUDA. */
+#define CONFORMER_CHUNKS_MAX_SLOTS 4096
+#define CONFORMER_CHUNKS_MAX_STEP                                                                  \
+    512 /* chunks one step takes (the batch of the device scratch)                                 \
+         */
+
+/* precision as conformer_gpu_state_create; slots 1 .. CONFORMER_CHUNKS_MAX_SLOTS. HARK_ERR_NOMEM
+ * when the caches do not fit, HARK_ERR_CUDA. */
 int conformer_gpu_chunks_create(const conformer_gpu_model_t *m, int precision, int slots,
                                 int max_frames, int cap, conformer_gpu_chunks_t **out,
                                 hark_err_t *err);
@@ -163,9 +169,9 @@ void conformer_gpu_chunks_destroy(conformer_gpu_chunks_t *p); /* accepts NULL */
 void conformer_gpu_chunks_reset(conformer_gpu_chunks_t *p, int slot, int cache_frames);
 int conformer_gpu_chunks_offset(const conformer_gpu_chunks_t *p, int slot); /* encoder frames */
 size_t conformer_gpu_chunks_bytes(const conformer_gpu_chunks_t *p);         /* device memory held */
-/* slots (n) distinct; feats[b] (frames[b], input_dim) host; n_out (n) encoder rows per chunk (0:
- * too short, that stream unchanged). opts: skip_cmvn only. HARK_ERR_TOO_LARGE past max_frames,
- * the positional table or cap; HARK_ERR_CUDA. */
+/* slots (n <= min(slots, CONFORMER_CHUNKS_MAX_STEP)) distinct; feats[b] (frames[b], input_dim)
+ * host; n_out (n) encoder rows per chunk (0: too short, that stream unchanged). opts: skip_cmvn
+ * only. HARK_ERR_TOO_LARGE past max_frames, the positional table or cap; HARK_ERR_CUDA. */
 int conformer_gpu_forward_chunks(conformer_gpu_chunks_t *p, const int *slots,
                                  const conformer_opts_t *opts, float *enc, float *logp, int *n_out,
                                  const float *const *feats, const int *frames, int n,

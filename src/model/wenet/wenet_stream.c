@@ -62,21 +62,22 @@ struct wenet_stream_pool {
     const conformer_model_t *m;
     const feat_plan_t *fbank;
     int max_sequences, max_chunk, max_frames, max_te, n_open;
+    int step; /* the most streams one batched forward takes: min(max_sequences, the GPU pool's) */
     size_t tail_cap;
     int D, V, in_dim, rate, right_context;
-    wenet_stream_t *slots;    /* (max_sequences) */
-    conformer_state_t *state; /* (max_sequences, window(max_chunk)) */
-    float *enc;               /* (max_sequences * max_chunk, D) one step's encoder rows, packed */
-    float *logp;              /* (max_sequences * max_chunk, V) their CTC log-probs */
-    int tk_cap;               /* entries a row of tk_idx / tk_val holds: min(CTC_MAX_BEAM, V) */
-    int *tk_idx;              /* (max_sequences * max_chunk, tk_cap) each row's top k ids */
-    float *tk_val;            /* (as tk_idx) their log-probs */
-    float *tk_blank;          /* (max_sequences * max_chunk) the blank's (the GPU's top-k step) */
-    int *frames, *n_out;      /* (max_sequences) */
-    const float **feats;      /* (max_sequences) */
-    conformer_stream_t **cs;  /* (max_sequences) */
+    wenet_stream_t *slots;       /* (max_sequences) */
+    conformer_state_t *state;    /* (step, window(max_chunk)) */
+    float *enc;                  /* (step * max_chunk, D) one forward's encoder rows, packed */
+    float *logp;                 /* (step * max_chunk, V) their CTC log-probs */
+    int tk_cap;                  /* entries a row of tk_idx / tk_val holds: min(CTC_MAX_BEAM, V) */
+    int *tk_idx;                 /* (step * max_chunk, tk_cap) each row's top k ids */
+    float *tk_val;               /* (as tk_idx) their log-probs */
+    float *tk_blank;             /* (step * max_chunk) the blank's (the GPU's top-k step) */
+    int *frames, *n_out;         /* (step) */
+    const float **feats;         /* (step) */
+    conformer_stream_t **cs;     /* (step) */
     conformer_gpu_chunks_t *gpu; /* a GPU model's streams: their caches on the device, else NULL */
-    int *slot_of;                /* (max_sequences) GPU: the pool slot of each chunk of a step */
+    int *slot_of;                /* (step) GPU: the pool slot of each chunk of a forward */
     int device;                  /* GPU: the CUDA device */
 };
 
@@ -154,7 +155,8 @@ int wenet_stream_pool_create(const wenet_asr_t *asr, int max_sequences, double m
         p->max_te = 1;
     p->tail_cap = (size_t)fb->frame_span + (size_t)TAIL_HOPS * fb->hop;
     int window = (max_chunk - 1) * p->rate + p->right_context + 1;
-    size_t S = (size_t)max_sequences, rows = S * (size_t)max_chunk;
+    p->step = max_sequences < CONFORMER_CHUNKS_MAX_STEP ? max_sequences : CONFORMER_CHUNKS_MAX_STEP;
+    size_t S = (size_t)max_sequences, B = (size_t)p->step, rows = B * (size_t)max_chunk;
     int prec = 0;
     const conformer_gpu_model_t *gm = wenet_asr_gpu_encoder(asr, &prec, &p->device);
     int rc;
@@ -164,7 +166,7 @@ int wenet_stream_pool_create(const wenet_asr_t *asr, int max_sequences, double m
 #endif
         rc = conformer_gpu_chunks_create(gm, prec, max_sequences, window, p->max_te, &p->gpu, err);
     } else {
-        rc = conformer_state_create(p->m, max_sequences, window, &p->state, err);
+        rc = conformer_state_create(p->m, p->step, window, &p->state, err);
     }
     if (rc) {
         wenet_stream_pool_destroy(p);
@@ -177,11 +179,11 @@ int wenet_stream_pool_create(const wenet_asr_t *asr, int max_sequences, double m
     p->tk_idx = hark_malloc(rows * (size_t)p->tk_cap * sizeof(int));
     p->tk_val = hark_malloc(rows * (size_t)p->tk_cap * sizeof(float));
     p->tk_blank = hark_malloc(rows * sizeof(float));
-    p->frames = hark_malloc(S * sizeof(int));
-    p->n_out = hark_malloc(S * sizeof(int));
-    p->feats = hark_malloc(S * sizeof *p->feats);
-    p->cs = hark_malloc(S * sizeof *p->cs);
-    p->slot_of = hark_malloc(S * sizeof *p->slot_of);
+    p->frames = hark_malloc(B * sizeof(int));
+    p->n_out = hark_malloc(B * sizeof(int));
+    p->feats = hark_malloc(B * sizeof *p->feats);
+    p->cs = hark_malloc(B * sizeof *p->cs);
+    p->slot_of = hark_malloc(B * sizeof *p->slot_of);
     rc = !p->slots || !p->enc || !p->logp || !p->tk_idx || !p->tk_val || !p->tk_blank ||
                  !p->frames || !p->n_out || !p->feats || !p->cs || !p->slot_of
              ? HARK_ERR_NOMEM
@@ -422,26 +424,12 @@ static void endpoint_check(wenet_stream_t *s, const float *blank_lp, long stride
                                             wenet_asr_frame_ms(p->asr), decoded);
 }
 
-int wenet_stream_step(wenet_stream_pool_t *p, wenet_stream_t *const *ss, int n, hark_err_t *err)
+/* one batched forward of n <= p->step streams (checked by wenet_stream_step), then each stream's
+ * search and endpoint rules over its new rows */
+static int step_forward(wenet_stream_pool_t *p, wenet_stream_t *const *ss, int n, hark_err_t *err)
 {
-    if (n < 1 || n > p->max_sequences)
-        return err_set(err, HARK_ERR_INVALID_ARG, "stream step: %d streams (1 .. %d)", n,
-                       p->max_sequences);
     for (int b = 0; b < n; b++) {
         const wenet_stream_t *s = ss[b];
-        int rc = check_open(s, "stream step", err);
-        if (rc)
-            return rc;
-        if (s->pool != p)
-            return err_set(err, HARK_ERR_INVALID_ARG, "stream step: stream %d is another pool's",
-                           b);
-        if (!next_window(s))
-            return err_set(err, HARK_ERR_INVALID_ARG, "stream step: stream %d has no chunk ready",
-                           b);
-        for (int c = 0; c < b; c++)
-            if (ss[c] == s)
-                return err_set(err, HARK_ERR_INVALID_ARG,
-                               "stream step: stream %d is also stream %d", b, c);
         p->frames[b] = next_window(s);
         p->feats[b] = s->feats + (size_t)s->chunks * s->stride * p->in_dim;
         p->cs[b] = s->cs;
@@ -525,6 +513,48 @@ int wenet_stream_step(wenet_stream_pool_t *p, wenet_stream_t *const *ss, int n, 
         ti += (size_t)rows * K;
         tv += (size_t)rows * K;
         tb += rows;
+    }
+    return rc;
+}
+
+int wenet_stream_pool_set_step(wenet_stream_pool_t *p, int step, hark_err_t *err)
+{
+    int most =
+        p->max_sequences < CONFORMER_CHUNKS_MAX_STEP ? p->max_sequences : CONFORMER_CHUNKS_MAX_STEP;
+    if (step < 1 || step > most)
+        return err_set(err, HARK_ERR_INVALID_ARG, "stream pool: a forward of %d streams (1 .. %d)",
+                       step, most);
+    p->step = step;
+    return HARK_OK;
+}
+
+int wenet_stream_step(wenet_stream_pool_t *p, wenet_stream_t *const *ss, int n, hark_err_t *err)
+{
+    if (n < 1 || n > p->max_sequences)
+        return err_set(err, HARK_ERR_INVALID_ARG, "stream step: %d streams (1 .. %d)", n,
+                       p->max_sequences);
+    for (int b = 0; b < n; b++) {
+        const wenet_stream_t *s = ss[b];
+        int rc = check_open(s, "stream step", err);
+        if (rc)
+            return rc;
+        if (s->pool != p)
+            return err_set(err, HARK_ERR_INVALID_ARG, "stream step: stream %d is another pool's",
+                           b);
+        if (!next_window(s))
+            return err_set(err, HARK_ERR_INVALID_ARG, "stream step: stream %d has no chunk ready",
+                           b);
+        for (int c = 0; c < b; c++)
+            if (ss[c] == s)
+                return err_set(err, HARK_ERR_INVALID_ARG,
+                               "stream step: stream %d is also stream %d", b, c);
+    }
+    /* more streams than one forward takes: forwards of p->step in turn (a failed one marks its
+     * streams failed; the others still step) */
+    int rc = HARK_OK;
+    for (int g = 0; g < n; g += p->step) {
+        int rc1 = step_forward(p, ss + g, n - g < p->step ? n - g : p->step, err);
+        rc = rc ? rc : rc1;
     }
     return rc;
 }

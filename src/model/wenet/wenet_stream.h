@@ -61,16 +61,23 @@ void wenet_stream_close(wenet_stream_t *s); /* accepts NULL and a closed stream 
 int wenet_stream_accept(wenet_stream_t *s, const float *pcm, size_t n, hark_err_t *err);
 /* No more audio: the last (shorter) chunks become ready. HARK_ERR_CLOSED on a closed stream. */
 int wenet_stream_input_done(wenet_stream_t *s, hark_err_t *err);
+/* The most streams one batched forward takes: 1 .. its default, min(max_sequences,
+ * CONFORMER_CHUNKS_MAX_STEP); wenet_stream_step runs more in forwards of that many in turn. For
+ * tests and tuning. HARK_ERR_INVALID_ARG out of range. */
+int wenet_stream_pool_set_step(wenet_stream_pool_t *p, int step, hark_err_t *err);
+
 /* 1 when a chunk is ready for wenet_stream_step. */
 int wenet_stream_ready(const wenet_stream_t *s);
 /* 1 when the input is done and every chunk has been through the encoder (wenet_stream_final). */
 int wenet_stream_finished(const wenet_stream_t *s);
 
 /* One chunk of each of the n streams (all of this pool, all ready, each once, n <= max_sequences)
- * in one batched forward, then each stream's CTC search over its new frames. HARK_ERR_INVALID_ARG
+ * in batched forwards (one, or in turn forwards of the pool's step when n is larger), then each
+ * stream's CTC search over its new frames. HARK_ERR_INVALID_ARG
  * (a stream not ready, of another pool, given twice), HARK_ERR_CLOSED, before anything changed;
- * a failure inside the forward or a search (HARK_ERR_NOMEM, HARK_ERR_TOO_LARGE past the
- * positional table) marks the n streams failed: later calls on them return that error. */
+ * a failure inside a forward or a search (HARK_ERR_NOMEM, HARK_ERR_TOO_LARGE past the
+ * positional table) marks that forward's streams failed (the others still step; the first error
+ * is returned): later calls on them return that error. */
 int wenet_stream_step(wenet_stream_pool_t *p, wenet_stream_t *const *s, int n, hark_err_t *err);
 
 /* The best hypothesis so far, from the CTC search alone (prefix beam: its best and n-best in

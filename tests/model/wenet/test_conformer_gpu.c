@@ -651,10 +651,11 @@ typedef struct {
  * encoder rows and CTC log-probs into enc[s], logp[s] (each followed by CK_GUARD NaN guards the
  * run must not touch), or with tk (GPU) the rows' top k into tk's arrays instead of logp.
  * Returns the number of steps that batched more than one stream, -1 on a failure (reported). */
-static int ck_run(test_ctx_t *t, const wenet_config_t *c, conformer_model_t *cm,
-                  conformer_gpu_chunks_t *gp, float *const *fb, const int *frames, const int *chunk,
-                  const int *left, const int *start, int alone, float *const *enc,
-                  float *const *logp, int *n_rows, const ck_topk_t *tk)
+static int ck_run_at(test_ctx_t *t, const wenet_config_t *c, conformer_model_t *cm,
+                     conformer_gpu_chunks_t *gp, float *const *fb, const int *frames,
+                     const int *chunk, const int *left, const int *start, int alone,
+                     float *const *enc, float *const *logp, int *n_rows, const ck_topk_t *tk,
+                     const int *slot_of)
 {
     int rate = (int)c->subsample, rc = wenet_right_context(c), d = c->d_model, v = c->vocab_size;
     int max_window = 0, cur[CK_NS] = {0}, mixed = 0;
@@ -676,7 +677,7 @@ static int ck_run(test_ctx_t *t, const wenet_config_t *c, conformer_model_t *cm,
     for (int s = 0; s < CK_NS; s++) {
         int cache = left[s] < 0 ? -1 : chunk[s] * left[s];
         if (gp)
-            conformer_gpu_chunks_reset(gp, s, cache);
+            conformer_gpu_chunks_reset(gp, slot_of ? slot_of[s] : s, cache);
         else if (conformer_stream_create(cm, cache, &sts[s], &err))
             ok = 0;
     }
@@ -685,7 +686,7 @@ static int ck_run(test_ctx_t *t, const wenet_config_t *c, conformer_model_t *cm,
     for (int step = 0; ok; step++) {
         const float *f[CK_NS];
         conformer_stream_t *cs[CK_NS];
-        int fr[CK_NS], who[CK_NS], n = 0, n_out[CK_NS];
+        int fr[CK_NS], who[CK_NS], sl[CK_NS], n = 0, n_out[CK_NS];
         for (int s = 0; s < CK_NS; s++) {
             if ((alone >= 0 && s != alone) || (alone < 0 && step < start[s]) ||
                 cur[s] >= frames[s] - rc)
@@ -694,6 +695,7 @@ static int ck_run(test_ctx_t *t, const wenet_config_t *c, conformer_model_t *cm,
             fr[n] = cur[s] + w < frames[s] ? w : frames[s] - cur[s];
             f[n] = fb[s] + (size_t)cur[s] * c->input_dim;
             cs[n] = sts[s];
+            sl[n] = slot_of ? slot_of[s] : s;
             who[n++] = s;
             cur[s] += chunk[s] * rate;
         }
@@ -703,12 +705,12 @@ static int ck_run(test_ctx_t *t, const wenet_config_t *c, conformer_model_t *cm,
         int total = 0;
         if (gp && tk) {
             conformer_ctc_topk_t q = {tk->k, tk->blank, i_step, v_step, b_step};
-            ok = conformer_gpu_forward_chunks_topk(gp, who, NULL, e_step, &q, n_out, f, fr, n,
+            ok = conformer_gpu_forward_chunks_topk(gp, sl, NULL, e_step, &q, n_out, f, fr, n,
                                                    &err) == HARK_OK;
             for (int j = 0; ok && j < n; j++)
                 total += n_out[j];
         } else if (gp) {
-            ok = conformer_gpu_forward_chunks(gp, who, NULL, e_step, l_step, n_out, f, fr, n,
+            ok = conformer_gpu_forward_chunks(gp, sl, NULL, e_step, l_step, n_out, f, fr, n,
                                               &err) == HARK_OK;
             for (int j = 0; ok && j < n; j++)
                 total += n_out[j];
@@ -749,6 +751,16 @@ static int ck_run(test_ctx_t *t, const wenet_config_t *c, conformer_model_t *cm,
     conformer_state_destroy(state);
     hark_free(e_step), hark_free(l_step), hark_free(i_step), hark_free(v_step), hark_free(b_step);
     return ok ? mixed : -1;
+}
+
+/* ck_run_at with stream s in pool slot s */
+static int ck_run(test_ctx_t *t, const wenet_config_t *c, conformer_model_t *cm,
+                  conformer_gpu_chunks_t *gp, float *const *fb, const int *frames, const int *chunk,
+                  const int *left, const int *start, int alone, float *const *enc,
+                  float *const *logp, int *n_rows, const ck_topk_t *tk)
+{
+    return ck_run_at(t, c, cm, gp, fb, frames, chunk, left, start, alone, enc, logp, n_rows, tk,
+                     NULL);
 }
 
 static int ck_guards_ok(const float *p, size_t n)
@@ -875,6 +887,37 @@ GPU_TEST(gpu_conformer_forward_chunks_matches_cpu)
                        "rows' ctc_row_topk",
                        ci, prec_name(prec), bad);
                 hark_free(rv), hark_free(ri);
+            }
+            /* a pool of more streams than one step takes (600 slots, steps of 512): the same
+             * streams in slots past the step's size give the same rows; a step of 513 is
+             * refused */
+            {
+                conformer_gpu_chunks_t *gq = NULL;
+                static const int far[CK_NS] = {599, 513, 0};
+                CHECK_OK(conformer_gpu_chunks_create(gm, prec, 600, max_window,
+                                                     frames[0] / rate + 8, &gq, &err));
+                CHECK(ck_run_at(t, c, NULL, gq, fb, frames, chunk, left, start, -1, ae, al_, n_al,
+                                NULL, far) > 3);
+                for (int s = 0; s < CK_NS; s++) {
+                    CHECK_EQ_INT(n_al[s], n_gpu[s]);
+                    CHECK_EQ_INT(conformer_gpu_chunks_offset(gq, far[s]), n_gpu[s]);
+                    double ee = test_rel_rms(ae[s], ge[s], (size_t)n_gpu[s] * d);
+                    double el = test_rel_rms(al_[s], gl[s], (size_t)n_gpu[s] * v);
+                    CHECKF(ee <= btol && el <= btol,
+                           "case %zu %s stream %d in slot %d of 600: %g %g vs slot %d of 3", ci,
+                           prec_name(prec), s, far[s], ee, el, s);
+                }
+                int many = 513, *sl = hark_malloc(sizeof(int) * many),
+                    *no = hark_malloc(sizeof(int) * many);
+                const float **fp = hark_malloc(sizeof(float *) * many);
+                int *fr = hark_malloc(sizeof(int) * many);
+                for (int i = 0; i < many; i++)
+                    sl[i] = i, fp[i] = fb[0], fr[i] = max_window;
+                CHECK(conformer_gpu_forward_chunks(gq, sl, NULL, NULL, NULL, no, fp, fr, many,
+                                                   &err) == HARK_ERR_TOO_LARGE);
+                CHECK_EQ_INT(conformer_gpu_chunks_offset(gq, 0), n_gpu[2]);
+                hark_free(sl), hark_free(no), hark_free(fp), hark_free(fr);
+                conformer_gpu_chunks_destroy(gq);
             }
             /* a chunk past the pool's window is refused, and nothing changes */
             int big = max_window + 1, n_out = -1, sl = 0, off = conformer_gpu_chunks_offset(gp, 0);
