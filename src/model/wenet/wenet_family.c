@@ -55,6 +55,7 @@ typedef struct {
 struct family_model {
     wenet_asr_t *asr;
     int gpu_turns; /* config.pbtxt's gpu_turns: instances take turns on the GPU (wenet_asr.h) */
+    int stream_threads; /* config.pbtxt's stream_threads: threads per worker for its streams */
     char kind[96];
     int max_chunk;     /* streams: the largest decoding_chunk_size (STREAM_MAX_CHUNK or config's) */
     silero_vad_t *vad; /* endpoint_vad_model's network, or NULL */
@@ -73,6 +74,7 @@ typedef struct {
                                  the stream's: a sequence gives its options at START) */
     silero_vad_stream_t *vad; /* the VAD rule's stream (endpointing with endpoint_vad_model) */
     long long vad_end;        /* a speech end (samples) the encoder has not reached yet, or -1 */
+    unsigned long mark;       /* the worker's exec_no of the last execute that fed it */
 } wf_stream_t;
 
 struct family_worker {
@@ -92,6 +94,13 @@ struct family_worker {
     int *sidx;              /* (max_sequences) */
     wenet_stream_t **ready; /* (max_sequences) */
     int *ready_item;        /* (max_sequences) the execute's item that fed ready[q] */
+    /* one execute's stream items on the stream threads: the items, those taking audio, each
+     * item's status and error (max_batch + max_sequences each) */
+    parallel_t *par; /* stream_threads > 1: the threads, else NULL */
+    family_item_t *const *items;
+    int *acc, *irc;
+    hark_err_t *ierr;
+    unsigned long exec_no; /* executes so far (wf_stream_t.mark) */
 };
 
 /* ---- load ----------------------------------------------------------------------------------- */
@@ -171,6 +180,15 @@ static int wf_load(const char *dir, const family_load_opts_t *lo, const family_p
         if (chunk > m->max_chunk)
             m->max_chunk = chunk;
     } else if (rc != HARK_ERR_NOT_FOUND) {
+        wf_unload(m);
+        return err_prefix(err, rc, "config.pbtxt parameters");
+    }
+    /* stream_threads: threads per instance for its streams' host work (audio in, CTC searches,
+     * answers; the caller counts as one), 1 by default */
+    m->stream_threads = 1;
+    if ((rc = family_param_int(cfg, "stream_threads", 1, PARALLEL_MAX_THREADS, &m->stream_threads,
+                               err)) != HARK_OK &&
+        rc != HARK_ERR_NOT_FOUND) {
         wf_unload(m);
         return err_prefix(err, rc, "config.pbtxt parameters");
     }
@@ -352,9 +370,13 @@ static void wf_worker_destroy(family_worker_t *w)
         return;
     wenet_worker_destroy(w->w);
     wenet_stream_pool_destroy(w->pool);
+    parallel_destroy(w->par);
     hark_free(w->sidx);
     hark_free(w->ready);
     hark_free(w->ready_item);
+    hark_free(w->acc);
+    hark_free(w->irc);
+    hark_free(w->ierr);
     hark_free(w->pcm);
     hark_free(w->n);
     hark_free(w->res);
@@ -389,10 +411,17 @@ static int wf_worker_create(const family_model_t *m, const family_worker_opts_t 
         w->sidx = hark_calloc((size_t)wo->max_sequences, sizeof *w->sidx);
         w->ready = hark_calloc((size_t)wo->max_sequences, sizeof *w->ready);
         w->ready_item = hark_calloc((size_t)wo->max_sequences, sizeof *w->ready_item);
-        rc = !w->sidx || !w->ready || !w->ready_item
+        size_t ni = b + (size_t)wo->max_sequences;
+        w->acc = hark_calloc(ni, sizeof *w->acc);
+        w->irc = hark_calloc(ni, sizeof *w->irc);
+        w->ierr = hark_calloc(ni, sizeof *w->ierr);
+        rc = !w->sidx || !w->ready || !w->ready_item || !w->acc || !w->irc || !w->ierr
                  ? err_set(err, HARK_ERR_NOMEM, "out of memory for %d streams", wo->max_sequences)
                  : wenet_stream_pool_create(m->asr, wo->max_sequences, wo->max_seconds,
                                             m->max_chunk, &w->pool, err);
+        if (!rc && m->stream_threads > 1 &&
+            !(rc = parallel_create(m->stream_threads, &w->par, err)))
+            wenet_stream_pool_set_parallel(w->pool, w->par);
     }
     if (rc) {
         wf_worker_destroy(w);
@@ -690,15 +719,74 @@ static void vad_rule(const family_model_t *m, wf_stream_t *ws)
         ws->vad_end = -1;
 }
 
+/* one stream item's audio into its stream (and its VAD), its end: stream item i's own state
+ * only, so the items of different streams run side by side (parallel_for) */
+static void accept_one(void *ctx, int q)
+{
+    family_worker_t *w = ctx;
+    int i = w->acc[q];
+    family_item_t *it = w->items[i];
+    wf_stream_t *ws = it->stream;
+    hark_err_t *e = &w->ierr[i];
+    int rc = HARK_OK;
+    if (it->n > 0 && !ws->ended &&
+        (rc = wenet_stream_accept(ws->s, it->pcm, it->n, e)) == HARK_OK) {
+        ws->samples += it->n;
+        if (ws->vad)
+            rc = silero_vad_stream_feed(ws->vad, it->pcm, it->n, e);
+    }
+    if (!rc && it->stream_end)
+        rc = wenet_stream_input_done(ws->s, e);
+    w->irc[i] = rc;
+}
+
+/* stream item sidx[j]'s answer: a PARTIAL and DONE, or the stream's final result with DONE for
+ * its last item; a failure is left in irc / ierr for the caller to report */
+static void answer_one(void *ctx, int j)
+{
+    family_worker_t *w = ctx;
+    int i = w->sidx[j];
+    family_item_t *it = w->items[i];
+    wf_stream_t *ws = it->stream;
+    hark_err_t *e = &w->ierr[i];
+    wenet_result_t wr;
+    int fin = it->stream_end;
+    int rc =
+        fin || ws->ended ? wenet_stream_final(ws->s, &wr, e) : wenet_stream_partial(ws->s, &wr, e);
+    asr_result_t r;
+    memset(&r, 0, sizeof r);
+    if (!rc) {
+        rc = result_convert(w->m, &wr, ws->samples, it->want_words, &r, e);
+        wenet_result_free(&wr);
+    }
+    w->irc[i] = rc;
+    if (rc) {
+        asr_result_free(&r);
+        return;
+    }
+    family_event_t ev = {
+        .kind = fin ? FAMILY_EV_DONE : FAMILY_EV_PARTIAL, .status = HARK_OK, .asr = &r};
+    it->emit(it, &ev);
+    asr_result_free(&r); /* what emit did not take */
+    if (!fin) {
+        family_event_t done = {.kind = FAMILY_EV_DONE, .status = HARK_OK};
+        it->emit(it, &done);
+    }
+}
+
 /* The stream items (item->stream) of an execute: each one's audio into its stream, then batched
  * steps of every stream with a chunk ready until none is, then per item a PARTIAL and DONE, or
- * the final result with DONE for the last item of a stream. Marks them done. */
+ * the final result with DONE for the last item of a stream. Marks them done. The audio and the
+ * answers of different streams' items run on the worker's stream threads (stream_threads), and
+ * so do the steps' searches; items of one stream twice in an execute keep to this thread. */
 static void run_streams(family_worker_t *w, family_item_t *const *items, int n,
                         family_exec_times_t *tm, int *worst, int *n_failed)
 {
     const family_model_t *m = w->m;
     uint64_t t0 = clock_now_ns();
-    int k = 0;
+    w->items = items;
+    w->exec_no++;
+    int na = 0, twice = 0;
     for (int i = 0; i < n; i++) {
         family_item_t *it = items[i];
         if (!it->stream)
@@ -722,16 +810,21 @@ static void run_streams(family_worker_t *w, family_item_t *const *items, int n,
                                                 &ws->vad, &e))))
                 ws->failed = rc;
         }
-        if (!rc && it->n > 0 && !ws->ended &&
-            (rc = wenet_stream_accept(ws->s, it->pcm, it->n, &e)) == HARK_OK) {
-            ws->samples += it->n;
-            if (ws->vad)
-                rc = silero_vad_stream_feed(ws->vad, it->pcm, it->n, &e);
-        }
-        if (!rc && it->stream_end)
-            rc = wenet_stream_input_done(ws->s, &e);
         if (rc) {
             stream_item_failed(it, rc, &e, worst, n_failed);
+            continue;
+        }
+        twice |= ws->mark == w->exec_no;
+        ws->mark = w->exec_no;
+        w->acc[na++] = i;
+    }
+    parallel_t *par = twice ? NULL : w->par;
+    parallel_for(par, na, accept_one, w);
+    int k = 0;
+    for (int q = 0; q < na; q++) {
+        int i = w->acc[q];
+        if (w->irc[i]) {
+            stream_item_failed(items[i], w->irc[i], &w->ierr[i], worst, n_failed);
             continue;
         }
         if (k < w->max_sequences)
@@ -760,33 +853,11 @@ static void run_streams(family_worker_t *w, family_item_t *const *items, int n,
         }
     }
     uint64_t t2 = clock_now_ns();
+    parallel_for(par, k, answer_one, w);
     for (int j = 0; j < k; j++) {
-        family_item_t *it = items[w->sidx[j]];
-        wf_stream_t *ws = it->stream;
-        hark_err_t e = {0};
-        wenet_result_t wr;
-        int fin = it->stream_end;
-        int rc = fin || ws->ended ? wenet_stream_final(ws->s, &wr, &e)
-                                  : wenet_stream_partial(ws->s, &wr, &e);
-        asr_result_t r;
-        memset(&r, 0, sizeof r);
-        if (!rc) {
-            rc = result_convert(m, &wr, ws->samples, it->want_words, &r, &e);
-            wenet_result_free(&wr);
-        }
-        if (rc) {
-            asr_result_free(&r);
-            stream_item_failed(it, rc, &e, worst, n_failed);
-            continue;
-        }
-        family_event_t ev = {
-            .kind = fin ? FAMILY_EV_DONE : FAMILY_EV_PARTIAL, .status = HARK_OK, .asr = &r};
-        it->emit(it, &ev);
-        asr_result_free(&r); /* what emit did not take */
-        if (!fin) {
-            family_event_t done = {.kind = FAMILY_EV_DONE, .status = HARK_OK};
-            it->emit(it, &done);
-        }
+        int i = w->sidx[j];
+        if (w->irc[i])
+            stream_item_failed(items[i], w->irc[i], &w->ierr[i], worst, n_failed);
     }
     if (tm) {
         tm->input_ns += t1 - t0;

@@ -78,7 +78,9 @@ struct wenet_stream_pool {
     conformer_stream_t **cs;     /* (step) */
     conformer_gpu_chunks_t *gpu; /* a GPU model's streams: their caches on the device, else NULL */
     int *slot_of;                /* (step) GPU: the pool slot of each chunk of a forward */
-    int device;                  /* GPU: the CUDA device */
+    int *row0;       /* (step + 1) where each chunk's rows start in a forward's output */
+    parallel_t *par; /* the streams' searches of a forward spread over it (borrowed) */
+    int device;      /* GPU: the CUDA device */
 };
 
 static void slot_free_mem(wenet_stream_t *s)
@@ -102,6 +104,7 @@ void wenet_stream_pool_destroy(wenet_stream_pool_t *p)
     conformer_state_destroy(p->state);
     conformer_gpu_chunks_destroy(p->gpu);
     hark_free(p->slot_of);
+    hark_free(p->row0);
     hark_free(p->enc);
     hark_free(p->logp);
     hark_free(p->tk_idx);
@@ -184,8 +187,9 @@ int wenet_stream_pool_create(const wenet_asr_t *asr, int max_sequences, double m
     p->feats = hark_malloc(B * sizeof *p->feats);
     p->cs = hark_malloc(B * sizeof *p->cs);
     p->slot_of = hark_malloc(B * sizeof *p->slot_of);
+    p->row0 = hark_malloc((B + 1) * sizeof *p->row0);
     rc = !p->slots || !p->enc || !p->logp || !p->tk_idx || !p->tk_val || !p->tk_blank ||
-                 !p->frames || !p->n_out || !p->feats || !p->cs || !p->slot_of
+                 !p->frames || !p->n_out || !p->feats || !p->cs || !p->slot_of || !p->row0
              ? HARK_ERR_NOMEM
              : HARK_OK;
     for (int i = 0; i < max_sequences && !rc; i++) {
@@ -424,6 +428,44 @@ static void endpoint_check(wenet_stream_t *s, const float *blank_lp, long stride
                                             wenet_asr_frame_ms(p->asr), decoded);
 }
 
+typedef struct {
+    wenet_stream_pool_t *p;
+    wenet_stream_t *const *ss;
+    int K, gpu_topk;
+} search_ctx_t;
+
+/* stream b of a forward: its encoder rows kept, its search over its new frames' top K (or whole
+ * rows), its endpoint rules; touches stream b's state only (parallel_for) */
+static void search_one(void *ctx, int b)
+{
+    const search_ctx_t *c = ctx;
+    const wenet_stream_pool_t *p = c->p;
+    wenet_stream_t *s = c->ss[b];
+    const size_t r0 = (size_t)p->row0[b], K = (size_t)c->K;
+    const int rows = p->n_out[b], t0 = s->te;
+    s->te += rows;
+    HARK_ASSERT(t0 >= 0 && t0 + rows <= p->max_te);
+    memcpy(s->enc + (size_t)t0 * p->D, p->enc + r0 * p->D, (size_t)rows * p->D * sizeof(float));
+    if (!c->gpu_topk) /* whole rows came back: reduced here as the device reduces them */
+        for (size_t r = r0; r < r0 + (size_t)rows; r++)
+            ctc_row_topk(p->logp + r * p->V, p->V, c->K, p->tk_idx + r * K, p->tk_val + r * K);
+    const int *ti = p->tk_idx + r0 * K;
+    const float *tv = p->tk_val + r0 * K;
+    if (s->beam) {
+        hark_err_t e = {0};
+        int rc = ctc_beam_advance_topk(s->beam, ti, tv, c->K, rows, &e);
+        if (rc)
+            s->failed = rc;
+    } else {
+        ctc_argmax_topk(ti, tv, c->K, rows, s->arg + t0, &s->greedy_score);
+    }
+    s->chunks++;
+    if (c->gpu_topk)
+        endpoint_check(s, p->tk_blank + r0, 1, t0, rows);
+    else
+        endpoint_check(s, p->logp + r0 * p->V + s->o.endpoint.blank, p->V, t0, rows);
+}
+
 /* one batched forward of n <= p->step streams (checked by wenet_stream_step), then each stream's
  * search and endpoint rules over its new rows */
 static int step_forward(wenet_stream_pool_t *p, wenet_stream_t *const *ss, int n, hark_err_t *err)
@@ -474,47 +516,26 @@ static int step_forward(wenet_stream_pool_t *p, wenet_stream_t *const *ss, int n
         if (!rc && total > 0)
             rc = conformer_ctc_log_probs(p->m, &co, p->logp, p->enc, &total, 1, total, err);
     }
-    if (!rc && !gpu_topk) {
-        size_t total = 0;
+    if (rc) {
         for (int b = 0; b < n; b++)
-            total += (size_t)p->n_out[b];
-        for (size_t r = 0; r < total; r++)
-            ctc_row_topk(p->logp + r * (size_t)p->V, p->V, K, p->tk_idx + r * (size_t)K,
-                         p->tk_val + r * (size_t)K);
+            ss[b]->failed = rc;
+        return rc;
     }
-    const float *enc = p->enc, *lp = p->logp, *tv = p->tk_val, *tb = p->tk_blank;
-    const int *ti = p->tk_idx;
-    for (int b = 0; b < n; b++) {
-        wenet_stream_t *s = ss[b];
-        if (rc) {
-            s->failed = rc;
-            continue;
-        }
-        int rows = p->n_out[b], t0 = s->te;
-        s->te += rows;
-        HARK_ASSERT(t0 >= 0 && t0 + rows <= p->max_te);
-        memcpy(s->enc + (size_t)t0 * p->D, enc, (size_t)rows * p->D * sizeof(float));
-        if (s->beam) {
-            int rc1 = ctc_beam_advance_topk(s->beam, ti, tv, K, rows, err);
-            if (rc1) {
-                s->failed = rc1;
-                rc = rc1;
-            }
-        } else {
-            ctc_argmax_topk(ti, tv, K, rows, s->arg + t0, &s->greedy_score);
-        }
-        s->chunks++;
-        if (gpu_topk)
-            endpoint_check(s, tb, 1, t0, rows);
-        else
-            endpoint_check(s, lp + s->o.endpoint.blank, p->V, t0, rows);
-        enc += (size_t)rows * p->D;
-        lp += (size_t)rows * p->V;
-        ti += (size_t)rows * K;
-        tv += (size_t)rows * K;
-        tb += rows;
-    }
-    return rc;
+    p->row0[0] = 0;
+    for (int b = 0; b < n; b++)
+        p->row0[b + 1] = p->row0[b] + p->n_out[b];
+    search_ctx_t sc = {p, ss, K, gpu_topk};
+    parallel_for(p->par, n, search_one, &sc);
+    for (int b = 0; b < n; b++)
+        if (ss[b]->failed) /* a search that ran out of memory: that stream only */
+            return err_set(err, ss[b]->failed, "stream step: the CTC search of stream %d: %s", b,
+                           hark_status_str(ss[b]->failed));
+    return HARK_OK;
+}
+
+void wenet_stream_pool_set_parallel(wenet_stream_pool_t *p, parallel_t *par)
+{
+    p->par = par;
 }
 
 int wenet_stream_pool_set_step(wenet_stream_pool_t *p, int step, hark_err_t *err)

@@ -31,6 +31,7 @@
 #define HARK_MODEL_WENET_STREAM_H
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "model/wenet/conformer.h"
 #include "model/wenet/wenet_asr.h"
 
@@ -66,6 +67,10 @@ int wenet_stream_input_done(wenet_stream_t *s, hark_err_t *err);
  * tests and tuning. HARK_ERR_INVALID_ARG out of range. */
 int wenet_stream_pool_set_step(wenet_stream_pool_t *p, int step, hark_err_t *err);
 
+/* The threads the streams' searches of a forward are spread over (borrowed: it must outlive its
+ * use here; NULL, the default: the calling thread alone). Results are the same either way. */
+void wenet_stream_pool_set_parallel(wenet_stream_pool_t *p, parallel_t *par);
+
 /* 1 when a chunk is ready for wenet_stream_step. */
 int wenet_stream_ready(const wenet_stream_t *s);
 /* 1 when the input is done and every chunk has been through the encoder (wenet_stream_final). */
@@ -75,9 +80,9 @@ int wenet_stream_finished(const wenet_stream_t *s);
  * in batched forwards (one, or in turn forwards of the pool's step when n is larger), then each
  * stream's CTC search over its new frames. HARK_ERR_INVALID_ARG
  * (a stream not ready, of another pool, given twice), HARK_ERR_CLOSED, before anything changed;
- * a failure inside a forward or a search (HARK_ERR_NOMEM, HARK_ERR_TOO_LARGE past the
- * positional table) marks that forward's streams failed (the others still step; the first error
- * is returned): later calls on them return that error. */
+ * a failure inside a forward (HARK_ERR_NOMEM, HARK_ERR_TOO_LARGE past the positional table)
+ * marks that forward's streams failed, a search's (HARK_ERR_NOMEM) its stream (the others still
+ * step; the first error is returned): later calls on them return that error. */
 int wenet_stream_step(wenet_stream_pool_t *p, wenet_stream_t *const *s, int n, hark_err_t *err);
 
 /* The best hypothesis so far, from the CTC search alone (prefix beam: its best and n-best in

@@ -413,10 +413,17 @@ TEST(wenet_stream_batched_equals_alone)
     CHECKF(wenet_stream_pool_create(fx.asr, NU, 12.0, 16, &p, &err) == HARK_OK, "%s", err.msg);
     CHECK_OK(wenet_stream_pool_create(fx.asr, 1, 12.0, 16, &p1, &err));
     /* pass 1: every ready stream in one forward; pass 2: forwards of at most 2 streams (a pool
-     * holds more streams than one forward takes: wenet_stream_step runs them in turn) */
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass)
+     * holds more streams than one forward takes: wenet_stream_step runs them in turn); pass 3:
+     * one forward, the streams' searches spread over 3 threads */
+    parallel_t *par = NULL;
+    CHECK_OK(parallel_create(3, &par, &err));
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass == 1)
             CHECK_OK(wenet_stream_pool_set_step(p, 2, &err));
+        if (pass == 2) {
+            CHECK_OK(wenet_stream_pool_set_step(p, NU, &err));
+            wenet_stream_pool_set_parallel(p, par);
+        }
         wenet_stream_t *s[NU];
         size_t at[NU] = {0};
         for (int u = 0; u < NU; u++) {
@@ -490,6 +497,7 @@ TEST(wenet_stream_batched_equals_alone)
     }
     wenet_stream_pool_destroy(p1);
     wenet_stream_pool_destroy(p);
+    parallel_destroy(par);
     fixture_close(&fx);
 }
 
@@ -646,8 +654,8 @@ static void fam_emit(family_item_t *it, const family_event_t *ev)
     }
 }
 
-/* Three streams (config.pbtxt: chunk 16, left 4; one request overrides left to -1, one decodes
- * greedily) fed in rounds of items at staggered offsets, with an offline item (chunk mask given by
+/* Three streams (config.pbtxt: chunk 16, left 4, 3 stream threads; one request overrides left
+ * to -1, one decodes greedily) fed in rounds of items at staggered offsets, with an offline item (chunk mask given by
  * the request) in the same executes: every stream's final result is WeNet's streaming result, the
  * offline one WeNet's masked result; a fourth stream finds no slot; closed slots open again. */
 TEST(wenet_stream_family)
@@ -658,11 +666,17 @@ TEST(wenet_stream_family)
     CHECK(f && f->stream_open && f->stream_close);
     char path[1024], why[256];
     snprintf(path, sizeof path, "%s/m", golden_wenet_model_dir(why, sizeof why));
-    family_param_t cp[2] = {{"decoding_chunk_size", "16"}, {"num_decoding_left_chunks", "4"}};
-    family_params_t cfg = {cp, 2};
+    /* the streams' host work on 3 threads (stream_threads; 1, the default, elsewhere) */
+    family_param_t cp[3] = {{"decoding_chunk_size", "16"},
+                            {"num_decoding_left_chunks", "4"},
+                            {"stream_threads", "0"}};
+    family_params_t cfg = {cp, 3};
     family_model_t *m;
     hark_err_t err = {0};
     family_load_opts_t lo = {.device = -1};
+    CHECK_EQ_INT(f->load(path, &lo, &cfg, &m, &err), HARK_ERR_INVALID_ARG);
+    CHECKF(strstr(err.msg, "stream_threads") != NULL, "%s", err.msg);
+    cp[2].value = "3";
     CHECKF(f->load(path, &lo, &cfg, &m, &err) == HARK_OK, "%s", err.msg);
     family_worker_opts_t wo = {.max_batch = 2, .max_seconds = 12.0, .max_sequences = 3};
     family_worker_t *w;
