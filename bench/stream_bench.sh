@@ -14,6 +14,8 @@
 # Knobs: LEVELS (A:B:S, default 1000:5000:1000), INSTANCES (10), SEQ (sequence slots per instance,
 # 512; at most 4096, stepped in batches of at most 512), METHOD (ctc_prefix_beam_search), LEFT (num_decoding_left_chunks, -1), PERF_MS (10000),
 # QDELAY_US (the sequence batcher's max_queue_delay_microseconds; the converter's 2000 when unset),
+# PARAMS (more config.pbtxt parameters, KEY=VALUE ...: e.g. stream_threads=3; docs/benchmarks.md
+# session 20 gives the configuration that keeps 5,000 streams),
 # PROTOCOL (http|grpc), SECONDS_PER_STREAM (5: each sequence is the first 5 s of SPEECH.wav),
 # MAX_SECONDS (the pool's longest stream, SECONDS_PER_STREAM + 1: --max-audio-seconds and
 # --max-pass-seconds, which size every instance's caches),
