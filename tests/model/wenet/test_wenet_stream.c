@@ -655,9 +655,10 @@ static void fam_emit(family_item_t *it, const family_event_t *ev)
 }
 
 /* Three streams (config.pbtxt: chunk 16, left 4, 3 stream threads; one request overrides left
- * to -1, one decodes greedily) fed in rounds of items at staggered offsets, with an offline item (chunk mask given by
- * the request) in the same executes: every stream's final result is WeNet's streaming result, the
- * offline one WeNet's masked result; a fourth stream finds no slot; closed slots open again. */
+ * to -1, one decodes greedily) fed in rounds of items at staggered offsets, with an offline item
+ * (chunk mask given by the request) in the same executes: every stream's final result is WeNet's
+ * streaming result, the offline one WeNet's masked result; a fourth stream finds no slot; closed
+ * slots open again. */
 TEST(wenet_stream_family)
 {
     fixture_t fx;
@@ -667,9 +668,8 @@ TEST(wenet_stream_family)
     char path[1024], why[256];
     snprintf(path, sizeof path, "%s/m", golden_wenet_model_dir(why, sizeof why));
     /* the streams' host work on 3 threads (stream_threads; 1, the default, elsewhere) */
-    family_param_t cp[3] = {{"decoding_chunk_size", "16"},
-                            {"num_decoding_left_chunks", "4"},
-                            {"stream_threads", "0"}};
+    family_param_t cp[3] = {
+        {"decoding_chunk_size", "16"}, {"num_decoding_left_chunks", "4"}, {"stream_threads", "0"}};
     family_params_t cfg = {cp, 3};
     family_model_t *m;
     hark_err_t err = {0};
