@@ -117,6 +117,12 @@ void wenet_stream_pool_destroy(wenet_stream_pool_t *p)
     hark_free(p);
 }
 
+/* the most streams one batched forward takes (the pool's default step) */
+static int most_step(int max_sequences)
+{
+    return max_sequences < CONFORMER_CHUNKS_MAX_STEP ? max_sequences : CONFORMER_CHUNKS_MAX_STEP;
+}
+
 int wenet_stream_pool_create(const wenet_asr_t *asr, int max_sequences, double max_seconds,
                              int max_chunk, wenet_stream_pool_t **out, hark_err_t *err)
 {
@@ -158,7 +164,7 @@ int wenet_stream_pool_create(const wenet_asr_t *asr, int max_sequences, double m
         p->max_te = 1;
     p->tail_cap = (size_t)fb->frame_span + (size_t)TAIL_HOPS * fb->hop;
     int window = (max_chunk - 1) * p->rate + p->right_context + 1;
-    p->step = max_sequences < CONFORMER_CHUNKS_MAX_STEP ? max_sequences : CONFORMER_CHUNKS_MAX_STEP;
+    p->step = most_step(max_sequences);
     size_t S = (size_t)max_sequences, B = (size_t)p->step, rows = B * (size_t)max_chunk;
     int prec = 0;
     const conformer_gpu_model_t *gm = wenet_asr_gpu_encoder(asr, &prec, &p->device);
@@ -525,11 +531,7 @@ static int step_forward(wenet_stream_pool_t *p, wenet_stream_t *const *ss, int n
     for (int b = 0; b < n; b++)
         p->row0[b + 1] = p->row0[b] + p->n_out[b];
     search_ctx_t sc = {p, ss, K, gpu_topk};
-    parallel_for(p->par, n, search_one, &sc);
-    for (int b = 0; b < n; b++)
-        if (ss[b]->failed) /* a search that ran out of memory: that stream only */
-            return err_set(err, ss[b]->failed, "stream step: the CTC search of stream %d: %s", b,
-                           hark_status_str(ss[b]->failed));
+    parallel_for(p->par, n, search_one, &sc); /* a search's failure marks its stream only */
     return HARK_OK;
 }
 
@@ -540,8 +542,7 @@ void wenet_stream_pool_set_parallel(wenet_stream_pool_t *p, parallel_t *par)
 
 int wenet_stream_pool_set_step(wenet_stream_pool_t *p, int step, hark_err_t *err)
 {
-    int most =
-        p->max_sequences < CONFORMER_CHUNKS_MAX_STEP ? p->max_sequences : CONFORMER_CHUNKS_MAX_STEP;
+    int most = most_step(p->max_sequences);
     if (step < 1 || step > most)
         return err_set(err, HARK_ERR_INVALID_ARG, "stream pool: a forward of %d streams (1 .. %d)",
                        step, most);
@@ -577,6 +578,10 @@ int wenet_stream_step(wenet_stream_pool_t *p, wenet_stream_t *const *ss, int n, 
         int rc1 = step_forward(p, ss + g, n - g < p->step ? n - g : p->step, err);
         rc = rc ? rc : rc1;
     }
+    for (int b = 0; b < n && !rc; b++) /* the streams were open: a failure now is a search's */
+        if (ss[b]->failed)
+            rc = err_set(err, ss[b]->failed, "stream step: the CTC search of stream %d: %s", b,
+                         hark_status_str(ss[b]->failed));
     return rc;
 }
 
