@@ -12,7 +12,14 @@
 
 #include <stddef.h>
 
-typedef enum { OPS_ACT_NONE = 0, OPS_ACT_RELU, OPS_ACT_SWISH, OPS_ACT_GELU } ops_act_t;
+/* DSWISH: icefall's DoubleSwish, x · sigmoid(x - 1) */
+typedef enum {
+    OPS_ACT_NONE = 0,
+    OPS_ACT_RELU,
+    OPS_ACT_SWISH,
+    OPS_ACT_GELU,
+    OPS_ACT_DSWISH
+} ops_act_t;
 
 /* Threads OpenBLAS may use for the GEMMs (n <= 0 leaves the setting alone). Process-global. */
 void ops_set_threads(int n);
@@ -43,6 +50,7 @@ void batch_norm_ref(float *y, const float *x, const float *g, const float *b, co
 void relu_ref(float *y, const float *x, size_t n);
 void swish_ref(float *y, const float *x, size_t n);
 void gelu_ref(float *y, const float *x, size_t n);
+void double_swish_ref(float *y, const float *x, size_t n); /* x · sigmoid(x - 1) */
 void activation_ref(float *y, const float *x, size_t n, ops_act_t act);
 
 /* y (n, c) = x[:, 0:c] · sigmoid(x[:, c:2c]);  x (n, 2c)  (torch glu(dim=channels)). */
@@ -87,6 +95,23 @@ void pos_enc_table_ref(float *pe, int n, int d);
  * are given, and plain scaled-dot-product attention otherwise.
  * scratch: attention_scratch_floats(tk, dk) floats. */
 size_t attention_scratch_floats(int tk, int dk);
+
+/* icefall's RelPositionMultiheadAttention core (Transformer-XL rel_shift) for one sequence of t
+ * frames: for each head h, with q' = scale · q_h (scaled before the biases, as icefall),
+ *   s[i][j] = (q'_i + bu_h) · k_h[j] + (q'_i + bv_h) · p_h[t - 1 - i + j]
+ *   ctx_h = softmax_masked(s, lo, hi) · v_h
+ * qkv (t, ld): q, k, v at columns 0, H·dk, 2·H·dk; p (2t - 1, ldp): row r the projected
+ * relative position t - 1 - r; ctx (t, ldc); head h in columns [h·dk, (h+1)·dk) of each. bu, bv
+ * (H, dk) or NULL; lo/hi (t) as in softmax_masked_ref (NULL: all keys).
+ * scratch: rel_attention_scratch_floats(t, dk) floats. */
+size_t rel_attention_scratch_floats(int t, int dk);
+void rel_attention_ref(float *ctx, int ldc, float *scratch, const float *qkv, int ld,
+                       const float *p, int ldp, const float *bu, const float *bv, const int *lo,
+                       const int *hi, int t, int n_heads, int dk, float scale);
+
+/* BasicNorm (icefall): y (n, d) = x · (mean_row(x²) + eps)^-1/2 per row, the sum in double. y may
+ * alias x. */
+void basic_norm_ref(float *y, const float *x, int n, int d, float eps);
 void attention_ref(float *ctx, float *scratch, const float *q, const float *k, const float *v,
                    const float *p, const float *bu, const float *bv, const int *lo, const int *hi,
                    int tq, int tk, int n_heads, int dk, float scale);

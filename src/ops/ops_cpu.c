@@ -100,6 +100,12 @@ void gelu_ref(float *y, const float *x, size_t n)
         y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
 }
 
+void double_swish_ref(float *y, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] / (1.0f + expf(1.0f - x[i]));
+}
+
 void activation_ref(float *y, const float *x, size_t n, ops_act_t act)
 {
     switch (act) {
@@ -111,6 +117,9 @@ void activation_ref(float *y, const float *x, size_t n, ops_act_t act)
         return;
     case OPS_ACT_GELU:
         gelu_ref(y, x, n);
+        return;
+    case OPS_ACT_DSWISH:
+        double_swish_ref(y, x, n);
         return;
     case OPS_ACT_NONE:
         break;
@@ -126,6 +135,55 @@ void glu_ref(float *y, const float *x, int n, int c)
         float *yr = y + (size_t)r * c;
         for (int i = 0; i < c; i++)
             yr[i] = xr[i] / (1.0f + expf(-xr[c + i]));
+    }
+}
+
+size_t rel_attention_scratch_floats(int t, int dk)
+{
+    return (size_t)2 * t * dk + (size_t)t * t + (size_t)t * (2 * t - 1);
+}
+
+void rel_attention_ref(float *ctx, int ldc, float *scratch, const float *qkv, int ld,
+                       const float *p, int ldp, const float *bu, const float *bv, const int *lo,
+                       const int *hi, int t, int n_heads, int dk, float scale)
+{
+    const int P = 2 * t - 1, hd = n_heads * dk;
+    float *qu = scratch, *qv = qu + (size_t)t * dk, *ac = qv + (size_t)t * dk,
+          *bd = ac + (size_t)t * t;
+    for (int h = 0; h < n_heads; h++) {
+        for (int i = 0; i < t; i++) {
+            const float *q = qkv + (size_t)i * ld + (size_t)h * dk;
+            for (int j = 0; j < dk; j++) {
+                float qs = q[j] * scale;
+                qu[(size_t)i * dk + j] = qs + (bu ? bu[(size_t)h * dk + j] : 0.0f);
+                qv[(size_t)i * dk + j] = qs + (bv ? bv[(size_t)h * dk + j] : 0.0f);
+            }
+        }
+        const float *k = qkv + hd + (size_t)h * dk, *v = qkv + 2 * hd + (size_t)h * dk;
+        matmul_ref(ac, qu, k, t, t, dk, dk, ld, t, 1, 1.0f, 0.0f);
+        matmul_ref(bd, qv, p + (size_t)h * dk, t, P, dk, dk, ldp, P, 1, 1.0f, 0.0f);
+        for (int i = 0; i < t; i++) { /* rel_shift: relative position i - j */
+            float *a = ac + (size_t)i * t;
+            const float *b = bd + (size_t)i * P + (t - 1 - i);
+            for (int j = 0; j < t; j++)
+                a[j] += b[j];
+        }
+        softmax_masked_ref(ac, lo, hi, t, t, t);
+        matmul_ref(ctx + (size_t)h * dk, ac, v, t, dk, t, t, ld, ldc, 0, 1.0f, 0.0f);
+    }
+}
+
+void basic_norm_ref(float *y, const float *x, int n, int d, float eps)
+{
+    for (int r = 0; r < n; r++) {
+        const float *xr = x + (size_t)r * d;
+        float *yr = y + (size_t)r * d;
+        double s = 0;
+        for (int j = 0; j < d; j++)
+            s += (double)xr[j] * xr[j];
+        float sc = 1.0f / sqrtf((float)(s / d) + eps);
+        for (int j = 0; j < d; j++)
+            yr[j] = xr[j] * sc;
     }
 }
 

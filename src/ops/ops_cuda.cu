@@ -754,7 +754,7 @@ extern "C" int cuda_set_lens(int *d_lens, const int *host_lens, int n, void *str
 template <typename T>
 __global__ void conv2d_direct_kernel(T *out, const T *in, const float *w, const float *b, int cin,
                                      int h, int w_in, int cout, int kh, int kw, int stride,
-                                     int h_out, int w_out, int relu, size_t n)
+                                     int h_out, int w_out, int act, size_t n)
 {
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
          e += (size_t)gridDim.x * blockDim.x) {
@@ -773,7 +773,7 @@ __global__ void conv2d_direct_kernel(T *out, const T *in, const float *w, const 
                     acc += wr[j] * ldf(src, j);
             }
         acc += b ? b[co] : 0.0f;
-        stf(out, e, relu && acc < 0.0f ? 0.0f : acc);
+        stf(out, e, act_f(acc, act));
     }
 }
 
@@ -798,8 +798,8 @@ __global__ void im2col_kernel(T *col, const T *in, int r0, int cin, int h, int w
 
 /* out rows [r0, r0 + rows) (cout, w_out) from tmp (rows·w_out, cout) */
 template <typename T>
-__global__ void conv_bias_relu_kernel(T *out, const float *tmp, const float *b, int cout, int w_out,
-                                      int relu, size_t n)
+__global__ void conv_bias_act_kernel(T *out, const float *tmp, const float *b, int cout, int w_out,
+                                     int act, size_t n)
 {
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
          e += (size_t)gridDim.x * blockDim.x) {
@@ -808,7 +808,7 @@ __global__ void conv_bias_relu_kernel(T *out, const float *tmp, const float *b, 
         int co = (int)(rc % (size_t)cout);
         size_t rr = rc / (size_t)cout;
         float v = tmp[(rr * w_out + wo) * cout + co] + (b ? b[co] : 0.0f);
-        stf(out, e, relu && v < 0.0f ? 0.0f : v);
+        stf(out, e, act_f(v, act));
     }
 }
 
@@ -828,7 +828,7 @@ extern "C" size_t cuda_conv2d_scratch_bytes(int rows, int cin, int cout, int kh,
 template <typename T>
 static int conv2d_t(T *out, void *scratch, size_t scratch_bytes, const T *in, const float *w32,
                     const void *w_io, const float *b, ops_dtype_t io_t, int batch, int cin, int h,
-                    int w_in, int cout, int kh, int kw, int stride, int relu, ops_cuda_t *g,
+                    int w_in, int cout, int kh, int kw, int stride, int act, ops_cuda_t *g,
                     hark_err_t *err)
 {
     int h_out = h < kh ? 0 : (h - kh) / stride + 1,
@@ -840,7 +840,7 @@ static int conv2d_t(T *out, void *scratch, size_t scratch_bytes, const T *in, co
     if (K <= 32) {
         size_t n = rows * cout * w_out;
         conv2d_direct_kernel<<<grid_for(n, 256), 256, 0, g->stream>>>(
-            out, in, w32, b, cin, h, w_in, cout, kh, kw, stride, h_out, w_out, relu, n);
+            out, in, w32, b, cin, h, w_in, cout, kh, kw, stride, h_out, w_out, act, n);
         return launched(err, "conv2d_direct_kernel");
     }
     size_t per = conv2d_row_bytes(cin, cout, kh, kw, w_out, io_t);
@@ -866,9 +866,9 @@ static int conv2d_t(T *out, void *scratch, size_t scratch_bytes, const T *in, co
         if (rc != HARK_OK)
             return rc;
         size_t n = nb * cout * w_out;
-        conv_bias_relu_kernel<<<grid_for(n, 256), 256, 0, g->stream>>>(out + r0 * cout * w_out, tmp,
-                                                                       b, cout, w_out, relu, n);
-        if ((rc = launched(err, "conv_bias_relu_kernel")) != HARK_OK)
+        conv_bias_act_kernel<<<grid_for(n, 256), 256, 0, g->stream>>>(out + r0 * cout * w_out, tmp,
+                                                                      b, cout, w_out, act, n);
+        if ((rc = launched(err, "conv_bias_act_kernel")) != HARK_OK)
             return rc;
     }
     return HARK_OK;
@@ -877,19 +877,18 @@ static int conv2d_t(T *out, void *scratch, size_t scratch_bytes, const T *in, co
 extern "C" int cuda_conv2d(void *out, void *scratch, size_t scratch_bytes, const void *in,
                            const float *w32, const void *w_io, const float *b, ops_dtype_t io_t,
                            int batch, int cin, int h, int w_in, int cout, int kh, int kw,
-                           int stride, int relu, ops_cuda_t *g, hark_err_t *err)
+                           int stride, int act, ops_cuda_t *g, hark_err_t *err)
 {
     if (stride <= 0 || kh <= 0 || kw <= 0)
         return err_set(err, HARK_ERR_INVALID_ARG, "conv2d: kernel %dx%d stride %d", kh, kw, stride);
     if (io_t == OPS_F16)
         return conv2d_t((__half *)out, scratch, scratch_bytes, (const __half *)in, w32, w_io, b,
-                        io_t, batch, cin, h, w_in, cout, kh, kw, stride, relu, g, err);
+                        io_t, batch, cin, h, w_in, cout, kh, kw, stride, act, g, err);
     if (io_t == OPS_BF16)
         return conv2d_t((__nv_bfloat16 *)out, scratch, scratch_bytes, (const __nv_bfloat16 *)in,
-                        w32, w_io, b, io_t, batch, cin, h, w_in, cout, kh, kw, stride, relu, g,
-                        err);
+                        w32, w_io, b, io_t, batch, cin, h, w_in, cout, kh, kw, stride, act, g, err);
     return conv2d_t((float *)out, scratch, scratch_bytes, (const float *)in, w32, w_io, b, io_t,
-                    batch, cin, h, w_in, cout, kh, kw, stride, relu, g, err);
+                    batch, cin, h, w_in, cout, kh, kw, stride, act, g, err);
 }
 
 /* ---- attention ----------------------------------------------------------------------------- */

@@ -27,7 +27,13 @@ extern "C" {
 /* element types; OPS_F16 and OPS_BF16 are "the 16-bit types" of the FP16 path below */
 typedef enum { OPS_F32 = 0, OPS_F16 = 1, OPS_BF16 = 2 } ops_dtype_t;
 /* same values as ops_act_t in ops.h */
-typedef enum { CUDA_ACT_NONE = 0, CUDA_ACT_RELU, CUDA_ACT_SWISH, CUDA_ACT_GELU } cuda_act_t;
+typedef enum {
+    CUDA_ACT_NONE = 0,
+    CUDA_ACT_RELU,
+    CUDA_ACT_SWISH,
+    CUDA_ACT_GELU,
+    CUDA_ACT_DSWISH
+} cuda_act_t;
 typedef enum { CUDA_NORM_NONE = 0, CUDA_NORM_BATCH, CUDA_NORM_LAYER } cuda_norm_t;
 
 size_t ops_dtype_size(ops_dtype_t t);
@@ -169,17 +175,18 @@ int cuda_lse_gather(float *out, const float *logits, int ld, const float *bias, 
                     int rows, int v, void *stream, hark_err_t *err);
 
 /* ---- conv2d (WeNet subsampling) -------------------------------------------------------------
- * out (batch, h_out, cout, w_out) of io_t = relu?(conv2d(in) + b), in (batch, h, cin, w) of io_t,
+ * out (batch, h_out, cout, w_out) of io_t = act(conv2d(in) + b) (act a cuda_act_t: 0 none, 1 ReLU,
+ * ...), in (batch, h, cin, w) of io_t,
  * each batch item an image of h time rows (the time-major layout of conv2d_ref); w (cout, cin,
  * kh, kw) and b (cout) in float32 (w32) or io_t (w_io, used for the GEMM path). Small kernels
- * (cin·kh·kw <= 32) run directly; larger ones as im2col + GEMM + a transposing bias/ReLU, in blocks
+ * (cin·kh·kw <= 32) run directly; larger ones as im2col + GEMM + a transposing bias/act, in blocks
  * of output rows that fit `scratch` (scratch_bytes; at least cuda_conv2d_scratch_bytes(1, ...)).
- * Reference: conv2d_ref (+ relu_ref). */
+ * Reference: conv2d_ref (+ activation_ref). */
 size_t cuda_conv2d_scratch_bytes(int rows, int cin, int cout, int kh, int kw, int w_out,
                                  ops_dtype_t io_t);
 int cuda_conv2d(void *out, void *scratch, size_t scratch_bytes, const void *in, const float *w32,
                 const void *w_io, const float *b, ops_dtype_t io_t, int batch, int cin, int h,
-                int w_in, int cout, int kh, int kw, int stride, int relu, ops_cuda_t *g,
+                int w_in, int cout, int kh, int kw, int stride, int act, ops_cuda_t *g,
                 hark_err_t *err);
 
 /* ---- attention ------------------------------------------------------------------------------
@@ -428,6 +435,62 @@ int cuda_chunk_dwconv(float *out, const float *in, float *cache, long long slot_
                       const float *left_init, const float *w, const float *bias,
                       const cuda_chunk_meta_t *mt, int c, int k, int pad_left, void *stream,
                       hark_err_t *err);
+
+/* ---- icefall transducer ops (transducer_cuda.cu) ---------------------------------------------
+ * BasicNorm per row of x (n, d) float: r = x · (mean(x²) + eps)^-1/2; x_out (float, may alias x)
+ * and h_out (of h_t) get r, each when not NULL. Reference: basic_norm_ref. */
+int cuda_basic_norm(float *x_out, void *h_out, ops_dtype_t h_t, const float *x, int n, int d,
+                    float eps, void *stream, hark_err_t *err);
+
+/* The first subsampling conv's input: out (batch, t_in + 2, f + 2) of out_t, a zero border of one
+ * row / column around x (batch, t_in, f) float; rows t >= lens[b] read as `pad` (lens NULL: every
+ * row as in x). Reference: the loop in tests/ops/test_transducer_cuda.c (icefall_encode's). */
+int cuda_pad_frames(void *out, ops_dtype_t out_t, const float *x, const int *lens, float pad,
+                    int batch, int t_in, int f, void *stream, hark_err_t *err);
+
+/* icefall's RelPositionMultiheadAttention (rel_shift) for a padded batch, as rel_attention_ref per
+ * utterance: qkv (batch·t, ld) of dt holds q, k, v at columns 0, H·dk, 2·H·dk; pp (2t - 1, ldp)
+ * of dt the projected relative positions (row r: position t - 1 - r), head h at column h·dk;
+ * bu, bv (H, dk) float or NULL; keys [lo, hi) as cuda_softmax_masked (lens, chunk, left); ctx
+ * (batch·t, ldc) of dt, head h at column h·dk. The scores (and the probabilities, over them) are
+ * of dt with FP32 accumulation, as PyTorch's autocast makes them. Runs in groups of utterances
+ * whose scores fit `scratch` (scratch_bytes >= cuda_rel_attention_scratch_bytes(1, ...); the
+ * group's size for g utterances: cuda_rel_attention_scratch_bytes(g, ...)). */
+size_t cuda_rel_attention_scratch_bytes(int group, int t, int heads, int dk, ops_dtype_t dt);
+int cuda_rel_attention(void *ctx, long long ldc, ops_dtype_t dt, void *scratch,
+                       size_t scratch_bytes, const void *qkv, long long ld, const void *pp,
+                       long long ldp, const float *bu, const float *bv, const int *lens, int chunk,
+                       int left, int batch, int t, int heads, int dk, float scale, ops_cuda_t *g,
+                       hark_err_t *err);
+
+/* Greedy search of a stateless transducer (icefall's greedy_search_batch: at most one symbol per
+ * frame), one frame at a time on the device:
+ *   cuda_joiner_hidden: h (batch, J) of h_t = tanh(ep[b·ep_b + t·J ..] + dp[b] + bdp) (bdp (J)
+ *   or NULL), ep and dp float;
+ *   the caller's GEMM: logits (batch, ldl) float = h · W_outᵀ (no bias);
+ *   cuda_greedy_step: for rows with t < lens[b], the argmax of logits + bias (first on ties); a
+ *   token other than blank is appended (tokens / times (batch, cap); count keeps counting past
+ *   cap), its logit added to score, the context shifted and dec[b] (D) of dec_t recomputed:
+ *   relu(Σ_k Σ_j conv[ch][j][k] · emb[ctx_k][gs·(ch / gs) + j]), id -1 a zero embedding;
+ *   t < 0 starts every row: context [-1]·(cs - 1) + [blank], no tokens, dec from it;
+ *   the caller's GEMM: dp = dec · W_dpᵀ (the bias goes in as cuda_joiner_hidden's bdp).
+ * Reference: icefall_greedy_search (src/model/icefall/icefall.h). */
+typedef struct {
+    int *ctx;            /* (batch, cs) */
+    int *tokens, *times; /* (batch, cap) */
+    int *count;          /* (batch) */
+    float *score;        /* (batch) */
+    int cap;
+    const float *emb;  /* (V, D) */
+    const float *conv; /* (D, gs, cs) */
+    const float *bias; /* (V) output_linear's, or NULL */
+    int V, D, cs, gs, blank;
+    long long ldl; /* the logits' row stride */
+} cuda_greedy_t;
+int cuda_joiner_hidden(void *h, ops_dtype_t h_t, const float *ep, long long ep_b, const float *dp,
+                       const float *bdp, int t, int batch, int J, void *stream, hark_err_t *err);
+int cuda_greedy_step(const cuda_greedy_t *g, void *dec, ops_dtype_t dec_t, const float *logits,
+                     const int *lens, int t, int batch, void *stream, hark_err_t *err);
 
 #ifdef __cplusplus
 }

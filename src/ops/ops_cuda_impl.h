@@ -54,6 +54,8 @@ __device__ __forceinline__ float act_f(float x, int act)
         return x / (1.0f + expf(-x));
     case CUDA_ACT_GELU:
         return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case CUDA_ACT_DSWISH:
+        return x / (1.0f + expf(1.0f - x));
     default:
         return x;
     }
@@ -78,6 +80,8 @@ template <int ACT> __device__ __forceinline__ float epi_act(float x)
         return __fdividef(x, 1.0f + ex2_ftz(-1.4426950408889634f * x));
     if (ACT == CUDA_ACT_GELU)
         return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    if (ACT == CUDA_ACT_DSWISH)
+        return __fdividef(x, 1.0f + ex2_ftz(1.4426950408889634f * (1.0f - x)));
     return x;
 }
 

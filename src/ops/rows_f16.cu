@@ -338,6 +338,8 @@ __device__ __forceinline__ float act_fast(float x, int act)
         return epi_act<CUDA_ACT_SWISH>(x);
     case CUDA_ACT_GELU:
         return epi_act<CUDA_ACT_GELU>(x);
+    case CUDA_ACT_DSWISH:
+        return epi_act<CUDA_ACT_DSWISH>(x);
     default:
         return x;
     }

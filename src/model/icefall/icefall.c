@@ -429,7 +429,7 @@ int icefall_frame_ms(const icefall_model_t *m, int t)
 
 /* The scratch of an encoder pass over t_in feature frames (floats), and its layout. */
 typedef struct {
-    size_t xin, a0, a1, a2, col, x, y, h, g, pe, pp, qu, qv, ac, bd, ctx;
+    size_t xin, a0, a1, a2, col, x, y, h, g, pe, pp, qu, ctx; /* qu: the attention's scratch */
 } enc_sizes_t;
 
 static size_t enc_sizes(const icefall_model_t *m, int t_in, enc_sizes_t *s)
@@ -449,11 +449,8 @@ static size_t enc_sizes(const icefall_model_t *m, int t_in, enc_sizes_t *s)
     s->x = s->y = s->g = s->ctx = Tp * d;
     s->h = Tp * hid;
     s->pe = s->pp = P * d;
-    s->qu = s->qv = Tp * dk;
-    s->ac = Tp * Tp;
-    s->bd = Tp * P;
-    return s->xin + s->a0 + s->a1 + s->a2 + s->col + 4 * s->x + s->h + 2 * s->pe + 2 * s->qu +
-           s->ac + s->bd + 16 * 16;
+    s->qu = rel_attention_scratch_floats((int)Tp, (int)dk);
+    return s->xin + s->a0 + s->a1 + s->a2 + s->col + 4 * s->x + s->h + 2 * s->pe + s->qu + 16 * 16;
 }
 
 int icefall_worker_create(const icefall_model_t *m, double max_seconds, icefall_worker_t **out,
@@ -577,22 +574,13 @@ int icefall_worker_reserve_streams(icefall_worker_t *w, int n_streams, hark_err_
 /* DoubleSwish(x) = x * sigmoid(x - 1), in place */
 static void double_swish(float *x, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        x[i] = x[i] * (1.0f / (1.0f + expf(-(x[i] - 1.0f))));
+    double_swish_ref(x, x, n);
 }
 
 /* BasicNorm: y = x * (mean_c(x^2) + eps)^-0.5 per row, in place */
 static void basic_norm(float *x, int n, int d, float eps)
 {
-    for (int r = 0; r < n; r++) {
-        float *xr = x + (size_t)r * d;
-        double s = 0;
-        for (int j = 0; j < d; j++)
-            s += (double)xr[j] * xr[j];
-        float sc = 1.0f / sqrtf((float)(s / d) + eps);
-        for (int j = 0; j < d; j++)
-            xr[j] *= sc;
-    }
+    basic_norm_ref(x, x, n, d, eps);
 }
 
 /* y (n, d) = W2 DoubleSwish(W1 x + b1) + b2 */
@@ -611,14 +599,13 @@ static void add_rows(float *x, const float *y, size_t n)
 }
 
 /* Rel-pos multi-head attention (icefall RelPositionMultiheadAttention) over Tp frames of which
- * len are keys: y (Tp, d) = out_proj(attn) */
+ * len are keys: y (Tp, d) = out_proj(attn); sc: rel_attention_scratch_floats(Tp, d / nhead) */
 static void rel_attention(icefall_worker_t *w, const icefall_layer_t *L, float *y, const float *x,
-                          const float *pe, int Tp, int len, float *qkv, float *pp, float *qu,
-                          float *qv, float *ac, float *bd, float *ctx)
+                          const float *pe, int Tp, int len, float *qkv, float *pp, float *sc,
+                          float *ctx)
 {
     const icefall_config_t *c = &w->m->cfg;
     const int d = c->d, H = c->nhead, dk = d / H, P = 2 * Tp - 1;
-    const float scale = 1.0f / sqrtf((float)dk);
     linear_ref(qkv, x, L->in_w, L->in_b, Tp, d, 3 * d);
     linear_ref(pp, pe, L->pos_w, NULL, P, d, d);
     /* keys: the valid frames; with simulated streaming only the query's chunk and left chunks */
@@ -634,29 +621,8 @@ static void rel_attention(icefall_worker_t *w, const icefall_layer_t *L, float *
         w->lo[t] = lo;
         w->hi[t] = hi;
     }
-    for (int hd = 0; hd < H; hd++) {
-        const float *u = L->bu + (size_t)hd * dk, *vb = L->bv + (size_t)hd * dk;
-        for (int t = 0; t < Tp; t++) {
-            const float *q = qkv + (size_t)t * 3 * d + (size_t)hd * dk;
-            for (int j = 0; j < dk; j++) {
-                float qs = q[j] * scale; /* scaled before the biases, as icefall */
-                qu[(size_t)t * dk + j] = qs + u[j];
-                qv[(size_t)t * dk + j] = qs + vb[j];
-            }
-        }
-        const float *k = qkv + d + (size_t)hd * dk, *v = qkv + 2 * d + (size_t)hd * dk;
-        matmul_ref(ac, qu, k, Tp, Tp, dk, dk, 3 * d, Tp, 1, 1.0f, 0.0f);
-        matmul_ref(bd, qv, pp + (size_t)hd * dk, Tp, P, dk, dk, d, P, 1, 1.0f, 0.0f);
-        /* rel_shift: score[i][j] = ac[i][j] + bd[i][Tp - 1 - i + j] (relative position i - j) */
-        for (int i = 0; i < Tp; i++) {
-            float *a = ac + (size_t)i * Tp;
-            const float *b = bd + (size_t)i * P + (Tp - 1 - i);
-            for (int j = 0; j < Tp; j++)
-                a[j] += b[j];
-        }
-        softmax_masked_ref(ac, w->lo, w->hi, Tp, Tp, Tp);
-        matmul_ref(ctx + (size_t)hd * dk, ac, v, Tp, dk, Tp, Tp, 3 * d, d, 0, 1.0f, 0.0f);
-    }
+    rel_attention_ref(ctx, d, sc, qkv, 3 * d, pp, d, L->bu, L->bv, w->lo, w->hi, Tp, H, dk,
+                      1.0f / sqrtf((float)dk));
     linear_ref(y, ctx, L->out_w, L->out_b, Tp, d, d);
 }
 
@@ -707,8 +673,7 @@ int icefall_encode(icefall_worker_t *w, const float *feats, int t_in, int len_in
     float *p = w->scratch;
     float *xin = p, *a0 = xin + s.xin, *a1 = a0 + s.a0, *a2 = a1 + s.a1, *col = a2 + s.a2;
     float *x = col + s.col, *y = x + s.x, *g = y + s.y, *ctx = g + s.g, *h = ctx + s.ctx;
-    float *pe = h + s.h, *pp = pe + s.pe, *qu = pp + s.pp, *qv = qu + s.qu, *ac = qv + s.qv;
-    float *bd = ac + s.ac;
+    float *pe = h + s.h, *pp = pe + s.pe, *qu = pp + s.pp; /* qu: the attention's scratch */
 
     /* Conv2dSubsampling: conv 1->8 (k3, pad 1), 8->32 (k3, s2), 32->128 (k3, s2), each
      * DoubleSwish; rows are time, each row channel-major (c, freq) */
@@ -751,7 +716,7 @@ int icefall_encode(icefall_worker_t *w, const float *feats, int t_in, int len_in
         if (st0)
             st0(user, "layer0_feed_forward_macaron", y, Tp, d);
         add_rows(x, y, nx);
-        rel_attention(w, L, y, x, pe, Tp, len, h, pp, qu, qv, ac, bd, ctx);
+        rel_attention(w, L, y, x, pe, Tp, len, h, pp, qu, ctx);
         if (st0)
             st0(user, "layer0_self_attn", y, Tp, d);
         add_rows(x, y, nx);
