@@ -31,6 +31,17 @@ const char *family_task_name(family_task_t t)
     return "unknown";
 }
 
+int family_precision(const char *name, ops_dtype_t *dt)
+{
+    int p = !strcmp(name, "fp32")   ? OPS_F32
+            : !strcmp(name, "fp16") ? OPS_F16
+            : !strcmp(name, "bf16") ? OPS_BF16
+                                    : -1;
+    if (p >= 0)
+        *dt = (ops_dtype_t)p;
+    return p < 0 ? -1 : 0;
+}
+
 const char *family_param(const family_params_t *params, const char *key)
 {
     if (!params || !key)

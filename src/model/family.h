@@ -22,6 +22,7 @@
 #define HARK_MODEL_FAMILY_H
 
 #include "core/error.h"
+#include "ops/ops_cuda.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -46,6 +47,9 @@ typedef struct {
 
 /* The value of `key` (the last one given wins), or NULL. params may be NULL. */
 const char *family_param(const family_params_t *params, const char *key);
+/* A precision's name ("fp32", "fp16", "bf16") into *dt: 0, or -1 (*dt unchanged) for another
+ * name. */
+int family_precision(const char *name, ops_dtype_t *dt);
 /* Typed look-ups: HARK_OK (set *out), HARK_ERR_NOT_FOUND (absent: *out untouched), or
  * HARK_ERR_INVALID_ARG naming the key and the value that is not a number / boolean. */
 int family_param_int(const family_params_t *params, const char *key, long lo, long hi, int *out,

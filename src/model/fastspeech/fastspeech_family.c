@@ -52,19 +52,6 @@ struct family_worker {
     float *audio; /* host (max_batch, hifigan_samples(voc_frames)) */
 };
 
-static int parse_precision(const char *name, ops_dtype_t *dt)
-{
-    if (!strcmp(name, "fp32"))
-        *dt = OPS_F32;
-    else if (!strcmp(name, "fp16"))
-        *dt = OPS_F16;
-    else if (!strcmp(name, "bf16"))
-        *dt = OPS_BF16;
-    else
-        return -1;
-    return 0;
-}
-
 #define DEFAULT_CHUNK_FRAMES 64 /* 0.74 s of 22.05 kHz audio; the first chunk half that */
 
 static void ff_unload(family_model_t *fm);
@@ -75,13 +62,13 @@ static int ff_load(const char *dir, const family_load_opts_t *lo, const family_p
     family_load_opts_t l = lo ? *lo : (family_load_opts_t){.device = -1};
     ops_dtype_t dt = OPS_F32;
     const char *cname = family_param(cfg, "precision");
-    if (cname && parse_precision(cname, &dt))
+    if (cname && family_precision(cname, &dt))
         return err_set(err, HARK_ERR_INVALID_ARG,
                        "fastspeech: parameters precision \"%s\": expected fp32, fp16 or bf16",
                        cname);
     const char *prec = l.precision ? l.precision : l.device >= 0 ? cname : NULL;
     dt = OPS_F32;
-    if (prec && parse_precision(prec, &dt))
+    if (prec && family_precision(prec, &dt))
         return err_set(err, HARK_ERR_INVALID_ARG,
                        "fastspeech: precision \"%s\": expected fp32, fp16 or bf16", prec);
     if (l.device < 0 && dt != OPS_F32)

@@ -43,19 +43,6 @@ struct family_worker {
     double max_seconds;
 };
 
-static int parse_precision(const char *name, ops_dtype_t *dt)
-{
-    if (!strcmp(name, "fp32"))
-        *dt = OPS_F32;
-    else if (!strcmp(name, "fp16"))
-        *dt = OPS_F16;
-    else if (!strcmp(name, "bf16"))
-        *dt = OPS_BF16;
-    else
-        return -1;
-    return 0;
-}
-
 static int jf_load(const char *dir, const family_load_opts_t *lo, const family_params_t *cfg,
                    family_model_t **out, hark_err_t *err)
 {
@@ -63,12 +50,12 @@ static int jf_load(const char *dir, const family_load_opts_t *lo, const family_p
     ops_dtype_t dt = OPS_F32;
     /* config.pbtxt's precision must be a known one wherever the model is loaded */
     const char *cname = family_param(cfg, "precision");
-    if (cname && parse_precision(cname, &dt))
+    if (cname && family_precision(cname, &dt))
         return err_set(err, HARK_ERR_INVALID_ARG,
                        "jasper: parameters precision \"%s\": expected fp32, fp16 or bf16", cname);
     const char *prec = l.precision ? l.precision : l.device >= 0 ? cname : NULL;
     dt = OPS_F32;
-    if (prec && parse_precision(prec, &dt))
+    if (prec && family_precision(prec, &dt))
         return err_set(err, HARK_ERR_INVALID_ARG,
                        "jasper: precision \"%s\": expected fp32, fp16 or bf16", prec);
     if (l.device < 0 && dt != OPS_F32)
