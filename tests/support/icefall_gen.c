@@ -1,6 +1,8 @@
 /* icefall_gen.c — generated zipformer models for the tests (icefall_gen.h). */
 #include "support/icefall_gen.h"
 
+#include "test.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,11 +13,19 @@ int icefall_gen_model(const char *dir, const char *name, const char *flags,
     return icefall_gen_model_ex(dir, name, flags, NULL, convert_flags, log, nlog);
 }
 
-int icefall_gen_model_ex(const char *dir, const char *name, const char *flags,
-                         const char *ckpt_flags, const char *convert_flags, char *log, size_t nlog)
+/* script: the checkpoint maker under tests/model/icefall; recipe: the converter's --recipe;
+ * model_flags go to both, ckpt_flags to the maker, convert_flags to the converter */
+static int gen(const char *script, const char *recipe, const char *dir, const char *name,
+               const char *model_flags, const char *ckpt_flags, const char *convert_flags,
+               char *log, size_t nlog)
 {
     char tok[1024], out[1100], cmd[8192];
     log[0] = 0;
+    const char *py = test_python("torch, numpy");
+    if (!py) {
+        snprintf(log, nlog, "no python3 with torch and numpy");
+        return -1;
+    }
     snprintf(tok, sizeof tok, "%s/tokens.txt", dir);
     FILE *f = fopen(tok, "w");
     if (!f) {
@@ -28,11 +38,11 @@ int icefall_gen_model_ex(const char *dir, const char *name, const char *flags,
     fclose(f);
     snprintf(out, sizeof out, "%s/%s.log", dir, name);
     snprintf(cmd, sizeof cmd,
-             "(/usr/bin/python3 tests/model/icefall/zipformer_random_ckpt.py '%s/%s.pt' %s %s && "
-             "/usr/bin/python3 tools/convert_icefall.py --recipe zipformer --checkpoint "
+             "(%s tests/model/icefall/%s '%s/%s.pt' %s %s && "
+             "%s tools/convert_icefall.py --recipe %s --checkpoint "
              "'%s/%s.pt' --tokens '%s' --output '%s/%s' %s %s) > '%s' 2>&1",
-             dir, name, flags, ckpt_flags ? ckpt_flags : "", dir, name, tok, dir, name, flags,
-             convert_flags ? convert_flags : "", out);
+             py, script, dir, name, model_flags, ckpt_flags ? ckpt_flags : "", py, recipe, dir,
+             name, tok, dir, name, model_flags, convert_flags ? convert_flags : "", out);
     int st = system(cmd);
     if (st == 0)
         return 0;
@@ -42,4 +52,18 @@ int icefall_gen_model_ex(const char *dir, const char *name, const char *flags,
     if (f)
         fclose(f);
     return -1;
+}
+
+int icefall_gen_model_ex(const char *dir, const char *name, const char *flags,
+                         const char *ckpt_flags, const char *convert_flags, char *log, size_t nlog)
+{
+    return gen("zipformer_random_ckpt.py", "zipformer", dir, name, flags, ckpt_flags, convert_flags,
+               log, nlog);
+}
+
+int icefall_gen_conformer(const char *dir, const char *name, const char *ckpt_flags,
+                          const char *convert_flags, char *log, size_t nlog)
+{
+    return gen("conformer_random_ckpt.py", "pruned_transducer_stateless3", dir, name, "",
+               ckpt_flags, convert_flags, log, nlog);
 }

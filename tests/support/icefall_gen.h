@@ -1,7 +1,7 @@
-/* icefall_gen.h — small zipformer transducers of random (seeded) weights for the tests that need a
- * model but not icefall (tests/model/icefall/zipformer_random_ckpt.py, then
- * tools/convert_icefall.py), with a 500-piece tokens.txt. Needs /usr/bin/python3 with torch and
- * numpy. */
+/* icefall_gen.h — small zipformer (and Conformer) transducers of random (seeded) weights for the
+ * tests that need a model but not icefall (tests/model/icefall/zipformer_random_ckpt.py, then
+ * tools/convert_icefall.py), with a 500-piece tokens.txt. Needs a python3 with torch and numpy
+ * (test_python). */
 #ifndef HARK_TEST_ICEFALL_GEN_H
 #define HARK_TEST_ICEFALL_GEN_H
 
@@ -25,5 +25,11 @@ int icefall_gen_model(const char *dir, const char *name, const char *flags,
  * joiner's blank logit raised by that, 8 by default; larger gives fewer tokens). */
 int icefall_gen_model_ex(const char *dir, const char *name, const char *flags,
                          const char *ckpt_flags, const char *convert_flags, char *log, size_t nlog);
+
+/* A pruned_transducer_stateless3 (Conformer) of random values
+ * (tests/model/icefall/conformer_random_ckpt.py: its sizes and --seed, --blank-bias in
+ * ckpt_flags), converted into DIR/<name> with convert_flags (e.g. --simulate-streaming True). */
+int icefall_gen_conformer(const char *dir, const char *name, const char *ckpt_flags,
+                          const char *convert_flags, char *log, size_t nlog);
 
 #endif

@@ -1,0 +1,84 @@
+/* icefall_gpu.h — icefall's pruned_transducer_stateless3 Conformer transducer on the GPU, float32,
+ * float16 or bfloat16: the encoder of icefall_encode for a padded batch (the 16-bit types for the
+ * GEMM operands and activations, FP32 accumulation and residual stream), encoder_proj, and
+ * greedy_search_batch on the device (the joiner, argmax and stateless decoder one frame at a time
+ * for the whole batch: cuda_greedy_step). modified_beam_search runs icefall_search.c's code on the
+ * host over the device's encoder_proj rows. The CPU functions of icefall.h are the reference.
+ * Tests: tests/model/icefall/test_icefall_gpu.c (the T1 goldens, padded batches, generated models
+ * against the CPU path); benchmark: `hark bench --model DIR --device cuda:N` (icefall_bench.c).
+ *
+ * Padding. A batch row's valid frames give the utterance's own result (icefall_run's: each
+ * utterance at its own length) when the rows past its length read as zeros: the first conv's
+ * zero border then stands where the utterance ends, as it does alone. icefall's own batches pad
+ * the features with log(1e-10) (pretrained.py); icefall_gpu_encode takes either.
+ *
+ * OWNERSHIP AND THREADS
+ * - icefall_gpu_model_t: one icefall_model_t's weights (lent: it must outlive this) on one device
+ *   in one element type, immutable, shared by any number of workers.
+ * - icefall_gpu_worker_t: one thread's CUDA stream, cuBLAS context and device scratch, sized at
+ *   creation for (max_batch, max_seconds); nothing is allocated on the device afterwards.
+ * Without HARK_CUDA every call returns HARK_ERR_NO_DEVICE.
+ */
+#ifndef HARK_MODEL_ICEFALL_GPU_H
+#define HARK_MODEL_ICEFALL_GPU_H
+
+#include "core/error.h"
+#include "model/icefall/icefall.h"
+#include "ops/ops_cuda.h"
+
+#include <stddef.h>
+
+typedef struct icefall_gpu_model icefall_gpu_model_t;
+typedef struct icefall_gpu_worker icefall_gpu_worker_t;
+
+/* dt: OPS_F32, OPS_F16 or OPS_BF16. HARK_ERR_UNSUPPORTED: a zipformer (its GPU path is not
+ * written), or with a 16-bit dt an encoder_dim / dim_feedforward not a multiple of 8 or a
+ * convolution kernel over 64; HARK_ERR_CUDA / HARK_ERR_NOMEM. Leaves `device` current. */
+int icefall_gpu_model_create(const icefall_model_t *m, int device, ops_dtype_t dt,
+                             icefall_gpu_model_t **out, hark_err_t *err);
+void icefall_gpu_model_destroy(icefall_gpu_model_t *g); /* accepts NULL */
+size_t icefall_gpu_model_bytes(const icefall_gpu_model_t *g);
+int icefall_gpu_model_device(const icefall_gpu_model_t *g);
+
+/* max_batch in 1..1024, max_seconds > 0. HARK_ERR_NOMEM names the scratch that did not fit. */
+int icefall_gpu_worker_create(const icefall_gpu_model_t *g, int max_batch, double max_seconds,
+                              icefall_gpu_worker_t **out, hark_err_t *err);
+void icefall_gpu_worker_destroy(icefall_gpu_worker_t *w); /* accepts NULL */
+size_t icefall_gpu_worker_bytes(const icefall_gpu_worker_t *w);
+/* the GPU path of its kernels: "hopper" or "ampere" (gpu_arch.h) */
+const char *icefall_gpu_path_name(const icefall_gpu_worker_t *w);
+/* feature frames the worker takes (max_seconds at the model's frame rate) */
+int icefall_gpu_max_frames(const icefall_gpu_worker_t *w);
+/* the worker's device buffer for a padded batch of features, (max_batch, max frames, feature_dim)
+ * float (icefall_gpu_run fills it; the benchmark writes its own features there) */
+float *icefall_gpu_feats(icefall_gpu_worker_t *w);
+
+/* The encoder and encoder_proj over a padded batch, enqueued on the worker's stream: d_feats
+ * (batch, t_in, feature_dim) float on the device; lens[b] (host) valid frames of each (>= 7);
+ * pad NULL: rows past lens[b] are read as given (icefall's own padding already in them), else as
+ * *pad (0: each row's result is its utterance's alone, see "Padding"). The outputs stay on the
+ * device: encoder frames icefall_frames_out(t_in) per row, icefall_frames_out(lens[b]) valid.
+ * HARK_ERR_INVALID_ARG (a length outside [7, t_in]), HARK_ERR_TOO_LARGE (batch or t_in past the
+ * worker's), HARK_ERR_CUDA. */
+int icefall_gpu_encode(icefall_gpu_worker_t *w, const float *d_feats, const int *lens, int batch,
+                       int t_in, const float *pad, hark_err_t *err);
+/* greedy_search_batch over the last encode's rows, enqueued; icefall_gpu_results reads it */
+int icefall_gpu_greedy(icefall_gpu_worker_t *w, hark_err_t *err);
+int icefall_gpu_sync(icefall_gpu_worker_t *w, hark_err_t *err);
+/* After a sync: the last encode's encoder output of row b (icefall_frames_out(lens[b]) frames of
+ * d, *n_frames of them) or its encoder_proj rows (joiner_dim each) into host buffers of
+ * max_frames x width floats; the greedy hypotheses (out[b], the caller frees each). */
+int icefall_gpu_read(icefall_gpu_worker_t *w, int b, int proj, float *host, int max_frames,
+                     int *n_frames, hark_err_t *err);
+int icefall_gpu_results(icefall_gpu_worker_t *w, icefall_hyp_t *out, hark_err_t *err);
+
+/* End to end as icefall_run (same results contract and errors): the fbank on the host, the
+ * encoder on the device, greedy search on the device or modified beam search on the host. */
+int icefall_gpu_run(icefall_gpu_worker_t *w, const float *const *pcm, const size_t *n, int batch,
+                    const icefall_run_opts_t *o, icefall_result_t *res, hark_err_t *err);
+
+/* Multiply-adds of the encoder (and encoder_proj) for one utterance of t_in feature frames:
+ * 2 · this is its FLOP count (benchmarks). */
+double icefall_gpu_macs(const icefall_model_t *m, int t_in);
+
+#endif
