@@ -1,6 +1,9 @@
 /* icefall_family.c — icefall's pruned stateless transducers as a model family (family.h):
- * "icefall_transducer", offline ASR over icefall.h on the CPU, served under the generic
- * WAV/WAV_LENS (or AUDIO) -> TRANSCRIPTS contract. Options (config.pbtxt parameters, then the
+ * "icefall_transducer", offline ASR over icefall.h on the CPU, or for the Conformer
+ * (pruned_transducer_stateless3) on a GPU (load device >= 0: icefall_gpu.h, in config.pbtxt's
+ * `parameters precision` fp32 | fp16 | bf16; greedy search on the device, modified beam search on
+ * the host; no dump_dir), served under the generic WAV/WAV_LENS (or AUDIO) -> TRANSCRIPTS
+ * contract. Options (config.pbtxt parameters, then the
  * request's): decoding_method greedy_search | modified_beam_search (icefall's names; the model's
  * default from the converter's --method), beam_size (modified_beam_search's width, icefall's
  * --beam-size; `beam` is taken as the same), nbest (1..64 or "all": hypotheses of the final beam
@@ -33,6 +36,7 @@
 #include "core/npy.h"
 #include "hark.h"
 #include "model/icefall/icefall.h"
+#include "model/icefall/icefall_gpu.h"
 #include "ops/ops.h"
 #include "text/words.h"
 
@@ -51,10 +55,13 @@ typedef struct {
 } icefall_family_opts_t;
 
 int icefall_inspect_main(int argc, char **argv); /* icefall_inspect.c */
+int icefall_bench_main(int argc, char **argv);   /* icefall_bench.c */
 
 struct family_model {
     icefall_model_t *m;
-    char kind[128];
+    icefall_gpu_model_t *gm; /* NULL: on the CPU */
+    int device;              /* -1: CPU */
+    char kind[160];
 };
 
 /* one stream slot of a worker (item->stream) */
@@ -68,6 +75,7 @@ typedef struct {
 struct family_worker {
     const family_model_t *fm;
     icefall_worker_t *w;
+    icefall_gpu_worker_t *gw; /* a GPU model's (then w is NULL) */
     int max_batch;
     double max_seconds;
     if_stream_t *slots; /* (max_sequences) */
@@ -82,30 +90,45 @@ static int if_load(const char *dir, const family_load_opts_t *lo, const family_p
                    family_model_t **out, hark_err_t *err)
 {
     family_load_opts_t l = lo ? *lo : (family_load_opts_t){.device = -1};
-    if (l.device >= 0)
+    /* config.pbtxt's precision must be a known one wherever the model is loaded; it applies on a
+     * GPU (the CPU path is fp32) */
+    ops_dtype_t dt = OPS_F32;
+    const char *cname = family_param(cfg, "precision");
+    if (cname && family_precision(cname, &dt))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "icefall_transducer: parameters precision \"%s\": expected fp32, fp16 or "
+                       "bf16",
+                       cname);
+    const char *prec = l.precision ? l.precision : l.device >= 0 ? cname : NULL;
+    dt = OPS_F32;
+    if (prec && family_precision(prec, &dt))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "icefall_transducer: precision \"%s\": expected fp32, fp16 or bf16", prec);
+    if (l.device < 0 && dt != OPS_F32)
         return err_set(err, HARK_ERR_UNSUPPORTED,
-                       "icefall_transducer: no GPU path yet (load it on the CPU)");
-    if (l.precision && strcmp(l.precision, "fp32"))
-        return err_set(err, HARK_ERR_UNSUPPORTED,
-                       "icefall_transducer: precision \"%s\": the CPU path is fp32", l.precision);
+                       "icefall_transducer: precision \"%s\": the CPU path is fp32", prec);
     family_model_t *fm = hark_calloc(1, sizeof *fm);
     if (!fm)
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
+    fm->device = l.device < 0 ? -1 : l.device;
     int rc = icefall_load(dir, l.version, &fm->m, err);
+    if (!rc && l.device >= 0)
+        rc = icefall_gpu_model_create(fm->m, l.device, dt, &fm->gm, err);
     if (rc) {
+        icefall_destroy(fm->m);
         hark_free(fm);
         return rc;
     }
     const icefall_config_t *c = icefall_config(fm->m);
+    const char *pn = dt == OPS_F16 ? "fp16" : dt == OPS_BF16 ? "bf16" : "fp32";
     if (c->encoder_type == ICEFALL_ZIPFORMER)
         snprintf(fm->kind, sizeof fm->kind,
                  "icefall zipformer: %d stacks, %d layers, output dim %d, vocab %d, fp32",
                  c->zf.n_stacks, c->n_layers, c->d, c->vocab);
     else
         snprintf(fm->kind, sizeof fm->kind,
-                 "icefall pruned_transducer_stateless3: conformer %d layers d %d, vocab %d, fp32",
-                 c->n_layers, c->d, c->vocab);
-    (void)cfg;
+                 "icefall pruned_transducer_stateless3: conformer %d layers d %d, vocab %d, %s%s",
+                 c->n_layers, c->d, c->vocab, pn, fm->gm ? " (gpu)" : "");
     *out = fm;
     return HARK_OK;
 }
@@ -114,6 +137,7 @@ static void if_unload(family_model_t *fm)
 {
     if (!fm)
         return;
+    icefall_gpu_model_destroy(fm->gm);
     icefall_destroy(fm->m);
     hark_free(fm);
 }
@@ -123,7 +147,7 @@ static void if_info(const family_model_t *fm, family_info_t *out)
     const icefall_config_t *c = icefall_config(fm->m);
     *out = (family_info_t){.sample_rate = c->sample_rate,
                            .frame_ms = icefall_frame_ms(fm->m, 1),
-                           .device = -1,
+                           .device = fm->device,
                            .kind = fm->kind,
                            .frame_pad_id = c->blank_id};
 }
@@ -205,6 +229,7 @@ static void if_worker_destroy(family_worker_t *w)
     hark_free(w->s_taken);
     hark_free(w->feeds);
     icefall_worker_destroy(w->w);
+    icefall_gpu_worker_destroy(w->gw);
     hark_free(w);
 }
 
@@ -222,7 +247,8 @@ static int if_worker_create(const family_model_t *fm, const family_worker_opts_t
     w->max_seconds = wo->max_seconds;
     if (wo->n_threads > 0)
         ops_set_threads(wo->n_threads);
-    int rc = icefall_worker_create(fm->m, wo->max_seconds, &w->w, err);
+    int rc = fm->gm ? icefall_gpu_worker_create(fm->gm, wo->max_batch, wo->max_seconds, &w->gw, err)
+                    : icefall_worker_create(fm->m, wo->max_seconds, &w->w, err);
     if (!rc && wo->max_sequences > 0) {
         if (!icefall_can_stream(fm->m))
             rc = err_set(err, HARK_ERR_UNSUPPORTED,
@@ -610,7 +636,16 @@ static int if_execute(family_worker_t *w, family_item_t *const *items, int n,
             /* one batch key: every item shares method and beam */
             ro.method = o ? (icefall_method_t)o->method : (icefall_method_t)c->method;
             ro.beam_size = o ? o->beam_size : c->beam_size;
-            if (!it->dump_dir) {
+            if (!it->dump_dir || w->gw) {
+                if (it->dump_dir && w->gw) {
+                    rc = err_set(&e, HARK_ERR_UNSUPPORTED,
+                                 "dump_dir needs a CPU model (the GPU path keeps its stages on "
+                                 "the device)");
+                    emit_error(it, rc, &e);
+                    worst = worst ? worst : rc;
+                    n_failed++;
+                    continue;
+                }
                 run[nb] = it;
                 pcm[nb] = it->pcm;
                 lens[nb++] = it->n;
@@ -643,7 +678,8 @@ static int if_execute(family_worker_t *w, family_item_t *const *items, int n,
     tm.input_ns = 0;
     if (nb > 0) {
         hark_err_t e = {0};
-        int rc = icefall_run(w->w, pcm, lens, nb, &ro, res, &e);
+        int rc = w->gw ? icefall_gpu_run(w->gw, pcm, lens, nb, &ro, res, &e)
+                       : icefall_run(w->w, pcm, lens, nb, &ro, res, &e);
         uint64_t t2 = clock_now_ns();
         tm.infer_ns = t2 - t0;
         for (int i = 0; i < nb; i++) {
@@ -686,7 +722,7 @@ const family_t icefall_transducer_family = {
     .stream_open = if_stream_open,
     .stream_close = if_stream_close,
     .execute = if_execute,
-    .bench = NULL,
+    .bench = icefall_bench_main,
     .inspect = icefall_inspect_main,
     .bench_synthetic = NULL,
     .io = NULL,

@@ -1,7 +1,8 @@
 /* Tests for src/model/icefall/icefall_family.c through the family table and the CLI: the
- * registry entry, refused GPU/precision loads, options (icefall's method names, beam_size / beam,
- * errors naming the parameter), execute on a batch (icefall's greedy and beam texts, words, an
- * n-best that starts with the best, bad items failing alone), `hark transcribe
+ * registry entry, GPU loads (refused without a GPU) and refused precisions, options (icefall's
+ * method names, beam_size / beam, errors naming the parameter), execute on a batch (icefall's
+ * greedy and beam texts, words, an n-best that starts with the best, bad items failing alone),
+ * `hark transcribe
  * --decoding-method`; and the errors of corrupt or missing model files. */
 #include "test.h"
 
@@ -63,9 +64,24 @@ TEST(icefall_family_execute)
     CHECK_OK(family_of_dir(dir, 0, &fd, &err));
     CHECK(fd == f);
     family_model_t *m = NULL;
-    family_load_opts_t gpu = {.device = 0}, fp16 = {.device = -1, .precision = "fp16"};
-    CHECK_EQ_INT(f->load(dir, &gpu, NULL, &m, &err), HARK_ERR_UNSUPPORTED);
-    CHECK(strstr(err.msg, "GPU") && m == NULL);
+    family_load_opts_t gpu = {.device = 0, .precision = "fp16"},
+                       fp16 = {.device = -1, .precision = "fp16"},
+                       badp = {.device = 0, .precision = "fp8"};
+    /* the Conformer loads on a GPU where there is one (icefall_gpu.h; its tests run it) */
+    int grc = f->load(dir, &gpu, NULL, &m, &err);
+    if (test_have_gpu()) {
+        CHECK_OK(grc);
+        family_info_t gi;
+        f->info(m, &gi);
+        CHECK_EQ_INT(gi.device, 0);
+        CHECK(strstr(gi.kind, "fp16 (gpu)") != NULL);
+        f->unload(m);
+    } else {
+        CHECK(grc != HARK_OK && m == NULL);
+    }
+    m = NULL;
+    CHECK_EQ_INT(f->load(dir, &badp, NULL, &m, &err), HARK_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "fp8") && m == NULL);
     CHECK_EQ_INT(f->load(dir, &fp16, NULL, &m, &err), HARK_ERR_UNSUPPORTED);
     family_load_opts_t cpu = {.device = -1};
     CHECK_OK(f->load(dir, &cpu, NULL, &m, &err));
