@@ -1,7 +1,9 @@
 /* Tests for the set-up and build tooling (issue 23): the tools/ Python programs runnable as the
  * docs call them, tools/install-deps.sh's package sets, the Makefile's format-check,
- * bench/conformer.sh and bench/fuzz.sh refusing clearly what they cannot do, bench/wenet_peer.py's
- * batched streaming step against WeNet's forward_chunk. Run from the repository root. */
+ * bench/conformer.sh, bench/icefall.sh and bench/fuzz.sh refusing clearly what they cannot do,
+ * bench/wenet_peer.py's batched streaming step against WeNet's forward_chunk, bench/icefall_peer.py
+ * timing icefall's own searches and exporting a model hark loads (issue 17). Run from the
+ * repository root. */
 #include "test.h"
 
 #include <dirent.h>
@@ -236,6 +238,124 @@ TEST(bench_wenet_peer_batched_chunk_matches_forward_chunk)
     CHECKF(rc == 0 && strstr(out, "ok: largest difference") && strstr(out, "\"left_chunks\": -1") &&
                strstr(out, "\"left_chunks\": 2"),
            "exit %d: %s", rc, out);
+}
+
+/* bench/icefall.sh without icefall's sources says how to fill .ext/ (and runs nothing). */
+TEST(bench_icefall_without_sources)
+{
+    char cmd[1024], out[4096];
+    snprintf(cmd, sizeof cmd, "ICEFALL_EXT=%s/ext bash bench/icefall.sh cpu 1", test_tmpdir(t));
+    int rc = test_run_cmd(t, cmd, out, sizeof out);
+    CHECKF(rc == 2 && strstr(out, "bench/icefall.sh --prepare-ext") && strstr(out, "icefall-shims"),
+           "exit %d: %s", rc, out);
+}
+
+/* Why bench/icefall_peer.py cannot run here (into why), or 0 when it can: icefall's files and
+ * the shims in ICEFALL_EXT (default .ext; bench/icefall.sh --prepare-ext fills it) and
+ * /usr/bin/python3's torch. */
+static int icefall_peer_missing(char *why, size_t n, const char **ext)
+{
+    *ext = getenv("ICEFALL_EXT") ? getenv("ICEFALL_EXT") : ".ext";
+    char path[512];
+    snprintf(path, sizeof path,
+             "%s/icefall/egs/librispeech/ASR/pruned_transducer_stateless3/train.py", *ext);
+    if (access(path, R_OK) != 0) {
+        snprintf(why, n, "icefall's sources are not in %s/icefall (bench/icefall.sh --prepare-ext)",
+                 *ext);
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s/icefall-shims/icefall_shims.py", *ext);
+    if (access(path, R_OK) != 0) {
+        snprintf(why, n, "the shims are not in %s/icefall-shims (bench/icefall.sh --prepare-ext)",
+                 *ext);
+        return 1;
+    }
+    if (system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
+        snprintf(why, n, "/usr/bin/python3 with torch is absent");
+        return 1;
+    }
+    return 0;
+}
+
+/* The mean tokens per utterance of the row of batch `batch` in bench/icefall_peer.py's output,
+ * or -1 when there is no such row with a time. */
+static double icefall_peer_row_tokens(const char *out, int batch)
+{
+    char key[32];
+    snprintf(key, sizeof key, "\"batch\": %d,", batch);
+    const char *r = strstr(out, key);
+    if (!r)
+        return -1;
+    const char *end = strchr(r, '\n');
+    const char *ms = strstr(r, "\"ms\": "), *tok = strstr(r, "\"tokens\": ");
+    if (!ms || !tok || (end && (ms > end || tok > end)))
+        return -1;
+    return atof(tok + strlen("\"tokens\": "));
+}
+
+/* bench/icefall_peer.py times icefall's own code on the CPU (a small model): model.encoder ->
+ * greedy_search_batch, and -> modified_beam_search with the shims' k2 ragged bookkeeping; a row
+ * per batch, the searches emitting tokens from the generated weights. Skips without icefall's
+ * files and the shims in .ext/ (ICEFALL_EXT names another folder) or /usr/bin/python3's torch. */
+TEST(bench_icefall_peer_times_icefall_searches)
+{
+    char why[512];
+    const char *ext;
+    if (icefall_peer_missing(why, sizeof why, &ext))
+        SKIP(why);
+    static const char *const methods[] = {"greedy_search", "modified_beam_search"};
+    for (int k = 0; k < 2; k++) {
+        char cmd[2048], out[8192];
+        snprintf(cmd, sizeof cmd,
+                 "/usr/bin/python3 bench/icefall_peer.py time --small --device cpu --batches 1,2 "
+                 "--seconds 2 --modes fp32 --min-time 0 --warmup 1 --threads 1 --method %s "
+                 "--icefall-root %s/icefall --shims %s/icefall-shims 2>/dev/null",
+                 methods[k], ext, ext);
+        int rc = test_run_cmd(t, cmd, out, sizeof out);
+        double tokens = icefall_peer_row_tokens(out, 2);
+        CHECKF(rc == 0 && strstr(out, methods[k]) && icefall_peer_row_tokens(out, 1) > 0 &&
+                   tokens > 0,
+               "%s: exit %d, batch 2 tokens %g: %s", methods[k], rc, tokens, out);
+    }
+}
+
+/* bench/icefall_peer.py export (a small model) + tools/convert_icefall.py give a model directory
+ * hark transcribes with. */
+TEST(bench_icefall_peer_export_converts)
+{
+    char why[512];
+    const char *ext;
+    if (icefall_peer_missing(why, sizeof why, &ext))
+        SKIP(why);
+    if (system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0)
+        SKIP("/usr/bin/python3 without numpy (tools/convert_icefall.py)");
+    const char *d = test_tmpdir(t);
+    char cmd[4096], out[8192];
+    snprintf(cmd, sizeof cmd,
+             "(/usr/bin/python3 bench/icefall_peer.py export --small --out %s "
+             "--icefall-root %s/icefall --shims %s/icefall-shims && "
+             "/usr/bin/python3 tools/convert_icefall.py --recipe pruned_transducer_stateless3 "
+             "--checkpoint %s/pretrained.pt --tokens %s/tokens.txt --output %s/model)",
+             d, ext, ext, d, d, d);
+    int rc = test_run_cmd(t, cmd, out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "2 layers, d 64, vocab 500"), "exit %d: %s", rc, out);
+    /* 1.5 s of a chirp, 16 kHz mono */
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 -c \"import math, struct, wave; w = wave.open('%s/a.wav', 'wb'); "
+             "w.setnchannels(1); w.setsampwidth(2); w.setframerate(16000); "
+             "w.writeframes(b''.join(struct.pack('<h', int(8000 * math.sin(i * (0.05 + i * "
+             "1e-6)))) for i in range(24000)))\"",
+             d);
+    rc = test_run_cmd(t, cmd, out, sizeof out);
+    CHECKF(rc == 0, "exit %d: %s", rc, out);
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "%s transcribe --model %s/model --decoding-method %s %s/a.wav",
+                 test_hark_bin(), d, k ? "modified_beam_search" : "greedy_search", d);
+        rc = test_run_cmd(t, cmd, out, sizeof out);
+        char want[600];
+        snprintf(want, sizeof want, "%s/a.wav ", d);
+        CHECKF(rc == 0 && !strncmp(out, want, strlen(want)), "exit %d: %s", rc, out);
+    }
 }
 
 /* bench/fuzz.sh refuses an unknown target before fuzzing anything. */
