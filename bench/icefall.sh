@@ -16,7 +16,7 @@
 #        bench/icefall.sh cpu [BATCHES]          (default 1,2) a local check: hark fp32 on the
 #                                                CPU (the peer alone while hark has no CPU
 #                                                benchmark for the family), PyTorch fp32
-# Variables: METHODS (default greedy_search; "greedy_search modified_beam_search" adds the beam
+# Variables: HARK_ARGS (more `hark bench` options, e.g. --search-threads 16), METHODS (default greedy_search; "greedy_search modified_beam_search" adds the beam
 # search, BEAM 4), HARK_MODES (hark's precisions), PEER_MODES (bench/icefall_peer.py's modes),
 # PEER_MIN_TIME (2 s), AUDIO_SECONDS (10), HARK (build/hark), PYTHON (python3; Debian's
 # /usr/bin/python3 for cpu), OUT_DIR (/tmp/hark-icefall-bench: the model, hark.jsonl,
@@ -132,7 +132,8 @@ hark_failed=0 peer_failed=0
 for m in $methods; do
     for p in $hmodes; do
         if ! "$HARK" bench --model "$out/model" --batch "$batches" --seconds "$secs" \
-            --device "$hdev" --precision "$p" --decoding-method "$m" | tee -a "$out/hark.jsonl"; then
+            --device "$hdev" --precision "$p" --decoding-method "$m" ${HARK_ARGS:-} |
+            tee -a "$out/hark.jsonl"; then
             echo "bench/icefall.sh: hark bench failed ($hdev $p $m)" >&2
             hark_failed=1
             [ "$dev" = cpu ] && break 2 # no CPU benchmark for the family yet: the peer alone

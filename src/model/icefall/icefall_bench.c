@@ -27,11 +27,12 @@ static void usage(FILE *f)
             "usage: hark bench --model DIR [--batch 1,64,256] [--seconds 10]\n"
             "                  [--precision fp16|bf16|fp32] [--device cuda:N]\n"
             "                  [--decoding-method greedy_search|modified_beam_search]\n"
-            "                  [--beam-size 4] [--min-time S]\n"
+            "                  [--beam-size 4] [--search-threads 1] [--min-time S]\n"
             "Times an icefall Conformer transducer (pruned_transducer_stateless3) on the GPU from\n"
             "random 80-bin features of --seconds: encoder + encoder_proj + the search, its tokens\n"
-            "copied back. One JSON line per batch: ms per batch (median), RTFx, the encoder's\n"
-            "GFLOP per utterance and TFLOP/s.\n");
+            "copied back (modified_beam_search: on the host, the utterances shared by\n"
+            "--search-threads threads). One JSON line per batch: ms per batch (median), RTFx,\n"
+            "the encoder's GFLOP per utterance and TFLOP/s.\n");
 }
 
 #ifdef HARK_CUDA
@@ -43,19 +44,21 @@ static int cmp_double(const void *a, const void *b)
 
 static int bench_one(const icefall_model_t *m, const icefall_gpu_model_t *g, const char *dev_name,
                      const char *prec, double seconds, int B, icefall_method_t method, int beam,
-                     double min_time)
+                     int threads, double min_time)
 {
     hark_err_t err = {0};
     const icefall_config_t *c = icefall_config(m);
     icefall_gpu_worker_t *w = NULL;
     int t_in = icefall_num_frames(m, (size_t)(seconds * c->sample_rate)), rc = 1;
     size_t nf = (size_t)B * t_in * c->feature_dim;
-    float *h = hark_malloc(sizeof(float) * (nf ? nf : 1)), *ep = NULL;
+    float *h = hark_malloc(sizeof(float) * (nf ? nf : 1));
     int *lens = hark_malloc(sizeof(int) * (size_t)B);
     double *times = hark_malloc(sizeof(double) * 2000);
     icefall_hyp_t *hy = hark_calloc((size_t)B, sizeof *hy);
-    if (!h || !lens || !times || !hy ||
-        icefall_gpu_worker_create(g, B, seconds + 0.05, &w, &err) != HARK_OK) {
+    icefall_result_t *res = hark_calloc((size_t)B, sizeof *res);
+    if (!h || !lens || !times || !hy || !res ||
+        icefall_gpu_worker_create(g, B, seconds + 0.05, &w, &err) != HARK_OK ||
+        icefall_gpu_set_search_threads(w, threads, &err) != HARK_OK) {
         fprintf(stderr, "hark bench: batch %d x %.1f s: %s\n", B, seconds,
                 err.msg[0] ? err.msg : "out of memory");
         goto done;
@@ -72,12 +75,6 @@ static int bench_one(const icefall_model_t *m, const icefall_gpu_model_t *g, con
     }
     for (int b = 0; b < B; b++)
         lens[b] = t_in;
-    const int tp = icefall_frames_out(t_in);
-    if (method == ICEFALL_MODIFIED_BEAM &&
-        !(ep = hark_malloc(sizeof(float) * (size_t)tp * c->joiner_dim))) {
-        fprintf(stderr, "hark bench: out of memory\n");
-        goto done;
-    }
     int runs = 0;
     long tokens = 0;
     double t_start = 0;
@@ -95,19 +92,10 @@ static int bench_one(const icefall_model_t *m, const icefall_gpu_model_t *g, con
                 tokens += hy[b].n;
                 icefall_hyp_free(&hy[b]);
             }
-        } else if (!r) {
-            r = icefall_gpu_sync(w, &err);
-            for (int b = 0; b < B && !r; b++) {
-                int n_frames = 0;
-                icefall_hyp_t best;
-                r = icefall_gpu_read(w, b, 1, ep, tp, &n_frames, &err);
-                if (!r)
-                    r = icefall_modified_beam_search(m, ep, n_frames, beam, &best, NULL, NULL,
-                                                     &err);
-                if (!r) {
-                    tokens += best.n;
-                    icefall_hyp_free(&best);
-                }
+        } else if (!r && !(r = icefall_gpu_beam(w, beam, 0, res, &err))) {
+            for (int b = 0; b < B; b++) {
+                tokens += res[b].best.n;
+                icefall_result_free(&res[b]);
             }
         }
         if (r) {
@@ -127,10 +115,11 @@ static int bench_one(const icefall_model_t *m, const icefall_gpu_model_t *g, con
     printf("{\"impl\": \"hark\", \"model\": \"icefall-conformer\", \"device\": \"%s\", "
            "\"gpu_path\": \"%s\", \"mode\": \"%s\", \"precision\": \"%s\", \"method\": \"%s\", "
            "\"seconds\": %.1f, \"batch\": %d, \"ms\": %.3f, \"rtfx\": %.1f, \"runs\": %d, "
-           "\"tokens\": %ld, \"gflop_per_utt\": %.2f, \"tflops\": %.2f, \"model_mb\": %.0f, "
+           "\"tokens\": %ld, \"search_threads\": %d, \"gflop_per_utt\": %.2f, \"tflops\": %.2f, "
+           "\"model_mb\": %.0f, "
            "\"worker_mb\": %.0f}\n",
            dev_name, icefall_gpu_path_name(w), prec, prec, icefall_method_name(method), seconds, B,
-           med * 1e3, B * seconds / med, runs, tokens, flop * 1e-9, flop * B / med * 1e-12,
+           med * 1e3, B * seconds / med, runs, tokens, threads, flop * 1e-9, flop * B / med * 1e-12,
            (double)icefall_gpu_model_bytes(g) / 1048576.0,
            (double)icefall_gpu_worker_bytes(w) / 1048576.0);
     fflush(stdout);
@@ -138,7 +127,7 @@ static int bench_one(const icefall_model_t *m, const icefall_gpu_model_t *g, con
 done:
     icefall_gpu_worker_destroy(w);
     hark_free(h);
-    hark_free(ep);
+    hark_free(res);
     hark_free(lens);
     hark_free(times);
     hark_free(hy);
@@ -151,7 +140,7 @@ int icefall_bench_main(int argc, char **argv)
     const char *model_dir = NULL, *batches = "1,64,256", *precision = "fp16", *device = "cuda:0",
                *method_name = "greedy_search";
     double min_time = 2.0, seconds = 10.0;
-    int beam = 4;
+    int beam = 4, threads = 1;
     for (int i = 1; i < argc; i++) {
         int v = i + 1 < argc;
         if (!strcmp(argv[i], "--model") && v)
@@ -168,6 +157,8 @@ int icefall_bench_main(int argc, char **argv)
             method_name = argv[++i];
         else if (!strcmp(argv[i], "--beam-size") && v)
             beam = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--search-threads") && v)
+            threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--min-time") && v)
             min_time = atof(argv[++i]);
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -218,7 +209,7 @@ int icefall_bench_main(int argc, char **argv)
             rc = 2;
             break;
         }
-        rc = bench_one(m, g, prop.name, precision, seconds, B, method, beam, min_time);
+        rc = bench_one(m, g, prop.name, precision, seconds, B, method, beam, threads, min_time);
     }
     hark_free(list);
     icefall_gpu_model_destroy(g);

@@ -2,10 +2,11 @@
  * "icefall_transducer", offline ASR over icefall.h on the CPU, or for the Conformer
  * (pruned_transducer_stateless3) on a GPU (load device >= 0: icefall_gpu.h, in config.pbtxt's
  * `parameters precision` fp32 | fp16 | bf16; greedy search on the device, modified beam search on
- * the host; no dump_dir), served under the generic WAV/WAV_LENS (or AUDIO) -> TRANSCRIPTS
- * contract. Options (config.pbtxt parameters, then the
- * request's): decoding_method greedy_search | modified_beam_search (icefall's names; the model's
- * default from the converter's --method), beam_size (modified_beam_search's width, icefall's
+ * the host on `parameters search_threads` threads per instance, 1..64, default 1; no dump_dir),
+ * served under the generic WAV/WAV_LENS (or AUDIO) -> TRANSCRIPTS contract. Options (config.pbtxt
+ * parameters, then the request's): decoding_method greedy_search | modified_beam_search (icefall's
+ * names; the model's default from the converter's --method), beam_size (modified_beam_search's
+ * width, icefall's
  * --beam-size; `beam` is taken as the same), nbest (1..64 or "all": hypotheses of the final beam
  * returned, best first), for streams the endpointing keys of the WeNet family (endpointing,
  * continuous_decoding: true|false, default false; endpoint_silence_no_speech_ms,
@@ -61,6 +62,7 @@ struct family_model {
     icefall_model_t *m;
     icefall_gpu_model_t *gm; /* NULL: on the CPU */
     int device;              /* -1: CPU */
+    int search_threads;      /* config.pbtxt's search_threads (GPU models' beam search) */
     char kind[160];
 };
 
@@ -111,7 +113,15 @@ static int if_load(const char *dir, const family_load_opts_t *lo, const family_p
     if (!fm)
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
     fm->device = l.device < 0 ? -1 : l.device;
-    int rc = icefall_load(dir, l.version, &fm->m, err);
+    /* search_threads: a GPU worker's threads for modified beam search's utterances (host work) */
+    fm->search_threads = 1;
+    int rc = family_param_int(cfg, "search_threads", 1, 64, &fm->search_threads, err);
+    if (rc == HARK_ERR_NOT_FOUND)
+        rc = HARK_OK;
+    else if (rc)
+        err_prefix(err, rc, "config.pbtxt parameters");
+    if (!rc)
+        rc = icefall_load(dir, l.version, &fm->m, err);
     if (!rc && l.device >= 0)
         rc = icefall_gpu_model_create(fm->m, l.device, dt, &fm->gm, err);
     if (rc) {
@@ -249,6 +259,8 @@ static int if_worker_create(const family_model_t *fm, const family_worker_opts_t
         ops_set_threads(wo->n_threads);
     int rc = fm->gm ? icefall_gpu_worker_create(fm->gm, wo->max_batch, wo->max_seconds, &w->gw, err)
                     : icefall_worker_create(fm->m, wo->max_seconds, &w->w, err);
+    if (!rc && w->gw)
+        rc = icefall_gpu_set_search_threads(w->gw, fm->search_threads, err);
     if (!rc && wo->max_sequences > 0) {
         if (!icefall_can_stream(fm->m))
             rc = err_set(err, HARK_ERR_UNSUPPORTED,

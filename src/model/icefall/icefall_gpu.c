@@ -5,6 +5,7 @@
 #include "model/icefall/icefall_gpu.h"
 
 #include "core/alloc.h"
+#include "core/parallel.h"
 #include "model/icefall/icefall_impl.h"
 
 #include <math.h>
@@ -37,9 +38,11 @@ struct icefall_gpu_model {
     ops_dtype_t dt;
     void *dmat, *dflt;
     size_t bytes;
-    const void *conv1_w, *conv2_w, *embed_w, *enc_proj_w, *dec_proj_w, *out_w;
-    const float *conv0_w, *conv0_b, *conv1_b, *conv2_b, *embed_b, *enc_proj_b, *dec_proj_b, *out_b,
-        *dec_emb, *dec_conv;
+    const void *conv1_w, *conv2_w, *embed_w;
+    /* the joiner and decoder stay float32 in every type (a small part of the work, and greedy
+     * search's argmax is where rounding would show) */
+    const float *conv0_w, *conv0_b, *conv1_b, *conv2_b, *embed_b, *enc_proj_w, *enc_proj_b,
+        *dec_proj_w, *dec_proj_b, *out_w, *out_b, *dec_emb, *dec_conv;
     glayer_t *layers;
 };
 
@@ -143,11 +146,11 @@ static void fill(weight_stage_t *s, void *user)
         G->ff_b2 = put_flt(s, L->ff_b2, d);
         G->eps = L->eps;
     }
-    g->enc_proj_w = put_mat(s, m->enc_proj_w, J * d);
+    g->enc_proj_w = put_flt(s, m->enc_proj_w, J * d);
     g->enc_proj_b = put_flt(s, m->enc_proj_b, J);
-    g->dec_proj_w = put_mat(s, m->dec_proj_w, J * D);
+    g->dec_proj_w = put_flt(s, m->dec_proj_w, J * D);
     g->dec_proj_b = put_flt(s, m->dec_proj_b, J);
-    g->out_w = put_mat(s, m->out_w, V * J);
+    g->out_w = put_flt(s, m->out_w, V * J);
     g->out_b = put_flt(s, m->out_b, V);
     g->dec_emb = put_flt(s, m->dec_emb, V * D);
     g->dec_conv = put_flt(s, m->dec_conv, D * (size_t)c->dec_group_size * c->context_size);
@@ -170,9 +173,9 @@ static void rebase(icefall_gpu_model_t *g)
     M_(g->conv1_w);
     M_(g->conv2_w);
     M_(g->embed_w);
-    M_(g->enc_proj_w);
-    M_(g->dec_proj_w);
-    M_(g->out_w);
+    F_(g->enc_proj_w);
+    F_(g->dec_proj_w);
+    F_(g->out_w);
     F_(g->conv0_w);
     F_(g->conv0_b);
     F_(g->conv1_b);
@@ -284,6 +287,7 @@ struct icefall_gpu_worker {
     int max_batch, max_t_in, max_tp, cap;
     cudaStream_t stream;
     ops_cuda_t *ops;
+    parallel_t *search; /* modified beam search's threads (NULL: the caller's alone) */
     void *mem;
     size_t bytes;
     float *feats;       /* (B, T_in, F) the run's features */
@@ -306,9 +310,7 @@ struct icefall_gpu_worker {
     /* greedy search */
     int *ctx_ids, *tokens, *times, *count; /* (B, cs), (B, cap) x 2, (B) */
     float *score;                          /* (B) */
-    void *dec;                             /* (B, D) dt */
-    float *dp, *logits;                    /* (B, J), (B, V) */
-    void *hid;                             /* (B, J) dt */
+    float *dec, *dp, *logits, *hid;        /* (B, D), (B, J), (B, V), (B, J) */
     int *h_tokens, *h_times, *h_count;     /* pinned copies */
     float *h_score;
     int last_batch, last_tp, last_tmax;
@@ -327,6 +329,7 @@ void icefall_gpu_worker_destroy(icefall_gpu_worker_t *w)
     if (w->stream)
         cudaStreamSynchronize(w->stream);
     ops_cuda_destroy(w->ops);
+    parallel_destroy(w->search);
     cudaFree(w->mem);
     cudaFreeHost(w->h_lens);
     cudaFreeHost(w->h_tokens);
@@ -423,10 +426,10 @@ int icefall_gpu_worker_create(const icefall_gpu_model_t *g, int max_batch, doubl
         {(void **)&w->times, B * (size_t)w->cap * sizeof(int)},
         {(void **)&w->count, B * sizeof(int)},
         {(void **)&w->score, B * sizeof(float)},
-        {&w->dec, B * D * es},
+        {(void **)&w->dec, B * D * 4},
         {(void **)&w->dp, B * J * 4},
         {(void **)&w->logits, B * V * 4},
-        {&w->hid, B * J * es},
+        {(void **)&w->hid, B * J * 4},
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
@@ -713,21 +716,9 @@ int icefall_gpu_encode(icefall_gpu_worker_t *w, const float *d_feats, const int 
         if (!rc)
             rc = cuda_basic_norm(w->x, w->xh, w->dt, w->x, F.n, c->d, L->eps, w->stream, err);
     }
-    if (!rc) { /* encoder_proj, float */
-        const icefall_gpu_model_t *g = w->g;
-        if (w->dt == OPS_F32) {
-            rc = cuda_linear(w->ep, w->x, g->enc_proj_w, OPS_F32, g->enc_proj_b, F.n, c->d,
-                             c->joiner_dim, CUDA_ACT_NONE, w->ops, err);
-        } else {
-            cuda_epi_t ep = {.mode = CUDA_EPI_F32,
-                             .bias = g->enc_proj_b,
-                             .out = w->ep,
-                             .ldo = c->joiner_dim,
-                             .alpha = 1.0f,
-                             .dt = w->dt};
-            rc = cuda_hgemm(&ep, w->xh, c->d, g->enc_proj_w, F.n, c->joiner_dim, c->d, w->ops, err);
-        }
-    }
+    if (!rc) /* encoder_proj, float32 from the float32 stream */
+        rc = cuda_linear(w->ep, w->x, w->g->enc_proj_w, OPS_F32, w->g->enc_proj_b, F.n, c->d,
+                         c->joiner_dim, CUDA_ACT_NONE, w->ops, err);
     w->last_batch = rc ? 0 : batch;
     w->last_tp = tp;
     w->last_tmax = tmax;
@@ -738,7 +729,7 @@ int icefall_gpu_encode(icefall_gpu_worker_t *w, const float *d_feats, const int 
 static int dec_proj(icefall_gpu_worker_t *w, int batch, hark_err_t *err)
 {
     const icefall_config_t *c = &w->m->cfg;
-    return cuda_gemm(w->dp, OPS_F32, w->dec, w->g->dec_proj_w, w->dt, batch, c->joiner_dim,
+    return cuda_gemm(w->dp, OPS_F32, w->dec, w->g->dec_proj_w, OPS_F32, batch, c->joiner_dim,
                      c->decoder_dim, c->decoder_dim, c->decoder_dim, c->joiner_dim, 1, 1.0f, 0.0f,
                      1, 0, 0, 0, w->ops, err);
 }
@@ -765,17 +756,17 @@ int icefall_gpu_greedy(icefall_gpu_worker_t *w, hark_err_t *err)
                        .blank = c->blank_id,
                        .ldl = V};
     const int *lens = w->d_lens + w->max_batch;
-    int rc = cuda_greedy_step(&G, w->dec, w->dt, NULL, NULL, -1, B, w->stream, err);
+    int rc = cuda_greedy_step(&G, w->dec, OPS_F32, NULL, NULL, -1, B, w->stream, err);
     if (!rc)
         rc = dec_proj(w, B, err);
     for (int t = 0; t < w->last_tmax && !rc; t++) {
-        rc = cuda_joiner_hidden(w->hid, w->dt, w->ep, (long long)w->last_tp * J, w->dp,
+        rc = cuda_joiner_hidden(w->hid, OPS_F32, w->ep, (long long)w->last_tp * J, w->dp,
                                 w->g->dec_proj_b, t, B, J, w->stream, err);
         if (!rc)
-            rc = cuda_gemm(w->logits, OPS_F32, w->hid, w->g->out_w, w->dt, B, V, J, J, J, V, 1,
+            rc = cuda_gemm(w->logits, OPS_F32, w->hid, w->g->out_w, OPS_F32, B, V, J, J, J, V, 1,
                            1.0f, 0.0f, 1, 0, 0, 0, w->ops, err);
         if (!rc)
-            rc = cuda_greedy_step(&G, w->dec, w->dt, w->logits, lens, t, B, w->stream, err);
+            rc = cuda_greedy_step(&G, w->dec, OPS_F32, w->logits, lens, t, B, w->stream, err);
         if (!rc)
             rc = dec_proj(w, B, err);
     }
@@ -843,6 +834,84 @@ int icefall_gpu_results(icefall_gpu_worker_t *w, icefall_hyp_t *out, hark_err_t 
     return HARK_OK;
 }
 
+typedef struct {
+    const icefall_model_t *m;
+    const float *ep; /* (B, T', J) */
+    const int *lens; /* (B) encoder frames */
+    int tp, beam, nbest;
+    icefall_result_t *res;
+    int *rc;
+    hark_err_t *errs;
+} beam_job_t;
+
+static void beam_one(void *ctx, int b)
+{
+    beam_job_t *j = ctx;
+    const size_t J = (size_t)j->m->cfg.joiner_dim;
+    icefall_result_t *r = &j->res[b];
+    j->rc[b] = icefall_modified_beam_search(j->m, j->ep + (size_t)b * j->tp * J, j->lens[b],
+                                            j->beam, &r->best, j->nbest ? &r->nbest : NULL,
+                                            j->nbest ? &r->n_nbest : NULL, &j->errs[b]);
+}
+
+int icefall_gpu_beam(icefall_gpu_worker_t *w, int beam, int nbest, icefall_result_t *res,
+                     hark_err_t *err)
+{
+    const int B = w->last_batch, J = w->m->cfg.joiner_dim;
+    if (B < 1)
+        return err_set(err, HARK_ERR_INVALID_ARG, "icefall (gpu): beam search before encode");
+    size_t n = (size_t)B * w->last_tp * J;
+    float *ep = hark_malloc(sizeof(float) * n);
+    int *rc = hark_calloc((size_t)B, sizeof *rc);
+    hark_err_t *errs = hark_calloc((size_t)B, sizeof *errs);
+    int r = HARK_OK;
+    if (!ep || !rc || !errs) {
+        r = err_set(err, HARK_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    cudaError_t e = cudaStreamSynchronize(w->stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(ep, w->ep, sizeof(float) * n, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        r = cuda_err(err, e, "encoder_proj");
+        goto done;
+    }
+    for (int b = 0; b < B; b++) {
+        memset(&res[b].best, 0, sizeof res[b].best);
+        res[b].nbest = NULL;
+        res[b].n_nbest = 0;
+    }
+    beam_job_t job = {w->m, ep, w->h_lens + w->max_batch, w->last_tp, beam, nbest, res, rc, errs};
+    parallel_for(w->search, B, beam_one, &job);
+    for (int b = 0; b < B && !r; b++)
+        if (rc[b]) {
+            *err = errs[b];
+            r = rc[b];
+        }
+    if (r)
+        for (int b = 0; b < B; b++)
+            icefall_result_free(&res[b]);
+done:
+    hark_free(ep);
+    hark_free(rc);
+    hark_free(errs);
+    return r;
+}
+
+int icefall_gpu_set_search_threads(icefall_gpu_worker_t *w, int threads, hark_err_t *err)
+{
+    parallel_t *p = NULL;
+    if (threads < 1 || threads > PARALLEL_MAX_THREADS)
+        return err_set(err, HARK_ERR_INVALID_ARG, "icefall (gpu): search threads %d (1..%d)",
+                       threads, PARALLEL_MAX_THREADS);
+    int rc = threads > 1 ? parallel_create(threads, &p, err) : HARK_OK;
+    if (rc)
+        return rc;
+    parallel_destroy(w->search);
+    w->search = p;
+    return HARK_OK;
+}
+
 /* ---- end to end ----------------------------------------------------------------------------- */
 
 int icefall_gpu_run(icefall_gpu_worker_t *w, const float *const *pcm, const size_t *n, int batch,
@@ -850,7 +919,7 @@ int icefall_gpu_run(icefall_gpu_worker_t *w, const float *const *pcm, const size
 {
     const icefall_model_t *m = w->m;
     const icefall_config_t *c = &m->cfg;
-    const int F = c->feature_dim, J = c->joiner_dim;
+    const int F = c->feature_dim;
     for (int b = 0; b < batch; b++)
         memset(&res[b], 0, sizeof res[b]);
     if (batch < 1 || batch > w->max_batch)
@@ -859,7 +928,7 @@ int icefall_gpu_run(icefall_gpu_worker_t *w, const float *const *pcm, const size
     icefall_method_t method = o ? o->method : (icefall_method_t)c->method;
     int beam = o && o->beam_size > 0 ? o->beam_size : c->beam_size;
     int *lens = hark_calloc((size_t)batch, sizeof *lens);
-    float *feats = NULL, *ep = NULL;
+    float *feats = NULL;
     icefall_hyp_t *hyps = hark_calloc((size_t)batch, sizeof *hyps);
     int rc = HARK_OK, t_in = 0;
     if (!lens || !hyps) {
@@ -919,20 +988,8 @@ int icefall_gpu_run(icefall_gpu_worker_t *w, const float *const *pcm, const size
             res[b].best = hyps[b];
             memset(&hyps[b], 0, sizeof hyps[b]);
         }
-    } else {
-        if ((rc = icefall_gpu_sync(w, err)))
-            goto done;
-        if (!(ep = hark_malloc(sizeof(float) * (size_t)w->last_tp * J))) {
-            rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
-            goto done;
-        }
-        for (int b = 0; b < batch && !rc; b++) {
-            int nf = 0;
-            rc = icefall_gpu_read(w, b, 1, ep, w->last_tp, &nf, err);
-            if (!rc)
-                rc = icefall_modified_beam_search(m, ep, nf, beam, &res[b].best, &res[b].nbest,
-                                                  &res[b].n_nbest, err);
-        }
+    } else if ((rc = icefall_gpu_beam(w, beam, 1, res, err))) {
+        goto done;
     }
     for (int b = 0; b < batch && !rc; b++) {
         res[b].n_frames = icefall_frames_out(lens[b]);
@@ -941,7 +998,6 @@ int icefall_gpu_run(icefall_gpu_worker_t *w, const float *const *pcm, const size
 done:
     hark_free(lens);
     hark_free(feats);
-    hark_free(ep);
     for (int b = 0; hyps && b < batch; b++)
         icefall_hyp_free(&hyps[b]);
     hark_free(hyps);
@@ -1017,6 +1073,15 @@ int icefall_gpu_read(icefall_gpu_worker_t *w, int b, int proj, float *host, int 
     return no_device(err);
 }
 int icefall_gpu_results(icefall_gpu_worker_t *w, icefall_hyp_t *out, hark_err_t *err)
+{
+    return no_device(err);
+}
+int icefall_gpu_beam(icefall_gpu_worker_t *w, int beam, int nbest, icefall_result_t *res,
+                     hark_err_t *err)
+{
+    return no_device(err);
+}
+int icefall_gpu_set_search_threads(icefall_gpu_worker_t *w, int threads, hark_err_t *err)
 {
     return no_device(err);
 }

@@ -2,7 +2,8 @@
  * float16 or bfloat16: the encoder of icefall_encode for a padded batch (the 16-bit types for the
  * GEMM operands and activations, FP32 accumulation and residual stream), encoder_proj, and
  * greedy_search_batch on the device (the joiner, argmax and stateless decoder one frame at a time
- * for the whole batch: cuda_greedy_step). modified_beam_search runs icefall_search.c's code on the
+ * for the whole batch: cuda_greedy_step); encoder_proj, the decoder and the joiner are float32 in
+ * every type. modified_beam_search runs icefall_search.c's code on the
  * host over the device's encoder_proj rows. The CPU functions of icefall.h are the reference.
  * Tests: tests/model/icefall/test_icefall_gpu.c (the T1 goldens, padded batches, generated models
  * against the CPU path); benchmark: `hark bench --model DIR --device cuda:N` (icefall_bench.c).
@@ -71,6 +72,14 @@ int icefall_gpu_sync(icefall_gpu_worker_t *w, hark_err_t *err);
 int icefall_gpu_read(icefall_gpu_worker_t *w, int b, int proj, float *host, int max_frames,
                      int *n_frames, hark_err_t *err);
 int icefall_gpu_results(icefall_gpu_worker_t *w, icefall_hyp_t *out, hark_err_t *err);
+/* modified_beam_search (icefall_modified_beam_search, beam >= 1) of every row of the last encode
+ * on the host, over the rows' encoder_proj copied back, the rows shared by the worker's search
+ * threads: res[b].best (and with nbest the final beam) for row b; the other fields untouched.
+ * On an error no res[b] holds anything. */
+int icefall_gpu_beam(icefall_gpu_worker_t *w, int beam, int nbest, icefall_result_t *res,
+                     hark_err_t *err);
+/* threads (1..64, the caller counting as one; 1 by default) for icefall_gpu_beam's rows */
+int icefall_gpu_set_search_threads(icefall_gpu_worker_t *w, int threads, hark_err_t *err);
 
 /* End to end as icefall_run (same results contract and errors): the fbank on the host, the
  * encoder on the device, greedy search on the device or modified beam search on the host. */

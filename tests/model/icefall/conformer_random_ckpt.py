@@ -30,7 +30,7 @@ def main():
     ap.add_argument("--cnn-module-kernel", type=int, default=15)
     ap.add_argument("--decoder-dim", type=int, default=40)
     ap.add_argument("--joiner-dim", type=int, default=56)
-    ap.add_argument("--context-size", type=int, default=3)
+    ap.add_argument("--context-size", type=int, default=2)
     ap.add_argument("--vocab-size", type=int, default=500)
     ap.add_argument("--blank-bias", type=float, default=6.0,
                     help="added to the joiner's blank logit (larger: fewer tokens)")

@@ -6,8 +6,8 @@
  *   the batch golden, FP32 greedy tokens against the batch's.
  * - icefall_gpu_matches_cpu: generated Conformers of awkward sizes (3 heads of 24, FFN 136,
  *   context 3; a causal-conv one with simulated streaming) against the CPU path on a batch of
- *   utterances of different lengths: FP32 the CPU's tokens (greedy, beam) and encoder output, the
- *   16-bit types the encoder output within their bounds.
+ *   utterances of different lengths: FP32 the CPU's tokens (greedy, beam: its utterances on 3
+ *   search threads) and encoder output, the 16-bit types the encoder output within their bounds.
  * - icefall_gpu_refusals: a zipformer, short / long / NaN audio, as icefall_run's errors. */
 #include "test.h"
 
@@ -111,21 +111,44 @@ GPU_TEST(icefall_gpu_golden)
             const char *key = meth ? "modified_beam_search" : "greedy_search";
             icefall_result_t r[4];
             CHECK_OK(icefall_gpu_run(w, pcm, n, 4, &o, r, &err));
+            int bad = 0;
             for (int u = 0; u < 4; u++) {
-                const cJSON *j = jget(jget(jget(res, "utterances"), golden_icefall_utts[u]), key);
+                const char *utt = golden_icefall_utts[u];
+                const cJSON *j = jget(jget(jget(res, "utterances"), utt), key);
                 int nw = json_ints(jget(j, "tokens"), want, 4096);
-                int ok = same(r[u].best.tokens, r[u].best.n, want, nw);
-                printf("  %s %s %s: %d tokens (icefall %d) %s\n", dt_name(dt), key,
-                       golden_icefall_utts[u], r[u].best.n, nw, ok ? "same" : "DIFFERENT");
+                int ok = same(r[u].best.tokens, r[u].best.n, want, nw), at = 0;
+                while (at < nw && at < r[u].best.n && want[at] == r[u].best.tokens[at])
+                    at++;
+                /* the encoder rows of this run against icefall's (each utterance alone) */
+                npy_array_t ge = {0};
+                int nf = 0;
+                double e = -1;
+                if (!golden_icefall_npy(&ge, utt, "encoder_out.npy") &&
+                    !icefall_gpu_read(w, u, 0, enc, 4096, &nf, &err) && (size_t)nf * d == ge.count)
+                    e = test_rel_rms(enc, ge.data, ge.count);
+                npy_free(&ge);
+                printf("  %s %s %s: encoder rel RMS %.2e, %d tokens (icefall %d) %s", dt_name(dt),
+                       key, utt, e, r[u].best.n, nw, ok ? "same\n" : "DIFFERENT");
+                if (!ok) { /* where: the frame of the first difference and its golden margin */
+                    int fr = at < r[u].best.n ? r[u].best.times[at] : -1;
+                    const cJSON *mg = jget(j, "frame_top1_top2_margins");
+                    const cJSON *mf = fr >= 0 && !meth ? cJSON_GetArrayItem(mg, fr) : NULL;
+                    printf(" from token %d (frame %d, icefall's top-2 logit margin there %.4f)\n",
+                           at, fr, mf ? mf->valuedouble : -1.0);
+                }
+                CHECKF(e >= 0 && e <= enc_tol(dt), "%s %s: encoder rel RMS %.3g", dt_name(dt), utt,
+                       e);
                 if (dt != OPS_BF16) {
-                    CHECKF(ok, "%s %s %s: tokens differ from icefall's", dt_name(dt), key,
-                           golden_icefall_utts[u]);
-                    CHECKF(!strcmp(r[u].text, jget(j, "text")->valuestring),
-                           "%s %s: text\n  got  %s\n  want %s", dt_name(dt), key, r[u].text,
-                           jget(j, "text")->valuestring);
+                    bad += !ok;
+                    if (ok)
+                        CHECKF(!strcmp(r[u].text, jget(j, "text")->valuestring),
+                               "%s %s: text\n  got  %s\n  want %s", dt_name(dt), key, r[u].text,
+                               jget(j, "text")->valuestring);
                 }
                 icefall_result_free(&r[u]);
             }
+            CHECKF(bad == 0, "%s %s: %d of 4 utterances differ from icefall's tokens", dt_name(dt),
+                   key, bad);
         }
         /* icefall's padded batch */
         float *dfe = icefall_gpu_feats(w);
@@ -188,6 +211,7 @@ static void against_cpu(test_ctx_t *t, icefall_model_t *m, const float *const *p
         icefall_gpu_worker_t *w = NULL;
         CHECK_OK(icefall_gpu_model_create(m, 0, dt, &g, &err));
         CHECK_OK(icefall_gpu_worker_create(g, B, 12.0, &w, &err));
+        CHECK_OK(icefall_gpu_set_search_threads(w, 3, &err)); /* beam: utterances on 3 threads */
         for (int meth = 0; meth < 2; meth++) {
             icefall_run_opts_t o = {.method = meth ? ICEFALL_MODIFIED_BEAM : ICEFALL_GREEDY};
             icefall_result_t r[8];
@@ -287,6 +311,8 @@ GPU_TEST(icefall_gpu_refusals)
     CHECK_OK(icefall_load(path, 1, &m, &err));
     CHECK_OK(icefall_gpu_model_create(m, 0, OPS_F16, &g, &err));
     CHECK_OK(icefall_gpu_worker_create(g, 2, 3.0, &w, &err));
+    CHECK(icefall_gpu_set_search_threads(w, 0, &err) == HARK_ERR_INVALID_ARG);
+    CHECK(icefall_gpu_set_search_threads(w, 65, &err) == HARK_ERR_INVALID_ARG);
     float *x = hark_calloc(16000 * 4, sizeof(float));
     const float *pcm[2] = {x, x};
     size_t n[2] = {16000, 1039};
