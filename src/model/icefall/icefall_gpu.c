@@ -6,6 +6,7 @@
 
 #include "core/alloc.h"
 #include "core/parallel.h"
+#include "ops/ops.h"
 #include "model/icefall/icefall_impl.h"
 
 #include <math.h>
@@ -907,6 +908,10 @@ int icefall_gpu_set_search_threads(icefall_gpu_worker_t *w, int threads, hark_er
     int rc = threads > 1 ? parallel_create(threads, &p, err) : HARK_OK;
     if (rc)
         return rc;
+    /* OpenBLAS's own threads queue concurrent calls on one pool: one thread per call, the
+     * utterances on ours (the beam search's GEMMs are a few rows each) */
+    if (threads > 1)
+        ops_set_threads(1);
     parallel_destroy(w->search);
     w->search = p;
     return HARK_OK;

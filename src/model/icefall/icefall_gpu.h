@@ -78,7 +78,9 @@ int icefall_gpu_results(icefall_gpu_worker_t *w, icefall_hyp_t *out, hark_err_t 
  * On an error no res[b] holds anything. */
 int icefall_gpu_beam(icefall_gpu_worker_t *w, int beam, int nbest, icefall_result_t *res,
                      hark_err_t *err);
-/* threads (1..64, the caller counting as one; 1 by default) for icefall_gpu_beam's rows */
+/* threads (1..64, the caller counting as one; 1 by default) for icefall_gpu_beam's rows; more
+ * than 1 also sets OpenBLAS to one thread per call, process-wide (ops_set_threads(1)): its pool
+ * would otherwise take the rows' small GEMMs one at a time */
 int icefall_gpu_set_search_threads(icefall_gpu_worker_t *w, int threads, hark_err_t *err);
 
 /* End to end as icefall_run (same results contract and errors): the fbank on the host, the
