@@ -185,6 +185,7 @@ int icefall_bench_main(int argc, char **argv)
 #ifndef HARK_CUDA
     (void)batches;
     (void)min_time;
+    (void)threads;
     fprintf(stderr, "hark bench: built without CUDA\n");
     return 1;
 #else
