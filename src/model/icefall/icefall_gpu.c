@@ -941,25 +941,8 @@ int icefall_gpu_run(icefall_gpu_worker_t *w, const float *const *pcm, const size
         goto done;
     }
     for (int b = 0; b < batch && !rc; b++) {
-        for (size_t i = 0; i < n[b]; i++)
-            if (!isfinite(pcm[b][i])) {
-                rc = err_set(err, HARK_ERR_INVALID_ARG, "sample %zu of the audio is %s", i,
-                             isnan(pcm[b][i]) ? "NaN" : "infinite");
-                break;
-            }
-        if (rc)
-            break;
-        lens[b] = icefall_num_frames(m, n[b]);
-        if (lens[b] < 7)
-            rc = err_set(err, HARK_ERR_INVALID_ARG,
-                         "audio of %zu samples is too short: the encoder needs at least 7 "
-                         "feature frames (1040 samples)",
-                         n[b]);
-        else if (lens[b] > w->max_t_in)
-            rc = err_set(err, HARK_ERR_TOO_LARGE,
-                         "audio of %.2f s is longer than the worker's maximum (%.2f s)",
-                         (double)n[b] / c->sample_rate,
-                         (double)w->max_t_in * 160.0 / c->sample_rate);
+        rc = icefall_audio_frames(m, pcm[b], n[b], w->max_t_in,
+                                  (double)w->max_t_in * 160.0 / c->sample_rate, &lens[b], err);
         t_in = lens[b] > t_in ? lens[b] : t_in;
     }
     if (rc)

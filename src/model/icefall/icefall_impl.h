@@ -85,6 +85,13 @@ int icefall_zf_key_rows(const icefall_model_t *m, int t_in, int n_streams);
 int icefall_zf_encode(icefall_worker_t *w, const float *feats, int t_in, float *enc, int *len_out,
                       icefall_stage_fn stage, void *user, hark_err_t *err);
 
+/* icefall_search.c: the checks of one utterance's audio before its features (icefall_run's,
+ * icefall_gpu_run's): every sample finite, at least icefall_min_frames feature frames, at most
+ * max_t_in (max_seconds names the limit in the message); *frames its feature frames.
+ * HARK_ERR_INVALID_ARG, HARK_ERR_TOO_LARGE. */
+int icefall_audio_frames(const icefall_model_t *m, const float *pcm, size_t n, int max_t_in,
+                         double max_seconds, int *frames, hark_err_t *err);
+
 /* icefall_search.c: the searches' state carried across chunks of one utterance (a stream's; the
  * offline searches run them over the whole utterance). Times are encoder frames from t0 on. */
 typedef struct {

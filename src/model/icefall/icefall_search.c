@@ -481,6 +481,27 @@ int icefall_text(const icefall_model_t *m, const icefall_hyp_t *h, char **text, 
     return units_detokenize(m->units, UNITS_STYLE_BPE, h->tokens, h->n, text, err);
 }
 
+int icefall_audio_frames(const icefall_model_t *m, const float *pcm, size_t n, int max_t_in,
+                         double max_seconds, int *frames, hark_err_t *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(pcm[i]))
+            return err_set(err, HARK_ERR_INVALID_ARG, "sample %zu of the audio is %s", i,
+                           isnan(pcm[i]) ? "NaN" : "infinite");
+    const int T = icefall_num_frames(m, n), tmin = icefall_min_frames(m);
+    if (T < tmin)
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "audio of %zu samples is too short: the encoder needs at least %d feature "
+                       "frames (%d samples)",
+                       n, tmin, tmin * 160 - 80);
+    if (T > max_t_in)
+        return err_set(err, HARK_ERR_TOO_LARGE,
+                       "audio of %.2f s is longer than the worker's maximum (%.2f s)",
+                       (double)n / m->cfg.sample_rate, max_seconds);
+    *frames = T;
+    return HARK_OK;
+}
+
 int icefall_run(icefall_worker_t *w, const float *const *pcm, const size_t *n, int B,
                 const icefall_run_opts_t *o, icefall_result_t *res, hark_err_t *err)
 {
@@ -502,29 +523,9 @@ int icefall_run(icefall_worker_t *w, const float *const *pcm, const size_t *n, i
         goto done;
     }
     for (int b = 0; b < B && !rc; b++) {
-        for (size_t i = 0; i < n[b]; i++)
-            if (!isfinite(pcm[b][i])) {
-                rc = err_set(err, HARK_ERR_INVALID_ARG, "sample %zu of the audio is %s", i,
-                             isnan(pcm[b][i]) ? "NaN" : "infinite");
-                break;
-            }
-        if (rc)
+        int T = 0;
+        if ((rc = icefall_audio_frames(m, pcm[b], n[b], w->max_t_in, w->max_seconds, &T, err)))
             break;
-        int T = icefall_num_frames(m, n[b]);
-        const int tmin = icefall_min_frames(m);
-        if (T < tmin) {
-            rc = err_set(err, HARK_ERR_INVALID_ARG,
-                         "audio of %zu samples is too short: the encoder needs at least %d "
-                         "feature frames (%d samples)",
-                         n[b], tmin, tmin * 160 - 80);
-            break;
-        }
-        if (T > w->max_t_in) {
-            rc = err_set(err, HARK_ERR_TOO_LARGE,
-                         "audio of %.2f s is longer than the worker's maximum (%.2f s)",
-                         (double)n[b] / c->sample_rate, w->max_seconds);
-            break;
-        }
         if ((rc = feat_compute(m->feat, pcm[b], n[b], feats, err)))
             break;
         if (o && o->stage && B == 1)
