@@ -55,7 +55,9 @@ import argparse, contextlib, itertools, json, math, os, sys, time, types
 RECIPE = os.path.join("egs", "librispeech", "ASR", "pruned_transducer_stateless3")
 
 ap = argparse.ArgumentParser()
-ap.add_argument("cmd", choices=["export", "time"])
+ap.add_argument("cmd", choices=["export", "time", "golden"])
+ap.add_argument("--golden", default=None,
+                help="golden: an icefall golden set (T1: model_args.json, pretrained.pt, results.json, goldens/<utt>/fbank.npy)")
 ap.add_argument("--icefall-root", default=".ext/icefall")
 ap.add_argument("--shims", default=".ext/icefall-shims")
 ap.add_argument("--out", default="/tmp/icefall_peer")
@@ -200,6 +202,45 @@ def token_pieces(n):
         width += 1
     return out[:n]
 
+
+if a.cmd == "golden":
+    # icefall's own greedy_search_batch on a golden set's features in each of --modes (fp32; fp16,
+    # bf16 under autocast), one utterance at a time, against the set's FP32 tokens: how far the
+    # original code itself moves under reduced precision (hark's FP16 figures sit beside these)
+    import numpy as np
+    g = a.golden
+    params = train.get_params()
+    params.update(json.load(open(os.path.join(g, "model_args.json")))["params"])
+    model = train.get_transducer_model(params, enable_giga=False)
+    model.load_state_dict(torch.load(os.path.join(g, "pretrained.pt"), map_location="cpu")["model"])
+    model.to(a.device).eval()
+    res = json.load(open(os.path.join(g, "results.json")))["utterances"]
+    pe0 = model.encoder.encoder_pos.pe.clone()
+    for mode in a.modes.split(","):
+        model.encoder.encoder_pos.pe = pe0.clone()
+        for utt, r in res.items():
+            want = r["greedy_search"]["tokens"]
+            x = torch.from_numpy(np.load(os.path.join(g, "goldens", utt, "fbank.npy")))[None]
+            x = x.to(a.device)
+            xl = torch.tensor([x.shape[1]], device=a.device)
+            amp = (torch.autocast(a.device.split(":")[0], dtype=torch.bfloat16 if mode == "bf16"
+                                  else torch.float16) if mode != "fp32" else None)
+            with torch.inference_mode():
+                if amp:
+                    with amp:
+                        enc, el = model.encoder(x, xl)
+                        hyp = beam_search.greedy_search_batch(model=model, encoder_out=enc,
+                                                              encoder_out_lens=el)[0]
+                else:
+                    enc, el = model.encoder(x, xl)
+                    hyp = beam_search.greedy_search_batch(model=model, encoder_out=enc,
+                                                          encoder_out_lens=el)[0]
+            at = next((i for i, (u, v) in enumerate(zip(hyp, want)) if u != v),
+                      min(len(hyp), len(want)))
+            print(json.dumps({"mode": mode, "utt": utt, "tokens": len(hyp), "golden": len(want),
+                              "same": hyp == want, "first_difference": None if hyp == want
+                              else at}), flush=True)
+    sys.exit(0)
 
 model, cfg = build()
 print(json.dumps({"recipe": "pruned_transducer_stateless3", "icefall": a.icefall_root,
