@@ -816,9 +816,12 @@ int icefall_gpu_results(icefall_gpu_worker_t *w, icefall_hyp_t *out, hark_err_t 
         memset(&out[b], 0, sizeof out[b]);
     for (int b = 0; b < B; b++) {
         int n = w->h_count[b];
-        if (n > w->cap) /* at most one symbol per frame: cannot happen */
+        if (n > w->cap) { /* at most one symbol per frame: cannot happen */
+            for (int i = 0; i < b; i++)
+                icefall_hyp_free(&out[i]);
             return err_set(err, HARK_ERR_INTERNAL, "icefall (gpu): %d tokens in %d frames", n,
                            w->cap);
+        }
         out[b].n = n;
         out[b].score = w->h_score[b];
         if (n && (!(out[b].tokens = hark_malloc(sizeof(int) * (size_t)n)) ||
