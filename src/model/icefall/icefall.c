@@ -641,6 +641,19 @@ static void conv_module(const icefall_model_t *m, const icefall_layer_t *L, floa
     linear_ref(y, h, L->pw2_w, L->pw2_b, Tp, d, d);
 }
 
+void icefall_rel_pos_table(float *pe, float *tmp, int tp, int d)
+{
+    /* RelPositionalEncoding: row r is relative position tp - 1 - r; sin is odd, cos even */
+    pos_enc_table_ref(tmp, tp, d); /* positions 0 .. tp-1 */
+    for (int r = 0; r < 2 * tp - 1; r++) {
+        int pos = tp - 1 - r, ap = pos < 0 ? -pos : pos;
+        const float *src = tmp + (size_t)ap * d;
+        float *dst = pe + (size_t)r * d;
+        for (int j = 0; j < d; j++)
+            dst[j] = (pos < 0 && j % 2 == 0) ? -src[j] : src[j];
+    }
+}
+
 int icefall_encode(icefall_worker_t *w, const float *feats, int t_in, int len_in, float *enc,
                    int *len_out, icefall_stage_fn stage, void *user, hark_err_t *err)
 {
@@ -695,15 +708,7 @@ int icefall_encode(icefall_worker_t *w, const float *feats, int t_in, int len_in
     if (stage)
         stage(user, "embed_out", x, Tp, d);
 
-    /* RelPositionalEncoding: row r is relative position Tp - 1 - r; sin is odd, cos even */
-    pos_enc_table_ref(pp, Tp, d); /* pp: positions 0 .. Tp-1, reused as scratch below */
-    for (int r = 0; r < P; r++) {
-        int pos = Tp - 1 - r, ap = pos < 0 ? -pos : pos;
-        const float *src = pp + (size_t)ap * d;
-        float *dst = pe + (size_t)r * d;
-        for (int j = 0; j < d; j++)
-            dst[j] = (pos < 0 && j % 2 == 0) ? -src[j] : src[j];
-    }
+    icefall_rel_pos_table(pe, pp, Tp, d); /* pp: its scratch here, reused below */
     if (stage)
         stage(user, "pos_emb", pe, P, d);
 

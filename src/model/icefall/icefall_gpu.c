@@ -342,18 +342,6 @@ void icefall_gpu_worker_destroy(icefall_gpu_worker_t *w)
     hark_free(w);
 }
 
-/* the relative-position table of icefall_encode for T' = tp frames (row r: position tp - 1 - r) */
-static void rel_pos_table(float *pe, float *tmp, int tp, int d)
-{
-    pos_enc_table_ref(tmp, tp, d);
-    for (int r = 0; r < 2 * tp - 1; r++) {
-        int pos = tp - 1 - r, ap = pos < 0 ? -pos : pos;
-        for (int j = 0; j < d; j++)
-            pe[(size_t)r * d + j] =
-                (pos < 0 && j % 2 == 0) ? -tmp[(size_t)ap * d + j] : tmp[(size_t)ap * d + j];
-    }
-}
-
 int icefall_gpu_worker_create(const icefall_gpu_model_t *g, int max_batch, double max_seconds,
                               icefall_gpu_worker_t **out, hark_err_t *err)
 {
@@ -473,7 +461,7 @@ int icefall_gpu_worker_create(const icefall_gpu_model_t *g, int max_batch, doubl
         rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    rel_pos_table(tab, tmp, (int)Tp, (int)d);
+    icefall_rel_pos_table(tab, tmp, (int)Tp, (int)d);
     if ((e = cudaMemcpy(w->pe, tab, sizeof(float) * P * d, cudaMemcpyHostToDevice)) !=
         cudaSuccess) {
         rc = cuda_err(err, e, "positions");

@@ -85,6 +85,11 @@ int icefall_zf_key_rows(const icefall_model_t *m, int t_in, int n_streams);
 int icefall_zf_encode(icefall_worker_t *w, const float *feats, int t_in, float *enc, int *len_out,
                       icefall_stage_fn stage, void *user, hark_err_t *err);
 
+/* icefall.c: the Conformer's relative positions for T' = tp frames, pe (2 tp - 1, d): row r is
+ * position tp - 1 - r (RelPositionalEncoding); tmp: (tp, d) scratch. icefall_encode's table, and
+ * the GPU worker's (icefall_gpu.c). */
+void icefall_rel_pos_table(float *pe, float *tmp, int tp, int d);
+
 /* icefall_search.c: the checks of one utterance's audio before its features (icefall_run's,
  * icefall_gpu_run's): every sample finite, at least icefall_min_frames feature frames, at most
  * max_t_in (max_seconds names the limit in the message); *frames its feature frames.

@@ -68,14 +68,22 @@ static const cJSON *jget(const cJSON *o, const char *k)
     return cJSON_GetObjectItemCaseSensitive(o, k);
 }
 
+/* the converted T1 golden model's directory into path, or NULL with the reason in why */
+static const char *t1_model(char *path, size_t n, char *why, size_t nwhy)
+{
+    const char *dir = golden_icefall_model_dir(why, nwhy);
+    if (!dir)
+        return NULL;
+    snprintf(path, n, "%s/m", dir);
+    return path;
+}
+
 GPU_TEST(icefall_gpu_golden)
 {
     NEED_SHARED(GOLDEN_ICEFALL);
     char why[512], path[1024];
-    const char *dir = golden_icefall_model_dir(why, sizeof why);
-    if (!dir)
+    if (!t1_model(path, sizeof path, why, sizeof why))
         SKIP(why);
-    snprintf(path, sizeof path, "%s/m", dir);
     hark_err_t err = {0};
     icefall_model_t *m = NULL;
     CHECK_OK(icefall_load(path, 1, &m, &err));
@@ -300,10 +308,8 @@ GPU_TEST(icefall_gpu_refusals)
 {
     NEED_SHARED(GOLDEN_ICEFALL);
     char why[512], path[1024];
-    const char *dir = golden_icefall_model_dir(why, sizeof why);
-    if (!dir)
+    if (!t1_model(path, sizeof path, why, sizeof why))
         SKIP(why);
-    snprintf(path, sizeof path, "%s/m", dir);
     hark_err_t err = {0};
     icefall_model_t *m = NULL;
     icefall_gpu_model_t *g = NULL;
