@@ -112,6 +112,12 @@ void rel_attention_ref(float *ctx, int ldc, float *scratch, const float *qkv, in
 /* BasicNorm (icefall): y (n, d) = x · (mean_row(x²) + eps)^-1/2 per row, the sum in double. y may
  * alias x. */
 void basic_norm_ref(float *y, const float *x, int n, int d, float eps);
+/* Modified beam search's top k (icefall): the values lp[r][v] = log_softmax(x[r] + bias)[v] +
+ * hyp[r] in float32 (log_softmax as log_softmax_ref) over x (n, ldx) rows of m logits (bias (m)
+ * or NULL), and the k largest of the flattened (n·m) in descending order, the lower flat index
+ * (r·m + v) first on ties: val (k), idx (k). Returns min(k, n·m), the entries filled. */
+int beam_topk_ref(float *val, int *idx, const float *x, long long ldx, const float *bias,
+                  const float *hyp, int n, int m, int k);
 void attention_ref(float *ctx, float *scratch, const float *q, const float *k, const float *v,
                    const float *p, const float *bu, const float *bv, const int *lo, const int *hi,
                    int tq, int tk, int n_heads, int dk, float scale);

@@ -237,6 +237,42 @@ void log_softmax_ref(float *y, const float *x, int n, int m)
     }
 }
 
+int beam_topk_ref(float *val, int *idx, const float *x, long long ldx, const float *bias,
+                  const float *hyp, int n, int m, int k)
+{
+    const long long tot = (long long)n * m;
+    const int nk = tot < k ? (int)tot : k;
+    int got = 0;
+    if (nk <= 0)
+        return 0;
+    for (int r = 0; r < n; r++) {
+        const float *xr = x + (size_t)r * (size_t)ldx;
+        float mx = xr[0] + (bias ? bias[0] : 0.0f);
+        for (int j = 1; j < m; j++) {
+            float v = xr[j] + (bias ? bias[j] : 0.0f);
+            mx = v > mx ? v : mx;
+        }
+        double sum = 0.0;
+        for (int j = 0; j < m; j++)
+            sum += exp((double)((xr[j] + (bias ? bias[j] : 0.0f)) - mx));
+        const float lse = (float)log(sum);
+        for (int j = 0; j < m; j++) {
+            float v = (((xr[j] + (bias ? bias[j] : 0.0f)) - mx) - lse) + hyp[r];
+            if (got == nk && !(v > val[got - 1]))
+                continue;
+            int pos = got < nk ? got++ : nk - 1;
+            while (pos > 0 && v > val[pos - 1]) { /* strictly greater: earlier indices stay first */
+                val[pos] = val[pos - 1];
+                idx[pos] = idx[pos - 1];
+                pos--;
+            }
+            val[pos] = v;
+            idx[pos] = r * m + j;
+        }
+    }
+    return nk;
+}
+
 void depthwise_conv1d_ref(float *out, const float *in, const float *left, const float *w,
                           const float *b, int t_len, int c, int k, int pad_left, int valid)
 {

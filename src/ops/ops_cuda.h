@@ -465,8 +465,8 @@ int cuda_rel_attention(void *ctx, long long ldc, ops_dtype_t dt, void *scratch,
 
 /* Greedy search of a stateless transducer (icefall's greedy_search_batch: at most one symbol per
  * frame), one frame at a time on the device:
- *   cuda_joiner_hidden: h (batch, J) of h_t = tanh(ep[b·ep_b + t·J ..] + dp[b] + bdp) (bdp (J)
- *   or NULL), ep and dp float;
+ *   cuda_joiner_hidden: h (batch, J) of h_t = tanh(ep[u·ep_b + t·J ..] + dp[b] + bdp) (bdp (J)
+ *   or NULL), ep and dp float, u = rows[b] (rows NULL: u = b);
  *   the caller's GEMM: logits (batch, ldl) float = h · W_outᵀ (no bias);
  *   cuda_greedy_step: for rows with t < lens[b], the argmax of logits + bias (first on ties); a
  *   token other than blank is appended (tokens / times (batch, cap); count keeps counting past
@@ -487,10 +487,28 @@ typedef struct {
     int V, D, cs, gs, blank;
     long long ldl; /* the logits' row stride */
 } cuda_greedy_t;
-int cuda_joiner_hidden(void *h, ops_dtype_t h_t, const float *ep, long long ep_b, const float *dp,
-                       const float *bdp, int t, int batch, int J, void *stream, hark_err_t *err);
+int cuda_joiner_hidden(void *h, ops_dtype_t h_t, const float *ep, long long ep_b, const int *rows,
+                       const float *dp, const float *bdp, int t, int batch, int J, void *stream,
+                       hark_err_t *err);
 int cuda_greedy_step(const cuda_greedy_t *g, void *dec, ops_dtype_t dec_t, const float *logits,
                      const int *lens, int t, int batch, void *stream, hark_err_t *err);
+
+/* Modified beam search (icefall's, batched over utterances) one frame at a time; the hypotheses
+ * and their merging stay on the host (icefall_beam_take):
+ *   cuda_transducer_decoder: dec (n, D) of dec_t of the contexts ctx (n, cs), as
+ *   cuda_greedy_step computes a row's (emb (V, D), conv (D, gs, cs), id -1 a zero embedding);
+ *   the caller's GEMMs: dp = dec · W_dpᵀ; cuda_joiner_hidden with rows (each hypothesis's
+ *   utterance); logits (n, ldx) = h · W_outᵀ;
+ *   cuda_beam_topk: for each set s (an utterance's hypotheses: rows [off[s], off[s + 1]), at
+ *   most max_rows of them) beam_topk_ref of its logits + bias (V or NULL) and hyp (n) into
+ *   val / idx (sets, k) at s·k; idx -1 past the set's rows·V, -2 for a set over max_rows.
+ * Reference: icefall_decoder, beam_topk_ref. */
+int cuda_transducer_decoder(void *dec, ops_dtype_t dec_t, const int *ctx, int n, const float *emb,
+                            const float *conv, int D, int cs, int gs, void *stream,
+                            hark_err_t *err);
+int cuda_beam_topk(float *val, int *idx, const float *x, long long ldx, const float *bias,
+                   const float *hyp, const int *off, int sets, int max_rows, int V, int k,
+                   void *stream, hark_err_t *err);
 
 #ifdef __cplusplus
 }

@@ -331,35 +331,34 @@ extern "C" int cuda_rel_attention(void *ctx, long long ldc, ops_dtype_t dt, void
 /* h[b][j] = tanh(ep[b][t][j] + dp[b][j] + bdp[j]) for every row (rows past their length too:
  * their results are not used) */
 template <typename T>
-__global__ void joiner_hidden_kernel(T *h, const float *ep, long long ep_b, const float *dp,
-                                     const float *bdp, int t, int J, size_t n)
+__global__ void joiner_hidden_kernel(T *h, const float *ep, long long ep_b, const int *rows,
+                                     const float *dp, const float *bdp, int t, int J, size_t n)
 {
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
          e += (size_t)gridDim.x * blockDim.x) {
         int j = (int)(e % (size_t)J);
-        size_t b = e / (size_t)J;
-        float v = ep[b * ep_b + (size_t)t * J + j] + dp[e] + (bdp ? bdp[j] : 0.0f);
+        size_t b = e / (size_t)J, u = rows ? (size_t)rows[b] : b;
+        float v = ep[u * ep_b + (size_t)t * J + j] + dp[e] + (bdp ? bdp[j] : 0.0f);
         tr_st(h, e, tanhf(v));
     }
 }
 
 extern "C" int cuda_joiner_hidden(void *h, ops_dtype_t h_t, const float *ep, long long ep_b,
-                                  const float *dp, const float *bdp, int t, int batch, int J,
-                                  void *stream, hark_err_t *err)
+                                  const int *rows, const float *dp, const float *bdp, int t,
+                                  int batch, int J, void *stream, hark_err_t *err)
 {
     size_t n = (size_t)batch * J;
     if (n == 0)
         return HARK_OK;
     cudaStream_t st = (cudaStream_t)stream;
+    unsigned g = grid_for(n, 256);
     if (h_t == OPS_F16)
-        joiner_hidden_kernel<<<grid_for(n, 256), 256, 0, st>>>((__half *)h, ep, ep_b, dp, bdp, t, J,
-                                                               n);
+        joiner_hidden_kernel<<<g, 256, 0, st>>>((__half *)h, ep, ep_b, rows, dp, bdp, t, J, n);
     else if (h_t == OPS_BF16)
-        joiner_hidden_kernel<<<grid_for(n, 256), 256, 0, st>>>((__nv_bfloat16 *)h, ep, ep_b, dp,
-                                                               bdp, t, J, n);
+        joiner_hidden_kernel<<<g, 256, 0, st>>>((__nv_bfloat16 *)h, ep, ep_b, rows, dp, bdp, t, J,
+                                                n);
     else
-        joiner_hidden_kernel<<<grid_for(n, 256), 256, 0, st>>>((float *)h, ep, ep_b, dp, bdp, t, J,
-                                                               n);
+        joiner_hidden_kernel<<<g, 256, 0, st>>>((float *)h, ep, ep_b, rows, dp, bdp, t, J, n);
     return launched(err, "joiner_hidden_kernel");
 }
 
@@ -474,4 +473,147 @@ extern "C" int cuda_greedy_step(const cuda_greedy_t *g, void *dec, ops_dtype_t d
     else
         greedy_step_kernel<<<batch, 128, 0, st>>>(*g, (float *)dec, logits, lens, t);
     return launched(err, "greedy_step_kernel");
+}
+
+/* ---- modified beam search ------------------------------------------------------------------- */
+
+template <typename T>
+__global__ void transducer_decoder_kernel(T *dec, const int *ctx, const float *emb,
+                                          const float *conv, int D, int cs, int gs)
+{
+    const size_t r = blockIdx.x;
+    decoder_row(dec + r * D, ctx + r * cs, emb, conv, D, cs, gs);
+}
+
+extern "C" int cuda_transducer_decoder(void *dec, ops_dtype_t dec_t, const int *ctx, int n,
+                                       const float *emb, const float *conv, int D, int cs, int gs,
+                                       void *stream, hark_err_t *err)
+{
+    if (n <= 0)
+        return HARK_OK;
+    if (cs < 1 || gs < 1 || D % gs)
+        return err_set(err, HARK_ERR_INVALID_ARG, "transducer_decoder: context %d, group %d of %d",
+                       cs, gs, D);
+    cudaStream_t st = (cudaStream_t)stream;
+    if (dec_t == OPS_F16)
+        transducer_decoder_kernel<<<n, 128, 0, st>>>((__half *)dec, ctx, emb, conv, D, cs, gs);
+    else if (dec_t == OPS_BF16)
+        transducer_decoder_kernel<<<n, 128, 0, st>>>((__nv_bfloat16 *)dec, ctx, emb, conv, D, cs,
+                                                     gs);
+    else
+        transducer_decoder_kernel<<<n, 128, 0, st>>>((float *)dec, ctx, emb, conv, D, cs, gs);
+    return launched(err, "transducer_decoder_kernel");
+}
+
+#define TOPK_THREADS 256
+
+/* (v, i) ranks before (bv, bi): the larger value, the lower index on ties */
+static __device__ __forceinline__ bool topk_before(float v, int i, float bv, int bi)
+{
+    return v > bv || (v == bv && i < bi);
+}
+
+/* one block of TOPK_THREADS per set: each row's max and log-sum-exp (a warp per row, the sum in
+ * double as log_softmax_ref), then k rounds of a block-wide pick of the best entry ranking after
+ * the previous pick */
+__global__ void beam_topk_kernel(float *val, int *idx, const float *x, long long ldx,
+                                 const float *bias, const float *hyp, const int *off, int max_rows,
+                                 int V, int k)
+{
+    extern __shared__ float sh[]; /* mx (max_rows), lse (max_rows) */
+    __shared__ float wv[TOPK_THREADS / 32];
+    __shared__ int wi[TOPK_THREADS / 32];
+    __shared__ float pv_s;
+    __shared__ int pi_s;
+    const int s = blockIdx.x, r0 = off[s], n = off[s + 1] - r0;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float *mx = sh, *lse = sh + max_rows;
+    float *vo = val + (size_t)s * k;
+    int *io = idx + (size_t)s * k;
+    if (n < 0 || n > max_rows) {
+        for (int j = threadIdx.x; j < k; j += blockDim.x) {
+            vo[j] = -INFINITY;
+            io[j] = -2;
+        }
+        return;
+    }
+    for (int r = warp; r < n; r += TOPK_THREADS / 32) {
+        const float *xr = x + (size_t)(r0 + r) * ldx;
+        float m = -INFINITY;
+        for (int v = lane; v < V; v += 32)
+            m = fmaxf(m, xr[v] + (bias ? bias[v] : 0.0f));
+        for (int o = 16; o > 0; o >>= 1)
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        double sum = 0.0;
+        for (int v = lane; v < V; v += 32)
+            sum += exp((double)((xr[v] + (bias ? bias[v] : 0.0f)) - m));
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0) {
+            mx[r] = m;
+            lse[r] = (float)log(sum);
+        }
+    }
+    __syncthreads();
+    const long long tot = (long long)n * V;
+    const int nk = tot < k ? (int)tot : k;
+    float pv = INFINITY;
+    int pi = -1;
+    for (int j = 0; j < nk; j++) {
+        float best = -INFINITY;
+        int arg = 0x7fffffff;
+        for (long long e = threadIdx.x; e < tot; e += TOPK_THREADS) {
+            const int r = (int)(e / V), v = (int)(e % V);
+            const float xv = x[(size_t)(r0 + r) * ldx + v] + (bias ? bias[v] : 0.0f);
+            const float lp = ((xv - mx[r]) - lse[r]) + hyp[r0 + r];
+            if (!topk_before(pv, pi, lp, (int)e)) /* ranks at or before the previous pick */
+                continue;
+            if (topk_before(lp, (int)e, best, arg))
+                best = lp, arg = (int)e;
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            int oa = __shfl_xor_sync(0xffffffffu, arg, o);
+            if (topk_before(ob, oa, best, arg))
+                best = ob, arg = oa;
+        }
+        if (lane == 0) {
+            wv[warp] = best;
+            wi[warp] = arg;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int w = 1; w < TOPK_THREADS / 32; w++)
+                if (topk_before(wv[w], wi[w], best, arg))
+                    best = wv[w], arg = wi[w];
+            vo[j] = best;
+            io[j] = arg < tot ? arg : -2; /* nothing left that compares (NaN): an error */
+            pv_s = best;
+            pi_s = arg;
+        }
+        __syncthreads();
+        pv = pv_s;
+        pi = pi_s;
+        __syncthreads();
+    }
+    for (int j = nk + (int)threadIdx.x; j < k; j += blockDim.x) {
+        vo[j] = -INFINITY;
+        io[j] = -1;
+    }
+}
+
+extern "C" int cuda_beam_topk(float *val, int *idx, const float *x, long long ldx,
+                              const float *bias, const float *hyp, const int *off, int sets,
+                              int max_rows, int V, int k, void *stream, hark_err_t *err)
+{
+    if (sets <= 0)
+        return HARK_OK;
+    if (max_rows < 1 || max_rows > 1024 || V < 1 || k < 1 || ldx < V ||
+        (long long)max_rows * V > 0x7fffffffLL)
+        return err_set(err, HARK_ERR_INVALID_ARG, "beam_topk: %d rows of %d (ld %lld), k %d",
+                       max_rows, V, ldx, k);
+    size_t shm = sizeof(float) * 2 * (size_t)max_rows;
+    beam_topk_kernel<<<sets, TOPK_THREADS, shm, (cudaStream_t)stream>>>(val, idx, x, ldx, bias, hyp,
+                                                                        off, max_rows, V, k);
+    return launched(err, "beam_topk_kernel");
 }

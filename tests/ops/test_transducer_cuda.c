@@ -1,8 +1,10 @@
 /* GPU tests for src/ops/transducer_cuda.cu against their CPU references (ops_cpu.c) on awkward
  * sizes: BasicNorm (basic_norm_ref), the first conv's padded input (the loop below), the
  * relative-position attention with rel_shift (rel_attention_ref, per utterance of a padded batch,
- * full, chunked and grouped by a small scratch). The greedy-search kernels are checked through
- * the model against icefall_greedy_search (tests/model/icefall/test_icefall_gpu.c). Tolerances:
+ * full, chunked and grouped by a small scratch), modified beam search's top k (beam_topk_ref:
+ * the same picks, ties and short sets included) and the stateless decoder of given contexts (the
+ * loop below, icefall_decoder's). The greedy-search kernels are checked through the model against
+ * icefall_greedy_search (tests/model/icefall/test_icefall_gpu.c). Tolerances:
  * relative RMS error against the reference from the same (16-bit rounded where 16-bit) inputs,
  * FP32 1e-5, FP16 1e-2, BF16 8e-2 (its unit roundoff is 8 times FP16's). */
 #include "test.h"
@@ -232,6 +234,152 @@ GPU_TEST(cuda_rel_attention_matches_ref)
     CHECK(cuda_rel_attention(NULL, 60, OPS_F32, NULL, 16, NULL, 180, NULL, 60, NULL, NULL, NULL, 0,
                              0, 2, 37, 3, 20, 1.0f, g, &err) == HARK_ERR_INVALID_ARG);
     ops_cuda_destroy(g);
+}
+
+/* sets of rows (an utterance's hypotheses) of V logits: the GPU's picks are the reference's, the
+ * values within float rounding of the double log-sum-exp; ties inside a row (equal logits) keep
+ * the lower index first */
+static void topk_case(test_ctx_t *t, int V, int k, int with_bias, const int *rows, int sets,
+                      unsigned seed)
+{
+    hark_err_t err = {0};
+    int off[9] = {0}, max_rows = 1;
+    for (int s = 0; s < sets; s++) {
+        off[s + 1] = off[s] + rows[s];
+        max_rows = rows[s] > max_rows ? rows[s] : max_rows;
+    }
+    const int n = off[sets], ldx = V + 3;
+    float *x = hrand((size_t)n * ldx + 1, &seed, 4.0f), *hyp = hrand((size_t)n + 1, &seed, 6.0f);
+    float *bias = hrand((size_t)V, &seed, 1.0f);
+    for (int r = 0; r < n; r++) /* ties: a row's columns 1 and V-1 repeat column 0 */
+        if (V > 2 && r % 2 == 0)
+            x[(size_t)r * ldx + 1] = x[(size_t)r * ldx + V - 1] = x[(size_t)r * ldx] + 9.0f;
+    if (with_bias)
+        bias[1] = bias[V - 1] = bias[0];
+    float *dx = up(x, (size_t)n * ldx + 1, OPS_F32), *dh = up(hyp, (size_t)n + 1, OPS_F32);
+    float *db = up(bias, (size_t)V, OPS_F32), *dv = NULL;
+    int *doff = NULL, *di = NULL;
+    CHECK(cudaMalloc((void **)&doff, sizeof off) == cudaSuccess);
+    CHECK(cudaMalloc((void **)&dv, sizeof(float) * sets * k) == cudaSuccess);
+    CHECK(cudaMalloc((void **)&di, sizeof(int) * sets * k) == cudaSuccess);
+    cudaMemcpy(doff, off, sizeof off, cudaMemcpyHostToDevice);
+    CHECK_OK(cuda_beam_topk(dv, di, dx, ldx, with_bias ? db : NULL, dh, doff, sets, max_rows, V, k,
+                            NULL, &err));
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    float *gv = hark_malloc(sizeof(float) * sets * k), *rv = hark_malloc(sizeof(float) * k);
+    int *gi = hark_malloc(sizeof(int) * sets * k), *ri = hark_malloc(sizeof(int) * k);
+    cudaMemcpy(gv, dv, sizeof(float) * sets * k, cudaMemcpyDeviceToHost);
+    cudaMemcpy(gi, di, sizeof(int) * sets * k, cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int s = 0; s < sets; s++) {
+        int nk = beam_topk_ref(rv, ri, x + (size_t)off[s] * ldx, ldx, with_bias ? bias : NULL,
+                               hyp + off[s], rows[s], V, k);
+        for (int j = 0; j < k; j++) {
+            int want = j < nk ? ri[j] : -1, got = gi[(size_t)s * k + j];
+            double dvv = j < nk ? fabs((double)gv[(size_t)s * k + j] - rv[j]) : 0.0;
+            if (got != want || dvv > 1e-5 * (1.0 + fabs(rv[j < nk ? j : 0]))) {
+                if (bad++ < 5)
+                    printf("  V %d k %d set %d pick %d: index %d (want %d), value diff %.3g\n", V,
+                           k, s, j, got, want, dvv);
+            }
+        }
+    }
+    CHECKF(!bad, "V %d, k %d, bias %d: %d picks differ", V, k, with_bias, bad);
+    /* a set over max_rows is marked, not read */
+    if (max_rows > 1) {
+        CHECK_OK(
+            cuda_beam_topk(dv, di, dx, ldx, NULL, dh, doff, sets, max_rows - 1, V, k, NULL, &err));
+        CHECK(cudaDeviceSynchronize() == cudaSuccess);
+        cudaMemcpy(gi, di, sizeof(int) * sets * k, cudaMemcpyDeviceToHost);
+        for (int s = 0; s < sets; s++)
+            if (rows[s] == max_rows)
+                CHECKF(gi[(size_t)s * k] == -2, "set %d over max_rows: %d", s, gi[(size_t)s * k]);
+    }
+    cudaFree(dx);
+    cudaFree(dh);
+    cudaFree(db);
+    cudaFree(dv);
+    cudaFree(di);
+    cudaFree(doff);
+    hark_free(x);
+    hark_free(hyp);
+    hark_free(bias);
+    hark_free(gv);
+    hark_free(rv);
+    hark_free(gi);
+    hark_free(ri);
+}
+
+GPU_TEST(cuda_beam_topk_matches_ref)
+{
+    const int rows_a[4] = {1, 4, 3, 7}, rows_b[3] = {2, 1, 64}, rows_c[2] = {1, 2};
+    topk_case(t, 500, 4, 1, rows_a, 4, 1u);
+    topk_case(t, 500, 4, 0, rows_a, 4, 2u);
+    topk_case(t, 37, 10, 1, rows_a, 4, 3u);
+    topk_case(t, 1001, 64, 1, rows_b, 3, 4u);
+    topk_case(t, 3, 8, 0, rows_c, 2, 5u); /* k past a set's rows·V: -1 after them */
+    topk_case(t, 1, 1, 1, rows_a, 4, 6u);
+    hark_err_t err = {0};
+    CHECK(cuda_beam_topk(NULL, NULL, NULL, 10, NULL, NULL, NULL, 1, 0, 10, 4, NULL, &err) ==
+          HARK_ERR_INVALID_ARG);
+    CHECK(cuda_beam_topk(NULL, NULL, NULL, 9, NULL, NULL, NULL, 1, 4, 10, 4, NULL, &err) ==
+          HARK_ERR_INVALID_ARG);
+}
+
+/* dec[r][ch] = relu(Σ_k Σ_j conv[ch][j][k] · emb[ctx[r][k]][gs·(ch / gs) + j]), id -1 zero */
+GPU_TEST(cuda_transducer_decoder_matches_loop)
+{
+    const int shapes[][4] = {{7, 13, 2, 1}, {500, 96, 2, 4}, {29, 40, 3, 8}}; /* V D cs gs */
+    unsigned seed = 21;
+    hark_err_t err = {0};
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+        const int V = shapes[c][0], D = shapes[c][1], cs = shapes[c][2], gs = shapes[c][3];
+        const int n = 11;
+        float *emb = hrand((size_t)V * D, &seed, 1.0f),
+              *conv = hrand((size_t)D * gs * cs, &seed, 1.0f);
+        int *ctx = hark_malloc(sizeof(int) * n * cs);
+        for (int i = 0; i < n * cs; i++)
+            ctx[i] = i % 5 == 0 ? -1 : (int)(test_randf(&seed) * 0.5f * V + 0.5f * V) % V;
+        float *ref = hark_malloc(sizeof(float) * n * D), *got = hark_malloc(sizeof(float) * n * D);
+        for (int r = 0; r < n; r++)
+            for (int ch = 0; ch < D; ch++) {
+                double o = 0.0;
+                for (int k = 0; k < cs; k++) {
+                    int id = ctx[r * cs + k];
+                    for (int j = 0; id >= 0 && j < gs; j++)
+                        o += (double)conv[((size_t)ch * gs + j) * cs + k] *
+                             emb[(size_t)id * D + (ch / gs) * gs + j];
+                }
+                ref[(size_t)r * D + ch] = o > 0.0 ? (float)o : 0.0f;
+            }
+        float *demb = up(emb, (size_t)V * D, OPS_F32),
+              *dconv = up(conv, (size_t)D * gs * cs, OPS_F32);
+        int *dctx = NULL;
+        CHECK(cudaMalloc((void **)&dctx, sizeof(int) * n * cs) == cudaSuccess);
+        cudaMemcpy(dctx, ctx, sizeof(int) * n * cs, cudaMemcpyHostToDevice);
+        for (int k = 0; k < 3; k++) {
+            ops_dtype_t ty = DTS[k];
+            void *d = NULL;
+            CHECK(cudaMalloc(&d, (size_t)n * D * ops_dtype_size(ty)) == cudaSuccess);
+            CHECK_OK(cuda_transducer_decoder(d, ty, dctx, n, demb, dconv, D, cs, gs, NULL, &err));
+            CHECK(cudaDeviceSynchronize() == cudaSuccess);
+            down(got, d, (size_t)n * D, ty);
+            double e = test_rel_rms(got, ref, (size_t)n * D);
+            CHECKF(e <= (ty == OPS_F32 ? 1e-6 : tol_of(ty) / 4), "V %d D %d cs %d gs %d %s: %.3g",
+                   V, D, cs, gs, dt_name(ty), e);
+            cudaFree(d);
+        }
+        CHECK(cuda_transducer_decoder(NULL, OPS_F32, dctx, n, demb, dconv, D, cs, 7, NULL, &err) ==
+              HARK_ERR_INVALID_ARG);
+        cudaFree(demb);
+        cudaFree(dconv);
+        cudaFree(dctx);
+        hark_free(emb);
+        hark_free(conv);
+        hark_free(ctx);
+        hark_free(ref);
+        hark_free(got);
+    }
 }
 
 #endif

@@ -1,8 +1,9 @@
 /* icefall_family.c — icefall's pruned stateless transducers as a model family (family.h):
  * "icefall_transducer", offline ASR over icefall.h on the CPU, or for the Conformer
  * (pruned_transducer_stateless3) on a GPU (load device >= 0: icefall_gpu.h, in config.pbtxt's
- * `parameters precision` fp32 | fp16 | bf16; greedy search on the device, modified beam search on
- * the host on `parameters search_threads` threads per instance, 1..64, default 1; no dump_dir),
+ * `parameters precision` fp32 | fp16 | bf16; greedy and modified beam search on the device, the
+ * beam's merges on `parameters search_threads` host threads per instance, 1..64, default 1; no
+ * dump_dir),
  * served under the generic WAV/WAV_LENS (or AUDIO) -> TRANSCRIPTS contract. Options (config.pbtxt
  * parameters, then the request's): decoding_method greedy_search | modified_beam_search (icefall's
  * names; the model's default from the converter's --method), beam_size (modified_beam_search's
@@ -113,7 +114,7 @@ static int if_load(const char *dir, const family_load_opts_t *lo, const family_p
     if (!fm)
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
     fm->device = l.device < 0 ? -1 : l.device;
-    /* search_threads: a GPU worker's threads for modified beam search's utterances (host work) */
+    /* search_threads: a GPU worker's threads for modified beam search's merges (host work) */
     fm->search_threads = 1;
     int rc = family_param_int(cfg, "search_threads", 1, 64, &fm->search_threads, err);
     if (rc == HARK_ERR_NOT_FOUND)

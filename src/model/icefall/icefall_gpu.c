@@ -314,6 +314,15 @@ struct icefall_gpu_worker {
     float *dec, *dp, *logits, *hid;        /* (B, D), (B, J), (B, V), (B, J) */
     int *h_tokens, *h_times, *h_count;     /* pinned copies */
     float *h_score;
+    /* modified beam search: room for brows hypotheses, made on first use (beam_room) */
+    void *bmem;
+    int brows;
+    int *b_up;                              /* one frame's upload: ctx, utt, off, hyp (packed) */
+    float *b_dec, *b_dp, *b_hid, *b_logits; /* (R, D), (R, J) x 2, (R, V) */
+    float *b_val;                           /* (R) the picks: (sets, beam) */
+    int *b_idx;                             /* (R) */
+    int *h_bup, *h_idx;                     /* pinned: the upload, the picks */
+    float *h_val;
     int last_batch, last_tp, last_tmax;
 };
 
@@ -332,6 +341,8 @@ void icefall_gpu_worker_destroy(icefall_gpu_worker_t *w)
     ops_cuda_destroy(w->ops);
     parallel_destroy(w->search);
     cudaFree(w->mem);
+    cudaFree(w->bmem);
+    cudaFreeHost(w->h_bup);
     cudaFreeHost(w->h_lens);
     cudaFreeHost(w->h_tokens);
     cudaFreeHost(w->h_times);
@@ -749,7 +760,7 @@ int icefall_gpu_greedy(icefall_gpu_worker_t *w, hark_err_t *err)
     if (!rc)
         rc = dec_proj(w, B, err);
     for (int t = 0; t < w->last_tmax && !rc; t++) {
-        rc = cuda_joiner_hidden(w->hid, OPS_F32, w->ep, (long long)w->last_tp * J, w->dp,
+        rc = cuda_joiner_hidden(w->hid, OPS_F32, w->ep, (long long)w->last_tp * J, NULL, w->dp,
                                 w->g->dec_proj_b, t, B, J, w->stream, err);
         if (!rc)
             rc = cuda_gemm(w->logits, OPS_F32, w->hid, w->g->out_w, OPS_F32, B, V, J, J, J, V, 1,
@@ -826,68 +837,180 @@ int icefall_gpu_results(icefall_gpu_worker_t *w, icefall_hyp_t *out, hark_err_t 
     return HARK_OK;
 }
 
-typedef struct {
-    const icefall_model_t *m;
-    const float *ep; /* (B, T', J) */
-    const int *lens; /* (B) encoder frames */
-    int tp, beam, nbest;
-    icefall_result_t *res;
-    int *rc;
-    hark_err_t *errs;
-} beam_job_t;
-
-static void beam_one(void *ctx, int b)
+/* device and pinned room for rows hypotheses (sets of up to max_batch utterances) */
+static int beam_room(icefall_gpu_worker_t *w, int rows, hark_err_t *err)
 {
-    beam_job_t *j = ctx;
-    const size_t J = (size_t)j->m->cfg.joiner_dim;
-    icefall_result_t *r = &j->res[b];
-    j->rc[b] = icefall_modified_beam_search(j->m, j->ep + (size_t)b * j->tp * J, j->lens[b],
-                                            j->beam, &r->best, j->nbest ? &r->nbest : NULL,
-                                            j->nbest ? &r->n_nbest : NULL, &j->errs[b]);
+    if (rows <= w->brows)
+        return HARK_OK;
+    const icefall_config_t *c = &w->m->cfg;
+    const size_t R = (size_t)rows, S = (size_t)w->max_batch, cs = (size_t)c->context_size;
+    const size_t D = (size_t)c->decoder_dim, J = (size_t)c->joiner_dim, V = (size_t)c->vocab;
+    const size_t up = R * cs + R + S + 1 + R; /* 4-byte words */
+    cudaFree(w->bmem);
+    cudaFreeHost(w->h_bup);
+    w->bmem = NULL;
+    w->h_bup = NULL;
+    w->brows = 0;
+    size_t o_up = 0, o_dec = o_up + al(up * 4), o_dp = o_dec + al(R * D * 4);
+    size_t o_hid = o_dp + al(R * J * 4), o_lg = o_hid + al(R * J * 4), o_val = o_lg + al(R * V * 4);
+    size_t o_idx = o_val + al(R * 4), total = o_idx + al(R * 4);
+    cudaError_t e = cudaMalloc(&w->bmem, total);
+    if (e == cudaSuccess)
+        e = cudaMallocHost((void **)&w->h_bup, (up + 2 * R) * 4);
+    if (e != cudaSuccess) {
+        cudaFree(w->bmem);
+        w->bmem = NULL;
+        w->h_bup = NULL;
+        return err_set(err, HARK_ERR_NOMEM,
+                       "icefall (gpu): no room for %d beam search hypotheses: %s", rows,
+                       cudaGetErrorString(e));
+    }
+    char *base = w->bmem;
+    w->b_up = (int *)(base + o_up);
+    w->b_dec = (float *)(base + o_dec);
+    w->b_dp = (float *)(base + o_dp);
+    w->b_hid = (float *)(base + o_hid);
+    w->b_logits = (float *)(base + o_lg);
+    w->b_val = (float *)(base + o_val);
+    w->b_idx = (int *)(base + o_idx);
+    w->h_val = (float *)(w->h_bup + up);
+    w->h_idx = w->h_bup + up + R;
+    w->brows = rows;
+    return HARK_OK;
+}
+
+typedef struct {
+    icefall_beam_t *hb;
+    const int *act;
+    const float *val;
+    const int *idx;
+    int beam, V, blank, t;
+} take_job_t;
+
+static void take_one(void *ctx, int s)
+{
+    const take_job_t *j = ctx;
+    icefall_beam_t *b = &j->hb[j->act[s]];
+    long long tot = (long long)b->na * j->V;
+    int nk = tot < j->beam ? (int)tot : j->beam;
+    icefall_beam_take(b, j->blank, j->val + (size_t)s * j->beam, j->idx + (size_t)s * j->beam, nk,
+                      j->V, j->t);
+}
+
+/* one frame of every utterance with frames left: upload the hypotheses' contexts and scores,
+ * decoder, joiner and top k on the device, the picks back; the merges on the search threads */
+static int beam_frame(icefall_gpu_worker_t *w, icefall_beam_t *hb, int *act, int beam, int t,
+                      int *done, hark_err_t *err)
+{
+    const icefall_config_t *c = &w->m->cfg;
+    const int B = w->last_batch, cs = c->context_size, J = c->joiner_dim, V = c->vocab;
+    const int D = c->decoder_dim;
+    const int *lens = w->h_lens + w->max_batch;
+    int S = 0, R = 0;
+    for (int b = 0; b < B; b++)
+        if (t < lens[b]) {
+            act[S++] = b;
+            R += hb[b].na;
+        }
+    *done = S == 0;
+    if (!S)
+        return HARK_OK;
+    int *hc = w->h_bup, *hu = hc + (size_t)R * cs, *ho = hu + R;
+    float *hh = (float *)(ho + S + 1);
+    int r = 0;
+    for (int s = 0; s < S; s++) {
+        const icefall_beam_t *b = &hb[act[s]];
+        ho[s] = r;
+        for (int i = 0; i < b->na; i++, r++) {
+            memcpy(hc + (size_t)r * cs, b->A[i].ys + b->A[i].n_ys - cs, sizeof(int) * (size_t)cs);
+            hu[r] = act[s];
+            hh[r] = b->A[i].log_prob;
+        }
+    }
+    ho[S] = R;
+    const size_t nup = (size_t)R * cs + R + S + 1 + R;
+    int *dc = w->b_up, *du = dc + (size_t)R * cs, *doff = du + R;
+    const float *dh = (const float *)(doff + S + 1);
+    cudaError_t e = cudaMemcpyAsync(w->b_up, w->h_bup, nup * 4, cudaMemcpyHostToDevice, w->stream);
+    if (e != cudaSuccess)
+        return cuda_err(err, e, "beam search upload");
+    int rc = cuda_transducer_decoder(w->b_dec, OPS_F32, dc, R, w->g->dec_emb, w->g->dec_conv, D, cs,
+                                     c->dec_group_size, w->stream, err);
+    if (!rc)
+        rc = cuda_gemm(w->b_dp, OPS_F32, w->b_dec, w->g->dec_proj_w, OPS_F32, R, J, D, D, D, J, 1,
+                       1.0f, 0.0f, 1, 0, 0, 0, w->ops, err);
+    if (!rc)
+        rc = cuda_joiner_hidden(w->b_hid, OPS_F32, w->ep, (long long)w->last_tp * J, du, w->b_dp,
+                                w->g->dec_proj_b, t, R, J, w->stream, err);
+    if (!rc)
+        rc = cuda_gemm(w->b_logits, OPS_F32, w->b_hid, w->g->out_w, OPS_F32, R, V, J, J, J, V, 1,
+                       1.0f, 0.0f, 1, 0, 0, 0, w->ops, err);
+    if (!rc)
+        rc = cuda_beam_topk(w->b_val, w->b_idx, w->b_logits, V, w->g->out_b, dh, doff, S, beam, V,
+                            beam, w->stream, err);
+    if (rc)
+        return rc;
+    const size_t np = (size_t)S * beam;
+    if ((e = cudaMemcpyAsync(w->h_val, w->b_val, np * 4, cudaMemcpyDeviceToHost, w->stream)) !=
+            cudaSuccess ||
+        (e = cudaMemcpyAsync(w->h_idx, w->b_idx, np * 4, cudaMemcpyDeviceToHost, w->stream)) !=
+            cudaSuccess ||
+        (e = cudaStreamSynchronize(w->stream)) != cudaSuccess)
+        return cuda_err(err, e, "beam search picks");
+    for (int s = 0; s < S; s++) { /* a pick out of range: no finite score to rank (NaN) */
+        const int na = hb[act[s]].na, nk = (long long)na * V < beam ? na * V : beam;
+        for (int k = 0; k < nk; k++) {
+            int x = w->h_idx[(size_t)s * beam + k];
+            if (x < 0 || x >= na * V)
+                return err_set(err, HARK_ERR_INTERNAL,
+                               "icefall (gpu): beam search of utterance %d at frame %d: no "
+                               "finite score (pick %d)",
+                               act[s], t, x);
+        }
+    }
+    take_job_t job = {hb, act, w->h_val, w->h_idx, beam, V, c->blank_id, t};
+    parallel_for(w->search, S, take_one, &job);
+    return HARK_OK;
 }
 
 int icefall_gpu_beam(icefall_gpu_worker_t *w, int beam, int nbest, icefall_result_t *res,
                      hark_err_t *err)
 {
-    const int B = w->last_batch, J = w->m->cfg.joiner_dim;
+    const int B = w->last_batch;
     if (B < 1)
         return err_set(err, HARK_ERR_INVALID_ARG, "icefall (gpu): beam search before encode");
-    size_t n = (size_t)B * w->last_tp * J;
-    float *ep = hark_malloc(sizeof(float) * n);
-    int *rc = hark_calloc((size_t)B, sizeof *rc);
-    hark_err_t *errs = hark_calloc((size_t)B, sizeof *errs);
-    int r = HARK_OK;
-    if (!ep || !rc || !errs) {
-        r = err_set(err, HARK_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    cudaError_t e = cudaStreamSynchronize(w->stream);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(ep, w->ep, sizeof(float) * n, cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess) {
-        r = cuda_err(err, e, "encoder_proj");
-        goto done;
-    }
+    if (beam < 1 || beam > ICEFALL_GPU_MAX_BEAM)
+        return err_set(err, HARK_ERR_INVALID_ARG, "icefall (gpu): beam %d (1..%d)", beam,
+                       ICEFALL_GPU_MAX_BEAM);
     for (int b = 0; b < B; b++) {
         memset(&res[b].best, 0, sizeof res[b].best);
         res[b].nbest = NULL;
         res[b].n_nbest = 0;
     }
-    beam_job_t job = {w->m, ep, w->h_lens + w->max_batch, w->last_tp, beam, nbest, res, rc, errs};
-    parallel_for(w->search, B, beam_one, &job);
-    for (int b = 0; b < B && !r; b++)
-        if (rc[b]) {
-            *err = errs[b];
-            r = rc[b];
-        }
-    if (r)
+    cudaError_t e = cudaStreamSynchronize(w->stream); /* the encoder, and h_lens */
+    if (e != cudaSuccess)
+        return cuda_err(err, e, "encoder");
+    const int *lens = w->h_lens + w->max_batch;
+    icefall_beam_t *hb = hark_calloc((size_t)B, sizeof *hb);
+    int *act = hark_malloc(sizeof(int) * (size_t)B);
+    int rc =
+        hb && act ? beam_room(w, B * beam, err) : err_set(err, HARK_ERR_NOMEM, "out of memory");
+    for (int b = 0; b < B && !rc; b++) /* at most one token per frame */
+        rc = icefall_beam_init_hyps(w->m, beam, lens[b] + w->m->cfg.context_size + 1, &hb[b], err);
+    int done = 0;
+    for (int t = 0; t < w->last_tmax && !rc && !done; t++)
+        rc = beam_frame(w, hb, act, beam, t, &done, err);
+    for (int b = 0; b < B && !rc; b++)
+        rc = icefall_beam_result(&hb[b], &res[b].best, nbest ? &res[b].nbest : NULL,
+                                 nbest ? &res[b].n_nbest : NULL, err);
+    if (rc)
         for (int b = 0; b < B; b++)
             icefall_result_free(&res[b]);
-done:
-    hark_free(ep);
-    hark_free(rc);
-    hark_free(errs);
-    return r;
+    for (int b = 0; hb && b < B; b++)
+        icefall_beam_free(&hb[b]);
+    hark_free(hb);
+    hark_free(act);
+    return rc;
 }
 
 int icefall_gpu_set_search_threads(icefall_gpu_worker_t *w, int threads, hark_err_t *err)
@@ -899,10 +1022,6 @@ int icefall_gpu_set_search_threads(icefall_gpu_worker_t *w, int threads, hark_er
     int rc = threads > 1 ? parallel_create(threads, &p, err) : HARK_OK;
     if (rc)
         return rc;
-    /* OpenBLAS's own threads queue concurrent calls on one pool: one thread per call, the
-     * utterances on ours (the beam search's GEMMs are a few rows each) */
-    if (threads > 1)
-        ops_set_threads(1);
     parallel_destroy(w->search);
     w->search = p;
     return HARK_OK;

@@ -3,8 +3,9 @@
  * GEMM operands and activations, FP32 accumulation and residual stream), encoder_proj, and
  * greedy_search_batch on the device (the joiner, argmax and stateless decoder one frame at a time
  * for the whole batch: cuda_greedy_step); encoder_proj, the decoder and the joiner are float32 in
- * every type. modified_beam_search runs icefall_search.c's code on the
- * host over the device's encoder_proj rows. The CPU functions of icefall.h are the reference.
+ * every type. modified_beam_search runs its decoder, joiner and top k on the device and merges
+ * the hypotheses on the host (icefall_beam_take). The CPU functions of icefall.h are the
+ * reference.
  * Tests: tests/model/icefall/test_icefall_gpu.c (the T1 goldens, padded batches, generated models
  * against the CPU path); benchmark: `hark bench --model DIR --device cuda:N` (icefall_bench.c).
  *
@@ -17,7 +18,8 @@
  * - icefall_gpu_model_t: one icefall_model_t's weights (lent: it must outlive this) on one device
  *   in one element type, immutable, shared by any number of workers.
  * - icefall_gpu_worker_t: one thread's CUDA stream, cuBLAS context and device scratch, sized at
- *   creation for (max_batch, max_seconds); nothing is allocated on the device afterwards.
+ *   creation for (max_batch, max_seconds); afterwards only modified beam search's room (on its
+ *   first call, and when a call needs more).
  * Without HARK_CUDA every call returns HARK_ERR_NO_DEVICE.
  */
 #ifndef HARK_MODEL_ICEFALL_GPU_H
@@ -72,19 +74,22 @@ int icefall_gpu_sync(icefall_gpu_worker_t *w, hark_err_t *err);
 int icefall_gpu_read(icefall_gpu_worker_t *w, int b, int proj, float *host, int max_frames,
                      int *n_frames, hark_err_t *err);
 int icefall_gpu_results(icefall_gpu_worker_t *w, icefall_hyp_t *out, hark_err_t *err);
-/* modified_beam_search (icefall_modified_beam_search, beam >= 1) of every row of the last encode
- * on the host, over the rows' encoder_proj copied back, the rows shared by the worker's search
- * threads: res[b].best (and with nbest the final beam) for row b; the other fields untouched.
- * On an error no res[b] holds anything. */
+/* modified_beam_search (icefall_modified_beam_search's result, 1 <= beam <= ICEFALL_GPU_MAX_BEAM)
+ * of every row of the last encode, frame by frame for the rows with frames left: the hypotheses'
+ * decoder, joiner, log-softmax and top k on the device (cuda_transducer_decoder, cuda_beam_topk),
+ * the picks back to the host, where icefall_beam_take merges them (the rows shared by the
+ * worker's search threads). res[b].best (and with nbest the final beam) for row b; the other
+ * fields untouched. On an error no res[b] holds anything. The first call, and one with more
+ * rows x beam than before, makes the device room for batch x beam hypotheses (kept). */
+#define ICEFALL_GPU_MAX_BEAM 64
 int icefall_gpu_beam(icefall_gpu_worker_t *w, int beam, int nbest, icefall_result_t *res,
                      hark_err_t *err);
-/* threads (1..64, the caller counting as one; 1 by default) for icefall_gpu_beam's rows; more
- * than 1 also sets OpenBLAS to one thread per call, process-wide (ops_set_threads(1)): its pool
- * would otherwise take the rows' small GEMMs one at a time */
+/* threads (1..64, the caller counting as one; 1 by default) for icefall_gpu_beam's per-frame
+ * merges of the rows' picks */
 int icefall_gpu_set_search_threads(icefall_gpu_worker_t *w, int threads, hark_err_t *err);
 
 /* End to end as icefall_run (same results contract and errors): the fbank on the host, the
- * encoder on the device, greedy search on the device or modified beam search on the host. */
+ * encoder and the search on the device. */
 int icefall_gpu_run(icefall_gpu_worker_t *w, const float *const *pcm, const size_t *n, int batch,
                     const icefall_run_opts_t *o, icefall_result_t *res, hark_err_t *err);
 

@@ -127,14 +127,24 @@ typedef struct {
     int *store;                     /* (4 beam cap) their ys and times */
     int *ctx, *top;                 /* scratch: (beam, context_size), (beam) */
     float *dec, *dp, *e, *hid, *lp; /* (beam, decoder_dim / joiner_dim x 3 / vocab) */
+    float *topv, *hyp_lp;           /* (beam) x 2 */
 } icefall_beam_t;
 /* HARK_ERR_INVALID_ARG (beam < 1), HARK_ERR_NOMEM; cap: tokens expected (grows as needed) */
 int icefall_beam_init(const icefall_model_t *m, int beam, int cap, icefall_beam_t *b,
                       hark_err_t *err);
+/* the hypotheses alone, without the scratch of icefall_beam_advance (for icefall_beam_take) */
+int icefall_beam_init_hyps(const icefall_model_t *m, int beam, int cap, icefall_beam_t *b,
+                           hark_err_t *err);
 void icefall_beam_reset(const icefall_model_t *m, icefall_beam_t *b); /* a new utterance */
 /* modified_beam_search's frames (the same in beam_search.py and streaming_beam_search.py) */
 int icefall_beam_advance(const icefall_model_t *m, icefall_beam_t *b, const float *ep, int T,
                          int t0, hark_err_t *err);
+/* one frame's step from its top k (beam_topk_ref's val / idx, nk of them, idx = hypothesis · V +
+ * token): each pick extends its hypothesis by the token (blank: none, time t), picks with the same
+ * sequence merge by logaddexp, in the order of the picks; the result becomes A. Room for one more
+ * token in every hypothesis (cap) is the caller's. */
+void icefall_beam_take(icefall_beam_t *b, int blank, const float *val, const int *idx, int nk,
+                       int V, int t);
 /* the index in A of the best hypothesis: log_prob / len(ys), the first on ties */
 int icefall_beam_best(const icefall_beam_t *b);
 /* as icefall_modified_beam_search returns them, for the frames so far */

@@ -240,6 +240,8 @@ void icefall_beam_free(icefall_beam_t *b)
     hark_free(b->hid);
     hark_free(b->lp);
     hark_free(b->top);
+    hark_free(b->topv);
+    hark_free(b->hyp_lp);
     memset(b, 0, sizeof *b);
 }
 
@@ -267,32 +269,49 @@ static int beam_grow(icefall_beam_t *b, int cap)
     return HARK_OK;
 }
 
-int icefall_beam_init(const icefall_model_t *m, int beam, int cap, icefall_beam_t *b,
-                      hark_err_t *err)
+static int beam_init(const icefall_model_t *m, int beam, int cap, int scratch, icefall_beam_t *b,
+                     hark_err_t *err)
 {
     const icefall_config_t *c = &m->cfg;
-    const int J = c->joiner_dim, V = c->vocab, D = c->decoder_dim, cs = c->context_size;
+    const size_t J = (size_t)c->joiner_dim, V = (size_t)c->vocab, D = (size_t)c->decoder_dim;
+    const size_t n = (size_t)(beam > 0 ? beam : 1), cs = (size_t)c->context_size;
     memset(b, 0, sizeof *b);
     if (beam < 1)
         return err_set(err, HARK_ERR_INVALID_ARG, "icefall: beam %d must be >= 1", beam);
     b->beam = beam;
-    b->cs = cs;
-    b->A = hark_calloc((size_t)beam, sizeof *b->A);
-    b->B = hark_calloc((size_t)beam, sizeof *b->B);
-    b->ctx = hark_malloc(sizeof(int) * (size_t)beam * cs);
-    b->dec = hark_malloc(sizeof(float) * (size_t)beam * D);
-    b->dp = hark_malloc(sizeof(float) * (size_t)beam * J);
-    b->e = hark_malloc(sizeof(float) * (size_t)beam * J);
-    b->hid = hark_malloc(sizeof(float) * (size_t)beam * J);
-    b->lp = hark_malloc(sizeof(float) * (size_t)beam * V);
-    b->top = hark_malloc(sizeof(int) * (size_t)beam);
-    if (!b->A || !b->B || !b->ctx || !b->dec || !b->dp || !b->e || !b->hid || !b->lp || !b->top ||
-        beam_grow(b, cap > cs + 1 ? cap : cs + 1)) {
+    b->cs = (int)cs;
+    b->A = hark_calloc(n, sizeof *b->A);
+    b->B = hark_calloc(n, sizeof *b->B);
+    int ok = b->A && b->B;
+    if (scratch) {
+        ok = ok && (b->ctx = hark_malloc(sizeof(int) * n * cs)) &&
+             (b->dec = hark_malloc(sizeof(float) * n * D)) &&
+             (b->dp = hark_malloc(sizeof(float) * n * J)) &&
+             (b->e = hark_malloc(sizeof(float) * n * J)) &&
+             (b->hid = hark_malloc(sizeof(float) * n * J)) &&
+             (b->lp = hark_malloc(sizeof(float) * n * V)) &&
+             (b->top = hark_malloc(sizeof(int) * n)) &&
+             (b->topv = hark_malloc(sizeof(float) * n)) &&
+             (b->hyp_lp = hark_malloc(sizeof(float) * n));
+    }
+    if (!ok || beam_grow(b, cap > c->context_size + 1 ? cap : c->context_size + 1)) {
         icefall_beam_free(b);
         return err_set(err, HARK_ERR_NOMEM, "icefall: out of memory in modified beam search");
     }
     icefall_beam_reset(m, b);
     return HARK_OK;
+}
+
+int icefall_beam_init(const icefall_model_t *m, int beam, int cap, icefall_beam_t *b,
+                      hark_err_t *err)
+{
+    return beam_init(m, beam, cap, 1, b, err);
+}
+
+int icefall_beam_init_hyps(const icefall_model_t *m, int beam, int cap, icefall_beam_t *b,
+                           hark_err_t *err)
+{
+    return beam_init(m, beam, cap, 0, b, err);
 }
 
 void icefall_beam_reset(const icefall_model_t *m, icefall_beam_t *b)
@@ -320,78 +339,62 @@ int icefall_beam_advance(const icefall_model_t *m, icefall_beam_t *b, const floa
         if (beam_grow(b, cap))
             return err_set(err, HARK_ERR_NOMEM, "icefall: out of memory in modified beam search");
     }
-    bhyp_t *A = b->A, *Bh = b->B;
-    float *lp = b->lp;
-    int *top = b->top, na = b->na;
     for (int t = 0; t < T; t++) {
+        const bhyp_t *A = b->A;
+        const int na = b->na;
         for (int i = 0; i < na; i++) {
             memcpy(b->ctx + (size_t)i * cs, A[i].ys + A[i].n_ys - cs, sizeof(int) * (size_t)cs);
             memcpy(b->e + (size_t)i * J, ep + (size_t)t * J, sizeof(float) * J);
+            b->hyp_lp[i] = A[i].log_prob;
         }
         icefall_decoder(m, b->ctx, na, b->dec);
         icefall_decoder_proj(m, b->dec, na, b->dp);
-        icefall_joiner(m, b->e, b->dp, na, b->hid, lp);
-        log_softmax_ref(lp, lp, na, V);
-        for (int i = 0; i < na; i++) {
-            float *row = lp + (size_t)i * V;
-            for (int v = 0; v < V; v++)
-                row[v] += A[i].log_prob;
-        }
-        /* topk(beam) over the flattened (na x V), descending; lower index first on ties */
-        int nk = beam < na * V ? beam : na * V;
-        int got = 0;
-        for (int idx = 0; idx < na * V; idx++) {
-            float v = lp[idx];
-            if (got == nk && !(v > lp[top[got - 1]]))
-                continue;
-            int pos = got < nk ? got++ : nk - 1;
-            while (pos > 0 && v > lp[top[pos - 1]]) {
-                top[pos] = top[pos - 1];
-                pos--;
-            }
-            top[pos] = idx;
-        }
-        int nb = 0;
-        for (int k = 0; k < nk; k++) {
-            int hi = top[k] / V, tok = top[k] % V;
-            const bhyp_t *src = &A[hi];
-            float val = lp[top[k]];
-            /* the new sequence: src's ys, plus tok unless it is blank */
-            int emit_tok = tok != c->blank_id;
-            int n_new = src->n_ys + emit_tok;
-            int found = -1;
-            for (int j = 0; j < nb && found < 0; j++) {
-                if (Bh[j].n_ys != n_new)
-                    continue;
-                if (memcmp(Bh[j].ys, src->ys, sizeof(int) * (size_t)src->n_ys))
-                    continue;
-                if (emit_tok && Bh[j].ys[n_new - 1] != tok)
-                    continue;
-                found = j;
-            }
-            if (found >= 0) {
-                Bh[found].log_prob = logaddexpf_(Bh[found].log_prob, val);
-                continue;
-            }
-            bhyp_t *dst = &Bh[nb++];
-            memcpy(dst->ys, src->ys, sizeof(int) * (size_t)src->n_ys);
-            memcpy(dst->times, src->times, sizeof(int) * (size_t)(src->n_ys - cs));
-            dst->n_ys = src->n_ys;
-            if (emit_tok) {
-                dst->times[dst->n_ys - cs] = t0 + t;
-                dst->ys[dst->n_ys++] = tok;
-            }
-            dst->log_prob = val;
-        }
-        bhyp_t *tmp = A;
-        A = Bh;
-        Bh = tmp;
-        na = nb;
+        icefall_joiner(m, b->e, b->dp, na, b->hid, b->lp);
+        int nk = beam_topk_ref(b->topv, b->top, b->lp, V, NULL, b->hyp_lp, na, V, beam);
+        icefall_beam_take(b, c->blank_id, b->topv, b->top, nk, V, t0 + t);
     }
-    b->A = A;
-    b->B = Bh;
-    b->na = na;
     return HARK_OK;
+}
+
+void icefall_beam_take(icefall_beam_t *b, int blank, const float *val, const int *idx, int nk,
+                       int V, int t)
+{
+    const int cs = b->cs;
+    bhyp_t *A = b->A, *Bh = b->B;
+    int nb = 0;
+    for (int k = 0; k < nk; k++) {
+        int hi = idx[k] / V, tok = idx[k] % V;
+        const bhyp_t *src = &A[hi];
+        /* the new sequence: src's ys, plus tok unless it is blank */
+        int emit_tok = tok != blank;
+        int n_new = src->n_ys + emit_tok;
+        int found = -1;
+        for (int j = 0; j < nb && found < 0; j++) {
+            if (Bh[j].n_ys != n_new)
+                continue;
+            if (memcmp(Bh[j].ys, src->ys, sizeof(int) * (size_t)src->n_ys))
+                continue;
+            if (emit_tok && Bh[j].ys[n_new - 1] != tok)
+                continue;
+            found = j;
+        }
+        if (found >= 0) {
+            Bh[found].log_prob = logaddexpf_(Bh[found].log_prob, val[k]);
+            continue;
+        }
+        bhyp_t *dst = &Bh[nb++];
+        memcpy(dst->ys, src->ys, sizeof(int) * (size_t)src->n_ys);
+        memcpy(dst->times, src->times, sizeof(int) * (size_t)(src->n_ys - cs));
+        dst->n_ys = src->n_ys;
+        if (emit_tok) {
+            dst->times[dst->n_ys - cs] = t;
+            dst->ys[dst->n_ys++] = tok;
+        }
+        dst->log_prob = val[k];
+    }
+    b->A = Bh;
+    b->B = A;
+    b->na = nb;
 }
 
 int icefall_beam_best(const icefall_beam_t *b)

@@ -207,9 +207,10 @@ static void against_cpu(test_ctx_t *t, icefall_model_t *m, const float *const *p
     const icefall_config_t *c = icefall_config(m);
     static float enc[4096 * 256];
     float *cenc = hark_malloc(sizeof(float) * 1024 * (size_t)c->d), *feats = NULL;
-    icefall_result_t cpu[2][8];
-    for (int meth = 0; meth < 2; meth++) {
-        icefall_run_opts_t o = {.method = meth ? ICEFALL_MODIFIED_BEAM : ICEFALL_GREEDY};
+    icefall_result_t cpu[3][8]; /* greedy, beam 4, beam 9 */
+    for (int meth = 0; meth < 3; meth++) {
+        icefall_run_opts_t o = {.method = meth ? ICEFALL_MODIFIED_BEAM : ICEFALL_GREEDY,
+                                .beam_size = meth == 2 ? 9 : 0};
         for (int b = 0; b < B; b++)
             CHECK_OK(icefall_run(cw, &pcm[b], &n[b], 1, &o, &cpu[meth][b], &err));
     }
@@ -219,23 +220,41 @@ static void against_cpu(test_ctx_t *t, icefall_model_t *m, const float *const *p
         icefall_gpu_worker_t *w = NULL;
         CHECK_OK(icefall_gpu_model_create(m, 0, dt, &g, &err));
         CHECK_OK(icefall_gpu_worker_create(g, B, 12.0, &w, &err));
-        CHECK_OK(icefall_gpu_set_search_threads(w, 3, &err)); /* beam: utterances on 3 threads */
-        for (int meth = 0; meth < 2; meth++) {
-            icefall_run_opts_t o = {.method = meth ? ICEFALL_MODIFIED_BEAM : ICEFALL_GREEDY};
+        CHECK_OK(icefall_gpu_set_search_threads(w, 3, &err)); /* beam: merges on 3 threads */
+        for (int meth = 0; meth < 3; meth++) {
+            icefall_run_opts_t o = {.method = meth ? ICEFALL_MODIFIED_BEAM : ICEFALL_GREEDY,
+                                    .beam_size = meth == 2 ? 9 : 0};
             icefall_result_t r[8];
             CHECK_OK(icefall_gpu_run(w, pcm, n, B, &o, r, &err));
-            int agree = 0;
+            int agree = 0, beams = 0;
             for (int b = 0; b < B; b++) {
                 const icefall_result_t *cr = &cpu[meth][b];
                 int ok = same(r[b].best.tokens, r[b].best.n, cr->best.tokens, cr->best.n) &&
                          same(r[b].best.times, r[b].best.n, cr->best.times, cr->best.n);
+                /* the whole final beam: the same hypotheses in the same order, the scores close */
+                int all = ok && r[b].n_nbest == cr->n_nbest;
+                for (int i = 0; all && i < cr->n_nbest; i++)
+                    all = same(r[b].nbest[i].tokens, r[b].nbest[i].n, cr->nbest[i].tokens,
+                               cr->nbest[i].n) &&
+                          fabs(r[b].nbest[i].score - cr->nbest[i].score) <=
+                              1e-4 * (1.0 + fabs(cr->nbest[i].score));
                 agree += ok;
+                beams += all;
                 if (dt == OPS_F32)
-                    CHECKF(ok, "%s fp32 %s utterance %d: %d tokens, the CPU %d", name,
-                           meth ? "beam" : "greedy", b, r[b].best.n, cr->best.n);
+                    CHECKF(all, "%s fp32 %s utterance %d: %d tokens (the CPU %d), beam %s", name,
+                           meth == 2 ? "beam 9"
+                           : meth    ? "beam"
+                                     : "greedy",
+                           b, r[b].best.n, cr->best.n, all ? "same" : "differs");
             }
-            printf("  %s %s %s: %d of %d utterances give the CPU's tokens\n", name, dt_name(dt),
-                   meth ? "modified_beam_search" : "greedy_search", agree, B);
+            printf("  %s %s %s: %d of %d utterances give the CPU's tokens", name, dt_name(dt),
+                   meth == 2 ? "beam 9"
+                   : meth    ? "modified_beam_search"
+                             : "greedy_search",
+                   agree, B);
+            if (meth)
+                printf(", %d the CPU's whole final beam (scores within 1e-4)", beams);
+            printf("\n");
             for (int b = 0; b < B; b++)
                 icefall_result_free(&r[b]);
         }
@@ -258,7 +277,7 @@ static void against_cpu(test_ctx_t *t, icefall_model_t *m, const float *const *p
         icefall_gpu_worker_destroy(w);
         icefall_gpu_model_destroy(g);
     }
-    for (int meth = 0; meth < 2; meth++)
+    for (int meth = 0; meth < 3; meth++)
         for (int b = 0; b < B; b++)
             icefall_result_free(&cpu[meth][b]);
     hark_free(cenc);
