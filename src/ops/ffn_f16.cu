@@ -262,6 +262,10 @@ static int ffn_run(float *x, const void *a, const void *w1, const float *b1, con
         return ffn_launch<T, CUDA_ACT_GELU>(x, a, w1, b1, w2, b2, m, f, alpha, norm, st, err);
     case CUDA_ACT_DSWISH:
         return ffn_launch<T, CUDA_ACT_DSWISH>(x, a, w1, b1, w2, b2, m, f, alpha, norm, st, err);
+    case CUDA_ACT_SWOOSHL:
+        return ffn_launch<T, CUDA_ACT_SWOOSHL>(x, a, w1, b1, w2, b2, m, f, alpha, norm, st, err);
+    case CUDA_ACT_SWOOSHR:
+        return ffn_launch<T, CUDA_ACT_SWOOSHR>(x, a, w1, b1, w2, b2, m, f, alpha, norm, st, err);
     default:
         return ffn_launch<T, CUDA_ACT_NONE>(x, a, w1, b1, w2, b2, m, f, alpha, norm, st, err);
     }

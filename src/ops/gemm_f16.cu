@@ -762,6 +762,10 @@ static int hgemm_run(const gemm_a_t<T> &A, const T *W, int M, int N, int K, cons
             return hgemm_tiles<T, CUDA_EPI_F16, CUDA_ACT_GELU, 0>(A, W, M, N, K, E, st, wg, err);
         case CUDA_ACT_DSWISH:
             return hgemm_tiles<T, CUDA_EPI_F16, CUDA_ACT_DSWISH, 0>(A, W, M, N, K, E, st, wg, err);
+        case CUDA_ACT_SWOOSHL:
+            return hgemm_tiles<T, CUDA_EPI_F16, CUDA_ACT_SWOOSHL, 0>(A, W, M, N, K, E, st, wg, err);
+        case CUDA_ACT_SWOOSHR:
+            return hgemm_tiles<T, CUDA_EPI_F16, CUDA_ACT_SWOOSHR, 0>(A, W, M, N, K, E, st, wg, err);
         default:
             return hgemm_tiles<T, CUDA_EPI_F16, CUDA_ACT_NONE, 0>(A, W, M, N, K, E, st, wg, err);
         }
@@ -976,6 +980,12 @@ static int act_pass(ops_cuda_t *g, const cuda_epi_t *e, int m, int n, hark_err_t
     else if (e->act == CUDA_ACT_DSWISH)
         act_pass_kernel<T, CUDA_ACT_DSWISH>
             <<<grid, 256, 0, g->stream>>>((T *)e->out, m, n, e->ldo, vec);
+    else if (e->act == CUDA_ACT_SWOOSHL)
+        act_pass_kernel<T, CUDA_ACT_SWOOSHL>
+            <<<grid, 256, 0, g->stream>>>((T *)e->out, m, n, e->ldo, vec);
+    else if (e->act == CUDA_ACT_SWOOSHR)
+        act_pass_kernel<T, CUDA_ACT_SWOOSHR>
+            <<<grid, 256, 0, g->stream>>>((T *)e->out, m, n, e->ldo, vec);
     else
         act_pass_kernel<T, CUDA_ACT_GELU>
             <<<grid, 256, 0, g->stream>>>((T *)e->out, m, n, e->ldo, vec);
@@ -1010,7 +1020,7 @@ static int lt_run(ops_cuda_t *g, const cuda_epi_t *e, const void *a, long long l
         return err_set(err, HARK_ERR_CUDA, "cublasLt: hgemm %dx%dx%d: %s", m, n, k,
                        cublasGetStatusString(st));
     if (e->mode == CUDA_EPI_F16 &&
-        (e->act == CUDA_ACT_SWISH || e->act == CUDA_ACT_GELU || e->act == CUDA_ACT_DSWISH))
+        (e->act == CUDA_ACT_SWISH || e->act == CUDA_ACT_GELU || e->act >= CUDA_ACT_DSWISH))
         return epi_dt(e) == OPS_BF16 ? act_pass<__nv_bfloat16>(g, e, m, n, err)
                                      : act_pass<__half>(g, e, m, n, err);
     return HARK_OK;
@@ -1114,7 +1124,7 @@ extern "C" int cuda_hgemm(const cuda_epi_t *epi, const void *a, long long lda, c
      * pass over the output) on a GEMM too small for that to pay */
     int post =
         epi->mode == CUDA_EPI_F16 &&
-        (epi->act == CUDA_ACT_SWISH || epi->act == CUDA_ACT_GELU || epi->act == CUDA_ACT_DSWISH);
+        (epi->act == CUDA_ACT_SWISH || epi->act == CUDA_ACT_GELU || epi->act >= CUDA_ACT_DSWISH);
     /* AUTO runs swish/GELU as cuBLASLt + a second pass (H100, FFN w1 at batch 256: 0.31 ms
      * against 0.37 for the fused mma.sync or wgmma kernels); HARK_LT_ACT_PASS=0 keeps them fused */
     static int lt_post = -1;

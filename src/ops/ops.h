@@ -12,13 +12,17 @@
 
 #include <stddef.h>
 
-/* DSWISH: icefall's DoubleSwish, x · sigmoid(x - 1) */
+/* DSWISH: icefall's DoubleSwish, x · sigmoid(x - 1); SWOOSHL / SWOOSHR: the Zipformer's (k2's
+ * swoosh_l / swoosh_r), log1p(exp(x - s)) - 0.08 x - o with (s, o) = (4, 0.035) / (1, 0.313261687)
+ * (x - s where the exp overflows) */
 typedef enum {
     OPS_ACT_NONE = 0,
     OPS_ACT_RELU,
     OPS_ACT_SWISH,
     OPS_ACT_GELU,
-    OPS_ACT_DSWISH
+    OPS_ACT_DSWISH,
+    OPS_ACT_SWOOSHL,
+    OPS_ACT_SWOOSHR
 } ops_act_t;
 
 /* Threads OpenBLAS may use for the GEMMs (n <= 0 leaves the setting alone). Process-global. */
@@ -45,6 +49,16 @@ void layer_norm_ref(float *y, const float *x, const float *g, const float *b, in
 void batch_norm_ref(float *y, const float *x, const float *g, const float *b, const float *rm,
                     const float *rv, int n, int c, float eps);
 
+/* k2's swoosh forward: y = log1p(exp(x - shift)) - 0.08 x - offset (x - shift where that
+ * overflows); y may alias x. The Zipformer's two: */
+#define OPS_SWOOSHL_SHIFT 4.0f
+#define OPS_SWOOSHL_OFFSET 0.035f
+#define OPS_SWOOSHR_SHIFT 1.0f
+#define OPS_SWOOSHR_OFFSET 0.313261687f
+void swoosh_ref(float *y, const float *x, size_t n, float shift, float offset);
+/* BiasNorm (the Zipformer's): rows of d (stride ld) of x, in place:
+ * x · scale / sqrt(mean_j((x_j - b_j)²)), the sum in double */
+void bias_norm_ref(float *x, int n, int d, int ld, const float *b, float scale);
 /* Elementwise activations over n floats; y may alias x.
  * swish(x) = x·sigmoid(x); relu(x) = max(x, 0); gelu(x) = x/2·(1 + erf(x/√2)) (torch default). */
 void relu_ref(float *y, const float *x, size_t n);

@@ -106,6 +106,16 @@ void double_swish_ref(float *y, const float *x, size_t n)
         y[i] = x[i] / (1.0f + expf(1.0f - x[i]));
 }
 
+void swoosh_ref(float *y, const float *x, size_t n, float shift, float offset)
+{
+    for (size_t i = 0; i < n; i++) {
+        float xo = x[i] - shift, l = log1pf(expf(xo));
+        if (isinf(l))
+            l = xo;
+        y[i] = l - 0.08f * x[i] - offset;
+    }
+}
+
 void activation_ref(float *y, const float *x, size_t n, ops_act_t act)
 {
     switch (act) {
@@ -120,6 +130,12 @@ void activation_ref(float *y, const float *x, size_t n, ops_act_t act)
         return;
     case OPS_ACT_DSWISH:
         double_swish_ref(y, x, n);
+        return;
+    case OPS_ACT_SWOOSHL:
+        swoosh_ref(y, x, n, OPS_SWOOSHL_SHIFT, OPS_SWOOSHL_OFFSET);
+        return;
+    case OPS_ACT_SWOOSHR:
+        swoosh_ref(y, x, n, OPS_SWOOSHR_SHIFT, OPS_SWOOSHR_OFFSET);
         return;
     case OPS_ACT_NONE:
         break;
@@ -170,6 +186,21 @@ void rel_attention_ref(float *ctx, int ldc, float *scratch, const float *qkv, in
         }
         softmax_masked_ref(ac, lo, hi, t, t, t);
         matmul_ref(ctx + (size_t)h * dk, ac, v, t, dk, t, t, ld, ldc, 0, 1.0f, 0.0f);
+    }
+}
+
+void bias_norm_ref(float *x, int n, int d, int ld, const float *b, float scale)
+{
+    for (int r = 0; r < n; r++) {
+        float *xr = x + (size_t)r * ld;
+        double s = 0;
+        for (int j = 0; j < d; j++) {
+            float v = xr[j] - b[j];
+            s += (double)v * v;
+        }
+        float sc = scale / sqrtf((float)(s / d));
+        for (int j = 0; j < d; j++)
+            xr[j] *= sc;
     }
 }
 

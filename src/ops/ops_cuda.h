@@ -32,7 +32,9 @@ typedef enum {
     CUDA_ACT_RELU,
     CUDA_ACT_SWISH,
     CUDA_ACT_GELU,
-    CUDA_ACT_DSWISH
+    CUDA_ACT_DSWISH,
+    CUDA_ACT_SWOOSHL,
+    CUDA_ACT_SWOOSHR
 } cuda_act_t;
 typedef enum { CUDA_NORM_NONE = 0, CUDA_NORM_BATCH, CUDA_NORM_LAYER } cuda_norm_t;
 
@@ -441,6 +443,12 @@ int cuda_chunk_dwconv(float *out, const float *in, float *cache, long long slot_
  * and h_out (of h_t) get r, each when not NULL. Reference: basic_norm_ref. */
 int cuda_basic_norm(float *x_out, void *h_out, ops_dtype_t h_t, const float *x, int n, int d,
                     float eps, void *stream, hark_err_t *err);
+
+/* BiasNorm (the Zipformer's) per row of x (n, d) float: r = x · scale / sqrt(mean((x - b)²));
+ * x_out (float, may alias x) and h_out (of h_t) get r, each when not NULL. Reference:
+ * bias_norm_ref. */
+int cuda_bias_norm(float *x_out, void *h_out, ops_dtype_t h_t, const float *x, int n, int d,
+                   const float *b, float scale, void *stream, hark_err_t *err);
 
 /* The first subsampling conv's input: out (batch, t_in + 2, f + 2) of out_t, a zero border of one
  * row / column around x (batch, t_in, f) float; rows t >= lens[b] read as `pad` (lens NULL: every

@@ -56,6 +56,15 @@ __device__ __forceinline__ float act_f(float x, int act)
         return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
     case CUDA_ACT_DSWISH:
         return x / (1.0f + expf(1.0f - x));
+    case CUDA_ACT_SWOOSHL:
+    case CUDA_ACT_SWOOSHR: {
+        const bool l = act == CUDA_ACT_SWOOSHL;
+        const float xo = x - (l ? OPS_SWOOSHL_SHIFT : OPS_SWOOSHR_SHIFT);
+        float sp = log1pf(expf(xo));
+        if (isinf(sp))
+            sp = xo;
+        return sp - 0.08f * x - (l ? OPS_SWOOSHL_OFFSET : OPS_SWOOSHR_OFFSET);
+    }
     default:
         return x;
     }
@@ -82,6 +91,11 @@ template <int ACT> __device__ __forceinline__ float epi_act(float x)
         return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
     if (ACT == CUDA_ACT_DSWISH)
         return __fdividef(x, 1.0f + ex2_ftz(1.4426950408889634f * (1.0f - x)));
+    if (ACT == CUDA_ACT_SWOOSHL || ACT == CUDA_ACT_SWOOSHR) { /* softplus: x past 20 gives x */
+        const float xo = x - (ACT == CUDA_ACT_SWOOSHL ? OPS_SWOOSHL_SHIFT : OPS_SWOOSHR_SHIFT);
+        const float sp = xo > 20.0f ? xo : log1pf(ex2_ftz(1.4426950408889634f * xo));
+        return sp - 0.08f * x - (ACT == CUDA_ACT_SWOOSHL ? OPS_SWOOSHL_OFFSET : OPS_SWOOSHR_OFFSET);
+    }
     return x;
 }
 

@@ -340,6 +340,10 @@ __device__ __forceinline__ float act_fast(float x, int act)
         return epi_act<CUDA_ACT_GELU>(x);
     case CUDA_ACT_DSWISH:
         return epi_act<CUDA_ACT_DSWISH>(x);
+    case CUDA_ACT_SWOOSHL:
+        return epi_act<CUDA_ACT_SWOOSHL>(x);
+    case CUDA_ACT_SWOOSHR:
+        return epi_act<CUDA_ACT_SWOOSHR>(x);
     default:
         return x;
     }

@@ -126,6 +126,47 @@ extern "C" int cuda_basic_norm(float *x_out, void *h_out, ops_dtype_t h_t, const
     return launched(err, "basic_norm_kernel");
 }
 
+template <typename T>
+__global__ void bias_norm_kernel(float *x_out, T *h_out, const float *x, int d, const float *b,
+                                 float scale)
+{
+    __shared__ float red[32];
+    const float *xr = x + (size_t)blockIdx.x * d;
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float v = xr[j] - b[j];
+        s += v * v;
+    }
+    s = tr_block_sum(s, red);
+    float sc = scale / sqrtf(s / (float)d);
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float v = xr[j] * sc;
+        if (h_out)
+            tr_st(h_out, (size_t)blockIdx.x * d + j, v);
+        if (x_out)
+            x_out[(size_t)blockIdx.x * d + j] = v;
+    }
+}
+
+extern "C" int cuda_bias_norm(float *x_out, void *h_out, ops_dtype_t h_t, const float *x, int n,
+                              int d, const float *b, float scale, void *stream, hark_err_t *err)
+{
+    if (n <= 0)
+        return HARK_OK;
+    if (d <= 0 || !b)
+        return err_set(err, HARK_ERR_INVALID_ARG, "bias_norm: %d rows of %d, bias %p", n, d,
+                       (const void *)b);
+    cudaStream_t st = (cudaStream_t)stream;
+    int th = d >= 512 ? 256 : 128;
+    if (h_t == OPS_F16)
+        bias_norm_kernel<<<n, th, 0, st>>>(x_out, (__half *)h_out, x, d, b, scale);
+    else if (h_t == OPS_BF16)
+        bias_norm_kernel<<<n, th, 0, st>>>(x_out, (__nv_bfloat16 *)h_out, x, d, b, scale);
+    else
+        bias_norm_kernel<<<n, th, 0, st>>>(x_out, (float *)h_out, x, d, b, scale);
+    return launched(err, "bias_norm_kernel");
+}
+
 /* ---- the first conv's input ----------------------------------------------------------------- */
 
 template <typename T>

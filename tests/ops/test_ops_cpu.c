@@ -184,16 +184,19 @@ TEST(ops_activations_and_glu)
     unsigned seed = 3;
     float *x = rand_buf(n, &seed, 12.0f);
     x[0] = 0.0f, x[1] = -100.0f, x[2] = 100.0f, x[3] = -1e-30f;
-    for (int a = OPS_ACT_NONE; a <= OPS_ACT_GELU; a++) {
+    for (int a = OPS_ACT_NONE; a <= OPS_ACT_SWOOSHR; a++) {
         float *y = galloc(n);
         double *ref = hark_malloc(sizeof(double) * n);
         activation_ref(y, x, n, (ops_act_t)a);
         for (int i = 0; i < n; i++) {
             double v = x[i];
-            ref[i] = a == OPS_ACT_RELU    ? (v > 0 ? v : 0)
-                     : a == OPS_ACT_SWISH ? v / (1 + exp(-v))
-                     : a == OPS_ACT_GELU  ? 0.5 * v * (1 + erf(v / sqrt(2.0)))
-                                          : v;
+            ref[i] = a == OPS_ACT_RELU      ? (v > 0 ? v : 0)
+                     : a == OPS_ACT_SWISH   ? v / (1 + exp(-v))
+                     : a == OPS_ACT_GELU    ? 0.5 * v * (1 + erf(v / sqrt(2.0)))
+                     : a == OPS_ACT_DSWISH  ? v / (1 + exp(1 - v))
+                     : a == OPS_ACT_SWOOSHL ? log1p(exp(v - 4)) - 0.08 * v - 0.035
+                     : a == OPS_ACT_SWOOSHR ? log1p(exp(v - 1)) - 0.08 * v - 0.313261687
+                                            : v;
         }
         size_t bad = 0;
         /* expf/erff are within a few ulp: relative 2e-6, absolute 1e-7 */

@@ -230,7 +230,7 @@ GPU_TEST(cuda_linear_bias_act_matches_ref)
     unsigned seed = 7;
     double worst[3] = {0, 0, 0};
     for (size_t c = 0; c < sizeof sz / sizeof sz[0]; c++)
-        for (int act = 0; act < 4; act++)
+        for (int act = 0; act <= CUDA_ACT_SWOOSHR; act++)
             for (int v = 0; v < 3; v++) {
                 ops_dtype_t xt = v ? H16[v - 1] : OPS_F32;
                 int n = sz[c][0], in = sz[c][1], out = sz[c][2];
@@ -267,7 +267,7 @@ GPU_TEST(cuda_bias_act_fp16_output)
     int n = 257, c = 33;
     double worst[2] = {0, 0};
     for (int h = 0; h < 2; h++)
-        for (int act = 0; act < 4; act++) {
+        for (int act = 0; act <= CUDA_ACT_SWOOSHR; act++) {
             ops_dtype_t yt = H16[h];
             float *x = hrand((size_t)n * c, &seed, 3.0f), *b = hrand((size_t)c, &seed, 1.0f);
             float *ref = hark_malloc((size_t)n * c * sizeof(float));
@@ -897,7 +897,7 @@ GPU_TEST(cuda_hgemm_epilogues_match_ref)
                     float *acc = hark_malloc(nc * sizeof(float)),
                           *ref = hark_malloc(nc * sizeof(float));
                     matmul_ref(acc, a, w, m, n, k, lda, k, n, 1, 1.0f, 0.0f);
-                    int act = (int)(c % 4);
+                    int act = (int)(c % (CUDA_ACT_SWOOSHR + 1)); /* 7 shapes, 7 acts */
                     epi_ref(ref, acc, c % 2 ? bias : NULL, mode, act, m, n, x0, 0.5f, 1.0f,
                             c % 3 ? pe : NULL, 7);
                     void *da = dup_to(a, na, ht), *dw = dup_to(w, nw, ht);
@@ -1020,7 +1020,8 @@ GPU_TEST(cuda_ffn_f16_matches_ref)
     static const int sz[][5] = {
         {1, 64, CUDA_ACT_SWISH, 1, 1},     {77, 192, CUDA_ACT_RELU, 0, 0},
         {128, 2048, CUDA_ACT_SWISH, 1, 2}, {300, 1024, CUDA_ACT_GELU, 1, 3},
-        {1000, 2048, CUDA_ACT_NONE, 1, 0}, {4133, 512, CUDA_ACT_SWISH, 0, 3}};
+        {1000, 2048, CUDA_ACT_NONE, 1, 0}, {4133, 512, CUDA_ACT_SWISH, 0, 3},
+        {33, 384, CUDA_ACT_SWOOSHL, 1, 0}, {65, 256, CUDA_ACT_DSWISH, 1, 1}};
     const int d = 256;
     ops_cuda_t *g = new_ctx(t);
     CHECK(g);

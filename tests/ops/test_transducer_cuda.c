@@ -1,12 +1,13 @@
 /* GPU tests for src/ops/transducer_cuda.cu against their CPU references (ops_cpu.c) on awkward
- * sizes: BasicNorm (basic_norm_ref), the first conv's padded input (the loop below), the
- * relative-position attention with rel_shift (rel_attention_ref, per utterance of a padded batch,
- * full, chunked and grouped by a small scratch), modified beam search's top k (beam_topk_ref:
- * the same picks, ties and short sets included) and the stateless decoder of given contexts (the
- * loop below, icefall_decoder's). The greedy-search kernels are checked through the model against
- * icefall_greedy_search (tests/model/icefall/test_icefall_gpu.c). Tolerances:
- * relative RMS error against the reference from the same (16-bit rounded where 16-bit) inputs,
- * FP32 1e-5, FP16 1e-2, BF16 8e-2 (its unit roundoff is 8 times FP16's). */
+ * sizes: BasicNorm (basic_norm_ref), the Zipformer's BiasNorm (bias_norm_ref), the first conv's
+ * padded input (the loop below), the relative-position attention with rel_shift
+ * (rel_attention_ref, per utterance of a padded batch, full, chunked and grouped by a small
+ * scratch), modified beam search's top k (beam_topk_ref: the same picks, ties and short sets
+ * included) and the stateless decoder of given contexts (the loop below, icefall_decoder's). The
+ * greedy-search kernels are checked through the model against icefall_greedy_search
+ * (tests/model/icefall/test_icefall_gpu.c). Tolerances: relative RMS error against the reference
+ * from the same (16-bit rounded where 16-bit) inputs, FP32 1e-5, FP16 1e-2, BF16 8e-2 (its unit
+ * roundoff is 8 times FP16's). */
 #include "test.h"
 
 #ifdef HARK_CUDA
@@ -102,6 +103,44 @@ GPU_TEST(cuda_basic_norm_matches_ref)
             cudaFree(dh);
         }
         hark_free(x);
+        hark_free(ref);
+        hark_free(got);
+    }
+}
+
+GPU_TEST(cuda_bias_norm_matches_ref)
+{
+    const int shapes[][2] = {{1, 7}, {37, 257}, {5, 384}, {3, 1100}};
+    unsigned seed = 13;
+    hark_err_t err = {0};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        int n = shapes[s][0], d = shapes[s][1];
+        size_t N = (size_t)n * d;
+        float *x = hrand(N, &seed, 3.0f), *b = hrand((size_t)d, &seed, 1.0f);
+        float *ref = hark_malloc(N * 4), *got = hark_malloc(N * 4);
+        memcpy(ref, x, N * 4);
+        bias_norm_ref(ref, n, d, d, b, 1.7f);
+        float *db = up(b, (size_t)d, OPS_F32);
+        for (int k = 0; k < 3; k++) {
+            ops_dtype_t ty = DTS[k];
+            float *dx = up(x, N, OPS_F32);
+            void *dh = up(x, N, ty);
+            CHECK_OK(cuda_bias_norm(dx, dh, ty, dx, n, d, db, 1.7f, NULL, &err));
+            CHECK(cudaDeviceSynchronize() == cudaSuccess);
+            down(got, dx, N, OPS_F32);
+            double e32 = test_rel_rms(got, ref, N);
+            down(got, dh, N, ty);
+            double eh = test_rel_rms(got, ref, N);
+            CHECKF(e32 <= 1e-5, "%d x %d: float output %.3g", n, d, e32);
+            CHECKF(eh <= tol_of(ty) / 4, "%d x %d: %s output %.3g", n, d, dt_name(ty), eh);
+            cudaFree(dx);
+            cudaFree(dh);
+        }
+        CHECK(cuda_bias_norm(NULL, NULL, OPS_F32, NULL, n, d, NULL, 1.0f, NULL, &err) ==
+              HARK_ERR_INVALID_ARG);
+        cudaFree(db);
+        hark_free(x);
+        hark_free(b);
         hark_free(ref);
         hark_free(got);
     }

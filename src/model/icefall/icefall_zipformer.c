@@ -434,18 +434,6 @@ int icefall_zf_key_rows(const icefall_model_t *m, int t_in, int n_streams)
 
 /* ---- activations and norms ------------------------------------------------------------------ */
 
-/* k2's swoosh forward (SwooshL / SwooshR modules): log1p(exp(x - shift)) (x - shift where that
- * overflows) - 0.08 x - offset */
-static void swoosh_k2(float *x, size_t n, float shift, float offset)
-{
-    for (size_t i = 0; i < n; i++) {
-        float xo = x[i] - shift, l = log1pf(expf(xo));
-        if (isinf(l))
-            l = xo;
-        x[i] = l - 0.08f * x[i] - offset;
-    }
-}
-
 /* scaling.py's SwooshLForward / SwooshRForward (inside ActivationDropoutAndLinear):
  * log(1 + exp(x - shift)), the same overflow rule */
 static void swoosh_lin(float *x, size_t n, float shift, float offset)
@@ -458,24 +446,8 @@ static void swoosh_lin(float *x, size_t n, float shift, float offset)
     }
 }
 
-#define SWOOSH_L 4.0f, 0.035f
-#define SWOOSH_R 1.0f, 0.313261687f
-
-/* BiasNorm: y = x * mean_c((x - b)^2)^-0.5 * scale, rows of d with stride ld, in place */
-static void bias_norm(float *x, int n, int d, int ld, const float *b, float scale)
-{
-    for (int r = 0; r < n; r++) {
-        float *xr = x + (size_t)r * ld;
-        double s = 0;
-        for (int j = 0; j < d; j++) {
-            float v = xr[j] - b[j];
-            s += (double)v * v;
-        }
-        float sc = scale / sqrtf((float)(s / d));
-        for (int j = 0; j < d; j++)
-            xr[j] *= sc;
-    }
-}
+#define SWOOSH_L OPS_SWOOSHL_SHIFT, OPS_SWOOSHL_OFFSET
+#define SWOOSH_R OPS_SWOOSHR_SHIFT, OPS_SWOOSHR_OFFSET
 
 /* CompactRelPositionalEncoding for T query frames after Lc left-context frames: row r is the
  * relative offset r - (T + Lc - 1), r < 2T - 1 + Lc; float32 as icefall computes its table */
@@ -737,7 +709,7 @@ static void zf_layer(zf_bufs_t *b, const icefall_zipformer_config_t *z, int s,
     add_to(x, y, n);
     zf_feed_forward(b, L, 2, x, y, nb * T, D);
     add_to(x, y, n);
-    bias_norm(x, nb * T, D, D, L->norm_bias, L->norm_scale);
+    bias_norm_ref(x, nb * T, D, D, L->norm_bias, L->norm_scale);
     bypass(x, b->orig, L->bypass, nb * T, D);
 }
 
@@ -761,9 +733,9 @@ static int zf_embed(const icefall_model_t *m, zf_bufs_t *b, const float *feats, 
     for (int t = 0; t < T; t++)
         memcpy(b->xin + (size_t)t * (F + 2) + 1, feats + (size_t)t * F, sizeof(float) * F);
     conv2d_ref(b->a0, b->col, b->xin, f->conv_w[0], f->conv_b[0], 1, T, F + 2, 8, 3, 3, 1);
-    swoosh_k2(b->a0, (size_t)(T - 2) * 8 * F, SWOOSH_R);
+    swoosh_ref(b->a0, b->a0, (size_t)(T - 2) * 8 * F, SWOOSH_R);
     conv2d_ref(b->a1, b->col, b->a0, f->conv_w[1], f->conv_b[1], 8, T - 2, F, 32, 3, 3, 2);
-    swoosh_k2(b->a1, (size_t)T1 * 32 * W1, SWOOSH_R);
+    swoosh_ref(b->a1, b->a1, (size_t)T1 * 32 * W1, SWOOSH_R);
     /* stride (1, 2): stride 1, then every other frequency column, into ext after R rows */
     conv2d_ref(b->a2f, b->col, b->a1, f->conv_w[2], f->conv_b[2], 32, T1, W1, C, 3, 3, 1);
     float *ext = b->ext; /* (Te + 2R) rows: R before, the conv frames, (full: R zero rows) */
@@ -774,7 +746,7 @@ static int zf_embed(const icefall_model_t *m, zf_bufs_t *b, const float *feats, 
             for (int q = 0; q < W2; q++)
                 dst[(size_t)q * C + ch] = src[2 * q];
         }
-    swoosh_k2(ext + (size_t)R * row, (size_t)Tc * row, SWOOSH_R);
+    swoosh_ref(ext + (size_t)R * row, ext + (size_t)R * row, (size_t)Tc * row, SWOOSH_R);
     if (nx) {
         memcpy(ext, nx, sizeof(float) * R * row);
     } else {
@@ -803,7 +775,7 @@ static int zf_embed(const icefall_model_t *m, zf_bufs_t *b, const float *feats, 
         }
     const int np = Te * W2;
     linear_ref(b->hid, b->dw, f->nx_pw1_w, f->nx_pw1_b, np, C, ZF_NX_HID);
-    swoosh_k2(b->hid, (size_t)np * ZF_NX_HID, SWOOSH_L);
+    swoosh_ref(b->hid, b->hid, (size_t)np * ZF_NX_HID, SWOOSH_L);
     linear_ref(b->y, b->hid, f->nx_pw2_w, f->nx_pw2_b, np, ZF_NX_HID, C);
     add_to(b->y, ext + (size_t)R * row, (size_t)np * C);
     if (nx) /* cat(cache, x)[Te : Te + R] */
@@ -814,7 +786,7 @@ static int zf_embed(const icefall_model_t *m, zf_bufs_t *b, const float *feats, 
             for (int ch = 0; ch < C; ch++)
                 b->a2[((size_t)t * C + ch) * W2 + q] = b->y[((size_t)t * W2 + q) * C + ch];
     linear_ref(b->y, b->a2, f->out_w, f->out_b, Te, C * W2, d0);
-    bias_norm(b->y, Te, d0, d0, f->norm_bias, f->norm_scale);
+    bias_norm_ref(b->y, Te, d0, d0, f->norm_bias, f->norm_scale);
     for (int t = 0; t < Te; t++)
         memcpy(cur + (size_t)t * M, b->y + (size_t)t * d0, sizeof(float) * d0);
     return Te;
