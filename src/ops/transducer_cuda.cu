@@ -89,16 +89,21 @@ static __device__ float tr_block_max(float v, float *red)
 
 /* ---- BasicNorm ------------------------------------------------------------------------------ */
 
+/* a row of x scaled by scale · (mean_j((x_j - b_j)²) + eps)^-1/2 (b NULL: 0): BasicNorm (b NULL,
+ * scale 1) and BiasNorm (eps 0) */
 template <typename T>
-__global__ void basic_norm_kernel(float *x_out, T *h_out, const float *x, int d, float eps)
+__global__ void row_scale_norm_kernel(float *x_out, T *h_out, const float *x, int d, const float *b,
+                                      float eps, float scale)
 {
     __shared__ float red[32];
     const float *xr = x + (size_t)blockIdx.x * d;
     float s = 0.0f;
-    for (int j = threadIdx.x; j < d; j += blockDim.x)
-        s += xr[j] * xr[j];
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float v = xr[j] - (b ? b[j] : 0.0f);
+        s += v * v;
+    }
     s = tr_block_sum(s, red);
-    float sc = rsqrtf(s / (float)d + eps);
+    float sc = scale * rsqrtf(s / (float)d + eps);
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
         float v = xr[j] * sc;
         if (h_out)
@@ -106,6 +111,19 @@ __global__ void basic_norm_kernel(float *x_out, T *h_out, const float *x, int d,
         if (x_out)
             x_out[(size_t)blockIdx.x * d + j] = v;
     }
+}
+
+static void row_scale_norm(float *x_out, void *h_out, ops_dtype_t h_t, const float *x, int n, int d,
+                           const float *b, float eps, float scale, void *stream)
+{
+    cudaStream_t st = (cudaStream_t)stream;
+    int th = d >= 512 ? 256 : 128;
+    if (h_t == OPS_F16)
+        row_scale_norm_kernel<<<n, th, 0, st>>>(x_out, (__half *)h_out, x, d, b, eps, scale);
+    else if (h_t == OPS_BF16)
+        row_scale_norm_kernel<<<n, th, 0, st>>>(x_out, (__nv_bfloat16 *)h_out, x, d, b, eps, scale);
+    else
+        row_scale_norm_kernel<<<n, th, 0, st>>>(x_out, (float *)h_out, x, d, b, eps, scale);
 }
 
 extern "C" int cuda_basic_norm(float *x_out, void *h_out, ops_dtype_t h_t, const float *x, int n,
@@ -113,39 +131,10 @@ extern "C" int cuda_basic_norm(float *x_out, void *h_out, ops_dtype_t h_t, const
 {
     if (n <= 0)
         return HARK_OK;
-    if (d <= 0 || n > 0x7fffffff)
+    if (d <= 0)
         return err_set(err, HARK_ERR_INVALID_ARG, "basic_norm: %d rows of %d", n, d);
-    cudaStream_t st = (cudaStream_t)stream;
-    int th = d >= 512 ? 256 : 128;
-    if (h_t == OPS_F16)
-        basic_norm_kernel<<<n, th, 0, st>>>(x_out, (__half *)h_out, x, d, eps);
-    else if (h_t == OPS_BF16)
-        basic_norm_kernel<<<n, th, 0, st>>>(x_out, (__nv_bfloat16 *)h_out, x, d, eps);
-    else
-        basic_norm_kernel<<<n, th, 0, st>>>(x_out, (float *)h_out, x, d, eps);
-    return launched(err, "basic_norm_kernel");
-}
-
-template <typename T>
-__global__ void bias_norm_kernel(float *x_out, T *h_out, const float *x, int d, const float *b,
-                                 float scale)
-{
-    __shared__ float red[32];
-    const float *xr = x + (size_t)blockIdx.x * d;
-    float s = 0.0f;
-    for (int j = threadIdx.x; j < d; j += blockDim.x) {
-        float v = xr[j] - b[j];
-        s += v * v;
-    }
-    s = tr_block_sum(s, red);
-    float sc = scale / sqrtf(s / (float)d);
-    for (int j = threadIdx.x; j < d; j += blockDim.x) {
-        float v = xr[j] * sc;
-        if (h_out)
-            tr_st(h_out, (size_t)blockIdx.x * d + j, v);
-        if (x_out)
-            x_out[(size_t)blockIdx.x * d + j] = v;
-    }
+    row_scale_norm(x_out, h_out, h_t, x, n, d, NULL, eps, 1.0f, stream);
+    return launched(err, "basic_norm");
 }
 
 extern "C" int cuda_bias_norm(float *x_out, void *h_out, ops_dtype_t h_t, const float *x, int n,
@@ -156,15 +145,8 @@ extern "C" int cuda_bias_norm(float *x_out, void *h_out, ops_dtype_t h_t, const 
     if (d <= 0 || !b)
         return err_set(err, HARK_ERR_INVALID_ARG, "bias_norm: %d rows of %d, bias %p", n, d,
                        (const void *)b);
-    cudaStream_t st = (cudaStream_t)stream;
-    int th = d >= 512 ? 256 : 128;
-    if (h_t == OPS_F16)
-        bias_norm_kernel<<<n, th, 0, st>>>(x_out, (__half *)h_out, x, d, b, scale);
-    else if (h_t == OPS_BF16)
-        bias_norm_kernel<<<n, th, 0, st>>>(x_out, (__nv_bfloat16 *)h_out, x, d, b, scale);
-    else
-        bias_norm_kernel<<<n, th, 0, st>>>(x_out, (float *)h_out, x, d, b, scale);
-    return launched(err, "bias_norm_kernel");
+    row_scale_norm(x_out, h_out, h_t, x, n, d, b, 0.0f, scale, stream);
+    return launched(err, "bias_norm");
 }
 
 /* ---- the first conv's input ----------------------------------------------------------------- */

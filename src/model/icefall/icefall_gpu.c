@@ -734,10 +734,24 @@ static int dec_proj(icefall_gpu_worker_t *w, int batch, hark_err_t *err)
                      1, 0, 0, 0, w->ops, err);
 }
 
+/* logits (n, V) = joiner(ep[rows[r] or r][t] + dp[r]) without output_linear's bias (the search
+ * kernels add it) */
+static int joiner_logits(icefall_gpu_worker_t *w, float *logits, float *hid, const float *dp,
+                         const int *rows, int t, int n, hark_err_t *err)
+{
+    const icefall_config_t *c = &w->m->cfg;
+    const int J = c->joiner_dim, V = c->vocab;
+    int rc = cuda_joiner_hidden(hid, OPS_F32, w->ep, (long long)w->last_tp * J, rows, dp,
+                                w->g->dec_proj_b, t, n, J, w->stream, err);
+    return rc ? rc
+              : cuda_gemm(logits, OPS_F32, hid, w->g->out_w, OPS_F32, n, V, J, J, J, V, 1, 1.0f,
+                          0.0f, 1, 0, 0, 0, w->ops, err);
+}
+
 int icefall_gpu_greedy(icefall_gpu_worker_t *w, hark_err_t *err)
 {
     const icefall_config_t *c = &w->m->cfg;
-    const int B = w->last_batch, J = c->joiner_dim, V = c->vocab;
+    const int B = w->last_batch, V = c->vocab;
     if (B < 1)
         return err_set(err, HARK_ERR_INVALID_ARG, "icefall (gpu): greedy search before encode");
     cuda_greedy_t G = {.ctx = w->ctx_ids,
@@ -760,11 +774,7 @@ int icefall_gpu_greedy(icefall_gpu_worker_t *w, hark_err_t *err)
     if (!rc)
         rc = dec_proj(w, B, err);
     for (int t = 0; t < w->last_tmax && !rc; t++) {
-        rc = cuda_joiner_hidden(w->hid, OPS_F32, w->ep, (long long)w->last_tp * J, NULL, w->dp,
-                                w->g->dec_proj_b, t, B, J, w->stream, err);
-        if (!rc)
-            rc = cuda_gemm(w->logits, OPS_F32, w->hid, w->g->out_w, OPS_F32, B, V, J, J, J, V, 1,
-                           1.0f, 0.0f, 1, 0, 0, 0, w->ops, err);
+        rc = joiner_logits(w, w->logits, w->hid, w->dp, NULL, t, B, err);
         if (!rc)
             rc = cuda_greedy_step(&G, w->dec, OPS_F32, w->logits, lens, t, B, w->stream, err);
         if (!rc)
@@ -940,11 +950,7 @@ static int beam_frame(icefall_gpu_worker_t *w, icefall_beam_t *hb, int *act, int
         rc = cuda_gemm(w->b_dp, OPS_F32, w->b_dec, w->g->dec_proj_w, OPS_F32, R, J, D, D, D, J, 1,
                        1.0f, 0.0f, 1, 0, 0, 0, w->ops, err);
     if (!rc)
-        rc = cuda_joiner_hidden(w->b_hid, OPS_F32, w->ep, (long long)w->last_tp * J, du, w->b_dp,
-                                w->g->dec_proj_b, t, R, J, w->stream, err);
-    if (!rc)
-        rc = cuda_gemm(w->b_logits, OPS_F32, w->b_hid, w->g->out_w, OPS_F32, R, V, J, J, J, V, 1,
-                       1.0f, 0.0f, 1, 0, 0, 0, w->ops, err);
+        rc = joiner_logits(w, w->b_logits, w->b_hid, w->b_dp, du, t, R, err);
     if (!rc)
         rc = cuda_beam_topk(w->b_val, w->b_idx, w->b_logits, V, w->g->out_b, dh, doff, S, beam, V,
                             beam, w->stream, err);
