@@ -77,6 +77,8 @@ int icefall_method_parse(const char *name, icefall_method_t *out)
         *out = ICEFALL_GREEDY;
     else if (!strcmp(name, "modified_beam_search"))
         *out = ICEFALL_MODIFIED_BEAM;
+    else if (!strcmp(name, "fast_beam_search"))
+        *out = ICEFALL_FAST_BEAM;
     else
         return -1;
     return 0;
@@ -200,7 +202,8 @@ static int config_parse(const char *path, icefall_config_t *c, hark_err_t *err)
     icefall_method_t mt;
     if (icefall_method_parse(meth, &mt)) {
         rc = err_set(err, HARK_ERR_UNSUPPORTED,
-                     "%s: decoding.method \"%.100s\" is not greedy_search or modified_beam_search",
+                     "%s: decoding.method \"%.100s\" is not greedy_search, "
+                     "modified_beam_search or fast_beam_search",
                      path, meth);
         goto done;
     }

@@ -114,7 +114,7 @@ typedef enum {
     ICEFALL_MODIFIED_BEAM = 1,
     ICEFALL_FAST_BEAM = 2
 } icefall_method_t;
-/* "greedy_search" | "modified_beam_search" -> *out; -1 when unknown. */
+/* "greedy_search" | "modified_beam_search" | "fast_beam_search" -> *out; -1 when unknown. */
 int icefall_method_parse(const char *name, icefall_method_t *out);
 const char *icefall_method_name(icefall_method_t m);
 

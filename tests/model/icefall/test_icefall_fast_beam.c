@@ -315,6 +315,64 @@ TEST(icefall_fast_beam_rules)
     icefall_destroy(m);
 }
 
+/* the converter's --method fast_beam_search --beam --max-contexts --max-states: model.json's
+ * defaults (icefall_config) and config.pbtxt's parameters */
+TEST(icefall_fast_beam_convert)
+{
+    char log[4000];
+    const char *d = test_tmpdir(t);
+    if (tiny_model(d, "m", 5, 2, 4, 2,
+                   "--method fast_beam_search --beam 2.5 --max-contexts 3 --max-states 6", log,
+                   sizeof log)) {
+        if (!test_python("torch, numpy"))
+            SKIP("no python3 with torch and numpy (the test model)");
+        CHECKF(0, "tiny model: %s", log);
+    }
+    icefall_model_t *m = load_model(d, "m");
+    CHECK(m != NULL);
+    const icefall_config_t *c = icefall_config(m);
+    CHECK_EQ_INT(c->method, ICEFALL_FAST_BEAM);
+    CHECK(!strcmp(icefall_method_name(ICEFALL_FAST_BEAM), "fast_beam_search"));
+    CHECK(c->fast_beam.beam == 2.5 && c->fast_beam.max_contexts == 3 &&
+          c->fast_beam.max_states == 6);
+    icefall_destroy(m);
+    char path[1200], buf[8192] = "";
+    snprintf(path, sizeof path, "%s/m/config.pbtxt", d);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    CHECK(strstr(buf, "key: \"decoding_method\" value { string_value: \"fast_beam_search\" }"));
+    CHECK(strstr(buf, "key: \"beam\" value { string_value: \"2.5\" }"));
+    CHECK(strstr(buf, "key: \"max_contexts\" value { string_value: \"3\" }"));
+    CHECK(strstr(buf, "key: \"max_states\" value { string_value: \"6\" }"));
+    /* model.json without the three keys (older conversions): pretrained.py's 4, 4, 8; a bad
+     * one: refused by name */
+    snprintf(path, sizeof path, "%s/m/1/model.json", d);
+    char cmd[2600];
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 -c \"import json,sys; p=sys.argv[1]; j=json.load(open(p)); "
+             "[j['decoding'].pop(k) for k in ('beam','max_contexts','max_states')]; "
+             "json.dump(j, open(p,'w'))\" '%s'",
+             path);
+    CHECK_EQ_INT(system(cmd), 0);
+    CHECK((m = load_model(d, "m")) != NULL);
+    c = icefall_config(m);
+    CHECK(c->fast_beam.beam == 4 && c->fast_beam.max_contexts == 4 && c->fast_beam.max_states == 8);
+    icefall_destroy(m);
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 -c \"import json,sys; p=sys.argv[1]; j=json.load(open(p)); "
+             "j['decoding']['max_states']=0; json.dump(j, open(p,'w'))\" '%s'",
+             path);
+    CHECK_EQ_INT(system(cmd), 0);
+    snprintf(path, sizeof path, "%s/m", d);
+    icefall_model_t *bad = NULL;
+    hark_err_t err = {0};
+    CHECK_EQ_INT(icefall_load(path, 1, &bad, &err), HARK_ERR_FORMAT);
+    CHECKF(strstr(err.msg, "decoding.max_states") != NULL, "%s", err.msg);
+}
+
 /* ---- against k2 ----------------------------------------------------------------------------- */
 
 /* The reference set `name` (ref.json): $HARK_FAST_BEAM_REF/<name> when the script's outputs are
