@@ -176,7 +176,8 @@ int icefall_bench_main(int argc, char **argv)
                      : !strcmp(precision, "fp32") ? OPS_F32
                                                   : (ops_dtype_t)-1;
     if (!model_dir || (int)dt < 0 || strncmp(device, "cuda", 4) ||
-        icefall_method_parse(method_name, &method) || !(seconds > 0.1) || beam < 1 || beam > 64) {
+        icefall_method_parse(method_name, &method) || method == ICEFALL_FAST_BEAM ||
+        !(seconds > 0.1) || beam < 1 || beam > 64) {
         fprintf(stderr, "hark bench: icefall: --model DIR, --precision fp16|bf16|fp32, --device "
                         "cuda:N (the benchmark times the GPU path), --decoding-method "
                         "greedy_search|modified_beam_search, --seconds > 0.1, --beam-size 1..64\n");
