@@ -27,6 +27,7 @@ check passes. Runs with Debian's /usr/bin/python3 (python3-torch, python3-numpy)
 """
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -42,7 +43,7 @@ CONVERTER_VERSION = "1"
 MODEL_JSON_VERSION = 1
 FAMILY = "icefall_transducer"
 RECIPES = ("pruned_transducer_stateless3", "zipformer")
-METHODS = ("greedy_search", "modified_beam_search")
+METHODS = ("greedy_search", "modified_beam_search", "fast_beam_search")
 LOG_EPS_PAD = -23.025850929940457  # math.log(1e-10): icefall's batch padding of the features
 
 
@@ -485,7 +486,7 @@ def convert_zipformer(args):
             "source": os.path.basename(args.checkpoint), "state_dict": key or "(bare)"}
     out = write_entry(args.output, tensors, meta, model_json,
                       config_pbtxt(name, args.max_batch_size, args.method, args.beam_size,
-                                   args.streaming),
+                                   args.streaming, fast_beam_of(args)),
                       copies={"1/tokens.txt": args.tokens})
     n = sum(x.size for x in tensors.values())
     print(f"wrote {out}: zipformer, {len(a['downsampling_factor'])} stacks "
@@ -518,7 +519,11 @@ def check_tokens(path, vocab):
 
 # ---- writers -----------------------------------------------------------------------------------
 
-def config_pbtxt(name, max_batch, method, beam, max_sequences=0):
+def fast_beam_of(args):
+    return (args.beam, args.max_contexts, args.max_states)
+
+
+def config_pbtxt(name, max_batch, method, beam, max_sequences=0, fast_beam=None):
     preferred = sorted({max(1, max_batch // 2), max_batch})
     out = [f'name: "{name}"', 'backend: "hark"', f"max_batch_size: {max_batch}",
            "input [", "  {", '    name: "WAV"', "    data_type: TYPE_FP32", "    dims: [ -1 ]",
@@ -533,6 +538,9 @@ def config_pbtxt(name, max_batch, method, beam, max_sequences=0):
            f'parameters {{ key: "family" value {{ string_value: "{FAMILY}" }} }}',
            f'parameters {{ key: "decoding_method" value {{ string_value: "{method}" }} }}',
            f'parameters {{ key: "beam_size" value {{ string_value: "{beam}" }} }}']
+    if method == "fast_beam_search":  # as sherpa's scorer config lists them
+        for key, v in zip(("beam", "max_contexts", "max_states"), fast_beam):
+            out.append(f'parameters {{ key: "{key}" value {{ string_value: "{v!r}" }} }}')
     return "\n".join(out) + "\n"
 
 
@@ -554,9 +562,17 @@ def common_checks(args):
         fail(f"--streaming {args.streaming}: must be in [0, 4096] sequences per instance")
     if args.method not in METHODS:
         if args.method.startswith("fast_beam_search"):
-            fail(f"--method {args.method}: not implemented in hark yet (greedy_search, "
-                 "modified_beam_search)")
+            fail(f"--method {args.method}: not implemented in hark yet (fast_beam_search is "
+                 "icefall's one best with the trivial graph; no LG, no n-best)")
         fail(f"--method {args.method}: not one of {', '.join(METHODS)}")
+    if args.method == "fast_beam_search" and args.streaming:
+        fail("--method fast_beam_search with --streaming: hark's streams decode with "
+             "greedy_search or modified_beam_search (fast_beam_search: whole utterances)")
+    if not (math.isfinite(args.beam) and args.beam >= 0):
+        fail(f"--beam {args.beam}: fast_beam_search's beam must be a finite number >= 0")
+    for flag, v in (("--max-contexts", args.max_contexts), ("--max-states", args.max_states)):
+        if not 1 <= v <= 1024:
+            fail(f"{flag} {v}: must be in [1, 1024]")
     if args.sample_rate != 16000:
         fail(f"--sample-rate {args.sample_rate}: the recipe's features are 16000 Hz (hark "
              "resamples the audio itself)")
@@ -629,7 +645,8 @@ def convert_conformer(args):
             "converter_version": CONVERTER_VERSION, "recipe": args.recipe,
             "source": os.path.basename(args.checkpoint), "state_dict": key or "(bare)"}
     out = write_entry(args.output, tensors, meta, model_json,
-                      config_pbtxt(name, args.max_batch_size, args.method, args.beam_size),
+                      config_pbtxt(name, args.max_batch_size, args.method, args.beam_size,
+                                   fast_beam=fast_beam_of(args)),
                       copies={"1/tokens.txt": args.tokens})
     n = sum(a.size for a in tensors.values())
     print(f"wrote {out}: {args.recipe}, {arch['num_encoder_layers']} layers, d "
@@ -703,12 +720,16 @@ def main(argv=None):
                     "unused (the text comes from --tokens)")
     # pretrained.py's own flags (icefall's defaults)
     ap.add_argument("--method", default="greedy_search",
-                    help="default decoding method: greedy_search | modified_beam_search")
+                    help="default decoding method: greedy_search | modified_beam_search | "
+                    "fast_beam_search")
     ap.add_argument("--sample-rate", type=int, default=16000)
     ap.add_argument("--beam-size", type=int, default=4, help="modified_beam_search width")
-    ap.add_argument("--beam", type=float, default=4, help="fast_beam_search (recorded only)")
-    ap.add_argument("--max-contexts", type=int, default=4, help="fast_beam_search (recorded)")
-    ap.add_argument("--max-states", type=int, default=8, help="fast_beam_search (recorded)")
+    ap.add_argument("--beam", type=float, default=4,
+                    help="fast_beam_search's beam (the model's default; requests may override)")
+    ap.add_argument("--max-contexts", type=int, default=4,
+                    help="fast_beam_search's contexts per frame (default; requests override)")
+    ap.add_argument("--max-states", type=int, default=8,
+                    help="fast_beam_search's states per frame (default; requests override)")
     ap.add_argument("--context-size", type=int, default=2)
     ap.add_argument("--max-sym-per-frame", type=int, default=1)
     # pruned_transducer_stateless3: pretrained.py and train.py's add_model_arguments

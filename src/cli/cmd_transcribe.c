@@ -48,7 +48,8 @@ static void transcribe_usage(FILE *f)
         "    (or --url http://host:port -m MODEL to ask a server)",
         "    [--decoding-method ctc_greedy_search|ctc_prefix_beam_search|attention_rescoring "
         "(WeNet)",
-        "                      |greedy_search|modified_beam_search (icefall transducers)]",
+        "                      |greedy_search|modified_beam_search|fast_beam_search (icefall",
+        "                      transducers)]",
         "    [--beam-size 10] [--ctc-weight W] [--reverse-weight W] [--nbest N] [--threads N]",
         "    [--chunk-size N [--left-chunks N]]",
         "    [--format text|json|srt|vtt] [--dump-dir D] FILE...",

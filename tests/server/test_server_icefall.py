@@ -1,10 +1,13 @@
 """Integration test of `hark serve` with an icefall transducer (run by
 tests/server/test_server_icefall.c): a real server on loopback with icefall's converted T1 golden
-model under two names — the converter's config (greedy_search) and one whose config.pbtxt picks
-modified_beam_search — driven with KServe v2 binary tensors (WAV/WAV_LENS -> TRANSCRIPTS, the
-sherpa/WeNet contract), request parameters, OpenAI transcriptions and bad input.
+model under three names — the converter's config (greedy_search), one whose config.pbtxt picks
+modified_beam_search and one with fast_beam_search and its beam / max_contexts / max_states —
+driven with KServe v2 binary tensors (WAV/WAV_LENS -> TRANSCRIPTS, the sherpa/WeNet contract),
+request parameters, OpenAI transcriptions and bad input. fast_beam_search has no golden here
+(icefall's needs k2: tests/model/icefall/test_icefall_fast_beam.c compares the search with k2's);
+the server must give what `hark transcribe --decoding-method fast_beam_search` gives.
 Usage: test_server_icefall.py HARK_BIN MODEL_DIR GOLDEN_T1_DIR. Exit 0 = pass."""
-import json, os, shutil, sys, tempfile
+import json, os, shutil, subprocess, sys, tempfile
 import numpy as np
 import requests
 
@@ -28,7 +31,22 @@ cfg = open(os.path.join(mbs, "config.pbtxt")).read()
 cfg = cfg.replace('name: "m"', 'name: "transducer_mbs"').replace(
     'string_value: "greedy_search"', 'string_value: "modified_beam_search"')
 open(os.path.join(mbs, "config.pbtxt"), "w").write(cfg)
+fbs = os.path.join(repo, "transducer_fbs")  # fast_beam_search, pruning that bites, from config
+shutil.copytree(model_dir, fbs)
+cfg = open(os.path.join(fbs, "config.pbtxt")).read().replace(
+    'string_value: "greedy_search"', 'string_value: "fast_beam_search"')
+cfg += "".join('parameters { key: "%s" value { string_value: "%s" } }\n' % kv
+               for kv in (("beam", "2"), ("max_contexts", "3"), ("max_states", "5")))
+open(os.path.join(fbs, "config.pbtxt"), "w").write(cfg)
 name_models(repo)
+
+
+def transcribe_fast(wavs):
+    """hark transcribe --decoding-method fast_beam_search (the model's 4, 4, 8): texts"""
+    out = subprocess.run([hark, "transcribe", "--model", model_dir, "--decoding-method",
+                          "fast_beam_search", "--format", "json", *wavs], capture_output=True,
+                         text=True, check=True).stdout
+    return [r["text"] for r in json.loads(out)]
 srv = Server(hark, repo, args=["--http-threads", "1"])
 base, log = srv.base, srv.log
 check = Checks()
@@ -75,8 +93,27 @@ try:
     check(r.status_code == 200 and r.json().get("text") == GREEDY[2],
           f"OpenAI transcription: {r.status_code} {r.text[:120]}")
 
-    st, js, _ = infer("transducer", ins, "TRANSCRIPTS", {"decoding_method": "fast_beam_search"})
-    check(st == 400 and "fast_beam_search" in js.get("error", ""), f"fast_beam_search: 400 ({js})")
+    fast = transcribe_fast([os.path.join(golden, "wavs", u + ".wav") for u in UTTS])
+    st, js, blob = infer("transducer", ins, "TRANSCRIPTS", {"decoding_method": "fast_beam_search"})
+    got = texts_of(blob) if st == 200 else js
+    check(st == 200 and got == fast, f"request decoding_method fast_beam_search ({got} vs {fast})")
+    # the request's beam / max_contexts / max_states = config.pbtxt's
+    st, js, blob = infer("transducer_fbs", ins, "TRANSCRIPTS")
+    st2, js2, blob2 = infer("transducer", ins, "TRANSCRIPTS",
+                            {"decoding_method": "fast_beam_search", "beam": 2,
+                             "max_contexts": 3, "max_states": 5})
+    check(st == 200 and st2 == 200 and texts_of(blob) == texts_of(blob2),
+          f"fast_beam_search options from config.pbtxt = from the request ({js} {js2})")
+    st, js, blob = infer("transducer_fbs", ins, "TRANSCRIPTS",
+                         {"beam": 4, "max_contexts": 4, "max_states": 8})
+    check(st == 200 and texts_of(blob) == fast, "the request's options over the config's")
+    st, js, _ = infer("transducer", ins, "TRANSCRIPTS",
+                      {"decoding_method": "fast_beam_search_nbest"})
+    check(st == 400 and "not implemented" in js.get("error", ""),
+          f"fast_beam_search_nbest: 400 ({js})")
+    st, js, _ = infer("transducer", ins, "TRANSCRIPTS",
+                      {"decoding_method": "fast_beam_search", "max_states": 0})
+    check(st == 400 and "max_states" in js.get("error", ""), f"max_states 0: 400 ({js})")
     st, js, _ = infer("transducer", ins, "TRANSCRIPTS", {"beam_size": 0})
     check(st == 400 and "beam_size must be in [1, 64]" in js.get("error", ""),
           f"beam_size 0: 400 ({js})")

@@ -77,6 +77,8 @@ int icefall_method_parse(const char *name, icefall_method_t *out)
         *out = ICEFALL_GREEDY;
     else if (!strcmp(name, "modified_beam_search"))
         *out = ICEFALL_MODIFIED_BEAM;
+    else if (!strcmp(name, "fast_beam_search"))
+        *out = ICEFALL_FAST_BEAM;
     else
         return -1;
     return 0;
@@ -84,7 +86,9 @@ int icefall_method_parse(const char *name, icefall_method_t *out)
 
 const char *icefall_method_name(icefall_method_t m)
 {
-    return m == ICEFALL_MODIFIED_BEAM ? "modified_beam_search" : "greedy_search";
+    return m == ICEFALL_MODIFIED_BEAM ? "modified_beam_search"
+           : m == ICEFALL_FAST_BEAM   ? "fast_beam_search"
+                                      : "greedy_search";
 }
 
 /* model.json's encoder section of a pruned_transducer_stateless3 model */
@@ -198,11 +202,27 @@ static int config_parse(const char *path, icefall_config_t *c, hark_err_t *err)
     icefall_method_t mt;
     if (icefall_method_parse(meth, &mt)) {
         rc = err_set(err, HARK_ERR_UNSUPPORTED,
-                     "%s: decoding.method \"%.100s\" is not greedy_search or modified_beam_search",
+                     "%s: decoding.method \"%.100s\" is not greedy_search, "
+                     "modified_beam_search or fast_beam_search",
                      path, meth);
         goto done;
     }
     c->method = (int)mt;
+    /* fast_beam_search's beam, max_contexts, max_states (older models: pretrained.py's) */
+    c->fast_beam = (icefall_fast_beam_opts_t){.beam = 4.0, .max_contexts = 4, .max_states = 8};
+    if ((cJSON_GetObjectItemCaseSensitive(dc, "beam") &&
+         (rc = get_num(&x, dc, "decoding", "beam", &c->fast_beam.beam))) ||
+        (cJSON_GetObjectItemCaseSensitive(dc, "max_contexts") &&
+         (rc = get_int(&x, dc, "decoding", "max_contexts", 1, ICEFALL_FAST_BEAM_MAX_ITEMS,
+                       &c->fast_beam.max_contexts))) ||
+        (cJSON_GetObjectItemCaseSensitive(dc, "max_states") &&
+         (rc = get_int(&x, dc, "decoding", "max_states", 1, ICEFALL_FAST_BEAM_MAX_ITEMS,
+                       &c->fast_beam.max_states))))
+        goto done;
+    if (!(c->fast_beam.beam >= 0) || !isfinite(c->fast_beam.beam)) {
+        rc = err_set(err, HARK_ERR_FORMAT, "%s: decoding.beam must be a finite number >= 0", path);
+        goto done;
+    }
     c->left_chunks = -1;
     if (c->encoder_type == ICEFALL_CONFORMER &&
         cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(dc, "simulate_streaming"))) {

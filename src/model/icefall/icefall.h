@@ -61,6 +61,17 @@ typedef struct {
     int left_frames; /* --left-context-frames */
 } icefall_zipformer_config_t;
 
+/* fast_beam_search's options, as icefall's --beam, --max-contexts, --max-states (its
+ * pretrained.py's defaults 4, 4, 8) */
+typedef struct {
+    double beam;      /* >= 0, finite: a state or context below the frame's best - beam goes */
+    int max_contexts; /* 1 .. ICEFALL_FAST_BEAM_MAX_ITEMS distinct decoder contexts per frame */
+    int max_states;   /* 1 .. ICEFALL_FAST_BEAM_MAX_ITEMS states per frame */
+} icefall_fast_beam_opts_t;
+#define ICEFALL_FAST_BEAM_MAX_ITEMS 1024
+/* HARK_ERR_INVALID_ARG naming the option out of range */
+int icefall_fast_beam_check(const icefall_fast_beam_opts_t *o, hark_err_t *err);
+
 typedef struct {
     int encoder_type; /* icefall_encoder_type_t (model.json's recipe) */
     /* encoder (Conformer; for the zipformer d is max(encoder_dim), the encoder output's width, and
@@ -92,12 +103,18 @@ typedef struct {
     int chunk_size;  /* decode_chunk_size; 0: full attention (offline) */
     int left_chunks; /* left_context / decode_chunk_size; -1: every chunk to the left */
     /* defaults of the decoding options */
-    int method;    /* icefall_method_t */
-    int beam_size; /* modified_beam_search */
+    int method;                         /* icefall_method_t */
+    int beam_size;                      /* modified_beam_search */
+    icefall_fast_beam_opts_t fast_beam; /* fast_beam_search (model.json's beam, max_contexts,
+                                           max_states; 4, 4, 8 when absent) */
 } icefall_config_t;
 
-typedef enum { ICEFALL_GREEDY = 0, ICEFALL_MODIFIED_BEAM = 1 } icefall_method_t;
-/* "greedy_search" | "modified_beam_search" -> *out; -1 when unknown. */
+typedef enum {
+    ICEFALL_GREEDY = 0,
+    ICEFALL_MODIFIED_BEAM = 1,
+    ICEFALL_FAST_BEAM = 2
+} icefall_method_t;
+/* "greedy_search" | "modified_beam_search" | "fast_beam_search" -> *out; -1 when unknown. */
 int icefall_method_parse(const char *name, icefall_method_t *out);
 const char *icefall_method_name(icefall_method_t m);
 
@@ -209,7 +226,8 @@ typedef struct {
     int *tokens; /* (n) */
     int *times;  /* (n) encoder frames */
     int n;
-    double score; /* greedy: sum of the emitted tokens' raw logits; beam: the log-probability */
+    double score; /* greedy: sum of the emitted tokens' raw logits; beam: the log-probability;
+                     fast beam: the lattice path's score */
 } icefall_hyp_t;
 void icefall_hyp_free(icefall_hyp_t *h); /* frees what h owns and zeroes it; NULL-safe */
 
@@ -230,6 +248,20 @@ int icefall_modified_beam_search(const icefall_model_t *m, const float *ep, int 
                                  icefall_hyp_t *best, icefall_hyp_t **nbest, int *n_nbest,
                                  hark_err_t *err);
 
+/* icefall's fast_beam_search_one_best with k2.trivial_graph(vocab - 1) on one utterance: ep (T,
+ * joiner_dim), as k2's RnntDecodingStreams decode it (icefall_fast_beam.c says how): states of
+ * (decoder context, trivial-graph state) starting from the context [blank] * context_size, one
+ * symbol per frame, Viterbi (max) scores, per frame the first-pass beam, then max_states, then
+ * max_contexts; the one best path of the lattice as k2.shortest_path finds it, its non-blank
+ * labels with their frames (the last frame emits nothing: k2 ends the lattice there). opts NULL:
+ * the model's (icefall_config's fast_beam). best->score: the path's score (the log-probs of its
+ * arcs over frames 0 .. T-2), -inf with no tokens when no final arc survived the last frame's
+ * pruning (k2's empty lattice); T == 0 gives no tokens, score 0. HARK_ERR_INVALID_ARG (options),
+ * HARK_ERR_UNSUPPORTED (vocab ^ context_size past 2^62), HARK_ERR_NOMEM. */
+int icefall_fast_beam_search(const icefall_model_t *m, const float *ep, int T,
+                             const icefall_fast_beam_opts_t *opts, icefall_hyp_t *best,
+                             hark_err_t *err);
+
 /* Text of a hypothesis: the pieces joined, U+2581 -> ' ', stripped (pretrained.py's
  * token_ids_to_words); *text from hark_malloc. */
 int icefall_text(const icefall_model_t *m, const icefall_hyp_t *h, char **text, hark_err_t *err);
@@ -238,14 +270,15 @@ int icefall_text(const icefall_model_t *m, const icefall_hyp_t *h, char **text, 
  * utterance does not depend on its batch), then the search (greedy batched over all B). */
 typedef struct {
     icefall_method_t method;
-    int beam_size;          /* modified_beam_search; 0: the model's default */
-    icefall_stage_fn stage; /* B == 1 only; NULL: none */
+    int beam_size;                      /* modified_beam_search; 0: the model's default */
+    icefall_fast_beam_opts_t fast_beam; /* fast_beam_search; max_states 0: the model's */
+    icefall_stage_fn stage;             /* B == 1 only; NULL: none */
     void *stage_user;
 } icefall_run_opts_t;
 
 typedef struct {
     icefall_hyp_t best;
-    icefall_hyp_t *nbest; /* (n_nbest) modified_beam_search's final beam; NULL for greedy */
+    icefall_hyp_t *nbest; /* (n_nbest) modified_beam_search's final beam; NULL for the others */
     int n_nbest;
     char *text;
     int n_frames; /* encoder frames */

@@ -92,7 +92,9 @@ static int bench_one(const icefall_model_t *m, const icefall_gpu_model_t *g, con
                 tokens += hy[b].n;
                 icefall_hyp_free(&hy[b]);
             }
-        } else if (!r && !(r = icefall_gpu_beam(w, beam, 0, res, &err))) {
+        } else if (!r &&
+                   !(r = method == ICEFALL_FAST_BEAM ? icefall_gpu_fast_beam(w, NULL, res, &err)
+                                                     : icefall_gpu_beam(w, beam, 0, res, &err))) {
             for (int b = 0; b < B; b++) {
                 tokens += res[b].best.n;
                 icefall_result_free(&res[b]);
@@ -179,7 +181,8 @@ int icefall_bench_main(int argc, char **argv)
         icefall_method_parse(method_name, &method) || !(seconds > 0.1) || beam < 1 || beam > 64) {
         fprintf(stderr, "hark bench: icefall: --model DIR, --precision fp16|bf16|fp32, --device "
                         "cuda:N (the benchmark times the GPU path), --decoding-method "
-                        "greedy_search|modified_beam_search, --seconds > 0.1, --beam-size 1..64\n");
+                        "greedy_search|modified_beam_search|fast_beam_search (the model's beam, "
+                        "max_contexts, max_states), --seconds > 0.1, --beam-size 1..64\n");
         return 2;
     }
 #ifndef HARK_CUDA

@@ -2,13 +2,16 @@
  * "icefall_transducer", offline ASR over icefall.h on the CPU, or for the Conformer
  * (pruned_transducer_stateless3) on a GPU (load device >= 0: icefall_gpu.h, in config.pbtxt's
  * `parameters precision` fp32 | fp16 | bf16; greedy and modified beam search on the device, the
- * beam's merges on `parameters search_threads` host threads per instance, 1..64, default 1; no
- * dump_dir),
- * served under the generic WAV/WAV_LENS (or AUDIO) -> TRANSCRIPTS contract. Options (config.pbtxt
- * parameters, then the request's): decoding_method greedy_search | modified_beam_search (icefall's
- * names; the model's default from the converter's --method), beam_size (modified_beam_search's
- * width, icefall's
- * --beam-size; `beam` is taken as the same), nbest (1..64 or "all": hypotheses of the final beam
+ * beam's merges and fast_beam_search's utterances on `parameters search_threads` host threads per
+ * instance, 1..64, default 1; no dump_dir), served under the generic WAV/WAV_LENS (or AUDIO) ->
+ * TRANSCRIPTS contract. Options (config.pbtxt parameters, then the request's): decoding_method
+ * greedy_search | modified_beam_search | fast_beam_search (icefall's names; the model's default
+ * from the converter's --method; fast_beam_search offline only, on the host:
+ * icefall_fast_beam.c), beam_size
+ * (modified_beam_search's width, icefall's --beam-size; `beam` is taken as the same, except with
+ * fast_beam_search, where beam is icefall's --beam, a number >= 0, beside max_contexts and
+ * max_states, 1..1024; their defaults from model.json, the converter's --beam, --max-contexts,
+ * --max-states), nbest (1..64 or "all": hypotheses of the final beam
  * returned, best first), for streams the endpointing keys of the WeNet family (endpointing,
  * continuous_decoding: true|false, default false; endpoint_silence_no_speech_ms,
  * endpoint_silence_after_speech_ms, endpoint_max_utterance_ms: the three rules of
@@ -51,6 +54,7 @@
 typedef struct {
     int method; /* icefall_method_t */
     int beam_size;
+    icefall_fast_beam_opts_t fast_beam; /* fast_beam_search's beam, max_contexts, max_states */
     int nbest; /* modified_beam_search: hypotheses of the final beam returned, best first; 0 all */
     int endpointing, continuous; /* streams: endpoint rules on; go on after one */
     ctc_endpoint_rule_t ep_rule[CTC_ENDPOINT_RULES]; /* sherpa-onnx's transducer defaults */
@@ -172,30 +176,49 @@ static int apply_params(const family_params_t *p, const char *where, icefall_fam
         if (icefall_method_parse(v, &mt)) {
             if (!strncmp(v, "fast_beam_search", 16))
                 return err_set(err, HARK_ERR_INVALID_ARG,
-                               "%sdecoding_method '%s' is not implemented yet (greedy_search, "
-                               "modified_beam_search)",
+                               "%sdecoding_method '%s' is not implemented yet (fast_beam_search "
+                               "is icefall's one best with the trivial graph; no LG or n-best)",
                                where, v);
             return err_set(err, HARK_ERR_INVALID_ARG,
                            "%sdecoding_method '%s' is not one of greedy_search, "
-                           "modified_beam_search",
+                           "modified_beam_search, fast_beam_search",
                            where, v);
         }
         o->method = (int)mt;
+    }
+    int rc = HARK_OK;
+    /* fast_beam_search: beam is icefall's --beam (a number), with max_contexts and max_states;
+     * for the other methods beam is beam_size's other name (below) */
+    if (o->method == ICEFALL_FAST_BEAM) {
+        icefall_fast_beam_opts_t fb = o->fast_beam;
+        if ((rc = family_param_double(p, "beam", &fb.beam, err)) == HARK_ERR_NOT_FOUND)
+            rc = HARK_OK;
+        if (!rc && (rc = family_param_int(p, "max_contexts", 1, ICEFALL_FAST_BEAM_MAX_ITEMS,
+                                          &fb.max_contexts, err)) == HARK_ERR_NOT_FOUND)
+            rc = HARK_OK;
+        if (!rc && (rc = family_param_int(p, "max_states", 1, ICEFALL_FAST_BEAM_MAX_ITEMS,
+                                          &fb.max_states, err)) == HARK_ERR_NOT_FOUND)
+            rc = HARK_OK;
+        if (!rc)
+            rc = icefall_fast_beam_check(&fb, err);
+        if (rc)
+            return *where ? err_prefix(err, rc, "%.*s", (int)strlen(where) - 1, where) : rc;
+        o->fast_beam = fb;
     }
     v = family_param(p, "nbest");
     if (v && !strcmp(v, "all")) {
         o->nbest = 0;
     } else if (v) {
         int nb;
-        int rc = family_param_int(p, "nbest", 1, 64, &nb, err);
+        rc = family_param_int(p, "nbest", 1, 64, &nb, err);
         if (rc)
             return *where ? err_prefix(err, rc, "%.*s", (int)strlen(where) - 1, where) : rc;
         o->nbest = nb;
     }
     static const char *const beam_keys[] = {"beam", "beam_size"}; /* beam_size wins */
-    for (int k = 0; k < 2; k++) {
+    for (int k = o->method == ICEFALL_FAST_BEAM; k < 2; k++) {
         int b;
-        int rc = family_param_int(p, beam_keys[k], 1, 64, &b, err);
+        rc = family_param_int(p, beam_keys[k], 1, 64, &b, err);
         if (rc == HARK_OK)
             o->beam_size = b;
         else if (rc != HARK_ERR_NOT_FOUND) /* the message names the key */
@@ -212,6 +235,7 @@ static int if_parse_opts(const family_model_t *fm, const family_params_t *cfg,
     const icefall_config_t *c = icefall_config(fm->m);
     o->method = c->method;
     o->beam_size = c->beam_size;
+    o->fast_beam = c->fast_beam;
     o->nbest = 0;
     o->endpointing = o->continuous = 0;
     endpoint_rules_transducer_default(o->ep_rule);
@@ -224,8 +248,15 @@ static int if_parse_opts(const family_model_t *fm, const family_params_t *cfg,
 static uint64_t if_batch_key(const void *opts)
 {
     const icefall_family_opts_t *o = opts;
-    return 0x696365666c6cull ^ ((uint64_t)o->method << 8) ^ (uint64_t)o->beam_size ^
-           ((uint64_t)o->nbest << 16);
+    uint64_t k = 0x696365666c6cull ^ ((uint64_t)o->method << 8) ^ (uint64_t)o->beam_size ^
+                 ((uint64_t)o->nbest << 16);
+    if (o->method == ICEFALL_FAST_BEAM) { /* items of one batch share these too */
+        uint64_t bits;
+        memcpy(&bits, &o->fast_beam.beam, sizeof bits);
+        k ^= (bits * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)o->fast_beam.max_contexts << 24) ^
+             ((uint64_t)o->fast_beam.max_states << 40);
+    }
+    return k;
 }
 
 static void if_worker_destroy(family_worker_t *w)
@@ -649,6 +680,7 @@ static int if_execute(family_worker_t *w, family_item_t *const *items, int n,
             /* one batch key: every item shares method and beam */
             ro.method = o ? (icefall_method_t)o->method : (icefall_method_t)c->method;
             ro.beam_size = o ? o->beam_size : c->beam_size;
+            ro.fast_beam = o ? o->fast_beam : c->fast_beam;
             if (!it->dump_dir || w->gw) {
                 if (it->dump_dir && w->gw) {
                     rc = err_set(&e, HARK_ERR_UNSUPPORTED,

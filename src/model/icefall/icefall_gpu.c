@@ -1019,6 +1019,66 @@ int icefall_gpu_beam(icefall_gpu_worker_t *w, int beam, int nbest, icefall_resul
     return rc;
 }
 
+typedef struct {
+    const icefall_model_t *m;
+    const float *ep; /* (B, T', J) */
+    const int *lens; /* (B) encoder frames */
+    int tp;
+    const icefall_fast_beam_opts_t *o;
+    icefall_result_t *res;
+    int *rc;
+    hark_err_t *errs;
+} fast_job_t;
+
+static void fast_one(void *ctx, int b)
+{
+    fast_job_t *j = ctx;
+    const size_t J = (size_t)j->m->cfg.joiner_dim;
+    j->rc[b] = icefall_fast_beam_search(j->m, j->ep + (size_t)b * j->tp * J, j->lens[b], j->o,
+                                        &j->res[b].best, &j->errs[b]);
+}
+
+int icefall_gpu_fast_beam(icefall_gpu_worker_t *w, const icefall_fast_beam_opts_t *o,
+                          icefall_result_t *res, hark_err_t *err)
+{
+    const int B = w->last_batch, J = w->m->cfg.joiner_dim;
+    if (B < 1)
+        return err_set(err, HARK_ERR_INVALID_ARG, "icefall (gpu): fast beam search before encode");
+    size_t n = (size_t)B * w->last_tp * J;
+    float *ep = hark_malloc(sizeof(float) * n);
+    int *rc = hark_calloc((size_t)B, sizeof *rc);
+    hark_err_t *errs = hark_calloc((size_t)B, sizeof *errs);
+    int r = HARK_OK;
+    for (int b = 0; b < B; b++)
+        memset(&res[b].best, 0, sizeof res[b].best);
+    if (!ep || !rc || !errs) {
+        r = err_set(err, HARK_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    cudaError_t e = cudaStreamSynchronize(w->stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(ep, w->ep, sizeof(float) * n, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        r = cuda_err(err, e, "encoder_proj");
+        goto done;
+    }
+    fast_job_t job = {w->m, ep, w->h_lens + w->max_batch, w->last_tp, o, res, rc, errs};
+    parallel_for(w->search, B, fast_one, &job);
+    for (int b = 0; b < B && !r; b++)
+        if (rc[b]) {
+            *err = errs[b];
+            r = rc[b];
+        }
+    if (r)
+        for (int b = 0; b < B; b++)
+            icefall_hyp_free(&res[b].best);
+done:
+    hark_free(ep);
+    hark_free(rc);
+    hark_free(errs);
+    return r;
+}
+
 int icefall_gpu_set_search_threads(icefall_gpu_worker_t *w, int threads, hark_err_t *err)
 {
     parallel_t *p = NULL;
@@ -1028,6 +1088,10 @@ int icefall_gpu_set_search_threads(icefall_gpu_worker_t *w, int threads, hark_er
     int rc = threads > 1 ? parallel_create(threads, &p, err) : HARK_OK;
     if (rc)
         return rc;
+    /* fast_beam_search's utterances run OpenBLAS's small GEMMs on these threads at once: its pool
+     * would take them one at a time, so one thread per call, process-wide */
+    if (threads > 1)
+        ops_set_threads(1);
     parallel_destroy(w->search);
     w->search = p;
     return HARK_OK;
@@ -1092,6 +1156,10 @@ int icefall_gpu_run(icefall_gpu_worker_t *w, const float *const *pcm, const size
             res[b].best = hyps[b];
             memset(&hyps[b], 0, sizeof hyps[b]);
         }
+    } else if (method == ICEFALL_FAST_BEAM) {
+        if ((rc = icefall_gpu_fast_beam(w, o && o->fast_beam.max_states > 0 ? &o->fast_beam : NULL,
+                                        res, err)))
+            goto done;
     } else if ((rc = icefall_gpu_beam(w, beam, 1, res, err))) {
         goto done;
     }
@@ -1182,6 +1250,12 @@ int icefall_gpu_results(icefall_gpu_worker_t *w, icefall_hyp_t *out, hark_err_t 
 }
 int icefall_gpu_beam(icefall_gpu_worker_t *w, int beam, int nbest, icefall_result_t *res,
                      hark_err_t *err)
+{
+    return no_device(err);
+}
+
+int icefall_gpu_fast_beam(icefall_gpu_worker_t *w, const icefall_fast_beam_opts_t *o,
+                          icefall_result_t *res, hark_err_t *err)
 {
     return no_device(err);
 }

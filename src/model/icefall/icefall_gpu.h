@@ -84,12 +84,20 @@ int icefall_gpu_results(icefall_gpu_worker_t *w, icefall_hyp_t *out, hark_err_t 
 #define ICEFALL_GPU_MAX_BEAM 64
 int icefall_gpu_beam(icefall_gpu_worker_t *w, int beam, int nbest, icefall_result_t *res,
                      hark_err_t *err);
+/* fast_beam_search (icefall_fast_beam_search; o NULL: the model's options) of every row of the
+ * last encode on the host, over the rows' encoder_proj copied back, the rows shared by the
+ * worker's search threads: res[b].best for row b; the other fields untouched. On an error no
+ * res[b] holds anything. */
+int icefall_gpu_fast_beam(icefall_gpu_worker_t *w, const icefall_fast_beam_opts_t *o,
+                          icefall_result_t *res, hark_err_t *err);
 /* threads (1..64, the caller counting as one; 1 by default) for icefall_gpu_beam's per-frame
- * merges of the rows' picks */
+ * merges of the rows' picks and icefall_gpu_fast_beam's rows; more than 1 also sets OpenBLAS to
+ * one thread per call, process-wide (ops_set_threads(1)): its pool would otherwise take the
+ * fast beam search's small GEMMs one at a time */
 int icefall_gpu_set_search_threads(icefall_gpu_worker_t *w, int threads, hark_err_t *err);
 
 /* End to end as icefall_run (same results contract and errors): the fbank on the host, the
- * encoder and the search on the device. */
+ * encoder and the search on the device (fast_beam_search on the host). */
 int icefall_gpu_run(icefall_gpu_worker_t *w, const float *const *pcm, const size_t *n, int batch,
                     const icefall_run_opts_t *o, icefall_result_t *res, hark_err_t *err);
 

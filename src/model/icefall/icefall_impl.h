@@ -152,6 +152,22 @@ int icefall_beam_result(const icefall_beam_t *b, icefall_hyp_t *best, icefall_hy
                         int *n_nbest, hark_err_t *err);
 void icefall_beam_free(icefall_beam_t *b); /* NULL-safe */
 
+/* icefall_fast_beam.c: icefall_fast_beam_search, also giving the size of the lattice k2 would
+ * build (stats may be NULL): its states (every frame's and the final state) and arcs (the arcs
+ * into the kept states of frames 0 .. T-2 and the last frame's final arcs), so that a test can
+ * check that every frame pruned as k2's did, and min_margin: the smallest gap, over the frames,
+ * between a score and a pruning decision it took part in (a first-pass arc into a kept state
+ * and the cut, the last kept state or context by rank and the first dropped, any of them and
+ * best - beam; capped at 1e-3 for the arcs), below which another implementation's rounding may
+ * prune differently; zeros (margin +inf) for T == 0. */
+typedef struct {
+    long states, arcs;
+    double min_margin;
+} icefall_fast_beam_stats_t;
+int icefall_fast_beam_search_ex(const icefall_model_t *m, const float *ep, int T,
+                                const icefall_fast_beam_opts_t *opts, icefall_hyp_t *best,
+                                icefall_fast_beam_stats_t *stats, hark_err_t *err);
+
 struct icefall_model {
     icefall_config_t cfg;
     icefall_zf_t zf; /* encoder_type ICEFALL_ZIPFORMER */

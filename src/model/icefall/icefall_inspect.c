@@ -94,8 +94,10 @@ int icefall_inspect_main(int argc, char **argv)
     if (c->chunk_size > 0)
         printf("simulate streaming   chunks of %d encoder frames, %d left chunks\n", c->chunk_size,
                c->left_chunks);
-    printf("decoding default     %s, beam_size %d\n",
-           icefall_method_name((icefall_method_t)c->method), c->beam_size);
+    printf("decoding default     %s, beam_size %d; fast_beam_search beam %g, max_contexts %d, "
+           "max_states %d\n",
+           icefall_method_name((icefall_method_t)c->method), c->beam_size, c->fast_beam.beam,
+           c->fast_beam.max_contexts, c->fast_beam.max_states);
     unsigned long long n_enc = 0, n_dec = 0, n_join = 0, n_other = 0;
     size_t n = st_count(st);
     for (size_t i = 0; i < n; i++) {

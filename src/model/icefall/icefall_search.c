@@ -556,6 +556,11 @@ int icefall_run(icefall_worker_t *w, const float *const *pcm, const size_t *n, i
             res[b].best = hyps[b];
             memset(&hyps[b], 0, sizeof hyps[b]);
         }
+    } else if (method == ICEFALL_FAST_BEAM) {
+        for (int b = 0; b < B && !rc; b++)
+            rc = icefall_fast_beam_search(m, ep[b], lens[b],
+                                          o && o->fast_beam.max_states > 0 ? &o->fast_beam : NULL,
+                                          &res[b].best, err);
     } else {
         for (int b = 0; b < B && !rc; b++)
             rc = icefall_modified_beam_search(m, ep[b], lens[b], beam, &res[b].best, &res[b].nbest,

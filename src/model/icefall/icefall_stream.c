@@ -120,6 +120,10 @@ int icefall_stream_start(icefall_stream_t *s, icefall_method_t method, int beam,
     const icefall_model_t *m = s->m;
     if (beam <= 0)
         beam = m->cfg.beam_size;
+    if (method == ICEFALL_FAST_BEAM)
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "icefall stream: fast_beam_search decodes whole utterances only (a stream "
+                       "decodes with greedy_search or modified_beam_search)");
     if (method != ICEFALL_GREEDY && method != ICEFALL_MODIFIED_BEAM)
         return err_set(err, HARK_ERR_INVALID_ARG, "icefall stream: unknown decoding method %d",
                        (int)method);

@@ -1,8 +1,8 @@
 /* Tests for src/model/icefall/icefall_family.c through the family table and the CLI: the
  * registry entry, GPU loads (refused without a GPU) and refused precisions, options (icefall's
  * method names, beam_size / beam, errors naming the parameter), execute on a batch (icefall's
- * greedy and beam texts, words, an n-best that starts with the best, bad items failing alone),
- * `hark transcribe
+ * greedy and beam texts, words, an n-best that starts with the best, bad items failing alone;
+ * fast_beam_search's options and its items as icefall_run gives them), `hark transcribe
  * --decoding-method`; and the errors of corrupt or missing model files. */
 #include "test.h"
 
@@ -91,12 +91,13 @@ TEST(icefall_family_execute)
     CHECK_EQ_INT(info.frame_ms, 40);
 
     /* options: the model's default (greedy_search, beam 4), config then request */
-    char o_greedy[64], o_beam[64], o_x[64];
+    char o_greedy[256], o_beam[256], o_x[256];
     CHECK(f->opts_size <= sizeof o_greedy);
     family_param_t pm = {"decoding_method", "modified_beam_search"};
     family_param_t pb[2] = {{"decoding_method", "modified_beam_search"}, {"beam", "4"}};
     family_param_t p8 = {"beam_size", "8"}, pbad = {"decoding_method", "ctc_greedy_search"};
-    family_param_t pfast = {"decoding_method", "fast_beam_search"}, pzero = {"beam_size", "0"};
+    family_param_t pfast = {"decoding_method", "fast_beam_search_nbest"},
+                   pzero = {"beam_size", "0"};
     family_params_t cfg_m = {&pm, 1}, req_b = {pb, 2}, req_8 = {&p8, 1}, req_bad = {&pbad, 1},
                     req_fast = {&pfast, 1}, req_zero = {&pzero, 1};
     CHECK_OK(f->parse_opts(m, NULL, NULL, o_greedy, &err));
@@ -112,6 +113,45 @@ TEST(icefall_family_execute)
     CHECK(strstr(err.msg, "not implemented yet"));
     CHECK_EQ_INT(f->parse_opts(m, NULL, &req_zero, o_x, &err), HARK_ERR_INVALID_ARG);
     CHECK(strstr(err.msg, "beam_size"));
+    /* fast_beam_search: beam is a number (icefall's --beam), with max_contexts and max_states;
+     * config.pbtxt's, then the request's; bad values named */
+    char o_fast[256], o_fast2[256];
+    {
+        family_param_t pf[1] = {{"decoding_method", "fast_beam_search"}};
+        family_param_t pf2[4] = {{"decoding_method", "fast_beam_search"},
+                                 {"beam", "2.5"},
+                                 {"max_contexts", "3"},
+                                 {"max_states", "6"}};
+        family_param_t pf3[2] = {{"beam", "2.5"}, {"max_contexts", "3"}};
+        family_param_t pf4 = {"max_states", "6"};
+        family_params_t req_f = {pf, 1}, req_f2 = {pf2, 4}, cfg_f3 = {pf3, 2}, req_f4 = {&pf4, 1};
+        CHECK_OK(f->parse_opts(m, NULL, &req_f, o_fast, &err));
+        CHECK(f->batch_key(o_fast) != f->batch_key(o_greedy) &&
+              f->batch_key(o_fast) != f->batch_key(o_beam));
+        CHECK_OK(f->parse_opts(m, NULL, &req_f2, o_fast2, &err));
+        CHECK(f->batch_key(o_fast2) != f->batch_key(o_fast));
+        /* the same options from config.pbtxt (method, beam, contexts) and the request (states) */
+        family_param_t pc[3] = {
+            {"decoding_method", "fast_beam_search"}, {"beam", "2.5"}, {"max_contexts", "3"}};
+        family_params_t cfg_c = {pc, 3};
+        CHECK_OK(f->parse_opts(m, &cfg_c, &req_f4, o_x, &err));
+        CHECK(f->batch_key(o_x) == f->batch_key(o_fast2));
+        /* beam as a number belongs to fast_beam_search; with the other methods it is beam_size's
+         * other name (an integer) */
+        CHECK_EQ_INT(f->parse_opts(m, &cfg_f3, NULL, o_x, &err), HARK_ERR_INVALID_ARG);
+        CHECKF(strstr(err.msg, "config.pbtxt parameters") && strstr(err.msg, "beam \"2.5\""), "%s",
+               err.msg);
+        static const char *const bad[][2] = {{"beam", "x"},          {"beam", "-1"},
+                                             {"beam", "inf"},        {"max_contexts", "0"},
+                                             {"max_states", "1025"}, {"max_states", "2.5"}};
+        for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+            family_param_t pb2[2] = {{"decoding_method", "fast_beam_search"},
+                                     {bad[i][0], bad[i][1]}};
+            family_params_t rb = {pb2, 2};
+            CHECK_EQ_INT(f->parse_opts(m, NULL, &rb, o_x, &err), HARK_ERR_INVALID_ARG);
+            CHECKF(strstr(err.msg, bad[i][0]), "%s %s: %s", bad[i][0], bad[i][1], err.msg);
+        }
+    }
 
     /* a batch: utt0, a NaN item, utt2, a too-short item, utt3 — greedy, then beam */
     family_worker_t *w = NULL;
@@ -178,7 +218,7 @@ TEST(icefall_family_execute)
         family_param_t pn[2] = {{"decoding_method", "modified_beam_search"}, {"nbest", "1"}};
         family_param_t pnb = {"nbest", "x"};
         family_params_t req_n = {pn, 2}, req_nb = {&pnb, 1};
-        char o_n[64];
+        char o_n[256];
         CHECK_OK(f->parse_opts(m, NULL, &req_n, o_n, &err));
         CHECK(f->batch_key(o_n) != f->batch_key(o_beam));
         CHECK_EQ_INT(f->parse_opts(m, NULL, &req_nb, o_x, &err), HARK_ERR_INVALID_ARG);
@@ -193,6 +233,48 @@ TEST(icefall_family_execute)
         CHECK_EQ_INT(g1.r.n_nbest, 1);
         CHECK(!strcmp(g1.r.nbest[0].text, g1.r.best.text));
         asr_result_free(&g1.r);
+    }
+    /* fast_beam_search: each item of a batch as icefall_run gives it alone (the request's beam,
+     * max_contexts, max_states reach the search) */
+    {
+        icefall_model_t *im = NULL;
+        icefall_worker_t *iw = NULL;
+        CHECK_OK(icefall_load(dir, 1, &im, &err));
+        CHECK_OK(icefall_worker_create(im, 12, &iw, &err));
+        for (int k = 0; k < 2; k++) {
+            const char *opts = k ? o_fast2 : o_fast;
+            icefall_run_opts_t ro = {.method = ICEFALL_FAST_BEAM,
+                                     .fast_beam = k ? (icefall_fast_beam_opts_t){2.5, 3, 6}
+                                                    : icefall_config(im)->fast_beam};
+            got_t g[3];
+            memset(g, 0, sizeof g);
+            family_item_t it[3];
+            family_item_t *items[3];
+            for (int i = 0; i < 3; i++) {
+                it[i] = (family_item_t){.opts = opts,
+                                        .pcm = a[i].data,
+                                        .n = a[i].count,
+                                        .emit = on_emit,
+                                        .user = &g[i]};
+                items[i] = &it[i];
+            }
+            CHECK_OK(f->execute(w, items, 3, NULL, &err));
+            for (int i = 0; i < 3; i++) {
+                icefall_result_t r1;
+                const float *pcm = a[i].data;
+                size_t n1 = a[i].count;
+                CHECK_OK(icefall_run(iw, &pcm, &n1, 1, &ro, &r1, &err));
+                CHECK_OK(g[i].status);
+                CHECKF(!strcmp(g[i].r.best.text, r1.text), "fast_beam_search %d, %s: '%s' vs '%s'",
+                       k, golden_icefall_utts[uu[i]], g[i].r.best.text, r1.text);
+                CHECK_EQ_INT(g[i].r.best.n_tokens, r1.best.n);
+                CHECK_EQ_INT(g[i].r.n_nbest, 0);
+                icefall_result_free(&r1);
+                asr_result_free(&g[i].r);
+            }
+        }
+        icefall_worker_destroy(iw);
+        icefall_destroy(im);
     }
     for (int i = 0; i < 3; i++)
         npy_free(&a[i]);
@@ -213,8 +295,34 @@ TEST(icefall_cli_transcribe)
     CHECK(res != NULL);
     const char *wav = test_shared(GOLDEN_ICEFALL "/wavs/lj-LJ001-0013.wav");
     CHECK(wav != NULL);
-    static const char *const methods[] = {"greedy_search", "modified_beam_search"};
-    for (int k = 0; k < 2; k++) {
+    static const char *const methods[] = {"greedy_search", "modified_beam_search",
+                                          "fast_beam_search"};
+    /* fast_beam_search: no golden (icefall's needs k2: test_icefall_fast_beam.c); the CLI must
+     * give what the library gives */
+    char fast_text[4096];
+    {
+        char mdir[700];
+        snprintf(mdir, sizeof mdir, "%s/m", d);
+        hark_err_t err = {0};
+        icefall_model_t *im = NULL;
+        icefall_worker_t *iw = NULL;
+        npy_array_t pcm = {0};
+        CHECK_OK(icefall_load(mdir, 1, &im, &err));
+        CHECK_OK(icefall_worker_create(im, 12, &iw, &err));
+        CHECK_OK(golden_icefall_npy(&pcm, "lj-LJ001-0013", "waveform.npy"));
+        icefall_run_opts_t ro = {.method = ICEFALL_FAST_BEAM};
+        icefall_result_t r1;
+        const float *p1 = pcm.data;
+        size_t n1 = pcm.count;
+        CHECK_OK(icefall_run(iw, &p1, &n1, 1, &ro, &r1, &err));
+        CHECK(r1.best.n > 0); /* 45 tokens, as k2's (test_icefall_fast_beam.c) */
+        snprintf(fast_text, sizeof fast_text, "%s", r1.text);
+        icefall_result_free(&r1);
+        npy_free(&pcm);
+        icefall_worker_destroy(iw);
+        icefall_destroy(im);
+    }
+    for (int k = 0; k < 3; k++) {
         char cmd[4096], out[8192] = "";
         snprintf(cmd, sizeof cmd, "%s transcribe --model %s/m --decoding-method %s %s 2>&1",
                  test_hark_bin(), d, methods[k], wav);
@@ -223,8 +331,9 @@ TEST(icefall_cli_transcribe)
         size_t n = fread(out, 1, sizeof out - 1, p);
         out[n] = 0;
         CHECK_EQ_INT(pclose(p), 0);
-        char want[4096];
-        snprintf(want, sizeof want, "%s %s\n", wav, golden_text(res, "lj-LJ001-0013", methods[k]));
+        char want[9000];
+        snprintf(want, sizeof want, "%s %s\n", wav,
+                 k == 2 ? fast_text : golden_text(res, "lj-LJ001-0013", methods[k]));
         CHECKF(!strcmp(out, want), "%s:\n  got  %s  want %s", methods[k], out, want);
     }
     char cmd[4096], out[4096] = "";
@@ -350,7 +459,8 @@ TEST(icefall_model_file_errors)
 }
 
 /* the converter's refusals: recipes by name, flags hark does not implement, a wrong
- * --context-size, a token table of the wrong size — and nothing written */
+ * --context-size, a token table of the wrong size, fast_beam_search's options out of range —
+ * and nothing written */
 TEST(icefall_convert_errors)
 {
     NEED_SHARED(GOLDEN_ICEFALL);
@@ -391,8 +501,16 @@ TEST(icefall_convert_errors)
         {"--recipe pruned_transducer_stateless3 --dynamic-chunk-training True "
          "--causal-convolution True",
          "--dynamic-chunk-training True: not supported yet"},
-        {"--recipe pruned_transducer_stateless3 --method fast_beam_search",
-         "--method fast_beam_search: not implemented"},
+        {"--recipe pruned_transducer_stateless3 --method fast_beam_search_nbest",
+         "--method fast_beam_search_nbest: not implemented"},
+        {"--recipe pruned_transducer_stateless3 --method fast_beam_search --beam -1",
+         "--beam -1.0: fast_beam_search's beam must be a finite number >= 0"},
+        {"--recipe pruned_transducer_stateless3 --max-states 0",
+         "--max-states 0: must be in [1, 1024]"},
+        {"--recipe pruned_transducer_stateless3 --max-contexts 2000",
+         "--max-contexts 2000: must be in [1, 1024]"},
+        {"--recipe zipformer --method fast_beam_search --streaming 4",
+         "--method fast_beam_search with --streaming"},
         {"--recipe pruned_transducer_stateless3 --max-sym-per-frame 2", "--max-sym-per-frame 2"},
         {"--recipe pruned_transducer_stateless3 --simulate-streaming True",
          "--simulate-streaming True needs --causal-convolution True"},
@@ -441,7 +559,7 @@ TEST(icefall_family_dump_dir)
     CHECK_OK(f->load(dir, &cpu, NULL, &m, &err));
     family_worker_opts_t wo = {.max_batch = 2, .max_seconds = 5};
     CHECK_OK(f->worker_create(m, &wo, &w, &err));
-    char opts[64];
+    char opts[256];
     CHECK_OK(f->parse_opts(m, NULL, NULL, opts, &err));
     npy_array_t a = {0};
     CHECK_OK(golden_icefall_npy(&a, GOLDEN_ICEFALL_DEBUG_UTT, "waveform.npy"));

@@ -197,6 +197,22 @@ GPU_TEST(icefall_gpu_golden)
     icefall_destroy(m);
 }
 
+/* the searches compared: greedy, modified beam 4 and 9, fast beam (the model's options and
+ * small ones, where pruning bites) */
+#define NMETH 5
+static const char *const METH_NAMES[NMETH] = {"greedy_search", "modified_beam_search", "beam 9",
+                                              "fast_beam_search", "fast_beam_search 1.5/2/3"};
+static icefall_run_opts_t meth_opts(int meth)
+{
+    icefall_run_opts_t o = {.method = meth == 0   ? ICEFALL_GREEDY
+                                      : meth <= 2 ? ICEFALL_MODIFIED_BEAM
+                                                  : ICEFALL_FAST_BEAM,
+                            .beam_size = meth == 2 ? 9 : 0};
+    if (meth == 4)
+        o.fast_beam = (icefall_fast_beam_opts_t){1.5, 2, 3};
+    return o;
+}
+
 /* the CPU's result for each utterance against the GPU's in a batch of all of them */
 static void against_cpu(test_ctx_t *t, icefall_model_t *m, const float *const *pcm, const size_t *n,
                         int B, const char *name)
@@ -207,10 +223,9 @@ static void against_cpu(test_ctx_t *t, icefall_model_t *m, const float *const *p
     const icefall_config_t *c = icefall_config(m);
     static float enc[4096 * 256];
     float *cenc = hark_malloc(sizeof(float) * 1024 * (size_t)c->d), *feats = NULL;
-    icefall_result_t cpu[3][8]; /* greedy, beam 4, beam 9 */
-    for (int meth = 0; meth < 3; meth++) {
-        icefall_run_opts_t o = {.method = meth ? ICEFALL_MODIFIED_BEAM : ICEFALL_GREEDY,
-                                .beam_size = meth == 2 ? 9 : 0};
+    icefall_result_t cpu[NMETH][8];
+    for (int meth = 0; meth < NMETH; meth++) {
+        icefall_run_opts_t o = meth_opts(meth);
         for (int b = 0; b < B; b++)
             CHECK_OK(icefall_run(cw, &pcm[b], &n[b], 1, &o, &cpu[meth][b], &err));
     }
@@ -221,9 +236,8 @@ static void against_cpu(test_ctx_t *t, icefall_model_t *m, const float *const *p
         CHECK_OK(icefall_gpu_model_create(m, 0, dt, &g, &err));
         CHECK_OK(icefall_gpu_worker_create(g, B, 12.0, &w, &err));
         CHECK_OK(icefall_gpu_set_search_threads(w, 3, &err)); /* beam: merges on 3 threads */
-        for (int meth = 0; meth < 3; meth++) {
-            icefall_run_opts_t o = {.method = meth ? ICEFALL_MODIFIED_BEAM : ICEFALL_GREEDY,
-                                    .beam_size = meth == 2 ? 9 : 0};
+        for (int meth = 0; meth < NMETH; meth++) {
+            icefall_run_opts_t o = meth_opts(meth);
             icefall_result_t r[8];
             CHECK_OK(icefall_gpu_run(w, pcm, n, B, &o, r, &err));
             int agree = 0, beams = 0;
@@ -242,17 +256,11 @@ static void against_cpu(test_ctx_t *t, icefall_model_t *m, const float *const *p
                 beams += all;
                 if (dt == OPS_F32)
                     CHECKF(all, "%s fp32 %s utterance %d: %d tokens (the CPU %d), beam %s", name,
-                           meth == 2 ? "beam 9"
-                           : meth    ? "beam"
-                                     : "greedy",
-                           b, r[b].best.n, cr->best.n, all ? "same" : "differs");
+                           METH_NAMES[meth], b, r[b].best.n, cr->best.n, all ? "same" : "differs");
             }
             printf("  %s %s %s: %d of %d utterances give the CPU's tokens", name, dt_name(dt),
-                   meth == 2 ? "beam 9"
-                   : meth    ? "modified_beam_search"
-                             : "greedy_search",
-                   agree, B);
-            if (meth)
+                   METH_NAMES[meth], agree, B);
+            if (meth == 1 || meth == 2)
                 printf(", %d the CPU's whole final beam (scores within 1e-4)", beams);
             printf("\n");
             for (int b = 0; b < B; b++)
@@ -277,7 +285,7 @@ static void against_cpu(test_ctx_t *t, icefall_model_t *m, const float *const *p
         icefall_gpu_worker_destroy(w);
         icefall_gpu_model_destroy(g);
     }
-    for (int meth = 0; meth < 3; meth++)
+    for (int meth = 0; meth < NMETH; meth++)
         for (int b = 0; b < B; b++)
             icefall_result_free(&cpu[meth][b]);
     hark_free(cenc);

@@ -324,7 +324,7 @@ TEST(icefall_stream_family)
         CHECK_OK(make_ref(iw, m, pcm[i], lens[i], &ref[i]));
     }
 
-    char o_greedy[64], o_beam[64];
+    char o_greedy[256], o_beam[256];
     family_param_t pm = {"decoding_method", "modified_beam_search"};
     family_params_t req_m = {&pm, 1};
     CHECK_OK(f->parse_opts(fm, NULL, NULL, o_greedy, &err));
@@ -766,7 +766,7 @@ TEST(icefall_stream_vs_icefall)
         family_model_t *fm = NULL;
         family_load_opts_t cpu = {.device = -1};
         CHECK_OK(f->load(path, &cpu, NULL, &fm, &err));
-        char o[2][64];
+        char o[2][256];
         family_param_t pm = {"decoding_method", "modified_beam_search"};
         family_params_t req_m = {&pm, 1};
         CHECK_OK(f->parse_opts(fm, NULL, NULL, o[0], &err));
