@@ -3,6 +3,8 @@
  * encoder_proj and the search (greedy_search on the device, its tokens copied back; or
  * modified_beam_search on the host over the device's encoder_proj rows), the work
  * bench/icefall_peer.py times in icefall's own PyTorch code. One JSON line per batch.
+ * `--chunk` on a streaming zipformer: the GPU encoder's streaming step (icefall_zf_gpu.h) of B
+ * streams together, host features in and encoder frames out, each step's latency.
  * Tests: tests/cli/test_cli.c (usage and refusals; the GPU rows on a GPU machine) */
 #include "core/alloc.h"
 #include "core/clock.h"
@@ -10,6 +12,7 @@
 #include "model/icefall/icefall.h"
 #include "model/family.h"
 #include "model/icefall/icefall_gpu.h"
+#include "model/icefall/icefall_zf_gpu.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,16 +26,19 @@ int icefall_bench_main(int argc, char **argv);
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: hark bench --model DIR [--batch 1,64,256] [--seconds 10]\n"
-            "                  [--precision fp16|bf16|fp32] [--device cuda:N]\n"
-            "                  [--decoding-method greedy_search|modified_beam_search]\n"
-            "                  [--beam-size 4] [--search-threads 1] [--min-time S]\n"
-            "Times an icefall Conformer transducer (pruned_transducer_stateless3) on the GPU from\n"
-            "random 80-bin features of --seconds: encoder + encoder_proj + the search, its tokens\n"
-            "copied back (modified_beam_search: on the host, the utterances shared by\n"
-            "--search-threads threads). One JSON line per batch: ms per batch (median), RTFx,\n"
-            "the encoder's GFLOP per utterance and TFLOP/s.\n");
+    fprintf(
+        f, "usage: hark bench --model DIR [--batch 1,64,256] [--seconds 10]\n"
+           "                  [--precision fp16|bf16|fp32] [--device cuda:N]\n"
+           "                  [--decoding-method greedy_search|modified_beam_search]\n"
+           "                  [--beam-size 4] [--search-threads 1] [--min-time S] [--chunk]\n"
+           "Times an icefall Conformer transducer (pruned_transducer_stateless3) on the GPU from\n"
+           "random 80-bin features of --seconds: encoder + encoder_proj + the search, its tokens\n"
+           "copied back (modified_beam_search: on the host, the utterances shared by\n"
+           "--search-threads threads). One JSON line per batch: ms per batch (median), RTFx,\n"
+           "the encoder's GFLOP per utterance and TFLOP/s.\n"
+           "--chunk (a streaming zipformer, fp32): B streams stepped together, one chunk each per\n"
+           "step, for --min-time; one JSON line per batch: ms per step (median, p99, max) and\n"
+           "the streams kept in real time (B x chunk duration / median).\n");
 }
 
 #ifdef HARK_CUDA
@@ -135,6 +141,79 @@ done:
     hark_free(hy);
     return rc;
 }
+
+/* --chunk: B streams of a streaming zipformer stepped together */
+static int bench_chunk(const icefall_model_t *m, const icefall_zf_gpu_t *g, const char *dev_name,
+                       int B, double min_time)
+{
+    hark_err_t err = {0};
+    const icefall_config_t *c = icefall_config(m);
+    const int n_in = icefall_zf_stream_step_frames(m), F = c->feature_dim;
+    const int per = c->zf.chunk / 2, M = c->d;
+    icefall_zf_gpu_worker_t *w = NULL;
+    int rc = 1, runs = 0;
+    const int cap = 100000;
+    float *feats = hark_malloc(sizeof(float) * (size_t)B * n_in * F);
+    float *enc = hark_malloc(sizeof(float) * (size_t)B * per * M);
+    const float **in = hark_malloc(sizeof(*in) * (size_t)B);
+    float **out = hark_malloc(sizeof(*out) * (size_t)B);
+    int *slots = hark_malloc(sizeof(int) * (size_t)B);
+    double *times = hark_malloc(sizeof(double) * cap);
+    if (!feats || !enc || !in || !out || !slots || !times ||
+        icefall_zf_gpu_worker_create(g, n_in, B, &w, &err)) {
+        fprintf(stderr, "hark bench: --chunk, %d streams: %s\n", B,
+                err.msg[0] ? err.msg : "out of memory");
+        goto done;
+    }
+    unsigned seed = (unsigned)B * 7919u;
+    for (size_t i = 0; i < (size_t)B * n_in * F; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        feats[i] = 4.0f * ((float)(seed >> 8) / (float)(1u << 23) - 1.0f);
+    }
+    for (int j = 0; j < B; j++) {
+        in[j] = feats + (size_t)j * n_in * F;
+        out[j] = enc + (size_t)j * per * M;
+        slots[j] = j;
+    }
+    double t_start = 0;
+    for (int it = -2; runs < cap; it++) {
+        double t0 = clock_now_s();
+        if (icefall_zf_gpu_step(w, slots, in, out, B, &err)) {
+            fprintf(stderr, "hark bench: --chunk, %d streams: %s\n", B, err.msg);
+            goto done;
+        }
+        if (it < 0) {
+            t_start = clock_now_s();
+            continue;
+        }
+        times[runs++] = clock_now_s() - t0;
+        if (clock_now_s() - t_start > min_time && runs >= 20)
+            break;
+    }
+    qsort(times, (size_t)runs, sizeof *times, cmp_double);
+    const double med = times[runs / 2], p99 = times[(size_t)(runs * 0.99)];
+    const double chunk_ms = c->zf.chunk * 2.0 * 10.0; /* 50 Hz frames of 2 feature frames */
+    printf("{\"impl\": \"hark\", \"model\": \"icefall-zipformer-streaming\", \"device\": \"%s\", "
+           "\"precision\": \"fp32\", \"streams\": %d, \"chunk_ms\": %.0f, "
+           "\"left_context_frames\": %d, \"steps\": %d, \"ms_per_step\": %.3f, "
+           "\"p99_ms\": %.3f, \"max_ms\": %.3f, \"streams_real_time\": %.0f, "
+           "\"slot_kib\": %.1f, \"model_mb\": %.0f, \"worker_mb\": %.0f}\n",
+           dev_name, B, chunk_ms, c->zf.left_frames, runs, med * 1e3, p99 * 1e3,
+           times[runs - 1] * 1e3, B * chunk_ms / (med * 1e3),
+           icefall_zf_gpu_slot_floats(w) * 4.0 / 1024.0, icefall_zf_gpu_bytes(g) / 1048576.0,
+           icefall_zf_gpu_worker_bytes(w) / 1048576.0);
+    fflush(stdout);
+    rc = 0;
+done:
+    icefall_zf_gpu_worker_destroy(w);
+    hark_free(feats);
+    hark_free(enc);
+    hark_free(in);
+    hark_free(out);
+    hark_free(slots);
+    hark_free(times);
+    return rc;
+}
 #endif
 
 int icefall_bench_main(int argc, char **argv)
@@ -142,7 +221,7 @@ int icefall_bench_main(int argc, char **argv)
     const char *model_dir = NULL, *batches = "1,64,256", *precision = "fp16", *device = "cuda:0",
                *method_name = "greedy_search";
     double min_time = 2.0, seconds = 10.0;
-    int beam = 4, threads = 1;
+    int beam = 4, threads = 1, chunk = 0;
     for (int i = 1; i < argc; i++) {
         int v = i + 1 < argc;
         if (!strcmp(argv[i], "--model") && v)
@@ -163,6 +242,8 @@ int icefall_bench_main(int argc, char **argv)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--min-time") && v)
             min_time = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--chunk"))
+            chunk = 1;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
@@ -189,6 +270,7 @@ int icefall_bench_main(int argc, char **argv)
     (void)batches;
     (void)min_time;
     (void)threads;
+    (void)chunk;
     fprintf(stderr, "hark bench: built without CUDA\n");
     return 1;
 #else
@@ -196,8 +278,18 @@ int icefall_bench_main(int argc, char **argv)
     hark_err_t err = {0};
     icefall_model_t *m = NULL;
     icefall_gpu_model_t *g = NULL;
-    if (icefall_load(model_dir, family_latest_version(model_dir), &m, &err) ||
-        icefall_gpu_model_create(m, dev, dt, &g, &err)) {
+    icefall_zf_gpu_t *zg = NULL;
+    if (icefall_load(model_dir, family_latest_version(model_dir), &m, &err)) {
+        fprintf(stderr, "hark bench: %s: %s\n", model_dir, err.msg);
+        return 1;
+    }
+    if (chunk && !icefall_can_stream(m)) {
+        fprintf(stderr, "hark bench: --chunk: %s is not a streaming zipformer\n", model_dir);
+        icefall_destroy(m);
+        return 2;
+    }
+    if (chunk ? icefall_zf_gpu_create(m, dev, &zg, &err)
+              : icefall_gpu_model_create(m, dev, dt, &g, &err)) {
         fprintf(stderr, "hark bench: %s: %s\n", model_dir, err.msg);
         icefall_destroy(m);
         return 1;
@@ -208,14 +300,17 @@ int icefall_bench_main(int argc, char **argv)
     char *list = hark_strdup(batches), *save = NULL;
     for (char *tok = strtok_r(list, ",", &save); tok && !rc; tok = strtok_r(NULL, ",", &save)) {
         int B = atoi(tok);
-        if (B < 1 || B > 1024) {
-            fprintf(stderr, "hark bench: batch %s: 1..1024\n", tok);
+        if (B < 1 || B > (chunk ? 4096 : 1024)) {
+            fprintf(stderr, "hark bench: batch %s: 1..%d\n", tok, chunk ? 4096 : 1024);
             rc = 2;
             break;
         }
-        rc = bench_one(m, g, prop.name, precision, seconds, B, method, beam, threads, min_time);
+        rc = chunk ? bench_chunk(m, zg, prop.name, B, min_time)
+                   : bench_one(m, g, prop.name, precision, seconds, B, method, beam, threads,
+                               min_time);
     }
     hark_free(list);
+    icefall_zf_gpu_destroy(zg);
     icefall_gpu_model_destroy(g);
     icefall_destroy(m);
     return rc;

@@ -23,6 +23,7 @@
 #include "hark.h"
 #include "model/safetensors.h"
 #include "ops/ops.h"
+#include "ops/zipformer_ops.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -449,42 +450,12 @@ static void swoosh_lin(float *x, size_t n, float shift, float offset)
 #define SWOOSH_L OPS_SWOOSHL_SHIFT, OPS_SWOOSHL_OFFSET
 #define SWOOSH_R OPS_SWOOSHR_SHIFT, OPS_SWOOSHR_OFFSET
 
-/* CompactRelPositionalEncoding for T query frames after Lc left-context frames: row r is the
- * relative offset r - (T + Lc - 1), r < 2T - 1 + Lc; float32 as icefall computes its table */
-static void compact_pos_emb(float *pe, int T, int Lc, int E)
-{
-    const float cl = (float)sqrt((double)E), lcl = (float)log(sqrt((double)E));
-    const float ls = (float)(E / (2.0 * M_PI));
-    for (int r = 0; r < 2 * T - 1 + Lc; r++) {
-        float x = (float)(r - (T + Lc - 1)), sg = x > 0 ? 1.0f : (x < 0 ? -1.0f : 0.0f);
-        float xc = cl * sg * (logf(fabsf(x) + cl) - lcl);
-        float xa = atanf(xc / ls);
-        float *o = pe + (size_t)r * E;
-        for (int k = 0; 2 * k < E; k++) {
-            float arg = xa * (float)(k + 1);
-            o[2 * k] = cosf(arg);
-            o[2 * k + 1] = sinf(arg);
-        }
-        o[E - 1] = 1.0f;
-    }
-}
-
 /* ---- one layer ------------------------------------------------------------------------------ */
 
 static void add_to(float *x, const float *y, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         x[i] += y[i];
-}
-
-/* x = orig + (x - orig) * scale, rows of d */
-static void bypass(float *x, const float *orig, const float *scale, int n, int d)
-{
-    for (int t = 0; t < n; t++)
-        for (int j = 0; j < d; j++) {
-            size_t i = (size_t)t * d + j;
-            x[i] = orig[i] + (x[i] - orig[i]) * scale[j];
-        }
 }
 
 /* kv (Lc + T, w) = [cache (Lc, w); new (T rows of w, row stride ld)]; the cache then keeps the
@@ -506,43 +477,6 @@ static void zf_feed_forward(zf_bufs_t *b, const icefall_zf_layer_t *L, int i, co
     linear_ref(b->proj, x, L->ff_in_w[i], L->ff_in_b[i], T, D, f);
     swoosh_lin(b->proj, (size_t)T * f, SWOOSH_L);
     linear_ref(y, b->proj, L->ff_out_w[i], L->ff_out_b[i], T, f, D);
-}
-
-/* ChunkCausalDepthwiseConv1d over x (T, D) in chunks of C frames (C <= 0 or > T: one chunk):
- * out = causal_conv(x) (kernel k/2 + 1 over the frame and the k/2 before it: zeros before the
- * start, or the rows of left (k/2, D) in a stream) + chunkwise_conv(x) (kernel k, symmetric,
- * zeros outside the frame's own chunk) scaled per position r in the chunk by
- * 1 + left_edge[r] + right_edge[r] (chunkwise_conv_scale rows 0 and 1, aligned to the chunk's
- * start and end) */
-static void chunk_causal_conv(float *out, float *tmp, const float *x, const float *left,
-                              const float *cw, const float *cb, const float *kw, const float *kb,
-                              const float *scale, int T, int D, int k, int C)
-{
-    const int lp = k / 2;
-    if (C <= 0 || C > T)
-        C = T;
-    depthwise_conv1d_ref(out, x, left, cw, cb, T, D, lp + 1, lp, T);
-    for (int c0 = 0; c0 < T; c0 += C) {
-        const int n = T - c0 < C ? T - c0 : C;
-        depthwise_conv1d_ref(tmp, x + (size_t)c0 * D, NULL, kw, kb, n, D, k, lp, n);
-        for (int r = 0; r < n; r++) {
-            float *o = out + (size_t)(c0 + r) * D;
-            const float *y = tmp + (size_t)r * D;
-            for (int ch = 0; ch < D; ch++) {
-                const float *l = scale + (size_t)ch * k, *rt = scale + (size_t)(D + ch) * k;
-                float s = 1.0f;
-                if (C < k) {
-                    s += l[r] + rt[k - C + r];
-                } else {
-                    if (r < k)
-                        s += l[r];
-                    if (r >= C - k)
-                        s += rt[r - (C - k)];
-                }
-                o[ch] += y[ch] * s;
-            }
-        }
-    }
 }
 
 /* The left context of layer li in stream j of a pass (NULL: a whole utterance, no streams) */
@@ -571,8 +505,8 @@ static void zf_conv_module(zf_bufs_t *b, const icefall_zf_layer_t *L, int i, con
         }
         zf_layer_cache_t *lc = cache_of(st, j, li);
         float *cache = lc ? lc->conv[i] : NULL;
-        chunk_causal_conv(dwo, b->proj, g, cache, L->cv_cc_w[i], L->cv_cc_b[i], L->cv_ck_w[i],
-                          L->cv_ck_b[i], L->cv_ck_scale[i], T, D, k, C);
+        zf_chunk_conv_ref(dwo, b->proj, g, cache, L->cv_cc_w[i], L->cv_cc_b[i], L->cv_ck_w[i],
+                          L->cv_ck_b[i], L->cv_ck_scale[i], T, D, k, C, OPS_ACT_NONE);
         const int lp = k / 2;
         if (cache && lp > 0) { /* the last lp inputs of [cache; g] */
             if (T >= lp) {
@@ -618,12 +552,7 @@ static void zf_nonlin_attn(zf_bufs_t *b, const icefall_zf_layer_t *L, const floa
 {
     const int hid = 3 * D / 4, K = Lc + T, R = nb * T;
     linear_ref(b->proj, x, L->na_in_w, L->na_in_b, R, D, 3 * hid);
-    for (int t = 0; t < R; t++) {
-        const float *p = b->proj + (size_t)t * 3 * hid;
-        float *o = b->ctx + (size_t)t * hid;
-        for (int j = 0; j < hid; j++)
-            o[j] = p[hid + j] * tanhf(p[j]);
-    }
+    zf_gate_ref(b->ctx, b->proj + hid, 3 * hid, b->proj, 3 * hid, R, hid, 1);
     for (int j = 0; j < nb; j++) {
         const float *xx = b->ctx + (size_t)j * T * hid;
         if (Lc > 0) {
@@ -633,12 +562,7 @@ static void zf_nonlin_attn(zf_bufs_t *b, const icefall_zf_layer_t *L, const floa
         matmul_ref(b->g + (size_t)j * T * hid, b->sc + (size_t)j * H * T * K, xx, T, hid, K, K, hid,
                    hid, 0, 1.0f, 0.0f);
     }
-    for (int t = 0; t < R; t++) {
-        const float *p = b->proj + (size_t)t * 3 * hid + 2 * hid;
-        float *o = b->g + (size_t)t * hid;
-        for (int j = 0; j < hid; j++)
-            o[j] *= p[j];
-    }
+    zf_gate_ref(b->g, b->g, hid, b->proj + 2 * hid, 3 * hid, R, hid, 0);
     linear_ref(y, b->g, L->na_out_w, L->na_out_b, R, hid, D);
 }
 
@@ -669,13 +593,7 @@ static void zf_attn_weights(zf_bufs_t *b, const icefall_zipformer_config_t *z, i
                        0.0f);
             matmul_ref(b->bd, q + (size_t)(2 * hq + h * pd), b->pp + (size_t)h * pd, T, P, pd, A,
                        H * pd, P, 1, 1.0f, 0.0f);
-            for (int i = 0; i < T; i++) {
-                float *row = sc + (size_t)i * K;
-                const float *bd = b->bd + (size_t)i * P + (T - 1 - i);
-                for (int k = 0; k < K; k++)
-                    row[k] += bd[k];
-            }
-            softmax_masked_ref(sc, lo, hi, T, K, K);
+            zf_rel_softmax_ref(sc, b->bd, lo, hi, T, K, P);
         }
     }
 }
@@ -702,7 +620,7 @@ static void zf_layer(zf_bufs_t *b, const icefall_zipformer_config_t *z, int s,
     add_to(x, y, n);
     zf_feed_forward(b, L, 1, x, y, nb * T, D);
     add_to(x, y, n);
-    bypass(x, b->orig, L->bypass_mid, nb * T, D);
+    zf_bypass_ref(x, b->orig, L->bypass_mid, nb * T, D);
     zf_self_attn(b, L, 1, x, y, T, D, H, vd, Lc, nb, st, li);
     add_to(x, y, n);
     zf_conv_module(b, L, 1, x, y, T, D, k, z->causal, C, nb, st, li);
@@ -710,7 +628,7 @@ static void zf_layer(zf_bufs_t *b, const icefall_zipformer_config_t *z, int s,
     zf_feed_forward(b, L, 2, x, y, nb * T, D);
     add_to(x, y, n);
     bias_norm_ref(x, nb * T, D, D, L->norm_bias, L->norm_scale);
-    bypass(x, b->orig, L->bypass, nb * T, D);
+    zf_bypass_ref(x, b->orig, L->bypass, nb * T, D);
 }
 
 /* ---- encoder_embed -------------------------------------------------------------------------- */
@@ -755,36 +673,15 @@ static int zf_embed(const icefall_model_t *m, zf_bufs_t *b, const float *feats, 
     }
     /* ConvNeXt: depthwise 7x7 (frequency padding 3), 1x1 C -> 3C, SwooshL, 1x1 3C -> C, plus the
      * input */
-    for (int t = 0; t < Te; t++)
-        for (int q = 0; q < W2; q++) {
-            float *o = b->dw + ((size_t)t * W2 + q) * C;
-            for (int ch = 0; ch < C; ch++)
-                o[ch] = f->nx_dw_b[ch];
-            for (int i = 0; i < ZF_NX_K; i++) {
-                const float *in_row = ext + (size_t)(t + i) * row;
-                for (int j = 0; j < ZF_NX_K; j++) {
-                    int qq = q + j - R;
-                    if (qq < 0 || qq >= W2)
-                        continue;
-                    const float *in = in_row + (size_t)qq * C;
-                    const float *w = f->nx_dw_w + (size_t)i * ZF_NX_K + j;
-                    for (int ch = 0; ch < C; ch++)
-                        o[ch] += w[(size_t)ch * ZF_NX_K * ZF_NX_K] * in[ch];
-                }
-            }
-        }
+    zf_convnext_dw_ref(b->dw, ext, f->nx_dw_w, f->nx_dw_b, Te, W2, C, ZF_NX_K);
     const int np = Te * W2;
     linear_ref(b->hid, b->dw, f->nx_pw1_w, f->nx_pw1_b, np, C, ZF_NX_HID);
     swoosh_ref(b->hid, b->hid, (size_t)np * ZF_NX_HID, SWOOSH_L);
     linear_ref(b->y, b->hid, f->nx_pw2_w, f->nx_pw2_b, np, ZF_NX_HID, C);
-    add_to(b->y, ext + (size_t)R * row, (size_t)np * C);
+    /* plus the input, (Te, W2, C) -> (Te, C, W2): channel-major rows, as icefall flattens (c, f) */
+    zf_convnext_out_ref(b->a2, b->y, ext + (size_t)R * row, Te, W2, C);
     if (nx) /* cat(cache, x)[Te : Te + R] */
         memcpy(nx, ext + (size_t)Te * row, sizeof(float) * R * row);
-    /* (Te, W2, C) -> (Te, C, W2): channel-major rows, as icefall flattens (c, f) */
-    for (int t = 0; t < Te; t++)
-        for (int q = 0; q < W2; q++)
-            for (int ch = 0; ch < C; ch++)
-                b->a2[((size_t)t * C + ch) * W2 + q] = b->y[((size_t)t * W2 + q) * C + ch];
     linear_ref(b->y, b->a2, f->out_w, f->out_b, Te, C * W2, d0);
     bias_norm_ref(b->y, Te, d0, d0, f->norm_bias, f->norm_scale);
     for (int t = 0; t < Te; t++)
@@ -816,24 +713,9 @@ static int zf_stacks(const icefall_model_t *m, zf_bufs_t *b, int *lo, int *hi, i
             memset(b->cur + (size_t)t * M + cur_dim, 0, sizeof(float) * (size_t)(D - cur_dim));
         cur_dim = D;
         /* SimpleDownsample: softmax(bias)-weighted sum of ds frames, the last frame repeated */
-        for (int j = 0; j < nb; j++) {
-            const float *cur = b->cur + (size_t)j * Te * M;
-            for (int t = 0; t < Td; t++) {
-                float *o = b->xs + ((size_t)j * Td + t) * D;
-                if (ds == 1) {
-                    memcpy(o, cur + (size_t)t * M, sizeof(float) * D);
-                    continue;
-                }
-                for (int c = 0; c < D; c++)
-                    o[c] = 0.0f;
-                for (int k = 0; k < ds; k++) {
-                    int src = t * ds + k < Te ? t * ds + k : Te - 1;
-                    const float *in = cur + (size_t)src * M;
-                    for (int c = 0; c < D; c++)
-                        o[c] += in[c] * S->ds_w[k];
-                }
-            }
-        }
+        for (int j = 0; j < nb; j++)
+            zf_downsample_ref(b->xs + (size_t)j * Td * D, b->cur + (size_t)j * Te * M, M, S->ds_w,
+                              Te, ds, D);
         int Lc = 0, C = -1;
         b->lo = b->hi = NULL;
         if (st) {
@@ -863,21 +745,13 @@ static int zf_stacks(const icefall_model_t *m, zf_bufs_t *b, int *lo, int *hi, i
                 hi[t] = (c + 1) * C < Td ? (c + 1) * C : Td;
             }
         }
-        compact_pos_emb(b->pe, Td, Lc, z->pos_dim);
+        compact_pos_emb_ref(b->pe, Td, Lc, z->pos_dim);
         for (int l = 0; l < z->num_layers[s]; l++, li++)
             zf_layer(b, z, s, &S->layers[l], b->xs, Td, C, Lc, nb, st, li);
         /* SimpleUpsample (each frame repeated ds times, cut to Te) and out_combiner */
         for (int j = 0; j < nb; j++)
-            for (int t = 0; t < Te; t++) {
-                float *o = b->cur + ((size_t)j * Te + t) * M;
-                const float *u = b->xs + ((size_t)j * Td + t / ds) * D;
-                if (ds == 1)
-                    memcpy(o, u, sizeof(float) * D);
-                else
-                    for (int c = 0; c < D; c++)
-                        o[c] = o[c] + (u[c] - o[c]) * S->combiner[c];
-                memcpy(outs + ((size_t)j * Te + t) * D, o, sizeof(float) * D);
-            }
+            zf_upsample_combine_ref(b->cur + (size_t)j * Te * M, M, outs + (size_t)j * Te * D,
+                                    b->xs + (size_t)j * Td * D, S->combiner, Te, ds, D);
         souts[s] = outs;
         if (stage) {
             char name[32];
@@ -903,17 +777,8 @@ static int zf_stacks(const icefall_model_t *m, zf_bufs_t *b, int *lo, int *hi, i
     }
     /* downsample_output: factor 2, the last frame repeated */
     const int To = (Te + 1) / 2;
-    const float *dw = m->zf.out_ds_w;
-    for (int j = 0; j < nb; j++) {
-        const float *full = b->full + (size_t)j * Te * M;
-        for (int t = 0; t < To; t++) {
-            const float *x0 = full + (size_t)(2 * t) * M;
-            const float *x1 = full + (size_t)(2 * t + 1 < Te ? 2 * t + 1 : Te - 1) * M;
-            float *o = enc[j] + (size_t)t * M;
-            for (int c = 0; c < M; c++)
-                o[c] = x0[c] * dw[0] + x1[c] * dw[1];
-        }
-    }
+    for (int j = 0; j < nb; j++)
+        zf_downsample_ref(enc[j], b->full + (size_t)j * Te * M, M, m->zf.out_ds_w, Te, 2, M);
     return To;
 }
 

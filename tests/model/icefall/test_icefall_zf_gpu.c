@@ -1,0 +1,266 @@
+/* GPU tests of the Zipformer2 encoder on the device (src/model/icefall/icefall_zf_gpu.c) against
+ * the CPU encoder (icefall_zipformer.c, itself checked against icefall's own code), on generated
+ * models (tests/model/icefall/zipformer_random_ckpt.py): the shared small configuration
+ * non-causal and causal, and a second causal one of other sizes (6 stacks down to 1/8 rate,
+ * kernels 31, 3 heads of 12, chunks of 16 frames, 64 to the left):
+ * - icefall_zf_gpu_matches_cpu: whole utterances of three lengths (icefall_zf_gpu_encode vs
+ *   icefall_encode), and streams chunk by chunk — four streams of different lengths stepped
+ *   together in changing groups, each step's encoder frames against the CPU's step of the same
+ *   stream alone; a slot reset and reused by a new stream; relative difference (max |a - b| /
+ *   max |b|) at most 1e-4 (FP32 both sides: summation order only);
+ * - icefall_zf_gpu_refusals: steps of 0 or too many streams, a slot twice or out of range,
+ *   lengths outside the worker's, a non-causal model asked for streams.
+ * Needs a python3 with torch and numpy (the generator) and a GPU; skips otherwise. */
+#include "test.h"
+
+#include "core/alloc.h"
+#include "hark.h"
+#include "model/icefall/icefall.h"
+#include "model/icefall/icefall_zf_gpu.h"
+#include "support/icefall_gen.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define ZF_GPU_CAUSAL2                                                                             \
+    "--num-encoder-layers 1,1,1,1,1,1 --downsampling-factor 1,2,4,8,4,2 --feedforward-dim 96 "     \
+    "--num-heads 3 --encoder-dim 48,48,64,64,48,48 --encoder-unmasked-dim 32 --query-head-dim 12 " \
+    "--value-head-dim 8 --pos-head-dim 4 --pos-dim 48 --cnn-module-kernel 31,31,15,15,15,31 "      \
+    "--decoder-dim 32 --joiner-dim 48 --causal True --chunk-size 16 --left-context-frames 64"
+
+/* max |a - b| / max |b| */
+static double rel_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0, mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        d = e > d || isnan(e) ? e : d;
+        mx = fabs((double)b[i]) > mx ? fabs((double)b[i]) : mx;
+    }
+    return mx > 0 ? d / mx : d;
+}
+
+/* tones and noise in 0.2 s segments */
+static float *make_pcm(size_t n, unsigned seed)
+{
+    float *x = hark_malloc(sizeof(float) * n);
+    float fr = 0, amp = 0, nz = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i % 3200 == 0) {
+            fr = 0.02f + 0.15f * (test_randf(&seed) + 1);
+            amp = 0.25f * (test_randf(&seed) + 1);
+            nz = 0.1f * (test_randf(&seed) + 1);
+        }
+        x[i] = amp * sinf(fr * (float)i) + nz * test_randf(&seed);
+    }
+    return x;
+}
+
+static float *features(const icefall_model_t *m, size_t n, unsigned seed, int *T)
+{
+    hark_err_t err = {0};
+    float *pcm = make_pcm(n, seed);
+    *T = icefall_num_frames(m, n);
+    float *f = hark_malloc(sizeof(float) * (size_t)*T * icefall_config(m)->feature_dim);
+    if (feat_compute(icefall_feat_plan(m), pcm, n, f, &err)) {
+        hark_free(f);
+        f = NULL;
+    }
+    hark_free(pcm);
+    return f;
+}
+
+#define NB 4
+
+/* the streams of one causal model: 4 streams stepped in changing groups, then slot 1 reused */
+static void check_streams(test_ctx_t *t, icefall_model_t *m, icefall_zf_gpu_worker_t *gw)
+{
+    hark_err_t err = {0};
+    const icefall_config_t *c = icefall_config(m);
+    const int F = c->feature_dim, M = c->d, n_in = icefall_zf_stream_step_frames(m);
+    const int step = 2 * c->zf.chunk, per = c->zf.chunk / 2;
+    icefall_worker_t *w = NULL;
+    CHECK_OK(icefall_worker_create(m, 1, &w, &err));
+    const size_t lens[NB] = {52000, 40000, 23457, 45000};
+    float *feats[NB + 1];
+    int nsteps[NB + 1], T;
+    for (int j = 0; j <= NB; j++) {
+        feats[j] = features(m, j < NB ? lens[j] : 30001, 70 + (unsigned)j, &T);
+        CHECK(feats[j] != NULL);
+        nsteps[j] = (T - n_in) / step + 1;
+    }
+    icefall_zf_stream_t *cs[NB + 1];
+    for (int j = 0; j <= NB; j++)
+        CHECK_OK(icefall_zf_stream_create(m, &cs[j], &err));
+    float *want = hark_malloc(sizeof(float) * (size_t)per * M), *got[NB];
+    for (int j = 0; j < NB; j++)
+        got[j] = hark_malloc(sizeof(float) * (size_t)per * M);
+    /* stream j in slot sl[j] (out of order); stream 4 takes slot 1 after stream 1 ends */
+    int sl[NB + 1] = {3, 1, 0, 2, 1}, done[NB + 1] = {0}, total = 0, groups[NB + 1] = {0};
+    static const int start[NB] = {0, 1, 3, 6};
+    double worst = 0;
+    for (int j = 0; j < NB; j++)
+        CHECK_OK(icefall_zf_gpu_slot_reset(gw, sl[j], &err));
+    int reused = 0;
+    for (int r = 0; r < 400; r++) {
+        if (!reused && done[1] >= nsteps[1]) { /* stream 1 ended: stream 4 takes its slot */
+            CHECK_OK(icefall_zf_gpu_slot_reset(gw, sl[1], &err));
+            reused = 1;
+        }
+        int slots[NB], who[NB], n = 0, left = 0;
+        const float *in[NB];
+        float *out[NB];
+        for (int q = 0; q < NB; q++) {
+            const int j = q == 1 && reused ? NB : q;
+            left += done[j] < nsteps[j];
+            if (r < start[q] || done[j] >= nsteps[j] || (q == 2 && (r - start[q]) % 3 == 2))
+                continue;
+            slots[n] = sl[j];
+            in[n] = feats[j] + (size_t)done[j] * step * F;
+            out[n] = got[n];
+            who[n++] = j;
+        }
+        if (!left)
+            break;
+        if (!n)
+            continue;
+        CHECK_OK(icefall_zf_gpu_step(gw, slots, in, out, n, &err));
+        groups[n]++;
+        for (int k = 0; k < n; k++) {
+            const int j = who[k];
+            CHECK_OK(icefall_zf_stream_step(w, cs[j], in[k], want, &err));
+            double d = rel_diff(out[k], want, (size_t)per * M);
+            worst = d > worst || isnan(d) ? d : worst;
+            CHECKF(d <= 1e-4, "round %d, stream %d step %d (slot %d, with %d others): %g", r, j,
+                   done[j], slots[k], n - 1, d);
+            done[j]++;
+            total++;
+        }
+    }
+    CHECK(reused && done[NB] == nsteps[NB]);
+    printf("  %d steps of %d streams (groups of 1/2/3/4: %d/%d/%d/%d; slot 1 reused): GPU vs CPU "
+           "at most %.3g relative\n",
+           total, NB + 1, groups[1], groups[2], groups[3], groups[4], worst);
+    for (int j = 0; j <= NB; j++) {
+        icefall_zf_stream_destroy(cs[j]);
+        hark_free(feats[j]);
+    }
+    for (int j = 0; j < NB; j++)
+        hark_free(got[j]);
+    hark_free(want);
+    icefall_worker_destroy(w);
+}
+
+GPU_TEST(icefall_zf_gpu_matches_cpu)
+{
+    const char *py = test_python("torch, numpy");
+    if (!py)
+        SKIP("no python3 with torch and numpy (the model generator)");
+    static const struct {
+        const char *name, *flags;
+        int causal;
+    } cases[] = {{"m", ICEFALL_GEN_FLAGS, 0},
+                 {"mc", ICEFALL_GEN_FLAGS " " ICEFALL_GEN_CAUSAL, 1},
+                 {"mc2", ZF_GPU_CAUSAL2, 1}};
+    char log[4096], dir[700];
+    const char *tmp = test_tmpdir(t);
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        CHECKF(icefall_gen_model(tmp, cases[ci].name, cases[ci].flags, NULL, log, sizeof log) == 0,
+               "%s", log);
+        snprintf(dir, sizeof dir, "%s/%s", tmp, cases[ci].name);
+        hark_err_t err = {0};
+        icefall_model_t *m = NULL;
+        icefall_worker_t *w = NULL;
+        icefall_zf_gpu_t *g = NULL;
+        icefall_zf_gpu_worker_t *gw = NULL;
+        CHECK_OK(icefall_load(dir, 1, &m, &err));
+        const icefall_config_t *c = icefall_config(m);
+        CHECK_OK(icefall_worker_create(m, 4, &w, &err));
+        CHECK_OK(icefall_zf_gpu_create(m, 0, &g, &err));
+        CHECK_OK(icefall_zf_gpu_worker_create(g, 400, cases[ci].causal ? NB : 0, &gw, &err));
+        printf("  %s: weights %.2f MB, worker %.1f MB, slot %zu floats\n", cases[ci].name,
+               icefall_zf_gpu_bytes(g) / 1048576.0, icefall_zf_gpu_worker_bytes(gw) / 1048576.0,
+               icefall_zf_gpu_slot_floats(gw));
+        static const size_t lens[3] = {37000, 20011, 1600};
+        for (int u = 0; u < 3; u++) {
+            int T;
+            float *f = features(m, lens[u], 50 + (unsigned)u, &T);
+            CHECK(f != NULL);
+            const int To = ((T - 7) / 2 + 1) / 2;
+            float *want = hark_malloc(sizeof(float) * (size_t)To * c->d);
+            float *got = hark_malloc(sizeof(float) * (size_t)To * c->d);
+            int lw = 0, lg = 0;
+            CHECK_OK(icefall_encode(w, f, T, T, want, &lw, NULL, NULL, &err));
+            CHECK_OK(icefall_zf_gpu_encode(gw, f, T, got, &lg, &err));
+            CHECK_EQ_INT(lg, lw);
+            double d = rel_diff(got, want, (size_t)lw * c->d);
+            printf("  %s, %d frames: encoder %d frames, GPU vs CPU %.3g relative\n", cases[ci].name,
+                   T, lw, d);
+            CHECKF(d <= 1e-4, "%s, %d frames: %g", cases[ci].name, T, d);
+            hark_free(f);
+            hark_free(want);
+            hark_free(got);
+        }
+        if (cases[ci].causal)
+            check_streams(t, m, gw);
+        icefall_zf_gpu_worker_destroy(gw);
+        icefall_zf_gpu_destroy(g);
+        icefall_worker_destroy(w);
+        icefall_destroy(m);
+    }
+}
+
+GPU_TEST(icefall_zf_gpu_refusals)
+{
+    const char *py = test_python("torch, numpy");
+    if (!py)
+        SKIP("no python3 with torch and numpy (the model generator)");
+    char log[4096], dir[700], dnc[700];
+    const char *tmp = test_tmpdir(t);
+    CHECKF(icefall_gen_model(tmp, "mc", ICEFALL_GEN_FLAGS " " ICEFALL_GEN_CAUSAL, NULL, log,
+                             sizeof log) == 0,
+           "%s", log);
+    CHECKF(icefall_gen_model(tmp, "m", ICEFALL_GEN_FLAGS, NULL, log, sizeof log) == 0, "%s", log);
+    snprintf(dir, sizeof dir, "%s/mc", tmp);
+    snprintf(dnc, sizeof dnc, "%s/m", tmp);
+    hark_err_t err = {0};
+    icefall_model_t *m = NULL, *mn = NULL;
+    icefall_zf_gpu_t *g = NULL, *gn = NULL;
+    icefall_zf_gpu_worker_t *gw = NULL, *bad = NULL;
+    CHECK_OK(icefall_load(dir, 1, &m, &err));
+    CHECK_OK(icefall_load(dnc, 1, &mn, &err));
+    CHECK_OK(icefall_zf_gpu_create(m, 0, &g, &err));
+    CHECK_OK(icefall_zf_gpu_create(mn, 0, &gn, &err));
+    CHECK_EQ_INT(icefall_zf_gpu_worker_create(gn, 400, 2, &bad, &err), HARK_ERR_UNSUPPORTED);
+    CHECK(bad == NULL);
+    CHECK_EQ_INT(icefall_zf_gpu_worker_create(g, 8, 2, &bad, &err), HARK_ERR_INVALID_ARG);
+    CHECK_OK(icefall_zf_gpu_worker_create(g, 100, 2, &gw, &err));
+    const int F = icefall_config(m)->feature_dim, n_in = icefall_zf_stream_step_frames(m);
+    const int M = icefall_config(m)->d;
+    float *f = hark_calloc((size_t)200 * F, sizeof(float)),
+          *o = hark_malloc(sizeof(float) * 200 * M);
+    float *outs[3] = {o, o, o};
+    const float *ins[3] = {f, f, f};
+    int len = 0;
+    CHECK_EQ_INT(icefall_zf_gpu_encode(gw, f, 8, o, &len, &err), HARK_ERR_INVALID_ARG);
+    CHECK_EQ_INT(icefall_zf_gpu_encode(gw, f, 101, o, &len, &err), HARK_ERR_INVALID_ARG);
+    const int two[2] = {1, 1}, far[1] = {2}, three[3] = {0, 1, 0};
+    CHECK_EQ_INT(icefall_zf_gpu_step(gw, two, ins, outs, 0, &err), HARK_ERR_INVALID_ARG);
+    CHECK_EQ_INT(icefall_zf_gpu_step(gw, three, ins, outs, 3, &err), HARK_ERR_INVALID_ARG);
+    CHECK_EQ_INT(icefall_zf_gpu_step(gw, two, ins, outs, 2, &err), HARK_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "twice") != NULL);
+    CHECK_EQ_INT(icefall_zf_gpu_step(gw, far, ins, outs, 1, &err), HARK_ERR_INVALID_ARG);
+    CHECK_EQ_INT(icefall_zf_gpu_slot_reset(gw, -1, &err), HARK_ERR_INVALID_ARG);
+    /* the worker still runs */
+    const int one[1] = {0};
+    CHECK_OK(icefall_zf_gpu_step(gw, one, ins, outs, 1, &err));
+    CHECK_OK(icefall_zf_gpu_encode(gw, f, n_in, o, &len, &err));
+    hark_free(f);
+    hark_free(o);
+    icefall_zf_gpu_worker_destroy(gw);
+    icefall_zf_gpu_destroy(g);
+    icefall_zf_gpu_destroy(gn);
+    icefall_destroy(m);
+    icefall_destroy(mn);
+}
