@@ -126,6 +126,46 @@ def run_streaming(model, params, feats, torch, streaming_decode, DecodeStream,
             "tokens": [int(t) for t in stream.decoding_result()]}
 
 
+def import_recipe(icefall_root, shims, streaming=False):
+    """icefall's zipformer recipe modules, imported from the source tree icefall_root through
+    the import shims in the folder `shims` (k2, lhotse, kaldifeat stubbed): a dict of numpy,
+    torch, torchaudio, train, greedy_search_batch, modified_beam_search and, with streaming,
+    streaming_decode and DecodeStream. Also used by bench/icefall_zf_peer.py."""
+    recipe = os.path.join(os.path.abspath(icefall_root), "egs", "librispeech", "ASR",
+                          "zipformer")
+    if not os.path.isdir(recipe):
+        sys.exit(f"icefall_zipformer_reference: {recipe}: not an icefall source tree")
+    sys.path.insert(0, os.path.abspath(shims))
+    import icefall_shims
+    icefall_shims.install()
+    try:
+        import sentencepiece  # noqa: F401  (train.py imports it; unused here)
+    except ImportError:
+        sp = types.ModuleType("sentencepiece")
+        sp.SentencePieceProcessor = object
+        sys.modules["sentencepiece"] = sp
+    sys.path.insert(0, os.path.abspath(icefall_root))
+    sys.path.insert(0, recipe)
+    cwd = os.getcwd()
+    os.chdir(recipe)
+    try:
+        import numpy
+        import torch
+        import torchaudio
+        import train
+        from beam_search import greedy_search_batch, modified_beam_search
+        r = dict(numpy=numpy, torch=torch, torchaudio=torchaudio, train=train,
+                 greedy_search_batch=greedy_search_batch,
+                 modified_beam_search=modified_beam_search)
+        if streaming:
+            import streaming_decode
+            from decode_stream import DecodeStream
+            r.update(streaming_decode=streaming_decode, DecodeStream=DecodeStream)
+    finally:
+        os.chdir(cwd)
+    return r
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], add_help=False)
     ap.add_argument("--icefall-root", required=True)
@@ -143,36 +183,12 @@ def main():
                     "(a causal model with one --chunk-size and --left-context-frames)")
     a, rest = ap.parse_known_args()
 
-    recipe = os.path.join(os.path.abspath(a.icefall_root), "egs", "librispeech", "ASR",
-                          "zipformer")
-    if not os.path.isdir(recipe):
-        sys.exit(f"icefall_zipformer_reference: {recipe}: not an icefall source tree")
-    sys.path.insert(0, os.path.abspath(a.shims))
-    import icefall_shims
-    icefall_shims.install()
-    try:
-        import sentencepiece  # noqa: F401  (train.py imports it; unused here)
-    except ImportError:
-        sp = types.ModuleType("sentencepiece")
-        sp.SentencePieceProcessor = object
-        sys.modules["sentencepiece"] = sp
-    sys.path.insert(0, os.path.abspath(a.icefall_root))
-    sys.path.insert(0, recipe)
     wav_path, out = os.path.abspath(a.wav), os.path.abspath(a.out)
     os.makedirs(out, exist_ok=True)
-    cwd = os.getcwd()
-    os.chdir(recipe)
-    try:
-        import numpy as np
-        import torch
-        import torchaudio
-        import train
-        from beam_search import greedy_search_batch, modified_beam_search
-        if a.streaming:
-            import streaming_decode
-            from decode_stream import DecodeStream
-    finally:
-        os.chdir(cwd)
+    r = import_recipe(a.icefall_root, a.shims, a.streaming)
+    np, torch, torchaudio, train = r["numpy"], r["torch"], r["torchaudio"], r["train"]
+    greedy_search_batch, modified_beam_search = r["greedy_search_batch"], r["modified_beam_search"]
+    streaming_decode, DecodeStream = r.get("streaming_decode"), r.get("DecodeStream")
 
     mp = argparse.ArgumentParser(prog="icefall_zipformer_reference.py (model flags)")
     train.add_model_arguments(mp)

@@ -5,8 +5,10 @@
  * Tests: tests/model/icefall/test_icefall.c */
 #include "model/icefall/icefall.h"
 #include "model/icefall/icefall_impl.h"
+#include "model/icefall/icefall_zf_gpu.h"
 
 #include "core/alloc.h"
+#include "core/parallel.h"
 #include "hark.h"
 #include "model/family.h"
 #include "model/safetensors.h"
@@ -508,8 +510,9 @@ int icefall_worker_create(const icefall_model_t *m, double max_seconds, icefall_
     w->b_in = hark_calloc(1, sizeof *w->b_in);
     w->b_out = hark_calloc(1, sizeof *w->b_out);
     w->b_job = hark_calloc(1, sizeof *w->b_job);
+    w->b_slot = hark_calloc(1, sizeof *w->b_slot);
     if (!w->scratch || !w->lo || !w->hi || !w->feats || !w->enc || !w->b_zs || !w->b_in ||
-        !w->b_out || !w->b_job) {
+        !w->b_out || !w->b_job || !w->b_slot) {
         icefall_worker_destroy(w);
         return err_set(err, HARK_ERR_NOMEM, "icefall: out of memory for %.1f s of scratch",
                        max_seconds);
@@ -531,6 +534,8 @@ void icefall_worker_destroy(icefall_worker_t *w)
     hark_free(w->b_in);
     hark_free(w->b_out);
     hark_free(w->b_job);
+    hark_free(w->b_slot);
+    parallel_destroy(w->par);
     hark_free(w);
 }
 
@@ -543,8 +548,9 @@ int icefall_worker_reserve_streams(icefall_worker_t *w, int n_streams, hark_err_
         return err_set(err, HARK_ERR_UNSUPPORTED, "icefall: this model cannot stream");
     if (n_streams <= w->max_streams)
         return HARK_OK;
-    const size_t n = icefall_zf_stream_scratch_floats(m, n_streams);
-    const int nlh = icefall_zf_key_rows(m, w->max_t_in, n_streams);
+    /* with the encoder on a GPU the steps need no CPU scratch */
+    const size_t n = w->zgpu ? 0 : icefall_zf_stream_scratch_floats(m, n_streams);
+    const int nlh = w->zgpu ? 0 : icefall_zf_key_rows(m, w->max_t_in, n_streams);
     float *scratch = n > w->n_scratch ? hark_malloc(sizeof(float) * n) : NULL;
     int *lo = nlh > w->n_lohi ? hark_malloc(sizeof(int) * (size_t)nlh) : NULL;
     int *hi = nlh > w->n_lohi ? hark_malloc(sizeof(int) * (size_t)nlh) : NULL;
@@ -552,9 +558,10 @@ int icefall_worker_reserve_streams(icefall_worker_t *w, int n_streams, hark_err_
     icefall_zf_stream_t **zs = hark_calloc(k, sizeof *zs);
     const float **in = hark_calloc(k, sizeof *in);
     float **out = hark_calloc(k, sizeof *out);
-    int *job = hark_calloc(k, sizeof *job);
+    int *job = hark_calloc(k, sizeof *job), *slot = hark_calloc(k, sizeof *slot);
     if ((n > w->n_scratch && !scratch) || (nlh > w->n_lohi && (!lo || !hi)) || !zs || !in || !out ||
-        !job) {
+        !job || !slot) {
+        hark_free(slot);
         hark_free(scratch);
         hark_free(lo);
         hark_free(hi);
@@ -581,11 +588,49 @@ int icefall_worker_reserve_streams(icefall_worker_t *w, int n_streams, hark_err_
     hark_free(w->b_in);
     hark_free(w->b_out);
     hark_free(w->b_job);
+    hark_free(w->b_slot);
     w->b_zs = zs;
     w->b_in = in;
     w->b_out = out;
     w->b_job = job;
+    w->b_slot = slot;
     w->max_streams = n_streams;
+    return HARK_OK;
+}
+
+int icefall_worker_set_stream_threads(icefall_worker_t *w, int threads, hark_err_t *err)
+{
+    if (threads < 1 || threads > PARALLEL_MAX_THREADS)
+        return err_set(err, HARK_ERR_INVALID_ARG, "icefall: %d stream threads (1..%d)", threads,
+                       PARALLEL_MAX_THREADS);
+    parallel_t *p = NULL;
+    int rc = threads > 1 ? parallel_create(threads, &p, err) : HARK_OK;
+    if (rc)
+        return rc;
+    parallel_destroy(w->par);
+    w->par = p;
+    if (threads > 1)
+        ops_set_threads(1);
+    return HARK_OK;
+}
+
+int icefall_worker_max_frames(const icefall_worker_t *w)
+{
+    return w->max_t_in;
+}
+
+int icefall_worker_use_gpu(icefall_worker_t *w, icefall_zf_gpu_worker_t *gw, hark_err_t *err)
+{
+    if (gw && w->m->cfg.encoder_type != ICEFALL_ZIPFORMER)
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "icefall: only the zipformer's encoder is attached to a GPU this way");
+    if (gw &&
+        (icefall_zf_gpu_worker_model(gw) != w->m || icefall_zf_gpu_max_frames(gw) < w->max_t_in))
+        return err_set(err, HARK_ERR_INVALID_ARG,
+                       "icefall: the GPU encoder is another model's or takes fewer than the "
+                       "worker's %d frames",
+                       w->max_t_in);
+    w->zgpu = gw;
     return HARK_OK;
 }
 
@@ -689,6 +734,8 @@ int icefall_encode(icefall_worker_t *w, const float *feats, int t_in, int len_in
             return err_set(err, HARK_ERR_TOO_LARGE,
                            "icefall: %d feature frames exceed the worker's %d (max_seconds %.2f)",
                            t_in, w->max_t_in, w->max_seconds);
+        if (w->zgpu && !stage)
+            return icefall_zf_gpu_encode(w->zgpu, feats, t_in, enc, len_out, err);
         return icefall_zf_encode(w, feats, t_in, enc, len_out, stage, user, err);
     }
     if (len_in < 7 || t_in < len_in)

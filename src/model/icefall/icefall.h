@@ -156,6 +156,20 @@ void icefall_worker_destroy(icefall_worker_t *w); /* accepts NULL */
  * changes nothing. HARK_ERR_NOMEM leaves the worker as it was; HARK_ERR_UNSUPPORTED: a model that
  * cannot stream; HARK_ERR_INVALID_ARG: n_streams < 1. */
 int icefall_worker_reserve_streams(icefall_worker_t *w, int n_streams, hark_err_t *err);
+/* Feature frames the worker's scratch holds (its max_seconds). */
+int icefall_worker_max_frames(const icefall_worker_t *w);
+/* A zipformer's encoder for this worker on a GPU (icefall_zf_gpu.h; gw lent, it must outlive the
+ * worker's use of it; NULL: back to the CPU): icefall_encode (without stages) and the streams'
+ * steps (icefall_stream_feed: each stream in its slot of gw, icefall_stream_set_slot) run there,
+ * and reserving streams no longer grows the CPU scratch. HARK_ERR_INVALID_ARG: gw takes fewer
+ * frames than the worker or is another model's; HARK_ERR_UNSUPPORTED: not a zipformer. */
+struct icefall_zf_gpu_worker;
+/* Threads (1..64, the caller counting as one; 1 by default) sharing the per-stream host work of
+ * icefall_stream_feed: each stream's front end and its search after a step; more than 1 also sets
+ * OpenBLAS to one thread per call, process-wide (ops_set_threads(1)): the searches' small GEMMs
+ * run one per thread. HARK_ERR_INVALID_ARG, HARK_ERR_NOMEM, HARK_ERR_INTERNAL. */
+int icefall_worker_set_stream_threads(icefall_worker_t *w, int threads, hark_err_t *err);
+int icefall_worker_use_gpu(icefall_worker_t *w, struct icefall_zf_gpu_worker *gw, hark_err_t *err);
 
 /* The Conformer encoder on one row: feats (t_in, feature_dim), of which the first len_in frames
  * are the utterance and the rest padding as the caller filled it (icefall pads a batch with
@@ -309,6 +323,10 @@ void icefall_stream_destroy(icefall_stream_t *s); /* accepts NULL */
 /* A new utterance decoded with method and beam (modified_beam_search: 1..64; 0: the model's):
  * HARK_ERR_INVALID_ARG, HARK_ERR_NOMEM. Must precede accept. */
 int icefall_stream_start(icefall_stream_t *s, icefall_method_t method, int beam, hark_err_t *err);
+/* The stream's encoder caches in slot `slot` of the GPU encoder of the worker that feeds it
+ * (icefall_worker_use_gpu; the slot reset at each start); -1 (the default): its own, on the CPU.
+ * A slot belongs to one stream at a time. */
+void icefall_stream_set_slot(icefall_stream_t *s, int slot);
 /* The next n samples (in [-1, 1] at the model's rate, finite: HARK_ERR_INVALID_ARG otherwise);
  * runs every step they complete. After input_done: HARK_ERR_CLOSED. */
 int icefall_stream_accept(icefall_worker_t *w, icefall_stream_t *s, const float *pcm, size_t n,

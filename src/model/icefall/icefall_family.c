@@ -1,16 +1,20 @@
 /* icefall_family.c — icefall's pruned stateless transducers as a model family (family.h):
- * "icefall_transducer", offline ASR over icefall.h on the CPU, or for the Conformer
+ * "icefall_transducer", offline ASR over icefall.h on the CPU, or for the zipformer with its
+ * encoder on a GPU (load device >= 0: icefall_zf_gpu.h, fp32; whole utterances and the streams'
+ * steps, each stream's caches in its slot of the worker's device pool, the fbank and the searches
+ * on the host), or for the Conformer
  * (pruned_transducer_stateless3) on a GPU (load device >= 0: icefall_gpu.h, in config.pbtxt's
  * `parameters precision` fp32 | fp16 | bf16; greedy and modified beam search on the device, the
  * beam's merges and fast_beam_search's utterances on `parameters search_threads` host threads per
- * instance, 1..64, default 1; no dump_dir), served under the generic WAV/WAV_LENS (or AUDIO) ->
- * TRANSCRIPTS contract. Options (config.pbtxt parameters, then the request's): decoding_method
- * greedy_search | modified_beam_search | fast_beam_search (icefall's names; the model's default
- * from the converter's --method; fast_beam_search offline only, on the host:
- * icefall_fast_beam.c), beam_size
- * (modified_beam_search's width, icefall's --beam-size; `beam` is taken as the same, except with
- * fast_beam_search, where beam is icefall's --beam, a number >= 0, beside max_contexts and
- * max_states, 1..1024; their defaults from model.json, the converter's --beam, --max-contexts,
+ * instance, 1..64, default 1; no dump_dir; streams: `parameters stream_threads` 1..64, default 1,
+ * threads per instance sharing the streams' front ends and searches), served under the generic
+ * WAV/WAV_LENS (or AUDIO) -> TRANSCRIPTS contract. Options (config.pbtxt parameters, then the
+ * request's): decoding_method greedy_search | modified_beam_search | fast_beam_search (icefall's
+ * names; the model's default from the converter's --method; fast_beam_search offline only, on the
+ * host: icefall_fast_beam.c), beam_size (modified_beam_search's width, icefall's --beam-size;
+ * `beam` is taken as the same, except with fast_beam_search, where beam is icefall's --beam, a
+ * number >= 0, beside max_contexts and max_states, 1..1024; their defaults from model.json, the
+ * converter's --beam, --max-contexts,
  * --max-states), nbest (1..64 or "all": hypotheses of the final beam
  * returned, best first), for streams the endpointing keys of the WeNet family (endpointing,
  * continuous_decoding: true|false, default false; endpoint_silence_no_speech_ms,
@@ -42,6 +46,7 @@
 #include "hark.h"
 #include "model/icefall/icefall.h"
 #include "model/icefall/icefall_gpu.h"
+#include "model/icefall/icefall_zf_gpu.h"
 #include "ops/ops.h"
 #include "text/words.h"
 
@@ -65,9 +70,11 @@ int icefall_bench_main(int argc, char **argv);   /* icefall_bench.c */
 
 struct family_model {
     icefall_model_t *m;
-    icefall_gpu_model_t *gm; /* NULL: on the CPU */
+    icefall_gpu_model_t *gm; /* the Conformer on a GPU, or NULL */
+    icefall_zf_gpu_t *zg;    /* the zipformer's encoder on a GPU, or NULL */
     int device;              /* -1: CPU */
     int search_threads;      /* config.pbtxt's search_threads (GPU models' beam search) */
+    int stream_threads;      /* config.pbtxt's stream_threads (the streams' host work) */
     char kind[160];
 };
 
@@ -82,7 +89,8 @@ typedef struct {
 struct family_worker {
     const family_model_t *fm;
     icefall_worker_t *w;
-    icefall_gpu_worker_t *gw; /* a GPU model's (then w is NULL) */
+    icefall_gpu_worker_t *gw;     /* a GPU Conformer's (then w is NULL) */
+    icefall_zf_gpu_worker_t *zgw; /* a GPU zipformer's encoder (w's, which searches) */
     int max_batch;
     double max_seconds;
     if_stream_t *slots; /* (max_sequences) */
@@ -125,10 +133,27 @@ static int if_load(const char *dir, const family_load_opts_t *lo, const family_p
         rc = HARK_OK;
     else if (rc)
         err_prefix(err, rc, "config.pbtxt parameters");
+    fm->stream_threads = 1;
+    if (!rc) {
+        rc = family_param_int(cfg, "stream_threads", 1, 64, &fm->stream_threads, err);
+        if (rc == HARK_ERR_NOT_FOUND)
+            rc = HARK_OK;
+        else if (rc)
+            err_prefix(err, rc, "config.pbtxt parameters");
+    }
     if (!rc)
         rc = icefall_load(dir, l.version, &fm->m, err);
-    if (!rc && l.device >= 0)
+    if (!rc && l.device >= 0 && icefall_config(fm->m)->encoder_type == ICEFALL_ZIPFORMER) {
+        if (dt != OPS_F32)
+            rc = err_set(err, HARK_ERR_UNSUPPORTED,
+                         "icefall_transducer: precision \"%s\": the zipformer runs on the GPU in "
+                         "fp32 (its 16-bit path is not written)",
+                         prec);
+        else
+            rc = icefall_zf_gpu_create(fm->m, l.device, &fm->zg, err);
+    } else if (!rc && l.device >= 0) {
         rc = icefall_gpu_model_create(fm->m, l.device, dt, &fm->gm, err);
+    }
     if (rc) {
         icefall_destroy(fm->m);
         hark_free(fm);
@@ -138,8 +163,8 @@ static int if_load(const char *dir, const family_load_opts_t *lo, const family_p
     const char *pn = dt == OPS_F16 ? "fp16" : dt == OPS_BF16 ? "bf16" : "fp32";
     if (c->encoder_type == ICEFALL_ZIPFORMER)
         snprintf(fm->kind, sizeof fm->kind,
-                 "icefall zipformer: %d stacks, %d layers, output dim %d, vocab %d, fp32",
-                 c->zf.n_stacks, c->n_layers, c->d, c->vocab);
+                 "icefall zipformer: %d stacks, %d layers, output dim %d, vocab %d, fp32%s",
+                 c->zf.n_stacks, c->n_layers, c->d, c->vocab, fm->zg ? " (gpu encoder)" : "");
     else
         snprintf(fm->kind, sizeof fm->kind,
                  "icefall pruned_transducer_stateless3: conformer %d layers d %d, vocab %d, %s%s",
@@ -153,6 +178,7 @@ static void if_unload(family_model_t *fm)
     if (!fm)
         return;
     icefall_gpu_model_destroy(fm->gm);
+    icefall_zf_gpu_destroy(fm->zg);
     icefall_destroy(fm->m);
     hark_free(fm);
 }
@@ -271,6 +297,7 @@ static void if_worker_destroy(family_worker_t *w)
     hark_free(w->s_taken);
     hark_free(w->feeds);
     icefall_worker_destroy(w->w);
+    icefall_zf_gpu_worker_destroy(w->zgw);
     icefall_gpu_worker_destroy(w->gw);
     hark_free(w);
 }
@@ -293,6 +320,14 @@ static int if_worker_create(const family_model_t *fm, const family_worker_opts_t
                     : icefall_worker_create(fm->m, wo->max_seconds, &w->w, err);
     if (!rc && w->gw)
         rc = icefall_gpu_set_search_threads(w->gw, fm->search_threads, err);
+    if (!rc && fm->zg) { /* the encoder on the GPU, the front end and the searches here */
+        rc = icefall_zf_gpu_worker_create(
+            fm->zg, icefall_worker_max_frames(w->w),
+            wo->max_sequences > 0 && icefall_can_stream(fm->m) ? wo->max_sequences : 0, &w->zgw,
+            err);
+        if (!rc)
+            rc = icefall_worker_use_gpu(w->w, w->zgw, err);
+    }
     if (!rc && wo->max_sequences > 0) {
         if (!icefall_can_stream(fm->m))
             rc = err_set(err, HARK_ERR_UNSUPPORTED,
@@ -307,11 +342,15 @@ static int if_worker_create(const family_model_t *fm, const family_worker_opts_t
             rc = err_set(err, HARK_ERR_NOMEM, "out of memory for %d streams", wo->max_sequences);
         else
             rc = icefall_worker_reserve_streams(w->w, wo->max_sequences, err);
+        if (!rc && fm->stream_threads > 1)
+            rc = icefall_worker_set_stream_threads(w->w, fm->stream_threads, err);
         if (!rc)
             w->max_sequences = wo->max_sequences;
         for (int i = 0; !rc && i < w->max_sequences; i++)
             if ((rc = icefall_stream_create(fm->m, &w->slots[i].s, err)))
                 err_prefix(err, rc, "stream %d of %d (max_sequences)", i + 1, w->max_sequences);
+            else if (w->zgw)
+                icefall_stream_set_slot(w->slots[i].s, i);
     }
     if (rc) {
         if_worker_destroy(w);

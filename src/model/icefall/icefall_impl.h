@@ -203,6 +203,9 @@ struct icefall_worker {
     const float **b_in;
     float **b_out;
     int *b_job;
+    int *b_slot;                        /* (max_streams) the steps' GPU slots */
+    struct icefall_zf_gpu_worker *zgpu; /* the zipformer's encoder on a GPU, or NULL (lent) */
+    struct parallel *par;               /* stream threads (icefall_worker_set_stream_threads) */
     float *feats; /* (max_t_in, feature_dim) icefall_run's features of one utterance */
     float *enc;   /* (T'max, d) icefall_run's encoder output of one utterance */
 };

@@ -11,8 +11,10 @@
  * Tests: tests/model/icefall/test_icefall_stream.c, tests/model/icefall/test_icefall_endpoint.c */
 #include "model/icefall/icefall.h"
 #include "model/icefall/icefall_impl.h"
+#include "model/icefall/icefall_zf_gpu.h"
 
 #include "core/alloc.h"
+#include "core/parallel.h"
 #include "hark.h"
 
 #include <math.h>
@@ -23,7 +25,9 @@
 
 struct icefall_stream {
     const icefall_model_t *m;
-    icefall_zf_stream_t *enc; /* the encoder's caches */
+    icefall_zf_stream_t *enc; /* the encoder's caches (on the CPU) */
+    int slot;                 /* >= 0: the caches in this slot of the worker's GPU encoder */
+    int slot_fresh;           /* started since the slot was last reset */
     int step, n_in, per;      /* frames: a step's advance (2c), input (2c + 13), output (c / 2) */
     /* front end: samples [pcm_base, pcm_base + pcm_n) kept (from the next frame's window on) */
     float *pcm; /* (PIECE + a window) */
@@ -54,6 +58,7 @@ struct icefall_stream {
     size_t f_n;
     int f_done, f_phase, f_after, f_target, f_T, f_total;
     const float *f_in; /* the ready step's input */
+    int f_ready;       /* feed_next's result in the round */
 };
 
 enum { FEED_AUDIO, FEED_FRAMES, FEED_ENDED, FEED_TAIL, FEED_IDLE };
@@ -90,6 +95,7 @@ int icefall_stream_create(const icefall_model_t *m, icefall_stream_t **out, hark
     if (!s)
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
     s->m = m;
+    s->slot = -1;
     int rc = icefall_zf_stream_create(m, &s->enc, err);
     if (rc) {
         hark_free(s);
@@ -147,6 +153,7 @@ int icefall_stream_start(icefall_stream_t *s, icefall_method_t method, int beam,
         icefall_beam_reset(m, &s->b);
     }
     icefall_zf_stream_reset(s->enc);
+    s->slot_fresh = 1;
     s->method = method;
     s->pcm_n = s->pcm_base = s->n_samples = 0;
     s->feat_n = s->feat_base = s->frames = s->steps = 0;
@@ -155,6 +162,12 @@ int icefall_stream_start(icefall_stream_t *s, icefall_method_t method, int beam,
     s->ep_on = s->ep_continuous = s->seg_start = s->stopped = s->in_tail = s->n_ended = 0;
     segs_clear(s);
     return HARK_OK;
+}
+
+void icefall_stream_set_slot(icefall_stream_t *s, int slot)
+{
+    s->slot = slot < 0 ? -1 : slot;
+    s->slot_fresh = 1;
 }
 
 int icefall_stream_set_endpointing(icefall_stream_t *s, const ctc_endpoint_rule_t *rule,
@@ -430,6 +443,47 @@ static int feed_check(icefall_worker_t *w, const icefall_stream_feed_t *f, hark_
     return HARK_OK;
 }
 
+typedef struct {
+    icefall_stream_feed_t *f;
+    icefall_worker_t *w;
+} feed_ctx_t;
+
+/* feed i's front end up to its next step (its result in f_ready), when the feed is live */
+static void front_one(void *ctx, int i)
+{
+    icefall_stream_feed_t *fi = &((feed_ctx_t *)ctx)->f[i];
+    if (fi->status || fi->s->f_phase == FEED_IDLE)
+        return;
+    fi->s->f_ready = feed_next(fi->s, &fi->err);
+}
+
+/* the search of the round's r-th step */
+static void search_one(void *ctx, int r)
+{
+    feed_ctx_t *c = ctx;
+    icefall_stream_feed_t *fi = &c->f[c->w->b_job[r]];
+    fi->status = after_step(fi->s, &fi->err);
+}
+
+/* The round's nr steps on the worker's GPU encoder: each stream in its slot, reset first when
+ * the stream started since */
+static int gpu_step(icefall_worker_t *w, icefall_stream_feed_t *f, int nr, hark_err_t *err)
+{
+    for (int r = 0; r < nr; r++) {
+        icefall_stream_t *s = f[w->b_job[r]].s;
+        if (s->slot < 0)
+            return err_set(err, HARK_ERR_INVALID_ARG,
+                           "icefall stream: the worker's encoder is on a GPU and this stream has "
+                           "no slot there (icefall_stream_set_slot)");
+        int rc;
+        if (s->slot_fresh && (rc = icefall_zf_gpu_slot_reset(w->zgpu, s->slot, err)))
+            return rc;
+        s->slot_fresh = 0;
+        w->b_slot[r] = s->slot;
+    }
+    return icefall_zf_gpu_step(w->zgpu, w->b_slot, w->b_in, w->b_out, nr, err);
+}
+
 int icefall_stream_feed(icefall_worker_t *w, icefall_stream_feed_t *f, int n)
 {
     if (n > w->max_streams) {
@@ -458,14 +512,16 @@ int icefall_stream_feed(icefall_worker_t *w, icefall_stream_feed_t *f, int n)
         n_live++;
     }
     /* rounds: every live feed's front end up to its next ready step; those steps as one batch;
-     * each stream's search on its own output */
+     * each stream's search on its own output (both per stream on the worker's stream threads) */
+    feed_ctx_t fc = {.f = f, .w = w};
     while (n_live > 0) {
         int nr = 0;
+        parallel_for(w->par, n, front_one, &fc);
         for (int i = 0; i < n; i++) {
             icefall_stream_feed_t *fi = &f[i];
             if (fi->status || fi->s->f_phase == FEED_IDLE)
                 continue;
-            int r = feed_next(fi->s, &fi->err);
+            int r = fi->s->f_ready;
             if (r < 0 || r == 0) {
                 if (r < 0)
                     fi->status = r;
@@ -481,15 +537,18 @@ int icefall_stream_feed(icefall_worker_t *w, icefall_stream_feed_t *f, int n)
         if (nr == 0)
             break;
         hark_err_t e = {0};
-        int rc = icefall_zf_stream_step_batch(w, w->b_zs, w->b_in, w->b_out, nr, &e);
+        int rc = w->zgpu ? gpu_step(w, f, nr, &e)
+                         : icefall_zf_stream_step_batch(w, w->b_zs, w->b_in, w->b_out, nr, &e);
+        if (rc) {
+            for (int r = 0; r < nr; r++) {
+                f[w->b_job[r]].status = rc;
+                f[w->b_job[r]].err = e;
+            }
+        } else {
+            parallel_for(w->par, nr, search_one, &fc);
+        }
         for (int r = 0; r < nr; r++) {
             icefall_stream_feed_t *fi = &f[w->b_job[r]];
-            if (rc) {
-                fi->status = rc;
-                fi->err = e;
-            } else {
-                fi->status = after_step(fi->s, &fi->err);
-            }
             if (fi->status) {
                 fi->s->f_phase = FEED_IDLE;
                 n_live--;

@@ -538,6 +538,21 @@ size_t icefall_zf_gpu_slot_floats(const icefall_zf_gpu_worker_t *w)
     return w ? w->slot_floats : 0;
 }
 
+int icefall_zf_gpu_max_frames(const icefall_zf_gpu_worker_t *w)
+{
+    return w ? w->max_t_in : 0;
+}
+
+int icefall_zf_gpu_max_streams(const icefall_zf_gpu_worker_t *w)
+{
+    return w ? w->max_streams : 0;
+}
+
+const icefall_model_t *icefall_zf_gpu_worker_model(const icefall_zf_gpu_worker_t *w)
+{
+    return w ? w->m : NULL;
+}
+
 /* ---- the forward ---------------------------------------------------------------------------- */
 
 /* one pass: nb streams (or one utterance) */
@@ -1061,6 +1076,21 @@ size_t icefall_zf_gpu_slot_floats(const icefall_zf_gpu_worker_t *w)
 {
     (void)w;
     return 0;
+}
+int icefall_zf_gpu_max_frames(const icefall_zf_gpu_worker_t *w)
+{
+    (void)w;
+    return 0;
+}
+int icefall_zf_gpu_max_streams(const icefall_zf_gpu_worker_t *w)
+{
+    (void)w;
+    return 0;
+}
+const icefall_model_t *icefall_zf_gpu_worker_model(const icefall_zf_gpu_worker_t *w)
+{
+    (void)w;
+    return NULL;
 }
 int icefall_zf_gpu_encode(icefall_zf_gpu_worker_t *w, const float *feats, int t_in, float *enc,
                           int *len_out, hark_err_t *err)

@@ -40,6 +40,10 @@ void icefall_zf_gpu_worker_destroy(icefall_zf_gpu_worker_t *w); /* accepts NULL 
 size_t icefall_zf_gpu_worker_bytes(const icefall_zf_gpu_worker_t *w);
 /* device floats of one stream's caches (a slot) */
 size_t icefall_zf_gpu_slot_floats(const icefall_zf_gpu_worker_t *w);
+/* the worker's max_t_in, max_streams and model (0, 0, NULL without HARK_CUDA) */
+int icefall_zf_gpu_max_frames(const icefall_zf_gpu_worker_t *w);
+int icefall_zf_gpu_max_streams(const icefall_zf_gpu_worker_t *w);
+const icefall_model_t *icefall_zf_gpu_worker_model(const icefall_zf_gpu_worker_t *w);
 
 /* icefall_zf_encode on the device: feats (t_in, feature_dim) host, enc ((t_in - 7) / 2 + 1) / 2
  * rows of d, host; returns when enc is written. */

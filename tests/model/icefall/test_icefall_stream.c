@@ -607,7 +607,10 @@ TEST(icefall_stream_batched)
 
     /* the streams: fed together in rounds (stream j from round start[j], pieces of its own size,
      * the last with input_done; in round 2 stream 2's piece has a NaN: refused, nothing taken)
-     * and each alone the same way: the same partial results every round, the same final ones */
+     * on 3 stream threads, and each alone the same way: the same partial results every round,
+     * the same final ones */
+    CHECK_EQ_INT(icefall_worker_set_stream_threads(wb, 0, &err), HARK_ERR_INVALID_ARG);
+    CHECK_OK(icefall_worker_set_stream_threads(wb, 3, &err));
     {
         static const int start[NB] = {0, 1, 2, 4};
         static const size_t piece[NB] = {2345, 4000, 777, 20000};

@@ -264,3 +264,125 @@ GPU_TEST(icefall_zf_gpu_refusals)
     icefall_destroy(m);
     icefall_destroy(mn);
 }
+
+static int same_tokens(const icefall_hyp_t *a, const icefall_hyp_t *b)
+{
+    if (a->n != b->n)
+        return 0;
+    for (int i = 0; i < a->n; i++)
+        if (a->tokens[i] != b->tokens[i] || a->times[i] != b->times[i])
+            return 0;
+    return 1;
+}
+
+/* icefall_worker_use_gpu: a worker whose encoder runs on the GPU gives the CPU worker's results,
+ * offline (icefall_run, greedy and beam) and for streams fed together (icefall_stream_feed, each
+ * in its slot, started twice) */
+GPU_TEST(icefall_zf_gpu_attached_worker)
+{
+    const char *py = test_python("torch, numpy");
+    if (!py)
+        SKIP("no python3 with torch and numpy (the model generator)");
+    char log[4096], dir[700];
+    const char *tmp = test_tmpdir(t);
+    CHECKF(icefall_gen_model_ex(tmp, "mc", ICEFALL_GEN_FLAGS " " ICEFALL_GEN_CAUSAL,
+                                "--blank-bias 4", NULL, log, sizeof log) == 0,
+           "%s", log);
+    snprintf(dir, sizeof dir, "%s/mc", tmp);
+    hark_err_t err = {0};
+    icefall_model_t *m = NULL;
+    icefall_worker_t *wc = NULL, *wg = NULL;
+    icefall_zf_gpu_t *g = NULL;
+    icefall_zf_gpu_worker_t *gw = NULL;
+    CHECK_OK(icefall_load(dir, 1, &m, &err));
+    CHECK_OK(icefall_worker_create(m, 4, &wc, &err));
+    CHECK_OK(icefall_worker_create(m, 4, &wg, &err));
+    CHECK_OK(icefall_zf_gpu_create(m, 0, &g, &err));
+    CHECK_OK(icefall_zf_gpu_worker_create(g, icefall_worker_max_frames(wg) - 1, 3, &gw, &err));
+    CHECK_EQ_INT(icefall_worker_use_gpu(wg, gw, &err), HARK_ERR_INVALID_ARG); /* too short */
+    icefall_zf_gpu_worker_destroy(gw);
+    CHECK_OK(icefall_zf_gpu_worker_create(g, icefall_worker_max_frames(wg), 3, &gw, &err));
+    CHECK_OK(icefall_worker_use_gpu(wg, gw, &err));
+    CHECK_OK(icefall_worker_reserve_streams(wc, 3, &err));
+    CHECK_OK(icefall_worker_reserve_streams(wg, 3, &err));
+    const size_t lens[3] = {47000, 30011, 12000};
+    float *pcm[3];
+    for (int j = 0; j < 3; j++)
+        pcm[j] = make_pcm(lens[j], 90 + (unsigned)j);
+    /* offline */
+    for (int method = 0; method < 2; method++) {
+        icefall_run_opts_t o = {.method = method ? ICEFALL_MODIFIED_BEAM : ICEFALL_GREEDY,
+                                .beam_size = 4};
+        icefall_result_t rc_[3], rg[3];
+        CHECK_OK(icefall_run(wc, (const float *const *)pcm, lens, 3, &o, rc_, &err));
+        CHECK_OK(icefall_run(wg, (const float *const *)pcm, lens, 3, &o, rg, &err));
+        for (int j = 0; j < 3; j++) {
+            printf("  offline %s, utterance %d: %d tokens (cpu %d)\n", method ? "beam" : "greedy",
+                   j, rg[j].best.n, rc_[j].best.n);
+            CHECKF(same_tokens(&rg[j].best, &rc_[j].best), "offline %d, utterance %d", method, j);
+            icefall_result_free(&rc_[j]);
+            icefall_result_free(&rg[j]);
+        }
+    }
+    /* streams: the same audio in pieces, fed together, twice (the slots reset at start) */
+    icefall_stream_t *sc[3], *sg[3];
+    for (int j = 0; j < 3; j++) {
+        CHECK_OK(icefall_stream_create(m, &sc[j], &err));
+        CHECK_OK(icefall_stream_create(m, &sg[j], &err));
+        icefall_stream_set_slot(sg[j], 2 - j);
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        for (int j = 0; j < 3; j++) {
+            icefall_method_t mt = (j + pass) % 2 ? ICEFALL_MODIFIED_BEAM : ICEFALL_GREEDY;
+            CHECK_OK(icefall_stream_start(sc[j], mt, 4, &err));
+            CHECK_OK(icefall_stream_start(sg[j], mt, 4, &err));
+        }
+        size_t at[3] = {0};
+        for (int round = 0;; round++) {
+            icefall_stream_feed_t fc[3], fg[3];
+            int n = 0;
+            for (int j = 0; j < 3; j++) {
+                if (at[j] > lens[j])
+                    continue;
+                size_t k = lens[j] - at[j] < 7001 ? lens[j] - at[j] : 7001;
+                fc[n] = (icefall_stream_feed_t){
+                    .s = sc[j], .pcm = pcm[j] + at[j], .n = k, .input_done = at[j] + k == lens[j]};
+                fg[n] = fc[n];
+                fg[n].s = sg[j];
+                at[j] = at[j] + k == lens[j] ? lens[j] + 1 : at[j] + k;
+                n++;
+            }
+            if (!n)
+                break;
+            CHECK_OK(icefall_stream_feed(wc, fc, n));
+            CHECK_OK(icefall_stream_feed(wg, fg, n));
+        }
+        for (int j = 0; j < 3; j++) {
+            icefall_result_t a, b;
+            CHECK_OK(icefall_stream_result(sc[j], &a, &err));
+            CHECK_OK(icefall_stream_result(sg[j], &b, &err));
+            printf("  pass %d stream %d: %d tokens in %d steps (cpu %d)\n", pass, j, b.best.n,
+                   icefall_stream_steps(sg[j]), a.best.n);
+            CHECKF(same_tokens(&a.best, &b.best), "pass %d stream %d", pass, j);
+            icefall_result_free(&a);
+            icefall_result_free(&b);
+        }
+    }
+    /* a stream without a slot on the GPU worker is refused by name */
+    icefall_stream_t *ns = NULL;
+    CHECK_OK(icefall_stream_create(m, &ns, &err));
+    CHECK_OK(icefall_stream_start(ns, ICEFALL_GREEDY, 0, &err));
+    CHECK_EQ_INT(icefall_stream_accept(wg, ns, pcm[0], 16000, &err), HARK_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "slot") != NULL);
+    icefall_stream_destroy(ns);
+    for (int j = 0; j < 3; j++) {
+        icefall_stream_destroy(sc[j]);
+        icefall_stream_destroy(sg[j]);
+        hark_free(pcm[j]);
+    }
+    icefall_worker_destroy(wc);
+    icefall_worker_destroy(wg);
+    icefall_zf_gpu_worker_destroy(gw);
+    icefall_zf_gpu_destroy(g);
+    icefall_destroy(m);
+}
