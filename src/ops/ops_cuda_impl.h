@@ -99,6 +99,38 @@ template <int ACT> __device__ __forceinline__ float epi_act(float x)
     return x;
 }
 
+/* block-wide sum / max over blockDim.x (a multiple of 32, <= 1024) threads, every thread getting
+ * it; red: 32 floats of shared memory (transducer_cuda.cu, zipformer_cuda.cu) */
+static __device__ __forceinline__ float ops_block_sum(float v, float *red)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    int w = threadIdx.x / 32, nw = blockDim.x / 32;
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0)
+        red[w] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < nw; i++)
+        s += red[i];
+    return s;
+}
+
+static __device__ __forceinline__ float ops_block_max(float v, float *red)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    int w = threadIdx.x / 32, nw = blockDim.x / 32;
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0)
+        red[w] = v;
+    __syncthreads();
+    float s = -INFINITY;
+    for (int i = 0; i < nw; i++)
+        s = fmaxf(s, red[i]);
+    return s;
+}
+
 /* Lets kernel `kern` take `bytes` of dynamic shared memory (past 48 KiB it must be asked for),
  * once per device: set[dev] remembers (a benign race: every thread sets the same value). */
 static inline cudaError_t ops_smem_opt_in(const void *kern, size_t bytes, bool *set)

@@ -56,37 +56,6 @@ __device__ __forceinline__ void tr_st(__nv_bfloat16 *p, size_t i, float v)
     p[i] = __float2bfloat16_rn(v);
 }
 
-/* block-wide sum / max over blockDim.x (a multiple of 32, <= 1024) threads; every thread gets it */
-static __device__ float tr_block_sum(float v, float *red)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    int w = threadIdx.x / 32, nw = blockDim.x / 32;
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0)
-        red[w] = v;
-    __syncthreads();
-    float s = 0.0f;
-    for (int i = 0; i < nw; i++)
-        s += red[i];
-    return s;
-}
-
-static __device__ float tr_block_max(float v, float *red)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    int w = threadIdx.x / 32, nw = blockDim.x / 32;
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0)
-        red[w] = v;
-    __syncthreads();
-    float s = -INFINITY;
-    for (int i = 0; i < nw; i++)
-        s = fmaxf(s, red[i]);
-    return s;
-}
-
 /* ---- BasicNorm ------------------------------------------------------------------------------ */
 
 /* a row of x scaled by scale · (mean_j((x_j - b_j)²) + eps)^-1/2 (b NULL: 0): BasicNorm (b NULL,
@@ -102,7 +71,7 @@ __global__ void row_scale_norm_kernel(float *x_out, T *h_out, const float *x, in
         float v = xr[j] - (b ? b[j] : 0.0f);
         s += v * v;
     }
-    s = tr_block_sum(s, red);
+    s = ops_block_sum(s, red);
     float sc = scale * rsqrtf(s / (float)d + eps);
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
         float v = xr[j] * sc;
@@ -256,11 +225,11 @@ __global__ void rel_softmax_kernel(T *sc, const T *bd, const int *lens, int b0, 
     float mx = -INFINITY;
     for (int j = lo + threadIdx.x; j < hi; j += blockDim.x)
         mx = fmaxf(mx, tr_ld(s, j) + tr_ld(b, j));
-    mx = tr_block_max(mx, red);
+    mx = ops_block_max(mx, red);
     float sum = 0.0f;
     for (int j = lo + threadIdx.x; j < hi; j += blockDim.x)
         sum += expf(tr_ld(s, j) + tr_ld(b, j) - mx);
-    sum = tr_block_sum(sum, red);
+    sum = ops_block_sum(sum, red);
     float inv = hi > lo ? 1.0f / sum : 0.0f;
     for (int j = threadIdx.x; j < t; j += blockDim.x) {
         float v = j >= lo && j < hi ? expf(tr_ld(s, j) + tr_ld(b, j) - mx) * inv : 0.0f;

@@ -129,36 +129,6 @@ extern "C" int cuda_zf_pos_emb(float *pe, int t, int lc, int e, void *stream, ha
 
 /* ---- the attention weights' softmax ---------------------------------------------------------- */
 
-static __device__ float zf_block_sum(float v, float *red)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    int w = threadIdx.x / 32, nw = blockDim.x / 32;
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0)
-        red[w] = v;
-    __syncthreads();
-    float s = 0.0f;
-    for (int i = 0; i < nw; i++)
-        s += red[i];
-    return s;
-}
-
-static __device__ float zf_block_max(float v, float *red)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    int w = threadIdx.x / 32, nw = blockDim.x / 32;
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0)
-        red[w] = v;
-    __syncthreads();
-    float s = -INFINITY;
-    for (int i = 0; i < nw; i++)
-        s = fmaxf(s, red[i]);
-    return s;
-}
-
 /* a block per row (stream j, head, query i) */
 __global__ void rel_softmax_kernel(float *sc, const float *bd, const int *lo, const int *hi, int h,
                                    int t, int k, int p)
@@ -174,11 +144,11 @@ __global__ void rel_softmax_kernel(float *sc, const float *bd, const int *lo, co
     float mx = -INFINITY;
     for (int c = a + threadIdx.x; c < e; c += blockDim.x)
         mx = fmaxf(mx, x[c] + b[c]);
-    mx = zf_block_max(mx, red);
+    mx = ops_block_max(mx, red);
     float s = 0.0f;
     for (int c = a + threadIdx.x; c < e; c += blockDim.x)
         s += expf(x[c] + b[c] - mx);
-    s = zf_block_sum(s, red);
+    s = ops_block_sum(s, red);
     const float inv = a < e ? 1.0f / s : 0.0f;
     for (int c = threadIdx.x; c < k; c += blockDim.x)
         x[c] = c >= a && c < e ? expf(x[c] + b[c] - mx) * inv : 0.0f;

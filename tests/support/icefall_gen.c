@@ -3,6 +3,9 @@
 
 #include "test.h"
 
+#include "core/alloc.h"
+
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,4 +69,32 @@ int icefall_gen_conformer(const char *dir, const char *name, const char *ckpt_fl
 {
     return gen("conformer_random_ckpt.py", "pruned_transducer_stateless3", dir, name, "",
                ckpt_flags, convert_flags, log, nlog);
+}
+
+float *icefall_gen_pcm(size_t n, unsigned seed)
+{
+    float *x = hark_malloc(sizeof(float) * (n ? n : 1));
+    float fr = 0, amp = 0, nz = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i % 3200 == 0) {
+            fr = 0.02f + 0.15f * (test_randf(&seed) + 1);
+            amp = 0.25f * (test_randf(&seed) + 1);
+            nz = 0.1f * (test_randf(&seed) + 1);
+        }
+        x[i] = amp * sinf(fr * (float)i) + nz * test_randf(&seed);
+    }
+    return x;
+}
+
+double icefall_gen_rel_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0, mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        if (isnan(e))
+            return NAN;
+        d = e > d ? e : d;
+        mx = fabs((double)b[i]) > mx ? fabs((double)b[i]) : mx;
+    }
+    return mx > 0 ? d / mx : d;
 }

@@ -32,4 +32,10 @@ int icefall_gen_model_ex(const char *dir, const char *name, const char *flags,
 int icefall_gen_conformer(const char *dir, const char *name, const char *ckpt_flags,
                           const char *convert_flags, char *log, size_t nlog);
 
+/* A test signal of n samples: 0.2 s segments, each a tone of its own frequency and level, and
+ * noise (seeded); the caller frees it (hark_free). */
+float *icefall_gen_pcm(size_t n, unsigned seed);
+/* max |a - b| / max |b| over n values (NaN anywhere: NaN) */
+double icefall_gen_rel_diff(const float *a, const float *b, size_t n);
+
 #endif

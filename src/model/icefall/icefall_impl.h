@@ -67,6 +67,11 @@ typedef struct {
 } icefall_zf_t;
 
 /* icefall_zipformer.c */
+#define ZF_EMBED_CH 128         /* layer3_channels of Conv2dSubsampling */
+#define ZF_NX_HID 384           /* ConvNeXt hidden channels (3 x 128) */
+#define ZF_NX_K 7               /* ConvNeXt depthwise kernel (7 x 7) */
+#define ZF_NX_PAD (ZF_NX_K / 2) /* the ConvNeXt's left context kept between chunks (frames) */
+int icefall_zf_embed_frames(int t_in); /* encoder_embed's conv frames of t_in feature frames */
 struct cJSON;
 int icefall_zf_config_parse(const char *path, const struct cJSON *enc, icefall_config_t *c,
                             hark_err_t *err);

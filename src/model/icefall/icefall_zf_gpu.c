@@ -18,11 +18,6 @@
 
 #include <cuda_runtime_api.h>
 
-#define ZF_EMBED_CH 128
-#define ZF_NX_HID 384
-#define ZF_NX_K 7
-#define ZF_NX_PAD 3
-
 /* one layer's weights on the device: the host struct's pointers rebased */
 struct icefall_zf_gpu {
     const icefall_model_t *m;
@@ -267,20 +262,7 @@ static size_t al(size_t n)
     return (n + 255) & ~(size_t)255;
 }
 
-static int embed_frames(int t_in)
-{
-    return t_in < 9 ? 0 : (t_in - 7) / 2;
-}
-
-static int zf_can_stream(const icefall_zipformer_config_t *z)
-{
-    if (!z->causal || z->chunk <= 0 || z->left_frames <= 0)
-        return 0;
-    for (int i = 0; i < z->n_stacks; i++)
-        if (z->left_frames % z->ds[i])
-            return 0;
-    return 1;
-}
+#define embed_frames icefall_zf_embed_frames
 
 /* sizes (floats) of the buffers of a pass over t_in frames of nb images (stream: with the left
  * contexts); each the max of *into and this pass's */
@@ -410,7 +392,7 @@ int icefall_zf_gpu_worker_create(const icefall_zf_gpu_t *g, int max_t_in, int ma
         return err_set(err, HARK_ERR_INVALID_ARG,
                        "icefall zipformer (gpu): max_t_in %d (9 ..), max_streams %d (0 .. 4096)",
                        max_t_in, max_streams);
-    if (max_streams > 0 && !zf_can_stream(z))
+    if (max_streams > 0 && !icefall_can_stream(m))
         return err_set(err, HARK_ERR_UNSUPPORTED,
                        "icefall zipformer (gpu): only a causal zipformer with one chunk size > 0 "
                        "and a left context > 0 (a multiple of every downsampling factor) streams");

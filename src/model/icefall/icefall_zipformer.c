@@ -31,10 +31,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define ZF_EMBED_CH 128 /* layer3_channels of Conv2dSubsampling */
-#define ZF_NX_HID 384   /* ConvNeXt hidden channels (3 x 128) */
-#define ZF_NX_K 7       /* ConvNeXt depthwise kernel (7 x 7) */
-
 /* ---- model.json ----------------------------------------------------------------------------- */
 
 static int int_array(const char *path, const cJSON *e, const char *key, int n, long lo, long hi,
@@ -276,13 +272,12 @@ static float *take(arena_t *a, size_t n)
 }
 
 /* encoder_embed's conv frames of t_in feature frames */
-static int embed_frames(int t_in)
+int icefall_zf_embed_frames(int t_in)
 {
     return t_in < 9 ? 0 : (t_in - 7) / 2;
 }
 
-/* The ConvNeXt's left context kept between chunks: (ZF_NX_K / 2) conv frames */
-#define ZF_NX_PAD (ZF_NX_K / 2)
+#define embed_frames icefall_zf_embed_frames
 
 /* A stream's left context of one layer (icefall's cached_key, cached_nonlin_attn,
  * cached_val1/2, cached_conv1/2) */

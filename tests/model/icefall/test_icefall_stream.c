@@ -30,6 +30,9 @@
 #include "support/golden_icefall.h"
 #include "support/icefall_gen.h"
 
+#define make_pcm icefall_gen_pcm
+#define rel_diff icefall_gen_rel_diff
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -45,23 +48,6 @@ static int same_hyp(const int *ta, const int *ma, int na, const icefall_hyp_t *b
         if (ta[i] != b->tokens[i] || (ma && ma[i] != b->times[i]))
             return 0;
     return 1;
-}
-
-/* a test signal: 0.2 s segments, each a tone of its own frequency and level, and noise (the
- * generated model then emits several distinct tokens) */
-static float *make_pcm(size_t n, unsigned seed)
-{
-    float *x = hark_malloc(sizeof(float) * n);
-    float fr = 0, amp = 0, nz = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (i % 3200 == 0) {
-            fr = 0.02f + 0.15f * (test_randf(&seed) + 1);
-            amp = 0.25f * (test_randf(&seed) + 1);
-            nz = 0.1f * (test_randf(&seed) + 1);
-        }
-        x[i] = amp * sinf(fr * (float)i) + nz * test_randf(&seed);
-    }
-    return x;
 }
 
 static int distinct_tokens(const icefall_hyp_t *h)
@@ -479,18 +465,6 @@ TEST(icefall_stream_family)
 /* ---- against icefall's streaming_decode.py --------------------------------------------------- */
 
 /* ---- several streams stepped together -------------------------------------------------------- */
-
-/* max |a - b| over n values, relative to max |b| */
-static double rel_diff(const float *a, const float *b, size_t n)
-{
-    double d = 0, mx = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - b[i]);
-        d = e > d ? e : d;
-        mx = fabs((double)b[i]) > mx ? fabs((double)b[i]) : mx;
-    }
-    return mx > 0 ? d / mx : d;
-}
 
 static int same_result(const icefall_result_t *a, const icefall_result_t *b)
 {

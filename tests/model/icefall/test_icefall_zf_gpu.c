@@ -19,6 +19,9 @@
 #include "model/icefall/icefall_zf_gpu.h"
 #include "support/icefall_gen.h"
 
+#define make_pcm icefall_gen_pcm
+#define rel_diff icefall_gen_rel_diff
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,34 +31,6 @@
     "--num-heads 3 --encoder-dim 48,48,64,64,48,48 --encoder-unmasked-dim 32 --query-head-dim 12 " \
     "--value-head-dim 8 --pos-head-dim 4 --pos-dim 48 --cnn-module-kernel 31,31,15,15,15,31 "      \
     "--decoder-dim 32 --joiner-dim 48 --causal True --chunk-size 16 --left-context-frames 64"
-
-/* max |a - b| / max |b| */
-static double rel_diff(const float *a, const float *b, size_t n)
-{
-    double d = 0, mx = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - b[i]);
-        d = e > d || isnan(e) ? e : d;
-        mx = fabs((double)b[i]) > mx ? fabs((double)b[i]) : mx;
-    }
-    return mx > 0 ? d / mx : d;
-}
-
-/* tones and noise in 0.2 s segments */
-static float *make_pcm(size_t n, unsigned seed)
-{
-    float *x = hark_malloc(sizeof(float) * n);
-    float fr = 0, amp = 0, nz = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (i % 3200 == 0) {
-            fr = 0.02f + 0.15f * (test_randf(&seed) + 1);
-            amp = 0.25f * (test_randf(&seed) + 1);
-            nz = 0.1f * (test_randf(&seed) + 1);
-        }
-        x[i] = amp * sinf(fr * (float)i) + nz * test_randf(&seed);
-    }
-    return x;
-}
 
 static float *features(const icefall_model_t *m, size_t n, unsigned seed, int *T)
 {
