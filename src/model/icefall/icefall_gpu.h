@@ -34,8 +34,8 @@
 typedef struct icefall_gpu_model icefall_gpu_model_t;
 typedef struct icefall_gpu_worker icefall_gpu_worker_t;
 
-/* dt: OPS_F32, OPS_F16 or OPS_BF16. HARK_ERR_UNSUPPORTED: a zipformer (its GPU path is not
- * written), or with a 16-bit dt an encoder_dim / dim_feedforward not a multiple of 8 or a
+/* dt: OPS_F32, OPS_F16 or OPS_BF16. HARK_ERR_UNSUPPORTED: a zipformer (its encoder's GPU path is
+ * icefall_zf_gpu.h), or with a 16-bit dt an encoder_dim / dim_feedforward not a multiple of 8 or a
  * convolution kernel over 64; HARK_ERR_CUDA / HARK_ERR_NOMEM. Leaves `device` current. */
 int icefall_gpu_model_create(const icefall_model_t *m, int device, ops_dtype_t dt,
                              icefall_gpu_model_t **out, hark_err_t *err);

@@ -8,7 +8,8 @@
  *   context 3; a causal-conv one with simulated streaming) against the CPU path on a batch of
  *   utterances of different lengths: FP32 the CPU's tokens (greedy, beam: its utterances on 3
  *   search threads) and encoder output, the 16-bit types the encoder output within their bounds.
- * - icefall_gpu_refusals: a zipformer, short / long / NaN audio, as icefall_run's errors. */
+ * - icefall_gpu_refusals: a zipformer (icefall_zf_gpu.h runs its encoder), short / long / NaN
+ *   audio, as icefall_run's errors. */
 #include "test.h"
 
 #include "core/alloc.h"
@@ -368,7 +369,7 @@ GPU_TEST(icefall_gpu_refusals)
     icefall_gpu_model_destroy(g);
     icefall_destroy(m);
     hark_free(x);
-    /* a zipformer has no GPU path yet */
+    /* a zipformer is refused here (its encoder's GPU path is icefall_zf_gpu.h) */
     if (test_python("torch, numpy")) {
         char log[4096];
         const char *tmp = test_tmpdir(t);
