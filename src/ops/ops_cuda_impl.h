@@ -6,6 +6,7 @@
 #define HARK_OPS_OPS_CUDA_IMPL_H
 
 #include "gpu/gpu_arch.h"
+#include "hark.h"
 #include "ops/ops_cuda.h"
 
 #include <cublasLt.h>
@@ -97,6 +98,22 @@ template <int ACT> __device__ __forceinline__ float epi_act(float x)
         return sp - 0.08f * x - (ACT == CUDA_ACT_SWOOSHL ? OPS_SWOOSHL_OFFSET : OPS_SWOOSHR_OFFSET);
     }
     return x;
+}
+
+/* HARK_OK, or HARK_ERR_CUDA naming `what` when the last launch failed (transducer_cuda.cu,
+ * zipformer_cuda.cu) */
+static inline int ops_launched(hark_err_t *err, const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? HARK_OK
+                            : err_set(err, HARK_ERR_CUDA, "%s: %s", what, cudaGetErrorString(e));
+}
+
+/* blocks of `threads` for a grid-stride loop over n elements (1 .. 65535 x 16) */
+static inline unsigned ops_grid_for(size_t n, int threads)
+{
+    size_t g = (n + (size_t)threads - 1) / (size_t)threads;
+    return (unsigned)(g < 1 ? 1 : g > 65535 * 16 ? 65535 * 16 : g);
 }
 
 /* block-wide sum / max over blockDim.x (a multiple of 32, <= 1024) threads, every thread getting

@@ -13,19 +13,6 @@
 
 #define TR_ALIGN 256
 
-static int launched(hark_err_t *err, const char *what)
-{
-    cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? HARK_OK
-                            : err_set(err, HARK_ERR_CUDA, "%s: %s", what, cudaGetErrorString(e));
-}
-
-static unsigned grid_for(size_t n, int threads)
-{
-    size_t g = (n + (size_t)threads - 1) / (size_t)threads;
-    return (unsigned)(g < 1 ? 1 : g > 65535 * 16 ? 65535 * 16 : g);
-}
-
 static size_t tr_align(size_t n)
 {
     return (n + TR_ALIGN - 1) / TR_ALIGN * TR_ALIGN;
@@ -103,7 +90,7 @@ extern "C" int cuda_basic_norm(float *x_out, void *h_out, ops_dtype_t h_t, const
     if (d <= 0)
         return err_set(err, HARK_ERR_INVALID_ARG, "basic_norm: %d rows of %d", n, d);
     row_scale_norm(x_out, h_out, h_t, x, n, d, NULL, eps, 1.0f, stream);
-    return launched(err, "basic_norm");
+    return ops_launched(err, "basic_norm");
 }
 
 extern "C" int cuda_bias_norm(float *x_out, void *h_out, ops_dtype_t h_t, const float *x, int n,
@@ -115,7 +102,7 @@ extern "C" int cuda_bias_norm(float *x_out, void *h_out, ops_dtype_t h_t, const 
         return err_set(err, HARK_ERR_INVALID_ARG, "bias_norm: %d rows of %d, bias %p", n, d,
                        (const void *)b);
     row_scale_norm(x_out, h_out, h_t, x, n, d, b, 0.0f, scale, stream);
-    return launched(err, "bias_norm");
+    return ops_launched(err, "bias_norm");
 }
 
 /* ---- the first conv's input ----------------------------------------------------------------- */
@@ -147,14 +134,15 @@ extern "C" int cuda_pad_frames(void *out, ops_dtype_t out_t, const float *x, con
         return err_set(err, HARK_ERR_INVALID_ARG, "pad_frames: %d x %d x %d", batch, t_in, f);
     cudaStream_t st = (cudaStream_t)stream;
     if (out_t == OPS_F16)
-        pad_frames_kernel<<<grid_for(n, 256), 256, 0, st>>>((__half *)out, x, lens, pad, t_in, f,
-                                                            n);
+        pad_frames_kernel<<<ops_grid_for(n, 256), 256, 0, st>>>((__half *)out, x, lens, pad, t_in,
+                                                                f, n);
     else if (out_t == OPS_BF16)
-        pad_frames_kernel<<<grid_for(n, 256), 256, 0, st>>>((__nv_bfloat16 *)out, x, lens, pad,
-                                                            t_in, f, n);
+        pad_frames_kernel<<<ops_grid_for(n, 256), 256, 0, st>>>((__nv_bfloat16 *)out, x, lens, pad,
+                                                                t_in, f, n);
     else
-        pad_frames_kernel<<<grid_for(n, 256), 256, 0, st>>>((float *)out, x, lens, pad, t_in, f, n);
-    return launched(err, "pad_frames_kernel");
+        pad_frames_kernel<<<ops_grid_for(n, 256), 256, 0, st>>>((float *)out, x, lens, pad, t_in, f,
+                                                                n);
+    return ops_launched(err, "pad_frames_kernel");
 }
 
 /* ---- relative-position attention with rel_shift -------------------------------------------- */
@@ -262,9 +250,9 @@ static int rel_attention_t(T *ctx, long long ldc, ops_dtype_t dt, void *scratch,
     for (int b0 = 0; b0 < batch && rc == HARK_OK; b0 += G) {
         int ng = batch - b0 < G ? batch - b0 : G;
         size_t n = (size_t)heads * ng * t * dk;
-        rel_pack_kernel<<<grid_for(n, 256), 256, 0, st>>>(qu, qv, qkv, ld, bu, bv, b0, ng, t, heads,
-                                                          dk, scale, n);
-        if ((rc = launched(err, "rel_pack_kernel")) != HARK_OK)
+        rel_pack_kernel<<<ops_grid_for(n, 256), 256, 0, st>>>(qu, qv, qkv, ld, bu, bv, b0, ng, t,
+                                                              heads, dk, scale, n);
+        if ((rc = ops_launched(err, "rel_pack_kernel")) != HARK_OK)
             break;
         /* (q + bu)·kᵀ per head, over the group's utterances */
         for (int h = 0; h < heads && rc == HARK_OK; h++)
@@ -280,7 +268,7 @@ static int rel_attention_t(T *ctx, long long ldc, ops_dtype_t dt, void *scratch,
             break;
         rel_softmax_kernel<<<(unsigned)((size_t)heads * ng * t), t >= 256 ? 256 : 128, 0, st>>>(
             sc, bd, lens, b0, ng, t, chunk, left);
-        if ((rc = launched(err, "rel_softmax_kernel")) != HARK_OK)
+        if ((rc = ops_launched(err, "rel_softmax_kernel")) != HARK_OK)
             break;
         for (int h = 0; h < heads && rc == HARK_OK; h++)
             rc = cuda_gemm(ctx + (size_t)b0 * t * ldc + (size_t)h * dk, dt,
@@ -343,7 +331,7 @@ extern "C" int cuda_joiner_hidden(void *h, ops_dtype_t h_t, const float *ep, lon
     if (n == 0)
         return HARK_OK;
     cudaStream_t st = (cudaStream_t)stream;
-    unsigned g = grid_for(n, 256);
+    unsigned g = ops_grid_for(n, 256);
     if (h_t == OPS_F16)
         joiner_hidden_kernel<<<g, 256, 0, st>>>((__half *)h, ep, ep_b, rows, dp, bdp, t, J, n);
     else if (h_t == OPS_BF16)
@@ -351,7 +339,7 @@ extern "C" int cuda_joiner_hidden(void *h, ops_dtype_t h_t, const float *ep, lon
                                                 n);
     else
         joiner_hidden_kernel<<<g, 256, 0, st>>>((float *)h, ep, ep_b, rows, dp, bdp, t, J, n);
-    return launched(err, "joiner_hidden_kernel");
+    return ops_launched(err, "joiner_hidden_kernel");
 }
 
 /* the stateless decoder of row b's context (cs ids, oldest first; -1: a zero embedding) into dec
@@ -464,7 +452,7 @@ extern "C" int cuda_greedy_step(const cuda_greedy_t *g, void *dec, ops_dtype_t d
         greedy_step_kernel<<<batch, 128, 0, st>>>(*g, (__nv_bfloat16 *)dec, logits, lens, t);
     else
         greedy_step_kernel<<<batch, 128, 0, st>>>(*g, (float *)dec, logits, lens, t);
-    return launched(err, "greedy_step_kernel");
+    return ops_launched(err, "greedy_step_kernel");
 }
 
 /* ---- modified beam search ------------------------------------------------------------------- */
@@ -494,7 +482,7 @@ extern "C" int cuda_transducer_decoder(void *dec, ops_dtype_t dec_t, const int *
                                                      gs);
     else
         transducer_decoder_kernel<<<n, 128, 0, st>>>((float *)dec, ctx, emb, conv, D, cs, gs);
-    return launched(err, "transducer_decoder_kernel");
+    return ops_launched(err, "transducer_decoder_kernel");
 }
 
 #define TOPK_THREADS 256
@@ -607,5 +595,5 @@ extern "C" int cuda_beam_topk(float *val, int *idx, const float *x, long long ld
     size_t shm = sizeof(float) * 2 * (size_t)max_rows;
     beam_topk_kernel<<<sets, TOPK_THREADS, shm, (cudaStream_t)stream>>>(val, idx, x, ldx, bias, hyp,
                                                                         off, max_rows, V, k);
-    return launched(err, "beam_topk_kernel");
+    return ops_launched(err, "beam_topk_kernel");
 }

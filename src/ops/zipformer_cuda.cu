@@ -13,19 +13,6 @@
 
 #include <stdint.h>
 
-static int launched(hark_err_t *err, const char *what)
-{
-    cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? HARK_OK
-                            : err_set(err, HARK_ERR_CUDA, "%s: %s", what, cudaGetErrorString(e));
-}
-
-static unsigned grid_for(size_t n, int threads)
-{
-    size_t g = (n + (size_t)threads - 1) / (size_t)threads;
-    return (unsigned)(g < 1 ? 1 : g > 65535 * 16 ? 65535 * 16 : g);
-}
-
 #define GRID_STRIDE(e, n)                                                                          \
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < (n);                        \
          e += (size_t)gridDim.x * blockDim.x)
@@ -65,9 +52,9 @@ extern "C" int cuda_zf_cache_concat(float *kv, const float *pool, const int *slo
     const size_t total = (size_t)n * (lc + t) * w;
     if (!total)
         return HARK_OK;
-    cache_concat_kernel<<<grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(
+    cache_concat_kernel<<<ops_grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(
         kv, pool, slot, slot_stride, off, x, ldx, lc, t, w, total);
-    return launched(err, "zf_cache_concat");
+    return ops_launched(err, "zf_cache_concat");
 }
 
 __global__ void cache_store_kernel(float *pool, const int *slot, long long ss, long long off,
@@ -92,9 +79,9 @@ extern "C" int cuda_zf_cache_store(float *pool, const int *slot, long long slot_
     const size_t total = (size_t)n * lc * w;
     if (!total)
         return HARK_OK;
-    cache_store_kernel<<<grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(
+    cache_store_kernel<<<ops_grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(
         pool, slot, slot_stride, off, kv, kv_rows, src0, lc, w, total);
-    return launched(err, "zf_cache_store");
+    return ops_launched(err, "zf_cache_store");
 }
 
 /* ---- CompactRelPositionalEncoding ------------------------------------------------------------ */
@@ -122,9 +109,9 @@ extern "C" int cuda_zf_pos_emb(float *pe, int t, int lc, int e, void *stream, ha
     const size_t total = (size_t)(2 * t - 1 + lc) * (e / 2);
     const float cl = (float)sqrt((double)e), lcl = (float)log(sqrt((double)e));
     const float ls = (float)(e / (2.0 * M_PI));
-    pos_emb_kernel<<<grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(pe, t, lc, e, cl, lcl,
-                                                                           ls, total);
-    return launched(err, "zf_pos_emb");
+    pos_emb_kernel<<<ops_grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(pe, t, lc, e, cl,
+                                                                               lcl, ls, total);
+    return ops_launched(err, "zf_pos_emb");
 }
 
 /* ---- the attention weights' softmax ---------------------------------------------------------- */
@@ -166,7 +153,7 @@ extern "C" int cuda_zf_rel_softmax(float *sc, const float *bd, const int *lo, co
         return bad(err, "zf_rel_softmax");
     const int th = k >= 256 ? 256 : (k >= 128 ? 128 : (k > 32 ? 64 : 32));
     rel_softmax_kernel<<<(unsigned)rows, th, 0, (cudaStream_t)stream>>>(sc, bd, lo, hi, h, t, k, p);
-    return launched(err, "zf_rel_softmax");
+    return ops_launched(err, "zf_rel_softmax");
 }
 
 /* ---- the chunk-causal depthwise conv --------------------------------------------------------- */
@@ -222,9 +209,9 @@ extern "C" int cuda_zf_chunk_conv(float *out, const float *ext, const float *cw,
     const size_t total = (size_t)n * t * d;
     if (!total)
         return HARK_OK;
-    chunk_conv_kernel<<<grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(
+    chunk_conv_kernel<<<ops_grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(
         out, ext, cw, cb, kw, kb, scale, t, d, kk, c, act, total);
-    return launched(err, "zf_chunk_conv");
+    return ops_launched(err, "zf_chunk_conv");
 }
 
 /* ---- down / upsampling, bypass, gates -------------------------------------------------------- */
@@ -261,9 +248,9 @@ extern "C" int cuda_zf_downsample(float *out, const float *in, int ld, const flo
     const size_t total = (size_t)n * td * d;
     if (!total)
         return HARK_OK;
-    downsample_kernel<<<grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(out, in, ld, w, te,
-                                                                              td, ds, d, total);
-    return launched(err, "zf_downsample");
+    downsample_kernel<<<ops_grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(
+        out, in, ld, w, te, td, ds, d, total);
+    return ops_launched(err, "zf_downsample");
 }
 
 __global__ void upsample_kernel(float *cur, int ldc, float *outs, const float *xs,
@@ -292,9 +279,9 @@ extern "C" int cuda_zf_upsample_combine(float *cur, int ldc, float *outs, const 
     const size_t total = (size_t)n * te * d;
     if (!total)
         return HARK_OK;
-    upsample_kernel<<<grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(
+    upsample_kernel<<<ops_grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(
         cur, ldc, outs, xs, comb, te, (te + ds - 1) / ds, ds, d, total);
-    return launched(err, "zf_upsample_combine");
+    return ops_launched(err, "zf_upsample_combine");
 }
 
 __global__ void bypass_kernel(float *x, const float *orig, const float *scale, int d, size_t n)
@@ -314,8 +301,9 @@ extern "C" int cuda_zf_bypass(float *x, const float *orig, const float *scale, i
     const size_t total = (size_t)n * d;
     if (!total)
         return HARK_OK;
-    bypass_kernel<<<grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(x, orig, scale, d, total);
-    return launched(err, "zf_bypass");
+    bypass_kernel<<<ops_grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(x, orig, scale, d,
+                                                                              total);
+    return ops_launched(err, "zf_bypass");
 }
 
 __global__ void gate_kernel(float *o, const float *a, int lda, const float *b, int ldb, int w,
@@ -338,9 +326,9 @@ extern "C" int cuda_zf_gate(float *o, const float *a, int lda, const float *b, i
     const size_t total = (size_t)n * w;
     if (!total)
         return HARK_OK;
-    gate_kernel<<<grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(o, a, lda, b, ldb, w,
-                                                                        tanh_b, total);
-    return launched(err, "zf_gate");
+    gate_kernel<<<ops_grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(o, a, lda, b, ldb, w,
+                                                                            tanh_b, total);
+    return ops_launched(err, "zf_gate");
 }
 
 /* ---- encoder_embed's ConvNeXt ---------------------------------------------------------------- */
@@ -379,9 +367,9 @@ extern "C" int cuda_zf_convnext_dw(float *out, const float *ext, const float *w,
     const size_t total = (size_t)n * t * w2 * c;
     if (!total)
         return HARK_OK;
-    convnext_dw_kernel<<<grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(out, ext, w, b, t,
-                                                                               w2, c, kk, total);
-    return launched(err, "zf_convnext_dw");
+    convnext_dw_kernel<<<ops_grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(
+        out, ext, w, b, t, w2, c, kk, total);
+    return ops_launched(err, "zf_convnext_dw");
 }
 
 /* e indexes the output (n, t, c, w2) */
@@ -410,9 +398,9 @@ extern "C" int cuda_zf_convnext_out(float *out, const float *y, const float *ext
     const size_t total = (size_t)n * t * c * w2;
     if (!total)
         return HARK_OK;
-    convnext_out_kernel<<<grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(
+    convnext_out_kernel<<<ops_grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(
         out, y, ext, ext_rows, r0, t, w2, c, total);
-    return launched(err, "zf_convnext_out");
+    return ops_launched(err, "zf_convnext_out");
 }
 
 /* e indexes ext (n, rows, w2, c) */
@@ -448,7 +436,7 @@ extern "C" int cuda_zf_embed_ext(float *ext, const float *conv, const float *poo
     const size_t total = (size_t)n * rows * w2 * c;
     if (!total)
         return HARK_OK;
-    embed_ext_kernel<<<grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(
+    embed_ext_kernel<<<ops_grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(
         ext, conv, pool, slot, slot_stride, off, tc, c, wf, w2, pad, rows, total);
-    return launched(err, "zf_embed_ext");
+    return ops_launched(err, "zf_embed_ext");
 }

@@ -72,6 +72,11 @@ typedef struct {
 #define ZF_NX_K 7               /* ConvNeXt depthwise kernel (7 x 7) */
 #define ZF_NX_PAD (ZF_NX_K / 2) /* the ConvNeXt's left context kept between chunks (frames) */
 int icefall_zf_embed_frames(int t_in); /* encoder_embed's conv frames of t_in feature frames */
+/* stack i's widest rows (floats) of the in_proj outputs, of the attention / gate contexts and of a
+ * cache concatenated with new rows (keys, values, NonlinAttention inputs): the CPU and GPU
+ * encoders' buffers */
+void icefall_zf_stack_widths(const icefall_zipformer_config_t *z, int i, size_t *proj, size_t *ctx,
+                             size_t *kv);
 struct cJSON;
 int icefall_zf_config_parse(const char *path, const struct cJSON *enc, icefall_config_t *c,
                             hark_err_t *err);

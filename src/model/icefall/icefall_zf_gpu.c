@@ -305,17 +305,10 @@ static void pass_sizes(const icefall_model_t *m, int t_in, int nb, int stream, z
     for (int i = 0; i < z->n_stacks; i++) {
         const size_t ds = (size_t)z->ds[i], Td = (Te + ds - 1) / ds, D = (size_t)z->dim[i];
         const size_t Lc = stream ? (size_t)z->left_frames / ds : 0, K = Lc + Td;
-        const size_t H = (size_t)z->heads[i], P = 2 * Td - 1 + Lc, hidn = 3 * D / 4;
-        const size_t hq = H * (size_t)z->qdim[i], hv = H * (size_t)z->vdim[i];
+        const size_t H = (size_t)z->heads[i], P = 2 * Td - 1 + Lc;
         const size_t lp = (size_t)z->kernel[i] / 2;
-        size_t wproj = 2 * hq + H * (size_t)z->pdim[i], f3 = (size_t)z->ff[i] * 5 / 4;
-        wproj = wproj > 3 * hidn ? wproj : 3 * hidn;
-        wproj = wproj > 2 * D ? wproj : 2 * D;
-        wproj = wproj > f3 ? wproj : f3;
-        wproj = wproj > hv ? wproj : hv;
-        size_t wctx = hv > D ? hv : D, wkv = hq > hv ? hq : hv;
-        wctx = wctx > hidn ? wctx : hidn;
-        wkv = wkv > hidn ? wkv : hidn;
+        size_t wproj, wctx, wkv;
+        icefall_zf_stack_widths(z, i, &wproj, &wctx, &wkv);
         sum += N * Te * D;
         UP(xs, N * Td * D);
         UP(proj, N * Td * wproj);

@@ -272,6 +272,22 @@ static float *take(arena_t *a, size_t n)
 }
 
 /* encoder_embed's conv frames of t_in feature frames */
+void icefall_zf_stack_widths(const icefall_zipformer_config_t *z, int i, size_t *proj, size_t *ctx,
+                             size_t *kv)
+{
+    const size_t D = (size_t)z->dim[i], H = (size_t)z->heads[i], hidn = 3 * D / 4;
+    const size_t hq = H * (size_t)z->qdim[i], hv = H * (size_t)z->vdim[i];
+    const size_t f3 = (size_t)z->ff[i] * 5 / 4;
+    size_t w = 2 * hq + H * (size_t)z->pdim[i];
+    w = w > 3 * hidn ? w : 3 * hidn;
+    w = w > 2 * D ? w : 2 * D;
+    w = w > f3 ? w : f3;
+    *proj = w > hv ? w : hv;
+    *ctx = hv > D ? hv : D; /* hidn < D */
+    w = hq > hv ? hq : hv;
+    *kv = w > hidn ? w : hidn;
+}
+
 int icefall_zf_embed_frames(int t_in)
 {
     return t_in < 9 ? 0 : (t_in - 7) / 2;
@@ -349,16 +365,9 @@ static void zf_layout(const icefall_model_t *m, int t_in, int stream, int nb, ar
     for (int i = 0; i < z->n_stacks; i++) {
         const size_t ds = (size_t)z->ds[i], Td = (Te + ds - 1) / ds, D = (size_t)z->dim[i];
         const size_t Lc = stream ? (size_t)z->left_frames / ds : 0, K = Lc + Td;
-        const size_t H = (size_t)z->heads[i], P = Td ? 2 * Td - 1 + Lc : 1, hidn = 3 * D / 4;
-        const size_t hq = H * (size_t)z->qdim[i], hv = H * (size_t)z->vdim[i];
-        size_t wproj = 2 * hq + H * (size_t)z->pdim[i];
-        size_t f3 = (size_t)z->ff[i] * 5 / 4;
-        wproj = wproj > 3 * hidn ? wproj : 3 * hidn;
-        wproj = wproj > 2 * D ? wproj : 2 * D;
-        wproj = wproj > f3 ? wproj : f3;
-        wproj = wproj > hv ? wproj : hv;
-        size_t wctx = hv > D ? hv : D, wkv = hq > hv ? hq : hv;
-        wkv = wkv > hidn ? wkv : hidn;
+        const size_t H = (size_t)z->heads[i], P = Td ? 2 * Td - 1 + Lc : 1;
+        size_t wproj, wctx, wkv;
+        icefall_zf_stack_widths(z, i, &wproj, &wctx, &wkv);
 #define UP(v, x) v = (x) > v ? (x) : v
         UP(xs, Td * D);
         UP(proj, Td * wproj);
