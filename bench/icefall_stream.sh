@@ -4,23 +4,26 @@
 # generated weights from tests/model/icefall/zipformer_random_ckpt.py) converted for streaming
 # with CHUNK 50 Hz frames per chunk (CHUNK x 20 ms of audio) and LEFT frames of left context.
 # 1. `hark bench --chunk`: B streams stepped together on the GPU (their caches in the device
-#    pool), one chunk each per step, host features in and encoder frames out: ms per step
-#    (median / p99 / max) and the streams kept in real time, one JSON line per batch into
-#    $OUT_DIR/hark.jsonl. Then (PEER=1, the default, with an icefall source tree at ICEFALL_ROOT and
-#    the import shims at SHIMS) icefall's own streaming step on the same GPU and checkpoint
+#    pool), one chunk each per step, host features in and encoder frames out, in each of
+#    PRECISIONS: ms per step (median / p99 / max) and the streams kept in real time, one JSON
+#    line per batch and precision into $OUT_DIR/hark.jsonl. Then (PEER=1, the default, with an
+#    icefall source tree at ICEFALL_ROOT and the import shims at SHIMS) icefall's own streaming
+#    step on the same GPU and checkpoint
 #    (bench/icefall_zf_peer.py: its batched-vs-alone check, then PEER_MODES fp32,fp16 at
 #    PEER_BATCHES) into $OUT_DIR/peer.jsonl.
 # 2. (SERVE=1, the default) the same model served by `hark serve` under sequence batching
 #    (sherpa's model_repo_streaming contract, model `transducer`), the encoder on the GPU
-#    (KIND_GPU), INSTANCES instances of SEQ sequence slots, STREAM_THREADS threads each for the
-#    streams' front ends and searches (config.pbtxt stream_threads), greedy search, driven by
+#    (KIND_GPU, PRECISION), INSTANCES instances of SEQ sequence slots, STREAM_THREADS threads
+#    each for the streams' front ends and searches (config.pbtxt stream_threads), greedy search,
+#    driven by
 #    `hark perf --streaming` at real-time pace with LEVELS streams, each a thread and a connection
 #    sending SECONDS_PER_STREAM of speech-like audio again and again as sequences; prints each
 #    level and the most streams sustained with p99 chunk latency <= 200 ms (CSV in
 #    $OUT_DIR/streams.csv, the model's statistics in $OUT_DIR/stats.json).
 # Usage: bench/icefall_stream.sh [BATCHES]   (default 1,64,256,512,1024)
 # Variables: CHUNK (16), LEFT (128), MIN_TIME (2 s per batch), DEVICE (cuda:0), SERVE (1),
-# LEVELS (500:2000:500), INSTANCES (4), SEQ (512), STREAM_THREADS (4), METHOD (greedy_search), PERF_MS (8000),
+# PRECISIONS ("fp32 fp16 bf16"), PRECISION (fp16: the served model's), LEVELS (500:2000:500),
+# INSTANCES (4), SEQ (512), STREAM_THREADS (4), METHOD (greedy_search), PERF_MS (8000),
 # SECONDS_PER_STREAM (5), PROTOCOL (http|grpc), PORT (18200), HARK (build/hark), PYTHON (python3
 # with torch and numpy), OUT_DIR (/tmp/hark-icefall-stream), PEER (1), ICEFALL_ROOT (.ext/icefall),
 # SHIMS (../shared/tools/icefall), PEER_BATCHES (BATCHES), PEER_MODES (fp32,fp16).
@@ -42,8 +45,11 @@ if [ ! -f "$out/repo/transducer/1/model.json" ]; then
         --method "${METHOD:-greedy_search}" $flags >/dev/null
 fi
 model=$out/repo/transducer
-"$HARK" bench --model "$model" --device "${DEVICE:-cuda:0}" --chunk --batch "$batches" \
-    --min-time "${MIN_TIME:-2}" | tee "$out/hark.jsonl"
+: > "$out/hark.jsonl"
+for prec in ${PRECISIONS:-fp32 fp16 bf16}; do
+    "$HARK" bench --model "$model" --device "${DEVICE:-cuda:0}" --chunk --batch "$batches" \
+        --precision "$prec" --min-time "${MIN_TIME:-2}" | tee -a "$out/hark.jsonl"
+done
 root=${ICEFALL_ROOT:-.ext/icefall}
 if [ "${PEER:-1}" = 1 ] && [ -d "$root/egs/librispeech/ASR/zipformer" ]; then
     dev=${DEVICE:-cuda:0}
@@ -61,8 +67,9 @@ fi
 
 cfg="$out/repo/transducer/config.pbtxt"
 sed -i "s/    count: [0-9]*/    count: $inst/; s/kind: KIND_CPU/kind: KIND_GPU/" "$cfg"
-sed -i '/key: "stream_threads"/d' "$cfg"
+sed -i '/key: "stream_threads"/d; /key: "precision"/d' "$cfg"
 echo "parameters { key: \"stream_threads\" value { string_value: \"${STREAM_THREADS:-4}\" } }" >> "$cfg"
+echo "parameters { key: \"precision\" value { string_value: \"${PRECISION:-fp16}\" } }" >> "$cfg"
 secs=${SECONDS_PER_STREAM:-5}
 $PY - "$out/clip.wav" "$secs" <<'PYEOF'
 import math, random, struct, sys, wave

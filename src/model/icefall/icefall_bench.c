@@ -26,19 +26,19 @@ int icefall_bench_main(int argc, char **argv);
 
 static void usage(FILE *f)
 {
-    fprintf(
-        f, "usage: hark bench --model DIR [--batch 1,64,256] [--seconds 10]\n"
-           "                  [--precision fp16|bf16|fp32] [--device cuda:N]\n"
-           "                  [--decoding-method greedy_search|modified_beam_search]\n"
-           "                  [--beam-size 4] [--search-threads 1] [--min-time S] [--chunk]\n"
-           "Times an icefall Conformer transducer (pruned_transducer_stateless3) on the GPU from\n"
-           "random 80-bin features of --seconds: encoder + encoder_proj + the search, its tokens\n"
-           "copied back (modified_beam_search: on the host, the utterances shared by\n"
-           "--search-threads threads). One JSON line per batch: ms per batch (median), RTFx,\n"
-           "the encoder's GFLOP per utterance and TFLOP/s.\n"
-           "--chunk (a streaming zipformer, fp32): B streams stepped together, one chunk each per\n"
-           "step, for --min-time; one JSON line per batch: ms per step (median, p99, max) and\n"
-           "the streams kept in real time (B x chunk duration / median).\n");
+    fprintf(f,
+            "usage: hark bench --model DIR [--batch 1,64,256] [--seconds 10]\n"
+            "                  [--precision fp16|bf16|fp32] [--device cuda:N]\n"
+            "                  [--decoding-method greedy_search|modified_beam_search]\n"
+            "                  [--beam-size 4] [--search-threads 1] [--min-time S] [--chunk]\n"
+            "Times an icefall Conformer transducer (pruned_transducer_stateless3) on the GPU from\n"
+            "random 80-bin features of --seconds: encoder + encoder_proj + the search, its tokens\n"
+            "copied back (modified_beam_search: on the host, the utterances shared by\n"
+            "--search-threads threads). One JSON line per batch: ms per batch (median), RTFx,\n"
+            "the encoder's GFLOP per utterance and TFLOP/s.\n"
+            "--chunk (a streaming zipformer, in --precision): B streams stepped together, one\n"
+            "chunk each per step, for --min-time; one JSON line per batch: ms per step (median,\n"
+            "p99, max) and the streams kept in real time (B x chunk duration / median).\n");
 }
 
 #ifdef HARK_CUDA
@@ -144,7 +144,7 @@ done:
 
 /* --chunk: B streams of a streaming zipformer stepped together */
 static int bench_chunk(const icefall_model_t *m, const icefall_zf_gpu_t *g, const char *dev_name,
-                       int B, double min_time)
+                       const char *precision, int B, double min_time)
 {
     hark_err_t err = {0};
     const icefall_config_t *c = icefall_config(m);
@@ -194,11 +194,11 @@ static int bench_chunk(const icefall_model_t *m, const icefall_zf_gpu_t *g, cons
     const double med = times[runs / 2], p99 = times[(size_t)(runs * 0.99)];
     const double chunk_ms = c->zf.chunk * 2.0 * 10.0; /* 50 Hz frames of 2 feature frames */
     printf("{\"impl\": \"hark\", \"model\": \"icefall-zipformer-streaming\", \"device\": \"%s\", "
-           "\"precision\": \"fp32\", \"streams\": %d, \"chunk_ms\": %.0f, "
+           "\"precision\": \"%s\", \"streams\": %d, \"chunk_ms\": %.0f, "
            "\"left_context_frames\": %d, \"steps\": %d, \"ms_per_step\": %.3f, "
            "\"p99_ms\": %.3f, \"max_ms\": %.3f, \"streams_real_time\": %.0f, "
            "\"slot_kib\": %.1f, \"model_mb\": %.0f, \"worker_mb\": %.0f}\n",
-           dev_name, B, chunk_ms, c->zf.left_frames, runs, med * 1e3, p99 * 1e3,
+           dev_name, precision, B, chunk_ms, c->zf.left_frames, runs, med * 1e3, p99 * 1e3,
            times[runs - 1] * 1e3, B * chunk_ms / (med * 1e3),
            icefall_zf_gpu_slot_floats(w) * 4.0 / 1024.0, icefall_zf_gpu_bytes(g) / 1048576.0,
            icefall_zf_gpu_worker_bytes(w) / 1048576.0);
@@ -288,7 +288,7 @@ int icefall_bench_main(int argc, char **argv)
         icefall_destroy(m);
         return 2;
     }
-    if (chunk ? icefall_zf_gpu_create(m, dev, &zg, &err)
+    if (chunk ? icefall_zf_gpu_create(m, dev, dt, &zg, &err)
               : icefall_gpu_model_create(m, dev, dt, &g, &err)) {
         fprintf(stderr, "hark bench: %s: %s\n", model_dir, err.msg);
         icefall_destroy(m);
@@ -305,7 +305,7 @@ int icefall_bench_main(int argc, char **argv)
             rc = 2;
             break;
         }
-        rc = chunk ? bench_chunk(m, zg, prop.name, B, min_time)
+        rc = chunk ? bench_chunk(m, zg, prop.name, precision, B, min_time)
                    : bench_one(m, g, prop.name, precision, seconds, B, method, beam, threads,
                                min_time);
     }

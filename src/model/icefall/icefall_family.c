@@ -144,13 +144,7 @@ static int if_load(const char *dir, const family_load_opts_t *lo, const family_p
     if (!rc)
         rc = icefall_load(dir, l.version, &fm->m, err);
     if (!rc && l.device >= 0 && icefall_config(fm->m)->encoder_type == ICEFALL_ZIPFORMER) {
-        if (dt != OPS_F32)
-            rc = err_set(err, HARK_ERR_UNSUPPORTED,
-                         "icefall_transducer: precision \"%s\": the zipformer runs on the GPU in "
-                         "fp32 (its 16-bit path is not written)",
-                         prec);
-        else
-            rc = icefall_zf_gpu_create(fm->m, l.device, &fm->zg, err);
+        rc = icefall_zf_gpu_create(fm->m, l.device, dt, &fm->zg, err);
     } else if (!rc && l.device >= 0) {
         rc = icefall_gpu_model_create(fm->m, l.device, dt, &fm->gm, err);
     }
@@ -163,8 +157,8 @@ static int if_load(const char *dir, const family_load_opts_t *lo, const family_p
     const char *pn = dt == OPS_F16 ? "fp16" : dt == OPS_BF16 ? "bf16" : "fp32";
     if (c->encoder_type == ICEFALL_ZIPFORMER)
         snprintf(fm->kind, sizeof fm->kind,
-                 "icefall zipformer: %d stacks, %d layers, output dim %d, vocab %d, fp32%s",
-                 c->zf.n_stacks, c->n_layers, c->d, c->vocab, fm->zg ? " (gpu encoder)" : "");
+                 "icefall zipformer: %d stacks, %d layers, output dim %d, vocab %d, %s%s",
+                 c->zf.n_stacks, c->n_layers, c->d, c->vocab, pn, fm->zg ? " (gpu encoder)" : "");
     else
         snprintf(fm->kind, sizeof fm->kind,
                  "icefall pruned_transducer_stateless3: conformer %d layers d %d, vocab %d, %s%s",

@@ -1,8 +1,11 @@
-/* icefall_zf_gpu.c — the Zipformer2 encoder on the GPU, float32 (icefall_zf_gpu.h). The passes
+/* icefall_zf_gpu.c — the Zipformer2 encoder on the GPU (icefall_zf_gpu.h). The passes
  * mirror icefall_zipformer.c op for op: n streams' rows one after another (a whole utterance: one
  * stream without caches), the row-wise layers over every row together, the attention's GEMMs
  * batched over heads and streams, each stream's left context gathered from its pool slot in front
- * of its new rows (cuda_zf_cache_concat) and the slot updated from that (cuda_zf_cache_store). */
+ * of its new rows (cuda_zf_cache_concat) and the slot updated from that (cuda_zf_cache_store).
+ * The 16-bit models differ only in the projections (`lin`): their weights are stored in dt, their
+ * float inputs rounded to dt, cuBLAS multiplies with FP32 accumulation and the output is float;
+ * every other op, the residual stream and the caches stay float. */
 #include "model/icefall/icefall_zf_gpu.h"
 
 #include "core/alloc.h"
@@ -22,10 +25,12 @@
 struct icefall_zf_gpu {
     const icefall_model_t *m;
     int device;
+    ops_dtype_t dt; /* the projections' weights (dmat) */
     void *dmat, *dflt;
     size_t bytes;
     icefall_zf_t zf;            /* device views (conv_w, ..., stacks[s].layers into `layers`) */
-    icefall_zf_layer_t *layers; /* (n_layers) device views */
+    icefall_zf_layer_t *layers; /* (n_layers) device views; the projection matrices (the fields
+                                   filled by put_mat) point at dt values in dmat */
 };
 
 static int cuda_err(hark_err_t *err, cudaError_t e, const char *what)
@@ -38,6 +43,8 @@ static int cuda_err(hark_err_t *err, cudaError_t e, const char *what)
 /* ---- weights -------------------------------------------------------------------------------- */
 
 #define OFF(x) ((const float *)(uintptr_t)(x))
+/* while staging, a view is its offset + 1 (0 stays NULL), MAT_TAG set for the matrix block */
+#define MAT_TAG ((uintptr_t)1 << (sizeof(uintptr_t) * 8 - 1))
 
 static const float *put(weight_stage_t *s, const float *src, size_t n)
 {
@@ -46,7 +53,18 @@ static const float *put(weight_stage_t *s, const float *src, size_t n)
     size_t at = weight_stage_take(&s->n_flt, n);
     if (!s->sizing)
         memcpy(s->flt + at, src, n * sizeof(float));
-    return OFF(at + 1); /* + 1: offset 0 stays distinct from NULL */
+    return OFF(at + 1);
+}
+
+/* a projection's matrix: into the block stored in the model's dt */
+static const float *put_mat(weight_stage_t *s, const float *src, size_t n)
+{
+    if (!src)
+        return NULL;
+    size_t at = weight_stage_take(&s->n_mat, n);
+    if (!s->sizing)
+        memcpy(s->mat + at, src, n * sizeof(float));
+    return OFF((at + 1) | MAT_TAG);
 }
 
 typedef struct {
@@ -69,11 +87,11 @@ static void fill(weight_stage_t *s, void *user)
     }
     d->nx_dw_w = put(s, h->nx_dw_w, (size_t)ZF_EMBED_CH * ZF_NX_K * ZF_NX_K);
     d->nx_dw_b = put(s, h->nx_dw_b, ZF_EMBED_CH);
-    d->nx_pw1_w = put(s, h->nx_pw1_w, (size_t)ZF_NX_HID * ZF_EMBED_CH);
+    d->nx_pw1_w = put_mat(s, h->nx_pw1_w, (size_t)ZF_NX_HID * ZF_EMBED_CH);
     d->nx_pw1_b = put(s, h->nx_pw1_b, ZF_NX_HID);
-    d->nx_pw2_w = put(s, h->nx_pw2_w, (size_t)ZF_EMBED_CH * ZF_NX_HID);
+    d->nx_pw2_w = put_mat(s, h->nx_pw2_w, (size_t)ZF_EMBED_CH * ZF_NX_HID);
     d->nx_pw2_b = put(s, h->nx_pw2_b, ZF_EMBED_CH);
-    d->out_w = put(s, h->out_w, (size_t)d0 * ZF_EMBED_CH * fw);
+    d->out_w = put_mat(s, h->out_w, (size_t)d0 * ZF_EMBED_CH * fw);
     d->out_b = put(s, h->out_b, (size_t)d0);
     d->norm_bias = put(s, h->norm_bias, (size_t)d0);
     d->norm_scale = h->norm_scale;
@@ -91,15 +109,15 @@ static void fill(weight_stage_t *s, void *user)
             *G = *L;
             G->bypass = put(s, L->bypass, D);
             G->bypass_mid = put(s, L->bypass_mid, D);
-            G->aw_in_w = put(s, L->aw_in_w, A * D);
+            G->aw_in_w = put_mat(s, L->aw_in_w, A * D);
             G->aw_in_b = put(s, L->aw_in_b, A);
-            G->aw_pos_w = put(s, L->aw_pos_w, H * pd * (size_t)z->pos_dim);
+            G->aw_pos_w = put_mat(s, L->aw_pos_w, H * pd * (size_t)z->pos_dim);
             for (int i = 0; i < 2; i++) {
-                G->sa_in_w[i] = put(s, L->sa_in_w[i], H * vd * D);
+                G->sa_in_w[i] = put_mat(s, L->sa_in_w[i], H * vd * D);
                 G->sa_in_b[i] = put(s, L->sa_in_b[i], H * vd);
-                G->sa_out_w[i] = put(s, L->sa_out_w[i], D * H * vd);
+                G->sa_out_w[i] = put_mat(s, L->sa_out_w[i], D * H * vd);
                 G->sa_out_b[i] = put(s, L->sa_out_b[i], D);
-                G->cv_in_w[i] = put(s, L->cv_in_w[i], 2 * D * D);
+                G->cv_in_w[i] = put_mat(s, L->cv_in_w[i], 2 * D * D);
                 G->cv_in_b[i] = put(s, L->cv_in_b[i], 2 * D);
                 G->cv_dw_w[i] = put(s, L->cv_dw_w[i], D * k);
                 G->cv_dw_b[i] = put(s, L->cv_dw_b[i], D);
@@ -108,19 +126,19 @@ static void fill(weight_stage_t *s, void *user)
                 G->cv_ck_w[i] = put(s, L->cv_ck_w[i], D * k);
                 G->cv_ck_b[i] = put(s, L->cv_ck_b[i], D);
                 G->cv_ck_scale[i] = put(s, L->cv_ck_scale[i], 2 * D * k);
-                G->cv_out_w[i] = put(s, L->cv_out_w[i], D * D);
+                G->cv_out_w[i] = put_mat(s, L->cv_out_w[i], D * D);
                 G->cv_out_b[i] = put(s, L->cv_out_b[i], D);
             }
             for (int i = 0; i < 3; i++) {
                 const size_t f = (size_t)L->ff_dim[i];
-                G->ff_in_w[i] = put(s, L->ff_in_w[i], f * D);
+                G->ff_in_w[i] = put_mat(s, L->ff_in_w[i], f * D);
                 G->ff_in_b[i] = put(s, L->ff_in_b[i], f);
-                G->ff_out_w[i] = put(s, L->ff_out_w[i], D * f);
+                G->ff_out_w[i] = put_mat(s, L->ff_out_w[i], D * f);
                 G->ff_out_b[i] = put(s, L->ff_out_b[i], D);
             }
-            G->na_in_w = put(s, L->na_in_w, 3 * hid * D);
+            G->na_in_w = put_mat(s, L->na_in_w, 3 * hid * D);
             G->na_in_b = put(s, L->na_in_b, 3 * hid);
-            G->na_out_w = put(s, L->na_out_w, D * hid);
+            G->na_out_w = put_mat(s, L->na_out_w, D * hid);
             G->na_out_b = put(s, L->na_out_b, D);
             G->norm_bias = put(s, L->norm_bias, D);
         }
@@ -129,8 +147,13 @@ static void fill(weight_stage_t *s, void *user)
 
 static void rb(const icefall_zf_gpu_t *g, const float **p)
 {
-    if (*p)
-        *p = (const float *)g->dflt + ((uintptr_t)*p - 1);
+    const uintptr_t v = (uintptr_t)*p;
+    if (!v)
+        return;
+    if (v & MAT_TAG)
+        *p = (const float *)((const char *)g->dmat + ((v & ~MAT_TAG) - 1) * ops_dtype_size(g->dt));
+    else
+        *p = (const float *)g->dflt + (v - 1);
 }
 
 static void rebase(icefall_zf_gpu_t *g)
@@ -176,13 +199,16 @@ static void rebase(icefall_zf_gpu_t *g)
     }
 }
 
-int icefall_zf_gpu_create(const icefall_model_t *m, int device, icefall_zf_gpu_t **out,
-                          hark_err_t *err)
+int icefall_zf_gpu_create(const icefall_model_t *m, int device, ops_dtype_t dt,
+                          icefall_zf_gpu_t **out, hark_err_t *err)
 {
     *out = NULL;
     if (m->cfg.encoder_type != ICEFALL_ZIPFORMER)
         return err_set(err, HARK_ERR_UNSUPPORTED,
                        "icefall zipformer (gpu): the model is not a zipformer");
+    if (dt != OPS_F32 && dt != OPS_F16 && dt != OPS_BF16)
+        return err_set(err, HARK_ERR_INVALID_ARG, "icefall zipformer (gpu): element type %d",
+                       (int)dt);
     cudaError_t e = cudaSetDevice(device);
     if (e != cudaSuccess)
         return cuda_err(err, e, "set device");
@@ -193,8 +219,9 @@ int icefall_zf_gpu_create(const icefall_model_t *m, int device, icefall_zf_gpu_t
     }
     g->m = m;
     g->device = device;
+    g->dt = dt;
     zfill_t fl = {g};
-    int rc = weight_stage_upload(fill, &fl, OPS_F32, &g->dmat, &g->dflt, &g->bytes, NULL,
+    int rc = weight_stage_upload(fill, &fl, dt, &g->dmat, &g->dflt, &g->bytes, NULL,
                                  "icefall zipformer (gpu)", err);
     if (rc) {
         icefall_zf_gpu_destroy(g);
@@ -221,6 +248,11 @@ size_t icefall_zf_gpu_bytes(const icefall_zf_gpu_t *g)
     return g ? g->bytes : 0;
 }
 
+ops_dtype_t icefall_zf_gpu_dtype(const icefall_zf_gpu_t *g)
+{
+    return g ? g->dt : OPS_F32;
+}
+
 /* ---- workers -------------------------------------------------------------------------------- */
 
 /* where one layer's caches sit in a slot (floats) */
@@ -236,6 +268,7 @@ typedef struct {
     /* the stacks */
     float *cur, *outs, *full, *enc;
     float *xs, *orig, *ly, *g, *dwo, *proj, *sc, *bd, *pe, *pp, *ctx, *kv, *cext;
+    void *xh; /* a 16-bit model's projection input rounded to dt */
     int *lohi, *slots;
 } zbufs_t;
 
@@ -250,10 +283,12 @@ struct icefall_zf_gpu_worker {
     zbufs_t b;
     float *pool; /* (max_streams, slot_floats) */
     size_t slot_floats;
-    zcache_t *caches; /* (n_layers) */
-    int *processed;   /* (max_streams) host: 50 Hz frames each slot has encoded */
-    int *h_lohi;      /* pinned: the step's key ranges and slots */
-    float *h_io;      /* pinned: features in, encoder frames out */
+    zcache_t *caches;  /* (n_layers) */
+    float *pp_step;    /* streaming: each layer's projected positions, made once (step_positions) */
+    long long *pp_off; /* (n_layers) each layer's rows in pp_step */
+    int *processed;    /* (max_streams) host: 50 Hz frames each slot has encoded */
+    int *h_lohi;       /* pinned: the step's key ranges and slots */
+    float *h_io;       /* pinned: features in, encoder frames out */
     size_t n_io, n_lohi;
 };
 
@@ -269,6 +304,7 @@ static size_t al(size_t n)
 typedef struct {
     size_t feats, xin, a0, a1, a2f, ext, dw, hid, y, a2, emb, cur, outs, full, enc;
     size_t xs, proj, sc, bd, pe, pp, ctx, kv, cext, lohi, conv_rows;
+    size_t xh; /* the largest projection input */
 } zsizes_t;
 
 #define UP(f, v)                                                                                   \
@@ -322,6 +358,11 @@ static void pass_sizes(const icefall_model_t *m, int t_in, int nb, int stream, z
     }
     UP(outs, sum);
     UP(lohi, 2 * N * Te * (size_t)z->n_stacks + N);
+    /* the inputs `lin` is given: the ConvNeXt's dw and hid, embed's a2, the stacks' xs, proj
+     * (the feed-forwards' hidden rows), ctx (and g, the same size), dwo (xs's) and pe */
+    const size_t in[] = {s->dw, s->hid, s->a2, s->xs, s->proj, s->ctx, s->pe};
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+        UP(xh, in[i]);
 }
 #undef UP
 
@@ -339,9 +380,31 @@ void icefall_zf_gpu_worker_destroy(icefall_zf_gpu_worker_t *w)
     if (w->stream)
         cudaStreamDestroy(w->stream);
     hark_free(w->caches);
+    hark_free(w->pp_off);
     hark_free(w->processed);
     hark_free(w);
 }
+
+/* The floats of every layer's projected positions for a streaming step of step_frames (its
+ * chunk, its left context: the same in every step), each layer's offset into off (or NULL) */
+static size_t step_pos_floats(const icefall_model_t *m, int step_frames, long long *off)
+{
+    const icefall_zipformer_config_t *z = &m->cfg.zf;
+    const int Te = embed_frames(step_frames) - ZF_NX_PAD;
+    size_t at = 0;
+    int li = 0;
+    for (int s = 0; s < z->n_stacks; s++) {
+        const int ds = z->ds[s], Td = (Te + ds - 1) / ds, Lc = z->left_frames / ds;
+        for (int l = 0; l < z->num_layers[s]; l++, li++) {
+            if (off)
+                off[li] = (long long)at;
+            at += (size_t)(2 * Td - 1 + Lc) * z->heads[s] * z->pdim[s];
+        }
+    }
+    return at;
+}
+
+static int step_positions(icefall_zf_gpu_worker_t *w, hark_err_t *err);
 
 /* the slot layout: the ConvNeXt's frames, then per layer its key, nonlin, two value and two conv
  * caches (as icefall_zf_stream_create's) */
@@ -408,6 +471,14 @@ int icefall_zf_gpu_worker_create(const icefall_zf_gpu_t *g, int max_t_in, int ma
         goto fail;
     }
     w->slot_floats = max_streams > 0 ? slot_layout(m, w->caches) : 0;
+    size_t pp_floats = 0;
+    if (max_streams > 0) {
+        if (!(w->pp_off = hark_calloc((size_t)m->cfg.n_layers, sizeof *w->pp_off))) {
+            rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        pp_floats = step_pos_floats(m, w->step_frames, w->pp_off);
+    }
     zsizes_t s = {0};
     pass_sizes(m, max_t_in, 1, 0, &s);
     if (max_streams > 0)
@@ -454,6 +525,8 @@ int icefall_zf_gpu_worker_create(const icefall_zf_gpu_t *g, int max_t_in, int ma
         {(void **)&b->kv, s.kv * 4},
         {(void **)&b->cext, s.cext * 4},
         {(void **)&b->lohi, s.lohi * sizeof(int)},
+        {&b->xh, g->dt == OPS_F32 ? 0 : s.xh * ops_dtype_size(g->dt)},
+        {(void **)&w->pp_step, pp_floats * 4},
         {(void **)&w->pool, (size_t)max_streams * w->slot_floats * 4},
     };
     size_t total = 0;
@@ -492,6 +565,8 @@ int icefall_zf_gpu_worker_create(const icefall_zf_gpu_t *g, int max_t_in, int ma
         rc = cuda_err(err, e, "stream pool");
         goto fail;
     }
+    if (max_streams > 0 && (rc = step_positions(w, err)))
+        goto fail;
     if ((e = cudaStreamSynchronize(w->stream)) != cudaSuccess) {
         rc = cuda_err(err, e, "stream pool");
         goto fail;
@@ -539,10 +614,17 @@ typedef struct {
     hark_err_t *err;
 } zpass_t;
 
+/* y (n, out) = act(x (n, in) · wtᵀ + b), float in and out; wt in the model's dt (16-bit: x is
+ * rounded to dt first, the GEMM accumulates in FP32) */
 static int lin(const zpass_t *P, float *y, const float *x, const float *wt, const float *b, int n,
                int in, int out, cuda_act_t act)
 {
-    return cuda_linear(y, x, wt, OPS_F32, b, n, in, out, act, P->w->ops, P->err);
+    icefall_zf_gpu_worker_t *w = P->w;
+    const ops_dtype_t dt = w->g->dt;
+    if (dt == OPS_F32)
+        return cuda_linear(y, x, wt, OPS_F32, b, n, in, out, act, w->ops, P->err);
+    int rc = cuda_cast(w->b.xh, dt, x, OPS_F32, (size_t)n * in, w->stream, P->err);
+    return rc ? rc : cuda_linear(y, w->b.xh, wt, dt, b, n, in, out, act, w->ops, P->err);
 }
 
 /* x (n, d) += y */
@@ -603,7 +685,9 @@ static int attn_weights(const zpass_t *P, const zlayer_ctx_t *X, const icefall_z
     const int qd = z->qdim[s], pd = z->pdim[s], hq = H * qd, A = 2 * hq + H * pd;
     const int Pn = 2 * T - 1 + Lc, n = P->nb * T;
     int rc = lin(P, b->proj, x, L->aw_in_w, L->aw_in_b, n, D, A, CUDA_ACT_NONE);
-    if (!rc)
+    /* the positions' projection: a stream step's was made with the worker (step_positions) */
+    const float *pp = P->slots ? P->w->pp_step + P->w->pp_off[X->li] : b->pp;
+    if (!rc && !P->slots)
         rc = lin(P, b->pp, b->pe, L->aw_pos_w, NULL, Pn, z->pos_dim, H * pd, CUDA_ACT_NONE);
     const float *keys =
         with_cache(P, b->kv, P->w->caches[X->li].key, b->proj + hq, A, Lc, T, hq, &rc);
@@ -613,8 +697,8 @@ static int attn_weights(const zpass_t *P, const zlayer_ctx_t *X, const icefall_z
         rc = bgemm(P, b->sc, b->proj, keys, T, K, qd, A, ldk, K, 1, H, (long long)T * A, sk,
                    (long long)H * T * K, qd, qd, (long long)T * K);
     if (!rc)
-        rc = bgemm(P, b->bd, b->proj + 2 * hq, b->pp, T, Pn, pd, A, H * pd, Pn, 1, H,
-                   (long long)T * A, 0, (long long)H * T * Pn, pd, pd, (long long)T * Pn);
+        rc = bgemm(P, b->bd, b->proj + 2 * hq, pp, T, Pn, pd, A, H * pd, Pn, 1, H, (long long)T * A,
+                   0, (long long)H * T * Pn, pd, pd, (long long)T * Pn);
     if (!rc)
         rc = cuda_zf_rel_softmax(b->sc, b->bd, X->lo, X->hi, P->nb, H, T, K, Pn, P->w->stream,
                                  P->err);
@@ -837,7 +921,7 @@ static int stacks(const zpass_t *P, int Te)
             X.lo = lohi;
             X.hi = lohi + (size_t)nb * Td;
         }
-        if (!rc)
+        if (!rc && !P->slots)
             rc = cuda_zf_pos_emb(b->pe, Td, X.Lc, z->pos_dim, w->stream, P->err);
         for (int l = 0; l < z->num_layers[s] && !rc; l++, li++) {
             X.li = li;
@@ -867,6 +951,24 @@ static int stacks(const zpass_t *P, int Te)
         return cuda_err(P->err, e, "full-width output");
     return cuda_zf_downsample(b->enc, b->full, M, w->g->zf.out_ds_w, nb, Te, 2, M, w->stream,
                               P->err);
+}
+
+/* Each layer's projected positions of a streaming step into pp_step: the positional table of the
+ * step's chunk and left context, through the layer's linear_pos (as a step would make them) */
+static int step_positions(icefall_zf_gpu_worker_t *w, hark_err_t *err)
+{
+    const icefall_zipformer_config_t *z = &w->m->cfg.zf;
+    const int Te = embed_frames(w->step_frames) - ZF_NX_PAD;
+    const zpass_t P = {.w = w, .z = z, .nb = 1, .slots = NULL, .err = err};
+    int li = 0, rc = HARK_OK;
+    for (int s = 0; s < z->n_stacks && !rc; s++) {
+        const int ds = z->ds[s], Td = (Te + ds - 1) / ds, Lc = z->left_frames / ds;
+        rc = cuda_zf_pos_emb(w->b.pe, Td, Lc, z->pos_dim, w->stream, err);
+        for (int l = 0; l < z->num_layers[s] && !rc; l++, li++)
+            rc = lin(&P, w->pp_step + w->pp_off[li], w->b.pe, w->g->zf.stacks[s].layers[l].aw_pos_w,
+                     NULL, 2 * Td - 1 + Lc, z->pos_dim, z->heads[s] * z->pdim[s], CUDA_ACT_NONE);
+    }
+    return rc;
 }
 
 /* The key ranges of every stack into h_lohi (then uploaded with the slots): streams (processed
@@ -1012,11 +1114,12 @@ static int no_device(hark_err_t *err)
     return err_set(err, HARK_ERR_NO_DEVICE, "icefall zipformer (gpu): built without CUDA");
 }
 
-int icefall_zf_gpu_create(const icefall_model_t *m, int device, icefall_zf_gpu_t **out,
-                          hark_err_t *err)
+int icefall_zf_gpu_create(const icefall_model_t *m, int device, ops_dtype_t dt,
+                          icefall_zf_gpu_t **out, hark_err_t *err)
 {
     (void)m;
     (void)device;
+    (void)dt;
     *out = NULL;
     return no_device(err);
 }
@@ -1028,6 +1131,11 @@ size_t icefall_zf_gpu_bytes(const icefall_zf_gpu_t *g)
 {
     (void)g;
     return 0;
+}
+ops_dtype_t icefall_zf_gpu_dtype(const icefall_zf_gpu_t *g)
+{
+    (void)g;
+    return OPS_F32;
 }
 int icefall_zf_gpu_worker_create(const icefall_zf_gpu_t *g, int max_t_in, int max_streams,
                                  icefall_zf_gpu_worker_t **out, hark_err_t *err)

@@ -1,9 +1,11 @@
-/* icefall_zf_gpu.h — the zipformer recipe's Zipformer2 encoder on the GPU, float32: a whole
+/* icefall_zf_gpu.h — the zipformer recipe's Zipformer2 encoder on the GPU: a whole
  * utterance (icefall_zf_encode's result) and streaming steps of many streams together
  * (icefall_zf_stream_step_batch's), every stream's left context (the ConvNeXt's frames and each
  * layer's keys, NonlinAttention and value rows and conv inputs) kept on the device in a slot of the
  * worker's pool. The CPU encoder of icefall_zipformer.c is the reference; the Zipformer's own
- * kernels are zipformer_ops.h's, the GEMMs cuBLAS in true FP32.
+ * kernels are zipformer_ops.h's, the GEMMs cuBLAS in true FP32. A 16-bit model (FP16 or BF16)
+ * stores its projections' matrices in that type and rounds their inputs to it (FP32
+ * accumulation, float outputs); everything else, the residual stream and the caches stay float.
  * Tests: tests/model/icefall/test_icefall_zf_gpu.c (generated models against the CPU, offline and
  * chunk by chunk); benchmark: `hark bench --model DIR --device cuda:N --chunk` on a streaming
  * zipformer (icefall_bench.c).
@@ -19,17 +21,20 @@
 
 #include "core/error.h"
 #include "model/icefall/icefall.h"
+#include "ops/ops_cuda.h"
 
 #include <stddef.h>
 
 typedef struct icefall_zf_gpu icefall_zf_gpu_t;
 typedef struct icefall_zf_gpu_worker icefall_zf_gpu_worker_t;
 
-/* HARK_ERR_UNSUPPORTED: not a zipformer; HARK_ERR_CUDA / HARK_ERR_NOMEM / HARK_ERR_NO_DEVICE. */
-int icefall_zf_gpu_create(const icefall_model_t *m, int device, icefall_zf_gpu_t **out,
-                          hark_err_t *err);
+/* dt: OPS_F32, OPS_F16 or OPS_BF16 (else HARK_ERR_INVALID_ARG). HARK_ERR_UNSUPPORTED: not a
+ * zipformer; HARK_ERR_CUDA / HARK_ERR_NOMEM / HARK_ERR_NO_DEVICE. */
+int icefall_zf_gpu_create(const icefall_model_t *m, int device, ops_dtype_t dt,
+                          icefall_zf_gpu_t **out, hark_err_t *err);
 void icefall_zf_gpu_destroy(icefall_zf_gpu_t *g); /* accepts NULL */
 size_t icefall_zf_gpu_bytes(const icefall_zf_gpu_t *g);
+ops_dtype_t icefall_zf_gpu_dtype(const icefall_zf_gpu_t *g); /* OPS_F32 without HARK_CUDA */
 
 /* max_t_in (>= 9): the longest whole utterance (feature frames) icefall_zf_gpu_encode takes;
  * max_streams (0 .. 4096): the pool's slots and the most streams one step takes (0: no streaming;

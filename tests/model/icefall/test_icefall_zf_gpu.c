@@ -3,11 +3,12 @@
  * models (tests/model/icefall/zipformer_random_ckpt.py): the shared small configuration
  * non-causal and causal, and a second causal one of other sizes (6 stacks down to 1/8 rate,
  * kernels 31, 3 heads of 12, chunks of 16 frames, 64 to the left):
- * - icefall_zf_gpu_matches_cpu: whole utterances of three lengths (icefall_zf_gpu_encode vs
- *   icefall_encode), and streams chunk by chunk — four streams of different lengths stepped
- *   together in changing groups, each step's encoder frames against the CPU's step of the same
- *   stream alone; a slot reset and reused by a new stream; relative difference (max |a - b| /
- *   max |b|) at most 1e-4 (FP32 both sides: summation order only);
+ * - icefall_zf_gpu_matches_cpu: in FP32, FP16 and BF16, whole utterances of three lengths
+ *   (icefall_zf_gpu_encode vs icefall_encode), and streams chunk by chunk — four streams of
+ *   different lengths stepped together in changing groups, each step's encoder frames against
+ *   the CPU's step of the same stream alone; a slot reset and reused by a new stream; relative
+ *   difference (max |a - b| / max |b|) at most zf_tol: FP32 1e-4 (summation order only), the
+ *   16-bit types' bounds from their projections' rounded operands (see zf_tol);
  * - icefall_zf_gpu_refusals: steps of 0 or too many streams, a slot twice or out of range,
  *   lengths outside the worker's, a non-causal model asked for streams.
  * Needs a python3 with torch and numpy (the generator) and a GPU; skips otherwise. */
@@ -48,8 +49,23 @@ static float *features(const icefall_model_t *m, size_t n, unsigned seed, int *T
 
 #define NB 4
 
+/* GPU vs CPU encoder frames, max |a - b| / max |b|, per type: FP32 both sides differ in summation
+ * order only. The 16-bit models round every projection's input and weights to the type (unit
+ * roundoff u: FP16 2^-11, BF16 2^-8) through all the layers; the bounds are 10 u. On the H200
+ * (2026-11-30) the worst cases of these models were FP16 9.6e-4 (2.0 u) and BF16 9.0e-3 (2.3 u). */
+static double zf_tol(ops_dtype_t dt)
+{
+    return dt == OPS_F32 ? 1e-4 : dt == OPS_F16 ? 10.0 / 2048 : 10.0 / 256;
+}
+
+static const char *zf_dt_name(ops_dtype_t dt)
+{
+    return dt == OPS_F16 ? "fp16" : dt == OPS_BF16 ? "bf16" : "fp32";
+}
+
 /* the streams of one causal model: 4 streams stepped in changing groups, then slot 1 reused */
-static void check_streams(test_ctx_t *t, icefall_model_t *m, icefall_zf_gpu_worker_t *gw)
+static void check_streams(test_ctx_t *t, icefall_model_t *m, icefall_zf_gpu_worker_t *gw,
+                          double tol)
 {
     hark_err_t err = {0};
     const icefall_config_t *c = icefall_config(m);
@@ -107,7 +123,7 @@ static void check_streams(test_ctx_t *t, icefall_model_t *m, icefall_zf_gpu_work
             CHECK_OK(icefall_zf_stream_step(w, cs[j], in[k], want, &err));
             double d = rel_diff(out[k], want, (size_t)per * M);
             worst = d > worst || isnan(d) ? d : worst;
-            CHECKF(d <= 1e-4, "round %d, stream %d step %d (slot %d, with %d others): %g", r, j,
+            CHECKF(d <= tol, "round %d, stream %d step %d (slot %d, with %d others): %g", r, j,
                    done[j], slots[k], n - 1, d);
             done[j]++;
             total++;
@@ -152,35 +168,42 @@ GPU_TEST(icefall_zf_gpu_matches_cpu)
         CHECK_OK(icefall_load(dir, 1, &m, &err));
         const icefall_config_t *c = icefall_config(m);
         CHECK_OK(icefall_worker_create(m, 4, &w, &err));
-        CHECK_OK(icefall_zf_gpu_create(m, 0, &g, &err));
-        CHECK_OK(icefall_zf_gpu_worker_create(g, 400, cases[ci].causal ? NB : 0, &gw, &err));
-        printf("  %s: weights %.2f MB, worker %.1f MB, slot %zu floats\n", cases[ci].name,
-               icefall_zf_gpu_bytes(g) / 1048576.0, icefall_zf_gpu_worker_bytes(gw) / 1048576.0,
-               icefall_zf_gpu_slot_floats(gw));
-        static const size_t lens[3] = {37000, 20011, 1600};
-        for (int u = 0; u < 3; u++) {
-            int T;
-            float *f = features(m, lens[u], 50 + (unsigned)u, &T);
-            CHECK(f != NULL);
-            const int To = ((T - 7) / 2 + 1) / 2;
-            float *want = hark_malloc(sizeof(float) * (size_t)To * c->d);
-            float *got = hark_malloc(sizeof(float) * (size_t)To * c->d);
-            int lw = 0, lg = 0;
-            CHECK_OK(icefall_encode(w, f, T, T, want, &lw, NULL, NULL, &err));
-            CHECK_OK(icefall_zf_gpu_encode(gw, f, T, got, &lg, &err));
-            CHECK_EQ_INT(lg, lw);
-            double d = rel_diff(got, want, (size_t)lw * c->d);
-            printf("  %s, %d frames: encoder %d frames, GPU vs CPU %.3g relative\n", cases[ci].name,
-                   T, lw, d);
-            CHECKF(d <= 1e-4, "%s, %d frames: %g", cases[ci].name, T, d);
-            hark_free(f);
-            hark_free(want);
-            hark_free(got);
+        for (int k = 0; k < 3; k++) {
+            const ops_dtype_t dt = k == 0 ? OPS_F32 : k == 1 ? OPS_F16 : OPS_BF16;
+            const char *dn = zf_dt_name(dt);
+            CHECK_OK(icefall_zf_gpu_create(m, 0, dt, &g, &err));
+            CHECK_EQ_INT(icefall_zf_gpu_dtype(g), dt);
+            CHECK_OK(icefall_zf_gpu_worker_create(g, 400, cases[ci].causal ? NB : 0, &gw, &err));
+            printf("  %s %s: weights %.2f MB, worker %.1f MB, slot %zu floats\n", cases[ci].name,
+                   dn, icefall_zf_gpu_bytes(g) / 1048576.0,
+                   icefall_zf_gpu_worker_bytes(gw) / 1048576.0, icefall_zf_gpu_slot_floats(gw));
+            static const size_t lens[3] = {37000, 20011, 1600};
+            for (int u = 0; u < 3; u++) {
+                int T;
+                float *f = features(m, lens[u], 50 + (unsigned)u, &T);
+                CHECK(f != NULL);
+                const int To = ((T - 7) / 2 + 1) / 2;
+                float *want = hark_malloc(sizeof(float) * (size_t)To * c->d);
+                float *got = hark_malloc(sizeof(float) * (size_t)To * c->d);
+                int lw = 0, lg = 0;
+                CHECK_OK(icefall_encode(w, f, T, T, want, &lw, NULL, NULL, &err));
+                CHECK_OK(icefall_zf_gpu_encode(gw, f, T, got, &lg, &err));
+                CHECK_EQ_INT(lg, lw);
+                double d = rel_diff(got, want, (size_t)lw * c->d);
+                printf("  %s %s, %d frames: encoder %d frames, GPU vs CPU %.3g relative\n",
+                       cases[ci].name, dn, T, lw, d);
+                CHECKF(d <= zf_tol(dt), "%s %s, %d frames: %g", cases[ci].name, dn, T, d);
+                hark_free(f);
+                hark_free(want);
+                hark_free(got);
+            }
+            if (cases[ci].causal)
+                check_streams(t, m, gw, zf_tol(dt));
+            icefall_zf_gpu_worker_destroy(gw);
+            icefall_zf_gpu_destroy(g);
+            gw = NULL;
+            g = NULL;
         }
-        if (cases[ci].causal)
-            check_streams(t, m, gw);
-        icefall_zf_gpu_worker_destroy(gw);
-        icefall_zf_gpu_destroy(g);
         icefall_worker_destroy(w);
         icefall_destroy(m);
     }
@@ -205,8 +228,10 @@ GPU_TEST(icefall_zf_gpu_refusals)
     icefall_zf_gpu_worker_t *gw = NULL, *bad = NULL;
     CHECK_OK(icefall_load(dir, 1, &m, &err));
     CHECK_OK(icefall_load(dnc, 1, &mn, &err));
-    CHECK_OK(icefall_zf_gpu_create(m, 0, &g, &err));
-    CHECK_OK(icefall_zf_gpu_create(mn, 0, &gn, &err));
+    CHECK_EQ_INT(icefall_zf_gpu_create(m, 0, (ops_dtype_t)7, &g, &err), HARK_ERR_INVALID_ARG);
+    CHECK(g == NULL);
+    CHECK_OK(icefall_zf_gpu_create(m, 0, OPS_F32, &g, &err));
+    CHECK_OK(icefall_zf_gpu_create(mn, 0, OPS_F32, &gn, &err));
     CHECK_EQ_INT(icefall_zf_gpu_worker_create(gn, 400, 2, &bad, &err), HARK_ERR_UNSUPPORTED);
     CHECK(bad == NULL);
     CHECK_EQ_INT(icefall_zf_gpu_worker_create(g, 8, 2, &bad, &err), HARK_ERR_INVALID_ARG);
@@ -252,7 +277,7 @@ static int same_tokens(const icefall_hyp_t *a, const icefall_hyp_t *b)
 
 /* icefall_worker_use_gpu: a worker whose encoder runs on the GPU gives the CPU worker's results,
  * offline (icefall_run, greedy and beam) and for streams fed together (icefall_stream_feed, each
- * in its slot, started twice) */
+ * in its slot, started twice); with the FP16 encoder, the CPU's greedy tokens offline */
 GPU_TEST(icefall_zf_gpu_attached_worker)
 {
     const char *py = test_python("torch, numpy");
@@ -272,12 +297,20 @@ GPU_TEST(icefall_zf_gpu_attached_worker)
     CHECK_OK(icefall_load(dir, 1, &m, &err));
     CHECK_OK(icefall_worker_create(m, 4, &wc, &err));
     CHECK_OK(icefall_worker_create(m, 4, &wg, &err));
-    CHECK_OK(icefall_zf_gpu_create(m, 0, &g, &err));
+    CHECK_OK(icefall_zf_gpu_create(m, 0, OPS_F32, &g, &err));
     CHECK_OK(icefall_zf_gpu_worker_create(g, icefall_worker_max_frames(wg) - 1, 3, &gw, &err));
     CHECK_EQ_INT(icefall_worker_use_gpu(wg, gw, &err), HARK_ERR_INVALID_ARG); /* too short */
     icefall_zf_gpu_worker_destroy(gw);
     CHECK_OK(icefall_zf_gpu_worker_create(g, icefall_worker_max_frames(wg), 3, &gw, &err));
     CHECK_OK(icefall_worker_use_gpu(wg, gw, &err));
+    /* and one with the FP16 encoder: the CPU's greedy tokens offline */
+    icefall_worker_t *wh = NULL;
+    icefall_zf_gpu_t *gh = NULL;
+    icefall_zf_gpu_worker_t *gwh = NULL;
+    CHECK_OK(icefall_worker_create(m, 4, &wh, &err));
+    CHECK_OK(icefall_zf_gpu_create(m, 0, OPS_F16, &gh, &err));
+    CHECK_OK(icefall_zf_gpu_worker_create(gh, icefall_worker_max_frames(wh), 0, &gwh, &err));
+    CHECK_OK(icefall_worker_use_gpu(wh, gwh, &err));
     CHECK_OK(icefall_worker_reserve_streams(wc, 3, &err));
     CHECK_OK(icefall_worker_reserve_streams(wg, 3, &err));
     const size_t lens[3] = {47000, 30011, 12000};
@@ -291,10 +324,18 @@ GPU_TEST(icefall_zf_gpu_attached_worker)
         icefall_result_t rc_[3], rg[3];
         CHECK_OK(icefall_run(wc, (const float *const *)pcm, lens, 3, &o, rc_, &err));
         CHECK_OK(icefall_run(wg, (const float *const *)pcm, lens, 3, &o, rg, &err));
+        icefall_result_t rh[3];
+        if (!method)
+            CHECK_OK(icefall_run(wh, (const float *const *)pcm, lens, 3, &o, rh, &err));
         for (int j = 0; j < 3; j++) {
             printf("  offline %s, utterance %d: %d tokens (cpu %d)\n", method ? "beam" : "greedy",
                    j, rg[j].best.n, rc_[j].best.n);
             CHECKF(same_tokens(&rg[j].best, &rc_[j].best), "offline %d, utterance %d", method, j);
+            if (!method) {
+                printf("  offline greedy fp16, utterance %d: %d tokens\n", j, rh[j].best.n);
+                CHECKF(same_tokens(&rh[j].best, &rc_[j].best), "fp16 greedy, utterance %d", j);
+                icefall_result_free(&rh[j]);
+            }
             icefall_result_free(&rc_[j]);
             icefall_result_free(&rg[j]);
         }
@@ -357,7 +398,10 @@ GPU_TEST(icefall_zf_gpu_attached_worker)
     }
     icefall_worker_destroy(wc);
     icefall_worker_destroy(wg);
+    icefall_worker_destroy(wh);
     icefall_zf_gpu_worker_destroy(gw);
+    icefall_zf_gpu_worker_destroy(gwh);
     icefall_zf_gpu_destroy(g);
+    icefall_zf_gpu_destroy(gh);
     icefall_destroy(m);
 }
