@@ -1,20 +1,19 @@
 /* icefall_family.c — icefall's pruned stateless transducers as a model family (family.h):
  * "icefall_transducer", offline ASR over icefall.h on the CPU, or for the zipformer with its
- * encoder on a GPU (load device >= 0: icefall_zf_gpu.h, fp32; whole utterances and the streams'
- * steps, each stream's caches in its slot of the worker's device pool, the fbank and the searches
- * on the host), or for the Conformer
- * (pruned_transducer_stateless3) on a GPU (load device >= 0: icefall_gpu.h, in config.pbtxt's
- * `parameters precision` fp32 | fp16 | bf16; greedy and modified beam search on the device, the
- * beam's merges and fast_beam_search's utterances on `parameters search_threads` host threads per
- * instance, 1..64, default 1; no dump_dir; streams: `parameters stream_threads` 1..64, default 1,
- * threads per instance sharing the streams' front ends and searches), served under the generic
- * WAV/WAV_LENS (or AUDIO) -> TRANSCRIPTS contract. Options (config.pbtxt parameters, then the
- * request's): decoding_method greedy_search | modified_beam_search | fast_beam_search (icefall's
- * names; the model's default from the converter's --method; fast_beam_search offline only, on the
- * host: icefall_fast_beam.c), beam_size (modified_beam_search's width, icefall's --beam-size;
- * `beam` is taken as the same, except with fast_beam_search, where beam is icefall's --beam, a
- * number >= 0, beside max_contexts and max_states, 1..1024; their defaults from model.json, the
- * converter's --beam, --max-contexts,
+ * encoder on a GPU (load device >= 0: icefall_zf_gpu.h, in `parameters precision`; whole utterances
+ * and the streams' steps, each stream's caches in its slot of the worker's device pool, the fbank
+ * and the searches on the host), or for the Conformer (pruned_transducer_stateless3) on a GPU (load
+ * device >= 0: icefall_gpu.h, in config.pbtxt's `parameters precision` fp32 | fp16 | bf16; greedy
+ * and modified beam search on the device, the beam's merges and fast_beam_search's utterances on
+ * `parameters search_threads` host threads per instance, 1..64, default 1; no dump_dir; streams:
+ * `parameters stream_threads` 1..64, default 1, threads per instance sharing the streams' front
+ * ends and searches), served under the generic WAV/WAV_LENS (or AUDIO) -> TRANSCRIPTS contract.
+ * Options (config.pbtxt parameters, then the request's): decoding_method greedy_search |
+ * modified_beam_search | fast_beam_search (icefall's names; the model's default from the
+ * converter's --method; fast_beam_search offline only, on the host: icefall_fast_beam.c), beam_size
+ * (modified_beam_search's width, icefall's --beam-size; `beam` is taken as the same, except with
+ * fast_beam_search, where beam is icefall's --beam, a number >= 0, beside max_contexts and
+ * max_states, 1..1024; their defaults from model.json, the converter's --beam, --max-contexts,
  * --max-states), nbest (1..64 or "all": hypotheses of the final beam
  * returned, best first), for streams the endpointing keys of the WeNet family (endpointing,
  * continuous_decoding: true|false, default false; endpoint_silence_no_speech_ms,
