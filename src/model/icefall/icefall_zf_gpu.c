@@ -12,9 +12,11 @@
 #include "hark.h"
 #include "model/icefall/icefall_impl.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef HARK_CUDA
+#include "gpu/graph_cache.h"
 #include "gpu/weight_stage.h"
 #include "ops/ops_cuda.h"
 #include "ops/zipformer_ops.h"
@@ -290,7 +292,14 @@ struct icefall_zf_gpu_worker {
     int *h_lohi;       /* pinned: the step's key ranges and slots */
     float *h_io;       /* pinned: features in, encoder frames out */
     size_t n_io, n_lohi;
+    graph_cache_t *gc; /* streaming steps of up to ZF_GRAPH_STREAMS streams, one graph each */
+    int graphs;        /* record and replay them (HARK_NO_GRAPHS unset or "0") */
 };
+
+/* Steps of this many streams or fewer replay CUDA graphs (one per stream count, so the cache
+ * never evicts): there launches are most of the step; bigger steps and whole utterances (a new
+ * length each) run as they are enqueued */
+#define ZF_GRAPH_STREAMS 128
 
 static size_t al(size_t n)
 {
@@ -373,6 +382,7 @@ void icefall_zf_gpu_worker_destroy(icefall_zf_gpu_worker_t *w)
     cudaSetDevice(w->g->device);
     if (w->stream)
         cudaStreamSynchronize(w->stream);
+    graph_cache_destroy(w->gc);
     ops_cuda_destroy(w->ops);
     cudaFree(w->mem);
     cudaFreeHost(w->h_lohi);
@@ -538,6 +548,12 @@ int icefall_zf_gpu_worker_create(const icefall_zf_gpu_t *g, int max_t_in, int ma
     }
     if ((rc = ops_cuda_create(w->stream, &w->ops, err)))
         goto fail;
+    const char *ng = getenv("HARK_NO_GRAPHS");
+    w->graphs = !(ng && *ng && strcmp(ng, "0"));
+    if (max_streams > 0 && !(w->gc = graph_cache_create(ZF_GRAPH_STREAMS, w->stream))) {
+        rc = err_set(err, HARK_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
     if ((e = cudaMalloc(&w->mem, total)) != cudaSuccess) {
         rc = err_set(err, HARK_ERR_NOMEM,
                      "icefall zipformer (gpu): %.0f MB of device memory for %d frames and %d "
@@ -601,6 +617,15 @@ int icefall_zf_gpu_max_streams(const icefall_zf_gpu_worker_t *w)
 const icefall_model_t *icefall_zf_gpu_worker_model(const icefall_zf_gpu_worker_t *w)
 {
     return w ? w->m : NULL;
+}
+
+void icefall_zf_gpu_set_graphs(icefall_zf_gpu_worker_t *w, int on)
+{
+    if (!w)
+        return;
+    if (!on)
+        graph_cache_clear(w->gc);
+    w->graphs = on != 0;
 }
 
 /* ---- the forward ---------------------------------------------------------------------------- */
@@ -1000,6 +1025,20 @@ static void key_ranges(icefall_zf_gpu_worker_t *w, const int *slots, int nb, int
     }
 }
 
+typedef struct {
+    zpass_t P;
+    int t_in, Te;
+} zrun_t;
+
+/* a pass's device work, from the uploaded features to b->enc (graph_enqueue_fn) */
+static int enqueue_pass(void *user, hark_err_t *err)
+{
+    zrun_t *r = user;
+    r->P.err = err;
+    int rc = embed(&r->P, r->t_in, r->Te);
+    return rc ? rc : stacks(&r->P, r->Te);
+}
+
 /* feats (nb images of t_in frames, host, h_io already holding them) -> enc rows in h_io */
 static int run_pass(icefall_zf_gpu_worker_t *w, const int *slots, int nb, int t_in, hark_err_t *err)
 {
@@ -1018,10 +1057,15 @@ static int run_pass(icefall_zf_gpu_worker_t *w, const int *slots, int nb, int t_
                             cudaMemcpyHostToDevice, w->stream);
     if (e != cudaSuccess)
         return cuda_err(err, e, "upload");
-    zpass_t P = {.w = w, .z = z, .nb = nb, .slots = slots ? b->lohi + n_lohi : NULL, .err = err};
-    int rc = embed(&P, t_in, Te);
-    if (!rc)
-        rc = stacks(&P, Te);
+    zrun_t r = {.P = {.w = w, .z = z, .nb = nb, .slots = slots ? b->lohi + n_lohi : NULL},
+                .t_in = t_in,
+                .Te = Te};
+    /* everything the pass enqueues is fixed by (nb, t_in, streaming): the buffers are the
+     * worker's, the key ranges and slots device data uploaded above */
+    const graph_key_t key = {{nb, t_in, slots != NULL}};
+    int rc = w->graphs && slots && nb <= ZF_GRAPH_STREAMS
+                 ? graph_cache_run(w->gc, &key, enqueue_pass, &r, "icefall zipformer (gpu)", err)
+                 : enqueue_pass(&r, err);
     if (rc) {
         cudaStreamSynchronize(w->stream);
         return rc;
@@ -1136,6 +1180,11 @@ ops_dtype_t icefall_zf_gpu_dtype(const icefall_zf_gpu_t *g)
 {
     (void)g;
     return OPS_F32;
+}
+void icefall_zf_gpu_set_graphs(icefall_zf_gpu_worker_t *w, int on)
+{
+    (void)w;
+    (void)on;
 }
 int icefall_zf_gpu_worker_create(const icefall_zf_gpu_t *g, int max_t_in, int max_streams,
                                  icefall_zf_gpu_worker_t **out, hark_err_t *err)

@@ -49,6 +49,10 @@ size_t icefall_zf_gpu_slot_floats(const icefall_zf_gpu_worker_t *w);
 int icefall_zf_gpu_max_frames(const icefall_zf_gpu_worker_t *w);
 int icefall_zf_gpu_max_streams(const icefall_zf_gpu_worker_t *w);
 const icefall_model_t *icefall_zf_gpu_worker_model(const icefall_zf_gpu_worker_t *w);
+/* Streaming steps of up to 128 streams are recorded as CUDA graphs (one per stream count, the
+ * second time a count is seen) and replayed after; on by default, off with HARK_NO_GRAPHS set
+ * (not "0") or here (dropping the recorded graphs). */
+void icefall_zf_gpu_set_graphs(icefall_zf_gpu_worker_t *w, int on);
 
 /* icefall_zf_encode on the device: feats (t_in, feature_dim) host, enc ((t_in - 7) / 2 + 1) / 2
  * rows of d, host; returns when enc is written. */

@@ -6,9 +6,10 @@
  * - icefall_zf_gpu_matches_cpu: in FP32, FP16 and BF16, whole utterances of three lengths
  *   (icefall_zf_gpu_encode vs icefall_encode), and streams chunk by chunk — four streams of
  *   different lengths stepped together in changing groups, each step's encoder frames against
- *   the CPU's step of the same stream alone; a slot reset and reused by a new stream; relative
- *   difference (max |a - b| / max |b|) at most zf_tol: FP32 1e-4 (summation order only), the
- *   16-bit types' bounds from their projections' rounded operands (see zf_tol);
+ *   the CPU's step of the same stream alone (the first step of each group size runs as
+ *   enqueued, the later ones run its recorded CUDA graph); a slot reset and reused by a new
+ *   stream; relative difference (max |a - b| / max |b|) at most zf_tol: FP32 1e-4 (summation
+ *   order only), the 16-bit types' bounds from their projections' rounded operands (zf_tol);
  * - icefall_zf_gpu_refusals: steps of 0 or too many streams, a slot twice or out of range,
  *   lengths outside the worker's, a non-causal model asked for streams.
  * Needs a python3 with torch and numpy (the generator) and a GPU; skips otherwise. */
