@@ -25,7 +25,7 @@
 
 struct icefall_stream {
     const icefall_model_t *m;
-    icefall_zf_stream_t *enc; /* the encoder's caches (on the CPU) */
+    icefall_zf_stream_t *enc; /* the encoder's caches on the CPU (NULL until its first CPU step) */
     int slot;                 /* >= 0: the caches in this slot of the worker's GPU encoder */
     int slot_fresh;           /* started since the slot was last reset */
     int step, n_in, per;      /* frames: a step's advance (2c), input (2c + 13), output (c / 2) */
@@ -96,10 +96,13 @@ int icefall_stream_create(const icefall_model_t *m, icefall_stream_t **out, hark
         return err_set(err, HARK_ERR_NOMEM, "out of memory");
     s->m = m;
     s->slot = -1;
-    int rc = icefall_zf_stream_create(m, &s->enc, err);
-    if (rc) {
+    /* the CPU encoder's caches (s->enc) come with the stream's first step on a CPU worker: a
+     * stream stepped on a GPU worker keeps them in its device slot only */
+    if (!icefall_can_stream(m)) {
         hark_free(s);
-        return rc;
+        return err_set(err, HARK_ERR_UNSUPPORTED,
+                       "icefall: only a causal zipformer with one chunk size > 0 and a left "
+                       "context > 0 (a multiple of every downsampling factor) streams");
     }
     const feat_plan_t *fp = m->feat;
     const size_t F = (size_t)c->feature_dim;
@@ -152,7 +155,8 @@ int icefall_stream_start(icefall_stream_t *s, icefall_method_t method, int beam,
         s->has_b = 1;
         icefall_beam_reset(m, &s->b);
     }
-    icefall_zf_stream_reset(s->enc);
+    if (s->enc)
+        icefall_zf_stream_reset(s->enc);
     s->slot_fresh = 1;
     s->method = method;
     s->pcm_n = s->pcm_base = s->n_samples = 0;
@@ -525,6 +529,12 @@ int icefall_stream_feed(icefall_worker_t *w, icefall_stream_feed_t *f, int n)
             if (r < 0 || r == 0) {
                 if (r < 0)
                     fi->status = r;
+                fi->s->f_phase = FEED_IDLE;
+                n_live--;
+                continue;
+            }
+            if (!w->zgpu && !fi->s->enc &&
+                (fi->status = icefall_zf_stream_create(w->m, &fi->s->enc, &fi->err))) {
                 fi->s->f_phase = FEED_IDLE;
                 n_live--;
                 continue;
