@@ -469,16 +469,12 @@ static void search_one(void *ctx, int r)
     fi->status = after_step(fi->s, &fi->err);
 }
 
-/* The round's nr steps on the worker's GPU encoder: each stream in its slot, reset first when
- * the stream started since */
+/* The round's nr steps on the worker's GPU encoder: each stream in its slot (every stream of
+ * the round has one), reset first when the stream started since */
 static int gpu_step(icefall_worker_t *w, icefall_stream_feed_t *f, int nr, hark_err_t *err)
 {
     for (int r = 0; r < nr; r++) {
         icefall_stream_t *s = f[w->b_job[r]].s;
-        if (s->slot < 0)
-            return err_set(err, HARK_ERR_INVALID_ARG,
-                           "icefall stream: the worker's encoder is on a GPU and this stream has "
-                           "no slot there (icefall_stream_set_slot)");
         int rc;
         if (s->slot_fresh && (rc = icefall_zf_gpu_slot_reset(w->zgpu, s->slot, err)))
             return rc;
@@ -533,8 +529,13 @@ int icefall_stream_feed(icefall_worker_t *w, icefall_stream_feed_t *f, int n)
                 n_live--;
                 continue;
             }
-            if (!w->zgpu && !fi->s->enc &&
-                (fi->status = icefall_zf_stream_create(w->m, &fi->s->enc, &fi->err))) {
+            if (w->zgpu && fi->s->slot < 0)
+                fi->status = err_set(&fi->err, HARK_ERR_INVALID_ARG,
+                                     "icefall stream: the worker's encoder is on a GPU and this "
+                                     "stream has no slot there (icefall_stream_set_slot)");
+            else if (!w->zgpu && !fi->s->enc)
+                fi->status = icefall_zf_stream_create(w->m, &fi->s->enc, &fi->err);
+            if (fi->status) { /* this stream only: the others' steps go on */
                 fi->s->f_phase = FEED_IDLE;
                 n_live--;
                 continue;

@@ -278,7 +278,8 @@ static int same_tokens(const icefall_hyp_t *a, const icefall_hyp_t *b)
 
 /* icefall_worker_use_gpu: a worker whose encoder runs on the GPU gives the CPU worker's results,
  * offline (icefall_run, greedy and beam) and for streams fed together (icefall_stream_feed, each
- * in its slot, started twice); with the FP16 encoder, the CPU's greedy tokens offline */
+ * in its slot, started twice); with the FP16 encoder, the CPU's greedy tokens offline; a stream
+ * without a slot refused alone, the others fed with it stepping */
 GPU_TEST(icefall_zf_gpu_attached_worker)
 {
     const char *py = test_python("torch, numpy");
@@ -391,6 +392,15 @@ GPU_TEST(icefall_zf_gpu_attached_worker)
     CHECK_OK(icefall_stream_start(ns, ICEFALL_GREEDY, 0, &err));
     CHECK_EQ_INT(icefall_stream_accept(wg, ns, pcm[0], 16000, &err), HARK_ERR_INVALID_ARG);
     CHECK(strstr(err.msg, "slot") != NULL);
+    /* and fed with a stream that has one, only it fails: the other steps */
+    CHECK_OK(icefall_stream_start(ns, ICEFALL_GREEDY, 0, &err));
+    CHECK_OK(icefall_stream_start(sg[0], ICEFALL_GREEDY, 0, &err));
+    icefall_stream_feed_t two[2] = {{.s = ns, .pcm = pcm[0], .n = 16000},
+                                    {.s = sg[0], .pcm = pcm[0], .n = 16000}};
+    CHECK_EQ_INT(icefall_stream_feed(wg, two, 2), HARK_ERR_INVALID_ARG);
+    CHECK_EQ_INT(two[0].status, HARK_ERR_INVALID_ARG);
+    CHECK_EQ_INT(two[1].status, HARK_OK);
+    CHECK(icefall_stream_steps(sg[0]) > 0);
     icefall_stream_destroy(ns);
     for (int j = 0; j < 3; j++) {
         icefall_stream_destroy(sc[j]);
