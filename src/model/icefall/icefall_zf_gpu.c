@@ -48,25 +48,26 @@ static int cuda_err(hark_err_t *err, cudaError_t e, const char *what)
 /* while staging, a view is its offset + 1 (0 stays NULL), MAT_TAG set for the matrix block */
 #define MAT_TAG ((uintptr_t)1 << (sizeof(uintptr_t) * 8 - 1))
 
-static const float *put(weight_stage_t *s, const float *src, size_t n)
+/* src's n floats into the float block (mat 0) or the matrix block stored in the model's dt */
+static const float *put_in(weight_stage_t *s, const float *src, size_t n, int mat)
 {
     if (!src)
         return NULL;
-    size_t at = weight_stage_take(&s->n_flt, n);
+    size_t at = weight_stage_take(mat ? &s->n_mat : &s->n_flt, n);
     if (!s->sizing)
-        memcpy(s->flt + at, src, n * sizeof(float));
-    return OFF(at + 1);
+        memcpy((mat ? s->mat : s->flt) + at, src, n * sizeof(float));
+    return OFF(mat ? (at + 1) | MAT_TAG : at + 1);
 }
 
-/* a projection's matrix: into the block stored in the model's dt */
+static const float *put(weight_stage_t *s, const float *src, size_t n)
+{
+    return put_in(s, src, n, 0);
+}
+
+/* a projection's matrix */
 static const float *put_mat(weight_stage_t *s, const float *src, size_t n)
 {
-    if (!src)
-        return NULL;
-    size_t at = weight_stage_take(&s->n_mat, n);
-    if (!s->sizing)
-        memcpy(s->mat + at, src, n * sizeof(float));
-    return OFF((at + 1) | MAT_TAG);
+    return put_in(s, src, n, 1);
 }
 
 typedef struct {
