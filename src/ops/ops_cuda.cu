@@ -93,38 +93,6 @@ __device__ __forceinline__ void stf(__nv_bfloat16 *p, size_t i, float v)
     p[i] = __float2bfloat16_rn(v);
 }
 
-/* Sum over the block (blockDim.x a multiple of 32, <= 1024); sh: 32 floats of shared memory.
- * Every thread gets the same total, added in the same order. */
-__device__ float block_sum(float v, float *sh)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    int w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    __syncthreads(); /* sh may still be read by a previous call */
-    if ((threadIdx.x & 31) == 0)
-        sh[w] = v;
-    __syncthreads();
-    float t = 0.0f;
-    for (int i = 0; i < nw; i++)
-        t += sh[i];
-    return t;
-}
-
-__device__ float block_max(float v, float *sh)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    int w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0)
-        sh[w] = v;
-    __syncthreads();
-    float t = sh[0];
-    for (int i = 1; i < nw; i++)
-        t = fmaxf(t, sh[i]);
-    return t;
-}
-
 static int row_threads(int d)
 {
     return d >= 512 ? 256 : d >= 128 ? 128 : 64;
@@ -348,12 +316,12 @@ __global__ void residual_layer_norm_kernel(float *x_out, TY *y_out, const float 
         }
         return;
     }
-    float mean = block_sum(sum, sm) / (float)d, sq = 0.0f;
+    float mean = ops_block_sum(sum, sm) / (float)d, sq = 0.0f;
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float c = row[i] - mean;
         sq += c * c;
     }
-    float rstd = 1.0f / sqrtf(block_sum(sq, sm) / (float)d + eps);
+    float rstd = 1.0f / sqrtf(ops_block_sum(sq, sm) / (float)d + eps);
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float s = row[i];
         float z = (s - mean) * rstd * (g ? g[i] : 1.0f) + (b ? b[i] : 0.0f);
@@ -495,12 +463,12 @@ __global__ void depthwise_conv_norm_act_kernel(TO *out, const float *in, const f
     }
     if (norm != CUDA_NORM_LAYER)
         return;
-    float mean = block_sum(sum, sm) / (float)c, sq = 0.0f;
+    float mean = ops_block_sum(sum, sm) / (float)c, sq = 0.0f;
     for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
         float e = row[ch] - mean;
         sq += e * e;
     }
-    float rstd = 1.0f / sqrtf(block_sum(sq, sm) / (float)c + eps);
+    float rstd = 1.0f / sqrtf(ops_block_sum(sq, sm) / (float)c + eps);
     for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
         float z = (row[ch] - mean) * rstd * (g ? g[ch] : 1.0f) + (beta ? beta[ch] : 0.0f);
         stf(out, o + ch, act_f(z, act));
@@ -620,11 +588,11 @@ __global__ void log_softmax_kernel(float *y, const float *x, const float *b, con
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < m; j += blockDim.x)
         mx = fmaxf(mx, xr[j] + (b ? b[j] : 0.0f));
-    mx = block_max(mx, sh);
+    mx = ops_block_max(mx, sh);
     float s = 0.0f;
     for (int j = threadIdx.x; j < m; j += blockDim.x)
         s += expf((xr[j] + (b ? b[j] : 0.0f)) - mx);
-    float lse = logf(block_sum(s, sh));
+    float lse = logf(ops_block_sum(s, sh));
     for (int j = threadIdx.x; j < m; j += blockDim.x)
         yr[j] = ((xr[j] + (b ? b[j] : 0.0f)) - mx) - lse;
 }
@@ -1181,11 +1149,11 @@ __global__ void lse_gather_kernel(float *out, const float *logits, int ld, const
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < v; j += blockDim.x)
         mx = fmaxf(mx, xr[j] + (bias ? bias[j] : 0.0f));
-    mx = block_max(mx, sh);
+    mx = ops_block_max(mx, sh);
     float s = 0.0f;
     for (int j = threadIdx.x; j < v; j += blockDim.x)
         s += expf((xr[j] + (bias ? bias[j] : 0.0f)) - mx);
-    float lse = logf(block_sum(s, sh));
+    float lse = logf(ops_block_sum(s, sh));
     if (threadIdx.x == 0) {
         int tg = target[blockIdx.x];
         out[blockIdx.x] = ((xr[tg] + (bias ? bias[tg] : 0.0f)) - mx) - lse;

@@ -117,7 +117,8 @@ static inline unsigned ops_grid_for(size_t n, int threads)
 }
 
 /* block-wide sum / max over blockDim.x (a multiple of 32, <= 1024) threads, every thread getting
- * it; red: 32 floats of shared memory (transducer_cuda.cu, zipformer_cuda.cu) */
+ * the same result, added in the same order; red: 32 floats of shared memory, which may still be
+ * read by a previous call (ops_cuda.cu, transducer_cuda.cu, zipformer_cuda.cu) */
 static __device__ __forceinline__ float ops_block_sum(float v, float *red)
 {
     for (int o = 16; o > 0; o >>= 1)
@@ -142,8 +143,8 @@ static __device__ __forceinline__ float ops_block_max(float v, float *red)
     if ((threadIdx.x & 31) == 0)
         red[w] = v;
     __syncthreads();
-    float s = -INFINITY;
-    for (int i = 0; i < nw; i++)
+    float s = red[0];
+    for (int i = 1; i < nw; i++)
         s = fmaxf(s, red[i]);
     return s;
 }
