@@ -230,7 +230,7 @@ int icefall_gpu_model_create(const icefall_model_t *m, int device, ops_dtype_t d
         return err_set(err, HARK_ERR_UNSUPPORTED,
                        "icefall (gpu): this engine runs the Conformer "
                        "(pruned_transducer_stateless3); a zipformer's encoder runs on the GPU "
-                       "through icefall_zf_gpu.h (fp32)");
+                       "through icefall_zf_gpu.h");
     if (dt != OPS_F32 && (c->d % 8 || c->ff % 8 || c->kernel > 64 || c->d > 1024))
         return err_set(err, HARK_ERR_UNSUPPORTED,
                        "icefall (gpu): 16-bit needs encoder_dim (%d) and dim_feedforward (%d) "

@@ -271,7 +271,6 @@ static float *take(arena_t *a, size_t n)
     return p;
 }
 
-/* encoder_embed's conv frames of t_in feature frames */
 void icefall_zf_stack_widths(const icefall_zipformer_config_t *z, int i, size_t *proj, size_t *ctx,
                              size_t *kv)
 {
@@ -288,6 +287,7 @@ void icefall_zf_stack_widths(const icefall_zipformer_config_t *z, int i, size_t 
     *kv = w > hidn ? w : hidn;
 }
 
+/* encoder_embed's conv frames of t_in feature frames */
 int icefall_zf_embed_frames(int t_in)
 {
     return t_in < 9 ? 0 : (t_in - 7) / 2;
