@@ -54,6 +54,24 @@ def write_safetensors(path, tensors, metadata):
             f.write(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes(order="C"))
 
 
+def read_safetensors(path):
+    """write_safetensors' inverse: (name -> float32 array, metadata); F16 tensors are widened."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    meta = header.pop("__metadata__", {})
+    kinds = {v: np.dtype(k).newbyteorder("<") for k, v in ST_DTYPES.items()}
+    out = {}
+    for name, h in header.items():
+        if h["dtype"] not in kinds:
+            raise ValueError(f"{path}: tensor {name} has dtype {h['dtype']} (F32 or F16 expected)")
+        a, b = h["data_offsets"]
+        out[name] = np.frombuffer(data[a:b], dtype=kinds[h["dtype"]]).reshape(h["shape"]) \
+            .astype(np.float32)
+    return out, meta
+
+
 def entry_name(output, fail):
     """The model name an --output directory gives (its last component), checked."""
     name = os.path.basename(os.path.abspath(os.path.normpath(output)))

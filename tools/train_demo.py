@@ -14,13 +14,22 @@ the result is a WeNet experiment directory that tools/convert_wenet.py converts 
                         from the GPU machine: `export` rebuilds the rest from it)
 
   train_demo.py train --data DATA --exp EXP --minutes M [--resume] [--total-steps N]
+                      [--init MODEL] [--total-minutes T]
   train_demo.py eval  --data DATA --exp EXP [--split test] [--limit N]
   train_demo.py export --data DATA --exp EXP
 
 Training is cut into calls of --minutes (the GPU machine runs 10-minute commands): each call
 resumes from EXP (model, Adam moments, step) and saves before its time is up. The learning-rate
 schedule (warm-up, then cosine to --total-steps) depends on the step only, so a run cut into
-calls follows the same schedule as one long run.
+calls follows the same schedule as one long run. With --total-minutes the cosine runs over that
+many minutes of training time instead (summed over the calls, kept in resume.pt), so a run whose
+speed is not known in advance (another GPU, another call's start-up) still ends its schedule
+where its time ends.
+
+--init MODEL starts a new run from a converted model (hark's model-repository entry, e.g.
+models/demo-en-asr: WeNet's key names, float16 or float32 matrices) instead of random weights:
+its weights and its CMVN, a fresh optimizer with its --warmup. That is how a later session goes
+on training the shipped recogniser when the run's own resume.pt is gone.
 
 Features: Kaldi fbank computed on the GPU (tools/demo_fbank.py, checked against hark's own
 front end). Augmentation, on the GPU per batch: speed perturbation 0.9 / 1.0 / 1.1 (band-limited
@@ -352,6 +361,53 @@ def lr_at(step, peak, warm, total):
     return peak * (0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * p)))
 
 
+def lr_timed(step, seconds, peak, warm, total_s):
+    """--total-minutes: linear warm-up over the optimizer's first `warm` steps, then the same
+    cosine as lr_at over training seconds"""
+    w = min(1.0, (step + 1) / warm)
+    p = min(1.0, seconds / total_s)
+    return peak * w * (0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def read_init(path):
+    """--init: a converted model's tensors (WeNet's names, float32) from MODEL/1/model.safetensors
+    (or MODEL/model.safetensors, or the file itself)"""
+    from hark_entry import read_safetensors
+    for cand in (os.path.join(path, "1", "model.safetensors"),
+                 os.path.join(path, "model.safetensors"), path):
+        if os.path.isfile(cand):
+            tensors, meta = read_safetensors(cand)
+            if meta.get("family") != "wenet_u2":
+                raise SystemExit(f"{cand}: family {meta.get('family')!r}, not wenet_u2")
+            return tensors
+    raise SystemExit(f"--init {path}: no model.safetensors there")
+
+
+def cmvn_from_model(init):
+    """WeNet's JSON CMVN statistics that give back exactly the model's float32 mean and istd
+    (one frame whose sums are the mean and the variance)"""
+    mean = init["encoder.global_cmvn.mean"].astype(np.float64)
+    istd = init["encoder.global_cmvn.istd"].astype(np.float64)
+    stats = {"mean_stat": mean.tolist(), "var_stat": (mean ** 2 + 1.0 / istd ** 2).tolist(),
+             "frame_num": 1}
+    m, i = cmvn_mean_istd(stats)
+    if not (np.array_equal(m, init["encoder.global_cmvn.mean"]) and
+            np.array_equal(i, init["encoder.global_cmvn.istd"])):
+        raise SystemExit("--init: the model's CMVN does not survive WeNet's JSON statistics")
+    return stats
+
+
+def load_init(torch, model, init):
+    sd = model.state_dict()
+    missing = [k for k in sd if k not in init and not deterministic(k)]
+    extra = [k for k in init if k not in sd]
+    bad = [k for k in init if k in sd and tuple(init[k].shape) != tuple(sd[k].shape)]
+    if missing or extra or bad:
+        raise SystemExit(f"--init: does not match this model (missing {missing[:3]}, unexpected "
+                         f"{extra[:3]}, other shapes {bad[:3]})")
+    model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in init.items()}, strict=False)
+
+
 def ctc_greedy(torch, model, feats, nf):
     enc, mask = model.encoder(feats, nf)
     lp = model.ctc.log_softmax(enc)
@@ -418,9 +474,16 @@ def cmd_train(a):
     dev = Corpus(a.data, "dev", a.jobs, a.dev_limit)
     log(f"train {train.hours():.1f} h ({len(train.rows)} utts), dev {dev.hours():.2f} h")
     banks, window = mel_banks(device=device), povey(device)
+    rp = os.path.join(a.exp, "resume.pt")
+    resuming = a.resume and os.path.exists(rp)
+    init = read_init(a.init) if a.init and not resuming else None
     cmvn_path = os.path.join(a.exp, "global_cmvn")
-    if a.resume and os.path.exists(cmvn_path):
+    if a.resume and os.path.exists(cmvn_path) and init is None:
         stats = json.load(open(cmvn_path))
+    elif init is not None:
+        stats = cmvn_from_model(init)
+        with open(cmvn_path, "w") as f:
+            json.dump(stats, f)
     else:
         stats = cmvn_stats(torch, train, banks, window, device)
         with open(cmvn_path, "w") as f:
@@ -431,16 +494,27 @@ def cmd_train(a):
     nparam = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.98), eps=1e-9,
                             weight_decay=1e-6)
-    step, epoch, hist, rewarm = 0, 0, [], -1
-    rp = os.path.join(a.exp, "resume.pt")
-    if a.resume and os.path.exists(rp):
-        step, epoch, hist, moments = load_resume(torch, rp, model, opt, device)
+    step, epoch, hist, rewarm, seconds, step0 = 0, 0, [], -1, 0.0, 0
+    if resuming:
+        r, moments = load_resume(torch, rp, model, opt, device)
+        step, epoch, hist = r["step"], r["epoch"], r.get("hist", [])
+        seconds, step0 = r.get("seconds", 0.0), r.get("step0", 0)
+        if a.total_minutes is None:
+            a.total_minutes = r.get("total_minutes")
         if not moments:
             rewarm = step
         log(f"resumed at step {step} (epoch {epoch}){'' if moments else ', Adam restarted'}")
+    elif init is not None:
+        load_init(torch, model, init)
+        hist.append({"init": a.init})
+        log(f"weights and CMVN from {a.init}")
     with open(os.path.join(a.exp, "units.txt"), "w") as f:
         f.write("".join(f"{u} {i}\n" for i, u in enumerate(UNITS)))
-    log(f"model: {nparam / 1e6:.2f} M parameters; steps {step}..{a.total_steps}")
+    if a.total_minutes:
+        log(f"model: {nparam / 1e6:.2f} M parameters; from step {step}, {seconds / 60:.1f} of "
+            f"{a.total_minutes} minutes trained")
+    else:
+        log(f"model: {nparam / 1e6:.2f} M parameters; steps {step}..{a.total_steps}")
 
     rng = random.Random(a.seed * 1000003 + step)
     g = torch.Generator(device=device)
@@ -448,15 +522,24 @@ def cmd_train(a):
     model.train()
     done = False
     t_log, frames_seen = time.time(), 0
+    t_prev = time.time()
     while not done:
         # a fresh order at each epoch and each resumed call (seeded by the step)
         batches = train.batches(a.max_samples, random.Random(a.seed * 31 + step))
         for idx in batches:
-            if step >= a.total_steps or time.time() > deadline - a.save_margin:
+            now = time.time()
+            seconds += now - t_prev
+            t_prev = now
+            over = seconds >= a.total_minutes * 60 if a.total_minutes else step >= a.total_steps
+            if over or now > deadline - a.save_margin:
                 done = True
                 break
             for pg in opt.param_groups:
-                pg["lr"] = lr_at(step, a.lr, a.warmup, a.total_steps)
+                if a.total_minutes:
+                    pg["lr"] = lr_timed(step - step0, seconds, a.lr, a.warmup,
+                                        a.total_minutes * 60)
+                else:
+                    pg["lr"] = lr_at(step, a.lr, a.warmup, a.total_steps)
                 if rewarm >= 0 and step - rewarm < 100:  # fresh moments: ease back in
                     pg["lr"] *= (step - rewarm + 1) / 100
             w, lens = train.wave_batch(idx, torch, device)
@@ -497,7 +580,9 @@ def cmd_train(a):
     hist.append({"step": step, "epoch": epoch, "dev_wer_ctc_greedy": round(wer, 4),
                  "minutes": round((time.time() - t_start) / 60, 2)})
     log(f"step {step}: dev WER (CTC greedy) {100 * wer:.2f}%")
-    save_resume(torch, rp, model, opt, step, epoch, hist, train.hours())
+    save_resume(torch, rp, model, opt, {"step": step, "epoch": epoch, "hist": hist,
+                                        "hours": train.hours(), "seconds": seconds,
+                                        "step0": step0, "total_minutes": a.total_minutes})
     write_experiment(torch, a.exp, model, train.hours(), step)
     with open(os.path.join(a.exp, "history.json"), "w") as f:
         json.dump(hist, f, indent=1)  # each call: step, epoch, dev WER, minutes
@@ -518,7 +603,7 @@ def deterministic(name):
     return name.endswith(".pe")
 
 
-def save_resume(torch, path, model, opt, step, epoch, hist, hours):
+def save_resume(torch, path, model, opt, state):
     """the state a later call resumes from, in two files that can travel (at most 16 MiB a file
     comes back from the GPU machine, 64 MiB a call goes there): PATH holds the weights in float32
     (less the position tables) and the step; PATH's ".adam" file Adam's moments in bfloat16.
@@ -530,13 +615,13 @@ def save_resume(torch, path, model, opt, step, epoch, hist, hours):
             if k in st:
                 st[k] = st[k].to(torch.bfloat16)
     save_atomic(torch, o, path + ".adam")
-    save_atomic(torch, {"model": sd, "step": step, "epoch": epoch, "hist": hist,
-                        "hours": hours}, path)
+    save_atomic(torch, dict(state, model=sd), path)
 
 
 def load_resume(torch, path, model, opt=None, device="cpu"):
-    """loads the weights (and Adam's moments when present); returns step, epoch, history and
-    whether the moments were there"""
+    """loads the weights (and Adam's moments when present); returns the saved state (step,
+    epoch, hist, hours, and with --total-minutes seconds / step0 / total_minutes) and whether the
+    moments were there"""
     r = torch.load(path, map_location=device)
     missing, unexpected = model.load_state_dict(r["model"], strict=False)
     bad = [k for k in missing if not deterministic(k)] + list(unexpected)
@@ -551,7 +636,7 @@ def load_resume(torch, path, model, opt=None, device="cpu"):
                     st[k] = st[k].float()
         opt.load_state_dict(o)
         moments = True
-    return r["step"], r["epoch"], r.get("hist", []), moments
+    return r, moments
 
 
 def cmd_export(a):
@@ -561,9 +646,9 @@ def cmd_export(a):
     mean, istd = cmvn_mean_istd(json.load(open(os.path.join(a.exp, "global_cmvn"))))
     model = build_model(a, mean, istd)
     rp = os.path.join(a.exp, "resume.pt")
-    step, _, _, _ = load_resume(torch, rp, model)
-    hours = torch.load(rp, map_location="cpu").get("hours", 0.0)
-    write_experiment(torch, a.exp, model, hours, step)
+    r, _ = load_resume(torch, rp, model)
+    step = r["step"]
+    write_experiment(torch, a.exp, model, r.get("hours", 0.0), step)
     print(f"{a.exp}: final.pt at step {step}")
 
 
@@ -599,6 +684,11 @@ def main():
                     help="seconds kept at the end of a call for the dev pass and the save")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--total-steps", type=int, default=6000)
+    ap.add_argument("--total-minutes", type=float, default=None,
+                    help="the schedule over this many minutes of training (all calls) instead "
+                         "of --total-steps")
+    ap.add_argument("--init", default=None,
+                    help="a new run starts from this converted model (e.g. models/demo-en-asr)")
     ap.add_argument("--warmup", type=int, default=400)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--max-samples", type=int, default=RATE * 1200,

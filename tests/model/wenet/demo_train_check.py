@@ -6,6 +6,9 @@ repository root):
   resample         train_demo.resample against scipy's resample_poly (speed perturbation)
   train HARK_BIN   two CPU training steps on the bundled examples, export, convert, and hark
                    loads and runs the result (needs WeNet's package in .ext)
+  init HARK_BIN    a run started from the shipped models/demo-en-asr (--init) at learning rate 0
+                   with a --total-minutes schedule, resumed once: export and convert give back the
+                   shipped tensors exactly, and hark transcribes the 16 kHz example to its text
 Exit 0 = pass; 77 = skipped (the reason on stdout)."""
 import json, os, subprocess, sys, tempfile, wave
 
@@ -54,7 +57,8 @@ def resample():
         assert rel < 0.05, rel  # two different low-pass designs, white noise up to Nyquist
 
 
-def train(hark):
+def example_corpus():
+    """a corpus of the bundled examples (train = dev) in a fresh folder: (folder, rows)"""
     if not os.path.isdir(".ext/wenet"):
         print("skip: WeNet's package is not in .ext/wenet")
         sys.exit(77)
@@ -67,6 +71,11 @@ def train(hark):
     for split in ("train", "dev"):
         with open(os.path.join(tmp, split + ".jsonl"), "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)
+    return tmp, rows
+
+
+def train(hark):
+    tmp, _ = example_corpus()
     exp = os.path.join(tmp, "exp")
     py = sys.executable
     common = ["--data", tmp, "--exp", exp, "--device", "cpu", "--jobs", "1"]
@@ -88,7 +97,42 @@ def train(hark):
     assert out.startswith(WAV16)
 
 
+def init(hark):
+    from hark_entry import read_safetensors
+    tmp, rows = example_corpus()
+    exp = os.path.join(tmp, "exp")
+    py = sys.executable
+    common = ["--data", tmp, "--exp", exp, "--device", "cpu", "--jobs", "1"]
+    run = [py, "tools/train_demo.py", "train", *common, "--max-samples", str(16000 * 20),
+           "--lr", "0", "--resume"]
+    subprocess.run([*run, "--init", "models/demo-en-asr", "--total-minutes", "0.03"], check=True)
+    subprocess.run(run, check=True)  # resumed: the schedule's time is spent, no step
+    r = torch.load(os.path.join(exp, "resume.pt"), map_location="cpu")
+    hist = json.load(open(os.path.join(exp, "history.json")))
+    assert hist[0] == {"init": "models/demo-en-asr"} and len(hist) == 3, hist
+    assert r["total_minutes"] == 0.03 and r["seconds"] >= 0.03 * 60, r["seconds"]
+    assert hist[1]["step"] >= 1 and hist[2]["step"] == hist[1]["step"], hist
+    os.remove(os.path.join(exp, "final.pt"))
+    subprocess.run([py, "tools/train_demo.py", "export", *common], check=True)
+    model = os.path.join(tmp, "m")
+    subprocess.run([py, "tools/convert_wenet.py", "--checkpoint", exp + "/final.pt", "--config",
+                    exp + "/train.yaml", "--units", exp + "/units.txt", "--cmvn",
+                    exp + "/global_cmvn", "--dtype", "float16", "--output", model], check=True)
+    got, _ = read_safetensors(os.path.join(model, "1", "model.safetensors"))
+    want, _ = read_safetensors("models/demo-en-asr/1/model.safetensors")
+    assert sorted(got) == sorted(want), set(got) ^ set(want)
+    bad = [k for k in want if not np.array_equal(got[k], want[k])]
+    assert not bad, "tensors differ from the shipped model's: %s" % bad[:5]
+    print("%d tensors equal the shipped model's after %d steps at learning rate 0" %
+          (len(want), hist[1]["step"]))
+    key = os.path.basename(WAV16)[:-4]
+    out = subprocess.run([hark, "transcribe", "--model", model, WAV16], check=True,
+                         capture_output=True, text=True).stdout
+    ref = next(x["text"] for x in rows if x["key"] == key)
+    assert out.strip() == WAV16 + " " + ref, out
+
+
 mode = sys.argv[1]
 {"fbank": lambda: fbank(sys.argv[2]), "resample": resample,
- "train": lambda: train(sys.argv[2])}[mode]()
+ "train": lambda: train(sys.argv[2]), "init": lambda: init(sys.argv[2])}[mode]()
 print("ok")
