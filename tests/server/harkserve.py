@@ -84,6 +84,23 @@ def name_models(repo):
             open(p, "w").write(re.sub(r'name: "[^"]*"', 'name: "%s"' % d, txt, count=1))
 
 
+def pcm16k(path):
+    """a 16-bit mono WAV's samples as 16 kHz int16 values: what a WAV tensor must carry (the
+    tensor has no rate; the models read it as 16 kHz). Other rates (the espeak-ng examples are
+    22.05 kHz) are resampled band-limited, by truncating or padding the spectrum."""
+    import wave
+    import numpy as np
+    with wave.open(path) as w:
+        sr, n = w.getframerate(), w.getnframes()
+        x = np.frombuffer(w.readframes(n), dtype="<i2")
+    if sr != 16000:
+        m = int(round(n * 16000 / sr))
+        spec = np.fft.rfft(x.astype(np.float64))
+        spec = np.pad(spec[: m // 2 + 1], (0, max(0, m // 2 + 1 - len(spec))))
+        x = np.clip(np.round(np.fft.irfft(spec, m) * m / n), -32768, 32767)
+    return [int(v) for v in x]
+
+
 def texts_of(blob):
     """the elements of a binary BYTES tensor, as text"""
     out, o = [], 0

@@ -10,8 +10,8 @@
 
 TEST(serve_reliability_battery)
 {
-    if (system("/usr/bin/python3 -c 'import requests' >/dev/null 2>&1") != 0)
-        SKIP("no /usr/bin/python3 with requests (python3-requests)");
+    if (system("/usr/bin/python3 -c 'import requests, numpy' >/dev/null 2>&1") != 0)
+        SKIP("no /usr/bin/python3 with requests and numpy (python3-requests, python3-numpy)");
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/server/test_battery.py %s", test_hark_bin());
     int st = system(cmd);

@@ -13,12 +13,12 @@ Usage: test_battery.py HARK_BIN [--full] [--only SECTION,...] (the names in SECT
 Run from the repository root. Exit 0 = pass."""
 import concurrent.futures as cf
 import http.client, json, os, re, resource, select, shutil, signal, socket, struct, sys, tempfile
-import threading, time, wave
+import threading, time
 
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harkserve import Checks, Server, texts_of  # noqa: E402
+from harkserve import Checks, Server, pcm16k, texts_of  # noqa: E402
 
 hark = sys.argv[1]
 FULL = "--full" in sys.argv[2:]
@@ -72,9 +72,7 @@ def add_model(repo, name, edit=None, batching=None):
 
 
 def pcm(name):
-    w = wave.open(os.path.join(EX, name + ".wav"))
-    n = w.getnframes()
-    return struct.unpack("<%dh" % n, w.readframes(n))
+    return pcm16k(os.path.join(EX, name + ".wav"))
 
 
 audio = {u: pcm(u) for u in names}

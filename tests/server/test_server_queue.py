@@ -6,12 +6,12 @@ wait in the queue (two requests, eight items), a 2-item request and an OpenAI tr
 refused with 503 + Retry-After, and unloading the model runs the two waiting ones, every item
 answered. No sleeps: the test waits on the pending-request gauge of /metrics.
 Usage: test_server_queue.py HARK_BIN. Run from the repository root. Exit 0 = pass."""
-import json, os, re, shutil, struct, sys, tempfile, threading, time, wave
+import json, os, re, shutil, struct, sys, tempfile, threading, time
 
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harkserve import Checks, Server, texts_of  # noqa: E402
+from harkserve import Checks, Server, pcm16k, texts_of  # noqa: E402
 
 hark = sys.argv[1]
 EX = "examples/demo-en"
@@ -33,9 +33,7 @@ open(cp, "w").write(txt)
 
 
 def pcm(name):
-    w = wave.open(os.path.join(EX, name + ".wav"))
-    n = w.getnframes()
-    return list(struct.unpack("<%dh" % n, w.readframes(n)))
+    return pcm16k(os.path.join(EX, name + ".wav"))
 
 
 audio = {u: pcm(u) for u in names}

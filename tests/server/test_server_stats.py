@@ -7,12 +7,12 @@ fell back to the CPU is reported KIND_CPU in /config; /v1/audio/translations ans
 OpenAI's error object, as do the OpenAI routes' other errors; a language other than the one the
 model declares is refused.
 Usage: test_server_stats.py HARK_BIN. Run from the repository root. Exit 0 = pass."""
-import json, os, re, shutil, struct, sys, tempfile, wave
+import json, os, re, shutil, struct, sys, tempfile
 
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harkserve import Checks, Server  # noqa: E402
+from harkserve import Checks, Server, pcm16k  # noqa: E402
 
 hark = sys.argv[1]
 EX = "examples/demo-en"
@@ -31,9 +31,7 @@ open(cp, "w").write(txt)
 
 
 def pcm(name):
-    w = wave.open(os.path.join(EX, name + ".wav"))
-    n = w.getnframes()
-    return [v / 32768.0 for v in struct.unpack("<%dh" % n, w.readframes(n))]
+    return [v / 32768.0 for v in pcm16k(os.path.join(EX, name + ".wav"))]
 
 
 def kserve(srv, samples, dtype="FP32", params=None):
