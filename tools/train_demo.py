@@ -361,6 +361,36 @@ def lr_at(step, peak, warm, total):
     return peak * (0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * p)))
 
 
+class Phases:
+    """--phase-times: the wall time of each phase of a training step, the GPU synchronised at
+    each mark (which costs a little speed), averaged over the steps between two log lines"""
+
+    def __init__(self, torch, device, on):
+        self.on = on
+        self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        self.acc, self.t = {}, 0.0
+
+    def start(self):
+        if self.on:
+            self.sync()
+            self.t = time.perf_counter()
+
+    def mark(self, name):
+        if self.on:
+            self.sync()
+            now = time.perf_counter()
+            self.acc[name] = self.acc.get(name, 0.0) + now - self.t
+            self.t = now
+
+    def report(self, steps):
+        if not self.on or not self.acc:
+            return ""
+        out = " | ms per step: " + ", ".join(f"{k} {1000 * v / steps:.0f}"
+                                              for k, v in self.acc.items())
+        self.acc = {}
+        return out
+
+
 def lr_timed(step, seconds, peak, warm, total_s):
     """--total-minutes: linear warm-up over the optimizer's first `warm` steps, then the same
     cosine as lr_at over training seconds"""
@@ -523,6 +553,7 @@ def cmd_train(a):
     done = False
     t_log, frames_seen = time.time(), 0
     t_prev = time.time()
+    ph = Phases(torch, device, a.phase_times)
     while not done:
         # a fresh order at each epoch and each resumed call (seeded by the step)
         batches = train.batches(a.max_samples, random.Random(a.seed * 31 + step))
@@ -542,11 +573,14 @@ def cmd_train(a):
                     pg["lr"] = lr_at(step, a.lr, a.warmup, a.total_steps)
                 if rewarm >= 0 and step - rewarm < 100:  # fresh moments: ease back in
                     pg["lr"] *= (step - rewarm + 1) / 100
+            ph.start()
             w, lens = train.wave_batch(idx, torch, device)
+            ph.mark("data")
             w, lens = speed_perturb(torch, w, lens, rng.choice((0.9, 1.0, 1.1)))
             w = reverb(torch, w, lens, g, a.reverb_p)
             w = add_noise(torch, w, lens, g, a.noise_p)
             w = torch.clamp(w, -32768, 32767)
+            ph.mark("augment")
             with torch.no_grad():
                 f, nf = fbank(w, lens, banks, window, dither=1.0)
                 f = spec_augment(torch, f, nf, g)
@@ -556,14 +590,18 @@ def cmd_train(a):
                                                                padding_value=-1),
                      "target_lengths": torch.tensor([len(t) for t in tgt]),
                      "langs": ["en"] * len(idx), "tasks": ["transcribe"] * len(idx)}
+            ph.mark("features")
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
                 out = model(batch, device)
             loss = out["loss"]  # WeNet's losses are already per utterance
+            ph.mark("forward")
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            ph.mark("backward")
             gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
             if torch.isfinite(gn):
                 opt.step()
+            ph.mark("update")
             step += 1
             frames_seen += int(nf.sum())
             if step % a.log_every == 0:
@@ -572,7 +610,7 @@ def cmd_train(a):
                     f"{out['loss_ctc'].item():.3f} att "
                     f"{out['loss_att'].item():.3f} acc {out['th_accuracy']:.3f} "
                     f"lr {opt.param_groups[0]['lr']:.2e} | {frames_seen / 100 / dt:.0f} s of "
-                    f"audio per s")
+                    f"audio per s{ph.report(a.log_every)}")
                 t_log, frames_seen = time.time(), 0
         else:
             epoch += 1
@@ -701,6 +739,9 @@ def main():
     ap.add_argument("--limit", type=int, default=0, help="first N utterances only (tests)")
     ap.add_argument("--dev-limit", type=int, default=2000)
     ap.add_argument("--log-every", type=int, default=50)
+    ap.add_argument("--phase-times", action="store_true",
+                    help="log each phase's milliseconds per step (data, augment, features, "
+                         "forward, backward, update; synchronises the GPU at each)")
     ap.add_argument("--split", default="test")
     ap.add_argument("--hyps", default=None, help="eval: write 'key hypothesis' lines here")
     a = ap.parse_args()
