@@ -74,6 +74,17 @@ def example_corpus():
     return tmp, rows
 
 
+def export_and_convert(tmp, exp, common):
+    """final.pt rebuilt from resume.pt by `export`, converted as shipped (float16): the folder"""
+    os.remove(os.path.join(exp, "final.pt"))
+    subprocess.run([sys.executable, "tools/train_demo.py", "export", *common], check=True)
+    model = os.path.join(tmp, "m")
+    subprocess.run([sys.executable, "tools/convert_wenet.py", "--checkpoint", exp + "/final.pt",
+                    "--config", exp + "/train.yaml", "--units", exp + "/units.txt", "--cmvn",
+                    exp + "/global_cmvn", "--dtype", "float16", "--output", model], check=True)
+    return model
+
+
 def train(hark):
     tmp, _ = example_corpus()
     exp = os.path.join(tmp, "exp")
@@ -83,12 +94,7 @@ def train(hark):
                     "--max-samples", str(16000 * 20), "--log-every", "1"], check=True)
     subprocess.run([py, "tools/train_demo.py", "train", *common, "--total-steps", "3",
                     "--max-samples", str(16000 * 20), "--resume"], check=True)
-    os.remove(os.path.join(exp, "final.pt"))
-    subprocess.run([py, "tools/train_demo.py", "export", *common], check=True)
-    model = os.path.join(tmp, "m")
-    subprocess.run([py, "tools/convert_wenet.py", "--checkpoint", exp + "/final.pt", "--config",
-                    exp + "/train.yaml", "--units", exp + "/units.txt", "--cmvn",
-                    exp + "/global_cmvn", "--dtype", "float16", "--output", model], check=True)
+    model = export_and_convert(tmp, exp, common)
     hist = json.load(open(os.path.join(exp, "history.json")))
     assert [h["step"] for h in hist] == [2, 3], hist
     out = subprocess.run([hark, "transcribe", "--model", model, WAV16], check=True,
@@ -112,12 +118,7 @@ def init(hark):
     assert hist[0] == {"init": "models/demo-en-asr"} and len(hist) == 3, hist
     assert r["total_minutes"] == 0.03 and r["seconds"] >= 0.03 * 60, r["seconds"]
     assert hist[1]["step"] >= 1 and hist[2]["step"] == hist[1]["step"], hist
-    os.remove(os.path.join(exp, "final.pt"))
-    subprocess.run([py, "tools/train_demo.py", "export", *common], check=True)
-    model = os.path.join(tmp, "m")
-    subprocess.run([py, "tools/convert_wenet.py", "--checkpoint", exp + "/final.pt", "--config",
-                    exp + "/train.yaml", "--units", exp + "/units.txt", "--cmvn",
-                    exp + "/global_cmvn", "--dtype", "float16", "--output", model], check=True)
+    model = export_and_convert(tmp, exp, common)
     got, _ = read_safetensors(os.path.join(model, "1", "model.safetensors"))
     want, _ = read_safetensors("models/demo-en-asr/1/model.safetensors")
     assert sorted(got) == sorted(want), set(got) ^ set(want)
