@@ -7,11 +7,17 @@ tests/tools/test_demo_tts.c (demo_tts_round_trip, skipped while models/demo-en-t
   tools/demo_tts_roundtrip.py [--hark build/hark] [--model models/demo-en-tts]
       [--asr models/demo-en-asr] [--count 10] [--min-words 5] [--max-words 15]
       [--out DIR] [--max-wer PERCENT] [--sentences FILE]
+      [--resynth VOCODER --engines-env ENV/env.sh]
 
 Sentences: the test split of tools/demo_text.py (never trained on by the voice nor by the
 recogniser), those of --min-words to --max-words words, in id order, --count of them; or
 --sentences FILE (KEY<TAB>TEXT lines; the references are the texts normalised by
 demo_text.normalize). Prints the WER line and exits 1 when it is over --max-wer.
+
+--resynth VOCODER measures what a voice can reach instead: each sentence is said by the voice
+the demo voice imitates (tools/demo_tts_data.py's espeak-ng en-us, from --engines-env) and
+resynthesised through the vocoder's own mel (`hark vocode --model VOCODER --wav`), so the
+recogniser hears espeak-ng as the vocoder renders it, with no acoustic model in between.
 """
 import argparse
 import os
@@ -48,6 +54,19 @@ def sentences(a):
     return out[:a.count]
 
 
+def resynth(a, sents, out):
+    """--resynth: espeak-ng's WAVs (out/engine/) through the vocoder into out/wav/"""
+    import demo_data
+    import demo_tts_data
+    env = demo_data.load_env(a.engines_env)
+    for k, text, _ in sents:
+        raw = os.path.join(out, 'engine', k + '.wav')
+        demo_tts_data.synth({'id': k, 'clean': demo_tts_data.clean(text), 'wav': raw}, env)
+        subprocess.run([a.hark, 'vocode', '--model', a.resynth, '--wav', raw, '-o',
+                        os.path.join(out, 'wav', k + '.wav')], check=True,
+                       stdout=subprocess.DEVNULL)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('--hark', default=os.environ.get('HARK_BIN', os.path.join(ROOT, 'build', 'hark')))
@@ -60,6 +79,9 @@ def main(argv=None):
     ap.add_argument('--out', help='keep the WAVs and the scores here')
     ap.add_argument('--max-wer', type=float, help='exit 1 when the WER (%%) is over this')
     ap.add_argument('--jobs', type=int, default=2)
+    ap.add_argument('--resynth', metavar='VOCODER',
+                    help="say the sentences with espeak-ng and this vocoder instead of --model")
+    ap.add_argument('--engines-env', help="tools/demo_engines.sh's DIR/env.sh (--resynth)")
     a = ap.parse_args(argv)
     sents = sentences(a)
     if not sents:
@@ -73,15 +95,18 @@ def main(argv=None):
     with open(os.path.join(out, 'wav.scp'), 'w') as f:
         f.writelines(f'{k} wav/{k}.wav\n' for k, _, _ in sents)
     try:
-        subprocess.run([a.hark, 'speak', '--model', a.model, '--text-file',
-                        os.path.join(out, 'text.tsv'), '--output-dir', os.path.join(out, 'wav')],
-                       check=True, stdout=subprocess.DEVNULL)
+        if a.resynth:
+            resynth(a, sents, out)
+        else:
+            subprocess.run([a.hark, 'speak', '--model', a.model, '--text-file',
+                            os.path.join(out, 'text.tsv'), '--output-dir',
+                            os.path.join(out, 'wav')], check=True, stdout=subprocess.DEVNULL)
         r = subprocess.run([a.hark, 'transcribe', '--model', a.asr, '--wavscp',
                             os.path.join(out, 'wav.scp'), '--trans',
                             os.path.join(out, 'trans.txt'), '--jobs', str(a.jobs),
                             '--output-dir', os.path.join(out, 'scores')],
                            check=True, capture_output=True, text=True)
-    except subprocess.CalledProcessError as e:
+    except (subprocess.CalledProcessError, RuntimeError) as e:
         sys.exit(f'demo_tts_roundtrip: {e}')
     finally:
         if not a.out:
@@ -90,7 +115,8 @@ def main(argv=None):
     if not m:
         sys.exit('demo_tts_roundtrip: no WER in the output of hark transcribe:\n' + r.stdout +
                  r.stderr)
-    print(f'round trip, {len(sents)} sentences: {m.group(0)}')
+    what = f'espeak-ng through {os.path.basename(a.resynth)}' if a.resynth else 'round trip'
+    print(f'{what}, {len(sents)} sentences: {m.group(0)}')
     if a.max_wer is not None and float(m.group(1)) > a.max_wer:
         print(f'WER {m.group(1)}% is over {a.max_wer}%')
         return 1
