@@ -524,11 +524,11 @@ def cmd_train(a):
     nparam = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.98), eps=1e-9,
                             weight_decay=1e-6)
-    step, epoch, hist, rewarm, seconds, step0 = 0, 0, [], -1, 0.0, 0
+    step, epoch, hist, rewarm, seconds = 0, 0, [], -1, 0.0
     if resuming:
         r, moments = load_resume(torch, rp, model, opt, device)
         step, epoch, hist = r["step"], r["epoch"], r.get("hist", [])
-        seconds, step0 = r.get("seconds", 0.0), r.get("step0", 0)
+        seconds = r.get("seconds", 0.0)
         if a.total_minutes is None:
             a.total_minutes = r.get("total_minutes")
         if not moments:
@@ -567,7 +567,7 @@ def cmd_train(a):
                 break
             for pg in opt.param_groups:
                 if a.total_minutes:
-                    pg["lr"] = lr_timed(step - step0, seconds, a.lr, a.warmup,
+                    pg["lr"] = lr_timed(step, seconds, a.lr, a.warmup,
                                         a.total_minutes * 60)
                 else:
                     pg["lr"] = lr_at(step, a.lr, a.warmup, a.total_steps)
@@ -620,7 +620,7 @@ def cmd_train(a):
     log(f"step {step}: dev WER (CTC greedy) {100 * wer:.2f}%")
     save_resume(torch, rp, model, opt, {"step": step, "epoch": epoch, "hist": hist,
                                         "hours": train.hours(), "seconds": seconds,
-                                        "step0": step0, "total_minutes": a.total_minutes})
+                                        "total_minutes": a.total_minutes})
     write_experiment(torch, a.exp, model, train.hours(), step)
     with open(os.path.join(a.exp, "history.json"), "w") as f:
         json.dump(hist, f, indent=1)  # each call: step, epoch, dev WER, minutes
@@ -658,7 +658,7 @@ def save_resume(torch, path, model, opt, state):
 
 def load_resume(torch, path, model, opt=None, device="cpu"):
     """loads the weights (and Adam's moments when present); returns the saved state (step,
-    epoch, hist, hours, and with --total-minutes seconds / step0 / total_minutes) and whether the
+    epoch, hist, hours, and with --total-minutes seconds / total_minutes) and whether the
     moments were there"""
     r = torch.load(path, map_location=device)
     missing, unexpected = model.load_state_dict(r["model"], strict=False)
