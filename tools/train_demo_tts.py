@@ -7,6 +7,7 @@ converts the result like any DLE checkpoint and HiFi-GAN V3 (LJSpeech) vocodes i
 
   train_demo_tts.py train  --data DATA --exp EXP --minutes M [--size demo|tiny] [--resume]
   train_demo_tts.py export --exp EXP          # EXP/fastspeech.pt + EXP/fastspeech.yaml
+  train_demo_tts.py fill --exp EXP --half F   # F (float16, no sinusoid tables) -> EXP/fastspeech.pt
 
 EXP holds: resume.pt (weights, Adam moments, step, training seconds: what travels back from the
 GPU machine), aligner.pt (the alignment model), durations.pt (the durations it gave), log.jsonl;
@@ -57,6 +58,13 @@ SIZES = {
                  mel_side_output_size=128, fft_conv1d_kernel=3, fft_conv1d_padding=1,
                  duration_predictor_filter_size=128, duration_predictor_kernel_size=3,
                  dropout=0.1, n_mels=80),
+    # wider (192, filter 768): twice the parameters for the letters-to-sound rules it must learn
+    'demo-l': dict(max_seq_len=2048, d_model=192, phoneme_side_n_layer=4, phoneme_side_head=2,
+                   phoneme_side_conv1d_filter_size=768, phoneme_side_output_size=192,
+                   mel_side_n_layer=4, mel_side_head=2, mel_side_conv1d_filter_size=768,
+                   mel_side_output_size=192, fft_conv1d_kernel=3, fft_conv1d_padding=1,
+                   duration_predictor_filter_size=192, duration_predictor_kernel_size=3,
+                   dropout=0.1, n_mels=80),
     # the CPU proof of the pipeline
     'tiny': dict(max_seq_len=2048, d_model=32, phoneme_side_n_layer=1, phoneme_side_head=1,
                  phoneme_side_conv1d_filter_size=64, phoneme_side_output_size=32,
@@ -645,9 +653,37 @@ def export(a):
     return 0
 
 
+def fill(a):
+    """A float16 export without its two sinusoid tables (what tools/demo_device_together.sh
+    brings back under the device's 16 MiB a file) -> EXP/fastspeech.pt in float32, the tables
+    computed again for EXP/fastspeech.yaml's sizes."""
+    h = {}
+    with open(os.path.join(a.exp, 'fastspeech.yaml')) as f:
+        for line in f:
+            if ':' in line and not line.startswith('#'):
+                k, v = line.split(':', 1)
+                h[k.strip()] = v.strip()
+    h = {k: type(SIZES['demo'][k])(h[k]) for k in SIZES['demo']}
+    full = {'module.' + k: v for k, v in FastSpeech(h).state_dict().items()}
+    ck = torch.load(a.half, map_location='cpu')
+    if not set(ck['model']) <= set(full):
+        sys.exit(f'{a.half}: tensors the sizes of fastspeech.yaml do not have')
+    missing = sorted(set(full) - set(ck['model']))
+    if any(not k.endswith('position.weight') for k in missing):
+        sys.exit(f'{a.half}: lacks {missing}')
+    for k, v in ck['model'].items():
+        if v.shape != full[k].shape:
+            sys.exit(f'{a.half}: {k} is {tuple(v.shape)}, fastspeech.yaml says {tuple(full[k].shape)}')
+        full[k] = v.float()
+    torch.save({'step': ck['step'], 'model': full}, os.path.join(a.exp, 'fastspeech.pt'))
+    print(f"wrote {a.exp}/fastspeech.pt (step {ck['step']}; {len(missing)} tables computed)")
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    ap.add_argument('cmd', choices=['train', 'export'])
+    ap.add_argument('cmd', choices=['train', 'export', 'fill'])
+    ap.add_argument('--half', help="fill: the float16 export (tools/demo_device_together.sh's)")
     ap.add_argument('--data', help='tools/demo_tts_data.py output')
     ap.add_argument('--exp', required=True)
     ap.add_argument('--size', default='demo', choices=sorted(SIZES))
@@ -672,6 +708,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.cmd == 'export':
         return export(a)
+    if a.cmd == 'fill':
+        return fill(a)
     if not a.data:
         ap.error('train needs --data')
     return train(a)
