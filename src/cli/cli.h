@@ -20,8 +20,12 @@ const char *cli_file_name(const char *path);
 /* The bundled demo models (models/, issue #22): the repository's path into out (n bytes), 0;
  * -1 when it cannot be found ($HARK_DEMO_MODELS, beside the built binary, or installed). */
 #define CLI_DEMO_ASR "demo-en-asr"
+#define CLI_DEMO_TTS "demo-en-tts"
 #include <stddef.h>
 int cli_demo_models(char *out, size_t n);
+/* The bundled entry (CLI_DEMO_ASR, CLI_DEMO_TTS) into out when it is there, 0, and a note on
+ * stderr "hark CMD: no --model given: using the bundled WHAT DIR (...)"; -1 otherwise. */
+int cli_demo_entry(const char *entry, const char *cmd, const char *what, char *out, size_t n);
 
 #include "hark.h"
 #include "model/silero/silero_vad.h"

@@ -282,7 +282,8 @@ static void speak_usage(FILE *f)
                "inference.py does. --dump-dir writes the ids and every stage as .npy (one\n"
                "sub-directory per line with --text-file). --device cuda[:N] runs FastSpeech +\n"
                "HiFi-GAN (--precision fp32, fp16 or bf16) or Tacotron 2 + WaveGlow (fp32 or\n"
-               "fp16) on that GPU.\n");
+               "fp16) on that GPU. Without --model: the bundled demo voice (models/demo-en-tts,\n"
+               "trained by hark on synthetic speech; see its README.md).\n");
 }
 
 /* the loaded pipeline: one acoustic model, one vocoder, and the options */
@@ -624,6 +625,10 @@ int cli_speak(int argc, char **argv)
             return 2;
         }
     }
+    char demo[4096];
+    if (!model && (text || text_file) &&
+        cli_demo_entry(CLI_DEMO_TTS, "speak", "demo voice", demo, sizeof demo) == 0)
+        model = demo;
     if (!model || (!text == !text_file) || (text && !out) || (text_file && !out_dir)) {
         speak_usage(stderr);
         return 2;

@@ -75,7 +75,7 @@ static void transcribe_usage(FILE *f)
         "With --url http://host:port[/prefix] (or host:port) and -m/--model NAME, files are sent",
         "to that KServe v2 server (hark serve, Triton) as AUDIO bytes, --jobs connections at a",
         "time for --wavscp (--url grpc://host:port, or -i grpc: over KServe v2 gRPC, port 8001),",
-        "time for --wavscp, with the decoding options as request parameters; --format text|json.",
+        "with the decoding options as request parameters; --format text|json.",
         "--vad DIR segments long audio with a Silero VAD model (tools/convert_silero_vad.py):",
         "files of any length are read in blocks, cut by silero-vad's get_speech_timestamps",
         "rules (--vad-threshold 0.5, --vad-min-silence-ms 100, --vad-speech-pad-ms 30,",
@@ -1079,18 +1079,9 @@ int cli_transcribe(int argc, char **argv)
         }
     }
     char demo[4096];
-    if (!A.model && !A.url && (nfiles || A.wavscp)) { /* the bundled demo recogniser */
-        size_t l;
-        if (cli_demo_models(demo, sizeof demo) == 0 &&
-            (l = strlen(demo)) + sizeof "/" CLI_DEMO_ASR < sizeof demo) {
-            memcpy(demo + l, "/" CLI_DEMO_ASR, sizeof "/" CLI_DEMO_ASR);
-            fprintf(stderr,
-                    "hark transcribe: no --model given: using the bundled demo recogniser "
-                    "%s (trained on synthetic speech; see its README.md)\n",
-                    demo);
-            A.model = demo;
-        }
-    }
+    if (!A.model && !A.url && (nfiles || A.wavscp) &&
+        cli_demo_entry(CLI_DEMO_ASR, "transcribe", "demo recogniser", demo, sizeof demo) == 0)
+        A.model = demo;
     const char *fmt = A.format, *bad = NULL;
     int subtitles = !strcmp(fmt, "srt") || !strcmp(fmt, "vtt");
     if (!A.model || (!nfiles && !A.wavscp))

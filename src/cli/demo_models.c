@@ -1,5 +1,6 @@
 /* demo_models.c — where the bundled demo models are (issue #22): `hark serve` with no
- * --model-repository serves them and `hark transcribe` with no --model uses the demo recogniser.
+ * --model-repository serves them, `hark transcribe` with no --model uses the demo recogniser and
+ * `hark speak` with no --model the demo voice.
  * Looked up, in order: $HARK_DEMO_MODELS; beside the binary as built (build/hark ->
  * models/); as installed (PREFIX/bin/hark -> PREFIX/share/hark/models).
  * Tests: tests/cli/test_demo_models.c */
@@ -53,4 +54,25 @@ int cli_demo_models(char *out, size_t n)
             return 0;
     }
     return -1;
+}
+
+int cli_demo_entry(const char *entry, const char *cmd, const char *what, char *out, size_t n)
+{
+    char p[PATH_MAX + 64];
+    struct stat sb;
+    if (cli_demo_models(out, n) != 0)
+        return -1;
+    int len = snprintf(p, sizeof p, "%s/%s", out, entry);
+    if (len < 0 || (size_t)len >= n || (size_t)len + sizeof "/config.pbtxt" > sizeof p)
+        return -1;
+    memcpy(p + len, "/config.pbtxt", sizeof "/config.pbtxt");
+    if (stat(p, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return -1;
+    p[len] = 0;
+    memcpy(out, p, (size_t)len + 1);
+    fprintf(stderr,
+            "hark %s: no --model given: using the bundled %s %s (trained on synthetic speech; see "
+            "its README.md)\n",
+            cmd, what, out);
+    return 0;
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define EX "examples/demo-en"
 
@@ -62,4 +63,34 @@ TEST(demo_models_served_without_a_repository)
     snprintf(cmd, sizeof cmd, "%s tests/server/test_demo_serve.py %s", py, test_hark_bin());
     int st = system(cmd);
     CHECKF(st == 0, "tests/server/test_demo_serve.py failed (status %d)", st);
+}
+
+TEST(demo_voice_speaks_without_a_model)
+{
+    if (access("models/demo-en-tts/config.pbtxt", R_OK) != 0)
+        SKIP("models/demo-en-tts is absent");
+    char cmd[2048], out[4096], wav[1024];
+    snprintf(wav, sizeof wav, "%s/demo_voice.wav", test_tmpdir(t));
+    snprintf(cmd, sizeof cmd, "%s speak \"It was a cold night.\" -o %s", test_hark_bin(), wav);
+    int st = test_run_cmd(t, cmd, out, sizeof out);
+    CHECKF(st == 0, "exit status %d: %s", st, out);
+    CHECKF(strstr(out, "bundled demo voice") != NULL, "no note: '%s'", out);
+    FILE *f = fopen(wav, "rb");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    unsigned char h[44];
+    size_t got = fread(h, 1, sizeof h, f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    CHECK(got == sizeof h && !memcmp(h, "RIFF", 4) && !memcmp(h + 8, "WAVE", 4));
+    unsigned rate = h[24] | h[25] << 8 | (unsigned)h[26] << 16 | (unsigned)h[27] << 24;
+    CHECKF(rate == 22050, "rate %u", rate);
+    CHECKF(size > 44 + 2 * 22050 / 2, "%ld bytes: under half a second of audio", size);
+    /* without the demo models the same command is a usage error, not a crash */
+    snprintf(cmd, sizeof cmd, "HARK_DEMO_MODELS=/nonexistent %s speak \"x\" -o %s", test_hark_bin(),
+             wav);
+    CHECK(test_run_cmd(t, cmd, out, sizeof out) == 2);
+    CHECKF(strstr(out, "usage: hark speak") != NULL, "%s", out);
 }

@@ -2,7 +2,10 @@
 """`hark serve` with no --model-repository (issue #22): it says it serves the bundled demo models,
 both demo entries become ready, the OpenAI transcription endpoint gives each bundled example's
 exact text with the offline entry, and a WeNet WebSocket stream of one example through the
-streaming entry (what the live page uses) ends in a final result close to its text.
+streaming entry (what the live page uses) ends in a final result close to its text. When the demo
+voice (models/demo-en-tts) is there: it is ready too, and a sentence it says through
+/v1/audio/speech comes back as a 22,050 Hz WAV that /v1/audio/transcriptions hears as its words
+(the server's own round trip; at most one word wrong).
 Usage: test_demo_serve.py HARK_BIN. Run from the repository root. Exit 0 = pass."""
 import json, os, sys, wave
 
@@ -69,6 +72,25 @@ try:
     errs = word_errors(ref, fin[0]) if fin else len(ref.split())
     check(bool(fin) and errs <= len(ref.split()) // 2,
           "streamed %s: final %r (%d word errors against %r)" % (key, fin[:1], errs, ref))
+    if os.path.isfile("models/demo-en-tts/config.pbtxt"):
+        check(requests.get(srv.base + "/v2/models/demo-en-tts/ready").status_code == 200,
+              "demo-en-tts ready")
+        said = "The prisoners were taken to the court in the morning."
+        r = requests.post(srv.base + "/v1/audio/speech",
+                          json={"model": "demo-en-tts", "input": said, "response_format": "wav"})
+        ok = r.status_code == 200 and r.content[:4] == b"RIFF"
+        check(ok, "speech: %d, %d bytes" % (r.status_code, len(r.content)))
+        if ok:
+            rate = int.from_bytes(r.content[24:28], "little")
+            check(rate == 22050, "speech: %d Hz" % rate)
+            t = requests.post(srv.base + "/v1/audio/transcriptions",
+                              files={"file": ("said.wav", r.content, "audio/wav")},
+                              data={"model": "demo-en-asr"})
+            got = t.json().get("text", "") if t.status_code == 200 else t.text
+            ref = "the prisoners were taken to the court in the morning"
+            errs = word_errors(ref, got)
+            check(t.status_code == 200 and errs <= 1,
+                  "round trip through the server: %r (%d word errors)" % (got, errs))
 finally:
     srv.proc.terminate()
     srv.proc.wait(30)
