@@ -35,7 +35,8 @@ Features: Kaldi fbank computed on the GPU (tools/demo_fbank.py, checked against 
 front end). Augmentation, on the GPU per batch: speed perturbation 0.9 / 1.0 / 1.1 (band-limited
 resampling), room reverberation (synthetic exponentially decaying impulse responses, RT60
 0.15-0.8 s; --reverb-p of the utterances), additive coloured noise (SNR 5-30 dB;
---noise-p), dither, SpecAugment (2 frequency masks of at
+--noise-p), the silence before and after the words redrawn (0-0.3 s / 0-0.4 s; --edge-p
+of the utterances, default none), dither, SpecAugment (2 frequency masks of at
 most 10 bins, 2 time masks of at most 50 frames; WeNet's defaults).
 """
 import argparse
@@ -208,6 +209,32 @@ def resample(torch, x, up, down, zeros=16):
         y = torch.nn.functional.conv1d(xp[:, :, base + 1:], w[None, None, :], stride=down)
         out[:, r::up] = y[:, 0, :m]
     return out
+
+
+def edge_silence(torch, w, lens, rng_t, p=0.0, lead_max=0.3, trail_max=0.4):
+    """The silence around the words, redrawn: for --edge-p of the utterances, the samples
+    before the first and after the last one above 1% of the peak become lead_max * U seconds
+    before and trail_max * U after (digital silence where the clip had less; the buffer's width
+    bounds it). espeak-ng and flite end their clips with 130-300 ms of silence; a TTS voice
+    trained on trimmed clips ends within 100 ms of its last sound, and a recogniser that never
+    heard that drops the last sound (docs/demo-voice.md)."""
+    if p <= 0:  # draws nothing: runs without it keep their random streams
+        return w, lens
+    B, T = w.shape
+    pick = torch.rand(B, generator=rng_t, device=w.device) < p
+    t = torch.arange(T, device=w.device)[None, :]
+    a = w.abs() * (t < lens[:, None])
+    loud = a > 0.01 * a.amax(1, keepdim=True).clamp(min=1.0)
+    first = torch.where(loud.any(1), loud.float().argmax(1), torch.zeros_like(lens))
+    last = torch.where(loud.any(1), T - 1 - loud.flip(1).float().argmax(1), lens - 1)
+    lead = (lead_max * RATE * torch.rand(B, generator=rng_t, device=w.device)).long()
+    trail = (trail_max * RATE * torch.rand(B, generator=rng_t, device=w.device)).long()
+    start = (first - lead).clamp(min=0)
+    end = torch.minimum(last + 1 + trail, torch.full_like(last, T))
+    src = t + start[:, None]
+    keep = (t < (end - start)[:, None]) & (src < lens[:, None])
+    y = torch.gather(w, 1, src.clamp(max=T - 1)) * keep
+    return torch.where(pick[:, None], y, w), torch.where(pick, end - start, lens)
 
 
 def speed_perturb(torch, w, lens, factor):
@@ -576,6 +603,7 @@ def cmd_train(a):
             ph.start()
             w, lens = train.wave_batch(idx, torch, device)
             ph.mark("data")
+            w, lens = edge_silence(torch, w, lens, g, a.edge_p)
             w, lens = speed_perturb(torch, w, lens, rng.choice((0.9, 1.0, 1.1)))
             w = reverb(torch, w, lens, g, a.reverb_p)
             w = add_noise(torch, w, lens, g, a.noise_p)
@@ -735,6 +763,9 @@ def main():
                     help="share of utterances reverberated")
     ap.add_argument("--noise-p", type=float, default=0.25,
                     help="share of utterances with noise added (SNR 5-30 dB)")
+    ap.add_argument("--edge-p", type=float, default=0.0,
+                    help="share of utterances whose leading / trailing silence is redrawn "
+                         "(0-0.3 s / 0-0.4 s)")
     ap.add_argument("--seed", type=int, default=22)
     ap.add_argument("--limit", type=int, default=0, help="first N utterances only (tests)")
     ap.add_argument("--dev-limit", type=int, default=2000)

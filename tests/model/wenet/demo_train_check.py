@@ -4,6 +4,8 @@ repository root):
   fbank HARK_BIN   tools/demo_fbank.py's GPU-ready fbank against `hark features --kind fbank` on
                    the bundled 16 kHz example (the features the demo model trains on are hark's)
   resample         train_demo.resample against scipy's resample_poly (speed perturbation)
+  edges            train_demo.edge_silence: the words kept sample for sample, the silence around
+                   them redrawn within its bounds, nothing drawn when it is off
   train HARK_BIN   two CPU training steps on the bundled examples, export, convert, and hark
                    loads and runs the result (needs WeNet's package in .ext)
   init HARK_BIN    a run started from the shipped models/demo-en-asr (--init) at learning rate 0
@@ -57,6 +59,36 @@ def resample():
         assert rel < 0.05, rel  # two different low-pass designs, white noise up to Nyquist
 
 
+def edges():
+    R = train_demo.RATE
+    T = 3 * R
+    tone = (8000 * np.sin(np.arange(R // 2) * 0.3)).astype(np.float32)
+    w = np.zeros((3, T), np.float32)
+    w[0, R // 2: R] = tone          # 0.5 s silence, 0.5 s tone, 0.5 s silence (len 1.5 s)
+    w[1, :R // 2] = tone            # the tone at once, 1 s of silence after it
+    w[2, 2 * R: 2 * R + R // 2] = tone  # the tone last: nothing after it but the buffer's end
+    lens = torch.tensor([3 * R // 2, 3 * R // 2, T])
+    g = torch.Generator().manual_seed(1)
+    x = torch.from_numpy(w)
+    y, nl = train_demo.edge_silence(torch, x, lens, g, p=0.0)
+    assert y is x and nl is lens and torch.equal(g.get_state(),
+                                                 torch.Generator().manual_seed(1).get_state())
+    for seed in range(20):
+        g = torch.Generator().manual_seed(seed)
+        y, nl = train_demo.edge_silence(torch, x, lens, g, p=1.0)
+        for k in range(3):
+            v = y[k].numpy()
+            n = int(nl[k])
+            loud = np.nonzero(np.abs(v) > 80)[0]
+            assert len(loud) and loud[0] <= 0.3 * R + 1, (seed, k, loud[0])
+            assert n - 1 - loud[-1] <= 0.4 * R + 1, (seed, k, n, loud[-1])
+            assert not np.any(v[n:]), (seed, k)
+            s = loud[0] - int(np.nonzero(np.abs(tone) > 80)[0][0])
+            assert np.array_equal(v[s: s + len(tone)], tone), (seed, k)  # the words, untouched
+        assert int(nl[2]) <= T
+    print("edge_silence: 20 draws, the words kept, silences within 0.3 s / 0.4 s")
+
+
 def example_corpus():
     """a corpus of the bundled examples (train = dev) in a fresh folder: (folder, rows)"""
     if not os.path.isdir(".ext/wenet"):
@@ -93,7 +125,7 @@ def train(hark):
     subprocess.run([py, "tools/train_demo.py", "train", *common, "--total-steps", "2",
                     "--max-samples", str(16000 * 20), "--log-every", "1"], check=True)
     subprocess.run([py, "tools/train_demo.py", "train", *common, "--total-steps", "3",
-                    "--max-samples", str(16000 * 20), "--resume"], check=True)
+                    "--max-samples", str(16000 * 20), "--resume", "--edge-p", "1"], check=True)
     model = export_and_convert(tmp, exp, common)
     hist = json.load(open(os.path.join(exp, "history.json")))
     assert [h["step"] for h in hist] == [2, 3], hist
@@ -134,6 +166,6 @@ def init(hark):
 
 
 mode = sys.argv[1]
-{"fbank": lambda: fbank(sys.argv[2]), "resample": resample,
+{"fbank": lambda: fbank(sys.argv[2]), "resample": resample, "edges": edges,
  "train": lambda: train(sys.argv[2]), "init": lambda: init(sys.argv[2])}[mode]()
 print("ok")

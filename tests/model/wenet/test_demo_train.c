@@ -1,5 +1,6 @@
 /* tools/train_demo.py's pieces (issue #22), through tests/model/wenet/demo_train_check.py: its
- * fbank equals hark's front end, its speed-perturbation resampler agrees with scipy's, and a
+ * fbank equals hark's front end, its speed-perturbation resampler agrees with scipy's, its
+ * edge-silence augmentation keeps the words, and a
  * two-call CPU training run resumes, exports and converts into a model hark runs, and a run
  * started from the shipped model (--init) gives its tensors back. Skips when
  * /usr/bin/python3 lacks torch / scipy, or (training) WeNet's package is not in .ext. */
@@ -37,6 +38,12 @@ TEST(demo_speed_perturbation_matches_scipy)
 {
     NEED_TORCH("torch, numpy, scipy");
     CHECK(run_check(t, "resample", NULL) == 0);
+}
+
+TEST(demo_edge_silence_keeps_the_words)
+{
+    NEED_TORCH("torch, numpy");
+    CHECK(run_check(t, "edges", NULL) == 0);
 }
 
 TEST(demo_training_resumes_exports_and_converts)
