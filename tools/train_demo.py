@@ -31,6 +31,10 @@ models/demo-en-asr: WeNet's key names, float16 or float32 matrices) instead of r
 its weights and its CMVN, a fresh optimizer with its --warmup. That is how a later session goes
 on training the shipped recogniser when the run's own resume.pt is gone.
 
+A resumed call keeps its run's --lr, --warmup, --max-samples, --reverb-p, --noise-p and --edge-p
+(kept in resume.pt) unless it names them again, and logs the change when it does: a later call
+that leaves them out continues the run as it was planned, not with the defaults.
+
 Features: Kaldi fbank computed on the GPU (tools/demo_fbank.py, checked against hark's own
 front end). Augmentation, on the GPU per batch: speed perturbation 0.9 / 1.0 / 1.1 (band-limited
 resampling), room reverberation (synthetic exponentially decaying impulse responses, RT60
@@ -549,7 +553,7 @@ def cmd_train(a):
     torch.manual_seed(a.seed)
     model = build_model(a, mean, istd).to(device)
     nparam = sum(p.numel() for p in model.parameters())
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.98), eps=1e-9,
+    opt = torch.optim.AdamW(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9,
                             weight_decay=1e-6)
     step, epoch, hist, rewarm, seconds = 0, 0, [], -1, 0.0
     if resuming:
@@ -565,6 +569,7 @@ def cmd_train(a):
         load_init(torch, model, init)
         hist.append({"init": a.init})
         log(f"weights and CMVN from {a.init}")
+    run_options(a, r.get("opts", {}) if resuming else {})
     with open(os.path.join(a.exp, "units.txt"), "w") as f:
         f.write("".join(f"{u} {i}\n" for i, u in enumerate(UNITS)))
     if a.total_minutes:
@@ -648,10 +653,27 @@ def cmd_train(a):
     log(f"step {step}: dev WER (CTC greedy) {100 * wer:.2f}%")
     save_resume(torch, rp, model, opt, {"step": step, "epoch": epoch, "hist": hist,
                                         "hours": train.hours(), "seconds": seconds,
-                                        "total_minutes": a.total_minutes})
+                                        "total_minutes": a.total_minutes,
+                                        "opts": {k: getattr(a, k) for k in RUN_OPTIONS}})
     write_experiment(torch, a.exp, model, train.hours(), step)
     with open(os.path.join(a.exp, "history.json"), "w") as f:
         json.dump(hist, f, indent=1)  # each call: step, epoch, dev WER, minutes
+
+
+# the run's options: a resumed call keeps the values its run started with (resume.pt's "opts")
+# unless they are given again, so a call that forgets them does not change the run
+RUN_OPTIONS = {"lr": 2e-3, "warmup": 400, "max_samples": RATE * 1200, "reverb_p": 0.15,
+               "noise_p": 0.25, "edge_p": 0.0}
+
+
+def run_options(a, saved):
+    for k, default in RUN_OPTIONS.items():
+        flag = "--" + k.replace("_", "-")
+        if getattr(a, k) is None:
+            setattr(a, k, saved.get(k, default))
+        elif k in saved and saved[k] != getattr(a, k):
+            log(f"{flag} {getattr(a, k)}: the run had {saved[k]}")
+    log("options: " + ", ".join(f"{k} {getattr(a, k)}" for k in RUN_OPTIONS))
 
 
 def write_experiment(torch, exp, model, hours, step):
@@ -755,17 +777,18 @@ def main():
                          "of --total-steps")
     ap.add_argument("--init", default=None,
                     help="a new run starts from this converted model (e.g. models/demo-en-asr)")
-    ap.add_argument("--warmup", type=int, default=400)
-    ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--max-samples", type=int, default=RATE * 1200,
+    # RUN_OPTIONS: None = the resumed run's value, else the default there
+    ap.add_argument("--warmup", type=int, default=None, help="warm-up steps (400)")
+    ap.add_argument("--lr", type=float, default=None, help="peak learning rate (2e-3)")
+    ap.add_argument("--max-samples", type=int, default=None,
                     help="padded samples per batch (16 kHz): 1200 s of audio by default")
-    ap.add_argument("--reverb-p", type=float, default=0.15,
-                    help="share of utterances reverberated")
-    ap.add_argument("--noise-p", type=float, default=0.25,
-                    help="share of utterances with noise added (SNR 5-30 dB)")
-    ap.add_argument("--edge-p", type=float, default=0.0,
+    ap.add_argument("--reverb-p", type=float, default=None,
+                    help="share of utterances reverberated (0.15)")
+    ap.add_argument("--noise-p", type=float, default=None,
+                    help="share of utterances with noise added (SNR 5-30 dB; 0.25)")
+    ap.add_argument("--edge-p", type=float, default=None,
                     help="share of utterances whose leading / trailing silence is redrawn "
-                         "(0-0.3 s / 0-0.4 s)")
+                         "(0-0.3 s / 0-0.4 s; 0)")
     ap.add_argument("--seed", type=int, default=22)
     ap.add_argument("--limit", type=int, default=0, help="first N utterances only (tests)")
     ap.add_argument("--dev-limit", type=int, default=2000)
@@ -776,6 +799,10 @@ def main():
     ap.add_argument("--split", default="test")
     ap.add_argument("--hyps", default=None, help="eval: write 'key hypothesis' lines here")
     a = ap.parse_args()
+    if a.cmd != "train":  # no run to take them from
+        for k, default in RUN_OPTIONS.items():
+            if getattr(a, k) is None:
+                setattr(a, k, default)
     {"train": cmd_train, "eval": cmd_eval, "export": cmd_export}[a.cmd](a)
 
 

@@ -123,9 +123,17 @@ def train(hark):
     py = sys.executable
     common = ["--data", tmp, "--exp", exp, "--device", "cpu", "--jobs", "1"]
     subprocess.run([py, "tools/train_demo.py", "train", *common, "--total-steps", "2",
-                    "--max-samples", str(16000 * 20), "--log-every", "1"], check=True)
-    subprocess.run([py, "tools/train_demo.py", "train", *common, "--total-steps", "3",
-                    "--max-samples", str(16000 * 20), "--resume", "--edge-p", "1"], check=True)
+                    "--max-samples", str(16000 * 20), "--log-every", "1", "--lr", "1e-3",
+                    "--noise-p", "0.1"], check=True)
+    # the resumed call names only --edge-p: the run keeps its --lr, --noise-p and --max-samples
+    out = subprocess.run([py, "tools/train_demo.py", "train", *common, "--total-steps", "3",
+                          "--resume", "--edge-p", "1"], check=True, capture_output=True,
+                         text=True).stdout
+    print(out)
+    opts = torch.load(os.path.join(exp, "resume.pt"))["opts"]
+    assert opts == {"lr": 1e-3, "warmup": 400, "max_samples": 16000 * 20, "reverb_p": 0.15,
+                    "noise_p": 0.1, "edge_p": 1.0}, opts
+    assert "--edge-p 1.0: the run had 0.0" in out, out
     model = export_and_convert(tmp, exp, common)
     hist = json.load(open(os.path.join(exp, "history.json")))
     assert [h["step"] for h in hist] == [2, 3], hist
