@@ -492,6 +492,9 @@ def losses(model, b):
     return mel_loss, dl
 
 
+RUN_OPTIONS = {'lr': 1e-3, 'warmup': 400, 'batch_frames': 40000}
+
+
 def train(a):
     t_start = time.time()
     deadline = t_start + a.minutes * 60 - a.save_margin
@@ -545,10 +548,11 @@ def train(a):
 
     torch.manual_seed(a.seed)
     model = FastSpeech(h).to(device)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=a.lr,
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.0,
                             betas=(0.9, 0.98), eps=1e-9, weight_decay=1e-6)
     step, seconds, step0 = 0, 0.0, 0
     rpath = os.path.join(a.exp, 'resume.pt')
+    saved = {}
     if a.resume and os.path.exists(rpath):
         ck = torch.load(rpath, map_location=device)
         if ck['hparams'] != h:
@@ -558,6 +562,7 @@ def train(a):
         step, seconds, step0 = ck['step'], ck['seconds'], ck.get('step0', 0)
         if a.total_minutes is None:
             a.total_minutes = ck.get('total_minutes')
+        saved = ck.get('opts', {})
         log(a.exp, {'phase': 'resume', 'step': step, 'seconds': round(seconds, 1)})
     elif a.init:
         # a DLE-layout checkpoint (an earlier call's export, on a fresh machine): its weights,
@@ -567,10 +572,14 @@ def train(a):
                                for k, v in ck['model'].items()})
         step = step0 = int(ck.get('step', 0))
         log(a.exp, {'phase': 'init', 'from': a.init, 'step': step})
+    for k, default in RUN_OPTIONS.items():  # a resumed run keeps its own unless named again
+        if getattr(a, k) is None:
+            setattr(a, k, saved.get(k, default))
     if a.total_minutes is None:  # the schedule spans what this call has left
         a.total_minutes = max(0.1, (deadline - time.time()) / 60 - 0.2)
     n_par = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log(a.exp, {'phase': 'fastspeech', 'parameters': n_par, 'hparams': h,
+                'opts': {k: getattr(a, k) for k in RUN_OPTIONS},
                 'total_minutes': round(a.total_minutes, 2)})
     rng = random.Random(a.seed + step)
     model.train()
@@ -607,6 +616,7 @@ def train(a):
         log(a.exp, rec)
     torch.save({'step': step, 'seconds': seconds, 'step0': step0,
                 'total_minutes': a.total_minutes, 'hparams': h,
+                'opts': {k: getattr(a, k) for k in RUN_OPTIONS},
                 'model': model.state_dict(), 'optimizer': opt.state_dict()}, rpath)
     log(a.exp, {'phase': 'saved', 'step': step, 'train_s': round(seconds, 1),
                 'wall_s': round(time.time() - t_start, 1)})
@@ -696,9 +706,11 @@ def main(argv=None):
     ap.add_argument('--init', help="else start from this DLE-layout checkpoint (export's)")
     ap.add_argument('--cpu', action='store_true', help='even when CUDA is there')
     ap.add_argument('--seed', type=int, default=22)
-    ap.add_argument('--lr', type=float, default=1e-3)
-    ap.add_argument('--warmup', type=int, default=400)
-    ap.add_argument('--batch-frames', type=int, default=40000, help='padded frames per batch')
+    # RUN_OPTIONS: None = the resumed run's value, else the default there
+    ap.add_argument('--lr', type=float, default=None, help='peak learning rate (1e-3)')
+    ap.add_argument('--warmup', type=int, default=None, help='warm-up steps (400)')
+    ap.add_argument('--batch-frames', type=int, default=None,
+                    help='padded frames per batch (40000)')
     ap.add_argument('--max-steps', type=int, default=0)
     ap.add_argument('--log-every', type=int, default=100)
     ap.add_argument('--aligner-minutes', type=float, default=1.5)

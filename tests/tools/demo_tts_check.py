@@ -155,10 +155,12 @@ def pipeline(hark, tmp, env):
              for k, x in zip(dd['keys'], dd['durations']) if k in mm)
     check(ok, 'durations: at least one frame per symbol, summing to the frames')
     r = run([PY, os.path.join(TOOLS, 'train_demo_tts.py'), 'train', '--data', data, '--exp', exp,
-             '--size', 'tiny', '--minutes', '3', '--max-steps', '5', '--batch-frames', '3000',
-             '--resume', '--cpu'])
+             '--size', 'tiny', '--minutes', '3', '--max-steps', '5', '--resume', '--cpu'])
     check(r.returncode == 0 and '"phase": "resume", "step": 3' in r.stdout,
           'a second call resumes at step 3')
+    opts = torch.load(os.path.join(exp, 'resume.pt'))['opts'] if r.returncode == 0 else {}
+    check(opts == {'lr': 1e-3, 'warmup': 400, 'batch_frames': 3000},
+          f'the resumed call keeps the run\'s --batch-frames 3000 ({opts})')
     # what tools/demo_device_together.sh brings back (float16, no sinusoid tables) and `fill`
     fs = torch.load(os.path.join(exp, 'fastspeech.pt'))
     half = os.path.join(tmp, 'half.pt')
