@@ -50,28 +50,26 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 N_SYMBOLS = 148  # DLE's symbols; the embedding has one more row (padding_idx 0)
+
+
+def size(d, filt, layers, heads, dp):
+    """DLE's hparams keys of a FastSpeech with `layers` FFT blocks a side of width d"""
+    return dict(max_seq_len=2048, d_model=d, phoneme_side_n_layer=layers,
+                phoneme_side_head=heads, phoneme_side_conv1d_filter_size=filt,
+                phoneme_side_output_size=d, mel_side_n_layer=layers, mel_side_head=heads,
+                mel_side_conv1d_filter_size=filt, mel_side_output_size=d, fft_conv1d_kernel=3,
+                fft_conv1d_padding=1, duration_predictor_filter_size=dp,
+                duration_predictor_kernel_size=3, dropout=0.1, n_mels=80)
+
+
 SIZES = {
-    # the shipped voice: 4 + 4 FFT blocks of 128, 2 heads (of DLE's fixed 64), filter 512
-    'demo': dict(max_seq_len=2048, d_model=128, phoneme_side_n_layer=4, phoneme_side_head=2,
-                 phoneme_side_conv1d_filter_size=512, phoneme_side_output_size=128,
-                 mel_side_n_layer=4, mel_side_head=2, mel_side_conv1d_filter_size=512,
-                 mel_side_output_size=128, fft_conv1d_kernel=3, fft_conv1d_padding=1,
-                 duration_predictor_filter_size=128, duration_predictor_kernel_size=3,
-                 dropout=0.1, n_mels=80),
-    # wider (192, filter 768): twice the parameters for the letters-to-sound rules it must learn
-    'demo-l': dict(max_seq_len=2048, d_model=192, phoneme_side_n_layer=4, phoneme_side_head=2,
-                   phoneme_side_conv1d_filter_size=768, phoneme_side_output_size=192,
-                   mel_side_n_layer=4, mel_side_head=2, mel_side_conv1d_filter_size=768,
-                   mel_side_output_size=192, fft_conv1d_kernel=3, fft_conv1d_padding=1,
-                   duration_predictor_filter_size=192, duration_predictor_kernel_size=3,
-                   dropout=0.1, n_mels=80),
+    # the first voice: 4 + 4 FFT blocks of 128, 2 heads (of DLE's fixed 64), filter 512
+    'demo': size(128, 512, 4, 2, 128),
+    # the shipped voice: wider (192, filter 768), twice the parameters for the letters-to-sound
+    # rules it must learn
+    'demo-l': size(192, 768, 4, 2, 192),
     # the CPU proof of the pipeline
-    'tiny': dict(max_seq_len=2048, d_model=32, phoneme_side_n_layer=1, phoneme_side_head=1,
-                 phoneme_side_conv1d_filter_size=64, phoneme_side_output_size=32,
-                 mel_side_n_layer=1, mel_side_head=1, mel_side_conv1d_filter_size=64,
-                 mel_side_output_size=32, fft_conv1d_kernel=3, fft_conv1d_padding=1,
-                 duration_predictor_filter_size=32, duration_predictor_kernel_size=3,
-                 dropout=0.1, n_mels=80),
+    'tiny': size(32, 64, 1, 1, 32),
 }
 AUDIO = dict(sr=22050, n_fft=1024, win_len=1024, hop_len=256, num_mels=80, mel_fmin=0.0,
              mel_fmax=8000.0)

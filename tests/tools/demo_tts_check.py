@@ -70,25 +70,6 @@ def layout(hark, tmp):
     check(set(ck) == {'step', 'model'} and all(k.startswith('module.') for k in ck['model']),
           "export: {'step', 'model'} with DataParallel's module. prefix")
     repo = os.path.join(tmp, 'repo')
-    # what tools/demo_device_together.sh brings back (float16, no sinusoid tables) and `fill`
-    fs = torch.load(os.path.join(exp, 'fastspeech.pt'))
-    half = os.path.join(tmp, 'half.pt')
-    torch.save({'step': fs['step'], 'model': {k: v.half() for k, v in fs['model'].items()
-                                              if not k.endswith('position.weight')}}, half)
-    fexp = os.path.join(tmp, 'exp_fill')
-    os.makedirs(fexp, exist_ok=True)
-    shutil.copy(os.path.join(exp, 'fastspeech.yaml'), fexp)
-    r = run([PY, os.path.join(TOOLS, 'train_demo_tts.py'), 'fill', '--exp', fexp, '--half', half])
-    ok = r.returncode == 0
-    if ok:
-        ff = torch.load(os.path.join(fexp, 'fastspeech.pt'))['model']
-        ok = set(ff) == set(fs['model']) and all(
-            torch.equal(ff[k], fs['model'][k]) if k.endswith('position.weight') else
-            torch.equal(ff[k], fs['model'][k].half().float()) for k in ff)
-    check(ok, 'fill: the float16 export without its tables gives back every tensor')
-    r = run([PY, os.path.join(TOOLS, 'train_demo_tts.py'), 'fill', '--exp', fexp, '--half',
-             os.path.join(exp, 'resume.pt')])
-    check(r.returncode != 0, 'fill refuses a file that is not such an export')
     r = run([PY, os.path.join(TOOLS, 'convert_hifigan.py'), '--random', '1', '--config', 'v3',
              '--output', os.path.join(repo, 'voc')])
     check(r.returncode == 0, 'convert_hifigan.py --random')
