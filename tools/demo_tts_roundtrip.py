@@ -67,6 +67,17 @@ def resynth(a, sents, out):
                        stdout=subprocess.DEVNULL)
 
 
+def last_words(scores):
+    """how many sentences' last word the recogniser missed (scores/ref.txt, hyp.txt: 'KEY WORDS'
+    lines, normalised): where a recogniser drops sounds at an utterance's end
+    (docs/demo-voice.md)"""
+    def read(name):
+        with open(os.path.join(scores, name), encoding='utf-8') as f:
+            return {p[0]: p[1:] for p in (line.split() for line in f) if p}
+    ref, hyp = read('ref.txt'), read('hyp.txt')
+    return sum(1 for k, r in ref.items() if r and hyp.get(k, [])[-1:] != r[-1:])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('--hark', default=os.environ.get('HARK_BIN', os.path.join(ROOT, 'build', 'hark')))
@@ -106,7 +117,8 @@ def main(argv=None):
                             os.path.join(out, 'trans.txt'), '--jobs', str(a.jobs),
                             '--output-dir', os.path.join(out, 'scores')],
                            check=True, capture_output=True, text=True)
-    except (subprocess.CalledProcessError, RuntimeError) as e:
+        lastw = last_words(os.path.join(out, 'scores'))
+    except (subprocess.CalledProcessError, RuntimeError, OSError) as e:
         sys.exit(f'demo_tts_roundtrip: {e}')
     finally:
         if not a.out:
@@ -117,6 +129,7 @@ def main(argv=None):
                  r.stderr)
     what = f'espeak-ng through {os.path.basename(a.resynth)}' if a.resynth else 'round trip'
     print(f'{what}, {len(sents)} sentences: {m.group(0)}')
+    print(f'last word wrong in {lastw} of {len(sents)} sentences')
     if a.max_wer is not None and float(m.group(1)) > a.max_wer:
         print(f'WER {m.group(1)}% is over {a.max_wer}%')
         return 1
