@@ -16,9 +16,9 @@
 # Environment: INIT (the converted model a new run starts from: default models/demo-en-asr, the
 # shipped recogniser; "none" for random weights), TOTAL_MIN (the learning-rate schedule's minutes
 # of training over all calls; required for a new run), HOURS (train hours to synthesise, 100),
-# TRAIN_ARGS (more train_demo.py options; a resumed run keeps those it started with), EVAL (1: score at the end), WORK (/root/demoasr: it
-# survives between calls while the machine is warm, so the next call reuses the corpus and
-# resumes from WORK/exp/resume.pt).
+# TRAIN_ARGS (more train_demo.py options; a resumed run keeps those it started with), EVAL (1:
+# score at the end), WORK (/root/demoasr: it survives between calls while the machine is warm,
+# so the next call reuses the corpus and resumes from WORK/exp/resume.pt).
 #
 # Here, afterwards: cat r.part-* > EXP/resume.pt; cp global_cmvn EXP/;
 #   tools/train_demo.py export --data X --exp EXP; tools/convert_wenet.py ... (README of the model)

@@ -12,7 +12,8 @@
 #   $OUT/back.tar                  each voice's log.jsonl, fastspeech.yaml, stats and durations,
 #                                  the recogniser's history.json
 #   $OUT/va.pt, vb.pt              (FINAL=1) each voice's export in float16 (DLE layout) without
-#                                  its two sinusoid tables (under 16 MiB): `train_demo_tts.py fill` restores them
+#                                  its sinusoid tables (`train_demo_tts.py half`: under 16 MiB;
+#                                  `fill` restores them)
 #   $OUT/demo-en-asr.tar, eval.tar (ASR_EVAL=1) the recogniser converted and scored
 #
 # Usage (repository root there): tools/demo_device_together.sh CARRY [BUDGET_S]
@@ -61,10 +62,7 @@ for v in va vb; do
     mkdir -p /root/back/$v
     cp /root/$v/exp/log.jsonl /root/$v/exp/fastspeech.yaml /root/$v/exp/stats.json /root/back/$v/ 2>/dev/null
     if [ "${FINAL:-0}" = 1 ] && [ -f /root/$v/exp/fastspeech.pt ]; then
-        python3 -c 'import sys, torch
-ck = torch.load(sys.argv[1], map_location="cpu")
-ck["model"] = {k: v.half() for k, v in ck["model"].items() if not k.endswith("position.weight")}
-torch.save(ck, sys.argv[2])' /root/$v/exp/fastspeech.pt "$R/$v.pt"
+        python3 tools/train_demo_tts.py half --exp /root/$v/exp --out "$R/$v.pt"
     fi
 done
 cp /root/va/exp/durations.pt /root/back/ 2>/dev/null

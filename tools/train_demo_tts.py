@@ -7,7 +7,8 @@ converts the result like any DLE checkpoint and HiFi-GAN V3 (LJSpeech) vocodes i
 
   train_demo_tts.py train  --data DATA --exp EXP --minutes M [--size demo|tiny] [--resume]
   train_demo_tts.py export --exp EXP          # EXP/fastspeech.pt + EXP/fastspeech.yaml
-  train_demo_tts.py fill --exp EXP --half F   # F (float16, no sinusoid tables) -> EXP/fastspeech.pt
+  train_demo_tts.py half --exp EXP --out F    # EXP/fastspeech.pt -> F (float16, no sinusoid tables)
+  train_demo_tts.py fill --exp EXP --half F   # F -> EXP/fastspeech.pt (float32, tables computed)
 
 EXP holds: resume.pt (weights, Adam moments, step, training seconds: what travels back from the
 GPU machine), aligner.pt (the alignment model), durations.pt (the durations it gave), log.jsonl;
@@ -661,23 +662,33 @@ def export(a):
     return 0
 
 
+def is_table(key):
+    """the sinusoid position tables: computed from the sizes, so a half export leaves them out"""
+    return key.endswith('position.weight')
+
+
+def half(a):
+    """EXP/fastspeech.pt -> OUT: float16, without the two sinusoid tables (so the shipped size's
+    export comes back from the GPU machine under its 16 MiB a file); `fill` undoes it."""
+    ck = torch.load(os.path.join(a.exp, 'fastspeech.pt'), map_location='cpu')
+    torch.save({'step': ck['step'], 'model': {k: v.half() for k, v in ck['model'].items()
+                                              if not is_table(k)}}, a.out)
+    return 0
+
+
 def fill(a):
-    """A float16 export without its two sinusoid tables (what tools/demo_device_together.sh
-    brings back under the device's 16 MiB a file) -> EXP/fastspeech.pt in float32, the tables
-    computed again for EXP/fastspeech.yaml's sizes."""
-    h = {}
+    """A `half` export -> EXP/fastspeech.pt in float32, the tables computed again for
+    EXP/fastspeech.yaml's sizes."""
+    import yaml
     with open(os.path.join(a.exp, 'fastspeech.yaml')) as f:
-        for line in f:
-            if ':' in line and not line.startswith('#'):
-                k, v = line.split(':', 1)
-                h[k.strip()] = v.strip()
-    h = {k: type(SIZES['demo'][k])(h[k]) for k in SIZES['demo']}
+        y = yaml.safe_load(f)
+    h = {k: y[k] for k in SIZES['demo']}
     full = {'module.' + k: v for k, v in FastSpeech(h).state_dict().items()}
     ck = torch.load(a.half, map_location='cpu')
     if not set(ck['model']) <= set(full):
         sys.exit(f'{a.half}: tensors the sizes of fastspeech.yaml do not have')
     missing = sorted(set(full) - set(ck['model']))
-    if any(not k.endswith('position.weight') for k in missing):
+    if not all(is_table(k) for k in missing):
         sys.exit(f'{a.half}: lacks {missing}')
     for k, v in ck['model'].items():
         if v.shape != full[k].shape:
@@ -690,8 +701,9 @@ def fill(a):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    ap.add_argument('cmd', choices=['train', 'export', 'fill'])
-    ap.add_argument('--half', help="fill: the float16 export (tools/demo_device_together.sh's)")
+    ap.add_argument('cmd', choices=['train', 'export', 'half', 'fill'])
+    ap.add_argument('--half', help="fill: a `half` export (tools/demo_device_together.sh's)")
+    ap.add_argument('--out', help='half: where to write it')
     ap.add_argument('--data', help='tools/demo_tts_data.py output')
     ap.add_argument('--exp', required=True)
     ap.add_argument('--size', default='demo', choices=sorted(SIZES))
@@ -720,6 +732,10 @@ def main(argv=None):
         return export(a)
     if a.cmd == 'fill':
         return fill(a)
+    if a.cmd == 'half':
+        if not a.out:
+            ap.error('half needs --out')
+        return half(a)
     if not a.data:
         ap.error('train needs --data')
     return train(a)

@@ -145,8 +145,11 @@ def pipeline(hark, tmp, env):
     # what tools/demo_device_together.sh brings back (float16, no sinusoid tables) and `fill`
     fs = torch.load(os.path.join(exp, 'fastspeech.pt'))
     half = os.path.join(tmp, 'half.pt')
-    torch.save({'step': fs['step'], 'model': {k: v.half() for k, v in fs['model'].items()
-                                              if not k.endswith('position.weight')}}, half)
+    r = run([PY, os.path.join(TOOLS, 'train_demo_tts.py'), 'half', '--exp', exp, '--out', half])
+    hk = torch.load(half)['model'] if r.returncode == 0 else {}
+    check(hk and all(v.dtype == torch.float16 for v in hk.values()) and
+          set(fs['model']) - set(hk) == {k for k in fs['model'] if k.endswith('position.weight')},
+          'half: float16, the two sinusoid tables left out')
     fexp = os.path.join(tmp, 'exp_fill')
     os.makedirs(fexp, exist_ok=True)
     shutil.copy(os.path.join(exp, 'fastspeech.yaml'), fexp)
