@@ -11,7 +11,11 @@
 # Usage (repository root there): tools/demo_asr_device.sh CARRY [BUDGET_S]
 #   CARRY     engines.tar.xz and wenet.tar.xz (tools/demo_asr_device.sh --pack CARRY makes them
 #             here, with hark.tar.xz and devlib.tar.xz for EVAL); r.part-* and global_cmvn from
-#             an earlier call when a run goes on on a fresh machine
+#             an earlier call when a run goes on on a fresh machine. The repository with both
+#             demo models is 39 MiB and all four archives 38, over the device's 64 MiB, so
+#             --pack also links them into CARRY/train (engines, WeNet: the training calls) and
+#             CARRY/eval (WeNet, hark, its libraries: an EVAL=1 call chained on the warm
+#             machine, which has the engines unpacked and the corpus made)
 #   BUDGET_S  wall seconds of this call (default 560)
 # Environment: INIT (the converted model a new run starts from: default models/demo-en-asr, the
 # shipped recogniser; "none" for random weights), TOTAL_MIN (the learning-rate schedule's minutes
@@ -35,7 +39,9 @@ if [ "${1:-}" = "--pack" ]; then
         mkdir -p "$T/bin" && strip --strip-debug -o "$T/bin/hark" build/hark
         tar cJf "$C/hark.tar.xz" -C "$T" bin && rm -rf "$T"
         cp .devp1/devlib.tar.xz "$C/"
+        mkdir -p "$C/eval" && ln -f "$C/wenet.tar.xz" "$C/hark.tar.xz" "$C/devlib.tar.xz" "$C/eval/"
     fi
+    mkdir -p "$C/train" && ln -f "$C/engines.tar.xz" "$C/wenet.tar.xz" "$C/train/"
     du -sh "$C"/*
     exit 0
 fi
@@ -46,7 +52,11 @@ W=${WORK:-/root/demoasr}
 OUT=${OUT:-$W/out}
 export PYTHONUNBUFFERED=1
 mkdir -p "$W/exp" "$OUT"
-[ -x .demo/root/usr/bin/espeak-ng ] || tar xJf "$C/engines.tar.xz"
+if [ ! -x .demo/root/usr/bin/espeak-ng ]; then
+    [ -f "$C/engines.tar.xz" ] || { echo "$C has no engines.tar.xz and this machine has no .demo:" \
+        "carry CARRY/train (a fresh machine)" >&2; exit 1; }
+    tar xJf "$C/engines.tar.xz"
+fi
 [ -f .ext/wenet/__init__.py ] || tar xJf "$C/wenet.tar.xz"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
 

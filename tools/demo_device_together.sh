@@ -17,7 +17,8 @@
 #   $OUT/demo-en-asr.tar, eval.tar (ASR_EVAL=1) the recogniser converted and scored
 #
 # Usage (repository root there): tools/demo_device_together.sh CARRY [BUDGET_S]
-#   CARRY is tools/demo_asr_device.sh --pack's folder (its engines hold espeak-ng too).
+#   CARRY is tools/demo_asr_device.sh --pack's folder or its train/ part (its engines hold
+#   espeak-ng too; the whole folder and the repository are now over the 64 MiB a call carries).
 # Environment: VOICE_MIN and ASR_MIN (each run's schedule in minutes over all calls: required on
 # the first call), HOURS (voice data, default 17: every train sentence), VA=0 / VB=0 (no voice A / B: A's
 # data and durations must then be there from an earlier call), ASR=0
