@@ -45,12 +45,16 @@ def num_frames(samples):
 
 
 def fbank(wave, lengths, banks, window, dither=0.0):
-    """wave: (B, T) float32 in int16 scale; lengths: (B,) samples. Returns feats (B, F, bins)
-    and frame counts (B,). Frames past an utterance's end are zeroed."""
+    """wave: (B, T) float32 in int16 scale; lengths: (B,) samples; dither: a number, or a (B,)
+    tensor (each utterance's own: 0 gives it the undithered features inference computes).
+    Returns feats (B, F, bins) and frame counts (B,). Frames past an utterance's end are
+    zeroed."""
     B, T = wave.shape
     F = num_frames(T)
     frames = wave.unfold(1, FRAME, SHIFT)[:, :F]  # (B, F, 400), a view
-    if dither > 0:
+    if torch.is_tensor(dither):
+        frames = frames + dither.to(frames.dtype).view(B, 1, 1) * torch.randn_like(frames)
+    elif dither > 0:
         frames = frames + dither * torch.randn_like(frames)
     frames = frames - frames.mean(dim=2, keepdim=True)
     pre = torch.cat([frames[:, :, :1] * (1 - 0.97), frames[:, :, 1:] - 0.97 * frames[:, :, :-1]],

@@ -6,6 +6,8 @@ repository root):
   resample         train_demo.resample against scipy's resample_poly (speed perturbation)
   edges            train_demo.edge_silence: the words kept sample for sample, the silence around
                    them redrawn within its bounds, nothing drawn when it is off
+  dither           demo_fbank.fbank's dither per utterance (--undithered-p): a 0 gives exactly the
+                   undithered features (digital silence at the log floor), all 1s the number's
   train HARK_BIN   two CPU training steps on the bundled examples, export, convert, and hark
                    loads and runs the result (needs WeNet's package in .ext)
   init HARK_BIN    a run started from the shipped models/demo-en-asr (--init) at learning rate 0
@@ -89,6 +91,33 @@ def edges():
     print("edge_silence: 20 draws, the words kept, silences within 0.3 s / 0.4 s")
 
 
+def dither():
+    w = wave.open(WAV16)
+    clip = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16).astype(np.float32)
+    T = len(clip)
+    x = torch.zeros(3, T)
+    x[1] = torch.from_numpy(clip)  # rows 0 and 2: digital silence
+    x[2, T // 2:] = x[1, T // 2:]  # row 2: silence, then the clip's second half
+    lens = torch.tensor([T, T, T])
+    banks, win = demo_fbank.mel_banks(), demo_fbank.povey()
+    plain, nf = demo_fbank.fbank(x, lens, banks, win)
+    torch.manual_seed(3)
+    some, _ = demo_fbank.fbank(x, lens, banks, win, dither=torch.tensor([0.0, 1.0, 0.0]))
+    assert torch.equal(some[0], plain[0]) and torch.equal(some[2], plain[2])
+    assert not torch.equal(some[1], plain[1])
+    floor = float(np.log(demo_fbank.EPS))
+    n = int(nf[0])
+    assert torch.all(plain[0, :n] == floor), "digital silence is not at the log floor"
+    assert float(some[1, :n].min()) > floor + 1  # dither lifts even the quietest frames
+    torch.manual_seed(3)
+    ones, _ = demo_fbank.fbank(x, lens, banks, win, dither=torch.ones(3))
+    torch.manual_seed(3)
+    one, _ = demo_fbank.fbank(x, lens, banks, win, dither=1.0)
+    assert torch.equal(ones, one)
+    print("dither per utterance: 0 gives the undithered features (silence at %.1f), 1 the "
+          "number's" % floor)
+
+
 def example_corpus():
     """a corpus of the bundled examples (train = dev) in a fresh folder: (folder, rows)"""
     if not os.path.isdir(".ext/wenet"):
@@ -132,7 +161,7 @@ def train(hark):
     print(out)
     opts = torch.load(os.path.join(exp, "resume.pt"))["opts"]
     assert opts == {"lr": 1e-3, "warmup": 400, "max_samples": 16000 * 20, "reverb_p": 0.15,
-                    "noise_p": 0.1, "edge_p": 1.0}, opts
+                    "noise_p": 0.1, "edge_p": 1.0, "undithered_p": 0.0}, opts
     assert "--edge-p 1.0: the run had 0.0" in out, out
     model = export_and_convert(tmp, exp, common)
     hist = json.load(open(os.path.join(exp, "history.json")))
@@ -174,6 +203,6 @@ def init(hark):
 
 
 mode = sys.argv[1]
-{"fbank": lambda: fbank(sys.argv[2]), "resample": resample, "edges": edges,
+{"fbank": lambda: fbank(sys.argv[2]), "resample": resample, "edges": edges, "dither": dither,
  "train": lambda: train(sys.argv[2]), "init": lambda: init(sys.argv[2])}[mode]()
 print("ok")

@@ -1,6 +1,7 @@
 /* tools/train_demo.py's pieces (issue #22), through tests/model/wenet/demo_train_check.py: its
  * fbank equals hark's front end, its speed-perturbation resampler agrees with scipy's, its
- * edge-silence augmentation keeps the words, and a
+ * edge-silence augmentation keeps the words, its per-utterance dither (--undithered-p) leaves a 0's
+ * features undithered, and a
  * two-call CPU training run resumes, exports and converts into a model hark runs, and a run
  * started from the shipped model (--init) gives its tensors back. Skips when
  * /usr/bin/python3 lacks torch / scipy, or (training) WeNet's package is not in .ext. */
@@ -44,6 +45,12 @@ TEST(demo_edge_silence_keeps_the_words)
 {
     NEED_TORCH("torch, numpy");
     CHECK(run_check(t, "edges", NULL) == 0);
+}
+
+TEST(demo_undithered_features_per_utterance)
+{
+    NEED_TORCH("torch, numpy");
+    CHECK(run_check(t, "dither", NULL) == 0);
 }
 
 TEST(demo_training_resumes_exports_and_converts)
