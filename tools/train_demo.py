@@ -32,8 +32,9 @@ its weights and its CMVN, a fresh optimizer with its --warmup. That is how a lat
 on training the shipped recogniser when the run's own resume.pt is gone.
 
 A resumed call keeps its run's --lr, --warmup, --max-samples, --reverb-p, --noise-p, --edge-p
-and --undithered-p (kept in resume.pt) unless it names them again, and logs the change when it does: a later call
-that leaves them out continues the run as it was planned, not with the defaults.
+and --undithered-p (kept in resume.pt) unless it names them again, and logs the change when it
+does: a later call that leaves them out continues the run as it was planned, not with the
+defaults.
 
 Features: Kaldi fbank computed on the GPU (tools/demo_fbank.py, checked against hark's own
 front end). Augmentation, on the GPU per batch: speed perturbation 0.9 / 1.0 / 1.1 (band-limited
