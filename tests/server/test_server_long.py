@@ -85,8 +85,9 @@ long_wav = os.path.join(tmp, "long.wav")
 parts = [gap]
 for k in order:
     parts += [clips[k], gap]
-write_wav(long_wav, np.concatenate(parts))
-dur = sum(len(p) for p in parts) / 16000.0
+long_x = np.concatenate(parts)
+write_wav(long_wav, long_x)
+dur = len(long_x) / 16000.0
 
 # the reference: hark transcribe --vad on the same file
 p = subprocess.run([hark, "transcribe", "--model", os.path.join(repo, "asr"), *DECODE, "--vad",
@@ -169,9 +170,9 @@ try:
     # the recogniser makes of a window of nothing but digital silence is the model's habit, not
     # hark's (the demo recogniser says "the", or "e e", in the long file's closing 1.5 s)
     win_wav = os.path.join(tmp, "long-windows.wav")
-    x = np.concatenate(parts)[:int(round((spans[-1][1] + 0.3) * 16000))]
+    x = long_x[:int(round((spans[-1][1] + 0.3) * 16000))]
     write_wav(win_wav, x)
-    dur = len(x) / 16000.0
+    win_dur = len(x) / 16000.0
     r = post("asr-windows", win_wav, "verbose_json")
     v = r.json() if r.status_code == 200 else {}
     segs = v.get("segments", [])
@@ -181,10 +182,10 @@ try:
     # window k holds [28k, 28k + 30]; stitched, it keeps [28k + 1, 28k + 29] (from 0 in the
     # first, to the end in the last): a segment for each window, each holding more than half a
     # second of a clip
-    n_win = int(np.ceil((dur - 2) / 28))
-    parts = [(0 if k == 0 else 28 * k + 1, dur if k == n_win - 1 else 28 * k + 29)
-             for k in range(n_win)]
-    spoken = [p for p in parts if any(min(b, p[1]) - max(a, p[0]) > 0.5 for a, b in spans)]
+    n_win = int(np.ceil((win_dur - 2) / 28))
+    kept = [(0 if k == 0 else 28 * k + 1, win_dur if k == n_win - 1 else 28 * k + 29)
+            for k in range(n_win)]
+    spoken = [p for p in kept if any(min(b, p[1]) - max(a, p[0]) > 0.5 for a, b in spans)]
     check(len(segs) == len(spoken) == n_win and segs and segs[0]["start"] == 0 and
           all(abs(a["end"] - b["start"]) < 1e-6 for a, b in zip(segs, segs[1:])),
           "windows: one segment per window that holds speech (%d of %d), meeting halfway in "
