@@ -33,6 +33,28 @@ def mel_banks(bins=80, rate=16000, low=20.0, high=0.0, device=None):
     return w.to(torch.float32).to(device)
 
 
+def warp_banks(banks, alpha):
+    """Vocal tract length perturbation (Jaitly & Hinton 2013): (B, NFFT // 2 + 1, bins) filters,
+    one set per utterance, from `banks` and a (B,) tensor of warp factors. An utterance's filters
+    weigh frequency f as the unwarped ones weigh phi(f): phi(f) = alpha f up to a boundary
+    (0.8 Nyquist / max(alpha, 1)), then a straight line to Nyquist, which stays put; so a sound at
+    f lands in the bins of alpha f, as if its speaker's formants were alpha times higher. A
+    factor of 1 gives `banks` back exactly."""
+    n = banks.shape[0]  # FFT bins 0 .. N, N at Nyquist; frequencies below in bins
+    N = n - 1
+    alpha = alpha.to(torch.float64).view(-1, 1)
+    k = torch.arange(n, dtype=torch.float64, device=alpha.device).view(1, -1)
+    b = 0.8 * N / torch.clamp(alpha, min=1.0)
+    pos = torch.where(k <= b, alpha * k, alpha * b + (k - b) * ((N - alpha * b) / (N - b)))
+    pos = torch.where(alpha == 1.0, k, pos)  # the bin read
+    lo = pos.floor()
+    frac = (pos - lo).to(banks.dtype).unsqueeze(2)
+    lo = lo.long()
+    hi = torch.clamp(lo + 1, max=N)
+    base = banks.to(alpha.device)
+    return base[lo] * (1 - frac) + base[hi] * frac
+
+
 def povey(device=None):
     n = torch.arange(FRAME, dtype=torch.float64)
     return (0.5 - 0.5 * torch.cos(2 * math.pi * n / (FRAME - 1))).pow(0.85).to(torch.float32).to(
@@ -45,7 +67,8 @@ def num_frames(samples):
 
 
 def fbank(wave, lengths, banks, window, dither=0.0):
-    """wave: (B, T) float32 in int16 scale; lengths: (B,) samples; dither: a number, or a (B,)
+    """wave: (B, T) float32 in int16 scale; lengths: (B,) samples; banks: mel_banks()'s filters,
+    or (B, ...) of them, one set per utterance (warp_banks); dither: a number, or a (B,)
     tensor (each utterance's own: 0 gives it the undithered features inference computes).
     Returns feats (B, F, bins) and frame counts (B,). Frames past an utterance's end are
     zeroed."""

@@ -31,10 +31,10 @@ models/demo-en-asr: WeNet's key names, float16 or float32 matrices) instead of r
 its weights and its CMVN, a fresh optimizer with its --warmup. That is how a later session goes
 on training the shipped recogniser when the run's own resume.pt is gone.
 
-A resumed call keeps its run's --lr, --warmup, --max-samples, --reverb-p, --noise-p, --edge-p
-and --undithered-p (kept in resume.pt) unless it names them again, and logs the change when it
-does: a later call that leaves them out continues the run as it was planned, not with the
-defaults.
+A resumed call keeps its run's --lr, --warmup, --max-samples, --reverb-p, --noise-p, --edge-p,
+--undithered-p and --vtlp-p (kept in resume.pt) unless it names them again, and logs the change
+when it does: a later call that leaves them out continues the run as it was planned, not with
+the defaults.
 
 Features: Kaldi fbank computed on the GPU (tools/demo_fbank.py, checked against hark's own
 front end). Augmentation, on the GPU per batch: speed perturbation 0.9 / 1.0 / 1.1 (band-limited
@@ -44,8 +44,10 @@ resampling), room reverberation (synthetic exponentially decaying impulse respon
 of the utterances, default none), dither (1.0, int16 scale; none for --undithered-p of the
 utterances, default none: hark and WeNet compute features without dither at inference, so a
 model that always heard dither has never seen digital silence, exact zeros, and invents words
-in it), SpecAugment (2 frequency masks of at most 10 bins, 2 time masks of at most 50 frames;
-WeNet's defaults).
+in it), vocal tract length perturbation (--vtlp-p of the utterances, default none: the mel
+filters warped by a factor drawn from 0.9-1.1, demo_fbank.warp_banks, as if the speaker's
+formants were that much higher or lower), SpecAugment (2 frequency masks of at most 10 bins,
+2 time masks of at most 50 frames; WeNet's defaults).
 """
 import argparse
 import json
@@ -528,7 +530,7 @@ def save_atomic(torch, obj, path):
 def cmd_train(a):
     import torch
     import yaml
-    from demo_fbank import fbank, mel_banks, povey
+    from demo_fbank import fbank, mel_banks, povey, warp_banks
     t_start = time.time()
     deadline = t_start + a.minutes * 60
     device = torch.device(a.device)
@@ -622,8 +624,13 @@ def cmd_train(a):
             if a.undithered_p > 0:  # draws nothing when off: runs without it keep their streams
                 dither = (torch.rand(w.shape[0], generator=g, device=w.device) >=
                           a.undithered_p).float()
+            bk = banks
+            if a.vtlp_p > 0:  # likewise
+                on = torch.rand(w.shape[0], generator=g, device=w.device) < a.vtlp_p
+                alpha = 0.9 + 0.2 * torch.rand(w.shape[0], generator=g, device=w.device)
+                bk = warp_banks(banks, torch.where(on, alpha, torch.ones_like(alpha)))
             with torch.no_grad():
-                f, nf = fbank(w, lens, banks, window, dither=dither)
+                f, nf = fbank(w, lens, bk, window, dither=dither)
                 f = spec_augment(torch, f, nf, g)
             tgt = [torch.tensor(train.ids[i]) for i in idx]
             batch = {"feats": f, "feats_lengths": nf.int(),
@@ -671,7 +678,7 @@ def cmd_train(a):
 # the run's options: a resumed call keeps the values its run started with (resume.pt's "opts")
 # unless they are given again, so a call that forgets them does not change the run
 RUN_OPTIONS = {"lr": 2e-3, "warmup": 400, "max_samples": RATE * 1200, "reverb_p": 0.15,
-               "noise_p": 0.25, "edge_p": 0.0, "undithered_p": 0.0}
+               "noise_p": 0.25, "edge_p": 0.0, "undithered_p": 0.0, "vtlp_p": 0.0}
 
 
 def run_options(a, saved):
@@ -800,6 +807,9 @@ def main():
     ap.add_argument("--undithered-p", type=float, default=None,
                     help="share of utterances whose features get no dither, as at inference, "
                          "so digital silence is heard as it comes (0)")
+    ap.add_argument("--vtlp-p", type=float, default=None,
+                    help="share of utterances whose mel filters are warped by a factor drawn "
+                         "from 0.9-1.1 (vocal tract length perturbation; 0)")
     ap.add_argument("--seed", type=int, default=22)
     ap.add_argument("--limit", type=int, default=0, help="first N utterances only (tests)")
     ap.add_argument("--dev-limit", type=int, default=2000)

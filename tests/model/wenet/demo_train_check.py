@@ -8,6 +8,9 @@ repository root):
                    them redrawn within its bounds, nothing drawn when it is off
   dither           demo_fbank.fbank's dither per utterance (--undithered-p): a 0 gives exactly the
                    undithered features (digital silence at the log floor), all 1s the number's
+  vtlp             demo_fbank.warp_banks (--vtlp-p): factor 1 gives the filters back exactly; a
+                   tone at f warped by alpha peaks in the mel bin of a tone at alpha f; per-
+                   utterance filters in one batch give each utterance's own features
   train HARK_BIN   two CPU training steps on the bundled examples, export, convert, and hark
                    loads and runs the result (needs WeNet's package in .ext)
   init HARK_BIN    a run started from the shipped models/demo-en-asr (--init) at learning rate 0
@@ -118,6 +121,47 @@ def dither():
           "number's" % floor)
 
 
+def vtlp():
+    banks = demo_fbank.mel_banks()
+    same = demo_fbank.warp_banks(banks, torch.tensor([1.0, 1.0]))
+    assert same.shape == (2,) + tuple(banks.shape) and torch.equal(same[0], banks)
+    assert torch.equal(same[1], banks)
+    win = demo_fbank.povey()
+    t = np.arange(16000) / 16000.0
+
+    def peak(freq, bk):
+        x = torch.from_numpy((8000 * np.sin(2 * np.pi * freq * t)).astype(np.float32))[None]
+        f, _ = demo_fbank.fbank(x, torch.tensor([16000]), bk, win)
+        return f[0].mean(0)
+
+    # the warp reaches up to 0.8 Nyquist / max(alpha, 1): tones well inside it
+    for alpha in (0.9, 0.95, 1.07, 1.1):
+        warped = demo_fbank.warp_banks(banks, torch.tensor([alpha]))[0]
+        for freq in (300.0, 1000.0, 2500.0, 5000.0):
+            got = int(peak(freq, warped).argmax())
+            want = int(peak(freq * alpha, banks).argmax())
+            assert abs(got - want) <= 1, (alpha, freq, got, want)
+            if abs(alpha - 1) >= 0.1 and freq >= 1000:  # 10% is 2 bins or more up there
+                assert got != int(peak(freq, banks).argmax()), (alpha, freq, got)
+        assert torch.equal(warped[-1], banks[-1]), "Nyquist moved"
+    # per utterance in one batch = each alone
+    wv = wave.open(WAV16)
+    clip = torch.from_numpy(np.frombuffer(wv.readframes(wv.getnframes()), dtype=np.int16)
+                            .astype(np.float32))
+    x = torch.stack([clip, clip.flip(0)])
+    lens = torch.tensor([len(clip)] * 2)
+    alphas = torch.tensor([0.92, 1.08])
+    both, _ = demo_fbank.fbank(x, lens, demo_fbank.warp_banks(banks, alphas), win)
+    for i in range(2):
+        one, _ = demo_fbank.fbank(x[i:i + 1], lens[i:i + 1],
+                                  demo_fbank.warp_banks(banks, alphas[i:i + 1])[0], win)
+        assert torch.allclose(both[i], one[0], atol=1e-4), float((both[i] - one[0]).abs().max())
+    plain, _ = demo_fbank.fbank(x, lens, banks, win)
+    assert float((both - plain).abs().mean()) > 0.05
+    print("warp_banks: 1 gives the filters back, a tone at f warped by alpha peaks where a tone "
+          "at alpha f does, per-utterance filters in a batch match each alone")
+
+
 def example_corpus():
     """a corpus of the bundled examples (train = dev) in a fresh folder: (folder, rows)"""
     if not os.path.isdir(".ext/wenet"):
@@ -153,15 +197,16 @@ def train(hark):
     common = ["--data", tmp, "--exp", exp, "--device", "cpu", "--jobs", "1"]
     subprocess.run([py, "tools/train_demo.py", "train", *common, "--total-steps", "2",
                     "--max-samples", str(16000 * 20), "--log-every", "1", "--lr", "1e-3",
-                    "--noise-p", "0.1"], check=True)
-    # the resumed call names only --edge-p: the run keeps its --lr, --noise-p and --max-samples
+                    "--noise-p", "0.1", "--vtlp-p", "1"], check=True)
+    # the resumed call names only --edge-p: the run keeps its --lr, --noise-p, --vtlp-p and
+    # --max-samples
     out = subprocess.run([py, "tools/train_demo.py", "train", *common, "--total-steps", "3",
                           "--resume", "--edge-p", "1"], check=True, capture_output=True,
                          text=True).stdout
     print(out)
     opts = torch.load(os.path.join(exp, "resume.pt"))["opts"]
     assert opts == {"lr": 1e-3, "warmup": 400, "max_samples": 16000 * 20, "reverb_p": 0.15,
-                    "noise_p": 0.1, "edge_p": 1.0, "undithered_p": 0.0}, opts
+                    "noise_p": 0.1, "edge_p": 1.0, "undithered_p": 0.0, "vtlp_p": 1.0}, opts
     assert "--edge-p 1.0: the run had 0.0" in out, out
     model = export_and_convert(tmp, exp, common)
     hist = json.load(open(os.path.join(exp, "history.json")))
@@ -204,5 +249,5 @@ def init(hark):
 
 mode = sys.argv[1]
 {"fbank": lambda: fbank(sys.argv[2]), "resample": resample, "edges": edges, "dither": dither,
- "train": lambda: train(sys.argv[2]), "init": lambda: init(sys.argv[2])}[mode]()
+ "vtlp": vtlp, "train": lambda: train(sys.argv[2]), "init": lambda: init(sys.argv[2])}[mode]()
 print("ok")

@@ -1,9 +1,9 @@
 /* tools/train_demo.py's pieces (issue #22), through tests/model/wenet/demo_train_check.py: its
  * fbank equals hark's front end, its speed-perturbation resampler agrees with scipy's, its
- * edge-silence augmentation keeps the words, its per-utterance dither (--undithered-p) leaves a 0's
- * features undithered, and a
- * two-call CPU training run resumes, exports and converts into a model hark runs, and a run
- * started from the shipped model (--init) gives its tensors back. Skips when
+ * edge-silence augmentation keeps the words, its per-utterance dither (--undithered-p) leaves a
+ * 0's features undithered, its warped mel filters (--vtlp-p) put a tone where a tone alpha times
+ * higher lies, a two-call CPU training run resumes, exports and converts into a model hark runs,
+ * and a run started from the shipped model (--init) gives its tensors back. Skips when
  * /usr/bin/python3 lacks torch / scipy, or (training) WeNet's package is not in .ext. */
 #include "test.h"
 
@@ -51,6 +51,12 @@ TEST(demo_undithered_features_per_utterance)
 {
     NEED_TORCH("torch, numpy");
     CHECK(run_check(t, "dither", NULL) == 0);
+}
+
+TEST(demo_vtlp_warps_the_mel_filters)
+{
+    NEED_TORCH("torch, numpy");
+    CHECK(run_check(t, "vtlp", NULL) == 0);
 }
 
 TEST(demo_training_resumes_exports_and_converts)
