@@ -168,7 +168,8 @@ try:
     # no vad_model: 30 s windows overlapping by 2 s, stitched by the words' times. The file ends
     # 0.3 s after its last clip, so that every window's kept part holds speech: with no VAD, what
     # the recogniser makes of a window of nothing but digital silence is the model's habit, not
-    # hark's (the demo recogniser says "the", or "e e", in the long file's closing 1.5 s)
+    # hark's (runs 1-3 of the demo recogniser said "the", or "e e", in the long file's closing
+    # 1.5 s; run 4, trained on undithered features too, says nothing in digital silence)
     win_wav = os.path.join(tmp, "long-windows.wav")
     x = long_x[:int(round((spans[-1][1] + 0.3) * 16000))]
     write_wav(win_wav, x)
