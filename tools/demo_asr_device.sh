@@ -20,9 +20,11 @@
 # Environment: INIT (the converted model a new run starts from: default models/demo-en-asr, the
 # shipped recogniser; "none" for random weights), TOTAL_MIN (the learning-rate schedule's minutes
 # of training over all calls; required for a new run), HOURS (train hours to synthesise, 100),
-# TRAIN_ARGS (more train_demo.py options; a resumed run keeps those it started with), EVAL (1:
-# score at the end), WORK (/root/demoasr: it survives between calls while the machine is warm,
-# so the next call reuses the corpus and resumes from WORK/exp/resume.pt).
+# DATA_ARGS (more demo_data.py options, e.g. --extra-hours 25: the corpus is made once per
+# machine, so they count in its first call), TRAIN_ARGS (more train_demo.py options; a resumed
+# run keeps those it started with), EVAL (1: score at the end), WORK (/root/demoasr: it survives
+# between calls while the machine is warm, so the next call reuses the corpus and resumes from
+# WORK/exp/resume.pt).
 #
 # Here, afterwards: cat r.part-* > EXP/resume.pt; cp global_cmvn EXP/;
 #   tools/train_demo.py export --data X --exp EXP; tools/convert_wenet.py ... (README of the model)
@@ -72,8 +74,9 @@ if [ ! -f "$W/exp/resume.pt" ]; then
 fi
 
 if [ ! -f "$W/corpus/stats.json" ]; then
+    # shellcheck disable=SC2086
     python3 tools/demo_data.py --out "$W/corpus" --jobs "$(nproc)" --hours "${HOURS:-100}" \
-        --engines-env .demo/env.sh | tail -3
+        --engines-env .demo/env.sh ${DATA_ARGS:-} | tail -3
 fi
 RESERVE=$([ "${EVAL:-0}" = 1 ] && echo 150 || echo 25)   # after training: eval, save, split
 LEFT=$((BUDGET - ($(date +%s) - T0) - RESERVE))

@@ -5,7 +5,7 @@ the voice list, the held-out test voices, and N parallel synthesis workers writi
 Tested by tests/tools/test_demo_data.c (through tools/demo_data_test.py).
 
   tools/demo_data.py --out DIR --jobs N [--hours H] [--seed S] [--engines-env ENV/env.sh]
-                     [--limit K] [--transcripts TSV]
+                     [--limit K] [--transcripts TSV] [--extra-hours X [--extra TSV]]
   tools/demo_data.py --examples OUT [--engines-env ENV/env.sh]
 
 The LJSpeech transcripts and the real-speech test list are read from ../shared/data, or else from
@@ -13,9 +13,13 @@ the text/ folder beside --engines-env (tools/demo_engines.sh copies them there f
 machine).
 
 Train: each train sentence is spoken by one more random training voice per round until the
-measured train audio reaches --hours. Dev: dev sentences, each by one training voice. Test: every
-test sentence by every held-out voice. Resumable: a WAV already written is measured, not redone;
-a failed synthesis is logged in DIR/failed.txt and skipped.
+measured train audio reaches --hours (less --extra-hours). With --extra-hours, that much more of
+the train hours is extra text (tools/demo_text.py --wordnet: WordNet's examples and glosses, in
+text/wordnet.tsv beside --engines-env unless --extra names it), each sentence once, by one
+training voice, examples and glosses alternating in a seeded order; never a sentence whose target
+is a test, dev, real-speech or examples/sentences-en.tsv one. Dev: dev sentences, each by one
+training voice. Test: every test sentence by every held-out voice. Resumable: a WAV already
+written is measured, not redone; a failed synthesis is logged in DIR/failed.txt and skipped.
 """
 import argparse
 import concurrent.futures as cf
@@ -201,6 +205,34 @@ def resolve_text(a):
             setattr(a, name, p)
         if getattr(a, name) != 'none' and not os.path.exists(getattr(a, name)):
             sys.exit(f'demo_data.py: {getattr(a, name)} is absent (--{name.replace("_", "-")})')
+    if getattr(a, 'extra_hours', 0) > 0:
+        if a.extra is None and alt:
+            a.extra = os.path.join(alt, 'wordnet.tsv')
+        if not a.extra or not os.path.exists(a.extra):
+            sys.exit(f'demo_data.py: --extra-hours needs the extra text ({a.extra or "--extra"} '
+                     'is absent: tools/demo_engines.sh writes text/wordnet.tsv)')
+
+
+OWN_SENTENCES = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'examples',
+                             'sentences-en.tsv')
+
+
+def extra_plan(a, sp, real_texts):
+    """The extra train sentences in synthesis order (extra_sentences; examples and glosses
+    alternate, each kind in a seeded shuffle), none with a test, dev, real-speech or round-trip
+    (examples/sentences-en.tsv) target."""
+    banned = {s['target'] for k in ('test', 'dev') for s in sp[k]} | set(real_texts)
+    if os.path.exists(OWN_SENTENCES):
+        banned |= {demo_text.normalize(t) for _, t in demo_text.load_transcripts(OWN_SENTENCES)}
+    ex = demo_text.extra_sentences(demo_text.load_extra(a.extra), banned)
+    kinds = [[s for s in ex if s['id'].rsplit('-', 1)[1][0] == k] for k in ('e', 'g')]
+    kinds.append([s for s in ex if s['id'].rsplit('-', 1)[1][0] not in 'eg'])
+    for i, k in enumerate(kinds):
+        seeded(a.seed, 'extra', i).shuffle(k)
+    order = []
+    for i in range(max(len(k) for k in kinds)):
+        order += [k[i] for k in kinds if i < len(k)]
+    return order
 
 
 def build(a):
@@ -210,6 +242,7 @@ def build(a):
     ids, texts = demo_text.load_real(a.real_scp, a.real_trans)
     sp = demo_text.split_sentences(demo_text.load_transcripts(a.transcripts), ids, texts, a.seed,
                                    a.n_test, a.n_dev)
+    full = sp  # the extra text stays clear of every test and dev sentence, --limit or not
     if a.limit:
         sp = {k: (v[:a.limit] if isinstance(v, list) else v) for k, v in sp.items()}
     os.makedirs(a.out, exist_ok=True)
@@ -233,7 +266,8 @@ def build(a):
     res['train'], secs, rnd = [], 0.0, 0
     used = {s['id']: set() for s in sp['train']}
     order = list(sp['train'])
-    while secs < a.hours * 3600 and rnd < len(train_v) and order:
+    lj_hours = a.hours - a.extra_hours
+    while secs < lj_hours * 3600 and rnd < len(train_v) and order:
         rj = []
         seeded(a.seed, 'order', rnd).shuffle(order)
         for s in order:
@@ -247,9 +281,28 @@ def build(a):
             secs += sum(j['dur'] for j in done)
             print(f'train round {rnd}: {len(res["train"])} utterances, {secs / 3600:.2f} h, '
                   f'{time.time() - t0:.0f} s', flush=True)
-            if secs >= a.hours * 3600:
+            if secs >= lj_hours * 3600:
                 break
         rnd += 1
+    extra = {'sentences': 0, 'hours': 0.0}
+    if a.extra_hours > 0:
+        plan, xs = extra_plan(a, full, texts), 0.0
+        stats['extra'] = {'file': os.path.basename(a.extra), 'usable': len(plan)}
+        for c in range(0, len(plan), a.chunk):
+            xj = []
+            for s in plan[c:c + a.chunk]:
+                r = seeded(a.seed, 'extra', s['id'])
+                xj.append(make_job(a.out, 'train', pick_voice(r, train_v), s, r))
+            done = run_jobs(xj, env, a.jobs, failed)
+            res['train'] += done
+            xs += sum(j['dur'] for j in done)
+            extra['sentences'] += len(done)
+            print(f'train extra: {extra["sentences"]} utterances, {xs / 3600:.2f} h, '
+                  f'{time.time() - t0:.0f} s', flush=True)
+            if xs >= a.extra_hours * 3600:
+                break
+        extra['hours'] = round(xs / 3600, 4)
+        stats['extra'].update(extra)
     wall = time.time() - t0
     for split in ('train', 'dev', 'test'):
         with open(os.path.join(a.out, split + '.jsonl'), 'w') as f:
@@ -365,9 +418,15 @@ def main(argv=None):
     ap.add_argument('--transcripts', help='id<TAB>text lines (default: LJSpeech, see below)')
     ap.add_argument('--real-scp', help="real-speech test wav.scp: its lj- ids go to test")
     ap.add_argument('--real-trans', help='real-speech test trans.txt: its texts never train')
+    ap.add_argument('--extra-hours', type=float, default=0.0,
+                    help='train hours of extra text (WordNet), out of --hours')
+    ap.add_argument('--extra', help='id<TAB>text lines of extra text (default: text/wordnet.tsv '
+                    'beside --engines-env)')
     a = ap.parse_args(argv)
     if bool(a.out) == bool(a.examples):
         ap.error('give one of --out DIR or --examples OUT')
+    if not 0 <= a.extra_hours <= a.hours:
+        ap.error('--extra-hours must be between 0 and --hours')
     resolve_text(a)
     return examples(a) if a.examples else build(a)
 

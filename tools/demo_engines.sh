@@ -69,6 +69,14 @@ if [ -f "$SH/text/ljspeech_transcripts.tsv" ]; then
 else
     echo "warning: $SH/text is absent: copy the transcripts into $DIR/text by hand" >&2
 fi
+# the extra training text (demo_data.py --extra-hours): WordNet 3.0's example sentences and
+# glosses from Debian's wordnet-base (Princeton's WordNet licence: use and redistribution with its
+# notice, which text/WORDNET-LICENSE keeps), as id<TAB>text lines
+mkdir -p "$DIR/text" "$DIR/wn"
+(cd "$DIR/wn" && apt-get download "${SANDBOX[@]}" wordnet-base >/dev/null && dpkg -x wordnet-base_*.deb x)
+python3 "$(dirname "$0")/demo_text.py" --wordnet "$DIR/wn/x/usr/share/wordnet" --out "$DIR/text/wordnet.tsv"
+cp "$DIR/wn/x/usr/share/doc/wordnet-base/copyright" "$DIR/text/WORDNET-LICENSE"
+rm -rf "$DIR/wn"
 
 cat > "$DIR/env.sh" <<'EOF'
 # source this: puts the relocated espeak-ng and flite first on PATH (written by tools/demo_engines.sh)

@@ -58,5 +58,10 @@ if [ "$(id -u)" -eq 0 ] && command -v unshare >/dev/null && command -v chroot >/
     check "espeak-ng in a glibc-only chroot" "$CR/out/espeak.wav" 22050
     check "flite in a glibc-only chroot" "$CR/out/flite.wav" 16000
 fi
+# the extra training text (demo_data.py --extra-hours) and its licence notice
+n=$(wc -l < "$DIR/text/wordnet.tsv" 2>/dev/null || echo 0)
+if [ "$n" -lt 150000 ] || [ ! -s "$DIR/text/WORDNET-LICENSE" ]; then
+    echo "FAIL: text/wordnet.tsv has $n lines (or text/WORDNET-LICENSE is missing)"; fail=1
+else echo "ok: text/wordnet.tsv ($n WordNet texts)"; fi
 [ $fail -eq 0 ] && echo "demo engines in $DIR: all checks passed"
 exit $fail

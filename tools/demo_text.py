@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """Text side of hark's synthetic demo corpus (issue 22, docs/demo-data.md): the training target
 (normalize), the filter that keeps only sentences a TTS engine speaks the way they are spelled,
-and the seeded train / dev / test split of the LJSpeech transcripts. Tested by
-tests/tools/test_demo_data.c (through tools/demo_data_test.py).
+the seeded train / dev / test split of the LJSpeech transcripts, and the extra training text:
+WordNet's example sentences and glosses (Debian's wordnet-base), everyday words LJSpeech's
+19th-century prose lacks. Tested by tests/tools/test_demo_data.c (through
+tools/demo_data_test.py).
 
 CLI: tools/demo_text.py [--transcripts TSV] [--real-scp wav.scp] [--real-trans trans.txt]
                         [--seed S] [--out sentences.tsv]   (prints the split sizes)
+     tools/demo_text.py --wordnet DIR --out wordnet.tsv    (DIR: wordnet-base's data.* files;
+                                                             writes id<TAB>text lines)
 """
 import argparse
 import os
@@ -160,6 +164,64 @@ def split_sentences(items, real_ids=(), real_texts=(), seed=22, n_test=N_TEST, n
     return out
 
 
+WORDNET_POS = ('noun', 'verb', 'adj', 'adv')
+_WN_QUOTED = re.compile(r'"([^"]*)"')
+_WN_PAREN = re.compile(r'\([^()]*\)')
+
+
+def load_wordnet(folder):
+    """[(id, text)]: every example sentence (the quoted parts) and gloss (the rest, split at
+    semicolons) of WordNet's data.noun/.verb/.adj/.adv synsets, ids wn-POS-OFFSET-eK / -gK.
+    Parenthesised asides leave glosses (they are notes, not text); a part with a backquote (a
+    quoted phrase: "the phrase `to your credit'") or with nothing left is skipped. The texts go
+    through reject_reason and normalize like LJSpeech's (extra_sentences)."""
+    out = []
+    for pos in WORDNET_POS:
+        with open(os.path.join(folder, 'data.' + pos), encoding='latin-1') as f:
+            for line in f:
+                if line.startswith(' ') or '|' not in line:
+                    continue  # the licence header
+                offset = line.split(' ', 1)[0]
+                body = line.split('|', 1)[1].strip()
+                parts = [('e', q) for q in _WN_QUOTED.findall(body)]
+                gloss = _WN_PAREN.sub(' ', _WN_QUOTED.sub(' ', body))
+                parts += [('g', g) for g in gloss.split(';')]
+                k = {'e': 0, 'g': 0}
+                for kind, t in parts:
+                    t = ' '.join(t.split()).strip(' ,:;')
+                    if not t or '`' in t or '"' in t:
+                        continue
+                    k[kind] += 1
+                    out.append((f'wn-{pos}-{offset}-{kind}{k[kind]}', t))
+    return out
+
+
+_JOINED_RE = re.compile(r'[A-Za-z][.,;:!?]+[A-Za-z]')  # "the...credible": normalize joins them
+
+
+def extra_sentences(items, banned=()):
+    """The usable extra training sentences of [(id, text)] as dicts {id, text, target}, sorted
+    by id: reject_reason's filter, no punctuation between two letters (normalize would join the
+    words: "the...credible" -> "thecredible"), one sentence per target (the first id), and none
+    whose target is in banned (the test and dev targets, the real-speech and round-trip test
+    sentences)."""
+    banned = set(banned)
+    seen = {}
+    for i, t in sorted(items):
+        if reject_reason(t) or _JOINED_RE.search(t):
+            continue
+        g = normalize(t)
+        if g in banned or g in seen:
+            continue
+        seen[g] = {'id': i, 'text': spoken(t), 'target': g}
+    return sorted(seen.values(), key=lambda s: s['id'])
+
+
+def load_extra(path):
+    """[(id, text)] from an id<TAB>text file (tools/demo_text.py --wordnet ... --out)."""
+    return load_transcripts(path)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('--transcripts', default=TRANSCRIPTS)
@@ -167,7 +229,17 @@ def main(argv=None):
     ap.add_argument('--real-trans', default=REAL_TRANS)
     ap.add_argument('--seed', type=int, default=22)
     ap.add_argument('--out', help='write split<TAB>id<TAB>spoken text<TAB>target lines here')
+    ap.add_argument('--wordnet', help="wordnet-base's folder (data.noun ...): write its "
+                    'sentences to --out as id<TAB>text lines instead')
     a = ap.parse_args(argv)
+    if a.wordnet:
+        if not a.out:
+            ap.error('--wordnet needs --out')
+        items = load_wordnet(a.wordnet)
+        with open(a.out, 'w', encoding='utf-8') as f:
+            f.writelines(f'{i}\t{t}\n' for i, t in items)
+        print(f'{len(items)} WordNet texts, {len(extra_sentences(items))} usable: {a.out}')
+        return 0
     ids, texts = load_real(a.real_scp, a.real_trans)
     sp = split_sentences(load_transcripts(a.transcripts), ids, texts, a.seed)
     for name in ('train', 'dev', 'test'):

@@ -2,7 +2,9 @@
 """Checks tools/demo_text.py and tools/demo_data.py (run by tests/tools/test_demo_data.c):
 normalisation and the sentence filter on fixed cases, then a tiny corpus synthesised from a
 made-up transcript file: manifests, WAV headers, split and voice disjointness, the real-speech
-ids kept out of training, a second run that redoes nothing, and an engine that always fails.
+ids kept out of training, a second run that redoes nothing, and an engine that always fails;
+the extra text: WordNet's data files parsed (made-up synsets) and --extra-hours' sentences in
+train only, alternating examples and glosses, never a test, dev, real or round-trip sentence.
 Usage: demo_data_check.py TMPDIR [ENGINES_ENV]   exit 0 = pass, 77 = skip (no engine), 1 = fail
 """
 import json
@@ -45,6 +47,56 @@ def unit():
         check(r(good) is None, f'reject_reason({good!r}) = {r(good)}')
 
 
+WN_HEADER = '  1 This software and database is being provided to you, the LICENSEE\n'
+WORDNET = {
+    'noun': ['00001740 03 n 01 entity 0 003 ~ 00001930 n 0000 | that which is perceived or '
+             'known or inferred to have its own distinct existence (living or nonliving); '
+             '"the entity was seen at night"; "it had no name"  \n',
+             '00037200 04 n 01 credit 1 001 @ 00035189 n 0000 | used in the phrase `to your '
+             "credit' in order to praise; \"she was not the...credible fool he expected\"  \n"],
+    'verb': ['00002325 29 v 01 respire 1 005 $ 00001740 v 0000 01 + 02 00 | breathe easily '
+             'again, as after exertion; "the pen is mightier than the sword"  \n'],
+    'adj': ['00001740 00 a 01 able 0 005 = 05207437 n 0000 | (usually followed by `to\') having '
+            'the necessary means; "able to swim very well"; "she was able to program her '
+            'computer"  \n'],
+    'adv': [],
+}
+
+
+def wordnet(tmp):
+    d = os.path.join(tmp, 'wordnet')
+    os.makedirs(d, exist_ok=True)
+    for pos, lines in WORDNET.items():
+        with open(os.path.join(d, 'data.' + pos), 'w', encoding='latin-1') as f:
+            f.write(WN_HEADER + ''.join(lines))
+    got = demo_text.load_wordnet(d)
+    want = [('wn-noun-00001740-e1', 'the entity was seen at night'),
+            ('wn-noun-00001740-e2', 'it had no name'),
+            ('wn-noun-00001740-g1', 'that which is perceived or known or inferred to have its '
+             'own distinct existence'),
+            ('wn-noun-00037200-e1', 'she was not the...credible fool he expected'),
+            ('wn-verb-00002325-e1', 'the pen is mightier than the sword'),
+            ('wn-verb-00002325-g1', 'breathe easily again, as after exertion'),
+            ('wn-adj-00001740-e1', 'able to swim very well'),
+            ('wn-adj-00001740-e2', 'she was able to program her computer'),
+            ('wn-adj-00001740-g1', 'having the necessary means')]
+    check(sorted(got) == sorted(want), f'load_wordnet: {got}')
+    ex = demo_text.extra_sentences(got + [('wn-x-1-e9', 'It had no NAME!')],
+                                   banned={'able to swim very well'})
+    ids = [s['id'] for s in ex]
+    check('wn-noun-00037200-e1' not in ids, 'extra_sentences keeps "the...credible"')
+    check('wn-adj-00001740-e1' not in ids, 'extra_sentences keeps a banned target')
+    check(ids.count('wn-noun-00001740-e2') + ids.count('wn-x-1-e9') == 1,
+          'extra_sentences keeps a target twice')
+    check(all(s['target'] == demo_text.normalize(s['text']) for s in ex), 'extra targets')
+    tsv = os.path.join(tmp, 'wordnet.tsv')
+    r = subprocess.run([sys.executable, os.path.join(ROOT, 'tools', 'demo_text.py'), '--wordnet',
+                        d, '--out', tsv], capture_output=True, text=True)
+    check(r.returncode == 0 and sorted(demo_text.load_extra(tsv)) == sorted(got),
+          f'demo_text.py --wordnet: {r.stdout}{r.stderr}')
+    return tsv
+
+
 SENTENCES = [
     'the quick brown fox jumps over the lazy dog', 'she sells sea shells by the sea shore',
     'a stitch in time saves nine of them', 'the early bird catches the worm today',
@@ -56,7 +108,7 @@ SENTENCES = [
 ]
 
 
-def corpus(tmp, env_sh):
+def corpus(tmp, env_sh, wn_tsv):
     tsv = os.path.join(tmp, 'text.tsv')
     with open(tsv, 'w') as f:
         for i, s in enumerate(SENTENCES):
@@ -148,18 +200,56 @@ def corpus(tmp, env_sh):
         with open(os.path.join(out2, 'test.jsonl')) as f:
             check(all(json.loads(line)['engine'] == 'espeak' for line in f),
                   'a failed synthesis is in the manifest')
+    extra(args, out, man, wn_tsv)
+
+
+def extra(args, out, man, wn_tsv):
+    """--extra-hours: the WordNet sentences join train only, none with a test or dev target (the
+    verb's example is T007's text, in test or dev) or a round-trip sentence's target."""
+    with open(wn_tsv, 'a') as f:  # a round-trip test sentence (examples/sentences-en.tsv)
+        own = demo_text.load_transcripts(demo_data.OWN_SENTENCES)[0][1]
+        f.write(f'wn-noun-99999999-e1\t{own}\n')
+        for k, split in enumerate(('dev', 'test')):  # and a dev and a test sentence, capitalised
+            f.write(f'wn-noun-9999999{k}-e1\t{man[split][0]["text"].capitalize()}.\n')
+    out3 = out + '-extra'
+    a3 = [x if x != out else out3 for x in args]
+    a3[a3.index('--hours') + 1] = '0.01'
+    r = subprocess.run(a3 + ['--extra-hours', '0.005', '--extra', wn_tsv], capture_output=True,
+                       text=True)
+    check(r.returncode == 0, f'--extra-hours failed: {r.stdout}{r.stderr}')
+    if r.returncode:
+        return
+    with open(os.path.join(out3, 'train.jsonl')) as f:
+        train = [json.loads(line) for line in f]
+    wn = [m for m in train if '-wn-' in m['key']]
+    for split in ('dev', 'test'):  # the same utterances as without the extra text
+        with open(os.path.join(out3, split + '.jsonl')) as f:
+            check([json.loads(line) for line in f] == man[split], f'extra text changes {split}')
+    held = {m['text'] for s in ('dev', 'test') for m in man[s]}
+    kinds = [m['key'].rsplit('-', 1)[1][0] for m in wn]
+    check(wn and not {m['text'] for m in wn} & held, f'extra text: {[m["text"] for m in wn]}')
+    check(demo_text.normalize(own) not in {m['text'] for m in wn}, 'a round-trip sentence trains')
+    alt = 2 * min(kinds.count('e'), kinds.count('g'))
+    check(alt >= 2 and all(kinds[i] != kinds[i + 1] for i in range(alt - 1)),
+          f'examples and glosses do not alternate: {kinds}')
+    check(all(m['voice'].split('+')[-1] not in demo_data.HELDOUT_VARIANTS and
+              m['voice'] != 'flite:rms' for m in wn), 'a held-out voice speaks extra text')
+    st = json.load(open(os.path.join(out3, 'stats.json')))['extra']
+    check(st['sentences'] == len(wn) and st['hours'] > 0 and st['usable'] == 7,
+          f'stats extra {st}')
 
 
 def main():
     tmp = sys.argv[1]
     env_sh = sys.argv[2] if len(sys.argv) > 2 and os.path.exists(sys.argv[2]) else None
     unit()
+    wn_tsv = wordnet(tmp)
     env = demo_data.load_env(env_sh)
     have = all(shutil.which(b, path=env.get('PATH')) for b in ('espeak-ng', 'flite'))
     if not have:
         print('espeak-ng or flite is absent (tools/demo_engines.sh makes them)')
         return 77 if not failures else 1
-    corpus(tmp, env_sh)
+    corpus(tmp, env_sh, wn_tsv)
     print(f'{len(failures)} failed checks' if failures else 'all checks passed')
     return 1 if failures else 0
 
