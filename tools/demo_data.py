@@ -2,7 +2,7 @@
 """Synthesises hark's demo English corpus (issue 22, docs/demo-data.md) with espeak-ng and flite:
 the voice list, the held-out test voices, and N parallel synthesis workers writing native-rate
 16-bit mono WAVs and JSON-lines manifests. Text and splits come from tools/demo_text.py.
-Tested by tests/tools/test_demo_data.c (through tools/demo_data_test.py).
+Tested by tests/tools/test_demo_data.c (through tests/tools/demo_data_check.py).
 
   tools/demo_data.py --out DIR --jobs N [--hours H] [--seed S] [--engines-env ENV/env.sh]
                      [--limit K] [--transcripts TSV] [--extra-hours X [--extra TSV]]

@@ -4,7 +4,7 @@
 the seeded train / dev / test split of the LJSpeech transcripts, and the extra training text:
 WordNet's example sentences and glosses (Debian's wordnet-base), everyday words LJSpeech's
 19th-century prose lacks. Tested by tests/tools/test_demo_data.c (through
-tools/demo_data_test.py).
+tests/tools/demo_data_check.py).
 
 CLI: tools/demo_text.py [--transcripts TSV] [--real-scp wav.scp] [--real-trans trans.txt]
                         [--seed S] [--out sentences.tsv]   (prints the split sizes)
