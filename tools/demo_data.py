@@ -6,13 +6,15 @@ Tested by tests/tools/test_demo_data.c (through tests/tools/demo_data_check.py).
 
   tools/demo_data.py --out DIR --jobs N [--hours H] [--seed S] [--engines-env ENV/env.sh]
                      [--limit K] [--transcripts TSV] [--extra-hours X [--extra TSV]]
+                     [--flite-share P]
   tools/demo_data.py --examples OUT [--engines-env ENV/env.sh]
 
 The LJSpeech transcripts and the real-speech test list are read from ../shared/data, or else from
 the text/ folder beside --engines-env (tools/demo_engines.sh copies them there for the GPU
 machine).
 
-Train: each train sentence is spoken by one more random training voice per round until the
+Train: each train sentence is spoken by one more random training voice per round (its engine
+flite with chance --flite-share, 0.3, while it has flite voices left) until the
 measured train audio reaches --hours (less --extra-hours). With --extra-hours, that much more of
 the train hours is extra text (tools/demo_text.py --wordnet: WordNet's examples and glosses, in
 text/wordnet.tsv beside --engines-env unless --extra names it), each sentence once, by one
@@ -83,13 +85,15 @@ def voices(env):
     return train, held
 
 
-def pick_voice(rng, candidates):
-    """A voice from candidates: the engine by ENGINE_WEIGHTS (among engines left), then uniform."""
+def pick_voice(rng, candidates, weights=ENGINE_WEIGHTS):
+    """A voice from candidates: the engine by weights (among engines left; uniform when those
+    left all weigh 0), then the voice uniformly."""
     by = {}
     for v in candidates:
         by.setdefault(v.split(':')[0], []).append(v)
     engines = sorted(by)
-    e = rng.choices(engines, weights=[ENGINE_WEIGHTS[x] for x in engines])[0]
+    w = [weights[x] for x in engines]
+    e = rng.choices(engines, weights=w if sum(w) > 0 else None)[0]
     return rng.choice(by[e])
 
 
@@ -250,7 +254,7 @@ def build(a):
     stats = {'seed': a.seed, 'jobs': a.jobs, 'hours_target': a.hours,
              'voices': {'train': train_v, 'test': held_v},
              'sentences': {k: len(sp[k]) for k in ('train', 'dev', 'test')},
-             'rejected_sentences': sp['rejected']}
+             'rejected_sentences': sp['rejected'], 'flite_share': a.flite_share}
     res = {}
     # test: every test sentence by every held-out voice; dev: one training voice per sentence
     tj = [make_job(a.out, 'test', v, s, seeded(a.seed, 'test', v, s['id']))
@@ -267,12 +271,14 @@ def build(a):
     used = {s['id']: set() for s in sp['train']}
     order = list(sp['train'])
     lj_hours = a.hours - a.extra_hours
+    # train only (dev keeps ENGINE_WEIGHTS); rounded so that the default draws as it always did
+    tw = {'espeak': round(1 - a.flite_share, 12), 'flite': a.flite_share}
     while secs < lj_hours * 3600 and rnd < len(train_v) and order:
         rj = []
         seeded(a.seed, 'order', rnd).shuffle(order)
         for s in order:
             r = seeded(a.seed, 'train', rnd, s['id'])
-            v = pick_voice(r, [x for x in train_v if x not in used[s['id']]])
+            v = pick_voice(r, [x for x in train_v if x not in used[s['id']]], tw)
             used[s['id']].add(v)
             rj.append(make_job(a.out, 'train', v, s, r))
         for c in range(0, len(rj), a.chunk):  # stop within a round once the hours are there
@@ -292,7 +298,7 @@ def build(a):
             xj = []
             for s in plan[c:c + a.chunk]:
                 r = seeded(a.seed, 'extra', s['id'])
-                xj.append(make_job(a.out, 'train', pick_voice(r, train_v), s, r))
+                xj.append(make_job(a.out, 'train', pick_voice(r, train_v, tw), s, r))
             done = run_jobs(xj, env, a.jobs, failed)
             res['train'] += done
             xs += sum(j['dur'] for j in done)
@@ -418,6 +424,8 @@ def main(argv=None):
     ap.add_argument('--transcripts', help='id<TAB>text lines (default: LJSpeech, see below)')
     ap.add_argument('--real-scp', help="real-speech test wav.scp: its lj- ids go to test")
     ap.add_argument('--real-trans', help='real-speech test trans.txt: its texts never train')
+    ap.add_argument('--flite-share', type=float, default=ENGINE_WEIGHTS['flite'],
+                    help="the chance that a train utterance's voice is flite's (dev: always 0.3)")
     ap.add_argument('--extra-hours', type=float, default=0.0,
                     help='train hours of extra text (WordNet), out of --hours')
     ap.add_argument('--extra', help='id<TAB>text lines of extra text (default: text/wordnet.tsv '
@@ -427,6 +435,8 @@ def main(argv=None):
         ap.error('give one of --out DIR or --examples OUT')
     if not 0 <= a.extra_hours <= a.hours:
         ap.error('--extra-hours must be between 0 and --hours')
+    if not 0 <= a.flite_share <= 1:
+        ap.error('--flite-share must be between 0 and 1')
     resolve_text(a)
     return examples(a) if a.examples else build(a)
 

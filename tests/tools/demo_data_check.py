@@ -205,7 +205,8 @@ def corpus(tmp, env_sh, wn_tsv):
 
 def extra(args, out, man, wn_tsv):
     """--extra-hours: the WordNet sentences join train only, none with a test or dev target (the
-    verb's example is T007's text, in test or dev) or a round-trip sentence's target."""
+    verb's example is T007's text, in test or dev) or a round-trip sentence's target. With
+    --flite-share 1 as well: the first round and the extra text all flite, dev as before."""
     with open(wn_tsv, 'a') as f:  # a round-trip test sentence (examples/sentences-en.tsv)
         own = demo_text.load_transcripts(demo_data.OWN_SENTENCES)[0][1]
         f.write(f'wn-noun-99999999-e1\t{own}\n')
@@ -214,8 +215,8 @@ def extra(args, out, man, wn_tsv):
     out3 = out + '-extra'
     a3 = [x if x != out else out3 for x in args]
     a3[a3.index('--hours') + 1] = '0.01'
-    r = subprocess.run(a3 + ['--extra-hours', '0.005', '--extra', wn_tsv], capture_output=True,
-                       text=True)
+    r = subprocess.run(a3 + ['--extra-hours', '0.005', '--extra', wn_tsv, '--flite-share', '1'],
+                       capture_output=True, text=True)
     check(r.returncode == 0, f'--extra-hours failed: {r.stdout}{r.stderr}')
     if r.returncode:
         return
@@ -225,6 +226,10 @@ def extra(args, out, man, wn_tsv):
     for split in ('dev', 'test'):  # the same utterances as without the extra text
         with open(os.path.join(out3, split + '.jsonl')) as f:
             check([json.loads(line) for line in f] == man[split], f'extra text changes {split}')
+    lj = [m for m in train if '-wn-' not in m['key']]
+    first = lj[:len({m['key'].rsplit('-', 1)[1] for m in lj})]  # round 0: each sentence once
+    check(first and all(m['engine'] == 'flite' for m in first + wn),
+          f"--flite-share 1: {[m['voice'] for m in first + wn]}")
     held = {m['text'] for s in ('dev', 'test') for m in man[s]}
     kinds = [m['key'].rsplit('-', 1)[1][0] for m in wn]
     check(wn and not {m['text'] for m in wn} & held, f'extra text: {[m["text"] for m in wn]}')
