@@ -26,6 +26,7 @@ written is measured, not redone; a failed synthesis is logged in DIR/failed.txt 
 import argparse
 import concurrent.futures as cf
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -228,15 +229,32 @@ def extra_plan(a, sp, real_texts):
     banned = {s['target'] for k in ('test', 'dev') for s in sp[k]} | set(real_texts)
     if os.path.exists(OWN_SENTENCES):
         banned |= {demo_text.normalize(t) for _, t in demo_text.load_transcripts(OWN_SENTENCES)}
-    ex = demo_text.extra_sentences(demo_text.load_extra(a.extra), banned)
-    kinds = [[s for s in ex if s['id'].rsplit('-', 1)[1][0] == k] for k in ('e', 'g')]
-    kinds.append([s for s in ex if s['id'].rsplit('-', 1)[1][0] not in 'eg'])
+    ex = demo_text.extra_sentences(demo_text.load_transcripts(a.extra), banned)
+    kinds = [[], [], []]  # examples (ids ...-eK), glosses (...-gK), anything else
+    for s in ex:
+        kinds['eg'.find(s['id'].rsplit('-', 1)[1][0])].append(s)
     for i, k in enumerate(kinds):
         seeded(a.seed, 'extra', i).shuffle(k)
     order = []
     for i in range(max(len(k) for k in kinds)):
         order += [k[i] for k in kinds if i < len(k)]
     return order
+
+
+def synth_until(jobs, limit_s, secs, out, label, env, a, failed, t0):
+    """Synthesises jobs (any iterable), --chunk at a time, appending the finished ones to out,
+    until secs (audio seconds so far) reaches limit_s or the jobs run out; returns secs."""
+    it = iter(jobs)
+    while secs < limit_s:
+        chunk = list(itertools.islice(it, a.chunk))
+        if not chunk:
+            break
+        done = run_jobs(chunk, env, a.jobs, failed)
+        out += done
+        secs += sum(j['dur'] for j in done)
+        print(f'train {label}: {len(out)} utterances, {secs / 3600:.2f} h, '
+              f'{time.time() - t0:.0f} s', flush=True)
+    return secs
 
 
 def build(a):
@@ -281,34 +299,22 @@ def build(a):
             v = pick_voice(r, [x for x in train_v if x not in used[s['id']]], tw)
             used[s['id']].add(v)
             rj.append(make_job(a.out, 'train', v, s, r))
-        for c in range(0, len(rj), a.chunk):  # stop within a round once the hours are there
-            done = run_jobs(rj[c:c + a.chunk], env, a.jobs, failed)
-            res['train'] += done
-            secs += sum(j['dur'] for j in done)
-            print(f'train round {rnd}: {len(res["train"])} utterances, {secs / 3600:.2f} h, '
-                  f'{time.time() - t0:.0f} s', flush=True)
-            if secs >= lj_hours * 3600:
-                break
+        # stop within a round once the hours are there
+        secs = synth_until(rj, lj_hours * 3600, secs, res['train'], f'round {rnd}', env, a, failed,
+                           t0)
         rnd += 1
-    extra = {'sentences': 0, 'hours': 0.0}
     if a.extra_hours > 0:
-        plan, xs = extra_plan(a, full, texts), 0.0
-        stats['extra'] = {'file': os.path.basename(a.extra), 'usable': len(plan)}
-        for c in range(0, len(plan), a.chunk):
-            xj = []
-            for s in plan[c:c + a.chunk]:
+        plan, done = extra_plan(a, full, texts), []
+
+        def extra_jobs():  # made chunk by chunk: most of the plan is never synthesised
+            for s in plan:
                 r = seeded(a.seed, 'extra', s['id'])
-                xj.append(make_job(a.out, 'train', pick_voice(r, train_v, tw), s, r))
-            done = run_jobs(xj, env, a.jobs, failed)
-            res['train'] += done
-            xs += sum(j['dur'] for j in done)
-            extra['sentences'] += len(done)
-            print(f'train extra: {extra["sentences"]} utterances, {xs / 3600:.2f} h, '
-                  f'{time.time() - t0:.0f} s', flush=True)
-            if xs >= a.extra_hours * 3600:
-                break
-        extra['hours'] = round(xs / 3600, 4)
-        stats['extra'].update(extra)
+                yield make_job(a.out, 'train', pick_voice(r, train_v, tw), s, r)
+        xs = synth_until(extra_jobs(), a.extra_hours * 3600, 0.0, done, 'extra', env, a, failed,
+                         t0)
+        res['train'] += done
+        stats['extra'] = {'file': os.path.basename(a.extra), 'usable': len(plan),
+                          'sentences': len(done), 'hours': round(xs / 3600, 4)}
     wall = time.time() - t0
     for split in ('train', 'dev', 'test'):
         with open(os.path.join(a.out, split + '.jsonl'), 'w') as f:

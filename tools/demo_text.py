@@ -217,11 +217,6 @@ def extra_sentences(items, banned=()):
     return sorted(seen.values(), key=lambda s: s['id'])
 
 
-def load_extra(path):
-    """[(id, text)] from an id<TAB>text file (tools/demo_text.py --wordnet ... --out)."""
-    return load_transcripts(path)
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('--transcripts', default=TRANSCRIPTS)

@@ -92,7 +92,7 @@ def wordnet(tmp):
     tsv = os.path.join(tmp, 'wordnet.tsv')
     r = subprocess.run([sys.executable, os.path.join(ROOT, 'tools', 'demo_text.py'), '--wordnet',
                         d, '--out', tsv], capture_output=True, text=True)
-    check(r.returncode == 0 and sorted(demo_text.load_extra(tsv)) == sorted(got),
+    check(r.returncode == 0 and sorted(demo_text.load_transcripts(tsv)) == sorted(got),
           f'demo_text.py --wordnet: {r.stdout}{r.stderr}')
     return tsv
 
